@@ -1,0 +1,37 @@
+# sim2dl: every target does its own set-up. `make demo` runs the workflow on config/config.yaml,
+# `make test` runs the test suite. The environment is a venv in the repo built from pinned packages.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := $(CURDIR)/.venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.sim2dl-env
+CORES ?= 2
+# The venv's MPI (MPICH ABI, from PyPI) must win over any system MPI on PATH.
+RUN := PATH="$(BIN):$$PATH" TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2
+
+.PHONY: env demo test lint bench clean-demo
+
+env: $(STAMP)
+
+$(STAMP): requirements/base.in requirements/constraints.txt pyproject.toml scripts/build_horovod.sh scripts/patches/horovod-0.28.1-tf2.21-cpu.patch
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/base.in -c requirements/constraints.txt
+	scripts/build_horovod.sh $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+demo: env
+	$(RUN) $(BIN)/snakemake --cores $(CORES) --printshellcmds --rerun-incomplete $(SNAKEMAKE_ARGS)
+
+test: env
+	$(RUN) $(BIN)/ruff check .
+	$(RUN) $(BIN)/pytest $(PYTEST_ARGS)
+
+lint: env
+	$(RUN) $(BIN)/ruff check .
+
+bench: env
+	for b in bench/*.py; do $(RUN) $(BIN)/python $$b --quick || exit 1; done
+
+clean-demo:
+	rm -rf results/demo

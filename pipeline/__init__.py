@@ -1,0 +1,17 @@
+"""sim2dl: simulation output to deep-learning training data and models.
+
+One module per workflow step (simulate, ingest, convert, merge), each a pure core of functions on
+arrays and paths plus a thin entry in `pipeline.cli`.
+"""
+
+import os
+
+# Horovod's Keras integration needs Keras 2 (tf_keras); this must be set before TensorFlow is imported.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+__version__ = "0.1.0"
+
+
+class Sim2dlError(Exception):
+    """An error the user can act on: the message names the file or config key and the reason."""

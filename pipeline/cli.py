@@ -1,0 +1,105 @@
+"""`sim2dl`: one subcommand per workflow step. Run under mpiexec/srun for several ranks.
+
+Each subcommand loads and validates the config, calls the step's core function, and turns errors into
+one clear message and a non-zero exit; under MPI a failure on one rank stops the whole job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline import config as cfg
+from pipeline.parallel import world
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="YAML config (default: the demo config); validated against config/schema.yaml",
+    )
+
+
+def cmd_simulate(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+    from pipeline.simulate import simulate
+
+    out = args.out or cfg.layout(config).raw
+    return simulate(config["simulate"], out, comm)
+
+
+def cmd_ingest(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+    from pipeline.ingest import ingest
+
+    return ingest(config, args.source or cfg.source_dir(config), args.out or cfg.layout(config).ingest, comm)
+
+
+def cmd_convert(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+    from pipeline.convert import convert
+
+    lay = cfg.layout(config)
+    ingest_dir = args.ingest or lay.ingest
+    return convert(config, ingest_dir / "manifest.csv", ingest_dir / "parts", args.out or lay.convert, comm)
+
+
+def cmd_merge(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+    from pipeline.merge import merge
+
+    lay = cfg.layout(config)
+    ingest_dir = args.ingest or lay.ingest
+    return merge(config, ingest_dir / "manifest.csv", args.convert or lay.convert, args.out or lay.merged, comm)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sim2dl", description=__doc__)
+    sub = parser.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("simulate", help="write the built-in simulator's samples, one HDF5 file each")
+    _common(p)
+    p.add_argument("--out", type=Path, help="output directory (default: {workdir}/raw)")
+    p.set_defaults(func=cmd_simulate)
+    p = sub.add_parser("ingest", help="scan and validate input files into a manifest and packed parts")
+    _common(p)
+    p.add_argument("--source", type=Path, help="directory to scan (default: source.path)")
+    p.add_argument("--out", type=Path, help="output directory (default: {workdir}/ingest)")
+    p.set_defaults(func=cmd_ingest)
+    p = sub.add_parser("convert", help="select, transform and compute global statistics")
+    _common(p)
+    p.add_argument("--ingest", type=Path, help="ingest output directory (default: {workdir}/ingest)")
+    p.add_argument("--out", type=Path, help="output directory (default: {workdir}/convert)")
+    p.set_defaults(func=cmd_convert)
+    p = sub.add_parser("merge", help="pack converted samples into sorted shards with an index and metadata")
+    _common(p)
+    p.add_argument("--ingest", type=Path, help="ingest output directory (default: {workdir}/ingest)")
+    p.add_argument("--convert", type=Path, help="convert output directory (default: {workdir}/convert)")
+    p.add_argument("--out", type=Path, help="output directory (default: {workdir}/merged)")
+    p.set_defaults(func=cmd_merge)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    comm = world()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    start = time.perf_counter()
+    try:
+        config = cfg.load(args.config)
+        summary = args.func(args, config, comm)
+    except Sim2dlError as e:
+        print(f"sim2dl {args.step}: error: {e}", file=sys.stderr, flush=True)
+        if size > 1:  # the other ranks may wait in a collective: end the whole job
+            comm.Abort(2)
+        return 2
+    if rank == 0:
+        summary = {"step": args.step, "ranks": size, "seconds": round(time.perf_counter() - start, 3), **summary}
+        print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

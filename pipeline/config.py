@@ -1,0 +1,153 @@
+"""Configuration: one YAML file validated against config/schema.yaml, with defaults filled in.
+
+The Snakefile validates with Snakemake's `validate` (same schema); the CLI uses `load` so a step run
+by hand gets the same checks and the same error messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from pipeline import Sim2dlError
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = REPO / "config" / "schema.yaml"
+DEFAULT_CONFIG = REPO / "config" / "config.yaml"
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A validator that also fills in `default` values (the jsonschema FAQ's recipe)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator: Any, properties: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = _copy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _copy(value: Any) -> Any:
+    return yaml.safe_load(yaml.safe_dump(value))
+
+
+def schema() -> dict[str, Any]:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def validate(config: dict[str, Any]) -> dict[str, Any]:
+    """Validate in place and fill defaults; raise Sim2dlError naming the offending key."""
+    validator = _with_defaults(jsonschema.Draft7Validator)(schema())
+    # Two passes: the first fills defaults of nested objects, the second validates those defaults too.
+    for _ in range(2):
+        errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for e in errors[:10]:
+            key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
+            lines.append(f"  config key '{key}': {e.message}")
+        raise Sim2dlError("invalid configuration:\n" + "\n".join(lines))
+    check_consistency(config)
+    return config
+
+
+def check_consistency(config: Mapping[str, Any]) -> None:
+    """Rules a JSON schema cannot say: names used in convert must be declared source fields."""
+    fields = set(config["source"]["fields"])
+    conv = config["convert"]
+    for key in ("features", "labels", "log1p", "normalise"):
+        unknown = [f for f in conv[key] if f not in fields]
+        if unknown:
+            raise Sim2dlError(f"config key 'convert.{key}': {unknown} not declared in source.fields ({sorted(fields)})")
+    overlap = set(conv["features"]) & set(conv["labels"])
+    if overlap:
+        raise Sim2dlError(f"config key 'convert.labels': {sorted(overlap)} also listed in convert.features")
+    trace = config["simulate"]["trace"]
+    if trace["min_length"] > trace["max_length"]:
+        raise Sim2dlError("config key 'simulate.trace': min_length is larger than max_length")
+    merge = config["merge"]
+    allowed = {"tfrecord": {"none", "gzip", "zlib"}, "hdf5": {"none", "gzip", "lzf"}}[merge["format"]]
+    if merge["compression"] not in allowed:
+        raise Sim2dlError(
+            f"config key 'merge.compression': '{merge['compression']}' is not available for "
+            f"format '{merge['format']}' (choose one of {sorted(allowed)})"
+        )
+
+
+def load(path: Path | str | None = None, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    path = Path(path) if path else DEFAULT_CONFIG
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except OSError as e:
+        raise Sim2dlError(f"cannot read config file {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise Sim2dlError(f"config file {path} is not valid YAML: {e}") from e
+    if not isinstance(config, dict):
+        raise Sim2dlError(f"config file {path}: expected a mapping at the top level")
+    for key, value in (overrides or {}).items():
+        config[key] = value
+    return validate(config)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each step reads and writes, below `workdir`. Shared by the Snakefile and the CLI."""
+
+    workdir: Path
+
+    @property
+    def raw(self) -> Path:
+        return self.workdir / "raw"
+
+    @property
+    def simulate_summary(self) -> Path:
+        return self.raw / "simulate.json"
+
+    @property
+    def ingest(self) -> Path:
+        return self.workdir / "ingest"
+
+    @property
+    def manifest(self) -> Path:
+        return self.ingest / "manifest.csv"
+
+    @property
+    def ingest_rejects(self) -> Path:
+        return self.ingest / "rejects.csv"
+
+    @property
+    def convert(self) -> Path:
+        return self.workdir / "convert"
+
+    @property
+    def stats(self) -> Path:
+        return self.convert / "stats.json"
+
+    @property
+    def convert_rejects(self) -> Path:
+        return self.convert / "rejects.csv"
+
+    @property
+    def merged(self) -> Path:
+        return self.workdir / "merged"
+
+    @property
+    def metadata(self) -> Path:
+        return self.merged / "metadata.json"
+
+
+def layout(config: Mapping[str, Any]) -> Layout:
+    return Layout(Path(config["workdir"]))
+
+
+def source_dir(config: Mapping[str, Any]) -> Path:
+    path = config["source"]["path"]
+    return Path(path) if path else layout(config).raw

@@ -1,0 +1,203 @@
+"""convert: select features and labels, cast, log1p, crop or split into sub-volumes, and compute the
+global statistics used for normalisation, in one parallel pass over the ingested parts.
+
+The per-rank statistics (count, mean, M2, min, max, merged with Chan et al.'s pairwise formula, which
+stays accurate over billions of values) are combined across ranks with one allgather. Normalisation
+itself, (x - mean) / std, is applied by `normalise` as merge packs each record, so the converted data is
+read and written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import Sim2dlError
+from pipeline.fsutil import remove_stale_temporaries, write_json_atomic
+from pipeline.parallel import block
+from pipeline.progress import progress
+from pipeline.readers import SampleError
+from pipeline.records import Part, PartWriter, list_parts, part_stem
+from pipeline.tables import REJECT_COLUMNS, read_csv, write_csv
+
+
+@dataclass
+class RunningStats:
+    """Streaming count/mean/variance/min/max of a field, overall or per last-axis channel."""
+
+    per_channel: bool
+    count: int = 0
+    mean: np.ndarray = field(default_factory=lambda: np.zeros(()))
+    m2: np.ndarray = field(default_factory=lambda: np.zeros(()))
+    minimum: np.ndarray = field(default_factory=lambda: np.array(np.inf))
+    maximum: np.ndarray = field(default_factory=lambda: np.array(-np.inf))
+
+    def update(self, x: np.ndarray) -> None:
+        x = x.reshape(-1, x.shape[-1]) if self.per_channel else x.reshape(-1)
+        x = x.astype(np.float64, copy=False)
+        n = x.shape[0]
+        if n == 0:
+            return
+        mean = x.mean(axis=0)
+        m2 = ((x - mean) ** 2).sum(axis=0)
+        self.merge(RunningStats(self.per_channel, n, mean, m2, x.min(axis=0), x.max(axis=0)))
+
+    def merge(self, other: RunningStats) -> None:
+        if other.count == 0:
+            return
+        if self.count == 0:
+            self.count, self.mean, self.m2 = other.count, other.mean, other.m2
+            self.minimum, self.maximum = other.minimum, other.maximum
+            return
+        total = self.count + other.count
+        delta = other.mean - self.mean
+        self.mean = self.mean + delta * (other.count / total)
+        self.m2 = self.m2 + other.m2 + delta**2 * (self.count * other.count / total)
+        self.minimum = np.minimum(self.minimum, other.minimum)
+        self.maximum = np.maximum(self.maximum, other.maximum)
+        self.count = total
+
+    def as_dict(self) -> dict[str, Any]:
+        std = np.sqrt(self.m2 / self.count) if self.count else np.zeros_like(self.mean)
+        return {
+            "count": self.count,
+            "mean": np.asarray(self.mean).tolist(),
+            "std": np.asarray(std).tolist(),
+            "min": np.asarray(self.minimum).tolist(),
+            "max": np.asarray(self.maximum).tolist(),
+            "per_channel": self.per_channel,
+        }
+
+
+def central_crop(x: np.ndarray, size: Sequence[int]) -> np.ndarray:
+    if len(size) > x.ndim or any(s > d for s, d in zip(size, x.shape, strict=False)):
+        raise SampleError(f"cannot crop shape {x.shape} to {tuple(size)}")
+    starts = [(d - s) // 2 for s, d in zip(size, x.shape, strict=False)]
+    return x[tuple(slice(a, a + s) for a, s in zip(starts, size, strict=True))]
+
+
+def split_volumes(x: np.ndarray, size: Sequence[int]) -> list[np.ndarray]:
+    """Non-overlapping sub-volumes of the leading axes, in C order (as CosmoFlow's split_universe)."""
+    if len(size) > x.ndim or any(d % s for s, d in zip(size, x.shape, strict=False)):
+        raise SampleError(f"cannot split shape {x.shape} into sub-volumes of {tuple(size)} (must divide)")
+    counts = [d // s for s, d in zip(size, x.shape, strict=False)]
+    pieces = []
+    for corner in product(*(range(c) for c in counts)):
+        index = tuple(slice(c * s, (c + 1) * s) for c, s in zip(corner, size, strict=True))
+        pieces.append(np.ascontiguousarray(x[index]))
+    return pieces
+
+
+def transform(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
+    """One ingested record -> one or more converted samples (several when split into sub-volumes)."""
+    dtype = np.dtype(settings["dtype"])
+    selected = {}
+    for name in (*settings["features"], *settings["labels"]):
+        x = arrays[name].astype(dtype)
+        if name in settings["log1p"]:
+            if x.size and x.min() <= -1:
+                raise SampleError(f"field '{name}': log1p of values <= -1")
+            x = np.log1p(x)
+        if name in settings["features"] and settings["crop"]:
+            x = central_crop(x, settings["crop"])
+        selected[name] = x
+    if not settings["split"]:
+        return [selected]
+    per_feature = {name: split_volumes(selected[name], settings["split"]) for name in settings["features"]}
+    pieces = len(next(iter(per_feature.values())))
+    if any(len(p) != pieces for p in per_feature.values()):
+        raise SampleError("features split into different numbers of sub-volumes")
+    labels = {name: selected[name] for name in settings["labels"]}
+    return [{**{n: per_feature[n][k] for n in per_feature}, **labels} for k in range(pieces)]
+
+
+def normalise(arrays: Mapping[str, np.ndarray], stats: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """(x - mean) / std for every field that has statistics; other fields pass through."""
+    out = dict(arrays)
+    for name, s in stats.items():
+        x = arrays[name]
+        mean = np.asarray(s["mean"], dtype=x.dtype)
+        std = np.asarray(s["std"], dtype=np.float64)
+        scale = (1.0 / np.where(std > 0, std, 1.0)).astype(x.dtype)
+        out[name] = (x - mean) * scale
+    return out
+
+
+def accepted_records(manifest: Path) -> list[tuple[str, int, str, str]]:
+    """(part name, record, sample id, source path) of every accepted manifest row, in manifest order."""
+    return [
+        (r["part"], int(r["record"]), r["sample_id"], r["path"])
+        for r in read_csv(manifest)
+        if r["status"] == "accepted"
+    ]
+
+
+def iter_records(
+    parts_dir: Path, records: Sequence[tuple[str, int, str, str]]
+) -> Iterator[tuple[tuple[str, int, str, str], dict[str, np.ndarray]]]:
+    open_parts: dict[str, Part] = {}
+    for rec in records:
+        part = open_parts.get(rec[0])
+        if part is None:
+            part = open_parts[rec[0]] = Part(parts_dir / rec[0])
+        yield rec, part.read(rec[1])
+
+
+def convert(config: Mapping[str, Any], manifest: Path, ingest_parts: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    rank, size = comm.Get_rank(), comm.Get_size()
+    settings = config["convert"]
+    parts_dir = out_dir / "parts"
+    if rank == 0:
+        parts_dir.mkdir(parents=True, exist_ok=True)
+        for stale in list_parts(parts_dir):
+            stale.with_suffix(".json").unlink()
+            stale.with_suffix(".bin").unlink(missing_ok=True)
+        remove_stale_temporaries(parts_dir)
+    comm.barrier()
+    records = accepted_records(manifest)
+    if not records:
+        raise Sim2dlError(f"no accepted samples in {manifest}: nothing to convert")
+    mine = block(records, rank, size)
+    stats = {name: RunningStats(settings["per_channel"]) for name in settings["normalise"]}
+    rejects = []
+    written = 0
+    with PartWriter(part_stem(parts_dir, rank, size)) as part:
+        for (_, _, sample_id, source), arrays in progress(
+            iter_records(ingest_parts, mine), len(mine), "convert", rank, size, unit="sample"
+        ):
+            try:
+                samples = transform(arrays, settings)
+            except SampleError as e:
+                rejects.append((source, sample_id, str(e)))
+                continue
+            for k, sample in enumerate(samples):
+                for name, s in stats.items():
+                    s.update(sample[name])
+                out_id = f"{sample_id}#{k}" if len(samples) > 1 else sample_id
+                part.append(sample, {"sample_id": out_id, "parent": sample_id, "source": source})
+                written += 1
+
+    all_stats = comm.allgather(stats)
+    all_rejects = comm.gather(rejects, root=0)
+    total_written = sum(comm.allgather(written))
+    summary = {"inputs": len(records), "samples": total_written}
+    if rank == 0:
+        assert all_rejects is not None
+        merged = {name: RunningStats(settings["per_channel"]) for name in settings["normalise"]}
+        for rank_stats in all_stats:
+            for name, s in rank_stats.items():
+                merged[name].merge(s)
+        flat_rejects = sorted(r for rank_rejects in all_rejects for r in rank_rejects)
+        write_csv(out_dir / "rejects.csv", REJECT_COLUMNS, flat_rejects)
+        summary["rejected"] = len(flat_rejects)
+        write_json_atomic(
+            out_dir / "stats.json",
+            {"statistics": {name: s.as_dict() for name, s in merged.items()}, "settings": dict(settings), **summary},
+        )
+    comm.barrier()
+    return summary

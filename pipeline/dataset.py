@@ -1,0 +1,75 @@
+"""Reading merged shards back: the metadata, and tf.data parsing of TFRecord shards with its spec."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from pipeline import Sim2dlError
+
+
+def load_metadata(merged_dir: Path) -> dict[str, Any]:
+    path = merged_dir / "metadata.json"
+    try:
+        return json.loads(path.read_text())
+    except OSError as e:
+        raise Sim2dlError(f"cannot read dataset metadata {path}: {e.strerror} (run merge first)") from e
+
+
+def shard_paths(merged_dir: Path, metadata: Mapping[str, Any]) -> list[Path]:
+    return [merged_dir / "shards" / s["file"] for s in metadata["shards"]]
+
+
+def parse_example(serialized: Any, spec: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Decode one tf.train.Example written by the TFRecord writer into tensors by field name."""
+    import tensorflow as tf
+
+    description = {"sample_id": tf.io.FixedLenFeature([], tf.string)}
+    for name in spec:
+        description[name] = tf.io.FixedLenFeature([], tf.string)
+        description[f"{name}_shape"] = tf.io.VarLenFeature(tf.int64)
+    parsed = tf.io.parse_single_example(serialized, description)
+    out = {"sample_id": parsed["sample_id"]}
+    for name, field in spec.items():
+        values = tf.io.decode_raw(parsed[name], tf.dtypes.as_dtype(field["dtype"]), little_endian=True)
+        if all(d is not None for d in field["shape"]):
+            out[name] = tf.reshape(values, field["shape"])
+        else:
+            out[name] = tf.reshape(values, tf.sparse.to_dense(parsed[f"{name}_shape"]))
+    return out
+
+
+def tfrecord_dataset(merged_dir: Path) -> Any:
+    """All records of a TFRecord dataset in shard order, parsed (for inspection and tests)."""
+    import tensorflow as tf
+
+    meta = load_metadata(merged_dir)
+    if meta["format"] != "tfrecord":
+        raise Sim2dlError(f"{merged_dir} holds {meta['format']} shards, not tfrecord")
+    compression = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}[meta["compression"]]
+    files = [str(p) for p in shard_paths(merged_dir, meta)]
+    ds = tf.data.TFRecordDataset(files, compression_type=compression)
+    return ds.map(lambda s: parse_example(s, meta["feature_spec"]))
+
+
+def hdf5_records(shard: Path, spec: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """All records of one HDF5 shard as dicts of arrays (plus 'sample_id')."""
+    records: list[dict[str, Any]] = []
+    with h5py.File(shard, "r") as f:
+        ids = [s.decode() if isinstance(s, bytes) else s for s in f["sample_id"][()]]
+        columns: dict[str, list[np.ndarray]] = {}
+        for name, field in spec.items():
+            if all(d is not None for d in field["shape"]):
+                columns[name] = list(f[name][()])
+            else:
+                values, offsets = f[name]["values"][()], f[name]["offsets"][()]
+                columns[name] = [values[a:b] for a, b in pairwise(offsets)]
+        for i, sample_id in enumerate(ids):
+            records.append({"sample_id": sample_id, **{n: columns[n][i] for n in spec}})
+    return records

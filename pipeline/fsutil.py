@@ -1,0 +1,60 @@
+"""Atomic file writes: a step killed midway leaves no half-written output behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+TMP_MARK = ".tmp-"
+
+
+@contextlib.contextmanager
+def atomic_path(final: Path | str) -> Iterator[Path]:
+    """Yield a temporary path next to `final`; rename it over `final` only if the block succeeds."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}{TMP_MARK}", dir=final.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(final: Path | str, text: str) -> None:
+    with atomic_path(final) as tmp:
+        tmp.write_text(text)
+
+
+def write_json_atomic(final: Path | str, obj: Any) -> None:
+    write_text_atomic(final, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+
+def remove_stale_temporaries(directory: Path) -> int:
+    """Delete temporaries left by an interrupted run (they are never valid outputs)."""
+    removed = 0
+    if directory.is_dir():
+        for p in directory.iterdir():
+            if p.name.startswith(".") and TMP_MARK in p.name:
+                p.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def file_checksum(path: Path | str, chunk_bytes: int = 8 << 20) -> str:
+    """xxh3-128 of a file's bytes, read in bounded chunks; prefixed with the algorithm name."""
+    digest = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            digest.update(chunk)
+    return "xxh3_128:" + digest.hexdigest()

@@ -1,0 +1,171 @@
+"""ingest: scan many small simulation files, validate each, and pack the good ones into a few parts.
+
+Each file is opened exactly once in the whole workflow: its declared fields are read, checked (names,
+shapes, dtypes, finite values) and appended to the rank's part, so no later step touches the small files
+again. The manifest lists every input file (accepted or rejected); the rejects list gives one reason per
+rejected file. The run goes on past bad files and fails only when the rejected fraction exceeds
+`ingest.max_reject_fraction`. Memory holds the file list and the manifest rows, nothing per sample.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import Sim2dlError
+from pipeline.fsutil import remove_stale_temporaries
+from pipeline.parallel import all_ok, block
+from pipeline.progress import progress
+from pipeline.readers import FieldSpec, SampleError, reader_for
+from pipeline.records import PartWriter, list_parts, part_stem
+from pipeline.tables import MANIFEST_COLUMNS, REJECT_COLUMNS, write_csv
+
+
+def find_inputs(root: Path, pattern: str) -> list[Path]:
+    if not root.is_dir():
+        raise Sim2dlError(f"source directory {root} does not exist (config key 'source.path')")
+    # Dangling symlinks are kept: they are input files that cannot be read, and must be reported.
+    files = sorted(p for p in root.glob(pattern) if p.is_file() or p.is_symlink())
+    if not files:
+        raise Sim2dlError(f"no files match '{pattern}' under {root} (config keys 'source.path', 'source.glob')")
+    return files
+
+
+def validate_sample(arrays: Mapping[str, np.ndarray], fields: Sequence[FieldSpec], check_finite: bool) -> None:
+    for field in fields:
+        array = arrays[field.name]
+        if field.dtype is not None and array.dtype != np.dtype(field.dtype):
+            raise SampleError(f"field '{field.name}': dtype {array.dtype}, expected {field.dtype}")
+        if field.shape is not None and (
+            len(array.shape) != len(field.shape)
+            or any(want is not None and got != want for got, want in zip(array.shape, field.shape, strict=True))
+        ):
+            expected = tuple("any" if d is None else d for d in field.shape)
+            raise SampleError(f"field '{field.name}': shape {array.shape}, expected {expected}")
+        if check_finite and np.issubdtype(array.dtype, np.floating):
+            bad = array.size - int(np.count_nonzero(np.isfinite(array)))
+            if bad:
+                raise SampleError(f"field '{field.name}': {bad} non-finite values (NaN/Inf)")
+
+
+def record_length(arrays: Mapping[str, np.ndarray], fields: Sequence[FieldSpec]) -> int:
+    """The record's length: the first declared field's extent along its first axis."""
+    first = arrays[fields[0].name]
+    return int(first.shape[0]) if first.ndim else 1
+
+
+def shape_text(arrays: Mapping[str, np.ndarray]) -> str:
+    return ";".join(f"{name}={'x'.join(map(str, a.shape)) or 'scalar'}" for name, a in arrays.items())
+
+
+def read_one(
+    path: Path, root: Path, source: Mapping[str, Any], fields: Sequence[FieldSpec], check_finite: bool
+) -> tuple[dict[str, np.ndarray], str, int]:
+    """Read and validate one file; raises SampleError with the reason it cannot be used."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        raise SampleError(f"unreadable: {e.strerror}") from None
+    if size == 0:
+        raise SampleError("empty file (0 bytes)")
+    if not os.access(path, os.R_OK):
+        raise SampleError("unreadable: permission denied")
+    id_conf = source["sample_id"]
+    arrays, sample_id = reader_for(path, source["format"]).read(path, fields, id_conf["attr"] if id_conf else None)
+    validate_sample(arrays, fields, check_finite)
+    if sample_id is None:
+        sample_id = str(path.relative_to(root).with_suffix(""))
+    return arrays, sample_id, size
+
+
+def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Scan `root`, validate and pack files across ranks; rank 0 writes the manifest and rejects list."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    source, settings = config["source"], config["ingest"]
+    fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
+    parts_dir = out_dir / "parts"
+
+    files: list[Path] | None = None
+    error: BaseException | None = None
+    if rank == 0:
+        try:
+            files = find_inputs(root, source["glob"])
+            parts_dir.mkdir(parents=True, exist_ok=True)
+            for stale in list_parts(parts_dir):  # parts of an earlier run, maybe with another rank count
+                stale.with_suffix(".json").unlink()
+                stale.with_suffix(".bin").unlink(missing_ok=True)
+            remove_stale_temporaries(parts_dir)
+        except Sim2dlError as e:
+            error = e
+    all_ok(comm, error if rank == 0 else None)
+    files = comm.bcast(files, root=0)
+    assert files is not None
+    mine = block(files, rank, size)
+
+    rows: list[tuple[Any, ...]] = []
+    stem = part_stem(parts_dir, rank, size)
+    with PartWriter(stem) as part:
+        for path in progress(mine, len(mine), "ingest", rank, size):
+            try:
+                arrays, sample_id, nbytes = read_one(path, root, source, fields, settings["check_finite"])
+            except SampleError as e:
+                rows.append((str(path), _size_or_zero(path), "", "", "", "", "rejected", "", "", str(e)))
+                continue
+            length = record_length(arrays, fields)
+            record = part.append(arrays, {"sample_id": sample_id, "source": str(path)})
+            rows.append(
+                (str(path), nbytes, sample_id, shape_text(arrays), length, length, "accepted", stem.name, record, "")
+            )
+
+    gathered = comm.gather(rows, root=0)
+    summary: dict[str, Any] | None = None
+    if rank == 0:
+        assert gathered is not None
+        summary = finish(out_dir, [row for rank_rows in gathered for row in rank_rows], settings["max_reject_fraction"])
+    summary = comm.bcast(summary, root=0)
+    if summary["error"]:
+        raise Sim2dlError(summary["error"])
+    return summary
+
+
+def _size_or_zero(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def finish(out_dir: Path, rows: list[tuple[Any, ...]], max_reject_fraction: float) -> dict[str, Any]:
+    """Reject duplicate sample ids (the first path in sorted order keeps the id), write both tables."""
+    rows.sort(key=lambda r: r[0])
+    first_seen: dict[str, str] = {}
+    final_rows, rejects = [], []
+    for row in rows:
+        path, sample_id, status, reason = row[0], row[2], row[6], row[9]
+        if status == "accepted":
+            if sample_id in first_seen:
+                status, reason = (
+                    "rejected",
+                    f"duplicate sample id '{sample_id}' (first seen in {first_seen[sample_id]})",
+                )
+            else:
+                first_seen[sample_id] = path
+        if status == "rejected":
+            rejects.append((path, sample_id, reason))
+        final_rows.append((*row[:6], status, row[7], row[8]))
+    assert len(MANIFEST_COLUMNS) == len(final_rows[0])
+    write_csv(out_dir / "rejects.csv", REJECT_COLUMNS, rejects)
+    write_csv(out_dir / "manifest.csv", MANIFEST_COLUMNS, final_rows)
+    fraction = len(rejects) / len(rows)
+    error = None
+    if fraction > max_reject_fraction:
+        shown = "\n".join(f"  {p}: {r}" for p, _, r in rejects[:5])
+        error = (
+            f"{len(rejects)} of {len(rows)} input files rejected ({fraction:.1%}), more than "
+            f"ingest.max_reject_fraction={max_reject_fraction:g}; see {out_dir / 'rejects.csv'}:\n{shown}"
+        )
+    return {"inputs": len(rows), "accepted": len(rows) - len(rejects), "rejected": len(rejects), "error": error}

@@ -1,0 +1,271 @@
+"""merge: pack converted samples into shards of a target size, globally sorted by a key.
+
+All ranks agree on one global order (sort key, then sample id) and on shard boundaries that depend only
+on record sizes, so the shards are byte-identical for any number of ranks and on every rerun. Ranks then
+write disjoint shards (round robin). Each shard is written to a temporary file, checksummed, indexed and
+renamed; a rerun keeps shards that are already complete for the same plan and writes the rest.
+`metadata.json`, written last, describes the whole dataset: feature spec, counts, statistics, a checksum
+per shard and the provenance of every record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import xxhash
+
+from pipeline import Sim2dlError, __version__
+from pipeline.convert import normalise
+from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
+from pipeline.parallel import all_ok, block
+from pipeline.progress import progress
+from pipeline.records import Part, list_parts
+from pipeline.tables import read_csv
+from pipeline.writers import WRITERS, ShardWriter
+
+NUMERIC_COLUMNS = {"bytes", "length", "sort_key"}
+MB = 1_000_000
+
+
+class Entry(NamedTuple):
+    key: Any
+    sample_id: str
+    part: str
+    record: int
+    nbytes: int
+    source: str
+
+
+def sort_values(manifest: Path, column: str) -> dict[str, Any]:
+    """Accepted sample id -> its value in the manifest column used as the sort key."""
+    convert_value = int if column in NUMERIC_COLUMNS else str
+    return {r["sample_id"]: convert_value(r[column]) for r in read_csv(manifest) if r["status"] == "accepted"}
+
+
+def local_entries(parts: Sequence[Path], keys: Mapping[str, Any]) -> list[Entry]:
+    entries = []
+    for stem in parts:
+        part = Part(stem)
+        for i in range(len(part)):
+            meta = part.meta(i)
+            entries.append(Entry(keys[meta["parent"]], meta["sample_id"], stem.name, i, part.nbytes(i), meta["source"]))
+    return entries
+
+
+def plan_shards(entries: Sequence[Entry], shard_bytes: float) -> list[list[Entry]]:
+    """Sort globally and cut into consecutive shards of about `shard_bytes` (never empty)."""
+    ordered = sorted(entries, key=lambda e: (e.key, e.sample_id))
+    shards: list[list[Entry]] = [[]]
+    filled = 0
+    for e in ordered:
+        if shards[-1] and filled + e.nbytes > shard_bytes:
+            shards.append([])
+            filled = 0
+        shards[-1].append(e)
+        filled += e.nbytes
+    return shards if shards[0] else []
+
+
+def feature_spec(parts: Sequence[Path], features: Sequence[str], labels: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Dtype and shape of every field over all records; axes whose length varies become None."""
+    shapes: dict[str, list[int | None]] = {}
+    dtypes: dict[str, str] = {}
+    for stem in parts:
+        for rec in Part(stem).records:
+            for name, (_, dtype, shape) in rec["fields"].items():
+                dtypes.setdefault(name, np.dtype(dtype).name)
+                known = shapes.setdefault(name, list(shape))
+                if len(known) != len(shape):
+                    raise Sim2dlError(f"field '{name}' has records of different ranks ({known} and {shape})")
+                shapes[name] = [k if k == s else None for k, s in zip(known, shape, strict=True)]
+    return {
+        name: {"dtype": dtypes[name], "shape": shapes[name], "role": "feature" if name in features else "label"}
+        for name in (*features, *labels)
+        if name in shapes
+    }
+
+
+def shard_name(index: int, count: int, writer: type[ShardWriter]) -> str:
+    return f"shard-{index:05d}-of-{count:05d}{writer.suffix}"
+
+
+def write_shard(
+    path: Path,
+    entries: Sequence[Entry],
+    parts_dir: Path,
+    spec: Mapping[str, Any],
+    writer_class: type[ShardWriter],
+    compression: str,
+    stats: Mapping[str, Any],
+    open_parts: dict[str, Part],
+) -> None:
+    """Write one shard and its index atomically: the index first, the shard's rename last."""
+    index_lines = []
+    with atomic_path(path) as tmp:
+        writer = writer_class(tmp, spec, compression)
+        for e in entries:
+            part = open_parts.get(e.part) or open_parts.setdefault(e.part, Part(parts_dir / e.part))
+            arrays = normalise(part.read(e.record), stats)
+            arrays = {name: arrays[name] for name in spec}
+            offset, length = writer.write(e.sample_id, arrays)
+            index_lines.append(f"{offset} {length}\n")
+        writer.close()
+        with atomic_path(index_path(path)) as idx_tmp:
+            idx_tmp.write_text("".join(index_lines))
+
+
+def index_path(shard: Path) -> Path:
+    return shard.with_name(shard.name + ".idx")
+
+
+def plan_digest(shards: Sequence[Sequence[Entry]], settings: Mapping[str, Any], stats: Any, spec: Any) -> str:
+    h = xxhash.xxh3_128()
+    h.update(json.dumps([dict(settings), stats, spec], sort_keys=True).encode())
+    for shard in shards:
+        h.update(b"|")
+        for e in shard:
+            h.update(f"{e.sample_id}\0{e.part}\0{e.record}\n".encode())
+    return h.hexdigest()
+
+
+def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    rank, size = comm.Get_rank(), comm.Get_size()
+    settings = config["merge"]
+    conv = config["convert"]
+    writer_class = WRITERS[settings["format"]]
+    parts_dir = convert_dir / "parts"
+    stats_doc = json.loads((convert_dir / "stats.json").read_text())
+    stats = stats_doc["statistics"]
+    shards_dir = out_dir / "shards"
+
+    # Global sort: each rank indexes its block of parts; everyone gets every key (one allgather).
+    parts = list_parts(parts_dir)
+    if not parts:
+        raise Sim2dlError(f"no converted parts in {parts_dir}: run convert first")
+    keys = sort_values(manifest, settings["sort_by"])
+    entries = [
+        e for rank_entries in comm.allgather(local_entries(block(parts, rank, size), keys)) for e in rank_entries
+    ]
+    if not entries:
+        raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
+    shards = plan_shards(entries, settings["shard_size_mb"] * MB)
+    spec = feature_spec(block(parts, rank, size), conv["features"], conv["labels"])
+    spec = _merge_specs(comm.allgather(spec))
+    digest = plan_digest(shards, settings, stats, spec)
+    names = [shard_name(i, len(shards), writer_class) for i in range(len(shards))]
+
+    error = None
+    if rank == 0:
+        try:
+            prepare_shard_dir(shards_dir, digest, set(names))
+        except OSError as e:
+            error = Sim2dlError(f"cannot prepare {shards_dir}: {e}")
+    all_ok(comm, error if rank == 0 else None)
+
+    mine = list(range(rank, len(shards), size))
+    results = []
+    open_parts: dict[str, Part] = {}
+    reused = 0
+    for i in progress(mine, len(mine), "merge", rank, size, unit="shard"):
+        path = shards_dir / names[i]
+        if path.exists() and index_path(path).exists():
+            reused += 1  # complete from an interrupted run with the same plan
+        else:
+            write_shard(path, shards[i], parts_dir, spec, writer_class, settings["compression"], stats, open_parts)
+        results.append(
+            {
+                "file": names[i],
+                "index": index_path(path).name,
+                "records": len(shards[i]),
+                "bytes": path.stat().st_size,
+                "checksum": file_checksum(path),
+                "first_key": shards[i][0].key,
+                "last_key": shards[i][-1].key,
+            }
+        )
+    gathered = comm.gather(results, root=0)
+    reused_total = sum(comm.allgather(reused))
+    summary = {"records": len(entries), "shards": len(shards), "reused_shards": reused_total}
+    if rank == 0:
+        assert gathered is not None
+        shard_info = sorted((r for rank_results in gathered for r in rank_results), key=lambda r: r["file"])
+        write_json_atomic(
+            out_dir / "metadata.json",
+            metadata(settings, writer_class, spec, stats_doc, shard_info, shards, manifest, convert_dir, digest),
+        )
+    comm.barrier()
+    return summary
+
+
+def _merge_specs(specs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for spec in specs:
+        for name, field in spec.items():
+            if name not in merged:
+                merged[name] = dict(field)
+            else:
+                known = merged[name]["shape"]
+                merged[name]["shape"] = [k if k == s else None for k, s in zip(known, field["shape"], strict=True)]
+    order = [n for s in specs for n in s]
+    return {n: merged[n] for n in dict.fromkeys(order)}
+
+
+def prepare_shard_dir(shards_dir: Path, digest: str, names: set[str]) -> None:
+    """Keep complete shards of the same plan (resume); remove everything else."""
+    shards_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(shards_dir)
+    plan_file = shards_dir / "plan.digest"
+    same_plan = plan_file.exists() and plan_file.read_text().strip() == digest
+    for p in shards_dir.iterdir():
+        if p.name == "plan.digest":
+            continue
+        shard_name_of = p.name[: -len(".idx")] if p.name.endswith(".idx") else p.name
+        if not same_plan or shard_name_of not in names:
+            p.unlink()
+    if not same_plan:
+        with atomic_path(plan_file) as tmp:
+            tmp.write_text(digest + "\n")
+
+
+def metadata(
+    settings: Mapping[str, Any],
+    writer_class: type[ShardWriter],
+    spec: Mapping[str, Any],
+    stats_doc: Mapping[str, Any],
+    shard_info: list[dict[str, Any]],
+    shards: Sequence[Sequence[Entry]],
+    manifest: Path,
+    convert_dir: Path,
+    digest: str,
+) -> dict[str, Any]:
+    manifest_rows = read_csv(manifest)
+    convert_rejects = read_csv(convert_dir / "rejects.csv")
+    return {
+        "sim2dl_version": __version__,
+        "format": writer_class.format,
+        "compression": settings["compression"],
+        "encoding": writer_class.encoding(),
+        "index": writer_class.index_meaning,
+        "feature_spec": spec,
+        "sort_by": settings["sort_by"],
+        "plan_digest": digest,
+        "counts": {
+            "input_files": len(manifest_rows),
+            "accepted_files": sum(r["status"] == "accepted" for r in manifest_rows),
+            "rejected_files": sum(r["status"] == "rejected" for r in manifest_rows),
+            "convert_rejected": len(convert_rejects),
+            "records": sum(len(s) for s in shards),
+            "shards": len(shards),
+        },
+        "normalisation": "x -> (x - mean) / std with the statistics below, applied to the listed fields",
+        "statistics": stats_doc["statistics"],
+        "shards": shard_info,
+        "provenance": {
+            "columns": ["shard", "record", "sample_id", "source"],
+            "rows": [[i, j, e.sample_id, e.source] for i, shard in enumerate(shards) for j, e in enumerate(shard)],
+        },
+    }

@@ -1,0 +1,29 @@
+"""Input formats. Adding one: a module with a `Reader` subclass, registered in READERS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline import Sim2dlError
+from pipeline.readers.base import FieldSpec, Reader, SampleError
+from pipeline.readers.hdf5 import HDF5Reader
+from pipeline.readers.netcdf import NetCDFReader
+from pipeline.readers.numpy import NumpyReader
+from pipeline.readers.root import RootReader
+
+READERS: dict[str, Reader] = {r.name: r for r in (HDF5Reader(), NetCDFReader(), NumpyReader(), RootReader())}
+BY_SUFFIX = {suffix: reader for reader in READERS.values() for suffix in reader.suffixes}
+
+__all__ = ["READERS", "FieldSpec", "Reader", "SampleError", "reader_for"]
+
+
+def reader_for(path: Path, format_name: str) -> Reader:
+    """The reader for `path`; raises SampleError for an unknown suffix when format is 'auto'."""
+    if format_name != "auto":
+        if format_name not in READERS:
+            raise Sim2dlError(f"config key 'source.format': unknown format '{format_name}'")
+        return READERS[format_name]
+    reader = BY_SUFFIX.get(path.suffix.lower())
+    if reader is None:
+        raise SampleError(f"unknown file suffix '{path.suffix}' (set source.format)")
+    return reader

@@ -1,0 +1,56 @@
+"""The interface every input format implements: read the declared fields of one file."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class SampleError(Exception):
+    """This file cannot become a sample; the message is the reason recorded in the rejects list."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str  # logical name used by every later step
+    path: str  # where the field lives inside a file of this format
+    dtype: str | None = None  # None: any numeric dtype
+    shape: tuple[int | None, ...] | None = None  # None: any shape; None entries: any length
+
+    @classmethod
+    def from_config(cls, name: str, spec: Mapping[str, Any]) -> FieldSpec:
+        shape = spec.get("shape")
+        return cls(name, spec["path"], spec.get("dtype"), None if shape is None else tuple(shape))
+
+
+class Reader(ABC):
+    """Reads one file. Raises SampleError (never anything else) for a file that cannot be used."""
+
+    name: str
+    suffixes: tuple[str, ...]
+
+    @abstractmethod
+    def read(
+        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
+    ) -> tuple[dict[str, np.ndarray], str | None]:
+        """Return the arrays by logical field name, and the sample id stored in the file (if asked)."""
+
+
+def as_array(value: Any, field: FieldSpec) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+        raise SampleError(f"field '{field.name}' ({field.path}) is not a numeric array (dtype {array.dtype})")
+    return array
+
+
+def as_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return as_text(value.item())
+    return str(value)

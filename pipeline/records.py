@@ -1,0 +1,102 @@
+"""Parts: the large intermediate files that ingest and convert write instead of many small ones.
+
+A part is `NAME.bin` (the records' arrays back to back, C order) plus `NAME.json` (per record: its
+metadata and where each field's bytes are). Readers memory-map the .bin, so a record is a zero-copy
+view. The index is written last and both files appear atomically: a part without its index is an
+interrupted write and is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.fsutil import atomic_path
+
+
+class PartWriter:
+    def __init__(self, path_stem: Path) -> None:
+        self.bin_path = path_stem.with_suffix(".bin")
+        self.index_path = path_stem.with_suffix(".json")
+        self._bin_ctx = atomic_path(self.bin_path)
+        self._tmp = self._bin_ctx.__enter__()
+        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
+        self._offset = 0
+        self.records: list[dict[str, Any]] = []
+
+    def append(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> int:
+        layout = {}
+        for name, array in arrays.items():
+            array = np.ascontiguousarray(array)
+            self._file.write(memoryview(array).cast("B"))
+            layout[name] = [self._offset, array.dtype.str, list(array.shape)]
+            self._offset += array.nbytes
+        self.records.append({"meta": dict(meta), "fields": layout})
+        return len(self.records) - 1
+
+    def close(self) -> None:
+        self._file.close()
+        self._bin_ctx.__exit__(None, None, None)
+        with atomic_path(self.index_path) as tmp:
+            tmp.write_text(json.dumps({"records": self.records, "bytes": self._offset}, separators=(",", ":")))
+
+    def abort(self) -> None:
+        self._file.close()
+        self._bin_ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+    def __enter__(self) -> PartWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class Part:
+    def __init__(self, path_stem: Path) -> None:
+        self.bin_path = path_stem.with_suffix(".bin")
+        index = json.loads(path_stem.with_suffix(".json").read_text())
+        self.records: list[dict[str, Any]] = index["records"]
+        size = os.path.getsize(self.bin_path)
+        if size != index["bytes"]:
+            raise OSError(f"part {self.bin_path} has {size} bytes, its index says {index['bytes']}")
+        self._data = np.memmap(self.bin_path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def meta(self, i: int) -> dict[str, Any]:
+        return self.records[i]["meta"]
+
+    def read(self, i: int) -> dict[str, np.ndarray]:
+        arrays = {}
+        for name, (offset, dtype, shape) in self.records[i]["fields"].items():
+            dt = np.dtype(dtype)
+            count = int(np.prod(shape, dtype=np.int64))
+            arrays[name] = self._data[offset : offset + count * dt.itemsize].view(dt).reshape(shape)
+        return arrays
+
+    def nbytes(self, i: int) -> int:
+        return sum(
+            np.dtype(d).itemsize * int(np.prod(s, dtype=np.int64)) for _, d, s in self.records[i]["fields"].values()
+        )
+
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], dict[str, np.ndarray]]]:
+        for i in range(len(self)):
+            yield self.meta(i), self.read(i)
+
+
+def part_stem(directory: Path, rank: int, size: int) -> Path:
+    return directory / f"part-{rank:05d}-of-{size:05d}"
+
+
+def list_parts(directory: Path) -> list[Path]:
+    """Complete parts (those with an index), in name order."""
+    return sorted(p.with_suffix("") for p in directory.glob("part-*.json"))

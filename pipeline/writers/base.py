@@ -1,0 +1,35 @@
+"""The interface every shard format implements: append records, then close the file."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# A feature spec: field name -> {"dtype": str, "shape": [int | None, ...], "role": "feature" | "label"}.
+FeatureSpec = Mapping[str, Mapping[str, Any]]
+
+
+class ShardWriter(ABC):
+    format: str
+    suffix: str
+    compressions: tuple[str, ...]
+    index_meaning: str  # what the (offset, length) pairs of the shard index count
+
+    def __init__(self, path: Path, spec: FeatureSpec, compression: str) -> None:
+        self.path, self.spec, self.compression = path, spec, compression
+
+    @abstractmethod
+    def write(self, sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[int, int]:
+        """Append one record; return its (offset, length) for the shard index."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Finish the file at `self.path`."""
+
+    @staticmethod
+    def encoding() -> str:
+        return ""

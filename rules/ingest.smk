@@ -1,0 +1,16 @@
+# ingest: scan and validate the input files into a manifest, packing accepted samples into parts.
+# The rejects list is declared as a log so that it is kept when the run fails on too many rejects.
+rule ingest:
+    input:
+        LAYOUT.simulate_summary if config["simulate"]["enabled"] else [],
+    output:
+        manifest=LAYOUT.manifest,
+    log:
+        rejects=LAYOUT.ingest_rejects,
+    params:
+        settings=settings("source", "ingest"),
+    resources:
+        tasks=2,
+    shell:
+        "{resources.mpi} -n {resources.tasks} sim2dl ingest --config {RESOLVED_CONFIG:q} --source {SOURCE:q}"
+        " --out {LAYOUT.ingest:q}"

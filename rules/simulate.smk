@@ -1,0 +1,13 @@
+# simulate: the built-in fast simulator writes one HDF5 file per sample (skipped when simulate.enabled
+# is false and source.path points at existing output).
+if config["simulate"]["enabled"]:
+
+    rule simulate:
+        output:
+            LAYOUT.simulate_summary,
+        params:
+            settings=settings("simulate"),
+        resources:
+            tasks=2,
+        shell:
+            "{resources.mpi} -n {resources.tasks} sim2dl simulate --config {RESOLVED_CONFIG:q} --out {SOURCE:q}"
