@@ -65,7 +65,7 @@ def density_cube(
     sigma8_unit = np.sum(weight * power * top_hat_window(k * SIGMA_RADIUS) ** 2) / size**3
     amplitude = sigma_8 / np.sqrt(sigma8_unit)
     noise = np.fft.rfftn(rng.standard_normal((size, size, size)))
-    gaussian = np.fft.irfftn(noise * np.sqrt(power) * amplitude, s=(size, size, size))
+    gaussian = np.fft.irfftn(noise * np.sqrt(power) * amplitude, s=(size, size, size), axes=(0, 1, 2))
     lognormal = np.exp(gaussian - gaussian.var() / 2)
     return rng.poisson(mean_density * lognormal).astype(np.float32)
 

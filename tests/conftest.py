@@ -1,0 +1,60 @@
+"""Shared helpers: small configs, real MPI launches of the `sim2dl` CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline import config as cfg
+from pipeline.parallel import SerialComm
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+MPIEXEC = str(BIN / "mpiexec")
+
+
+def make_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
+    """A validated config rooted in tmp_path, the demo defaults updated section by section."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["workdir"] = str(tmp_path / "work")
+    config["simulate"]["samples"] = 48
+    config["ingest"]["max_reject_fraction"] = 0.5
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key].update(value)
+        else:
+            config[key] = value
+    return cfg.validate(config)
+
+
+def write_config(tmp_path: Path, config: dict[str, Any]) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PATH"] = f"{BIN}:{e.get('PATH', '')}"
+    e.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    return e
+
+
+def run_cli(args: list[str], ranks: int = 1, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `sim2dl ARGS` under a real `mpiexec -n RANKS`."""
+    cmd = [MPIEXEC, "-n", str(ranks), str(BIN / "sim2dl"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def serial() -> SerialComm:
+    return SerialComm()

@@ -1,0 +1,54 @@
+import subprocess
+
+import pytest
+import yaml
+
+from pipeline import Sim2dlError
+from pipeline import config as cfg
+
+from .conftest import REPO, env, make_config
+
+
+def test_defaults_are_filled_and_demo_config_is_valid():
+    config = cfg.load(REPO / "config" / "config.yaml")
+    assert config["merge"]["format"] == "tfrecord"
+    assert config["convert"]["per_channel"] is False  # default from the schema
+    assert config["simulate"]["trace"]["max_length"] == 1000
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"merge": {"shard_size_mbb": 4}}, "'shard_size_mbb' was unexpected"),
+        ({"merge": {"shard_size_mb": -1}}, "config key 'merge.shard_size_mb'"),
+        ({"merge": {"format": "parquet"}}, "config key 'merge.format'"),
+        ({"convert": {"features": ["densty"]}}, "config key 'convert.features': ['densty'] not declared"),
+        ({"merge": {"format": "hdf5", "compression": "zlib"}}, "config key 'merge.compression'"),
+        ({"simulatte": {}}, "'simulatte' was unexpected"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path, change, message):
+    with pytest.raises(Sim2dlError) as err:
+        make_config(tmp_path, **change)
+    assert message in str(err.value)
+
+
+def test_cli_rejects_config_typo_before_doing_anything(tmp_path):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["workdir"] = str(tmp_path / "w")
+    config["ingest"]["max_reject_fractoin"] = 0.1
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.run(["sim2dl", "simulate", "--config", str(path)], capture_output=True, text=True, env=env())
+    assert proc.returncode == 2
+    assert "config key 'ingest'" in proc.stderr and "max_reject_fractoin" in proc.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_snakemake_rejects_config_typo(tmp_path):
+    proc = subprocess.run(
+        ["snakemake", "-n", "--cores", "1", "--config", f"workdir={tmp_path}/w", "shard_size_mb=4"],
+        capture_output=True, text=True, env=env(), cwd=REPO, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "shard_size_mb" in proc.stdout + proc.stderr

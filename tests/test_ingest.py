@@ -1,0 +1,188 @@
+"""ingest on good and bad input, every format, and the accounting: accepted + rejected = inputs."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from pipeline import Sim2dlError
+from pipeline.ingest import ingest
+from pipeline.records import Part
+from pipeline.tables import read_csv
+
+from .conftest import BIN, env, make_config, run_cli, write_config
+
+
+def cube_file(path, sample_id, density=None, params=None, dtype="f4"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as f:
+        f["density"] = np.ones((32, 32, 32), dtype) if density is None else density
+        f["params"] = np.ones(3, "f4") if params is None else params
+        f.attrs["sample_id"] = sample_id
+
+
+@pytest.fixture
+def bad_inputs(tmp_path):
+    """Four good files and one of every kind of bad one; returns (root, expected reason per file)."""
+    root = tmp_path / "src"
+    for i in range(4):
+        cube_file(root / f"good{i}.h5", f"id{i}")
+    expected = {}
+    cube_file(root / "full.h5", "trunc")
+    data = (root / "full.h5").read_bytes()
+    (root / "full.h5").unlink()
+    (root / "truncated.h5").write_bytes(data[: len(data) // 3])
+    expected["truncated.h5"] = "cannot open as HDF5"
+    (root / "corrupt.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + os.urandom(4000))
+    expected["corrupt.h5"] = "cannot open as HDF5"
+    with h5py.File(root / "nofield.h5", "w") as f:
+        f["density"] = np.ones((32, 32, 32), "f4")
+        f.attrs["sample_id"] = "nofield"
+    expected["nofield.h5"] = "missing field 'params': no dataset 'params'"
+    cube_file(root / "shape.h5", "shape", density=np.ones((16, 32, 32), "f4"))
+    expected["shape.h5"] = "field 'density': shape (16, 32, 32), expected (32, 32, 32)"
+    cube_file(root / "dtype.h5", "dtype", dtype="f8")
+    expected["dtype.h5"] = "field 'density': dtype float64, expected float32"
+    nan = np.ones((32, 32, 32), "f4")
+    nan[1, 2, 3] = np.nan
+    nan[0, 0, 0] = np.inf
+    cube_file(root / "nan.h5", "nan", density=nan)
+    expected["nan.h5"] = "field 'density': 2 non-finite values (NaN/Inf)"
+    (root / "empty.h5").touch()
+    expected["empty.h5"] = "empty file (0 bytes)"
+    (root / "dangling.h5").symlink_to(root / "does-not-exist.h5")
+    expected["dangling.h5"] = "unreadable: No such file or directory"
+    cube_file(root / "zz_duplicate.h5", "id1")
+    expected["zz_duplicate.h5"] = "duplicate sample id 'id1' (first seen in"
+    return root, expected
+
+
+def test_every_bad_file_rejected_with_its_reason(tmp_path, serial, bad_inputs):
+    root, expected = bad_inputs
+    config = make_config(tmp_path, ingest={"max_reject_fraction": 0.9})
+    out = tmp_path / "ingest"
+    summary = ingest(config, root, out, serial)
+    rejects = {os.path.basename(r["path"]): r["reason"] for r in read_csv(out / "rejects.csv")}
+    assert set(rejects) == set(expected)
+    for name, reason in expected.items():
+        assert reason in rejects[name], (name, rejects[name])
+    manifest = read_csv(out / "manifest.csv")
+    inputs = len(list(root.iterdir()))
+    assert summary["inputs"] == len(manifest) == inputs
+    assert summary["accepted"] + summary["rejected"] == inputs
+    accepted = [r for r in manifest if r["status"] == "accepted"]
+    assert sorted(r["sample_id"] for r in accepted) == ["id0", "id1", "id2", "id3"]
+    # The accepted samples' data is in the parts, bit for bit.
+    for row in accepted:
+        arrays = Part(out / "parts" / row["part"]).read(int(row["record"]))
+        assert arrays["density"].shape == (32, 32, 32) and np.all(arrays["density"] == 1)
+
+
+def test_unreadable_file_without_permission(tmp_path, serial):
+    # Root reads anything, so as root ingest runs as `nobody` (setpriv) in a world-readable directory.
+    base = Path(tempfile.mkdtemp(prefix="sim2dl-perm-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        root = base / "src"
+        cube_file(root / "a.h5", "a")
+        cube_file(root / "locked.h5", "b")
+        (root / "locked.h5").chmod(0)
+        out = base / "ingest"
+        out.mkdir()
+        out.chmod(0o777)
+        config = make_config(base, ingest={"max_reject_fraction": 0.9})
+        if os.geteuid() == 0:
+            config_path = write_config(base, config)
+            config_path.chmod(0o644)
+            assert shutil.which("setpriv"), "setpriv (util-linux) is needed to test as an unprivileged user"
+            proc = subprocess.run(
+                ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", str(BIN / "sim2dl"), "ingest",
+                 "--config", str(config_path), "--source", str(root), "--out", str(out)],
+                capture_output=True, text=True, env=env(),
+            )
+            assert proc.returncode == 0, proc.stderr
+        else:
+            ingest(config, root, out, serial)
+        rejects = [(os.path.basename(r["path"]), r["reason"]) for r in read_csv(out / "rejects.csv")]
+        assert rejects == [("locked.h5", "unreadable: permission denied")]
+    finally:
+        shutil.rmtree(base)
+
+
+def test_too_many_rejects_fail_the_run_but_keep_the_lists(tmp_path, serial, bad_inputs):
+    root, expected = bad_inputs
+    config = make_config(tmp_path, ingest={"max_reject_fraction": 0.1})
+    with pytest.raises(Sim2dlError) as err:
+        ingest(config, root, tmp_path / "ingest", serial)
+    message = str(err.value)
+    assert f"{len(expected)} of {len(expected) + 4} input files rejected" in message
+    assert "rejects.csv" in message and "truncated.h5" in message or "corrupt.h5" in message
+    assert len(read_csv(tmp_path / "ingest" / "rejects.csv")) == len(expected)
+
+
+def test_no_matching_files_and_missing_directory(tmp_path, serial):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("x")
+    config = make_config(tmp_path)
+    with pytest.raises(Sim2dlError, match=r"no files match '\*\*/\*.h5' under .*empty"):
+        ingest(config, tmp_path / "empty", tmp_path / "out", serial)
+    with pytest.raises(Sim2dlError, match="source directory .*nowhere does not exist"):
+        ingest(config, tmp_path / "nowhere", tmp_path / "out", serial)
+
+
+def test_cli_error_under_mpi_exits_nonzero_with_message(tmp_path):
+    (tmp_path / "empty").mkdir()
+    config_path = write_config(tmp_path, make_config(tmp_path))
+    proc = run_cli(["ingest", "--config", str(config_path), "--source", str(tmp_path / "empty")], ranks=2, check=False)
+    assert proc.returncode != 0
+    assert "sim2dl ingest: error: no files match" in proc.stderr
+
+
+def test_two_ranks_give_the_same_manifest_as_one(tmp_path, bad_inputs):
+    root, _ = bad_inputs
+    config_path = write_config(tmp_path, make_config(tmp_path, ingest={"max_reject_fraction": 0.9}))
+    for ranks in (1, 2):
+        run_cli(["ingest", "--config", str(config_path), "--source", str(root), "--out", str(tmp_path / f"r{ranks}")],
+                ranks=ranks)
+    one, two = read_csv(tmp_path / "r1" / "manifest.csv"), read_csv(tmp_path / "r2" / "manifest.csv")
+    drop = ("part", "record")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in one] == [
+        {k: v for k, v in r.items() if k not in drop} for r in two]
+    assert len(list((tmp_path / "r2" / "parts").glob("*.json"))) == 2
+
+
+def test_field_mapping_for_real_layouts(tmp_path, serial):
+    """MLPerf CosmoFlow (`full`, `unitPar`) and DeepCAM (`climate/data`, `climate/labels`) without code changes."""
+    root = tmp_path / "cosmo"
+    root.mkdir()
+    for i in range(3):
+        with h5py.File(root / f"univ_{i}.hdf5", "w") as f:
+            f["full"] = np.full((8, 8, 8, 4), i, "i2")
+            f["unitPar"] = np.zeros(4, "f4")
+    config = make_config(tmp_path, source={
+        "glob": "*.hdf5", "sample_id": None,
+        "fields": {"x": {"path": "full", "dtype": "int16", "shape": [None, None, None, 4]},
+                   "y": {"path": "unitPar", "dtype": "float32", "shape": [4]}}},
+        convert={"features": ["x"], "labels": ["y"], "log1p": [], "normalise": []})
+    summary = ingest(config, root, tmp_path / "i1", serial)
+    assert summary["accepted"] == 3
+    ids = [r["sample_id"] for r in read_csv(tmp_path / "i1" / "manifest.csv")]
+    assert ids == ["univ_0", "univ_1", "univ_2"]
+
+    root = tmp_path / "deepcam"
+    root.mkdir()
+    with h5py.File(root / "data-1.h5", "w") as f:
+        f.create_group("climate")
+        f["climate/data"] = np.ones((6, 9, 16), "f4")
+        f["climate/labels"] = np.zeros((6, 9), "i4")
+    config = make_config(tmp_path, source={
+        "sample_id": None,
+        "fields": {"data": {"path": "climate/data", "shape": [None, None, 16]},
+                   "labels": {"path": "climate/labels", "dtype": "int32"}}},
+        convert={"features": ["data"], "labels": ["labels"], "log1p": [], "normalise": []})
+    assert ingest(config, root, tmp_path / "i2", serial)["accepted"] == 1
