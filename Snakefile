@@ -23,6 +23,8 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# --config delivers nested values as strings: coerce them where the schema wants numbers, then validate.
+sim2dl_config.coerce_strings(config, sim2dl_config.schema(), sim2dl_config.schema())
 validate(config, "config/schema.yaml")
 try:
     sim2dl_config.check_consistency(config)
@@ -36,7 +38,7 @@ SOURCE = sim2dl_config.source_dir(config)
 # changes; per-rule `params` hold the sections a step depends on, so Snakemake reruns exactly the steps
 # whose settings changed.
 RESOLVED_CONFIG = LAYOUT.workdir / "config.resolved.yaml"
-_resolved_text = yaml.safe_dump(json.loads(json.dumps(config)), sort_keys=True)
+_resolved_text = yaml.safe_dump(json.loads(json.dumps(config)), sort_keys=False)
 if not RESOLVED_CONFIG.exists() or RESOLVED_CONFIG.read_text() != _resolved_text:
     write_text_atomic(RESOLVED_CONFIG, _resolved_text)
 

@@ -43,9 +43,42 @@ def schema() -> dict[str, Any]:
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
+def coerce_strings(value: Any, sub_schema: Mapping[str, Any], root: Mapping[str, Any]) -> Any:
+    """Turn strings into numbers/booleans/null where the schema wants those.
+
+    `snakemake --config merge='{shard_size_mb: 4}'` delivers nested values (and list items) as strings.
+    """
+    if "$ref" in sub_schema:
+        ref = sub_schema["$ref"].split("/")[-1]
+        sub_schema = {**root["definitions"][ref], **{k: v for k, v in sub_schema.items() if k != "$ref"}}
+    for option in sub_schema.get("oneOf", []):
+        coerced = coerce_strings(value, option, root)
+        if coerced is not value:
+            return coerced
+    types = sub_schema.get("type", [])
+    types = [types] if isinstance(types, str) else types
+    if isinstance(value, str) and "string" not in types and set(types) & {"number", "integer", "boolean", "null"}:
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return parsed if not isinstance(parsed, str) else value
+    if isinstance(value, dict):
+        props = sub_schema.get("properties", {})
+        extra = sub_schema.get("additionalProperties")
+        for key, item in value.items():
+            item_schema = props.get(key, extra if isinstance(extra, dict) else {})
+            value[key] = coerce_strings(item, item_schema, root)
+    elif isinstance(value, list) and isinstance(sub_schema.get("items"), dict):
+        return [coerce_strings(item, sub_schema["items"], root) for item in value]
+    return value
+
+
 def validate(config: dict[str, Any]) -> dict[str, Any]:
     """Validate in place and fill defaults; raise Sim2dlError naming the offending key."""
-    validator = _with_defaults(jsonschema.Draft7Validator)(schema())
+    the_schema = schema()
+    coerce_strings(config, the_schema, the_schema)
+    validator = _with_defaults(jsonschema.Draft7Validator)(the_schema)
     # Two passes: the first fills defaults of nested objects, the second validates those defaults too.
     for _ in range(2):
         errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))

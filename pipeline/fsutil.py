@@ -13,6 +13,10 @@ from typing import Any
 import xxhash
 
 TMP_MARK = ".tmp-"
+# mkstemp creates 0600 files; outputs should get the usual permissions (0666 less the umask).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK
 
 
 @contextlib.contextmanager
@@ -21,6 +25,7 @@ def atomic_path(final: Path | str) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}{TMP_MARK}", dir=final.parent)
+    os.fchmod(fd, FILE_MODE)
     os.close(fd)
     tmp = Path(tmp_name)
     try:

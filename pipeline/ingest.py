@@ -52,9 +52,9 @@ def validate_sample(arrays: Mapping[str, np.ndarray], fields: Sequence[FieldSpec
                 raise SampleError(f"field '{field.name}': {bad} non-finite values (NaN/Inf)")
 
 
-def record_length(arrays: Mapping[str, np.ndarray], fields: Sequence[FieldSpec]) -> int:
-    """The record's length: the first declared field's extent along its first axis."""
-    first = arrays[fields[0].name]
+def record_length(arrays: Mapping[str, np.ndarray], primary: str) -> int:
+    """The record's length: the primary (first) feature's extent along its first axis."""
+    first = arrays[primary]
     return int(first.shape[0]) if first.ndim else 1
 
 
@@ -115,7 +115,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
             except SampleError as e:
                 rows.append((str(path), _size_or_zero(path), "", "", "", "", "rejected", "", "", str(e)))
                 continue
-            length = record_length(arrays, fields)
+            length = record_length(arrays, config["convert"]["features"][0])
             record = part.append(arrays, {"sample_id": sample_id, "source": str(path)})
             rows.append(
                 (str(path), nbytes, sample_id, shape_text(arrays), length, length, "accepted", stem.name, record, "")

@@ -35,7 +35,7 @@ def make_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
 
 def write_config(tmp_path: Path, config: dict[str, Any]) -> Path:
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 
@@ -46,7 +46,9 @@ def env() -> dict[str, str]:
     return e
 
 
-def run_cli(args: list[str], ranks: int = 1, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str], ranks: int = 1, check: bool = True, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """Run `sim2dl ARGS` under a real `mpiexec -n RANKS`."""
     cmd = [MPIEXEC, "-n", str(ranks), str(BIN / "sim2dl"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)

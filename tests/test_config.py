@@ -48,7 +48,22 @@ def test_cli_rejects_config_typo_before_doing_anything(tmp_path):
 def test_snakemake_rejects_config_typo(tmp_path):
     proc = subprocess.run(
         ["snakemake", "-n", "--cores", "1", "--config", f"workdir={tmp_path}/w", "shard_size_mb=4"],
-        capture_output=True, text=True, env=env(), cwd=REPO, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env(),
+        cwd=REPO,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "shard_size_mb" in proc.stdout + proc.stderr
+
+
+def test_strings_from_snakemake_config_are_coerced(tmp_path):
+    config = make_config(
+        tmp_path, merge={"shard_size_mb": "4"}, convert={"split": ["16", "16", "16"]}, ingest={"check_finite": "false"}
+    )
+    assert config["merge"]["shard_size_mb"] == 4
+    assert config["convert"]["split"] == [16, 16, 16]
+    assert config["ingest"]["check_finite"] is False
+    with pytest.raises(Sim2dlError, match=r"merge\.shard_size_mb"):
+        make_config(tmp_path, merge={"shard_size_mb": "four"})

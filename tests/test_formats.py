@@ -10,8 +10,11 @@ from .conftest import make_config
 
 
 def fields_config(tmp_path, fmt_glob, fields, sample_id=None):
-    return make_config(tmp_path, source={"glob": fmt_glob, "sample_id": sample_id, "fields": fields},
-                       convert={"features": [next(iter(fields))], "labels": [], "log1p": [], "normalise": []})
+    return make_config(
+        tmp_path,
+        source={"glob": fmt_glob, "sample_id": sample_id, "fields": fields},
+        convert={"features": [next(iter(fields))], "labels": [], "log1p": [], "normalise": []},
+    )
 
 
 def accepted_arrays(out):
@@ -33,8 +36,12 @@ def test_netcdf(tmp_path, serial):
             var[:] = np.full((4, 5), i, "f4")
             ds.setncattr("run_id", f"run-{i}")
     (root / "broken.nc").write_bytes(b"this is not a NetCDF file" * 10)
-    config = fields_config(tmp_path, "*.nc", {"tas": {"path": "atmos/tas", "dtype": "float32", "shape": [4, 5]}},
-                           sample_id={"attr": "run_id"})
+    config = fields_config(
+        tmp_path,
+        "*.nc",
+        {"tas": {"path": "atmos/tas", "dtype": "float32", "shape": [4, 5]}},
+        sample_id={"attr": "run_id"},
+    )
     summary = ingest(config, root, tmp_path / "out", serial)
     assert (summary["accepted"], summary["rejected"]) == (2, 1)
     arrays = accepted_arrays(tmp_path / "out")
@@ -71,8 +78,14 @@ def test_root_event_data(tmp_path, serial):
         with uproot.recreate(root / f"gen{i}.root") as f:
             f["events"] = {"energy": np.linspace(0, 1, n_events).astype("f8"), "nhits": np.arange(n_events, dtype="i4")}
     (root / "bad.root").write_bytes(b"root" + b"\x00" * 100)
-    config = fields_config(tmp_path, "*.root", {"energy": {"path": "events/energy", "dtype": "float64", "shape": [None]},
-                                                "nhits": {"path": "events/nhits", "dtype": "int32"}})
+    config = fields_config(
+        tmp_path,
+        "*.root",
+        {
+            "energy": {"path": "events/energy", "dtype": "float64", "shape": [None]},
+            "nhits": {"path": "events/nhits", "dtype": "int32"},
+        },
+    )
     summary = ingest(config, root, tmp_path / "out", serial)
     assert (summary["accepted"], summary["rejected"]) == (2, 1)
     rows = {r["sample_id"]: r for r in read_csv(tmp_path / "out" / "manifest.csv") if r["status"] == "accepted"}

@@ -101,9 +101,23 @@ def test_unreadable_file_without_permission(tmp_path, serial):
             config_path.chmod(0o644)
             assert shutil.which("setpriv"), "setpriv (util-linux) is needed to test as an unprivileged user"
             proc = subprocess.run(
-                ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", str(BIN / "sim2dl"), "ingest",
-                 "--config", str(config_path), "--source", str(root), "--out", str(out)],
-                capture_output=True, text=True, env=env(),
+                [
+                    "setpriv",
+                    "--reuid=nobody",
+                    "--regid=nogroup",
+                    "--clear-groups",
+                    str(BIN / "sim2dl"),
+                    "ingest",
+                    "--config",
+                    str(config_path),
+                    "--source",
+                    str(root),
+                    "--out",
+                    str(out),
+                ],
+                capture_output=True,
+                text=True,
+                env=env(),
             )
             assert proc.returncode == 0, proc.stderr
         else:
@@ -121,7 +135,7 @@ def test_too_many_rejects_fail_the_run_but_keep_the_lists(tmp_path, serial, bad_
         ingest(config, root, tmp_path / "ingest", serial)
     message = str(err.value)
     assert f"{len(expected)} of {len(expected) + 4} input files rejected" in message
-    assert "rejects.csv" in message and "truncated.h5" in message or "corrupt.h5" in message
+    assert ("rejects.csv" in message and "truncated.h5" in message) or "corrupt.h5" in message
     assert len(read_csv(tmp_path / "ingest" / "rejects.csv")) == len(expected)
 
 
@@ -131,7 +145,7 @@ def test_no_matching_files_and_missing_directory(tmp_path, serial):
     config = make_config(tmp_path)
     with pytest.raises(Sim2dlError, match=r"no files match '\*\*/\*.h5' under .*empty"):
         ingest(config, tmp_path / "empty", tmp_path / "out", serial)
-    with pytest.raises(Sim2dlError, match="source directory .*nowhere does not exist"):
+    with pytest.raises(Sim2dlError, match=r"source directory .*nowhere does not exist"):
         ingest(config, tmp_path / "nowhere", tmp_path / "out", serial)
 
 
@@ -147,12 +161,15 @@ def test_two_ranks_give_the_same_manifest_as_one(tmp_path, bad_inputs):
     root, _ = bad_inputs
     config_path = write_config(tmp_path, make_config(tmp_path, ingest={"max_reject_fraction": 0.9}))
     for ranks in (1, 2):
-        run_cli(["ingest", "--config", str(config_path), "--source", str(root), "--out", str(tmp_path / f"r{ranks}")],
-                ranks=ranks)
+        run_cli(
+            ["ingest", "--config", str(config_path), "--source", str(root), "--out", str(tmp_path / f"r{ranks}")],
+            ranks=ranks,
+        )
     one, two = read_csv(tmp_path / "r1" / "manifest.csv"), read_csv(tmp_path / "r2" / "manifest.csv")
     drop = ("part", "record")
     assert [{k: v for k, v in r.items() if k not in drop} for r in one] == [
-        {k: v for k, v in r.items() if k not in drop} for r in two]
+        {k: v for k, v in r.items() if k not in drop} for r in two
+    ]
     assert len(list((tmp_path / "r2" / "parts").glob("*.json"))) == 2
 
 
@@ -164,11 +181,18 @@ def test_field_mapping_for_real_layouts(tmp_path, serial):
         with h5py.File(root / f"univ_{i}.hdf5", "w") as f:
             f["full"] = np.full((8, 8, 8, 4), i, "i2")
             f["unitPar"] = np.zeros(4, "f4")
-    config = make_config(tmp_path, source={
-        "glob": "*.hdf5", "sample_id": None,
-        "fields": {"x": {"path": "full", "dtype": "int16", "shape": [None, None, None, 4]},
-                   "y": {"path": "unitPar", "dtype": "float32", "shape": [4]}}},
-        convert={"features": ["x"], "labels": ["y"], "log1p": [], "normalise": []})
+    config = make_config(
+        tmp_path,
+        source={
+            "glob": "*.hdf5",
+            "sample_id": None,
+            "fields": {
+                "x": {"path": "full", "dtype": "int16", "shape": [None, None, None, 4]},
+                "y": {"path": "unitPar", "dtype": "float32", "shape": [4]},
+            },
+        },
+        convert={"features": ["x"], "labels": ["y"], "log1p": [], "normalise": []},
+    )
     summary = ingest(config, root, tmp_path / "i1", serial)
     assert summary["accepted"] == 3
     ids = [r["sample_id"] for r in read_csv(tmp_path / "i1" / "manifest.csv")]
@@ -180,9 +204,15 @@ def test_field_mapping_for_real_layouts(tmp_path, serial):
         f.create_group("climate")
         f["climate/data"] = np.ones((6, 9, 16), "f4")
         f["climate/labels"] = np.zeros((6, 9), "i4")
-    config = make_config(tmp_path, source={
-        "sample_id": None,
-        "fields": {"data": {"path": "climate/data", "shape": [None, None, 16]},
-                   "labels": {"path": "climate/labels", "dtype": "int32"}}},
-        convert={"features": ["data"], "labels": ["labels"], "log1p": [], "normalise": []})
+    config = make_config(
+        tmp_path,
+        source={
+            "sample_id": None,
+            "fields": {
+                "data": {"path": "climate/data", "shape": [None, None, 16]},
+                "labels": {"path": "climate/labels", "dtype": "int32"},
+            },
+        },
+        convert={"features": ["data"], "labels": ["labels"], "log1p": [], "normalise": []},
+    )
     assert ingest(config, root, tmp_path / "i2", serial)["accepted"] == 1

@@ -45,8 +45,19 @@ class HDF5ShardWriter(ShardWriter):
 
     def close(self) -> None:
         comp = FILTERS[self.compression]
-        with h5py.File(self.path, "w", libver="v110", track_order=False) as f:
-            f.create_dataset("sample_id", data=np.array(self._ids, dtype=h5py.string_dtype()))
+        # No object timestamps anywhere (root group included): shards must be byte-identical on reruns.
+        file_create = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+        file_create.set_obj_track_times(False)
+        file_access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        file_access.set_libver_bounds(h5py.h5f.LIBVER_V110, h5py.h5f.LIBVER_V110)
+        file_id = h5py.h5f.create(str(self.path).encode(), h5py.h5f.ACC_TRUNC, fcpl=file_create, fapl=file_access)
+        group_create = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+        group_create.set_obj_track_times(False)
+        with h5py.File(file_id) as f:
+            # Fixed-length UTF-8 bytes: variable-length strings go to a global heap whose padding is not
+            # deterministic, and shards must be byte-identical on every run.
+            ids = np.array([i.encode() for i in self._ids], dtype=np.bytes_)
+            f.create_dataset("sample_id", data=ids, track_times=False)
             for name, field in self.spec.items():
                 values = [r[name] for r in self._records]
                 if self._fixed(field["shape"]):
@@ -54,7 +65,7 @@ class HDF5ShardWriter(ShardWriter):
                     chunks = (1, *data.shape[1:]) if data.size else None
                     f.create_dataset(name, data=data, chunks=chunks, compression=comp, track_times=False)
                 else:
-                    group = f.create_group(name, track_order=False)
+                    group = h5py.Group(h5py.h5g.create(f.id, name.encode(), gcpl=group_create))
                     offsets = np.concatenate([[0], np.cumsum([v.shape[0] for v in values])]).astype(np.int64)
                     data = np.concatenate(values) if values else np.zeros((0,), field["dtype"])
                     group.create_dataset(

@@ -40,7 +40,8 @@ class TFRecordShardWriter(ShardWriter):
             little = array.astype(array.dtype.newbyteorder("<"), copy=False)
             feature[name] = train.Feature(bytes_list=train.BytesList(value=[little.tobytes()]))
             feature[f"{name}_shape"] = train.Feature(int64_list=train.Int64List(value=array.shape))
-        data = train.Example(features=train.Features(feature=feature)).SerializeToString()
+        # deterministic=True sorts the feature map: byte-identical shards across processes and reruns.
+        data = train.Example(features=train.Features(feature=feature)).SerializeToString(deterministic=True)
         self._writer.write(data)
         entry = (self._offset, len(data) + FRAME_BYTES)
         self._offset += entry[1]

@@ -1,0 +1,83 @@
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.convert import RunningStats, central_crop, normalise, split_volumes, transform
+from pipeline.ingest import ingest
+from pipeline.readers import SampleError
+from pipeline.simulate import simulate
+
+from .conftest import make_config, run_cli, write_config
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_running_stats_match_numpy_and_merge_in_any_grouping(per_channel):
+    rng = np.random.default_rng(0)
+    chunks = [rng.normal(5, 3, size=(n, 4, 3)).astype("f4") for n in (1, 7, 30)]
+    whole = RunningStats(per_channel)
+    for c in chunks:
+        whole.update(c)
+    split_a, split_b = RunningStats(per_channel), RunningStats(per_channel)
+    split_a.update(chunks[0])
+    split_b.update(chunks[1])
+    split_b.update(chunks[2])
+    split_a.merge(split_b)
+    flat = np.concatenate([c.reshape(-1, 3) if per_channel else c.reshape(-1) for c in chunks]).astype("f8")
+    for s in (whole, split_a):
+        d = s.as_dict()
+        np.testing.assert_allclose(d["mean"], flat.mean(axis=0), rtol=1e-10)
+        np.testing.assert_allclose(d["std"], flat.std(axis=0), rtol=1e-10)
+        np.testing.assert_allclose(d["min"], flat.min(axis=0))
+        assert d["count"] == flat.shape[0]
+
+
+def test_crop_split_and_log1p():
+    x = np.arange(8**3, dtype="f4").reshape(8, 8, 8)
+    np.testing.assert_array_equal(central_crop(x, [4, 4, 4]), x[2:6, 2:6, 2:6])
+    pieces = split_volumes(x, [4, 4, 4])
+    assert len(pieces) == 8
+    np.testing.assert_array_equal(pieces[1], x[0:4, 0:4, 4:8])
+    with pytest.raises(SampleError, match="must divide"):
+        split_volumes(x, [3, 3, 3])
+    settings = {
+        "features": ["d"],
+        "labels": ["p"],
+        "dtype": "float32",
+        "log1p": ["d"],
+        "crop": [6, 6, 6],
+        "split": [3, 3, 3],
+    }
+    out = transform({"d": x, "p": np.arange(3, dtype="f8"), "unused": x}, settings)
+    assert len(out) == 8 and set(out[0]) == {"d", "p"}
+    np.testing.assert_allclose(out[0]["d"], np.log1p(x[1:4, 1:4, 1:4]))
+    assert out[0]["p"].dtype == np.float32
+    with pytest.raises(SampleError, match="log1p of values <= -1"):
+        transform({"d": -np.ones((8, 8, 8)), "p": np.zeros(3)}, settings)
+
+
+def test_normalise_uses_the_statistics():
+    stats = {"d": {"mean": 2.0, "std": 4.0}}
+    out = normalise({"d": np.array([2.0, 6.0], "f4"), "p": np.array([1.0])}, stats)
+    np.testing.assert_allclose(out["d"], [0.0, 1.0])
+    assert out["d"].dtype == np.float32 and out["p"][0] == 1.0
+
+
+def test_global_statistics_same_for_one_and_two_ranks(tmp_path, serial):
+    config = make_config(tmp_path, simulate={"samples": 10}, convert={"normalise": ["density", "params"]})
+    simulate(config["simulate"], tmp_path / "raw", serial)
+    ingest(config, tmp_path / "raw", tmp_path / "ingest", serial)
+    config_path = write_config(tmp_path, config)
+    stats = {}
+    for ranks in (1, 2):
+        out = tmp_path / f"convert{ranks}"
+        run_cli(
+            ["convert", "--config", str(config_path), "--ingest", str(tmp_path / "ingest"), "--out", str(out)],
+            ranks=ranks,
+        )
+        stats[ranks] = json.loads((out / "stats.json").read_text())["statistics"]
+    for name in ("density", "params"):
+        for key in ("mean", "std", "min", "max", "count"):
+            np.testing.assert_allclose(stats[1][name][key], stats[2][name][key], rtol=1e-12)
+    # The statistics describe the transformed (log1p) data.
+    assert 0 < stats[1]["density"]["mean"] < np.log1p(8.0) + 0.5
