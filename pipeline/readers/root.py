@@ -16,7 +16,7 @@ class RootReader(Reader):
     suffixes = (".root",)
 
     def read(
-        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
+        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None, image: bytes | None = None
     ) -> tuple[dict[str, np.ndarray], str | None]:
         import uproot
 

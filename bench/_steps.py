@@ -1,0 +1,47 @@
+"""Run sim2dl ingest + convert + merge in-process on every MPI rank and time them (import excluded).
+Launched by bench/merge.py under mpiexec; prints one JSON line from rank 0."""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import evict
+
+from pipeline import config as cfg
+from pipeline.convert import convert
+from pipeline.ingest import ingest
+from pipeline.merge import merge
+from pipeline.parallel import world
+from pipeline.writers.tfrecord import TFRecordShardWriter  # noqa: F401  (imports TensorFlow now)
+
+
+def main() -> None:
+    config = cfg.load(sys.argv[1])
+    comm = world()
+    lay = cfg.layout(config)
+    import tensorflow  # noqa: F401
+
+    if comm.Get_rank() == 0:
+        evict(sorted(lay.raw.rglob("*.h5")))
+    comm.barrier()
+    times = {}
+    start = time.perf_counter()
+    ingest(config, lay.raw, lay.ingest, comm)
+    comm.barrier()
+    times["ingest"] = time.perf_counter() - start
+    convert(config, lay.manifest, lay.ingest / "parts", lay.convert, comm)
+    comm.barrier()
+    times["convert"] = time.perf_counter() - start - times["ingest"]
+    merge(config, lay.manifest, lay.convert, lay.merged, comm)
+    comm.barrier()
+    times["total"] = time.perf_counter() - start
+    times["merge"] = times["total"] - times["ingest"] - times["convert"]
+    if comm.Get_rank() == 0:
+        print(json.dumps(times), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Shared pieces of the benchmarks: test data, cold-cache reads, the naive baseline, JSON output.
+
+Reads are measured cold: before every variant the input files are evicted from the page cache
+(posix_fadvise DONTNEED, which needs no privileges), as on a parallel file system where the client has
+not cached the data. Interpreter and library start-up is excluded from every variant alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+OUT = REPO / "bench" / "out"
+
+
+def bench_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def bench_config(workdir: Path, samples: int, **sections: Any) -> Path:
+    """A config for `samples` cubes of 32^3 with a pass-through conversion (no log1p, no normalisation)
+    so sim2dl does the same work as the baseline: read, cast, serialise, write."""
+    config: dict[str, Any] = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["workdir"] = str(workdir)
+    config["simulate"]["samples"] = samples
+    config["convert"].update({"log1p": [], "normalise": []})
+    config["merge"]["shard_size_mb"] = 64
+    for key, value in sections.items():
+        config[key].update(value)
+    path = workdir / "config.yaml"
+    workdir.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def simulated_inputs(workdir: Path, samples: int) -> tuple[Path, list[Path]]:
+    """Simulate once per size (kept in bench/out between runs); returns the config and the files."""
+    config = bench_config(workdir, samples)
+    raw = workdir / "raw"
+    if not (raw / "simulate.json").exists() or json.loads((raw / "simulate.json").read_text())["samples"] != samples:
+        print(f"generating {samples} input files in {raw} ...", file=sys.stderr, flush=True)
+        subprocess.run(
+            [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), "simulate", "--config", str(config)],
+            check=True,
+            env=bench_env(),
+            stdout=subprocess.DEVNULL,
+        )
+    files = sorted(raw.rglob("*.h5"))
+    assert len(files) == samples, f"expected {samples} files in {raw}, found {len(files)}"
+    return config, files
+
+
+def evict(paths: Iterable[Path]) -> None:
+    """Drop the files' pages from the page cache (written data is synced first)."""
+    os.sync()
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def read_floor_seconds(paths: Sequence[Path]) -> float:
+    """Every file's bytes read once: `cat` to /dev/null (xargs batches the file names)."""
+    evict(paths)
+    listing = "\0".join(str(p) for p in paths).encode()
+    start = time.perf_counter()
+    subprocess.run(["xargs", "-0", "cat"], input=listing, stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def total_mb(paths: Sequence[Path]) -> float:
+    return sum(p.stat().st_size for p in paths) / 1e6
+
+
+def rate(count: int, mb: float, seconds: float) -> dict[str, float]:
+    return {"seconds": round(seconds, 3), "files_per_s": round(count / seconds, 1), "mb_per_s": round(mb / seconds, 1)}
+
+
+# The naive baseline, as the MLPerf HPC CosmoFlow reference's prepare.py does it: a process pool, each
+# input file read with h5py and written as ONE tf.train.Example in its own TFRecord file.
+def _naive_init() -> None:
+    global _tf, _h5py
+    import h5py as _h5py
+    import tensorflow as _tf
+
+
+def naive_one(args: tuple[str, str]) -> None:
+    path, out_dir = args
+    with _h5py.File(path, mode="r") as f:
+        x = f["density"][:]
+        y = f["params"][:]
+    feature = {
+        "x": _tf.train.Feature(bytes_list=_tf.train.BytesList(value=[x.tobytes()])),
+        "y": _tf.train.Feature(float_list=_tf.train.FloatList(value=y)),
+    }
+    example = _tf.train.Example(features=_tf.train.Features(feature=feature))
+    with _tf.io.TFRecordWriter(os.path.join(out_dir, os.path.basename(path).replace(".h5", ".tfrecord"))) as w:
+        w.write(example.SerializeToString())
+
+
+def naive_tfrecords(paths: Sequence[Path], out_dir: Path, processes: int) -> float:
+    import multiprocessing as mp
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [(str(p), str(out_dir)) for p in paths]
+    with mp.get_context("fork").Pool(processes, initializer=_naive_init) as pool:
+        pool.map(naive_one, jobs[:processes])  # warm up: workers have imported TensorFlow
+        evict(paths)
+        start = time.perf_counter()
+        pool.map(naive_one, jobs, chunksize=16)
+        return time.perf_counter() - start
+
+
+def emit(result: dict[str, Any]) -> None:
+    """The last line of every benchmark: one JSON object."""
+    print(json.dumps(result), flush=True)

@@ -1,0 +1,149 @@
+"""Benchmark: many small HDF5 files -> training shards, three ways, in one run.
+
+(a) naive: one TFRecord file per input sample (the MLPerf CosmoFlow reference's way), 2 processes;
+(b) sim2dl ingest + convert + merge with 2 MPI ranks;
+(c) the raw read floor: every input file's bytes read once (cat to /dev/null).
+Also the peak resident memory of ingest, as a slope per 100,000 input files.
+Targets: speedup_vs_naive >= 2, fraction_of_read_floor >= 0.3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    BIN,
+    OUT,
+    bench_env,
+    emit,
+    naive_tfrecords,
+    rate,
+    read_floor_seconds,
+    simulated_inputs,
+    total_mb,
+)
+
+RANKS = 2
+
+
+def run_sim2dl(config: Path, work: Path) -> dict[str, float]:
+    for step in ("ingest", "convert", "merged"):
+        shutil.rmtree(work / step, ignore_errors=True)
+    proc = subprocess.run(
+        [
+            str(BIN / "mpiexec"),
+            "-n",
+            str(RANKS),
+            str(BIN / "python"),
+            str(Path(__file__).parent / "_steps.py"),
+            str(config),
+        ],
+        check=True,
+        env=bench_env(),
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def ingest_peak_rss_mb(config: Path, source: Path, out: Path) -> float:
+    """Peak RSS (MB) of a one-rank `sim2dl ingest` over every file under `source`, in a fresh process."""
+    shutil.rmtree(out, ignore_errors=True)
+    code = (
+        "import resource, subprocess, sys; "
+        "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(BIN / "sim2dl"),
+            "ingest",
+            "--config",
+            str(config),
+            "--source",
+            str(source),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env=bench_env(),
+        capture_output=True,
+        text=True,
+    )
+    shutil.rmtree(out, ignore_errors=True)
+    return int(proc.stdout.strip()) / 1024
+
+
+def memory_slope(config: Path, files: list[Path], work: Path) -> tuple[float, float]:
+    """(MB per 100k files, peak MB at the full size) from ingest runs over a quarter and all files."""
+    quarter = work / "quarter"
+    shutil.rmtree(quarter, ignore_errors=True)
+    for p in files[: len(files) // 4]:
+        target = quarter / p.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(p)
+    small = ingest_peak_rss_mb(config, quarter, work / "rss-ingest")
+    full = ingest_peak_rss_mb(config, files[0].parent.parent, work / "rss-ingest")
+    shutil.rmtree(quarter)
+    n_small, n_full = len(files) // 4, len(files)
+    return max(0.0, (full - small) / (n_full - n_small) * 100_000), full
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="2,000 files, under a minute")
+    parser.add_argument("--files", type=int, help="number of input files (default 20,000; quick 2,000)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated data in bench/out")
+    args = parser.parse_args()
+    n = args.files or (2000 if args.quick else 20000)
+    work = OUT / f"merge-{n}"
+    config, files = simulated_inputs(work, n)
+    mb = total_mb(files)
+
+    naive_dir = work / "naive"
+    shutil.rmtree(naive_dir, ignore_errors=True)
+    t_naive = naive_tfrecords(files, naive_dir, RANKS)
+    shutil.rmtree(naive_dir)
+    steps = run_sim2dl(config, work)
+    t_floor = read_floor_seconds(files)
+    rss_slope, rss_full = memory_slope(config, files, work)
+    meta = json.loads((work / "merged" / "metadata.json").read_text())
+    assert meta["counts"]["records"] == n, meta["counts"]
+
+    result = {
+        "benchmark": "merge",
+        "files": n,
+        "input_mb": round(mb, 1),
+        "ranks": RANKS,
+        "cache": "cold",
+        "naive_one_tfrecord_per_sample": rate(n, mb, t_naive),
+        "sim2dl": {**rate(n, mb, steps["total"]), "steps_seconds": {k: round(v, 3) for k, v in steps.items()}},
+        "read_floor": rate(n, mb, t_floor),
+        "speedup_vs_naive": round(t_naive / steps["total"], 3),
+        "fraction_of_read_floor": round(t_floor / steps["total"], 3),
+        "rss_mb_per_100k_files": round(rss_slope, 1),
+        "ingest_peak_rss_mb": round(rss_full, 1),
+        "targets": {"speedup_vs_naive": ">= 2", "fraction_of_read_floor": ">= 0.3"},
+    }
+    if not args.keep:
+        shutil.rmtree(work)
+    print(
+        f"peak RSS of this benchmark's children: {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss} kB",
+        file=sys.stderr,
+    )
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()

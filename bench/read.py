@@ -1,0 +1,151 @@
+"""Benchmark: samples/s through tf.data reading the same samples three ways, cold cache.
+
+(a) the original small HDF5 files, as the climate and CosmoFlow teams did: a file list into tf.data and
+    h5py reads in parallel tf.numpy_function calls;
+(b) one-sample-per-file TFRecords (the MLPerf CosmoFlow reference layout);
+(c) sim2dl's merged shards;
+plus the raw read floor of the shard bytes. Targets: shard_speedup_vs_hdf5 >= 10,
+fraction_of_read_floor (of (c)) >= 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    BIN,
+    OUT,
+    bench_env,
+    emit,
+    evict,
+    naive_tfrecords,
+    read_floor_seconds,
+    simulated_inputs,
+)
+
+BATCH = 32
+
+
+def drain(dataset) -> tuple[int, float]:
+    """Samples and seconds, timed from the first batch on (pipeline start-up and tracing excluded)."""
+    iterator = iter(dataset)
+    count = int(next(iterator)[0].shape[0])
+    start = time.perf_counter()
+    for batch in iterator:
+        count += int(batch[0].shape[0])
+    return count, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="2,000 files, under a minute")
+    parser.add_argument("--files", type=int, help="number of samples (default 20,000; quick 2,000)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated data in bench/out")
+    args = parser.parse_args()
+    n = args.files or (2000 if args.quick else 20000)
+    work = OUT / f"read-{n}"
+    config, files = simulated_inputs(work, n)
+    if not (work / "merged" / "metadata.json").exists():
+        for step in ("ingest", "convert", "merge"):
+            subprocess.run(
+                [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), step, "--config", str(config)],
+                check=True,
+                env=bench_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+    naive_dir = work / "naive"
+    if not naive_dir.exists() or len(list(naive_dir.iterdir())) != n:
+        shutil.rmtree(naive_dir, ignore_errors=True)
+        naive_tfrecords(files, naive_dir, 2)
+    naive_files = sorted(naive_dir.iterdir())
+
+    import h5py
+    import tensorflow as tf
+
+    from pipeline.dataset import load_metadata, parse_batch, shard_paths
+
+    autotune = tf.data.AUTOTUNE
+
+    def read_h5(path: bytes):
+        with h5py.File(path.decode(), "r") as f:
+            return f["density"][()], f["params"][()]
+
+    hdf5 = (
+        tf.data.Dataset.from_tensor_slices([str(p) for p in files])
+        .map(lambda p: tf.numpy_function(read_h5, [p], [tf.float32, tf.float32]), num_parallel_calls=autotune)
+        .batch(BATCH)
+        .prefetch(autotune)
+    )
+
+    def parse_naive(record):
+        parsed = tf.io.parse_single_example(
+            record, {"x": tf.io.FixedLenFeature([], tf.string), "y": tf.io.FixedLenFeature([3], tf.float32)}
+        )
+        return tf.reshape(tf.io.decode_raw(parsed["x"], tf.float32), [32, 32, 32]), parsed["y"]
+
+    one_per_file = (
+        tf.data.TFRecordDataset([str(p) for p in naive_files], num_parallel_reads=autotune)
+        .map(parse_naive, num_parallel_calls=autotune)
+        .batch(BATCH)
+        .prefetch(autotune)
+    )
+
+    meta = load_metadata(work / "merged")
+    shards = shard_paths(work / "merged", meta)
+    spec = meta["feature_spec"]
+
+    def parse_shards(records):
+        parsed = parse_batch(records, spec)  # one parse op per batch
+        return parsed["density"], parsed["params"]
+
+    merged = (
+        tf.data.TFRecordDataset([str(p) for p in shards], num_parallel_reads=autotune)
+        .batch(BATCH)
+        .map(parse_shards, num_parallel_calls=autotune)
+        .prefetch(autotune)
+    )
+
+    results = {}
+    for name, dataset, paths in (
+        ("hdf5_files", hdf5, files),
+        ("tfrecord_per_sample", one_per_file, naive_files),
+        ("merged_shards", merged, shards),
+    ):
+        evict(paths)
+        count, seconds = drain(dataset)
+        assert count == n, (name, count)
+        results[name] = {"seconds": round(seconds, 3), "samples_per_s": round((count - BATCH) / seconds, 1)}
+    floor = read_floor_seconds(shards)
+    shard_mb = sum(p.stat().st_size for p in shards) / 1e6
+    results["shard_read_floor"] = {"seconds": round(floor, 3), "mb_per_s": round(shard_mb / floor, 1)}
+    result = {
+        "benchmark": "read",
+        "samples": n,
+        "batch": BATCH,
+        "cache": "cold",
+        **results,
+        "shard_speedup_vs_hdf5": round(
+            results["merged_shards"]["samples_per_s"] / results["hdf5_files"]["samples_per_s"], 2
+        ),
+        "shard_speedup_vs_tfrecord_files": round(
+            results["merged_shards"]["samples_per_s"] / results["tfrecord_per_sample"]["samples_per_s"], 2
+        ),
+        "fraction_of_read_floor": round(floor * (n - BATCH) / n / results["merged_shards"]["seconds"], 3),
+        "targets": {"shard_speedup_vs_hdf5": ">= 10", "fraction_of_read_floor": ">= 0.5"},
+    }
+    if not args.keep:
+        shutil.rmtree(work)
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
