@@ -23,6 +23,19 @@ BIN = Path(sys.executable).parent
 OUT = REPO / "bench" / "out"
 
 
+def parse_size(doc: str | None, name: str) -> tuple[int, bool, Path]:
+    """The command line every benchmark shares: (number of files, keep data?, work directory)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--quick", action="store_true", help="2,000 files, under a minute")
+    parser.add_argument("--files", type=int, help="number of input files (default 20,000; quick 2,000)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated data in bench/out")
+    args = parser.parse_args()
+    n = args.files or (2000 if args.quick else 20000)
+    return n, args.keep, OUT / f"{name}-{n}"
+
+
 def bench_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"

@@ -9,7 +9,6 @@ Targets: speedup_vs_naive >= 2, fraction_of_read_floor >= 0.3.
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import shutil
@@ -21,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
     BIN,
-    OUT,
     bench_env,
     emit,
     naive_tfrecords,
+    parse_size,
     rate,
     read_floor_seconds,
     simulated_inputs,
@@ -101,13 +100,7 @@ def memory_slope(config: Path, files: list[Path], work: Path) -> tuple[float, fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="2,000 files, under a minute")
-    parser.add_argument("--files", type=int, help="number of input files (default 20,000; quick 2,000)")
-    parser.add_argument("--keep", action="store_true", help="keep the generated data in bench/out")
-    args = parser.parse_args()
-    n = args.files or (2000 if args.quick else 20000)
-    work = OUT / f"merge-{n}"
+    n, keep, work = parse_size(__doc__, "merge")
     config, files = simulated_inputs(work, n)
     mb = total_mb(files)
 
@@ -136,7 +129,7 @@ def main() -> None:
         "ingest_peak_rss_mb": round(rss_full, 1),
         "targets": {"speedup_vs_naive": ">= 2", "fraction_of_read_floor": ">= 0.3"},
     }
-    if not args.keep:
+    if not keep:
         shutil.rmtree(work)
     print(
         f"peak RSS of this benchmark's children: {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss} kB",

@@ -10,8 +10,6 @@ fraction_of_read_floor (of (c)) >= 0.5.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -20,13 +18,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
+from common import (
     BIN,
-    OUT,
     bench_env,
     emit,
     evict,
     naive_tfrecords,
+    parse_size,
     read_floor_seconds,
     simulated_inputs,
 )
@@ -45,13 +43,7 @@ def drain(dataset) -> tuple[int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="2,000 files, under a minute")
-    parser.add_argument("--files", type=int, help="number of samples (default 20,000; quick 2,000)")
-    parser.add_argument("--keep", action="store_true", help="keep the generated data in bench/out")
-    args = parser.parse_args()
-    n = args.files or (2000 if args.quick else 20000)
-    work = OUT / f"read-{n}"
+    n, keep, work = parse_size(__doc__, "read")
     config, files = simulated_inputs(work, n)
     if not (work / "merged" / "metadata.json").exists():
         for step in ("ingest", "convert", "merge"):
@@ -142,7 +134,7 @@ def main() -> None:
         "fraction_of_read_floor": round(floor * (n - BATCH) / n / results["merged_shards"]["seconds"], 3),
         "targets": {"shard_speedup_vs_hdf5": ">= 10", "fraction_of_read_floor": ">= 0.5"},
     }
-    if not args.keep:
+    if not keep:
         shutil.rmtree(work)
     emit(result)
 

@@ -1,10 +1,11 @@
 """ingest: scan many small simulation files, validate each, and pack the good ones into a few parts.
 
 Each file is opened exactly once in the whole workflow (read whole, a few files ahead, by I/O threads):
-its declared fields are read, checked (names, shapes, dtypes, finite values) and appended to the rank's part, so no later step touches the small files
-again. The manifest lists every input file (accepted or rejected); the rejects list gives one reason per
-rejected file. The run goes on past bad files and fails only when the rejected fraction exceeds
-`ingest.max_reject_fraction`. Memory holds the file list and the manifest rows, nothing per sample.
+its declared fields are read, checked (names, shapes, dtypes, finite values) and appended to the rank's
+part, so no later step touches the small files again. The manifest lists every input file (accepted or
+rejected); the rejects list gives one reason per rejected file. The run goes on past bad files and fails
+only when the rejected fraction exceeds `ingest.max_reject_fraction`. Memory holds the file list and the
+manifest rows, nothing per sample.
 """
 
 from __future__ import annotations

@@ -43,14 +43,18 @@ TRACE_SOURCE = {
 TRACE_CONVERT = {"features": ["trace"], "labels": ["params"], "log1p": [], "normalise": ["trace"]}
 
 
-def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
-    config_path, work = prepare(
+def prepare_traces(tmp_path, samples, **merge_settings):
+    return prepare(
         tmp_path,
-        simulate={"family": "trace", "samples": 60},
+        simulate={"family": "trace", "samples": samples},
         source=TRACE_SOURCE,
         convert=TRACE_CONVERT,
-        merge={"shard_size_mb": 0.02},
+        merge=merge_settings,
     )
+
+
+def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
+    config_path, work = prepare_traces(tmp_path, 60, shard_size_mb=0.02)
     summary = merge(config_path, work / "merged", ranks=2)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     assert summary["shards"] == meta["counts"]["shards"] > 3
@@ -151,13 +155,7 @@ def test_killed_merge_leaves_no_partial_shard_and_rerun_completes(tmp_path):
 
 
 def test_hdf5_variable_length_records(tmp_path):
-    config_path, work = prepare(
-        tmp_path,
-        simulate={"family": "trace", "samples": 20},
-        source=TRACE_SOURCE,
-        convert=TRACE_CONVERT,
-        merge={"format": "hdf5", "shard_size_mb": 0.01},
-    )
+    config_path, work = prepare_traces(tmp_path, 20, format="hdf5", shard_size_mb=0.01)
     merge(config_path, work / "merged", ranks=2)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     records = [
