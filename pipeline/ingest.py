@@ -1,6 +1,6 @@
 """ingest: scan many small simulation files, validate each, and pack the good ones into a few parts.
 
-Each file is opened exactly once in the whole workflow (read whole, a few files ahead, by I/O threads):
+Each file is opened exactly once in the whole workflow (with kernel readahead a few files ahead):
 its declared fields are read, checked (names, shapes, dtypes, finite values) and appended to the rank's
 part, so no later step touches the small files again. The manifest lists every input file (accepted or
 rejected); the rejects list gives one reason per rejected file. The run goes on past bad files and fails
@@ -11,10 +11,7 @@ manifest rows, nothing per sample.
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -66,68 +63,48 @@ def shape_text(arrays: Mapping[str, np.ndarray]) -> str:
     return ";".join(f"{name}={'x'.join(map(str, a.shape)) or 'scalar'}" for name, a in arrays.items())
 
 
-PREFETCH_MAX_BYTES = 64 << 20  # larger files are read by their reader, not held in memory whole
-
-
-def load_image(path: Path) -> bytes | OSError | None:
-    """The file's bytes (None if too large to prefetch), or the error reading it. Runs in I/O threads."""
+def advise_will_need(path: Path) -> None:
+    """Ask the kernel to start reading the file in the background (asynchronous readahead)."""
     try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size > PREFETCH_MAX_BYTES:
-                return None
-            return f.read()
-    except OSError as e:
-        return e
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # reported when the file's turn comes
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
 
 
-def prefetched(paths: Sequence[Path], depth: int) -> Iterator[tuple[Path, bytes | OSError | None]]:
-    """Yield (path, load_image(path)) in order, reading up to `depth` files ahead in threads.
+def read_ahead(paths: Sequence[Path], depth: int) -> Iterator[Path]:
+    """Yield the paths in order, with the next `depth` files already requested from storage.
 
-    Reads release the GIL, so several requests are in flight while this rank parses: a parallel file
-    system (or an NVMe queue) serves many outstanding small reads far faster than one at a time."""
-    if depth <= 0:
-        yield from ((p, None) for p in paths)
-        return
-    with ThreadPoolExecutor(max_workers=depth, thread_name_prefix="prefetch") as pool:
-        window: deque[tuple[Path, Future[bytes | OSError | None]]] = deque()
-        upcoming = iter(paths)
-        for path in islice(upcoming, depth):
-            window.append((path, pool.submit(load_image, path)))
-        while window:
-            path, future = window.popleft()
-            nxt = next(upcoming, None)
-            if nxt is not None:
-                window.append((nxt, pool.submit(load_image, nxt)))
-            yield path, future.result()
+    Many small reads in flight are what parallel file systems and NVMe serve well; kernel readahead gives
+    that without threads (which here would fight the parsing thread for the GIL)."""
+    for i, path in enumerate(paths):
+        if depth:
+            if i == 0:
+                for upcoming in paths[1 : depth + 1]:
+                    advise_will_need(upcoming)
+            elif i + depth < len(paths):
+                advise_will_need(paths[i + depth])
+        yield path
 
 
 def read_one(
-    path: Path,
-    image: bytes | OSError | None,
-    root: Path,
-    source: Mapping[str, Any],
-    fields: Sequence[FieldSpec],
-    check_finite: bool,
+    path: Path, root: Path, source: Mapping[str, Any], fields: Sequence[FieldSpec], check_finite: bool
 ) -> tuple[dict[str, np.ndarray], str, int]:
-    """Validate one file (from its prefetched bytes, if any); raises SampleError with the reason it cannot be used."""
-    if image is None:
-        try:
-            size = os.stat(path).st_size
-        except OSError as e:
-            raise SampleError(f"unreadable: {e.strerror}") from None
-        if not os.access(path, os.R_OK):
-            raise SampleError("unreadable: permission denied")
-    elif isinstance(image, PermissionError):
-        raise SampleError("unreadable: permission denied")
-    elif isinstance(image, OSError):
-        raise SampleError(f"unreadable: {image.strerror or image}")
-    else:
-        size = len(image)
+    """Read and validate one file; raises SampleError with the reason it cannot be used."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        raise SampleError(f"unreadable: {e.strerror}") from None
     if size == 0:
         raise SampleError("empty file (0 bytes)")
+    if not os.access(path, os.R_OK):
+        raise SampleError("unreadable: permission denied")
     id_conf = source["sample_id"]
     reader = reader_for(path, source["format"])
-    arrays, sample_id = reader.read(path, fields, id_conf["attr"] if id_conf else None, image)
+    arrays, sample_id = reader.read(path, fields, id_conf["attr"] if id_conf else None)
     validate_sample(arrays, fields, check_finite)
     if sample_id is None:
         sample_id = str(path.relative_to(root).with_suffix(""))
@@ -161,9 +138,9 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     rows: list[tuple[Any, ...]] = []
     stem = part_stem(parts_dir, rank, size)
     with PartWriter(stem) as part:
-        for path, image in progress(prefetched(mine, settings["prefetch"]), len(mine), "ingest", rank, size):
+        for path in progress(read_ahead(mine, settings["prefetch"]), len(mine), "ingest", rank, size):
             try:
-                arrays, sample_id, nbytes = read_one(path, image, root, source, fields, settings["check_finite"])
+                arrays, sample_id, nbytes = read_one(path, root, source, fields, settings["check_finite"])
             except SampleError as e:
                 rows.append((str(path), _size_or_zero(path), "", "", "", "", "rejected", "", "", str(e)))
                 continue

@@ -19,16 +19,6 @@ _FILE_ACCESS = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
 _FILE_ACCESS.set_fapl_core(backing_store=False)
 
 
-def _open(path: Path, image: bytes | None) -> h5py.h5f.FileID:
-    if image is None:
-        return h5py.h5f.open(str(path).encode(), h5py.h5f.ACC_RDONLY, fapl=_FILE_ACCESS)
-    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-    fapl.set_fapl_core(backing_store=False)
-    fapl.set_file_image(image)  # parse the prefetched bytes: no further I/O
-    # With an image the name is only a label, and it must not be an existing file.
-    return h5py.h5f.open(b"/nonexistent/sim2dl-file-image", h5py.h5f.ACC_RDONLY, fapl=fapl)
-
-
 def _read_dataset(file_id: h5py.h5f.FileID, field: FieldSpec) -> np.ndarray:
     try:
         dataset = h5py.h5d.open(file_id, field.path.encode())
@@ -58,10 +48,10 @@ class HDF5Reader(Reader):
     suffixes = (".h5", ".hdf5", ".hdf", ".he5")
 
     def read(
-        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None, image: bytes | None = None
+        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
         try:
-            file_id = _open(path, image)
+            file_id = h5py.h5f.open(str(path).encode(), h5py.h5f.ACC_RDONLY, fapl=_FILE_ACCESS)
         except OSError as e:
             raise SampleError(f"cannot open as HDF5 (truncated or corrupt?): {e}") from None
         try:

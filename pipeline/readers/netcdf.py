@@ -15,7 +15,7 @@ class NetCDFReader(Reader):
     suffixes = (".nc", ".nc4", ".netcdf")
 
     def read(
-        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None, image: bytes | None = None
+        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
         import netCDF4
 

@@ -17,7 +17,7 @@ class NumpyReader(Reader):
     suffixes = (".npy", ".npz")
 
     def read(
-        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None, image: bytes | None = None
+        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
         try:
             loaded = np.load(path, allow_pickle=False)

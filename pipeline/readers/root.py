@@ -16,7 +16,7 @@ class RootReader(Reader):
     suffixes = (".root",)
 
     def read(
-        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None, image: bytes | None = None
+        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
         import uproot
 
