@@ -13,7 +13,5 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 __version__ = "0.1.0"
 
 
-
-
 class Sim2dlError(Exception):
     """An error the user can act on: the message names the file or config key and the reason."""
