@@ -98,7 +98,7 @@ def transform(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any]) -> 
     dtype = np.dtype(settings["dtype"])
     selected = {}
     for name in (*settings["features"], *settings["labels"]):
-        x = arrays[name].astype(dtype)
+        x = arrays[name].astype(dtype, copy=False)  # unchanged fields stay the same object (see convert)
         if name in settings["log1p"]:
             if x.size and x.min() <= -1:
                 raise SampleError(f"field '{name}': log1p of values <= -1")
@@ -139,13 +139,13 @@ def accepted_records(manifest: Path) -> list[tuple[str, int, str, str]]:
 
 def iter_records(
     parts_dir: Path, records: Sequence[tuple[str, int, str, str]]
-) -> Iterator[tuple[tuple[str, int, str, str], dict[str, np.ndarray]]]:
+) -> Iterator[tuple[tuple[str, int, str, str], Part, dict[str, np.ndarray]]]:
     open_parts: dict[str, Part] = {}
     for rec in records:
         part = open_parts.get(rec[0])
         if part is None:
             part = open_parts[rec[0]] = Part(parts_dir / rec[0])
-        yield rec, part.read(rec[1])
+        yield rec, part, part.read(rec[1])
 
 
 def convert(config: Mapping[str, Any], manifest: Path, ingest_parts: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
@@ -167,7 +167,7 @@ def convert(config: Mapping[str, Any], manifest: Path, ingest_parts: Path, out_d
     rejects = []
     written = 0
     with PartWriter(part_stem(parts_dir, rank, size)) as part:
-        for (_, _, sample_id, source), arrays in progress(
+        for (_, record, sample_id, source), source_part, arrays in progress(
             iter_records(ingest_parts, mine), len(mine), "convert", rank, size, unit="sample"
         ):
             try:
@@ -179,7 +179,9 @@ def convert(config: Mapping[str, Any], manifest: Path, ingest_parts: Path, out_d
                 for name, s in stats.items():
                     s.update(sample[name])
                 out_id = f"{sample_id}#{k}" if len(samples) > 1 else sample_id
-                part.append(sample, {"sample_id": out_id, "parent": sample_id, "source": source})
+                # Fields the transform left untouched are referenced in the ingest part, not copied.
+                unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
+                part.append(sample, {"sample_id": out_id, "parent": sample_id, "source": source}, refs=unchanged)
                 written += 1
 
     all_stats = comm.allgather(stats)

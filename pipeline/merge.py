@@ -76,7 +76,7 @@ def feature_spec(parts: Sequence[Path], features: Sequence[str], labels: Sequenc
     dtypes: dict[str, str] = {}
     for stem in parts:
         for rec in Part(stem).records:
-            for name, (_, dtype, shape) in rec["fields"].items():
+            for name, (_, dtype, shape, *_) in rec["fields"].items():
                 dtypes.setdefault(name, np.dtype(dtype).name)
                 known = shapes.setdefault(name, list(shape))
                 if len(known) != len(shape):

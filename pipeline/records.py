@@ -2,8 +2,9 @@
 
 A part is `NAME.bin` (the records' arrays back to back, C order) plus `NAME.json` (per record: its
 metadata and where each field's bytes are). Readers memory-map the .bin, so a record is a zero-copy
-view. The index is written last and both files appear atomically: a part without its index is an
-interrupted write and is ignored.
+view. A field may instead refer to bytes in another part's .bin (`ref`): convert does that for fields it
+leaves unchanged, so pass-through data is not copied again. The index is written last and both files
+appear atomically: a part without its index is an interrupted write and is ignored.
 """
 
 from __future__ import annotations
@@ -29,9 +30,20 @@ class PartWriter:
         self._offset = 0
         self.records: list[dict[str, Any]] = []
 
-    def append(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> int:
+    def append(
+        self,
+        arrays: Mapping[str, np.ndarray],
+        meta: Mapping[str, Any],
+        refs: Mapping[str, tuple[Path, int]] | None = None,
+    ) -> int:
+        """Append a record. `refs`: field -> (another part's .bin, byte offset) holding its bytes already."""
         layout = {}
         for name, array in arrays.items():
+            if refs and name in refs:
+                bin_path, offset = refs[name]
+                ref = os.path.relpath(bin_path, self.bin_path.parent)
+                layout[name] = [offset, array.dtype.str, list(array.shape), ref]
+                continue
             array = np.ascontiguousarray(array)
             self._file.write(memoryview(array).cast("B"))
             layout[name] = [self._offset, array.dtype.str, list(array.shape)]
@@ -68,6 +80,7 @@ class Part:
         if size != index["bytes"]:
             raise OSError(f"part {self.bin_path} has {size} bytes, its index says {index['bytes']}")
         self._data = np.memmap(self.bin_path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+        self._refs: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -77,15 +90,32 @@ class Part:
 
     def read(self, i: int) -> dict[str, np.ndarray]:
         arrays = {}
-        for name, (offset, dtype, shape) in self.records[i]["fields"].items():
+        for name, (offset, dtype, shape, *ref) in self.records[i]["fields"].items():
             dt = np.dtype(dtype)
             count = int(np.prod(shape, dtype=np.int64))
-            arrays[name] = self._data[offset : offset + count * dt.itemsize].view(dt).reshape(shape)
+            data = self._referenced(ref[0]) if ref else self._data
+            if offset + count * dt.itemsize > data.size:
+                raise OSError(f"record {i} field '{name}' lies beyond the end of {ref[0] if ref else self.bin_path}")
+            arrays[name] = data[offset : offset + count * dt.itemsize].view(dt).reshape(shape)
         return arrays
+
+    def location(self, i: int, name: str) -> tuple[Path, int]:
+        """The .bin file and byte offset holding field `name` of record `i` (for references)."""
+        offset, _, _, *ref = self.records[i]["fields"][name]
+        return (self.bin_path.parent / ref[0] if ref else self.bin_path), offset
+
+    def _referenced(self, relative: str) -> np.ndarray:
+        data = self._refs.get(relative)
+        if data is None:
+            path = self.bin_path.parent / relative
+            data = self._refs[relative] = (
+                np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else np.zeros(0, np.uint8)
+            )
+        return data
 
     def nbytes(self, i: int) -> int:
         return sum(
-            np.dtype(d).itemsize * int(np.prod(s, dtype=np.int64)) for _, d, s in self.records[i]["fields"].values()
+            np.dtype(d).itemsize * int(np.prod(s, dtype=np.int64)) for _, d, s, *_ in self.records[i]["fields"].values()
         )
 
     def __iter__(self) -> Iterator[tuple[dict[str, Any], dict[str, np.ndarray]]]:
