@@ -81,3 +81,23 @@ def test_global_statistics_same_for_one_and_two_ranks(tmp_path, serial):
             np.testing.assert_allclose(stats[1][name][key], stats[2][name][key], rtol=1e-12)
     # The statistics describe the transformed (log1p) data.
     assert 0 < stats[1]["density"]["mean"] < np.log1p(8.0) + 0.5
+
+
+def test_unchanged_fields_are_referenced_not_copied(tmp_path, serial):
+    from pipeline.convert import convert
+    from pipeline.records import Part, list_parts
+
+    config = make_config(tmp_path, simulate={"samples": 4}, convert={"log1p": ["density"], "normalise": []})
+    simulate(config["simulate"], tmp_path / "raw", serial)
+    ingest(config, tmp_path / "raw", tmp_path / "ingest", serial)
+    convert(config, tmp_path / "ingest" / "manifest.csv", tmp_path / "ingest" / "parts", tmp_path / "c", serial)
+    (stem,) = list_parts(tmp_path / "c" / "parts")
+    part = Part(stem)
+    # density changed (log1p): stored; params unchanged: a reference into the ingest part.
+    assert stem.with_suffix(".bin").stat().st_size == 4 * 32**3 * 4
+    (ingest_stem,) = list_parts(tmp_path / "ingest" / "parts")
+    source = Part(ingest_stem)
+    for i in range(4):
+        assert part.location(i, "params")[0].resolve() == ingest_stem.with_suffix(".bin").resolve()
+        np.testing.assert_array_equal(part.read(i)["params"], source.read(i)["params"])
+        np.testing.assert_allclose(part.read(i)["density"], np.log1p(source.read(i)["density"]))
