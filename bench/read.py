@@ -11,6 +11,7 @@ fraction_of_read_floor (of (c)) >= 0.5.
 from __future__ import annotations
 
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ from common import (
 )
 
 BATCH = 32
+REPEATS = 3
 
 
 def drain(dataset) -> tuple[int, float]:
@@ -63,7 +65,7 @@ def main() -> None:
     import h5py
     import tensorflow as tf
 
-    from pipeline.dataset import load_metadata, parse_batch, shard_paths
+    from pipeline.dataset import load_metadata, parse_batch, raw_records, shard_paths
 
     autotune = tf.data.AUTOTUNE
 
@@ -100,23 +102,32 @@ def main() -> None:
         return parsed["density"], parsed["params"]
 
     merged = (
-        tf.data.TFRecordDataset([str(p) for p in shards], num_parallel_reads=autotune)
+        raw_records(work / "merged", parallel_reads=4)
         .batch(BATCH)
         .map(parse_shards, num_parallel_calls=autotune)
         .prefetch(autotune)
     )
 
-    results = {}
-    for name, dataset, paths in (
+    # REPEATS interleaved rounds, medians: this VM's disk is noisy.
+    variants = (
         ("hdf5_files", hdf5, files),
         ("tfrecord_per_sample", one_per_file, naive_files),
         ("merged_shards", merged, shards),
-    ):
-        evict(paths)
-        count, seconds = drain(dataset)
-        assert count == n, (name, count)
-        results[name] = {"seconds": round(seconds, 3), "samples_per_s": round((count - BATCH) / seconds, 1)}
-    floor = read_floor_seconds(shards)
+    )
+    seconds: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    floors = []
+    for _ in range(REPEATS):
+        for name, dataset, paths in variants:
+            evict(paths)
+            count, elapsed = drain(dataset)
+            assert count == n, (name, count)
+            seconds[name].append(elapsed)
+        floors.append(read_floor_seconds(shards))
+    results = {}
+    for name, times in seconds.items():
+        median = statistics.median(times)
+        results[name] = {"seconds": round(median, 3), "samples_per_s": round((n - BATCH) / median, 1)}
+    floor = statistics.median(floors)
     shard_mb = sum(p.stat().st_size for p in shards) / 1e6
     results["shard_read_floor"] = {"seconds": round(floor, 3), "mb_per_s": round(shard_mb / floor, 1)}
     result = {
