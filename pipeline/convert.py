@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.fsutil import remove_stale_temporaries, write_json_atomic
+from pipeline.fsutil import write_json_atomic
 from pipeline.parallel import block
 from pipeline.progress import progress
 from pipeline.readers import SampleError
-from pipeline.records import Part, PartWriter, list_parts, part_stem
+from pipeline.records import Part, PartWriter, clear_parts, part_stem
 from pipeline.tables import REJECT_COLUMNS, read_csv, write_csv
 
 
@@ -153,11 +153,7 @@ def convert(config: Mapping[str, Any], manifest: Path, ingest_parts: Path, out_d
     settings = config["convert"]
     parts_dir = out_dir / "parts"
     if rank == 0:
-        parts_dir.mkdir(parents=True, exist_ok=True)
-        for stale in list_parts(parts_dir):
-            stale.with_suffix(".json").unlink()
-            stale.with_suffix(".bin").unlink(missing_ok=True)
-        remove_stale_temporaries(parts_dir)
+        clear_parts(parts_dir)
     comm.barrier()
     records = accepted_records(manifest)
     if not records:

@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.fsutil import remove_stale_temporaries
 from pipeline.parallel import all_ok, block
 from pipeline.progress import progress
 from pipeline.readers import FieldSpec, SampleError, reader_for
-from pipeline.records import PartWriter, list_parts, part_stem
+from pipeline.records import PartWriter, clear_parts, part_stem
 from pipeline.tables import MANIFEST_COLUMNS, REJECT_COLUMNS, write_csv
 
 
@@ -123,11 +122,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     if rank == 0:
         try:
             files = find_inputs(root, source["glob"])
-            parts_dir.mkdir(parents=True, exist_ok=True)
-            for stale in list_parts(parts_dir):  # parts of an earlier run, maybe with another rank count
-                stale.with_suffix(".json").unlink()
-                stale.with_suffix(".bin").unlink(missing_ok=True)
-            remove_stale_temporaries(parts_dir)
+            clear_parts(parts_dir)
         except Sim2dlError as e:
             error = e
     all_ok(comm, error if rank == 0 else None)

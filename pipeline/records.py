@@ -1,10 +1,12 @@
 """Parts: the large intermediate files that ingest and convert write instead of many small ones.
 
-A part is `NAME.bin` (the records' arrays back to back, C order) plus `NAME.json` (per record: its
-metadata and where each field's bytes are). Readers memory-map the .bin, so a record is a zero-copy
-view. A field may instead refer to bytes in another part's .bin (`ref`): convert does that for fields it
-leaves unchanged, so pass-through data is not copied again. The index is written last and both files
-appear atomically: a part without its index is an interrupted write and is ignored.
+A part is `NAME.bin` (the records' arrays back to back, C order) plus `NAME.jsonl` (a line per record:
+its metadata and where each field's bytes are, streamed as records are written so a writer's memory
+does not grow with the number of records; a last line holds the total size). Readers memory-map the
+.bin, so a record is a zero-copy view. A field may instead refer to bytes in another part's .bin
+(`ref`): convert does that for fields it leaves unchanged, so pass-through data is not copied again.
+The index is written last and both files appear atomically: a part without its index is an
+interrupted write and is ignored.
 """
 
 from __future__ import annotations
@@ -17,18 +19,21 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.fsutil import atomic_path
+from pipeline.fsutil import atomic_path, remove_stale_temporaries
+
+INDEX_SUFFIX = ".jsonl"
 
 
 class PartWriter:
     def __init__(self, path_stem: Path) -> None:
         self.bin_path = path_stem.with_suffix(".bin")
-        self.index_path = path_stem.with_suffix(".json")
+        self.index_path = path_stem.with_suffix(INDEX_SUFFIX)
         self._bin_ctx = atomic_path(self.bin_path)
-        self._tmp = self._bin_ctx.__enter__()
-        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
+        self._index_ctx = atomic_path(self.index_path)
+        self._file = open(self._bin_ctx.__enter__(), "wb")  # noqa: SIM115 - closed in close()/abort()
+        self._index = open(self._index_ctx.__enter__(), "w")  # noqa: SIM115
         self._offset = 0
-        self.records: list[dict[str, Any]] = []
+        self.count = 0
 
     def append(
         self,
@@ -48,18 +53,22 @@ class PartWriter:
             self._file.write(memoryview(array).cast("B"))
             layout[name] = [self._offset, array.dtype.str, list(array.shape)]
             self._offset += array.nbytes
-        self.records.append({"meta": dict(meta), "fields": layout})
-        return len(self.records) - 1
+        self._index.write(json.dumps({"meta": dict(meta), "fields": layout}, separators=(",", ":")) + "\n")
+        self.count += 1
+        return self.count - 1
 
     def close(self) -> None:
         self._file.close()
+        self._index.write(json.dumps({"bytes": self._offset}) + "\n")
+        self._index.close()
         self._bin_ctx.__exit__(None, None, None)
-        with atomic_path(self.index_path) as tmp:
-            tmp.write_text(json.dumps({"records": self.records, "bytes": self._offset}, separators=(",", ":")))
+        self._index_ctx.__exit__(None, None, None)  # the index appears last: it marks the part complete
 
     def abort(self) -> None:
         self._file.close()
+        self._index.close()
         self._bin_ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+        self._index_ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
 
     def __enter__(self) -> PartWriter:
         return self
@@ -74,8 +83,11 @@ class PartWriter:
 class Part:
     def __init__(self, path_stem: Path) -> None:
         self.bin_path = path_stem.with_suffix(".bin")
-        index = json.loads(path_stem.with_suffix(".json").read_text())
-        self.records: list[dict[str, Any]] = index["records"]
+        with open(path_stem.with_suffix(INDEX_SUFFIX)) as f:
+            self.records: list[dict[str, Any]] = [json.loads(line) for line in f]
+        index = self.records.pop() if self.records and "bytes" in self.records[-1] else {}
+        if "bytes" not in index:
+            raise OSError(f"part index {path_stem.with_suffix(INDEX_SUFFIX)} is incomplete")
         size = os.path.getsize(self.bin_path)
         if size != index["bytes"]:
             raise OSError(f"part {self.bin_path} has {size} bytes, its index says {index['bytes']}")
@@ -129,4 +141,13 @@ def part_stem(directory: Path, rank: int, size: int) -> Path:
 
 def list_parts(directory: Path) -> list[Path]:
     """Complete parts (those with an index), in name order."""
-    return sorted(p.with_suffix("") for p in directory.glob("part-*.json"))
+    return sorted(p.with_suffix("") for p in directory.glob(f"part-*{INDEX_SUFFIX}"))
+
+
+def clear_parts(directory: Path) -> None:
+    """Remove the parts (and temporaries) of an earlier run, which may have used another rank count."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for stem in list_parts(directory):
+        stem.with_suffix(INDEX_SUFFIX).unlink()
+        stem.with_suffix(".bin").unlink(missing_ok=True)
+    remove_stale_temporaries(directory)

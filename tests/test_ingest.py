@@ -170,7 +170,7 @@ def test_two_ranks_give_the_same_manifest_as_one(tmp_path, bad_inputs):
     assert [{k: v for k, v in r.items() if k not in drop} for r in one] == [
         {k: v for k, v in r.items() if k not in drop} for r in two
     ]
-    assert len(list((tmp_path / "r2" / "parts").glob("*.json"))) == 2
+    assert len(list((tmp_path / "r2" / "parts").glob("*.jsonl"))) == 2
 
 
 def test_field_mapping_for_real_layouts(tmp_path, serial):
