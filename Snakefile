@@ -1,5 +1,5 @@
 # sim2dl workflow: simulation output -> validated manifest -> converted samples -> sorted shards
-# (-> node-local staging -> distributed training -> hyperparameter search, issues #3-#5).
+# -> node-local staging (-> distributed training -> hyperparameter search, issues #4-#5).
 #
 #   snakemake --cores 2                      # the laptop demo (config/config.yaml)
 #   snakemake --profile slurm                # a cluster (profiles/slurm, issue #7)
@@ -52,10 +52,11 @@ include: "rules/simulate.smk"
 include: "rules/ingest.smk"
 include: "rules/convert.smk"
 include: "rules/merge.smk"
-# Coming next, each a rule file of its own: rules/stage.smk (#3), rules/train.smk (#4), rules/search.smk (#5).
+include: "rules/stage.smk"
+# Coming next, each a rule file of its own: rules/train.smk (#4), rules/search.smk (#5).
 
 
 rule all:
     default_target: True
     input:
-        LAYOUT.metadata,
+        LAYOUT.stage_summary,

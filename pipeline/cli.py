@@ -56,6 +56,13 @@ def cmd_merge(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> di
     return merge(config, ingest_dir / "manifest.csv", args.convert or lay.convert, args.out or lay.merged, comm)
 
 
+def cmd_stage(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+    from pipeline.stage import stage
+
+    lay = cfg.layout(config)
+    return stage(config, args.merged or lay.merged, args.summary or lay.stage_summary, comm)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sim2dl", description=__doc__)
     sub = parser.add_subparsers(dest="step", required=True)
@@ -79,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--convert", type=Path, help="convert output directory (default: {workdir}/convert)")
     p.add_argument("--out", type=Path, help="output directory (default: {workdir}/merged)")
     p.set_defaults(func=cmd_merge)
+    p = sub.add_parser("stage", help="copy shards to node-local storage, each byte read once from the shared FS")
+    _common(p)
+    p.add_argument("--merged", type=Path, help="merge output directory (default: {workdir}/merged)")
+    p.add_argument("--summary", type=Path, help="summary file (default: {workdir}/staged/summary.json)")
+    p.set_defaults(func=cmd_stage)
     return parser
 
 

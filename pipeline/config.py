@@ -176,6 +176,10 @@ class Layout:
     def metadata(self) -> Path:
         return self.merged / "metadata.json"
 
+    @property
+    def stage_summary(self) -> Path:
+        return self.workdir / "staged" / "summary.json"
+
 
 def layout(config: Mapping[str, Any]) -> Layout:
     return Layout(Path(config["workdir"]))

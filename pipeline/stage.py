@@ -1,0 +1,429 @@
+"""stage: copy merged shards from the shared file system to node-local storage.
+
+Every shard is read from the shared file system by exactly one rank of the whole job, in bounded chunks,
+and sent over MPI to one writer rank on each node that needs it; writers verify the checksum from the
+merge metadata while writing and rename the file into place only when it matches. Each rank runs a
+sender thread (read a chunk, send it to every destination) and a receiver thread (receive a chunk, write
+it), so reading, sending and writing overlap across the job.
+
+Placement modes:
+- replica: every node gets every shard;
+- partition: the shards are split between nodes (balanced by bytes), each byte written once overall;
+- sample: every rank gets `samples_per_rank` records drawn from the whole dataset (with or without
+  replacement), written per rank as a TFRecord file of the original framed records (uncompressed
+  TFRecord shards only); the node's rows are read and sent like shards.
+Each node gets `staged.json`, the list of its files that the training input pipeline reads.
+
+On one machine, `emulate_nodes` treats groups of consecutive ranks as separate nodes, each with its own
+directory, so tests and benchmarks can exercise 2-4 "nodes".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from pipeline import Sim2dlError
+from pipeline.dataset import load_metadata
+from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
+from pipeline.parallel import all_ok
+
+MAX_CHUNK_BYTES = (1 << 31) - 1  # MPI counts are C ints
+
+
+@dataclass(frozen=True)
+class Source:
+    """One staged file: byte ranges of files on the shared file system, concatenated."""
+
+    name: str  # file name on the node
+    pieces: tuple[tuple[Path, int, int], ...]  # (shared file, offset, length), in output order
+    checksum: str | None  # of the output (a whole shard); None for sampled files (verified by CRC)
+
+    @property
+    def size(self) -> int:
+        return sum(length for _, _, length in self.pieces)
+
+
+@dataclass
+class Transfer:
+    index: int
+    source: Source
+    reader: int  # global rank that reads it from the shared file system
+    writers: dict[int, int] = field(default_factory=dict)  # node -> global rank writing it there
+
+
+@dataclass(frozen=True)
+class Topology:
+    rank: int
+    size: int
+    node: int
+    nodes: int
+    node_ranks: tuple[tuple[int, ...], ...]  # global ranks of every node
+    hostname: str
+
+
+def topology(comm: Any, emulate_nodes: int) -> Topology:
+    """Group ranks by node: MPI shared-memory split, or `emulate_nodes` groups of consecutive ranks."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if emulate_nodes:
+        if emulate_nodes > size:
+            raise Sim2dlError(f"config key 'stage.emulate_nodes': {emulate_nodes} nodes need at least as many ranks")
+        key = rank * emulate_nodes // size
+    else:
+        from mpi4py import MPI
+
+        node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        key = node_comm.allreduce(rank, op=MPI.MIN)  # the node's lowest rank names it
+        node_comm.Free()
+    keys = comm.allgather(key)
+    order = sorted(set(keys))
+    node_ranks = tuple(tuple(r for r in range(size) if keys[r] == k) for k in order)
+    return Topology(rank, size, order.index(key), len(order), node_ranks, socket.gethostname())
+
+
+def default_target() -> Path:
+    return Path(os.environ.get("TMPDIR") or "/tmp") / "sim2dl-stage"
+
+
+def shard_sources(merged_dir: Path, meta: Mapping[str, Any]) -> list[Source]:
+    sources = []
+    for s in meta["shards"]:
+        sources.append(Source(s["file"], ((merged_dir / "shards" / s["file"], 0, s["bytes"]),), s["checksum"]))
+    return sources
+
+
+def partition(sources: Sequence[Source], nodes: int) -> list[list[Source]]:
+    """Balanced by bytes: largest first, each to the node with the fewest bytes so far."""
+    loads = [0] * nodes
+    parts: list[list[Source]] = [[] for _ in range(nodes)]
+    for src in sorted(sources, key=lambda s: (-s.size, s.name)):
+        k = loads.index(min(loads))
+        parts[k].append(src)
+        loads[k] += src.size
+    return [sorted(p, key=lambda s: s.name) for p in parts]
+
+
+def sample_sources(
+    merged_dir: Path, meta: Mapping[str, Any], topo: Topology, per_rank: int, replacement: bool, seed: int
+) -> dict[int, list[Source]]:
+    """Per node: one file per rank holding its sampled records (framed TFRecord byte ranges)."""
+    if meta["format"] != "tfrecord" or meta["compression"] != "none":
+        raise Sim2dlError(
+            "config key 'stage.mode': 'sample' needs uncompressed TFRecord shards "
+            f"(this dataset is {meta['format']}, compression {meta['compression']})"
+        )
+    records = []  # (shard path, offset, length)
+    for s in meta["shards"]:
+        index = np.loadtxt(merged_dir / "shards" / s["index"], dtype=np.int64, ndmin=2)
+        records.extend((merged_dir / "shards" / s["file"], int(o), int(n)) for o, n in index)
+    if not replacement and per_rank > len(records):
+        raise Sim2dlError(
+            f"config key 'stage.samples_per_rank': {per_rank} samples without replacement, "
+            f"but the dataset has {len(records)} records"
+        )
+    per_node: dict[int, list[Source]] = {k: [] for k in range(topo.nodes)}
+    for node, ranks in enumerate(topo.node_ranks):
+        for r in ranks:
+            rng = np.random.default_rng([seed, r])
+            chosen = rng.choice(len(records), size=per_rank, replace=replacement)
+            # Read in file order (sequential on the shared file system); training shuffles anyway.
+            pieces = tuple(sorted((records[i] for i in chosen), key=lambda rec: (str(rec[0]), rec[1])))
+            per_node[node].append(Source(f"rank-{r:05d}.tfrecord", pieces, None))
+    return per_node
+
+
+def plan(per_node: Mapping[int, Sequence[Source]], topo: Topology) -> list[Transfer]:
+    """Who reads what and who writes it where. Readers and writers rotate over ranks for balance."""
+    by_source: dict[Source, Transfer] = {}
+    transfers: list[Transfer] = []
+    for node in range(topo.nodes):
+        for j, src in enumerate(per_node.get(node, [])):
+            t = by_source.get(src)
+            if t is None:
+                index = len(transfers)
+                t = Transfer(index, src, reader=index % topo.size)
+                by_source[src] = t
+                transfers.append(t)
+            ranks = topo.node_ranks[node]
+            t.writers[node] = ranks[j % len(ranks)]
+    return transfers
+
+
+def verify_existing(path: Path, src: Source) -> bool:
+    """A staged file from an earlier run counts only if it is complete and its checksum matches."""
+    if not path.exists() or path.stat().st_size != src.size:
+        return False
+    if src.checksum is None:
+        return tfrecord_crc_ok(path)
+    return file_checksum(path) == src.checksum
+
+
+def tfrecord_crc_ok(path: Path) -> bool:
+    """Read every record with TensorFlow's reader, which checks the length and data CRCs."""
+    import tensorflow as tf
+
+    try:
+        for _ in tf.data.TFRecordDataset(str(path)):
+            pass
+    except tf.errors.DataLossError:
+        return False
+    return True
+
+
+class Copier:
+    """The sender and receiver halves of one rank's share of the transfers."""
+
+    def __init__(
+        self,
+        comm: Any,
+        topo: Topology,
+        transfers: Sequence[Transfer],
+        dirs: Mapping[int, Path],
+        chunk_bytes: int,
+        progress: Any = None,
+    ) -> None:
+        self.comm, self.topo, self.transfers, self.dirs = comm, topo, transfers, dirs
+        self.chunk = min(chunk_bytes, MAX_CHUNK_BYTES)
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.errors: list[str] = []
+        self.progress = progress
+
+    def chunks(self, src: Source) -> list[list[tuple[Path, int, int]]]:
+        """The messages of a source: consecutive pieces packed into chunks of at most `self.chunk` bytes."""
+        messages: list[list[tuple[Path, int, int]]] = [[]]
+        filled = 0
+        for path, offset, length in src.pieces:
+            while length:
+                if filled == self.chunk:
+                    messages.append([])
+                    filled = 0
+                take = min(length, self.chunk - filled)
+                messages[-1].append((path, offset, take))
+                offset, length, filled = offset + take, length - take, filled + take
+        return [m for m in messages if m]
+
+    @staticmethod
+    def message_bytes(message: Sequence[tuple[Path, int, int]]) -> int:
+        return sum(length for _, _, length in message)
+
+    def send_all(self) -> None:
+        from mpi4py import MPI
+
+        buf = np.empty(self.chunk, np.uint8)
+        files: dict[Path, Any] = {}
+        try:
+            for t in self.transfers:
+                if t.reader != self.topo.rank:
+                    continue
+                dests = sorted(set(t.writers.values()))
+                for message in self.chunks(t.source):
+                    filled = 0
+                    for path, offset, length in message:
+                        view = buf[filled : filled + length]
+                        n = self._read(files, path, offset, view)
+                        if n != length:
+                            view[n:] = 0  # the writers' checksum check names the shard
+                        filled += length
+                    for d in dests:  # blocking sends: the buffer is reused only when delivered
+                        self.comm.Send([buf[:filled], MPI.BYTE], dest=d, tag=t.index)
+        finally:
+            for f in files.values():
+                if f is not None:
+                    f.close()
+
+    def _read(self, files: dict[Path, Any], path: Path, offset: int, view: np.ndarray) -> int:
+        if path not in files:
+            try:
+                files[path] = open(path, "rb")  # noqa: SIM115 - closed in send_all
+            except OSError as e:
+                files[path] = None
+                self.errors.append(f"cannot read source shard {path}: {e.strerror}")
+        f = files[path]
+        if f is None:
+            return 0
+        f.seek(offset)
+        n = f.readinto(memoryview(view)) or 0
+        self.bytes_read += n
+        return n
+
+    def receive_all(self) -> None:
+        from mpi4py import MPI
+
+        buf = np.empty(self.chunk, np.uint8)
+        for t in self.transfers:
+            nodes = [n for n, w in t.writers.items() if w == self.topo.rank]
+            if not nodes:
+                continue
+            (node,) = nodes  # one writer per node and transfer
+            where = f"node {node} ({self.topo.hostname})"
+            final = self.dirs[node] / t.source.name
+            digest = xxhash.xxh3_128()
+            try:
+                with atomic_path(final) as tmp:
+                    failure = None
+                    with open(tmp, "wb") as out:
+                        # Every message is received even after a failure, so the sender never waits forever.
+                        for message in self.chunks(t.source):
+                            view = buf[: self.message_bytes(message)]
+                            self.comm.Recv([view, MPI.BYTE], source=t.reader, tag=t.index)
+                            if failure is None:
+                                try:
+                                    out.write(memoryview(view))
+                                except OSError as e:
+                                    failure = f"cannot write {final} on {where}: {e.strerror}"
+                            digest.update(memoryview(view))
+                            self.bytes_written += view.size
+                            if self.progress is not None:
+                                self.progress.update(view.size)
+                    if failure is None:
+                        ok = (
+                            "xxh3_128:" + digest.hexdigest() == t.source.checksum
+                            if t.source.checksum is not None
+                            else tfrecord_crc_ok(tmp)
+                        )
+                        if not ok:
+                            failure = (
+                                f"shard {t.source.name} on {where}: checksum mismatch (corrupt source "
+                                f"{t.source.pieces[0][0]} or copy); the copy was not kept"
+                            )
+                    if failure is not None:
+                        raise Sim2dlError(failure)
+            except Sim2dlError as e:
+                self.errors.append(str(e))
+
+    def run(self) -> None:
+        receiver = threading.Thread(target=self._guard(self.receive_all), name="stage-receive")
+        receiver.start()
+        self._guard(self.send_all)()
+        receiver.join()
+
+    def _guard(self, fn: Any) -> Any:
+        def run() -> None:
+            try:
+                fn()
+            except Exception as e:  # reported collectively; a thread must not die silently
+                self.errors.append(f"{type(e).__name__}: {e}")
+
+        return run
+
+
+def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm: Any) -> dict[str, Any]:
+    settings = config["stage"]
+    meta = load_metadata(merged_dir)
+    emulated = settings["emulate_nodes"] > 0
+    topo = topology(comm, settings["emulate_nodes"])
+    # One directory per dataset below the target, so datasets never mix and a rerun finds its files.
+    target = (Path(settings["target"]) if settings["target"] else default_target()) / meta["plan_digest"][:16]
+    dirs = {k: target / f"node-{k:03d}" if emulated else target for k in range(topo.nodes)}
+    my_dir = dirs[topo.node]
+
+    sources = shard_sources(merged_dir, meta)
+    mode = settings["mode"]
+    if mode == "replica":
+        per_node = {k: sources for k in range(topo.nodes)}
+    elif mode == "partition":
+        per_node = dict(enumerate(partition(sources, topo.nodes)))
+    else:
+        per_node = sample_sources(
+            merged_dir, meta, topo, settings["samples_per_rank"], settings["replacement"], settings["seed"]
+        )
+
+    wanted = {k: [src.name for src in per_node[k]] for k in per_node}
+
+    # Before any transfer: sources exist with the expected size, targets have room; skip what is there.
+    error = None
+    if topo.rank == 0:
+        missing = [s for s in sources if not s.pieces[0][0].exists() or s.pieces[0][0].stat().st_size != s.size]
+        if missing:
+            path, size = missing[0].pieces[0][0], missing[0].size
+            what = "missing" if not path.exists() else f"{path.stat().st_size} bytes, metadata says {size}"
+            error = Sim2dlError(f"source shard {path}: {what} ({len(missing)} of {len(sources)} shards affected)")
+    all_ok(comm, error)
+
+    node_leader = topo.node_ranks[topo.node][0] == topo.rank
+    done_here: list[str] = []
+    error = None
+    if node_leader:
+        try:
+            my_dir.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(my_dir)
+            done_here = [s.name for s in per_node[topo.node] if verify_existing(my_dir / s.name, s)]
+            needed = sum(s.size for s in per_node[topo.node] if s.name not in done_here)
+            free = shutil.disk_usage(my_dir).free
+            if needed > free:
+                error = Sim2dlError(
+                    f"node {topo.node} ({topo.hostname}): target {my_dir} has {free / 1e9:.2f} GB free, "
+                    f"staging needs {needed / 1e9:.2f} GB more (config key 'stage.target')"
+                )
+        except OSError as e:
+            error = Sim2dlError(f"node {topo.node} ({topo.hostname}): cannot use target {my_dir}: {e}")
+    all_ok(comm, error)
+    done = comm.allgather(done_here if node_leader else None)
+    for k, ranks in enumerate(topo.node_ranks):
+        names = set(done[ranks[0]] or [])
+        per_node[k] = [s for s in per_node[k] if s.name not in names]
+    transfers = plan(per_node, topo)
+
+    bar = None
+    if topo.rank == 0:
+        from tqdm import tqdm
+
+        mine = sum(t.source.size for t in transfers for w in t.writers.values() if w == 0)
+        bar = tqdm(total=mine, unit="B", unit_scale=True, desc=f"stage (rank 0 of {topo.size})", mininterval=2.0)
+    comm.barrier()
+    start = time.perf_counter()
+    copier = Copier(comm, topo, transfers, dirs, int(settings["chunk_mb"] * (1 << 20)), bar)
+    copier.run()
+    comm.barrier()
+    seconds = time.perf_counter() - start
+    if bar is not None:
+        bar.close()
+    all_ok(comm, Sim2dlError("; ".join(copier.errors)) if copier.errors else None)
+
+    read_total = comm.allreduce(copier.bytes_read)
+    written = comm.gather(copier.bytes_written, root=0)
+    # Every node's list of staged files, for the training input pipeline.
+    if node_leader:
+        files = wanted[topo.node]
+        write_json_atomic(
+            my_dir / "staged.json",
+            {
+                "mode": mode,
+                "node": topo.node,
+                "hostname": topo.hostname,
+                "ranks": list(topo.node_ranks[topo.node]),
+                "files": files,
+                "format": meta["format"],
+                "compression": meta["compression"],
+                "feature_spec": meta["feature_spec"],
+            },
+        )
+    summary: dict[str, Any] = {}
+    if topo.rank == 0:
+        assert written is not None
+        per_node_written = [sum(written[r] for r in ranks) for ranks in topo.node_ranks]
+        summary = {
+            "mode": mode,
+            "nodes": topo.nodes,
+            "ranks": topo.size,
+            "seconds": round(seconds, 3),
+            "bytes_read_shared_fs": read_total,
+            "bytes_written_per_node": per_node_written,
+            "skipped_already_staged": sum(len(d or []) for d in done),
+            "gb_per_s_written": round(sum(per_node_written) / seconds / 1e9, 3) if seconds > 0 else None,
+            "node_dirs": [str(dirs[k]) for k in range(topo.nodes)],
+        }
+        write_json_atomic(summary_path, summary)
+    comm.barrier()
+    return summary

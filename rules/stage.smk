@@ -1,0 +1,14 @@
+# stage: copy the shards to node-local storage, every byte read once from the shared file system and
+# forwarded between nodes over MPI; each node gets staged.json for the training input pipeline.
+rule stage:
+    input:
+        metadata=LAYOUT.metadata,
+    output:
+        summary=LAYOUT.stage_summary,
+    params:
+        settings=settings("stage"),
+    resources:
+        tasks=2,
+    shell:
+        "{resources.mpi} -n {resources.tasks} sim2dl stage --config {RESOLVED_CONFIG:q}"
+        " --merged {LAYOUT.merged:q} --summary {output.summary:q}"
