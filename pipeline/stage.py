@@ -39,6 +39,7 @@ from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries
 from pipeline.parallel import all_ok
 
 MAX_CHUNK_BYTES = (1 << 31) - 1  # MPI counts are C ints
+READ_AHEAD_BYTES = 32 << 20  # requested from storage ahead of the chunk being sent
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,7 @@ class Copier:
         self.bytes_written = 0
         self.errors: list[str] = []
         self.progress = progress
+        self._advised: dict[Path, int] = {}
 
     def chunks(self, src: Source) -> list[list[tuple[Path, int, int]]]:
         """The messages of a source: consecutive pieces packed into chunks of at most `self.chunk` bytes."""
@@ -252,6 +254,12 @@ class Copier:
         f = files[path]
         if f is None:
             return 0
+        # Keep the storage busy while this thread is sending: ask for the next window ahead of time.
+        ahead = self._advised.get(path, 0)
+        if offset + view.size > ahead - READ_AHEAD_BYTES // 2:
+            start = max(ahead, offset)
+            os.posix_fadvise(f.fileno(), start, READ_AHEAD_BYTES, os.POSIX_FADV_WILLNEED)
+            self._advised[path] = start + READ_AHEAD_BYTES
         f.seek(offset)
         n = f.readinto(memoryview(view)) or 0
         self.bytes_read += n
