@@ -62,6 +62,13 @@ class Transfer:
     reader: int  # global rank that reads it from the shared file system
     writers: dict[int, int] = field(default_factory=dict)  # node -> global rank writing it there
 
+    def chain(self) -> list[int]:
+        """Writer ranks in forwarding order (a pipelined broadcast, as mpifileutils' dbcast does): the
+        reader sends each chunk once, every writer forwards it to the next, so no rank's link carries
+        a shard more than twice, however many nodes need it."""
+        ranks = [self.writers[n] for n in sorted(self.writers)]
+        return sorted(ranks, key=lambda r: r != self.reader)  # stable: the reader's own node first
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -228,7 +235,7 @@ class Copier:
             for t in self.transfers:
                 if t.reader != self.topo.rank:
                     continue
-                dests = sorted(set(t.writers.values()))
+                first = t.chain()[0]
                 for message in self.chunks(t.source):
                     filled = 0
                     for path, offset, length in message:
@@ -237,8 +244,8 @@ class Copier:
                         if n != length:
                             view[n:] = 0  # the writers' checksum check names the shard
                         filled += length
-                    for d in dests:  # blocking sends: the buffer is reused only when delivered
-                        self.comm.Send([buf[:filled], MPI.BYTE], dest=d, tag=t.index)
+                    # Blocking send: the buffer is reused only once delivered.
+                    self.comm.Send([buf[:filled], MPI.BYTE], dest=first, tag=t.index)
         finally:
             for f in files.values():
                 if f is not None:
@@ -274,6 +281,10 @@ class Copier:
             if not nodes:
                 continue
             (node,) = nodes  # one writer per node and transfer
+            chain = t.chain()
+            position = chain.index(self.topo.rank)
+            previous = t.reader if position == 0 else chain[position - 1]
+            forward_to = chain[position + 1] if position + 1 < len(chain) else None
             where = f"node {node} ({self.topo.hostname})"
             final = self.dirs[node] / t.source.name
             digest = xxhash.xxh3_128()
@@ -284,7 +295,9 @@ class Copier:
                         # Every message is received even after a failure, so the sender never waits forever.
                         for message in self.chunks(t.source):
                             view = buf[: self.message_bytes(message)]
-                            self.comm.Recv([view, MPI.BYTE], source=t.reader, tag=t.index)
+                            self.comm.Recv([view, MPI.BYTE], source=previous, tag=t.index)
+                            if forward_to is not None:
+                                self.comm.Send([view, MPI.BYTE], dest=forward_to, tag=t.index)
                             if failure is None:
                                 try:
                                     out.write(memoryview(view))
