@@ -1,5 +1,5 @@
 # sim2dl workflow: simulation output -> validated manifest -> converted samples -> sorted shards
-# -> node-local staging (-> distributed training -> hyperparameter search, issues #4-#5).
+# -> node-local staging -> distributed training (-> hyperparameter search, issue #5).
 #
 #   snakemake --cores 2                      # the laptop demo (config/config.yaml)
 #   snakemake --profile slurm                # a cluster (profiles/slurm, issue #7)
@@ -53,10 +53,11 @@ include: "rules/ingest.smk"
 include: "rules/convert.smk"
 include: "rules/merge.smk"
 include: "rules/stage.smk"
-# Coming next, each a rule file of its own: rules/train.smk (#4), rules/search.smk (#5).
+include: "rules/train.smk"
+# Coming next: rules/search.smk (#5), whose best configuration will feed the train rule.
 
 
 rule all:
     default_target: True
     input:
-        LAYOUT.stage_summary,
+        LAYOUT.train_summary,

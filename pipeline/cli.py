@@ -63,6 +63,13 @@ def cmd_stage(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> di
     return stage(config, args.merged or lay.merged, args.summary or lay.stage_summary, comm)
 
 
+def cmd_train(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+    from pipeline.train import train
+
+    lay = cfg.layout(config)
+    return train(config, args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sim2dl", description=__doc__)
     sub = parser.add_subparsers(dest="step", required=True)
@@ -91,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merged", type=Path, help="merge output directory (default: {workdir}/merged)")
     p.add_argument("--summary", type=Path, help="summary file (default: {workdir}/staged/summary.json)")
     p.set_defaults(func=cmd_stage)
+    p = sub.add_parser("train", help="data-parallel training (TensorFlow + Horovod) from the staged shards")
+    _common(p)
+    p.add_argument("--merged", type=Path, help="merge output directory (default: {workdir}/merged)")
+    p.add_argument("--stage-summary", type=Path, help="stage summary (default: {workdir}/staged/summary.json)")
+    p.add_argument("--out", type=Path, help="output directory (default: {workdir}/train)")
+    p.set_defaults(func=cmd_train)
     return parser
 
 

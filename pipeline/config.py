@@ -96,7 +96,7 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     """Rules a JSON schema cannot say: names used in convert must be declared source fields."""
     fields = set(config["source"]["fields"])
     conv = config["convert"]
-    for key in ("features", "labels", "log1p", "normalise"):
+    for key in ("features", "labels", "log1p", "normalise", "per_channel"):
         unknown = [f for f in conv[key] if f not in fields]
         if unknown:
             raise Sim2dlError(f"config key 'convert.{key}': {unknown} not declared in source.fields ({sorted(fields)})")
@@ -179,6 +179,14 @@ class Layout:
     @property
     def stage_summary(self) -> Path:
         return self.workdir / "staged" / "summary.json"
+
+    @property
+    def train(self) -> Path:
+        return self.workdir / "train"
+
+    @property
+    def train_summary(self) -> Path:
+        return self.train / "summary.json"
 
 
 def layout(config: Mapping[str, Any]) -> Layout:

@@ -159,7 +159,7 @@ def convert(config: Mapping[str, Any], manifest: Path, ingest_parts: Path, out_d
     if not records:
         raise Sim2dlError(f"no accepted samples in {manifest}: nothing to convert")
     mine = block(records, rank, size)
-    stats = {name: RunningStats(settings["per_channel"]) for name in settings["normalise"]}
+    stats = {name: RunningStats(name in settings["per_channel"]) for name in settings["normalise"]}
     rejects = []
     written = 0
     with PartWriter(part_stem(parts_dir, rank, size)) as part:
@@ -186,7 +186,7 @@ def convert(config: Mapping[str, Any], manifest: Path, ingest_parts: Path, out_d
     summary = {"inputs": len(records), "samples": total_written}
     if rank == 0:
         assert all_rejects is not None
-        merged = {name: RunningStats(settings["per_channel"]) for name in settings["normalise"]}
+        merged = {name: RunningStats(name in settings["per_channel"]) for name in settings["normalise"]}
         for rank_stats in all_stats:
             for name, s in rank_stats.items():
                 merged[name].merge(s)

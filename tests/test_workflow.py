@@ -24,7 +24,7 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     proc = snakemake("--configfile", str(overrides))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     log = proc.stdout + proc.stderr
-    for rule in ("simulate", "ingest", "convert", "merge", "stage"):
+    for rule in ("simulate", "ingest", "convert", "merge", "stage", "train"):
         assert f"rule {rule}:" in log
     meta = json.loads((tmp_path / "w" / "merged" / "metadata.json").read_text())
     assert meta["counts"]["records"] == 40 and meta["counts"]["rejected_files"] == 0
@@ -34,6 +34,8 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     assert staged["mode"] == "replica" and staged["bytes_read_shared_fs"] == sum(s["bytes"] for s in meta["shards"])
     listing = json.loads((Path(staged["node_dirs"][0]) / "staged.json").read_text())
     assert listing["files"] == [s["file"] for s in meta["shards"]]
+    trained = json.loads((tmp_path / "w" / "train" / "summary.json").read_text())
+    assert trained["ranks"] == 2 and trained["weights_identical_across_ranks"]
 
     # Nothing to do the second time; a merge setting change reruns merge only.
     proc = snakemake("--configfile", str(overrides))
@@ -41,7 +43,7 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     proc = snakemake("--configfile", str(overrides), "--config", "merge={shard_size_mb: 0.5}")
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log
-    assert "rule merge:" in log and "rule stage:" in log
+    assert "rule merge:" in log and "rule stage:" in log and "rule train:" in log
     assert "rule ingest:" not in log and "rule simulate:" not in log
     meta2 = json.loads((tmp_path / "w" / "merged" / "metadata.json").read_text())
     assert meta2["counts"]["shards"] > meta["counts"]["shards"]

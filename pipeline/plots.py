@@ -1,0 +1,50 @@
+"""Figures a person would rather see than read: learning curves and predicted-vs-true parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+import numpy as np
+
+from pipeline.fsutil import atomic_path
+
+
+def _save(fig: Any, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def learning_curves(history: Sequence[Mapping[str, Any]], path: Path) -> None:
+    epochs = [h["epoch"] for h in history]
+    fig, (ax_loss, ax_speed) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax_loss.plot(epochs, [h["loss"] for h in history], "o-", label="training")
+    ax_loss.plot(epochs, [h["val_loss"] for h in history], "s-", label="validation")
+    ax_loss.set(xlabel="epoch", ylabel="mean squared error (normalised labels)", title="Learning curves")
+    ax_loss.legend()
+    ax_speed.plot(epochs, [h["samples_per_s"] for h in history], "o-", color="tab:green")
+    ax_speed.set(xlabel="epoch", ylabel="samples/s (all ranks)", title="Throughput")
+    twin = ax_speed.twinx()
+    twin.plot(epochs, [100 * h["input_wait_fraction"] for h in history], "x--", color="tab:red")
+    twin.set_ylabel("% of step time waiting for input", color="tab:red")
+    _save(fig, path)
+
+
+def predicted_vs_true(pred: np.ndarray, true: np.ndarray, names: Sequence[str], path: Path) -> None:
+    n = len(names)
+    fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.6), squeeze=False)
+    for i, (ax, name) in enumerate(zip(axes[0], names, strict=True)):
+        t, p = true[:, i], pred[:, i]
+        ax.scatter(t, p, s=8, alpha=0.6)
+        low, high = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
+        ax.plot([low, high], [low, high], "k--", lw=1)
+        r2 = 1 - ((p - t) ** 2).sum() / max(((t - t.mean()) ** 2).sum(), 1e-12)
+        ax.set(xlabel=f"true {name}", ylabel=f"predicted {name}", title=f"{name}: R² = {r2:.2f}")
+    fig.suptitle(f"Validation set ({len(true)} samples, normalised units)")
+    _save(fig, path)

@@ -1,0 +1,446 @@
+"""train: data-parallel TensorFlow + Horovod training from the staged shards.
+
+Each rank reads its own staged files (from the node's `staged.json`), interleaves them, shuffles records
+across shards with a per-epoch seed, batches, parses (one vectorised parse per batch) and prefetches.
+Variable-length records are bucketed by length. The model is a CosmoFlow-style 3D CNN for cubes, or a
+small 1D convolutional sequence model for traces, regressing the simulator's parameters.
+
+Horovod: hvd.init, weights and optimizer state broadcast from rank 0 after the first step, gradients
+averaged with DistributedGradientTape, metrics averaged with allreduce, learning rate scaled by the number
+of ranks with a linear warm-up. The loop is explicit (not Keras fit) so the time spent waiting for input
+is measured directly: the time blocked in `next(iterator)` against the step time.
+
+Rank 0 writes a TF checkpoint every epoch (TF writes the data first and the `checkpoint` state file
+last, so an interrupted save leaves the previous checkpoint valid); a rerun resumes from it. Outputs in
+{workdir}/train: metrics.csv/json, the final model, learning curves and predicted-vs-true plots, and a
+summary with R^2 per label on the validation set.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import Sim2dlError
+from pipeline.dataset import READ_BUFFER_BYTES, load_metadata
+from pipeline.fsutil import write_json_atomic, write_text_atomic
+
+VALIDATION_BUCKETS = 1000
+MODELS = ("cosmoflow", "sequence")
+
+
+# ---------------------------------------------------------------- configuration checks (before any work)
+
+
+def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+    if settings["model"] not in MODELS:
+        raise Sim2dlError(f"config key 'train.model': unknown model '{settings['model']}' (choose one of {MODELS})")
+    if not 0 < settings["learning_rate"] < 1:
+        raise Sim2dlError(f"config key 'train.learning_rate': {settings['learning_rate']} is not in (0, 1)")
+    if meta["format"] != "tfrecord":
+        raise Sim2dlError("train reads TFRecord shards: set merge.format to tfrecord")
+    features = [n for n, f in meta["feature_spec"].items() if f["role"] == "feature"]
+    labels = [n for n, f in meta["feature_spec"].items() if f["role"] == "label"]
+    if len(features) != 1 or len(labels) < 1:
+        raise Sim2dlError(f"train needs one feature and at least one label field (have {features} and {labels})")
+    shape = meta["feature_spec"][features[0]]["shape"]
+    if settings["model"] == "cosmoflow" and (len(shape) not in (3, 4) or None in shape):
+        raise Sim2dlError(f"model 'cosmoflow' needs fixed-size 3D cubes, feature '{features[0]}' has shape {shape}")
+    if settings["model"] == "sequence" and (len(shape) != 2 or shape[1] is None):
+        raise Sim2dlError(f"model 'sequence' needs (length, channels) records, feature '{features[0]}' has {shape}")
+
+
+def fields(meta: Mapping[str, Any]) -> tuple[str, list[str]]:
+    spec = meta["feature_spec"]
+    return next(n for n, f in spec.items() if f["role"] == "feature"), [
+        n for n, f in spec.items() if f["role"] == "label"
+    ]
+
+
+# ---------------------------------------------------------------- which files this rank reads
+
+
+def rank_files(listing: Mapping[str, Any], node_dir: Path, local_rank: int, local_size: int) -> list[Path]:
+    """This rank's share of its node's staged files (sample mode: the rank's own file)."""
+    files = [node_dir / name for name in listing["files"]]
+    missing = [f for f in files if not f.exists()]
+    if missing:
+        raise Sim2dlError(f"staged file {missing[0]} is missing ({len(missing)} of {len(files)}): rerun stage")
+    if listing["mode"] == "sample":
+        rank = listing["ranks"][local_rank]
+        return [f for f in files if f.name == f"rank-{rank:05d}.tfrecord"]
+    if len(files) >= local_size:
+        return files[local_rank::local_size]
+    return files  # fewer files than ranks: every rank reads all, and records are sharded instead
+
+
+def is_validation(sample_ids: Any, fraction: float) -> Any:
+    """A stable split by sample id (the same on every rank and every run)."""
+    import tensorflow as tf
+
+    return tf.strings.to_hash_bucket_fast(sample_ids, VALIDATION_BUCKETS) < round(fraction * VALIDATION_BUCKETS)
+
+
+def count_records(files: Sequence[Path], fraction: float, shard: tuple[int, int] | None) -> tuple[int, int]:
+    """(train, validation) records in the files, reading only their sample ids."""
+    import tensorflow as tf
+
+    ds = tf.data.TFRecordDataset([str(f) for f in files], buffer_size=READ_BUFFER_BYTES)
+    if shard:
+        ds = ds.shard(*shard)
+    ids = ds.map(
+        lambda r: tf.io.parse_single_example(r, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
+    )
+    val = train = 0
+    for batch in ids.batch(4096):
+        v = int(tf.reduce_sum(tf.cast(is_validation(batch, fraction), tf.int32)))
+        val += v
+        train += int(batch.shape[0]) - v
+    return train, val
+
+
+# ---------------------------------------------------------------- input pipeline
+
+
+def input_pipeline(
+    files: Sequence[Path],
+    meta: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    *,
+    training: bool,
+    shard: tuple[int, int] | None,
+    epoch_seed: int,
+) -> Any:
+    import tensorflow as tf
+
+    feature, labels = fields(meta)
+    spec = meta["feature_spec"]
+    fixed = all(d is not None for d in spec[feature]["shape"])
+    fraction = settings["validation_fraction"]
+    names = tf.data.Dataset.from_tensor_slices([str(f) for f in files])
+    if training:
+        names = names.shuffle(len(files), seed=epoch_seed)
+    ds = names.interleave(
+        lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER_BYTES),
+        cycle_length=max(1, min(len(files), 4)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=not training,
+    )
+    if shard:
+        ds = ds.shard(*shard)
+    description = {"sample_id": tf.io.FixedLenFeature([], tf.string)}
+    description.update({n: tf.io.FixedLenFeature([], tf.string) for n in (feature, *labels)})
+    if fixed:
+        description[f"{feature}_shape"] = tf.io.FixedLenFeature([len(spec[feature]["shape"])], tf.int64)
+
+    def keep(record: Any) -> Any:
+        sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
+        val = is_validation(sid, fraction)
+        return tf.logical_not(val) if training else val
+
+    ds = ds.filter(keep)
+    if training:
+        # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each epoch.
+        ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed)
+
+    def decode(values: Any, name: str) -> Any:
+        return tf.io.decode_raw(values, tf.dtypes.as_dtype(spec[name]["dtype"]), little_endian=True)
+
+    label_size = [int(np.prod(spec[n]["shape"])) for n in labels]
+
+    def parse_batch(records: Any) -> Any:
+        parsed = tf.io.parse_example(records, description)
+        x = tf.reshape(decode(parsed[feature], feature), [-1, *spec[feature]["shape"]])
+        if len(spec[feature]["shape"]) == 3:
+            x = x[..., tf.newaxis]  # one channel
+        y = tf.concat([tf.reshape(decode(parsed[n], n), [-1, k]) for n, k in zip(labels, label_size, strict=True)], 1)
+        return tf.cast(x, tf.float32), tf.cast(y, tf.float32)
+
+    def parse_one(record: Any) -> Any:
+        d = {"sample_id": tf.io.FixedLenFeature([], tf.string), f"{feature}_shape": tf.io.VarLenFeature(tf.int64)}
+        d.update({n: tf.io.FixedLenFeature([], tf.string) for n in (feature, *labels)})
+        parsed = tf.io.parse_single_example(record, d)
+        x = tf.reshape(decode(parsed[feature], feature), tf.sparse.to_dense(parsed[f"{feature}_shape"]))
+        y = tf.concat([tf.reshape(decode(parsed[n], n), [k]) for n, k in zip(labels, label_size, strict=True)], 0)
+        return tf.cast(x, tf.float32), tf.cast(y, tf.float32)
+
+    batch = settings["batch_size"]
+    if fixed:
+        ds = ds.batch(batch, drop_remainder=training).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
+        ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
+            lambda x, y: tf.shape(x)[0],
+            bucket_boundaries=settings["length_buckets"],
+            bucket_batch_sizes=[batch] * (len(settings["length_buckets"]) + 1),
+            drop_remainder=training,
+        )
+    if training:
+        ds = ds.repeat()
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+# ---------------------------------------------------------------- models
+
+
+def build_model(settings: Mapping[str, Any], input_shape: Sequence[int | None], outputs: int) -> Any:
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    inputs = layers.Input(shape=tuple(input_shape))
+    x = inputs
+    if settings["model"] == "cosmoflow":
+        for level in range(settings["depth"]):  # CosmoFlow: conv + leaky ReLU + pooling, widening
+            x = layers.Conv3D(settings["width"] * 2**level, 3, padding="same")(x)
+            x = layers.LeakyReLU(0.3)(x)
+            x = layers.MaxPool3D(2)(x)
+        x = layers.Flatten()(x)
+    else:
+        for level in range(settings["depth"]):
+            x = layers.Conv1D(settings["width"] * 2**level, 5, padding="same")(x)
+            x = layers.LeakyReLU(0.3)(x)
+        x = layers.GlobalAveragePooling1D()(x)
+    x = layers.Dense(settings["dense"])(x)
+    x = layers.LeakyReLU(0.3)(x)
+    x = layers.Dropout(settings["dropout"])(x)
+    out = layers.Dense(outputs, dtype="float32")(x)  # float32 output, also under mixed precision
+    return tf.keras.Model(inputs, out, name=settings["model"])
+
+
+# ---------------------------------------------------------------- the training loop
+
+
+def r2_scores(pred: np.ndarray, true: np.ndarray) -> list[float]:
+    residual = ((pred - true) ** 2).sum(axis=0)
+    total = ((true - true.mean(axis=0)) ** 2).sum(axis=0)
+    return [float(1 - r / t) if t > 0 else float("nan") for r, t in zip(residual, total, strict=True)]
+
+
+def learning_rate(settings: Mapping[str, Any], size: int, epoch_progress: float) -> float:
+    """Base rate x ranks, reached linearly over the warm-up epochs (Goyal et al.)."""
+    target = settings["learning_rate"] * size
+    warmup = settings["warmup_epochs"]
+    if warmup <= 0 or epoch_progress >= warmup:
+        return target
+    start = settings["learning_rate"]
+    return start + (target - start) * epoch_progress / warmup
+
+
+def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path) -> dict[str, Any]:
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    settings = config["train"]
+    meta = load_metadata(merged_dir)
+    check_settings(settings, meta)  # configuration errors before anything starts
+    if settings["threads"]:
+        tf.config.threading.set_intra_op_parallelism_threads(settings["threads"])
+        tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
+    if settings["mixed_precision"]:
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+
+    from pipeline.parallel import world
+    from pipeline.stage import topology
+
+    comm = world()
+    topo = topology(comm, config["stage"]["emulate_nodes"])
+    try:
+        staged = json.loads(stage_summary.read_text())
+    except OSError as e:
+        raise Sim2dlError(f"cannot read {stage_summary}: {e.strerror} (run stage first)") from e
+    node_dir = Path(staged["node_dirs"][topo.node if len(staged["node_dirs"]) > 1 else 0])
+    listing = json.loads((node_dir / "staged.json").read_text())
+    local_ranks = topo.node_ranks[topo.node]
+    files = rank_files(listing, node_dir, local_ranks.index(rank), len(local_ranks))
+    # Fewer files than ranks on the node: every rank reads them all and takes every n-th record instead.
+    shard = None
+    if listing["mode"] != "sample" and len(listing["files"]) < len(local_ranks):
+        shard = (len(local_ranks), local_ranks.index(rank))
+
+    fraction = settings["validation_fraction"]
+    n_train, _ = count_records(files, fraction, shard)
+    steps = int(comm.allreduce(n_train, op=_mpi_min())) // settings["batch_size"]
+    if steps == 0:
+        raise Sim2dlError(f"rank {rank}: {n_train} training records, fewer than one batch of {settings['batch_size']}")
+
+    feature, labels = fields(meta)
+    shape = list(meta["feature_spec"][feature]["shape"])
+    if settings["model"] == "cosmoflow" and len(shape) == 3:
+        shape.append(1)
+    if settings["model"] == "sequence":
+        shape[0] = None
+    n_outputs = sum(int(np.prod(meta["feature_spec"][n]["shape"])) for n in labels)
+    model = build_model(settings, shape, n_outputs)
+    optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
+    epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
+    ckpt_dir = out_dir / "checkpoints"
+    manager = tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=2)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint)
+    start_epoch = int(epoch_var.numpy())
+    history = _load_history(out_dir) if start_epoch else []
+    history = history[:start_epoch]
+
+    loss_fn = tf.keras.losses.MeanSquaredError()
+
+    @tf.function
+    def train_step(x: Any, y: Any, first: bool) -> Any:  # `first` is a Python bool: traced twice
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        if first:  # after the optimizer has created its slots: everyone starts from rank 0's state
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(optimizer.variables(), root_rank=0)
+        return loss
+
+    @tf.function
+    def predict(x: Any) -> Any:
+        return model(x, training=False)
+
+    if rank == 0:
+        print(
+            json.dumps(
+                {
+                    "train": {
+                        "ranks": size,
+                        "steps_per_epoch": steps,
+                        "train_records_per_rank": n_train,
+                        "resume_from_epoch": start_epoch,
+                    }
+                }
+            ),
+            flush=True,
+        )
+    first = True
+    for epoch in range(start_epoch, settings["epochs"]):
+        train_ds = input_pipeline(
+            files, meta, settings, training=True, shard=shard, epoch_seed=settings["seed"] * 1000 + epoch
+        )
+        iterator = iter(train_ds)
+        waited = 0.0
+        losses = []
+        epoch_start = time.perf_counter()
+        for step in range(steps):
+            optimizer.learning_rate.assign(learning_rate(settings, size, epoch + step / steps))
+            t0 = time.perf_counter()
+            x, y = next(iterator)
+            waited += time.perf_counter() - t0
+            losses.append(float(train_step(x, y, first)))
+            first = False
+        seconds = time.perf_counter() - epoch_start
+        val_loss, pred, true = _validate(files, meta, settings, shard, predict, hvd)
+        row = {
+            "epoch": epoch + 1,
+            "loss": float(hvd.allreduce(tf.constant(np.mean(losses)), op=hvd.Average)),
+            "val_loss": val_loss,
+            "samples_per_s": float(hvd.allreduce(tf.constant(steps * settings["batch_size"] / seconds), op=hvd.Sum)),
+            "input_wait_fraction": float(hvd.allreduce(tf.constant(waited / seconds), op=hvd.Average)),
+            "learning_rate": float(optimizer.learning_rate.numpy()),
+            "seconds": seconds,
+        }
+        history.append(row)
+        epoch_var.assign(epoch + 1)
+        if rank == 0:
+            manager.save()
+            _write_history(out_dir, history)
+            print(json.dumps(row), flush=True)
+    # Final evaluation, model and plots (rank 0 writes).
+    val_loss, pred, true = _validate(files, meta, settings, shard, predict, hvd)
+    names = _label_names(meta, labels, config)
+    summary = {
+        "epochs": settings["epochs"],
+        "ranks": size,
+        "val_loss": val_loss,
+        "r2": dict(zip(names, r2_scores(pred, true), strict=True)) if len(true) else {},
+        "validation_records": len(true),
+        "weights_checksum": _weights_checksum(model),
+    }
+    all_checksums = hvd.allgather_object(summary["weights_checksum"])
+    summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
+    if rank == 0:
+        model.save(str(out_dir / "model"))
+        from pipeline.plots import learning_curves, predicted_vs_true
+
+        learning_curves(history, out_dir / "learning_curves.png")
+        predicted_vs_true(pred, true, names, out_dir / "pred_vs_true.png")
+        write_json_atomic(out_dir / "summary.json", summary)
+    hvd.join()
+    return summary
+
+
+def _mpi_min() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MIN
+
+
+def _validate(
+    files: Sequence[Path],
+    meta: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    shard: tuple[int, int] | None,
+    predict: Any,
+    hvd: Any,
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """Validation loss over all ranks' validation records; predictions gathered on every rank."""
+    import tensorflow as tf
+
+    preds, trues = [], []
+    for x, y in input_pipeline(files, meta, settings, training=False, shard=shard, epoch_seed=0):
+        preds.append(predict(x).numpy())
+        trues.append(y.numpy())
+    n_out = sum(int(np.prod(meta["feature_spec"][n]["shape"])) for n in fields(meta)[1])
+    pred = np.concatenate(preds) if preds else np.zeros((0, n_out), np.float32)
+    true = np.concatenate(trues) if trues else np.zeros((0, n_out), np.float32)
+    pred = hvd.allgather(tf.constant(pred)).numpy()
+    true = hvd.allgather(tf.constant(true)).numpy()
+    loss = float(((pred - true) ** 2).mean()) if len(true) else float("nan")
+    return loss, pred, true
+
+
+def _label_names(meta: Mapping[str, Any], labels: Sequence[str], config: Mapping[str, Any]) -> list[str]:
+    if config["simulate"]["enabled"] and list(labels) == ["params"]:
+        from pipeline.simulate import PARAM_NAMES
+
+        return list(PARAM_NAMES)
+    names = []
+    for n in labels:
+        k = int(np.prod(meta["feature_spec"][n]["shape"]))
+        names.extend([n] if k == 1 else [f"{n}[{i}]" for i in range(k)])
+    return names
+
+
+def _weights_checksum(model: Any) -> str:
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    for w in model.get_weights():
+        h.update(np.ascontiguousarray(w).tobytes())
+    return h.hexdigest()
+
+
+def _load_history(out_dir: Path) -> list[dict[str, Any]]:
+    path = out_dir / "metrics.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def _write_history(out_dir: Path, history: Sequence[Mapping[str, Any]]) -> None:
+    write_json_atomic(out_dir / "metrics.json", list(history))
+    columns = list(history[0])
+    lines = [",".join(columns)] + [",".join(_fmt(row[c]) for c in columns) for row in history]
+    write_text_atomic(out_dir / "metrics.csv", "\n".join(lines) + "\n")
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) and not math.isnan(value) else str(value)

@@ -1,0 +1,113 @@
+"""train with real Horovod ranks: size, identical weights, learning, resume after a kill, config errors."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from .conftest import BIN, MPIEXEC, env, make_config, run_cli, write_config
+
+SMALL = {"epochs": 3, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory):
+    """96 small cubes (16^3) merged and staged once for the module."""
+    tmp = tmp_path_factory.mktemp("train-data")
+    config = make_config(
+        tmp,
+        simulate={"samples": 96, "cube": {"size": 16, "box_size": 128.0, "mean_density": 8.0}},
+        source={
+            "fields": {
+                "density": {"path": "density", "dtype": "float32", "shape": [16, 16, 16]},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            }
+        },
+        stage={"target": str(tmp / "local")},
+        train=SMALL,
+    )
+    path = write_config(tmp, config)
+    for step in ("simulate", "ingest", "convert", "merge", "stage"):
+        run_cli([step, "--config", str(path)], ranks=2)
+    return tmp, config
+
+
+def train(tmp_path, staged, ranks=2, check=True, **settings):
+    _, config = staged
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = {**config, "train": {**config["train"], **settings}}
+    path = write_config(tmp_path, config)
+    args = ["train", "--config", str(path), "--out", str(tmp_path / "train")]
+    return run_cli(args, ranks=ranks, check=check, timeout=600)
+
+
+def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
+    proc = train(tmp_path, staged)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines[0]["train"]["ranks"] == 2
+    summary = json.loads((tmp_path / "train" / "summary.json").read_text())
+    assert summary["ranks"] == 2 and summary["weights_identical_across_ranks"]
+    history = json.loads((tmp_path / "train" / "metrics.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert all(0 <= h["input_wait_fraction"] < 1 and h["samples_per_s"] > 0 for h in history)
+    for name in ("metrics.csv", "learning_curves.png", "pred_vs_true.png", "model/saved_model.pb"):
+        assert (tmp_path / "train" / name).exists(), name
+    assert set(summary["r2"]) == {"sigma_8", "n_s", "omega_m"}
+
+
+def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
+    _, config = staged
+    config = {**config, "train": {**config["train"], "epochs": 6}}
+    path = write_config(tmp_path, config)
+    out = tmp_path / "train"
+    cmd = [MPIEXEC, "-n", "2", str(BIN / "sim2dl"), "train", "--config", str(path), "--out", str(out)]
+    proc = subprocess.Popen(
+        cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    metrics = out / "metrics.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (metrics.exists() and len(json.loads(metrics.read_text())) >= 2):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = len(json.loads(metrics.read_text()))
+    assert 2 <= done < 6, "training was not interrupted between epochs"
+    assert not (out / "summary.json").exists()
+
+    rerun = run_cli(["train", "--config", str(path), "--out", str(out)], ranks=2, timeout=600)
+    start = json.loads(next(line for line in rerun.stdout.splitlines() if line.startswith('{"train"')))
+    assert start["train"]["resume_from_epoch"] >= done - 1 >= 1  # a checkpoint per epoch; the last may be cut
+    history = json.loads(metrics.read_text())
+    assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5, 6]
+    assert json.loads((out / "summary.json").read_text())["weights_identical_across_ranks"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"model": "resnet"}, "config key 'train.model': unknown model 'resnet'"),
+        ({"learning_rate": 5.0}, "config key 'train.learning_rate': 5.0 is not in (0, 1)"),
+    ],
+)
+def test_config_errors_before_training_starts(tmp_path, staged, change, message):
+    proc = train(tmp_path, staged, check=False, **change)
+    assert proc.returncode != 0 and message in proc.stderr
+    assert not (tmp_path / "train").exists()
+
+
+def test_missing_staged_shard_is_named(tmp_path, staged):
+    data, _ = staged
+    summary = json.loads((data / "work" / "staged" / "summary.json").read_text())
+    node = summary["node_dirs"][0]
+    victim = sorted(p for p in os.listdir(node) if p.endswith(".tfrecord"))[0]
+    os.rename(os.path.join(node, victim), os.path.join(node, victim + ".away"))
+    try:
+        proc = train(tmp_path, staged, check=False)
+    finally:
+        os.rename(os.path.join(node, victim + ".away"), os.path.join(node, victim))
+    assert proc.returncode != 0 and f"staged file {os.path.join(node, victim)} is missing" in proc.stderr
+    assert not (tmp_path / "train" / "checkpoints").exists()
