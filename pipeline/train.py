@@ -125,7 +125,7 @@ def input_pipeline(
     fraction = settings["validation_fraction"]
     names = tf.data.Dataset.from_tensor_slices([str(f) for f in files])
     if training:
-        names = names.shuffle(len(files), seed=epoch_seed)
+        names = names.shuffle(len(files), seed=epoch_seed, reshuffle_each_iteration=True).repeat()
     ds = names.interleave(
         lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER_BYTES),
         cycle_length=max(1, min(len(files), 4)),
@@ -146,8 +146,8 @@ def input_pipeline(
 
     ds = ds.filter(keep)
     if training:
-        # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each epoch.
-        ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed)
+        # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
+        ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
 
     def decode(values: Any, name: str) -> Any:
         return tf.io.decode_raw(values, tf.dtypes.as_dtype(spec[name]["dtype"]), little_endian=True)
@@ -181,8 +181,6 @@ def input_pipeline(
             bucket_batch_sizes=[batch] * (len(settings["length_buckets"]) + 1),
             drop_remainder=training,
         )
-    if training:
-        ds = ds.repeat()
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -323,11 +321,14 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             flush=True,
         )
     first = True
-    for epoch in range(start_epoch, settings["epochs"]):
-        train_ds = input_pipeline(
-            files, meta, settings, training=True, shard=shard, epoch_seed=settings["seed"] * 1000 + epoch
+    # One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
+    # reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay).
+    iterator = iter(
+        input_pipeline(
+            files, meta, settings, training=True, shard=shard, epoch_seed=settings["seed"] * 1000 + start_epoch
         )
-        iterator = iter(train_ds)
+    )
+    for epoch in range(start_epoch, settings["epochs"]):
         waited = 0.0
         losses = []
         epoch_start = time.perf_counter()

@@ -1,0 +1,114 @@
+"""Benchmark: training throughput and input stalls.
+
+- scaling_efficiency_2 = samples/s with 2 ranks / (2 x samples/s with 1 rank), each rank bound to one
+  core with one TensorFlow thread. Target >= 0.8.
+- input_wait_fraction: share of step time spent waiting for input when reading staged shards (2 ranks).
+  Target <= 0.05.
+- input_wait_fraction_small_files: the same model fed one-sample-per-file TFRecords, for contrast.
+Figures are from the last epoch (the first includes graph tracing).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import yaml
+from common import BIN, bench_env, emit, parse_size
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str) -> None:
+    subprocess.run(
+        [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), *args], check=True, env=bench_env(), capture_output=True
+    )
+
+
+def prepare(work: Path, samples: int, epochs: int) -> Path:
+    """Simulate and merge once; stage two layouts: 16 MB shards, and one file per sample."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["workdir"] = str(work)
+    config["simulate"]["samples"] = samples
+    config["stage"]["target"] = str(work / "local")
+    config["train"].update({"epochs": epochs, "threads": 1})
+    path = work / "config.yaml"
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    for step in ("simulate", "ingest", "convert", "merge", "stage"):
+        run(step, "--config", str(path))
+    config["merge"]["shard_size_mb"] = 0.0001  # every record in its own file
+    small = work / "small.yaml"
+    small.write_text(yaml.safe_dump(config, sort_keys=False))
+    run("merge", "--config", str(small), "--out", str(work / "small" / "merged"))
+    run(
+        "stage",
+        "--config",
+        str(small),
+        "--merged",
+        str(work / "small" / "merged"),
+        "--summary",
+        str(work / "small" / "staged.json"),
+    )
+    return path
+
+
+def last_epoch(config: Path, ranks: int, out: Path, *extra: str) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    subprocess.run(
+        [
+            str(BIN / "mpiexec"),
+            "-n",
+            str(ranks),
+            "-bind-to",
+            "core",
+            str(BIN / "sim2dl"),
+            "train",
+            "--config",
+            str(config),
+            "--out",
+            str(out),
+            *extra,
+        ],
+        check=True,
+        env=bench_env(),
+        capture_output=True,
+    )
+    return json.loads((out / "metrics.json").read_text())[-1]
+
+
+def main() -> None:
+    n, keep, work = parse_size(__doc__, "train")
+    samples, epochs = (320, 2) if n == 2000 else (n // 5, 3)
+    config = prepare(work, samples, epochs)
+    one = last_epoch(config, 1, work / "out-1")
+    two = last_epoch(config, 2, work / "out-2")
+    small = work / "small"
+    two_small = last_epoch(
+        config, 2, work / "out-small", "--merged", str(small / "merged"), "--stage-summary", str(small / "staged.json")
+    )
+    files = len(json.loads((small / "merged" / "metadata.json").read_text())["shards"])
+    result = {
+        "benchmark": "train",
+        "samples": samples,
+        "epochs": epochs,
+        "small_files": files,
+        "samples_per_s_1_rank": round(one["samples_per_s"], 1),
+        "samples_per_s_2_ranks": round(two["samples_per_s"], 1),
+        "scaling_efficiency_2": round(two["samples_per_s"] / (2 * one["samples_per_s"]), 3),
+        "input_wait_fraction": round(two["input_wait_fraction"], 4),
+        "input_wait_fraction_small_files": round(two_small["input_wait_fraction"], 4),
+        "targets": {"scaling_efficiency_2": ">= 0.8", "input_wait_fraction": "<= 0.05"},
+    }
+    if not keep:
+        shutil.rmtree(work)
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
