@@ -167,6 +167,7 @@ def input_pipeline(
         d.update({n: tf.io.FixedLenFeature([], tf.string) for n in (feature, *labels)})
         parsed = tf.io.parse_single_example(record, d)
         x = tf.reshape(decode(parsed[feature], feature), tf.sparse.to_dense(parsed[f"{feature}_shape"]))
+        x.set_shape(spec[feature]["shape"])  # rank and fixed axes known statically; None axes vary
         y = tf.concat([tf.reshape(decode(parsed[n], n), [k]) for n, k in zip(labels, label_size, strict=True)], 0)
         return tf.cast(x, tf.float32), tf.cast(y, tf.float32)
 

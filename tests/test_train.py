@@ -111,3 +111,37 @@ def test_missing_staged_shard_is_named(tmp_path, staged):
         os.rename(os.path.join(node, victim + ".away"), os.path.join(node, victim))
     assert proc.returncode != 0 and f"staged file {os.path.join(node, victim)} is missing" in proc.stderr
     assert not (tmp_path / "train" / "checkpoints").exists()
+
+
+def test_trace_family_trains_a_sequence_model_with_length_buckets(tmp_path):
+    config = make_config(
+        tmp_path,
+        simulate={"family": "trace", "samples": 96, "trace": {"min_length": 10, "max_length": 300, "features": 4}},
+        source={
+            "fields": {
+                "trace": {"path": "trace", "dtype": "float32", "shape": [None, 4]},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            }
+        },
+        convert={
+            "features": ["trace"],
+            "labels": ["params"],
+            "log1p": [],
+            "normalise": ["trace", "params"],
+            "per_channel": ["params"],
+        },
+        stage={"target": str(tmp_path / "local")},
+        train={**SMALL, "model": "sequence", "epochs": 2, "length_buckets": [32, 128]},
+    )
+    path = write_config(tmp_path, config)
+    for step in ("simulate", "ingest", "convert", "merge", "stage", "train"):
+        run_cli([step, "--config", str(path)], ranks=2, timeout=600)
+    summary = json.loads((tmp_path / "work" / "train" / "summary.json").read_text())
+    assert summary["weights_identical_across_ranks"] and summary["validation_records"] > 0
+    history = json.loads((tmp_path / "work" / "train" / "metrics.json").read_text())
+    assert len(history) == 2 and all(h["loss"] > 0 for h in history)
+
+
+def test_cosmoflow_model_refuses_variable_length_records(tmp_path, staged):
+    proc = train(tmp_path, staged, check=False, model="sequence")
+    assert proc.returncode != 0 and "model 'sequence' needs (length, channels) records" in proc.stderr
