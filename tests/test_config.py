@@ -12,7 +12,7 @@ from .conftest import REPO, env, make_config
 def test_defaults_are_filled_and_demo_config_is_valid():
     config = cfg.load(REPO / "config" / "config.yaml")
     assert config["merge"]["format"] == "tfrecord"
-    assert config["convert"]["per_channel"] == []  # default from the schema
+    assert config["stage"]["chunk_mb"] == 2  # default from the schema
     assert config["simulate"]["trace"]["max_length"] == 1000
 
 

@@ -13,7 +13,7 @@ def fields_config(tmp_path, fmt_glob, fields, sample_id=None):
     return make_config(
         tmp_path,
         source={"glob": fmt_glob, "sample_id": sample_id, "fields": fields},
-        convert={"features": [next(iter(fields))], "labels": [], "log1p": [], "normalise": []},
+        convert={"features": [next(iter(fields))], "labels": [], "log1p": [], "normalise": [], "per_channel": []},
     )
 
 

@@ -191,7 +191,7 @@ def test_field_mapping_for_real_layouts(tmp_path, serial):
                 "y": {"path": "unitPar", "dtype": "float32", "shape": [4]},
             },
         },
-        convert={"features": ["x"], "labels": ["y"], "log1p": [], "normalise": []},
+        convert={"features": ["x"], "labels": ["y"], "log1p": [], "normalise": [], "per_channel": []},
     )
     summary = ingest(config, root, tmp_path / "i1", serial)
     assert summary["accepted"] == 3
@@ -213,6 +213,6 @@ def test_field_mapping_for_real_layouts(tmp_path, serial):
                 "labels": {"path": "climate/labels", "dtype": "int32"},
             },
         },
-        convert={"features": ["data"], "labels": ["labels"], "log1p": [], "normalise": []},
+        convert={"features": ["data"], "labels": ["labels"], "log1p": [], "normalise": [], "per_channel": []},
     )
     assert ingest(config, root, tmp_path / "i2", serial)["accepted"] == 1

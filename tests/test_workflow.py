@@ -19,7 +19,14 @@ def snakemake(*args, timeout=600):
 def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     overrides = tmp_path / "small.yaml"
     overrides.write_text(
-        yaml.safe_dump({"workdir": str(tmp_path / "w"), "simulate": {"samples": 40}, "merge": {"shard_size_mb": 1}})
+        yaml.safe_dump(
+            {
+                "workdir": str(tmp_path / "w"),
+                "simulate": {"samples": 40},
+                "merge": {"shard_size_mb": 1},
+                "stage": {"target": str(tmp_path / "local")},  # not the shared default below /tmp
+            }
+        )
     )
     proc = snakemake("--configfile", str(overrides))
     assert proc.returncode == 0, proc.stdout + proc.stderr
