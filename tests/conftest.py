@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -60,3 +61,17 @@ def run_cli(
 @pytest.fixture
 def serial() -> SerialComm:
     return SerialComm()
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a launched job and every process below it (MPI proxies may sit in their own process
+    groups), and wait until all are gone, so the test sees the state the kill left behind."""
+    import psutil
+
+    parent = psutil.Process(proc.pid)
+    victims = [parent, *parent.children(recursive=True)]
+    for p in victims:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    proc.wait()
+    psutil.wait_procs(victims, timeout=30)

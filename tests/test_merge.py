@@ -1,8 +1,6 @@
 """merge end to end with real MPI ranks: sorted shards, nothing lost, readable, deterministic, resumable."""
 
 import json
-import os
-import signal
 import subprocess
 import time
 
@@ -13,7 +11,7 @@ from pipeline.dataset import hdf5_records, tfrecord_dataset
 from pipeline.fsutil import file_checksum
 from pipeline.tables import read_csv
 
-from .conftest import BIN, MPIEXEC, env, make_config, run_cli, write_config
+from .conftest import BIN, MPIEXEC, env, kill_tree, make_config, run_cli, write_config
 
 
 def prepare(tmp_path, ranks=2, **sections):
@@ -137,8 +135,7 @@ def test_killed_merge_leaves_no_partial_shard_and_rerun_completes(tmp_path):
     shards_dir = out / "shards"
     while time.monotonic() < deadline and not (shards_dir.exists() and any(shards_dir.glob("*.idx"))):
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_tree(proc)
     assert not (out / "metadata.json").exists()
     shards = [p for p in (out / "shards").iterdir() if p.name.startswith("shard-") and not p.name.endswith(".idx")]
     for shard in shards:  # every shard that exists under its final name is complete

@@ -2,7 +2,6 @@
 
 import json
 import os
-import signal
 import subprocess
 import time
 
@@ -12,7 +11,7 @@ import tensorflow as tf
 
 from pipeline.fsutil import file_checksum
 
-from .conftest import BIN, MPIEXEC, env, make_config, run_cli, write_config
+from .conftest import BIN, MPIEXEC, env, kill_tree, make_config, run_cli, write_config
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +183,7 @@ def test_killed_rank_leaves_no_partial_file_and_rerun_completes(tmp_path, datase
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any((tmp_path / "local").rglob("shard-*")):
         time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_tree(proc)
     assert not (tmp_path / "summary.json").exists()
     for f in (tmp_path / "local").rglob("shard-*"):  # whatever exists under a final name is complete
         shard = next(s for s in meta["shards"] if s["file"] == f.name)

@@ -2,13 +2,12 @@
 
 import json
 import os
-import signal
 import subprocess
 import time
 
 import pytest
 
-from .conftest import BIN, MPIEXEC, env, make_config, run_cli, write_config
+from .conftest import BIN, MPIEXEC, env, kill_tree, make_config, run_cli, write_config
 
 SMALL = {"epochs": 3, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
 
@@ -72,8 +71,7 @@ def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (metrics.exists() and len(json.loads(metrics.read_text())) >= 2):
         time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_tree(proc)
     done = len(json.loads(metrics.read_text()))
     assert 2 <= done < 6, "training was not interrupted between epochs"
     assert not (out / "summary.json").exists()
