@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import subprocess
 import sys
@@ -75,3 +76,14 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
             p.kill()
     proc.wait()
     psutil.wait_procs(victims, timeout=30)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def remove_hydra_leftovers():
+    """MPICH's launcher leaves /tmp/hydra_hwloc_xmlfile_* behind when a job aborts or is killed, which
+    several tests do on purpose: remove the ones this session created."""
+    before = set(glob.glob("/tmp/hydra_hwloc_xmlfile_*"))
+    yield
+    for leftover in set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - before:
+        with contextlib.suppress(OSError):
+            os.unlink(leftover)
