@@ -70,40 +70,70 @@ def cmd_train(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> di
     return train(config, args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train)
 
 
+MERGED = ("--merged", "merge output directory (default: {workdir}/merged)")
+INGEST = ("--ingest", "ingest output directory (default: {workdir}/ingest)")
+
+# (step, help, handler, path options): every option is a path with the workdir layout as its default.
+STEPS: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
+    (
+        "simulate",
+        "write the built-in simulator's samples, one HDF5 file each",
+        cmd_simulate,
+        [("--out", "output directory (default: {workdir}/raw)")],
+    ),
+    (
+        "ingest",
+        "scan and validate input files into a manifest and packed parts",
+        cmd_ingest,
+        [
+            ("--source", "directory to scan (default: source.path)"),
+            ("--out", "output directory (default: {workdir}/ingest)"),
+        ],
+    ),
+    (
+        "convert",
+        "select, transform and compute global statistics",
+        cmd_convert,
+        [INGEST, ("--out", "output directory (default: {workdir}/convert)")],
+    ),
+    (
+        "merge",
+        "pack converted samples into sorted shards with an index and metadata",
+        cmd_merge,
+        [
+            INGEST,
+            ("--convert", "convert output directory (default: {workdir}/convert)"),
+            ("--out", "output directory (default: {workdir}/merged)"),
+        ],
+    ),
+    (
+        "stage",
+        "copy shards to node-local storage, each byte read once from the shared FS",
+        cmd_stage,
+        [MERGED, ("--summary", "summary file (default: {workdir}/staged/summary.json)")],
+    ),
+    (
+        "train",
+        "data-parallel training (TensorFlow + Horovod) from the staged shards",
+        cmd_train,
+        [
+            MERGED,
+            ("--stage-summary", "stage summary (default: {workdir}/staged/summary.json)"),
+            ("--out", "output directory (default: {workdir}/train)"),
+        ],
+    ),
+]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sim2dl", description=__doc__)
     sub = parser.add_subparsers(dest="step", required=True)
-    p = sub.add_parser("simulate", help="write the built-in simulator's samples, one HDF5 file each")
-    _common(p)
-    p.add_argument("--out", type=Path, help="output directory (default: {workdir}/raw)")
-    p.set_defaults(func=cmd_simulate)
-    p = sub.add_parser("ingest", help="scan and validate input files into a manifest and packed parts")
-    _common(p)
-    p.add_argument("--source", type=Path, help="directory to scan (default: source.path)")
-    p.add_argument("--out", type=Path, help="output directory (default: {workdir}/ingest)")
-    p.set_defaults(func=cmd_ingest)
-    p = sub.add_parser("convert", help="select, transform and compute global statistics")
-    _common(p)
-    p.add_argument("--ingest", type=Path, help="ingest output directory (default: {workdir}/ingest)")
-    p.add_argument("--out", type=Path, help="output directory (default: {workdir}/convert)")
-    p.set_defaults(func=cmd_convert)
-    p = sub.add_parser("merge", help="pack converted samples into sorted shards with an index and metadata")
-    _common(p)
-    p.add_argument("--ingest", type=Path, help="ingest output directory (default: {workdir}/ingest)")
-    p.add_argument("--convert", type=Path, help="convert output directory (default: {workdir}/convert)")
-    p.add_argument("--out", type=Path, help="output directory (default: {workdir}/merged)")
-    p.set_defaults(func=cmd_merge)
-    p = sub.add_parser("stage", help="copy shards to node-local storage, each byte read once from the shared FS")
-    _common(p)
-    p.add_argument("--merged", type=Path, help="merge output directory (default: {workdir}/merged)")
-    p.add_argument("--summary", type=Path, help="summary file (default: {workdir}/staged/summary.json)")
-    p.set_defaults(func=cmd_stage)
-    p = sub.add_parser("train", help="data-parallel training (TensorFlow + Horovod) from the staged shards")
-    _common(p)
-    p.add_argument("--merged", type=Path, help="merge output directory (default: {workdir}/merged)")
-    p.add_argument("--stage-summary", type=Path, help="stage summary (default: {workdir}/staged/summary.json)")
-    p.add_argument("--out", type=Path, help="output directory (default: {workdir}/train)")
-    p.set_defaults(func=cmd_train)
+    for name, help_text, handler, options in STEPS:
+        p = sub.add_parser(name, help=help_text)
+        _common(p)
+        for flag, text in options:
+            p.add_argument(flag, type=Path, help=text)
+        p.set_defaults(func=handler)
     return parser
 
 
