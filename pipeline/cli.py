@@ -70,6 +70,12 @@ def cmd_train(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> di
     return train(config, args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train)
 
 
+def cmd_search(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+    from pipeline.search import search
+
+    return search(config, args.out or cfg.layout(config).workdir / "search", comm)
+
+
 MERGED = ("--merged", "merge output directory (default: {workdir}/merged)")
 INGEST = ("--ingest", "ingest output directory (default: {workdir}/ingest)")
 
@@ -121,6 +127,12 @@ STEPS: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
             ("--stage-summary", "stage summary (default: {workdir}/staged/summary.json)"),
             ("--out", "output directory (default: {workdir}/train)"),
         ],
+    ),
+    (
+        "search",
+        "hyperparameter search with BOHB: rank 0 the master, other ranks workers",
+        cmd_search,
+        [("--out", "output directory (default: {workdir}/search)")],
     ),
 ]
 

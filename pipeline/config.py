@@ -106,6 +106,9 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     trace = config["simulate"]["trace"]
     if trace["min_length"] > trace["max_length"]:
         raise Sim2dlError("config key 'simulate.trace': min_length is larger than max_length")
+    unknown = [k for k in config["search"]["space"] if k not in schema()["properties"]["train"]["properties"]]
+    if unknown:
+        raise Sim2dlError(f"config key 'search.space': {unknown} are not train settings")
     merge = config["merge"]
     allowed = {"tfrecord": {"none", "gzip", "zlib"}, "hdf5": {"none", "gzip", "lzf"}}[merge["format"]]
     if merge["compression"] not in allowed:

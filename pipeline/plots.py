@@ -48,3 +48,21 @@ def predicted_vs_true(pred: np.ndarray, true: np.ndarray, names: Sequence[str], 
         ax.set(xlabel=f"true {name}", ylabel=f"predicted {name}", title=f"{name}: R² = {r2:.2f}")
     fig.suptitle(f"Validation set ({len(true)} samples, normalised units)")
     _save(fig, path)
+
+
+def search_progress(runs: Sequence[Any], path: Path) -> None:
+    """Loss against budget for every trial, and the best loss so far against compute spent."""
+    fig, (ax_trials, ax_best) = plt.subplots(1, 2, figsize=(10, 3.8))
+    by_config: dict[Any, list[Any]] = {}
+    for r in runs:
+        by_config.setdefault(r.config_id, []).append(r)
+    for trials in by_config.values():
+        trials.sort(key=lambda r: r.budget)
+        ax_trials.plot([r.budget for r in trials], [r.loss for r in trials], "o-", alpha=0.6)
+    ax_trials.set(xscale="log", xlabel="budget (epochs)", ylabel="validation loss", title="Every trial")
+    ordered = sorted(runs, key=lambda r: r.time_stamps["finished"])
+    spent = np.cumsum([r.budget for r in ordered])
+    best = np.minimum.accumulate([r.loss for r in ordered])
+    ax_best.step(spent, best, where="post")
+    ax_best.set(xlabel="compute spent (epochs)", ylabel="best validation loss so far", title="Search progress")
+    _save(fig, path)

@@ -1,0 +1,319 @@
+"""search: hyperparameter search with BOHB (hpbandster), budgets in training epochs.
+
+Security: hpbandster itself uses no authentication, so anyone reaching its Pyro4 ports could list,
+stop or feed the workers. Here every Pyro4 daemon, proxy and the name server carry an HMAC key
+(`_pyroHmacKey`, Pyro4 4.82), generated per run and kept in a run directory readable only by the user
+(0700, key file 0600); daemons listen on loopback unless `search.interface` names the node's interface.
+A client without the key is refused.
+
+Compatibility: ConfigSpace 1.x returns numpy scalars, which Pyro4's serpent serializer cannot encode
+(the dispatcher thread dies and the master hangs) and numpy 2 prints as `np.float64(...)`; serpent
+handlers turn numpy values into plain Python ones in every process.
+
+Each trial runs the normal training (`sim2dl train`, through the same code path as the workflow) in a
+subprocess with a time limit; a trial that fails or runs out of time is recorded as failed. Completed
+trials are kept in `trials.jsonl`; a restarted search answers repeated (configuration, budget) pairs from
+it instead of training again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from pipeline import Sim2dlError
+from pipeline.fsutil import write_text_atomic
+
+RESULT_NAME = "trials.jsonl"
+
+
+# ---------------------------------------------------------------- Pyro4: numpy values and HMAC keys
+
+
+def register_numpy_serializers() -> None:
+    """Let serpent send numpy scalars and arrays as plain Python values."""
+    import serpent
+
+    def plain(obj: Any, serializer: Any, stream: Any, indent: int) -> None:
+        serializer._serialize(obj.item() if isinstance(obj, np.generic) else obj.tolist(), stream, indent)
+
+    for kind in (np.generic, np.ndarray):
+        serpent.register_class(kind, plain)
+
+
+def install_hmac_key(key: bytes) -> None:
+    """Make every Pyro4 daemon, proxy and name server in this process use `key`.
+
+    The key is set in Daemon/Proxy.__init__ (hpbandster creates both without one); the classes
+    themselves are not replaced, because Pyro4.core refers to them by name in super() calls."""
+    import Pyro4.core
+    import Pyro4.naming
+
+    Pyro4._sim2dl_key = key
+    if getattr(Pyro4, "_sim2dl_patched", False):
+        return
+    proxy_init, daemon_init = Pyro4.core.Proxy.__init__, Pyro4.core.Daemon.__init__
+    base_start, base_locate = Pyro4.naming.startNS, Pyro4.core._locateNS
+
+    def keyed_proxy_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        proxy_init(self, *args, **kwargs)
+        self._pyroHmacKey = Pyro4._sim2dl_key
+
+    def keyed_daemon_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        daemon_init(self, *args, **kwargs)
+        self._pyroHmacKey = Pyro4._sim2dl_key
+
+    def start(*args: Any, **kwargs: Any) -> Any:
+        kwargs["hmac"] = Pyro4._sim2dl_key
+        kwargs.setdefault("enableBroadcast", False)  # no broadcast responder on the network
+        return base_start(*args, **kwargs)
+
+    def locate(host: Any = None, port: Any = None, broadcast: bool = False, hmac_key: Any = None) -> Any:
+        return base_locate(host, port, broadcast=broadcast, hmac_key=Pyro4._sim2dl_key)
+
+    Pyro4.locateNS = Pyro4.core._locateNS = Pyro4.naming.locateNS = locate
+    Pyro4.core.Proxy.__init__ = keyed_proxy_init
+    Pyro4.core.Daemon.__init__ = keyed_daemon_init
+    Pyro4.naming.startNS = start
+    Pyro4._sim2dl_patched = True
+
+
+def run_directory(path: Path) -> bytes:
+    """Create (0700) the run directory and its key file (0600); return the key."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    key_file = path / "hmac.key"
+    if not key_file.exists():
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    if key_file.stat().st_mode & 0o077:
+        raise Sim2dlError(f"{key_file} is readable by others: remove it (a new key is made) or chmod 600 it")
+    return key_file.read_text().strip().encode()
+
+
+def listen_host(interface: str) -> str:
+    return "127.0.0.1" if interface == "loopback" else socket.gethostbyname(socket.gethostname())
+
+
+# ---------------------------------------------------------------- search space and trials
+
+
+def config_space(space: Mapping[str, Mapping[str, Any]], seed: int) -> Any:
+    import ConfigSpace as CS
+
+    cs = CS.ConfigurationSpace(seed=seed)
+    for name, p in space.items():
+        kind = p["type"]
+        if kind == "log-uniform":
+            hp = CS.UniformFloatHyperparameter(name, lower=p["low"], upper=p["high"], log=True)
+        elif kind == "uniform":
+            hp = CS.UniformFloatHyperparameter(name, lower=p["low"], upper=p["high"])
+        elif kind == "int":
+            hp = CS.UniformIntegerHyperparameter(name, lower=p["low"], upper=p["high"])
+        else:
+            hp = CS.CategoricalHyperparameter(name, choices=list(p["values"]))
+        cs.add(hp)
+    return cs
+
+
+def plain(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in sorted(config.items())}
+
+
+def trial_key(config: Mapping[str, Any], budget: float) -> str:
+    return json.dumps([plain(config), round(float(budget), 6)], sort_keys=True)
+
+
+def completed_trials(results: Path) -> dict[str, dict[str, Any]]:
+    done = {}
+    if results.exists():
+        for line in results.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                row = json.loads(line)
+                done[trial_key(row["config"], row["budget"])] = row
+    return done
+
+
+def trial_environment() -> dict[str, str]:
+    """The search job's MPI variables must not leak into a trial's own MPI launch."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPI_LOCALRANK"))}
+
+
+def run_trial(
+    base_config: Mapping[str, Any],
+    config: Mapping[str, Any],
+    budget: float,
+    trial_dir: Path,
+    settings: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Train one configuration for `budget` epochs in a subprocess; returns {'loss', 'info'}."""
+    trial_config = json.loads(json.dumps(base_config))
+    trial_config["train"].update(plain(config))
+    trial_config["train"]["epochs"] = max(1, round(budget))
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    config_path = trial_dir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(trial_config, sort_keys=False))
+    launcher = [settings["launcher"], "-n", str(settings["ranks_per_trial"])]
+    cmd = [
+        *launcher,
+        sys.executable,
+        "-m",
+        "pipeline.cli",
+        "train",
+        "--config",
+        str(config_path),
+        "--out",
+        str(trial_dir / "train"),
+    ]
+    start = time.perf_counter()
+    with open(trial_dir / "log.txt", "w") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=trial_environment(), start_new_session=True
+        )
+        try:
+            proc.wait(timeout=settings["trial_timeout_s"])
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc)
+            raise Sim2dlError(
+                f"trial timed out after {settings['trial_timeout_s']} s (see {trial_dir}/log.txt)"
+            ) from None
+    if proc.returncode != 0:
+        raise Sim2dlError(f"trial failed with exit code {proc.returncode} (see {trial_dir}/log.txt)")
+    summary = json.loads((trial_dir / "train" / "summary.json").read_text())
+    return {"loss": float(summary["val_loss"]), "info": {"r2": summary["r2"], "seconds": time.perf_counter() - start}}
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    import psutil
+
+    with contextlib.suppress(psutil.NoSuchProcess):
+        parent = psutil.Process(proc.pid)
+        for p in [*parent.children(recursive=True), parent]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+    proc.wait()
+
+
+# ---------------------------------------------------------------- the master and the workers
+
+
+def make_worker_class() -> type:
+    from hpbandster.core.worker import Worker
+
+    class TrainingWorker(Worker):  # type: ignore[misc]
+        def __init__(self, base_config: Mapping[str, Any], out_dir: Path, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.base_config, self.out_dir = base_config, out_dir
+            self.settings = base_config["search"]
+            self.results = out_dir / RESULT_NAME
+            self.lock = threading.Lock()
+
+        def compute(self, config_id: Any, config: Mapping[str, Any], budget: float, working_directory: Any) -> dict:
+            key = trial_key(config, budget)
+            cached = completed_trials(self.results).get(key)
+            if cached is not None and cached["loss"] is not None:  # a restarted search: no retraining
+                return {"loss": cached["loss"], "info": {**cached.get("info", {}), "cached": True}}
+            name = "trial-" + "-".join(str(int(c)) for c in config_id) + f"-b{budget:g}"
+            row: dict[str, Any] = {"config_id": list(config_id), "config": plain(config), "budget": float(budget)}
+            try:
+                result = run_trial(self.base_config, config, budget, self.out_dir / "trials" / name, self.settings)
+                row.update(loss=result["loss"], info=result["info"])
+                return result
+            except Sim2dlError as e:
+                row.update(loss=None, error=str(e))
+                raise
+            finally:
+                with self.lock, open(self.results, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+    return TrainingWorker
+
+
+def search(config: Mapping[str, Any], out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Rank 0: name server and BOHB master (plus a worker if it is the only rank); other ranks: workers."""
+    import hpbandster.core.nameserver as hpns
+    from hpbandster.optimizers import BOHB
+
+    settings = config["search"]
+    rank, size = comm.Get_rank(), comm.Get_size()
+    run_dir = out_dir / "run"
+    key = None
+    if rank == 0:
+        key = run_directory(run_dir)
+    key = comm.bcast(key, root=0)
+    register_numpy_serializers()
+    install_hmac_key(key)
+    np.random.seed(settings["seed"])  # BOHB's model samples from numpy's global generator
+    run_id = f"sim2dl-{settings['seed']}"
+    host = listen_host(settings["interface"])
+    worker_class = make_worker_class()
+    address = None
+    ns = None
+    if rank == 0:
+        ns = hpns.NameServer(run_id=run_id, host=host, port=0, working_directory=str(run_dir))
+        address = ns.start()
+    address = comm.bcast(address, root=0)
+    workers = []
+    if rank > 0 or size == 1:
+        w = worker_class(
+            config, out_dir, run_id=run_id, nameserver=address[0], nameserver_port=address[1], host=host, id=rank
+        )
+        w.run(background=size == 1 or rank == 0)
+        workers.append(w)
+    summary: dict[str, Any] = {}
+    if rank == 0:
+        bohb = BOHB(
+            configspace=config_space(settings["space"], settings["seed"]),
+            run_id=run_id,
+            host=host,
+            nameserver=address[0],
+            nameserver_port=address[1],
+            min_budget=settings["min_budget"],
+            max_budget=settings["max_budget"],
+            eta=settings["eta"],
+            ping_interval=settings["ping_interval_s"],
+        )
+        try:
+            result = bohb.run(n_iterations=settings["iterations"], min_n_workers=max(1, size - 1))
+        finally:
+            bohb.shutdown(shutdown_workers=True)
+            ns.shutdown()
+        summary = finish(result, out_dir, config)
+    comm.barrier()
+    return summary
+
+
+def finish(result: Any, out_dir: Path, config: Mapping[str, Any]) -> dict[str, Any]:
+    id2config = result.get_id2config_mapping()
+    incumbent = result.get_incumbent_id()
+    runs = [r for r in result.get_all_runs() if r.loss is not None]
+    failed = len(result.get_all_runs()) - len(runs)
+    if incumbent is None or not runs:
+        raise Sim2dlError(f"no trial succeeded ({failed} failed): see {out_dir}/trials/*/log.txt")
+    best = plain(id2config[incumbent]["config"])
+    best_runs = [r for r in result.get_runs_by_id(incumbent) if r.loss is not None]
+    best_loss = min(r.loss for r in best_runs)
+    write_text_atomic(out_dir / "best.yaml", yaml.safe_dump({"train": best}, sort_keys=True))
+    from pipeline.plots import search_progress
+
+    search_progress(runs, out_dir / "search.png")
+    return {"best": best, "best_loss": best_loss, "trials": len(runs), "failed_trials": failed}
+
+
+def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
+    for line in path.read_text().splitlines():
+        yield json.loads(line)
