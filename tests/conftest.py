@@ -87,3 +87,19 @@ def remove_hydra_leftovers():
     for leftover in set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - before:
         with contextlib.suppress(OSError):
             os.unlink(leftover)
+
+
+def small_cube_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
+    """96 cubes of 16^3, staged below tmp_path: small enough to train on in seconds."""
+    return make_config(
+        tmp_path,
+        simulate={"samples": 96, "cube": {"size": 16, "box_size": 128.0, "mean_density": 8.0}},
+        source={
+            "fields": {
+                "density": {"path": "density", "dtype": "float32", "shape": [16, 16, 16]},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            }
+        },
+        stage={"target": str(tmp_path / "local")},
+        **sections,
+    )

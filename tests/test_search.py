@@ -9,7 +9,7 @@ import yaml
 
 from pipeline.search import config_space, install_hmac_key, listen_host, register_numpy_serializers, run_directory
 
-from .conftest import make_config, run_cli, write_config
+from .conftest import make_config, run_cli, small_cube_config, write_config
 
 
 @pytest.fixture
@@ -86,16 +86,8 @@ def test_search_space_names_must_be_train_settings(tmp_path):
 
 
 def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path):
-    config = make_config(
+    config = small_cube_config(
         tmp_path,
-        simulate={"samples": 96, "cube": {"size": 16, "box_size": 128.0, "mean_density": 8.0}},
-        source={
-            "fields": {
-                "density": {"path": "density", "dtype": "float32", "shape": [16, 16, 16]},
-                "params": {"path": "params", "dtype": "float32", "shape": [3]},
-            }
-        },
-        stage={"target": str(tmp_path / "local")},
         train={"batch_size": 8, "depth": 2, "width": 4, "dense": 16},
         search={
             "min_budget": 1,

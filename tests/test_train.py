@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from .conftest import BIN, MPIEXEC, env, kill_tree, make_config, run_cli, write_config
+from .conftest import BIN, MPIEXEC, env, kill_tree, make_config, run_cli, small_cube_config, write_config
 
 SMALL = {"epochs": 3, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
 
@@ -16,18 +16,7 @@ SMALL = {"epochs": 3, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "lea
 def staged(tmp_path_factory):
     """96 small cubes (16^3) merged and staged once for the module."""
     tmp = tmp_path_factory.mktemp("train-data")
-    config = make_config(
-        tmp,
-        simulate={"samples": 96, "cube": {"size": 16, "box_size": 128.0, "mean_density": 8.0}},
-        source={
-            "fields": {
-                "density": {"path": "density", "dtype": "float32", "shape": [16, 16, 16]},
-                "params": {"path": "params", "dtype": "float32", "shape": [3]},
-            }
-        },
-        stage={"target": str(tmp / "local")},
-        train=SMALL,
-    )
+    config = small_cube_config(tmp, train=SMALL)
     path = write_config(tmp, config)
     for step in ("simulate", "ingest", "convert", "merge", "stage"):
         run_cli([step, "--config", str(path)], ranks=2)
