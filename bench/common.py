@@ -44,6 +44,17 @@ def bench_env() -> dict[str, str]:
     return env
 
 
+def mpi(ranks: int, *command: str | Path, options: tuple[str, ...] = ()) -> str:
+    """Run `command` as an MPI job of `ranks` ranks with the venv's launcher; returns its stdout."""
+    argv = [str(BIN / "mpiexec"), "-n", str(ranks), *options, *(str(c) for c in command)]
+    return subprocess.run(argv, check=True, env=bench_env(), capture_output=True, text=True).stdout
+
+
+def sim2dl(*args: str | Path, ranks: int = 2, options: tuple[str, ...] = ()) -> str:
+    """`sim2dl ARGS` under MPI; returns its stdout."""
+    return mpi(ranks, BIN / "sim2dl", *args, options=options)
+
+
 def bench_config(workdir: Path, samples: int, **sections: Any) -> Path:
     """A config for `samples` cubes of 32^3 with a pass-through conversion (no log1p, no normalisation)
     so sim2dl does the same work as the baseline: read, cast, serialise, write."""
@@ -66,12 +77,7 @@ def simulated_inputs(workdir: Path, samples: int) -> tuple[Path, list[Path]]:
     raw = workdir / "raw"
     if not (raw / "simulate.json").exists() or json.loads((raw / "simulate.json").read_text())["samples"] != samples:
         print(f"generating {samples} input files in {raw} ...", file=sys.stderr, flush=True)
-        subprocess.run(
-            [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), "simulate", "--config", str(config)],
-            check=True,
-            env=bench_env(),
-            stdout=subprocess.DEVNULL,
-        )
+        sim2dl("simulate", "--config", config)
     files = sorted(raw.rglob("*.h5"))
     assert len(files) == samples, f"expected {samples} files in {raw}, found {len(files)}"
     return config, files

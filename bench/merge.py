@@ -23,6 +23,7 @@ from common import (
     BIN,
     bench_env,
     emit,
+    mpi,
     naive_tfrecords,
     parse_size,
     rate,
@@ -38,21 +39,8 @@ REPEATS = 3
 def run_sim2dl(config: Path, work: Path) -> dict[str, float]:
     for step in ("ingest", "convert", "merged"):
         shutil.rmtree(work / step, ignore_errors=True)
-    proc = subprocess.run(
-        [
-            str(BIN / "mpiexec"),
-            "-n",
-            str(RANKS),
-            str(BIN / "python"),
-            str(Path(__file__).parent / "_steps.py"),
-            str(config),
-        ],
-        check=True,
-        env=bench_env(),
-        capture_output=True,
-        text=True,
-    )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    stdout = mpi(RANKS, BIN / "python", Path(__file__).parent / "_steps.py", config)
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def ingest_peak_rss_mb(config: Path, source: Path, out: Path) -> float:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,13 +19,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
-    BIN,
-    bench_env,
     emit,
     evict,
     naive_tfrecords,
     parse_size,
     read_floor_seconds,
+    sim2dl,
     simulated_inputs,
 )
 
@@ -49,13 +47,7 @@ def main() -> None:
     config, files = simulated_inputs(work, n)
     if not (work / "merged" / "metadata.json").exists():
         for step in ("ingest", "convert", "merge"):
-            subprocess.run(
-                [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), step, "--config", str(config)],
-                check=True,
-                env=bench_env(),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            sim2dl(step, "--config", config)
     naive_dir = work / "naive"
     if not naive_dir.exists() or len(list(naive_dir.iterdir())) != n:
         shutil.rmtree(naive_dir, ignore_errors=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
 from multiprocessing import get_context
@@ -24,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
-from common import BIN, bench_env, emit, evict, parse_size
+from common import BIN, emit, evict, mpi, parse_size, sim2dl
 
 RANKS = 4
 
@@ -40,12 +39,7 @@ def make_dataset(work: Path, samples: int) -> tuple[Path, dict]:
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         print(f"making a dataset of {samples} samples in {work} ...", file=sys.stderr, flush=True)
         for step in ("simulate", "ingest", "convert", "merge"):
-            subprocess.run(
-                [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), step, "--config", str(config_path)],
-                check=True,
-                env=bench_env(),
-                capture_output=True,
-            )
+            sim2dl(step, "--config", config_path)
         for step in ("raw", "ingest", "convert"):  # only the shards are needed from here on
             shutil.rmtree(work / step)
     return config_path, json.loads((work / "merged" / "metadata.json").read_text())
@@ -67,25 +61,18 @@ def run_stager(work: Path, config_path: Path, mode: str, nodes: int) -> tuple[di
     shutil.rmtree(probes, ignore_errors=True)
     probes.mkdir()
     evict(shards(work, json.loads((work / "merged" / "metadata.json").read_text())))
-    subprocess.run(
-        [
-            str(BIN / "mpiexec"),
-            "-n",
-            str(RANKS),
-            str(BIN / "python"),
-            str(Path(__file__).parent / "_io_probe.py"),
-            str(probes),
-            "stage",
-            "--config",
-            str(run_config),
-            "--merged",
-            str(work / "merged"),
-            "--summary",
-            str(work / "summary.json"),
-        ],
-        check=True,
-        env=bench_env(),
-        capture_output=True,
+    mpi(
+        RANKS,
+        BIN / "python",
+        Path(__file__).parent / "_io_probe.py",
+        probes,
+        "stage",
+        "--config",
+        run_config,
+        "--merged",
+        work / "merged",
+        "--summary",
+        work / "summary.json",
     )
     read = sum(json.loads(p.read_text())["read_bytes"] for p in probes.glob("rank-*.json"))
     assert len(list(probes.glob("rank-*.json"))) == RANKS

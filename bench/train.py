@@ -12,22 +12,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
-from common import BIN, bench_env, emit, parse_size
+from common import emit, parse_size, sim2dl
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def run(*args: str) -> None:
-    subprocess.run(
-        [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), *args], check=True, env=bench_env(), capture_output=True
-    )
 
 
 def prepare(work: Path, samples: int, epochs: int) -> Path:
@@ -41,12 +34,12 @@ def prepare(work: Path, samples: int, epochs: int) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     for step in ("simulate", "ingest", "convert", "merge", "stage"):
-        run(step, "--config", str(path))
+        sim2dl(step, "--config", str(path))
     config["merge"]["shard_size_mb"] = 0.0001  # every record in its own file
     small = work / "small.yaml"
     small.write_text(yaml.safe_dump(config, sort_keys=False))
-    run("merge", "--config", str(small), "--out", str(work / "small" / "merged"))
-    run(
+    sim2dl("merge", "--config", str(small), "--out", str(work / "small" / "merged"))
+    sim2dl(
         "stage",
         "--config",
         str(small),
@@ -60,25 +53,7 @@ def prepare(work: Path, samples: int, epochs: int) -> Path:
 
 def last_epoch(config: Path, ranks: int, out: Path, *extra: str) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    subprocess.run(
-        [
-            str(BIN / "mpiexec"),
-            "-n",
-            str(ranks),
-            "-bind-to",
-            "core",
-            str(BIN / "sim2dl"),
-            "train",
-            "--config",
-            str(config),
-            "--out",
-            str(out),
-            *extra,
-        ],
-        check=True,
-        env=bench_env(),
-        capture_output=True,
-    )
+    sim2dl("train", "--config", config, "--out", out, *extra, ranks=ranks, options=("-bind-to", "core"))
     return json.loads((out / "metrics.json").read_text())[-1]
 
 

@@ -48,11 +48,26 @@ def env() -> dict[str, str]:
     return e
 
 
+def cli_command(args: list[str], ranks: int) -> list[str]:
+    return [MPIEXEC, "-n", str(ranks), str(BIN / "sim2dl"), *args]
+
+
+def start_cli(args: list[str], ranks: int) -> subprocess.Popen[bytes]:
+    """Start `sim2dl ARGS` under `mpiexec -n RANKS` in the background (to be killed by kill_tree)."""
+    return subprocess.Popen(
+        cli_command(args, ranks),
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def run_cli(
     args: list[str], ranks: int = 1, check: bool = True, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """Run `sim2dl ARGS` under a real `mpiexec -n RANKS`."""
-    cmd = [MPIEXEC, "-n", str(ranks), str(BIN / "sim2dl"), *args]
+    cmd = cli_command(args, ranks)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

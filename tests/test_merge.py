@@ -1,7 +1,6 @@
 """merge end to end with real MPI ranks: sorted shards, nothing lost, readable, deterministic, resumable."""
 
 import json
-import subprocess
 import time
 
 import numpy as np
@@ -11,7 +10,7 @@ from pipeline.dataset import hdf5_records, tfrecord_dataset
 from pipeline.fsutil import file_checksum
 from pipeline.tables import read_csv
 
-from .conftest import BIN, MPIEXEC, env, kill_tree, make_config, run_cli, write_config
+from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
 
 
 def prepare(tmp_path, ranks=2, **sections):
@@ -127,10 +126,7 @@ def test_killed_merge_leaves_no_partial_shard_and_rerun_completes(tmp_path):
     reference = tmp_path / "reference"
     merge(config_path, reference, ranks=1)
 
-    cmd = [MPIEXEC, "-n", "2", str(BIN / "sim2dl"), "merge", "--config", str(config_path), "--out", str(out)]
-    proc = subprocess.Popen(
-        cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    proc = start_cli(["merge", "--config", str(config_path), "--out", str(out)], 2)
     deadline = time.monotonic() + 120
     shards_dir = out / "shards"
     while time.monotonic() < deadline and not (shards_dir.exists() and any(shards_dir.glob("*.idx"))):

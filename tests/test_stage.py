@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from pipeline.fsutil import file_checksum
 
-from .conftest import BIN, MPIEXEC, env, kill_tree, make_config, run_cli, write_config
+from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
 
 
 @pytest.fixture(scope="module")
@@ -27,24 +27,25 @@ def dataset(tmp_path_factory):
     return tmp, config, meta
 
 
-def stage(tmp_path, dataset, ranks, check=True, **settings):
+def stage_args(tmp_path, dataset, **settings):
+    """`sim2dl stage` arguments staging the dataset below tmp_path/local with these settings."""
     data_dir, config, _ = dataset
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = {**config, "stage": {**config["stage"], "target": str(tmp_path / "local"), **settings}}
     path = write_config(tmp_path, config)
-    proc = run_cli(
-        [
-            "stage",
-            "--config",
-            str(path),
-            "--merged",
-            str(data_dir / "work" / "merged"),
-            "--summary",
-            str(tmp_path / "summary.json"),
-        ],
-        ranks=ranks,
-        check=check,
-    )
+    return [
+        "stage",
+        "--config",
+        str(path),
+        "--merged",
+        str(data_dir / "work" / "merged"),
+        "--summary",
+        str(tmp_path / "summary.json"),
+    ]
+
+
+def stage(tmp_path, dataset, ranks, check=True, **settings):
+    proc = run_cli(stage_args(tmp_path, dataset, **settings), ranks=ranks, check=check)
     summary = json.loads((tmp_path / "summary.json").read_text()) if proc.returncode == 0 else None
     return proc, summary
 
@@ -158,28 +159,8 @@ def test_target_without_enough_space(tmp_path, dataset):
 
 
 def test_killed_rank_leaves_no_partial_file_and_rerun_completes(tmp_path, dataset):
-    data_dir, config, meta = dataset
-    config = {
-        **config,
-        "stage": {**config["stage"], "target": str(tmp_path / "local"), "emulate_nodes": 2, "chunk_mb": 0.05},
-    }
-    path = write_config(tmp_path, config)
-    cmd = [
-        MPIEXEC,
-        "-n",
-        "4",
-        str(BIN / "sim2dl"),
-        "stage",
-        "--config",
-        str(path),
-        "--merged",
-        str(data_dir / "work" / "merged"),
-        "--summary",
-        str(tmp_path / "summary.json"),
-    ]
-    proc = subprocess.Popen(
-        cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    _, _, meta = dataset
+    proc = start_cli(stage_args(tmp_path, dataset, emulate_nodes=2, chunk_mb=0.05), 4)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any((tmp_path / "local").rglob("shard-*")):
         time.sleep(0.01)

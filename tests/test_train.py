@@ -2,12 +2,11 @@
 
 import json
 import os
-import subprocess
 import time
 
 import pytest
 
-from .conftest import BIN, MPIEXEC, env, kill_tree, make_config, run_cli, small_cube_config, write_config
+from .conftest import kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
 
 SMALL = {"epochs": 3, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
 
@@ -52,10 +51,7 @@ def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
     config = {**config, "train": {**config["train"], "epochs": 6}}
     path = write_config(tmp_path, config)
     out = tmp_path / "train"
-    cmd = [MPIEXEC, "-n", "2", str(BIN / "sim2dl"), "train", "--config", str(path), "--out", str(out)]
-    proc = subprocess.Popen(
-        cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    proc = start_cli(["train", "--config", str(path), "--out", str(out)], 2)
     metrics = out / "metrics.json"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (metrics.exists() and len(json.loads(metrics.read_text())) >= 2):
