@@ -162,8 +162,10 @@ def test_killed_rank_leaves_no_partial_file_and_rerun_completes(tmp_path, datase
     _, _, meta = dataset
     proc = start_cli(stage_args(tmp_path, dataset, emulate_nodes=2, chunk_mb=0.05), 4)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any((tmp_path / "local").rglob("shard-*")):
-        time.sleep(0.01)
+    # Kill as soon as the first copy has started (its temporary file appears): waiting for a finished
+    # shard let the whole small job finish first now and then.
+    while time.monotonic() < deadline and not any((tmp_path / "local").rglob(".shard-*")):
+        time.sleep(0.005)
     kill_tree(proc)
     assert not (tmp_path / "summary.json").exists()
     for f in (tmp_path / "local").rglob("shard-*"):  # whatever exists under a final name is complete
