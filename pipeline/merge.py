@@ -11,7 +11,7 @@ per shard and the provenance of every record.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,19 +40,19 @@ class Entry(NamedTuple):
     source: str
 
 
-def sort_values(manifest: Path, column: str) -> dict[str, Any]:
+def sort_values(manifest_rows: Sequence[Mapping[str, str]], column: str) -> dict[str, Any]:
     """Accepted sample id -> its value in the manifest column used as the sort key."""
     convert_value = int if column in NUMERIC_COLUMNS else str
-    return {r["sample_id"]: convert_value(r[column]) for r in read_csv(manifest) if r["status"] == "accepted"}
+    return {r["sample_id"]: convert_value(r[column]) for r in manifest_rows if r["status"] == "accepted"}
 
 
-def local_entries(parts: Sequence[Path], keys: Mapping[str, Any]) -> list[Entry]:
+def local_entries(parts: Sequence[Part], keys: Mapping[str, Any]) -> list[Entry]:
     entries = []
-    for stem in parts:
-        part = Part(stem)
+    for part in parts:
+        name = part.bin_path.stem
         for i in range(len(part)):
             meta = part.meta(i)
-            entries.append(Entry(keys[meta["parent"]], meta["sample_id"], stem.name, i, part.nbytes(i), meta["source"]))
+            entries.append(Entry(keys[meta["parent"]], meta["sample_id"], name, i, part.nbytes(i), meta["source"]))
     return entries
 
 
@@ -70,18 +70,28 @@ def plan_shards(entries: Sequence[Entry], shard_bytes: float) -> list[list[Entry
     return shards if shards[0] else []
 
 
-def feature_spec(parts: Sequence[Path], features: Sequence[str], labels: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Dtype and shape of every field over all records; axes whose length varies become None."""
+def field_shapes(parts: Sequence[Part]) -> Iterator[tuple[str, str, Sequence[int | None]]]:
+    """(field, dtype, shape) of every field of every record in the parts."""
+    for part in parts:
+        for rec in part.records:
+            for name, (_, dtype, shape, *_) in rec["fields"].items():
+                yield name, np.dtype(dtype).name, shape
+
+
+def feature_spec(
+    observed: Iterable[tuple[str, str, Sequence[int | None]]], features: Sequence[str], labels: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Dtype and shape of every field over all observations; axes whose length varies become None.
+
+    Observations are records' shapes, or (to combine ranks) other specs' shapes, which may hold None."""
     shapes: dict[str, list[int | None]] = {}
     dtypes: dict[str, str] = {}
-    for stem in parts:
-        for rec in Part(stem).records:
-            for name, (_, dtype, shape, *_) in rec["fields"].items():
-                dtypes.setdefault(name, np.dtype(dtype).name)
-                known = shapes.setdefault(name, list(shape))
-                if len(known) != len(shape):
-                    raise Sim2dlError(f"field '{name}' has records of different ranks ({known} and {shape})")
-                shapes[name] = [k if k == s else None for k, s in zip(known, shape, strict=True)]
+    for name, dtype, shape in observed:
+        dtypes.setdefault(name, dtype)
+        known = shapes.setdefault(name, list(shape))
+        if len(known) != len(shape):
+            raise Sim2dlError(f"field '{name}' has records of different ranks ({known} and {list(shape)})")
+        shapes[name] = [k if k == s else None for k, s in zip(known, shape, strict=True)]
     return {
         name: {"dtype": dtypes[name], "shape": shapes[name], "role": "feature" if name in features else "label"}
         for name in (*features, *labels)
@@ -146,15 +156,19 @@ def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir:
     parts = list_parts(parts_dir)
     if not parts:
         raise Sim2dlError(f"no converted parts in {parts_dir}: run convert first")
-    keys = sort_values(manifest, settings["sort_by"])
-    entries = [
-        e for rank_entries in comm.allgather(local_entries(block(parts, rank, size), keys)) for e in rank_entries
-    ]
+    manifest_rows = read_csv(manifest)
+    keys = sort_values(manifest_rows, settings["sort_by"])
+    my_parts = [Part(stem) for stem in block(parts, rank, size)]
+    entries = [e for rank_entries in comm.allgather(local_entries(my_parts, keys)) for e in rank_entries]
     if not entries:
         raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
     shards = plan_shards(entries, settings["shard_size_mb"] * MB)
-    spec = feature_spec(block(parts, rank, size), conv["features"], conv["labels"])
-    spec = _merge_specs(comm.allgather(spec))
+    local_spec = feature_spec(field_shapes(my_parts), conv["features"], conv["labels"])
+    spec = feature_spec(
+        ((name, f["dtype"], f["shape"]) for rank_spec in comm.allgather(local_spec) for name, f in rank_spec.items()),
+        conv["features"],
+        conv["labels"],
+    )
     digest = plan_digest(shards, settings, stats, spec)
     names = [shard_name(i, len(shards), writer_class) for i in range(len(shards))]
 
@@ -195,23 +209,10 @@ def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir:
         shard_info = sorted((r for rank_results in gathered for r in rank_results), key=lambda r: r["file"])
         write_json_atomic(
             out_dir / "metadata.json",
-            metadata(settings, writer_class, spec, stats_doc, shard_info, shards, manifest, convert_dir, digest),
+            metadata(settings, writer_class, spec, stats_doc, shard_info, shards, manifest_rows, convert_dir, digest),
         )
     comm.barrier()
     return summary
-
-
-def _merge_specs(specs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for spec in specs:
-        for name, field in spec.items():
-            if name not in merged:
-                merged[name] = dict(field)
-            else:
-                known = merged[name]["shape"]
-                merged[name]["shape"] = [k if k == s else None for k, s in zip(known, field["shape"], strict=True)]
-    order = [n for s in specs for n in s]
-    return {n: merged[n] for n in dict.fromkeys(order)}
 
 
 def prepare_shard_dir(shards_dir: Path, digest: str, names: set[str]) -> None:
@@ -238,11 +239,10 @@ def metadata(
     stats_doc: Mapping[str, Any],
     shard_info: list[dict[str, Any]],
     shards: Sequence[Sequence[Entry]],
-    manifest: Path,
+    manifest_rows: Sequence[Mapping[str, str]],
     convert_dir: Path,
     digest: str,
 ) -> dict[str, Any]:
-    manifest_rows = read_csv(manifest)
     convert_rejects = read_csv(convert_dir / "rejects.csv")
     return {
         "sim2dl_version": __version__,

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -312,8 +312,3 @@ def finish(result: Any, out_dir: Path, config: Mapping[str, Any]) -> dict[str, A
 
     search_progress(runs, out_dir / "search.png")
     return {"best": best, "best_loss": best_loss, "trials": len(runs), "failed_trials": failed}
-
-
-def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
-    for line in path.read_text().splitlines():
-        yield json.loads(line)

@@ -136,8 +136,6 @@ def input_pipeline(
         ds = ds.shard(*shard)
     description = {"sample_id": tf.io.FixedLenFeature([], tf.string)}
     description.update({n: tf.io.FixedLenFeature([], tf.string) for n in (feature, *labels)})
-    if fixed:
-        description[f"{feature}_shape"] = tf.io.FixedLenFeature([len(spec[feature]["shape"])], tf.int64)
 
     def keep(record: Any) -> Any:
         sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
@@ -329,6 +327,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             files, meta, settings, training=True, shard=shard, epoch_seed=settings["seed"] * 1000 + start_epoch
         )
     )
+    evaluation = None
     for epoch in range(start_epoch, settings["epochs"]):
         waited = 0.0
         losses = []
@@ -341,7 +340,8 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             losses.append(float(train_step(x, y, first)))
             first = False
         seconds = time.perf_counter() - epoch_start
-        val_loss, pred, true = _validate(files, meta, settings, shard, predict, hvd)
+        evaluation = _validate(files, meta, settings, shard, predict, hvd)
+        val_loss = evaluation[0]
         row = {
             "epoch": epoch + 1,
             "loss": float(hvd.allreduce(tf.constant(np.mean(losses)), op=hvd.Average)),
@@ -357,8 +357,10 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             manager.save()
             _write_history(out_dir, history)
             print(json.dumps(row), flush=True)
-    # Final evaluation, model and plots (rank 0 writes).
-    val_loss, pred, true = _validate(files, meta, settings, shard, predict, hvd)
+    # Final evaluation (the last epoch's, unless a resumed run had no epoch left), model and plots.
+    val_loss, pred, true = (
+        evaluation if evaluation is not None else _validate(files, meta, settings, shard, predict, hvd)
+    )
     names = _label_names(meta, labels, config)
     summary = {
         "epochs": settings["epochs"],
