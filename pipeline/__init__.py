@@ -15,3 +15,11 @@ __version__ = "0.1.0"
 
 class Sim2dlError(Exception):
     """An error the user can act on: the message names the file or config key and the reason."""
+
+
+class CollectiveError(Sim2dlError):
+    """A Sim2dlError every rank knows about (raised by `parallel.all_ok`): printed once, no abort needed."""
+
+    def __init__(self, message: str, rank: int) -> None:
+        super().__init__(message)
+        self.rank = rank

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline import Sim2dlError
+from pipeline import CollectiveError, Sim2dlError
 from pipeline import config as cfg
 from pipeline.parallel import world
 
@@ -157,11 +157,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = cfg.load(args.config)
         summary = args.func(args, config, comm)
+    except CollectiveError as e:
+        # Every rank raised it after the same collective: one message, and a normal exit on all ranks.
+        if rank == 0:
+            where = f" (rank {e.rank})" if size > 1 and e.rank != 0 else ""
+            print(f"sim2dl {args.step}: error{where}: {e}", file=sys.stderr, flush=True)
+        return 2
     except Sim2dlError as e:
         print(f"sim2dl {args.step}: error: {e}", file=sys.stderr, flush=True)
         if size > 1:  # the other ranks may wait in a collective: end the whole job
             comm.Abort(2)
         return 2
+    except Exception:
+        if size > 1:  # a bug on one rank must not leave the others waiting in a collective forever
+            import traceback
+
+            traceback.print_exc()
+            sys.stderr.flush()
+            comm.Abort(1)
+        raise
     if rank == 0:
         summary = {"step": args.step, "ranks": size, "seconds": round(time.perf_counter() - start, 3), **summary}
         print(json.dumps(summary), flush=True)

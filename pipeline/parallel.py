@@ -73,13 +73,17 @@ def block(items: Sequence[T], rank: int, size: int) -> Sequence[T]:
 
 
 def all_ok(comm: Any, error: BaseException | None) -> None:
-    """Collective error check: if any rank failed, every rank raises (so none hangs in a collective)."""
+    """Collective error check: if any rank failed, every rank raises (so none hangs in a collective).
+
+    With several ranks every rank raises the same CollectiveError (the first failing rank's message), so the
+    CLI can print it once and all ranks exit normally instead of racing to print and abort."""
     messages = comm.allgather(None if error is None else str(error))
     failed = [(r, m) for r, m in enumerate(messages) if m is not None]
-    if error is not None:
+    if not failed:
+        return
+    if comm.Get_size() == 1 and error is not None:
         raise error
-    if failed:
-        from pipeline import Sim2dlError
+    from pipeline import CollectiveError
 
-        rank, message = failed[0]
-        raise Sim2dlError(f"rank {rank} failed: {message}")
+    rank, message = failed[0]
+    raise CollectiveError(message, rank) from error
