@@ -1,5 +1,5 @@
 # sim2dl workflow: simulation output -> validated manifest -> converted samples -> sorted shards
-# -> node-local staging -> distributed training (-> hyperparameter search, issue #5).
+# -> node-local staging -> (hyperparameter search ->) distributed training.
 #
 #   snakemake --cores 2                      # the laptop demo (config/config.yaml)
 #   snakemake --profile slurm                # a cluster (profiles/slurm, issue #7)
@@ -53,8 +53,8 @@ include: "rules/ingest.smk"
 include: "rules/convert.smk"
 include: "rules/merge.smk"
 include: "rules/stage.smk"
+include: "rules/search.smk"
 include: "rules/train.smk"
-# Coming next: rules/search.smk (#5), whose best configuration will feed the train rule.
 
 
 rule all:

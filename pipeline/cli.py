@@ -16,6 +16,7 @@ from typing import Any
 from pipeline import CollectiveError, Sim2dlError
 from pipeline import config as cfg
 from pipeline.parallel import world
+from pipeline.search import ROLES
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +25,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="YAML config (default: the demo config); validated against config/schema.yaml",
+    )
+    parser.add_argument(
+        "--overrides",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="YAML",
+        help="YAML merged on top of the config, section by section (repeatable), e.g. search/best.yaml",
     )
 
 
@@ -73,7 +82,7 @@ def cmd_train(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> di
 def cmd_search(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.search import search
 
-    return search(config, args.out or cfg.layout(config).workdir / "search", comm)
+    return search(config, args.out or cfg.layout(config).search, comm, role=args.role)
 
 
 MERGED = ("--merged", "merge output directory (default: {workdir}/merged)")
@@ -146,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         for flag, text in options:
             p.add_argument(flag, type=Path, help=text)
         p.set_defaults(func=handler)
+        if name == "search":
+            p.add_argument(
+                "--role",
+                choices=ROLES,
+                default="all",
+                help="all: one MPI job (rank 0 master, other ranks workers); master: rank 0 only, waits for "
+                "search.workers joining workers; worker: join the master found in {out}/run",
+            )
     return parser
 
 
@@ -155,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     start = time.perf_counter()
     try:
-        config = cfg.load(args.config)
+        config = cfg.load(args.config, override_files=args.overrides)
         summary = args.func(args, config, comm)
     except CollectiveError as e:
         # Every rank raised it after the same collective: one message, and a normal exit on all ranks.

@@ -6,7 +6,7 @@ by hand gets the same checks and the same error messages.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,16 +118,37 @@ def check_consistency(config: Mapping[str, Any]) -> None:
         )
 
 
-def load(path: Path | str | None = None, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    path = Path(path) if path else DEFAULT_CONFIG
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
     try:
-        config = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text()) or {}
     except OSError as e:
         raise Sim2dlError(f"cannot read config file {path}: {e.strerror}") from e
     except yaml.YAMLError as e:
         raise Sim2dlError(f"config file {path} is not valid YAML: {e}") from e
-    if not isinstance(config, dict):
+    if not isinstance(data, dict):
         raise Sim2dlError(f"config file {path}: expected a mapping at the top level")
+    return data
+
+
+def deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """`update` on top of `base`, section by section (like Snakemake's --configfile)."""
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            deep_merge(base[key], value)
+        else:
+            base[key] = _copy(value)
+    return base
+
+
+def load(
+    path: Path | str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    override_files: Sequence[Path] = (),
+) -> dict[str, Any]:
+    """The config file, then each override file merged on top (e.g. search's best.yaml), then validated."""
+    config = read_yaml_mapping(Path(path) if path else DEFAULT_CONFIG)
+    for extra in override_files:
+        deep_merge(config, read_yaml_mapping(Path(extra)))
     for key, value in (overrides or {}).items():
         config[key] = value
     return validate(config)
@@ -182,6 +203,14 @@ class Layout:
     @property
     def stage_summary(self) -> Path:
         return self.workdir / "staged" / "summary.json"
+
+    @property
+    def search(self) -> Path:
+        return self.workdir / "search"
+
+    @property
+    def search_best(self) -> Path:
+        return self.search / "best.yaml"
 
     @property
     def train(self) -> Path:

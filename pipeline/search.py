@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -38,6 +39,8 @@ from pipeline import Sim2dlError
 from pipeline.fsutil import write_text_atomic
 
 RESULT_NAME = "trials.jsonl"
+ADDRESS_NAME = "nameserver.json"  # in the run directory: where joining workers find the master
+CALL_TIMEOUT_S = 30.0
 
 
 # ---------------------------------------------------------------- Pyro4: numpy values and HMAC keys
@@ -71,6 +74,9 @@ def install_hmac_key(key: bytes) -> None:
     def keyed_proxy_init(self: Any, *args: Any, **kwargs: Any) -> None:
         proxy_init(self, *args, **kwargs)
         self._pyroHmacKey = Pyro4._sim2dl_key
+        # Every call hpbandster makes is short; without a timeout a hung (stopped) worker would block the
+        # master's ping forever, with it the worker counts as dead and its trial as failed.
+        self._pyroTimeout = CALL_TIMEOUT_S
 
     def keyed_daemon_init(self: Any, *args: Any, **kwargs: Any) -> None:
         daemon_init(self, *args, **kwargs)
@@ -100,9 +106,28 @@ def run_directory(path: Path) -> bytes:
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
+    return read_key(path)
+
+
+def read_key(run_dir: Path) -> bytes:
+    key_file = run_dir / "hmac.key"
     if key_file.stat().st_mode & 0o077:
         raise Sim2dlError(f"{key_file} is readable by others: remove it (a new key is made) or chmod 600 it")
     return key_file.read_text().strip().encode()
+
+
+def wait_for_master(run_dir: Path, timeout_s: float) -> dict[str, Any]:
+    """A joining worker waits (bounded) for the master to publish its name server's address."""
+    deadline = time.monotonic() + timeout_s
+    address_file = run_dir / ADDRESS_NAME
+    while not address_file.exists():
+        if time.monotonic() > deadline:
+            raise Sim2dlError(
+                f"no search master published {address_file} within {timeout_s:g} s "
+                "(start `sim2dl search --role master` with the same config; key 'search.join_timeout_s')"
+            )
+        time.sleep(0.5)
+    return json.loads(address_file.read_text())
 
 
 def listen_host(interface: str) -> str:
@@ -159,6 +184,7 @@ def run_trial(
     budget: float,
     trial_dir: Path,
     settings: Mapping[str, Any],
+    stage_summary: Path,
 ) -> dict[str, Any]:
     """Train one configuration for `budget` epochs in a subprocess; returns {'loss', 'info'}."""
     trial_config = json.loads(json.dumps(base_config))
@@ -168,21 +194,29 @@ def run_trial(
     config_path = trial_dir / "config.yaml"
     config_path.write_text(yaml.safe_dump(trial_config, sort_keys=False))
     launcher = [settings["launcher"], "-n", str(settings["ranks_per_trial"])]
-    cmd = [
-        *launcher,
-        sys.executable,
-        "-m",
-        "pipeline.cli",
-        "train",
-        "--config",
-        str(config_path),
-        "--out",
-        str(trial_dir / "train"),
-    ]
+    cmd = with_parent_death_signal(
+        [
+            *launcher,
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "train",
+            "--config",
+            str(config_path),
+            "--out",
+            str(trial_dir / "train"),
+            "--stage-summary",
+            str(stage_summary),
+        ]
+    )
     start = time.perf_counter()
     with open(trial_dir / "log.txt", "w") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=trial_environment(), start_new_session=True
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=trial_environment(),
+            start_new_session=True,  # its own process group, so a timeout kills the whole launch
         )
         try:
             proc.wait(timeout=settings["trial_timeout_s"])
@@ -195,6 +229,13 @@ def run_trial(
         raise Sim2dlError(f"trial failed with exit code {proc.returncode} (see {trial_dir}/log.txt)")
     summary = json.loads((trial_dir / "train" / "summary.json").read_text())
     return {"loss": float(summary["val_loss"]), "info": {"r2": summary["r2"], "seconds": time.perf_counter() - start}}
+
+
+def with_parent_death_signal(cmd: list[str]) -> list[str]:
+    """A killed worker must not leave its trial training on: util-linux `setpriv --pdeathsig` makes the
+    trial's launcher get SIGTERM when the worker dies (kept across exec; a no-op where setpriv is missing)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
@@ -215,9 +256,9 @@ def make_worker_class() -> type:
     from hpbandster.core.worker import Worker
 
     class TrainingWorker(Worker):  # type: ignore[misc]
-        def __init__(self, base_config: Mapping[str, Any], out_dir: Path, **kwargs: Any) -> None:
+        def __init__(self, base_config: Mapping[str, Any], out_dir: Path, stage_summary: Path, **kwargs: Any) -> None:
             super().__init__(**kwargs)
-            self.base_config, self.out_dir = base_config, out_dir
+            self.base_config, self.out_dir, self.stage_summary = base_config, out_dir, stage_summary
             self.settings = base_config["search"]
             self.results = out_dir / RESULT_NAME
             self.lock = threading.Lock()
@@ -230,7 +271,9 @@ def make_worker_class() -> type:
             name = "trial-" + "-".join(str(int(c)) for c in config_id) + f"-b{budget:g}"
             row: dict[str, Any] = {"config_id": list(config_id), "config": plain(config), "budget": float(budget)}
             try:
-                result = run_trial(self.base_config, config, budget, self.out_dir / "trials" / name, self.settings)
+                result = run_trial(
+                    self.base_config, config, budget, self.out_dir / "trials" / name, self.settings, self.stage_summary
+                )
                 row.update(loss=result["loss"], info=result["info"])
                 return result
             except Sim2dlError as e:
@@ -243,58 +286,116 @@ def make_worker_class() -> type:
     return TrainingWorker
 
 
-def search(config: Mapping[str, Any], out_dir: Path, comm: Any) -> dict[str, Any]:
-    """Rank 0: name server and BOHB master (plus a worker if it is the only rank); other ranks: workers."""
-    import hpbandster.core.nameserver as hpns
-    from hpbandster.optimizers import BOHB
+ROLES = ("all", "master", "worker")
 
+
+def search(config: Mapping[str, Any], out_dir: Path, comm: Any, role: str = "all") -> dict[str, Any]:
+    """Run a BOHB search.
+
+    role 'all' (one MPI job): rank 0 runs the name server and the master (and a worker when it is the only
+    rank), the other ranks are workers. role 'master': rank 0 only, waiting for `search.workers` workers
+    that join later. role 'worker': every rank joins the master named in the run directory."""
     settings = config["search"]
     rank, size = comm.Get_rank(), comm.Get_size()
     run_dir = out_dir / "run"
-    key = None
-    if rank == 0:
-        key = run_directory(run_dir)
-    key = comm.bcast(key, root=0)
-    register_numpy_serializers()
-    install_hmac_key(key)
-    np.random.seed(settings["seed"])  # BOHB's model samples from numpy's global generator
     run_id = f"sim2dl-{settings['seed']}"
-    host = listen_host(settings["interface"])
-    worker_class = make_worker_class()
-    address = None
-    ns = None
-    if rank == 0:
-        ns = hpns.NameServer(run_id=run_id, host=host, port=0, working_directory=str(run_dir))
-        address = ns.start()
-    address = comm.bcast(address, root=0)
-    workers = []
-    if rank > 0 or size == 1:
-        w = worker_class(
-            config, out_dir, run_id=run_id, nameserver=address[0], nameserver_port=address[1], host=host, id=rank
+    register_numpy_serializers()
+    stage_summary = None
+    if role != "master":  # the trials on this job's nodes read staged data: stage it here if it is not
+        from pipeline.config import layout
+        from pipeline.stage import ensure_staged, topology
+
+        paths = layout(config)
+        topo = topology(comm, config["stage"]["emulate_nodes"])
+        _, stage_summary = ensure_staged(
+            config, paths.merged, paths.stage_summary, out_dir / "restaged.json", comm, topo
         )
-        w.run(background=size == 1 or rank == 0)
-        workers.append(w)
+    if role == "worker":
+        address = wait_for_master(run_dir, settings["join_timeout_s"])
+        install_hmac_key(read_key(run_dir))
+        start_worker(config, out_dir, stage_summary, address, settings, worker_id=f"r{rank}", background=False)
+        return {"role": "worker"}
+    if role == "master" and size > 1:
+        raise Sim2dlError("--role master runs on one rank; start workers with --role worker")
+    key = comm.bcast(run_directory(run_dir) if rank == 0 else None, root=0)
+    install_hmac_key(key)
     summary: dict[str, Any] = {}
     if rank == 0:
-        bohb = BOHB(
-            configspace=config_space(settings["space"], settings["seed"]),
-            run_id=run_id,
-            host=host,
-            nameserver=address[0],
-            nameserver_port=address[1],
-            min_budget=settings["min_budget"],
-            max_budget=settings["max_budget"],
-            eta=settings["eta"],
-            ping_interval=settings["ping_interval_s"],
-        )
-        try:
-            result = bohb.run(n_iterations=settings["iterations"], min_n_workers=max(1, size - 1))
-        finally:
-            bohb.shutdown(shutdown_workers=True)
-            ns.shutdown()
+        with name_server(run_dir, run_id, settings) as address:
+            comm.bcast(address, root=0)
+            if role == "all" and size == 1:
+                start_worker(config, out_dir, stage_summary, address, settings, worker_id="r0", background=True)
+            workers = settings["workers"] if role == "master" else max(1, size - 1)
+            result = run_master(settings, address, workers)
         summary = finish(result, out_dir, config)
+    else:
+        address = comm.bcast(None, root=0)
+        start_worker(config, out_dir, stage_summary, address, settings, worker_id=f"r{rank}", background=False)
     comm.barrier()
     return summary
+
+
+@contextlib.contextmanager
+def name_server(run_dir: Path, run_id: str, settings: Mapping[str, Any]) -> Any:
+    """A keyed Pyro4 name server; its address is published in the run directory while it runs."""
+    import hpbandster.core.nameserver as hpns
+
+    address_file = run_dir / ADDRESS_NAME
+    address_file.unlink(missing_ok=True)  # a stale address from an earlier master must not be joined
+    ns = hpns.NameServer(run_id=run_id, host=listen_host(settings["interface"]), port=0, working_directory=None)
+    host, port = ns.start()
+    address = {"run_id": run_id, "host": host, "port": port}
+    write_text_atomic(address_file, json.dumps(address))
+    try:
+        yield address
+    finally:
+        address_file.unlink(missing_ok=True)
+        ns.shutdown()
+
+
+def start_worker(
+    config: Mapping[str, Any],
+    out_dir: Path,
+    stage_summary: Path | None,
+    address: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    worker_id: str,
+    background: bool,
+) -> Any:
+    worker = make_worker_class()(
+        config,
+        out_dir,
+        stage_summary,
+        run_id=address["run_id"],
+        nameserver=address["host"],
+        nameserver_port=address["port"],
+        host=listen_host(settings["interface"]),
+        id=worker_id,
+        timeout=settings["worker_idle_timeout_s"],  # a worker whose master died ends by itself
+    )
+    worker.run(background=background)
+    return worker
+
+
+def run_master(settings: Mapping[str, Any], address: Mapping[str, Any], workers: int) -> Any:
+    from hpbandster.optimizers import BOHB
+
+    np.random.seed(settings["seed"])  # BOHB's model samples from numpy's global generator
+    bohb = BOHB(
+        configspace=config_space(settings["space"], settings["seed"]),
+        run_id=address["run_id"],
+        host=listen_host(settings["interface"]),
+        nameserver=address["host"],
+        nameserver_port=address["port"],
+        min_budget=settings["min_budget"],
+        max_budget=settings["max_budget"],
+        eta=settings["eta"],
+        ping_interval=settings["ping_interval_s"],
+    )
+    try:
+        return bohb.run(n_iterations=settings["iterations"], min_n_workers=workers)
+    finally:
+        bohb.shutdown(shutdown_workers=True)
 
 
 def finish(result: Any, out_dir: Path, config: Mapping[str, Any]) -> dict[str, Any]:

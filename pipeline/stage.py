@@ -20,6 +20,7 @@ directory, so tests and benchmarks can exercise 2-4 "nodes".
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -448,3 +449,43 @@ def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm:
         write_json_atomic(summary_path, summary)
     comm.barrier()
     return summary
+
+
+def staged_node_dir(stage_summary: Path, topo: Topology) -> Path | None:
+    """This node's staged directory if it holds everything the stage summary promised, else None."""
+    try:
+        node_dirs = json.loads(stage_summary.read_text())["node_dirs"]
+        node_dir = Path(node_dirs[topo.node if len(node_dirs) > 1 else 0])
+        listing = json.loads((node_dir / "staged.json").read_text())
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    complete = (
+        len(node_dirs) in (1, topo.nodes)
+        # sample mode stages one file per rank: those must be this job's ranks
+        and (listing["mode"] != "sample" or listing["ranks"] == list(topo.node_ranks[topo.node]))
+        and all((node_dir / name).exists() for name in listing["files"])
+    )
+    return node_dir if complete else None
+
+
+def ensure_staged(
+    config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, restage_summary: Path, comm: Any, topo: Topology
+) -> tuple[Path, Path]:
+    """The node's staged directory, and the summary describing it, for a job that reads staged data.
+
+    Node-local storage is often purged when a job ends, and a later job may get other nodes or another
+    layout of ranks: then this job stages again itself (each byte read once from the shared file system,
+    as in the stage step), recording it in `restage_summary` so the workflow's stage output stays as is."""
+    node_dir = staged_node_dir(stage_summary, topo)
+    if comm.allreduce(0 if node_dir else 1) == 0:
+        assert node_dir is not None
+        return node_dir, stage_summary
+    if topo.rank == 0:
+        print(
+            f"sim2dl: staged files missing or for another layout of ranks ({stage_summary}): staging again", flush=True
+        )
+    stage(config, merged_dir, restage_summary, comm)
+    node_dir = staged_node_dir(restage_summary, topo)
+    if node_dir is None:
+        raise Sim2dlError(f"rank {topo.rank}: staging again did not complete ({restage_summary})")
+    return node_dir, restage_summary

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -78,6 +79,22 @@ def rank_files(listing: Mapping[str, Any], node_dir: Path, local_rank: int, loca
     if len(files) >= local_size:
         return files[local_rank::local_size]
     return files  # fewer files than ranks: every rank reads all, and records are sharded instead
+
+
+def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+    """What a checkpoint must match to be resumed: the data and every setting except the epoch count
+    (so a longer run continues a shorter one, but a new learning rate or model starts afresh)."""
+    kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads")}
+    return json.dumps({"data": meta["plan_digest"], "train": kept}, sort_keys=True)
+
+
+def discard_foreign_checkpoints(ckpt_dir: Path, key: str) -> None:
+    key_file = ckpt_dir / "settings.json"
+    if ckpt_dir.exists() and (not key_file.exists() or key_file.read_text() != key):
+        print(f"sim2dl train: settings or data changed since {ckpt_dir} was written: starting afresh", flush=True)
+        shutil.rmtree(ckpt_dir)
+    if not key_file.exists():
+        write_text_atomic(key_file, key)
 
 
 def is_validation(sample_ids: Any, fraction: float) -> Any:
@@ -245,15 +262,11 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     rank, size = hvd.rank(), hvd.size()
 
     from pipeline.parallel import world
-    from pipeline.stage import topology
+    from pipeline.stage import ensure_staged, topology
 
     comm = world()
     topo = topology(comm, config["stage"]["emulate_nodes"])
-    try:
-        staged = json.loads(stage_summary.read_text())
-    except OSError as e:
-        raise Sim2dlError(f"cannot read {stage_summary}: {e.strerror} (run stage first)") from e
-    node_dir = Path(staged["node_dirs"][topo.node if len(staged["node_dirs"]) > 1 else 0])
+    node_dir, _ = ensure_staged(config, merged_dir, stage_summary, out_dir / "restaged.json", comm, topo)
     listing = json.loads((node_dir / "staged.json").read_text())
     local_ranks = topo.node_ranks[topo.node]
     files = rank_files(listing, node_dir, local_ranks.index(rank), len(local_ranks))
@@ -280,6 +293,9 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
     ckpt_dir = out_dir / "checkpoints"
+    if rank == 0:
+        discard_foreign_checkpoints(ckpt_dir, resume_key(settings, meta))
+    comm.barrier()
     manager = tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=2)
     if manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint)

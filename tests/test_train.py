@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from pipeline.fsutil import file_checksum
+
 from .conftest import kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
 
 SMALL = {"epochs": 3, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
@@ -82,18 +84,29 @@ def test_config_errors_before_training_starts(tmp_path, staged, change, message)
     assert not (tmp_path / "train").exists()
 
 
-def test_missing_staged_shard_is_named(tmp_path, staged):
+def test_purged_node_local_files_are_staged_again(tmp_path, staged):
+    """Node-local storage purged between the stage job and the train job: train stages again itself."""
     data, _ = staged
     summary = json.loads((data / "work" / "staged" / "summary.json").read_text())
     node = summary["node_dirs"][0]
     victim = sorted(p for p in os.listdir(node) if p.endswith(".tfrecord"))[0]
-    os.rename(os.path.join(node, victim), os.path.join(node, victim + ".away"))
-    try:
-        proc = train(tmp_path, staged, check=False)
-    finally:
-        os.rename(os.path.join(node, victim + ".away"), os.path.join(node, victim))
-    assert proc.returncode != 0 and f"staged file {os.path.join(node, victim)} is missing" in proc.stderr
-    assert not (tmp_path / "train" / "checkpoints").exists()
+    before = file_checksum(os.path.join(node, victim))
+    os.remove(os.path.join(node, victim))
+    proc = train(tmp_path, staged, epochs=1)
+    assert "staging again" in proc.stdout
+    assert file_checksum(os.path.join(node, victim)) == before
+    restaged = json.loads((tmp_path / "train" / "restaged.json").read_text())
+    assert restaged["skipped_already_staged"] == len(os.listdir(node)) - 2  # all but the victim and staged.json
+    assert restaged["bytes_read_shared_fs"] == os.path.getsize(os.path.join(node, victim))
+
+
+def test_changed_settings_do_not_resume_an_old_checkpoint(tmp_path, staged):
+    train(tmp_path, staged, epochs=1)
+    proc = train(tmp_path, staged, epochs=1, learning_rate=0.004)
+    assert "starting afresh" in proc.stdout
+    assert '"resume_from_epoch": 0' in proc.stdout
+    proc = train(tmp_path, staged, epochs=2, learning_rate=0.004)  # more epochs of the same run: resumed
+    assert '"resume_from_epoch": 1' in proc.stdout
 
 
 def test_trace_family_trains_a_sequence_model_with_length_buckets(tmp_path):

@@ -1,0 +1,14 @@
+# search: BOHB over real training trials (rank 0 master, other ranks workers); its best configuration
+# is merged into the final train rule's config when search.enabled is true.
+rule search:
+    input:
+        metadata=LAYOUT.metadata,
+        staged=LAYOUT.stage_summary,
+    output:
+        best=LAYOUT.search_best,
+    params:
+        settings=settings("search", "train"),
+    resources:
+        tasks=2,
+    shell:
+        "{resources.mpi} -n {resources.tasks} sim2dl search --config {RESOLVED_CONFIG:q} --out {LAYOUT.search:q}"
