@@ -40,7 +40,6 @@ from pipeline.fsutil import write_text_atomic
 
 RESULT_NAME = "trials.jsonl"
 ADDRESS_NAME = "nameserver.json"  # in the run directory: where joining workers find the master
-CALL_TIMEOUT_S = 30.0
 
 
 # ---------------------------------------------------------------- Pyro4: numpy values and HMAC keys
@@ -57,7 +56,7 @@ def register_numpy_serializers() -> None:
         serpent.register_class(kind, plain)
 
 
-def install_hmac_key(key: bytes) -> None:
+def install_hmac_key(key: bytes, call_timeout_s: float = 30.0) -> None:
     """Make every Pyro4 daemon, proxy and name server in this process use `key`.
 
     The key is set in Daemon/Proxy.__init__ (hpbandster creates both without one); the classes
@@ -66,6 +65,7 @@ def install_hmac_key(key: bytes) -> None:
     import Pyro4.naming
 
     Pyro4._sim2dl_key = key
+    Pyro4._sim2dl_timeout = call_timeout_s
     if getattr(Pyro4, "_sim2dl_patched", False):
         return
     proxy_init, daemon_init = Pyro4.core.Proxy.__init__, Pyro4.core.Daemon.__init__
@@ -76,7 +76,7 @@ def install_hmac_key(key: bytes) -> None:
         self._pyroHmacKey = Pyro4._sim2dl_key
         # Every call hpbandster makes is short; without a timeout a hung (stopped) worker would block the
         # master's ping forever, with it the worker counts as dead and its trial as failed.
-        self._pyroTimeout = CALL_TIMEOUT_S
+        self._pyroTimeout = Pyro4._sim2dl_timeout
 
     def keyed_daemon_init(self: Any, *args: Any, **kwargs: Any) -> None:
         daemon_init(self, *args, **kwargs)
@@ -312,13 +312,13 @@ def search(config: Mapping[str, Any], out_dir: Path, comm: Any, role: str = "all
         )
     if role == "worker":
         address = wait_for_master(run_dir, settings["join_timeout_s"])
-        install_hmac_key(read_key(run_dir))
+        install_hmac_key(read_key(run_dir), settings["call_timeout_s"])
         start_worker(config, out_dir, stage_summary, address, settings, worker_id=f"r{rank}", background=False)
         return {"role": "worker"}
     if role == "master" and size > 1:
         raise Sim2dlError("--role master runs on one rank; start workers with --role worker")
     key = comm.bcast(run_directory(run_dir) if rank == 0 else None, root=0)
-    install_hmac_key(key)
+    install_hmac_key(key, settings["call_timeout_s"])
     summary: dict[str, Any] = {}
     if rank == 0:
         with name_server(run_dir, run_id, settings) as address:

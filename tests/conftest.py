@@ -52,15 +52,17 @@ def cli_command(args: list[str], ranks: int) -> list[str]:
     return [MPIEXEC, "-n", str(ranks), str(BIN / "sim2dl"), *args]
 
 
-def start_cli(args: list[str], ranks: int) -> subprocess.Popen[bytes]:
-    """Start `sim2dl ARGS` under `mpiexec -n RANKS` in the background (to be killed by kill_tree)."""
-    return subprocess.Popen(
-        cli_command(args, ranks),
-        env=env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+def start_cli(args: list[str], ranks: int, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start `sim2dl ARGS` under `mpiexec -n RANKS` in the background (to be killed by kill_tree);
+    stdout and stderr go to `log` if given."""
+    with open(log, "wb") if log else contextlib.nullcontext(subprocess.DEVNULL) as out:
+        return subprocess.Popen(
+            cli_command(args, ranks),
+            env=env(),
+            stdout=out,
+            stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def run_cli(
@@ -84,7 +86,10 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     groups), and wait until all are gone, so the test sees the state the kill left behind."""
     import psutil
 
-    parent = psutil.Process(proc.pid)
+    try:
+        parent = psutil.Process(proc.pid)
+    except psutil.NoSuchProcess:  # ended and already reaped
+        return
     victims = [parent, *parent.children(recursive=True)]
     for p in victims:
         with contextlib.suppress(psutil.NoSuchProcess):

@@ -1,15 +1,25 @@
 """search: hpbandster BOHB with HMAC-protected Pyro4, numpy-safe serialization, real training trials."""
 
+import contextlib
 import json
 import stat
+import time
 
 import numpy as np
+import psutil
 import pytest
 import yaml
 
-from pipeline.search import config_space, install_hmac_key, listen_host, register_numpy_serializers, run_directory
+from pipeline.search import (
+    config_space,
+    install_hmac_key,
+    listen_host,
+    register_numpy_serializers,
+    run_directory,
+    trial_key,
+)
 
-from .conftest import make_config, run_cli, small_cube_config, write_config
+from .conftest import kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
 
 
 @pytest.fixture
@@ -85,32 +95,115 @@ def test_search_space_names_must_be_train_settings(tmp_path):
         make_config(tmp_path, search={"space": {"learning_rat": {"type": "uniform", "low": 0.1, "high": 0.2}}})
 
 
-def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path):
-    config = small_cube_config(
-        tmp_path,
-        train={"batch_size": 8, "depth": 2, "width": 4, "dense": 16},
-        search={
-            "min_budget": 1,
-            "max_budget": 3,
-            "eta": 3,
-            "iterations": 1,
-            "ping_interval_s": 1,
-            "space": {
-                "learning_rate": {"type": "log-uniform", "low": 0.0003, "high": 0.01},
-                "width": {"type": "int", "low": 2, "high": 6},
-            },
-        },
-    )
-    path = write_config(tmp_path, config)
+SEARCH = {
+    "min_budget": 1,
+    "max_budget": 3,
+    "eta": 3,
+    "iterations": 1,
+    "ping_interval_s": 1,
+    "space": {
+        "learning_rate": {"type": "log-uniform", "low": 0.0003, "high": 0.01},
+        "width": {"type": "int", "low": 2, "high": 6},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """Small cubes merged and staged once for the module; each test gets its own search directory."""
+    tmp = tmp_path_factory.mktemp("search-data")
+    config = small_cube_config(tmp, train={"batch_size": 8, "depth": 2, "width": 4, "dense": 16}, search=SEARCH)
+    path = write_config(tmp, config)
     for step in ("simulate", "ingest", "convert", "merge", "stage"):
         run_cli([step, "--config", str(path)], ranks=2)
-    proc = run_cli(["search", "--config", str(path)], ranks=2, timeout=900)  # rank 0 master, rank 1 worker
+    return config
+
+
+def search_config(tmp_path, dataset, **search):
+    return write_config(tmp_path, {**dataset, "search": {**dataset["search"], **search}})
+
+
+def read_trials(out):
+    return [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+
+
+def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, dataset):
+    path = search_config(tmp_path, dataset)
+    out = tmp_path / "search"
+    proc = run_cli(["search", "--config", str(path), "--out", str(out)], ranks=2, timeout=900)  # master + worker
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    out = tmp_path / "work" / "search"
-    trials = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    trials = read_trials(out)
     assert summary["trials"] == len(trials) == 4  # 3 configurations at 1 epoch, the best at 3
     assert sorted(t["budget"] for t in trials) == [1, 1, 1, 3]
     best = yaml.safe_load((out / "best.yaml").read_text())["train"]
     assert set(best) == {"learning_rate", "width"} and 2 <= best["width"] <= 6
     assert (out / "search.png").exists()
     assert stat.S_IMODE((out / "run").stat().st_mode) == 0o700
+    assert not (out / "run" / "nameserver.json").exists()  # withdrawn when the master ends
+
+
+def descendants_running(job, word):
+    """The processes below a launched job whose command line has `word` (ones that end meanwhile are skipped)."""
+    found = []
+    for p in psutil.Process(job.pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if word in p.cmdline():
+                found.append(p)
+    return found
+
+
+def test_killed_and_hung_workers_fail_their_trials_and_a_restarted_master_reuses_the_rest(tmp_path, dataset):
+    path = search_config(tmp_path, dataset, workers=3, call_timeout_s=3)
+    out = tmp_path / "search"
+    base = ["search", "--config", str(path), "--out", str(out)]
+    master = start_cli([*base, "--role", "master"], ranks=1, log=tmp_path / "master.log")
+    workers = [start_cli([*base, "--role", "worker"], ranks=1) for _ in range(3)]
+    try:
+        deadline = time.monotonic() + 300
+        while sum(bool(descendants_running(w, "train")) for w in workers) < 3:  # every worker trains a configuration
+            assert time.monotonic() < deadline and master.poll() is None, (tmp_path / "master.log").read_text()
+            time.sleep(0.5)
+        killed, hung = workers[:2]  # the third stays healthy
+        orphans = descendants_running(killed, "train")
+        descendants_running(killed, "search")[0].kill()
+        descendants_running(hung, "search")[0].suspend()
+        assert master.wait(timeout=600) == 0, (tmp_path / "master.log").read_text()
+        # the killed worker's training went with it (parent-death signal), not left running
+        _, alive = psutil.wait_procs(orphans, timeout=30)
+        assert not alive
+    finally:
+        for job in (master, *workers):
+            kill_tree(job)
+    summary = json.loads((tmp_path / "master.log").read_text().strip().splitlines()[-1])
+    assert summary["failed_trials"] == 2 and summary["trials"] == 2  # 2 at 1 epoch failed; 1 + its 3-epoch run
+    first = {trial_key(t["config"], t["budget"]): t for t in read_trials(out)}
+    assert len(first) == 2 and all(t["loss"] is not None for t in first.values())
+
+    # A restarted master (the same seed proposes the same configurations): completed trials are answered
+    # from trials.jsonl, only the failed ones train again.
+    proc = run_cli(["search", "--config", str(search_config(tmp_path, dataset)), "--out", str(out)], ranks=2)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["failed_trials"] == 0 and summary["trials"] == 4
+    rows = read_trials(out)
+    for key in first:  # not trained (nor logged) a second time
+        assert sum(trial_key(t["config"], t["budget"]) == key for t in rows) == 1
+    assert len(rows) >= 4  # the two failed configurations were trained this time
+
+
+def test_trials_over_their_time_limit_fail_and_leave_nothing_running(tmp_path, dataset):
+    path = search_config(tmp_path, dataset, trial_timeout_s=1)
+    out = tmp_path / "search"
+    proc = run_cli(["search", "--config", str(path), "--out", str(out)], ranks=2, check=False, timeout=600)
+    assert proc.returncode == 2
+    assert f"no trial succeeded (4 failed): see {out}/trials/*/log.txt" in proc.stderr
+    assert all("timed out after 1 s" in t["error"] for t in read_trials(out))
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_a_worker_without_a_master_gives_up_with_a_clear_error(tmp_path, dataset):
+    path = search_config(tmp_path, dataset, join_timeout_s=1)
+    out = tmp_path / "search"
+    (out / "run").mkdir(parents=True)
+    proc = run_cli(["search", "--config", str(path), "--out", str(out), "--role", "worker"], check=False)
+    assert proc.returncode == 2
+    assert f"no search master published {out}/run/nameserver.json within 1 s" in proc.stderr
