@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -149,6 +150,9 @@ STEPS: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sim2dl", description=__doc__)
     sub = parser.add_subparsers(dest="step", required=True)
+    sub.add_parser(
+        "launch", help="run a step on N ranks through the MPI launcher and the container runtime (launch --help)"
+    )
     for name, help_text, handler, options in STEPS:
         p = sub.add_parser(name, help=help_text)
         _common(p)
@@ -166,7 +170,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def launch_main(argv: list[str]) -> int:
+    """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
+    import os
+
+    from pipeline.launch import data_directories, step_argv
+
+    parser = argparse.ArgumentParser(
+        prog="sim2dl launch",
+        description="Run `sim2dl STEP ...` on N ranks: the MPI launcher outside, one container per rank inside "
+        "(config section 'container'). The config is passed to the step.",
+    )
+    _common(parser)
+    parser.add_argument("--tasks", type=int, default=1, help="MPI ranks")
+    parser.add_argument("--mpi", default="auto", help="auto (srun inside Slurm, else mpiexec), none, or a launcher")
+    parser.add_argument("--dry-run", action="store_true", help="print the command line and exit")
+    parser.add_argument("step", nargs=argparse.REMAINDER, help="STEP [ARGS...]")
+    args = parser.parse_args(argv)
+    if args.step[:1] == ["--"]:
+        args.step = args.step[1:]
+    if not args.step or args.step[0] not in [s[0] for s in STEPS]:
+        parser.error(f"name a step: {', '.join(s[0] for s in STEPS)}")
+    try:
+        config = cfg.load(args.config, override_files=args.overrides)
+        step_args = [args.step[0], *_config_options(args), *args.step[1:]]
+        command = step_argv(config, args.mpi, args.tasks, step_args, data_directories(config), Path.cwd())
+    except Sim2dlError as e:
+        print(f"sim2dl launch: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    print("sim2dl launch: " + shlex.join(command), file=sys.stderr, flush=True)
+    if args.dry_run:
+        print(json.dumps(command))
+        return 0
+    try:
+        os.execvp(command[0], command)  # no shell: every argument arrives as given
+    except OSError as e:
+        print(f"sim2dl launch: error: cannot run {command[0]}: {e.strerror}", file=sys.stderr, flush=True)
+        return 2
+
+
+def _config_options(args: argparse.Namespace) -> list[str]:
+    options = ["--config", str(args.config)] if args.config else []
+    for extra in args.overrides:
+        options += ["--overrides", str(extra)]
+    return options
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["launch"]:
+        return launch_main(argv[1:])
     args = build_parser().parse_args(argv)
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()

@@ -37,6 +37,7 @@ import yaml
 
 from pipeline import Sim2dlError
 from pipeline.fsutil import write_text_atomic
+from pipeline.launch import mpi_launcher
 
 RESULT_NAME = "trials.jsonl"
 ADDRESS_NAME = "nameserver.json"  # in the run directory: where joining workers find the master
@@ -193,7 +194,7 @@ def run_trial(
     trial_dir.mkdir(parents=True, exist_ok=True)
     config_path = trial_dir / "config.yaml"
     config_path.write_text(yaml.safe_dump(trial_config, sort_keys=False))
-    launcher = [settings["launcher"], "-n", str(settings["ranks_per_trial"])]
+    launcher = mpi_launcher(settings["launcher"], settings["ranks_per_trial"])
     cmd = with_parent_death_signal(
         [
             *launcher,

@@ -11,5 +11,5 @@ rule convert:
     resources:
         tasks=2,
     shell:
-        "{resources.mpi} -n {resources.tasks} sim2dl convert --config {RESOLVED_CONFIG:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} convert"
         " --ingest {LAYOUT.ingest:q} --out {LAYOUT.convert:q}"

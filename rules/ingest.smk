@@ -12,5 +12,5 @@ rule ingest:
     resources:
         tasks=2,
     shell:
-        "{resources.mpi} -n {resources.tasks} sim2dl ingest --config {RESOLVED_CONFIG:q} --source {SOURCE:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} ingest --source {SOURCE:q}"
         " --out {LAYOUT.ingest:q}"

@@ -11,5 +11,5 @@ rule merge:
     resources:
         tasks=2,
     shell:
-        "{resources.mpi} -n {resources.tasks} sim2dl merge --config {RESOLVED_CONFIG:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} merge"
         " --ingest {LAYOUT.ingest:q} --convert {LAYOUT.convert:q} --out {LAYOUT.merged:q}"

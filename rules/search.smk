@@ -11,4 +11,4 @@ rule search:
     resources:
         tasks=2,
     shell:
-        "{resources.mpi} -n {resources.tasks} sim2dl search --config {RESOLVED_CONFIG:q} --out {LAYOUT.search:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} search --out {LAYOUT.search:q}"

@@ -10,4 +10,4 @@ if config["simulate"]["enabled"]:
         resources:
             tasks=2,
         shell:
-            "{resources.mpi} -n {resources.tasks} sim2dl simulate --config {RESOLVED_CONFIG:q} --out {SOURCE:q}"
+            "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} simulate --out {SOURCE:q}"

@@ -10,5 +10,5 @@ rule stage:
     resources:
         tasks=2,
     shell:
-        "{resources.mpi} -n {resources.tasks} sim2dl stage --config {RESOLVED_CONFIG:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} stage"
         " --merged {LAYOUT.merged:q} --summary {output.summary:q}"

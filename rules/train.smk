@@ -16,5 +16,5 @@ rule train:
     resources:
         tasks=2,
     shell:
-        "{resources.mpi} -n {resources.tasks} sim2dl train --config {RESOLVED_CONFIG:q} {params.overrides:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} {params.overrides:q} train"
         " --merged {LAYOUT.merged:q} --stage-summary {input.staged:q} --out {LAYOUT.train:q}"

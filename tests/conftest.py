@@ -48,8 +48,10 @@ def env() -> dict[str, str]:
     return e
 
 
-def cli_command(args: list[str], ranks: int) -> list[str]:
-    return [MPIEXEC, "-n", str(ranks), str(BIN / "sim2dl"), *args]
+def cli_command(args: list[str], ranks: int | None) -> list[str]:
+    """`sim2dl ARGS` under `mpiexec -n RANKS` (ranks None: no launcher, e.g. for `sim2dl launch`)."""
+    launcher = [] if ranks is None else [MPIEXEC, "-n", str(ranks)]
+    return [*launcher, str(BIN / "sim2dl"), *args]
 
 
 def start_cli(args: list[str], ranks: int, log: Path | None = None) -> subprocess.Popen[bytes]:

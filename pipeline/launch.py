@@ -1,0 +1,151 @@
+"""launch: the exact argument vector that runs a sim2dl step on N ranks, one container per rank.
+
+    [MPI launcher, -n, N] + [container runtime ... image] + [sim2dl, STEP, ARGS...]
+
+The launcher (srun inside a Slurm allocation, mpiexec elsewhere) stays outside; each rank starts its own
+container, which uses the HOST's MPI library (bind model: Cray MPICH at NERSC through Shifter's mpich
+module, or host MPICH directories bound in with LD_LIBRARY_PATH and MPI4PY_LIBMPI for Apptainer,
+Singularity, charliecloud and podman), so ranks talk over the host's fabric at full speed.
+
+Everything is an argument vector executed without a shell: config values (image names, bind paths,
+environment values) can hold quotes, spaces, `;` or `$(...)` and still reach the runtime as one argument.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline import Sim2dlError
+
+RUNTIMES = ("none", "shifter", "apptainer", "singularity", "charliecloud", "podman")
+# What MPI launchers hand each rank (PMI wiring, Slurm step ids): runtimes that do not pass the host
+# environment through (podman) are told to pass these names.
+PASS_THROUGH_PREFIXES = ("PMI_", "PMIX_", "SLURM_", "HYDRA_", "MPIR_CVAR_", "UCX_", "FI_")
+PASS_THROUGH_NAMES = [
+    "PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "PMI_ID", "PMI_JOBID", "PMI_SPAWNED", "PMI_SUBVERSION",
+    "PMI_VERSION", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID",
+    "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEID", "MPIR_CVAR_CH4_CMA_ENABLE",
+]  # fmt: skip
+
+
+def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None) -> list[str]:
+    """`mpi` is "auto" (srun inside a Slurm allocation, else mpiexec) or a launcher command line from the
+    profile (e.g. "srun --mpi=pmi2"); one task runs without a launcher only when mpi is "none"."""
+    environ = os.environ if environ is None else environ
+    if mpi == "none":
+        if tasks != 1:
+            raise Sim2dlError(f"mpi 'none' runs one task, {tasks} were asked for (resource 'tasks')")
+        return []
+    if mpi == "auto":
+        mpi = "srun" if "SLURM_JOB_ID" in environ else "mpiexec"
+    return [*shlex.split(mpi), "-n", str(tasks)]
+
+
+def host_mpi_settings(settings: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """(host directories to bind, environment) for the bind model with a generic runtime."""
+    host = settings["host_mpi"]
+    if not host["enabled"]:
+        return [], {}
+    paths = [str(p) for p in host["paths"]]
+    env = {"MPI4PY_LIBMPI": host["libmpi"]}  # mpi4py must load the host library by name, not its own path
+    if paths:
+        env["LD_LIBRARY_PATH"] = ":".join(paths)
+    return paths, env
+
+
+def binds(settings: Mapping[str, Any], data_dirs: Sequence[Path]) -> list[tuple[str, str]]:
+    """Data directories appear at the same path inside (so paths in configs and manifests stay valid),
+    then the configured extra binds ("src" or "src:dst")."""
+    pairs = [(str(d), str(d)) for d in data_dirs]
+    for spec in settings["binds"]:
+        src, _, dst = str(spec).partition(":")
+        pairs.append((src, dst or src))
+    return pairs
+
+
+def container_argv(
+    settings: Mapping[str, Any], command: Sequence[str], data_dirs: Sequence[Path], cwd: Path
+) -> list[str]:
+    """The argument vector that runs `command` in one container with `settings` (config `container:`),
+    with `data_dirs` and the working directory `cwd` at the same paths inside."""
+    runtime = settings["runtime"]
+    if runtime == "none":
+        return list(command)
+    image = settings["image"]
+    mounts = binds(settings, [cwd, *data_dirs])
+    host_paths, host_env = host_mpi_settings(settings) if runtime != "shifter" else ([], {})
+    mounts += [(p, p) for p in host_paths]
+    env = {**host_env, **{str(k): str(v) for k, v in settings["env"].items()}}
+
+    if runtime == "shifter":
+        # Shifter passes the host environment; NERSC's mpich module injects Cray MPICH and sets the paths.
+        argv = ["shifter", f"--image={image}"]
+        if settings["host_mpi"]["enabled"]:
+            argv += [f"--module={m}" for m in settings["shifter_modules"]]
+        argv += [f"--volume={s}:{d}" for s, d in mounts]
+        argv += [f"--env={k}={v}" for k, v in env.items()]
+        return [*argv, *command]
+    if runtime in ("apptainer", "singularity"):
+        argv = [runtime, "exec", "--pwd", str(cwd)]
+        for s, d in mounts:
+            argv += ["--bind", f"{s}:{d}"]
+        for k, v in env.items():
+            argv += ["--env", f"{k}={v}"]
+        return [*argv, image, *command]
+    if runtime == "charliecloud":
+        argv = ["ch-run", f"--cd={cwd}"]
+        for s, d in mounts:
+            argv += ["-b", f"{s}:{d}"]
+        for k, v in env.items():
+            argv += [f"--set-env={k}={v}"]
+        return [*argv, image, "--", *command]
+    if runtime == "podman":
+        # One container per rank sharing the host's IPC (MPI shared memory) and network; PMI wiring and
+        # Slurm ids are passed by name, since podman does not pass the host environment.
+        argv = ["podman", "run", "--rm", "--ipc=host", "--network=host", "--pid=host", "--init"]
+        argv += [f"--timeout={int(settings['podman_timeout_s'])}", "-w", str(cwd)]
+        for s, d in mounts:
+            argv += ["-v", f"{s}:{d}"]
+        for name in PASS_THROUGH_NAMES:
+            argv += ["-e", name]
+        for k, v in env.items():
+            argv += ["-e", f"{k}={v}"]
+        return [*argv, image, *command]
+    raise Sim2dlError(f"container runtime '{runtime}' is not one of {', '.join(RUNTIMES)} (key 'container.runtime')")
+
+
+def runtime_binary(settings: Mapping[str, Any]) -> str | None:
+    name = {"none": None, "charliecloud": "ch-run"}.get(settings["runtime"], settings["runtime"])
+    return name and shutil.which(name)
+
+
+def step_argv(
+    config: Mapping[str, Any], mpi: str, tasks: int, step_args: Sequence[str], data_dirs: Sequence[Path], cwd: Path
+) -> list[str]:
+    """Launcher + container + `sim2dl STEP ARGS` for one workflow step."""
+    settings = config["container"]
+    sim2dl = "sim2dl" if settings["runtime"] != "none" else str(Path(sys.executable).with_name("sim2dl"))
+    return [*mpi_launcher(mpi, tasks), *container_argv(settings, [sim2dl, *step_args], data_dirs, cwd)]
+
+
+def data_directories(config: Mapping[str, Any]) -> list[Path]:
+    """What a step may read or write: the workdir, the input data and the node-local staging target
+    (created here, since runtimes refuse to bind a missing directory)."""
+    from pipeline.config import layout, source_dir
+    from pipeline.stage import default_target
+
+    target = Path(config["stage"]["target"]) if config["stage"]["target"] else default_target()
+    dirs = [layout(config).workdir, source_dir(config), target]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    unique: list[Path] = []
+    for d in (p.resolve() for p in dirs):
+        if not any(d == u or u in d.parents for u in unique):
+            unique.append(d)
+    return unique

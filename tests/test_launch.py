@@ -1,0 +1,149 @@
+"""launch: the exact argument vectors given to MPI launchers and container runtimes.
+
+Shifter and Apptainer/Singularity cannot be installed on this machine class: their command lines are
+checked here exactly, argument by argument. charliecloud and podman also run for real (test_containers).
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline import Sim2dlError
+from pipeline.launch import container_argv, mpi_launcher
+
+from .conftest import cli_command, env, make_config, write_config
+
+HOSTILE = '/data/it\'s a "dir"; rm -rf ~ $(touch /tmp/pwned) `id`'
+
+
+def container(tmp_path, **settings):
+    return make_config(tmp_path, container=settings)["container"]
+
+
+def test_launcher_is_srun_inside_slurm_and_mpiexec_elsewhere():
+    assert mpi_launcher("auto", 4, {"SLURM_JOB_ID": "17"}) == ["srun", "-n", "4"]
+    assert mpi_launcher("auto", 2, {}) == ["mpiexec", "-n", "2"]
+    assert mpi_launcher("srun --mpi=pmi2", 3, {}) == ["srun", "--mpi=pmi2", "-n", "3"]
+    assert mpi_launcher("none", 1, {}) == []
+    with pytest.raises(Sim2dlError, match="mpi 'none' runs one task, 2 were asked for"):
+        mpi_launcher("none", 2, {})
+
+
+def test_shifter_nersc_command_line(tmp_path):
+    settings = container(
+        tmp_path,
+        runtime="shifter",
+        image="docker:sim2dl/sim2dl:0.1.0",
+        host_mpi={"enabled": True},
+        binds=[f"{HOSTILE}:/in"],
+        env={"NOTE": HOSTILE},
+    )
+    argv = container_argv(settings, ["sim2dl", "merge"], [Path("/pscratch/work")], Path("/home/u/run"))
+    assert argv == [
+        "shifter",
+        "--image=docker:sim2dl/sim2dl:0.1.0",
+        "--module=mpich",
+        "--volume=/home/u/run:/home/u/run",
+        "--volume=/pscratch/work:/pscratch/work",
+        f"--volume={HOSTILE}:/in",
+        f"--env=NOTE={HOSTILE}",
+        "sim2dl",
+        "merge",
+    ]
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "singularity"])
+def test_apptainer_generic_bind_model_command_line(tmp_path, runtime):
+    settings = container(
+        tmp_path,
+        runtime=runtime,
+        image="/sw/images/sim2dl 0.1.0.sif",
+        host_mpi={"enabled": True, "paths": ["/opt/cray/pe/lib64", "/usr/lib64/libfabric"]},
+        env={"OMP_NUM_THREADS": 4},
+    )
+    argv = container_argv(settings, ["sim2dl", "train"], [Path("/scratch/w")], Path("/home/u"))
+    assert argv == [
+        runtime,
+        "exec",
+        "--pwd",
+        "/home/u",
+        "--bind",
+        "/home/u:/home/u",
+        "--bind",
+        "/scratch/w:/scratch/w",
+        "--bind",
+        "/opt/cray/pe/lib64:/opt/cray/pe/lib64",
+        "--bind",
+        "/usr/lib64/libfabric:/usr/lib64/libfabric",
+        "--env",
+        "MPI4PY_LIBMPI=libmpi.so.12",
+        "--env",
+        "LD_LIBRARY_PATH=/opt/cray/pe/lib64:/usr/lib64/libfabric",
+        "--env",
+        "OMP_NUM_THREADS=4",
+        "/sw/images/sim2dl 0.1.0.sif",
+        "sim2dl",
+        "train",
+    ]
+
+
+def test_charliecloud_and_podman_command_lines(tmp_path):
+    ch = container(tmp_path, runtime="charliecloud", image="/var/tmp/sim2dl.sqfs", env={"A": HOSTILE})
+    assert container_argv(ch, ["sim2dl", "stage"], [], Path("/w")) == [
+        "ch-run",
+        "--cd=/w",
+        "-b",
+        "/w:/w",
+        f"--set-env=A={HOSTILE}",
+        "/var/tmp/sim2dl.sqfs",
+        "--",
+        "sim2dl",
+        "stage",
+    ]
+    pod = container(tmp_path, runtime="podman", image="localhost/sim2dl:0.1.0", podman_timeout_s=60)
+    argv = container_argv(pod, ["sim2dl", "stage"], [], Path("/w"))
+    assert argv[:12] == [
+        "podman",
+        "run",
+        "--rm",
+        "--ipc=host",
+        "--network=host",
+        "--pid=host",
+        "--init",
+        "--timeout=60",
+        "-w",
+        "/w",
+        "-v",
+        "/w:/w",
+    ]
+    assert argv[argv.index("PMI_FD") - 1] == "-e" and "SLURM_PROCID" in argv  # PMI wiring passed by name
+    assert argv[-3:] == ["localhost/sim2dl:0.1.0", "sim2dl", "stage"]
+
+
+def test_unknown_runtime_is_rejected_by_the_schema(tmp_path):
+    with pytest.raises(Sim2dlError, match=r"container\.runtime"):
+        container(tmp_path, runtime="docker-compose")
+
+
+def test_launch_cli_passes_hostile_config_values_as_single_arguments(tmp_path):
+    """The command a rule runs: config values full of shell syntax reach the runtime unchanged, and no
+    shell ever interprets them (nothing is created by the embedded command substitution)."""
+    canary = tmp_path / "pwned"
+    hostile = f"x'; touch {canary}; echo '$(touch {canary})"
+    config = make_config(tmp_path, container={"runtime": "apptainer", "image": hostile, "env": {"V": hostile}})
+    path = write_config(tmp_path, config)
+    cmd = cli_command(["launch", "--config", str(path), "--tasks", "3", "--dry-run", "merge"], ranks=None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, check=True)
+    argv = json.loads(proc.stdout)
+    assert argv[:5] == ["mpiexec", "-n", "3", "apptainer", "exec"]
+    assert hostile in argv and f"V={hostile}" in argv
+    assert argv[-4:] == ["sim2dl", "merge", "--config", str(path)]
+    # and for real with runtime none: the step runs and the canary is never created
+    config = make_config(tmp_path, container={"env": {"V": hostile}}, workdir=str(tmp_path / f"w {hostile}"))
+    path = write_config(tmp_path, config)
+    cmd = cli_command(["launch", "--config", str(path), "--tasks", "2", "simulate"], ranks=None)
+    subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, check=True)
+    assert (tmp_path / f"w {hostile}" / "raw" / "simulate.json").exists()
+    assert not canary.exists()
