@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -172,8 +173,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def launch_main(argv: list[str]) -> int:
     """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
-    import os
-
     from pipeline.launch import data_directories, step_argv
 
     parser = argparse.ArgumentParser(
@@ -248,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     if rank == 0:
         summary = {"step": args.step, "ranks": size, "seconds": round(time.perf_counter() - start, 3), **summary}
+        if "SLURM_JOB_ID" in os.environ:  # provenance: which batch job and srun step ran this
+            summary["slurm"] = {k.lower(): os.environ.get(f"SLURM_{k}") for k in ("JOB_ID", "STEP_ID", "NTASKS")}
         print(json.dumps(summary), flush=True)
     return 0
 

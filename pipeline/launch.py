@@ -34,9 +34,12 @@ PASS_THROUGH_NAMES = [
 ]  # fmt: skip
 
 
-def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None) -> list[str]:
+def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None, nested: bool = False) -> list[str]:
     """`mpi` is "auto" (srun inside a Slurm allocation, else mpiexec) or a launcher command line from the
-    profile (e.g. "srun --mpi=pmi2"); one task runs without a launcher only when mpi is "none"."""
+    profile (e.g. "srun --mpi=pmi2"); one task runs without a launcher only when mpi is "none".
+
+    `nested`: launched from a rank of a running step (a search worker starting a trial): srun must share
+    that step's CPUs (--overlap), or it would wait for them forever."""
     environ = os.environ if environ is None else environ
     if mpi == "none":
         if tasks != 1:
@@ -44,7 +47,10 @@ def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None)
         return []
     if mpi == "auto":
         mpi = "srun" if "SLURM_JOB_ID" in environ else "mpiexec"
-    return [*shlex.split(mpi), "-n", str(tasks)]
+    argv = [*shlex.split(mpi), "-n", str(tasks)]
+    if nested and Path(argv[0]).name == "srun" and "--overlap" not in argv:
+        argv.insert(1, "--overlap")
+    return argv
 
 
 def host_mpi_settings(settings: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:

@@ -194,7 +194,7 @@ def run_trial(
     trial_dir.mkdir(parents=True, exist_ok=True)
     config_path = trial_dir / "config.yaml"
     config_path.write_text(yaml.safe_dump(trial_config, sort_keys=False))
-    launcher = mpi_launcher(settings["launcher"], settings["ranks_per_trial"])
+    launcher = mpi_launcher(settings["launcher"], settings["ranks_per_trial"], nested=True)
     cmd = with_parent_death_signal(
         [
             *launcher,

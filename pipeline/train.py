@@ -385,6 +385,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
         "r2": dict(zip(names, r2_scores(pred, true), strict=True)) if len(true) else {},
         "validation_records": len(true),
         "weights_checksum": _weights_checksum(model),
+        "settings": dict(settings),  # what was trained (with search.enabled: the search's best merged in)
     }
     all_checksums = hvd.allgather_object(summary["weights_checksum"])
     summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1

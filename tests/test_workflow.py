@@ -25,6 +25,7 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
                 "simulate": {"samples": 40},
                 "merge": {"shard_size_mb": 1},
                 "stage": {"target": str(tmp_path / "local")},  # not the shared default below /tmp
+                "search": {"enabled": False},  # search then train runs in test_slurm
             }
         )
     )
