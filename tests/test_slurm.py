@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, env
+from .conftest import REPO, env, small_cube_config
 
 STATE = Path("/tmp/sim2dl-slurm")
 
@@ -63,15 +63,13 @@ def snakemake(tmp_path, *args, timeout=1500):
 
 
 def small_config(tmp_path, **sections):
-    config = {
-        "workdir": str(tmp_path / "w"),
-        "simulate": {"samples": 64, "cube": {"size": 16}},
-        "merge": {"shard_size_mb": 0.1},
-        "stage": {"target": str(tmp_path / "local")},
-        "train": {"epochs": 2, "batch_size": 8, "depth": 2, "width": 4, "dense": 16},
-        "search": {"enabled": False},
-        **sections,
-    }
+    """The demo, small: 96 cubes of 16^3, two epochs of a small network, search off unless given."""
+    config = small_cube_config(
+        tmp_path,
+        merge={"shard_size_mb": 0.1},
+        train={"epochs": 2, "batch_size": 8, "depth": 2, "width": 4, "dense": 16},
+        **{"search": {"enabled": False}, **sections},
+    )
     path = tmp_path / f"config-{len(list(tmp_path.glob('config-*')))}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -109,9 +107,10 @@ def test_demo_workflow_with_search_runs_as_slurm_jobs_and_srun_steps(tmp_path, s
         assert summary["ranks"] == 2, (step, summary)
         assert summary["slurm"]["job_id"] in job_ids and summary["slurm"]["step_id"] not in (None, "batch")
         assert summary["slurm"]["ntasks"] == "2"
+    assert Path(tmp_path / "work" / "train" / "summary.json").exists()
     data_jobs = {summaries[s][0]["slurm"]["job_id"] for s in ("simulate", "ingest", "convert", "merge")}
     assert len(data_jobs) == 1  # grouped: one batch job for the four data steps
-    best = yaml.safe_load((tmp_path / "w" / "search" / "best.yaml").read_text())["train"]
-    trained = json.loads((tmp_path / "w" / "train" / "summary.json").read_text())
+    best = yaml.safe_load((tmp_path / "work" / "search" / "best.yaml").read_text())["train"]
+    trained = json.loads((tmp_path / "work" / "train" / "summary.json").read_text())
     assert trained["weights_identical_across_ranks"] and summaries["search"][0]["best"] == best
     assert trained["settings"]["learning_rate"] == pytest.approx(best["learning_rate"])  # fed into train
