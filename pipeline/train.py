@@ -370,8 +370,10 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
         history.append(row)
         epoch_var.assign(epoch + 1)
         if rank == 0:
-            manager.save()
+            # History first: a kill between the two leaves the older checkpoint, whose resume truncates the
+            # history back to it (the other order would lose this epoch's row for good).
             _write_history(out_dir, history)
+            manager.save()
             print(json.dumps(row), flush=True)
     # Final evaluation (the last epoch's, unless a resumed run had no epoch left), model and plots.
     val_loss, pred, true = (

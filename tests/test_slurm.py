@@ -8,7 +8,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -64,12 +66,12 @@ def snakemake(tmp_path, *args, timeout=1500):
 
 def small_config(tmp_path, **sections):
     """The demo, small: 96 cubes of 16^3, two epochs of a small network, search off unless given."""
-    config = small_cube_config(
-        tmp_path,
-        merge={"shard_size_mb": 0.1},
-        train={"epochs": 2, "batch_size": 8, "depth": 2, "width": 4, "dense": 16},
-        **{"search": {"enabled": False}, **sections},
-    )
+    defaults = {
+        "merge": {"shard_size_mb": 0.1},
+        "train": {"epochs": 2, "batch_size": 8, "depth": 2, "width": 4, "dense": 16},
+        "search": {"enabled": False},
+    }
+    config = small_cube_config(tmp_path, **{**defaults, **sections})
     path = tmp_path / f"config-{len(list(tmp_path.glob('config-*')))}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -114,3 +116,62 @@ def test_demo_workflow_with_search_runs_as_slurm_jobs_and_srun_steps(tmp_path, s
     trained = json.loads((tmp_path / "work" / "train" / "summary.json").read_text())
     assert trained["weights_identical_across_ranks"] and summaries["search"][0]["best"] == best
     assert trained["settings"]["learning_rate"] == pytest.approx(best["learning_rate"])  # fed into train
+
+
+def epochs_done(workdir: Path) -> int:
+    try:
+        return len(json.loads((workdir / "train" / "metrics.json").read_text()))
+    except (OSError, ValueError):
+        return 0
+
+
+def wait_for(condition, what, timeout=600):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoing_work(tmp_path, slurm):
+    config = small_config(tmp_path, train={"epochs": 40, "batch_size": 8, "depth": 2, "width": 4, "dense": 16})
+    workdir = tmp_path / "work"
+    cmd = ["snakemake", "--profile", "profiles/slurm", "--slurm-logdir", str(tmp_path / "slurm_logs")]
+    cmd += ["--configfile", str(config)]
+    log1 = open(tmp_path / "run1.log", "w")  # noqa: SIM115 - closed below
+    run = subprocess.Popen(cmd, stdout=log1, stderr=subprocess.STDOUT, env=env(), cwd=REPO, start_new_session=True)
+    try:
+        # 1. A failing job (cancelled by Slurm mid-training) is resubmitted and resumes from its checkpoint.
+        wait_for(lambda: epochs_done(workdir) >= 2, "two epochs of the first attempt")
+        running = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i"], capture_output=True, text=True).stdout.split()
+        assert len(running) == 1, running  # the train job
+        subprocess.run(["scancel", running[0]], check=True)
+        before = epochs_done(workdir)
+        wait_for(lambda: epochs_done(workdir) >= before + 2, "the retried train job to go on")
+        # 2. The run itself is interrupted: Ctrl-C, on which Snakemake cancels its Slurm jobs.
+        os.killpg(run.pid, signal.SIGINT)
+        assert run.wait(timeout=120) != 0
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        log1.close()
+    log = (tmp_path / "run1.log").read_text()
+    assert "Trying to restart job" in log or "retry" in log.lower(), log[-3000:]
+    interrupted_at = epochs_done(workdir)
+    wait_for(lambda: not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip(), "no jobs")
+    assert not (workdir / "train" / "summary.json").exists()  # the interruption came before the end
+
+    proc, log = snakemake(tmp_path, "--configfile", str(config))
+    assert proc.returncode == 0, log
+    assert "rule train:" in log
+    assert not re.search(r"rule (simulate|ingest|convert|merge|stage):", log)  # finished work is not redone
+    trained = json.loads((workdir / "train" / "summary.json").read_text())
+    assert trained["epochs"] == 40 and epochs_done(workdir) == 40
+    resumed = [
+        json.loads(line)["train"]["resume_from_epoch"]
+        for f in (tmp_path / "slurm_logs").rglob("*.log")
+        for line in f.read_text(errors="replace").splitlines()
+        if line.startswith('{"train"')
+    ]
+    # three attempts: fresh, resumed after the cancel, resumed after the interruption
+    assert sorted(resumed)[0] == 0 and len(resumed) == 3
+    assert sorted(resumed)[1] >= 2 and sorted(resumed)[2] >= interrupted_at - 1
