@@ -9,6 +9,8 @@
 # inputs, outputs, resources and the command.
 
 import json
+import re
+from pathlib import Path
 
 import yaml
 from snakemake.utils import min_version, validate
@@ -31,21 +33,56 @@ try:
 except Sim2dlError as e:
     raise WorkflowError(str(e)) from None
 
-LAYOUT = sim2dl_config.layout(config)
-SOURCE = sim2dl_config.source_dir(config)
 
-# The validated config (defaults filled in) is what every step reads. It is rewritten only when it
-# changes; per-rule `params` hold the sections a step depends on, so Snakemake reruns exactly the steps
-# whose settings changed.
-RESOLVED_CONFIG = LAYOUT.workdir / "config.resolved.yaml"
-_resolved_text = yaml.safe_dump(json.loads(json.dumps(config)), sort_keys=False)
-if not RESOLVED_CONFIG.exists() or RESOLVED_CONFIG.read_text() != _resolved_text:
-    write_text_atomic(RESOLVED_CONFIG, _resolved_text)
+
+class Run:
+    """One run of the workflow: a validated config and its workdir (a sweep has one per point)."""
+
+    def __init__(self, run_config):
+        self.config = run_config
+        self.layout = sim2dl_config.layout(run_config)
+        self.source = sim2dl_config.source_dir(run_config)
+        # The validated config (defaults filled in) is what every step reads. It is rewritten only when
+        # it changes; per-rule `params` hold the sections a step depends on, so Snakemake reruns exactly
+        # the steps whose settings changed.
+        self.resolved = self.layout.workdir / "config.resolved.yaml"
+        text = yaml.safe_dump(json.loads(json.dumps(run_config)), sort_keys=False)
+        if not self.resolved.exists() or self.resolved.read_text() != text:
+            write_text_atomic(self.resolved, text)
+
+    def settings(self, *sections):
+        """The config sections a step depends on, as a stable string (a Snakemake params rerun trigger)."""
+        return json.dumps({s: self.config[s] for s in sections}, sort_keys=True)
+
+
+if "sweep" in config:
+    from pipeline.sweep import point_configs, sweep_workdir
+
+    try:
+        RUNS = [Run(point) for point in point_configs(config).values()]
+    except Sim2dlError as e:
+        raise WorkflowError(str(e)) from None
+    SWEEP_DIR = sweep_workdir(config)
+    SWEEP_CONFIG = SWEEP_DIR / "sweep.resolved.yaml"
+    write_text_atomic(SWEEP_CONFIG, yaml.safe_dump(json.loads(json.dumps(config)), sort_keys=False))
+else:
+    RUNS = [Run(config)]
+RUN = {str(r.layout.workdir): r for r in RUNS}
+
+# Rules are patterns over the run's workdir: one DAG holds every point of a sweep.
+LAYOUT = sim2dl_config.Layout(Path("{workdir}"))
+
+
+wildcard_constraints:
+    workdir="|".join(re.escape(w) for w in RUN),
+
+
+def run_config(wildcards):
+    return str(RUN[wildcards.workdir].resolved)
 
 
 def settings(*sections):
-    """The config sections a step depends on, as a stable string (a Snakemake params rerun trigger)."""
-    return json.dumps({s: config[s] for s in sections}, sort_keys=True)
+    return lambda wildcards: RUN[wildcards.workdir].settings(*sections)
 
 
 include: "rules/simulate.smk"
@@ -60,4 +97,20 @@ include: "rules/train.smk"
 rule all:
     default_target: True
     input:
-        LAYOUT.train_summary,
+        [r.layout.train_summary for r in RUNS],
+        [SWEEP_DIR / "summary.csv"] if "sweep" in config else [],
+
+
+if "sweep" in config:
+
+    localrules:
+        sweep_summary,
+
+    # The points compared: validation loss, R² per parameter, throughput (summary.csv, summary.png).
+    rule sweep_summary:
+        input:
+            [r.layout.train_summary for r in RUNS],
+        output:
+            SWEEP_DIR / "summary.csv",
+        shell:
+            "sim2dl sweep --config {SWEEP_CONFIG:q}"

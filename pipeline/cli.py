@@ -87,6 +87,14 @@ def cmd_search(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> d
     return search(config, args.out or cfg.layout(config).search, comm, role=args.role)
 
 
+def cmd_sweep(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+    from pipeline.sweep import summarise
+
+    if "sweep" not in config:
+        raise Sim2dlError("this config has no 'sweep' section (e.g. --config config/sweeps/lr_shards.yaml)")
+    return summarise(config)
+
+
 MERGED = ("--merged", "merge output directory (default: {workdir}/merged)")
 INGEST = ("--ingest", "ingest output directory (default: {workdir}/ingest)")
 
@@ -144,6 +152,12 @@ STEPS: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
         "hyperparameter search with BOHB: rank 0 the master, other ranks workers",
         cmd_search,
         [("--out", "output directory (default: {workdir}/search)")],
+    ),
+    (
+        "sweep",
+        "compare the points of a finished sweep: summary.csv and summary.png in sweep.workdir",
+        cmd_sweep,
+        [],
     ),
 ]
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,10 @@ from typing import Any
 import xxhash
 
 TMP_MARK = ".tmp-"
+# The writer is part of a temporary's name, so a cleanup never removes a file another live job is
+# writing (two sweep points staging the same shards into one node-local directory, say).
+WRITER = f"{socket.gethostname().replace('~', '-')}~{os.getpid()}~"
+ORPHAN_AGE_S = 6 * 3600  # a temporary from another host counts as left behind only after this long
 # mkstemp creates 0600 files; outputs should get the usual permissions (0666 less the umask).
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -24,7 +30,7 @@ def atomic_path(final: Path | str) -> Iterator[Path]:
     """Yield a temporary path next to `final`; rename it over `final` only if the block succeeds."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}{TMP_MARK}", dir=final.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}{TMP_MARK}{WRITER}", dir=final.parent)
     os.fchmod(fd, FILE_MODE)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -46,14 +52,35 @@ def write_json_atomic(final: Path | str, obj: Any) -> None:
 
 
 def remove_stale_temporaries(directory: Path) -> int:
-    """Delete temporaries left by an interrupted run (they are never valid outputs)."""
+    """Delete temporaries left by an interrupted run (they are never valid outputs): those whose writer
+    process on this host is gone, and those from other hosts older than ORPHAN_AGE_S."""
     removed = 0
     if directory.is_dir():
         for p in directory.iterdir():
-            if p.name.startswith(".") and TMP_MARK in p.name:
+            if p.name.startswith(".") and TMP_MARK in p.name and _abandoned(p):
                 p.unlink(missing_ok=True)
                 removed += 1
     return removed
+
+
+def _abandoned(path: Path) -> bool:
+    host, _, rest = path.name.split(TMP_MARK, 1)[1].partition("~")
+    pid = rest.partition("~")[0]
+    if not pid.isdigit():
+        return True  # not written by this scheme
+    if host != WRITER.partition("~")[0]:
+        with contextlib.suppress(OSError):
+            return time.time() - path.stat().st_mtime > ORPHAN_AGE_S
+        return False
+    if int(pid) == os.getpid():
+        return True  # an earlier attempt in this very process
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
 
 
 def file_checksum(path: Path | str, chunk_bytes: int = 8 << 20) -> str:

@@ -66,3 +66,21 @@ def search_progress(runs: Sequence[Any], path: Path) -> None:
     ax_best.step(spent, best, where="post")
     ax_best.set(xlabel="compute spent (epochs)", ylabel="best validation loss so far", title="Search progress")
     _save(fig, path)
+
+
+def sweep_comparison(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """One bar per sweep point: validation loss, and R² of each parameter."""
+    names = [r["point"] for r in rows]
+    r2_keys = [k for k in rows[0] if k.startswith("r2_")]
+    fig, (ax_loss, ax_r2) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(rows) + 4), 4))
+    x = np.arange(len(rows))
+    ax_loss.bar(x, [r["val_loss"] for r in rows], color="tab:blue")
+    ax_loss.set(ylabel="validation loss (MSE, normalised labels)", title="Validation loss per point")
+    width = 0.8 / max(len(r2_keys), 1)
+    for i, key in enumerate(r2_keys):
+        ax_r2.bar(x + i * width - 0.4 + width / 2, [r[key] for r in rows], width, label=key[3:])
+    ax_r2.set(ylabel="R² on the validation set", title="Recovered parameters per point")
+    ax_r2.legend()
+    for ax in (ax_loss, ax_r2):
+        ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    _save(fig, path)

@@ -7,9 +7,9 @@ rule convert:
     log:
         rejects=LAYOUT.convert_rejects,
     params:
+        config=run_config,
         settings=settings("convert"),
     resources:
         tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} convert"
-        " --ingest {LAYOUT.ingest:q} --out {LAYOUT.convert:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q} convert"

@@ -7,9 +7,9 @@ rule merge:
     output:
         metadata=LAYOUT.metadata,
     params:
+        config=run_config,
         settings=settings("convert", "merge"),
     resources:
         tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} merge"
-        " --ingest {LAYOUT.ingest:q} --convert {LAYOUT.convert:q} --out {LAYOUT.merged:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q} merge"

@@ -7,8 +7,9 @@ rule search:
     output:
         best=LAYOUT.search_best,
     params:
+        config=run_config,
         settings=settings("search", "train"),
     resources:
         tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} search --out {LAYOUT.search:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q} search"

@@ -6,9 +6,9 @@ rule stage:
     output:
         summary=LAYOUT.stage_summary,
     params:
+        config=run_config,
         settings=settings("stage"),
     resources:
         tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} stage"
-        " --merged {LAYOUT.merged:q} --summary {output.summary:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q} stage"

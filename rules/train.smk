@@ -1,20 +1,25 @@
 # train: data-parallel TensorFlow + Horovod training from the staged shards, one process per rank.
 # With search.enabled, the search's best configuration is merged on top of the config (--overrides).
-SEARCHED = config["search"]["enabled"]
+def searched(wildcards):
+    run = RUN[wildcards.workdir]
+    return run.layout.search_best if run.config["search"]["enabled"] else None
 
 
 rule train:
     input:
         metadata=LAYOUT.metadata,
         staged=LAYOUT.stage_summary,
-        best=LAYOUT.search_best if SEARCHED else [],
+        best=lambda wc: searched(wc) or [],
     output:
         summary=LAYOUT.train_summary,
     params:
-        settings=settings("train", "search") if SEARCHED else settings("train"),
-        overrides=["--overrides", LAYOUT.search_best] if SEARCHED else [],
+        config=run_config,
+        overrides=lambda wc: ["--overrides", searched(wc)] if searched(wc) else [],
+        settings=lambda wc: RUN[wc.workdir].settings(
+            *(("train", "search") if searched(wc) else ("train",))
+        ),
     resources:
         tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {RESOLVED_CONFIG:q} {params.overrides:q} train"
-        " --merged {LAYOUT.merged:q} --stage-summary {input.staged:q} --out {LAYOUT.train:q}"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
+        " {params.overrides:q} train"

@@ -153,7 +153,7 @@ def descendants_running(job, word):
 
 
 def test_killed_and_hung_workers_fail_their_trials_and_a_restarted_master_reuses_the_rest(tmp_path, dataset):
-    path = search_config(tmp_path, dataset, workers=3, call_timeout_s=3)
+    path = search_config(tmp_path, dataset, workers=3, call_timeout_s=10)
     out = tmp_path / "search"
     base = ["search", "--config", str(path), "--out", str(out)]
     master = start_cli([*base, "--role", "master"], ranks=1, log=tmp_path / "master.log")
@@ -197,7 +197,13 @@ def test_trials_over_their_time_limit_fail_and_leave_nothing_running(tmp_path, d
     assert proc.returncode == 2
     assert f"no trial succeeded (4 failed): see {out}/trials/*/log.txt" in proc.stderr
     assert all("timed out after 1 s" in t["error"] for t in read_trials(out))
-    assert not [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+    trainings = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "train" in (p.info["cmdline"] or []) and str(out) in " ".join(p.info["cmdline"] or [])
+    ]
+    _, alive = psutil.wait_procs(trainings, timeout=10)  # (the search's own ranks may still be exiting)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_a_worker_without_a_master_gives_up_with_a_clear_error(tmp_path, dataset):

@@ -4,6 +4,7 @@ Runs wherever Slurm is up or can be brought up (root with apt, or already instal
 either it skips, and under CI=true it never skips.
 """
 
+import csv
 import json
 import os
 import re
@@ -175,3 +176,31 @@ def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoi
     # three attempts: fresh, resumed after the cancel, resumed after the interruption
     assert sorted(resumed)[0] == 0 and len(resumed) == 3
     assert sorted(resumed)[1] >= 2 and sorted(resumed)[2] >= interrupted_at - 1
+
+
+def test_a_two_point_sweep_runs_every_point_in_its_own_directory_and_compares_them(tmp_path, slurm):
+    base = small_config(tmp_path)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "sweep": {
+                    "name": "lr",
+                    "workdir": str(tmp_path / "sweep"),
+                    "grid": {"train.learning_rate": [0.001, 0.004]},
+                }
+            }
+        )
+    )
+    proc, log = snakemake(tmp_path, "--configfile", str(base), str(sweep))
+    assert proc.returncode == 0, log
+    with open(tmp_path / "sweep" / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["point"] for r in rows] == ["learning_rate=0.001", "learning_rate=0.004"]
+    for row in rows:
+        trained = json.loads((tmp_path / "sweep" / row["point"] / "train" / "summary.json").read_text())
+        assert trained["settings"]["learning_rate"] == float(row["train.learning_rate"])
+        assert float(row["val_loss"]) == pytest.approx(trained["val_loss"], rel=1e-4)
+    assert (tmp_path / "sweep" / "summary.png").stat().st_size > 10_000
+    # two configurations, two data groups, two trainings: all through Slurm
+    assert len(set(re.findall(r"SLURM jobid (\d+)", log))) >= 6
