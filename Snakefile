@@ -34,6 +34,12 @@ except Sim2dlError as e:
     raise WorkflowError(str(e)) from None
 
 
+def write_resolved(path, resolved_config):
+    """The validated config (defaults filled in), which every step reads; rewritten only when it changes."""
+    text = yaml.safe_dump(json.loads(json.dumps(resolved_config)), sort_keys=False)
+    if not path.exists() or path.read_text() != text:
+        write_text_atomic(path, text)
+
 
 class Run:
     """One run of the workflow: a validated config and its workdir (a sweep has one per point)."""
@@ -42,13 +48,10 @@ class Run:
         self.config = run_config
         self.layout = sim2dl_config.layout(run_config)
         self.source = sim2dl_config.source_dir(run_config)
-        # The validated config (defaults filled in) is what every step reads. It is rewritten only when
-        # it changes; per-rule `params` hold the sections a step depends on, so Snakemake reruns exactly
-        # the steps whose settings changed.
+        # Per-rule `params` hold the sections a step depends on, so Snakemake reruns exactly the steps
+        # whose settings changed.
         self.resolved = self.layout.workdir / "config.resolved.yaml"
-        text = yaml.safe_dump(json.loads(json.dumps(run_config)), sort_keys=False)
-        if not self.resolved.exists() or self.resolved.read_text() != text:
-            write_text_atomic(self.resolved, text)
+        write_resolved(self.resolved, run_config)
 
     def settings(self, *sections):
         """The config sections a step depends on, as a stable string (a Snakemake params rerun trigger)."""
@@ -64,7 +67,7 @@ if "sweep" in config:
         raise WorkflowError(str(e)) from None
     SWEEP_DIR = sweep_workdir(config)
     SWEEP_CONFIG = SWEEP_DIR / "sweep.resolved.yaml"
-    write_text_atomic(SWEEP_CONFIG, yaml.safe_dump(json.loads(json.dumps(config)), sort_keys=False))
+    write_resolved(SWEEP_CONFIG, config)
 else:
     RUNS = [Run(config)]
 RUN = {str(r.layout.workdir): r for r in RUNS}

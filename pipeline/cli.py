@@ -18,7 +18,6 @@ from typing import Any
 from pipeline import CollectiveError, Sim2dlError
 from pipeline import config as cfg
 from pipeline.parallel import world
-from pipeline.search import ROLES
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -177,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "search":
             p.add_argument(
                 "--role",
-                choices=ROLES,
+                choices=("all", "master", "worker"),
                 default="all",
                 help="all: one MPI job (rank 0 master, other ranks workers); master: rank 0 only, waits for "
                 "search.workers joining workers; worker: join the master found in {out}/run",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,7 +25,6 @@ from pipeline import Sim2dlError
 RUNTIMES = ("none", "shifter", "apptainer", "singularity", "charliecloud", "podman")
 # What MPI launchers hand each rank (PMI wiring, Slurm step ids): runtimes that do not pass the host
 # environment through (podman) are told to pass these names.
-PASS_THROUGH_PREFIXES = ("PMI_", "PMIX_", "SLURM_", "HYDRA_", "MPIR_CVAR_", "UCX_", "FI_")
 PASS_THROUGH_NAMES = [
     "PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "PMI_ID", "PMI_JOBID", "PMI_SPAWNED", "PMI_SUBVERSION",
     "PMI_VERSION", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID",
@@ -124,11 +122,6 @@ def container_argv(
             argv += ["-e", f"{k}={v}"]
         return [*argv, image, *command]
     raise Sim2dlError(f"container runtime '{runtime}' is not one of {', '.join(RUNTIMES)} (key 'container.runtime')")
-
-
-def runtime_binary(settings: Mapping[str, Any]) -> str | None:
-    name = {"none": None, "charliecloud": "ch-run"}.get(settings["runtime"], settings["runtime"])
-    return name and shutil.which(name)
 
 
 def step_argv(

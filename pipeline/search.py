@@ -287,9 +287,6 @@ def make_worker_class() -> type:
     return TrainingWorker
 
 
-ROLES = ("all", "master", "worker")
-
-
 def search(config: Mapping[str, Any], out_dir: Path, comm: Any, role: str = "all") -> dict[str, Any]:
     """Run a BOHB search.
 

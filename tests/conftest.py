@@ -54,6 +54,12 @@ def cli_command(args: list[str], ranks: int | None) -> list[str]:
     return [*launcher, str(BIN / "sim2dl"), *args]
 
 
+def run_snakemake(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`snakemake ARGS` in the repository, under `timeout -k` so a stuck executor cannot hang the tests."""
+    cmd = ["timeout", "-k", "30", str(timeout), "snakemake", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=REPO)
+
+
 def start_cli(args: list[str], ranks: int, log: Path | None = None) -> subprocess.Popen[bytes]:
     """Start `sim2dl ARGS` under `mpiexec -n RANKS` in the background (to be killed by kill_tree);
     stdout and stderr go to `log` if given."""

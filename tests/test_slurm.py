@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, env, small_cube_config
+from .conftest import REPO, env, run_snakemake, small_cube_config
 
 STATE = Path("/tmp/sim2dl-slurm")
 
@@ -48,20 +48,13 @@ def slurm():
         subprocess.run([str(REPO / "scripts" / "slurm_down.sh"), str(STATE)], capture_output=True, timeout=120)
 
 
+def slurm_profile(tmp_path):
+    """The options every run here uses: the repository's Slurm profile, job logs kept in tmp_path."""
+    return ["--profile", "profiles/slurm", "--slurm-logdir", str(tmp_path / "slurm_logs")]
+
+
 def snakemake(tmp_path, *args, timeout=1500):
-    cmd = [
-        "timeout",
-        "-k",
-        "30",
-        str(timeout),
-        "snakemake",
-        "--profile",
-        "profiles/slurm",
-        "--slurm-logdir",
-        str(tmp_path / "slurm_logs"),
-        *args,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=REPO)
+    proc = run_snakemake([*slurm_profile(tmp_path), *args], timeout)
     return proc, proc.stdout + proc.stderr
 
 
@@ -136,8 +129,7 @@ def wait_for(condition, what, timeout=600):
 def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoing_work(tmp_path, slurm):
     config = small_config(tmp_path, train={"epochs": 40, "batch_size": 8, "depth": 2, "width": 4, "dense": 16})
     workdir = tmp_path / "work"
-    cmd = ["snakemake", "--profile", "profiles/slurm", "--slurm-logdir", str(tmp_path / "slurm_logs")]
-    cmd += ["--configfile", str(config)]
+    cmd = ["snakemake", *slurm_profile(tmp_path), "--configfile", str(config)]
     log1 = open(tmp_path / "run1.log", "w")  # noqa: SIM115 - closed below
     run = subprocess.Popen(cmd, stdout=log1, stderr=subprocess.STDOUT, env=env(), cwd=REPO, start_new_session=True)
     try:

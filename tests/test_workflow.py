@@ -1,19 +1,17 @@
 """The Snakemake workflow end to end (local executor, real MPI launches per rule)."""
 
 import json
-import subprocess
 from pathlib import Path
 
 import yaml
 
 from pipeline.tables import read_csv
 
-from .conftest import REPO, env
+from .conftest import run_snakemake
 
 
 def snakemake(*args, timeout=600):
-    cmd = ["timeout", "-k", "10", str(timeout), "snakemake", "--cores", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=REPO)
+    return run_snakemake(["--cores", "2", *args], timeout)
 
 
 def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
