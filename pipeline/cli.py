@@ -7,6 +7,7 @@ one clear message and a non-zero exit; under MPI a failure on one rank stops the
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import shlex
@@ -17,7 +18,7 @@ from typing import Any
 
 from pipeline import CollectiveError, Sim2dlError
 from pipeline import config as cfg
-from pipeline.parallel import world
+from pipeline.parallel import mpi_library, world
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -167,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "launch", help="run a step on N ranks through the MPI launcher and the container runtime (launch --help)"
     )
+    sub.add_parser("image", help="build the container image, collect the host MPI, print the reference (image --help)")
+    sub.add_parser("doctor", help="check runtime, image, host MPI and node-local storage before a long job")
     for name, help_text, handler, options in STEPS:
         p = sub.add_parser(name, help=help_text)
         _common(p)
@@ -214,11 +217,68 @@ def launch_main(argv: list[str]) -> int:
     if args.dry_run:
         print(json.dumps(command))
         return 0
+    os.environ.setdefault("USER", getpass.getuser())  # ch-run refuses to start without it (batch jobs may lack it)
     try:
         os.execvp(command[0], command)  # no shell: every argument arrives as given
     except OSError as e:
         print(f"sim2dl launch: error: cannot run {command[0]}: {e.strerror}", file=sys.stderr, flush=True)
         return 2
+
+
+def image_main(argv: list[str]) -> int:
+    """`sim2dl image build|ref`: the container image named by container.name/tag."""
+    from pipeline import image
+
+    parser = argparse.ArgumentParser(prog="sim2dl image", description=image.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    sub = parser.add_subparsers(dest="action", required=True)
+    build = sub.add_parser("build", help="build or update the image under container.build_dir (needs root)")
+    build.add_argument("--format", action="append", choices=image.FORMATS, default=[],
+                       help="dir (always), squashfs, oci; repeatable")  # fmt: skip
+    ref = sub.add_parser("ref", help="print the image reference the configured runtime is given")
+    host = sub.add_parser("host-mpi", help="copy the host's MPICH-ABI library and its dependencies into one "
+                          "directory for container.host_mpi.paths")  # fmt: skip
+    host.add_argument("--lib", type=Path, help="the library (default: libmpi.so.12 or libmpich.so.12 from ldconfig)")
+    host.add_argument("--out", type=Path, required=True, help="directory to create (replaced if it exists)")
+    for p in (build, ref, host):
+        _common(p)
+    args = parser.parse_args(argv)
+    try:
+        config = cfg.load(args.config, override_files=args.overrides)
+        if args.action == "ref":
+            print(image.image_reference(config["container"]))
+            return 0
+        if args.action == "host-mpi":
+            from pipeline import hostmpi
+
+            library = args.lib or hostmpi.system_library()
+            if library is None:
+                raise Sim2dlError("no MPICH-ABI library found by ldconfig; name it with --lib")
+            print(json.dumps({k: v for k, v in hostmpi.collect(library, args.out).items() if k != "version"}))
+            return 0
+        print(json.dumps(image.build(config["container"], ["dir", *args.format])), flush=True)
+    except Sim2dlError as e:
+        print(f"sim2dl image: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+def doctor_main(argv: list[str]) -> int:
+    """`sim2dl doctor`: check the runtime, image, host MPI and node-local storage before a long job."""
+    from pipeline import doctor
+
+    parser = argparse.ArgumentParser(prog="sim2dl doctor", description=doctor.__doc__)
+    _common(parser)
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    args = parser.parse_args(argv)
+    try:
+        config = cfg.load(args.config, override_files=args.overrides)
+    except Sim2dlError as e:
+        print(f"sim2dl doctor: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    checks = doctor.doctor(config)
+    print(doctor.as_json(checks)) if args.json else doctor.report(checks)
+    return 1 if any(c.status == "fail" for c in checks) else 0
 
 
 def _config_options(args: argparse.Namespace) -> list[str]:
@@ -232,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["launch"]:
         return launch_main(argv[1:])
+    if argv[:1] == ["image"]:
+        return image_main(argv[1:])
+    if argv[:1] == ["doctor"]:
+        return doctor_main(argv[1:])
     args = build_parser().parse_args(argv)
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -260,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         raise
     if rank == 0:
         summary = {"step": args.step, "ranks": size, "seconds": round(time.perf_counter() - start, 3), **summary}
+        summary["mpi_library"] = mpi_library()
+        if "SIM2DL_IMAGE" in os.environ:  # set by `sim2dl launch` in every container it starts
+            summary["image"] = os.environ["SIM2DL_IMAGE"]
         if "SLURM_JOB_ID" in os.environ:  # provenance: which batch job and srun step ran this
             summary["slurm"] = {k.lower(): os.environ.get(f"SLURM_{k}") for k in ("JOB_ID", "STEP_ID", "NTASKS")}
         print(json.dumps(summary), flush=True)

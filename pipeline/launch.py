@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import Sim2dlError
+from pipeline.image import image_reference
 
 RUNTIMES = ("none", "shifter", "apptainer", "singularity", "charliecloud", "podman")
 # What MPI launchers hand each rank (PMI wiring, Slurm step ids): runtimes that do not pass the host
@@ -28,8 +29,14 @@ RUNTIMES = ("none", "shifter", "apptainer", "singularity", "charliecloud", "podm
 PASS_THROUGH_NAMES = [
     "PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "PMI_ID", "PMI_JOBID", "PMI_SPAWNED", "PMI_SUBVERSION",
     "PMI_VERSION", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID",
-    "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEID", "MPIR_CVAR_CH4_CMA_ENABLE",
+    "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEID",
 ]  # fmt: skip
+
+# charliecloud and podman give every rank its own user namespace: MPICH's single-copy transfers (CMA,
+# process_vm_readv) and UCX's /proc/PID/fd shared-memory links are refused between ranks there, and
+# MPI_Init or the first large message fails. Shared memory through /dev/shm still works. (Config
+# `container.env` can override these, e.g. with ch-run --join set up by the site.)
+SEPARATE_NAMESPACE_ENV = {"MPIR_CVAR_CH4_CMA_ENABLE": "0", "UCX_POSIX_USE_PROC_LINK": "n", "UCX_TLS": "^cma"}
 
 
 def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None, nested: bool = False) -> list[str]:
@@ -81,11 +88,13 @@ def container_argv(
     runtime = settings["runtime"]
     if runtime == "none":
         return list(command)
-    image = settings["image"]
+    image = image_reference(settings)
     mounts = binds(settings, [cwd, *data_dirs])
     host_paths, host_env = host_mpi_settings(settings) if runtime != "shifter" else ([], {})
     mounts += [(p, p) for p in host_paths]
-    env = {**host_env, **{str(k): str(v) for k, v in settings["env"].items()}}
+    # SIM2DL_IMAGE: steps record which image ran them
+    namespaced = SEPARATE_NAMESPACE_ENV if runtime in ("charliecloud", "podman") else {}
+    env = {"SIM2DL_IMAGE": image, **namespaced, **host_env, **{str(k): str(v) for k, v in settings["env"].items()}}
 
     if runtime == "shifter":
         # Shifter passes the host environment; NERSC's mpich module injects Cray MPICH and sets the paths.
@@ -103,7 +112,8 @@ def container_argv(
             argv += ["--env", f"{k}={v}"]
         return [*argv, image, *command]
     if runtime == "charliecloud":
-        argv = ["ch-run", f"--cd={cwd}"]
+        # --set-env: the image's /ch/environment first; --env-no-expand: config values arrive verbatim
+        argv = ["ch-run", f"--cd={cwd}", "--set-env", "--env-no-expand"]
         for s, d in mounts:
             argv += ["-b", f"{s}:{d}"]
         for k, v in env.items():

@@ -64,6 +64,16 @@ def world() -> Any:
     return MPI.COMM_WORLD
 
 
+def mpi_library() -> str | None:
+    """The MPI library this process uses (first line of MPI_Get_library_version): provenance, and the
+    proof that a container rank runs the host's MPI."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    return " ".join(MPI.Get_library_version().splitlines()[0].split())
+
+
 def block(items: Sequence[T], rank: int, size: int) -> Sequence[T]:
     """The rank's contiguous block of `items` (sizes differ by at most one)."""
     n = len(items)

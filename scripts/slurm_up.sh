@@ -10,12 +10,7 @@ HOST=$(hostname -s)
 CPUS=${SIM2DL_SLURM_CPUS:-4}  # more than the cores on purpose: tasks of a few small jobs may overlap
 
 if [ "$(id -u)" != 0 ]; then echo "slurm_up: needs root (it starts slurmd and munged)" >&2; exit 1; fi
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v sbatch >/dev/null; then
-  echo "slurm_up: installing slurm-wlm, slurm-client and munge from apt" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  timeout 600 apt-get update -qq
-  timeout 600 apt-get install -y -qq --no-install-recommends slurm-wlm slurm-client munge >/dev/null
-fi
+"$(dirname "$0")/apt_ensure.sh" slurmctld=slurm-wlm sbatch=slurm-client munged=munge
 
 mkdir -p "$STATE"/ctld "$STATE"/d /etc/slurm /run/munge /var/log/munge /var/lib/munge /etc/munge
 chown munge:munge /run/munge /var/log/munge /var/lib/munge /etc/munge

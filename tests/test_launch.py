@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import Sim2dlError
-from pipeline.launch import container_argv, mpi_launcher
+from pipeline.image import image_reference
+from pipeline.launch import RUNTIMES, container_argv, mpi_launcher
 
 from .conftest import cli_command, env, make_config, write_config
 
@@ -50,6 +51,7 @@ def test_shifter_nersc_command_line(tmp_path):
         "--volume=/home/u/run:/home/u/run",
         "--volume=/pscratch/work:/pscratch/work",
         f"--volume={HOSTILE}:/in",
+        "--env=SIM2DL_IMAGE=docker:sim2dl/sim2dl:0.1.0",
         f"--env=NOTE={HOSTILE}",
         "sim2dl",
         "merge",
@@ -80,6 +82,8 @@ def test_apptainer_generic_bind_model_command_line(tmp_path, runtime):
         "--bind",
         "/usr/lib64/libfabric:/usr/lib64/libfabric",
         "--env",
+        "SIM2DL_IMAGE=/sw/images/sim2dl 0.1.0.sif",
+        "--env",
         "MPI4PY_LIBMPI=libmpi.so.12",
         "--env",
         "LD_LIBRARY_PATH=/opt/cray/pe/lib64:/usr/lib64/libfabric",
@@ -96,8 +100,14 @@ def test_charliecloud_and_podman_command_lines(tmp_path):
     assert container_argv(ch, ["sim2dl", "stage"], [], Path("/w")) == [
         "ch-run",
         "--cd=/w",
+        "--set-env",
+        "--env-no-expand",
         "-b",
         "/w:/w",
+        "--set-env=SIM2DL_IMAGE=/var/tmp/sim2dl.sqfs",
+        "--set-env=MPIR_CVAR_CH4_CMA_ENABLE=0",
+        "--set-env=UCX_POSIX_USE_PROC_LINK=n",
+        "--set-env=UCX_TLS=^cma",
         f"--set-env=A={HOSTILE}",
         "/var/tmp/sim2dl.sqfs",
         "--",
@@ -122,6 +132,25 @@ def test_charliecloud_and_podman_command_lines(tmp_path):
     ]
     assert argv[argv.index("PMI_FD") - 1] == "-e" and "SLURM_PROCID" in argv  # PMI wiring passed by name
     assert argv[-3:] == ["localhost/sim2dl:0.1.0", "sim2dl", "stage"]
+
+
+def test_image_reference_comes_from_name_and_tag_per_runtime(tmp_path):
+    """One name/tag in config; each runtime is given the image in its own form (an explicit
+    container.image wins)."""
+    common = {"name": "docker.io/myorg/sim2dl", "tag": "1.2", "build_dir": str(tmp_path / "images")}
+    refs = {rt: image_reference(container(tmp_path, runtime=rt, **common)) for rt in RUNTIMES}
+    assert refs == {
+        "none": "docker.io/myorg/sim2dl:1.2",
+        "shifter": "docker:docker.io/myorg/sim2dl:1.2",
+        "podman": "docker.io/myorg/sim2dl:1.2",
+        "charliecloud": str(tmp_path / "images" / "docker.io_myorg_sim2dl_1.2"),
+        "apptainer": str(tmp_path / "images" / "docker.io_myorg_sim2dl_1.2.sif"),
+        "singularity": str(tmp_path / "images" / "docker.io_myorg_sim2dl_1.2.sif"),
+    }
+    explicit = container(tmp_path, runtime="podman", image="localhost/other:7", **common)
+    assert container_argv(explicit, ["true"], [], Path("/w"))[-2:] == ["localhost/other:7", "true"]
+    with pytest.raises(Sim2dlError, match=r"container\.tag"):
+        container(tmp_path, runtime="podman", tag="1.2; rm -rf /")
 
 
 def test_unknown_runtime_is_rejected_by_the_schema(tmp_path):

@@ -1,0 +1,311 @@
+"""image: build the sim2dl container image on a machine with no container registry, and name it per runtime.
+
+`sim2dl image build` makes a Debian root with `debootstrap` from the apt mirror, runs the same
+containers/install.sh that the Containerfile runs (inside a bubblewrap sandbox, so nothing is mounted on
+the host afterwards), and writes, under container.build_dir:
+
+    NAME_TAG/          the image as a directory (charliecloud `ch-run`, bubblewrap, chroot)
+    NAME_TAG.sqfs      the same as squashfs (`ch-run` on clusters; `--format squashfs`)
+    NAME_TAG.oci.tar   an OCI archive (`--format oci`, needs podman): `podman load`, `apptainer build
+                       NAME.sif oci-archive://NAME_TAG.oci.tar`, or push to a registry for Shifter
+
+The expensive part (system packages, TensorFlow, Horovod) depends only on the install inputs; a rebuild
+after a source change copies the new sources into the existing image (sim2dl is installed editable at
+/opt/sim2dl). Each output is written under a temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline.config import REPO
+
+SRC_IN_IMAGE = "/opt/sim2dl"
+# What the heavy install depends on: a change here rebuilds the image from debootstrap on.
+INSTALL_INPUTS = (
+    "containers/install.sh",
+    "containers/image.env",
+    "requirements/base.in",
+    "requirements/constraints.txt",
+    "scripts/build_horovod.sh",
+    "scripts/patches",
+    "pyproject.toml",
+)
+# Never copied into the image (the same list as .containerignore).
+SOURCE_EXCLUDES = (".git", ".venv", "results", "containers/build", "bench/out", ".pytest_cache", ".ruff_cache",
+                   ".snakemake", "__pycache__")  # fmt: skip
+FORMATS = ("dir", "squashfs", "oci")
+STAMP = ".sim2dl-image.json"
+
+
+def slug(settings: Mapping[str, Any]) -> str:
+    """File name of the built image: NAME_TAG with registry slashes flattened."""
+    return f"{settings['name'].replace('/', '_')}_{settings['tag']}"
+
+
+def build_dir(settings: Mapping[str, Any]) -> Path:
+    return Path(settings["build_dir"]).expanduser() if settings["build_dir"] else REPO / "containers" / "build"
+
+
+def image_reference(settings: Mapping[str, Any]) -> str:
+    """What the runtime is given as the image: `container.image` if set, otherwise the one named by
+    container.name/tag in the form each runtime wants."""
+    if settings["image"]:
+        return str(settings["image"])
+    runtime, name, tag = settings["runtime"], settings["name"], settings["tag"]
+    if runtime == "shifter":
+        return f"docker:{name}:{tag}"  # after `shifterimg pull docker:NAME:TAG`
+    if runtime == "podman":
+        return f"{name}:{tag}"
+    if runtime == "charliecloud":
+        return str(build_dir(settings) / slug(settings))
+    if runtime in ("apptainer", "singularity"):
+        return str(build_dir(settings) / f"{slug(settings)}.sif")
+    return f"{name}:{tag}"
+
+
+def image_environment(repo: Path = REPO) -> dict[str, str]:
+    """containers/image.env: the environment every container of the image starts with."""
+    env = {}
+    for line in (repo / "containers" / "image.env").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            env[key.strip()] = value.strip()
+    return env
+
+
+def _files(paths: Iterable[Path]) -> Iterable[Path]:
+    for p in sorted(paths):
+        if p.is_dir():
+            yield from _files(p.iterdir())
+        elif p.is_file():
+            yield p
+
+
+def inputs_digest(repo: Path, names: Iterable[str]) -> str:
+    digest = hashlib.sha256()
+    for f in _files(repo / n for n in names):
+        digest.update(str(f.relative_to(repo)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def source_files(repo: Path) -> list[Path]:
+    """The files that go to /opt/sim2dl: the repository without build products and local state."""
+    skip = {repo / e for e in SOURCE_EXCLUDES if "/" in e}
+    names = {e for e in SOURCE_EXCLUDES if "/" not in e}
+
+    def walk(d: Path) -> Iterable[Path]:
+        for p in sorted(d.iterdir()):
+            if p in skip or p.name in names or p.name.endswith(".egg-info"):
+                continue
+            if p.is_dir() and not p.is_symlink():
+                yield from walk(p)
+            else:
+                yield p
+
+    return list(walk(repo))
+
+
+def copy_source(repo: Path, dest: Path) -> None:
+    """Replace dest's contents with the repository's source files."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    for f in source_files(repo):
+        target = dest / f.relative_to(repo)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, target, follow_symlinks=False)
+
+
+HOST_IN_SANDBOX = "/tmp/host"  # host paths the build needs appear under here (never over the image's own files)
+
+
+def host_pip_settings(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The host's pip configuration as PIP_* variables for the build, and the host paths it refers to
+    (local wheel directories, file:// indexes, the CA bundle), which the sandbox binds under
+    HOST_IN_SANDBOX and the variables are rewritten to: machines behind a mirror or a TLS-inspecting
+    proxy need the same settings inside the build."""
+    env = {k: v for k, v in environ.items() if k.startswith("PIP_")}
+    try:
+        listing = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        listing = ""
+    for line in listing.splitlines():
+        key, _, value = line.partition("=")
+        option = key.rpartition(".")[2].strip()
+        if option and key.split(".")[0] in ("global", "install", ":env:"):
+            env.setdefault("PIP_" + option.upper().replace("-", "_"), value.strip().strip("'\""))
+    paths: set[str] = set()
+    for name, value in env.items():
+        words = []
+        for word in value.split():
+            scheme = "file://" if word.startswith("file://") else ""
+            path = word.removeprefix(scheme)
+            if path.startswith("/") and Path(path).exists():
+                # an index's pages link to files beside it (../../files/...): bind its parent
+                paths.add(str(Path(path).parent) if scheme else path)
+                word = f"{scheme}{HOST_IN_SANDBOX}{path}"
+            words.append(word)
+        env[name] = " ".join(words)
+    return env, sorted(paths)
+
+
+def sandbox_argv(root: Path, command: Sequence[str], env: Mapping[str, str], host_paths: Sequence[str]) -> list[str]:
+    """bubblewrap over `root` as /, with the host's network and DNS, and `host_paths` read-only under
+    HOST_IN_SANDBOX. Capabilities are kept (apt drops privileges to its _apt user); the sandbox's mounts
+    disappear with it."""
+    argv = ["bwrap", "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
+            "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf", "--unshare-pid", "--die-with-parent",
+            "--cap-add", "ALL", "--clearenv"]  # fmt: skip
+    for p in host_paths:
+        argv += ["--ro-bind", p, HOST_IN_SANDBOX + p]
+    base_env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
+    for k, v in {**base_env, **env}.items():
+        argv += ["--setenv", k, v]
+    return [*argv, *command]
+
+
+def _run(argv: Sequence[str], what: str, log: Callable[[str], None]) -> None:
+    log(f"image: {what}")
+    try:
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL)
+    except OSError as e:
+        raise Sim2dlError(f"image build: cannot run {argv[0]} ({e.strerror}); install it (apt-get install "
+                          f"{_PACKAGE.get(argv[0], argv[0])})") from e  # fmt: skip
+    if result.returncode != 0:
+        raise Sim2dlError(f"image build: {what} failed (exit {result.returncode}): {' '.join(argv[:4])} ...")
+
+
+_PACKAGE = {"bwrap": "bubblewrap", "mksquashfs": "squashfs-tools", "debootstrap": "debootstrap", "podman": "podman"}
+
+
+def _stamp(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / STAMP).read_text()) if path.is_dir() else json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _replace(tmp: Path, final: Path) -> None:
+    if final.exists():
+        old = final.with_name(f".{final.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+    else:
+        tmp.rename(final)
+
+
+def build(
+    settings: Mapping[str, Any],
+    formats: Sequence[str] = ("dir",),
+    repo: Path = REPO,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> dict[str, Any]:
+    """Build (or bring up to date) the image named by container.name/tag in the requested formats."""
+    unknown = set(formats) - set(FORMATS)
+    if unknown:
+        raise Sim2dlError(f"image build: unknown format(s) {sorted(unknown)}; choose from {', '.join(FORMATS)}")
+    out = build_dir(settings)
+    out.mkdir(parents=True, exist_ok=True)
+    image = out / slug(settings)
+    base_key = inputs_digest(repo, INSTALL_INPUTS)
+    source_key = inputs_digest(repo, [str(f.relative_to(repo)) for f in source_files(repo)])
+    stamp = _stamp(image)
+    rebuilt = stamp.get("base") != base_key
+    if rebuilt:
+        _build_root(settings, repo, out, image, base_key, log)
+        stamp = _stamp(image)
+    if stamp.get("source") != source_key:
+        log(f"image: copying the sources to {image}{SRC_IN_IMAGE}")
+        copy_source(repo, image / SRC_IN_IMAGE.lstrip("/"))
+        stamp = {**stamp, "source": source_key}
+        (image / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
+    key = f"{base_key}-{source_key}"
+    outputs = {"dir": str(image)}
+    if "squashfs" in formats:
+        outputs["squashfs"] = str(_squashfs(image, out / f"{slug(settings)}.sqfs", key, log))
+    if "oci" in formats:
+        outputs["oci"] = str(_oci_archive(settings, image, out / f"{slug(settings)}.oci.tar", key, log))
+    return {"image": f"{settings['name']}:{settings['tag']}", "key": key, "rebuilt": rebuilt, "outputs": outputs}
+
+
+def _build_root(
+    settings: Mapping[str, Any], repo: Path, out: Path, image: Path, base_key: str, log: Callable[[str], None]
+) -> None:
+    for tool in ("debootstrap", "bwrap"):
+        if shutil.which(tool) is None:
+            raise Sim2dlError(f"image build needs {tool}: apt-get install {_PACKAGE[tool]}")
+    tmp = out / f".{image.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for stale in out.glob(f".{image.name}.tmp-*"):  # an interrupted earlier build
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        _run(["debootstrap", "--variant=minbase", settings["build_suite"], str(tmp), settings["build_mirror"]],
+             f"debootstrap {settings['build_suite']} from {settings['build_mirror']}", log)  # fmt: skip
+        copy_source(repo, tmp / SRC_IN_IMAGE.lstrip("/"))
+        pip_env, pip_paths = host_pip_settings(os.environ)
+        _run(sandbox_argv(tmp, [f"{SRC_IN_IMAGE}/containers/install.sh"], pip_env, pip_paths),
+             "containers/install.sh (system packages, Python environment, Horovod)", log)  # fmt: skip
+        env = image_environment(repo)
+        (tmp / "ch").mkdir(exist_ok=True)
+        # charliecloud reads the image's environment from /ch/environment (ch-run --set-env)
+        (tmp / "ch" / "environment").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+        (tmp / STAMP).write_text(json.dumps({"base": base_key, "env": env}, indent=1) + "\n")
+        _replace(tmp, image)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _squashfs(image: Path, target: Path, key: str, log: Callable[[str], None]) -> Path:
+    stamp = target.with_name(target.name + ".json")
+    if target.exists() and _stamp(stamp).get("key") == key:
+        return target
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        _run(["mksquashfs", str(image), str(tmp), "-noappend", "-quiet", "-no-progress", "-e", STAMP],
+             f"mksquashfs -> {target.name}", log)  # fmt: skip
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    stamp.write_text(json.dumps({"key": key}) + "\n")
+    return target
+
+
+def _oci_archive(settings: Mapping[str, Any], image: Path, target: Path, key: str, log: Callable[[str], None]) -> Path:
+    """podman imports the root as a one-layer image with the image environment, then saves an OCI archive."""
+    stamp = target.with_name(target.name + ".json")
+    if target.exists() and _stamp(stamp).get("key") == key:
+        return target
+    ref = f"{settings['name']}:{settings['tag']}"
+    env = _stamp(image).get("env") or image_environment()
+    changes = [f"--change=ENV {k}={v}" for k, v in env.items()]
+    changes += [f"--change=WORKDIR {SRC_IN_IMAGE}", '--change=CMD ["sim2dl", "--help"]']
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tar = subprocess.Popen(["tar", "-C", str(image), "--exclude=./dev/*", f"--exclude=./{STAMP}", "-c", "."],
+                           stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        log(f"image: podman import -> {ref}")
+        imported = subprocess.run(["podman", "import", *changes, "-", ref], stdin=tar.stdout, stdout=subprocess.DEVNULL)
+        tar.stdout.close()
+        if tar.wait() != 0 or imported.returncode != 0:
+            raise Sim2dlError(f"image build: podman import of {image} failed")
+        _run(["podman", "save", "--format", "oci-archive", "-o", str(tmp), ref], f"podman save -> {target.name}", log)
+        os.replace(tmp, target)
+    finally:
+        tar.kill() if tar.poll() is None else None
+        tmp.unlink(missing_ok=True)
+    stamp.write_text(json.dumps({"key": key}) + "\n")
+    return target

@@ -1,0 +1,212 @@
+"""Steps in a real container: the sim2dl image built here (`sim2dl image build`: debootstrap + the
+Containerfile's install.sh), run by charliecloud's `ch-run`, one container per rank, with the HOST's MPICH
+(Debian's libmpich 4.0.2, not the image's own MPICH 5.0.2 from PyPI) bound in.
+
+Needs root (the build) and the tools (installed from apt when missing). On a laptop without them it skips;
+under CI=true it never skips. Shifter and Apptainer cannot be installed here: test_launch checks their
+command lines exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline import hostmpi
+from pipeline.image import image_environment, image_reference, sandbox_argv
+from pipeline.launch import container_argv, mpi_launcher
+
+from .conftest import REPO, cli_command, env, make_config, run_cli, write_config
+
+CI = os.environ.get("CI") == "true"
+TOOLS = ["debootstrap=debootstrap", "bwrap=bubblewrap", "ch-run=charliecloud", "mpiexec.mpich=mpich"]
+HOST_LAUNCHER = "mpiexec.mpich"  # the host MPI's own launcher (Debian's MPICH hydra)
+PROBE = (
+    "import json, os, sys\n"
+    "from mpi4py import MPI\n"
+    "c = MPI.COMM_WORLD\n"
+    "print(json.dumps({'rank': c.rank, 'size': c.size, 'sum': c.allreduce(c.rank + 1),"
+    " 'library': MPI.Get_library_version(), 'python': sys.executable, 'user': os.environ.get('USER')}))\n"
+)
+
+
+def unavailable(reason: str) -> None:
+    if CI:
+        pytest.fail(f"CI=true: {reason}")
+    pytest.skip(reason)
+
+
+def runtime_env() -> dict[str, str]:
+    return {**env(), "USER": os.environ.get("USER", "root")}  # ch-run refuses to start without $USER
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory) -> dict:
+    """The image in containers/build (built once; a rebuild with unchanged inputs only refreshes sources)."""
+    if os.geteuid() != 0:
+        unavailable("building the image needs root (debootstrap, bubblewrap with capabilities)")
+    if not all(shutil.which(t.split("=")[0]) for t in TOOLS):
+        if shutil.which("apt-get") is None:
+            unavailable(f"missing {TOOLS} and no apt-get to install them")
+        subprocess.run([str(REPO / "scripts" / "apt_ensure.sh"), *TOOLS], check=True, timeout=1800)
+    log = tmp_path_factory.mktemp("image") / "build.log"
+    with log.open("w") as err:
+        proc = subprocess.run(cli_command(["image", "build"], None), stdout=subprocess.PIPE, stderr=err,
+                              text=True, env=env(), timeout=3600)  # fmt: skip
+    assert proc.returncode == 0, log.read_text()[-5000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="session")
+def host_mpi(tmp_path_factory, image) -> Path:
+    """Debian's MPICH as one directory (libmpi.so.12 link, UCX, hwloc...), as `sim2dl image host-mpi` makes it."""
+    out = tmp_path_factory.mktemp("host") / "mpich"
+    proc = subprocess.run(cli_command(["image", "host-mpi", "--out", str(out)], None), capture_output=True,
+                          text=True, env=env(), timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "libmpi.so.12").resolve().name == "libmpich.so.12"
+    return out
+
+
+def charliecloud(host_mpi: Path | None, **extra) -> dict:
+    settings = {"runtime": "charliecloud", **extra}
+    if host_mpi is not None:
+        settings["host_mpi"] = {"enabled": True, "paths": [str(host_mpi)]}
+    return settings
+
+
+def host_library_version() -> str:
+    library = hostmpi.system_library()
+    assert library is not None and "libmpich" in library.name
+    return hostmpi.library_version(library)
+
+
+def test_ranks_in_containers_use_the_host_mpi(tmp_path, image, host_mpi):
+    """2 ranks started by the host's mpiexec, one ch-run container each: mpi4py inside reports the HOST
+    library (MPICH 4.0.2), not the image's own (MPICH 5.0.2), and the ranks form one communicator."""
+    settings = make_config(tmp_path, container=charliecloud(host_mpi))["container"]
+    argv = mpi_launcher(HOST_LAUNCHER, 2) + container_argv(settings, ["python3", "-c", PROBE], [tmp_path], tmp_path)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=runtime_env(), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ranks = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
+                   key=lambda r: r["rank"])  # fmt: skip
+    host = host_library_version()
+    assert [r["rank"] for r in ranks] == [0, 1] and {r["size"] for r in ranks} == {2}
+    assert {r["sum"] for r in ranks} == {3}  # an allreduce across the two containers
+    for r in ranks:
+        assert r["python"] == "/opt/venv/bin/python3"  # the image's interpreter, not the host's venv
+        assert r["library"].splitlines()[0] == host.splitlines()[0]
+    assert "4.0.2" in host.splitlines()[0]
+
+    # The same probe without the bind model: the image's own MPI, which is a different library.
+    own = make_config(tmp_path, container=charliecloud(None))["container"]
+    proc = subprocess.run(container_argv(own, ["python3", "-c", PROBE], [tmp_path], tmp_path),
+                          capture_output=True, text=True, env=runtime_env(), timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    inside_own = json.loads(proc.stdout.strip().splitlines()[-1])["library"].splitlines()[0]
+    assert "5.0.2" in inside_own and inside_own != host.splitlines()[0]
+
+
+def test_doctor_checks_the_site_and_says_how_to_fix_problems(tmp_path, image, host_mpi):
+    good = write_config(tmp_path, make_config(tmp_path, container=charliecloud(host_mpi)))
+    proc = subprocess.run(cli_command(["doctor", "--config", str(good), "--json"], None), capture_output=True,
+                          text=True, env=runtime_env(), timeout=600, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)}
+    assert checks["runtime"]["status"] == "ok" and "ch-run" in checks["runtime"]["detail"]
+    assert checks["image"]["status"] == "ok"
+    assert checks["host MPI"]["status"] == "ok" and "MPICH ABI" in checks["host MPI"]["detail"]
+    assert checks["MPI inside"]["status"] == "ok" and "the host's" in checks["MPI inside"]["detail"]
+    assert "4.0.2" in checks["MPI inside"]["detail"]
+    assert checks["node-local"]["status"] == "ok" and "GB free" in checks["node-local"]["detail"]
+
+    empty = tmp_path / "no-mpi-here"
+    empty.mkdir()
+    bad = make_config(tmp_path, container=charliecloud(empty, name="sim2dl-missing"))
+    proc = subprocess.run(cli_command(["doctor", "--config", str(write_config(tmp_path, bad))], None),
+                          capture_output=True, text=True, env=runtime_env(), timeout=600, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 1
+    assert "FAIL  image" in proc.stdout and "does not exist" in proc.stdout and "sim2dl image build" in proc.stdout
+    assert f"no libmpi.so.12 in host_mpi.paths ['{empty}']" in proc.stdout
+    assert "sim2dl image host-mpi --out DIR" in proc.stdout
+
+
+def test_merge_inside_the_container_equals_merge_outside(tmp_path, image, host_mpi):
+    """The same step on the same inputs gives byte-identical shards and the same metadata in the container
+    (2 ranks, host MPICH) and in the local environment (2 ranks, the venv's MPICH)."""
+    config = make_config(tmp_path, merge={"shard_size_mb": 0.05})
+    plain = write_config(tmp_path, config)
+    for step in ("simulate", "ingest", "convert"):
+        run_cli([step, "--config", str(plain)], ranks=2)
+    work = Path(config["workdir"])
+    run_cli(["merge", "--config", str(plain), "--out", str(work / "outside")], ranks=2)
+    contained = tmp_path / "contained.yaml"
+    contained.write_text(yaml.safe_dump({**config, "container": charliecloud(host_mpi)}))
+    cmd = cli_command(["launch", "--config", str(contained), "--tasks", "2", "--mpi", HOST_LAUNCHER,
+                       "merge", "--out", str(work / "inside")], None)  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=runtime_env(), timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["image"] == image_reference(charliecloud(host_mpi, **_defaults()))
+    assert summary["mpi_library"] == " ".join(host_library_version().splitlines()[0].split())
+
+    outside = sorted(p.relative_to(work / "outside") for p in (work / "outside").rglob("*") if p.is_file())
+    inside = sorted(p.relative_to(work / "inside") for p in (work / "inside").rglob("*") if p.is_file())
+    assert inside == outside and len([p for p in inside if p.parts[0] == "shards"]) >= 4
+    for rel in outside:
+        assert (work / "inside" / rel).read_bytes() == (work / "outside" / rel).read_bytes(), rel
+
+
+def _defaults() -> dict:
+    defaults = make_config(Path("/tmp"))["container"]
+    return {k: defaults[k] for k in ("name", "tag", "image", "build_dir")}
+
+
+def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mpi):
+    """`make demo`'s workflow (the default config) with container.runtime: charliecloud: every rule's
+    ranks run in the image with the host's MPI, search included, and the model is trained."""
+    overrides = tmp_path / "container.yaml"
+    overrides.write_text(yaml.safe_dump({
+        "workdir": str(tmp_path / "w"),
+        "stage": {"target": str(tmp_path / "local")},
+        "container": charliecloud(host_mpi),
+    }))  # fmt: skip
+    cmd = ["timeout", "-k", "30", "1500", "snakemake", "--cores", "2", "--configfile", str(overrides)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=runtime_env(), cwd=REPO)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-8000:]
+    summaries = {}
+    for line in log.splitlines():
+        if line.startswith('{"step"'):
+            summary = json.loads(line)
+            summaries[summary["step"]] = summary
+    assert set(summaries) == {"simulate", "ingest", "convert", "merge", "stage", "search", "train"}
+    host = " ".join(host_library_version().splitlines()[0].split())
+    for step, summary in summaries.items():
+        assert summary["ranks"] == 2, step
+        assert summary["image"].endswith("sim2dl_0.1.0"), step
+        assert summary["mpi_library"] == host, step
+    assert (tmp_path / "w" / "search" / "best.yaml").exists()
+    history = (tmp_path / "w" / "train" / "metrics.csv").read_text().splitlines()
+    assert len(history) >= 2
+
+
+def test_image_environment_matches_the_containerfile():
+    """containers/image.env (used by `sim2dl image build`) and the Containerfile's ENV lines agree."""
+    lines = (REPO / "containers" / "Containerfile").read_text().splitlines()
+    env_lines = dict(line.removeprefix("ENV ").split("=", 1) for line in lines if line.startswith("ENV "))
+    assert env_lines == image_environment()
+
+
+def test_build_sandbox_binds_host_pip_paths_under_its_own_prefix(tmp_path):
+    argv = sandbox_argv(tmp_path, ["/bin/true"], {"PIP_CERT": "/tmp/host/ca.crt"}, ["/opt/wheels"])
+    assert argv[:3] == ["bwrap", "--bind", str(tmp_path)]
+    i = argv.index("/opt/wheels")
+    assert argv[i - 1 : i + 2] == ["--ro-bind", "/opt/wheels", "/tmp/host/opt/wheels"]
+    assert argv[-1] == "/bin/true" and "--clearenv" in argv
