@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def launch_main(argv: list[str]) -> int:
     """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
-    from pipeline.launch import data_directories, step_argv
+    from pipeline.launch import data_directories, prepare_mount_points, step_argv
 
     parser = argparse.ArgumentParser(
         prog="sim2dl launch",
@@ -209,7 +209,9 @@ def launch_main(argv: list[str]) -> int:
     try:
         config = cfg.load(args.config, override_files=args.overrides)
         step_args = [args.step[0], *_config_options(args), *args.step[1:]]
-        command = step_argv(config, args.mpi, args.tasks, step_args, data_directories(config), Path.cwd())
+        data_dirs = data_directories(config)
+        prepare_mount_points(config["container"], data_dirs, Path.cwd())
+        command = step_argv(config, args.mpi, args.tasks, step_args, data_dirs, Path.cwd())
     except Sim2dlError as e:
         print(f"sim2dl launch: error: {e}", file=sys.stderr, flush=True)
         return 2

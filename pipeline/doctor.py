@@ -150,11 +150,15 @@ def check_host_mpi(settings: Mapping[str, Any]) -> tuple[Check, str | None]:
 
 def check_inside(settings: Mapping[str, Any], host_version: str | None, cwd: Path) -> Check:
     """Run the MPI probe in the container as a rank would start (same binds and environment)."""
-    from pipeline.launch import container_argv
+    from pipeline.launch import container_argv, prepare_mount_points
 
     if settings["runtime"] == "none":
         return Check("MPI inside", "skip", "no container runtime")
     with tempfile.TemporaryDirectory() as scratch:
+        try:
+            prepare_mount_points(settings, [Path(scratch)], cwd)
+        except Sim2dlError as e:
+            return Check("MPI inside", "fail", str(e), "see the message")
         argv = container_argv(settings, ["python3", "-c", INSIDE_PROBE], [Path(scratch)], cwd)
         code, out = _run(argv, timeout=300, env={"USER": os.environ.get("USER", "root")})
     if code != 0:

@@ -134,6 +134,30 @@ def container_argv(
     raise Sim2dlError(f"container runtime '{runtime}' is not one of {', '.join(RUNTIMES)} (key 'container.runtime')")
 
 
+def prepare_mount_points(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> list[str]:
+    """charliecloud (0.31) cannot create a bind destination inside a read-only image: make the missing ones
+    in a directory image before the ranks start (once, from the launching process); a squashfs or
+    unwritable image gets an error naming them. Returns the directories created."""
+    if settings["runtime"] != "charliecloud":
+        return []
+    image = Path(image_reference(settings))
+    destinations = [d for _, d in binds(settings, [cwd, *data_dirs])]
+    destinations += [p for p in host_mpi_settings(settings)[0]]
+    missing = [d for d in dict.fromkeys(destinations) if not (image / d.lstrip("/")).is_dir()]
+    if not missing:
+        return []
+    if not image.is_dir():
+        raise Sim2dlError(f"image {image} has no mount point for {', '.join(missing)} and is not a directory "
+                          "charliecloud can add them to: build a directory image or bind below /mnt")  # fmt: skip
+    try:
+        for d in missing:
+            (image / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Sim2dlError(f"cannot create mount point {e.filename} in image {image} ({e.strerror}): "
+                          f"create {', '.join(missing)} there once as the image's owner") from e  # fmt: skip
+    return missing
+
+
 def step_argv(
     config: Mapping[str, Any], mpi: str, tasks: int, step_args: Sequence[str], data_dirs: Sequence[Path], cwd: Path
 ) -> list[str]:

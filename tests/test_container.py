@@ -32,7 +32,7 @@ PROBE = (
     "from mpi4py import MPI\n"
     "c = MPI.COMM_WORLD\n"
     "print(json.dumps({'rank': c.rank, 'size': c.size, 'sum': c.allreduce(c.rank + 1),"
-    " 'library': MPI.Get_library_version(), 'python': sys.executable, 'user': os.environ.get('USER')}))\n"
+    " 'library': MPI.Get_library_version().splitlines()[0], 'python': sys.executable}))\n"
 )
 
 

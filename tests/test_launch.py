@@ -12,7 +12,7 @@ import pytest
 
 from pipeline import Sim2dlError
 from pipeline.image import image_reference
-from pipeline.launch import RUNTIMES, container_argv, mpi_launcher
+from pipeline.launch import RUNTIMES, container_argv, mpi_launcher, prepare_mount_points
 
 from .conftest import cli_command, env, make_config, write_config
 
@@ -151,6 +151,23 @@ def test_image_reference_comes_from_name_and_tag_per_runtime(tmp_path):
     assert container_argv(explicit, ["true"], [], Path("/w"))[-2:] == ["localhost/other:7", "true"]
     with pytest.raises(Sim2dlError, match=r"container\.tag"):
         container(tmp_path, runtime="podman", tag="1.2; rm -rf /")
+
+
+def test_charliecloud_mount_points_are_made_in_a_directory_image_once(tmp_path):
+    """ch-run 0.31 cannot create bind destinations in a read-only image: launch makes them beforehand in a
+    directory image, and names them in an error for a squashfs image."""
+    image = tmp_path / "img"
+    (image / "tmp").mkdir(parents=True)
+    settings = container(tmp_path, runtime="charliecloud", image=str(image), binds=["/srv/in:/data/in"],
+                         host_mpi={"enabled": True, "paths": ["/opt/host mpi/lib"]})  # fmt: skip
+    made = prepare_mount_points(settings, [Path("/scratch/w")], Path("/tmp"))
+    assert made == ["/scratch/w", "/data/in", "/opt/host mpi/lib"]
+    assert all((image / d.lstrip("/")).is_dir() for d in made)
+    assert prepare_mount_points(settings, [Path("/scratch/w")], Path("/tmp")) == []
+    squash = tmp_path / "img.sqfs"
+    squash.write_bytes(b"hsqs")
+    with pytest.raises(Sim2dlError, match=r"img.sqfs has no mount point for /tmp, /scratch/other, .*build a directory image"):
+        prepare_mount_points({**settings, "image": str(squash)}, [Path("/scratch/other")], Path("/tmp"))
 
 
 def test_unknown_runtime_is_rejected_by_the_schema(tmp_path):
