@@ -25,6 +25,8 @@ from pipeline.launch import container_argv, mpi_launcher
 from .conftest import REPO, cli_command, env, make_config, run_cli, write_config
 
 CI = os.environ.get("CI") == "true"
+# The first test also builds the image (about 8 min on 2 cores; more on a busy machine).
+pytestmark = pytest.mark.timeout(3000)
 TOOLS = ["debootstrap=debootstrap", "bwrap=bubblewrap", "ch-run=charliecloud", "mpiexec.mpich=mpich"]
 HOST_LAUNCHER = "mpiexec.mpich"  # the host MPI's own launcher (Debian's MPICH hydra)
 PROBE = (

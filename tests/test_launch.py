@@ -166,7 +166,7 @@ def test_charliecloud_mount_points_are_made_in_a_directory_image_once(tmp_path):
     assert prepare_mount_points(settings, [Path("/scratch/w")], Path("/tmp")) == []
     squash = tmp_path / "img.sqfs"
     squash.write_bytes(b"hsqs")
-    with pytest.raises(Sim2dlError, match=r"img.sqfs has no mount point for /tmp, /scratch/other, .*build a directory image"):
+    with pytest.raises(Sim2dlError, match=r"img.sqfs has no mount point for /tmp, /scratch/other, .*directory image"):
         prepare_mount_points({**settings, "image": str(squash)}, [Path("/scratch/other")], Path("/tmp"))
 
 
