@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -197,6 +198,36 @@ def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mp
     assert (tmp_path / "w" / "search" / "best.yaml").exists()
     history = (tmp_path / "w" / "train" / "metrics.csv").read_text().splitlines()
     assert len(history) >= 2
+
+
+def test_oci_archive_holds_the_image_with_its_environment(image):
+    """`sim2dl image build --format oci` (podman import + save): an OCI archive whose config carries the
+    image environment and whose one layer is the whole root, for podman load, apptainer build or a push."""
+    if shutil.which("podman") is None:
+        subprocess.run([str(REPO / "scripts" / "apt_ensure.sh"), "podman=podman"], check=True, timeout=1800)
+    proc = subprocess.run(cli_command(["image", "build", "--format", "oci"], None), capture_output=True, text=True,
+                          env=env(), timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    archive = Path(json.loads(proc.stdout)["outputs"]["oci"])
+    try:
+        with tarfile.open(archive) as tar:
+
+            def blob(digest: str) -> dict:
+                return json.load(tar.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}"))
+
+            assert json.load(tar.extractfile("oci-layout"))["imageLayoutVersion"] == "1.0.0"
+            manifest = blob(json.load(tar.extractfile("index.json"))["manifests"][0]["digest"])
+            config = blob(manifest["config"]["digest"])
+        env_lines = config["config"]["Env"]
+        assert "TF_USE_LEGACY_KERAS=1" in env_lines and f"PATH={image_environment()['PATH']}" in env_lines
+        assert config["config"]["WorkingDir"] == "/opt/sim2dl"
+        assert len(manifest["layers"]) == 1 and manifest["layers"][0]["size"] > 1e9
+        exists = subprocess.run(["podman", "image", "exists", "sim2dl:0.1.0"], timeout=120)
+        assert exists.returncode == 0
+    finally:  # 2 x 3.6 GB: do not keep them around
+        archive.unlink(missing_ok=True)
+        archive.with_name(archive.name + ".json").unlink(missing_ok=True)
+        subprocess.run(["podman", "rmi", "-f", "sim2dl:0.1.0"], capture_output=True, timeout=300)
 
 
 def test_image_environment_matches_the_containerfile():
