@@ -7,9 +7,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sim2dl-env
 CORES ?= 2
 # The venv's MPI (MPICH ABI, from PyPI) must win over any system MPI on PATH.
+ROOT_APT := scripts/apt_ensure.sh
 RUN := PATH="$(BIN):$$PATH" TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2
 
-.PHONY: env demo test lint bench clean-demo
+.PHONY: env demo test lint bench image clean-demo
 
 env: $(STAMP)
 
@@ -29,6 +30,11 @@ test: env
 
 lint: env
 	$(RUN) $(BIN)/ruff check .
+
+# The container image (root; debootstrap + bubblewrap from apt): containers/build/NAME_TAG/
+image: env
+	$(ROOT_APT) debootstrap=debootstrap bwrap=bubblewrap mksquashfs=squashfs-tools
+	$(RUN) $(BIN)/sim2dl image build --format squashfs $(IMAGE_ARGS)
 
 bench: env
 	for b in bench/*.py; do $(RUN) $(BIN)/python $$b --quick || exit 1; done

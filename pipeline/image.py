@@ -196,13 +196,14 @@ def _stamp(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _replace(tmp: Path, final: Path) -> None:
+def _replace_dir(tmp: Path, final: Path) -> None:
+    """Put a complete directory in place; the old one is moved aside first, then removed."""
     if final.exists():
         old = final.with_name(f".{final.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)
         tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+        shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(final)
 
@@ -263,7 +264,7 @@ def _build_root(
         # charliecloud reads the image's environment from /ch/environment (ch-run --set-env)
         (tmp / "ch" / "environment").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
         (tmp / STAMP).write_text(json.dumps({"base": base_key, "env": env}, indent=1) + "\n")
-        _replace(tmp, image)
+        _replace_dir(tmp, image)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -305,7 +306,8 @@ def _oci_archive(settings: Mapping[str, Any], image: Path, target: Path, key: st
         _run(["podman", "save", "--format", "oci-archive", "-o", str(tmp), ref], f"podman save -> {target.name}", log)
         os.replace(tmp, target)
     finally:
-        tar.kill() if tar.poll() is None else None
+        if tar.poll() is None:
+            tar.kill()
         tmp.unlink(missing_ok=True)
     stamp.write_text(json.dumps({"key": key}) + "\n")
     return target
