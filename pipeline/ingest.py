@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import Sim2dlError
+from pipeline import CollectiveError, Sim2dlError
 from pipeline.parallel import all_ok, block
 from pipeline.progress import progress
 from pipeline.readers import FieldSpec, SampleError, reader_for
@@ -151,8 +151,8 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
         assert gathered is not None
         summary = finish(out_dir, [row for rank_rows in gathered for row in rank_rows], settings["max_reject_fraction"])
     summary = comm.bcast(summary, root=0)
-    if summary["error"]:
-        raise Sim2dlError(summary["error"])
+    if summary["error"]:  # every rank knows it: printed once, and no rank aborts the others
+        raise CollectiveError(summary["error"], 0) if comm.Get_size() > 1 else Sim2dlError(summary["error"])
     return summary
 
 

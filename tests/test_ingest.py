@@ -139,6 +139,15 @@ def test_too_many_rejects_fail_the_run_but_keep_the_lists(tmp_path, serial, bad_
     assert len(read_csv(tmp_path / "ingest" / "rejects.csv")) == len(expected)
 
 
+def test_reject_limit_under_mpi_is_reported_once_and_every_rank_exits_2(tmp_path, bad_inputs):
+    root, expected = bad_inputs
+    config_path = write_config(tmp_path, make_config(tmp_path, ingest={"max_reject_fraction": 0.1}))
+    proc = run_cli(["ingest", "--config", str(config_path), "--source", str(root)], ranks=2, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count(f"{len(expected)} of {len(expected) + 4} input files rejected") == 1, proc.stderr
+    assert "Abort" not in proc.stderr
+
+
 def test_no_matching_files_and_missing_directory(tmp_path, serial):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("x")
