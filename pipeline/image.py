@@ -175,10 +175,11 @@ def sandbox_argv(root: Path, command: Sequence[str], env: Mapping[str, str], hos
     return [*argv, *command]
 
 
-def _run(argv: Sequence[str], what: str, log: Callable[[str], None]) -> None:
+def run_tool(argv: Sequence[str], what: str, log: Callable[[str], None]) -> None:
     log(f"image: {what}")
     try:
-        result = subprocess.run(argv, stdin=subprocess.DEVNULL)
+        # the tools' output goes to stderr with our progress lines; stdout carries only the JSON result
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr)
     except OSError as e:
         raise Sim2dlError(f"image build: cannot run {argv[0]} ({e.strerror}); install it (apt-get install "
                           f"{_PACKAGE.get(argv[0], argv[0])})") from e  # fmt: skip
@@ -253,11 +254,11 @@ def _build_root(
     for stale in out.glob(f".{image.name}.tmp-*"):  # an interrupted earlier build
         shutil.rmtree(stale, ignore_errors=True)
     try:
-        _run(["debootstrap", "--variant=minbase", settings["build_suite"], str(tmp), settings["build_mirror"]],
+        run_tool(["debootstrap", "--variant=minbase", settings["build_suite"], str(tmp), settings["build_mirror"]],
              f"debootstrap {settings['build_suite']} from {settings['build_mirror']}", log)  # fmt: skip
         copy_source(repo, tmp / SRC_IN_IMAGE.lstrip("/"))
         pip_env, pip_paths = host_pip_settings(os.environ)
-        _run(sandbox_argv(tmp, [f"{SRC_IN_IMAGE}/containers/install.sh"], pip_env, pip_paths),
+        run_tool(sandbox_argv(tmp, [f"{SRC_IN_IMAGE}/containers/install.sh"], pip_env, pip_paths),
              "containers/install.sh (system packages, Python environment, Horovod)", log)  # fmt: skip
         env = image_environment(repo)
         (tmp / "ch").mkdir(exist_ok=True)
@@ -276,7 +277,7 @@ def _squashfs(image: Path, target: Path, key: str, log: Callable[[str], None]) -
         return target
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        _run(["mksquashfs", str(image), str(tmp), "-noappend", "-quiet", "-no-progress", "-e", STAMP],
+        run_tool(["mksquashfs", str(image), str(tmp), "-noappend", "-quiet", "-no-progress", "-e", STAMP],
              f"mksquashfs -> {target.name}", log)  # fmt: skip
         os.replace(tmp, target)
     finally:
@@ -303,7 +304,9 @@ def _oci_archive(settings: Mapping[str, Any], image: Path, target: Path, key: st
         tar.stdout.close()
         if tar.wait() != 0 or imported.returncode != 0:
             raise Sim2dlError(f"image build: podman import of {image} failed")
-        _run(["podman", "save", "--format", "oci-archive", "-o", str(tmp), ref], f"podman save -> {target.name}", log)
+        run_tool(
+            ["podman", "save", "--format", "oci-archive", "-o", str(tmp), ref], f"podman save -> {target.name}", log
+        )
         os.replace(tmp, target)
     finally:
         if tar.poll() is None:

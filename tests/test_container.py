@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import hostmpi
-from pipeline.image import image_environment, image_reference, sandbox_argv
+from pipeline import Sim2dlError, hostmpi
+from pipeline.image import image_environment, image_reference, run_tool, sandbox_argv
 from pipeline.launch import container_argv, mpi_launcher
 
 from .conftest import REPO, cli_command, env, make_config, run_cli, write_config
@@ -235,6 +235,15 @@ def test_image_environment_matches_the_containerfile():
     lines = (REPO / "containers" / "Containerfile").read_text().splitlines()
     env_lines = dict(line.removeprefix("ENV ").split("=", 1) for line in lines if line.startswith("ENV "))
     assert env_lines == image_environment()
+
+
+def test_build_tools_print_to_stderr_so_stdout_is_only_the_result(capfd):
+    """`sim2dl image build` prints one JSON object on stdout; apt's and pip's output must not mix into it."""
+    run_tool(["sh", "-c", "echo from-the-tool"], "a tool", log=lambda s: None)
+    out, err = capfd.readouterr()
+    assert out == "" and "from-the-tool" in err
+    with pytest.raises(Sim2dlError, match=r"image build: a tool failed \(exit 3\)"):
+        run_tool(["sh", "-c", "exit 3"], "a tool", log=lambda s: None)
 
 
 def test_build_sandbox_binds_host_pip_paths_under_its_own_prefix(tmp_path):
