@@ -123,7 +123,7 @@ def check_host_mpi(settings: Mapping[str, Any]) -> tuple[Check, str | None]:
         code, out = _run([sys.executable, "-c", INSIDE_PROBE], timeout=60)
         if code != 0:
             return Check("host MPI", "fail", f"mpi4py cannot load an MPI library: {out[-300:]}", "make env"), None
-        return Check("host MPI", "ok", f"this environment's mpi4py: {_first_line(out)}"), out
+        return Check("host MPI", "ok", f"this environment's mpi4py: {hostmpi.version_line(out)}"), out
     if settings["runtime"] == "shifter" and host["enabled"]:
         modules = ", ".join(settings["shifter_modules"])
         return Check("host MPI", "ok", f"provided by shifter --module={modules} (checked inside)"), None
@@ -139,7 +139,7 @@ def check_host_mpi(settings: Mapping[str, Any]) -> tuple[Check, str | None]:
     except Sim2dlError as e:
         return Check("host MPI", "fail", str(e), "check that host_mpi.paths holds a complete MPI installation"), None
     name, abi = hostmpi.flavour(version)
-    detail = f"{library}: {_first_line(version)} ({name}, {abi} ABI)"
+    detail = f"{library}: {hostmpi.version_line(version)} ({name}, {abi} ABI)"
     if abi != "MPICH":
         return Check("host MPI", "fail", detail, "the image is MPICH-ABI (libmpi.so.12): bind an MPICH-ABI MPI "
                      "(Cray MPICH, MPICH, Intel MPI, MVAPICH), or set host_mpi.enabled: false"), version  # fmt: skip
@@ -174,10 +174,6 @@ def check_inside(settings: Mapping[str, Any], host_version: str | None, cwd: Pat
     return Check("MPI inside", "ok", f"the host's: {first}")
 
 
-def _first_line(text: str) -> str:
-    return " ".join(text.splitlines()[0].split()) if text.strip() else "?"
-
-
 def check_launcher(environ: Mapping[str, str]) -> Check:
     if "SLURM_JOB_ID" in environ:
         path = shutil.which("srun")
@@ -192,9 +188,9 @@ def check_launcher(environ: Mapping[str, str]) -> Check:
 
 def check_staging(config: Mapping[str, Any]) -> Check:
     from pipeline.config import layout
-    from pipeline.stage import default_target
+    from pipeline.stage import target_root
 
-    target = Path(config["stage"]["target"]) if config["stage"]["target"] else default_target()
+    target = target_root(config["stage"])
     probe = target
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -202,7 +198,7 @@ def check_staging(config: Mapping[str, Any]) -> Check:
         return Check("node-local", "fail", f"{target}: {probe} is not writable",
                      "set stage.target to node-local storage you can write ($TMPDIR, /dev/shm, NVMe)")  # fmt: skip
     free = shutil.disk_usage(probe).free
-    needed = _dataset_bytes(layout(config).merged / "metadata.json")
+    needed = _dataset_bytes(layout(config).merged)
     detail = f"{target}: {free / 1e9:.1f} GB free"
     if needed is None:
         return Check("node-local", "ok", detail + " (dataset not merged yet)")
@@ -212,11 +208,12 @@ def check_staging(config: Mapping[str, Any]) -> Check:
     return Check("node-local", "ok", detail)
 
 
-def _dataset_bytes(metadata: Path) -> int | None:
+def _dataset_bytes(merged_dir: Path) -> int | None:
+    from pipeline.dataset import load_metadata
+
     try:
-        shards = json.loads(metadata.read_text())["shards"]
-        return sum(int(s["bytes"]) for s in shards)
-    except (OSError, ValueError, KeyError, TypeError):
+        return sum(int(s["bytes"]) for s in load_metadata(merged_dir)["shards"])
+    except (Sim2dlError, ValueError, KeyError, TypeError):
         return None
 
 

@@ -48,6 +48,11 @@ def library_version(library: Path | str, python: str = sys.executable) -> str:
     return done.stdout.strip()
 
 
+def version_line(version: str) -> str:
+    """The first line of an MPI library version, whitespace collapsed: "MPICH Version: 4.0.2"."""
+    return " ".join(version.splitlines()[0].split()) if version.strip() else "?"
+
+
 def flavour(version: str) -> tuple[str, str]:
     """(implementation, ABI) from an MPI library version string."""
     lowered = version.lower()

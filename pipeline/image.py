@@ -16,6 +16,7 @@ after a source change copies the new sources into the existing image (sim2dl is 
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -40,9 +41,6 @@ INSTALL_INPUTS = (
     "scripts/patches",
     "pyproject.toml",
 )
-# Never copied into the image (the same list as .containerignore).
-SOURCE_EXCLUDES = (".git", ".venv", "results", "containers/build", "bench/out", ".pytest_cache", ".ruff_cache",
-                   ".snakemake", "__pycache__")  # fmt: skip
 FORMATS = ("dir", "squashfs", "oci")
 STAMP = ".sim2dl-image.json"
 
@@ -91,21 +89,32 @@ def _files(paths: Iterable[Path]) -> Iterable[Path]:
             yield p
 
 
-def inputs_digest(repo: Path, names: Iterable[str]) -> str:
+def inputs_digest(repo: Path, names: Iterable[str | Path]) -> str:
+    """Digest of the named files (relative to repo, or absolute), directories walked, in sorted order."""
     digest = hashlib.sha256()
     for f in _files(repo / n for n in names):
         digest.update(str(f.relative_to(repo)).encode() + b"\0" + f.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
+def ignore_patterns(repo: Path) -> list[str]:
+    """.containerignore, which `podman build` reads too: a pattern with a slash matches a path from the
+    repository root, one without matches a name at any depth (`**/` is implied)."""
+    lines = (repo / ".containerignore").read_text().splitlines()
+    return [line.strip().removeprefix("**/") for line in lines if line.strip() and not line.startswith("#")]
+
+
 def source_files(repo: Path) -> list[Path]:
-    """The files that go to /opt/sim2dl: the repository without build products and local state."""
-    skip = {repo / e for e in SOURCE_EXCLUDES if "/" in e}
-    names = {e for e in SOURCE_EXCLUDES if "/" not in e}
+    """The files that go to /opt/sim2dl: the repository without what .containerignore leaves out."""
+    patterns = ignore_patterns(repo)
+
+    def ignored(p: Path) -> bool:
+        rel = str(p.relative_to(repo))
+        return any(fnmatch.fnmatchcase(rel if "/" in pattern else p.name, pattern) for pattern in patterns)
 
     def walk(d: Path) -> Iterable[Path]:
         for p in sorted(d.iterdir()):
-            if p in skip or p.name in names or p.name.endswith(".egg-info"):
+            if ignored(p):
                 continue
             if p.is_dir() and not p.is_symlink():
                 yield from walk(p)
@@ -223,7 +232,7 @@ def build(
     out.mkdir(parents=True, exist_ok=True)
     image = out / slug(settings)
     base_key = inputs_digest(repo, INSTALL_INPUTS)
-    source_key = inputs_digest(repo, [str(f.relative_to(repo)) for f in source_files(repo)])
+    source_key = inputs_digest(repo, source_files(repo))
     stamp = _stamp(image)
     rebuilt = stamp.get("base") != base_key
     if rebuilt:
@@ -235,12 +244,16 @@ def build(
         stamp = {**stamp, "source": source_key}
         (image / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
     key = f"{base_key}-{source_key}"
+    ref = f"{settings['name']}:{settings['tag']}"
     outputs = {"dir": str(image)}
     if "squashfs" in formats:
-        outputs["squashfs"] = str(_squashfs(image, out / f"{slug(settings)}.sqfs", key, log))
+        sqfs = _derived_file(out / f"{slug(settings)}.sqfs", key, lambda tmp: _squashfs(image, tmp, log))
+        outputs["squashfs"] = str(sqfs)
     if "oci" in formats:
-        outputs["oci"] = str(_oci_archive(settings, image, out / f"{slug(settings)}.oci.tar", key, log))
-    return {"image": f"{settings['name']}:{settings['tag']}", "key": key, "rebuilt": rebuilt, "outputs": outputs}
+        env = image_environment(repo)
+        oci = _derived_file(out / f"{slug(settings)}.oci.tar", key, lambda tmp: _oci_archive(ref, env, image, tmp, log))
+        outputs["oci"] = str(oci)
+    return {"image": ref, "key": key, "rebuilt": rebuilt, "outputs": outputs}
 
 
 def _build_root(
@@ -260,25 +273,25 @@ def _build_root(
         pip_env, pip_paths = host_pip_settings(os.environ)
         run_tool(sandbox_argv(tmp, [f"{SRC_IN_IMAGE}/containers/install.sh"], pip_env, pip_paths),
              "containers/install.sh (system packages, Python environment, Horovod)", log)  # fmt: skip
-        env = image_environment(repo)
         (tmp / "ch").mkdir(exist_ok=True)
         # charliecloud reads the image's environment from /ch/environment (ch-run --set-env)
-        (tmp / "ch" / "environment").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-        (tmp / STAMP).write_text(json.dumps({"base": base_key, "env": env}, indent=1) + "\n")
+        env_lines = "".join(f"{k}={v}\n" for k, v in image_environment(repo).items())
+        (tmp / "ch" / "environment").write_text(env_lines)
+        (tmp / STAMP).write_text(json.dumps({"base": base_key}, indent=1) + "\n")
         _replace_dir(tmp, image)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _squashfs(image: Path, target: Path, key: str, log: Callable[[str], None]) -> Path:
+def _derived_file(target: Path, key: str, make: Callable[[Path], None]) -> Path:
+    """`target` made from the image by `make(temporary path)`, unless it is already there for `key`."""
     stamp = target.with_name(target.name + ".json")
     if target.exists() and _stamp(stamp).get("key") == key:
         return target
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        run_tool(["mksquashfs", str(image), str(tmp), "-noappend", "-quiet", "-no-progress", "-e", STAMP],
-             f"mksquashfs -> {target.name}", log)  # fmt: skip
+        make(tmp)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -286,16 +299,15 @@ def _squashfs(image: Path, target: Path, key: str, log: Callable[[str], None]) -
     return target
 
 
-def _oci_archive(settings: Mapping[str, Any], image: Path, target: Path, key: str, log: Callable[[str], None]) -> Path:
+def _squashfs(image: Path, tmp: Path, log: Callable[[str], None]) -> None:
+    run_tool(["mksquashfs", str(image), str(tmp), "-noappend", "-quiet", "-no-progress", "-e", STAMP],
+             "mksquashfs", log)  # fmt: skip
+
+
+def _oci_archive(ref: str, env: Mapping[str, str], image: Path, tmp: Path, log: Callable[[str], None]) -> None:
     """podman imports the root as a one-layer image with the image environment, then saves an OCI archive."""
-    stamp = target.with_name(target.name + ".json")
-    if target.exists() and _stamp(stamp).get("key") == key:
-        return target
-    ref = f"{settings['name']}:{settings['tag']}"
-    env = _stamp(image).get("env") or image_environment()
     changes = [f"--change=ENV {k}={v}" for k, v in env.items()]
     changes += [f"--change=WORKDIR {SRC_IN_IMAGE}", '--change=CMD ["sim2dl", "--help"]']
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     tar = subprocess.Popen(["tar", "-C", str(image), "--exclude=./dev/*", f"--exclude=./{STAMP}", "-c", "."],
                            stdout=subprocess.PIPE)  # fmt: skip
     try:
@@ -304,13 +316,7 @@ def _oci_archive(settings: Mapping[str, Any], image: Path, target: Path, key: st
         tar.stdout.close()
         if tar.wait() != 0 or imported.returncode != 0:
             raise Sim2dlError(f"image build: podman import of {image} failed")
-        run_tool(
-            ["podman", "save", "--format", "oci-archive", "-o", str(tmp), ref], f"podman save -> {target.name}", log
-        )
-        os.replace(tmp, target)
+        run_tool(["podman", "save", "--format", "oci-archive", "-o", str(tmp), ref], "podman save", log)
     finally:
         if tar.poll() is None:
             tar.kill()
-        tmp.unlink(missing_ok=True)
-    stamp.write_text(json.dumps({"key": key}) + "\n")
-    return target

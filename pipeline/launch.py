@@ -80,6 +80,15 @@ def binds(settings: Mapping[str, Any], data_dirs: Sequence[Path]) -> list[tuple[
     return pairs
 
 
+def container_mounts(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> list[tuple[str, str]]:
+    """(host path, container path) of every bind: cwd and data at their own paths, configured binds, and
+    the host MPI directories (Shifter's module brings its own)."""
+    mounts = binds(settings, [cwd, *data_dirs])
+    if settings["runtime"] != "shifter":
+        mounts += [(p, p) for p in host_mpi_settings(settings)[0]]
+    return mounts
+
+
 def container_argv(
     settings: Mapping[str, Any], command: Sequence[str], data_dirs: Sequence[Path], cwd: Path
 ) -> list[str]:
@@ -89,9 +98,8 @@ def container_argv(
     if runtime == "none":
         return list(command)
     image = image_reference(settings)
-    mounts = binds(settings, [cwd, *data_dirs])
-    host_paths, host_env = host_mpi_settings(settings) if runtime != "shifter" else ([], {})
-    mounts += [(p, p) for p in host_paths]
+    mounts = container_mounts(settings, data_dirs, cwd)
+    host_env = host_mpi_settings(settings)[1] if runtime != "shifter" else {}
     # SIM2DL_IMAGE: steps record which image ran them
     namespaced = SEPARATE_NAMESPACE_ENV if runtime in ("charliecloud", "podman") else {}
     env = {"SIM2DL_IMAGE": image, **namespaced, **host_env, **{str(k): str(v) for k, v in settings["env"].items()}}
@@ -141,8 +149,7 @@ def prepare_mount_points(settings: Mapping[str, Any], data_dirs: Sequence[Path],
     if settings["runtime"] != "charliecloud":
         return []
     image = Path(image_reference(settings))
-    destinations = [d for _, d in binds(settings, [cwd, *data_dirs])]
-    destinations += [p for p in host_mpi_settings(settings)[0]]
+    destinations = [d for _, d in container_mounts(settings, data_dirs, cwd)]
     missing = [d for d in dict.fromkeys(destinations) if not (image / d.lstrip("/")).is_dir()]
     if not missing:
         return []
@@ -171,10 +178,9 @@ def data_directories(config: Mapping[str, Any]) -> list[Path]:
     """What a step may read or write: the workdir, the input data and the node-local staging target
     (created here, since runtimes refuse to bind a missing directory)."""
     from pipeline.config import layout, source_dir
-    from pipeline.stage import default_target
+    from pipeline.stage import target_root
 
-    target = Path(config["stage"]["target"]) if config["stage"]["target"] else default_target()
-    dirs = [layout(config).workdir, source_dir(config), target]
+    dirs = [layout(config).workdir, source_dir(config), target_root(config["stage"])]
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
     unique: list[Path] = []

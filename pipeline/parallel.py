@@ -71,7 +71,9 @@ def mpi_library() -> str | None:
         from mpi4py import MPI
     except ImportError:
         return None
-    return " ".join(MPI.Get_library_version().splitlines()[0].split())
+    from pipeline.hostmpi import version_line
+
+    return version_line(MPI.Get_library_version())
 
 
 def block(items: Sequence[T], rank: int, size: int) -> Sequence[T]:

@@ -104,6 +104,11 @@ def default_target() -> Path:
     return Path(os.environ.get("TMPDIR") or "/tmp") / "sim2dl-stage"
 
 
+def target_root(settings: Mapping[str, Any]) -> Path:
+    """Where staged datasets go: stage.target, or $TMPDIR/sim2dl-stage."""
+    return Path(settings["target"]) if settings["target"] else default_target()
+
+
 def shard_sources(merged_dir: Path, meta: Mapping[str, Any]) -> list[Source]:
     sources = []
     for s in meta["shards"]:
@@ -346,7 +351,7 @@ def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm:
     emulated = settings["emulate_nodes"] > 0
     topo = topology(comm, settings["emulate_nodes"])
     # One directory per dataset below the target, so datasets never mix and a rerun finds its files.
-    target = (Path(settings["target"]) if settings["target"] else default_target()) / meta["plan_digest"][:16]
+    target = target_root(settings) / meta["plan_digest"][:16]
     dirs = {k: target / f"node-{k:03d}" if emulated else target for k in range(topo.nodes)}
     my_dir = dirs[topo.node]
 

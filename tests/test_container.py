@@ -156,19 +156,14 @@ def test_merge_inside_the_container_equals_merge_outside(tmp_path, image, host_m
     proc = subprocess.run(cmd, capture_output=True, text=True, env=runtime_env(), timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["image"] == image_reference(charliecloud(host_mpi, **_defaults()))
-    assert summary["mpi_library"] == " ".join(host_library_version().splitlines()[0].split())
+    assert summary["image"] == image_reference(make_config(tmp_path, container=charliecloud(host_mpi))["container"])
+    assert summary["mpi_library"] == hostmpi.version_line(host_library_version())
 
     outside = sorted(p.relative_to(work / "outside") for p in (work / "outside").rglob("*") if p.is_file())
     inside = sorted(p.relative_to(work / "inside") for p in (work / "inside").rglob("*") if p.is_file())
     assert inside == outside and len([p for p in inside if p.parts[0] == "shards"]) >= 4
     for rel in outside:
         assert (work / "inside" / rel).read_bytes() == (work / "outside" / rel).read_bytes(), rel
-
-
-def _defaults() -> dict:
-    defaults = make_config(Path("/tmp"))["container"]
-    return {k: defaults[k] for k in ("name", "tag", "image", "build_dir")}
 
 
 def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mpi):
@@ -190,7 +185,7 @@ def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mp
             summary = json.loads(line)
             summaries[summary["step"]] = summary
     assert set(summaries) == {"simulate", "ingest", "convert", "merge", "stage", "search", "train"}
-    host = " ".join(host_library_version().splitlines()[0].split())
+    host = hostmpi.version_line(host_library_version())
     for step, summary in summaries.items():
         assert summary["ranks"] == 2, step
         assert summary["image"].endswith("sim2dl_0.1.0"), step
