@@ -64,7 +64,12 @@ def host_mpi_settings(settings: Mapping[str, Any]) -> tuple[list[str], dict[str,
     if not host["enabled"]:
         return [], {}
     paths = [str(p) for p in host["paths"]]
-    env = {"MPI4PY_LIBMPI": host["libmpi"]}  # mpi4py must load the host library by name, not its own path
+    # MPI4PY_LIBMPI: mpi4py must load the host library by name, not its own path.
+    # LD_BIND_NOW: a host MPI linked to a shared libhwloc (Debian's MPICH) and TensorFlow, which exports
+    # its own copy of hwloc, define the same symbols; bound lazily, MPI_Finalize's hwloc_topology_destroy
+    # resolved to TensorFlow's copy and freed the topology the real hwloc made (double free, signal 6/11,
+    # in about half the 2-rank runs). Bound at load, the MPI's symbols resolve before TensorFlow is loaded.
+    env = {"MPI4PY_LIBMPI": host["libmpi"], "LD_BIND_NOW": "1"}
     if paths:
         env["LD_LIBRARY_PATH"] = ":".join(paths)
     return paths, env

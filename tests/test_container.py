@@ -30,12 +30,15 @@ CI = os.environ.get("CI") == "true"
 pytestmark = pytest.mark.timeout(3000)
 TOOLS = ["debootstrap=debootstrap", "bwrap=bubblewrap", "ch-run=charliecloud", "mpiexec.mpich=mpich"]
 HOST_LAUNCHER = "mpiexec.mpich"  # the host MPI's own launcher (Debian's MPICH hydra)
+# Each rank writes its report to probe-RANK.json in the working directory (the launcher's forwarded
+# stdout can run two ranks' lines together).
 PROBE = (
     "import json, os, sys\n"
     "from mpi4py import MPI\n"
     "c = MPI.COMM_WORLD\n"
-    "print(json.dumps({'rank': c.rank, 'size': c.size, 'sum': c.allreduce(c.rank + 1),"
-    " 'library': MPI.Get_library_version().splitlines()[0], 'python': sys.executable}))\n"
+    "report = {'rank': c.rank, 'size': c.size, 'sum': c.allreduce(c.rank + 1),"
+    " 'library': MPI.Get_library_version().splitlines()[0], 'python': sys.executable}\n"
+    "open(f'probe-{c.rank}.json', 'w').write(json.dumps(report))\n"
 )
 
 
@@ -97,8 +100,7 @@ def test_ranks_in_containers_use_the_host_mpi(tmp_path, image, host_mpi):
     argv = mpi_launcher(HOST_LAUNCHER, 2) + container_argv(settings, ["python3", "-c", PROBE], [tmp_path], tmp_path)
     proc = subprocess.run(argv, capture_output=True, text=True, env=runtime_env(), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ranks = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
-                   key=lambda r: r["rank"])  # fmt: skip
+    ranks = [json.loads((tmp_path / f"probe-{r}.json").read_text()) for r in range(2)]
     host = host_library_version()
     assert [r["rank"] for r in ranks] == [0, 1] and {r["size"] for r in ranks} == {2}
     assert {r["sum"] for r in ranks} == {3}  # an allreduce across the two containers
@@ -108,11 +110,12 @@ def test_ranks_in_containers_use_the_host_mpi(tmp_path, image, host_mpi):
     assert "4.0.2" in host.splitlines()[0]
 
     # The same probe without the bind model: the image's own MPI, which is a different library.
+    (tmp_path / "probe-0.json").unlink()
     own = make_config(tmp_path, container=charliecloud(None))["container"]
     proc = subprocess.run(container_argv(own, ["python3", "-c", PROBE], [tmp_path], tmp_path),
                           capture_output=True, text=True, env=runtime_env(), timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    inside_own = json.loads(proc.stdout.strip().splitlines()[-1])["library"].splitlines()[0]
+    inside_own = json.loads((tmp_path / "probe-0.json").read_text())["library"].splitlines()[0]
     assert "5.0.2" in inside_own and inside_own != host.splitlines()[0]
 
 

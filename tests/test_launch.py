@@ -86,6 +86,8 @@ def test_apptainer_generic_bind_model_command_line(tmp_path, runtime):
         "--env",
         "MPI4PY_LIBMPI=libmpi.so.12",
         "--env",
+        "LD_BIND_NOW=1",
+        "--env",
         "LD_LIBRARY_PATH=/opt/cray/pe/lib64:/usr/lib64/libfabric",
         "--env",
         "OMP_NUM_THREADS=4",
