@@ -1,7 +1,9 @@
 """Run `sim2dl ARGS` in this process and record the kernel's I/O counters for it (/proc/self/io).
 
 Used by bench/stage.py as the program of every MPI rank, so that bytes read from storage are measured
-independently of the stager's own counters. Usage: _io_probe.py OUT_DIR sim2dl-args...
+independently of the stager's own counters. The counters are taken after start-up (the interpreter,
+the libraries, MPI and the config are loaded first), so what they count is what the command reads: the
+source directory's shards and metadata. Usage: _io_probe.py OUT_DIR sim2dl-args...
 """
 
 import json
@@ -16,14 +18,23 @@ def io_counters() -> dict[str, int]:
 
 
 def main() -> int:
-    out_dir = Path(sys.argv[1])
-    from pipeline.cli import main as sim2dl
+    out_dir, args = Path(sys.argv[1]), sys.argv[2:]
+    import tqdm  # noqa: F401  (start-up: imported now, not counted below)
 
+    import pipeline.stage  # noqa: F401
+    from pipeline import config as cfg
+    from pipeline.cli import main as sim2dl
+    from pipeline.parallel import world
+
+    world()
+    cfg.load(args[args.index("--config") + 1])
+    before = io_counters()
     try:
-        return sim2dl(sys.argv[2:])
+        return sim2dl(args)
     finally:
+        after = io_counters()
         rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-        (out_dir / f"rank-{rank}.json").write_text(json.dumps(io_counters()))
+        (out_dir / f"rank-{rank}.json").write_text(json.dumps({k: after[k] - before[k] for k in after}))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ directory, so tests and benchmarks can exercise 2-4 "nodes".
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import queue
 import shutil
 import socket
 import threading
@@ -60,15 +62,21 @@ class Source:
 class Transfer:
     index: int
     source: Source
-    reader: int  # global rank that reads it from the shared file system
     writers: dict[int, int] = field(default_factory=dict)  # node -> global rank writing it there
+    first_node: int = 0  # the node whose writer reads the source from the shared file system
+
+    @property
+    def reader(self) -> int:
+        return self.writers[self.first_node]
 
     def chain(self) -> list[int]:
-        """Writer ranks in forwarding order (a pipelined broadcast, as mpifileutils' dbcast does): the
-        reader sends each chunk once, every writer forwards it to the next, so no rank's link carries
-        a shard more than twice, however many nodes need it."""
-        ranks = [self.writers[n] for n in sorted(self.writers)]
-        return sorted(ranks, key=lambda r: r != self.reader)  # stable: the reader's own node first
+        """Writer ranks in forwarding order, the reader first (a pipelined broadcast, as mpifileutils'
+        dbcast does): the reader writes its own copy and sends each chunk once, every writer forwards it
+        to the next, so no rank's link carries a shard more than twice, however many nodes need it. The
+        reader being a writer means a node's own copy never crosses MPI, and partition mode none at all."""
+        nodes = sorted(self.writers)
+        start = nodes.index(self.first_node)
+        return [self.writers[n] for n in nodes[start:] + nodes[:start]]
 
 
 @dataclass(frozen=True)
@@ -157,19 +165,21 @@ def sample_sources(
 
 
 def plan(per_node: Mapping[int, Sequence[Source]], topo: Topology) -> list[Transfer]:
-    """Who reads what and who writes it where. Readers and writers rotate over ranks for balance."""
+    """Who reads what and who writes it where. Writers rotate over a node's ranks, and the node that
+    reads a shared source rotates over the nodes that need it, so reading is spread over the job."""
     by_source: dict[Source, Transfer] = {}
     transfers: list[Transfer] = []
     for node in range(topo.nodes):
         for j, src in enumerate(per_node.get(node, [])):
             t = by_source.get(src)
             if t is None:
-                index = len(transfers)
-                t = Transfer(index, src, reader=index % topo.size)
-                by_source[src] = t
+                t = by_source[src] = Transfer(len(transfers), src)
                 transfers.append(t)
             ranks = topo.node_ranks[node]
             t.writers[node] = ranks[j % len(ranks)]
+    for t in transfers:
+        nodes = sorted(t.writers)
+        t.first_node = nodes[t.index % len(nodes)]
     return transfers
 
 
@@ -194,8 +204,103 @@ def tfrecord_crc_ok(path: Path) -> bool:
     return True
 
 
+def wait_quietly(request: Any) -> None:
+    """Wait for an MPI request without spinning on a core: polls with a growing sleep (10 us to 1 ms).
+
+    MPI's blocking calls busy-poll, which is right with a core per rank; staging runs several ranks, each
+    with a reading, a sending and a receiving thread, and is bound by storage and the network, not by the
+    microseconds a sleep adds per multi-megabyte chunk."""
+    delay = 1e-5
+    while not request.Test():
+        time.sleep(delay)
+        delay = min(delay * 2, 1e-3)
+
+
+def aligned_buffer(nbytes: int) -> np.ndarray:
+    """A page-aligned buffer (as O_DIRECT reads need): anonymous memory is mapped on page boundaries."""
+    return np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), np.uint8)[:nbytes]
+
+
+class SourceFiles:
+    """The shared files one rank reads, each opened once, with reads ahead of time or direct I/O."""
+
+    def __init__(self, direct: bool, errors: list[str]) -> None:
+        self.direct, self.errors = direct, errors
+        self.bytes_read = 0
+        self._open: dict[Path, Any] = {}  # path -> (fd, direct?) or None when it cannot be opened
+        self._advised: dict[Path, int] = {}
+
+    def read(self, path: Path, offset: int, view: np.ndarray) -> int:
+        """Fill `view` from `path` at `offset`; returns the bytes read (fewer at an unexpected end or an
+        I/O error, which is recorded; the writers' checksum check then names the shard)."""
+        if path not in self._open:
+            self._open[path] = self._open_file(path)
+        opened = self._open[path]
+        if opened is None:
+            return 0
+        fd, direct = opened
+        try:
+            if direct:
+                n = self._read_direct(fd, offset, view)
+            else:
+                self._advise(path, fd, offset, view.size)
+                n = os.preadv(fd, [view], offset)
+        except OSError as e:
+            self.errors.append(f"cannot read source shard {path} at byte {offset}: {e.strerror}")
+            return 0
+        self.bytes_read += n
+        return n
+
+    def _open_file(self, path: Path) -> tuple[int, bool] | None:
+        if self.direct:
+            try:
+                return os.open(path, os.O_RDONLY | os.O_DIRECT), True
+            except OSError:
+                pass  # the file system has no direct I/O (tmpfs, say): buffered reads below
+        try:
+            return os.open(path, os.O_RDONLY), False
+        except OSError as e:
+            self.errors.append(f"cannot read source shard {path}: {e.strerror}")
+            return None
+
+    @staticmethod
+    def _read_direct(fd: int, offset: int, view: np.ndarray) -> int:
+        """O_DIRECT moves whole, aligned pages: a page-aligned request goes straight into `view`, any
+        other through an aligned scratch buffer covering it."""
+        page = mmap.PAGESIZE
+        if offset % page == 0 and view.size % page == 0 and _address(view) % page == 0:
+            return os.preadv(fd, [view], offset)
+        start = offset // page * page
+        scratch = aligned_buffer(-(-(offset + view.size - start) // page) * page)
+        got = max(0, os.preadv(fd, [scratch], start) - (offset - start))
+        n = min(got, view.size)
+        view[:n] = scratch[offset - start : offset - start + n]
+        return n
+
+    def _advise(self, path: Path, fd: int, offset: int, length: int) -> None:
+        """Keep the storage busy while this rank sends and writes: ask for the next window ahead."""
+        ahead = self._advised.get(path, 0)
+        if offset + length > ahead - READ_AHEAD_BYTES // 2:
+            start = max(ahead, offset)
+            os.posix_fadvise(fd, start, READ_AHEAD_BYTES, os.POSIX_FADV_WILLNEED)
+            self._advised[path] = start + READ_AHEAD_BYTES
+
+    def close(self) -> None:
+        for opened in self._open.values():
+            if opened is not None:
+                os.close(opened[0])
+
+
+def _address(view: np.ndarray) -> int:
+    return view.__array_interface__["data"][0]
+
+
 class Copier:
-    """The sender and receiver halves of one rank's share of the transfers."""
+    """One rank's share of the transfers: the shards it reads (and writes, and sends on) and the shards
+    it receives (and writes, and sends on). Reading runs ahead in its own thread, receiving in another,
+    so reading, sending and writing overlap across the job; memory is a few chunks per rank."""
+
+    BUFFERS = 3  # chunks in flight per reading rank: one being read, one being sent and written, one spare
 
     def __init__(
         self,
@@ -204,15 +309,21 @@ class Copier:
         transfers: Sequence[Transfer],
         dirs: Mapping[int, Path],
         chunk_bytes: int,
+        direct_io: bool = False,
         progress: Any = None,
     ) -> None:
         self.comm, self.topo, self.transfers, self.dirs = comm, topo, transfers, dirs
         self.chunk = min(chunk_bytes, MAX_CHUNK_BYTES)
-        self.bytes_read = 0
+        if direct_io:  # whole pages, so every chunk of a shard starts on a page boundary
+            self.chunk = max(mmap.PAGESIZE, self.chunk // mmap.PAGESIZE * mmap.PAGESIZE)
         self.bytes_written = 0
         self.errors: list[str] = []
+        self.sources = SourceFiles(direct_io, self.errors)
         self.progress = progress
-        self._advised: dict[Path, int] = {}
+
+    @property
+    def bytes_read(self) -> int:
+        return self.sources.bytes_read
 
     def chunks(self, src: Source) -> list[list[tuple[Path, int, int]]]:
         """The messages of a source: consecutive pieces packed into chunks of at most `self.chunk` bytes."""
@@ -232,107 +343,124 @@ class Copier:
     def message_bytes(message: Sequence[tuple[Path, int, int]]) -> int:
         return sum(length for _, _, length in message)
 
-    def send_all(self) -> None:
-        from mpi4py import MPI
+    def read_all(self) -> None:
+        """The shards this rank reads, in transfer order, read ahead by a thread into a few buffers."""
+        mine = [t for t in self.transfers if t.reader == self.topo.rank]
+        free: queue.Queue[np.ndarray] = queue.Queue()
+        for _ in range(self.BUFFERS):
+            free.put(aligned_buffer(self.chunk))
+        full: queue.Queue[tuple[np.ndarray, int] | BaseException | None] = queue.Queue()
+        stop = threading.Event()
 
-        buf = np.empty(self.chunk, np.uint8)
-        files: dict[Path, Any] = {}
-        try:
-            for t in self.transfers:
-                if t.reader != self.topo.rank:
-                    continue
-                first = t.chain()[0]
-                for message in self.chunks(t.source):
-                    filled = 0
-                    for path, offset, length in message:
-                        view = buf[filled : filled + length]
-                        n = self._read(files, path, offset, view)
-                        if n != length:
-                            view[n:] = 0  # the writers' checksum check names the shard
-                        filled += length
-                    # Blocking send: the buffer is reused only once delivered.
-                    self.comm.Send([buf[:filled], MPI.BYTE], dest=first, tag=t.index)
-        finally:
-            for f in files.values():
-                if f is not None:
-                    f.close()
-
-    def _read(self, files: dict[Path, Any], path: Path, offset: int, view: np.ndarray) -> int:
-        if path not in files:
+        def produce() -> None:
             try:
-                files[path] = open(path, "rb")  # noqa: SIM115 - closed in send_all
-            except OSError as e:
-                files[path] = None
-                self.errors.append(f"cannot read source shard {path}: {e.strerror}")
-        f = files[path]
-        if f is None:
-            return 0
-        # Keep the storage busy while this thread is sending: ask for the next window ahead of time.
-        ahead = self._advised.get(path, 0)
-        if offset + view.size > ahead - READ_AHEAD_BYTES // 2:
-            start = max(ahead, offset)
-            os.posix_fadvise(f.fileno(), start, READ_AHEAD_BYTES, os.POSIX_FADV_WILLNEED)
-            self._advised[path] = start + READ_AHEAD_BYTES
-        f.seek(offset)
-        n = f.readinto(memoryview(view)) or 0
-        self.bytes_read += n
-        return n
+                for t in mine:
+                    for message in self.chunks(t.source):
+                        buf, filled = free.get(), 0
+                        if stop.is_set():
+                            return
+                        for path, offset, length in message:
+                            view = buf[filled : filled + length]
+                            n = self.sources.read(path, offset, view)
+                            if n != length:
+                                view[n:] = 0  # the writers' checksum check names the shard
+                            filled += length
+                        full.put((buf, filled))
+            except BaseException as e:  # handed to the consumer, which reports it
+                full.put(e)
+            full.put(None)
+
+        reader = threading.Thread(target=produce, name="stage-read", daemon=True)
+        reader.start()
+
+        def filled_chunks(t: Transfer) -> Any:
+            for _ in self.chunks(t.source):
+                item = full.get()
+                if item is None or isinstance(item, BaseException):
+                    raise item or RuntimeError("reader stopped early")
+                buf, n = item
+                yield buf[:n]
+                free.put(buf)
+
+        try:
+            for t in mine:
+                self.deliver(t, filled_chunks(t))
+        finally:
+            stop.set()
+            free.put(np.empty(0, np.uint8))  # wakes the reader if it waits for a buffer
+            reader.join()
+            self.sources.close()
 
     def receive_all(self) -> None:
+        """The shards this rank writes but another rank reads, received in transfer order."""
         from mpi4py import MPI
 
         buf = np.empty(self.chunk, np.uint8)
         for t in self.transfers:
-            nodes = [n for n, w in t.writers.items() if w == self.topo.rank]
-            if not nodes:
-                continue
-            (node,) = nodes  # one writer per node and transfer
             chain = t.chain()
-            position = chain.index(self.topo.rank)
-            previous = t.reader if position == 0 else chain[position - 1]
-            forward_to = chain[position + 1] if position + 1 < len(chain) else None
-            where = f"node {node} ({self.topo.hostname})"
-            final = self.dirs[node] / t.source.name
-            digest = xxhash.xxh3_128()
-            try:
-                with atomic_path(final) as tmp:
-                    failure = None
-                    with open(tmp, "wb") as out:
-                        # Every message is received even after a failure, so the sender never waits forever.
-                        for message in self.chunks(t.source):
-                            view = buf[: self.message_bytes(message)]
-                            self.comm.Recv([view, MPI.BYTE], source=previous, tag=t.index)
-                            if forward_to is not None:
-                                self.comm.Send([view, MPI.BYTE], dest=forward_to, tag=t.index)
-                            if failure is None:
-                                try:
-                                    out.write(memoryview(view))
-                                except OSError as e:
-                                    failure = f"cannot write {final} on {where}: {e.strerror}"
-                            digest.update(memoryview(view))
-                            self.bytes_written += view.size
-                            if self.progress is not None:
-                                self.progress.update(view.size)
-                    if failure is None:
-                        ok = (
-                            "xxh3_128:" + digest.hexdigest() == t.source.checksum
-                            if t.source.checksum is not None
-                            else tfrecord_crc_ok(tmp)
+            if self.topo.rank not in chain[1:]:
+                continue
+            previous = chain[chain.index(self.topo.rank) - 1]
+
+            def received(t: Transfer = t, previous: int = previous) -> Any:
+                for message in self.chunks(t.source):
+                    view = buf[: self.message_bytes(message)]
+                    wait_quietly(self.comm.Irecv([view, MPI.BYTE], source=previous, tag=t.index))
+                    yield view
+
+            self.deliver(t, received())
+
+    def deliver(self, t: Transfer, chunks: Any) -> None:
+        """Send every chunk on to the next writer, write it here, and keep the file only if its checksum
+        matches. After a failure every chunk is still passed on, so no rank waits forever."""
+        from mpi4py import MPI
+
+        chain = t.chain()
+        position = chain.index(self.topo.rank)
+        forward_to = chain[position + 1] if position + 1 < len(chain) else None
+        node = self.topo.node
+        where = f"node {node} ({self.topo.hostname})"
+        final = self.dirs[node] / t.source.name
+        digest = xxhash.xxh3_128()
+        try:
+            with atomic_path(final) as tmp:
+                failure = None
+                with open(tmp, "wb") as out:
+                    for view in chunks:
+                        send = None
+                        if forward_to is not None:
+                            send = self.comm.Isend([view, MPI.BYTE], dest=forward_to, tag=t.index)
+                        if failure is None:
+                            try:
+                                out.write(memoryview(view))
+                            except OSError as e:
+                                failure = f"cannot write {final} on {where}: {e.strerror}"
+                        digest.update(memoryview(view))
+                        self.bytes_written += view.size
+                        if self.progress is not None:
+                            self.progress.update(view.size)
+                        if send is not None:
+                            wait_quietly(send)  # the buffer is reused once delivered
+                if failure is None:
+                    ok = (
+                        "xxh3_128:" + digest.hexdigest() == t.source.checksum
+                        if t.source.checksum is not None
+                        else tfrecord_crc_ok(tmp)
+                    )
+                    if not ok:
+                        failure = (
+                            f"shard {t.source.name} on {where}: checksum mismatch (corrupt source "
+                            f"{t.source.pieces[0][0]} or copy); the copy was not kept"
                         )
-                        if not ok:
-                            failure = (
-                                f"shard {t.source.name} on {where}: checksum mismatch (corrupt source "
-                                f"{t.source.pieces[0][0]} or copy); the copy was not kept"
-                            )
-                    if failure is not None:
-                        raise Sim2dlError(failure)
-            except Sim2dlError as e:
-                self.errors.append(str(e))
+                if failure is not None:
+                    raise Sim2dlError(failure)
+        except Sim2dlError as e:
+            self.errors.append(str(e))
 
     def run(self) -> None:
         receiver = threading.Thread(target=self._guard(self.receive_all), name="stage-receive")
         receiver.start()
-        self._guard(self.send_all)()
+        self._guard(self.read_all)()
         receiver.join()
 
     def _guard(self, fn: Any) -> Any:
@@ -410,7 +538,9 @@ def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm:
         bar = tqdm(total=mine, unit="B", unit_scale=True, desc=f"stage (rank 0 of {topo.size})", mininterval=2.0)
     comm.barrier()
     start = time.perf_counter()
-    copier = Copier(comm, topo, transfers, dirs, int(settings["chunk_mb"] * (1 << 20)), bar)
+    copier = Copier(
+        comm, topo, transfers, dirs, int(settings["chunk_mb"] * (1 << 20)), settings["direct_io"], progress=bar
+    )
     copier.run()
     comm.barrier()
     seconds = time.perf_counter() - start

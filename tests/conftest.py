@@ -106,15 +106,29 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     psutil.wait_procs(victims, timeout=30)
 
 
+# What MPICH leaves behind when a job aborts or is killed, which several tests do on purpose: the
+# launcher's topology files, and the ranks' shared-memory segments (MBs each, in RAM-backed /dev/shm).
+MPI_LEFTOVERS = ("/tmp/hydra_hwloc_xmlfile_*", "/dev/shm/mpich_shm_*")
+
+
 @pytest.fixture(scope="session", autouse=True)
-def remove_hydra_leftovers():
-    """MPICH's launcher leaves /tmp/hydra_hwloc_xmlfile_* behind when a job aborts or is killed, which
-    several tests do on purpose: remove the ones this session created."""
-    before = set(glob.glob("/tmp/hydra_hwloc_xmlfile_*"))
+def remove_mpi_leftovers():
+    """Remove the MPI leftovers this session created (those of other jobs, running or not, are kept)."""
+    before = {p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern)}
     yield
-    for leftover in set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - before:
-        with contextlib.suppress(OSError):
-            os.unlink(leftover)
+    for leftover in {p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern)} - before:
+        if not _mapped_by_a_process(leftover):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
+
+
+def _mapped_by_a_process(path: str) -> bool:
+    """Whether a live process still maps the file (a job started outside the tests, say)."""
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        with contextlib.suppress(OSError), open(maps) as f:
+            if path in f.read():
+                return True
+    return False
 
 
 def small_cube_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline.fsutil import file_checksum
+from pipeline.stage import SourceFiles, aligned_buffer
 
 from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
 
@@ -63,10 +64,12 @@ def no_temporaries(root):
     return not [p for p in root.rglob("*") if ".tmp-" in p.name]
 
 
-@pytest.mark.parametrize(("ranks", "nodes"), [(2, 2), (4, 2), (4, 4)])
-def test_replica_reads_each_byte_once_and_every_node_gets_everything(tmp_path, dataset, ranks, nodes):
+@pytest.mark.parametrize(("ranks", "nodes", "direct_io"), [(2, 2, False), (4, 2, True), (4, 4, False)])
+def test_replica_reads_each_byte_once_and_every_node_gets_everything(tmp_path, dataset, ranks, nodes, direct_io):
     _, _, meta = dataset
-    _, summary = stage(tmp_path, dataset, ranks, mode="replica", emulate_nodes=nodes, chunk_mb=0.3)
+    _, summary = stage(
+        tmp_path, dataset, ranks, mode="replica", emulate_nodes=nodes, chunk_mb=0.3, direct_io=direct_io
+    )
     total = sum(s["bytes"] for s in meta["shards"])
     assert summary["nodes"] == nodes and summary["bytes_read_shared_fs"] == total
     assert summary["bytes_written_per_node"] == [total] * nodes
@@ -77,6 +80,34 @@ def test_replica_reads_each_byte_once_and_every_node_gets_everything(tmp_path, d
     # Rerun: everything is there and verified, nothing is read again.
     _, again = stage(tmp_path, dataset, ranks, mode="replica", emulate_nodes=nodes, chunk_mb=0.3)
     assert again["skipped_already_staged"] == nodes * len(meta["shards"]) and again["bytes_read_shared_fs"] == 0
+
+
+@pytest.mark.parametrize("where", ["disk", "ramfs"])
+def test_direct_reads_return_the_file_bytes_at_any_offset(tmp_path, where):
+    """O_DIRECT reads of unaligned ranges, a range past the end, and a file system without O_DIRECT
+    (ramfs: buffered reads instead) all give exactly the file's bytes."""
+    directory = tmp_path
+    if where == "ramfs":
+        directory = tmp_path / "ramfs"
+        directory.mkdir()
+        subprocess.run(["mount", "-t", "ramfs", "ramfs", str(directory)], check=True)
+    try:
+        data = np.random.default_rng(0).integers(0, 256, 3 * 4096 + 123, dtype=np.uint8)
+        path = directory / "source"
+        path.write_bytes(data.tobytes())
+        errors: list[str] = []
+        files = SourceFiles(direct=True, errors=errors)
+        for offset, length in [(0, 4096), (0, 8192), (4096, 100), (5, 4096), (4000, 200), (12000, 1000), (0, 20000)]:
+            for view in (aligned_buffer(length), aligned_buffer(length + 1)[1:]):  # page-aligned or not
+                n = files.read(path, offset, view)
+                expected = data[offset : offset + length]
+                assert n == len(expected) and np.array_equal(view[:n], expected), (offset, length)
+        assert files._open[path][1] is (where == "disk")  # opened with O_DIRECT where there is one
+        files.close()
+        assert not errors and files.bytes_read > 0
+    finally:
+        if where == "ramfs":
+            subprocess.run(["umount", str(directory)], check=True)
 
 
 def test_partition_writes_every_shard_once_overall(tmp_path, dataset):
@@ -92,8 +123,16 @@ def test_partition_writes_every_shard_once_overall(tmp_path, dataset):
 
 @pytest.mark.parametrize("replacement", [True, False])
 def test_sample_mode_gives_each_rank_its_records(tmp_path, dataset, replacement):
+    # Without replacement, with direct I/O: the sampled records are unaligned byte ranges.
     _, summary = stage(
-        tmp_path, dataset, 4, mode="sample", emulate_nodes=2, samples_per_rank=20, replacement=replacement
+        tmp_path,
+        dataset,
+        4,
+        mode="sample",
+        emulate_nodes=2,
+        samples_per_rank=20,
+        replacement=replacement,
+        direct_io=not replacement,
     )
     per_node = node_files(summary)
     assert [sorted(f) for f in per_node] == [
