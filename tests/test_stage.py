@@ -67,9 +67,7 @@ def no_temporaries(root):
 @pytest.mark.parametrize(("ranks", "nodes", "direct_io"), [(2, 2, False), (4, 2, True), (4, 4, False)])
 def test_replica_reads_each_byte_once_and_every_node_gets_everything(tmp_path, dataset, ranks, nodes, direct_io):
     _, _, meta = dataset
-    _, summary = stage(
-        tmp_path, dataset, ranks, mode="replica", emulate_nodes=nodes, chunk_mb=0.3, direct_io=direct_io
-    )
+    _, summary = stage(tmp_path, dataset, ranks, mode="replica", emulate_nodes=nodes, chunk_mb=0.3, direct_io=direct_io)
     total = sum(s["bytes"] for s in meta["shards"])
     assert summary["nodes"] == nodes and summary["bytes_read_shared_fs"] == total
     assert summary["bytes_written_per_node"] == [total] * nodes
