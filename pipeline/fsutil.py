@@ -84,9 +84,12 @@ def _abandoned(path: Path) -> bool:
 
 
 def file_checksum(path: Path | str, chunk_bytes: int = 8 << 20) -> str:
-    """xxh3-128 of a file's bytes, read in bounded chunks; prefixed with the algorithm name."""
+    """xxh3-128 of a file's bytes, read in bounded chunks into one reused buffer; prefixed with the
+    algorithm name."""
     digest = xxhash.xxh3_128()
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_bytes):
-            digest.update(chunk)
+    buffer = bytearray(chunk_bytes)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(view[:n])
     return "xxh3_128:" + digest.hexdigest()

@@ -182,7 +182,7 @@ def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir:
 
     mine = list(range(rank, len(shards), size))
     results = []
-    open_parts: dict[str, Part] = {}
+    open_parts = {part.bin_path.stem: part for part in my_parts}  # the parts indexed above, not read again
     reused = 0
     for i in progress(mine, len(mine), "merge", rank, size, unit="shard"):
         path = shards_dir / names[i]

@@ -12,6 +12,7 @@ interrupted write and is ignored.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -104,7 +105,7 @@ class Part:
         arrays = {}
         for name, (offset, dtype, shape, *ref) in self.records[i]["fields"].items():
             dt = np.dtype(dtype)
-            count = int(np.prod(shape, dtype=np.int64))
+            count = math.prod(shape)
             data = self._referenced(ref[0]) if ref else self._data
             if offset + count * dt.itemsize > data.size:
                 raise OSError(f"record {i} field '{name}' lies beyond the end of {ref[0] if ref else self.bin_path}")
@@ -127,7 +128,7 @@ class Part:
 
     def nbytes(self, i: int) -> int:
         return sum(
-            np.dtype(d).itemsize * int(np.prod(s, dtype=np.int64)) for _, d, s, *_ in self.records[i]["fields"].values()
+            np.dtype(d).itemsize * math.prod(s) for _, d, s, *_ in self.records[i]["fields"].values()
         )
 
     def __iter__(self) -> Iterator[tuple[dict[str, Any], dict[str, np.ndarray]]]:
