@@ -127,9 +127,7 @@ class Part:
         return data
 
     def nbytes(self, i: int) -> int:
-        return sum(
-            np.dtype(d).itemsize * math.prod(s) for _, d, s, *_ in self.records[i]["fields"].values()
-        )
+        return sum(np.dtype(d).itemsize * math.prod(s) for _, d, s, *_ in self.records[i]["fields"].values())
 
     def __iter__(self) -> Iterator[tuple[dict[str, Any], dict[str, np.ndarray]]]:
         for i in range(len(self)):
