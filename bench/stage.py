@@ -22,6 +22,7 @@ import json
 import mmap
 import os
 import shutil
+import statistics
 import sys
 import time
 from multiprocessing import get_context
@@ -33,6 +34,7 @@ import yaml
 from common import BIN, emit, evict, mpi, parse_size, sim2dl
 
 RANKS = 4
+REPEATS = 3
 
 
 def make_dataset(work: Path, samples: int) -> tuple[Path, dict]:
@@ -114,26 +116,33 @@ def _read_bytes() -> int:
         return next(int(line.split(": ")[1]) for line in f if line.startswith("read_bytes"))
 
 
-def naive(work: Path, files: list[Path], nodes: int) -> tuple[float, int]:
-    """(seconds with every node copying concurrently, bytes read when each node starts cold)."""
+def naive_read_volume(work: Path, files: list[Path], nodes: int) -> int:
+    """Bytes read from storage by the naive baseline's nodes, each starting from a cold cache."""
     target = work / "naive"
-    jobs = [([str(f) for f in files], str(target / f"node-{k}")) for k in range(nodes)]
     read = 0
-    for job in jobs:  # read volume: as separate nodes, each from a cold cache
+    for k in range(nodes):
         evict(files)
         with get_context("fork").Pool(1) as pool:
-            read += pool.map(copy_all, [job])[0]
+            read += pool.map(copy_all, [([str(f) for f in files], str(target / f"node-{k}"))])[0]
         shutil.rmtree(target)
+    return read
+
+
+def naive_seconds(work: Path, files: list[Path], nodes: int) -> float:
+    """Every node copying everything itself, concurrently."""
+    target = work / "naive"
+    jobs = [([str(f) for f in files], str(target / f"node-{k}")) for k in range(nodes)]
     evict(files)
     start = time.perf_counter()
     with get_context("fork").Pool(nodes) as pool:
         pool.map(copy_all, jobs)
     seconds = time.perf_counter() - start
     shutil.rmtree(target)
-    return seconds, read
+    return seconds
 
 
 def single_copy(work: Path, files: list[Path]) -> float:
+    """One plain copy of the dataset to one target (the same direct reads)."""
     target = work / "single"
     evict(files)
     start = time.perf_counter()
@@ -163,23 +172,39 @@ def main() -> None:
     total = sum(s["bytes"] for s in meta["shards"])
     result: dict = {"benchmark": "stage", "dataset_bytes": total, "shards": len(files), "ranks": RANKS}
     touch_memory(work, 5 * total)
-    t_single = single_copy(work, files)
+    # Each variant runs REPEATS times, interleaved, and the median time counts (this VM's disk and
+    # memory are noisy); read ratios are the largest seen.
+    singles = []
     for nodes in (2, 4):
-        replica, replica_read = run_stager(work, config_path, "replica", nodes)
-        part, part_read = run_stager(work, config_path, "partition", nodes)
-        t_naive, naive_read = naive(work, files, nodes)
+        runs: dict[str, list] = {"replica": [], "partition": [], "naive": []}
+        for _ in range(REPEATS):
+            singles.append(single_copy(work, files))
+            runs["replica"].append(run_stager(work, config_path, "replica", nodes))
+            runs["partition"].append(run_stager(work, config_path, "partition", nodes))
+            runs["naive"].append(naive_seconds(work, files, nodes))
+        replica = statistics.median(summary["seconds"] for summary, _ in runs["replica"])
+        partition = statistics.median(summary["seconds"] for summary, _ in runs["partition"])
+        t_naive = statistics.median(runs["naive"])
+        t_single = statistics.median(singles)
         result[f"nodes_{nodes}"] = {
-            "source_read_ratio": round(replica_read / total, 4),
-            "source_read_ratio_partition": round(part_read / total, 4),
-            "naive_read_ratio": round(naive_read / total, 3),
-            "time_vs_naive": round(replica["seconds"] / t_naive, 3),
-            "time_vs_single_copy": round(part["seconds"] / t_single, 3),
-            "replica_seconds": replica["seconds"],
+            "source_read_ratio": round(max(read for _, read in runs["replica"]) / total, 4),
+            "source_read_ratio_partition": round(max(read for _, read in runs["partition"]) / total, 4),
+            "naive_read_ratio": round(naive_read_volume(work, files, nodes) / total, 3),
+            "time_vs_naive": round(replica / t_naive, 3),
+            "time_vs_single_copy": round(partition / t_single, 3),
+            "replica_seconds": replica,
             "naive_seconds": round(t_naive, 3),
-            "partition_seconds": part["seconds"],
+            "partition_seconds": partition,
             "single_copy_seconds": round(t_single, 3),
-            "replica_gb_per_s_written": replica["gb_per_s_written"],
+            "replica_gb_per_s_written": round(nodes * total / replica / 1e9, 3),
+            "all_seconds": {
+                "replica": [summary["seconds"] for summary, _ in runs["replica"]],
+                "partition": [summary["seconds"] for summary, _ in runs["partition"]],
+                "naive": [round(t, 3) for t in runs["naive"]],
+            },
         }
+    result["single_copy_all_seconds"] = [round(t, 3) for t in singles]
+    result["repeats"] = REPEATS
     result["targets"] = {
         "source_read_ratio": "1.00 +- 0.01",
         "time_vs_naive": "<= 1.0",
