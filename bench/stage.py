@@ -116,28 +116,31 @@ def _read_bytes() -> int:
         return next(int(line.split(": ")[1]) for line in f if line.startswith("read_bytes"))
 
 
+def naive_jobs(work: Path, files: list[Path], nodes: int) -> list[tuple[list[str], str]]:
+    """copy_all's arguments for every naive node: all the shards, into the node's own directory."""
+    return [([str(f) for f in files], str(work / "naive" / f"node-{k}")) for k in range(nodes)]
+
+
 def naive_read_volume(work: Path, files: list[Path], nodes: int) -> int:
     """Bytes read from storage by the naive baseline's nodes, each starting from a cold cache."""
-    target = work / "naive"
     read = 0
-    for k in range(nodes):
+    for job in naive_jobs(work, files, nodes):
         evict(files)
         with get_context("fork").Pool(1) as pool:
-            read += pool.map(copy_all, [([str(f) for f in files], str(target / f"node-{k}"))])[0]
-        shutil.rmtree(target)
+            read += pool.map(copy_all, [job])[0]
+        shutil.rmtree(work / "naive")
     return read
 
 
 def naive_seconds(work: Path, files: list[Path], nodes: int) -> float:
     """Every node copying everything itself, concurrently."""
-    target = work / "naive"
-    jobs = [([str(f) for f in files], str(target / f"node-{k}")) for k in range(nodes)]
+    jobs = naive_jobs(work, files, nodes)
     evict(files)
     start = time.perf_counter()
     with get_context("fork").Pool(nodes) as pool:
         pool.map(copy_all, jobs)
     seconds = time.perf_counter() - start
-    shutil.rmtree(target)
+    shutil.rmtree(work / "naive")
     return seconds
 
 

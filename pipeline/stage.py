@@ -229,6 +229,7 @@ class SourceFiles:
         self.bytes_read = 0
         self._open: dict[Path, Any] = {}  # path -> (fd, direct?) or None when it cannot be opened
         self._advised: dict[Path, int] = {}
+        self._scratch = aligned_buffer(0)  # for unaligned direct reads; grown as needed, then reused
 
     def read(self, path: Path, offset: int, view: np.ndarray) -> int:
         """Fill `view` from `path` at `offset`; returns the bytes read (fewer at an unexpected end or an
@@ -256,22 +257,24 @@ class SourceFiles:
             try:
                 return os.open(path, os.O_RDONLY | os.O_DIRECT), True
             except OSError:
-                pass  # the file system has no direct I/O (tmpfs, say): buffered reads below
+                pass  # the file system has no direct I/O (ramfs, say): buffered reads below
         try:
             return os.open(path, os.O_RDONLY), False
         except OSError as e:
             self.errors.append(f"cannot read source shard {path}: {e.strerror}")
             return None
 
-    @staticmethod
-    def _read_direct(fd: int, offset: int, view: np.ndarray) -> int:
+    def _read_direct(self, fd: int, offset: int, view: np.ndarray) -> int:
         """O_DIRECT moves whole, aligned pages: a page-aligned request goes straight into `view`, any
-        other through an aligned scratch buffer covering it."""
+        other (sampled records, a shard's last chunk) through an aligned scratch buffer covering it."""
         page = mmap.PAGESIZE
         if offset % page == 0 and view.size % page == 0 and _address(view) % page == 0:
             return os.preadv(fd, [view], offset)
         start = offset // page * page
-        scratch = aligned_buffer(-(-(offset + view.size - start) // page) * page)
+        covering = -(-(offset + view.size - start) // page) * page
+        if self._scratch.size < covering:
+            self._scratch = aligned_buffer(covering)
+        scratch = self._scratch[:covering]
         got = max(0, os.preadv(fd, [scratch], start) - (offset - start))
         n = min(got, view.size)
         view[:n] = scratch[offset - start : offset - start + n]

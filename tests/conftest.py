@@ -116,19 +116,22 @@ def remove_mpi_leftovers():
     """Remove the MPI leftovers this session created (those of other jobs, running or not, are kept)."""
     before = {p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern)}
     yield
-    for leftover in {p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern)} - before:
-        if not _mapped_by_a_process(leftover):
-            with contextlib.suppress(OSError):
-                os.unlink(leftover)
+    in_use = _mapped_files()
+    for leftover in {p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern)} - before - in_use:
+        with contextlib.suppress(OSError):
+            os.unlink(leftover)
 
 
-def _mapped_by_a_process(path: str) -> bool:
-    """Whether a live process still maps the file (a job started outside the tests, say)."""
+def _mapped_files() -> set[str]:
+    """Every file a live process maps (a job started outside the tests, say, still uses its segments)."""
+    mapped = set()
     for maps in glob.glob("/proc/[0-9]*/maps"):
         with contextlib.suppress(OSError), open(maps) as f:
-            if path in f.read():
-                return True
-    return False
+            for line in f:
+                fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, [path]
+                if len(fields) == 6:
+                    mapped.add(fields[5].rstrip("\n"))
+    return mapped
 
 
 def small_cube_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
