@@ -83,13 +83,25 @@ def _abandoned(path: Path) -> bool:
     return False
 
 
+class Checksum:
+    """The checksum sim2dl records for files: xxh3-128, as text prefixed with the algorithm name."""
+
+    def __init__(self) -> None:
+        self._digest = xxhash.xxh3_128()
+
+    def update(self, data: Any) -> None:
+        self._digest.update(data)
+
+    def text(self) -> str:
+        return "xxh3_128:" + self._digest.hexdigest()
+
+
 def file_checksum(path: Path | str, chunk_bytes: int = 8 << 20) -> str:
-    """xxh3-128 of a file's bytes, read in bounded chunks into one reused buffer; prefixed with the
-    algorithm name."""
-    digest = xxhash.xxh3_128()
+    """The Checksum of a file's bytes, read in bounded chunks into one reused buffer."""
+    checksum = Checksum()
     buffer = bytearray(chunk_bytes)
     view = memoryview(buffer)
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(buffer):
-            digest.update(view[:n])
-    return "xxh3_128:" + digest.hexdigest()
+            checksum.update(view[:n])
+    return checksum.text()

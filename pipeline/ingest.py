@@ -1,8 +1,9 @@
 """ingest: scan many small simulation files, validate each, and pack the good ones into a few parts.
 
-Each file is opened exactly once in the whole workflow (with kernel readahead a few files ahead):
-its declared fields are read, checked (names, shapes, dtypes, finite values) and appended to the rank's
-part, so no later step touches the small files again. The manifest lists every input file (accepted or
+Each file is read exactly once in the whole workflow, whole, a few files ahead by background threads
+(with O_DIRECT unless `ingest.direct_io` is off): its declared fields are parsed from those bytes,
+checked (names, shapes, dtypes, finite values) and appended to the rank's part, so no later step touches
+the small files again. The manifest lists every input file (accepted or
 rejected); the rejects list gives one reason per rejected file. The run goes on past bad files and fails
 only when the rejected fraction exceeds `ingest.max_reject_fraction`. Memory holds the file list and the
 manifest rows, nothing per sample.
@@ -10,14 +11,16 @@ manifest rows, nothing per sample.
 
 from __future__ import annotations
 
+import errno
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline import CollectiveError, Sim2dlError
+from pipeline.directio import FileImages, ImageOrError
 from pipeline.parallel import all_ok, block
 from pipeline.progress import progress
 from pipeline.readers import FieldSpec, SampleError, reader_for
@@ -62,52 +65,50 @@ def shape_text(arrays: Mapping[str, np.ndarray]) -> str:
     return ";".join(f"{name}={'x'.join(map(str, a.shape)) or 'scalar'}" for name, a in arrays.items())
 
 
-def advise_will_need(path: Path) -> None:
-    """Ask the kernel to start reading the file in the background (asynchronous readahead)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # reported when the file's turn comes
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-    finally:
-        os.close(fd)
-
-
-def read_ahead(paths: Sequence[Path], depth: int) -> Iterator[Path]:
-    """Yield the paths in order, with the next `depth` files already requested from storage.
-
-    Many small reads in flight are what parallel file systems and NVMe serve well; kernel readahead gives
-    that without threads (which here would fight the parsing thread for the GIL)."""
-    for i, path in enumerate(paths):
-        if depth:
-            if i == 0:
-                for upcoming in paths[1 : depth + 1]:
-                    advise_will_need(upcoming)
-            elif i + depth < len(paths):
-                advise_will_need(paths[i + depth])
-        yield path
+def unreadable(e: OSError) -> SampleError:
+    return SampleError(f"unreadable: {'permission denied' if e.errno == errno.EACCES else e.strerror}")
 
 
 def read_one(
-    path: Path, root: Path, source: Mapping[str, Any], fields: Sequence[FieldSpec], check_finite: bool
+    path: Path,
+    image: ImageOrError,
+    root: Path,
+    source: Mapping[str, Any],
+    fields: Sequence[FieldSpec],
+    check_finite: bool,
 ) -> tuple[dict[str, np.ndarray], str, int]:
-    """Read and validate one file; raises SampleError with the reason it cannot be used."""
-    try:
-        size = os.stat(path).st_size
-    except OSError as e:
-        raise SampleError(f"unreadable: {e.strerror}") from None
+    """Validate one file, from its bytes (`image`, read ahead) or, for readers that open files
+    themselves (image None), from its path. Raises SampleError with the reason it cannot be used."""
+    if isinstance(image, OSError):
+        raise unreadable(image)
+    reader = reader_for(path, source["format"])
+    if image is None:
+        try:
+            size = os.stat(path).st_size
+        except OSError as e:
+            raise unreadable(e) from None
+        if size and not os.access(path, os.R_OK):
+            raise SampleError("unreadable: permission denied")
+    else:
+        size = image.size
     if size == 0:
         raise SampleError("empty file (0 bytes)")
-    if not os.access(path, os.R_OK):
-        raise SampleError("unreadable: permission denied")
-    id_conf = source["sample_id"]
-    reader = reader_for(path, source["format"])
-    arrays, sample_id = reader.read(path, fields, id_conf["attr"] if id_conf else None)
+    id_attr = source["sample_id"]["attr"] if source["sample_id"] else None
+    if image is None:
+        arrays, sample_id = reader.read(path, fields, id_attr)
+    else:
+        arrays, sample_id = reader.read_image(image, path, fields, id_attr)
     validate_sample(arrays, fields, check_finite)
     if sample_id is None:
         sample_id = str(path.relative_to(root).with_suffix(""))
     return arrays, sample_id, size
+
+
+def reads_image(path: Path, format_name: str) -> bool:
+    try:
+        return reader_for(path, format_name).reads_images
+    except SampleError:
+        return False  # unknown suffix: rejected when its turn comes, without reading it
 
 
 def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
@@ -133,9 +134,12 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     rows: list[tuple[Any, ...]] = []
     stem = part_stem(parts_dir, rank, size)
     with PartWriter(stem) as part:
-        for path in progress(read_ahead(mine, settings["prefetch"]), len(mine), "ingest", rank, size):
+        images = FileImages(
+            mine, settings["prefetch"], settings["direct_io"], lambda p: reads_image(p, source["format"])
+        )
+        for path, image in progress(images, len(mine), "ingest", rank, size):
             try:
-                arrays, sample_id, nbytes = read_one(path, root, source, fields, settings["check_finite"])
+                arrays, sample_id, nbytes = read_one(path, image, root, source, fields, settings["check_finite"])
             except SampleError as e:
                 rows.append((str(path), _size_or_zero(path), "", "", "", "", "rejected", "", "", str(e)))
                 continue

@@ -23,7 +23,7 @@ from pipeline.convert import normalise
 from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.parallel import all_ok, block
 from pipeline.progress import progress
-from pipeline.records import Part, list_parts
+from pipeline.records import Part, RecordReader, list_parts
 from pipeline.tables import read_csv
 from pipeline.writers import WRITERS, ShardWriter
 
@@ -112,20 +112,27 @@ def write_shard(
     compression: str,
     stats: Mapping[str, Any],
     open_parts: dict[str, Part],
-) -> None:
-    """Write one shard and its index atomically: the index first, the shard's rename last."""
+    reader: RecordReader,
+) -> str:
+    """Write one shard and its index atomically (the index first, the shard's rename last); returns the
+    shard's checksum."""
     index_lines = []
+    records = [
+        (open_parts.get(e.part) or open_parts.setdefault(e.part, Part(parts_dir / e.part)), e.record) for e in entries
+    ]
     with atomic_path(path) as tmp:
         writer = writer_class(tmp, spec, compression)
-        for e in entries:
-            part = open_parts.get(e.part) or open_parts.setdefault(e.part, Part(parts_dir / e.part))
-            arrays = normalise(part.read(e.record), stats)
-            arrays = {name: arrays[name] for name in spec}
-            offset, length = writer.write(e.sample_id, arrays)
-            index_lines.append(f"{offset} {length}\n")
+        try:
+            for e, arrays in zip(entries, reader.read(records, list(spec)), strict=True):
+                offset, length = writer.write(e.sample_id, normalise(arrays, stats))
+                index_lines.append(f"{offset} {length}\n")
+        except BaseException:
+            writer.abort()
+            raise
         writer.close()
         with atomic_path(index_path(path)) as idx_tmp:
             idx_tmp.write_text("".join(index_lines))
+    return writer.checksum or file_checksum(path)
 
 
 def index_path(shard: Path) -> Path:
@@ -184,19 +191,23 @@ def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir:
     results = []
     open_parts = {part.bin_path.stem: part for part in my_parts}  # the parts indexed above, not read again
     reused = 0
+    reader = RecordReader()
     for i in progress(mine, len(mine), "merge", rank, size, unit="shard"):
         path = shards_dir / names[i]
         if path.exists() and index_path(path).exists():
             reused += 1  # complete from an interrupted run with the same plan
+            checksum = file_checksum(path)
         else:
-            write_shard(path, shards[i], parts_dir, spec, writer_class, settings["compression"], stats, open_parts)
+            checksum = write_shard(
+                path, shards[i], parts_dir, spec, writer_class, settings["compression"], stats, open_parts, reader
+            )
         results.append(
             {
                 "file": names[i],
                 "index": index_path(path).name,
                 "records": len(shards[i]),
                 "bytes": path.stat().st_size,
-                "checksum": file_checksum(path),
+                "checksum": checksum,
                 "first_key": shards[i][0].key,
                 "last_key": shards[i][-1].key,
             }

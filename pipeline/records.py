@@ -14,25 +14,28 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pipeline.directio import AppendWriter, aligned_buffer, read_ranges
 from pipeline.fsutil import atomic_path, remove_stale_temporaries
 
 INDEX_SUFFIX = ".jsonl"
 
 
 class PartWriter:
+    """Appends records to a part; the .bin is written with direct I/O (see pipeline.directio)."""
+
     def __init__(self, path_stem: Path) -> None:
         self.bin_path = path_stem.with_suffix(".bin")
         self.index_path = path_stem.with_suffix(INDEX_SUFFIX)
         self._bin_ctx = atomic_path(self.bin_path)
         self._index_ctx = atomic_path(self.index_path)
-        self._file = open(self._bin_ctx.__enter__(), "wb")  # noqa: SIM115 - closed in close()/abort()
-        self._index = open(self._index_ctx.__enter__(), "w")  # noqa: SIM115
+        self._file = AppendWriter(self._bin_ctx.__enter__())
+        self._index = open(self._index_ctx.__enter__(), "w")  # noqa: SIM115 - closed in close()/abort()
         self._offset = 0
         self.count = 0
 
@@ -51,7 +54,7 @@ class PartWriter:
                 layout[name] = [offset, array.dtype.str, list(array.shape), ref]
                 continue
             array = np.ascontiguousarray(array)
-            self._file.write(memoryview(array).cast("B"))
+            self._file.write(array)
             layout[name] = [self._offset, array.dtype.str, list(array.shape)]
             self._offset += array.nbytes
         self._index.write(json.dumps({"meta": dict(meta), "fields": layout}, separators=(",", ":")) + "\n")
@@ -66,7 +69,7 @@ class PartWriter:
         self._index_ctx.__exit__(None, None, None)  # the index appears last: it marks the part complete
 
     def abort(self) -> None:
-        self._file.close()
+        self._file.abort()
         self._index.close()
         self._bin_ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
         self._index_ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
@@ -126,12 +129,47 @@ class Part:
             )
         return data
 
+    def extents(self, i: int, names: Sequence[str]) -> list[tuple[Path, int, np.dtype, list[int]]]:
+        """(file, byte offset, dtype, shape) of the named fields of record `i`."""
+        fields = self.records[i]["fields"]
+        located = []
+        for name in names:
+            offset, dtype, shape, *ref = fields[name]
+            located.append((self.bin_path.parent / ref[0] if ref else self.bin_path, offset, np.dtype(dtype), shape))
+        return located
+
     def nbytes(self, i: int) -> int:
         return sum(np.dtype(d).itemsize * math.prod(s) for _, d, s, *_ in self.records[i]["fields"].values())
 
     def __iter__(self) -> Iterator[tuple[dict[str, Any], dict[str, np.ndarray]]]:
         for i in range(len(self)):
             yield self.meta(i), self.read(i)
+
+
+class RecordReader:
+    """Reads many records' fields from parts with few large direct reads into one reused buffer
+    (records stored next to each other are read together; see pipeline.directio.read_ranges)."""
+
+    def __init__(self) -> None:
+        self._buffer = aligned_buffer(0)
+
+    def read(self, records: Sequence[tuple[Part, int]], names: Sequence[str]) -> list[dict[str, np.ndarray]]:
+        """The named fields of each (part, record), as views valid until the next call."""
+        located = [part.extents(i, names) for part, i in records]
+        requests = [
+            (path, offset, dtype.itemsize * math.prod(shape))
+            for fields in located
+            for path, offset, dtype, shape in fields
+        ]
+        views, self._buffer = read_ranges(requests, True, self._buffer)
+        out, k = [], 0
+        for fields in located:
+            arrays = {}
+            for name, (_, _, dtype, shape) in zip(names, fields, strict=True):
+                arrays[name] = views[k].view(dtype).reshape(shape)
+                k += 1
+            out.append(arrays)
+        return out
 
 
 def part_stem(directory: Path, rank: int, size: int) -> Path:

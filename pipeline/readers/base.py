@@ -33,12 +33,20 @@ class Reader(ABC):
 
     name: str
     suffixes: tuple[str, ...]
+    # True: `read_image` parses the file's bytes, which ingest reads itself (whole, ahead, direct I/O).
+    reads_images = False
 
     @abstractmethod
     def read(
         self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
         """Return the arrays by logical field name, and the sample id stored in the file (if asked)."""
+
+    def read_image(
+        self, image: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
+    ) -> tuple[dict[str, np.ndarray], str | None]:
+        """As `read`, from the file's bytes (`path` names it in messages); for readers with reads_images."""
+        raise NotImplementedError
 
 
 def as_array(value: Any, field: FieldSpec) -> np.ndarray:

@@ -1,7 +1,8 @@
 """HDF5 files via h5py's low-level API.
 
-The file is opened with the in-memory `core` driver: one read of the whole (small) file instead of many
-small metadata reads, which is what parallel file systems serve well. The low-level calls cost about a
+Ingest reads each (small) file whole and this reader opens that image in memory (the `core` driver with a
+file image): one read per file instead of HDF5's many small metadata reads, which parallel file systems
+serve badly. `read` (from a path) does the same through the `core` driver. The low-level calls cost about a
 quarter of the high-level `h5py.File` objects per file, which matters with millions of files.
 """
 
@@ -46,12 +47,27 @@ def _read_root_attr(file_id: h5py.h5f.FileID, name: str) -> str:
 class HDF5Reader(Reader):
     name = "hdf5"
     suffixes = (".h5", ".hdf5", ".hdf", ".he5")
+    reads_images = True
 
     def read(
         self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
+        return self._read(str(path).encode(), _FILE_ACCESS, fields, id_attr)
+
+    def read_image(
+        self, image: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
+    ) -> tuple[dict[str, np.ndarray], str | None]:
+        access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        access.set_fapl_core(backing_store=False)
+        access.set_file_image(image)  # HDF5 copies it: the caller's buffer is free for the next file
+        # The name only labels the image (a path would make HDF5 look for that file on disk).
+        return self._read(b"sim2dl-file-image", access, fields, id_attr)
+
+    def _read(
+        self, name: bytes, access: h5py.h5p.PropFAID, fields: Sequence[FieldSpec], id_attr: str | None
+    ) -> tuple[dict[str, np.ndarray], str | None]:
         try:
-            file_id = h5py.h5f.open(str(path).encode(), h5py.h5f.ACC_RDONLY, fapl=_FILE_ACCESS)
+            file_id = h5py.h5f.open(name, h5py.h5f.ACC_RDONLY, fapl=access)
         except OSError as e:
             raise SampleError(f"cannot open as HDF5 (truncated or corrupt?): {e}") from None
         try:

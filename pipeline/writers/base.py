@@ -21,6 +21,9 @@ class ShardWriter(ABC):
 
     def __init__(self, path: Path, spec: FeatureSpec, compression: str) -> None:
         self.path, self.spec, self.compression = path, spec, compression
+        # Set by close() in writers that see every byte written (pipeline.fsutil.Checksum text);
+        # None: the caller reads the finished file to checksum it.
+        self.checksum: str | None = None
 
     @abstractmethod
     def write(self, sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[int, int]:
@@ -29,6 +32,9 @@ class ShardWriter(ABC):
     @abstractmethod
     def close(self) -> None:
         """Finish the file at `self.path`."""
+
+    def abort(self) -> None:  # noqa: B027 - optional: only writers holding an open file need it
+        """Release the file after an error (the caller removes it)."""
 
     @staticmethod
     def encoding() -> str:

@@ -1,0 +1,287 @@
+"""Direct I/O: page-aligned buffers, O_DIRECT reads at any offset, whole files read ahead by threads,
+and an append-only writer that bypasses the page cache.
+
+sim2dl streams every byte once (input files, parts, shards): a page cache copy of it is never read
+again, yet filling it costs a copy into freshly allocated kernel pages, which on many VMs (and under
+memory cgroups on shared nodes) costs more than the I/O. With O_DIRECT the device moves the data
+straight into reused user buffers. Where a file system has no O_DIRECT (ramfs, some FUSE mounts), every
+function here falls back to buffered I/O with the same results.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PAGE = mmap.PAGESIZE
+
+
+def aligned_buffer(nbytes: int) -> np.ndarray:
+    """A page-aligned buffer (as O_DIRECT needs): anonymous memory is mapped on page boundaries."""
+    return np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), np.uint8)[:nbytes]
+
+
+def address(view: np.ndarray) -> int:
+    return view.__array_interface__["data"][0]
+
+
+def round_up(n: int) -> int:
+    return -(-n // PAGE) * PAGE
+
+
+def open_for_reading(path: Path | str, direct: bool) -> tuple[int, bool]:
+    """(fd, opened with O_DIRECT?); raises OSError when the file cannot be opened at all."""
+    if direct:
+        try:
+            return os.open(path, os.O_RDONLY | os.O_DIRECT), True
+        except OSError:
+            pass  # no direct I/O here (or no file: the buffered open below says which)
+    return os.open(path, os.O_RDONLY), False
+
+
+class RangeReader:
+    """Reads byte ranges at any offset into any buffer, with O_DIRECT when the fd has it: an aligned
+    request goes straight into the buffer, any other through a reused aligned scratch buffer."""
+
+    def __init__(self) -> None:
+        self._scratch = aligned_buffer(0)
+
+    def read(self, fd: int, direct: bool, offset: int, view: np.ndarray) -> int:
+        if not direct:
+            return os.preadv(fd, [view], offset)
+        if offset % PAGE == 0 and view.size % PAGE == 0 and address(view) % PAGE == 0:
+            return os.preadv(fd, [view], offset)
+        start = offset // PAGE * PAGE
+        covering = round_up(offset + view.size - start)
+        if self._scratch.size < covering:
+            self._scratch = aligned_buffer(covering)
+        scratch = self._scratch[:covering]
+        got = max(0, os.preadv(fd, [scratch], start) - (offset - start))
+        n = min(got, view.size)
+        view[:n] = scratch[offset - start : offset - start + n]
+        return n
+
+
+def read_whole(path: Path, direct: bool, buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Read a whole file into `buffer` (replaced by a larger one if needed).
+
+    Returns (the file's bytes as a view, the buffer to reuse). Raises OSError."""
+    fd, is_direct = open_for_reading(path, direct)
+    try:
+        size = os.fstat(fd).st_size
+        if buffer.size < round_up(size) + PAGE:
+            buffer = aligned_buffer(round_up(size) + PAGE + (1 << 20))
+        # One page past the size it had: a file that grew meanwhile is noticed (read to its new end).
+        n = os.preadv(fd, [buffer[: round_up(size) + PAGE]], 0)
+        if not is_direct:
+            while n < buffer.size and (more := os.preadv(fd, [buffer[n:]], n)):
+                n += more
+        return buffer[:n], buffer
+    finally:
+        os.close(fd)
+
+
+def advise_will_need(path: Path) -> None:
+    """Ask the kernel to start reading the file in the background (asynchronous readahead)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # reported when the file is opened for real
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
+
+
+ImageOrError = np.ndarray | OSError | None
+
+
+class FileImages:
+    """Whole files read ahead of use by a few threads, delivered in order.
+
+    Each image is a view of a reused page-aligned buffer, valid until the next item is taken; at most
+    `depth` files are in memory at once. For a file with `wanted(path)` False the item is None: it is only
+    requested from storage ahead of time (POSIX_FADV_WILLNEED), for a reader that opens it by path.
+    Reads run in threads because the system calls release the GIL; several in flight keep parallel file
+    systems and NVMe busy, which a single synchronous reader cannot."""
+
+    def __init__(
+        self, paths: Sequence[Path], depth: int, direct: bool, wanted: Callable[[Path], bool] = lambda p: True
+    ) -> None:
+        self.paths, self.depth, self.direct, self.wanted = paths, max(depth, 1), direct, wanted
+
+    def _read(self, path: Path, buffer: np.ndarray) -> tuple[ImageOrError, np.ndarray]:
+        if not self.wanted(path):
+            advise_will_need(path)
+            return None, buffer
+        try:
+            return read_whole(path, self.direct, buffer)
+        except OSError as e:
+            return e, buffer
+
+    def __iter__(self) -> Iterator[tuple[Path, ImageOrError]]:
+        free = [aligned_buffer(1 << 20) for _ in range(self.depth)]
+        pending: deque[tuple[Path, Future[tuple[ImageOrError, np.ndarray]]]] = deque()
+        upcoming = iter(self.paths)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
+            try:
+                for path in upcoming:
+                    pending.append((path, pool.submit(self._read, path, free.pop())))
+                    if not free:
+                        break
+                while pending:
+                    path, future = pending.popleft()
+                    image, buffer = future.result()
+                    yield path, image
+                    free.append(buffer)  # the consumer is done with this image
+                    for path in upcoming:
+                        pending.append((path, pool.submit(self._read, path, free.pop())))
+                        break
+            finally:
+                for _, future in pending:
+                    future.cancel()
+
+
+class AppendWriter:
+    """Writes a file front to back through reused page-aligned buffers, with O_DIRECT where available.
+
+    A background thread writes one full buffer while the caller fills the other. The last, partial
+    buffer is written padded to a page and the file truncated to its true size. `on_data`, if given,
+    sees every byte in order (for a checksum computed without reading the file back)."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        direct: bool = True,
+        buffer_bytes: int = 8 << 20,
+        on_data: Callable[[memoryview], Any] | None = None,
+    ) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        self.direct = direct
+        if direct:
+            try:
+                self._fd = os.open(path, flags | os.O_DIRECT, 0o644)
+            except OSError:
+                self.direct = False
+        if not self.direct:
+            self._fd = os.open(path, flags, 0o644)
+        self._buffers = [aligned_buffer(buffer_bytes), aligned_buffer(buffer_bytes)]
+        self._fill = 0
+        self._pending: Future[None] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-behind")
+        self._on_data = on_data
+        self.size = 0
+
+    def write(self, data: Any) -> None:
+        source = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+        while source.size:
+            buffer = self._buffers[0]
+            n = min(source.size, buffer.size - self._fill)
+            buffer[self._fill : self._fill + n] = source[:n]
+            self._fill += n
+            source = source[n:]
+            if self._fill == buffer.size:
+                self._flush()
+
+    def _flush(self) -> None:
+        buffer = self._buffers[0]
+        filled = memoryview(buffer[: self._fill])
+        if self._on_data is not None:
+            self._on_data(filled)
+        self._wait()
+        length = round_up(self._fill) if self.direct else self._fill
+        if length > self._fill:
+            buffer[self._fill : length] = 0
+        self._pending = self._pool.submit(self._write_all, buffer[:length])
+        self.size += self._fill
+        self._fill = 0
+        self._buffers.reverse()
+
+    def _write_all(self, view: np.ndarray) -> None:
+        written = 0
+        while written < view.size:
+            written += os.write(self._fd, view[written:])
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+
+    def close(self) -> None:
+        try:
+            if self._fill:
+                self._flush()
+            self._wait()
+            os.ftruncate(self._fd, self.size)  # drop the last buffer's padding
+        finally:
+            self._pool.shutdown()
+            os.close(self._fd)
+
+    def abort(self) -> None:
+        try:
+            self._wait()
+        except OSError:
+            pass  # the caller is already handling an error
+        finally:
+            self._pool.shutdown()
+            os.close(self._fd)
+
+
+def read_ranges(
+    requests: Sequence[tuple[Path, int, int]], direct: bool, buffer: np.ndarray
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """Read many (path, offset, length) ranges with few large reads.
+
+    Ranges are sorted by file and offset; touching or overlapping ones merge into runs; each run is read
+    as its page-aligned cover into `buffer` (replaced by a larger one if needed). Returns a view per
+    request, in request order, and the buffer to reuse. Raises OSError, also for a range past the end."""
+    order = sorted(range(len(requests)), key=lambda i: (str(requests[i][0]), requests[i][1]))
+    runs: list[tuple[Path, int, int, list[int]]] = []  # path, start, end, request indices
+    for i in order:
+        path, offset, length = requests[i]
+        if runs and runs[-1][0] == path and offset <= runs[-1][2]:
+            last = runs[-1]
+            runs[-1] = (path, last[1], max(last[2], offset + length), [*last[3], i])
+        else:
+            runs.append((path, offset, offset + length, [i]))
+    covers = [(r[1] // PAGE * PAGE, round_up(r[2])) for r in runs]
+    total = sum(end - start for start, end in covers)
+    if buffer.size < total:
+        buffer = aligned_buffer(total + total // 4)
+    views: list[np.ndarray] = [buffer[:0]] * len(requests)
+    position = 0
+    fds: dict[Path, tuple[int, bool]] = {}
+    try:
+        for (path, start, end, members), (cover_start, cover_end) in zip(runs, covers, strict=True):
+            if path not in fds:
+                fds[path] = open_for_reading(path, direct)
+            fd, _ = fds[path]
+            target = buffer[position : position + cover_end - cover_start]
+            got = _read_fully(fd, cover_start, target)
+            if got < end - cover_start:
+                raise OSError(f"{path}: bytes {start}..{end} requested, the file ends at {cover_start + got}")
+            for i in members:
+                _, offset, length = requests[i]
+                at = position + offset - cover_start
+                views[i] = buffer[at : at + length]
+            position += cover_end - cover_start
+    finally:
+        for fd, _ in fds.values():
+            os.close(fd)
+    return views, buffer
+
+
+def _read_fully(fd: int, offset: int, view: np.ndarray) -> int:
+    got = 0
+    while got < view.size and (n := os.preadv(fd, [view[got:]], offset + got)):
+        got += n
+        if got % PAGE:
+            break  # end of file (a direct read stops only at the end or on a page boundary)
+    return got
