@@ -23,7 +23,7 @@ from pipeline.convert import normalise
 from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.parallel import all_ok, block
 from pipeline.progress import progress
-from pipeline.records import Part, RecordReader, list_parts
+from pipeline.records import Part, list_parts, read_batches
 from pipeline.tables import read_csv
 from pipeline.writers import WRITERS, ShardWriter
 
@@ -106,24 +106,19 @@ def shard_name(index: int, count: int, writer: type[ShardWriter]) -> str:
 def write_shard(
     path: Path,
     entries: Sequence[Entry],
-    parts_dir: Path,
+    records: Sequence[Mapping[str, np.ndarray]],
     spec: Mapping[str, Any],
     writer_class: type[ShardWriter],
     compression: str,
     stats: Mapping[str, Any],
-    open_parts: dict[str, Part],
-    reader: RecordReader,
 ) -> str:
-    """Write one shard and its index atomically (the index first, the shard's rename last); returns the
-    shard's checksum."""
+    """Write one shard of `entries` (whose fields are `records`) and its index atomically: the index
+    first, the shard's rename last. Returns the shard's checksum."""
     index_lines = []
-    records = [
-        (open_parts.get(e.part) or open_parts.setdefault(e.part, Part(parts_dir / e.part)), e.record) for e in entries
-    ]
     with atomic_path(path) as tmp:
         writer = writer_class(tmp, spec, compression)
         try:
-            for e, arrays in zip(entries, reader.read(records, list(spec)), strict=True):
+            for e, arrays in zip(entries, records, strict=True):
                 offset, length = writer.write(e.sample_id, normalise(arrays, stats))
                 index_lines.append(f"{offset} {length}\n")
         except BaseException:
@@ -188,32 +183,34 @@ def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir:
     all_ok(comm, error if rank == 0 else None)
 
     mine = list(range(rank, len(shards), size))
-    results = []
+    # Shards complete from an interrupted run with the same plan are kept.
+    reused = [i for i in mine if (shards_dir / names[i]).exists() and index_path(shards_dir / names[i]).exists()]
+    to_write = [i for i in mine if i not in set(reused)]
     open_parts = {part.bin_path.stem: part for part in my_parts}  # the parts indexed above, not read again
-    reused = 0
-    reader = RecordReader()
-    for i in progress(mine, len(mine), "merge", rank, size, unit="shard"):
-        path = shards_dir / names[i]
-        if path.exists() and index_path(path).exists():
-            reused += 1  # complete from an interrupted run with the same plan
-            checksum = file_checksum(path)
-        else:
-            checksum = write_shard(
-                path, shards[i], parts_dir, spec, writer_class, settings["compression"], stats, open_parts, reader
-            )
-        results.append(
-            {
-                "file": names[i],
-                "index": index_path(path).name,
-                "records": len(shards[i]),
-                "bytes": path.stat().st_size,
-                "checksum": checksum,
-                "first_key": shards[i][0].key,
-                "last_key": shards[i][-1].key,
-            }
+
+    def part_of(e: Entry) -> Part:
+        return open_parts.get(e.part) or open_parts.setdefault(e.part, Part(parts_dir / e.part))
+
+    batches = read_batches([[(part_of(e), e.record) for e in shards[i]] for i in to_write], list(spec))
+    checksums = {i: file_checksum(shards_dir / names[i]) for i in reused}
+    for i, records in progress(zip(to_write, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"):
+        checksums[i] = write_shard(
+            shards_dir / names[i], shards[i], records, spec, writer_class, settings["compression"], stats
         )
+    results = [
+        {
+            "file": names[i],
+            "index": index_path(shards_dir / names[i]).name,
+            "records": len(shards[i]),
+            "bytes": (shards_dir / names[i]).stat().st_size,
+            "checksum": checksums[i],
+            "first_key": shards[i][0].key,
+            "last_key": shards[i][-1].key,
+        }
+        for i in mine
+    ]
     gathered = comm.gather(results, root=0)
-    reused_total = sum(comm.allgather(reused))
+    reused_total = sum(comm.allgather(len(reused)))
     summary = {"records": len(entries), "shards": len(shards), "reused_shards": reused_total}
     if rank == 0:
         assert gathered is not None

@@ -15,6 +15,7 @@ import json
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -146,30 +147,42 @@ class Part:
             yield self.meta(i), self.read(i)
 
 
-class RecordReader:
-    """Reads many records' fields from parts with few large direct reads into one reused buffer
-    (records stored next to each other are read together; see pipeline.directio.read_ranges)."""
+Records = Sequence[tuple[Part, int]]
 
-    def __init__(self) -> None:
-        self._buffer = aligned_buffer(0)
 
-    def read(self, records: Sequence[tuple[Part, int]], names: Sequence[str]) -> list[dict[str, np.ndarray]]:
-        """The named fields of each (part, record), as views valid until the next call."""
-        located = [part.extents(i, names) for part, i in records]
-        requests = [
-            (path, offset, dtype.itemsize * math.prod(shape))
-            for fields in located
-            for path, offset, dtype, shape in fields
-        ]
-        views, self._buffer = read_ranges(requests, True, self._buffer)
-        out, k = [], 0
-        for fields in located:
-            arrays = {}
-            for name, (_, _, dtype, shape) in zip(names, fields, strict=True):
-                arrays[name] = views[k].view(dtype).reshape(shape)
-                k += 1
-            out.append(arrays)
-        return out
+def read_records(
+    records: Records, names: Sequence[str], buffer: np.ndarray
+) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+    """The named fields of each (part, record), read with few large direct reads into `buffer`
+    (records stored next to each other are read together; see pipeline.directio.read_ranges).
+    Returns views into the buffer, and the buffer (a larger one if it had to grow)."""
+    located = [part.extents(i, names) for part, i in records]
+    requests = [
+        (path, offset, dtype.itemsize * math.prod(shape)) for fields in located for path, offset, dtype, shape in fields
+    ]
+    views, buffer = read_ranges(requests, True, buffer)
+    out, k = [], 0
+    for fields in located:
+        arrays = {}
+        for name, (_, _, dtype, shape) in zip(names, fields, strict=True):
+            arrays[name] = views[k].view(dtype).reshape(shape)
+            k += 1
+        out.append(arrays)
+    return out, buffer
+
+
+def read_batches(batches: Sequence[Records], names: Sequence[str]) -> Iterator[list[dict[str, np.ndarray]]]:
+    """read_records for each batch in turn, the next one read by a thread while the caller uses this one.
+    A batch's arrays are valid until the next-but-one batch is taken (two buffers alternate)."""
+    buffers = [aligned_buffer(0), aligned_buffer(0)]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
+        pending = pool.submit(read_records, batches[0], names, buffers[0]) if batches else None
+        for k in range(len(batches)):
+            assert pending is not None
+            arrays, buffers[k % 2] = pending.result()
+            if k + 1 < len(batches):
+                pending = pool.submit(read_records, batches[k + 1], names, buffers[(k + 1) % 2])
+            yield arrays
 
 
 def part_stem(directory: Path, rank: int, size: int) -> Path:
