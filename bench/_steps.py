@@ -1,5 +1,6 @@
 """Run sim2dl ingest + convert + merge in-process on every MPI rank and time them (import excluded).
-Launched by bench/merge.py under mpiexec; prints one JSON line from rank 0."""
+Launched by bench/merge.py under mpiexec (arguments: config, settle seconds); prints one JSON line from
+rank 0."""
 
 import json
 import sys
@@ -8,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import evict
+from common import settle
 
 from pipeline import config as cfg
 from pipeline.convert import convert
@@ -25,7 +26,7 @@ def main() -> None:
     import tensorflow  # noqa: F401
 
     if comm.Get_rank() == 0:
-        evict(sorted(lay.raw.rglob("*.h5")))
+        settle(sorted(lay.raw.rglob("*.h5")), float(sys.argv[2]))
     comm.barrier()
     times = {}
     start = time.perf_counter()

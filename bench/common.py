@@ -3,6 +3,14 @@
 Reads are measured cold: before every variant the input files are evicted from the page cache
 (posix_fadvise DONTNEED, which needs no privileges), as on a parallel file system where the client has
 not cached the data. Interpreter and library start-up is excluded from every variant alike.
+
+Memory is made cold too where a benchmark compares variants that move gigabytes through memory
+(`settle`): on VMs with free page reporting (as this machine class has: virtio-balloon,
+page_reporting_order=11), memory freed in the last seconds is still backed by the host and cheap to
+reuse, while memory idle for longer is returned to the host and costs a fault per page on first touch
+(measured: 1 GB first touched 0.1 s right after a free, 0.6 s after 1 s, 2.2 s after 10 s). Without a
+pause, a variant that runs right after another frees its page cache (evicted inputs, deleted outputs)
+would start with gigabytes of warm memory the others do not get.
 """
 
 from __future__ import annotations
@@ -94,9 +102,18 @@ def evict(paths: Iterable[Path]) -> None:
             os.close(fd)
 
 
-def read_floor_seconds(paths: Sequence[Path]) -> float:
-    """Every file's bytes read once: `cat` to /dev/null (xargs batches the file names)."""
+SETTLE_SECONDS = {"default": 10.0, "quick": 2.0}
+
+
+def settle(paths: Iterable[Path], seconds: float) -> None:
+    """Evict the files, then wait until the memory freed so far has gone cold (see the module doc)."""
     evict(paths)
+    time.sleep(seconds)
+
+
+def read_floor_seconds(paths: Sequence[Path], settle_seconds: float = 0.0) -> float:
+    """Every file's bytes read once: `cat` to /dev/null (xargs batches the file names)."""
+    settle(paths, settle_seconds)
     listing = "\0".join(str(p) for p in paths).encode()
     start = time.perf_counter()
     subprocess.run(["xargs", "-0", "cat"], input=listing, stdout=subprocess.DEVNULL, check=True)
@@ -133,14 +150,14 @@ def naive_one(args: tuple[str, str]) -> None:
         w.write(example.SerializeToString())
 
 
-def naive_tfrecords(paths: Sequence[Path], out_dir: Path, processes: int) -> float:
+def naive_tfrecords(paths: Sequence[Path], out_dir: Path, processes: int, settle_seconds: float = 0.0) -> float:
     import multiprocessing as mp
 
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(str(p), str(out_dir)) for p in paths]
     with mp.get_context("fork").Pool(processes, initializer=_naive_init) as pool:
         pool.map(naive_one, jobs[:processes])  # warm up: workers have imported TensorFlow
-        evict(paths)
+        settle(paths, settle_seconds)
         start = time.perf_counter()
         pool.map(naive_one, jobs, chunksize=16)
         return time.perf_counter() - start

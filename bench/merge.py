@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
     BIN,
+    SETTLE_SECONDS,
     bench_env,
     emit,
     mpi,
@@ -36,10 +37,10 @@ RANKS = 2
 REPEATS = 3
 
 
-def run_sim2dl(config: Path, work: Path) -> dict[str, float]:
+def run_sim2dl(config: Path, work: Path, settle_seconds: float) -> dict[str, float]:
     for step in ("ingest", "convert", "merged"):
         shutil.rmtree(work / step, ignore_errors=True)
-    stdout = mpi(RANKS, BIN / "python", Path(__file__).parent / "_steps.py", config)
+    stdout = mpi(RANKS, BIN / "python", Path(__file__).parent / "_steps.py", config, str(settle_seconds))
     return json.loads(stdout.strip().splitlines()[-1])
 
 
@@ -91,6 +92,7 @@ def memory_slope(config: Path, files: list[Path], work: Path) -> tuple[float, fl
 
 def main() -> None:
     n, keep, work = parse_size(__doc__, "merge")
+    settle_seconds = SETTLE_SECONDS["quick" if "--quick" in sys.argv else "default"]
     config, files = simulated_inputs(work, n)
     mb = total_mb(files)
 
@@ -99,10 +101,10 @@ def main() -> None:
     # Each variant runs REPEATS times, interleaved, and the median counts: this VM's disk is noisy.
     naive_times, sim2dl_runs, floor_times = [], [], []
     for _ in range(REPEATS):
-        naive_times.append(naive_tfrecords(files, naive_dir, RANKS))
+        naive_times.append(naive_tfrecords(files, naive_dir, RANKS, settle_seconds))
         shutil.rmtree(naive_dir)
-        sim2dl_runs.append(run_sim2dl(config, work))
-        floor_times.append(read_floor_seconds(files))
+        sim2dl_runs.append(run_sim2dl(config, work, settle_seconds))
+        floor_times.append(read_floor_seconds(files, settle_seconds))
     t_naive = statistics.median(naive_times)
     steps = sorted(sim2dl_runs, key=lambda r: r["total"])[REPEATS // 2]
     t_floor = statistics.median(floor_times)
@@ -116,6 +118,7 @@ def main() -> None:
         "input_mb": round(mb, 1),
         "ranks": RANKS,
         "cache": "cold",
+        "settle_seconds": settle_seconds,
         "naive_one_tfrecord_per_sample": rate(n, mb, t_naive),
         "sim2dl": {**rate(n, mb, steps["total"]), "steps_seconds": {k: round(v, 3) for k, v in steps.items()}},
         "read_floor": rate(n, mb, t_floor),

@@ -115,7 +115,7 @@ class FileImages:
     def __init__(
         self, paths: Sequence[Path], depth: int, direct: bool, wanted: Callable[[Path], bool] = lambda p: True
     ) -> None:
-        self.paths, self.depth, self.direct, self.wanted = paths, max(depth, 1), direct, wanted
+        self.paths, self.depth, self.direct, self.wanted = paths, depth, direct, wanted
 
     def _read(self, path: Path, buffer: np.ndarray) -> tuple[ImageOrError, np.ndarray]:
         if not self.wanted(path):
@@ -127,6 +127,12 @@ class FileImages:
             return e, buffer
 
     def __iter__(self) -> Iterator[tuple[Path, ImageOrError]]:
+        if self.depth == 0:  # no read-ahead: each file read when its turn comes
+            buffer = aligned_buffer(1 << 20)
+            for path in self.paths:
+                image, buffer = self._read(path, buffer)
+                yield path, image
+            return
         free = [aligned_buffer(1 << 20) for _ in range(self.depth)]
         pending: deque[tuple[Path, Future[tuple[ImageOrError, np.ndarray]]]] = deque()
         upcoming = iter(self.paths)

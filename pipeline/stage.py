@@ -38,6 +38,7 @@ import xxhash
 
 from pipeline import Sim2dlError
 from pipeline.dataset import load_metadata
+from pipeline.directio import RangeReader, aligned_buffer, open_for_reading
 from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.parallel import all_ok
 
@@ -216,11 +217,6 @@ def wait_quietly(request: Any) -> None:
         delay = min(delay * 2, 1e-3)
 
 
-def aligned_buffer(nbytes: int) -> np.ndarray:
-    """A page-aligned buffer (as O_DIRECT reads need): anonymous memory is mapped on page boundaries."""
-    return np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), np.uint8)[:nbytes]
-
-
 class SourceFiles:
     """The shared files one rank reads, each opened once, with reads ahead of time or direct I/O."""
 
@@ -229,7 +225,7 @@ class SourceFiles:
         self.bytes_read = 0
         self._open: dict[Path, Any] = {}  # path -> (fd, direct?) or None when it cannot be opened
         self._advised: dict[Path, int] = {}
-        self._scratch = aligned_buffer(0)  # for unaligned direct reads; grown as needed, then reused
+        self._ranges = RangeReader()
 
     def read(self, path: Path, offset: int, view: np.ndarray) -> int:
         """Fill `view` from `path` at `offset`; returns the bytes read (fewer at an unexpected end or an
@@ -241,11 +237,9 @@ class SourceFiles:
             return 0
         fd, direct = opened
         try:
-            if direct:
-                n = self._read_direct(fd, offset, view)
-            else:
+            if not direct:
                 self._advise(path, fd, offset, view.size)
-                n = os.preadv(fd, [view], offset)
+            n = self._ranges.read(fd, direct, offset, view)
         except OSError as e:
             self.errors.append(f"cannot read source shard {path} at byte {offset}: {e.strerror}")
             return 0
@@ -253,32 +247,11 @@ class SourceFiles:
         return n
 
     def _open_file(self, path: Path) -> tuple[int, bool] | None:
-        if self.direct:
-            try:
-                return os.open(path, os.O_RDONLY | os.O_DIRECT), True
-            except OSError:
-                pass  # the file system has no direct I/O (ramfs, say): buffered reads below
         try:
-            return os.open(path, os.O_RDONLY), False
+            return open_for_reading(path, self.direct)
         except OSError as e:
             self.errors.append(f"cannot read source shard {path}: {e.strerror}")
             return None
-
-    def _read_direct(self, fd: int, offset: int, view: np.ndarray) -> int:
-        """O_DIRECT moves whole, aligned pages: a page-aligned request goes straight into `view`, any
-        other (sampled records, a shard's last chunk) through an aligned scratch buffer covering it."""
-        page = mmap.PAGESIZE
-        if offset % page == 0 and view.size % page == 0 and _address(view) % page == 0:
-            return os.preadv(fd, [view], offset)
-        start = offset // page * page
-        covering = -(-(offset + view.size - start) // page) * page
-        if self._scratch.size < covering:
-            self._scratch = aligned_buffer(covering)
-        scratch = self._scratch[:covering]
-        got = max(0, os.preadv(fd, [scratch], start) - (offset - start))
-        n = min(got, view.size)
-        view[:n] = scratch[offset - start : offset - start + n]
-        return n
 
     def _advise(self, path: Path, fd: int, offset: int, length: int) -> None:
         """Keep the storage busy while this rank sends and writes: ask for the next window ahead."""
@@ -292,10 +265,6 @@ class SourceFiles:
         for opened in self._open.values():
             if opened is not None:
                 os.close(opened[0])
-
-
-def _address(view: np.ndarray) -> int:
-    return view.__array_interface__["data"][0]
 
 
 class Copier:

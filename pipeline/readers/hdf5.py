@@ -35,10 +35,10 @@ def _read_dataset(file_id: h5py.h5f.FileID, field: FieldSpec) -> np.ndarray:
 
 
 def _read_root_attr(file_id: h5py.h5f.FileID, name: str) -> str:
-    root = h5py.h5g.open(file_id, b"/")
-    if not h5py.h5a.exists(root, name.encode()):
-        raise SampleError(f"missing sample id attribute '{name}'")
-    attr = h5py.h5a.open(root, name.encode())
+    try:
+        attr = h5py.h5a.open(file_id, name.encode())  # an attribute of the root group
+    except KeyError:
+        raise SampleError(f"missing sample id attribute '{name}'") from None
     value = np.empty(attr.shape, dtype=attr.dtype)
     attr.read(value)
     return as_text(value)
@@ -49,6 +49,9 @@ class HDF5Reader(Reader):
     suffixes = (".h5", ".hdf5", ".hdf", ".he5")
     reads_images = True
 
+    def __init__(self) -> None:
+        self._image_access: h5py.h5p.PropFAID | None = None  # reused: set_file_image replaces the image
+
     def read(
         self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
@@ -57,11 +60,12 @@ class HDF5Reader(Reader):
     def read_image(
         self, image: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
-        access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-        access.set_fapl_core(backing_store=False)
-        access.set_file_image(image)  # HDF5 copies it: the caller's buffer is free for the next file
+        if self._image_access is None:
+            self._image_access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+            self._image_access.set_fapl_core(backing_store=False)
+        self._image_access.set_file_image(image)  # HDF5 copies it: the caller's buffer is free again
         # The name only labels the image (a path would make HDF5 look for that file on disk).
-        return self._read(b"sim2dl-file-image", access, fields, id_attr)
+        return self._read(b"sim2dl-file-image", self._image_access, fields, id_attr)
 
     def _read(
         self, name: bytes, access: h5py.h5p.PropFAID, fields: Sequence[FieldSpec], id_attr: str | None
