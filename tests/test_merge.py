@@ -1,5 +1,6 @@
 """merge end to end with real MPI ranks: sorted shards, nothing lost, readable, deterministic, resumable."""
 
+import itertools
 import json
 import time
 
@@ -159,3 +160,37 @@ def test_hdf5_variable_length_records(tmp_path):
     first = meta["shards"][0]
     index = np.loadtxt(work / "merged" / "shards" / first["index"], dtype=np.int64, ndmin=2)
     assert index[:, 1].tolist() == lengths[: first["records"]]  # row ranges in trace/values
+
+
+def test_tfrecord_framing_is_byte_identical_to_tensorflows_writer(tmp_path):
+    """Uncompressed shards are framed by sim2dl (direct I/O, checksummed as written): the file must be
+    exactly what tf.io.TFRecordWriter writes for the same records, and its checksum the file's."""
+    import tensorflow as tf
+
+    from pipeline.writers.tfrecord import TFRecordShardWriter
+
+    rng = np.random.default_rng(3)
+    spec = {
+        "x": {"dtype": "float32", "shape": [None, 4], "role": "feature"},
+        "y": {"dtype": "int64", "shape": [2], "role": "label"},
+    }
+    records = [
+        (f"id-{i}", {"x": rng.random((n, 4), np.float32), "y": rng.integers(0, 9, 2)})
+        for i, n in enumerate([1, 300, 0, 70_000, 5])  # lengths across buffer boundaries, one empty
+    ]
+    ours = TFRecordShardWriter(tmp_path / "ours.tfrecord", spec, "none")
+    offsets = [ours.write(sample_id, arrays) for sample_id, arrays in records]
+    ours.close()
+    with tf.io.TFRecordWriter(str(tmp_path / "tf.tfrecord")) as theirs:
+        for sample_id, arrays in records:
+            feature = {"sample_id": tf.train.Feature(bytes_list=tf.train.BytesList(value=[sample_id.encode()]))}
+            for name, a in arrays.items():
+                feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[a.tobytes()]))
+                feature[f"{name}_shape"] = tf.train.Feature(int64_list=tf.train.Int64List(value=a.shape))
+            example = tf.train.Example(features=tf.train.Features(feature=feature))
+            theirs.write(example.SerializeToString(deterministic=True))
+    data = (tmp_path / "ours.tfrecord").read_bytes()
+    assert data == (tmp_path / "tf.tfrecord").read_bytes()
+    assert ours.checksum == file_checksum(tmp_path / "ours.tfrecord")
+    assert offsets[0][0] == 0 and sum(length for _, length in offsets) == len(data)
+    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(offsets))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.fsutil import file_checksum
 from pipeline.directio import aligned_buffer
+from pipeline.fsutil import file_checksum
 from pipeline.stage import SourceFiles
 
 from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
