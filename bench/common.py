@@ -102,7 +102,7 @@ def evict(paths: Iterable[Path]) -> None:
             os.close(fd)
 
 
-SETTLE_SECONDS = {"default": 10.0, "quick": 2.0}
+SETTLE_SECONDS = {"default": 10.0, "quick": 1.0}  # quick: within its minute
 
 
 def settle(paths: Iterable[Path], seconds: float) -> None:
