@@ -185,7 +185,7 @@ def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir:
     mine = list(range(rank, len(shards), size))
     # Shards complete from an interrupted run with the same plan are kept.
     reused = [i for i in mine if (shards_dir / names[i]).exists() and index_path(shards_dir / names[i]).exists()]
-    to_write = [i for i in mine if i not in set(reused)]
+    to_write = sorted(set(mine) - set(reused))
     open_parts = {part.bin_path.stem: part for part in my_parts}  # the parts indexed above, not read again
 
     def part_of(e: Entry) -> Part:

@@ -21,7 +21,6 @@ directory, so tests and benchmarks can exercise 2-4 "nodes".
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import queue
 import shutil
@@ -34,12 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from pipeline import Sim2dlError
 from pipeline.dataset import load_metadata
-from pipeline.directio import RangeReader, aligned_buffer, open_for_reading
-from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
+from pipeline.directio import PAGE, RangeReader, aligned_buffer, open_for_reading
+from pipeline.fsutil import Checksum, atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.parallel import all_ok
 
 MAX_CHUNK_BYTES = (1 << 31) - 1  # MPI counts are C ints
@@ -287,7 +285,7 @@ class Copier:
         self.comm, self.topo, self.transfers, self.dirs = comm, topo, transfers, dirs
         self.chunk = min(chunk_bytes, MAX_CHUNK_BYTES)
         if direct_io:  # whole pages, so every chunk of a shard starts on a page boundary
-            self.chunk = max(mmap.PAGESIZE, self.chunk // mmap.PAGESIZE * mmap.PAGESIZE)
+            self.chunk = max(PAGE, self.chunk // PAGE * PAGE)
         self.bytes_written = 0
         self.errors: list[str] = []
         self.sources = SourceFiles(direct_io, self.errors)
@@ -393,7 +391,7 @@ class Copier:
         node = self.topo.node
         where = f"node {node} ({self.topo.hostname})"
         final = self.dirs[node] / t.source.name
-        digest = xxhash.xxh3_128()
+        checksum = Checksum()
         try:
             with atomic_path(final) as tmp:
                 failure = None
@@ -407,18 +405,14 @@ class Copier:
                                 out.write(memoryview(view))
                             except OSError as e:
                                 failure = f"cannot write {final} on {where}: {e.strerror}"
-                        digest.update(memoryview(view))
+                        checksum.update(memoryview(view))
                         self.bytes_written += view.size
                         if self.progress is not None:
                             self.progress.update(view.size)
                         if send is not None:
                             wait_quietly(send)  # the buffer is reused once delivered
                 if failure is None:
-                    ok = (
-                        "xxh3_128:" + digest.hexdigest() == t.source.checksum
-                        if t.source.checksum is not None
-                        else tfrecord_crc_ok(tmp)
-                    )
+                    ok = checksum.text() == t.source.checksum if t.source.checksum is not None else tfrecord_crc_ok(tmp)
                     if not ok:
                         failure = (
                             f"shard {t.source.name} on {where}: checksum mismatch (corrupt source "
