@@ -72,17 +72,17 @@ class RangeReader:
 def read_whole(path: Path, direct: bool, buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Read a whole file into `buffer` (replaced by a larger one if needed).
 
-    Returns (the file's bytes as a view, the buffer to reuse). Raises OSError."""
+    Returns (the file's bytes as a view, the buffer to reuse). Raises OSError. A file shorter than the
+    buffer takes three system calls (open, read, close): no stat, as a short read marks its end."""
     fd, is_direct = open_for_reading(path, direct)
     try:
-        size = os.fstat(fd).st_size
-        if buffer.size < round_up(size) + PAGE:
-            buffer = aligned_buffer(round_up(size) + PAGE + (1 << 20))
-        # One page past the size it had: a file that grew meanwhile is noticed (read to its new end).
-        n = os.preadv(fd, [buffer[: round_up(size) + PAGE]], 0)
-        if not is_direct:
-            while n < buffer.size and (more := os.preadv(fd, [buffer[n:]], n)):
-                n += more
+        n = _read_fully(fd, 0, buffer, is_direct)
+        if n == buffer.size:  # a larger file: read the rest into a larger buffer
+            size = os.fstat(fd).st_size
+            larger = aligned_buffer(round_up(size) + PAGE + (1 << 20))
+            larger[:n] = buffer
+            buffer = larger
+            n += _read_fully(fd, n, buffer[n:], is_direct)
         return buffer[:n], buffer
     finally:
         os.close(fd)
@@ -270,9 +270,9 @@ def read_ranges(
         for (path, start, end, members), (cover_start, cover_end) in zip(runs, covers, strict=True):
             if path not in fds:
                 fds[path] = open_for_reading(path, direct)
-            fd, _ = fds[path]
+            fd, fd_direct = fds[path]
             target = buffer[position : position + cover_end - cover_start]
-            got = _read_fully(fd, cover_start, target)
+            got = _read_fully(fd, cover_start, target, fd_direct)
             if got < end - cover_start:
                 raise OSError(f"{path}: bytes {start}..{end} requested, the file ends at {cover_start + got}")
             for i in members:
@@ -286,10 +286,11 @@ def read_ranges(
     return views, buffer
 
 
-def _read_fully(fd: int, offset: int, view: np.ndarray) -> int:
+def _read_fully(fd: int, offset: int, view: np.ndarray, direct: bool = True) -> int:
+    """Read into `view` until it is full or the file ends; returns the bytes read."""
     got = 0
     while got < view.size and (n := os.preadv(fd, [view[got:]], offset + got)):
         got += n
-        if got % PAGE:
-            break  # end of file (a direct read stops only at the end or on a page boundary)
+        if direct and got % PAGE:
+            break  # the end of the file: a direct read stops short only there or on a page boundary
     return got

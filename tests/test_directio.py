@@ -75,7 +75,8 @@ def test_read_ranges_past_the_end_names_the_file(tmp_path):
 
 
 def test_file_images_in_order_with_errors_and_large_files(directory):
-    sizes = [0, 1, 4096, 137_228, 3 << 20, 5000]  # empty, tiny, a page, a cube file, larger than a buffer
+    # empty, tiny, a page, a cube file, larger than a buffer, exactly a buffer (1 MB), a small one after them
+    sizes = [0, 1, 4096, 137_228, 3 << 20, 1 << 20, 5000]
     paths = []
     for i, n in enumerate(sizes):
         paths.append(directory / f"f{i}.h5")
