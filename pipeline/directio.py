@@ -72,17 +72,17 @@ class RangeReader:
 def read_whole(path: Path, direct: bool, buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Read a whole file into `buffer` (replaced by a larger one if needed).
 
-    Returns (the file's bytes as a view, the buffer to reuse). Raises OSError. A file shorter than the
-    buffer takes three system calls (open, read, close): no stat, as a short read marks its end."""
+    Returns (the file's bytes as a view, the buffer to reuse). Raises OSError."""
     fd, is_direct = open_for_reading(path, direct)
     try:
-        n = _read_fully(fd, 0, buffer, is_direct)
-        if n == buffer.size:  # a larger file: read the rest into a larger buffer
-            size = os.fstat(fd).st_size
-            larger = aligned_buffer(round_up(size) + PAGE + (1 << 20))
-            larger[:n] = buffer
-            buffer = larger
-            n += _read_fully(fd, n, buffer[n:], is_direct)
+        size = os.fstat(fd).st_size
+        if buffer.size < round_up(size) + PAGE:
+            buffer = aligned_buffer(round_up(size) + PAGE + (1 << 20))
+        # One page past the size it had: a file that grew meanwhile is noticed (read to its new end).
+        n = os.preadv(fd, [buffer[: round_up(size) + PAGE]], 0)
+        if not is_direct:
+            while n < buffer.size and (more := os.preadv(fd, [buffer[n:]], n)):
+                n += more
         return buffer[:n], buffer
     finally:
         os.close(fd)
