@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 PAGE = mmap.PAGESIZE
+IMAGE_BUFFER_BYTES = 1 << 20  # a whole-file buffer's size to start with (grown for larger files)
 
 
 def aligned_buffer(nbytes: int) -> np.ndarray:
@@ -77,12 +78,11 @@ def read_whole(path: Path, direct: bool, buffer: np.ndarray) -> tuple[np.ndarray
     try:
         size = os.fstat(fd).st_size
         if buffer.size < round_up(size) + PAGE:
-            buffer = aligned_buffer(round_up(size) + PAGE + (1 << 20))
+            buffer = aligned_buffer(round_up(size) + PAGE + IMAGE_BUFFER_BYTES)
         # One page past the size it had: a file that grew meanwhile is noticed (read to its new end).
         n = os.preadv(fd, [buffer[: round_up(size) + PAGE]], 0)
-        if not is_direct:
-            while n < buffer.size and (more := os.preadv(fd, [buffer[n:]], n)):
-                n += more
+        if not is_direct:  # a buffered read may stop short anywhere: read on to the end
+            n += _read_fully(fd, n, buffer[n:], direct=False)
         return buffer[:n], buffer
     finally:
         os.close(fd)
@@ -130,12 +130,12 @@ class FileImages:
 
     def __iter__(self) -> Iterator[tuple[Path, ImageOrError]]:
         if self.depth == 0:  # no read-ahead: each file read when its turn comes
-            buffer = aligned_buffer(1 << 20)
+            buffer = aligned_buffer(IMAGE_BUFFER_BYTES)
             for path in self.paths:
                 image, buffer = self._read(path, buffer)
                 yield path, image
             return
-        free = [aligned_buffer(1 << 20) for _ in range(self.depth)]
+        free = [aligned_buffer(IMAGE_BUFFER_BYTES) for _ in range(self.depth)]
         pending: deque[tuple[Path, Future[tuple[ImageOrError, np.ndarray]]]] = deque()
         upcoming = iter(self.paths)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:

@@ -1,10 +1,10 @@
 """ingest: scan many small simulation files, validate each, and pack the good ones into a few parts.
 
-Each file is read exactly once in the whole workflow, whole, a few files ahead by background threads
-(with O_DIRECT unless `ingest.direct_io` is off): its declared fields are parsed from those bytes,
-checked (names, shapes, dtypes, finite values) and appended to the rank's part, so no later step touches
-the small files again. The manifest lists every input file (accepted or
-rejected); the rejects list gives one reason per rejected file. The run goes on past bad files and fails
+Each file is read exactly once in the whole workflow, whole, `ingest.prefetch` files ahead by a
+background thread (with O_DIRECT unless `ingest.direct_io` is off): its declared fields are parsed from
+those bytes, checked (names, shapes, dtypes, finite values) and appended to the rank's part, so no later
+step touches the small files again. The manifest lists every input file (accepted or rejected); the
+rejects list gives one reason per rejected file. The run goes on past bad files and fails
 only when the rejected fraction exceeds `ingest.max_reject_fraction`. Memory holds the file list and the
 manifest rows, nothing per sample.
 """
