@@ -11,6 +11,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 __version__ = "0.1.0"
+MB = 1_000_000  # sizes in config are decimal megabytes
 
 
 class Sim2dlError(Exception):

@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import CollectiveError, Sim2dlError
+from pipeline import MB, CollectiveError, Sim2dlError
 from pipeline.directio import FileImages, ImageOrError
 from pipeline.parallel import all_ok, block
 from pipeline.progress import progress
 from pipeline.readers import FieldSpec, SampleError, reader_for
 from pipeline.records import PartWriter, clear_parts, part_stem
 from pipeline.tables import MANIFEST_COLUMNS, REJECT_COLUMNS, write_csv
+from pipeline.writers import WRITERS
 
 
 def find_inputs(root: Path, pattern: str) -> list[Path]:
@@ -104,6 +105,20 @@ def read_one(
     return arrays, sample_id, size
 
 
+def part_files(files: Sequence[Path], shard_bytes: int, sample: int = 64) -> int:
+    """Files per part: about one shard's worth at the median size of up to `sample` evenly spaced files.
+    Parts are consecutive runs of the sorted file list, the same for any number of ranks, so parts (and
+    the shards that can be parts as they are) do not depend on how many ranks ingested them."""
+    sizes = []
+    for path in files[:: max(1, len(files) // sample)][:sample]:
+        try:
+            sizes.append(os.stat(path).st_size)
+        except OSError:
+            continue  # reported when its turn comes
+    median = int(np.median(sizes)) if sizes else 0
+    return max(1, shard_bytes // max(median, 1))
+
+
 def reads_image(path: Path, format_name: str) -> bool:
     try:
         return reader_for(path, format_name).reads_images
@@ -116,6 +131,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     rank, size = comm.Get_rank(), comm.Get_size()
     source, settings = config["source"], config["ingest"]
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
+    shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
     parts_dir = out_dir / "parts"
 
     files: list[Path] | None = None
@@ -129,15 +145,27 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     all_ok(comm, error if rank == 0 else None)
     files = comm.bcast(files, root=0)
     assert files is not None
-    mine = block(files, rank, size)
 
     rows: list[tuple[Any, ...]] = []
-    stem = part_stem(parts_dir, rank, size)
-    with PartWriter(stem) as part:
+    chunk = part_files(files, shard_bytes) if rank == 0 else 0
+    chunk = comm.bcast(chunk, root=0)
+    chunks = -(-len(files) // chunk)
+    my_chunks = block(range(chunks), rank, size)
+    first = my_chunks[0] * chunk if my_chunks else 0
+    mine = files[first : my_chunks[-1] * chunk + chunk] if my_chunks else []
+    writer_class = WRITERS[config["merge"]["format"]]
+    framing = writer_class.framed_record if config["merge"]["compression"] == "none" else None
+    about = {"framing": writer_class.format, "shard_bytes": shard_bytes} if framing else {}
+    part: PartWriter | None = None
+    try:
         images = FileImages(
             mine, settings["prefetch"], settings["direct_io"], lambda p: reads_image(p, source["format"])
         )
-        for path, image in progress(images, len(mine), "ingest", rank, size):
+        for number, (path, image) in enumerate(progress(images, len(mine), "ingest", rank, size), first):
+            if part is None or number % chunk == 0:  # the next chunk of files: the next part
+                if part is not None:
+                    part.close()
+                part = PartWriter(part_stem(parts_dir, number // chunk, chunks), framing, about)
             try:
                 arrays, sample_id, nbytes = read_one(path, image, root, source, fields, settings["check_finite"])
             except SampleError as e:
@@ -146,8 +174,15 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
             length = record_length(arrays, config["convert"]["features"][0])
             record = part.append(arrays, {"sample_id": sample_id, "source": str(path)})
             rows.append(
-                (str(path), nbytes, sample_id, shape_text(arrays), length, length, "accepted", stem.name, record, "")
-            )
+                (str(path), nbytes, sample_id, shape_text(arrays), length, length, "accepted", part.bin_path.stem,
+                 record, "")
+            )  # fmt: skip
+    except BaseException:
+        if part is not None:
+            part.abort()
+        raise
+    if part is not None:
+        part.close()
 
     gathered = comm.gather(rows, root=0)
     summary: dict[str, Any] | None = None

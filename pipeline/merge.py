@@ -11,6 +11,8 @@ per shard and the provenance of every record.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -18,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import xxhash
 
-from pipeline import Sim2dlError, __version__
+from pipeline import MB, Sim2dlError, __version__
 from pipeline.convert import normalise
 from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.parallel import all_ok, block
@@ -28,7 +30,6 @@ from pipeline.tables import read_csv
 from pipeline.writers import WRITERS, ShardWriter
 
 NUMERIC_COLUMNS = {"bytes", "length", "sort_key"}
-MB = 1_000_000
 
 
 class Entry(NamedTuple):
@@ -38,6 +39,11 @@ class Entry(NamedTuple):
     record: int
     nbytes: int
     source: str
+    # The framed part holding this record byte for byte as the shard will (pipeline.records), if any:
+    # its .bin, the record's number in it and how many records it holds.
+    home: str = ""
+    home_record: int = -1
+    home_records: int = 0
 
 
 def sort_values(manifest_rows: Sequence[Mapping[str, str]], column: str) -> dict[str, Any]:
@@ -46,19 +52,78 @@ def sort_values(manifest_rows: Sequence[Mapping[str, str]], column: str) -> dict
     return {r["sample_id"]: convert_value(r[column]) for r in manifest_rows if r["status"] == "accepted"}
 
 
-def local_entries(parts: Sequence[Part], keys: Mapping[str, Any]) -> list[Entry]:
+class Homes:
+    """Finds each converted record's home: the framed ingest part that holds it exactly as a shard of
+    this format and size would (every field of the record, and no other, referenced there unchanged)."""
+
+    def __init__(self, framing: str, shard_bytes: int, names: Sequence[str]) -> None:
+        self.framing, self.shard_bytes, self.names = framing, shard_bytes, sorted(names)
+        self._parts: dict[Path, tuple[Part, dict[tuple[int, ...], int]] | None] = {}
+
+    def find(self, part: Part, i: int) -> tuple[str, int, int]:
+        located = part.extents(i, self.names)
+        files = {path for path, *_ in located}
+        if len(files) != 1 or sorted(part.records[i]["fields"]) != self.names:
+            return "", -1, 0
+        (path,) = files
+        home = self._home(path)
+        if home is None:
+            return "", -1, 0
+        home_part, by_offsets = home
+        j = by_offsets.get(tuple(offset for _, offset, *_ in located), -1)
+        return (str(path), j, len(home_part)) if j >= 0 else ("", -1, 0)
+
+    def _home(self, path: Path) -> tuple[Part, dict[tuple[int, ...], int]] | None:
+        if path not in self._parts:
+            part = Part(path.with_suffix(""))
+            framed = part.about.get("framing") == self.framing and part.about.get("shard_bytes") == self.shard_bytes
+            by_offsets = {
+                tuple(rec["fields"][n][0] for n in self.names): j
+                for j, rec in enumerate(part.records)
+                if sorted(rec["fields"]) == self.names
+            }
+            self._parts[path] = (part, by_offsets) if framed else None
+        return self._parts[path]
+
+
+def local_entries(parts: Sequence[Part], keys: Mapping[str, Any], homes: Homes | None) -> list[Entry]:
     entries = []
     for part in parts:
         name = part.bin_path.stem
         for i in range(len(part)):
             meta = part.meta(i)
-            entries.append(Entry(keys[meta["parent"]], meta["sample_id"], name, i, part.nbytes(i), meta["source"]))
+            home = homes.find(part, i) if homes else ("", -1, 0)
+            key = keys[meta["parent"]]
+            entries.append(Entry(key, meta["sample_id"], name, i, part.nbytes(i), meta["source"], *home))
     return entries
 
 
-def plan_shards(entries: Sequence[Entry], shard_bytes: float) -> list[list[Entry]]:
-    """Sort globally and cut into consecutive shards of about `shard_bytes` (never empty)."""
+def whole_parts(ordered: Sequence[Entry]) -> list[list[Entry]] | None:
+    """The sorted records as runs, one per framed part, if every part appears once, whole and in its own
+    order (the records were ingested in sorted order and nothing was dropped): then each part is a
+    shard as it is. None otherwise."""
+    runs: list[list[Entry]] = []
+    for e in ordered:
+        if not e.home:
+            return None
+        if runs and runs[-1][0].home == e.home:
+            runs[-1].append(e)
+        else:
+            runs.append([e])
+    if len({run[0].home for run in runs}) != len(runs):
+        return None
+    if any([e.home_record for e in run] != list(range(run[0].home_records)) for run in runs):
+        return None
+    return runs
+
+
+def plan_shards(entries: Sequence[Entry], shard_bytes: float) -> tuple[list[list[Entry]], bool]:
+    """Sort globally and cut into consecutive shards of about `shard_bytes` (never empty): at the
+    framed parts' boundaries when they are whole shards already (returns True), otherwise by size."""
     ordered = sorted(entries, key=lambda e: (e.key, e.sample_id))
+    runs = whole_parts(ordered)
+    if runs is not None:
+        return runs, True
     shards: list[list[Entry]] = [[]]
     filled = 0
     for e in ordered:
@@ -67,7 +132,7 @@ def plan_shards(entries: Sequence[Entry], shard_bytes: float) -> list[list[Entry
             filled = 0
         shards[-1].append(e)
         filled += e.nbytes
-    return shards if shards[0] else []
+    return (shards if shards[0] else []), False
 
 
 def field_shapes(parts: Sequence[Part]) -> Iterator[tuple[str, str, Sequence[int | None]]]:
@@ -130,6 +195,22 @@ def write_shard(
     return writer.checksum or file_checksum(path)
 
 
+def link_shard(part_bin: Path, path: Path) -> str:
+    """Make a framed part (see Homes) the shard at `path` without copying it: a hard link, or a copy
+    where the file system cannot link. The index first, the shard's rename last, as write_shard.
+    Returns the shard's checksum (computed when the part was written)."""
+    part = Part(part_bin.with_suffix(""))
+    with atomic_path(path) as tmp:
+        tmp.unlink()
+        try:
+            os.link(part_bin, tmp)
+        except OSError:  # another file system, or one without hard links: same bytes, copied
+            shutil.copyfile(part_bin, tmp)
+        with atomic_path(index_path(path)) as idx_tmp:
+            idx_tmp.write_text("".join(f"{offset} {length}\n" for offset, length in (r["frame"] for r in part.records)))
+    return part.about["checksum"]
+
+
 def index_path(shard: Path) -> Path:
     return shard.with_name(shard.name + ".idx")
 
@@ -161,10 +242,15 @@ def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir:
     manifest_rows = read_csv(manifest)
     keys = sort_values(manifest_rows, settings["sort_by"])
     my_parts = [Part(stem) for stem in block(parts, rank, size)]
-    entries = [e for rank_entries in comm.allgather(local_entries(my_parts, keys)) for e in rank_entries]
+    shard_bytes = int(settings["shard_size_mb"] * MB)
+    # Parts framed by ingest can become shards as they are unless merge has to change their records.
+    unchanged = writer_class.framed_record and settings["compression"] == "none" and not stats
+    homes = Homes(writer_class.format, shard_bytes, [*conv["features"], *conv["labels"]]) if unchanged else None
+    local = local_entries(my_parts, keys, homes)
+    entries = [e for rank_entries in comm.allgather(local) for e in rank_entries]
     if not entries:
         raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
-    shards = plan_shards(entries, settings["shard_size_mb"] * MB)
+    shards, whole = plan_shards(entries, shard_bytes)
     local_spec = feature_spec(field_shapes(my_parts), conv["features"], conv["labels"])
     spec = feature_spec(
         ((name, f["dtype"], f["shape"]) for rank_spec in comm.allgather(local_spec) for name, f in rank_spec.items()),
@@ -191,12 +277,18 @@ def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir:
     def part_of(e: Entry) -> Part:
         return open_parts.get(e.part) or open_parts.setdefault(e.part, Part(parts_dir / e.part))
 
-    batches = read_batches([[(part_of(e), e.record) for e in shards[i]] for i in to_write], list(spec))
     checksums = {i: file_checksum(shards_dir / names[i]) for i in reused}
-    for i, records in progress(zip(to_write, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"):
-        checksums[i] = write_shard(
-            shards_dir / names[i], shards[i], records, spec, writer_class, settings["compression"], stats
-        )
+    if whole:  # every shard is a framed part already
+        for i in progress(to_write, len(to_write), "merge", rank, size, unit="shard"):
+            checksums[i] = link_shard(Path(shards[i][0].home), shards_dir / names[i])
+    else:
+        batches = read_batches([[(part_of(e), e.record) for e in shards[i]] for i in to_write], list(spec))
+        for i, records in progress(
+            zip(to_write, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
+        ):
+            checksums[i] = write_shard(
+                shards_dir / names[i], shards[i], records, spec, writer_class, settings["compression"], stats
+            )
     results = [
         {
             "file": names[i],

@@ -5,6 +5,9 @@ its metadata and where each field's bytes are, streamed as records are written s
 does not grow with the number of records; a last line holds the total size). Readers memory-map the
 .bin, so a record is a zero-copy view. A field may instead refer to bytes in another part's .bin
 (`ref`): convert does that for fields it leaves unchanged, so pass-through data is not copied again.
+A part may be framed: each record written as the shard format writes it (`framing`, for example a
+TFRecord of a tf.train.Example), the fields' entries pointing at the arrays inside, the record's place
+in `frame` and the file's checksum in the last line; the .bin is then a valid shard as it is (see merge).
 The index is written last and both files appear atomically: a part without its index is an
 interrupted write and is ignored.
 """
@@ -22,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.directio import AppendWriter, aligned_buffer, read_ranges
-from pipeline.fsutil import atomic_path, remove_stale_temporaries
+from pipeline.fsutil import Checksum, atomic_path, remove_stale_temporaries
+from pipeline.writers.base import Framing
 
 INDEX_SUFFIX = ".jsonl"
 
@@ -30,12 +34,16 @@ INDEX_SUFFIX = ".jsonl"
 class PartWriter:
     """Appends records to a part; the .bin is written with direct I/O (see pipeline.directio)."""
 
-    def __init__(self, path_stem: Path) -> None:
+    def __init__(self, path_stem: Path, framing: Framing | None = None, about: Mapping[str, Any] | None = None) -> None:
+        """`framing`: write each record framed (see the module doc); `about`: added to the index's last line."""
         self.bin_path = path_stem.with_suffix(".bin")
         self.index_path = path_stem.with_suffix(INDEX_SUFFIX)
+        self._framing, self._about = framing, dict(about or {})
+        self._checksum = Checksum() if framing else None
         self._bin_ctx = atomic_path(self.bin_path)
         self._index_ctx = atomic_path(self.index_path)
-        self._file = AppendWriter(self._bin_ctx.__enter__())
+        on_data = self._checksum.update if self._checksum else None
+        self._file = AppendWriter(self._bin_ctx.__enter__(), on_data=on_data)
         self._index = open(self._index_ctx.__enter__(), "w")  # noqa: SIM115 - closed in close()/abort()
         self._offset = 0
         self.count = 0
@@ -47,24 +55,41 @@ class PartWriter:
         refs: Mapping[str, tuple[Path, int]] | None = None,
     ) -> int:
         """Append a record. `refs`: field -> (another part's .bin, byte offset) holding its bytes already."""
-        layout = {}
-        for name, array in arrays.items():
-            if refs and name in refs:
-                bin_path, offset = refs[name]
-                ref = os.path.relpath(bin_path, self.bin_path.parent)
-                layout[name] = [offset, array.dtype.str, list(array.shape), ref]
-                continue
-            array = np.ascontiguousarray(array)
-            self._file.write(array)
-            layout[name] = [self._offset, array.dtype.str, list(array.shape)]
-            self._offset += array.nbytes
-        self._index.write(json.dumps({"meta": dict(meta), "fields": layout}, separators=(",", ":")) + "\n")
+        line: dict[str, Any] = {"meta": dict(meta)}
+        if self._framing is not None:
+            assert not refs, "a framed part holds every field of its records"
+            pieces, at = self._framing(meta["sample_id"], arrays)
+            for piece in pieces:
+                self._file.write(piece)
+            length = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in pieces)
+            line["fields"] = {  # framed arrays are stored little-endian
+                name: [self._offset + at[name], a.dtype.newbyteorder("<").str, list(a.shape)]
+                for name, a in arrays.items()
+            }
+            line["frame"] = [self._offset, length]
+            self._offset += length
+        else:
+            line["fields"] = {}
+            for name, array in arrays.items():
+                if refs and name in refs:
+                    bin_path, offset = refs[name]
+                    ref = os.path.relpath(bin_path, self.bin_path.parent)
+                    line["fields"][name] = [offset, array.dtype.str, list(array.shape), ref]
+                    continue
+                array = np.ascontiguousarray(array)
+                self._file.write(array)
+                line["fields"][name] = [self._offset, array.dtype.str, list(array.shape)]
+                self._offset += array.nbytes
+        self._index.write(json.dumps(line, separators=(",", ":")) + "\n")
         self.count += 1
         return self.count - 1
 
     def close(self) -> None:
         self._file.close()
-        self._index.write(json.dumps({"bytes": self._offset}) + "\n")
+        last = {**self._about, "bytes": self._offset}
+        if self._checksum is not None:
+            last["checksum"] = self._checksum.text()
+        self._index.write(json.dumps(last) + "\n")
         self._index.close()
         self._bin_ctx.__exit__(None, None, None)
         self._index_ctx.__exit__(None, None, None)  # the index appears last: it marks the part complete
@@ -91,6 +116,7 @@ class Part:
         with open(path_stem.with_suffix(INDEX_SUFFIX)) as f:
             self.records: list[dict[str, Any]] = [json.loads(line) for line in f]
         index = self.records.pop() if self.records and "bytes" in self.records[-1] else {}
+        self.about: dict[str, Any] = index  # the last line: size, and for framed parts framing and checksum
         if "bytes" not in index:
             raise OSError(f"part index {path_stem.with_suffix(INDEX_SUFFIX)} is incomplete")
         size = os.path.getsize(self.bin_path)

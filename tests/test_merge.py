@@ -162,35 +162,84 @@ def test_hdf5_variable_length_records(tmp_path):
     assert index[:, 1].tolist() == lengths[: first["records"]]  # row ranges in trace/values
 
 
-def test_tfrecord_framing_is_byte_identical_to_tensorflows_writer(tmp_path):
-    """Uncompressed shards are framed by sim2dl (direct I/O, checksummed as written): the file must be
-    exactly what tf.io.TFRecordWriter writes for the same records, and its checksum the file's."""
+def test_tfrecord_encoding_reads_back_as_tensorflows_examples(tmp_path):
+    """Uncompressed shards are encoded and framed by sim2dl (direct I/O, checksummed as written): TensorFlow
+    must read every record back (its reader checks both CRCs) as the Example TensorFlow itself builds for
+    the same record, the same size as TensorFlow's encoding; framed_example must say where each array's
+    bytes are; the checksum must be the file's."""
     import tensorflow as tf
 
-    from pipeline.writers.tfrecord import TFRecordShardWriter
+    from pipeline.writers.tfrecord import TFRecordShardWriter, framed_example
 
     rng = np.random.default_rng(3)
     spec = {
         "x": {"dtype": "float32", "shape": [None, 4], "role": "feature"},
         "y": {"dtype": "int64", "shape": [2], "role": "label"},
     }
+    # Lengths across buffer and varint boundaries (one empty), names whose keys sort around "_shape",
+    # a scalar, a big-endian array and a non-ASCII id: the Example is encoded by hand (example_pieces).
     records = [
-        (f"id-{i}", {"x": rng.random((n, 4), np.float32), "y": rng.integers(0, 9, 2)})
-        for i, n in enumerate([1, 300, 0, 70_000, 5])  # lengths across buffer boundaries, one empty
+        (
+            f"id-{i}-ü",
+            {"x": rng.random((n, 4), np.float32), "y": rng.integers(0, 9, 2), "x0": np.float64(n), "b": big},
+        )
+        for i, n in enumerate([1, 300, 0, 70_000, 5])
+        for big in [np.arange(n % 7, dtype=">i4")]
     ]
     ours = TFRecordShardWriter(tmp_path / "ours.tfrecord", spec, "none")
     offsets = [ours.write(sample_id, arrays) for sample_id, arrays in records]
     ours.close()
-    with tf.io.TFRecordWriter(str(tmp_path / "tf.tfrecord")) as theirs:
-        for sample_id, arrays in records:
-            feature = {"sample_id": tf.train.Feature(bytes_list=tf.train.BytesList(value=[sample_id.encode()]))}
-            for name, a in arrays.items():
-                feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[a.tobytes()]))
-                feature[f"{name}_shape"] = tf.train.Feature(int64_list=tf.train.Int64List(value=a.shape))
-            example = tf.train.Example(features=tf.train.Features(feature=feature))
-            theirs.write(example.SerializeToString(deterministic=True))
     data = (tmp_path / "ours.tfrecord").read_bytes()
-    assert data == (tmp_path / "tf.tfrecord").read_bytes()
+    read_back = list(tf.data.TFRecordDataset(str(tmp_path / "ours.tfrecord")).as_numpy_iterator())
+    assert len(read_back) == len(records)
+    for (sample_id, arrays), raw, (offset, length) in zip(records, read_back, offsets, strict=True):
+        feature = {"sample_id": tf.train.Feature(bytes_list=tf.train.BytesList(value=[sample_id.encode()]))}
+        for name, a in arrays.items():
+            little = np.asarray(a).astype(np.asarray(a).dtype.newbyteorder("<")).tobytes()
+            feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[little]))
+            feature[f"{name}_shape"] = tf.train.Feature(int64_list=tf.train.Int64List(value=np.shape(a)))
+        expected = tf.train.Example(features=tf.train.Features(feature=feature))
+        assert tf.train.Example.FromString(raw) == expected
+        assert len(raw) == len(expected.SerializeToString(deterministic=True)) == length - 16
+        pieces, at = framed_example(sample_id, arrays)
+        assert b"".join(bytes(p) for p in pieces) == data[offset : offset + length]
+        for name, a in arrays.items():
+            little = np.asarray(a).astype(np.asarray(a).dtype.newbyteorder("<")).tobytes()
+            assert data[offset + at[name] : offset + at[name] + len(little)] == little
     assert ours.checksum == file_checksum(tmp_path / "ours.tfrecord")
     assert offsets[0][0] == 0 and sum(length for _, length in offsets) == len(data)
     assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(offsets))
+
+
+def test_parts_ingested_in_order_become_shards_without_a_copy(tmp_path):
+    """Cubes sorted by length (all equal, then sample id) are ingested in their final order, and convert
+    leaves them unchanged: each framed ingest part is a shard as it is (a hard link, no byte read or
+    written), with the same records in the same order as shards written record by record."""
+    import os
+
+    config_path, work = prepare(tmp_path, convert={"log1p": [], "normalise": []}, merge={"shard_size_mb": 1})
+    summary = merge(config_path, work / "merged", ranks=2)
+    parts = {os.stat(p).st_ino: p for p in (work / "ingest" / "parts").glob("*.bin")}
+    meta = json.loads((work / "merged" / "metadata.json").read_text())
+    shards = [work / "merged" / "shards" / s["file"] for s in meta["shards"]]
+    assert summary["shards"] == len(shards) == len(parts) > 3
+    assert all(os.stat(s).st_ino in parts for s in shards)  # hard links to the ingest parts
+    assert [s["checksum"] for s in meta["shards"]] == [file_checksum(s) for s in shards]
+    for info, shard in zip(meta["shards"], shards, strict=True):
+        index = np.loadtxt(shard.parent / info["index"], dtype=np.int64, ndmin=2)
+        assert index[0, 0] == 0 and index[:, 1].sum() == shard.stat().st_size == info["bytes"]
+    records = list(tfrecord_dataset(work / "merged").as_numpy_iterator())
+    ids = [r["sample_id"].decode() for r in records]
+    assert ids == sorted(ids) and len(ids) == 48
+    assert [row[2] for row in meta["provenance"]["rows"]] == ids
+
+    # Another shard size than ingest cut the parts for: shards written record by record, same stream.
+    slow_config = write_config(
+        tmp_path,
+        make_config(tmp_path, convert={"log1p": [], "normalise": []}, merge={"shard_size_mb": 0.7}),
+    )
+    merge(slow_config, work / "slow", ranks=2)
+    slow_meta = json.loads((work / "slow" / "metadata.json").read_text())
+    slow = [work / "slow" / "shards" / s["file"] for s in slow_meta["shards"]]
+    assert len(slow) != len(shards) and not any(os.stat(s).st_ino in parts for s in slow)
+    assert b"".join(s.read_bytes() for s in slow) == b"".join(s.read_bytes() for s in shards)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 # A feature spec: field name -> {"dtype": str, "shape": [int | None, ...], "role": "feature" | "label"}.
 FeatureSpec = Mapping[str, Mapping[str, Any]]
+# (sample id, arrays) -> (one record's bytes as the shard holds it, as pieces; each array's offset in it)
+Framing = Callable[[str, Mapping[str, np.ndarray]], tuple[list[Any], dict[str, int]]]
 
 
 class ShardWriter(ABC):
@@ -18,6 +20,9 @@ class ShardWriter(ABC):
     suffix: str
     compressions: tuple[str, ...]
     index_meaning: str  # what the (offset, length) pairs of the shard index count
+    # Formats whose uncompressed shard is its records' bytes back to back: ingest can write parts that
+    # are shards as they are (pipeline.records, merge). None for the others.
+    framed_record: ClassVar[Framing | None] = None
 
     def __init__(self, path: Path, spec: FeatureSpec, compression: str) -> None:
         self.path, self.spec, self.compression = path, spec, compression

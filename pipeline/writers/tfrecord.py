@@ -4,18 +4,22 @@ Feature spec of every record: `sample_id` (bytes), and per field NAME: `NAME` (b
 little-endian values in C order) and `NAME_shape` (int64 list). `pipeline.dataset.parse_example`
 decodes them with the spec from metadata.json.
 
-Uncompressed shards are framed here (the documented TFRecord framing: length, masked CRC-32C of the
-length, data, masked CRC-32C of the data; CRCs by google-crc32c) and written with direct I/O through
-reused buffers, checksummed as they are written: TensorFlow's writer would copy every shard through the
-page cache and the checksum would read it back. The bytes are identical to tf.io.TFRecordWriter's (a test
-compares them). Compressed shards go through tf.io.TFRecordWriter.
+Each Example is encoded here (`example_pieces`: map entries in key order, so a record's bytes depend only
+on its content) with the arrays as pieces of their own, never copied into a message. Uncompressed shards
+are framed here too (the documented TFRecord framing: length, masked CRC-32C of the length, data, masked
+CRC-32C of the data; CRCs by google-crc32c, computed over the pieces in place) and written with direct I/O
+through reused buffers, checksummed as they are written: TensorFlow's writer would copy every shard
+through the page cache and the checksum would read it back. TensorFlow reads the records back as the
+Examples it builds itself (a test checks). Ingest frames its parts the same way (pipeline.records), so a
+shard can be an ingested part as it is. Compressed shards go through tf.io.TFRecordWriter.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import google_crc32c
 import numpy as np
@@ -28,16 +32,88 @@ COMPRESSION_TYPES = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 FRAME_BYTES = 16  # length (8) + length CRC (4) + data CRC (4) around each record
 
 
-def masked_crc32c(data: bytes) -> int:
+def _mask(crc: int) -> int:
     """TFRecord's CRC: CRC-32C rotated right by 15 bits plus a constant."""
-    crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def frame(data: bytes) -> tuple[bytes, bytes]:
-    """The bytes before and after `data` in a TFRecord file."""
-    length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", masked_crc32c(length)), struct.pack("<I", masked_crc32c(data))
+def masked_crc32c(data: Any) -> int:
+    return _mask(google_crc32c.value(data))
+
+
+Piece = bytes | np.ndarray
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _delimited(tag: int, length: int) -> bytes:
+    """A length-delimited protobuf field's key and length (every field here has a one-byte key)."""
+    return bytes((tag,)) + _varint(length)
+
+
+def _bytes_feature(data: Piece, length: int) -> tuple[list[Piece], int]:
+    # Feature{bytes_list (1): BytesList{value (1): data}}
+    inner = _delimited(0x0A, length)
+    outer = _delimited(0x0A, len(inner) + length)
+    return [outer + inner, data], len(outer) + len(inner) + length
+
+
+def _int64_feature(values: Sequence[int]) -> tuple[list[Piece], int]:
+    # Feature{int64_list (3): Int64List{value (1): packed varints}}; an empty packed field is left out
+    packed = b"".join(_varint(v) for v in values)
+    body = _delimited(0x0A, len(packed)) + packed if packed else b""
+    encoded = _delimited(0x1A, len(body)) + body
+    return [encoded], len(encoded)
+
+
+def _size(piece: Piece) -> int:
+    return len(piece) if isinstance(piece, bytes) else piece.nbytes
+
+
+def example_pieces(sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[list[Piece], dict[str, int]]:
+    """A record's tf.train.Example (the feature spec in the module doc), as pieces whose concatenation is
+    the serialised message. Each array is a piece of its own, a view, so it is not copied into a message
+    and its place is known. Returns the pieces and each array's byte offset in the message."""
+    sample_id_bytes = sample_id.encode()
+    features = {b"sample_id": _bytes_feature(sample_id_bytes, len(sample_id_bytes))}
+    array_pieces = {}
+    for name, array in arrays.items():
+        little = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("<"), copy=False))
+        array_pieces[name] = little.reshape(-1).view(np.uint8)
+        features[name.encode()] = _bytes_feature(array_pieces[name], little.nbytes)
+        features[f"{name}_shape".encode()] = _int64_feature(array.shape)
+    pieces: list[Piece] = []
+    for key in sorted(features):  # deterministic serialisation orders map entries by key
+        value, value_length = features[key]
+        entry = _delimited(0x0A, len(key)) + key + _delimited(0x12, value_length)
+        pieces += [_delimited(0x0A, len(entry) + value_length) + entry, *value]  # Features.feature (1)
+    pieces.insert(0, _delimited(0x0A, sum(map(_size, pieces))))  # Example.features (1)
+    offsets, position = {}, 0
+    where = {id(piece): name for name, piece in array_pieces.items()}
+    for piece in pieces:
+        if id(piece) in where:
+            offsets[where[id(piece)]] = position
+        position += _size(piece)
+    return pieces, offsets
+
+
+def framed_example(sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[list[Piece], dict[str, int]]:
+    """example_pieces with the TFRecord framing around them: one record of a TFRecord file, and each
+    array's byte offset in it. CRCs are computed over the pieces in place."""
+    pieces, offsets = example_pieces(sample_id, arrays)
+    length = struct.pack("<Q", sum(map(_size, pieces)))
+    crc = 0
+    for piece in pieces:
+        crc = google_crc32c.extend(crc, piece)
+    head = length + struct.pack("<I", masked_crc32c(length))
+    return [head, *pieces, struct.pack("<I", _mask(crc))], {name: len(head) + at for name, at in offsets.items()}
 
 
 class TFRecordShardWriter(ShardWriter):
@@ -45,39 +121,33 @@ class TFRecordShardWriter(ShardWriter):
     suffix = ".tfrecord"
     compressions = tuple(COMPRESSION_TYPES)
     index_meaning = "byte offset and byte length of each framed record in the uncompressed record stream"
+    framed_record = staticmethod(framed_example)
 
     def __init__(self, path: Path, spec: FeatureSpec, compression: str) -> None:
         super().__init__(path, spec, compression)
-        import tensorflow as tf
-
-        self._tf = tf
         self._offset = 0
         if compression == "none":
             self._checksum = Checksum()
             self._file: AppendWriter | None = AppendWriter(path, on_data=self._checksum.update)
         else:
+            import tensorflow as tf  # only compressed shards need TensorFlow's writer
+
             self._file = None
             options = tf.io.TFRecordOptions(compression_type=COMPRESSION_TYPES[compression])
             self._writer = tf.io.TFRecordWriter(str(path), options)
 
     def write(self, sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[int, int]:
-        train = self._tf.train
-        feature = {"sample_id": train.Feature(bytes_list=train.BytesList(value=[sample_id.encode()]))}
-        for name, array in arrays.items():
-            little = array.astype(array.dtype.newbyteorder("<"), copy=False)
-            feature[name] = train.Feature(bytes_list=train.BytesList(value=[little.tobytes()]))
-            feature[f"{name}_shape"] = train.Feature(int64_list=train.Int64List(value=array.shape))
-        # deterministic=True sorts the feature map: byte-identical shards across processes and reruns.
-        data = train.Example(features=train.Features(feature=feature)).SerializeToString(deterministic=True)
         if self._file is not None:
-            head, tail = frame(data)
-            self._file.write(head)
-            self._file.write(data)
-            self._file.write(tail)
+            pieces, _ = framed_example(sample_id, arrays)
+            for piece in pieces:
+                self._file.write(piece)
+            length = sum(map(_size, pieces))
         else:
-            self._writer.write(data)
-        entry = (self._offset, len(data) + FRAME_BYTES)
-        self._offset += entry[1]
+            example, _ = example_pieces(sample_id, arrays)
+            self._writer.write(b"".join(p if isinstance(p, bytes) else p.tobytes() for p in example))
+            length = sum(map(_size, example)) + FRAME_BYTES
+        entry = (self._offset, length)
+        self._offset += length
         return entry
 
     def close(self) -> None:
