@@ -58,23 +58,29 @@ class Homes:
 
     def __init__(self, framing: str, shard_bytes: int, names: Sequence[str]) -> None:
         self.framing, self.shard_bytes, self.names = framing, shard_bytes, sorted(names)
-        self._parts: dict[Path, tuple[Part, dict[tuple[int, ...], int]] | None] = {}
+        self._parts: dict[str, tuple[Path, Part, dict[tuple[int, ...], int]] | None] = {}
 
     def find(self, part: Part, i: int) -> tuple[str, int, int]:
-        located = part.extents(i, self.names)
-        files = {path for path, *_ in located}
-        if len(files) != 1 or sorted(part.records[i]["fields"]) != self.names:
+        fields = part.records[i]["fields"]
+        refs = {entry[3] if len(entry) > 3 else "" for entry in fields.values()}
+        if len(refs) != 1 or "" in refs or sorted(fields) != self.names:
             return "", -1, 0
-        (path,) = files
-        home = self._home(path)
+        home = self._home(os.path.normpath(part.bin_path.parent / refs.pop()))
         if home is None:
             return "", -1, 0
-        home_part, by_offsets = home
-        j = by_offsets.get(tuple(offset for _, offset, *_ in located), -1)
+        path, home_part, by_offsets = home
+        j = by_offsets.get(tuple(fields[n][0] for n in self.names), -1)
         return (str(path), j, len(home_part)) if j >= 0 else ("", -1, 0)
 
-    def _home(self, path: Path) -> tuple[Part, dict[tuple[int, ...], int]] | None:
-        if path not in self._parts:
+    def part(self, path: Path) -> Part:
+        """The framed part at `path` (its .bin), as loaded by find."""
+        home = self._home(str(path))
+        assert home is not None
+        return home[1]
+
+    def _home(self, bin_path: str) -> tuple[Path, Part, dict[tuple[int, ...], int]] | None:
+        if bin_path not in self._parts:
+            path = Path(bin_path)
             part = Part(path.with_suffix(""))
             framed = part.about.get("framing") == self.framing and part.about.get("shard_bytes") == self.shard_bytes
             by_offsets = {
@@ -82,8 +88,8 @@ class Homes:
                 for j, rec in enumerate(part.records)
                 if sorted(rec["fields"]) == self.names
             }
-            self._parts[path] = (part, by_offsets) if framed else None
-        return self._parts[path]
+            self._parts[bin_path] = (path, part, by_offsets) if framed else None
+        return self._parts[bin_path]
 
 
 def local_entries(parts: Sequence[Part], keys: Mapping[str, Any], homes: Homes | None) -> list[Entry]:
@@ -195,11 +201,11 @@ def write_shard(
     return writer.checksum or file_checksum(path)
 
 
-def link_shard(part_bin: Path, path: Path) -> str:
+def link_shard(part: Part, path: Path) -> str:
     """Make a framed part (see Homes) the shard at `path` without copying it: a hard link, or a copy
     where the file system cannot link. The index first, the shard's rename last, as write_shard.
     Returns the shard's checksum (computed when the part was written)."""
-    part = Part(part_bin.with_suffix(""))
+    part_bin = part.bin_path
     with atomic_path(path) as tmp:
         tmp.unlink()
         try:
@@ -280,7 +286,8 @@ def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir:
     checksums = {i: file_checksum(shards_dir / names[i]) for i in reused}
     if whole:  # every shard is a framed part already
         for i in progress(to_write, len(to_write), "merge", rank, size, unit="shard"):
-            checksums[i] = link_shard(Path(shards[i][0].home), shards_dir / names[i])
+            assert homes is not None
+            checksums[i] = link_shard(homes.part(Path(shards[i][0].home)), shards_dir / names[i])
     else:
         batches = read_batches([[(part_of(e), e.record) for e in shards[i]] for i in to_write], list(spec))
         for i, records in progress(

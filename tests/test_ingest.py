@@ -228,3 +228,33 @@ def test_field_mapping_for_real_layouts(tmp_path, serial):
         convert={"features": ["data"], "labels": ["labels"], "log1p": [], "normalise": [], "per_channel": []},
     )
     assert ingest(config, root, tmp_path / "i2", serial)["accepted"] == 1
+
+
+def test_hdf5_layouts_read_alike_from_file_images(tmp_path):
+    """Contiguous data is taken from the file's bytes where HDF5 says it is; chunked, compressed and
+    big-endian datasets must give the same values, and data cut off at the end of a file is rejected."""
+    from pipeline.readers import FieldSpec, SampleError
+    from pipeline.readers.hdf5 import HDF5Reader
+
+    values = np.random.default_rng(5).random((8, 8, 8), np.float32)
+    layouts = {
+        "contiguous.h5": {},
+        "chunked.h5": {"chunks": (4, 8, 8), "compression": "gzip"},
+        "big_endian.h5": {"dtype": ">f4"},
+    }
+    field = FieldSpec("density", "density", None, (8, 8, 8))
+    reader = HDF5Reader()
+    for name, options in layouts.items():
+        with h5py.File(tmp_path / name, "w") as f:
+            f.create_dataset("density", data=values, **options)
+            f.attrs["sample_id"] = name
+        image = np.fromfile(tmp_path / name, np.uint8)
+        arrays, sample_id = reader.read_image(image, tmp_path / name, [field], "sample_id")
+        assert sample_id == name and np.array_equal(arrays["density"], values), name
+        assert arrays["density"].dtype == np.dtype(options.get("dtype", "<f4"))
+    with h5py.File(tmp_path / "data_last.h5", "w", libver="latest") as f:
+        f.attrs["sample_id"] = "x"
+        f.create_dataset("density", data=values)  # allocated last: its bytes end the file
+    image = np.fromfile(tmp_path / "data_last.h5", np.uint8)
+    with pytest.raises(SampleError, match="truncated"):
+        reader.read_image(image[:-64], tmp_path / "data_last.h5", [field], "sample_id")

@@ -45,7 +45,8 @@ class Reader(ABC):
     def read_image(
         self, image: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
-        """As `read`, from the file's bytes (`path` names it in messages); for readers with reads_images."""
+        """As `read`, from the file's bytes (`path` names it in messages); for readers with reads_images.
+        The arrays may be views of `image`, valid as long as it is."""
         raise NotImplementedError
 
 

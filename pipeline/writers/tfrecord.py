@@ -95,13 +95,19 @@ def example_pieces(sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[li
         entry = _delimited(0x0A, len(key)) + key + _delimited(0x12, value_length)
         pieces += [_delimited(0x0A, len(entry) + value_length) + entry, *value]  # Features.feature (1)
     pieces.insert(0, _delimited(0x0A, sum(map(_size, pieces))))  # Example.features (1)
+    joined: list[Piece] = []  # runs of encoded bytes joined: fewer, larger writes
     offsets, position = {}, 0
     where = {id(piece): name for name, piece in array_pieces.items()}
     for piece in pieces:
         if id(piece) in where:
             offsets[where[id(piece)]] = position
+            joined.append(piece)
+        elif joined and isinstance(joined[-1], bytes):
+            joined[-1] += piece
+        else:
+            joined.append(piece)
         position += _size(piece)
-    return pieces, offsets
+    return joined, offsets
 
 
 def framed_example(sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[list[Piece], dict[str, int]]:
@@ -113,7 +119,16 @@ def framed_example(sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[li
     for piece in pieces:
         crc = google_crc32c.extend(crc, piece)
     head = length + struct.pack("<I", masked_crc32c(length))
-    return [head, *pieces, struct.pack("<I", _mask(crc))], {name: len(head) + at for name, at in offsets.items()}
+    tail = struct.pack("<I", _mask(crc))
+    if isinstance(pieces[-1], bytes):
+        pieces[-1] += tail
+    else:
+        pieces.append(tail)
+    if isinstance(pieces[0], bytes):
+        pieces[0] = head + pieces[0]
+    else:
+        pieces.insert(0, head)
+    return pieces, {name: len(head) + at for name, at in offsets.items()}
 
 
 class TFRecordShardWriter(ShardWriter):
