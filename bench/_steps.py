@@ -1,8 +1,10 @@
-"""Run sim2dl ingest + convert + merge in-process on every MPI rank and time them (import excluded).
+"""Run sim2dl ingest + convert + merge in-process on every MPI rank and time them (import excluded), until
+the output is on storage.
 Launched by bench/merge.py under mpiexec (arguments: config, settle seconds); prints one JSON line from
 rank 0."""
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -38,8 +40,13 @@ def main() -> None:
     times["convert"] = time.perf_counter() - start - times["ingest"]
     merge(config, lay.manifest, lay.convert, lay.merged, comm)
     comm.barrier()
+    times["written"] = time.perf_counter() - start
+    times["merge"] = times["written"] - times["ingest"] - times["convert"]
+    if comm.Get_rank() == 0:
+        os.sync()  # on storage, as every variant (bench/common.py ON_STORAGE)
+    comm.barrier()
     times["total"] = time.perf_counter() - start
-    times["merge"] = times["total"] - times["ingest"] - times["convert"]
+    times["sync"] = times["total"] - times["written"]
     if comm.Get_rank() == 0:
         print(json.dumps(times), flush=True)
 

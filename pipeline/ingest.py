@@ -2,11 +2,13 @@
 
 Each file is read exactly once in the whole workflow, whole, `ingest.prefetch` files ahead by a
 background thread (with O_DIRECT unless `ingest.direct_io` is off): its declared fields are parsed from
-those bytes, checked (names, shapes, dtypes, finite values) and appended to the rank's part, so no later
-step touches the small files again. The manifest lists every input file (accepted or rejected); the
-rejects list gives one reason per rejected file. The run goes on past bad files and fails
-only when the rejected fraction exceeds `ingest.max_reject_fraction`. Memory holds the file list and the
-manifest rows, nothing per sample.
+those bytes, checked (names, shapes, dtypes, finite values) and appended to a part, so no later step
+touches the small files again. A part holds a run of consecutive files, about one shard's worth, the
+same for any number of ranks (ranks take consecutive runs); records are framed as the shard format
+writes them when it can, so merge can make a part a shard as it is. The manifest lists every input file
+(accepted or rejected); the rejects list gives one reason per rejected file. The run goes on past bad
+files and fails only when the rejected fraction exceeds `ingest.max_reject_fraction`. Memory holds the
+file list and the manifest rows, nothing per sample.
 """
 
 from __future__ import annotations

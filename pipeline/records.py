@@ -113,8 +113,8 @@ class PartWriter:
 class Part:
     def __init__(self, path_stem: Path) -> None:
         self.bin_path = path_stem.with_suffix(".bin")
-        with open(path_stem.with_suffix(INDEX_SUFFIX)) as f:
-            self.records: list[dict[str, Any]] = [json.loads(line) for line in f]
+        lines = path_stem.with_suffix(INDEX_SUFFIX).read_text().splitlines()
+        self.records: list[dict[str, Any]] = json.loads(f"[{','.join(lines)}]")  # one parse, not one per line
         index = self.records.pop() if self.records and "bytes" in self.records[-1] else {}
         self.about: dict[str, Any] = index  # the last line: size, and for framed parts framing and checksum
         if "bytes" not in index:
