@@ -4,11 +4,12 @@ Each file is read exactly once in the whole workflow, whole, `ingest.prefetch` f
 background thread (with O_DIRECT unless `ingest.direct_io` is off): its declared fields are parsed from
 those bytes, checked (names, shapes, dtypes, finite values) and appended to a part, so no later step
 touches the small files again. A part holds a run of consecutive files, about one shard's worth, the
-same for any number of ranks (ranks take consecutive runs); records are framed as the shard format
-writes them when it can, so merge can make a part a shard as it is. The manifest lists every input file
-(accepted or rejected); the rejects list gives one reason per rejected file. The run goes on past bad
-files and fails only when the rejected fraction exceeds `ingest.max_reject_fraction`. Memory holds the
-file list and the manifest rows, nothing per sample.
+same for any number of ranks as long as each rank gets several (ranks take consecutive runs; see
+`part_files`); records are framed as the shard format writes them when it can, so merge can make a part
+a shard as it is. The manifest lists every input file (accepted or rejected); the rejects list gives one
+reason per rejected file. The run goes on past bad files and fails only when the rejected fraction
+exceeds `ingest.max_reject_fraction`. Memory holds the file list and the manifest rows, nothing per
+sample.
 """
 
 from __future__ import annotations
@@ -107,10 +108,15 @@ def read_one(
     return arrays, sample_id, size
 
 
-def part_files(files: Sequence[Path], shard_bytes: int, sample: int = 64) -> int:
+PARTS_PER_RANK = 4  # at least this many parts per rank: ranks differ by at most one part of work
+
+
+def part_files(files: Sequence[Path], shard_bytes: int, ranks: int, sample: int = 64) -> int:
     """Files per part: about one shard's worth at the median size of up to `sample` evenly spaced files.
     Parts are consecutive runs of the sorted file list, the same for any number of ranks, so parts (and
-    the shards that can be parts as they are) do not depend on how many ranks ingested them."""
+    the shards that can be parts as they are) do not depend on how many ranks ingested them, unless
+    that would give fewer than PARTS_PER_RANK parts per rank: then parts are smaller, so that every rank
+    has work and none has much more than another."""
     sizes = []
     for path in files[:: max(1, len(files) // sample)][:sample]:
         try:
@@ -118,7 +124,8 @@ def part_files(files: Sequence[Path], shard_bytes: int, sample: int = 64) -> int
         except OSError:
             continue  # reported when its turn comes
     median = int(np.median(sizes)) if sizes else 0
-    return max(1, shard_bytes // max(median, 1))
+    balanced = len(files) // (PARTS_PER_RANK * ranks)  # gives at least PARTS_PER_RANK parts per rank
+    return max(1, min(shard_bytes // max(median, 1), balanced))
 
 
 def reads_image(path: Path, format_name: str) -> bool:
@@ -149,7 +156,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     assert files is not None
 
     rows: list[tuple[Any, ...]] = []
-    chunk = part_files(files, shard_bytes) if rank == 0 else 0
+    chunk = part_files(files, shard_bytes, size) if rank == 0 else 0
     chunk = comm.bcast(chunk, root=0)
     chunks = -(-len(files) // chunk)
     my_chunks = block(range(chunks), rank, size)

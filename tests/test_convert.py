@@ -7,6 +7,7 @@ from pipeline.convert import RunningStats, central_crop, normalise, split_volume
 from pipeline.ingest import ingest
 from pipeline.readers import SampleError
 from pipeline.simulate import simulate
+from pipeline.tables import read_csv
 
 from .conftest import make_config, run_cli, write_config
 
@@ -95,9 +96,10 @@ def test_unchanged_fields_are_referenced_not_copied(tmp_path, serial):
     part = Part(stem)
     # density changed (log1p): stored; params unchanged: a reference into the ingest part.
     assert stem.with_suffix(".bin").stat().st_size == 4 * 32**3 * 4
-    (ingest_stem,) = list_parts(tmp_path / "ingest" / "parts")
-    source = Part(ingest_stem)
-    for i in range(4):
+    rows = [r for r in read_csv(tmp_path / "ingest" / "manifest.csv") if r["status"] == "accepted"]
+    for i, row in enumerate(rows):  # convert keeps the manifest's order
+        ingest_stem = tmp_path / "ingest" / "parts" / row["part"]
+        source = Part(ingest_stem).read(int(row["record"]))
         assert part.location(i, "params")[0].resolve() == ingest_stem.with_suffix(".bin").resolve()
-        np.testing.assert_array_equal(part.read(i)["params"], source.read(i)["params"])
-        np.testing.assert_allclose(part.read(i)["density"], np.log1p(source.read(i)["density"]))
+        np.testing.assert_array_equal(part.read(i)["params"], source["params"])
+        np.testing.assert_allclose(part.read(i)["density"], np.log1p(source["density"]))

@@ -258,3 +258,17 @@ def test_hdf5_layouts_read_alike_from_file_images(tmp_path):
     image = np.fromfile(tmp_path / "data_last.h5", np.uint8)
     with pytest.raises(SampleError, match="truncated"):
         reader.read_image(image[:-64], tmp_path / "data_last.h5", [field], "sample_id")
+
+
+def test_parts_are_a_shard_each_unless_ranks_would_go_without_work(tmp_path):
+    from pipeline.ingest import PARTS_PER_RANK, part_files
+
+    files = []
+    for i in range(200):
+        files.append(tmp_path / f"f{i:03d}.h5")
+        files[-1].write_bytes(b"x" * 1000)
+    assert part_files(files, 10_000, ranks=1) == 10  # a shard's worth: 10 files of 1000 bytes
+    assert part_files(files, 10_000, ranks=4) == 10  # 20 parts: 5 per rank
+    many = part_files(files, 10_000, ranks=16)  # 20 parts would leave ranks with 1 or 2
+    assert -(-200 // many) >= PARTS_PER_RANK * 16 > -(-200 // (many + 1))  # the largest parts that give enough
+    assert part_files(files[:3], 10_000, ranks=64) == 1
