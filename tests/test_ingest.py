@@ -260,6 +260,56 @@ def test_hdf5_layouts_read_alike_from_file_images(tmp_path):
         reader.read_image(image[:-64], tmp_path / "data_last.h5", [field], "sample_id")
 
 
+def test_files_alike_are_read_from_their_remembered_layout_and_others_through_hdf5(tmp_path, monkeypatch):
+    """After HDF5 has opened a file (and checked two more), files whose structure bytes equal it are read
+    without HDF5, to the same arrays and ids; a changed structure byte, fixed-length ids and a layout
+    that HDF5 contradicts all give what HDF5 gives."""
+    from pipeline.readers import FieldSpec, SampleError
+    from pipeline.readers.hdf5 import HDF5Reader, Layout
+
+    opens = []
+    real_open = h5py.h5f.open
+    monkeypatch.setattr(h5py.h5f, "open", lambda *a, **k: opens.append(1) or real_open(*a, **k))
+    fields = [FieldSpec("density", "density", "float32", (32, 32, 32)), FieldSpec("params", "params")]
+    rng = np.random.default_rng(7)
+    reader = HDF5Reader()
+    for i in range(6):
+        density, params = rng.random((32, 32, 32), np.float32), rng.random(3, np.float32)
+        cube_file(tmp_path / f"{i}.h5", f"cube-{i:04d}", density, params)
+        arrays, sample_id = reader.read_image(np.fromfile(tmp_path / f"{i}.h5", np.uint8), tmp_path, fields, "sample_id")
+        assert sample_id == f"cube-{i:04d}"
+        assert np.array_equal(arrays["density"], density) and np.array_equal(arrays["params"], params)
+    assert len(opens) == 3  # the first file, then two checks; the last three were not opened by HDF5
+
+    image = np.fromfile(tmp_path / "5.h5", np.uint8)
+    name_at = image.tobytes().find(b"density")
+    image[name_at + 6] = ord("x")  # the dataset is now called 'densitx': same size, other structure
+    with pytest.raises(SampleError, match="missing field 'density'"):
+        reader.read_image(image, tmp_path, fields, "sample_id")
+
+    fixed = HDF5Reader()  # ids in fixed-length strings: a shorter id is padded with NULs
+    for name, sample_id in [("a.h5", b"abcdefgh"), ("b.h5", b"abcdefgh"), ("c.h5", b"ij"), ("d.h5", b"klm")]:
+        with h5py.File(tmp_path / name, "w") as f:
+            f["density"] = np.zeros((32, 32, 32), "f4")
+            f["params"] = np.zeros(3, "f4")
+            f.attrs["sample_id"] = np.array(sample_id, "S8")
+        image = np.fromfile(tmp_path / name, np.uint8)
+        assert fixed.read_image(image, tmp_path, fields, "sample_id")[1] == sample_id.decode()
+
+    liar = HDF5Reader()
+    image = np.fromfile(tmp_path / "0.h5", np.uint8)
+    liar.read_image(image, tmp_path, fields, "sample_id")
+    key, layout = next(iter(liar._layouts.items()))
+    assert isinstance(layout, Layout)
+    wrong = [(name, offset + 4, dtype, shape) for name, offset, dtype, shape in layout.fields]
+    liar._layouts[key] = Layout(layout.template, layout.structure, tuple(wrong), layout.id_range)
+    image = np.fromfile(tmp_path / "1.h5", np.uint8)
+    arrays, _ = liar.read_image(image, tmp_path, fields, "sample_id")
+    with h5py.File(tmp_path / "1.h5") as f:
+        assert np.array_equal(arrays["density"], f["density"][()])  # HDF5's reading, not the layout's
+    assert liar._layouts[key] is None  # and the layout is never used again
+
+
 def test_parts_are_a_shard_each_unless_ranks_would_go_without_work(tmp_path):
     from pipeline.ingest import PARTS_PER_RANK, part_files
 
