@@ -276,7 +276,9 @@ def test_files_alike_are_read_from_their_remembered_layout_and_others_through_hd
     for i in range(6):
         density, params = rng.random((32, 32, 32), np.float32), rng.random(3, np.float32)
         cube_file(tmp_path / f"{i}.h5", f"cube-{i:04d}", density, params)
-        arrays, sample_id = reader.read_image(np.fromfile(tmp_path / f"{i}.h5", np.uint8), tmp_path, fields, "sample_id")
+        arrays, sample_id = reader.read_image(
+            np.fromfile(tmp_path / f"{i}.h5", np.uint8), tmp_path, fields, "sample_id"
+        )
         assert sample_id == f"cube-{i:04d}"
         assert np.array_equal(arrays["density"], density) and np.array_equal(arrays["params"], params)
     assert len(opens) == 3  # the first file, then two checks; the last three were not opened by HDF5

@@ -151,9 +151,7 @@ class HDF5Reader(Reader):
         # By (size, fields, id attribute); None: a file of that size could not give a layout.
         self._layouts: dict[tuple[int, tuple[FieldSpec, ...], str | None], Layout | None] = {}
 
-    def read(
-        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
-    ) -> tuple[Arrays, str | None]:
+    def read(self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None) -> tuple[Arrays, str | None]:
         arrays, _, sample_id = self._read(str(path).encode(), _FILE_ACCESS, fields, id_attr, None)
         return arrays, sample_id
 
