@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import Sim2dlError
+from pipeline import Sim2dlError, bookkeeping_step
 from pipeline.fsutil import write_json_atomic
 from pipeline.parallel import block
 from pipeline.progress import progress
@@ -148,6 +148,7 @@ def iter_records(
         yield rec, part, part.read(rec[1])
 
 
+@bookkeeping_step()
 def convert(config: Mapping[str, Any], manifest: Path, ingest_parts: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["convert"]

@@ -1,20 +1,21 @@
 """ingest: scan many small simulation files, validate each, and pack the good ones into a few parts.
 
-Each file is read exactly once in the whole workflow, whole, `ingest.prefetch` files ahead by a
-background thread (with O_DIRECT unless `ingest.direct_io` is off): its declared fields are parsed from
-those bytes, checked (names, shapes, dtypes, finite values) and appended to a part, so no later step
-touches the small files again. A part holds a run of consecutive files, about one shard's worth, the
-same for any number of ranks as long as each rank gets several (ranks take consecutive runs; see
-`part_files`); records are framed as the shard format writes them when it can, so merge can make a part
-a shard as it is. The manifest lists every input file (accepted or rejected); the rejects list gives one
-reason per rejected file. The run goes on past bad files and fails only when the rejected fraction
-exceeds `ingest.max_reject_fraction`. Memory holds the file list and the manifest rows, nothing per
-sample.
+Each file is read exactly once in the whole workflow, whole, `ingest.prefetch` files ahead by
+`ingest.read_threads` background threads (with O_DIRECT unless `ingest.direct_io` is off): its declared
+fields are parsed from those bytes, checked (names, shapes, dtypes, finite values) and appended to a
+part, so no later step touches the small files again. A part holds a run of consecutive files, about one
+shard's worth, the same for any number of ranks as long as each rank gets several (ranks take
+consecutive runs; see `part_files`); records are framed as the shard format writes them when it can, so
+merge can make a part a shard as it is. The manifest lists every input file (accepted or rejected); the
+rejects list gives one reason per rejected file. The run goes on past bad files and fails only when the
+rejected fraction exceeds `ingest.max_reject_fraction`. Memory holds the file list and the manifest
+rows, nothing per sample.
 """
 
 from __future__ import annotations
 
 import errno
+import glob
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import MB, CollectiveError, Sim2dlError
+from pipeline import MB, CollectiveError, Sim2dlError, bookkeeping_step
 from pipeline.directio import FileImages, ImageOrError
 from pipeline.parallel import all_ok, block
 from pipeline.progress import progress
@@ -32,11 +33,14 @@ from pipeline.tables import MANIFEST_COLUMNS, REJECT_COLUMNS, write_csv
 from pipeline.writers import WRITERS
 
 
-def find_inputs(root: Path, pattern: str) -> list[Path]:
+def find_inputs(root: Path, pattern: str) -> list[str]:
+    """The paths of the files matching `pattern` under `root`, sorted. Strings, not Path objects: with
+    many files, pathlib's objects cost more than the listing (and the broadcast to every rank)."""
     if not root.is_dir():
         raise Sim2dlError(f"source directory {root} does not exist (config key 'source.path')")
+    names = glob.glob(pattern, root_dir=root, recursive=True, include_hidden=True)
     # Dangling symlinks are kept: they are input files that cannot be read, and must be reported.
-    files = sorted(p for p in root.glob(pattern) if p.is_file() or p.is_symlink())
+    files = sorted(p for p in (os.path.join(root, n) for n in names) if os.path.isfile(p) or os.path.islink(p))
     if not files:
         raise Sim2dlError(f"no files match '{pattern}' under {root} (config keys 'source.path', 'source.glob')")
     return files
@@ -111,7 +115,7 @@ def read_one(
 PARTS_PER_RANK = 4  # at least this many parts per rank: ranks differ by at most one part of work
 
 
-def part_files(files: Sequence[Path], shard_bytes: int, ranks: int, sample: int = 64) -> int:
+def part_files(files: Sequence[str | Path], shard_bytes: int, ranks: int, sample: int = 64) -> int:
     """Files per part: about one shard's worth at the median size of up to `sample` evenly spaced files.
     Parts are consecutive runs of the sorted file list, the same for any number of ranks, so parts (and
     the shards that can be parts as they are) do not depend on how many ranks ingested them, unless
@@ -135,6 +139,7 @@ def reads_image(path: Path, format_name: str) -> bool:
         return False  # unknown suffix: rejected when its turn comes, without reading it
 
 
+@bookkeeping_step()
 def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Scan `root`, validate and pack files across ranks; rank 0 writes the manifest and rejects list."""
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -143,7 +148,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
     parts_dir = out_dir / "parts"
 
-    files: list[Path] | None = None
+    files: list[str] | None = None
     error: BaseException | None = None
     if rank == 0:
         try:
@@ -161,14 +166,18 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     chunks = -(-len(files) // chunk)
     my_chunks = block(range(chunks), rank, size)
     first = my_chunks[0] * chunk if my_chunks else 0
-    mine = files[first : my_chunks[-1] * chunk + chunk] if my_chunks else []
+    mine = [Path(p) for p in files[first : my_chunks[-1] * chunk + chunk]] if my_chunks else []
     writer_class = WRITERS[config["merge"]["format"]]
     framing = writer_class.framed_record if config["merge"]["compression"] == "none" else None
     about = {"framing": writer_class.format, "shard_bytes": shard_bytes} if framing else {}
     part: PartWriter | None = None
     try:
         images = FileImages(
-            mine, settings["prefetch"], settings["direct_io"], lambda p: reads_image(p, source["format"])
+            mine,
+            settings["prefetch"],
+            settings["direct_io"],
+            lambda p: reads_image(p, source["format"]),
+            settings["read_threads"],
         )
         for number, (path, image) in enumerate(progress(images, len(mine), "ingest", rank, size), first):
             if part is None or number % chunk == 0:  # the next chunk of files: the next part

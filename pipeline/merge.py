@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import xxhash
 
-from pipeline import MB, Sim2dlError, __version__
+from pipeline import MB, Sim2dlError, __version__, bookkeeping_step
 from pipeline.convert import normalise
 from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.parallel import all_ok, block
@@ -240,6 +240,7 @@ def plan_digest(shards: Sequence[Sequence[Entry]], settings: Mapping[str, Any], 
     return h.hexdigest()
 
 
+@bookkeeping_step()
 def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["merge"]

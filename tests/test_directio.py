@@ -83,14 +83,14 @@ def test_file_images_in_order_with_errors_and_large_files(directory):
         paths[-1].write_bytes(random_bytes(n, i).tobytes())
     paths.insert(2, directory / "missing.h5")
     paths.append(directory / "skipped.nc")
-    for depth in (0, 1, 3, 32):
+    for depth, threads in [(0, 1), (1, 1), (3, 2), (32, 1), (32, 4)]:
         seen = []
-        for path, image in FileImages(paths, depth, True, lambda p: p.suffix == ".h5"):
+        for path, image in FileImages(paths, depth, True, lambda p: p.suffix == ".h5", threads):
             seen.append(path)
             if path.name == "missing.h5":
                 assert isinstance(image, FileNotFoundError)
             elif path.name == "skipped.nc":
                 assert image is None  # not wanted: left to its reader
             else:
-                assert image.tobytes() == path.read_bytes(), (depth, path.name)
+                assert image.tobytes() == path.read_bytes(), (depth, threads, path.name)
         assert seen == paths

@@ -63,7 +63,10 @@ def bad_inputs(tmp_path):
 
 
 # Files read ahead by a thread with O_DIRECT (the default), and one at a time through the page cache.
-@pytest.mark.parametrize("reading", [{"direct_io": True, "prefetch": 32}, {"direct_io": False, "prefetch": 0}])
+@pytest.mark.parametrize(
+    "reading",
+    [{"direct_io": True, "prefetch": 32, "read_threads": 2}, {"direct_io": False, "prefetch": 0, "read_threads": 1}],
+)
 def test_every_bad_file_rejected_with_its_reason(tmp_path, serial, bad_inputs, reading):
     root, expected = bad_inputs
     config = make_config(tmp_path, ingest={"max_reject_fraction": 0.9, **reading})
