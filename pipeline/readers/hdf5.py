@@ -75,16 +75,15 @@ class Layout:
     """Where the fields and the sample id of one HDF5 file lie, and the rest of its bytes (its
     structure). It holds for any file of the same size whose structure bytes are the same."""
 
-    template: bytes  # the whole first file: its structure bytes are compared
-    structure: tuple[tuple[int, int], ...]  # (start, stop) of the bytes outside the fields and the id
+    size: int
+    structure: tuple[tuple[int, int, bytes], ...]  # start, stop and the bytes outside the fields and the id
     fields: tuple[tuple[str, int, np.dtype, tuple[int, ...]], ...]  # name, offset, dtype, shape
     id_range: tuple[int, int] | None
     checks_left: int = 2  # uses still compared with HDF5's reading
 
     def matches(self, image: np.ndarray) -> bool:
-        template = self.template
-        return image.size == len(template) and all(
-            image[start:stop].tobytes() == template[start:stop] for start, stop in self.structure
+        return image.size == self.size and all(
+            image[start:stop].tobytes() == expected for start, stop, expected in self.structure
         )
 
     def read(self, image: np.ndarray) -> tuple[Arrays, str | None]:
@@ -133,7 +132,8 @@ def learn_layout(
         position = stop
     structure.append((position, len(template)))
     fields = tuple((name, offset, arrays[name].dtype, arrays[name].shape) for name, offset in places.items())
-    return Layout(template, tuple((a, b) for a, b in structure if b > a), fields, id_range)
+    kept = tuple((a, b, template[a:b]) for a, b in structure if b > a)  # the structure only, not the data
+    return Layout(len(template), kept, fields, id_range)
 
 
 def same_array(a: np.ndarray, b: np.ndarray) -> bool:
