@@ -62,7 +62,7 @@ def bad_inputs(tmp_path):
     return root, expected
 
 
-# Files read ahead by a thread with O_DIRECT (the default), and one at a time through the page cache.
+# Files read ahead by two threads with O_DIRECT (the default), and one at a time through the page cache.
 @pytest.mark.parametrize(
     "reading",
     [{"direct_io": True, "prefetch": 32, "read_threads": 2}, {"direct_io": False, "prefetch": 0, "read_threads": 1}],

@@ -34,6 +34,11 @@ _FILE_ACCESS.set_fapl_core(backing_store=False)
 Arrays = dict[str, np.ndarray]
 
 
+def _view(image: np.ndarray, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """The array of this dtype and shape stored at `offset` in the file's bytes (no copy)."""
+    return image[offset : offset + dtype.itemsize * math.prod(shape)].view(dtype).reshape(shape)
+
+
 def _read_dataset(
     file_id: h5py.h5f.FileID, field: FieldSpec, image: np.ndarray | None
 ) -> tuple[np.ndarray, int | None]:
@@ -51,7 +56,7 @@ def _read_dataset(
                 nbytes = dtype.itemsize * math.prod(shape)
                 if offset + nbytes > image.size:
                     raise SampleError(f"dataset '{field.path}' ends past the end of the file (truncated?)")
-                return as_array(image[offset : offset + nbytes].view(dtype).reshape(shape), field), offset
+                return as_array(_view(image, offset, dtype, shape), field), offset
         data = np.empty(shape, dtype=dtype)
         if data.size:
             dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, data)
@@ -87,10 +92,7 @@ class Layout:
         )
 
     def read(self, image: np.ndarray) -> tuple[Arrays, str | None]:
-        arrays = {
-            name: image[offset : offset + dtype.itemsize * math.prod(shape)].view(dtype).reshape(shape)
-            for name, offset, dtype, shape in self.fields
-        }
+        arrays = {name: _view(image, offset, dtype, shape) for name, offset, dtype, shape in self.fields}
         if self.id_range is None:
             return arrays, None
         start, stop = self.id_range
@@ -105,9 +107,9 @@ def learn_layout(
 ) -> Layout | None:
     """The layout of a file HDF5 has just read, or None when it cannot be told from the bytes alone:
     a field not stored contiguously, or an id whose text is not found exactly once outside the data."""
-    if any(offset is None for offset in offsets.values()):
+    places = {name: offset for name, offset in offsets.items() if offset is not None}
+    if len(places) < len(offsets):
         return None
-    places = {name: offset for name, offset in offsets.items() if offset is not None}  # all of them
     template = image.tobytes()
     data = sorted((offset, offset + arrays[name].nbytes) for name, offset in places.items())
     variable = list(data)
