@@ -2,11 +2,12 @@
 # -> node-local staging -> (hyperparameter search ->) distributed training.
 #
 #   snakemake --cores 2                      # the laptop demo (config/config.yaml)
-#   snakemake --profile slurm                # a cluster (profiles/slurm, issue #7)
+#   snakemake --cores 2 --configfile my-data.yaml   # your data: that file is the whole config
+#   snakemake --profile slurm                # a cluster (profiles/slurm)
 #   snakemake --config workdir=results/x merge='{shard_size_mb: 4}'   # overrides / sweeps
 #
 # Every rule runs `sim2dl <step>` (the pipeline package) with one MPI launch; the rule files only wire
-# inputs, outputs, resources and the command.
+# inputs, outputs, logs, resources and the command.
 
 import json
 import re
@@ -22,12 +23,14 @@ from pipeline.fsutil import write_text_atomic
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
-
-
+# No `configfile:` directive: Snakemake would merge the demo config into a user's --configfile, adding
+# the demo's fields and search space to theirs. The demo applies only when no config file is given.
+_resolved = sim2dl_config.workflow_config(dict(config), bool(workflow.overwrite_configfiles))
+config.clear()
+config.update(_resolved)
 # --config delivers nested values as strings: coerce them where the schema wants numbers, then validate.
 sim2dl_config.coerce_strings(config, sim2dl_config.schema(), sim2dl_config.schema())
-validate(config, "config/schema.yaml")
+validate(config, str(sim2dl_config.SCHEMA_PATH))
 try:
     sim2dl_config.check_consistency(config)
 except Sim2dlError as e:
@@ -48,14 +51,13 @@ class Run:
         self.config = run_config
         self.layout = sim2dl_config.layout(run_config)
         self.source = sim2dl_config.source_dir(run_config)
-        # Per-rule `params` hold the sections a step depends on, so Snakemake reruns exactly the steps
-        # whose settings changed.
         self.resolved = self.layout.workdir / "config.resolved.yaml"
         write_resolved(self.resolved, run_config)
 
-    def settings(self, *sections):
-        """The config sections a step depends on, as a stable string (a Snakemake params rerun trigger)."""
-        return json.dumps({s: self.config[s] for s in sections}, sort_keys=True)
+    def settings(self, step):
+        """The config values `step` reads (pipeline.config.STEP_SETTINGS), as a stable string: a rule's
+        `params`, so Snakemake reruns exactly the steps whose settings changed."""
+        return json.dumps(sim2dl_config.step_settings(self.config, step), sort_keys=True)
 
 
 if "sweep" in config:
@@ -84,8 +86,8 @@ def run_config(wildcards):
     return str(RUN[wildcards.workdir].resolved)
 
 
-def settings(*sections):
-    return lambda wildcards: RUN[wildcards.workdir].settings(*sections)
+def settings(step):
+    return lambda wildcards: RUN[wildcards.workdir].settings(step)
 
 
 include: "rules/simulate.smk"
@@ -95,12 +97,17 @@ include: "rules/merge.smk"
 include: "rules/stage.smk"
 include: "rules/search.smk"
 include: "rules/train.smk"
+include: "rules/throughput.smk"
+
+
+report: "report/workflow.rst"
 
 
 rule all:
     default_target: True
     input:
         [r.layout.train_summary for r in RUNS],
+        [r.layout.throughput_plot for r in RUNS],
         [SWEEP_DIR / "summary.csv"] if "sweep" in config else [],
 
 
@@ -115,5 +122,8 @@ if "sweep" in config:
             [r.layout.train_summary for r in RUNS],
         output:
             SWEEP_DIR / "summary.csv",
+            report(SWEEP_DIR / "summary.png", caption="report/sweep.rst", category="Sweep"),
+        log:
+            SWEEP_DIR / "sweep.log",
         shell:
-            "sim2dl sweep --config {SWEEP_CONFIG:q}"
+            "sim2dl sweep --config {SWEEP_CONFIG:q} >> {log:q} 2>&1"

@@ -32,13 +32,13 @@ def main() -> None:
     comm.barrier()
     times = {}
     start = time.perf_counter()
-    ingest(config, lay.raw, lay.ingest, comm)
+    ingest(cfg.step_config(config, "ingest"), lay.raw, lay.ingest, comm)
     comm.barrier()
     times["ingest"] = time.perf_counter() - start
-    convert(config, lay.manifest, lay.ingest / "parts", lay.convert, comm)
+    convert(cfg.step_config(config, "convert"), lay.manifest, lay.ingest / "parts", lay.convert, comm)
     comm.barrier()
     times["convert"] = time.perf_counter() - start - times["ingest"]
-    merge(config, lay.manifest, lay.convert, lay.merged, comm)
+    merge(cfg.step_config(config, "merge"), lay.manifest, lay.convert, lay.merged, comm)
     comm.barrier()
     times["written"] = time.perf_counter() - start
     times["merge"] = times["written"] - times["ingest"] - times["convert"]

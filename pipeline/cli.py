@@ -10,6 +10,7 @@ import argparse
 import getpass
 import json
 import os
+import resource
 import shlex
 import sys
 import time
@@ -21,12 +22,14 @@ from pipeline import config as cfg
 from pipeline.parallel import mpi_library, world
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, config_required: bool = True) -> None:
     parser.add_argument(
         "--config",
         type=Path,
+        required=config_required,
         default=None,
-        help="YAML config (default: the demo config); validated against config/schema.yaml",
+        help="YAML config, validated against the schema (a workflow run's is {workdir}/config.resolved.yaml)"
+        + ("" if config_required else "; default: the demo config, config/config.yaml"),
     )
     parser.add_argument(
         "--overrides",
@@ -38,65 +41,77 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def cmd_simulate(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+# Each handler takes the whole config (for the workdir's paths) and the step's view of it
+# (config.step_config: only the keys the step reads), which it hands to the step.
+def cmd_simulate(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.simulate import simulate
 
-    out = args.out or cfg.layout(config).raw
-    return simulate(config["simulate"], out, comm)
+    out = args.out or cfg.source_dir(config)
+    return simulate(view["simulate"], out, comm)
 
 
-def cmd_ingest(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_ingest(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.ingest import ingest
 
-    return ingest(config, args.source or cfg.source_dir(config), args.out or cfg.layout(config).ingest, comm)
+    return ingest(view, args.source or cfg.source_dir(config), args.out or cfg.layout(config).ingest, comm)
 
 
-def cmd_convert(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_convert(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.convert import convert
 
     lay = cfg.layout(config)
     ingest_dir = args.ingest or lay.ingest
-    return convert(config, ingest_dir / "manifest.csv", ingest_dir / "parts", args.out or lay.convert, comm)
+    return convert(view, ingest_dir / "manifest.csv", ingest_dir / "parts", args.out or lay.convert, comm)
 
 
-def cmd_merge(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_merge(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.merge import merge
 
     lay = cfg.layout(config)
     ingest_dir = args.ingest or lay.ingest
-    return merge(config, ingest_dir / "manifest.csv", args.convert or lay.convert, args.out or lay.merged, comm)
+    return merge(view, ingest_dir / "manifest.csv", args.convert or lay.convert, args.out or lay.merged, comm)
 
 
-def cmd_stage(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_stage(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.stage import stage
 
     lay = cfg.layout(config)
-    return stage(config, args.merged or lay.merged, args.summary or lay.stage_summary, comm)
+    return stage(view, args.merged or lay.merged, args.summary or lay.stage_summary, comm)
 
 
-def cmd_train(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_train(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.train import train
 
     lay = cfg.layout(config)
-    return train(config, args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train)
+    return train(view, args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train)
 
 
-def cmd_search(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_search(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.search import search
 
-    return search(config, args.out or cfg.layout(config).search, comm, role=args.role)
+    lay = cfg.layout(config)
+    out, merged, staged = args.out or lay.search, args.merged or lay.merged, args.stage_summary or lay.stage_summary
+    return search(view, out, merged, staged, comm, role=args.role)
 
 
-def cmd_sweep(args: argparse.Namespace, config: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_sweep(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.sweep import summarise
 
     if "sweep" not in config:
         raise Sim2dlError("this config has no 'sweep' section (e.g. --config config/sweeps/lr_shards.yaml)")
-    return summarise(config)
+    return summarise(view)
+
+
+def cmd_throughput(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+    from pipeline.throughput import throughput
+
+    lay = cfg.layout(config)
+    return throughput(lay, args.out or lay.throughput_plot)
 
 
 MERGED = ("--merged", "merge output directory (default: {workdir}/merged)")
 INGEST = ("--ingest", "ingest output directory (default: {workdir}/ingest)")
+STAGE_SUMMARY = ("--stage-summary", "stage summary (default: {workdir}/staged/summary.json)")
 
 # (step, help, handler, path options): every option is a path with the workdir layout as its default.
 STEPS: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
@@ -143,7 +158,7 @@ STEPS: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
         cmd_train,
         [
             MERGED,
-            ("--stage-summary", "stage summary (default: {workdir}/staged/summary.json)"),
+            STAGE_SUMMARY,
             ("--out", "output directory (default: {workdir}/train)"),
         ],
     ),
@@ -151,7 +166,13 @@ STEPS: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
         "search",
         "hyperparameter search with BOHB: rank 0 the master, other ranks workers",
         cmd_search,
-        [("--out", "output directory (default: {workdir}/search)")],
+        [MERGED, STAGE_SUMMARY, ("--out", "output directory (default: {workdir}/search)")],
+    ),
+    (
+        "throughput",
+        "a figure of the data steps' times and rates, from their logs: {workdir}/report/throughput.png",
+        cmd_throughput,
+        [("--out", "the figure (default: {workdir}/report/throughput.png)")],
     ),
     (
         "sweep",
@@ -170,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("image", help="build the container image, collect the host MPI, print the reference (image --help)")
     sub.add_parser("doctor", help="check runtime, image, host MPI and node-local storage before a long job")
+    sub.add_parser("inspect", help="look at existing simulation output and write a starter config (inspect --help)")
     for name, help_text, handler, options in STEPS:
         p = sub.add_parser(name, help=help_text)
         _common(p)
@@ -243,10 +265,10 @@ def image_main(argv: list[str]) -> int:
     host.add_argument("--lib", type=Path, help="the library (default: libmpi.so.12 or libmpich.so.12 from ldconfig)")
     host.add_argument("--out", type=Path, required=True, help="directory to create (replaced if it exists)")
     for p in (build, ref, host):
-        _common(p)
+        _common(p, config_required=False)
     args = parser.parse_args(argv)
     try:
-        config = cfg.load(args.config, override_files=args.overrides)
+        config = _load_or_demo("sim2dl image", args)
         if args.action == "ref":
             print(image.image_reference(config["container"]))
             return 0
@@ -270,17 +292,51 @@ def doctor_main(argv: list[str]) -> int:
     from pipeline import doctor
 
     parser = argparse.ArgumentParser(prog="sim2dl doctor", description=doctor.__doc__)
-    _common(parser)
+    _common(parser, config_required=False)
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     args = parser.parse_args(argv)
     try:
-        config = cfg.load(args.config, override_files=args.overrides)
+        config = _load_or_demo("sim2dl doctor", args)
     except Sim2dlError as e:
         print(f"sim2dl doctor: error: {e}", file=sys.stderr, flush=True)
         return 2
     checks = doctor.doctor(config)
     print(doctor.as_json(checks)) if args.json else doctor.report(checks)
     return 1 if any(c.status == "fail" for c in checks) else 0
+
+
+def inspect_main(argv: list[str]) -> int:
+    """`sim2dl inspect`: what a few of the files hold, and a starter config for them."""
+    from pipeline import inspection
+
+    parser = argparse.ArgumentParser(prog="sim2dl inspect", description=inspection.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("data", help="a directory, a glob (quote it: 'data/**/*.h5') or one file")
+    parser.add_argument("--files", type=int, default=8, help="how many files to open, spread over the matches")
+    parser.add_argument("--write", type=Path, metavar="YAML", help="write a starter config there")
+    args = parser.parse_args(argv)
+    if args.files < 1:
+        parser.error("--files must be at least 1")
+    try:
+        text, _ = inspection.inspect(args.data, args.files, args.write)
+    except Sim2dlError as e:
+        print(f"sim2dl inspect: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    print(text)
+    return 0
+
+
+def _load_or_demo(prog: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The --config file, or else the demo config, saying so: these commands read only the container
+    and stage sections, and `make image` builds the image the demo config names."""
+    if args.config is None:
+        where = cfg.DEMO_CONFIG if cfg.DEMO_CONFIG.is_file() else "none: the schema's defaults"
+        print(f"{prog}: no --config given, using the demo config ({where})", file=sys.stderr, flush=True)
+        config = cfg.demo_config()
+        for extra in args.overrides:
+            cfg.deep_merge(config, cfg.read_yaml_mapping(extra))
+        return cfg.validate(config)
+    return cfg.load(args.config, override_files=args.overrides)
 
 
 def _config_options(args: argparse.Namespace) -> list[str]:
@@ -298,13 +354,15 @@ def main(argv: list[str] | None = None) -> int:
         return image_main(argv[1:])
     if argv[:1] == ["doctor"]:
         return doctor_main(argv[1:])
+    if argv[:1] == ["inspect"]:
+        return inspect_main(argv[1:])
     args = build_parser().parse_args(argv)
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
     start = time.perf_counter()
     try:
         config = cfg.load(args.config, override_files=args.overrides)
-        summary = args.func(args, config, comm)
+        summary = args.func(args, config, cfg.step_config(config, args.step), comm)
     except CollectiveError as e:
         # Every rank raised it after the same collective: one message, and a normal exit on all ranks.
         if rank == 0:
@@ -324,8 +382,11 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.flush()
             comm.Abort(1)
         raise
+    # The largest peak resident memory of any rank (Linux reports ru_maxrss in KiB).
+    peak_rss_mb = max(comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)) / 1024
     if rank == 0:
         summary = {"step": args.step, "ranks": size, "seconds": round(time.perf_counter() - start, 3), **summary}
+        summary["peak_rss_mb_per_rank"] = round(peak_rss_mb, 1)
         summary["mpi_library"] = mpi_library()
         if "SIM2DL_IMAGE" in os.environ:  # set by `sim2dl launch` in every container it starts
             summary["image"] = os.environ["SIM2DL_IMAGE"]

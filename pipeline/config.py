@@ -1,7 +1,14 @@
-"""Configuration: one YAML file validated against config/schema.yaml, with defaults filled in.
+"""Configuration: one YAML file validated against the schema (pipeline/schema.yaml, shipped with the
+package; config/schema.yaml links to it), with defaults filled in.
 
 The Snakefile validates with Snakemake's `validate` (same schema); the CLI uses `load` so a step run
 by hand gets the same checks and the same error messages.
+
+A user's config file is the whole config: what it leaves out comes from the schema's defaults, never from
+the demo config (config/config.yaml), which is used only when no config file is given to `snakemake`.
+`STEP_SETTINGS` says which config keys each step reads: the Snakefile makes them each rule's rerun
+trigger, and the CLI hands each step only those keys (`step_config`), so the table cannot fall behind
+the code. Memory and time: proportional to the config's size (a few KB), independent of the data.
 """
 
 from __future__ import annotations
@@ -17,8 +24,25 @@ import yaml
 from pipeline import Sim2dlError
 
 REPO = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = REPO / "config" / "schema.yaml"
-DEFAULT_CONFIG = REPO / "config" / "config.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parent / "schema.yaml"  # package data: found by any install
+DEMO_CONFIG = REPO / "config" / "config.yaml"  # in a source checkout only
+
+# The config keys (a section, or a dotted key inside one) that each step reads; None: the whole config.
+# Snakemake reruns a step when one of its values changes (and only then); `sim2dl STEP` gives the step
+# a config holding only these keys, so reading any other key fails at once, in the tests too.
+STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
+    "simulate": ("simulate", "source.path"),
+    # Parts are framed, and sized, as merge will write shards; the first feature gives a record's length.
+    "ingest": ("source", "ingest", "convert.features", "merge.format", "merge.compression", "merge.shard_size_mb"),
+    "convert": ("convert",),
+    "merge": ("convert", "merge"),
+    "stage": ("stage",),
+    # Stages again itself where node-local copies are gone; the simulator's label names for the plots.
+    "train": ("train", "stage", "simulate.enabled"),
+    "search": ("search", "train", "stage", "simulate.enabled"),  # its trials run train
+    "sweep": None,  # every point's config is built from the whole file
+    "throughput": (),  # a figure from the data steps' summaries: reads no setting
+}
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -118,6 +142,39 @@ def check_consistency(config: Mapping[str, Any]) -> None:
         )
 
 
+def get_dotted(config: Mapping[str, Any], key: str) -> Any:
+    """config['a']['b'] for 'a.b'; KeyError names the whole key."""
+    value: Any = config
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            raise KeyError(key)
+        value = value[part]
+    return value
+
+
+def step_settings(config: Mapping[str, Any], step: str) -> dict[str, Any]:
+    """The values of the keys `step` reads, by dotted key (a Snakemake params rerun trigger)."""
+    keys = STEP_SETTINGS[step]
+    if keys is None:
+        return dict(config)
+    return {key: get_dotted(config, key) for key in keys}
+
+
+def step_config(config: Mapping[str, Any], step: str) -> dict[str, Any]:
+    """A copy of `config` holding only the keys `step` reads, nested as in the config."""
+    keys = STEP_SETTINGS[step]
+    if keys is None:
+        return _copy(dict(config))
+    view: dict[str, Any] = {}
+    for key, value in step_settings(config, step).items():
+        *sections, leaf = key.split(".")
+        node = view
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = _copy(value)
+    return view
+
+
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
@@ -140,13 +197,28 @@ def deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any
     return base
 
 
+def demo_config() -> dict[str, Any]:
+    """The laptop demo's config (config/config.yaml in a source checkout); {} where there is none, so
+    the schema's defaults apply."""
+    return read_yaml_mapping(DEMO_CONFIG) if DEMO_CONFIG.is_file() else {}
+
+
+def workflow_config(command_line: dict[str, Any], configfiles_given: bool) -> dict[str, Any]:
+    """The config of a `snakemake` run, before validation: the user's --configfile files as given
+    (Snakemake has merged them with --config), or, with none, the demo config with --config on top.
+    The demo's maps (source.fields, search.space, ...) never merge into a user's."""
+    if configfiles_given:
+        return command_line
+    return deep_merge(demo_config(), command_line)
+
+
 def load(
-    path: Path | str | None = None,
+    path: Path | str,
     overrides: Mapping[str, Any] | None = None,
     override_files: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """The config file, then each override file merged on top (e.g. search's best.yaml), then validated."""
-    config = read_yaml_mapping(Path(path) if path else DEFAULT_CONFIG)
+    config = read_yaml_mapping(Path(path))
     for extra in override_files:
         deep_merge(config, read_yaml_mapping(Path(extra)))
     for key, value in (overrides or {}).items():
@@ -159,6 +231,10 @@ class Layout:
     """Where each step reads and writes, below `workdir`. Shared by the Snakefile and the CLI."""
 
     workdir: Path
+
+    def log(self, step: str) -> Path:
+        """A step's output (progress, warnings, its JSON summary) when the workflow runs it."""
+        return self.workdir / "logs" / f"{step}.log"
 
     @property
     def raw(self) -> Path:
@@ -219,6 +295,22 @@ class Layout:
     @property
     def train_summary(self) -> Path:
         return self.train / "summary.json"
+
+    @property
+    def learning_curves(self) -> Path:
+        return self.train / "learning_curves.png"
+
+    @property
+    def predicted_vs_true(self) -> Path:
+        return self.train / "pred_vs_true.png"
+
+    @property
+    def search_plot(self) -> Path:
+        return self.search / "search.png"
+
+    @property
+    def throughput_plot(self) -> Path:
+        return self.workdir / "report" / "throughput.png"
 
 
 def layout(config: Mapping[str, Any]) -> Layout:

@@ -1,4 +1,6 @@
-"""Figures a person would rather see than read: learning curves and predicted-vs-true parameters."""
+"""Figures a person would rather see than read: learning curves, predicted-vs-true parameters, the search's
+progress, a sweep's points, and the data steps' throughput. Each is one small PNG (memory and time
+independent of the dataset's size: they plot per-epoch, per-trial or per-step figures)."""
 
 from __future__ import annotations
 
@@ -83,4 +85,25 @@ def sweep_comparison(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     ax_r2.legend()
     for ax in (ax_loss, ax_r2):
         ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    _save(fig, path)
+
+
+def data_throughput(summaries: Mapping[str, Mapping[str, Any]], records: int, shard_bytes: int, path: Path) -> None:
+    """Seconds per data step, and each step's rate: records/s, and MB/s where it moves the shards' bytes."""
+    steps = [s for s in ("ingest", "convert", "merge", "stage") if s in summaries]
+    seconds = [float(summaries[s]["seconds"]) for s in steps]
+    fig, (ax_time, ax_rate) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax_time.bar(steps, seconds, color="tab:blue")
+    ax_time.set(ylabel="seconds (wall, all ranks)", title=f"Data steps: {records:,} records")
+    for i, step in enumerate(steps):
+        ax_time.annotate(f"{summaries[step].get('ranks', '?')} ranks", (i, seconds[i]), ha="center", va="bottom")
+    x = np.arange(len(steps))
+    ax_rate.bar(x - 0.2, [records / max(t, 1e-9) for t in seconds], 0.4, label="records/s", color="tab:green")
+    ax_rate.set(ylabel="records/s", title="Throughput")
+    ax_rate.set_xticks(x, steps)
+    twin = ax_rate.twinx()
+    rates = [shard_bytes / 1e6 / max(t, 1e-9) for t in seconds]
+    moved = [rate if step in ("merge", "stage") else 0.0 for step, rate in zip(steps, rates, strict=True)]
+    twin.bar(x + 0.2, moved, 0.4, label="MB/s of shards", color="tab:orange")
+    twin.set_ylabel("MB/s of shards written (merge) or staged per node (stage)", color="tab:orange")
     _save(fig, path)

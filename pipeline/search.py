@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -179,13 +180,21 @@ def trial_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPI_LOCALRANK"))}
 
 
+@dataclass(frozen=True)
+class TrialData:
+    """What every trial trains from: the merged dataset and the summary of its staged copy."""
+
+    merged: Path
+    staged: Path
+
+
 def run_trial(
     base_config: Mapping[str, Any],
     config: Mapping[str, Any],
     budget: float,
     trial_dir: Path,
     settings: Mapping[str, Any],
-    stage_summary: Path,
+    data: TrialData,
 ) -> dict[str, Any]:
     """Train one configuration for `budget` epochs in a subprocess; returns {'loss', 'info'}."""
     trial_config = json.loads(json.dumps(base_config))
@@ -206,8 +215,10 @@ def run_trial(
             str(config_path),
             "--out",
             str(trial_dir / "train"),
+            "--merged",
+            str(data.merged),
             "--stage-summary",
-            str(stage_summary),
+            str(data.staged),
         ]
     )
     start = time.perf_counter()
@@ -257,9 +268,9 @@ def make_worker_class() -> type:
     from hpbandster.core.worker import Worker
 
     class TrainingWorker(Worker):  # type: ignore[misc]
-        def __init__(self, base_config: Mapping[str, Any], out_dir: Path, stage_summary: Path, **kwargs: Any) -> None:
+        def __init__(self, base_config: Mapping[str, Any], out_dir: Path, data: TrialData, **kwargs: Any) -> None:
             super().__init__(**kwargs)
-            self.base_config, self.out_dir, self.stage_summary = base_config, out_dir, stage_summary
+            self.base_config, self.out_dir, self.data = base_config, out_dir, data
             self.settings = base_config["search"]
             self.results = out_dir / RESULT_NAME
             self.lock = threading.Lock()
@@ -273,7 +284,7 @@ def make_worker_class() -> type:
             row: dict[str, Any] = {"config_id": list(config_id), "config": plain(config), "budget": float(budget)}
             try:
                 result = run_trial(
-                    self.base_config, config, budget, self.out_dir / "trials" / name, self.settings, self.stage_summary
+                    self.base_config, config, budget, self.out_dir / "trials" / name, self.settings, self.data
                 )
                 row.update(loss=result["loss"], info=result["info"])
                 return result
@@ -287,7 +298,9 @@ def make_worker_class() -> type:
     return TrainingWorker
 
 
-def search(config: Mapping[str, Any], out_dir: Path, comm: Any, role: str = "all") -> dict[str, Any]:
+def search(
+    config: Mapping[str, Any], out_dir: Path, merged_dir: Path, staged: Path, comm: Any, role: str = "all"
+) -> dict[str, Any]:
     """Run a BOHB search.
 
     role 'all' (one MPI job): rank 0 runs the name server and the master (and a worker when it is the only
@@ -298,20 +311,17 @@ def search(config: Mapping[str, Any], out_dir: Path, comm: Any, role: str = "all
     run_dir = out_dir / "run"
     run_id = f"sim2dl-{settings['seed']}"
     register_numpy_serializers()
-    stage_summary = None
+    data = TrialData(merged_dir, staged)
     if role != "master":  # the trials on this job's nodes read staged data: stage it here if it is not
-        from pipeline.config import layout
         from pipeline.stage import ensure_staged, topology
 
-        paths = layout(config)
         topo = topology(comm, config["stage"]["emulate_nodes"])
-        _, stage_summary = ensure_staged(
-            config, paths.merged, paths.stage_summary, out_dir / "restaged.json", comm, topo
-        )
+        _, restaged = ensure_staged(config, merged_dir, staged, out_dir / "restaged.json", comm, topo)
+        data = TrialData(merged_dir, restaged)
     if role == "worker":
         address = wait_for_master(run_dir, settings["join_timeout_s"])
         install_hmac_key(read_key(run_dir), settings["call_timeout_s"])
-        start_worker(config, out_dir, stage_summary, address, settings, worker_id=f"r{rank}", background=False)
+        start_worker(config, out_dir, data, address, settings, worker_id=f"r{rank}", background=False)
         return {"role": "worker"}
     if role == "master" and size > 1:
         raise Sim2dlError("--role master runs on one rank; start workers with --role worker")
@@ -322,13 +332,13 @@ def search(config: Mapping[str, Any], out_dir: Path, comm: Any, role: str = "all
         with name_server(run_dir, run_id, settings) as address:
             comm.bcast(address, root=0)
             if role == "all" and size == 1:
-                start_worker(config, out_dir, stage_summary, address, settings, worker_id="r0", background=True)
+                start_worker(config, out_dir, data, address, settings, worker_id="r0", background=True)
             workers = settings["workers"] if role == "master" else max(1, size - 1)
             result = run_master(settings, address, workers)
         summary = finish(result, out_dir, config)
     else:
         address = comm.bcast(None, root=0)
-        start_worker(config, out_dir, stage_summary, address, settings, worker_id=f"r{rank}", background=False)
+        start_worker(config, out_dir, data, address, settings, worker_id=f"r{rank}", background=False)
     comm.barrier()
     return summary
 
@@ -354,7 +364,7 @@ def name_server(run_dir: Path, run_id: str, settings: Mapping[str, Any]) -> Any:
 def start_worker(
     config: Mapping[str, Any],
     out_dir: Path,
-    stage_summary: Path | None,
+    data: TrialData,
     address: Mapping[str, Any],
     settings: Mapping[str, Any],
     worker_id: str,
@@ -363,7 +373,7 @@ def start_worker(
     worker = make_worker_class()(
         config,
         out_dir,
-        stage_summary,
+        data,
         run_id=address["run_id"],
         nameserver=address["host"],
         nameserver_port=address["port"],

@@ -5,6 +5,7 @@ rule convert:
     output:
         stats=LAYOUT.stats,
     log:
+        step=LAYOUT.log("convert"),
         rejects=LAYOUT.convert_rejects,
     params:
         config=run_config,
@@ -12,4 +13,5 @@ rule convert:
     resources:
         tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q} convert"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
+        " convert >> {log.step:q} 2>&1"

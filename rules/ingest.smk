@@ -11,11 +11,13 @@ rule ingest:
     output:
         manifest=LAYOUT.manifest,
     log:
+        step=LAYOUT.log("ingest"),
         rejects=LAYOUT.ingest_rejects,
     params:
         config=run_config,
-        settings=settings("source", "ingest"),
+        settings=settings("ingest"),
     resources:
         tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q} ingest"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
+        " ingest >> {log.step:q} 2>&1"

@@ -6,10 +6,13 @@ rule merge:
         stats=LAYOUT.stats,
     output:
         metadata=LAYOUT.metadata,
+    log:
+        step=LAYOUT.log("merge"),
     params:
         config=run_config,
-        settings=settings("convert", "merge"),
+        settings=settings("merge"),
     resources:
         tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q} merge"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
+        " merge >> {log.step:q} 2>&1"

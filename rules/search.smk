@@ -6,10 +6,14 @@ rule search:
         staged=LAYOUT.stage_summary,
     output:
         best=LAYOUT.search_best,
+        progress=report(LAYOUT.search_plot, caption="../report/search.rst", category="Search"),
+    log:
+        step=LAYOUT.log("search"),
     params:
         config=run_config,
-        settings=settings("search", "train"),
+        settings=settings("search"),
     resources:
         tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q} search"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
+        " search >> {log.step:q} 2>&1"

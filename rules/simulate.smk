@@ -3,6 +3,8 @@
 rule simulate:
     output:
         LAYOUT.simulate_summary,
+    log:
+        step=LAYOUT.log("simulate"),
     params:
         config=run_config,
         source=lambda wc: RUN[wc.workdir].source,
@@ -11,4 +13,4 @@ rule simulate:
         tasks=2,
     shell:
         "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " simulate --out {params.source:q}"
+        " simulate --out {params.source:q} >> {log.step:q} 2>&1"

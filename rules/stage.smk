@@ -5,10 +5,13 @@ rule stage:
         metadata=LAYOUT.metadata,
     output:
         summary=LAYOUT.stage_summary,
+    log:
+        step=LAYOUT.log("stage"),
     params:
         config=run_config,
         settings=settings("stage"),
     resources:
         tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q} stage"
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
+        " stage >> {log.step:q} 2>&1"

@@ -12,14 +12,16 @@ rule train:
         best=lambda wc: searched(wc) or [],
     output:
         summary=LAYOUT.train_summary,
+        curves=report(LAYOUT.learning_curves, caption="../report/learning_curves.rst", category="Training"),
+        predicted=report(LAYOUT.predicted_vs_true, caption="../report/pred_vs_true.rst", category="Training"),
+    log:
+        step=LAYOUT.log("train"),
     params:
         config=run_config,
         overrides=lambda wc: ["--overrides", searched(wc)] if searched(wc) else [],
-        settings=lambda wc: RUN[wc.workdir].settings(
-            *(("train", "search") if searched(wc) else ("train",))
-        ),
+        settings=settings("train"),
     resources:
         tasks=2,
     shell:
         "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " {params.overrides:q} train"
+        " {params.overrides:q} train >> {log.step:q} 2>&1"

@@ -54,10 +54,12 @@ def cli_command(args: list[str], ranks: int | None) -> list[str]:
     return [*launcher, str(BIN / "sim2dl"), *args]
 
 
-def run_snakemake(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+def run_snakemake(
+    args: list[str], timeout: float, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`snakemake ARGS` in the repository, under `timeout -k` so a stuck executor cannot hang the tests."""
     cmd = ["timeout", "-k", "30", str(timeout), "snakemake", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=REPO)
+    return subprocess.run(cmd, capture_output=True, text=True, env={**env(), **(extra_env or {})}, cwd=REPO)
 
 
 def start_cli(args: list[str], ranks: int, log: Path | None = None) -> subprocess.Popen[bytes]:

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from .conftest import REPO, env, run_snakemake, small_cube_config
+from .test_workflow import assert_report_holds
 
 STATE = Path("/tmp/sim2dl-slurm")
 
@@ -72,7 +73,7 @@ def small_config(tmp_path, **sections):
 
 
 def step_summaries(log_dir: Path) -> dict[str, list[dict]]:
-    """The JSON summary line each step printed, by rule, from the Slurm job logs."""
+    """The JSON summary line each step printed, by rule, from the steps' logs."""
     found: dict[str, list[dict]] = {}
     for log in log_dir.rglob("*.log"):
         for line in log.read_text(errors="replace").splitlines():
@@ -92,11 +93,14 @@ def test_demo_workflow_with_search_runs_as_slurm_jobs_and_srun_steps(tmp_path, s
         "ping_interval_s": 1,
         "space": {"learning_rate": {"type": "log-uniform", "low": 0.0003, "high": 0.003}},
     }
-    proc, log = snakemake(tmp_path, "--configfile", str(small_config(tmp_path, search=search)))
+    config = small_config(tmp_path, search=search)
+    proc, log = snakemake(tmp_path, "--configfile", str(config))
     assert proc.returncode == 0, log
+    figures = ["learning_curves.png", "pred_vs_true.png", "search.png", "throughput.png"]
+    assert_report_holds(tmp_path, ["--configfile", str(config)], figures)
     job_ids = set(re.findall(r"SLURM jobid (\d+)", log))
     assert len(job_ids) >= 4, log  # data group, stage, search, train
-    summaries = step_summaries(tmp_path / "slurm_logs")
+    summaries = step_summaries(tmp_path / "work" / "logs")
     assert set(summaries) == {"simulate", "ingest", "convert", "merge", "stage", "search", "train"}, summaries
     for step, (summary, *_) in summaries.items():
         # every step ran as an srun step with two tasks inside one of the batch jobs Snakemake submitted
@@ -161,9 +165,8 @@ def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoi
     assert trained["epochs"] == 40 and epochs_done(workdir) == 40
     resumed = [
         json.loads(line)["train"]["resume_from_epoch"]
-        for f in (tmp_path / "slurm_logs").rglob("*.log")
-        for line in f.read_text(errors="replace").splitlines()
-        if line.startswith('{"train"')
+        for line in (workdir / "logs" / "train.log").read_text(errors="replace").splitlines()
+        if line.startswith('{"train"')  # every attempt appends to the step's log
     ]
     # three attempts: fresh, resumed after the cancel, resumed after the interruption
     assert sorted(resumed)[0] == 0 and len(resumed) == 3
@@ -194,5 +197,6 @@ def test_a_two_point_sweep_runs_every_point_in_its_own_directory_and_compares_th
         assert trained["settings"]["learning_rate"] == float(row["train.learning_rate"])
         assert float(row["val_loss"]) == pytest.approx(trained["val_loss"], rel=1e-4)
     assert (tmp_path / "sweep" / "summary.png").stat().st_size > 10_000
+    assert_report_holds(tmp_path, ["--configfile", str(base), str(sweep)], ["summary.png", "throughput.png"])
     # two configurations, two data groups, two trainings: all through Slurm
     assert len(set(re.findall(r"SLURM jobid (\d+)", log))) >= 6

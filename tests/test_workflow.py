@@ -5,6 +5,7 @@ from pathlib import Path
 
 import yaml
 
+from pipeline import config as cfg
 from pipeline.tables import read_csv
 
 from .conftest import run_snakemake
@@ -14,24 +15,34 @@ def snakemake(*args, timeout=600):
     return run_snakemake(["--cores", "2", *args], timeout)
 
 
+def assert_report_holds(tmp_path: Path, args: list[str], figures: list[str]) -> None:
+    """`snakemake --report` of a finished run shows these figures (each an output marked with report())."""
+    report = tmp_path / "report.html"
+    proc = run_snakemake(["--cores", "1", *args, "--report", str(report)], 300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    html = report.read_text(errors="replace")
+    for figure in figures:
+        assert figure in html, figure
+
+
 def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
-    overrides = tmp_path / "small.yaml"
-    overrides.write_text(
-        yaml.safe_dump(
-            {
-                "workdir": str(tmp_path / "w"),
-                "simulate": {"samples": 40},
-                "merge": {"shard_size_mb": 1},
-                "stage": {"target": str(tmp_path / "local")},  # not the shared default below /tmp
-                "search": {"enabled": False},  # search then train runs in test_slurm
-            }
-        )
-    )
-    proc = snakemake("--configfile", str(overrides))
+    # No --configfile: the demo config, with these values on top (as a user shrinks the demo).
+    overrides = [
+        "--config",
+        f"workdir={tmp_path / 'w'}",
+        "simulate={samples: 40}",
+        "merge={shard_size_mb: 1}",
+        f"stage={{target: {tmp_path / 'local'}}}",  # not the shared default below /tmp
+        "search={enabled: false}",  # search then train runs in test_slurm
+    ]
+    proc = snakemake(*overrides)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     log = proc.stdout + proc.stderr
     for rule in ("simulate", "ingest", "convert", "merge", "stage", "train"):
         assert f"rule {rule}:" in log
+        # each step's output is in its log, ending with its JSON summary
+        step_log = (tmp_path / "w" / "logs" / f"{rule}.log").read_text().splitlines()
+        assert json.loads(step_log[-1])["step"] == rule
     meta = json.loads((tmp_path / "w" / "merged" / "metadata.json").read_text())
     assert meta["counts"]["records"] == 40 and meta["counts"]["rejected_files"] == 0
     manifest = read_csv(tmp_path / "w" / "ingest" / "manifest.csv")
@@ -43,13 +54,127 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     trained = json.loads((tmp_path / "w" / "train" / "summary.json").read_text())
     assert trained["ranks"] == 2 and trained["weights_identical_across_ranks"]
 
-    # Nothing to do the second time; a merge setting change reruns merge only.
-    proc = snakemake("--configfile", str(overrides))
+    assert_report_holds(tmp_path, overrides, ["learning_curves.png", "pred_vs_true.png", "throughput.png"])
+    resolved = yaml.safe_load((tmp_path / "w" / "config.resolved.yaml").read_text())
+    assert resolved["source"]["fields"]["density"]["shape"] == [32, 32, 32]  # the demo's own settings
+    assert resolved["search"]["space"]["batch_size"] == {"type": "choice", "values": [8, 16, 32]}
+    # Nothing to do the second time. The shard size is read by ingest (parts are about a shard each) and
+    # merge: they and the steps below them rerun, the simulator does not.
+    proc = snakemake(*overrides)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
-    proc = snakemake("--configfile", str(overrides), "--config", "merge={shard_size_mb: 0.5}")
+    proc = snakemake(*overrides[:-3], "merge={shard_size_mb: 0.5}", *overrides[-2:])
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log
-    assert "rule merge:" in log and "rule stage:" in log and "rule train:" in log
-    assert "rule ingest:" not in log and "rule simulate:" not in log
+    assert "rule ingest:" in log and "rule merge:" in log and "rule stage:" in log and "rule train:" in log
+    assert "rule simulate:" not in log
     meta2 = json.loads((tmp_path / "w" / "merged" / "metadata.json").read_text())
     assert meta2["counts"]["shards"] > meta["counts"]["shards"]
+
+
+# One valid change to each key of STEP_SETTINGS (a leaf inside it, for sections), in the config below.
+CHANGES = {
+    "simulate": ("simulate.seed", 7),
+    "source.path": ("source.path", "elsewhere"),
+    "source": ("source.glob", "**/*.hdf5"),
+    "ingest": ("ingest.check_finite", False),
+    "convert.features": ("convert.features", ["density", "extra"]),
+    "merge.format": ("merge.format", "hdf5"),
+    "merge.compression": ("merge.compression", "gzip"),
+    "merge.shard_size_mb": ("merge.shard_size_mb", 4),
+    "convert": ("convert.dtype", "float64"),
+    "merge": ("merge.sort_by", "length"),
+    "stage": ("stage.mode", "partition"),
+    "train": ("train.epochs", 3),
+    "simulate.enabled": ("simulate.enabled", False),
+    "search": ("search.seed", 5),
+}
+# The workflow's edges: a rule's output is read by these rules.
+DOWNSTREAM = {
+    "simulate": {"ingest"},
+    "ingest": {"convert", "merge"},
+    "convert": {"merge"},
+    "merge": {"stage", "search", "train", "throughput"},
+    "stage": {"search", "train", "throughput"},
+    "search": {"train"},
+    "train": set(),
+    "throughput": set(),
+}
+
+
+def closure(rules: set[str]) -> set[str]:
+    out, todo = set(rules), list(rules)
+    while todo:
+        for rule in DOWNSTREAM[todo.pop()] - out:
+            out.add(rule)
+            todo.append(rule)
+    return out
+
+
+def test_each_setting_reruns_exactly_the_steps_that_read_it(tmp_path):
+    """For every key of the one table of what each step reads (pipeline.config.STEP_SETTINGS): changing
+    it marks exactly the rules whose step reads it as 'params changed', and only those and the rules
+    below them would run."""
+    keys = {key for keys in cfg.STEP_SETTINGS.values() if keys for key in keys}
+    assert keys == set(CHANGES)  # a key added to the table needs a change here
+    workdir = tmp_path / "w"
+    base = {
+        "workdir": str(workdir),
+        "source": {
+            "fields": {
+                "density": {"path": "density"},
+                "params": {"path": "params"},
+                "extra": {"path": "extra"},
+            }
+        },
+        "convert": {"features": ["density"], "labels": ["params"]},
+        "search": {"enabled": True},
+    }
+    layout = cfg.Layout(workdir)
+    outputs = [
+        layout.simulate_summary,
+        layout.manifest,
+        layout.stats,
+        layout.metadata,
+        layout.stage_summary,
+        layout.search_best,
+        layout.search_plot,
+        layout.train_summary,
+        layout.learning_curves,
+        layout.predicted_vs_true,
+        layout.throughput_plot,
+    ]
+    for path in outputs:  # in the workflow's order, so that their times are too
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    base_file = tmp_path / "base.yaml"
+    base_file.write_text(yaml.safe_dump(base))
+    # --touch records each job's provenance (its params) as if it had run, without running anything.
+    proc = snakemake("--configfile", str(base_file), "--touch", "--forceall")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def summary(config_file: Path) -> dict[str, tuple[str, str]]:
+        proc = snakemake("--configfile", str(config_file), "--summary")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        rows = [line.split("\t") for line in proc.stdout.splitlines()[1:] if "\t" in line]
+        return {row[2]: (row[4], row[5]) for row in rows}  # rule -> (status, plan)
+
+    assert set(summary(base_file).values()) == {("ok", "no update")}
+    for key, (leaf, value) in CHANGES.items():
+        changed = json.loads(json.dumps(base))
+        section, _, name = leaf.partition(".")
+        changed.setdefault(section, {})[name] = str(tmp_path / value) if leaf == "source.path" else value
+        changed_file = tmp_path / "changed.yaml"
+        changed_file.write_text(yaml.safe_dump(changed))
+        rules = summary(changed_file)
+        readers = {
+            step
+            for step, step_keys in cfg.STEP_SETTINGS.items()
+            if step_keys and step in rules and any(leaf == k or leaf.startswith(k + ".") for k in step_keys)
+        }
+        assert readers, key
+        params_changed = {rule for rule, (status, _) in rules.items() if status == "params changed"}
+        assert params_changed == readers, (key, rules)
+        # simulate.enabled: false also takes the simulator's output away from ingest's inputs
+        moved = {"ingest"} if leaf == "simulate.enabled" else set()
+        pending = {rule for rule, (_, plan) in rules.items() if plan == "update pending"}
+        assert pending == closure(readers | moved) & set(rules), (key, rules)

@@ -1,4 +1,5 @@
-"""The interface every input format implements: read the declared fields of one file."""
+"""The interface every input format implements: read the declared fields of one file, and describe
+what a file holds (for `sim2dl inspect`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,24 @@ class FieldSpec:
         return cls(name, spec["path"], spec.get("dtype"), None if shape is None else tuple(shape))
 
 
+@dataclass(frozen=True)
+class ArrayInfo:
+    """One array a file holds: its path in the format's terms (a field's `path`), shape and dtype."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy's name, e.g. 'int16'; the kind tells numbers from text
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What one file holds: its arrays, and the scalar attributes that could name the sample (text or
+    integers, by name: a root attribute, a global attribute, a string array, a TNamed's title)."""
+
+    arrays: tuple[ArrayInfo, ...]
+    attributes: dict[str, str]
+
+
 class Reader(ABC):
     """Reads one file. Raises SampleError (never anything else) for a file that cannot be used."""
 
@@ -41,6 +60,11 @@ class Reader(ABC):
         self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
         """Return the arrays by logical field name, and the sample id stored in the file (if asked)."""
+
+    @abstractmethod
+    def describe(self, path: Path) -> Contents:
+        """Every array in the file with its shape and dtype, without reading the data where the format
+        allows. Raises SampleError for a file that cannot be opened."""
 
     def read_image(
         self, image: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
@@ -63,3 +87,14 @@ def as_text(value: Any) -> str:
     if isinstance(value, np.ndarray) and value.shape == ():
         return as_text(value.item())
     return str(value)
+
+
+def scalar_text(value: Any) -> str | None:
+    """An attribute's value as text if it could be a sample id (a string or an integer), else None."""
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "SUOiu":
+        return None
+    try:
+        return as_text(array.reshape(()))
+    except UnicodeDecodeError:
+        return None

@@ -26,7 +26,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from pipeline.readers.base import FieldSpec, Reader, SampleError, as_array, as_text
+from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, Reader, SampleError, as_array, as_text, scalar_text
 
 _FILE_ACCESS = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
 _FILE_ACCESS.set_fapl_core(backing_store=False)
@@ -156,6 +156,22 @@ class HDF5Reader(Reader):
     def read(self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None) -> tuple[Arrays, str | None]:
         arrays, _, sample_id = self._read(str(path).encode(), _FILE_ACCESS, fields, id_attr, None)
         return arrays, sample_id
+
+    def describe(self, path: Path) -> Contents:
+        try:
+            f = h5py.File(path, "r")
+        except OSError as e:
+            raise SampleError(f"cannot open as HDF5 (truncated or corrupt?): {e}") from None
+        with f:
+            arrays: list[ArrayInfo] = []
+
+            def visit(name: str, node: object) -> None:
+                if isinstance(node, h5py.Dataset):
+                    arrays.append(ArrayInfo(name, tuple(node.shape), str(node.dtype)))
+
+            f.visititems(visit)
+            texts = {name: scalar_text(value) for name, value in f.attrs.items()}
+            return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None})
 
     def read_image(
         self, image: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None

@@ -7,12 +7,31 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.readers.base import FieldSpec, Reader, SampleError, as_array, as_text
+from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, Reader, SampleError, as_array, as_text, scalar_text
 
 
 class NetCDFReader(Reader):
     name = "netcdf"
     suffixes = (".nc", ".nc4", ".netcdf")
+
+    def describe(self, path: Path) -> Contents:
+        import netCDF4
+
+        try:
+            ds = netCDF4.Dataset(str(path), "r")
+        except OSError as e:
+            raise SampleError(f"cannot open as NetCDF: {e}") from None
+        with ds:
+            arrays: list[ArrayInfo] = []
+            groups = [("", ds)]
+            while groups:  # every group, breadth first; variables named with their group path
+                prefix, group = groups.pop(0)
+                for name, var in group.variables.items():
+                    dtype = np.dtype(var.dtype) if isinstance(var.dtype, np.dtype) else np.dtype(object)
+                    arrays.append(ArrayInfo(prefix + name, tuple(var.shape), str(dtype)))
+                groups += [(f"{prefix}{name}/", sub) for name, sub in group.groups.items()]
+            texts = {name: scalar_text(ds.getncattr(name)) for name in ds.ncattrs()}
+            return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None})
 
     def read(
         self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None

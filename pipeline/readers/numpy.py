@@ -3,18 +3,45 @@ Pickled objects are refused: loading them would run code from the file."""
 
 from __future__ import annotations
 
+import math
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from pipeline.readers.base import FieldSpec, Reader, SampleError, as_array, as_text
+from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, Reader, SampleError, as_array, as_text, scalar_text
 
 
 class NumpyReader(Reader):
     name = "numpy"
     suffixes = (".npy", ".npz")
+
+    def describe(self, path: Path) -> Contents:
+        """Shapes and dtypes from the arrays' headers; only small text arrays (id candidates) are read."""
+        try:
+            if path.suffix.lower() == ".npy":
+                with open(path, "rb") as f:
+                    shape, dtype = _header(f)
+                return Contents((ArrayInfo(".", shape, str(dtype)),), {})
+            arrays, texts = [], {}
+            with zipfile.ZipFile(path) as archive:
+                for member in archive.namelist():
+                    if not member.endswith(".npy"):
+                        continue
+                    with archive.open(member) as f:
+                        shape, dtype = _header(f)
+                    name = member.removesuffix(".npy")
+                    arrays.append(ArrayInfo(name, shape, str(dtype)))
+                    if dtype.kind in "SU" and math.prod(shape) == 1:
+                        with archive.open(member) as f:
+                            text = scalar_text(np.lib.format.read_array(f, allow_pickle=False))
+                        if text is not None:
+                            texts[name] = text
+            return Contents(tuple(arrays), texts)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise SampleError(f"cannot load as NumPy file (truncated or corrupt?): {e}") from None
 
     def read(
         self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
@@ -44,3 +71,11 @@ class NumpyReader(Reader):
             except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
                 raise SampleError(f"corrupt .npz member: {e}") from None
         return arrays, sample_id
+
+
+def _header(f: BinaryIO) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype in a .npy header (the data is not read)."""
+    version = np.lib.format.read_magic(f)
+    fmt = np.lib.format
+    shape, _, dtype = (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(f)
+    return tuple(shape), dtype

@@ -5,15 +5,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from pipeline.readers.base import FieldSpec, Reader, SampleError, as_array, as_text
+from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, Reader, SampleError, as_array, as_text
 
 
 class RootReader(Reader):
     name = "root"
     suffixes = (".root",)
+
+    def describe(self, path: Path) -> Contents:
+        """Every TTree's branches and RNTuple's fields (a record: one over the file's events), and every
+        TNamed's title."""
+        import uproot
+
+        try:
+            f = uproot.open(path)
+        except Exception as e:  # uproot raises many exception types for damaged files
+            raise SampleError(f"cannot open as ROOT: {type(e).__name__}: {e}") from None
+        with f:
+            arrays, texts = [], {}
+            for key, classname in f.classnames(recursive=True).items():
+                name = key.split(";")[0]
+                if classname == "TNamed":
+                    texts[name] = str(f[name].member("fTitle"))
+                elif classname in ("TTree", "ROOT::RNTuple"):
+                    tree = f[name]
+                    for branch in tree.keys():  # noqa: SIM118 - iterating a tree gives branch objects
+                        arrays.append(ArrayInfo(f"{name}/{branch}", *_branch_shape(tree, branch)))
+            return Contents(tuple(arrays), texts)
 
     def read(
         self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
@@ -47,3 +69,16 @@ class RootReader(Reader):
                 except Exception:
                     raise SampleError(f"missing sample id object '{id_attr}' (a TNamed)") from None
             return arrays, sample_id
+
+
+def _branch_shape(tree: Any, branch: str) -> tuple[tuple[int, ...], str]:
+    """A branch's shape over the file's events and its dtype: from a TTree branch's interpretation without
+    reading it; an RNTuple field is read (inspect opens few files)."""
+    try:
+        dtype = tree[branch].interpretation.to_dtype  # per event: the inner shape is in the dtype
+        return (tree.num_entries, *dtype.shape), str(dtype.base)
+    except AttributeError:
+        array = tree[branch].array(library="np")
+        if array.dtype == object:  # jagged: one value per event cannot be told
+            return (tree.num_entries,), "object"
+        return tuple(array.shape), str(array.dtype)

@@ -1,0 +1,17 @@
+# throughput: a figure of the data steps' times and rates, from the JSON summaries in their logs.
+rule throughput:
+    input:
+        metadata=LAYOUT.metadata,
+        staged=LAYOUT.stage_summary,
+    output:
+        report(LAYOUT.throughput_plot, caption="../report/throughput.rst", category="Data"),
+    log:
+        step=LAYOUT.log("throughput"),
+    params:
+        config=run_config,
+    shell:
+        "sim2dl throughput --config {params.config:q} >> {log.step:q} 2>&1"
+
+
+localrules:
+    throughput,
