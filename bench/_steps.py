@@ -38,7 +38,7 @@ def main() -> None:
     convert(cfg.step_config(config, "convert"), lay.manifest, lay.ingest / "parts", lay.convert, comm)
     comm.barrier()
     times["convert"] = time.perf_counter() - start - times["ingest"]
-    merge(cfg.step_config(config, "merge"), lay.manifest, lay.convert, lay.merged, comm)
+    merge(cfg.step_config(config, "merge"), lay.ingest_summary, lay.convert, lay.merged, comm)
     comm.barrier()
     times["written"] = time.perf_counter() - start
     times["merge"] = times["written"] - times["ingest"] - times["convert"]

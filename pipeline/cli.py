@@ -61,7 +61,7 @@ def cmd_convert(args: argparse.Namespace, config: dict[str, Any], view: dict[str
 
     lay = cfg.layout(config)
     ingest_dir = args.ingest or lay.ingest
-    return convert(view, ingest_dir / "manifest.csv", ingest_dir / "parts", args.out or lay.convert, comm)
+    return convert(view, ingest_dir / "manifest", ingest_dir / "parts", args.out or lay.convert, comm)
 
 
 def cmd_merge(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def cmd_merge(args: argparse.Namespace, config: dict[str, Any], view: dict[str, 
 
     lay = cfg.layout(config)
     ingest_dir = args.ingest or lay.ingest
-    return merge(view, ingest_dir / "manifest.csv", args.convert or lay.convert, args.out or lay.merged, comm)
+    return merge(view, ingest_dir / "summary.json", args.convert or lay.convert, args.out or lay.merged, comm)
 
 
 def cmd_stage(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:

@@ -250,7 +250,13 @@ class Layout:
 
     @property
     def manifest(self) -> Path:
-        return self.ingest / "manifest.csv"
+        """A directory of Parquet files, one per ingest part (pipeline.tables)."""
+        return self.ingest / "manifest"
+
+    @property
+    def ingest_summary(self) -> Path:
+        """Written last by ingest: its counts; marks the step complete."""
+        return self.ingest / "summary.json"
 
     @property
     def ingest_rejects(self) -> Path:
@@ -275,6 +281,11 @@ class Layout:
     @property
     def metadata(self) -> Path:
         return self.merged / "metadata.json"
+
+    @property
+    def provenance(self) -> Path:
+        """A directory of Parquet files: shard, record, sample id and source of every record."""
+        return self.merged / "provenance"
 
     @property
     def stage_summary(self) -> Path:

@@ -1,15 +1,19 @@
 """convert: select features and labels, cast, log1p, crop or split into sub-volumes, and compute the
-global statistics used for normalisation, in one parallel pass over the ingested parts.
+global statistics used for normalisation, in one parallel pass over the ingested parts: each rank takes
+a block of the ingest parts and converts each into a part of the same name (so the output does not
+depend on the rank count), reading from the manifest only which of the part's records are accepted.
+Memory: one part's records in flight; statistics per part, merged on rank 0 in part order. Time: one
+pass over the records, split across ranks.
 
-The per-rank statistics (count, mean, M2, min, max, merged with Chan et al.'s pairwise formula, which
-stays accurate over billions of values) are combined across ranks with one allgather. Normalisation
+The per-part statistics (count, mean, M2, min, max, merged with Chan et al.'s pairwise formula, which
+stays accurate over billions of values) are gathered and combined in part order. Normalisation
 itself, (x - mean) / std, is applied by `normalise` as merge packs each record, so the converted data is
 read and written once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -20,10 +24,10 @@ import numpy as np
 from pipeline import Sim2dlError, bookkeeping_step
 from pipeline.fsutil import write_json_atomic
 from pipeline.parallel import block
-from pipeline.progress import progress
+from pipeline.progress import progress_bar
 from pipeline.readers import SampleError
-from pipeline.records import Part, PartWriter, clear_parts, part_stem
-from pipeline.tables import REJECT_COLUMNS, read_csv, write_csv
+from pipeline.records import Part, PartWriter, clear_parts, list_parts
+from pipeline.tables import REJECT_COLUMNS, write_csv
 
 
 @dataclass
@@ -128,69 +132,62 @@ def normalise(arrays: Mapping[str, np.ndarray], stats: Mapping[str, Mapping[str,
     return out
 
 
-def accepted_records(manifest: Path) -> list[tuple[str, int, str, str]]:
-    """(part name, record, sample id, source path) of every accepted manifest row, in manifest order."""
-    return [
-        (r["part"], int(r["record"]), r["sample_id"], r["path"])
-        for r in read_csv(manifest)
-        if r["status"] == "accepted"
-    ]
-
-
-def iter_records(
-    parts_dir: Path, records: Sequence[tuple[str, int, str, str]]
-) -> Iterator[tuple[tuple[str, int, str, str], Part, dict[str, np.ndarray]]]:
-    open_parts: dict[str, Part] = {}
-    for rec in records:
-        part = open_parts.get(rec[0])
-        if part is None:
-            part = open_parts[rec[0]] = Part(parts_dir / rec[0])
-        yield rec, part, part.read(rec[1])
-
-
 @bookkeeping_step()
-def convert(config: Mapping[str, Any], manifest: Path, ingest_parts: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+def convert(
+    config: Mapping[str, Any], manifest_dir: Path, ingest_parts: Path, out_dir: Path, comm: Any
+) -> dict[str, Any]:
+    """Each rank converts a block of the ingest parts, each into a converted part of the same name (so
+    the parts, and the statistics, which are merged in part order, are the same for any rank count)."""
+    from pipeline.ingest import accepted_records
+
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["convert"]
     parts_dir = out_dir / "parts"
     if rank == 0:
         clear_parts(parts_dir)
     comm.barrier()
-    records = accepted_records(manifest)
-    if not records:
-        raise Sim2dlError(f"no accepted samples in {manifest}: nothing to convert")
-    mine = block(records, rank, size)
-    stats = {name: RunningStats(name in settings["per_channel"]) for name in settings["normalise"]}
+    names = [stem.name for stem in list_parts(ingest_parts)]
+    mine = {name: accepted_records(manifest_dir, name) for name in block(names, rank, size)}
+    inputs = sum(comm.allgather(sum(len(records) for records in mine.values())))
+    if not inputs:
+        raise Sim2dlError(f"no accepted samples in {manifest_dir}: nothing to convert")
+    part_stats: list[tuple[str, dict[str, RunningStats]]] = []
     rejects = []
     written = 0
-    with PartWriter(part_stem(parts_dir, rank, size)) as part:
-        for (_, record, sample_id, source), source_part, arrays in progress(
-            iter_records(ingest_parts, mine), len(mine), "convert", rank, size, unit="sample"
-        ):
-            try:
-                samples = transform(arrays, settings)
-            except SampleError as e:
-                rejects.append((source, sample_id, str(e)))
-                continue
-            for k, sample in enumerate(samples):
-                for name, s in stats.items():
-                    s.update(sample[name])
-                out_id = f"{sample_id}#{k}" if len(samples) > 1 else sample_id
-                # Fields the transform left untouched are referenced in the ingest part, not copied.
-                unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
-                part.append(sample, {"sample_id": out_id, "parent": sample_id, "source": source}, refs=unchanged)
-                written += 1
+    bar = progress_bar(sum(len(r) for r in mine.values()), "convert", rank, size, unit="sample")
+    for name, records in mine.items():
+        source_part = Part(ingest_parts / name)
+        stats = {field: RunningStats(field in settings["per_channel"]) for field in settings["normalise"]}
+        with PartWriter(parts_dir / name) as part:
+            for record in records.tolist():
+                arrays, meta = source_part.read(record), source_part.meta(record)
+                bar.update(1)
+                try:
+                    samples = transform(arrays, settings)
+                except SampleError as e:
+                    rejects.append((meta["source"], meta["sample_id"], str(e)))
+                    continue
+                for k, sample in enumerate(samples):
+                    for field, s in stats.items():
+                        s.update(sample[field])
+                    out_id = f"{meta['sample_id']}#{k}" if len(samples) > 1 else meta["sample_id"]
+                    # Fields the transform left untouched are referenced in the ingest part, not copied.
+                    unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
+                    part.append(sample, {**meta, "sample_id": out_id, "parent": meta["sample_id"]}, refs=unchanged)
+                    written += 1
+        part_stats.append((name, stats))
+    bar.close()
 
-    all_stats = comm.allgather(stats)
+    all_stats = comm.gather(part_stats, root=0)
     all_rejects = comm.gather(rejects, root=0)
     total_written = sum(comm.allgather(written))
-    summary = {"inputs": len(records), "samples": total_written}
+    summary = {"inputs": inputs, "samples": total_written}
     if rank == 0:
-        assert all_rejects is not None
-        merged = {name: RunningStats(name in settings["per_channel"]) for name in settings["normalise"]}
-        for rank_stats in all_stats:
-            for name, s in rank_stats.items():
-                merged[name].merge(s)
+        assert all_rejects is not None and all_stats is not None
+        merged = {field: RunningStats(field in settings["per_channel"]) for field in settings["normalise"]}
+        for _, stats in sorted(item for rank_stats in all_stats for item in rank_stats):
+            for field, s in stats.items():
+                merged[field].merge(s)
         flat_rejects = sorted(r for rank_rejects in all_rejects for r in rank_rejects)
         write_csv(out_dir / "rejects.csv", REJECT_COLUMNS, flat_rejects)
         summary["rejected"] = len(flat_rejects)

@@ -248,21 +248,27 @@ class AppendWriter:
             os.close(self._fd)
 
 
+COALESCE_GAP = 256 * 1024  # bytes between two ranges of a file below which one read covers both
+
+
 def read_ranges(
     requests: Sequence[tuple[Path, int, int]], direct: bool, buffer: np.ndarray
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Read many (path, offset, length) ranges with few large reads.
 
-    Ranges are sorted by file and offset; touching or overlapping ones merge into runs; each run is read
-    as its page-aligned cover into `buffer` (replaced by a larger one if needed). Returns a view per
-    request, in request order, and the buffer to reuse. Raises OSError, also for a range past the end."""
+    Ranges are sorted by file and offset; ranges of a file less than COALESCE_GAP apart merge into runs
+    (reading the gap costs less than another request: records' fields lie a few framing bytes apart);
+    each run is read as its page-aligned cover into `buffer` (replaced by a larger one if needed).
+    Returns a view per request, in request order, and the buffer to reuse. Raises OSError, also for a
+    range past the end."""
     order = sorted(range(len(requests)), key=lambda i: (str(requests[i][0]), requests[i][1]))
     runs: list[tuple[Path, int, int, list[int]]] = []  # path, start, end, request indices
     for i in order:
         path, offset, length = requests[i]
-        if runs and runs[-1][0] == path and offset <= runs[-1][2]:
+        if runs and runs[-1][0] == path and offset <= runs[-1][2] + COALESCE_GAP:
             last = runs[-1]
-            runs[-1] = (path, last[1], max(last[2], offset + length), [*last[3], i])
+            last[3].append(i)
+            runs[-1] = (path, last[1], max(last[2], offset + length), last[3])
         else:
             runs.append((path, offset, offset + length, [i]))
     covers = [(r[1] // PAGE * PAGE, round_up(r[2])) for r in runs]

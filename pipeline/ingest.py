@@ -1,15 +1,29 @@
 """ingest: scan many small simulation files, validate each, and pack the good ones into a few parts.
 
+Listing: rank 0 streams the matches of `source.glob` below `source.path` (or reads `source.list`, a
+file naming one input per line, as LBANN/Merlin sample lists do) into one compact array, sorts it (a
+glob's matches only: a list keeps its order) and writes it to `inputs.txt`; every rank then reads only
+its own block of lines from that file. Nothing is broadcast per file.
+
 Each file is read exactly once in the whole workflow, whole, `ingest.prefetch` files ahead by
 `ingest.read_threads` background threads (with O_DIRECT unless `ingest.direct_io` is off): its declared
 fields are parsed from those bytes, checked (names, shapes, dtypes, finite values) and appended to a
 part, so no later step touches the small files again. A part holds a run of consecutive files, about one
 shard's worth, the same for any number of ranks as long as each rank gets several (ranks take
 consecutive runs; see `part_files`); records are framed as the shard format writes them when it can, so
-merge can make a part a shard as it is. The manifest lists every input file (accepted or rejected); the
-rejects list gives one reason per rejected file. The run goes on past bad files and fails only when the
-rejected fraction exceeds `ingest.max_reject_fraction`. Memory holds the file list and the manifest
-rows, nothing per sample.
+merge can make a part a shard as it is.
+
+The manifest lists every input file (accepted or rejected, with the reason) as Parquet, one file per
+part, written by the rank that ingested it (pipeline.tables). Duplicate sample ids are found without
+gathering them: each accepted id's 128-bit hash goes to the rank that owns that hash value (one
+all-to-all of 24 bytes per record), which reports every later copy to the rank holding it; the first
+file in input order keeps the id. The rejects list (CSV) gives one reason per rejected file. The run
+goes on past bad files and fails only when the rejected fraction exceeds `ingest.max_reject_fraction`.
+`summary.json` (counts), written last, marks the step complete.
+
+Memory per rank: rank 0 holds the listing as one byte array (about the relative paths' length per file,
+plus 8 bytes); every rank holds its block of the listing, 24 bytes per accepted record for the duplicate
+check, and one part's manifest rows at a time. Time: one pass over the files, split evenly across ranks.
 """
 
 from __future__ import annotations
@@ -17,33 +31,124 @@ from __future__ import annotations
 import errno
 import glob
 import os
-from collections.abc import Mapping, Sequence
+import shutil
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import xxhash
 
 from pipeline import MB, CollectiveError, Sim2dlError, bookkeeping_step
 from pipeline.directio import FileImages, ImageOrError
-from pipeline.parallel import all_ok, block
+from pipeline.fsutil import atomic_path, write_json_atomic
+from pipeline.parallel import all_ok, block, exchange, owner_ranks
 from pipeline.progress import progress
 from pipeline.readers import FieldSpec, SampleError, reader_for
 from pipeline.records import PartWriter, clear_parts, part_stem
-from pipeline.tables import MANIFEST_COLUMNS, REJECT_COLUMNS, write_csv
+from pipeline.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, read_table, write_csv, write_parquet
 from pipeline.writers import WRITERS
 
+LISTING_CHUNK = 65_536  # names turned into one array at a time while listing
 
-def find_inputs(root: Path, pattern: str) -> list[str]:
-    """The paths of the files matching `pattern` under `root`, sorted. Strings, not Path objects: with
-    many files, pathlib's objects cost more than the listing (and the broadcast to every rank)."""
+
+class Listing(Sequence[str]):
+    """Input paths stored as one fixed-width byte array (no Python object per file); items are the paths
+    joined to `root` (a listed absolute path stays as it is)."""
+
+    def __init__(self, root: Path, names: np.ndarray) -> None:
+        self.root, self.names = str(root), names
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [os.path.join(self.root, os.fsdecode(n)) for n in self.names[i]]
+        return os.path.join(self.root, os.fsdecode(self.names[i]))
+
+    def __iter__(self) -> Iterator[str]:
+        for name in self.names:
+            yield os.path.join(self.root, os.fsdecode(name))
+
+
+def collect(names: Iterable[bytes]) -> np.ndarray:
+    """Names as one fixed-width byte array, built LISTING_CHUNK names at a time (so that millions of
+    names never exist as Python objects at once)."""
+    chunks, pending = [], []
+    for name in names:
+        pending.append(name)
+        if len(pending) == LISTING_CHUNK:
+            chunks.append(np.array(pending))
+            pending = []
+    if pending:
+        chunks.append(np.array(pending))
+    width = max((c.dtype.itemsize for c in chunks), default=1)
+    return np.concatenate([c.astype(f"S{width}") for c in chunks]) if chunks else np.array([], "S1")
+
+
+def find_inputs(root: Path, pattern: str) -> np.ndarray:
+    """The names (relative to `root`, bytes) of the files matching `pattern`, sorted; streamed from the
+    directory walk."""
     if not root.is_dir():
         raise Sim2dlError(f"source directory {root} does not exist (config key 'source.path')")
-    names = glob.glob(pattern, root_dir=root, recursive=True, include_hidden=True)
-    # Dangling symlinks are kept: they are input files that cannot be read, and must be reported.
-    files = sorted(p for p in (os.path.join(root, n) for n in names) if os.path.isfile(p) or os.path.islink(p))
-    if not files:
+
+    def matches() -> Iterator[bytes]:
+        for name in glob.iglob(pattern, root_dir=root, recursive=True, include_hidden=True):
+            path = os.path.join(root, name)
+            # Dangling symlinks are kept: they are input files that cannot be read, and must be reported.
+            if os.path.isfile(path) or os.path.islink(path):
+                yield os.fsencode(name)
+
+    names = collect(matches())
+    if not len(names):
         raise Sim2dlError(f"no files match '{pattern}' under {root} (config keys 'source.path', 'source.glob')")
-    return files
+    names.sort()
+    return names
+
+
+def read_input_list(path: Path) -> np.ndarray:
+    """The inputs named in a list file, one per line (relative to source.path, or absolute), in the
+    file's order; blank lines and lines starting with '#' are skipped."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise Sim2dlError(f"cannot read the input list {path} (config key 'source.list'): {e.strerror}") from None
+    with f:
+        names = collect(n for n in (line.strip() for line in f) if n and not n.startswith(b"#"))
+    if not len(names):
+        raise Sim2dlError(f"the input list {path} names no files (config key 'source.list')")
+    return names
+
+
+def write_listing(path: Path, names: np.ndarray) -> np.ndarray:
+    """Write the names one per line; returns the byte offset of every line start (and of the end)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        for start in range(0, len(names), LISTING_CHUNK):
+            f.write(b"\n".join(names[start : start + LISTING_CHUNK].tolist()) + b"\n")
+    lengths = np.char.str_len(names).astype(np.int64) + 1
+    return np.concatenate([[0], np.cumsum(lengths)])
+
+
+def read_listing(path: Path, start: int, stop: int) -> np.ndarray:
+    """The names on the lines between byte offsets start and stop of a listing."""
+
+    def lines() -> Iterator[bytes]:
+        with open(path, "rb") as f:
+            f.seek(start)
+            position = start
+            while position < stop:
+                line = f.readline()
+                position += len(line)
+                yield line.rstrip(b"\n")
+
+    return collect(lines())
 
 
 def validate_sample(arrays: Mapping[str, np.ndarray], fields: Sequence[FieldSpec], check_finite: bool) -> None:
@@ -108,7 +213,7 @@ def read_one(
         arrays, sample_id = reader.read_image(image, path, fields, id_attr)
     validate_sample(arrays, fields, check_finite)
     if sample_id is None:
-        sample_id = str(path.relative_to(root).with_suffix(""))
+        sample_id = str((path.relative_to(root) if path.is_relative_to(root) else path).with_suffix(""))
     return arrays, sample_id, size
 
 
@@ -139,41 +244,114 @@ def reads_image(path: Path, format_name: str) -> bool:
         return False  # unknown suffix: rejected when its turn comes, without reading it
 
 
+def list_inputs(root: Path, source: Mapping[str, Any], out_dir: Path) -> np.ndarray:
+    """Rank 0: the inputs' names (a glob's sorted, a list's in its order), written to inputs.txt."""
+    if source.get("list"):
+        listed = Path(source["list"])
+        return read_input_list(listed if listed.is_absolute() else root / listed)
+    return find_inputs(root, source["glob"])
+
+
+class ManifestPiece:
+    """The manifest rows of one part (a run of consecutive input files), written when the part is."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.columns: dict[str, list[Any]] = {name: [] for name in MANIFEST_SCHEMA.names}
+
+    def add(self, **row: Any) -> None:
+        for name, values in self.columns.items():
+            values.append(row.get(name))
+
+    def write(self) -> None:
+        write_parquet(self.path, self.columns, MANIFEST_SCHEMA)
+
+
+def id_hash(sample_id: str) -> tuple[int, int]:
+    digest = xxhash.xxh3_128_intdigest(sample_id.encode())
+    return digest >> 64, digest & 0xFFFF_FFFF_FFFF_FFFF
+
+
+HASHED = np.dtype([("high", "<u8"), ("low", "<u8"), ("index", "<i8")])
+
+
+def duplicates(comm: Any, hashed: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """(index, first index) of every accepted record whose sample id an earlier input already has, for
+    the records this rank holds. Ids are compared by a 128-bit hash (xxh3: a chance collision among ten
+    million ids is below 1e-24). Each hash goes to the rank owning its value, which finds the copies;
+    each copy is reported back to the rank holding it. Two all-to-alls of a few bytes per record."""
+    size = comm.Get_size()
+    received = exchange(comm, hashed, (hashed["low"] % size).astype(np.int64))
+    received.sort(order=["high", "low", "index"])
+    same = (received["high"][1:] == received["high"][:-1]) & (received["low"][1:] == received["low"][:-1])
+    later = np.flatnonzero(same) + 1
+    # the first of each run of equal hashes: the largest run start at or before each position
+    run_start = np.maximum.accumulate(np.where(np.concatenate([[True], ~same]), np.arange(len(received)), 0))
+    found = np.empty(len(later), [("index", "<i8"), ("first", "<i8")])
+    found["index"] = received["index"][later]
+    found["first"] = received["index"][run_start[later]]
+    return exchange(comm, found, owner_ranks(starts, found["index"]))
+
+
+def paths_of(comm: Any, indices: np.ndarray, starts: np.ndarray, mine: Listing) -> list[str]:
+    """The input paths of global file indices, asked of the ranks that hold them (for messages)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    owners = owner_ranks(starts, indices)
+    asked = comm.alltoall([indices[owners == r] for r in range(size)])
+    answers = comm.alltoall([[mine[int(i - starts[rank])] for i in q] for q in asked])
+    by_index: dict[int, str] = {}
+    for r in range(size):
+        by_index.update(zip(indices[owners == r].tolist(), answers[r], strict=True))
+    return [by_index[i] for i in indices.tolist()]
+
+
 @bookkeeping_step()
 def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
-    """Scan `root`, validate and pack files across ranks; rank 0 writes the manifest and rejects list."""
+    """Scan `root`, validate and pack files across ranks; every rank writes the manifest of its parts."""
     rank, size = comm.Get_rank(), comm.Get_size()
     source, settings = config["source"], config["ingest"]
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
     shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
-    parts_dir = out_dir / "parts"
+    parts_dir, manifest_dir, listing_path = out_dir / "parts", out_dir / "manifest", out_dir / "inputs.txt"
 
-    files: list[str] | None = None
+    # Rank 0 lists the inputs into inputs.txt and tells each rank which lines are its own.
+    plan: list[tuple[int, int, int, int, int]] | None = None  # per rank: first file, byte range, chunk, chunks
     error: BaseException | None = None
     if rank == 0:
         try:
-            files = find_inputs(root, source["glob"])
+            names = list_inputs(root, source, out_dir)
+            out_dir.mkdir(parents=True, exist_ok=True)
             clear_parts(parts_dir)
+            shutil.rmtree(manifest_dir, ignore_errors=True)
+            (out_dir / "summary.json").unlink(missing_ok=True)
+            offsets = write_listing(listing_path, names)
+            chunk = part_files(Listing(root, names), shard_bytes, size)
+            chunks = -(-len(names) // chunk)
+            plan = []
+            for r in range(size):
+                chunk_range = block(range(chunks), r, size)  # a range, possibly empty
+                first, stop = (min(len(names), c * chunk) for c in (chunk_range.start, chunk_range.stop))
+                plan.append((first, int(offsets[first]), int(offsets[stop]), chunk, chunks))
+            del names, offsets
         except Sim2dlError as e:
             error = e
     all_ok(comm, error if rank == 0 else None)
-    files = comm.bcast(files, root=0)
-    assert files is not None
+    first, byte_start, byte_stop, chunk, chunks = comm.scatter(plan, root=0)
+    mine = Listing(root, read_listing(listing_path, byte_start, byte_stop))
+    starts = np.array(comm.allgather(first), np.int64)  # rank r holds files [starts[r], starts[r + 1])
+    manifest_dir.mkdir(parents=True, exist_ok=True)
 
-    rows: list[tuple[Any, ...]] = []
-    chunk = part_files(files, shard_bytes, size) if rank == 0 else 0
-    chunk = comm.bcast(chunk, root=0)
-    chunks = -(-len(files) // chunk)
-    my_chunks = block(range(chunks), rank, size)
-    first = my_chunks[0] * chunk if my_chunks else 0
-    mine = [Path(p) for p in files[first : my_chunks[-1] * chunk + chunk]] if my_chunks else []
     writer_class = WRITERS[config["merge"]["format"]]
     framing = writer_class.framed_record if config["merge"]["compression"] == "none" else None
     about = {"framing": writer_class.format, "shard_bytes": shard_bytes} if framing else {}
+    hashed = np.empty(len(mine), HASHED)
+    accepted = rejected = 0
+    rejects: list[tuple[str, str, str]] = []
     part: PartWriter | None = None
+    piece: ManifestPiece | None = None
     try:
         images = FileImages(
-            mine,
+            (Path(p) for p in mine),
             settings["prefetch"],
             settings["direct_io"],
             lambda p: reads_image(p, source["format"]),
@@ -183,34 +361,70 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
             if part is None or number % chunk == 0:  # the next chunk of files: the next part
                 if part is not None:
                     part.close()
-                part = PartWriter(part_stem(parts_dir, number // chunk, chunks), framing, about)
+                    piece.write()  # type: ignore[union-attr]
+                stem = part_stem(parts_dir, number // chunk, chunks)
+                part = PartWriter(stem, framing, about)
+                piece = ManifestPiece(manifest_dir / f"{stem.name}.parquet")
+            assert piece is not None
             try:
                 arrays, sample_id, nbytes = read_one(path, image, root, source, fields, settings["check_finite"])
             except SampleError as e:
-                rows.append((str(path), _size_or_zero(path), "", "", "", "", "rejected", "", "", str(e)))
+                piece.add(path=str(path), bytes=_size_or_zero(path), status="rejected", reason=str(e), sample_id="")
+                rejects.append((str(path), "", str(e)))
+                rejected += 1
                 continue
             length = record_length(arrays, config["convert"]["features"][0])
-            record = part.append(arrays, {"sample_id": sample_id, "source": str(path)})
-            rows.append(
-                (str(path), nbytes, sample_id, shape_text(arrays), length, length, "accepted", part.bin_path.stem,
-                 record, "")
-            )  # fmt: skip
+            record = part.append(arrays, {"sample_id": sample_id, "source": str(path), "length": length,
+                                          "bytes": nbytes})  # fmt: skip
+            piece.add(path=str(path), bytes=nbytes, sample_id=sample_id, shape=shape_text(arrays), length=length,
+                      sort_key=length, status="accepted", part=part.bin_path.stem, record=record,
+                      reason="")  # fmt: skip
+            high, low = id_hash(sample_id)
+            hashed[accepted] = (high, low, number)
+            accepted += 1
     except BaseException:
         if part is not None:
             part.abort()
         raise
     if part is not None:
         part.close()
+        piece.write()  # type: ignore[union-attr]
 
-    gathered = comm.gather(rows, root=0)
-    summary: dict[str, Any] | None = None
+    # Duplicate sample ids: the first file in input order keeps the id, the others are rejected.
+    found = duplicates(comm, hashed[:accepted], starts)
+    firsts = paths_of(comm, found["first"], starts, mine)
+    rejects += mark_duplicates(manifest_dir, parts_dir, found, firsts, chunk, chunks)
+    totals = np.array(comm.allgather((len(mine), accepted - len(found), rejected + len(found)))).sum(axis=0)
+    gathered = comm.gather(rejects, root=0)
+    summary: dict[str, Any] = {"inputs": int(totals[0]), "accepted": int(totals[1]), "rejected": int(totals[2])}
     if rank == 0:
         assert gathered is not None
-        summary = finish(out_dir, [row for rank_rows in gathered for row in rank_rows], settings["max_reject_fraction"])
+        summary["error"] = finish(out_dir, gathered, summary, settings["max_reject_fraction"], chunk, chunks)
     summary = comm.bcast(summary, root=0)
     if summary["error"]:  # every rank knows it: printed once, and no rank aborts the others
         raise CollectiveError(summary["error"], 0) if comm.Get_size() > 1 else Sim2dlError(summary["error"])
     return summary
+
+
+def mark_duplicates(
+    manifest_dir: Path, parts_dir: Path, found: np.ndarray, firsts: Sequence[str], chunk: int, chunks: int
+) -> list[tuple[str, str, str]]:
+    """Mark the duplicates this rank holds as rejected in their parts' manifests (rewritten atomically);
+    returns their rejects rows."""
+    rejects = []
+    by_piece: dict[int, list[tuple[int, str]]] = {}
+    for index, first_path in zip(found["index"].tolist(), firsts, strict=True):
+        by_piece.setdefault(index // chunk, []).append((index % chunk, first_path))
+    for number, rows in sorted(by_piece.items()):
+        path = manifest_dir / f"{part_stem(parts_dir, number, chunks).name}.parquet"
+        columns = pq.read_table(path).to_pydict()
+        for row, first_path in rows:
+            sample_id = columns["sample_id"][row]
+            reason = f"duplicate sample id '{sample_id}' (first seen in {first_path})"
+            columns["status"][row], columns["reason"][row] = "rejected", reason
+            rejects.append((columns["path"][row], sample_id, reason))
+        write_parquet(path, columns, MANIFEST_SCHEMA)
+    return rejects
 
 
 def _size_or_zero(path: Path) -> int:
@@ -220,33 +434,41 @@ def _size_or_zero(path: Path) -> int:
         return 0
 
 
-def finish(out_dir: Path, rows: list[tuple[Any, ...]], max_reject_fraction: float) -> dict[str, Any]:
-    """Reject duplicate sample ids (the first path in sorted order keeps the id), write both tables."""
-    rows.sort(key=lambda r: r[0])
-    first_seen: dict[str, str] = {}
-    final_rows, rejects = [], []
-    for row in rows:
-        path, sample_id, status, reason = row[0], row[2], row[6], row[9]
-        if status == "accepted":
-            if sample_id in first_seen:
-                status, reason = (
-                    "rejected",
-                    f"duplicate sample id '{sample_id}' (first seen in {first_seen[sample_id]})",
-                )
-            else:
-                first_seen[sample_id] = path
-        if status == "rejected":
-            rejects.append((path, sample_id, reason))
-        final_rows.append((*row[:6], status, row[7], row[8]))
-    assert len(MANIFEST_COLUMNS) == len(final_rows[0])
+def finish(
+    out_dir: Path,
+    gathered: Sequence[Sequence[tuple[str, str, str]]],
+    counts: Mapping[str, int],
+    max_reject_fraction: float,
+    chunk: int,
+    chunks: int,
+) -> str | None:
+    """Rank 0: the rejects list, then summary.json (last: it marks the step complete), and the error if
+    too many files were rejected."""
+    rejects = sorted((row for rows in gathered for row in rows), key=lambda r: r[0])
     write_csv(out_dir / "rejects.csv", REJECT_COLUMNS, rejects)
-    write_csv(out_dir / "manifest.csv", MANIFEST_COLUMNS, final_rows)
-    fraction = len(rejects) / len(rows)
-    error = None
+    fraction = counts["rejected"] / counts["inputs"]
     if fraction > max_reject_fraction:
         shown = "\n".join(f"  {p}: {r}" for p, _, r in rejects[:5])
-        error = (
-            f"{len(rejects)} of {len(rows)} input files rejected ({fraction:.1%}), more than "
+        return (
+            f"{counts['rejected']} of {counts['inputs']} input files rejected ({fraction:.1%}), more than "
             f"ingest.max_reject_fraction={max_reject_fraction:g}; see {out_dir / 'rejects.csv'}:\n{shown}"
         )
-    return {"inputs": len(rows), "accepted": len(rows) - len(rejects), "rejected": len(rejects), "error": error}
+    write_json_atomic(out_dir / "summary.json", {**counts, "parts": chunks, "files_per_part": chunk})
+    return None
+
+
+def read_manifest(manifest_dir: Path, part: str, columns: Sequence[str] = ("record", "status")) -> dict[str, Any]:
+    """The manifest rows of one ingest part (by its name), as columns."""
+    return pq.read_table(manifest_dir / f"{part}.parquet", columns=list(columns)).to_pydict()
+
+
+def accepted_records(manifest_dir: Path, part: str) -> np.ndarray:
+    """The record numbers, in the part, of the part's accepted files (duplicates are not)."""
+    table = pq.read_table(manifest_dir / f"{part}.parquet", columns=["record", "status"])
+    mask = pc.equal(table["status"], "accepted")
+    return table.filter(mask)["record"].to_numpy().astype(np.int64)
+
+
+def manifest_table(manifest_dir: Path) -> Any:
+    """The whole manifest as one pyarrow table (for people and tests; the steps read one part's)."""
+    return read_table(manifest_dir)

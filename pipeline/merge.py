@@ -1,14 +1,37 @@
 """merge: pack converted samples into shards of a target size, globally sorted by a key.
 
-All ranks agree on one global order (sort key, then sample id) and on shard boundaries that depend only
-on record sizes, so the shards are byte-identical for any number of ranks and on every rerun. Ranks then
-write disjoint shards (round robin). Each shard is written to a temporary file, checksummed, indexed and
-renamed; a rerun keeps shards that are already complete for the same plan and writes the rest.
-When the sorted records are the framed ingest parts' records, whole and in order, and nothing changed
-them since (`Homes`), the shards are cut at the parts' boundaries and each part is hard-linked as its
-shard: the same bytes as writing it record by record (a test compares them), none read or written.
-`metadata.json`, written last, describes the whole dataset: feature spec, counts, statistics, a checksum
-per shard and the provenance of every record.
+Plan, in parallel and in compact arrays (no Python object per record):
+1. Each rank reads the indexes of its block of converted parts into one structured array, a row per
+   record: its sort key and sample id as one fixed-width byte string that sorts as (key, sample id),
+   where its fields lie (file number, offset, and the lengths of any varying axes), its size, and its
+   home (below).
+2. A sample sort: each rank sorts its rows; regularly spaced samples of every rank's keys give splitters;
+   one all-to-all sends each row to the rank owning its key range, which sorts what it received. Rank r
+   then holds the r-th stretch of the global order.
+3. Shard numbers from exclusive scans over ranks: n = ceil(total bytes / `merge.shard_size_mb`) shards
+   of equal size, a record starting a new one when the bytes before it pass a multiple of total / n (cut
+   where they would be whatever the rank count), or, when the framed ingest parts are the shards already
+   (below), where a part begins. A shard that began on an earlier rank is sent back to that rank, so every shard is
+   written by one rank.
+
+All ranks agree on one order (sort key, then sample id) and the boundaries depend only on record sizes,
+so the shards are byte-identical for any number of ranks and on every rerun. Each shard is written to a
+temporary file, checksummed, indexed and renamed; a rerun keeps shards already complete for the same
+plan (a digest of every shard's records) and writes the rest.
+
+A record's home is the framed ingest part (pipeline.records) that holds it byte for byte as a shard of
+this format and size would, when convert left it unchanged. When the sorted records are exactly the
+homes' records, whole and in order, each part is hard-linked as its shard: the same bytes as writing it
+record by record (a test compares them), none read or written.
+
+Outputs: the shards with their `.idx` indexes (DALI's TFRecord index format), `provenance/` (Parquet,
+a row per record: shard, record, sample id, source file; written by the ranks holding the records'
+parts), and `metadata.json`, written last, about the dataset as a whole (feature spec, encoding, counts,
+statistics, a checksum per shard), whose size does not grow with the records.
+
+Memory per rank: a row of about 40 bytes plus the sample id per record of its share, twice while the
+all-to-all runs, and the compact indexes of its own parts; buffers of a shard or two. Time: the sort and
+the writing are split across ranks; the scans exchange a few numbers per rank.
 """
 
 from __future__ import annotations
@@ -16,146 +39,35 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import xxhash
 
 from pipeline import MB, Sim2dlError, __version__, bookkeeping_step
 from pipeline.convert import normalise
 from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
-from pipeline.parallel import all_ok, block
+from pipeline.parallel import all_ok, block, exchange, exclusive_sum, owner_ranks
 from pipeline.progress import progress
-from pipeline.records import Part, list_parts, read_batches
-from pipeline.tables import read_csv
+from pipeline.records import Part, list_parts, read_about, read_batches
+from pipeline.tables import PROVENANCE_SCHEMA, write_parquet
 from pipeline.writers import WRITERS, ShardWriter
 
-NUMERIC_COLUMNS = {"bytes", "length", "sort_key"}
+NUMERIC_KEYS = {"sort_key": "length", "length": "length", "bytes": "bytes"}  # sort_by -> meta column
+TEXT_KEYS = {"sample_id": "parent", "path": "source"}
+SIGN = np.uint64(1 << 63)
 
 
-class Entry(NamedTuple):
-    key: Any
-    sample_id: str
-    part: str
-    record: int
-    nbytes: int
-    source: str
-    # The framed part holding this record byte for byte as the shard will (pipeline.records), if any:
-    # its .bin, the record's number in it and how many records it holds.
-    home: str = ""
-    home_record: int = -1
-    home_records: int = 0
-
-
-def sort_values(manifest_rows: Sequence[Mapping[str, str]], column: str) -> dict[str, Any]:
-    """Accepted sample id -> its value in the manifest column used as the sort key."""
-    convert_value = int if column in NUMERIC_COLUMNS else str
-    return {r["sample_id"]: convert_value(r[column]) for r in manifest_rows if r["status"] == "accepted"}
-
-
-class Homes:
-    """Finds each converted record's home: the framed ingest part that holds it exactly as a shard of
-    this format and size would (every field of the record, and no other, referenced there unchanged)."""
-
-    def __init__(self, framing: str, shard_bytes: int, names: Sequence[str]) -> None:
-        self.framing, self.shard_bytes, self.names = framing, shard_bytes, sorted(names)
-        self._parts: dict[str, tuple[Path, Part, dict[tuple[int, ...], int]] | None] = {}
-        self._paths: dict[tuple[Path, str], str] = {}  # (referring part, reference) -> normalised path
-
-    def find(self, part: Part, i: int) -> tuple[str, int, int]:
-        fields = part.records[i]["fields"]
-        refs = {entry[3] if len(entry) > 3 else "" for entry in fields.values()}
-        if len(refs) != 1 or "" in refs or sorted(fields) != self.names:
-            return "", -1, 0
-        ref = refs.pop()
-        home_path = self._paths.get((part.bin_path, ref))
-        if home_path is None:
-            home_path = self._paths[part.bin_path, ref] = os.path.normpath(part.bin_path.parent / ref)
-        home = self._home(home_path)
-        if home is None:
-            return "", -1, 0
-        path, home_part, by_offsets = home
-        j = by_offsets.get(tuple(fields[n][0] for n in self.names), -1)
-        return (str(path), j, len(home_part)) if j >= 0 else ("", -1, 0)
-
-    def part(self, path: Path) -> Part:
-        """The framed part at `path` (its .bin), as loaded by find."""
-        home = self._home(str(path))
-        assert home is not None
-        return home[1]
-
-    def _home(self, bin_path: str) -> tuple[Path, Part, dict[tuple[int, ...], int]] | None:
-        if bin_path not in self._parts:
-            path = Path(bin_path)
-            part = Part(path.with_suffix(""))
-            framed = part.about.get("framing") == self.framing and part.about.get("shard_bytes") == self.shard_bytes
-            by_offsets = {
-                tuple(rec["fields"][n][0] for n in self.names): j
-                for j, rec in enumerate(part.records)
-                if sorted(rec["fields"]) == self.names
-            }
-            self._parts[bin_path] = (path, part, by_offsets) if framed else None
-        return self._parts[bin_path]
-
-
-def local_entries(parts: Sequence[Part], keys: Mapping[str, Any], homes: Homes | None) -> list[Entry]:
-    entries = []
-    for part in parts:
-        name = part.bin_path.stem
-        for i in range(len(part)):
-            meta = part.meta(i)
-            home = homes.find(part, i) if homes else ("", -1, 0)
-            key = keys[meta["parent"]]
-            entries.append(Entry(key, meta["sample_id"], name, i, part.nbytes(i), meta["source"], *home))
-    return entries
-
-
-def whole_parts(ordered: Sequence[Entry]) -> list[list[Entry]] | None:
-    """The sorted records as runs, one per framed part, if every part appears once, whole and in its own
-    order (the records were ingested in sorted order and nothing was dropped): then each part is a
-    shard as it is. None otherwise."""
-    runs: list[list[Entry]] = []
-    for e in ordered:
-        if not e.home:
-            return None
-        if runs and runs[-1][0].home == e.home:
-            runs[-1].append(e)
-        else:
-            runs.append([e])
-    if len({run[0].home for run in runs}) != len(runs):
-        return None
-    if any([e.home_record for e in run] != list(range(run[0].home_records)) for run in runs):
-        return None
-    return runs
-
-
-def plan_shards(entries: Sequence[Entry], shard_bytes: float) -> tuple[list[list[Entry]], bool]:
-    """Sort globally and cut into consecutive shards of about `shard_bytes` (never empty): at the
-    framed parts' boundaries when they are whole shards already (returns True), otherwise by size."""
-    ordered = sorted(entries, key=lambda e: (e.key, e.sample_id))
-    runs = whole_parts(ordered)
-    if runs is not None:
-        return runs, True
-    shards: list[list[Entry]] = [[]]
-    filled = 0
-    for e in ordered:
-        if shards[-1] and filled + e.nbytes > shard_bytes:
-            shards.append([])
-            filled = 0
-        shards[-1].append(e)
-        filled += e.nbytes
-    return (shards if shards[0] else []), False
-
-
-def field_shapes(parts: Sequence[Part]) -> Iterator[tuple[str, str, Sequence[int | None]]]:
-    """(field, dtype, shape) of every field of every record in the parts."""
-    names: dict[str, str] = {}  # dtype string -> name, looked up once (numpy's is slow per record)
-    for part in parts:
-        for rec in part.records:
-            for name, (_, dtype, shape, *_) in rec["fields"].items():
-                yield name, names.get(dtype) or names.setdefault(dtype, np.dtype(dtype).name), shape
+def about_field_shapes(abouts: Mapping[str, Mapping[str, Any]]) -> Iterable[tuple[str, str, Sequence[int | None]]]:
+    """(field, dtype, shape) of the fields of the parts, from their indexes' last lines."""
+    for name, about in abouts.items():
+        for field, seen in about["fields"].items():
+            if seen["dtype"] == "mixed":
+                raise Sim2dlError(f"field '{field}' has records of different dtypes or ranks in part {name}")
+            yield field, np.dtype(seen["dtype"]).name, seen["shape"]
 
 
 def feature_spec(
@@ -167,7 +79,8 @@ def feature_spec(
     shapes: dict[str, list[int | None]] = {}
     dtypes: dict[str, str] = {}
     for name, dtype, shape in observed:
-        dtypes.setdefault(name, dtype)
+        if dtypes.setdefault(name, dtype) != dtype:
+            raise Sim2dlError(f"field '{name}' has records of dtypes {dtypes[name]} and {dtype}: set its dtype")
         known = shapes.setdefault(name, list(shape))
         if len(known) != len(shape):
             raise Sim2dlError(f"field '{name}' has records of different ranks ({known} and {list(shape)})")
@@ -179,27 +92,256 @@ def feature_spec(
     }
 
 
+def row_dtype(key_width: int, spec: Mapping[str, Mapping[str, Any]]) -> np.dtype:
+    """One row per record: the sort key, where it came from, its size, its home, where its fields lie."""
+    columns = [
+        ("key", f"S{key_width}"),
+        ("part", "<i4"),  # the converted part (its number in name order) and the record in it
+        ("record", "<i4"),
+        ("nbytes", "<i8"),
+        ("home", "<i4"),  # the home's file number (-1: none) and the record's number in it
+        ("home_record", "<i4"),
+    ]
+    for k, field in enumerate(spec.values()):
+        columns += [(f"file{k}", "<i4"), (f"offset{k}", "<i8")]
+        columns += [(f"dim{k}_{axis}", "<i4") for axis, d in enumerate(field["shape"]) if d is None]
+    return np.dtype(columns)
+
+
+def text_bytes(values: Iterable[str], width: int) -> np.ndarray:
+    """UTF-8 texts as a fixed-width byte array (byte order is code point order, as Python compares)."""
+    return np.array([v.encode() for v in values], f"S{max(width, 1)}")
+
+
+def sort_keys(part: Part, sort_by: str, key_width: int, id_width: int) -> np.ndarray:
+    """Each record's (sort key, sample id) as one byte string that sorts in that order."""
+    ids = text_bytes(part.texts("sample_id"), id_width).view(np.uint8).reshape(len(part), -1)
+    if sort_by in NUMERIC_KEYS:
+        values = part.meta_columns[NUMERIC_KEYS[sort_by]].view(np.uint64) ^ SIGN  # signed order as unsigned
+        key = values.astype(">u8").view(np.uint8).reshape(len(part), 8)
+    else:
+        key = text_bytes(part.texts(TEXT_KEYS[sort_by]), key_width).view(np.uint8).reshape(len(part), -1)
+    return np.ascontiguousarray(np.hstack([key, ids])).view(f"S{key.shape[1] + ids.shape[1]}").ravel()
+
+
+def bin_file(part_bin: Path, ref: str) -> str:
+    """The .bin file a field of a part lies in: the part's own, or the one its reference names."""
+    return os.path.normpath(part_bin.parent / ref) if ref else str(part_bin)
+
+
+class Files:
+    """Numbers for the .bin files records lie in (a converted part's own, or the ingest part it refers
+    to), the same on every rank: each rank names the files of its parts, and all agree on one list."""
+
+    def __init__(self, comm: Any, parts_dir: Path, abouts: Mapping[str, Mapping[str, Any]]) -> None:
+        mine = list(
+            dict.fromkeys(bin_file(parts_dir / f"{name}.bin", ref) for name, a in abouts.items() for ref in a["files"])
+        )
+        self.paths = list(dict.fromkeys(p for rank_paths in comm.allgather(mine) for p in rank_paths))
+        self.number = {p: k for k, p in enumerate(self.paths)}
+
+
+def homes(part: Part, names: Sequence[str], framing: str, shard_bytes: int) -> tuple[str, np.ndarray, int] | None:
+    """The framed ingest part holding this part's records exactly as a shard would (every field of the
+    record, and no other, referenced there unchanged), with each record's number in it (-1: not there)
+    and how many records it holds; None if the part's records have no such home."""
+    if not len(part) or sorted(part.fields) != sorted(names):
+        return None
+    columns = [part.fields[n] for n in names]
+    if any(len(c.refs) != 1 or not c.refs[0] for c in columns) or len({c.refs[0] for c in columns}) != 1:
+        return None
+    home_bin = bin_file(part.bin_path, columns[0].refs[0])
+    home = Part(Path(home_bin).with_suffix(""))
+    if home.about.get("framing") != framing or home.about.get("shard_bytes") != shard_bytes:
+        return None
+    if sorted(home.fields) != sorted(names):
+        return None
+    first = home.fields[names[0]].offsets
+    at = np.minimum(np.searchsorted(first, columns[0].offsets), max(len(home) - 1, 0))
+    found = np.ones(len(part), bool) if len(home) else np.zeros(len(part), bool)
+    for name, column in zip(names, columns, strict=True):
+        found &= home.fields[name].offsets[at] == column.offsets
+    return home_bin, np.where(found, at, -1), len(home)
+
+
+def local_rows(
+    stems: Sequence[Path],
+    first_part: int,
+    files: Files,
+    spec: Mapping[str, Mapping[str, Any]],
+    sort_by: str,
+    widths: tuple[int, int],
+    framed: tuple[str, int] | None,
+) -> tuple[np.ndarray, dict[int, int]]:
+    """The rows of this rank's parts (unsorted; each part opened in turn and let go), and the record count
+    of each home file seen."""
+    dtype = row_dtype(sum(widths) if sort_by not in NUMERIC_KEYS else 8 + widths[1], spec)
+    chunks, home_counts = [], {}
+    names = list(spec)
+    for k, stem in enumerate(stems):
+        part = Part(stem)
+        rows = np.zeros(len(part), dtype)
+        rows["key"] = sort_keys(part, sort_by, widths[0], widths[1])
+        rows["part"], rows["record"] = first_part + k, np.arange(len(part))
+        rows["nbytes"] = part.record_nbytes
+        rows["home"], rows["home_record"] = -1, -1
+        found = homes(part, names, *framed) if framed else None
+        if found is not None:
+            home_file, at, count = found
+            number = files.number.get(home_file, -1)
+            if number >= 0:  # a home is one of the files the records lie in (it is their only one)
+                rows["home"], rows["home_record"] = np.where(at >= 0, number, -1), at
+                home_counts[number] = count
+        for f, (name, field) in enumerate(spec.items()):
+            column = part.fields[name]
+            if len(part) and any(np.dtype(field["dtype"]) != d for d in column.dtypes):
+                raise Sim2dlError(f"field '{name}': records of another dtype than {field['dtype']} in {part.bin_path}")
+            file_numbers = np.array([files.number[bin_file(part.bin_path, ref)] for ref in column.refs], np.int32)
+            rows[f"file{f}"] = file_numbers[column.ref_codes] if len(part) else 0
+            rows[f"offset{f}"] = column.offsets
+            for axis, d in enumerate(field["shape"]):
+                if d is None:
+                    rows[f"dim{f}_{axis}"] = column.shapes[:, axis]
+        chunks.append(rows)
+    return (np.concatenate(chunks) if chunks else np.zeros(0, dtype)), home_counts
+
+
+def sample_sort(comm: Any, rows: np.ndarray) -> np.ndarray:
+    """Rows sorted by key across ranks: rank r ends with the r-th stretch of the global order."""
+    rows.sort(order="key")  # in place: keys are unique (sample ids are)
+    size = comm.Get_size()
+    if size == 1:
+        return rows
+    picks = np.linspace(0, len(rows) - 1, min(len(rows), 16 * size)).astype(np.int64) if len(rows) else []
+    samples = np.sort(np.concatenate(comm.allgather(rows["key"][picks])))
+    splitters = samples[(np.arange(1, size) * len(samples)) // size] if len(samples) else samples
+    received = exchange(comm, rows, np.searchsorted(splitters, rows["key"], side="right"))
+    received.sort(order="key")
+    return received
+
+
+def previous_row(comm: Any, rows: np.ndarray) -> tuple[np.void | None, bool]:
+    """The row just before this rank's first in the global order (None on the rank holding the global
+    start), and whether this rank holds the global end."""
+    lasts = comm.allgather(rows[-1:].copy())
+    rank = comm.Get_rank()
+    previous = next((r[0] for r in reversed(lasts[:rank]) if len(r)), None)
+    return previous, all(not len(r) for r in lasts[rank + 1 :])
+
+
+def home_starts(comm: Any, rows: np.ndarray, home_counts: np.ndarray) -> np.ndarray | None:
+    """Where each home begins, if the (globally sorted) rows are every home's records, whole and in
+    order; None (on every rank) if they are not."""
+    previous, holds_end = previous_row(comm, rows)
+    home, at = rows["home"], rows["home_record"]
+    before_home = np.concatenate([[-1 if previous is None else previous["home"]], home[:-1]]).astype(np.int64)
+    before_at = np.concatenate([[-1 if previous is None else previous["home_record"]], at[:-1]]).astype(np.int64)
+    finished = (before_home < 0) | (before_at == home_counts[np.maximum(before_home, 0)] - 1)
+    starts = (at == 0) & finished
+    continues = (home == before_home) & (at == before_at + 1)
+    ok = bool((home >= 0).all() and (starts | continues).all())
+    if ok and holds_end and len(rows):
+        ok = bool(at[-1] == home_counts[home[-1]] - 1)
+    return starts if all(comm.allgather(ok)) else None
+
+
+def size_starts(comm: Any, rows: np.ndarray, shard_bytes: int) -> np.ndarray:
+    """Shards of equal size: n = ceil(total / shard_bytes) of them, one starting where the bytes before a
+    (globally sorted) record pass a multiple of total / n. Each is at most about shard_bytes, none is a
+    small remainder, and the cut is at the same records for any rank count."""
+    previous, _ = previous_row(comm, rows)
+    mine = int(rows["nbytes"].sum())
+    earlier = exclusive_sum(comm, mine)
+    total = sum(comm.allgather(mine))
+    per_byte = -(-total // shard_bytes) / total  # shards per byte; the bytes before a record times it
+    bins = np.floor((earlier + np.cumsum(rows["nbytes"]) - rows["nbytes"]) * per_byte)
+    before = -1 if previous is None else np.floor((earlier - int(previous["nbytes"])) * per_byte)
+    return bins != np.concatenate([[before], bins[:-1]])
+
+
+def gather_shards(comm: Any, rows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Send the rows of a shard that began on an earlier rank to that rank; returns this rank's rows,
+    the shard number of each, the number of its first shard, and the number of shards in all."""
+    rank = comm.Get_rank()
+    begun = comm.allgather(bool(starts.any()))
+    head = np.flatnonzero(starts)[0] if starts.any() else len(rows)
+    owner = next((q for q in range(rank - 1, -1, -1) if begun[q]), rank)
+    destinations = np.full(len(rows), rank)
+    destinations[:head] = owner
+    kept = exchange(comm, rows, destinations)
+    kept_starts = exchange(comm, starts, destinations)
+    first = exclusive_sum(comm, int(kept_starts.sum()))
+    numbers = first + np.cumsum(kept_starts) - 1
+    return kept, numbers, first, sum(comm.allgather(int(kept_starts.sum())))
+
+
 def shard_name(index: int, count: int, writer: type[ShardWriter]) -> str:
     return f"shard-{index:05d}-of-{count:05d}{writer.suffix}"
 
 
+def index_path(shard: Path) -> Path:
+    return shard.with_name(shard.name + ".idx")
+
+
+def sample_ids(rows: np.ndarray, id_width: int) -> list[str]:
+    """The sample ids in the rows' keys (the key's last id_width bytes, NUL-padded)."""
+    width = rows.dtype["key"].itemsize
+    raw = np.ascontiguousarray(rows["key"]).view(np.uint8).reshape(len(rows), width)[:, width - id_width :]
+    return [b.decode() for b in np.ascontiguousarray(raw).view(f"S{id_width}").ravel()]
+
+
+def requests(rows: np.ndarray, spec: Mapping[str, Mapping[str, Any]], files: Files) -> list[tuple[Path, int, int]]:
+    """(file, offset, length) of every field of every row, row by row."""
+    columns = [
+        (rows[f"file{f}"].tolist(), rows[f"offset{f}"].tolist(), field_sizes(rows, f, field).tolist())
+        for f, field in enumerate(spec.values())
+    ]
+    paths = [Path(p) for p in files.paths]
+    return [(paths[file[i]], offset[i], size[i]) for i in range(len(rows)) for file, offset, size in columns]
+
+
+def field_shapes(rows: np.ndarray, f: int, field: Mapping[str, Any]) -> list[tuple[int, ...]]:
+    """The shape of field number f of each row (its varying axes from the row)."""
+    varying = {axis: rows[f"dim{f}_{axis}"].tolist() for axis, d in enumerate(field["shape"]) if d is None}
+    if not varying:
+        return [tuple(field["shape"])] * len(rows)
+    return [
+        tuple(varying[axis][i] if d is None else d for axis, d in enumerate(field["shape"])) for i in range(len(rows))
+    ]
+
+
+def field_sizes(rows: np.ndarray, f: int, field: Mapping[str, Any]) -> np.ndarray:
+    size = np.full(len(rows), np.dtype(field["dtype"]).itemsize, np.int64)
+    for axis, d in enumerate(field["shape"]):
+        size *= rows[f"dim{f}_{axis}"].astype(np.int64) if d is None else d
+    return size
+
+
 def write_shard(
     path: Path,
-    entries: Sequence[Entry],
-    records: Sequence[Mapping[str, np.ndarray]],
+    rows: np.ndarray,
+    ids: Sequence[str],
+    views: Sequence[np.ndarray],
     spec: Mapping[str, Any],
     writer_class: type[ShardWriter],
     compression: str,
     stats: Mapping[str, Any],
 ) -> str:
-    """Write one shard of `entries` (whose fields are `records`) and its index atomically: the index
-    first, the shard's rename last. Returns the shard's checksum."""
+    """Write one shard (its records' field bytes are `views`, row by row) and its index atomically: the
+    index first, the shard's rename last. Returns the shard's checksum."""
     index_lines = []
+    fields = [
+        (name, np.dtype(field["dtype"]), field_shapes(rows, f, field)) for f, (name, field) in enumerate(spec.items())
+    ]
     with atomic_path(path) as tmp:
         writer = writer_class(tmp, spec, compression)
         try:
-            for e, arrays in zip(entries, records, strict=True):
-                offset, length = writer.write(e.sample_id, normalise(arrays, stats))
+            for i, sample_id in enumerate(ids):
+                arrays = {
+                    name: views[i * len(fields) + f].view(dtype).reshape(shapes[i])
+                    for f, (name, dtype, shapes) in enumerate(fields)
+                }
+                offset, length = writer.write(sample_id, normalise(arrays, stats))
                 index_lines.append(f"{offset} {length}\n")
         except BaseException:
             writer.abort()
@@ -210,38 +352,34 @@ def write_shard(
     return writer.checksum or file_checksum(path)
 
 
-def link_shard(part: Part, path: Path) -> str:
-    """Make a framed part (see Homes) the shard at `path` without copying it: a hard link, or a copy
-    where the file system cannot link. The index first, the shard's rename last, as write_shard.
-    Returns the shard's checksum (computed when the part was written)."""
-    part_bin = part.bin_path
+def link_shard(home: Path, path: Path) -> str:
+    """Make a framed ingest part (its .bin: `home`) the shard at `path` without copying it: a hard link,
+    or a copy where the file system cannot link. The index first, the shard's rename last, as
+    write_shard. Returns the shard's checksum (computed when the part was written)."""
+    part = Part(home.with_suffix(""))
+    assert part.frames is not None
     with atomic_path(path) as tmp:
         tmp.unlink()
         try:
-            os.link(part_bin, tmp)
+            os.link(home, tmp)
         except OSError:  # another file system, or one without hard links: same bytes, copied
-            shutil.copyfile(part_bin, tmp)
+            shutil.copyfile(home, tmp)
         with atomic_path(index_path(path)) as idx_tmp:
-            idx_tmp.write_text("".join(f"{offset} {length}\n" for offset, length in (r["frame"] for r in part.records)))
+            idx_tmp.write_text("".join(f"{offset} {length}\n" for offset, length in part.frames.tolist()))
     return part.about["checksum"]
 
 
-def index_path(shard: Path) -> Path:
-    return shard.with_name(shard.name + ".idx")
-
-
-def plan_digest(shards: Sequence[Sequence[Entry]], settings: Mapping[str, Any], stats: Any, spec: Any) -> str:
+def shard_digest(rows: np.ndarray) -> str:
+    """What a shard holds, in order: its records' keys and where they came from."""
     h = xxhash.xxh3_128()
-    h.update(json.dumps([dict(settings), stats, spec], sort_keys=True).encode())
-    for shard in shards:
-        h.update(b"|")
-        for e in shard:
-            h.update(f"{e.sample_id}\0{e.part}\0{e.record}\n".encode())
+    h.update(np.ascontiguousarray(rows[["key", "part", "record"]]).tobytes())
     return h.hexdigest()
 
 
 @bookkeeping_step()
-def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+def merge(
+    config: Mapping[str, Any], ingest_summary: Path, convert_dir: Path, out_dir: Path, comm: Any
+) -> dict[str, Any]:
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["merge"]
     conv = config["convert"]
@@ -250,86 +388,172 @@ def merge(config: Mapping[str, Any], manifest: Path, convert_dir: Path, out_dir:
     stats_doc = json.loads((convert_dir / "stats.json").read_text())
     stats = stats_doc["statistics"]
     shards_dir = out_dir / "shards"
-
-    # Global sort: each rank indexes its block of parts; everyone gets every key (one allgather).
-    parts = list_parts(parts_dir)
-    if not parts:
-        raise Sim2dlError(f"no converted parts in {parts_dir}: run convert first")
-    manifest_rows = read_csv(manifest)
-    keys = sort_values(manifest_rows, settings["sort_by"])
-    my_parts = [Part(stem) for stem in block(parts, rank, size)]
     shard_bytes = int(settings["shard_size_mb"] * MB)
-    # Parts framed by ingest can become shards as they are unless merge has to change their records.
-    unchanged = writer_class.framed_record and settings["compression"] == "none" and not stats
-    homes = Homes(writer_class.format, shard_bytes, [*conv["features"], *conv["labels"]]) if unchanged else None
-    local = local_entries(my_parts, keys, homes)
-    entries = [e for rank_entries in comm.allgather(local) for e in rank_entries]
-    if not entries:
-        raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
-    shards, whole = plan_shards(entries, shard_bytes)
-    local_spec = feature_spec(field_shapes(my_parts), conv["features"], conv["labels"])
+
+    # 1. This rank's block of parts, as rows: first what their indexes' last lines say, then the records.
+    part_names = [stem.name for stem in list_parts(parts_dir)]
+    if not part_names:
+        raise Sim2dlError(f"no converted parts in {parts_dir}: run convert first")
+    first_part = rank * len(part_names) // size
+    my_stems = [parts_dir / name for name in block(part_names, rank, size)]
+    abouts = {stem.name: read_about(stem) for stem in my_stems}
+    local_spec = feature_spec(about_field_shapes(abouts), conv["features"], conv["labels"])
     spec = feature_spec(
         ((name, f["dtype"], f["shape"]) for rank_spec in comm.allgather(local_spec) for name, f in rank_spec.items()),
         conv["features"],
         conv["labels"],
     )
-    digest = plan_digest(shards, settings, stats, spec)
-    names = [shard_name(i, len(shards), writer_class) for i in range(len(shards))]
+    key_column = TEXT_KEYS.get(settings["sort_by"])
+
+    def widest(column: str) -> int:
+        return max(comm.allgather(max((a["text_widths"].get(column, 1) for a in abouts.values()), default=1)))
+
+    widths = (widest(key_column) if key_column else 0, widest("sample_id"))
+    files = Files(comm, parts_dir, abouts)
+    # Parts framed by ingest can become shards as they are unless merge has to change their records.
+    unchanged = writer_class.framed_record and settings["compression"] == "none" and not stats
+    framed = (writer_class.format, shard_bytes) if unchanged else None
+    rows, local_homes = local_rows(my_stems, first_part, files, spec, settings["sort_by"], widths, framed)
+    total = sum(comm.allgather(len(rows)))
+    if not total:
+        raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
+
+    # 2. The global order; 3. shards, each on the rank where it begins.
+    rows = sample_sort(comm, rows)
+    starts = None
+    if framed is not None:
+        counts = np.zeros(len(files.paths), np.int64)
+        for rank_homes in comm.allgather(local_homes):
+            for number, count in rank_homes.items():
+                counts[number] = count
+        starts = home_starts(comm, rows, counts)
+    whole = starts is not None
+    if starts is None:
+        starts = size_starts(comm, rows, shard_bytes)
+    rows, numbers, first_shard, n_shards = gather_shards(comm, rows, starts)
+    cuts = np.flatnonzero(np.diff(numbers)) + 1
+    my_shards = np.split(np.arange(len(rows)), cuts) if len(rows) else []
+    digests = [shard_digest(rows[members]) for members in my_shards]
+    all_digests = [d for rank_digests in comm.allgather(digests) for d in rank_digests]
+    h = xxhash.xxh3_128(json.dumps([dict(settings), stats, spec], sort_keys=True).encode())
+    for d in all_digests:
+        h.update(d.encode())
+    digest = h.hexdigest()
+    names = [shard_name(i, n_shards, writer_class) for i in range(n_shards)]
 
     error = None
     if rank == 0:
         try:
             prepare_shard_dir(shards_dir, digest, set(names))
+            shutil.rmtree(out_dir / "provenance", ignore_errors=True)
+            (out_dir / "provenance").mkdir(parents=True)
         except OSError as e:
             error = Sim2dlError(f"cannot prepare {shards_dir}: {e}")
     all_ok(comm, error if rank == 0 else None)
 
-    mine = list(range(rank, len(shards), size))
-    # Shards complete from an interrupted run with the same plan are kept.
+    # 4. Write (or keep) this rank's shards.
+    mine = list(range(first_shard, first_shard + len(my_shards)))
     reused = [i for i in mine if (shards_dir / names[i]).exists() and index_path(shards_dir / names[i]).exists()]
-    to_write = sorted(set(mine) - set(reused))
-    open_parts = {part.bin_path.stem: part for part in my_parts}  # the parts indexed above, not read again
-
-    def part_of(e: Entry) -> Part:
-        return open_parts.get(e.part) or open_parts.setdefault(e.part, Part(parts_dir / e.part))
-
     checksums = {i: file_checksum(shards_dir / names[i]) for i in reused}
+    to_write = [i for i in mine if i not in checksums]
     if whole:  # every shard is a framed part already
         for i in progress(to_write, len(to_write), "merge", rank, size, unit="shard"):
-            assert homes is not None
-            checksums[i] = link_shard(homes.part(Path(shards[i][0].home)), shards_dir / names[i])
+            home = files.paths[rows["home"][my_shards[i - first_shard][0]]]
+            checksums[i] = link_shard(Path(home), shards_dir / names[i])
     else:
-        batches = read_batches([[(part_of(e), e.record) for e in shards[i]] for i in to_write], list(spec))
-        for i, records in progress(
-            zip(to_write, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
+        members = [my_shards[i - first_shard] for i in to_write]
+        batches = read_batches(len(members), lambda k: requests(rows[members[k]], spec, files))
+        for i, m, views in progress(
+            zip(to_write, members, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
         ):
+            ids = sample_ids(rows[m], widths[1])
             checksums[i] = write_shard(
-                shards_dir / names[i], shards[i], records, spec, writer_class, settings["compression"], stats
+                shards_dir / names[i], rows[m], ids, views, spec, writer_class, settings["compression"], stats
             )
+    write_provenance(comm, rows, numbers, my_shards, my_stems, first_part, len(part_names), out_dir / "provenance")
     results = [
         {
             "file": names[i],
             "index": index_path(shards_dir / names[i]).name,
-            "records": len(shards[i]),
+            "records": len(my_shards[i - first_shard]),
             "bytes": (shards_dir / names[i]).stat().st_size,
             "checksum": checksums[i],
-            "first_key": shards[i][0].key,
-            "last_key": shards[i][-1].key,
+            "first_key": _key_value(rows[my_shards[i - first_shard][0]], settings["sort_by"], widths),
+            "last_key": _key_value(rows[my_shards[i - first_shard][-1]], settings["sort_by"], widths),
         }
         for i in mine
     ]
     gathered = comm.gather(results, root=0)
     reused_total = sum(comm.allgather(len(reused)))
-    summary = {"records": len(entries), "shards": len(shards), "reused_shards": reused_total}
+    summary = {"records": total, "shards": n_shards, "reused_shards": reused_total}
     if rank == 0:
         assert gathered is not None
-        shard_info = sorted((r for rank_results in gathered for r in rank_results), key=lambda r: r["file"])
+        shard_info = [r for rank_results in gathered for r in rank_results]
+        ingested = json.loads(ingest_summary.read_text())
         write_json_atomic(
             out_dir / "metadata.json",
-            metadata(settings, writer_class, spec, stats_doc, shard_info, shards, manifest_rows, convert_dir, digest),
+            metadata(settings, writer_class, spec, stats_doc, shard_info, total, ingested, digest),
         )
     comm.barrier()
     return summary
+
+
+def _utf8_width(texts: Sequence[str]) -> int:
+    return max((len(t.encode()) for t in texts), default=1)
+
+
+def _key_value(row: np.void, sort_by: str, widths: tuple[int, int]) -> Any:
+    """A row's sort key as the value it was made from (for metadata.json)."""
+    raw = bytes(row["key"]).ljust(row.dtype["key"].itemsize, b"\0")
+    if sort_by in NUMERIC_KEYS:
+        unsigned = int.from_bytes(raw[:8], "big") ^ (1 << 63)
+        return unsigned - (1 << 64) if unsigned >= 1 << 63 else unsigned
+    return raw[: widths[0]].rstrip(b"\0").decode()
+
+
+def write_provenance(
+    comm: Any,
+    rows: np.ndarray,
+    numbers: np.ndarray,
+    my_shards: Sequence[np.ndarray],
+    my_stems: Sequence[Path],
+    first_part: int,
+    n_parts: int,
+    directory: Path,
+) -> None:
+    """A Parquet file per rank: shard, record, sample id and source of every record of this rank's parts
+    (each record's place in its shard is sent to the rank holding its part: one all-to-all)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    positions = np.zeros(len(rows), np.int64)
+    for members in my_shards:
+        positions[members] = np.arange(len(members))
+    placed = np.empty(len(rows), [("part", "<i4"), ("record", "<i4"), ("shard", "<i8"), ("position", "<i8")])
+    placed["part"], placed["record"], placed["shard"], placed["position"] = (
+        rows["part"], rows["record"], numbers, positions
+    )  # fmt: skip
+    part_starts = np.array([r * n_parts // size for r in range(size)], np.int64)
+    mine = exchange(comm, placed, owner_ranks(part_starts, placed["part"]))
+    mine = mine[np.lexsort((mine["position"], mine["shard"]))]
+    by_part = np.argsort(mine["part"], kind="stable")
+    bounds = np.searchsorted(mine["part"][by_part], np.arange(first_part, first_part + len(my_stems) + 1))
+    ids, sources = [], []
+    for k, stem in enumerate(my_stems):  # text columns taken from the parts' Arrow arrays: no str per record
+        take = by_part[bounds[k] : bounds[k + 1]]
+        if len(take):
+            part = Part(stem)
+            records = pa.array(mine["record"][take])
+            ids.append((take, part.meta_columns["sample_id"].take(records)))
+            sources.append((take, part.meta_columns["source"].take(records)))
+
+    def in_order(chunks: list[tuple[np.ndarray, pa.Array]]) -> pa.Array:
+        if not chunks:
+            return pa.array([], pa.string())
+        order = np.argsort(np.concatenate([t for t, _ in chunks]), kind="stable")
+        return pa.concat_arrays([c for _, c in chunks]).take(pa.array(order))
+
+    columns = {"shard": mine["shard"], "record": mine["position"], "sample_id": in_order(ids)}
+    columns["source"] = in_order(sources)
+    write_parquet(directory / f"provenance-{rank:05d}-of-{size:05d}.parquet", columns, PROVENANCE_SCHEMA)
 
 
 def prepare_shard_dir(shards_dir: Path, digest: str, names: set[str]) -> None:
@@ -355,12 +579,11 @@ def metadata(
     spec: Mapping[str, Any],
     stats_doc: Mapping[str, Any],
     shard_info: list[dict[str, Any]],
-    shards: Sequence[Sequence[Entry]],
-    manifest_rows: Sequence[Mapping[str, str]],
-    convert_dir: Path,
+    records: int,
+    ingested: Mapping[str, Any],
     digest: str,
 ) -> dict[str, Any]:
-    convert_rejects = read_csv(convert_dir / "rejects.csv")
+    """What is about the dataset as a whole; its size grows with the shards, not with the records."""
     return {
         "sim2dl_version": __version__,
         "format": writer_class.format,
@@ -371,18 +594,20 @@ def metadata(
         "sort_by": settings["sort_by"],
         "plan_digest": digest,
         "counts": {
-            "input_files": len(manifest_rows),
-            "accepted_files": sum(r["status"] == "accepted" for r in manifest_rows),
-            "rejected_files": sum(r["status"] == "rejected" for r in manifest_rows),
-            "convert_rejected": len(convert_rejects),
-            "records": sum(len(s) for s in shards),
-            "shards": len(shards),
+            "input_files": ingested["inputs"],
+            "accepted_files": ingested["accepted"],
+            "rejected_files": ingested["rejected"],
+            "convert_rejected": stats_doc.get("rejected", 0),
+            "records": records,
+            "shards": len(shard_info),
         },
         "normalisation": "x -> (x - mean) / std with the statistics below, applied to the listed fields",
         "statistics": stats_doc["statistics"],
         "shards": shard_info,
         "provenance": {
-            "columns": ["shard", "record", "sample_id", "source"],
-            "rows": [[i, j, e.sample_id, e.source] for i, shard in enumerate(shards) for j, e in enumerate(shard)],
+            "path": "provenance",
+            "format": "parquet",
+            "columns": PROVENANCE_SCHEMA.names,
+            "rows": "one per record: its shard, its number in the shard, its sample id and source file",
         },
     }

@@ -8,8 +8,13 @@ does not grow with the number of records; a last line holds the total size). Rea
 A part may be framed: each record written as the shard format writes it (`framing`, for example a
 TFRecord of a tf.train.Example), the fields' entries pointing at the arrays inside, the record's place
 in `frame` and the file's checksum in the last line; the .bin is then a valid shard as it is (see merge).
-The index is written last and both files appear atomically: a part without its index is an
-interrupted write and is ignored.
+The index's last line summarises the part (size, record count, each field's dtype and shape with
+varying axes as null, the longest text of each meta value, the files its records lie in), so a step can
+plan from those lines alone (`read_about`). The index is written last and both files appear atomically:
+a part without its index is an interrupted write and is ignored.
+
+Memory: a writer holds one record at a time; a `Part` opened for reading holds its index as compact
+columns (numbers in arrays, texts in Arrow arrays), a few bytes per record, never a dict per record.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from pipeline.directio import AppendWriter, aligned_buffer, read_ranges
 from pipeline.fsutil import Checksum, atomic_path, remove_stale_temporaries
@@ -47,6 +53,10 @@ class PartWriter:
         self._index = open(self._index_ctx.__enter__(), "w")  # noqa: SIM115 - closed in close()/abort()
         self._offset = 0
         self.count = 0
+        # What the index holds, in its last line (read without parsing the records: see read_about).
+        self._fields: dict[str, tuple[str, list[int | None]]] = {}  # dtype, shape (None: varies)
+        self._widths: dict[str, int] = {}  # text meta value -> its longest UTF-8 length
+        self._files: set[str] = {""}  # references ("" is the part's own .bin)
 
     def append(
         self,
@@ -81,12 +91,32 @@ class PartWriter:
                 line["fields"][name] = [self._offset, array.dtype.str, list(array.shape)]
                 self._offset += array.nbytes
         self._index.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self._summarise(line)
         self.count += 1
         return self.count - 1
 
+    def _summarise(self, line: Mapping[str, Any]) -> None:
+        for name, value in line["meta"].items():
+            if isinstance(value, str):
+                self._widths[name] = max(self._widths.get(name, 0), len(value.encode()))
+        for name, (_, dtype, shape, *ref) in line["fields"].items():
+            known = self._fields.setdefault(name, (dtype, list(shape)))
+            if known[0] != dtype or len(known[1]) != len(shape):
+                self._fields[name] = ("mixed", known[1])
+            else:
+                self._fields[name] = (dtype, [k if k == d else None for k, d in zip(known[1], shape, strict=True)])
+            self._files.add(ref[0] if ref else "")
+
     def close(self) -> None:
         self._file.close()
-        last = {**self._about, "bytes": self._offset}
+        last = {
+            **self._about,
+            "records": self.count,
+            "fields": {name: {"dtype": d, "shape": shape} for name, (d, shape) in self._fields.items()},
+            "text_widths": self._widths,
+            "files": sorted(self._files),
+            "bytes": self._offset,
+        }
         if self._checksum is not None:
             last["checksum"] = self._checksum.text()
         self._index.write(json.dumps(last) + "\n")
@@ -110,12 +140,50 @@ class PartWriter:
             self.abort()
 
 
+class FieldColumn:
+    """Where one field of every record of a part lies: compact arrays, not a Python object per record."""
+
+    def __init__(self, entries: Sequence[Sequence[Any]]) -> None:
+        self.offsets = np.fromiter((e[0] for e in entries), np.int64, len(entries))
+        dtype_names = [e[1] for e in entries]
+        self.dtypes = [np.dtype(d) for d in dict.fromkeys(dtype_names)]  # distinct, in first-seen order
+        codes = {d: k for k, d in enumerate(dict.fromkeys(dtype_names))}
+        self.dtype_codes = np.fromiter((codes[d] for d in dtype_names), np.int16, len(entries))
+        ndims = {len(e[2]) for e in entries}
+        if len(ndims) > 1:
+            raise OSError(f"records of one part hold a field with different numbers of axes ({sorted(ndims)})")
+        ndim = ndims.pop() if ndims else 0
+        shapes = np.array([e[2] for e in entries], np.int32).reshape(len(entries), ndim)
+        if len(entries) and (shapes == shapes[0]).all():  # one shape for all: stored once
+            shapes = np.broadcast_to(shapes[0].copy(), shapes.shape)
+        self.shapes = shapes
+        refs = [e[3] if len(e) > 3 else "" for e in entries]
+        self.refs = list(dict.fromkeys(refs))
+        ref_codes = {r: k for k, r in enumerate(self.refs)}
+        self.ref_codes = np.fromiter((ref_codes[r] for r in refs), np.int16, len(entries))
+        itemsizes = np.array([d.itemsize for d in self.dtypes], np.int64)
+        self.nbytes = itemsizes[self.dtype_codes] * np.prod(self.shapes, axis=1, dtype=np.int64)
+
+    def dtype(self, i: int) -> np.dtype:
+        return self.dtypes[self.dtype_codes[i]]
+
+    def shape(self, i: int) -> list[int]:
+        return self.shapes[i].tolist()
+
+    def ref(self, i: int) -> str:
+        return self.refs[self.ref_codes[i]]
+
+
 class Part:
+    """A part opened for reading. Its index is parsed once into compact columns (`meta` values per
+    record as arrays, `fields` as FieldColumn), so a rank that opens many parts holds a few bytes per
+    record, not a dict; the parse itself is transient and bounded by one part."""
+
     def __init__(self, path_stem: Path) -> None:
         self.bin_path = path_stem.with_suffix(".bin")
         lines = path_stem.with_suffix(INDEX_SUFFIX).read_text().splitlines()
-        self.records: list[dict[str, Any]] = json.loads(f"[{','.join(lines)}]")  # one parse, not one per line
-        index = self.records.pop() if self.records and "bytes" in self.records[-1] else {}
+        records: list[dict[str, Any]] = json.loads(f"[{','.join(lines)}]")  # one parse, not one per line
+        index = records.pop() if records and "bytes" in records[-1] else {}
         self.about: dict[str, Any] = index  # the last line: size, and for framed parts framing and checksum
         if "bytes" not in index:
             raise OSError(f"part index {path_stem.with_suffix(INDEX_SUFFIX)} is incomplete")
@@ -124,28 +192,54 @@ class Part:
             raise OSError(f"part {self.bin_path} has {size} bytes, its index says {index['bytes']}")
         self._data = np.memmap(self.bin_path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
         self._refs: dict[str, np.ndarray] = {}
+        self.count = len(records)
+        meta_names = list(records[0]["meta"]) if records else []
+        self.meta_columns: dict[str, Any] = {}
+        for name in meta_names:
+            values = [r["meta"][name] for r in records]
+            # numbers as arrays; text as one Arrow array (its bytes back to back, not a str object each)
+            self.meta_columns[name] = (
+                np.array(values, np.int64) if values and isinstance(values[0], int) else pa.array(values, pa.string())
+            )
+        field_names = list(records[0]["fields"]) if records else []
+        self.fields = {name: FieldColumn([r["fields"][name] for r in records]) for name in field_names}
+        self.frames = (
+            np.array([r["frame"] for r in records], np.int64).reshape(-1, 2)
+            if records and "frame" in records[0]
+            else None
+        )
+        self.record_nbytes = sum((f.nbytes for f in self.fields.values()), np.zeros(self.count, np.int64))
 
     def __len__(self) -> int:
-        return len(self.records)
+        return self.count
 
     def meta(self, i: int) -> dict[str, Any]:
-        return self.records[i]["meta"]
+        return {name: column[i].item() if isinstance(column, np.ndarray) else column[i].as_py()
+                for name, column in self.meta_columns.items()}  # fmt: skip
+
+    def texts(self, name: str) -> list[str]:
+        """A text meta column as Python strings (for a part's worth of records at a time)."""
+        return self.meta_columns[name].to_pylist()
 
     def read(self, i: int) -> dict[str, np.ndarray]:
         arrays = {}
-        for name, (offset, dtype, shape, *ref) in self.records[i]["fields"].items():
-            dt = np.dtype(dtype)
+        for name, column in self.fields.items():
+            offset, dt, shape, ref = int(column.offsets[i]), column.dtype(i), column.shape(i), column.ref(i)
             count = math.prod(shape)
-            data = self._referenced(ref[0]) if ref else self._data
+            data = self._referenced(ref) if ref else self._data
             if offset + count * dt.itemsize > data.size:
-                raise OSError(f"record {i} field '{name}' lies beyond the end of {ref[0] if ref else self.bin_path}")
+                raise OSError(f"record {i} field '{name}' lies beyond the end of {ref or self.bin_path}")
             arrays[name] = data[offset : offset + count * dt.itemsize].view(dt).reshape(shape)
         return arrays
 
+    def file_of(self, name: str, i: int) -> Path:
+        """The .bin file holding field `name` of record `i`."""
+        ref = self.fields[name].ref(i)
+        return self.bin_path.parent / ref if ref else self.bin_path
+
     def location(self, i: int, name: str) -> tuple[Path, int]:
         """The .bin file and byte offset holding field `name` of record `i` (for references)."""
-        offset, _, _, *ref = self.records[i]["fields"][name]
-        return (self.bin_path.parent / ref[0] if ref else self.bin_path), offset
+        return self.file_of(name, i), int(self.fields[name].offsets[i])
 
     def _referenced(self, relative: str) -> np.ndarray:
         data = self._refs.get(relative)
@@ -158,57 +252,60 @@ class Part:
 
     def extents(self, i: int, names: Sequence[str]) -> list[tuple[Path, int, np.dtype, list[int]]]:
         """(file, byte offset, dtype, shape) of the named fields of record `i`."""
-        fields = self.records[i]["fields"]
-        located = []
-        for name in names:
-            offset, dtype, shape, *ref = fields[name]
-            located.append((self.bin_path.parent / ref[0] if ref else self.bin_path, offset, np.dtype(dtype), shape))
-        return located
+        return [
+            (self.file_of(name, i), int(self.fields[name].offsets[i]), self.fields[name].dtype(i),
+             self.fields[name].shape(i))
+            for name in names
+        ]  # fmt: skip
 
     def nbytes(self, i: int) -> int:
-        return sum(np.dtype(d).itemsize * math.prod(s) for _, d, s, *_ in self.records[i]["fields"].values())
+        return int(self.record_nbytes[i])
 
     def __iter__(self) -> Iterator[tuple[dict[str, Any], dict[str, np.ndarray]]]:
         for i in range(len(self)):
             yield self.meta(i), self.read(i)
 
 
-Records = Sequence[tuple[Part, int]]
+Request = tuple[Path, int, int]  # file, byte offset, length
 
 
-def read_records(
-    records: Records, names: Sequence[str], buffer: np.ndarray
-) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
-    """The named fields of each (part, record), read with few large direct reads into `buffer`
-    (records stored next to each other are read together; see pipeline.directio.read_ranges).
-    Returns views into the buffer, and the buffer (a larger one if it had to grow)."""
-    located = [part.extents(i, names) for part, i in records]
-    requests = [
-        (path, offset, dtype.itemsize * math.prod(shape)) for fields in located for path, offset, dtype, shape in fields
-    ]
-    views, buffer = read_ranges(requests, True, buffer)
-    out, k = [], 0
-    for fields in located:
-        arrays = {}
-        for name, (_, _, dtype, shape) in zip(names, fields, strict=True):
-            arrays[name] = views[k].view(dtype).reshape(shape)
-            k += 1
-        out.append(arrays)
-    return out, buffer
+def read_records(requests: Sequence[Request], buffer: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """The bytes of each (file, offset, length), read with few large direct reads into `buffer` (ranges
+    next to each other are read together; see pipeline.directio.read_ranges). Returns a view per request
+    and the buffer (a larger one if it had to grow)."""
+    return read_ranges(requests, True, buffer)
 
 
-def read_batches(batches: Sequence[Records], names: Sequence[str]) -> Iterator[list[dict[str, np.ndarray]]]:
-    """read_records for each batch in turn, the next one read by a thread while the caller uses this one.
-    A batch's arrays are valid until the next-but-one batch is taken (two buffers alternate)."""
+def read_batches(count: int, batch: Callable[[int], Sequence[Request]]) -> Iterator[list[np.ndarray]]:
+    """read_records for batches 0..count-1 (`batch(k)` makes the requests of batch k when its turn comes),
+    the next one read by a thread while the caller uses this one. A batch's views are valid until the
+    next-but-one batch is taken (two buffers alternate)."""
     buffers = [aligned_buffer(0), aligned_buffer(0)]
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
-        pending = pool.submit(read_records, batches[0], names, buffers[0]) if batches else None
-        for k in range(len(batches)):
+        pending = pool.submit(read_records, batch(0), buffers[0]) if count else None
+        for k in range(count):
             assert pending is not None
-            arrays, buffers[k % 2] = pending.result()
-            if k + 1 < len(batches):
-                pending = pool.submit(read_records, batches[k + 1], names, buffers[(k + 1) % 2])
-            yield arrays
+            views, buffers[k % 2] = pending.result()
+            if k + 1 < count:
+                pending = pool.submit(read_records, batch(k + 1), buffers[(k + 1) % 2])
+            yield views
+
+
+def read_about(path_stem: Path) -> dict[str, Any]:
+    """The last line of a part's index (its size, record count, fields' dtypes and shapes, longest texts,
+    the files its records lie in), read from the end of the file without parsing the records."""
+    index = path_stem.with_suffix(INDEX_SUFFIX)
+    with open(index, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        tail = b""
+        while size and tail.count(b"\n") < 2 and len(tail) < size:
+            step = min(size - len(tail), max(65_536, 2 * len(tail)))
+            f.seek(size - len(tail) - step)
+            tail = f.read(step) + tail
+    about = json.loads(tail.rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    if "bytes" not in about:
+        raise OSError(f"part index {index} is incomplete")
+    return about
 
 
 def part_stem(directory: Path, rank: int, size: int) -> Path:

@@ -1,15 +1,68 @@
-"""The CSV tables steps hand each other: the manifest and the rejects lists."""
+"""The tables steps hand each other and people open.
+
+- The manifest: one row per input file (accepted or rejected), a Parquet file per ingest part
+  (`ingest/manifest/part-K-of-N.parquet`, written by the rank that ingested that part); together a
+  Parquet dataset that pyarrow, pandas (`pd.read_parquet(dir)`) and polars read as one table.
+- The provenance of the shards: one row per record (shard, record, sample id, source file), a Parquet
+  file per merge rank (`merged/provenance/`).
+- The rejects lists: small CSV files, one reason per rejected file or sample.
+
+Memory: a table is built from one part's (or one rank's) rows at a time, never the whole dataset's.
+"""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.fsutil import atomic_path
 
-MANIFEST_COLUMNS = ("path", "bytes", "sample_id", "shape", "length", "sort_key", "status", "part", "record")
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("bytes", pa.int64()),
+        ("sample_id", pa.string()),
+        ("shape", pa.string()),
+        ("length", pa.int64()),
+        ("sort_key", pa.int64()),
+        ("status", pa.string()),  # accepted | rejected
+        ("part", pa.string()),
+        ("record", pa.int64()),
+        ("reason", pa.string()),  # why it was rejected; empty when accepted
+    ]
+)
+PROVENANCE_SCHEMA = pa.schema(
+    [("shard", pa.int64()), ("record", pa.int64()), ("sample_id", pa.string()), ("source", pa.string())]
+)
+MANIFEST_COLUMNS = tuple(MANIFEST_SCHEMA.names)
 REJECT_COLUMNS = ("path", "sample_id", "reason")
+
+
+def write_parquet(path: Path, columns: Mapping[str, Sequence[Any]], schema: pa.Schema) -> None:
+    """One Parquet file from column lists or arrays, atomically (temporary file, then rename)."""
+    table = pa.table({name: pa.array(columns[name], schema.field(name).type) for name in schema.names}, schema=schema)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+
+
+def read_table(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """A Parquet file, or a directory of them read as one table (in file-name order)."""
+    if path.is_dir():
+        files = sorted(path.glob("*.parquet"))
+        if not files:
+            raise FileNotFoundError(f"no Parquet files in {path}")
+        return pa.concat_tables(pq.read_table(f, columns=columns) for f in files)
+    return pq.read_table(path, columns=columns)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Every row of a (small) table as dicts: for tests and people, not for the steps."""
+    return read_table(path).to_pylist()
 
 
 def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:

@@ -17,7 +17,7 @@ DATA_STEPS = ("ingest", "convert", "merge", "stage")
 
 
 def last_summary(log: Path) -> dict[str, Any] | None:
-    """The last JSON summary line a step printed into its log (a rerun appends), or None."""
+    """The last JSON summary line a step printed into its log, or None."""
     try:
         lines = log.read_text(errors="replace").splitlines()
     except FileNotFoundError:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -322,19 +323,13 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
         return model(x, training=False)
 
     if rank == 0:
-        print(
-            json.dumps(
-                {
-                    "train": {
-                        "ranks": size,
-                        "steps_per_epoch": steps,
-                        "train_records_per_rank": n_train,
-                        "resume_from_epoch": start_epoch,
-                    }
-                }
-            ),
-            flush=True,
-        )
+        start = {"ranks": size, "steps_per_epoch": steps, "train_records_per_rank": n_train,
+                 "resume_from_epoch": start_epoch, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
+        print(json.dumps({"train": start}), flush=True)
+        # Every start of training, kept across retries (Snakemake clears a job's log when it starts).
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with open(out_dir / "attempts.jsonl", "a") as attempts:
+            attempts.write(json.dumps({**start, "time": time.time()}) + "\n")
     first = True
     # One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
     # reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay).

@@ -1,7 +1,7 @@
 # convert: select features/labels, cast, log1p, crop/split; global statistics by MPI reduction.
 rule convert:
     input:
-        manifest=LAYOUT.manifest,
+        ingested=LAYOUT.ingest_summary,
     output:
         stats=LAYOUT.stats,
     log:
@@ -14,4 +14,4 @@ rule convert:
         tasks=2,
     shell:
         "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " convert >> {log.step:q} 2>&1"
+        " convert > {log.step:q} 2>&1"

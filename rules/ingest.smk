@@ -9,7 +9,7 @@ rule ingest:
     input:
         simulated,
     output:
-        manifest=LAYOUT.manifest,
+        summary=LAYOUT.ingest_summary,
     log:
         step=LAYOUT.log("ingest"),
         rejects=LAYOUT.ingest_rejects,
@@ -20,4 +20,4 @@ rule ingest:
         tasks=2,
     shell:
         "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " ingest >> {log.step:q} 2>&1"
+        " ingest > {log.step:q} 2>&1"

@@ -2,7 +2,7 @@
 # metadata file. Only metadata.json is declared: shards of an interrupted run are kept and reused.
 rule merge:
     input:
-        manifest=LAYOUT.manifest,
+        ingested=LAYOUT.ingest_summary,
         stats=LAYOUT.stats,
     output:
         metadata=LAYOUT.metadata,
@@ -15,4 +15,4 @@ rule merge:
         tasks=2,
     shell:
         "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " merge >> {log.step:q} 2>&1"
+        " merge > {log.step:q} 2>&1"

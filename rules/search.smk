@@ -16,4 +16,4 @@ rule search:
         tasks=2,
     shell:
         "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " search >> {log.step:q} 2>&1"
+        " search > {log.step:q} 2>&1"

@@ -13,4 +13,4 @@ rule simulate:
         tasks=2,
     shell:
         "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " simulate --out {params.source:q} >> {log.step:q} 2>&1"
+        " simulate --out {params.source:q} > {log.step:q} 2>&1"

@@ -14,4 +14,4 @@ rule stage:
         tasks=2,
     shell:
         "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " stage >> {log.step:q} 2>&1"
+        " stage > {log.step:q} 2>&1"

@@ -24,4 +24,4 @@ rule train:
         tasks=2,
     shell:
         "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " {params.overrides:q} train >> {log.step:q} 2>&1"
+        " {params.overrides:q} train > {log.step:q} 2>&1"

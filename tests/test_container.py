@@ -189,7 +189,7 @@ def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mp
             if line.startswith('{"step"'):
                 summary = json.loads(line)
                 summaries[summary["step"]] = summary
-    assert set(summaries) == {"simulate", "ingest", "convert", "merge", "stage", "search", "train"}
+    assert set(summaries) == {"simulate", "ingest", "convert", "merge", "stage", "search", "train", "throughput"}
     host = hostmpi.version_line(host_library_version())
     for step, summary in summaries.items():
         assert summary["ranks"] == 2, step

@@ -7,7 +7,7 @@ from pipeline.convert import RunningStats, central_crop, normalise, split_volume
 from pipeline.ingest import ingest
 from pipeline.readers import SampleError
 from pipeline.simulate import simulate
-from pipeline.tables import read_csv
+from pipeline.tables import read_rows
 
 from .conftest import make_config, run_cli, write_config
 
@@ -91,13 +91,16 @@ def test_unchanged_fields_are_referenced_not_copied(tmp_path, serial):
     config = make_config(tmp_path, simulate={"samples": 4}, convert={"log1p": ["density"], "normalise": []})
     simulate(config["simulate"], tmp_path / "raw", serial)
     ingest(config, tmp_path / "raw", tmp_path / "ingest", serial)
-    convert(config, tmp_path / "ingest" / "manifest.csv", tmp_path / "ingest" / "parts", tmp_path / "c", serial)
-    (stem,) = list_parts(tmp_path / "c" / "parts")
-    part = Part(stem)
+    convert(config, tmp_path / "ingest" / "manifest", tmp_path / "ingest" / "parts", tmp_path / "c", serial)
+    stems = list_parts(tmp_path / "c" / "parts")
+    # one converted part per ingest part, of the same name
+    assert [s.name for s in stems] == [s.name for s in list_parts(tmp_path / "ingest" / "parts")]
     # density changed (log1p): stored; params unchanged: a reference into the ingest part.
-    assert stem.with_suffix(".bin").stat().st_size == 4 * 32**3 * 4
-    rows = [r for r in read_csv(tmp_path / "ingest" / "manifest.csv") if r["status"] == "accepted"]
-    for i, row in enumerate(rows):  # convert keeps the manifest's order
+    assert sum(s.with_suffix(".bin").stat().st_size for s in stems) == 4 * 32**3 * 4
+    rows = [r for r in read_rows(tmp_path / "ingest" / "manifest") if r["status"] == "accepted"]
+    converted = [(Part(stem), i) for stem in stems for i in range(len(Part(stem)))]
+    assert len(converted) == len(rows) == 4
+    for (part, i), row in zip(converted, rows, strict=True):  # convert keeps the manifest's order
         ingest_stem = tmp_path / "ingest" / "parts" / row["part"]
         source = Part(ingest_stem).read(int(row["record"]))
         assert part.location(i, "params")[0].resolve() == ingest_stem.with_suffix(".bin").resolve()

@@ -4,7 +4,7 @@ import numpy as np
 
 from pipeline.ingest import ingest
 from pipeline.records import Part
-from pipeline.tables import read_csv
+from pipeline.tables import read_csv, read_rows
 
 from .conftest import make_config
 
@@ -18,7 +18,7 @@ def fields_config(tmp_path, fmt_glob, fields, sample_id=None):
 
 
 def accepted_arrays(out):
-    rows = [r for r in read_csv(out / "manifest.csv") if r["status"] == "accepted"]
+    rows = [r for r in read_rows(out / "manifest") if r["status"] == "accepted"]
     return {r["sample_id"]: Part(out / "parts" / r["part"]).read(int(r["record"])) for r in rows}
 
 
@@ -88,6 +88,6 @@ def test_root_event_data(tmp_path, serial):
     )
     summary = ingest(config, root, tmp_path / "out", serial)
     assert (summary["accepted"], summary["rejected"]) == (2, 1)
-    rows = {r["sample_id"]: r for r in read_csv(tmp_path / "out" / "manifest.csv") if r["status"] == "accepted"}
-    assert rows["gen0"]["length"] == "5" and rows["gen1"]["length"] == "50"  # record length = events
+    rows = {r["sample_id"]: r for r in read_rows(tmp_path / "out" / "manifest") if r["status"] == "accepted"}
+    assert rows["gen0"]["length"] == 5 and rows["gen1"]["length"] == 50  # record length = events (typed column)
     np.testing.assert_array_equal(accepted_arrays(tmp_path / "out")["gen1"]["nhits"], np.arange(50))

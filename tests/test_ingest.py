@@ -13,7 +13,7 @@ import pytest
 from pipeline import Sim2dlError
 from pipeline.ingest import ingest
 from pipeline.records import Part
-from pipeline.tables import read_csv
+from pipeline.tables import read_csv, read_rows
 
 from .conftest import BIN, env, make_config, run_cli, write_config
 
@@ -76,7 +76,7 @@ def test_every_bad_file_rejected_with_its_reason(tmp_path, serial, bad_inputs, r
     assert set(rejects) == set(expected)
     for name, reason in expected.items():
         assert reason in rejects[name], (name, rejects[name])
-    manifest = read_csv(out / "manifest.csv")
+    manifest = read_rows(out / "manifest")
     inputs = len(list(root.iterdir()))
     assert summary["inputs"] == len(manifest) == inputs
     assert summary["accepted"] + summary["rejected"] == inputs
@@ -181,7 +181,7 @@ def test_two_ranks_give_the_same_manifest_and_parts_as_one(tmp_path, bad_inputs)
             ["ingest", "--config", str(config_path), "--source", str(root), "--out", str(tmp_path / f"r{ranks}")],
             ranks=ranks,
         )
-    assert read_csv(tmp_path / "r1" / "manifest.csv") == read_csv(tmp_path / "r2" / "manifest.csv")
+    assert read_rows(tmp_path / "r1" / "manifest") == read_rows(tmp_path / "r2" / "manifest")
     parts = sorted(p.name for p in (tmp_path / "r1" / "parts").iterdir())
     assert len(parts) > 4 and parts == sorted(p.name for p in (tmp_path / "r2" / "parts").iterdir())
     for name in parts:
@@ -210,7 +210,7 @@ def test_field_mapping_for_real_layouts(tmp_path, serial):
     )
     summary = ingest(config, root, tmp_path / "i1", serial)
     assert summary["accepted"] == 3
-    ids = [r["sample_id"] for r in read_csv(tmp_path / "i1" / "manifest.csv")]
+    ids = [r["sample_id"] for r in read_rows(tmp_path / "i1" / "manifest")]
     assert ids == ["univ_0", "univ_1", "univ_2"]
 
     root = tmp_path / "deepcam"

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.dataset import hdf5_records, tfrecord_dataset
 from pipeline.fsutil import file_checksum
-from pipeline.tables import read_csv
+from pipeline.tables import read_rows
 
 from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
 
@@ -26,6 +26,11 @@ def prepare(tmp_path, ranks=2, **sections):
 def merge(config_path, out, ranks):
     proc = run_cli(["merge", "--config", str(config_path), "--out", str(out)], ranks=ranks)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def provenance(merged):
+    """(shard, record, sample id, source) of every record, in shard order, from the Parquet tables."""
+    return sorted((r["shard"], r["record"], r["sample_id"], r["source"]) for r in read_rows(merged / "provenance"))
 
 
 def shard_bytes(out):
@@ -60,7 +65,7 @@ def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
 
     # Read back with a plain TFRecordDataset: every accepted sample exactly once, sorted by length.
     records = list(tfrecord_dataset(work / "merged").as_numpy_iterator())
-    accepted = {r["sample_id"] for r in read_csv(work / "ingest" / "manifest.csv") if r["status"] == "accepted"}
+    accepted = {r["sample_id"] for r in read_rows(work / "ingest" / "manifest") if r["status"] == "accepted"}
     ids = [r["sample_id"].decode() for r in records]
     assert sorted(ids) == sorted(accepted) and len(ids) == 60
     lengths = [r["trace"].shape[0] for r in records]
@@ -71,7 +76,7 @@ def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
     assert abs(values.mean()) < 1e-3 and abs(values.std() - 1) < 1e-3
 
     # Checksums, counts, index offsets and provenance agree with the files.
-    prov = meta["provenance"]["rows"]
+    prov = provenance(work / "merged")
     assert [row[2] for row in prov] == ids
     for i, shard in enumerate(meta["shards"]):
         path = work / "merged" / "shards" / shard["file"]
@@ -231,7 +236,7 @@ def test_parts_ingested_in_order_become_shards_without_a_copy(tmp_path):
     records = list(tfrecord_dataset(work / "merged").as_numpy_iterator())
     ids = [r["sample_id"].decode() for r in records]
     assert ids == sorted(ids) and len(ids) == 48
-    assert [row[2] for row in meta["provenance"]["rows"]] == ids
+    assert [row[2] for row in provenance(work / "merged")] == ids
 
     # Another shard size than ingest cut the parts for: shards written record by record, same stream.
     slow_config = write_config(

@@ -6,7 +6,7 @@ from pathlib import Path
 import yaml
 
 from pipeline import config as cfg
-from pipeline.tables import read_csv
+from pipeline.tables import read_rows
 
 from .conftest import run_snakemake
 
@@ -45,7 +45,7 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
         assert json.loads(step_log[-1])["step"] == rule
     meta = json.loads((tmp_path / "w" / "merged" / "metadata.json").read_text())
     assert meta["counts"]["records"] == 40 and meta["counts"]["rejected_files"] == 0
-    manifest = read_csv(tmp_path / "w" / "ingest" / "manifest.csv")
+    manifest = read_rows(tmp_path / "w" / "ingest" / "manifest")
     assert len(manifest) == 40
     staged = json.loads((tmp_path / "w" / "staged" / "summary.json").read_text())
     assert staged["mode"] == "replica" and staged["bytes_read_shared_fs"] == sum(s["bytes"] for s in meta["shards"])
@@ -132,7 +132,7 @@ def test_each_setting_reruns_exactly_the_steps_that_read_it(tmp_path):
     layout = cfg.Layout(workdir)
     outputs = [
         layout.simulate_summary,
-        layout.manifest,
+        layout.ingest_summary,
         layout.stats,
         layout.metadata,
         layout.stage_summary,

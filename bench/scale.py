@@ -1,0 +1,167 @@
+"""Bookkeeping at scale: per-step time per record and peak memory per rank as the number of files grows.
+
+Tiny files (the simulator's 4^3 cubes: the point is bookkeeping, not bytes) at three sizes, through
+ingest, convert and merge with 2 ranks, and merge again with 1 rank at the largest size. Each step runs
+as `mpiexec -n R sim2dl STEP` and reports its own wall time (start-up excluded) and the largest peak RSS
+of its ranks (`peak_rss_mb_per_rank` in its JSON summary).
+
+How the inputs are made: `sim2dl simulate` with 2 ranks, once, at the largest size (4^3 cubes; with
+`--family trace`, variable-length records of 10 to 40 steps, which merge sorts by length as etalumis
+did). The simulator writes every file after its first from that file's HDF5 image with the data and id
+bytes replaced (pipeline.simulate.Templates, byte-identical to h5py's files): about 10,000 files a
+second here, against about 1,100 through h5py. Each smaller size is the first N files, named in a
+`source.list` file (one path per line), so the input lists are exercised too.
+
+Figures (last line, one JSON object):
+- rss_mb_per_million_records: the largest per-step slope of peak RSS per rank (MB per million records,
+  between the smallest and largest size); target <= 100.
+- time_per_record_growth: the largest per-step ratio of seconds per record at the largest size to the
+  smallest; target <= 1.25.
+- merge_speedup_2_ranks: merge time with 1 rank / with 2 at the largest size; target >= 1.6.
+- metadata_json_bytes at each size: must not grow with records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.simulate import sample_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import OUT, sim2dl
+
+FILES_PER_DIR = 1000  # the simulator's default
+
+
+def simulate(root: Path, files: int, family: str) -> None:
+    """`files` samples in root (the simulator keeps files already there, so a larger set extends one)."""
+    doc = {
+        "workdir": str(root / "sim-work"),
+        "simulate": {
+            "samples": files,
+            "family": family,
+            "cube": {"size": 4},
+            "trace": {"min_length": 10, "max_length": 40},
+        },
+    }
+    path = root / "simulate.yaml"
+    root.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc))
+    sim2dl("simulate", "--config", str(path), "--out", str(root / "raw"), ranks=2)
+
+
+def input_list(root: Path, files: int) -> Path:
+    """A list file naming the first `files` samples."""
+    path = root / f"inputs-{files}.txt"
+    with open(path, "w") as f:
+        for i in range(files):
+            f.write(f"{sample_path(Path('.'), i, FILES_PER_DIR)}\n")
+    return path
+
+
+def config(work: Path, root: Path, listed: Path, family: str) -> Path:
+    fields = (
+        {"density": {"path": "density", "dtype": "float32", "shape": [4, 4, 4]}}
+        if family == "cube"
+        else {"trace": {"path": "trace", "dtype": "float32", "shape": [None, 4]}}
+    )
+    feature = next(iter(fields))
+    fields["params"] = {"path": "params", "dtype": "float32", "shape": [3]}
+    doc: dict[str, Any] = {
+        "workdir": str(work),
+        "simulate": {"enabled": False},
+        "source": {
+            "path": str(root / "raw"),
+            "list": str(listed),
+            "sample_id": {"attr": "sample_id"},
+            "fields": fields,
+        },
+        "ingest": {"max_reject_fraction": 0.0},
+        "convert": {"features": [feature], "labels": ["params"], "normalise": [feature, "params"]},
+        "merge": {"shard_size_mb": 16, "sort_by": "sort_key" if family == "cube" else "length"},
+    }
+    path = work / "config.yaml"
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def run_step(step: str, config_path: Path, ranks: int) -> dict[str, Any]:
+    out = sim2dl(step, "--config", str(config_path), ranks=ranks)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="20k, 80k and 200k files: a few minutes")
+    parser.add_argument("--sizes", type=int, nargs="+", help="numbers of files (default 50k 200k 1M)")
+    parser.add_argument("--family", choices=("cube", "trace"), default="cube")
+    parser.add_argument("--keep", action="store_true", help="keep the inputs in bench/out")
+    args = parser.parse_args()
+    sizes = sorted(args.sizes or ([20_000, 80_000, 200_000] if args.quick else [50_000, 200_000, 1_000_000]))
+    root = OUT / f"scale-{args.family}"
+    results: dict[int, dict[str, dict[str, Any]]] = {}
+    try:
+        simulate(root, sizes[-1], args.family)
+        for n in sizes:
+            work = root / f"work-{n}"
+            shutil.rmtree(work, ignore_errors=True)
+            config_path = config(work, root, input_list(root, n), args.family)
+            results[n] = {step: run_step(step, config_path, 2) for step in ("ingest", "convert", "merge")}
+            results[n]["metadata"] = {"bytes": (work / "merged" / "metadata.json").stat().st_size}
+            if n == sizes[-1]:
+                shutil.rmtree(work / "merged")
+                results[n]["merge_1_rank"] = run_step("merge", config_path, 1)
+            print(json.dumps({"files": n, **results[n]}), flush=True)
+            shutil.rmtree(work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    small, large = sizes[0], sizes[-1]
+    per_step = {}
+    for step in ("ingest", "convert", "merge"):
+        rss = [results[n][step]["peak_rss_mb_per_rank"] for n in sizes]
+        per_record = [results[n][step]["seconds"] / n for n in sizes]
+        per_step[step] = {
+            "seconds": [results[n][step]["seconds"] for n in sizes],
+            "us_per_record": [round(1e6 * t, 2) for t in per_record],
+            "peak_rss_mb_per_rank": rss,
+            "rss_mb_per_million_records": round((rss[-1] - rss[0]) / ((large - small) / 1e6), 1),
+            "time_per_record_growth": round(per_record[-1] / per_record[0], 3),
+        }
+    merge_1 = results[large]["merge_1_rank"]["seconds"]
+    print(
+        json.dumps(
+            {
+                "benchmark": "scale",
+                "family": args.family,
+                "files": sizes,
+                "ranks": 2,
+                "steps": per_step,
+                "rss_mb_per_million_records": max(s["rss_mb_per_million_records"] for s in per_step.values()),
+                "time_per_record_growth": max(s["time_per_record_growth"] for s in per_step.values()),
+                "merge_seconds_1_rank": merge_1,
+                "merge_speedup_2_ranks": round(merge_1 / results[large]["merge"]["seconds"], 3),
+                "metadata_json_bytes": [results[n]["metadata"]["bytes"] for n in sizes],
+                "targets": {
+                    "rss_mb_per_million_records": "<= 100",
+                    "time_per_record_growth": "<= 1.25",
+                    "merge_speedup_2_ranks": ">= 1.6",
+                    "metadata_json_bytes": "flat",
+                },
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
