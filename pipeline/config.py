@@ -331,3 +331,11 @@ def layout(config: Mapping[str, Any]) -> Layout:
 def source_dir(config: Mapping[str, Any]) -> Path:
     path = config["source"]["path"]
     return Path(path) if path else layout(config).raw
+
+
+def input_list(source: Mapping[str, Any], root: Path) -> Path | None:
+    """The file naming the inputs (source.list; relative to the source directory), if one is set."""
+    listed = source.get("list")
+    if not listed:
+        return None
+    return Path(listed) if Path(listed).is_absolute() else root / listed

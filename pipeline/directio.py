@@ -251,51 +251,80 @@ class AppendWriter:
 COALESCE_GAP = 256 * 1024  # bytes between two ranges of a file below which one read covers both
 
 
-def read_ranges(
-    requests: Sequence[tuple[Path, int, int]], direct: bool, buffer: np.ndarray
-) -> tuple[list[np.ndarray], np.ndarray]:
-    """Read many (path, offset, length) ranges with few large reads.
+def read_extents(
+    paths: Sequence[Path],
+    files: np.ndarray,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    direct: bool,
+    buffer: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read many ranges (file number into `paths`, offset, length: arrays) with few large reads.
 
     Ranges are sorted by file and offset; ranges of a file less than COALESCE_GAP apart merge into runs
     (reading the gap costs less than another request: records' fields lie a few framing bytes apart);
     each run is read as its page-aligned cover into `buffer` (replaced by a larger one if needed).
-    Returns a view per request, in request order, and the buffer to reuse. Raises OSError, also for a
-    range past the end."""
-    order = sorted(range(len(requests)), key=lambda i: (str(requests[i][0]), requests[i][1]))
-    runs: list[tuple[Path, int, int, list[int]]] = []  # path, start, end, request indices
-    for i in order:
-        path, offset, length = requests[i]
-        if runs and runs[-1][0] == path and offset <= runs[-1][2] + COALESCE_GAP:
-            last = runs[-1]
-            last[3].append(i)
-            runs[-1] = (path, last[1], max(last[2], offset + length), last[3])
-        else:
-            runs.append((path, offset, offset + length, [i]))
-    covers = [(r[1] // PAGE * PAGE, round_up(r[2])) for r in runs]
-    total = sum(end - start for start, end in covers)
-    if buffer.size < total:
-        buffer = aligned_buffer(total + total // 4)
-    views: list[np.ndarray] = [buffer[:0]] * len(requests)
-    position = 0
-    fds: dict[Path, tuple[int, bool]] = {}
+    Returns where each range starts in the buffer (in request order) and the buffer to reuse; planned
+    in arrays, so a batch of a million ranges costs a few arrays, not a million objects. Raises OSError,
+    also for a range past the end."""
+    n = len(offsets)
+    positions = np.zeros(n, np.int64)
+    if not n:
+        return positions, buffer
+    files, offsets, lengths = (np.asarray(a, np.int64) for a in (files, offsets, lengths))
+    order = np.lexsort((offsets, files))
+    f, start, end = files[order], offsets[order], offsets[order] + lengths[order]
+    # a run starts at a new file, or past the furthest end so far (in that file) plus the gap
+    reach = _furthest_per_file(f, end)
+    new_run = np.concatenate([[True], (f[1:] != f[:-1]) | (start[1:] > reach[:-1] + COALESCE_GAP)])
+    run = np.cumsum(new_run) - 1
+    first = np.flatnonzero(new_run)
+    run_file, run_start = f[first], start[first]
+    run_end = np.maximum.reduceat(end, first)
+    cover_start = run_start // PAGE * PAGE
+    cover_end = -(-run_end // PAGE) * PAGE
+    at = np.concatenate([[0], np.cumsum(cover_end - cover_start)])
+    if buffer.size < at[-1]:
+        buffer = aligned_buffer(int(at[-1] + at[-1] // 4))
+    fds: dict[int, tuple[int, bool]] = {}
     try:
-        for (path, start, end, members), (cover_start, cover_end) in zip(runs, covers, strict=True):
-            if path not in fds:
-                fds[path] = open_for_reading(path, direct)
-            fd, fd_direct = fds[path]
-            target = buffer[position : position + cover_end - cover_start]
-            got = _read_fully(fd, cover_start, target, fd_direct)
-            if got < end - cover_start:
-                raise OSError(f"{path}: bytes {start}..{end} requested, the file ends at {cover_start + got}")
-            for i in members:
-                _, offset, length = requests[i]
-                at = position + offset - cover_start
-                views[i] = buffer[at : at + length]
-            position += cover_end - cover_start
+        for k in range(len(first)):
+            number = int(run_file[k])
+            if number not in fds:
+                fds[number] = open_for_reading(paths[number], direct)
+            fd, fd_direct = fds[number]
+            target = buffer[at[k] : at[k + 1]]
+            got = _read_fully(fd, int(cover_start[k]), target, fd_direct)
+            if got < run_end[k] - cover_start[k]:
+                raise OSError(
+                    f"{paths[number]}: bytes {run_start[k]}..{run_end[k]} requested, the file ends at "
+                    f"{cover_start[k] + got}"
+                )
     finally:
         for fd, _ in fds.values():
             os.close(fd)
-    return views, buffer
+    positions[order] = at[run] + start - cover_start[run]
+    return positions, buffer
+
+
+def _furthest_per_file(files: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The furthest end so far within each file's (sorted) ranges."""
+    shift = np.int64(1) << 48  # offsets below 256 TiB: file number in the high bits keeps files apart
+    return np.maximum.accumulate(files * shift + ends) - files * shift
+
+
+def read_ranges(
+    requests: Sequence[tuple[Path, int, int]], direct: bool, buffer: np.ndarray
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """read_extents for (path, offset, length) requests; returns a view per request, in request order,
+    and the buffer to reuse."""
+    paths = list(dict.fromkeys(p for p, _, _ in requests))
+    number = {p: k for k, p in enumerate(paths)}
+    files = np.array([number[p] for p, _, _ in requests], np.int64)
+    offsets = np.array([o for _, o, _ in requests], np.int64)
+    lengths = np.array([n for _, _, n in requests], np.int64)
+    positions, buffer = read_extents(paths, files, offsets, lengths, direct, buffer)
+    return [buffer[a : a + n] for a, n in zip(positions.tolist(), lengths.tolist(), strict=True)], buffer
 
 
 def _read_fully(fd: int, offset: int, view: np.ndarray, direct: bool = True) -> int:

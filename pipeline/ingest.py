@@ -42,13 +42,14 @@ import pyarrow.parquet as pq
 import xxhash
 
 from pipeline import MB, CollectiveError, Sim2dlError, bookkeeping_step
+from pipeline.config import input_list
 from pipeline.directio import FileImages, ImageOrError
 from pipeline.fsutil import atomic_path, write_json_atomic
 from pipeline.parallel import all_ok, block, exchange, owner_ranks
 from pipeline.progress import progress
 from pipeline.readers import FieldSpec, SampleError, reader_for
 from pipeline.records import PartWriter, clear_parts, part_stem
-from pipeline.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, read_table, write_csv, write_parquet
+from pipeline.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, write_csv, write_parquet
 from pipeline.writers import WRITERS
 
 LISTING_CHUNK = 65_536  # names turned into one array at a time while listing
@@ -244,12 +245,10 @@ def reads_image(path: Path, format_name: str) -> bool:
         return False  # unknown suffix: rejected when its turn comes, without reading it
 
 
-def list_inputs(root: Path, source: Mapping[str, Any], out_dir: Path) -> np.ndarray:
+def list_inputs(root: Path, source: Mapping[str, Any]) -> np.ndarray:
     """Rank 0: the inputs' names (a glob's sorted, a list's in its order), written to inputs.txt."""
-    if source.get("list"):
-        listed = Path(source["list"])
-        return read_input_list(listed if listed.is_absolute() else root / listed)
-    return find_inputs(root, source["glob"])
+    listed = input_list(source, root)
+    return read_input_list(listed) if listed else find_inputs(root, source["glob"])
 
 
 class ManifestPiece:
@@ -319,7 +318,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     error: BaseException | None = None
     if rank == 0:
         try:
-            names = list_inputs(root, source, out_dir)
+            names = list_inputs(root, source)
             out_dir.mkdir(parents=True, exist_ok=True)
             clear_parts(parts_dir)
             shutil.rmtree(manifest_dir, ignore_errors=True)
@@ -457,18 +456,8 @@ def finish(
     return None
 
 
-def read_manifest(manifest_dir: Path, part: str, columns: Sequence[str] = ("record", "status")) -> dict[str, Any]:
-    """The manifest rows of one ingest part (by its name), as columns."""
-    return pq.read_table(manifest_dir / f"{part}.parquet", columns=list(columns)).to_pydict()
-
-
 def accepted_records(manifest_dir: Path, part: str) -> np.ndarray:
     """The record numbers, in the part, of the part's accepted files (duplicates are not)."""
     table = pq.read_table(manifest_dir / f"{part}.parquet", columns=["record", "status"])
     mask = pc.equal(table["status"], "accepted")
     return table.filter(mask)["record"].to_numpy().astype(np.int64)
-
-
-def manifest_table(manifest_dir: Path) -> Any:
-    """The whole manifest as one pyarrow table (for people and tests; the steps read one part's)."""
-    return read_table(manifest_dir)

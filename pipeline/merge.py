@@ -36,6 +36,7 @@ the writing are split across ranks; the scans exchange a few numbers per rank.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -53,7 +54,7 @@ from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries
 from pipeline.parallel import all_ok, block, exchange, exclusive_sum, owner_ranks
 from pipeline.progress import progress
 from pipeline.records import Part, list_parts, read_about, read_batches
-from pipeline.tables import PROVENANCE_SCHEMA, write_parquet
+from pipeline.tables import PROVENANCE_SCHEMA, parquet_writer
 from pipeline.writers import WRITERS, ShardWriter
 
 NUMERIC_KEYS = {"sort_key": "length", "length": "length", "bytes": "bytes"}  # sort_by -> meta column
@@ -290,14 +291,13 @@ def sample_ids(rows: np.ndarray, id_width: int) -> list[str]:
     return [b.decode() for b in np.ascontiguousarray(raw).view(f"S{id_width}").ravel()]
 
 
-def requests(rows: np.ndarray, spec: Mapping[str, Mapping[str, Any]], files: Files) -> list[tuple[Path, int, int]]:
-    """(file, offset, length) of every field of every row, row by row."""
-    columns = [
-        (rows[f"file{f}"].tolist(), rows[f"offset{f}"].tolist(), field_sizes(rows, f, field).tolist())
-        for f, field in enumerate(spec.values())
-    ]
-    paths = [Path(p) for p in files.paths]
-    return [(paths[file[i]], offset[i], size[i]) for i in range(len(rows)) for file, offset, size in columns]
+def extents(rows: np.ndarray, spec: Mapping[str, Mapping[str, Any]]) -> tuple[np.ndarray, ...]:
+    """File numbers, offsets and lengths of every field of every row, row by row (arrays)."""
+    columns = range(len(spec))
+    files = np.stack([rows[f"file{f}"] for f in columns], axis=1).ravel()
+    offsets = np.stack([rows[f"offset{f}"] for f in columns], axis=1).ravel()
+    lengths = np.stack([field_sizes(rows, f, field) for f, field in enumerate(spec.values())], axis=1).ravel()
+    return files, offsets, lengths
 
 
 def field_shapes(rows: np.ndarray, f: int, field: Mapping[str, Any]) -> list[tuple[int, ...]]:
@@ -321,25 +321,28 @@ def write_shard(
     path: Path,
     rows: np.ndarray,
     ids: Sequence[str],
-    views: Sequence[np.ndarray],
+    located: tuple[np.ndarray, np.ndarray],
     spec: Mapping[str, Any],
     writer_class: type[ShardWriter],
     compression: str,
     stats: Mapping[str, Any],
 ) -> str:
-    """Write one shard (its records' field bytes are `views`, row by row) and its index atomically: the
-    index first, the shard's rename last. Returns the shard's checksum."""
-    index_lines = []
+    """Write one shard (its records' field bytes lie in a buffer at the given positions, row by row) and
+    its index atomically: the index first, the shard's rename last. Returns the shard's checksum."""
+    positions, buffer = located
     fields = [
-        (name, np.dtype(field["dtype"]), field_shapes(rows, f, field)) for f, (name, field) in enumerate(spec.items())
+        (name, np.dtype(field["dtype"]), field_shapes(rows, f, field), field_sizes(rows, f, field).tolist())
+        for f, (name, field) in enumerate(spec.items())
     ]
+    starts = positions.reshape(len(rows), len(fields)).tolist()
+    index_lines = []
     with atomic_path(path) as tmp:
         writer = writer_class(tmp, spec, compression)
         try:
             for i, sample_id in enumerate(ids):
                 arrays = {
-                    name: views[i * len(fields) + f].view(dtype).reshape(shapes[i])
-                    for f, (name, dtype, shapes) in enumerate(fields)
+                    name: buffer[starts[i][f] : starts[i][f] + sizes[i]].view(dtype).reshape(shapes[i])
+                    for f, (name, dtype, shapes, sizes) in enumerate(fields)
                 }
                 offset, length = writer.write(sample_id, normalise(arrays, stats))
                 index_lines.append(f"{offset} {length}\n")
@@ -432,8 +435,9 @@ def merge(
         starts = size_starts(comm, rows, shard_bytes)
     rows, numbers, first_shard, n_shards = gather_shards(comm, rows, starts)
     cuts = np.flatnonzero(np.diff(numbers)) + 1
-    my_shards = np.split(np.arange(len(rows)), cuts) if len(rows) else []
-    digests = [shard_digest(rows[members]) for members in my_shards]
+    edges = [0, *cuts.tolist(), len(rows)] if len(rows) else [0]
+    my_shards = [slice(a, b) for a, b in itertools.pairwise(edges)]  # contiguous: rows[s] is a view
+    digests = [shard_digest(rows[s]) for s in my_shards]
     all_digests = [d for rank_digests in comm.allgather(digests) for d in rank_digests]
     h = xxhash.xxh3_128(json.dumps([dict(settings), stats, spec], sort_keys=True).encode())
     for d in all_digests:
@@ -458,31 +462,35 @@ def merge(
     to_write = [i for i in mine if i not in checksums]
     if whole:  # every shard is a framed part already
         for i in progress(to_write, len(to_write), "merge", rank, size, unit="shard"):
-            home = files.paths[rows["home"][my_shards[i - first_shard][0]]]
+            home = files.paths[rows["home"][my_shards[i - first_shard].start]]
             checksums[i] = link_shard(Path(home), shards_dir / names[i])
     else:
-        members = [my_shards[i - first_shard] for i in to_write]
-        batches = read_batches(len(members), lambda k: requests(rows[members[k]], spec, files))
-        for i, m, views in progress(
-            zip(to_write, members, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
+        shard_rows = [rows[my_shards[i - first_shard]] for i in to_write]  # views
+        paths = [Path(p) for p in files.paths]
+        batches = read_batches(paths, len(shard_rows), lambda k: extents(shard_rows[k], spec))
+        for i, these, located in progress(
+            zip(to_write, shard_rows, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
         ):
-            ids = sample_ids(rows[m], widths[1])
+            ids = sample_ids(these, widths[1])
             checksums[i] = write_shard(
-                shards_dir / names[i], rows[m], ids, views, spec, writer_class, settings["compression"], stats
+                shards_dir / names[i], these, ids, located, spec, writer_class, settings["compression"], stats
             )
-    write_provenance(comm, rows, numbers, my_shards, my_stems, first_part, len(part_names), out_dir / "provenance")
+        del shard_rows
     results = [
         {
             "file": names[i],
             "index": index_path(shards_dir / names[i]).name,
-            "records": len(my_shards[i - first_shard]),
+            "records": my_shards[i - first_shard].stop - my_shards[i - first_shard].start,
             "bytes": (shards_dir / names[i]).stat().st_size,
             "checksum": checksums[i],
-            "first_key": _key_value(rows[my_shards[i - first_shard][0]], settings["sort_by"], widths),
-            "last_key": _key_value(rows[my_shards[i - first_shard][-1]], settings["sort_by"], widths),
+            "first_key": _key_value(rows[my_shards[i - first_shard].start], settings["sort_by"], widths),
+            "last_key": _key_value(rows[my_shards[i - first_shard].stop - 1], settings["sort_by"], widths),
         }
         for i in mine
     ]
+    held = [placements(rows, numbers, my_shards)]
+    del rows, numbers, my_shards
+    write_provenance(comm, held, my_stems, first_part, len(part_names), out_dir / "provenance")
     gathered = comm.gather(results, root=0)
     reused_total = sum(comm.allgather(len(reused)))
     summary = {"records": total, "shards": n_shards, "reused_shards": reused_total}
@@ -498,10 +506,6 @@ def merge(
     return summary
 
 
-def _utf8_width(texts: Sequence[str]) -> int:
-    return max((len(t.encode()) for t in texts), default=1)
-
-
 def _key_value(row: np.void, sort_by: str, widths: tuple[int, int]) -> Any:
     """A row's sort key as the value it was made from (for metadata.json)."""
     raw = bytes(row["key"]).ljust(row.dtype["key"].itemsize, b"\0")
@@ -511,49 +515,41 @@ def _key_value(row: np.void, sort_by: str, widths: tuple[int, int]) -> Any:
     return raw[: widths[0]].rstrip(b"\0").decode()
 
 
-def write_provenance(
-    comm: Any,
-    rows: np.ndarray,
-    numbers: np.ndarray,
-    my_shards: Sequence[np.ndarray],
-    my_stems: Sequence[Path],
-    first_part: int,
-    n_parts: int,
-    directory: Path,
-) -> None:
-    """A Parquet file per rank: shard, record, sample id and source of every record of this rank's parts
-    (each record's place in its shard is sent to the rank holding its part: one all-to-all)."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    positions = np.zeros(len(rows), np.int64)
-    for members in my_shards:
-        positions[members] = np.arange(len(members))
+def placements(rows: np.ndarray, numbers: np.ndarray, my_shards: Sequence[slice]) -> np.ndarray:
+    """Where each row's record went: its part and record there, its shard and place in the shard."""
     placed = np.empty(len(rows), [("part", "<i4"), ("record", "<i4"), ("shard", "<i8"), ("position", "<i8")])
-    placed["part"], placed["record"], placed["shard"], placed["position"] = (
-        rows["part"], rows["record"], numbers, positions
-    )  # fmt: skip
+    placed["part"], placed["record"], placed["shard"] = rows["part"], rows["record"], numbers
+    for shard in my_shards:
+        placed["position"][shard] = np.arange(shard.stop - shard.start)
+    return placed
+
+
+def write_provenance(
+    comm: Any, held: list[np.ndarray], my_stems: Sequence[Path], first_part: int, n_parts: int, directory: Path
+) -> None:
+    """A Parquet file per rank: shard, record, sample id and source of every record of this rank's parts,
+    a row group per part (in each, rows by shard and place). Each record's placement (`held`, handed
+    over so that it can be let go) is sent to the rank holding its part: one all-to-all."""
+    size = comm.Get_size()
+    placed = held.pop()
     part_starts = np.array([r * n_parts // size for r in range(size)], np.int64)
     mine = exchange(comm, placed, owner_ranks(part_starts, placed["part"]))
-    mine = mine[np.lexsort((mine["position"], mine["shard"]))]
-    by_part = np.argsort(mine["part"], kind="stable")
-    bounds = np.searchsorted(mine["part"][by_part], np.arange(first_part, first_part + len(my_stems) + 1))
-    ids, sources = [], []
-    for k, stem in enumerate(my_stems):  # text columns taken from the parts' Arrow arrays: no str per record
-        take = by_part[bounds[k] : bounds[k + 1]]
-        if len(take):
-            part = Part(stem)
-            records = pa.array(mine["record"][take])
-            ids.append((take, part.meta_columns["sample_id"].take(records)))
-            sources.append((take, part.meta_columns["source"].take(records)))
-
-    def in_order(chunks: list[tuple[np.ndarray, pa.Array]]) -> pa.Array:
-        if not chunks:
-            return pa.array([], pa.string())
-        order = np.argsort(np.concatenate([t for t, _ in chunks]), kind="stable")
-        return pa.concat_arrays([c for _, c in chunks]).take(pa.array(order))
-
-    columns = {"shard": mine["shard"], "record": mine["position"], "sample_id": in_order(ids)}
-    columns["source"] = in_order(sources)
-    write_parquet(directory / f"provenance-{rank:05d}-of-{size:05d}.parquet", columns, PROVENANCE_SCHEMA)
+    del placed
+    mine = mine[np.lexsort((mine["position"], mine["shard"], mine["part"]))]
+    bounds = np.searchsorted(mine["part"], np.arange(first_part, first_part + len(my_stems) + 1))
+    path = directory / f"provenance-{comm.Get_rank():05d}-of-{size:05d}.parquet"
+    with parquet_writer(path, PROVENANCE_SCHEMA) as writer:
+        for k, stem in enumerate(my_stems):  # texts taken from the part's Arrow arrays: no str per record
+            placed_here = mine[bounds[k] : bounds[k + 1]]
+            if len(placed_here):
+                part, records = Part(stem), pa.array(placed_here["record"])
+                columns = {
+                    "shard": placed_here["shard"],
+                    "record": placed_here["position"],
+                    "sample_id": part.meta_columns["sample_id"].take(records),
+                    "source": part.meta_columns["source"].take(records),
+                }
+                writer.write_table(pa.table(columns, schema=PROVENANCE_SCHEMA))
 
 
 def prepare_shard_dir(shards_dir: Path, digest: str, names: set[str]) -> None:

@@ -19,6 +19,7 @@ columns (numbers in arrays, texts in Arrow arrays), a few bytes per record, neve
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline.directio import AppendWriter, aligned_buffer, read_ranges
+from pipeline.directio import AppendWriter, aligned_buffer, read_extents
 from pipeline.fsutil import Checksum, atomic_path, remove_stale_temporaries
 from pipeline.writers.base import Framing
 
@@ -140,29 +141,53 @@ class PartWriter:
             self.abort()
 
 
-class FieldColumn:
-    """Where one field of every record of a part lies: compact arrays, not a Python object per record."""
+PARSE_BATCH = 8192  # index lines parsed at a time: the transient Python objects of a parse
 
-    def __init__(self, entries: Sequence[Sequence[Any]]) -> None:
-        self.offsets = np.fromiter((e[0] for e in entries), np.int64, len(entries))
-        dtype_names = [e[1] for e in entries]
-        self.dtypes = [np.dtype(d) for d in dict.fromkeys(dtype_names)]  # distinct, in first-seen order
-        codes = {d: k for k, d in enumerate(dict.fromkeys(dtype_names))}
-        self.dtype_codes = np.fromiter((codes[d] for d in dtype_names), np.int16, len(entries))
+
+class FieldColumn:
+    """Where one field of every record of a part lies: compact arrays, not a Python object per record.
+    Built a batch of index entries at a time (`add`), then `finish`ed."""
+
+    def __init__(self) -> None:
+        self.dtypes: list[np.dtype] = []  # distinct, in first-seen order
+        self.refs: list[str] = []  # distinct references ("" is the part's own .bin), in first-seen order
+        self._codes: dict[str, int] = {}
+        self._ref_codes: dict[str, int] = {}
+        self._pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, entries: Sequence[Sequence[Any]]) -> None:
+        for e in entries:
+            if e[1] not in self._codes:
+                self._codes[e[1]] = len(self.dtypes)
+                self.dtypes.append(np.dtype(e[1]))
+            ref = e[3] if len(e) > 3 else ""
+            if ref not in self._ref_codes:
+                self._ref_codes[ref] = len(self.refs)
+                self.refs.append(ref)
         ndims = {len(e[2]) for e in entries}
-        if len(ndims) > 1:
+        if len(ndims) > 1 or (self._pieces and ndims and ndims != {self._pieces[0][2].shape[1]}):
             raise OSError(f"records of one part hold a field with different numbers of axes ({sorted(ndims)})")
-        ndim = ndims.pop() if ndims else 0
-        shapes = np.array([e[2] for e in entries], np.int32).reshape(len(entries), ndim)
-        if len(entries) and (shapes == shapes[0]).all():  # one shape for all: stored once
+        self._pieces.append(
+            (
+                np.fromiter((e[0] for e in entries), np.int64, len(entries)),
+                np.fromiter((self._codes[e[1]] for e in entries), np.int16, len(entries)),
+                np.array([e[2] for e in entries], np.int32).reshape(len(entries), ndims.pop() if ndims else 0),
+                np.fromiter((self._ref_codes[e[3] if len(e) > 3 else ""] for e in entries), np.int16, len(entries)),
+            )
+        )
+
+    def finish(self) -> FieldColumn:
+        offsets, dtype_codes, shapes, ref_codes = (
+            np.concatenate([p[k] for p in self._pieces]) for k in range(4)
+        ) if self._pieces else (np.zeros(0, np.int64), np.zeros(0, np.int16), np.zeros((0, 0), np.int32),
+                                np.zeros(0, np.int16))  # fmt: skip
+        self._pieces = []
+        if len(shapes) and (shapes == shapes[0]).all():  # one shape for all: stored once
             shapes = np.broadcast_to(shapes[0].copy(), shapes.shape)
-        self.shapes = shapes
-        refs = [e[3] if len(e) > 3 else "" for e in entries]
-        self.refs = list(dict.fromkeys(refs))
-        ref_codes = {r: k for k, r in enumerate(self.refs)}
-        self.ref_codes = np.fromiter((ref_codes[r] for r in refs), np.int16, len(entries))
-        itemsizes = np.array([d.itemsize for d in self.dtypes], np.int64)
+        self.offsets, self.dtype_codes, self.shapes, self.ref_codes = offsets, dtype_codes, shapes, ref_codes
+        itemsizes = np.array([d.itemsize for d in self.dtypes] or [0], np.int64)
         self.nbytes = itemsizes[self.dtype_codes] * np.prod(self.shapes, axis=1, dtype=np.int64)
+        return self
 
     def dtype(self, i: int) -> np.dtype:
         return self.dtypes[self.dtype_codes[i]]
@@ -177,37 +202,47 @@ class FieldColumn:
 class Part:
     """A part opened for reading. Its index is parsed once into compact columns (`meta` values per
     record as arrays, `fields` as FieldColumn), so a rank that opens many parts holds a few bytes per
-    record, not a dict; the parse itself is transient and bounded by one part."""
+    record, not a dict; the parse itself goes PARSE_BATCH lines at a time."""
 
     def __init__(self, path_stem: Path) -> None:
         self.bin_path = path_stem.with_suffix(".bin")
-        lines = path_stem.with_suffix(INDEX_SUFFIX).read_text().splitlines()
-        records: list[dict[str, Any]] = json.loads(f"[{','.join(lines)}]")  # one parse, not one per line
-        index = records.pop() if records and "bytes" in records[-1] else {}
-        self.about: dict[str, Any] = index  # the last line: size, and for framed parts framing and checksum
+        index_path = path_stem.with_suffix(INDEX_SUFFIX)
+        index: dict[str, Any] = {}
+        meta: dict[str, list[Any]] = {}
+        fields: dict[str, FieldColumn] = {}
+        frames: list[np.ndarray] = []
+        self.count = 0
+        with open(index_path) as f:
+            while batch := list(itertools.islice(f, PARSE_BATCH)):
+                records: list[dict[str, Any]] = json.loads(f"[{','.join(batch)}]")  # one parse per batch
+                if records and "meta" not in records[-1]:
+                    index = records.pop()  # the last line: size, and for framed parts framing and checksum
+                if not records:
+                    continue
+                for name in records[0]["meta"]:
+                    values = [r["meta"][name] for r in records]
+                    # numbers as arrays; text as Arrow arrays (their bytes back to back, not a str each)
+                    piece = np.array(values, np.int64) if isinstance(values[0], int) else pa.array(values, pa.string())
+                    meta.setdefault(name, []).append(piece)
+                for name in records[0]["fields"]:
+                    fields.setdefault(name, FieldColumn()).add([r["fields"][name] for r in records])
+                if "frame" in records[0]:
+                    frames.append(np.array([r["frame"] for r in records], np.int64).reshape(-1, 2))
+                self.count += len(records)
+        self.about = index
         if "bytes" not in index:
-            raise OSError(f"part index {path_stem.with_suffix(INDEX_SUFFIX)} is incomplete")
+            raise OSError(f"part index {index_path} is incomplete")
         size = os.path.getsize(self.bin_path)
         if size != index["bytes"]:
             raise OSError(f"part {self.bin_path} has {size} bytes, its index says {index['bytes']}")
         self._data = np.memmap(self.bin_path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
         self._refs: dict[str, np.ndarray] = {}
-        self.count = len(records)
-        meta_names = list(records[0]["meta"]) if records else []
-        self.meta_columns: dict[str, Any] = {}
-        for name in meta_names:
-            values = [r["meta"][name] for r in records]
-            # numbers as arrays; text as one Arrow array (its bytes back to back, not a str object each)
-            self.meta_columns[name] = (
-                np.array(values, np.int64) if values and isinstance(values[0], int) else pa.array(values, pa.string())
-            )
-        field_names = list(records[0]["fields"]) if records else []
-        self.fields = {name: FieldColumn([r["fields"][name] for r in records]) for name in field_names}
-        self.frames = (
-            np.array([r["frame"] for r in records], np.int64).reshape(-1, 2)
-            if records and "frame" in records[0]
-            else None
-        )
+        self.meta_columns: dict[str, Any] = {
+            name: np.concatenate(pieces) if isinstance(pieces[0], np.ndarray) else pa.concat_arrays(pieces)
+            for name, pieces in meta.items()
+        }
+        self.fields = {name: column.finish() for name, column in fields.items()}
+        self.frames = np.concatenate(frames) if frames else None
         self.record_nbytes = sum((f.nbytes for f in self.fields.values()), np.zeros(self.count, np.int64))
 
     def __len__(self) -> int:
@@ -266,29 +301,29 @@ class Part:
             yield self.meta(i), self.read(i)
 
 
-Request = tuple[Path, int, int]  # file, byte offset, length
+Extents = tuple[np.ndarray, np.ndarray, np.ndarray]  # file numbers, byte offsets, lengths
 
 
-def read_records(requests: Sequence[Request], buffer: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-    """The bytes of each (file, offset, length), read with few large direct reads into `buffer` (ranges
-    next to each other are read together; see pipeline.directio.read_ranges). Returns a view per request
-    and the buffer (a larger one if it had to grow)."""
-    return read_ranges(requests, True, buffer)
-
-
-def read_batches(count: int, batch: Callable[[int], Sequence[Request]]) -> Iterator[list[np.ndarray]]:
-    """read_records for batches 0..count-1 (`batch(k)` makes the requests of batch k when its turn comes),
-    the next one read by a thread while the caller uses this one. A batch's views are valid until the
-    next-but-one batch is taken (two buffers alternate)."""
+def read_batches(
+    paths: Sequence[Path], count: int, batch: Callable[[int], Extents]
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The bytes of batches 0..count-1 of ranges (`batch(k)` gives batch k's extents in `paths` when its
+    turn comes), each read with few large direct reads (pipeline.directio.read_extents), the next one
+    by a thread while the caller uses this one. Yields where each range starts in a buffer, and the
+    buffer, valid until the next-but-one batch is taken (two buffers alternate)."""
     buffers = [aligned_buffer(0), aligned_buffer(0)]
+
+    def read(k: int, buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return read_extents(paths, *batch(k), True, buffer)
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
-        pending = pool.submit(read_records, batch(0), buffers[0]) if count else None
+        pending = pool.submit(read, 0, buffers[0]) if count else None
         for k in range(count):
             assert pending is not None
-            views, buffers[k % 2] = pending.result()
+            positions, buffers[k % 2] = pending.result()
             if k + 1 < count:
-                pending = pool.submit(read_records, batch(k + 1), buffers[(k + 1) % 2])
-            yield views
+                pending = pool.submit(read, k + 1, buffers[(k + 1) % 2])
+            yield positions, buffers[k % 2]
 
 
 def read_about(path_stem: Path) -> dict[str, Any]:

@@ -13,7 +13,8 @@ Memory: a table is built from one part's (or one rank's) rows at a time, never t
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,13 @@ def write_parquet(path: Path, columns: Mapping[str, Sequence[Any]], schema: pa.S
     table = pa.table({name: pa.array(columns[name], schema.field(name).type) for name in schema.names}, schema=schema)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
+
+
+@contextmanager
+def parquet_writer(path: Path, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
+    """A Parquet file written a table (row group) at a time, renamed into place when complete."""
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        yield writer
 
 
 def read_table(path: Path, columns: Sequence[str] | None = None) -> pa.Table:

@@ -1,13 +1,18 @@
 # ingest: scan and validate the input files into a manifest, packing accepted samples into parts.
 # The rejects list is declared as a log so that it is kept when the run fails on too many rejects.
-def simulated(wildcards):
+def ingest_inputs(wildcards):
+    """The simulator's output, and the list naming the inputs (source.list) if one is set."""
     run = RUN[wildcards.workdir]
-    return run.layout.simulate_summary if run.config["simulate"]["enabled"] else []
+    listed = sim2dl_config.input_list(run.config["source"], run.source)
+    return [
+        *([run.layout.simulate_summary] if run.config["simulate"]["enabled"] else []),
+        *([listed] if listed else []),
+    ]
 
 
 rule ingest:
     input:
-        simulated,
+        ingest_inputs,
     output:
         summary=LAYOUT.ingest_summary,
     log:

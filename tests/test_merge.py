@@ -127,7 +127,8 @@ def test_gzip_tfrecord_and_split_into_subvolumes(tmp_path):
 
 
 def test_killed_merge_leaves_no_partial_shard_and_rerun_completes(tmp_path):
-    config_path, work = prepare(tmp_path, simulate={"samples": 120}, merge={"shard_size_mb": 0.3})
+    # many small shards: the kill comes while most are still to be written
+    config_path, work = prepare(tmp_path, simulate={"samples": 120}, merge={"shard_size_mb": 0.1})
     out = work / "merged"
     reference = tmp_path / "reference"
     merge(config_path, reference, ranks=1)
