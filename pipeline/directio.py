@@ -248,7 +248,8 @@ class AppendWriter:
             os.close(self._fd)
 
 
-COALESCE_GAP = 256 * 1024  # bytes between two ranges of a file below which one read covers both
+COALESCE_GAP = PAGE  # bytes between two ranges of a file up to which one read covers both
+DIRECT_RUN = 256 * 1024  # runs at least this long are read with O_DIRECT; shorter ones buffered, exactly
 
 
 def read_extents(
@@ -261,12 +262,13 @@ def read_extents(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read many ranges (file number into `paths`, offset, length: arrays) with few large reads.
 
-    Ranges are sorted by file and offset; ranges of a file less than COALESCE_GAP apart merge into runs
-    (reading the gap costs less than another request: records' fields lie a few framing bytes apart);
-    each run is read as its page-aligned cover into `buffer` (replaced by a larger one if needed).
-    Returns where each range starts in the buffer (in request order) and the buffer to reuse; planned
-    in arrays, so a batch of a million ranges costs a few arrays, not a million objects. Raises OSError,
-    also for a range past the end."""
+    Ranges are sorted by file and offset; ranges of a file at most COALESCE_GAP apart merge into runs
+    (records' fields lie a few framing bytes apart: one read takes them all). Long runs are read as
+    their page-aligned cover with O_DIRECT; short ones (records scattered over many parts, as when
+    sorted by length) are read through the page cache into exactly their size, so the buffer stays the
+    size of the bytes asked for. Returns where each range starts in `buffer` (replaced by a larger one if
+    needed), in request order, and the buffer to reuse; planned in arrays, so a batch of a million ranges
+    costs a few arrays, not a million objects. Raises OSError, also for a range past the end."""
     n = len(offsets)
     positions = np.zeros(n, np.int64)
     if not n:
@@ -281,29 +283,35 @@ def read_extents(
     first = np.flatnonzero(new_run)
     run_file, run_start = f[first], start[first]
     run_end = np.maximum.reduceat(end, first)
-    cover_start = run_start // PAGE * PAGE
-    cover_end = -(-run_end // PAGE) * PAGE
-    at = np.concatenate([[0], np.cumsum(cover_end - cover_start)])
-    if buffer.size < at[-1]:
-        buffer = aligned_buffer(int(at[-1] + at[-1] // 4))
-    fds: dict[int, tuple[int, bool]] = {}
+    dense = (run_end - run_start >= DIRECT_RUN) & direct
+    read_start = np.where(dense, run_start // PAGE * PAGE, run_start)
+    read_end = np.where(dense, -(-run_end // PAGE) * PAGE, run_end)
+    # direct runs first (their page multiples keep each at a page-aligned place), then the others
+    size = read_end - read_start
+    place = np.empty(len(first), np.int64)
+    for chosen, base in ((dense, 0), (~dense, int(size[dense].sum()))):
+        place[chosen] = base + np.cumsum(size[chosen]) - size[chosen]
+    total = int(size.sum())
+    if buffer.size < total:
+        buffer = aligned_buffer(total + total // 4)
+    fds: dict[tuple[int, bool], tuple[int, bool]] = {}
     try:
         for k in range(len(first)):
-            number = int(run_file[k])
-            if number not in fds:
-                fds[number] = open_for_reading(paths[number], direct)
-            fd, fd_direct = fds[number]
-            target = buffer[at[k] : at[k + 1]]
-            got = _read_fully(fd, int(cover_start[k]), target, fd_direct)
-            if got < run_end[k] - cover_start[k]:
+            key = (int(run_file[k]), bool(dense[k]))
+            if key not in fds:
+                fds[key] = open_for_reading(paths[key[0]], key[1])
+            fd, fd_direct = fds[key]
+            target = buffer[place[k] : place[k] + size[k]]
+            got = _read_fully(fd, int(read_start[k]), target, fd_direct)
+            if got < run_end[k] - read_start[k]:
                 raise OSError(
-                    f"{paths[number]}: bytes {run_start[k]}..{run_end[k]} requested, the file ends at "
-                    f"{cover_start[k] + got}"
+                    f"{paths[key[0]]}: bytes {run_start[k]}..{run_end[k]} requested, the file ends at "
+                    f"{read_start[k] + got}"
                 )
     finally:
         for fd, _ in fds.values():
             os.close(fd)
-    positions[order] = at[run] + start - cover_start[run]
+    positions[order] = place[run] + start - read_start[run]
     return positions, buffer
 
 
