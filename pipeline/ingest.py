@@ -246,7 +246,7 @@ def reads_image(path: Path, format_name: str) -> bool:
 
 
 def list_inputs(root: Path, source: Mapping[str, Any]) -> np.ndarray:
-    """Rank 0: the inputs' names (a glob's sorted, a list's in its order), written to inputs.txt."""
+    """Rank 0: the inputs' names (a glob's sorted, a list's in its order)."""
     listed = input_list(source, root)
     return read_input_list(listed) if listed else find_inputs(root, source["glob"])
 
