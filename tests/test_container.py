@@ -192,7 +192,7 @@ def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mp
     assert set(summaries) == {"simulate", "ingest", "convert", "merge", "stage", "search", "train", "throughput"}
     host = hostmpi.version_line(host_library_version())
     for step, summary in summaries.items():
-        assert summary["ranks"] == 2, step
+        assert summary["ranks"] == (1 if step == "throughput" else 2), step  # the figure needs one rank
         assert summary["image"].endswith("sim2dl_0.1.0"), step
         assert summary["mpi_library"] == host, step
     assert (tmp_path / "w" / "search" / "best.yaml").exists()
