@@ -32,6 +32,7 @@ import numpy as np
 from pipeline import Sim2dlError
 from pipeline.dataset import READ_BUFFER_BYTES, load_metadata
 from pipeline.fsutil import write_json_atomic, write_text_atomic
+from pipeline.parallel import all_ok, world
 
 VALIDATION_BUCKETS = 1000
 MODELS = ("cosmoflow", "sequence")
@@ -253,7 +254,14 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
 
     settings = config["train"]
     meta = load_metadata(merged_dir)
-    check_settings(settings, meta)  # configuration errors before anything starts
+    # Configuration errors before anything starts, raised on every rank alike: reported once by rank 0 and
+    # every rank exits (no MPI_Abort, which can tear down the job before rank 0's message is out).
+    error = None
+    try:
+        check_settings(settings, meta)
+    except Sim2dlError as e:
+        error = e
+    all_ok(world(), error)
     if settings["threads"]:
         tf.config.threading.set_intra_op_parallelism_threads(settings["threads"])
         tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
@@ -262,7 +270,6 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
 
-    from pipeline.parallel import world
     from pipeline.stage import ensure_staged, topology
 
     comm = world()
