@@ -285,17 +285,6 @@ class Part:
             )
         return data
 
-    def extents(self, i: int, names: Sequence[str]) -> list[tuple[Path, int, np.dtype, list[int]]]:
-        """(file, byte offset, dtype, shape) of the named fields of record `i`."""
-        return [
-            (self.file_of(name, i), int(self.fields[name].offsets[i]), self.fields[name].dtype(i),
-             self.fields[name].shape(i))
-            for name in names
-        ]  # fmt: skip
-
-    def nbytes(self, i: int) -> int:
-        return int(self.record_nbytes[i])
-
     def __iter__(self) -> Iterator[tuple[dict[str, Any], dict[str, np.ndarray]]]:
         for i in range(len(self)):
             yield self.meta(i), self.read(i)
