@@ -248,7 +248,12 @@ class AppendWriter:
             os.close(self._fd)
 
 
-COALESCE_GAP = PAGE  # bytes between two ranges of a file up to which one read covers both
+# Two ranges of a file are read as one when the bytes between them are few: at most SMALL_GAP (the
+# framing between one record's fields), or at most the next range's own length and a page (so a read is at
+# least half wanted bytes). Records sorted by length lie a few apart in every part: a larger gap rule
+# made the read of one shard cover, and buffer, most of the dataset.
+SMALL_GAP = 256
+COALESCE_GAP = PAGE
 DIRECT_RUN = 256 * 1024  # runs at least this long are read with O_DIRECT; shorter ones buffered, exactly
 
 
@@ -262,8 +267,9 @@ def read_extents(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read many ranges (file number into `paths`, offset, length: arrays) with few large reads.
 
-    Ranges are sorted by file and offset; ranges of a file at most COALESCE_GAP apart merge into runs
-    (records' fields lie a few framing bytes apart: one read takes them all). Long runs are read as
+    Ranges are sorted by file and offset; ranges of a file a few bytes apart merge into runs (records'
+    fields lie a few framing bytes apart: one read takes them all; the rule at SMALL_GAP bounds what a
+    run reads to about twice the bytes asked for). Long runs are read as
     their page-aligned cover with O_DIRECT; short ones (records scattered over many parts, as when
     sorted by length) are read through the page cache into exactly their size, so the buffer stays the
     size of the bytes asked for. Returns where each range starts in `buffer` (replaced by a larger one if
@@ -276,9 +282,10 @@ def read_extents(
     files, offsets, lengths = (np.asarray(a, np.int64) for a in (files, offsets, lengths))
     order = np.lexsort((offsets, files))
     f, start, end = files[order], offsets[order], offsets[order] + lengths[order]
-    # a run starts at a new file, or past the furthest end so far (in that file) plus the gap
+    # a run starts at a new file, or where the gap past the furthest end so far (in that file) is too wide
     reach = _furthest_per_file(f, end)
-    new_run = np.concatenate([[True], (f[1:] != f[:-1]) | (start[1:] > reach[:-1] + COALESCE_GAP)])
+    allowed = np.maximum(SMALL_GAP, np.minimum(end[1:] - start[1:], COALESCE_GAP))
+    new_run = np.concatenate([[True], (f[1:] != f[:-1]) | (start[1:] - reach[:-1] > allowed)])
     run = np.cumsum(new_run) - 1
     first = np.flatnonzero(new_run)
     run_file, run_start = f[first], start[first]

@@ -317,10 +317,13 @@ def field_sizes(rows: np.ndarray, f: int, field: Mapping[str, Any]) -> np.ndarra
     return size
 
 
+WRITE_CHUNK = 4096  # records whose per-record Python objects (ids, shapes, array views) exist at once
+
+
 def write_shard(
     path: Path,
     rows: np.ndarray,
-    ids: Sequence[str],
+    id_width: int,
     located: tuple[np.ndarray, np.ndarray],
     spec: Mapping[str, Any],
     writer_class: type[ShardWriter],
@@ -328,30 +331,39 @@ def write_shard(
     stats: Mapping[str, Any],
 ) -> str:
     """Write one shard (its records' field bytes lie in a buffer at the given positions, row by row) and
-    its index atomically: the index first, the shard's rename last. Returns the shard's checksum."""
+    its index atomically: the index first, the shard's rename last. Returns the shard's checksum.
+
+    Records go through in chunks of WRITE_CHUNK rows: a shard of many small records (sorted by length,
+    the shortest shard holds tens of thousands) costs a chunk's Python objects, not a shard's."""
     positions, buffer = located
-    fields = [
-        (name, np.dtype(field["dtype"]), field_shapes(rows, f, field), field_sizes(rows, f, field).tolist())
-        for f, (name, field) in enumerate(spec.items())
-    ]
-    starts = positions.reshape(len(rows), len(fields)).tolist()
-    index_lines = []
+    dtypes = [np.dtype(field["dtype"]) for field in spec.values()]
+    starts = positions.reshape(len(rows), len(spec))
+    index = np.empty((len(rows), 2), np.int64)
     with atomic_path(path) as tmp:
         writer = writer_class(tmp, spec, compression)
         try:
-            for i, sample_id in enumerate(ids):
-                arrays = {
-                    name: buffer[starts[i][f] : starts[i][f] + sizes[i]].view(dtype).reshape(shapes[i])
-                    for f, (name, dtype, shapes, sizes) in enumerate(fields)
-                }
-                offset, length = writer.write(sample_id, normalise(arrays, stats))
-                index_lines.append(f"{offset} {length}\n")
+            for first in range(0, len(rows), WRITE_CHUNK):
+                chunk = rows[first : first + WRITE_CHUNK]
+                fields = [
+                    (name, dtype, field_shapes(chunk, f, field), field_sizes(chunk, f, field).tolist())
+                    for f, ((name, field), dtype) in enumerate(zip(spec.items(), dtypes, strict=True))
+                ]
+                chunk_starts = starts[first : first + WRITE_CHUNK].tolist()
+                entries = []
+                for i, sample_id in enumerate(sample_ids(chunk, id_width)):
+                    arrays = {
+                        name: buffer[chunk_starts[i][f] : chunk_starts[i][f] + sizes[i]].view(dtype).reshape(shapes[i])
+                        for f, (name, dtype, shapes, sizes) in enumerate(fields)
+                    }
+                    entries.append(writer.write(sample_id, normalise(arrays, stats)))
+                index[first : first + len(chunk)] = entries
         except BaseException:
             writer.abort()
             raise
         writer.close()
-        with atomic_path(index_path(path)) as idx_tmp:
-            idx_tmp.write_text("".join(index_lines))
+        with atomic_path(index_path(path)) as idx_tmp, open(idx_tmp, "w") as f:
+            for first in range(0, len(index), WRITE_CHUNK):
+                f.write("".join(f"{o} {n}\n" for o, n in index[first : first + WRITE_CHUNK].tolist()))
     return writer.checksum or file_checksum(path)
 
 
@@ -471,9 +483,8 @@ def merge(
         for i, these, located in progress(
             zip(to_write, shard_rows, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
         ):
-            ids = sample_ids(these, widths[1])
             checksums[i] = write_shard(
-                shards_dir / names[i], these, ids, located, spec, writer_class, settings["compression"], stats
+                shards_dir / names[i], these, widths[1], located, spec, writer_class, settings["compression"], stats
             )
         del shard_rows
     results = [

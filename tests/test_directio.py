@@ -67,6 +67,22 @@ def test_read_ranges_returns_each_range_merging_neighbours(directory):
     assert same is buffer and np.array_equal(again[0], data["b.bin"][100:5100])
 
 
+def test_read_ranges_of_scattered_records_buffer_about_what_was_asked(directory):
+    """Short records a few records apart (as records sorted by length lie in every part): each is read
+    alone, so the buffer holds about the bytes asked for, not the span they are scattered over."""
+    content = random_bytes(4 << 20)
+    path = directory / "part.bin"
+    path.write_bytes(content.tobytes())
+    offsets = np.arange(0, content.size - 1000, 1000)  # 200-byte records 800 bytes apart
+    requests = [(path, int(o), 200) for o in offsets]
+    requests += [(path, int(o) + 200 + 32, 16) for o in offsets]  # a second field 32 framing bytes on
+    views, buffer = read_ranges(requests, True, np.zeros(0, np.uint8))
+    for (_, offset, length), view in zip(requests, views, strict=True):
+        assert np.array_equal(view, content[offset : offset + length])
+    asked = sum(length for _, _, length in requests)
+    assert buffer.size <= 2 * asked  # the fields and framing of each record: one read; whole file: 4.5x
+
+
 def test_read_ranges_past_the_end_names_the_file(tmp_path):
     path = tmp_path / "short.bin"
     path.write_bytes(random_bytes(1000).tobytes())
