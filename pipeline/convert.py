@@ -99,10 +99,10 @@ def split_volumes(x: np.ndarray, size: Sequence[int]) -> list[np.ndarray]:
 
 def transform(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
     """One ingested record -> one or more converted samples (several when split into sub-volumes)."""
-    dtype = np.dtype(settings["dtype"])
+    dtype = None if settings["dtype"] == "source" else np.dtype(settings["dtype"])
     selected = {}
     for name in (*settings["features"], *settings["labels"]):
-        x = arrays[name].astype(dtype, copy=False)  # unchanged fields stay the same object (see convert)
+        x = arrays[name] if dtype is None else arrays[name].astype(dtype, copy=False)  # unchanged: same object
         if name in settings["log1p"]:
             if x.size and x.min() <= -1:
                 raise SampleError(f"field '{name}': log1p of values <= -1")

@@ -26,23 +26,60 @@ def shard_paths(merged_dir: Path, metadata: Mapping[str, Any]) -> list[Path]:
     return [merged_dir / "shards" / s["file"] for s in metadata["shards"]]
 
 
+def encoding(field: Mapping[str, Any]) -> str:
+    return field.get("encoding", "bytes")  # metadata.json of sim2dl before per-field encodings: bytes
+
+
+def fixed(field: Mapping[str, Any]) -> bool:
+    return all(d is not None for d in field["shape"])
+
+
+def feature_description(spec: Mapping[str, Mapping[str, Any]], names: Any = None) -> dict[str, Any]:
+    """tf.io.parse_* feature descriptions of `names` (default every field) and sample_id, as each field's
+    encoding says; variable shapes also read NAME_shape."""
+    import tensorflow as tf
+
+    description = {"sample_id": tf.io.FixedLenFeature([], tf.string)}
+    for name in names if names is not None else spec:
+        field = spec[name]
+        kind = {"bytes": tf.string, "float_list": tf.float32, "int64_list": tf.int64}[encoding(field)]
+        if kind == tf.string:
+            description[name] = tf.io.FixedLenFeature([], tf.string)
+        elif fixed(field):
+            description[name] = tf.io.FixedLenFeature(field["shape"], kind)
+        else:
+            description[name] = tf.io.VarLenFeature(kind)
+        if not fixed(field):
+            description[f"{name}_shape"] = tf.io.VarLenFeature(tf.int64)
+    return description
+
+
+def decode_field(parsed: Mapping[str, Any], name: str, field: Mapping[str, Any], batched: bool) -> Any:
+    """A parsed field as a tensor of its dtype and shape (batched: fixed shapes only)."""
+    import tensorflow as tf
+
+    dtype = tf.dtypes.as_dtype(field["dtype"])
+    value = parsed[name]
+    if encoding(field) == "bytes":
+        value = tf.io.decode_raw(value, dtype, little_endian=True)
+    elif isinstance(value, tf.sparse.SparseTensor):
+        value = tf.sparse.to_dense(value)
+    value = tf.cast(value, dtype)
+    if batched:
+        return tf.reshape(value, [-1, *field["shape"]])
+    if fixed(field):
+        return tf.reshape(value, field["shape"])
+    shaped = tf.reshape(value, tf.sparse.to_dense(parsed[f"{name}_shape"]))
+    shaped.set_shape(field["shape"])  # rank and fixed axes known statically; None axes vary
+    return shaped
+
+
 def parse_example(serialized: Any, spec: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Decode one tf.train.Example written by the TFRecord writer into tensors by field name."""
     import tensorflow as tf
 
-    description = {"sample_id": tf.io.FixedLenFeature([], tf.string)}
-    for name in spec:
-        description[name] = tf.io.FixedLenFeature([], tf.string)
-        description[f"{name}_shape"] = tf.io.VarLenFeature(tf.int64)
-    parsed = tf.io.parse_single_example(serialized, description)
-    out = {"sample_id": parsed["sample_id"]}
-    for name, field in spec.items():
-        values = tf.io.decode_raw(parsed[name], tf.dtypes.as_dtype(field["dtype"]), little_endian=True)
-        if all(d is not None for d in field["shape"]):
-            out[name] = tf.reshape(values, field["shape"])
-        else:
-            out[name] = tf.reshape(values, tf.sparse.to_dense(parsed[f"{name}_shape"]))
-    return out
+    parsed = tf.io.parse_single_example(serialized, feature_description(spec))
+    return {"sample_id": parsed["sample_id"], **{n: decode_field(parsed, n, f, False) for n, f in spec.items()}}
 
 
 # Large sequential reads per shard: TF's default 256 KB buffer costs 2.5x in samples/s (bench/read.py).
@@ -95,14 +132,8 @@ def parse_batch(serialized: Any, spec: Mapping[str, Mapping[str, Any]]) -> dict[
     instead of one per record, which is what keeps the input pipeline near the storage read rate."""
     import tensorflow as tf
 
-    variable = [n for n, f in spec.items() if any(d is None for d in f["shape"])]
+    variable = [n for n, f in spec.items() if not fixed(f)]
     if variable:
         raise Sim2dlError(f"fields {variable} have variable shapes: parse them record by record (parse_example)")
-    description = {"sample_id": tf.io.FixedLenFeature([], tf.string)}
-    description.update({name: tf.io.FixedLenFeature([], tf.string) for name in spec})
-    parsed = tf.io.parse_example(serialized, description)
-    out = {"sample_id": parsed["sample_id"]}
-    for name, field in spec.items():
-        values = tf.io.decode_raw(parsed[name], tf.dtypes.as_dtype(field["dtype"]), little_endian=True)
-        out[name] = tf.reshape(values, [-1, *field["shape"]])
-    return out
+    parsed = tf.io.parse_example(serialized, feature_description(spec))
+    return {"sample_id": parsed["sample_id"], **{n: decode_field(parsed, n, f, True) for n, f in spec.items()}}

@@ -49,6 +49,7 @@ import pyarrow as pa
 import xxhash
 
 from pipeline import MB, Sim2dlError, __version__, bookkeeping_step
+from pipeline.config import encoding_errors
 from pipeline.convert import normalise
 from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.parallel import all_ok, block, exchange, exclusive_sum, owner_ranks
@@ -91,6 +92,23 @@ def feature_spec(
         for name in (*features, *labels)
         if name in shapes
     }
+
+
+def encoded_spec(
+    spec: Mapping[str, Mapping[str, Any]], encodings: Mapping[str, str], stats: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The spec with each field's encoding (merge.encoding, default bytes), checked against the fields'
+    dtypes as converted (convert.dtype 'source' keeps whatever the inputs held)."""
+    dtypes = {name: field["dtype"] for name, field in spec.items()}
+    errors = encoding_errors(dtypes, encodings)
+    errors += [
+        f"field '{name}' is {dtypes[name]} and listed in convert.normalise, which needs a float dtype"
+        for name in stats
+        if name in dtypes and np.dtype(dtypes[name]).kind not in "fc"
+    ]
+    if errors:
+        raise Sim2dlError("config keys 'merge.encoding' / 'convert': " + "; ".join(errors))
+    return {name: {**field, "encoding": encodings.get(name, "bytes")} for name, field in spec.items()}
 
 
 def row_dtype(key_width: int, spec: Mapping[str, Mapping[str, Any]]) -> np.dtype:
@@ -418,6 +436,7 @@ def merge(
         conv["features"],
         conv["labels"],
     )
+    spec = encoded_spec(spec, settings["encoding"], stats)
     key_column = TEXT_KEYS.get(settings["sort_by"])
 
     def widest(column: str) -> int:
@@ -426,7 +445,8 @@ def merge(
     widths = (widest(key_column) if key_column else 0, widest("sample_id"))
     files = Files(comm, parts_dir, abouts)
     # Parts framed by ingest can become shards as they are unless merge has to change their records.
-    unchanged = writer_class.framed_record and settings["compression"] == "none" and not stats
+    plain = all(field["encoding"] == "bytes" for field in spec.values())
+    unchanged = writer_class.framed_record and settings["compression"] == "none" and not stats and plain
     framed = (writer_class.format, shard_bytes) if unchanged else None
     rows, local_homes = local_rows(my_stems, first_part, files, spec, settings["sort_by"], widths, framed)
     total = sum(comm.allgather(len(rows)))

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.dataset import READ_BUFFER_BYTES, load_metadata
+from pipeline.dataset import READ_BUFFER_BYTES, decode_field, feature_description, load_metadata
 from pipeline.fsutil import write_json_atomic, write_text_atomic
 from pipeline.parallel import all_ok, world
 
@@ -153,8 +153,7 @@ def input_pipeline(
     )
     if shard:
         ds = ds.shard(*shard)
-    description = {"sample_id": tf.io.FixedLenFeature([], tf.string)}
-    description.update({n: tf.io.FixedLenFeature([], tf.string) for n in (feature, *labels)})
+    description = feature_description(spec, (feature, *labels))
 
     def keep(record: Any) -> Any:
         sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
@@ -166,27 +165,23 @@ def input_pipeline(
         # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
         ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
 
-    def decode(values: Any, name: str) -> Any:
-        return tf.io.decode_raw(values, tf.dtypes.as_dtype(spec[name]["dtype"]), little_endian=True)
-
     label_size = [int(np.prod(spec[n]["shape"])) for n in labels]
 
-    def parse_batch(records: Any) -> Any:
-        parsed = tf.io.parse_example(records, description)
-        x = tf.reshape(decode(parsed[feature], feature), [-1, *spec[feature]["shape"]])
+    def features_and_labels(parsed: Any, batched: bool) -> Any:
+        x = decode_field(parsed, feature, spec[feature], batched)
         if len(spec[feature]["shape"]) == 3:
             x = x[..., tf.newaxis]  # one channel
-        y = tf.concat([tf.reshape(decode(parsed[n], n), [-1, k]) for n, k in zip(labels, label_size, strict=True)], 1)
-        return tf.cast(x, tf.float32), tf.cast(y, tf.float32)
+        y = [
+            tf.reshape(decode_field(parsed, n, spec[n], batched), [-1, k] if batched else [k])
+            for n, k in zip(labels, label_size, strict=True)
+        ]
+        return tf.cast(x, tf.float32), tf.cast(tf.concat(y, -1), tf.float32)
+
+    def parse_batch(records: Any) -> Any:
+        return features_and_labels(tf.io.parse_example(records, description), True)
 
     def parse_one(record: Any) -> Any:
-        d = {"sample_id": tf.io.FixedLenFeature([], tf.string), f"{feature}_shape": tf.io.VarLenFeature(tf.int64)}
-        d.update({n: tf.io.FixedLenFeature([], tf.string) for n in (feature, *labels)})
-        parsed = tf.io.parse_single_example(record, d)
-        x = tf.reshape(decode(parsed[feature], feature), tf.sparse.to_dense(parsed[f"{feature}_shape"]))
-        x.set_shape(spec[feature]["shape"])  # rank and fixed axes known statically; None axes vary
-        y = tf.concat([tf.reshape(decode(parsed[n], n), [k]) for n, k in zip(labels, label_size, strict=True)], 0)
-        return tf.cast(x, tf.float32), tf.cast(y, tf.float32)
+        return features_and_labels(tf.io.parse_single_example(record, description), False)
 
     batch = settings["batch_size"]
     if fixed:

@@ -61,7 +61,12 @@ def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
     summary = merge(config_path, work / "merged", ranks=2)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     assert summary["shards"] == meta["counts"]["shards"] > 3
-    assert meta["feature_spec"]["trace"] == {"dtype": "float32", "shape": [None, 4], "role": "feature"}
+    assert meta["feature_spec"]["trace"] == {
+        "dtype": "float32",
+        "shape": [None, 4],
+        "role": "feature",
+        "encoding": "bytes",
+    }
 
     # Read back with a plain TFRecordDataset: every accepted sample exactly once, sorted by length.
     records = list(tfrecord_dataset(work / "merged").as_numpy_iterator())

@@ -1,8 +1,10 @@
 """TFRecord shards of tf.train.Example, readable by a plain tf.data.TFRecordDataset.
 
-Feature spec of every record: `sample_id` (bytes), and per field NAME: `NAME` (bytes: the array's raw
-little-endian values in C order) and `NAME_shape` (int64 list). `pipeline.dataset.parse_example`
-decodes them with the spec from metadata.json.
+Feature spec of every record: `sample_id` (bytes), and per field NAME: `NAME` and `NAME_shape` (int64
+list). `NAME` is encoded as the field's `encoding` in the feature spec says (merge.encoding): `bytes`
+(the default: the array's raw little-endian values in C order, one bytes value), `float_list` (float32
+values, as the MLPerf CosmoFlow reference parses its labels) or `int64_list`. `pipeline.dataset`
+(tf.data) and `pipeline.reader` (no TensorFlow) decode them with the spec from metadata.json.
 
 Each Example is encoded here (`example_pieces`: map entries in key order, so a record's bytes depend only
 on its content) with the arrays as pieces of their own, never copied into a message. Uncompressed shards
@@ -17,7 +19,7 @@ shard can be an ingested part as it is. Compressed shards go through tf.io.TFRec
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,29 +67,76 @@ def _bytes_feature(data: Piece, length: int) -> tuple[list[Piece], int]:
     return [outer + inner, data], len(outer) + len(inner) + length
 
 
-def _int64_feature(values: Sequence[int]) -> tuple[list[Piece], int]:
+def encode_varints(values: Any) -> bytes:
+    """int64 values as packed protobuf varints (two's complement: a negative value takes 10 bytes), in
+    arrays: a label vector or a whole array encodes without a loop per value."""
+    if isinstance(values, tuple):  # a shape: a loop is faster than arrays
+        return b"".join(_varint(x) for x in values)
+    if np.size(values) <= 16:  # a small label vector: so is this
+        return b"".join(_varint(x & 0xFFFFFFFFFFFFFFFF) for x in np.asarray(values, np.int64).reshape(-1).tolist())
+    v = np.asarray(values).astype(np.int64).reshape(-1).view(np.uint64)
+    nbytes = np.ones(v.size, np.int64)
+    rest = v >> np.uint64(7)
+    while rest.any():
+        nbytes += rest > 0
+        rest >>= np.uint64(7)
+    first = np.cumsum(nbytes) - nbytes
+    out = np.empty(int(nbytes.sum()), np.uint8)
+    for k in range(int(nbytes.max())):
+        has = nbytes > k
+        low = (v[has] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        out[first[has] + k] = low | np.where(nbytes[has] > k + 1, np.uint64(0x80), np.uint64(0))
+    return out.tobytes()
+
+
+def _int64_feature(values: Any) -> tuple[list[Piece], int]:
     # Feature{int64_list (3): Int64List{value (1): packed varints}}; an empty packed field is left out
-    packed = b"".join(_varint(v) for v in values)
+    packed = encode_varints(values)
     body = _delimited(0x0A, len(packed)) + packed if packed else b""
     encoded = _delimited(0x1A, len(body)) + body
     return [encoded], len(encoded)
+
+
+def _float_feature(little: np.ndarray) -> tuple[list[Piece], int]:
+    # Feature{float_list (2): FloatList{value (1): packed little-endian float32, the array's own bytes}}
+    if not little.nbytes:
+        encoded = _delimited(0x12, 0)
+        return [encoded], len(encoded)
+    inner = _delimited(0x0A, little.nbytes)
+    outer = _delimited(0x12, len(inner) + little.nbytes)
+    return [outer + inner, little], len(outer) + len(inner) + little.nbytes
 
 
 def _size(piece: Piece) -> int:
     return len(piece) if isinstance(piece, bytes) else piece.nbytes
 
 
-def example_pieces(sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[list[Piece], dict[str, int]]:
+ENCODINGS = ("bytes", "float_list", "int64_list")
+
+
+def example_pieces(
+    sample_id: str, arrays: Mapping[str, np.ndarray], encodings: Mapping[str, str] | None = None
+) -> tuple[list[Piece], dict[str, int]]:
     """A record's tf.train.Example (the feature spec in the module doc), as pieces whose concatenation is
     the serialised message. Each array is a piece of its own, a view, so it is not copied into a message
-    and its place is known. Returns the pieces and each array's byte offset in the message."""
+    and its place is known. Returns the pieces and the byte offset in the message of each array stored
+    as its own bytes (`bytes`, and `float_list` of float32; not `int64_list`, which re-encodes values).
+    `encodings`: field -> one of ENCODINGS (default bytes)."""
     sample_id_bytes = sample_id.encode()
     features = {b"sample_id": _bytes_feature(sample_id_bytes, len(sample_id_bytes))}
     array_pieces = {}
     for name, array in arrays.items():
-        little = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("<"), copy=False))
-        array_pieces[name] = little.reshape(-1).view(np.uint8)
-        features[name.encode()] = _bytes_feature(array_pieces[name], little.nbytes)
+        encoding = (encodings or {}).get(name, "bytes")
+        if encoding == "int64_list":
+            features[name.encode()] = _int64_feature(array)
+        else:
+            wanted = np.dtype("<f4") if encoding == "float_list" else array.dtype.newbyteorder("<")
+            little = np.ascontiguousarray(array.astype(wanted, copy=False))
+            array_pieces[name] = little.reshape(-1).view(np.uint8)
+            if encoding == "float_list":
+                features[name.encode()] = _float_feature(array_pieces[name])
+            else:
+                features[name.encode()] = _bytes_feature(array_pieces[name], little.nbytes)
         features[f"{name}_shape".encode()] = _int64_feature(array.shape)
     pieces: list[Piece] = []
     for key in sorted(features):  # deterministic serialisation orders map entries by key
@@ -110,10 +159,12 @@ def example_pieces(sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[li
     return joined, offsets
 
 
-def framed_example(sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[list[Piece], dict[str, int]]:
+def framed_example(
+    sample_id: str, arrays: Mapping[str, np.ndarray], encodings: Mapping[str, str] | None = None
+) -> tuple[list[Piece], dict[str, int]]:
     """example_pieces with the TFRecord framing around them: one record of a TFRecord file, and each
     array's byte offset in it. CRCs are computed over the pieces in place."""
-    pieces, offsets = example_pieces(sample_id, arrays)
+    pieces, offsets = example_pieces(sample_id, arrays, encodings)
     length = struct.pack("<Q", sum(map(_size, pieces)))
     crc = 0
     for piece in pieces:
@@ -141,6 +192,7 @@ class TFRecordShardWriter(ShardWriter):
     def __init__(self, path: Path, spec: FeatureSpec, compression: str) -> None:
         super().__init__(path, spec, compression)
         self._offset = 0
+        self._encodings = {name: field.get("encoding", "bytes") for name, field in spec.items()}
         if compression == "none":
             self._checksum = Checksum()
             self._file: AppendWriter | None = AppendWriter(path, on_data=self._checksum.update)
@@ -153,12 +205,12 @@ class TFRecordShardWriter(ShardWriter):
 
     def write(self, sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[int, int]:
         if self._file is not None:
-            pieces, _ = framed_example(sample_id, arrays)
+            pieces, _ = framed_example(sample_id, arrays, self._encodings)
             for piece in pieces:
                 self._file.write(piece)
             length = sum(map(_size, pieces))
         else:
-            example, _ = example_pieces(sample_id, arrays)
+            example, _ = example_pieces(sample_id, arrays, self._encodings)
             self._writer.write(b"".join(p if isinstance(p, bytes) else p.tobytes() for p in example))
             length = sum(map(_size, example)) + FRAME_BYTES
         entry = (self._offset, length)
@@ -181,6 +233,7 @@ class TFRecordShardWriter(ShardWriter):
     @staticmethod
     def encoding() -> str:
         return (
-            "tf.train.Example: 'sample_id' bytes; per field NAME: 'NAME' bytes (raw little-endian "
-            "values, C order, dtype from the spec) and 'NAME_shape' int64 list"
+            "tf.train.Example: 'sample_id' bytes; per field NAME: 'NAME' as the field's encoding in the "
+            "feature spec says (bytes: raw little-endian values, C order, dtype from the spec; float_list: "
+            "float32 values; int64_list: int64 values; C order) and 'NAME_shape' int64 list"
         )

@@ -1,0 +1,278 @@
+"""Per-field encodings and the framework-neutral reader (pipeline.reader, no TensorFlow), held to what
+tf.data reads from the same shards."""
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from pipeline import Sim2dlError
+from pipeline.dataset import tfrecord_dataset
+from pipeline.reader import ShardReader, decode_example, decode_varints, plan_units, slot_units
+from pipeline.writers.tfrecord import encode_varints, example_pieces
+
+from .conftest import REPO, make_config, run_cli, write_config
+from .test_merge import TRACE_CONVERT, TRACE_SOURCE, merge, prepare
+
+
+def test_varints_round_trip_as_protobuf_encodes_them():
+    import tensorflow as tf
+
+    edge = np.array([0, 1, 127, 128, 300, 16_383, 16_384, -1, -(2**63), 2**63 - 1])
+    for values in (edge, np.random.default_rng(1).integers(-(2**40), 2**40, 1000), edge[:3]):
+        packed = encode_varints(values)
+        message = tf.train.Int64List(value=values.tolist()).SerializeToString()
+        assert message.endswith(packed) and len(message) - len(packed) <= 3  # tag and length before it
+        np.testing.assert_array_equal(decode_varints(np.frombuffer(packed, np.uint8)), values)
+
+
+def test_encodings_are_the_examples_tensorflow_builds_and_decode_back():
+    import tensorflow as tf
+
+    from pipeline.dataset import parse_example
+
+    rng = np.random.default_rng(0)
+    arrays = {
+        "x": rng.random((3, 4), np.float32),
+        "y": np.float32([1.5, -2, 3, 4]),
+        "n": np.int16([-5, 7, 300]),
+        "empty": np.zeros(0, np.float32),
+        "counts": rng.integers(0, 1000, (5, 2)).astype(np.int32),
+    }
+    encodings = {"y": "float_list", "n": "int64_list", "empty": "float_list", "counts": "int64_list"}
+    pieces, _ = example_pieces("id-ü", arrays, encodings)
+    data = b"".join(bytes(p) for p in pieces)
+    feature = {
+        "sample_id": tf.train.Feature(bytes_list=tf.train.BytesList(value=["id-ü".encode()])),
+        "x": tf.train.Feature(bytes_list=tf.train.BytesList(value=[arrays["x"].tobytes()])),
+    }
+    for name in ("y", "empty"):
+        feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=arrays[name].ravel().tolist()))
+    for name in ("n", "counts"):
+        feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=arrays[name].ravel().tolist()))
+    for name, a in arrays.items():
+        feature[f"{name}_shape"] = tf.train.Feature(int64_list=tf.train.Int64List(value=a.shape))
+    expected = tf.train.Example(features=tf.train.Features(feature=feature))
+    assert tf.train.Example.FromString(data) == expected
+    assert len(data) == len(expected.SerializeToString(deterministic=True))
+
+    spec = {name: {"dtype": a.dtype.name, "shape": list(a.shape)} for name, a in arrays.items()}
+    spec["x"]["shape"] = [None, 4]
+    spec["counts"]["shape"] = [None, 2]
+    for name, encoding in encodings.items():
+        spec[name]["encoding"] = encoding
+    ours = decode_example(memoryview(data), 0, len(data), spec)
+    theirs = parse_example(tf.constant(data), spec)
+    assert ours["sample_id"] == "id-ü" == theirs["sample_id"].numpy().decode()
+    for name, a in arrays.items():
+        assert ours[name].dtype == a.dtype and theirs[name].dtype.as_numpy_dtype == a.dtype
+        np.testing.assert_array_equal(ours[name], a)
+        np.testing.assert_array_equal(theirs[name].numpy(), a)
+
+
+def test_plan_gives_every_record_to_exactly_one_slot():
+    for records in ([5, 0, 7, 3], [100], [2, 2], []):
+        for slots in (1, 2, 3, 8):
+            taken = Counter()
+            for slot in range(slots):
+                for unit in slot_units(plan_units(records, slots), slot, slots):
+                    taken.update((unit.shard, r) for r in range(unit.first, unit.stop))
+            assert taken == Counter((k, r) for k, n in enumerate(records) for r in range(n)), (records, slots)
+    # fewer shards than slots: the shards are cut so that every slot has records
+    assert all(slot_units(plan_units([40, 40], 8), s, 8) for s in range(8))
+
+
+def every_record(reader_args, slots):
+    """Records read by all (rank, worker) slots, by sample id; asserts each is read exactly once."""
+    ranks, workers = slots
+    seen = {}
+    for rank in range(ranks):
+        for worker in range(workers):
+            reader = ShardReader(*reader_args[:1], rank=rank, world_size=ranks, worker=worker, workers=workers)
+            got = list(reader)
+            assert len(got) == len(reader)
+            for record in got:
+                assert record["sample_id"] not in seen
+                seen[record["sample_id"]] = record
+    return seen
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "hdf5"])
+def test_reader_reads_every_record_once_across_ranks_and_workers_as_tf_data(tmp_path, fmt):
+    encoding = {"params": "float_list"} if fmt == "tfrecord" else {}
+    config_path, work = prepare(
+        tmp_path,
+        simulate={"samples": 30, "cube": {"size": 8}},
+        source={
+            "fields": {
+                "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            }
+        },
+        merge={"shard_size_mb": 0.02, "format": fmt, "encoding": encoding},
+    )
+    merged = work / "merged"
+    merge(config_path, merged, ranks=2)
+    meta = json.loads((merged / "metadata.json").read_text())
+    assert meta["counts"]["shards"] >= 3
+    assert meta["feature_spec"]["params"]["encoding"] == ("float_list" if fmt == "tfrecord" else "bytes")
+    reference = every_record([merged], (1, 1))
+    assert len(reference) == 30
+    if fmt == "tfrecord":  # the same values as tf.data reads, with the params stored as a float list
+        for r in tfrecord_dataset(merged).as_numpy_iterator():
+            ours = reference[r["sample_id"].decode()]
+            np.testing.assert_array_equal(ours["density"], r["density"])
+            np.testing.assert_array_equal(ours["params"], r["params"])
+            assert ours["density"].shape == (8, 8, 8) and ours["params"].dtype == np.float32
+    for slots in ((2, 1), (2, 3), (3, 4)):  # 12 slots: more than shards, so shards are cut into ranges
+        got = every_record([merged], slots)
+        assert got.keys() == reference.keys()
+        for sid, record in got.items():
+            np.testing.assert_array_equal(record["density"], reference[sid]["density"])
+
+    # a shuffle buffer reorders (differently per epoch and seed) without losing or repeating records
+    reader = ShardReader(merged, shuffle_buffer=8, seed=1)
+    first = [r["sample_id"] for r in reader]
+    reader.set_epoch(1)
+    second = [r["sample_id"] for r in reader]
+    in_order = [r["sample_id"] for r in ShardReader(merged)]
+    assert sorted(first) == sorted(second) == sorted(in_order)
+    assert first != in_order and second != first
+    assert [r["sample_id"] for r in ShardReader(merged, shuffle_buffer=8, seed=1)] == first  # reproducible
+
+    batches = list(ShardReader(merged, fields=["params"]).batches(8))
+    assert [len(b["sample_id"]) for b in batches] == [8, 8, 8, 6]
+    assert batches[0]["params"].shape == (8, 3) and set(batches[0]) == {"sample_id", "params"}
+
+
+def test_reader_variable_length_records_and_gzip(tmp_path):
+    config_path, work = prepare(
+        tmp_path,
+        simulate={"family": "trace", "samples": 25},
+        source=TRACE_SOURCE,
+        convert=TRACE_CONVERT,
+        merge={"shard_size_mb": 0.01, "compression": "gzip", "sort_by": "length"},
+    )
+    merge(config_path, work / "merged", ranks=2)
+    reference = {r["sample_id"].decode(): r for r in tfrecord_dataset(work / "merged").as_numpy_iterator()}
+    got = every_record([work / "merged"], (2, 2))
+    assert got.keys() == reference.keys() and len(got) == 25
+    for sid, record in got.items():
+        np.testing.assert_array_equal(record["trace"], reference[sid]["trace"])
+        assert record["trace"].shape[1] == 4
+    lengths = [r["trace"].shape[0] for r in ShardReader(work / "merged")]
+    assert lengths == sorted(lengths)  # one slot, no shuffle: shard order, as merge sorted them
+
+
+def test_reader_names_a_damaged_record(tmp_path):
+    config_path, work = prepare(
+        tmp_path,
+        simulate={"samples": 4, "cube": {"size": 8}},
+        source={
+            "fields": {
+                "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            }
+        },
+    )
+    merge(config_path, work / "merged", ranks=1)
+    shard = next((work / "merged" / "shards").glob("*.tfrecord"))
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(Sim2dlError, match=rf"{shard.name}: the record at byte 0 fails its CRC check"):
+        list(ShardReader(work / "merged"))
+    assert len(list(ShardReader(work / "merged", verify=False))) == 4
+
+
+def test_encoding_config_errors_name_the_key(tmp_path):
+    cases = [
+        ({"merge": {"encoding": {"nope": "float_list"}}}, r"merge\.encoding.*\['nope'\]"),
+        ({"merge": {"format": "hdf5", "encoding": {"params": "float_list"}}}, r"merge\.encoding.*'hdf5'"),
+        ({"merge": {"encoding": {"params": "int64_list"}}}, r"merge\.encoding.*'params' is float32: int64_list"),
+        ({"convert": {"dtype": "float64"}, "merge": {"encoding": {"params": "float_list"}}}, r"float_list holds only"),
+    ]
+    for sections, message in cases:
+        with pytest.raises(Sim2dlError, match=message):
+            make_config(tmp_path, **sections)
+
+
+def test_pytorch_iterable_dataset_from_the_docs(tmp_path):
+    """The few lines docs/reading.md gives for PyTorch, run as written (where torch can be imported)."""
+    pytest.importorskip("torch")
+    config_path, work = prepare(
+        tmp_path,
+        simulate={"samples": 12, "cube": {"size": 8}},
+        source={
+            "fields": {
+                "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            }
+        },
+    )
+    merge(config_path, work / "merged", ranks=1)
+    doc = (REPO / "docs" / "reading.md").read_text()
+    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    script = code + f"\nloader = make_loader({str(work / 'merged')!r}, batch_size=4, workers=2)\n"
+    script += "print(sum(len(b['sample_id']) for b in loader))\n"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == "12"
+
+
+def test_cosmoflow_reference_parsing_spec_reads_int16_counts_and_float_labels(tmp_path):
+    """The MLPerf HPC CosmoFlow reference's parser (written out here): `x` FixedLenFeature([], string)
+    decoded as raw int16 and reshaped to the sample shape, `y` FixedLenFeature([4], float32). sim2dl keeps
+    the counts int16 (convert.dtype: source) and stores `y` as a float list (merge.encoding)."""
+    import tensorflow as tf
+
+    from .test_own_data import write_cosmoflow
+
+    counts, labels = write_cosmoflow(tmp_path / "cosmoUniverse", 6)
+    config = make_config(
+        tmp_path,
+        simulate={"enabled": False},
+        source={
+            "path": str(tmp_path / "cosmoUniverse"),
+            "glob": "**/*.hdf5",
+            "sample_id": None,
+            "fields": {
+                "x": {"path": "full", "dtype": "int16", "shape": [16, 16, 16, 4]},
+                "y": {"path": "unitPar", "dtype": "float32", "shape": [4]},
+            },
+        },
+        convert={
+            "features": ["x"],
+            "labels": ["y"],
+            "dtype": "source",
+            "split": [8, 8, 8],
+            "normalise": [],
+            "log1p": [],
+            "per_channel": [],
+        },
+        merge={"encoding": {"y": "float_list"}, "shard_size_mb": 0.1},
+    )
+    config_path = write_config(tmp_path, config)
+    for step in ("ingest", "convert"):
+        run_cli([step, "--config", str(config_path)], ranks=2)
+    merge(config_path, tmp_path / "work" / "merged", ranks=2)
+    meta = json.loads((tmp_path / "work" / "merged" / "metadata.json").read_text())
+    assert meta["feature_spec"]["x"]["dtype"] == "int16" and meta["feature_spec"]["y"]["encoding"] == "float_list"
+
+    def parse_reference(record):  # as the reference's data pipeline
+        features = tf.io.parse_single_example(
+            record, {"x": tf.io.FixedLenFeature([], tf.string), "y": tf.io.FixedLenFeature([4], tf.float32)}
+        )
+        x = tf.reshape(tf.io.decode_raw(features["x"], tf.int16), [8, 8, 8, 4])
+        return x, features["y"]
+
+    files = [str(p) for p in sorted((tmp_path / "work" / "merged" / "shards").glob("*.tfrecord"))]
+    total, label_sum, n = 0, np.zeros(4), 0
+    for x, y in tf.data.TFRecordDataset(files).map(parse_reference):
+        total += int(tf.reduce_sum(tf.cast(x, tf.int64)))
+        label_sum += y.numpy()
+        n += 1
+    assert n == 6 * 8 and total == counts  # every count of every file, once, as int16
+    np.testing.assert_allclose(label_sum, 8 * labels, rtol=1e-5)
