@@ -135,6 +135,8 @@ def check_consistency(config: Mapping[str, Any]) -> None:
         raise Sim2dlError(f"config key 'search.space': {unknown} are not train settings")
     merge = config["merge"]
     check_encodings(merge, conv)
+    if merge["splits"] and abs(sum(merge["splits"].values()) - 1) > 1e-6:
+        raise Sim2dlError(f"config key 'merge.splits': the fractions {merge['splits']} do not sum to 1")
     allowed = {"tfrecord": {"none", "gzip", "zlib"}, "hdf5": {"none", "gzip", "lzf"}}[merge["format"]]
     if merge["compression"] not in allowed:
         raise Sim2dlError(

@@ -132,15 +132,38 @@ def text_bytes(values: Iterable[str], width: int) -> np.ndarray:
     return np.array([v.encode() for v in values], f"S{max(width, 1)}")
 
 
-def sort_keys(part: Part, sort_by: str, key_width: int, id_width: int) -> np.ndarray:
-    """Each record's (sort key, sample id) as one byte string that sorts in that order."""
+def split_numbers(parents: Sequence[str], fractions: Sequence[float]) -> np.ndarray:
+    """Each record's split (its number in `fractions`' order), from a stable hash of its parent sample
+    id: xxh3_64 / 2^64 against the cumulative fractions. The same for any rank count, rerun or part
+    layout, and sub-volumes of one input stay together (no leak between training and validation)."""
+    bounds = np.cumsum(fractions)
+    bounds[-1] = 2.0  # fractions summing to 1 within rounding: every hash falls in a split
+    unit = np.array([xxhash.xxh3_64_intdigest(p.encode()) for p in parents], np.uint64) / 2.0**64
+    return np.searchsorted(bounds, unit, side="right").astype(np.uint8)
+
+
+def sort_keys(part: Part, sort_by: str, key_width: int, id_width: int, fractions: Sequence[float]) -> np.ndarray:
+    """Each record's (split, sort key, sample id) as one byte string that sorts in that order (the split
+    byte, 1 + its number, only when there are splits)."""
     ids = text_bytes(part.texts("sample_id"), id_width).view(np.uint8).reshape(len(part), -1)
     if sort_by in NUMERIC_KEYS:
         values = part.meta_columns[NUMERIC_KEYS[sort_by]].view(np.uint64) ^ SIGN  # signed order as unsigned
         key = values.astype(">u8").view(np.uint8).reshape(len(part), 8)
     else:
         key = text_bytes(part.texts(TEXT_KEYS[sort_by]), key_width).view(np.uint8).reshape(len(part), -1)
-    return np.ascontiguousarray(np.hstack([key, ids])).view(f"S{key.shape[1] + ids.shape[1]}").ravel()
+    pieces = [key, ids]
+    if fractions:
+        pieces.insert(0, 1 + split_numbers(part.texts("parent"), fractions).reshape(-1, 1))
+    width = sum(p.shape[1] for p in pieces)
+    return np.ascontiguousarray(np.hstack(pieces)).view(f"S{width}").ravel()
+
+
+def row_splits(rows: np.ndarray, split: bool) -> np.ndarray:
+    """Each row's split number (all 0 without splits), from its key's first byte."""
+    if not split or not len(rows):
+        return np.zeros(len(rows), np.int64)
+    width = rows.dtype["key"].itemsize
+    return np.ascontiguousarray(rows["key"]).view(np.uint8).reshape(len(rows), width)[:, 0].astype(np.int64) - 1
 
 
 def bin_file(part_bin: Path, ref: str) -> str:
@@ -191,16 +214,18 @@ def local_rows(
     sort_by: str,
     widths: tuple[int, int],
     framed: tuple[str, int] | None,
+    fractions: Sequence[float] = (),
 ) -> tuple[np.ndarray, dict[int, int]]:
     """The rows of this rank's parts (unsorted; each part opened in turn and let go), and the record count
     of each home file seen."""
-    dtype = row_dtype(sum(widths) if sort_by not in NUMERIC_KEYS else 8 + widths[1], spec)
+    prefix = 1 if fractions else 0
+    dtype = row_dtype(prefix + (sum(widths) if sort_by not in NUMERIC_KEYS else 8 + widths[1]), spec)
     chunks, home_counts = [], {}
     names = list(spec)
     for k, stem in enumerate(stems):
         part = Part(stem)
         rows = np.zeros(len(part), dtype)
-        rows["key"] = sort_keys(part, sort_by, widths[0], widths[1])
+        rows["key"] = sort_keys(part, sort_by, widths[0], widths[1], fractions)
         rows["part"], rows["record"] = first_part + k, np.arange(len(part))
         rows["nbytes"] = part.record_nbytes
         rows["home"], rows["home_record"] = -1, -1
@@ -264,18 +289,32 @@ def home_starts(comm: Any, rows: np.ndarray, home_counts: np.ndarray) -> np.ndar
     return starts if all(comm.allgather(ok)) else None
 
 
-def size_starts(comm: Any, rows: np.ndarray, shard_bytes: int) -> np.ndarray:
-    """Shards of equal size: n = ceil(total / shard_bytes) of them, one starting where the bytes before a
-    (globally sorted) record pass a multiple of total / n. Each is at most about shard_bytes, none is a
-    small remainder, and the cut is at the same records for any rank count."""
+def size_starts(comm: Any, rows: np.ndarray, shard_bytes: int, n_splits: int, keyed: bool) -> np.ndarray:
+    """Shards of equal size within each split: n = ceil(total / shard_bytes) of them per split, one
+    starting where the bytes of its split before a (globally sorted) record pass a multiple of total / n,
+    and one at each split's first record (keyed: the keys begin with the split, see sort_keys). Each is
+    at most about shard_bytes, none is a small remainder, and the cut is at the same records for any
+    rank count."""
     previous, _ = previous_row(comm, rows)
-    mine = int(rows["nbytes"].sum())
-    earlier = exclusive_sum(comm, mine)
-    total = sum(comm.allgather(mine))
-    per_byte = -(-total // shard_bytes) / total  # shards per byte; the bytes before a record times it
-    bins = np.floor((earlier + np.cumsum(rows["nbytes"]) - rows["nbytes"]) * per_byte)
-    before = -1 if previous is None else np.floor((earlier - int(previous["nbytes"])) * per_byte)
-    return bins != np.concatenate([[before], bins[:-1]])
+    splits = row_splits(rows, keyed)
+    nbytes = rows["nbytes"].astype(np.int64)
+    mine = np.zeros(n_splits, np.int64)
+    np.add.at(mine, splits, nbytes)
+    per_rank = np.array(comm.allgather(mine)).reshape(-1, n_splits)
+    earlier, total = per_rank[: comm.Get_rank()].sum(axis=0), per_rank.sum(axis=0)
+    per_byte = -(-total // shard_bytes) / np.maximum(total, 1)  # shards per byte, per split
+    before_row = np.cumsum(nbytes) - nbytes
+    before_in_split = earlier[splits] + before_row - before_row[np.searchsorted(splits, splits, side="left")]
+    bins = np.floor(before_in_split * per_byte[splits])
+    first_bin, first_split = -1.0, -1
+    if previous is not None:
+        held = np.empty(1, rows.dtype)
+        held[0] = previous
+        first_split = int(row_splits(held, keyed)[0])
+        first_bin = np.floor((earlier[first_split] - int(previous["nbytes"])) * per_byte[first_split])
+    previous_bins = np.concatenate([[first_bin], bins[:-1]])
+    previous_splits = np.concatenate([[first_split], splits[:-1]])
+    return (bins != previous_bins) | (splits != previous_splits)
 
 
 def gather_shards(comm: Any, rows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
@@ -296,6 +335,19 @@ def gather_shards(comm: Any, rows: np.ndarray, starts: np.ndarray) -> tuple[np.n
 
 def shard_name(index: int, count: int, writer: type[ShardWriter]) -> str:
     return f"shard-{index:05d}-of-{count:05d}{writer.suffix}"
+
+
+def shard_names(shard_splits: Sequence[int], split_names: Sequence[str], writer: type[ShardWriter]) -> list[str]:
+    """Each shard's file name below shards/: numbered within its split, in the split's directory."""
+    if not split_names:
+        return [shard_name(i, len(shard_splits), writer) for i in range(len(shard_splits))]
+    counts = np.bincount(np.asarray(shard_splits, np.int64), minlength=len(split_names))
+    seen = [0] * len(split_names)
+    names = []
+    for k in shard_splits:
+        names.append(f"{split_names[k]}/{shard_name(seen[k], int(counts[k]), writer)}")
+        seen[k] += 1
+    return names
 
 
 def index_path(shard: Path) -> Path:
@@ -447,8 +499,10 @@ def merge(
     # Parts framed by ingest can become shards as they are unless merge has to change their records.
     plain = all(field["encoding"] == "bytes" for field in spec.values())
     unchanged = writer_class.framed_record and settings["compression"] == "none" and not stats and plain
-    framed = (writer_class.format, shard_bytes) if unchanged else None
-    rows, local_homes = local_rows(my_stems, first_part, files, spec, settings["sort_by"], widths, framed)
+    split_names = sorted(settings["splits"])
+    fractions = [settings["splits"][name] for name in split_names]
+    framed = (writer_class.format, shard_bytes) if unchanged and not split_names else None
+    rows, local_homes = local_rows(my_stems, first_part, files, spec, settings["sort_by"], widths, framed, fractions)
     total = sum(comm.allgather(len(rows)))
     if not total:
         raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
@@ -464,18 +518,21 @@ def merge(
         starts = home_starts(comm, rows, counts)
     whole = starts is not None
     if starts is None:
-        starts = size_starts(comm, rows, shard_bytes)
+        starts = size_starts(comm, rows, shard_bytes, max(len(split_names), 1), bool(split_names))
     rows, numbers, first_shard, n_shards = gather_shards(comm, rows, starts)
     cuts = np.flatnonzero(np.diff(numbers)) + 1
     edges = [0, *cuts.tolist(), len(rows)] if len(rows) else [0]
     my_shards = [slice(a, b) for a, b in itertools.pairwise(edges)]  # contiguous: rows[s] is a view
+    my_splits = row_splits(rows[[s.start for s in my_shards]], bool(split_names)).tolist() if my_shards else []
+    shard_splits = [k for rank_splits in comm.allgather(my_splits) for k in rank_splits]
     digests = [shard_digest(rows[s]) for s in my_shards]
     all_digests = [d for rank_digests in comm.allgather(digests) for d in rank_digests]
     h = xxhash.xxh3_128(json.dumps([dict(settings), stats, spec], sort_keys=True).encode())
     for d in all_digests:
         h.update(d.encode())
     digest = h.hexdigest()
-    names = [shard_name(i, n_shards, writer_class) for i in range(n_shards)]
+    prefix = 1 if split_names else 0
+    names = shard_names(shard_splits, split_names, writer_class)
 
     error = None
     if rank == 0:
@@ -510,12 +567,13 @@ def merge(
     results = [
         {
             "file": names[i],
-            "index": index_path(shards_dir / names[i]).name,
+            "index": index_path(Path(names[i])).as_posix(),
             "records": my_shards[i - first_shard].stop - my_shards[i - first_shard].start,
             "bytes": (shards_dir / names[i]).stat().st_size,
             "checksum": checksums[i],
-            "first_key": _key_value(rows[my_shards[i - first_shard].start], settings["sort_by"], widths),
-            "last_key": _key_value(rows[my_shards[i - first_shard].stop - 1], settings["sort_by"], widths),
+            **({"split": split_names[shard_splits[i]]} if split_names else {}),
+            "first_key": _key_value(rows[my_shards[i - first_shard].start], settings["sort_by"], widths, prefix),
+            "last_key": _key_value(rows[my_shards[i - first_shard].stop - 1], settings["sort_by"], widths, prefix),
         }
         for i in mine
     ]
@@ -531,15 +589,15 @@ def merge(
         ingested = json.loads(ingest_summary.read_text())
         write_json_atomic(
             out_dir / "metadata.json",
-            metadata(settings, writer_class, spec, stats_doc, shard_info, total, ingested, digest),
+            metadata(settings, writer_class, spec, stats_doc, shard_info, total, ingested, digest, split_names),
         )
     comm.barrier()
     return summary
 
 
-def _key_value(row: np.void, sort_by: str, widths: tuple[int, int]) -> Any:
+def _key_value(row: np.void, sort_by: str, widths: tuple[int, int], prefix: int) -> Any:
     """A row's sort key as the value it was made from (for metadata.json)."""
-    raw = bytes(row["key"]).ljust(row.dtype["key"].itemsize, b"\0")
+    raw = bytes(row["key"]).ljust(row.dtype["key"].itemsize, b"\0")[prefix:]  # after any split byte
     if sort_by in NUMERIC_KEYS:
         unsigned = int.from_bytes(raw[:8], "big") ^ (1 << 63)
         return unsigned - (1 << 64) if unsigned >= 1 << 63 else unsigned
@@ -589,10 +647,15 @@ def prepare_shard_dir(shards_dir: Path, digest: str, names: set[str]) -> None:
     remove_stale_temporaries(shards_dir)
     plan_file = shards_dir / "plan.digest"
     same_plan = plan_file.exists() and plan_file.read_text().strip() == digest
-    for p in shards_dir.iterdir():
-        if p.name == "plan.digest":
+    for p in sorted(shards_dir.rglob("*"), reverse=True):  # a split directory after its files
+        name = p.relative_to(shards_dir).as_posix()
+        if p.is_dir():
+            if not any(p.iterdir()):
+                p.rmdir()
             continue
-        shard_name_of = p.name[: -len(".idx")] if p.name.endswith(".idx") else p.name
+        if name == "plan.digest":
+            continue
+        shard_name_of = name[: -len(".idx")] if name.endswith(".idx") else name
         if not same_plan or shard_name_of not in names:
             p.unlink()
     if not same_plan:
@@ -609,9 +672,10 @@ def metadata(
     records: int,
     ingested: Mapping[str, Any],
     digest: str,
+    split_names: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What is about the dataset as a whole; its size grows with the shards, not with the records."""
-    return {
+    doc = {
         "sim2dl_version": __version__,
         "format": writer_class.format,
         "compression": settings["compression"],
@@ -638,3 +702,18 @@ def metadata(
             "rows": "one per record: its shard, its number in the shard, its sample id and source file",
         },
     }
+    if split_names:
+        doc["splits"] = {
+            name: {
+                "fraction": settings["splits"][name],
+                "directory": f"shards/{name}",
+                "records": sum(s["records"] for s in shard_info if s["split"] == name),
+                "shards": sum(1 for s in shard_info if s["split"] == name),
+            }
+            for name in split_names
+        }
+        doc["split_assignment"] = (
+            "xxh3_64(parent sample id, UTF-8) / 2^64 against the cumulative fractions of the splits in name "
+            "order: the same for every rank count and rerun; sub-volumes of one input share its split"
+        )
+    return doc

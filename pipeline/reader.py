@@ -245,6 +245,7 @@ def hdf5_records(shard: Path, unit: Unit, spec: Mapping[str, Any]) -> Iterator[R
 class ShardReader:
     """Records of a merged dataset (`merged_dir`: metadata.json and shards/) for one reader slot.
 
+    split: one of the dataset's splits (merge.splits, e.g. 'train'); None: every record.
     rank, world_size: this process among the training processes; worker, workers: this data-loader
     worker among the process's workers. shuffle_buffer: records held to shuffle across (0: file order);
     seed and epoch (set_epoch) make the order reproducible. fields: the fields to return (default all).
@@ -253,6 +254,7 @@ class ShardReader:
     def __init__(
         self,
         merged_dir: Path | str,
+        split: str | None = None,
         *,
         rank: int = 0,
         world_size: int = 1,
@@ -276,6 +278,11 @@ class ShardReader:
         self.shuffle_buffer, self.seed, self.verify = shuffle_buffer, seed, verify
         self.epoch = 0
         shards = self.metadata["shards"]
+        if split is not None:
+            known = sorted(self.metadata.get("splits", {}))
+            if split not in known:
+                raise Sim2dlError(f"{self.merged_dir} has no split '{split}' (its splits: {known or 'none'})")
+            shards = [s for s in shards if s["split"] == split]
         self.paths = [self.merged_dir / "shards" / s["file"] for s in shards]
         self.units = slot_units(plan_units([s["records"] for s in shards], self.slots), self.slot, self.slots)
 

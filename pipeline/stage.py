@@ -144,7 +144,7 @@ def sample_sources(
             f"(this dataset is {meta['format']}, compression {meta['compression']})"
         )
     records = []  # (shard path, offset, length)
-    for s in meta["shards"]:
+    for s in training_shards(meta):
         index = np.loadtxt(merged_dir / "shards" / s["index"], dtype=np.int64, ndmin=2)
         records.extend((merged_dir / "shards" / s["file"], int(o), int(n)) for o, n in index)
     if not replacement and per_rank > len(records):
@@ -161,6 +161,13 @@ def sample_sources(
             pieces = tuple(sorted((records[i] for i in chosen), key=lambda rec: (str(rec[0]), rec[1])))
             per_node[node].append(Source(f"rank-{r:05d}.tfrecord", pieces, None))
     return per_node
+
+
+def training_shards(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The shards training passes read: the 'train' split's, or all where merge made no splits."""
+    if "splits" not in meta:
+        return list(meta["shards"])
+    return [s for s in meta["shards"] if s["split"] == "train"]
 
 
 def plan(per_node: Mapping[int, Sequence[Source]], topo: Topology) -> list[Transfer]:
@@ -459,6 +466,9 @@ def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm:
         per_node = sample_sources(
             merged_dir, meta, topo, settings["samples_per_rank"], settings["replacement"], settings["seed"]
         )
+        # Samples are drawn from the training split; every node gets the other splits' shards whole.
+        others = [src for src, s in zip(sources, meta["shards"], strict=True) if s.get("split", "train") != "train"]
+        per_node = {k: [*per_node[k], *others] for k in per_node}
 
     wanted = {k: [src.name for src in per_node[k]] for k in per_node}
 

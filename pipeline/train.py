@@ -55,6 +55,11 @@ def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any]) -> None
     shape = meta["feature_spec"][features[0]]["shape"]
     if settings["model"] == "cosmoflow" and (len(shape) not in (3, 4) or None in shape):
         raise Sim2dlError(f"model 'cosmoflow' needs fixed-size 3D cubes, feature '{features[0]}' has shape {shape}")
+    missing = sorted({"train", "validation"} - set(meta.get("splits", {"train": 0, "validation": 0})))
+    if missing:
+        raise Sim2dlError(
+            f"config key 'merge.splits': training needs the splits {missing} (have {sorted(meta['splits'])})"
+        )
     if settings["model"] == "sequence" and (len(shape) != 2 or shape[1] is None):
         raise Sim2dlError(f"model 'sequence' needs (length, channels) records, feature '{features[0]}' has {shape}")
 
@@ -69,18 +74,23 @@ def fields(meta: Mapping[str, Any]) -> tuple[str, list[str]]:
 # ---------------------------------------------------------------- which files this rank reads
 
 
-def rank_files(listing: Mapping[str, Any], node_dir: Path, local_rank: int, local_size: int) -> list[Path]:
-    """This rank's share of its node's staged files (sample mode: the rank's own file)."""
-    files = [node_dir / name for name in listing["files"]]
+def rank_files(
+    listing: Mapping[str, Any], node_dir: Path, local_rank: int, local_size: int, split: str | None = None
+) -> tuple[list[Path], tuple[int, int] | None]:
+    """This rank's share of its node's staged files of a split (None: all; sample mode: the rank's own
+    file for training), and how to shard their records: with fewer files than ranks on the node, every
+    rank reads them all and takes every n-th record instead (else None)."""
+    names = [n for n in listing["files"] if split is None or n.startswith(f"{split}/")]
+    files = [node_dir / name for name in names]
     missing = [f for f in files if not f.exists()]
     if missing:
         raise Sim2dlError(f"staged file {missing[0]} is missing ({len(missing)} of {len(files)}): rerun stage")
-    if listing["mode"] == "sample":
+    if listing["mode"] == "sample" and split in (None, "train"):
         rank = listing["ranks"][local_rank]
-        return [f for f in files if f.name == f"rank-{rank:05d}.tfrecord"]
+        return [node_dir / n for n in listing["files"] if n == f"rank-{rank:05d}.tfrecord"], None
     if len(files) >= local_size:
-        return files[local_rank::local_size]
-    return files  # fewer files than ranks: every rank reads all, and records are sharded instead
+        return files[local_rank::local_size], None
+    return files, (local_size, local_rank)
 
 
 def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
@@ -106,8 +116,9 @@ def is_validation(sample_ids: Any, fraction: float) -> Any:
     return tf.strings.to_hash_bucket_fast(sample_ids, VALIDATION_BUCKETS) < round(fraction * VALIDATION_BUCKETS)
 
 
-def count_records(files: Sequence[Path], fraction: float, shard: tuple[int, int] | None) -> tuple[int, int]:
-    """(train, validation) records in the files, reading only their sample ids."""
+def count_records(files: Sequence[Path], fraction: float | None, shard: tuple[int, int] | None) -> tuple[int, int]:
+    """(train, validation) records in the files, reading only their sample ids (fraction None: all are
+    training records)."""
     import tensorflow as tf
 
     ds = tf.data.TFRecordDataset([str(f) for f in files], buffer_size=READ_BUFFER_BYTES)
@@ -118,7 +129,7 @@ def count_records(files: Sequence[Path], fraction: float, shard: tuple[int, int]
     )
     val = train = 0
     for batch in ids.batch(4096):
-        v = int(tf.reduce_sum(tf.cast(is_validation(batch, fraction), tf.int32)))
+        v = 0 if fraction is None else int(tf.reduce_sum(tf.cast(is_validation(batch, fraction), tf.int32)))
         val += v
         train += int(batch.shape[0]) - v
     return train, val
@@ -135,13 +146,16 @@ def input_pipeline(
     training: bool,
     shard: tuple[int, int] | None,
     epoch_seed: int,
+    fraction: float | None,
 ) -> Any:
+    """Batches of (features, labels) from the files. fraction: the share of records held out for
+    validation by a hash of their sample ids (training passes skip them, validation reads only them);
+    None: the files hold one split, read whole."""
     import tensorflow as tf
 
     feature, labels = fields(meta)
     spec = meta["feature_spec"]
     fixed = all(d is not None for d in spec[feature]["shape"])
-    fraction = settings["validation_fraction"]
     names = tf.data.Dataset.from_tensor_slices([str(f) for f in files])
     if training:
         names = names.shuffle(len(files), seed=epoch_seed, reshuffle_each_iteration=True).repeat()
@@ -160,7 +174,8 @@ def input_pipeline(
         val = is_validation(sid, fraction)
         return tf.logical_not(val) if training else val
 
-    ds = ds.filter(keep)
+    if fraction is not None:
+        ds = ds.filter(keep)
     if training:
         # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
         ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
@@ -272,13 +287,15 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     node_dir, _ = ensure_staged(config, merged_dir, stage_summary, out_dir / "restaged.json", comm, topo)
     listing = json.loads((node_dir / "staged.json").read_text())
     local_ranks = topo.node_ranks[topo.node]
-    files = rank_files(listing, node_dir, local_ranks.index(rank), len(local_ranks))
-    # Fewer files than ranks on the node: every rank reads them all and takes every n-th record instead.
-    shard = None
-    if listing["mode"] != "sample" and len(listing["files"]) < len(local_ranks):
-        shard = (len(local_ranks), local_ranks.index(rank))
-
-    fraction = settings["validation_fraction"]
+    local = (local_ranks.index(rank), len(local_ranks))
+    if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
+        files, shard = rank_files(listing, node_dir, *local, "train")
+        validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation")
+        fraction = None
+    else:  # one set of shards: validation records are held out by a hash of their sample ids
+        files, shard = rank_files(listing, node_dir, *local)
+        validation_files, validation_shard = files, shard
+        fraction = settings["validation_fraction"]
     n_train, _ = count_records(files, fraction, shard)
     steps = int(comm.allreduce(n_train, op=_mpi_min())) // settings["batch_size"]
     if steps == 0:
@@ -337,7 +354,13 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     # reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay).
     iterator = iter(
         input_pipeline(
-            files, meta, settings, training=True, shard=shard, epoch_seed=settings["seed"] * 1000 + start_epoch
+            files,
+            meta,
+            settings,
+            training=True,
+            shard=shard,
+            epoch_seed=settings["seed"] * 1000 + start_epoch,
+            fraction=fraction,
         )
     )
     evaluation = None
@@ -353,7 +376,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             losses.append(float(train_step(x, y, first)))
             first = False
         seconds = time.perf_counter() - epoch_start
-        evaluation = _validate(files, meta, settings, shard, predict, hvd)
+        evaluation = _validate(validation_files, meta, settings, validation_shard, fraction, predict, hvd)
         val_loss = evaluation[0]
         row = {
             "epoch": epoch + 1,
@@ -374,7 +397,9 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             print(json.dumps(row), flush=True)
     # Final evaluation (the last epoch's, unless a resumed run had no epoch left), model and plots.
     val_loss, pred, true = (
-        evaluation if evaluation is not None else _validate(files, meta, settings, shard, predict, hvd)
+        evaluation
+        if evaluation is not None
+        else _validate(validation_files, meta, settings, validation_shard, fraction, predict, hvd)
     )
     names = _label_names(meta, labels, config)
     summary = {
@@ -410,6 +435,7 @@ def _validate(
     meta: Mapping[str, Any],
     settings: Mapping[str, Any],
     shard: tuple[int, int] | None,
+    fraction: float | None,
     predict: Any,
     hvd: Any,
 ) -> tuple[float, np.ndarray, np.ndarray]:
@@ -417,7 +443,7 @@ def _validate(
     import tensorflow as tf
 
     preds, trues = [], []
-    for x, y in input_pipeline(files, meta, settings, training=False, shard=shard, epoch_seed=0):
+    for x, y in input_pipeline(files, meta, settings, training=False, shard=shard, epoch_seed=0, fraction=fraction):
         preds.append(predict(x).numpy())
         trues.append(y.numpy())
     n_out = sum(int(np.prod(meta["feature_spec"][n]["shape"])) for n in fields(meta)[1])

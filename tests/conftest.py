@@ -147,6 +147,5 @@ def small_cube_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
                 "params": {"path": "params", "dtype": "float32", "shape": [3]},
             }
         },
-        stage={"target": str(tmp_path / "local")},
-        **sections,
+        **{**sections, "stage": {"target": str(tmp_path / "local"), **sections.get("stage", {})}},
     )

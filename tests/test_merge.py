@@ -254,3 +254,54 @@ def test_parts_ingested_in_order_become_shards_without_a_copy(tmp_path):
     slow = [work / "slow" / "shards" / s["file"] for s in slow_meta["shards"]]
     assert len(slow) != len(shards) and not any(os.stat(s).st_ino in parts for s in slow)
     assert b"".join(s.read_bytes() for s in slow) == b"".join(s.read_bytes() for s in shards)
+
+
+def test_splits_by_parent_hash_in_their_own_directories_same_for_any_rank_count(tmp_path):
+    from pipeline.merge import split_numbers
+
+    config_path, work = prepare(
+        tmp_path,
+        simulate={"samples": 40, "cube": {"size": 8}},
+        source={
+            "fields": {
+                "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            }
+        },
+        convert={"split": [4, 4, 4]},
+        merge={"shard_size_mb": 0.05, "splits": {"validation": 0.25, "train": 0.75}},
+    )
+    merge(config_path, work / "m1", ranks=1)
+    merge(config_path, work / "m2", ranks=2)
+    assert sorted(p.name for p in (work / "m1" / "shards").iterdir()) == ["plan.digest", "train", "validation"]
+    files = {p.relative_to(work / "m1").as_posix(): p.read_bytes() for p in (work / "m1").rglob("shards/*/*")}
+    assert files == {p.relative_to(work / "m2").as_posix(): p.read_bytes() for p in (work / "m2").rglob("shards/*/*")}
+    meta = json.loads((work / "m2" / "metadata.json").read_text())
+    splits = meta["splits"]
+    assert set(splits) == {"train", "validation"} and splits["train"]["directory"] == "shards/train"
+    assert splits["train"]["records"] + splits["validation"]["records"] == meta["counts"]["records"] == 320
+    assert splits["train"]["shards"] >= 2 and splits["validation"]["shards"] >= 1
+    by_split = {}
+    for shard in meta["shards"]:
+        assert shard["file"].startswith(f"{shard['split']}/")
+        path = work / "m2" / "shards" / shard["file"]
+        assert shard["index"] == shard["file"] + ".idx" and (work / "m2" / "shards" / shard["index"]).exists()
+        for r in tfrecord_dataset_files([path], meta["feature_spec"]):
+            by_split.setdefault(shard["split"], []).append(r)
+    parents = {name: {sid.split("#")[0] for sid in ids} for name, ids in by_split.items()}
+    assert not parents["train"] & parents["validation"]  # sub-volumes of one cube stay in one split
+    assert all(len(ids) == 8 * len(parents[name]) for name, ids in by_split.items())
+    for name, expected in (("train", 0), ("validation", 1)):  # the documented assignment, in name order
+        assert set(split_numbers(sorted(parents[name]), [0.75, 0.25])) == {expected}
+    assert 0.5 < splits["train"]["records"] / 320 < 0.95
+    assert len(provenance(work / "m2")) == 320
+
+
+def tfrecord_dataset_files(paths, spec):
+    """The sample ids of TFRecord files, read with tf.data."""
+    import tensorflow as tf
+
+    from pipeline.dataset import parse_example
+
+    ds = tf.data.TFRecordDataset([str(p) for p in paths]).map(lambda s: parse_example(s, spec)["sample_id"])
+    return [s.decode() for s in ds.as_numpy_iterator()]

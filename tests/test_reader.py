@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -222,43 +223,30 @@ def test_pytorch_iterable_dataset_from_the_docs(tmp_path):
     assert out.stdout.split()[-1] == "12"
 
 
-def test_cosmoflow_reference_parsing_spec_reads_int16_counts_and_float_labels(tmp_path):
-    """The MLPerf HPC CosmoFlow reference's parser (written out here): `x` FixedLenFeature([], string)
-    decoded as raw int16 and reshaped to the sample shape, `y` FixedLenFeature([4], float32). sim2dl keeps
-    the counts int16 (convert.dtype: source) and stores `y` as a float list (merge.encoding)."""
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_mlperf_cosmoflow_preset_gives_the_layout_the_reference_trains_from(tmp_path, compression):
+    """config/presets/mlperf-cosmoflow.yaml on cosmoUniverse-style files (only the paths, the sub-volume
+    size and the compression changed), read with the MLPerf HPC CosmoFlow reference's parser (written out
+    here): `x` FixedLenFeature([], string) decoded as raw int16 and reshaped to the sample shape, `y`
+    FixedLenFeature([4], float32), from DATA/train/*.tfrecord and DATA/validation/*.tfrecord."""
     import tensorflow as tf
+    import yaml
+
+    from pipeline import config as cfg
 
     from .test_own_data import write_cosmoflow
 
-    counts, labels = write_cosmoflow(tmp_path / "cosmoUniverse", 6)
-    config = make_config(
-        tmp_path,
-        simulate={"enabled": False},
-        source={
-            "path": str(tmp_path / "cosmoUniverse"),
-            "glob": "**/*.hdf5",
-            "sample_id": None,
-            "fields": {
-                "x": {"path": "full", "dtype": "int16", "shape": [16, 16, 16, 4]},
-                "y": {"path": "unitPar", "dtype": "float32", "shape": [4]},
-            },
-        },
-        convert={
-            "features": ["x"],
-            "labels": ["y"],
-            "dtype": "source",
-            "split": [8, 8, 8],
-            "normalise": [],
-            "log1p": [],
-            "per_channel": [],
-        },
-        merge={"encoding": {"y": "float_list"}, "shard_size_mb": 0.1},
-    )
-    config_path = write_config(tmp_path, config)
-    for step in ("ingest", "convert"):
+    counts, labels = write_cosmoflow(tmp_path / "cosmoUniverse", 10)
+    config = yaml.safe_load((REPO / "config" / "presets" / "mlperf-cosmoflow.yaml").read_text())
+    config["workdir"] = str(tmp_path / "work")
+    config["source"]["path"] = str(tmp_path / "cosmoUniverse")
+    config["convert"]["split"] = [8, 8, 8]  # 16^3 test universes; the preset's 128^3 is the reference's
+    config["merge"].update(compression=compression, shard_size_mb=0.2)
+    config_path = write_config(tmp_path, cfg.validate(config))
+    for step in ("ingest", "convert", "merge"):
         run_cli([step, "--config", str(config_path)], ranks=2)
-    merge(config_path, tmp_path / "work" / "merged", ranks=2)
-    meta = json.loads((tmp_path / "work" / "merged" / "metadata.json").read_text())
+    data_dir = tmp_path / "work" / "merged" / "shards"
+    meta = json.loads((data_dir.parent / "metadata.json").read_text())
     assert meta["feature_spec"]["x"]["dtype"] == "int16" and meta["feature_spec"]["y"]["encoding"] == "float_list"
 
     def parse_reference(record):  # as the reference's data pipeline
@@ -268,11 +256,37 @@ def test_cosmoflow_reference_parsing_spec_reads_int16_counts_and_float_labels(tm
         x = tf.reshape(tf.io.decode_raw(features["x"], tf.int16), [8, 8, 8, 4])
         return x, features["y"]
 
-    files = [str(p) for p in sorted((tmp_path / "work" / "merged" / "shards").glob("*.tfrecord"))]
-    total, label_sum, n = 0, np.zeros(4), 0
-    for x, y in tf.data.TFRecordDataset(files).map(parse_reference):
-        total += int(tf.reduce_sum(tf.cast(x, tf.int64)))
-        label_sum += y.numpy()
-        n += 1
-    assert n == 6 * 8 and total == counts  # every count of every file, once, as int16
+    total, label_sum, per_split = 0, np.zeros(4), {}
+    for split in ("train", "validation"):
+        files = sorted(str(p) for p in (data_dir / split).glob("*.tfrecord"))
+        assert files and all(Path(f + ".idx").exists() for f in files)
+        dataset = tf.data.TFRecordDataset(files, compression_type="GZIP" if compression == "gzip" else "")
+        for x, y in dataset.map(parse_reference):
+            total += int(tf.reduce_sum(tf.cast(x, tf.int64)))
+            label_sum += y.numpy()
+            per_split[split] = per_split.get(split, 0) + 1
+    assert per_split == {name: s["records"] for name, s in meta["splits"].items()}
+    assert sum(per_split.values()) == 10 * 8 and total == counts  # every count of every file once, as int16
     np.testing.assert_allclose(label_sum, 8 * labels, rtol=1e-5)
+
+
+def test_reader_reads_one_split(tmp_path):
+    config_path, work = prepare(
+        tmp_path,
+        simulate={"samples": 20, "cube": {"size": 8}},
+        source={
+            "fields": {
+                "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            }
+        },
+        merge={"splits": {"train": 0.7, "validation": 0.3}},
+    )
+    merge(config_path, work / "merged", ranks=2)
+    meta = json.loads((work / "merged" / "metadata.json").read_text())
+    ids = {name: {r["sample_id"] for r in ShardReader(work / "merged", name)} for name in ("train", "validation")}
+    assert {name: len(got) for name, got in ids.items()} == {n: s["records"] for n, s in meta["splits"].items()}
+    assert not ids["train"] & ids["validation"]
+    assert ids["train"] | ids["validation"] == {r["sample_id"] for r in ShardReader(work / "merged")}
+    with pytest.raises(Sim2dlError, match=r"has no split 'test' \(its splits: \['train', 'validation'\]\)"):
+        ShardReader(work / "merged", "test")

@@ -141,3 +141,30 @@ def test_trace_family_trains_a_sequence_model_with_length_buckets(tmp_path):
 def test_cosmoflow_model_refuses_variable_length_records(tmp_path, staged):
     proc = train(tmp_path, staged, check=False, model="sequence")
     assert proc.returncode != 0 and "model 'sequence' needs (length, channels) records" in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["replica", "sample"])
+def test_splits_train_on_train_and_validate_on_the_whole_validation_split(tmp_path, mode):
+    config = small_cube_config(
+        tmp_path,
+        train={**SMALL, "epochs": 1},
+        merge={"splits": {"train": 0.75, "validation": 0.25}, "shard_size_mb": 0.1},
+        stage={"mode": mode, "samples_per_rank": 40},
+    )
+    path = write_config(tmp_path, config)
+    for step in ("simulate", "ingest", "convert", "merge", "stage"):
+        run_cli([step, "--config", str(path)], ranks=2)
+    meta = json.loads((tmp_path / "work" / "merged" / "metadata.json").read_text())
+    splits = meta["splits"]
+    assert splits["train"]["records"] + splits["validation"]["records"] == 96 and splits["validation"]["shards"] >= 2
+    proc = run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train")], ranks=2, timeout=600)
+    start = next(json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"train"'))["train"]
+    summary = json.loads((tmp_path / "train" / "summary.json").read_text())
+    # every validation record once (its shards dealt to the ranks), none held out of the training files
+    assert summary["validation_records"] == splits["validation"]["records"]
+    expected_train = 40 if mode == "sample" else None
+    if expected_train is not None:
+        assert start["train_records_per_rank"] == expected_train
+    else:
+        assert 0 < start["train_records_per_rank"] < splits["train"]["records"]
+    assert summary["weights_identical_across_ranks"]
