@@ -46,6 +46,16 @@ TRACE_SOURCE = {
 TRACE_CONVERT = {"features": ["trace"], "labels": ["params"], "log1p": [], "normalise": ["trace"]}
 
 
+def prepare_cubes(tmp_path, samples, **sections):
+    """prepare() for `samples` small cubes (8^3)."""
+    cube_fields = {
+        "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
+        "params": {"path": "params", "dtype": "float32", "shape": [3]},
+    }
+    simulate = {"samples": samples, "cube": {"size": 8}}
+    return prepare(tmp_path, simulate=simulate, source={"fields": cube_fields}, **sections)
+
+
 def prepare_traces(tmp_path, samples, **merge_settings):
     return prepare(
         tmp_path,
@@ -259,15 +269,9 @@ def test_parts_ingested_in_order_become_shards_without_a_copy(tmp_path):
 def test_splits_by_parent_hash_in_their_own_directories_same_for_any_rank_count(tmp_path):
     from pipeline.merge import split_numbers
 
-    config_path, work = prepare(
+    config_path, work = prepare_cubes(
         tmp_path,
-        simulate={"samples": 40, "cube": {"size": 8}},
-        source={
-            "fields": {
-                "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
-                "params": {"path": "params", "dtype": "float32", "shape": [3]},
-            }
-        },
+        40,
         convert={"split": [4, 4, 4]},
         merge={"shard_size_mb": 0.05, "splits": {"validation": 0.25, "train": 0.75}},
     )

@@ -16,7 +16,7 @@ from pipeline.reader import ShardReader, decode_example, decode_varints, plan_un
 from pipeline.writers.tfrecord import encode_varints, example_pieces
 
 from .conftest import REPO, make_config, run_cli, write_config
-from .test_merge import TRACE_CONVERT, TRACE_SOURCE, merge, prepare
+from .test_merge import TRACE_CONVERT, TRACE_SOURCE, merge, prepare, prepare_cubes
 
 
 def test_varints_round_trip_as_protobuf_encodes_them():
@@ -104,15 +104,9 @@ def every_record(reader_args, slots):
 @pytest.mark.parametrize("fmt", ["tfrecord", "hdf5"])
 def test_reader_reads_every_record_once_across_ranks_and_workers_as_tf_data(tmp_path, fmt):
     encoding = {"params": "float_list"} if fmt == "tfrecord" else {}
-    config_path, work = prepare(
+    config_path, work = prepare_cubes(
         tmp_path,
-        simulate={"samples": 30, "cube": {"size": 8}},
-        source={
-            "fields": {
-                "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
-                "params": {"path": "params", "dtype": "float32", "shape": [3]},
-            }
-        },
+        30,
         merge={"shard_size_mb": 0.02, "format": fmt, "encoding": encoding},
     )
     merged = work / "merged"
@@ -169,15 +163,9 @@ def test_reader_variable_length_records_and_gzip(tmp_path):
 
 
 def test_reader_names_a_damaged_record(tmp_path):
-    config_path, work = prepare(
+    config_path, work = prepare_cubes(
         tmp_path,
-        simulate={"samples": 4, "cube": {"size": 8}},
-        source={
-            "fields": {
-                "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
-                "params": {"path": "params", "dtype": "float32", "shape": [3]},
-            }
-        },
+        4,
     )
     merge(config_path, work / "merged", ranks=1)
     shard = next((work / "merged" / "shards").glob("*.tfrecord"))
@@ -204,15 +192,9 @@ def test_encoding_config_errors_name_the_key(tmp_path):
 def test_pytorch_iterable_dataset_from_the_docs(tmp_path):
     """The few lines docs/reading.md gives for PyTorch, run as written (where torch can be imported)."""
     pytest.importorskip("torch")
-    config_path, work = prepare(
+    config_path, work = prepare_cubes(
         tmp_path,
-        simulate={"samples": 12, "cube": {"size": 8}},
-        source={
-            "fields": {
-                "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
-                "params": {"path": "params", "dtype": "float32", "shape": [3]},
-            }
-        },
+        12,
     )
     merge(config_path, work / "merged", ranks=1)
     doc = (REPO / "docs" / "reading.md").read_text()
@@ -271,15 +253,9 @@ def test_mlperf_cosmoflow_preset_gives_the_layout_the_reference_trains_from(tmp_
 
 
 def test_reader_reads_one_split(tmp_path):
-    config_path, work = prepare(
+    config_path, work = prepare_cubes(
         tmp_path,
-        simulate={"samples": 20, "cube": {"size": 8}},
-        source={
-            "fields": {
-                "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
-                "params": {"path": "params", "dtype": "float32", "shape": [3]},
-            }
-        },
+        20,
         merge={"splits": {"train": 0.7, "validation": 0.3}},
     )
     merge(config_path, work / "merged", ranks=2)
