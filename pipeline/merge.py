@@ -14,6 +14,11 @@ Plan, in parallel and in compact arrays (no Python object per record):
    (below), where a part begins. A shard that began on an earlier rank is sent back to that rank, so every shard is
    written by one rank.
 
+Splits (`merge.splits`): a record's split (a stable hash of its parent sample id, `split_numbers`) is the
+first byte of its key, so the same sort groups the splits, step 3 cuts each split into its own equal
+shards, and they are written to shards/NAME/. One byte per record more, and one hash per record of a
+rank's share.
+
 All ranks agree on one order (sort key, then sample id) and the boundaries depend only on record sizes,
 so the shards are byte-identical for any number of ranks and on every rerun. Each shard is written to a
 temporary file, checksummed, indexed and renamed; a rerun keeps shards already complete for the same
