@@ -13,9 +13,9 @@ Work is split without coordination: the shards, or where there are fewer shards 
 records within them (`plan_units`), are dealt round-robin to the (rank, world size) x (worker, workers)
 slots, so across all ranks and data-loader workers every record is read exactly once per epoch. Order:
 each slot's units are shuffled per epoch (seed, epoch and slot), and records pass a shuffle buffer as in
-tf.data. Memory: one unit's bytes (at most a shard) plus the shuffle buffer's records; time: one read
-of each unit's byte range (large reads, O_DIRECT where the file system has it) and a small decode per
-record.
+tf.data. Memory: two units' bytes (at most two shards: the next is read while this one is decoded) plus
+the shuffle buffer's records; time: one read of each unit's byte range (large reads, O_DIRECT where the
+file system has it) and a small decode per record.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -189,42 +190,51 @@ def tfrecord_index(shard: Path) -> np.ndarray:
     return np.array(text.split(), np.int64).reshape(-1, 2)
 
 
-def tfrecord_records(
-    shard: Path, unit: Unit, spec: Mapping[str, Any], compression: str, verify: bool
-) -> Iterator[Record]:
-    """The records of a unit of a TFRecord shard. Records are views of the unit's buffer (a new one per
-    unit, so records kept in a shuffle buffer stay valid)."""
+Loaded = tuple[Any, Any]  # a unit's bytes (or arrays) as read, and what locates its records in them
+
+
+def tfrecord_load(shard: Path, unit: Unit, compression: str) -> Loaded:
+    """A unit of a TFRecord shard read: (its bytes, its records' (offset, length) in the shard). One large
+    read (O_DIRECT where the file system has it) into a new buffer per unit, so records kept in a
+    shuffle buffer stay valid; compressed shards are inflated whole (their index counts uncompressed
+    bytes)."""
     index = tfrecord_index(shard)[unit.first : unit.stop]
     if not len(index):
-        return
+        return memoryview(b""), index
+    base = int(index[0, 0])
     if compression == "none":
-        base = int(index[0, 0])
         span = int(index[-1, 0] + index[-1, 1]) - base
         positions, buffer = read_extents([shard], np.zeros(1), np.array([base]), np.array([span]), True, np.zeros(0))
         data = buffer[int(positions[0]) : int(positions[0]) + span]
-    else:  # the index counts uncompressed bytes: inflate the whole shard
+    else:
         raw = shard.read_bytes()
-        whole = gzip.decompress(raw) if compression == "gzip" else zlib.decompress(raw)
-        base = int(index[0, 0])
-        data = np.frombuffer(whole, np.uint8)[base:]
-    buf = data.data.cast("B") if isinstance(data, np.ndarray) else data
-    for offset, length in (index - [base, 0]).tolist():
+        data = np.frombuffer(gzip.decompress(raw) if compression == "gzip" else zlib.decompress(raw), np.uint8)[base:]
+    return data.data.cast("B"), index
+
+
+def tfrecord_records(shard: Path, loaded: Loaded, spec: Mapping[str, Any], verify: bool) -> Iterator[Record]:
+    """The records of a loaded unit, checked against their framing (and CRC) and decoded."""
+    buf, index = loaded
+    base = int(index[0, 0]) if len(index) else 0  # the unit's bytes begin at its first record
+    for at, length in index.tolist():
+        offset = at - base
         (size,) = np.frombuffer(buf, "<u8", 1, offset)
+        where = f"{shard}: the record at byte {at}"
         if size != length - 16:
-            raise Sim2dlError(f"{shard}: the record at byte {offset + base} is not where its index says")
+            raise Sim2dlError(f"{where} is not where its index says")
         start, end = offset + 12, offset + 12 + int(size)
         if verify:
             (crc,) = np.frombuffer(buf, "<u4", 1, end)
             if masked_crc32c(np.frombuffer(buf, np.uint8, end - start, start)) != crc:
-                raise Sim2dlError(f"{shard}: the record at byte {offset + base} fails its CRC check")
+                raise Sim2dlError(f"{where} fails its CRC check")
         try:
             yield decode_example(buf, start, end, spec)
         except (ValueError, IndexError) as e:
-            raise Sim2dlError(f"{shard}: the record at byte {offset + base} cannot be decoded: {e}") from e
+            raise Sim2dlError(f"{where} cannot be decoded: {e}") from e
 
 
-def hdf5_records(shard: Path, unit: Unit, spec: Mapping[str, Any]) -> Iterator[Record]:
-    """The records of a unit of an HDF5 shard (pipeline.writers.hdf5's layout), read a slice at a time."""
+def hdf5_load(shard: Path, unit: Unit, spec: Mapping[str, Any]) -> Loaded:
+    """A unit of an HDF5 shard (pipeline.writers.hdf5's layout) read: (sample ids, columns)."""
     with h5py.File(shard, "r") as f:
         ids = f["sample_id"][unit.first : unit.stop]
         columns: dict[str, Any] = {}
@@ -235,6 +245,11 @@ def hdf5_records(shard: Path, unit: Unit, spec: Mapping[str, Any]) -> Iterator[R
                 offsets = f[name]["offsets"][unit.first : unit.stop + 1]
                 values = f[name]["values"][int(offsets[0]) : int(offsets[-1])]
                 columns[name] = [values[a - offsets[0] : b - offsets[0]] for a, b in pairwise(offsets)]
+    return ids, columns
+
+
+def hdf5_records(loaded: Loaded, spec: Mapping[str, Any]) -> Iterator[Record]:
+    ids, columns = loaded
     for i, sample_id in enumerate(ids):
         yield {"sample_id": sample_id.decode(), **{name: columns[name][i] for name in spec}}
 
@@ -294,11 +309,28 @@ class ShardReader:
         """Records this slot reads per epoch."""
         return sum(u.stop - u.first for u in self.units)
 
-    def _unit_records(self, unit: Unit) -> Iterator[Record]:
+    def _load(self, unit: Unit) -> Loaded:
         path = self.paths[unit.shard]
         if self.metadata["format"] == "tfrecord":
-            return tfrecord_records(path, unit, self.spec, self.metadata["compression"], self.verify)
-        return hdf5_records(path, unit, self.spec)
+            return tfrecord_load(path, unit, self.metadata["compression"])
+        return hdf5_load(path, unit, self.spec)
+
+    def _records(self, unit: Unit, loaded: Loaded) -> Iterator[Record]:
+        if self.metadata["format"] == "tfrecord":
+            return tfrecord_records(self.paths[unit.shard], loaded, self.spec, self.verify)
+        return hdf5_records(loaded, self.spec)
+
+    def _units(self, units: Sequence[Unit]) -> Iterator[tuple[Unit, Loaded]]:
+        """Each unit with its bytes, the next one read by a thread while this one is decoded (reads
+        release the GIL): storage and decoding overlap."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
+            pending = pool.submit(self._load, units[0]) if units else None
+            for k, unit in enumerate(units):
+                assert pending is not None
+                loaded = pending.result()
+                if k + 1 < len(units):
+                    pending = pool.submit(self._load, units[k + 1])
+                yield unit, loaded
 
     def __iter__(self) -> Iterator[Record]:
         rng = np.random.default_rng([self.seed, self.epoch, self.slot])
@@ -306,8 +338,8 @@ class ShardReader:
         if self.shuffle_buffer:
             units = [units[k] for k in rng.permutation(len(units))]
         held: list[Record] = []
-        for unit in units:
-            for record in self._unit_records(unit):
+        for unit, loaded in self._units(units):
+            for record in self._records(unit, loaded):
                 if not self.shuffle_buffer:
                     yield record
                 elif len(held) < self.shuffle_buffer:
