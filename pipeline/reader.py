@@ -13,9 +13,9 @@ Work is split without coordination: the shards, or where there are fewer shards 
 records within them (`plan_units`), are dealt round-robin to the (rank, world size) x (worker, workers)
 slots, so across all ranks and data-loader workers every record is read exactly once per epoch. Order:
 each slot's units are shuffled per epoch (seed, epoch and slot), and records pass a shuffle buffer as in
-tf.data. Memory: two units' bytes (at most two shards: the next is read while this one is decoded) plus
-the shuffle buffer's records; time: one read of each unit's byte range (large reads, O_DIRECT where the
-file system has it) and a small decode per record.
+tf.data. Memory: two units' bytes (at most two shards: the next is read while this one is decoded, into
+two reused buffers) plus the shuffle buffer's records; time: one large read of each unit's byte range,
+and per record a small decode and a copy of its arrays out of the reused buffer.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.dataset import load_metadata
-from pipeline.directio import read_extents
+from pipeline.records import read_batches
 from pipeline.writers.tfrecord import masked_crc32c
 
 Record = dict[str, Any]  # "sample_id": str, and one numpy array per field
@@ -79,8 +79,12 @@ def _fields(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, i
 
 def decode_varints(data: np.ndarray) -> np.ndarray:
     """Packed protobuf varints (uint8 array) as int64 (two's complement, as int64 values are encoded)."""
-    if not data.size:
-        return np.zeros(0, np.int64)
+    if data.size <= 32:  # a shape or a small label: a loop is faster than arrays
+        values, pos, raw = [], 0, data.tobytes()
+        while pos < len(raw):
+            value, pos = _varint(raw, pos)
+            values.append(value)
+        return np.array(values, np.uint64).view(np.int64)
     last = np.flatnonzero(data < 0x80)
     starts = np.concatenate([[0], last[:-1] + 1])
     within = np.arange(data.size) - np.repeat(starts, last - starts + 1)
@@ -110,21 +114,46 @@ def _values(buf: bytes, start: int, end: int) -> tuple[str, Any]:
     return "empty", None
 
 
-def decode_example(buf: bytes, start: int, end: int, spec: Mapping[str, Mapping[str, Any]]) -> Record:
+def _map_entries(buf: bytes, start: int, end: int) -> Iterator[tuple[str, tuple[int, int]]]:
+    """(key, where its Feature lies) of each map entry of a Features message. The common layout (key
+    then value, as TensorFlow and sim2dl write them) is read directly; any other through _fields."""
+    pos = start
+    while pos < end:
+        if buf[pos] != 0x0A:
+            raise ValueError(f"protobuf field {buf[pos] >> 3} in Features")
+        length, pos = _varint(buf, pos + 1)
+        entry_end = pos + length
+        if buf[pos] == 0x0A:
+            key_length, key_start = _varint(buf, pos + 1)
+            value_tag = key_start + key_length
+            if value_tag < entry_end and buf[value_tag] == 0x12:
+                value_length, value_start = _varint(buf, value_tag + 1)
+                if value_start + value_length == entry_end:
+                    yield bytes(buf[key_start:value_tag]).decode(), (value_start, entry_end)
+                    pos = entry_end
+                    continue
+        key, value = "", (pos, pos)
+        for n, _, ks, ke in _fields(buf, pos, entry_end):
+            if n == 1:
+                key = bytes(buf[ks:ke]).decode()
+            elif n == 2:
+                value = (ks, ke)
+        yield key, value
+        pos = entry_end
+
+
+def decode_example(
+    buf: bytes, start: int, end: int, spec: Mapping[str, Mapping[str, Any]], copy: bool = False
+) -> Record:
     """One serialised tf.train.Example in buf[start:end] as a record of the fields in `spec`, decoded
-    as each field's encoding says (the module doc)."""
-    features: dict[str, tuple[str, Any]] = {}
+    as each field's encoding says (the module doc). Raw bytes fields are views of buf unless `copy`."""
+    found: dict[str, tuple[int, int]] = {}  # feature name -> where its Feature message lies
     for number, _, s, e in _fields(buf, start, end):
-        if number != 1:
-            continue
-        for _, _, es, ee in _fields(buf, s, e):  # map entries of Features.feature
-            key, value = "", (es, es)
-            for n, _, ks, ke in _fields(buf, es, ee):
-                if n == 1:
-                    key = bytes(buf[ks:ke]).decode()
-                elif n == 2:
-                    value = (ks, ke)
-            features[key] = _values(buf, *value)
+        if number == 1:
+            found.update(_map_entries(buf, s, e))
+    # Decode only what the spec asks for (a fixed shape's NAME_shape is not needed).
+    wanted = ["sample_id", *spec, *(f"{n}_shape" for n, f in spec.items() if any(d is None for d in f["shape"]))]
+    features = {key: _values(buf, *found[key]) for key in wanted if key in found}
     out: Record = {}
     kind, where = features.get("sample_id", ("bytes", (0, 0)))
     out["sample_id"] = bytes(buf[where[0] : where[1]]).decode() if kind == "bytes" else ""
@@ -136,6 +165,8 @@ def decode_example(buf: bytes, start: int, end: int, spec: Mapping[str, Mapping[
         if kind == "bytes":
             s, e = value
             array = np.frombuffer(buf, dtype, (e - s) // dtype.itemsize, s)
+            if copy:
+                array = array.copy()
         else:
             array = value.astype(np.dtype(field["dtype"]), copy=False)
         shape = field["shape"]
@@ -193,27 +224,27 @@ def tfrecord_index(shard: Path) -> np.ndarray:
 Loaded = tuple[Any, Any]  # a unit's bytes (or arrays) as read, and what locates its records in them
 
 
-def tfrecord_load(shard: Path, unit: Unit, compression: str) -> Loaded:
-    """A unit of a TFRecord shard read: (its bytes, its records' (offset, length) in the shard). One large
-    read (O_DIRECT where the file system has it) into a new buffer per unit, so records kept in a
-    shuffle buffer stay valid; compressed shards are inflated whole (their index counts uncompressed
-    bytes)."""
-    index = tfrecord_index(shard)[unit.first : unit.stop]
+def unit_extent(index: np.ndarray) -> tuple[int, int]:
+    """(offset, length) of the bytes holding a unit's records (their index rows)."""
     if not len(index):
-        return memoryview(b""), index
-    base = int(index[0, 0])
-    if compression == "none":
-        span = int(index[-1, 0] + index[-1, 1]) - base
-        positions, buffer = read_extents([shard], np.zeros(1), np.array([base]), np.array([span]), True, np.zeros(0))
-        data = buffer[int(positions[0]) : int(positions[0]) + span]
-    else:
-        raw = shard.read_bytes()
-        data = np.frombuffer(gzip.decompress(raw) if compression == "gzip" else zlib.decompress(raw), np.uint8)[base:]
-    return data.data.cast("B"), index
+        return 0, 0
+    return int(index[0, 0]), int(index[-1, 0] + index[-1, 1] - index[0, 0])
 
 
-def tfrecord_records(shard: Path, loaded: Loaded, spec: Mapping[str, Any], verify: bool) -> Iterator[Record]:
-    """The records of a loaded unit, checked against their framing (and CRC) and decoded."""
+def compressed_tfrecord_load(shard: Path, unit: Unit, compression: str) -> Loaded:
+    """A unit of a compressed TFRecord shard: the shard inflated whole (its index counts uncompressed
+    bytes), from the unit's first record on, and the unit's index rows."""
+    index = tfrecord_index(shard)[unit.first : unit.stop]
+    raw = shard.read_bytes()
+    whole = np.frombuffer(gzip.decompress(raw) if compression == "gzip" else zlib.decompress(raw), np.uint8)
+    return whole[unit_extent(index)[0] :].data.cast("B"), index
+
+
+def tfrecord_records(
+    shard: Path, loaded: Loaded, spec: Mapping[str, Any], verify: bool, copy: bool
+) -> Iterator[Record]:
+    """The records of a loaded unit, checked against their framing (and CRC) and decoded (copy: into
+    arrays of their own, when the unit's buffer will be reused)."""
     buf, index = loaded
     base = int(index[0, 0]) if len(index) else 0  # the unit's bytes begin at its first record
     for at, length in index.tolist():
@@ -228,7 +259,7 @@ def tfrecord_records(shard: Path, loaded: Loaded, spec: Mapping[str, Any], verif
             if masked_crc32c(np.frombuffer(buf, np.uint8, end - start, start)) != crc:
                 raise Sim2dlError(f"{where} fails its CRC check")
         try:
-            yield decode_example(buf, start, end, spec)
+            yield decode_example(buf, start, end, spec, copy)
         except (ValueError, IndexError) as e:
             raise Sim2dlError(f"{where} cannot be decoded: {e}") from e
 
@@ -309,20 +340,25 @@ class ShardReader:
         """Records this slot reads per epoch."""
         return sum(u.stop - u.first for u in self.units)
 
-    def _load(self, unit: Unit) -> Loaded:
-        path = self.paths[unit.shard]
-        if self.metadata["format"] == "tfrecord":
-            return tfrecord_load(path, unit, self.metadata["compression"])
-        return hdf5_load(path, unit, self.spec)
-
-    def _records(self, unit: Unit, loaded: Loaded) -> Iterator[Record]:
-        if self.metadata["format"] == "tfrecord":
-            return tfrecord_records(self.paths[unit.shard], loaded, self.spec, self.verify)
-        return hdf5_records(loaded, self.spec)
-
     def _units(self, units: Sequence[Unit]) -> Iterator[tuple[Unit, Loaded]]:
-        """Each unit with its bytes, the next one read by a thread while this one is decoded (reads
-        release the GIL): storage and decoding overlap."""
+        """Each unit with its bytes (or arrays), the next one read by a thread while this one is decoded
+        (reads release the GIL): storage and decoding overlap. Uncompressed TFRecord units are read
+        into two reused buffers (their records are copied out as they are decoded)."""
+        if self.metadata["format"] == "tfrecord" and self.metadata["compression"] == "none":
+            indexes: dict[int, np.ndarray] = {}
+
+            def extent(k: int) -> tuple[np.ndarray, ...]:
+                unit = units[k]
+                indexes[k] = tfrecord_index(self.paths[unit.shard])[unit.first : unit.stop]
+                offset, length = unit_extent(indexes[k])
+                return np.array([unit.shard]), np.array([offset]), np.array([length])
+
+            # buffered reads: with the kernel's read-ahead, faster here than O_DIRECT for one stream
+            for k, (positions, buffer) in enumerate(read_batches(self.paths, len(units), extent, direct=False)):
+                index = indexes.pop(k)
+                start = int(positions[0])
+                yield units[k], (buffer[start : start + unit_extent(index)[1]].data.cast("B"), index)
+            return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
             pending = pool.submit(self._load, units[0]) if units else None
             for k, unit in enumerate(units):
@@ -331,6 +367,18 @@ class ShardReader:
                 if k + 1 < len(units):
                     pending = pool.submit(self._load, units[k + 1])
                 yield unit, loaded
+
+    def _load(self, unit: Unit) -> Loaded:
+        path = self.paths[unit.shard]
+        if self.metadata["format"] == "tfrecord":
+            return compressed_tfrecord_load(path, unit, self.metadata["compression"])
+        return hdf5_load(path, unit, self.spec)
+
+    def _records(self, unit: Unit, loaded: Loaded) -> Iterator[Record]:
+        if self.metadata["format"] == "tfrecord":
+            copy = self.metadata["compression"] == "none"  # the unit's buffer is reused
+            return tfrecord_records(self.paths[unit.shard], loaded, self.spec, self.verify, copy)
+        return hdf5_records(loaded, self.spec)
 
     def __iter__(self) -> Iterator[Record]:
         rng = np.random.default_rng([self.seed, self.epoch, self.slot])
