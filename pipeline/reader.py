@@ -33,7 +33,7 @@ import h5py
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.dataset import load_metadata
+from pipeline.dataset import fixed, load_metadata
 from pipeline.records import read_batches
 from pipeline.writers.tfrecord import masked_crc32c
 
@@ -152,7 +152,7 @@ def decode_example(
         if number == 1:
             found.update(_map_entries(buf, s, e))
     # Decode only what the spec asks for (a fixed shape's NAME_shape is not needed).
-    wanted = ["sample_id", *spec, *(f"{n}_shape" for n, f in spec.items() if any(d is None for d in f["shape"]))]
+    wanted = ["sample_id", *spec, *(f"{n}_shape" for n, f in spec.items() if not fixed(f))]
     features = {key: _values(buf, *found[key]) for key in wanted if key in found}
     out: Record = {}
     kind, where = features.get("sample_id", ("bytes", (0, 0)))
@@ -170,7 +170,7 @@ def decode_example(
         else:
             array = value.astype(np.dtype(field["dtype"]), copy=False)
         shape = field["shape"]
-        if any(d is None for d in shape):
+        if not fixed(field):
             shape_kind, shape_value = features.get(f"{name}_shape", ("empty", None))
             if shape_kind != "int64":
                 raise ValueError(f"field '{name}' has a variable shape but the record has no '{name}_shape'")
@@ -270,7 +270,7 @@ def hdf5_load(shard: Path, unit: Unit, spec: Mapping[str, Any]) -> Loaded:
         ids = f["sample_id"][unit.first : unit.stop]
         columns: dict[str, Any] = {}
         for name, field in spec.items():
-            if all(d is not None for d in field["shape"]):
+            if fixed(field):
                 columns[name] = f[name][unit.first : unit.stop]
             else:
                 offsets = f[name]["offsets"][unit.first : unit.stop + 1]
@@ -416,5 +416,5 @@ def stack(records: Sequence[Record], spec: Mapping[str, Any]) -> Record:
     out: Record = {"sample_id": [r["sample_id"] for r in records]}
     for name, field in spec.items():
         values = [r[name] for r in records]
-        out[name] = np.stack(values) if all(d is not None for d in field["shape"]) else values
+        out[name] = np.stack(values) if fixed(field) else values
     return out

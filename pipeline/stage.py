@@ -39,6 +39,7 @@ from pipeline.dataset import load_metadata
 from pipeline.directio import PAGE, RangeReader, aligned_buffer, open_for_reading
 from pipeline.fsutil import Checksum, atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.parallel import all_ok
+from pipeline.reader import tfrecord_index
 
 MAX_CHUNK_BYTES = (1 << 31) - 1  # MPI counts are C ints
 READ_AHEAD_BYTES = 32 << 20  # requested from storage ahead of the chunk being sent
@@ -145,7 +146,7 @@ def sample_sources(
         )
     records = []  # (shard path, offset, length)
     for s in training_shards(meta):
-        index = np.loadtxt(merged_dir / "shards" / s["index"], dtype=np.int64, ndmin=2)
+        index = tfrecord_index(merged_dir / "shards" / s["file"])
         records.extend((merged_dir / "shards" / s["file"], int(o), int(n)) for o, n in index)
     if not replacement and per_rank > len(records):
         raise Sim2dlError(
