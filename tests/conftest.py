@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -134,6 +135,20 @@ def _mapped_files() -> set[str]:
                 if len(fields) == 6:
                     mapped.add(fields[5].rstrip("\n"))
     return mapped
+
+
+def step_summaries(log_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """The JSON summary each step printed, by step, from the steps' logs. A log holds stdout and stderr
+    together, forwarded by mpiexec separately: the summary may follow a progress bar's last update on
+    the same line, so it is found where it begins in the line."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for log in log_dir.rglob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            at = line.find('{"step"')
+            if at >= 0:
+                summary = json.loads(line[at:])
+                found.setdefault(summary["step"], []).append(summary)
+    return found
 
 
 def small_cube_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:

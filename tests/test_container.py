@@ -23,7 +23,7 @@ from pipeline import Sim2dlError, hostmpi
 from pipeline.image import image_environment, image_reference, run_tool, sandbox_argv
 from pipeline.launch import container_argv, mpi_launcher
 
-from .conftest import REPO, cli_command, env, make_config, run_cli, write_config
+from .conftest import REPO, cli_command, env, make_config, run_cli, step_summaries, write_config
 
 CI = os.environ.get("CI") == "true"
 # The first test also builds the image (about 8 min on 2 cores; more on a busy machine).
@@ -183,12 +183,7 @@ def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mp
     proc = subprocess.run(cmd, capture_output=True, text=True, env=runtime_env(), cwd=REPO)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-8000:]
-    summaries = {}
-    for step_log in (tmp_path / "w" / "logs").glob("*.log"):
-        for line in step_log.read_text().splitlines():
-            if line.startswith('{"step"'):
-                summary = json.loads(line)
-                summaries[summary["step"]] = summary
+    summaries = {step: found[-1] for step, found in step_summaries(tmp_path / "w" / "logs").items()}
     assert set(summaries) == {"simulate", "ingest", "convert", "merge", "stage", "search", "train", "throughput"}
     host = hostmpi.version_line(host_library_version())
     for step, summary in summaries.items():

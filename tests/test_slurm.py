@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, env, run_snakemake, small_cube_config
+from .conftest import REPO, env, run_snakemake, small_cube_config, step_summaries
 from .test_workflow import assert_report_holds
 
 STATE = Path("/tmp/sim2dl-slurm")
@@ -70,17 +70,6 @@ def small_config(tmp_path, **sections):
     path = tmp_path / f"config-{len(list(tmp_path.glob('config-*')))}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-def step_summaries(log_dir: Path) -> dict[str, list[dict]]:
-    """The JSON summary line each step printed, by rule, from the steps' logs."""
-    found: dict[str, list[dict]] = {}
-    for log in log_dir.rglob("*.log"):
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith('{"step"'):
-                summary = json.loads(line)
-                found.setdefault(summary["step"], []).append(summary)
-    return found
 
 
 def test_demo_workflow_with_search_runs_as_slurm_jobs_and_srun_steps(tmp_path, slurm):
