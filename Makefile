@@ -14,15 +14,18 @@ RUN := PATH="$(BIN):$$PATH" TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2
 
 env: $(STAMP)
 
-$(STAMP): requirements/base.in requirements/constraints.txt pyproject.toml scripts/build_horovod.sh scripts/patches/horovod-0.28.1-tf2.21-cpu.patch
+$(STAMP): requirements/base.in requirements/image.in requirements/constraints.txt pyproject.toml scripts/build_horovod.sh scripts/patches/horovod-0.28.1-tf2.21-cpu.patch
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/base.in -c requirements/constraints.txt
 	scripts/build_horovod.sh $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 
+# CONFIG=my.yaml: the workflow on that config. With a container runtime configured, the image is pulled
+# first when the runtime lacks it (sim2dl image pull --missing; nothing to do for runtime none).
 demo: env
-	$(RUN) $(BIN)/snakemake --cores $(CORES) --printshellcmds --rerun-incomplete $(SNAKEMAKE_ARGS)
+	$(RUN) $(BIN)/sim2dl image pull --missing $(if $(CONFIG),--config $(CONFIG)) >/dev/null
+	$(RUN) $(BIN)/snakemake --cores $(CORES) --printshellcmds --rerun-incomplete $(if $(CONFIG),--configfile $(CONFIG)) $(SNAKEMAKE_ARGS)
 
 test: env
 	$(RUN) $(BIN)/ruff check .

@@ -250,8 +250,8 @@ def launch_main(argv: list[str]) -> int:
 
 
 def image_main(argv: list[str]) -> int:
-    """`sim2dl image build|ref`: the container image named by container.name/tag."""
-    from pipeline import image
+    """`sim2dl image build|push|pull|ref|host-mpi`: the container image named by container.name/tag."""
+    from pipeline import image, registry
 
     parser = argparse.ArgumentParser(prog="sim2dl image", description=image.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -259,12 +259,19 @@ def image_main(argv: list[str]) -> int:
     build = sub.add_parser("build", help="build or update the image under container.build_dir (needs root)")
     build.add_argument("--format", action="append", choices=image.FORMATS, default=[],
                        help="dir (always), squashfs, oci; repeatable")  # fmt: skip
+    raw = {"description": registry.__doc__, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    push = sub.add_parser("push", help="push the built OCI archive (built when missing) to a registry", **raw)
+    push.add_argument("ref", nargs="?", help="HOST[:PORT]/NAME[:TAG] (default container.name:container.tag)")
+    push.add_argument("--archive", type=Path, help="an OCI archive to push instead of the one `image build` makes")
+    pull = sub.add_parser("pull", help="pull the image from a registry into the configured runtime", **raw)
+    pull.add_argument("ref", nargs="?", help="HOST[:PORT]/NAME[:TAG] (default container.name:container.tag)")
+    pull.add_argument("--missing", action="store_true", help="only when the runtime lacks the image (none: never)")
     ref = sub.add_parser("ref", help="print the image reference the configured runtime is given")
     host = sub.add_parser("host-mpi", help="copy the host's MPICH-ABI library and its dependencies into one "
                           "directory for container.host_mpi.paths")  # fmt: skip
     host.add_argument("--lib", type=Path, help="the library (default: libmpi.so.12 or libmpich.so.12 from ldconfig)")
     host.add_argument("--out", type=Path, required=True, help="directory to create (replaced if it exists)")
-    for p in (build, ref, host):
+    for p in (build, push, pull, ref, host):
         _common(p, config_required=False)
     args = parser.parse_args(argv)
     try:
@@ -280,7 +287,21 @@ def image_main(argv: list[str]) -> int:
                 raise Sim2dlError("no MPICH-ABI library found by ldconfig; name it with --lib")
             print(json.dumps({k: v for k, v in hostmpi.collect(library, args.out).items() if k != "version"}))
             return 0
-        print(json.dumps(image.build(config["container"], ["dir", *args.format])), flush=True)
+        settings = config["container"]
+        if args.action == "push":
+            target = registry.configured_reference(settings, args.ref)
+            archive = args.archive or Path(image.build(settings, ["dir", "oci"])["outputs"]["oci"])
+            print(json.dumps(registry.push(settings, target, archive)), flush=True)
+            return 0
+        if args.action == "pull":
+            from pipeline.doctor import check_image
+
+            if args.missing and (settings["runtime"] == "none" or check_image(settings).status in ("ok", "skip")):
+                print(json.dumps({"pulled": None, "image": image.image_reference(settings)}), flush=True)
+                return 0
+            print(json.dumps(registry.pull(settings, registry.configured_reference(settings, args.ref))), flush=True)
+            return 0
+        print(json.dumps(image.build(settings, ["dir", *args.format])), flush=True)
     except Sim2dlError as e:
         print(f"sim2dl image: error: {e}", file=sys.stderr, flush=True)
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,13 +24,17 @@ from pipeline import Sim2dlError, hostmpi
 from pipeline.image import image_reference
 
 RUNTIME_BINARY = {"shifter": "shifter", "apptainer": "apptainer", "singularity": "singularity",
-                  "charliecloud": "ch-run", "podman": "podman"}  # fmt: skip
+                  "charliecloud": "ch-run", "podman": "podman", "podman-hpc": "podman-hpc", "enroot": "enroot",
+                  "sarus": "sarus"}  # fmt: skip
 INSTALL_HINT = {
     "shifter": "Shifter is a site install (NERSC: available on login and compute nodes); ask the site",
     "apptainer": "load the site's apptainer module, or install Apptainer (https://apptainer.org/docs)",
     "singularity": "load the site's singularity module, or set container.runtime: apptainer",
     "charliecloud": "apt-get install charliecloud (or the site's charliecloud module)",
     "podman": "apt-get install podman runc",
+    "podman-hpc": "on Perlmutter already; elsewhere pip install podman-hpc (needs podman, fuse-overlayfs, squashfuse)",
+    "enroot": "enroot + pyxis are site installs (https://github.com/NVIDIA/enroot); ask the site",
+    "sarus": "Sarus is a site install (CSCS: module load sarus); ask the site",
 }
 # Printed inside the container by the image's python: what MPI library mpi4py loads there.
 INSIDE_PROBE = "from mpi4py import MPI; print(MPI.Get_library_version().strip())"
@@ -67,47 +72,43 @@ def check_runtime(settings: Mapping[str, Any]) -> Check:
     return Check("runtime", "ok" if code == 0 else "warn", f"{runtime}: {path} ({version})")
 
 
+def pull_fix(settings: Mapping[str, Any]) -> str:
+    """The command that fixes a missing image: `sim2dl image pull`, with what it runs for this runtime."""
+    from pipeline.registry import configured_reference, pull_plan
+
+    try:
+        ref = configured_reference(settings, None)
+    except Sim2dlError:
+        return ("sim2dl image pull HOST/NAME:TAG (the published image; or container.name: HOST/NAME), or "
+                "sim2dl image build (needs root, debootstrap and bubblewrap)")  # fmt: skip
+    runs = "; ".join(shlex.join(c) for c in pull_plan(settings, ref).commands)
+    return f"sim2dl image pull (runs: {runs}), or sim2dl image build (needs root, debootstrap and bubblewrap)"
+
+
 def check_image(settings: Mapping[str, Any]) -> Check:
     runtime = settings["runtime"]
     if runtime == "none":
         return Check("image", "skip", "no container runtime")
     ref = image_reference(settings)
-    build = "sim2dl image build (needs root, debootstrap and bubblewrap), or pull the published image"
-    if runtime in ("charliecloud", "apptainer", "singularity"):
-        if Path(ref).exists():
-            return Check("image", "ok", ref)
-        fix = (
-            build
-            if runtime == "charliecloud"
-            else (
-                f"{runtime} build {ref} oci-archive://<build_dir>/{Path(ref).stem}.oci.tar "
-                "(after sim2dl image build --format oci), or docker://<registry>/<name>:<tag>"
-            )
-        )
-        return Check("image", "fail", f"{ref} does not exist", fix)
-    if runtime == "podman":
-        if shutil.which("podman") is None:
-            return Check("image", "skip", "podman not found")
-        code, _ = _run(["podman", "image", "exists", ref], timeout=60)
-        return (
-            Check("image", "ok", ref)
-            if code == 0
-            else Check(
-                "image",
-                "fail",
-                f"podman has no image {ref}",
-                "podman load -i <build_dir>/<name>_<tag>.oci.tar (sim2dl image build --format oci), "
-                f"or podman pull {ref}",
-            )
-        )
-    # shifter: the gateway's list of pulled images
-    if shutil.which("shifterimg") is None:
-        return Check("image", "skip", f"shifterimg not found; cannot check {ref}")
-    code, out = _run(["shifterimg", "images"], timeout=60)
-    name = ref.removeprefix("docker:")
-    present = code == 0 and any(name in line for line in out.splitlines())
+    if runtime in ("charliecloud", "apptainer", "singularity", "enroot"):
+        return Check("image", "ok", ref) if Path(ref).exists() else Check(
+            "image", "fail", f"{ref} does not exist", pull_fix(settings))  # fmt: skip
+    if runtime in ("podman", "podman-hpc"):
+        if shutil.which(runtime) is None:
+            return Check("image", "skip", f"{runtime} not found")
+        code, _ = _run([runtime, "image", "exists", ref], timeout=60)
+        return Check("image", "ok", ref) if code == 0 else Check(
+            "image", "fail", f"{runtime} has no image {ref}", pull_fix(settings))  # fmt: skip
+    # shifter and sarus: their lists of pulled images
+    lister = {"shifter": ["shifterimg", "images"], "sarus": ["sarus", "images"]}[runtime]
+    if shutil.which(lister[0]) is None:
+        return Check("image", "skip", f"{lister[0]} not found; cannot check {ref}")
+    code, out = _run(lister, timeout=60)
+    name = ref.removeprefix("docker:").rpartition(":")[0]
+    tag = ref.rpartition(":")[2]
+    present = code == 0 and any(name in line and tag in line for line in out.splitlines())
     return Check("image", "ok", ref) if present else Check(
-        "image", "fail", f"{ref} has not been pulled", f"shifterimg pull {ref}")  # fmt: skip
+        "image", "fail", f"{ref} has not been pulled", pull_fix(settings))  # fmt: skip
 
 
 def host_library(settings: Mapping[str, Any]) -> Path | None:

@@ -35,7 +35,7 @@ SRC_IN_IMAGE = "/opt/sim2dl"
 INSTALL_INPUTS = (
     "containers/install.sh",
     "containers/image.env",
-    "requirements/base.in",
+    "requirements/image.in",
     "requirements/constraints.txt",
     "scripts/build_horovod.sh",
     "scripts/patches",
@@ -46,8 +46,8 @@ STAMP = ".sim2dl-image.json"
 
 
 def slug(settings: Mapping[str, Any]) -> str:
-    """File name of the built image: NAME_TAG with registry slashes flattened."""
-    return f"{settings['name'].replace('/', '_')}_{settings['tag']}"
+    """File name of the built or pulled image: NAME_TAG with the registry's slashes and port colon flattened."""
+    return f"{settings['name'].replace('/', '_').replace(':', '_')}_{settings['tag']}"
 
 
 def build_dir(settings: Mapping[str, Any]) -> Path:
@@ -62,8 +62,10 @@ def image_reference(settings: Mapping[str, Any]) -> str:
     runtime, name, tag = settings["runtime"], settings["name"], settings["tag"]
     if runtime == "shifter":
         return f"docker:{name}:{tag}"  # after `shifterimg pull docker:NAME:TAG`
-    if runtime == "podman":
+    if runtime in ("podman", "podman-hpc", "sarus"):
         return f"{name}:{tag}"
+    if runtime == "enroot":
+        return str(build_dir(settings) / f"{slug(settings)}.sqsh")  # `enroot import -o`, run by pyxis or enroot start
     if runtime == "charliecloud":
         return str(build_dir(settings) / slug(settings))
     if runtime in ("apptainer", "singularity"):
@@ -206,7 +208,7 @@ def _stamp(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _replace_dir(tmp: Path, final: Path) -> None:
+def replace_dir(tmp: Path, final: Path) -> None:
     """Put a complete directory in place; the old one is moved aside first, then removed."""
     if final.exists():
         old = final.with_name(f".{final.name}.old")
@@ -278,7 +280,7 @@ def _build_root(
         env_lines = "".join(f"{k}={v}\n" for k, v in image_environment(repo).items())
         (tmp / "ch" / "environment").write_text(env_lines)
         (tmp / STAMP).write_text(json.dumps({"base": base_key}, indent=1) + "\n")
-        _replace_dir(tmp, image)
+        replace_dir(tmp, image)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

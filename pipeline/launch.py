@@ -7,6 +7,12 @@ container, which uses the HOST's MPI library (bind model: Cray MPICH at NERSC th
 module, or host MPICH directories bound in with LD_LIBRARY_PATH and MPI4PY_LIBMPI for Apptainer,
 Singularity, charliecloud and podman), so ranks talk over the host's fabric at full speed.
 
+Runtimes whose host-MPI injection is the site's (Shifter's --module=mpich, podman-hpc's and Sarus's --mpi)
+get that flag when container.host_mpi.enabled; host_mpi.paths, when given, are bound as for the others.
+enroot runs through pyxis when the launcher is srun (`srun --container-image=... --container-mounts=...`,
+the path of NVIDIA's MLPerf runs), else as `enroot start`. Runtimes without an option for one variable
+(enroot, Sarus) get the variables through `env K=V ... COMMAND` inside the container.
+
 Everything is an argument vector executed without a shell: config values (image names, bind paths,
 environment values) can hold quotes, spaces, `;` or `$(...)` and still reach the runtime as one argument.
 """
@@ -23,7 +29,7 @@ from typing import Any
 from pipeline import Sim2dlError
 from pipeline.image import image_reference
 
-RUNTIMES = ("none", "shifter", "apptainer", "singularity", "charliecloud", "podman")
+RUNTIMES = ("none", "shifter", "apptainer", "singularity", "charliecloud", "podman", "podman-hpc", "enroot", "sarus")
 # What MPI launchers hand each rank (PMI wiring, Slurm step ids): runtimes that do not pass the host
 # environment through (podman) are told to pass these names.
 PASS_THROUGH_NAMES = [
@@ -94,6 +100,41 @@ def container_mounts(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd
     return mounts
 
 
+def _listed_mounts(mounts: Sequence[tuple[str, str]], runtime: str) -> list[tuple[str, str]]:
+    """Mounts for runtimes that list them separated by ',' (pyxis, Sarus): a path holding one cannot be said."""
+    for pair in mounts:
+        for path in pair:
+            if "," in path:
+                raise Sim2dlError(f"{runtime} cannot bind {path!r}: its mount list is separated by ','; bind a path "
+                                  "without a comma (container.binds, workdir, data or staging directory)")  # fmt: skip
+    return list(mounts)
+
+
+def _env_prefix(env: Mapping[str, str]) -> list[str]:
+    """`env K=V ...` run inside the container: one argument per variable, values verbatim."""
+    return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+
+
+def pyxis_options(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> list[str]:
+    """srun options of the pyxis plugin (enroot under Slurm): the image and its mounts."""
+    mounts = _listed_mounts(container_mounts(settings, data_dirs, cwd), "pyxis")
+    argv = [f"--container-image={image_reference(settings)}"]
+    if mounts:
+        argv.append("--container-mounts=" + ",".join(f"{s}:{d}" for s, d in mounts))
+    return [*argv, f"--container-workdir={cwd}", "--no-container-mount-home", "--no-container-remap-root"]
+
+
+def container_environment(settings: Mapping[str, Any]) -> dict[str, str]:
+    """Variables set in every container: the image's name, namespace workarounds, the bind model's, then
+    container.env."""
+    runtime = settings["runtime"]
+    host_env = host_mpi_settings(settings)[1] if runtime != "shifter" else {}
+    # SIM2DL_IMAGE: steps record which image ran them
+    namespaced = SEPARATE_NAMESPACE_ENV if runtime in ("charliecloud", "podman", "podman-hpc") else {}
+    image = image_reference(settings)
+    return {"SIM2DL_IMAGE": image, **namespaced, **host_env, **{str(k): str(v) for k, v in settings["env"].items()}}
+
+
 def container_argv(
     settings: Mapping[str, Any], command: Sequence[str], data_dirs: Sequence[Path], cwd: Path
 ) -> list[str]:
@@ -104,10 +145,7 @@ def container_argv(
         return list(command)
     image = image_reference(settings)
     mounts = container_mounts(settings, data_dirs, cwd)
-    host_env = host_mpi_settings(settings)[1] if runtime != "shifter" else {}
-    # SIM2DL_IMAGE: steps record which image ran them
-    namespaced = SEPARATE_NAMESPACE_ENV if runtime in ("charliecloud", "podman") else {}
-    env = {"SIM2DL_IMAGE": image, **namespaced, **host_env, **{str(k): str(v) for k, v in settings["env"].items()}}
+    env = container_environment(settings)
 
     if runtime == "shifter":
         # Shifter passes the host environment; NERSC's mpich module injects Cray MPICH and sets the paths.
@@ -132,10 +170,14 @@ def container_argv(
         for k, v in env.items():
             argv += [f"--set-env={k}={v}"]
         return [*argv, image, "--", *command]
-    if runtime == "podman":
+    if runtime in ("podman", "podman-hpc"):
         # One container per rank sharing the host's IPC (MPI shared memory) and network; PMI wiring and
-        # Slurm ids are passed by name, since podman does not pass the host environment.
-        argv = ["podman", "run", "--rm", "--ipc=host", "--network=host", "--pid=host", "--init"]
+        # Slurm ids are passed by name, since podman does not pass the host environment. podman-hpc takes
+        # podman's options; its --mpi module brings the site's MPI (Cray MPICH at NERSC).
+        argv = [runtime, "run", "--rm"]
+        if runtime == "podman-hpc" and settings["host_mpi"]["enabled"]:
+            argv.append("--mpi")
+        argv += ["--ipc=host", "--network=host", "--pid=host"]  # (--init needs a PID namespace of its own)
         argv += [f"--timeout={int(settings['podman_timeout_s'])}", "-w", str(cwd)]
         for s, d in mounts:
             argv += ["-v", f"{s}:{d}"]
@@ -144,6 +186,15 @@ def container_argv(
         for k, v in env.items():
             argv += ["-e", f"{k}={v}"]
         return [*argv, image, *command]
+    if runtime == "sarus":
+        # Sarus passes the host environment (PMI, Slurm) itself; --mpi: its native MPICH hook
+        argv = ["sarus", "run", *(["--mpi"] if settings["host_mpi"]["enabled"] else []), f"--workdir={cwd}"]
+        argv += [f"--mount=type=bind,source={s},destination={d}" for s, d in _listed_mounts(mounts, "sarus")]
+        return [*argv, image, *_env_prefix(env), *command]
+    if runtime == "enroot":
+        # enroot start outside Slurm (under srun, step_argv uses pyxis); env -C: enroot has no workdir option
+        argv = ["enroot", "start", *(f"--mount={s}:{d}" for s, d in mounts), image]
+        return [*argv, "env", f"--chdir={cwd}", *_env_prefix(env)[1:], *command]
     raise Sim2dlError(f"container runtime '{runtime}' is not one of {', '.join(RUNTIMES)} (key 'container.runtime')")
 
 
@@ -170,13 +221,33 @@ def prepare_mount_points(settings: Mapping[str, Any], data_dirs: Sequence[Path],
     return missing
 
 
+def _is_hydra(program: str) -> bool:
+    """MPICH's launcher (hydra) by name: mpiexec, mpiexec.hydra, mpiexec.mpich, mpirun. The image is
+    MPICH-ABI, so the launcher of its bind model is MPICH's (or srun)."""
+    return Path(program).name in ("mpiexec", "mpiexec.hydra", "mpiexec.mpich", "mpirun", "mpirun.mpich")
+
+
 def step_argv(
     config: Mapping[str, Any], mpi: str, tasks: int, step_args: Sequence[str], data_dirs: Sequence[Path], cwd: Path
 ) -> list[str]:
     """Launcher + container + `sim2dl STEP ARGS` for one workflow step."""
     settings = config["container"]
     sim2dl = "sim2dl" if settings["runtime"] != "none" else str(Path(sys.executable).with_name("sim2dl"))
-    return [*mpi_launcher(mpi, tasks), *container_argv(settings, [sim2dl, *step_args], data_dirs, cwd)]
+    launcher = mpi_launcher(mpi, tasks)
+    if (
+        settings["runtime"] in ("podman", "podman-hpc")
+        and launcher
+        and _is_hydra(launcher[0])
+        and "-pmi-port" not in launcher
+    ):
+        # hydra hands each rank its PMI connection as an inherited fd, which does not reach a podman
+        # container; over a port (PMI_PORT, passed by name) it does, with --network=host
+        launcher.insert(1, "-pmi-port")
+    if settings["runtime"] == "enroot" and launcher and Path(launcher[0]).name == "srun":
+        # pyxis: the container is srun's business (one per task), the variables are set inside
+        env = container_environment(settings)
+        return [*launcher, *pyxis_options(settings, data_dirs, cwd), *_env_prefix(env), sim2dl, *step_args]
+    return [*launcher, *container_argv(settings, [sim2dl, *step_args], data_dirs, cwd)]
 
 
 def data_directories(config: Mapping[str, Any]) -> list[Path]:

@@ -1,4 +1,5 @@
-"""Shared helpers: small configs, real MPI launches of the `sim2dl` CLI."""
+"""Shared helpers: small configs, real MPI launches of the `sim2dl` CLI, the container image and the host's
+MPI for the tests of real runtimes (built or collected once per session)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,15 @@ import contextlib
 import glob
 import json
 import os
+import shutil
+import socket
+import ssl
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +23,8 @@ import pytest
 import yaml
 
 from pipeline import config as cfg
+from pipeline import hostmpi
+from pipeline.image import image_reference
 from pipeline.parallel import SerialComm
 
 REPO = Path(__file__).resolve().parent.parent
@@ -164,3 +174,169 @@ def small_cube_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
         },
         **{**sections, "stage": {"target": str(tmp_path / "local"), **sections.get("stage", {})}},
     )
+
+
+# ------------------------------------------------------------------- real container runtimes
+CI = os.environ.get("CI") == "true"
+TOOLS = ["debootstrap=debootstrap", "bwrap=bubblewrap", "ch-run=charliecloud", "mpiexec.mpich=mpich"]
+REGISTRY_TOOLS = [
+    "docker-registry=docker-registry",
+    "skopeo=skopeo",
+    "htpasswd=apache2-utils",
+    "ch-image=charliecloud-builders",
+    "podman=podman",
+]
+HOST_LAUNCHER = "mpiexec.mpich"  # the host MPI's own launcher (Debian's MPICH hydra)
+
+
+def unavailable(reason: str) -> None:
+    if CI:
+        pytest.fail(f"CI=true: {reason}")
+    pytest.skip(reason)
+
+
+def runtime_env() -> dict[str, str]:
+    return {**env(), "USER": os.environ.get("USER", "root")}  # ch-run refuses to start without $USER
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory) -> dict:
+    """The image in containers/build (built once; a rebuild with unchanged inputs only refreshes sources)."""
+    if os.geteuid() != 0:
+        unavailable("building the image needs root (debootstrap, bubblewrap with capabilities)")
+    if not all(shutil.which(t.split("=")[0]) for t in TOOLS):
+        if shutil.which("apt-get") is None:
+            unavailable(f"missing {TOOLS} and no apt-get to install them")
+        subprocess.run([str(REPO / "scripts" / "apt_ensure.sh"), *TOOLS], check=True, timeout=1800)
+    log = tmp_path_factory.mktemp("image") / "build.log"
+    with log.open("w") as err:
+        proc = subprocess.run(cli_command(["image", "build"], None), stdout=subprocess.PIPE, stderr=err,
+                              text=True, env=env(), timeout=3600)  # fmt: skip
+    assert proc.returncode == 0, log.read_text()[-5000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="session")
+def host_mpi(tmp_path_factory, image) -> Path:
+    """Debian's MPICH as one directory (libmpi.so.12 link, UCX, hwloc...), as `sim2dl image host-mpi` makes it."""
+    out = tmp_path_factory.mktemp("host") / "mpich"
+    proc = subprocess.run(cli_command(["image", "host-mpi", "--out", str(out)], None), capture_output=True,
+                          text=True, env=env(), timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "libmpi.so.12").resolve().name == "libmpich.so.12"
+    return out
+
+
+def charliecloud(host_mpi: Path | None, **extra) -> dict:
+    settings = {"runtime": "charliecloud", **extra}
+    if host_mpi is not None:
+        settings["host_mpi"] = {"enabled": True, "paths": [str(host_mpi)]}
+    return settings
+
+
+def host_library_version() -> str:
+    library = hostmpi.system_library()
+    assert library is not None and "libmpich" in library.name
+    return hostmpi.library_version(library)
+
+
+def merge_inside_equals_outside(
+    tmp_path: Path, container: dict[str, Any], run_env: dict[str, str] | None = None
+) -> None:
+    """Merge on 2 ranks in the container (the host's MPICH bound in) and outside: the step reports the
+    host's MPI library and the image it ran in, and every output file is byte-identical."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = make_config(tmp_path, merge={"shard_size_mb": 0.05})
+    plain = write_config(tmp_path, config)
+    for step in ("simulate", "ingest", "convert"):
+        run_cli([step, "--config", str(plain)], ranks=2)
+    work = Path(config["workdir"])
+    run_cli(["merge", "--config", str(plain), "--out", str(work / "outside")], ranks=2)
+    contained = tmp_path / "contained.yaml"
+    contained.write_text(yaml.safe_dump({**config, "container": container}))
+    cmd = cli_command(["launch", "--config", str(contained), "--tasks", "2", "--mpi", HOST_LAUNCHER,
+                       "merge", "--out", str(work / "inside")], None)  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env or runtime_env(), timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["image"] == image_reference(make_config(tmp_path, container=container)["container"])
+    assert summary["mpi_library"] == hostmpi.version_line(host_library_version())
+
+    outside = sorted(p.relative_to(work / "outside") for p in (work / "outside").rglob("*") if p.is_file())
+    inside = sorted(p.relative_to(work / "inside") for p in (work / "inside").rglob("*") if p.is_file())
+    assert inside == outside and len([p for p in inside if p.parts[0] == "shards"]) >= 4
+    for rel in outside:
+        assert (work / "inside" / rel).read_bytes() == (work / "outside" / rel).read_bytes(), rel
+
+
+# ------------------------------------------------------------------------- an OCI registry on loopback
+@dataclass
+class Registry:
+    """Debian's docker-registry (the distribution registry) on 127.0.0.1 over HTTPS with a certificate made
+    here, optionally requiring a user (htpasswd); stopped by PID."""
+
+    address: str
+    ca: Path
+    root: Path
+    process: subprocess.Popen[bytes]
+    user: tuple[str, str] | None = None
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def self_signed_certificate(out: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (subjectAltName IP) and its key; the certificate is its own CA."""
+    cert, key = out / "registry.crt", out / "registry.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    return cert, key
+
+
+def start_registry(root: Path, user: tuple[str, str] | None = None) -> Registry:
+    if shutil.which("docker-registry") is None:
+        if shutil.which("apt-get") is None or os.geteuid() != 0:
+            unavailable("docker-registry is not installed (apt-get install docker-registry)")
+        subprocess.run([str(REPO / "scripts" / "apt_ensure.sh"), *REGISTRY_TOOLS], check=True, timeout=1800)
+    root.mkdir(parents=True, exist_ok=True)
+    cert, key = self_signed_certificate(root)
+    port = free_port()
+    config: dict[str, Any] = {
+        "version": 0.1,
+        "log": {"level": "warn"},
+        "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
+        "http": {"addr": f"127.0.0.1:{port}", "tls": {"certificate": str(cert), "key": str(key)}},
+    }
+    if user is not None:
+        htpasswd = root / "htpasswd"
+        subprocess.run(["htpasswd", "-Bbc", str(htpasswd), *user], check=True, capture_output=True, timeout=60)
+        config["auth"] = {"htpasswd": {"realm": "sim2dl-test", "path": str(htpasswd)}}
+    (root / "config.yml").write_text(yaml.safe_dump(config))
+    log = (root / "registry.log").open("wb")
+    process = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stdout=log, stderr=log)
+    registry = Registry(f"127.0.0.1:{port}", cert, root, process, user)
+    context = ssl.create_default_context(cafile=str(cert))
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"https://{registry.address}/v2/", timeout=2, context=context)
+            return registry
+        except urllib.error.HTTPError:  # 401: up, and asking for credentials
+            return registry
+        except OSError:
+            if process.poll() is not None:
+                break
+            time.sleep(0.1)
+    registry.stop()
+    raise RuntimeError(f"the registry did not start: {(root / 'registry.log').read_text()[-2000:]}")

@@ -10,26 +10,30 @@ command lines exactly.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import tarfile
-from pathlib import Path
 
 import pytest
 import yaml
 
 from pipeline import Sim2dlError, hostmpi
-from pipeline.image import image_environment, image_reference, run_tool, sandbox_argv
+from pipeline.image import image_environment, run_tool, sandbox_argv
 from pipeline.launch import container_argv, mpi_launcher
 
-from .conftest import REPO, cli_command, env, make_config, run_cli, step_summaries, write_config
+from .conftest import (
+    HOST_LAUNCHER,
+    REPO,
+    charliecloud,
+    cli_command,
+    host_library_version,
+    make_config,
+    merge_inside_equals_outside,
+    runtime_env,
+    step_summaries,
+    write_config,
+)
 
-CI = os.environ.get("CI") == "true"
 # The first test also builds the image (about 8 min on 2 cores; more on a busy machine).
 pytestmark = pytest.mark.timeout(3000)
-TOOLS = ["debootstrap=debootstrap", "bwrap=bubblewrap", "ch-run=charliecloud", "mpiexec.mpich=mpich"]
-HOST_LAUNCHER = "mpiexec.mpich"  # the host MPI's own launcher (Debian's MPICH hydra)
 # Each rank writes its report to probe-RANK.json in the working directory (the launcher's forwarded
 # stdout can run two ranks' lines together).
 PROBE = (
@@ -40,57 +44,6 @@ PROBE = (
     " 'library': MPI.Get_library_version().splitlines()[0], 'python': sys.executable}\n"
     "open(f'probe-{c.rank}.json', 'w').write(json.dumps(report))\n"
 )
-
-
-def unavailable(reason: str) -> None:
-    if CI:
-        pytest.fail(f"CI=true: {reason}")
-    pytest.skip(reason)
-
-
-def runtime_env() -> dict[str, str]:
-    return {**env(), "USER": os.environ.get("USER", "root")}  # ch-run refuses to start without $USER
-
-
-@pytest.fixture(scope="session")
-def image(tmp_path_factory) -> dict:
-    """The image in containers/build (built once; a rebuild with unchanged inputs only refreshes sources)."""
-    if os.geteuid() != 0:
-        unavailable("building the image needs root (debootstrap, bubblewrap with capabilities)")
-    if not all(shutil.which(t.split("=")[0]) for t in TOOLS):
-        if shutil.which("apt-get") is None:
-            unavailable(f"missing {TOOLS} and no apt-get to install them")
-        subprocess.run([str(REPO / "scripts" / "apt_ensure.sh"), *TOOLS], check=True, timeout=1800)
-    log = tmp_path_factory.mktemp("image") / "build.log"
-    with log.open("w") as err:
-        proc = subprocess.run(cli_command(["image", "build"], None), stdout=subprocess.PIPE, stderr=err,
-                              text=True, env=env(), timeout=3600)  # fmt: skip
-    assert proc.returncode == 0, log.read_text()[-5000:]
-    return json.loads(proc.stdout)
-
-
-@pytest.fixture(scope="session")
-def host_mpi(tmp_path_factory, image) -> Path:
-    """Debian's MPICH as one directory (libmpi.so.12 link, UCX, hwloc...), as `sim2dl image host-mpi` makes it."""
-    out = tmp_path_factory.mktemp("host") / "mpich"
-    proc = subprocess.run(cli_command(["image", "host-mpi", "--out", str(out)], None), capture_output=True,
-                          text=True, env=env(), timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert (out / "libmpi.so.12").resolve().name == "libmpich.so.12"
-    return out
-
-
-def charliecloud(host_mpi: Path | None, **extra) -> dict:
-    settings = {"runtime": "charliecloud", **extra}
-    if host_mpi is not None:
-        settings["host_mpi"] = {"enabled": True, "paths": [str(host_mpi)]}
-    return settings
-
-
-def host_library_version() -> str:
-    library = hostmpi.system_library()
-    assert library is not None and "libmpich" in library.name
-    return hostmpi.library_version(library)
 
 
 def test_ranks_in_containers_use_the_host_mpi(tmp_path, image, host_mpi):
@@ -146,27 +99,7 @@ def test_doctor_checks_the_site_and_says_how_to_fix_problems(tmp_path, image, ho
 def test_merge_inside_the_container_equals_merge_outside(tmp_path, image, host_mpi):
     """The same step on the same inputs gives byte-identical shards and the same metadata in the container
     (2 ranks, host MPICH) and in the local environment (2 ranks, the venv's MPICH)."""
-    config = make_config(tmp_path, merge={"shard_size_mb": 0.05})
-    plain = write_config(tmp_path, config)
-    for step in ("simulate", "ingest", "convert"):
-        run_cli([step, "--config", str(plain)], ranks=2)
-    work = Path(config["workdir"])
-    run_cli(["merge", "--config", str(plain), "--out", str(work / "outside")], ranks=2)
-    contained = tmp_path / "contained.yaml"
-    contained.write_text(yaml.safe_dump({**config, "container": charliecloud(host_mpi)}))
-    cmd = cli_command(["launch", "--config", str(contained), "--tasks", "2", "--mpi", HOST_LAUNCHER,
-                       "merge", "--out", str(work / "inside")], None)  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=runtime_env(), timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["image"] == image_reference(make_config(tmp_path, container=charliecloud(host_mpi))["container"])
-    assert summary["mpi_library"] == hostmpi.version_line(host_library_version())
-
-    outside = sorted(p.relative_to(work / "outside") for p in (work / "outside").rglob("*") if p.is_file())
-    inside = sorted(p.relative_to(work / "inside") for p in (work / "inside").rglob("*") if p.is_file())
-    assert inside == outside and len([p for p in inside if p.parts[0] == "shards"]) >= 4
-    for rel in outside:
-        assert (work / "inside" / rel).read_bytes() == (work / "outside" / rel).read_bytes(), rel
+    merge_inside_equals_outside(tmp_path, charliecloud(host_mpi))
 
 
 def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mpi):
@@ -193,36 +126,6 @@ def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mp
     assert (tmp_path / "w" / "search" / "best.yaml").exists()
     history = (tmp_path / "w" / "train" / "metrics.csv").read_text().splitlines()
     assert len(history) >= 2
-
-
-def test_oci_archive_holds_the_image_with_its_environment(image):
-    """`sim2dl image build --format oci` (podman import + save): an OCI archive whose config carries the
-    image environment and whose one layer is the whole root, for podman load, apptainer build or a push."""
-    if shutil.which("podman") is None:
-        subprocess.run([str(REPO / "scripts" / "apt_ensure.sh"), "podman=podman"], check=True, timeout=1800)
-    proc = subprocess.run(cli_command(["image", "build", "--format", "oci"], None), capture_output=True, text=True,
-                          env=env(), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    archive = Path(json.loads(proc.stdout)["outputs"]["oci"])
-    try:
-        with tarfile.open(archive) as tar:
-
-            def blob(digest: str) -> dict:
-                return json.load(tar.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}"))
-
-            assert json.load(tar.extractfile("oci-layout"))["imageLayoutVersion"] == "1.0.0"
-            manifest = blob(json.load(tar.extractfile("index.json"))["manifests"][0]["digest"])
-            config = blob(manifest["config"]["digest"])
-        env_lines = config["config"]["Env"]
-        assert "TF_USE_LEGACY_KERAS=1" in env_lines and f"PATH={image_environment()['PATH']}" in env_lines
-        assert config["config"]["WorkingDir"] == "/opt/sim2dl"
-        assert len(manifest["layers"]) == 1 and manifest["layers"][0]["size"] > 1e9
-        exists = subprocess.run(["podman", "image", "exists", "sim2dl:0.1.0"], timeout=120)
-        assert exists.returncode == 0
-    finally:  # 2 x 3.6 GB: do not keep them around
-        archive.unlink(missing_ok=True)
-        archive.with_name(archive.name + ".json").unlink(missing_ok=True)
-        subprocess.run(["podman", "rmi", "-f", "sim2dl:0.1.0"], capture_output=True, timeout=300)
 
 
 def test_image_environment_matches_the_containerfile():

@@ -1,7 +1,8 @@
 """launch: the exact argument vectors given to MPI launchers and container runtimes.
 
-Shifter and Apptainer/Singularity cannot be installed on this machine class: their command lines are
-checked here exactly, argument by argument. charliecloud and podman also run for real (test_containers).
+Shifter, Apptainer/Singularity, podman-hpc, enroot/pyxis and Sarus cannot run on this machine class: their
+command lines are checked here exactly, argument by argument, with the host-MPI bind model each documents.
+charliecloud and podman also run for real (test_container, test_registry).
 """
 
 import json
@@ -12,7 +13,7 @@ import pytest
 
 from pipeline import Sim2dlError
 from pipeline.image import image_reference
-from pipeline.launch import RUNTIMES, container_argv, mpi_launcher, prepare_mount_points
+from pipeline.launch import RUNTIMES, container_argv, mpi_launcher, prepare_mount_points, step_argv
 
 from .conftest import cli_command, env, make_config, write_config
 
@@ -118,14 +119,13 @@ def test_charliecloud_and_podman_command_lines(tmp_path):
     ]
     pod = container(tmp_path, runtime="podman", image="localhost/sim2dl:0.1.0", podman_timeout_s=60)
     argv = container_argv(pod, ["sim2dl", "stage"], [], Path("/w"))
-    assert argv[:12] == [
+    assert argv[:11] == [
         "podman",
         "run",
         "--rm",
         "--ipc=host",
         "--network=host",
         "--pid=host",
-        "--init",
         "--timeout=60",
         "-w",
         "/w",
@@ -134,6 +134,67 @@ def test_charliecloud_and_podman_command_lines(tmp_path):
     ]
     assert argv[argv.index("PMI_FD") - 1] == "-e" and "SLURM_PROCID" in argv  # PMI wiring passed by name
     assert argv[-3:] == ["localhost/sim2dl:0.1.0", "sim2dl", "stage"]
+
+
+def test_podman_hpc_nersc_command_line(tmp_path):
+    """`srun podman-hpc run --mpi ...` (NERSC Perlmutter): podman's options, plus the site's --mpi module
+    (Cray MPICH, PMI) when the bind model is on."""
+    settings = container(tmp_path, runtime="podman-hpc", name="registry.nersc.gov/m1/sim2dl",
+                         host_mpi={"enabled": True}, env={"NOTE": HOSTILE}, podman_timeout_s=60)  # fmt: skip
+    argv = container_argv(settings, ["sim2dl", "merge"], [Path("/pscratch/w")], Path("/home/u"))
+    assert argv[:12] == ["podman-hpc", "run", "--rm", "--mpi", "--ipc=host", "--network=host", "--pid=host",
+                         "--timeout=60", "-w", "/home/u", "-v", "/home/u:/home/u"]  # fmt: skip
+    assert argv[12:14] == ["-v", "/pscratch/w:/pscratch/w"] and f"NOTE={HOSTILE}" in argv
+    assert argv[argv.index("MPI4PY_LIBMPI=libmpi.so.12") - 1] == "-e" and not any("LD_LIBRARY_PATH" in a for a in argv)
+    assert argv[-3:] == ["registry.nersc.gov/m1/sim2dl:0.1.0", "sim2dl", "merge"]
+
+
+def test_sarus_cscs_command_line(tmp_path):
+    """`srun sarus run --mpi --mount=type=bind,... IMAGE` (CSCS): its native MPICH hook swaps in the host
+    MPI; variables are set by `env` inside, one argument each."""
+    settings = container(tmp_path, runtime="sarus", name="ghcr.io/o/sim2dl", host_mpi={"enabled": True},
+                         env={"NOTE": HOSTILE})  # fmt: skip
+    argv = container_argv(settings, ["sim2dl", "train"], [Path("/scratch/w")], Path("/home/u"))
+    assert argv == ["sarus", "run", "--mpi", "--workdir=/home/u",
+                    "--mount=type=bind,source=/home/u,destination=/home/u",
+                    "--mount=type=bind,source=/scratch/w,destination=/scratch/w",
+                    "ghcr.io/o/sim2dl:0.1.0", "env", "SIM2DL_IMAGE=ghcr.io/o/sim2dl:0.1.0",
+                    "MPI4PY_LIBMPI=libmpi.so.12", "LD_BIND_NOW=1", f"NOTE={HOSTILE}", "sim2dl", "train"]  # fmt: skip
+    with pytest.raises(Sim2dlError, match="sarus cannot bind '/data/a,b'"):
+        container_argv(settings, ["true"], [Path("/data/a,b")], Path("/w"))
+
+
+def test_enroot_runs_through_pyxis_under_srun_and_enroot_start_elsewhere(tmp_path):
+    """NVIDIA's MLPerf path: `srun --container-image=IMAGE.sqsh --container-mounts=...` (pyxis), the host
+    MPI directories mounted and loaded as for Apptainer; outside Slurm, `enroot start`."""
+    config = make_config(tmp_path, container={
+        "runtime": "enroot", "build_dir": "/images", "env": {"NOTE": HOSTILE},
+        "host_mpi": {"enabled": True, "paths": ["/opt/hpcx/ompi-abi"]},
+    })  # fmt: skip
+    image = "/images/sim2dl_0.1.0.sqsh"
+    argv = step_argv(config, "srun --mpi=pmix", 4, ["merge"], [Path("/lustre/w")], Path("/home/u"))
+    assert argv == ["srun", "--mpi=pmix", "-n", "4", f"--container-image={image}",
+                    "--container-mounts=/home/u:/home/u,/lustre/w:/lustre/w,/opt/hpcx/ompi-abi:/opt/hpcx/ompi-abi",
+                    "--container-workdir=/home/u", "--no-container-mount-home", "--no-container-remap-root",
+                    "env", f"SIM2DL_IMAGE={image}", "MPI4PY_LIBMPI=libmpi.so.12", "LD_BIND_NOW=1",
+                    "LD_LIBRARY_PATH=/opt/hpcx/ompi-abi", f"NOTE={HOSTILE}", "sim2dl", "merge"]  # fmt: skip
+    argv = step_argv(config, "mpiexec", 2, ["merge"], [Path("/lustre/w")], Path("/home/u"))
+    mounts = ["--mount=/home/u:/home/u", "--mount=/lustre/w:/lustre/w", "--mount=/opt/hpcx/ompi-abi:/opt/hpcx/ompi-abi"]
+    assert argv[:9] == ["mpiexec", "-n", "2", "enroot", "start", *mounts, image]
+    assert argv[9:12] == ["env", "--chdir=/home/u", f"SIM2DL_IMAGE={image}"] and argv[-2:] == ["sim2dl", "merge"]
+    with pytest.raises(Sim2dlError, match="pyxis cannot bind"):
+        step_argv(config, "srun", 1, ["merge"], [Path("/w/a,b")], Path("/home/u"))
+
+
+def test_podman_under_mpich_s_launcher_gets_pmi_over_a_port(tmp_path):
+    """hydra hands ranks their PMI connection as an inherited fd, which does not reach a podman container:
+    step_argv asks hydra for a port instead (PMI_PORT is passed by name)."""
+    config = make_config(tmp_path, container={"runtime": "podman"})
+    assert step_argv(config, "mpiexec.mpich", 2, ["merge"], [], Path("/w"))[:4] == ["mpiexec.mpich", "-pmi-port",
+                                                                                     "-n", "2"]  # fmt: skip
+    assert step_argv(config, "srun", 2, ["merge"], [], Path("/w"))[:4] == ["srun", "-n", "2", "podman"]
+    plain = make_config(tmp_path, container={"runtime": "charliecloud"})
+    assert step_argv(plain, "mpiexec", 2, ["merge"], [], Path("/w"))[:3] == ["mpiexec", "-n", "2"]
 
 
 def test_image_reference_comes_from_name_and_tag_per_runtime(tmp_path):
@@ -148,6 +209,9 @@ def test_image_reference_comes_from_name_and_tag_per_runtime(tmp_path):
         "charliecloud": str(tmp_path / "images" / "docker.io_myorg_sim2dl_1.2"),
         "apptainer": str(tmp_path / "images" / "docker.io_myorg_sim2dl_1.2.sif"),
         "singularity": str(tmp_path / "images" / "docker.io_myorg_sim2dl_1.2.sif"),
+        "podman-hpc": "docker.io/myorg/sim2dl:1.2",
+        "enroot": str(tmp_path / "images" / "docker.io_myorg_sim2dl_1.2.sqsh"),
+        "sarus": "docker.io/myorg/sim2dl:1.2",
     }
     explicit = container(tmp_path, runtime="podman", image="localhost/other:7", **common)
     assert container_argv(explicit, ["true"], [], Path("/w"))[-2:] == ["localhost/other:7", "true"]
