@@ -35,10 +35,10 @@ def main() -> None:
     ingest(cfg.step_config(config, "ingest"), lay.raw, lay.ingest, comm)
     comm.barrier()
     times["ingest"] = time.perf_counter() - start
-    convert(cfg.step_config(config, "convert"), lay.manifest, lay.ingest / "parts", lay.convert, comm)
+    convert(cfg.step_config(config, "convert"), lay.ingest, lay.convert, comm)
     comm.barrier()
     times["convert"] = time.perf_counter() - start - times["ingest"]
-    merge(cfg.step_config(config, "merge"), lay.ingest_summary, lay.convert, lay.merged, comm)
+    merge(cfg.step_config(config, "merge"), lay.ingest, lay.convert, lay.merged, comm)
     comm.barrier()
     times["written"] = time.perf_counter() - start
     times["merge"] = times["written"] - times["ingest"] - times["convert"]

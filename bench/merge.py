@@ -75,7 +75,7 @@ def ingest_peak_rss_mb(config: Path, source: Path, out: Path) -> float:
         text=True,
     )
     shutil.rmtree(out, ignore_errors=True)
-    return int(proc.stdout.strip()) / 1024
+    return int(proc.stdout.strip()) * 1024 / 1e6  # KiB -> MB (10^6 bytes, as everywhere in sim2dl)
 
 
 def memory_slope(config: Path, files: list[Path], work: Path) -> tuple[float, float]:

@@ -1,7 +1,51 @@
 """sim2dl: simulation output to deep-learning training data and models.
 
-One module per workflow step (simulate, ingest, convert, merge), each a pure core of functions on
-arrays and paths plus a thin entry in `pipeline.cli`.
+The steps, in workflow order. Each is one module with a pure core and a function
+`step(config, input directories..., output directory, comm)` that the CLI (`pipeline.cli`, one
+subcommand per step) and the rule files call; every step prints one JSON summary line on stdout, and
+its progress and diagnostics go to stderr. File names are written once, in `pipeline.paths`.
+
+    simulate  simulate.py   -> raw/ (HDF5 samples), simulate.json
+    ingest    ingest.py     raw/ or source.path -> ingest/: parts/, manifest/, rejects.csv, summary.json
+    convert   convert.py    ingest/ -> convert/: parts/ (what was done to each part), stats.json
+    merge     merge.py      ingest/, convert/ -> merged/: shards/ (+ .idx), provenance/, metadata.json
+    stage     stage.py      merged/ -> node-local copies (stage.target), staged/summary.json
+    search    search.py     merged/, staged -> search/: best.yaml (BOHB; trials run `train`)
+    train     train.py      merged/, staged -> train/: model/, metrics, summary.json, figures
+    throughput, sweep       figures of finished runs (throughput.py, sweep.py)
+
+Which module to open for what:
+
+    paths.py       every file name; Layout (the workdir) for the Snakefile and the CLI's defaults
+    config.py      loading and validating configs (schema.yaml); each step's view of the config
+    cli.py         the `sim2dl` command: steps and tools (launch, image, doctor, inspect), errors, summaries
+    readers/       input formats (HDF5, NetCDF, NumPy, ROOT): one small file each, `Reader` in base.py
+    writers/       shard formats (TFRecord, HDF5): one small file each, `Writer` in base.py
+    records.py     parts: framed records, their index, Part and PartWriter
+    tables.py      manifest and provenance tables (Parquet), rejects lists (CSV)
+    directio.py    O_DIRECT reads: whole files read ahead, byte ranges gathered for merge
+    parallel.py    MPI helpers: blocks of work, all-to-all exchange, collective error checks
+    dataset.py     reading shards with tf.data; reader.py: the same without TensorFlow (numpy, PyTorch)
+    models.py      the Keras models train builds
+    launch.py, image.py, registry.py, hostmpi.py, doctor.py
+                   containers: argument vectors per runtime, building, pushing and pulling the image,
+                   the host's MPI for the bind model, checks of a site
+    inspection.py  `sim2dl inspect`: what existing files hold, and a starter config
+
+Words with one meaning each:
+
+    part           a file of framed records written by ingest (or convert), about one shard's worth; merge
+                   turns parts into shards, often by linking a whole part
+    framed record  one sample's bytes as the shard format frames them (a TFRecord record with its length
+                   and CRCs), so a part's records can be copied into a shard unchanged
+    home           the part (file and offset) where a record's bytes live when merge gathers them
+    shard          a large output file of sorted records (shards/), with its index (.idx)
+    split          a named subset of the shards (train/, validation/ ...) chosen by a hash of the parent id
+    layout         the workdir's paths (`paths.Layout`); nothing else is called a layout
+    placement      which node and rank holds or reads which shard (stage, train)
+    image          a container image; the bytes of one input file are its contents
+    template       the places of fields in an HDF5 file that files of the same shape share (readers/hdf5.py)
+    MB             10^6 bytes, everywhere (config sizes, summaries, benchmarks)
 """
 
 import gc
@@ -14,7 +58,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 __version__ = "0.1.0"
-MB = 1_000_000  # sizes in config are decimal megabytes
+MB = 1_000_000  # one MB everywhere: config sizes, summaries and benchmarks are in 10^6 bytes
 
 
 class Sim2dlError(Exception):

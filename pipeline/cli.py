@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline import CollectiveError, Sim2dlError
+from pipeline import MB, CollectiveError, Sim2dlError
 from pipeline import config as cfg
 from pipeline.parallel import mpi_library, world
 
@@ -60,16 +60,14 @@ def cmd_convert(args: argparse.Namespace, config: dict[str, Any], view: dict[str
     from pipeline.convert import convert
 
     lay = cfg.layout(config)
-    ingest_dir = args.ingest or lay.ingest
-    return convert(view, ingest_dir / "manifest", ingest_dir / "parts", args.out or lay.convert, comm)
+    return convert(view, args.ingest or lay.ingest, args.out or lay.convert, comm)
 
 
 def cmd_merge(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.merge import merge
 
     lay = cfg.layout(config)
-    ingest_dir = args.ingest or lay.ingest
-    return merge(view, ingest_dir / "summary.json", args.convert or lay.convert, args.out or lay.merged, comm)
+    return merge(view, args.ingest or lay.ingest, args.convert or lay.convert, args.out or lay.merged, comm)
 
 
 def cmd_stage(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
@@ -83,7 +81,7 @@ def cmd_train(args: argparse.Namespace, config: dict[str, Any], view: dict[str, 
     from pipeline.train import train
 
     lay = cfg.layout(config)
-    return train(view, args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train)
+    return train(view, args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train, comm)
 
 
 def cmd_search(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
@@ -186,12 +184,8 @@ STEPS: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sim2dl", description=__doc__)
     sub = parser.add_subparsers(dest="step", required=True)
-    sub.add_parser(
-        "launch", help="run a step on N ranks through the MPI launcher and the container runtime (launch --help)"
-    )
-    sub.add_parser("image", help="build the container image, collect the host MPI, print the reference (image --help)")
-    sub.add_parser("doctor", help="check runtime, image, host MPI and node-local storage before a long job")
-    sub.add_parser("inspect", help="look at existing simulation output and write a starter config (inspect --help)")
+    for name, (help_text, _) in TOOLS.items():
+        sub.add_parser(name, help=help_text)
     for name, help_text, handler, options in STEPS:
         p = sub.add_parser(name, help=help_text)
         _common(p)
@@ -209,6 +203,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def reports_errors(prog: str) -> Any:
+    """One error wrapper for the tool subcommands: a Sim2dlError becomes one line on stderr and exit 2."""
+
+    def wrap(tool: Any) -> Any:
+        def run(argv: list[str]) -> int:
+            try:
+                return tool(argv)
+            except Sim2dlError as e:
+                print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
+                return 2
+
+        run.__doc__ = tool.__doc__
+        return run
+
+    return wrap
+
+
+@reports_errors("sim2dl launch")
 def launch_main(argv: list[str]) -> int:
     """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
     from pipeline.launch import data_directories, prepare_mount_points, step_argv
@@ -228,15 +240,11 @@ def launch_main(argv: list[str]) -> int:
         args.step = args.step[1:]
     if not args.step or args.step[0] not in [s[0] for s in STEPS]:
         parser.error(f"name a step: {', '.join(s[0] for s in STEPS)}")
-    try:
-        config = cfg.load(args.config, override_files=args.overrides)
-        step_args = [args.step[0], *_config_options(args), *args.step[1:]]
-        data_dirs = data_directories(config)
-        prepare_mount_points(config["container"], data_dirs, Path.cwd())
-        command = step_argv(config, args.mpi, args.tasks, step_args, data_dirs, Path.cwd())
-    except Sim2dlError as e:
-        print(f"sim2dl launch: error: {e}", file=sys.stderr, flush=True)
-        return 2
+    config = cfg.load(args.config, override_files=args.overrides)
+    step_args = [args.step[0], *_config_options(args), *args.step[1:]]
+    data_dirs = data_directories(config)
+    prepare_mount_points(config["container"], data_dirs, Path.cwd())
+    command = step_argv(config, args.mpi, args.tasks, step_args, data_dirs, Path.cwd())
     print("sim2dl launch: " + shlex.join(command), file=sys.stderr, flush=True)
     if args.dry_run:
         print(json.dumps(command))
@@ -249,6 +257,7 @@ def launch_main(argv: list[str]) -> int:
         return 2
 
 
+@reports_errors("sim2dl image")
 def image_main(argv: list[str]) -> int:
     """`sim2dl image build|push|pull|ref|host-mpi`: the container image named by container.name/tag."""
     from pipeline import image, registry
@@ -274,40 +283,35 @@ def image_main(argv: list[str]) -> int:
     for p in (build, push, pull, ref, host):
         _common(p, config_required=False)
     args = parser.parse_args(argv)
-    try:
-        config = _load_or_demo("sim2dl image", args)
-        if args.action == "ref":
-            print(image.image_reference(config["container"]))
-            return 0
-        if args.action == "host-mpi":
-            from pipeline import hostmpi
+    config = _load_or_demo("sim2dl image", args)
+    settings = config["container"]
+    if args.action == "ref":
+        result: Any = image.image_reference(settings)
+    elif args.action == "host-mpi":
+        from pipeline import hostmpi
 
-            library = args.lib or hostmpi.system_library()
-            if library is None:
-                raise Sim2dlError("no MPICH-ABI library found by ldconfig; name it with --lib")
-            print(json.dumps({k: v for k, v in hostmpi.collect(library, args.out).items() if k != "version"}))
-            return 0
-        settings = config["container"]
-        if args.action == "push":
-            target = registry.configured_reference(settings, args.ref)
-            archive = args.archive or Path(image.build(settings, ["dir", "oci"])["outputs"]["oci"])
-            print(json.dumps(registry.push(settings, target, archive)), flush=True)
-            return 0
-        if args.action == "pull":
-            from pipeline.doctor import check_image
+        library = args.lib or hostmpi.system_library()
+        if library is None:
+            raise Sim2dlError("no MPICH-ABI library found by ldconfig; name it with --lib")
+        result = {k: v for k, v in hostmpi.collect(library, args.out).items() if k != "version"}
+    elif args.action == "push":
+        target = registry.configured_reference(settings, args.ref)
+        archive = args.archive or Path(image.build(settings, ["dir", "oci"])["outputs"]["oci"])
+        result = registry.push(settings, target, archive)
+    elif args.action == "pull":
+        from pipeline.doctor import check_image
 
-            if args.missing and (settings["runtime"] == "none" or check_image(settings).status in ("ok", "skip")):
-                print(json.dumps({"pulled": None, "image": image.image_reference(settings)}), flush=True)
-                return 0
-            print(json.dumps(registry.pull(settings, registry.configured_reference(settings, args.ref))), flush=True)
-            return 0
-        print(json.dumps(image.build(settings, ["dir", *args.format])), flush=True)
-    except Sim2dlError as e:
-        print(f"sim2dl image: error: {e}", file=sys.stderr, flush=True)
-        return 2
+        if args.missing and (settings["runtime"] == "none" or check_image(settings).status in ("ok", "skip")):
+            result = {"pulled": None, "image": image.image_reference(settings)}
+        else:
+            result = registry.pull(settings, registry.configured_reference(settings, args.ref))
+    else:
+        result = image.build(settings, ["dir", *args.format])
+    print(result if isinstance(result, str) else json.dumps(result), flush=True)
     return 0
 
 
+@reports_errors("sim2dl doctor")
 def doctor_main(argv: list[str]) -> int:
     """`sim2dl doctor`: check the runtime, image, host MPI and node-local storage before a long job."""
     from pipeline import doctor
@@ -316,16 +320,13 @@ def doctor_main(argv: list[str]) -> int:
     _common(parser, config_required=False)
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     args = parser.parse_args(argv)
-    try:
-        config = _load_or_demo("sim2dl doctor", args)
-    except Sim2dlError as e:
-        print(f"sim2dl doctor: error: {e}", file=sys.stderr, flush=True)
-        return 2
+    config = _load_or_demo("sim2dl doctor", args)
     checks = doctor.doctor(config)
     print(doctor.as_json(checks)) if args.json else doctor.report(checks)
     return 1 if any(c.status == "fail" for c in checks) else 0
 
 
+@reports_errors("sim2dl inspect")
 def inspect_main(argv: list[str]) -> int:
     """`sim2dl inspect`: what a few of the files hold, and a starter config for them."""
     from pipeline import inspection
@@ -338,11 +339,7 @@ def inspect_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.files < 1:
         parser.error("--files must be at least 1")
-    try:
-        text, _ = inspection.inspect(args.data, args.files, args.write)
-    except Sim2dlError as e:
-        print(f"sim2dl inspect: error: {e}", file=sys.stderr, flush=True)
-        return 2
+    text, _ = inspection.inspect(args.data, args.files, args.write)
     print(text)
     return 0
 
@@ -367,16 +364,20 @@ def _config_options(args: argparse.Namespace) -> list[str]:
     return options
 
 
+# The subcommands that are not workflow steps: (help, main taking the rest of argv). Each parses its own
+# options; `sim2dl --help` lists them with the steps.
+TOOLS: dict[str, tuple[str, Any]] = {
+    "launch": ("run a step on N ranks through the MPI launcher and the container runtime (launch --help)", launch_main),
+    "image": ("build, push or pull the image, collect the host MPI, print the reference (image --help)", image_main),
+    "doctor": ("check runtime, image, host MPI and node-local storage before a long job", doctor_main),
+    "inspect": ("look at existing simulation output and write a starter config (inspect --help)", inspect_main),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["launch"]:
-        return launch_main(argv[1:])
-    if argv[:1] == ["image"]:
-        return image_main(argv[1:])
-    if argv[:1] == ["doctor"]:
-        return doctor_main(argv[1:])
-    if argv[:1] == ["inspect"]:
-        return inspect_main(argv[1:])
+    if argv[:1] and argv[0] in TOOLS:
+        return TOOLS[argv[0]][1](argv[1:])
     args = build_parser().parse_args(argv)
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -403,8 +404,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.flush()
             comm.Abort(1)
         raise
-    # The largest peak resident memory of any rank (Linux reports ru_maxrss in KiB).
-    peak_rss_mb = max(comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)) / 1024
+    # The largest peak resident memory of any rank, in MB (Linux reports ru_maxrss in KiB).
+    peak_rss_mb = max(comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)) * 1024 / MB
     if rank == 0:
         summary = {"step": args.step, "ranks": size, "seconds": round(time.perf_counter() - start, 3), **summary}
         summary["peak_rss_mb_per_rank"] = round(peak_rss_mb, 1)

@@ -14,7 +14,6 @@ the code. Memory and time: proportional to the config's size (a few KB), indepen
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import jsonschema
 import yaml
 
 from pipeline import Sim2dlError
+from pipeline.paths import Layout
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema.yaml"  # package data: found by any install
@@ -263,104 +263,6 @@ def load(
     for key, value in (overrides or {}).items():
         config[key] = value
     return validate(config)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where each step reads and writes, below `workdir`. Shared by the Snakefile and the CLI."""
-
-    workdir: Path
-
-    def log(self, step: str) -> Path:
-        """A step's output (progress, warnings, its JSON summary) when the workflow runs it."""
-        return self.workdir / "logs" / f"{step}.log"
-
-    @property
-    def raw(self) -> Path:
-        return self.workdir / "raw"
-
-    @property
-    def simulate_summary(self) -> Path:
-        return self.raw / "simulate.json"
-
-    @property
-    def ingest(self) -> Path:
-        return self.workdir / "ingest"
-
-    @property
-    def manifest(self) -> Path:
-        """A directory of Parquet files, one per ingest part (pipeline.tables)."""
-        return self.ingest / "manifest"
-
-    @property
-    def ingest_summary(self) -> Path:
-        """Written last by ingest: its counts; marks the step complete."""
-        return self.ingest / "summary.json"
-
-    @property
-    def ingest_rejects(self) -> Path:
-        return self.ingest / "rejects.csv"
-
-    @property
-    def convert(self) -> Path:
-        return self.workdir / "convert"
-
-    @property
-    def stats(self) -> Path:
-        return self.convert / "stats.json"
-
-    @property
-    def convert_rejects(self) -> Path:
-        return self.convert / "rejects.csv"
-
-    @property
-    def merged(self) -> Path:
-        return self.workdir / "merged"
-
-    @property
-    def metadata(self) -> Path:
-        return self.merged / "metadata.json"
-
-    @property
-    def provenance(self) -> Path:
-        """A directory of Parquet files: shard, record, sample id and source of every record."""
-        return self.merged / "provenance"
-
-    @property
-    def stage_summary(self) -> Path:
-        return self.workdir / "staged" / "summary.json"
-
-    @property
-    def search(self) -> Path:
-        return self.workdir / "search"
-
-    @property
-    def search_best(self) -> Path:
-        return self.search / "best.yaml"
-
-    @property
-    def train(self) -> Path:
-        return self.workdir / "train"
-
-    @property
-    def train_summary(self) -> Path:
-        return self.train / "summary.json"
-
-    @property
-    def learning_curves(self) -> Path:
-        return self.train / "learning_curves.png"
-
-    @property
-    def predicted_vs_true(self) -> Path:
-        return self.train / "pred_vs_true.png"
-
-    @property
-    def search_plot(self) -> Path:
-        return self.search / "search.png"
-
-    @property
-    def throughput_plot(self) -> Path:
-        return self.workdir / "report" / "throughput.png"
 
 
 def layout(config: Mapping[str, Any]) -> Layout:

@@ -24,6 +24,7 @@ import numpy as np
 from pipeline import Sim2dlError, bookkeeping_step
 from pipeline.fsutil import write_json_atomic
 from pipeline.parallel import block
+from pipeline.paths import ConvertPaths, IngestPaths
 from pipeline.progress import progress_bar
 from pipeline.readers import SampleError
 from pipeline.records import Part, PartWriter, clear_parts, list_parts
@@ -133,30 +134,29 @@ def normalise(arrays: Mapping[str, np.ndarray], stats: Mapping[str, Mapping[str,
 
 
 @bookkeeping_step()
-def convert(
-    config: Mapping[str, Any], manifest_dir: Path, ingest_parts: Path, out_dir: Path, comm: Any
-) -> dict[str, Any]:
+def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Each rank converts a block of the ingest parts, each into a converted part of the same name (so
     the parts, and the statistics, which are merged in part order, are the same for any rank count)."""
     from pipeline.ingest import accepted_records
 
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["convert"]
-    parts_dir = out_dir / "parts"
+    ingest, paths = IngestPaths(ingest_dir), ConvertPaths(out_dir)
+    parts_dir = paths.parts
     if rank == 0:
         clear_parts(parts_dir)
     comm.barrier()
-    names = [stem.name for stem in list_parts(ingest_parts)]
-    mine = {name: accepted_records(manifest_dir, name) for name in block(names, rank, size)}
+    names = [stem.name for stem in list_parts(ingest.parts)]
+    mine = {name: accepted_records(ingest, name) for name in block(names, rank, size)}
     inputs = sum(comm.allgather(sum(len(records) for records in mine.values())))
     if not inputs:
-        raise Sim2dlError(f"no accepted samples in {manifest_dir}: nothing to convert")
+        raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")
     part_stats: list[tuple[str, dict[str, RunningStats]]] = []
     rejects = []
     written = 0
     bar = progress_bar(sum(len(r) for r in mine.values()), "convert", rank, size, unit="sample")
     for name, records in mine.items():
-        source_part = Part(ingest_parts / name)
+        source_part = Part(ingest.parts / name)
         stats = {field: RunningStats(field in settings["per_channel"]) for field in settings["normalise"]}
         with PartWriter(parts_dir / name) as part:
             for record in records.tolist():
@@ -189,10 +189,10 @@ def convert(
             for field, s in stats.items():
                 merged[field].merge(s)
         flat_rejects = sorted(r for rank_rejects in all_rejects for r in rank_rejects)
-        write_csv(out_dir / "rejects.csv", REJECT_COLUMNS, flat_rejects)
+        write_csv(paths.rejects, REJECT_COLUMNS, flat_rejects)
         summary["rejected"] = len(flat_rejects)
         write_json_atomic(
-            out_dir / "stats.json",
+            paths.stats,
             {"statistics": {name: s.as_dict() for name, s in merged.items()}, "settings": dict(settings), **summary},
         )
     comm.barrier()

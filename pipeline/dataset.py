@@ -12,10 +12,11 @@ import h5py
 import numpy as np
 
 from pipeline import Sim2dlError
+from pipeline.paths import MergedPaths
 
 
 def load_metadata(merged_dir: Path) -> dict[str, Any]:
-    path = merged_dir / "metadata.json"
+    path = MergedPaths(merged_dir).metadata
     try:
         return json.loads(path.read_text())
     except OSError as e:
@@ -23,7 +24,7 @@ def load_metadata(merged_dir: Path) -> dict[str, Any]:
 
 
 def shard_paths(merged_dir: Path, metadata: Mapping[str, Any]) -> list[Path]:
-    return [merged_dir / "shards" / s["file"] for s in metadata["shards"]]
+    return [MergedPaths(merged_dir).shard(s["file"]) for s in metadata["shards"]]
 
 
 def encoding(field: Mapping[str, Any]) -> str:

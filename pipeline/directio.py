@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 PAGE = mmap.PAGESIZE
-IMAGE_BUFFER_BYTES = 1 << 20  # a whole-file buffer's size to start with (grown for larger files)
+FILE_BUFFER_BYTES = 1 << 20  # a whole-file buffer's size to start with (grown for larger files)
 
 
 def aligned_buffer(nbytes: int) -> np.ndarray:
@@ -78,7 +78,7 @@ def read_whole(path: Path, direct: bool, buffer: np.ndarray) -> tuple[np.ndarray
     try:
         size = os.fstat(fd).st_size
         if buffer.size < round_up(size) + PAGE:
-            buffer = aligned_buffer(round_up(size) + PAGE + IMAGE_BUFFER_BYTES)
+            buffer = aligned_buffer(round_up(size) + PAGE + FILE_BUFFER_BYTES)
         # One page past the size it had: a file that grew meanwhile is noticed (read to its new end).
         n = os.preadv(fd, [buffer[: round_up(size) + PAGE]], 0)
         if not is_direct:  # a buffered read may stop short anywhere: read on to the end
@@ -100,14 +100,14 @@ def advise_will_need(path: Path) -> None:
         os.close(fd)
 
 
-ImageOrError = np.ndarray | OSError | None
+ContentsOrError = np.ndarray | OSError | None
 
 
-class FileImages:
+class FileContents:
     """Whole files read ahead of use by one thread, delivered in order.
 
-    Each image is a view of a reused page-aligned buffer, valid until the next item is taken; at most
-    `depth` files are in memory at once. For a file with `wanted(path)` False the item is None: it is only
+    Each file's contents are a view of a reused page-aligned buffer, valid until the next item is taken;
+    at most `depth` files are in memory at once. For a file with `wanted(path)` False the item is None: it is only
     requested from storage ahead of time (POSIX_FADV_WILLNEED), for a reader that opens it by path.
     Reads run in `threads` threads because their system calls release the GIL, so storage works while
     this thread parses, and a few requests in flight keep storage busier than one. Two by default: with
@@ -125,7 +125,7 @@ class FileImages:
     ) -> None:
         self.paths, self.depth, self.direct, self.wanted, self.threads = paths, depth, direct, wanted, threads
 
-    def _read(self, path: Path, buffer: np.ndarray) -> tuple[ImageOrError, np.ndarray]:
+    def _read(self, path: Path, buffer: np.ndarray) -> tuple[ContentsOrError, np.ndarray]:
         if not self.wanted(path):
             advise_will_need(path)
             return None, buffer
@@ -134,15 +134,15 @@ class FileImages:
         except OSError as e:
             return e, buffer
 
-    def __iter__(self) -> Iterator[tuple[Path, ImageOrError]]:
+    def __iter__(self) -> Iterator[tuple[Path, ContentsOrError]]:
         if self.depth == 0:  # no read-ahead: each file read when its turn comes
-            buffer = aligned_buffer(IMAGE_BUFFER_BYTES)
+            buffer = aligned_buffer(FILE_BUFFER_BYTES)
             for path in self.paths:
-                image, buffer = self._read(path, buffer)
-                yield path, image
+                contents, buffer = self._read(path, buffer)
+                yield path, contents
             return
-        free = [aligned_buffer(IMAGE_BUFFER_BYTES) for _ in range(self.depth)]
-        pending: deque[tuple[Path, Future[tuple[ImageOrError, np.ndarray]]]] = deque()
+        free = [aligned_buffer(FILE_BUFFER_BYTES) for _ in range(self.depth)]
+        pending: deque[tuple[Path, Future[tuple[ContentsOrError, np.ndarray]]]] = deque()
         upcoming = iter(self.paths)
         with ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="read-ahead") as pool:
             try:
@@ -152,9 +152,9 @@ class FileImages:
                         break
                 while pending:
                     path, future = pending.popleft()
-                    image, buffer = future.result()
-                    yield path, image
-                    free.append(buffer)  # the consumer is done with this image
+                    contents, buffer = future.result()
+                    yield path, contents
+                    free.append(buffer)  # the consumer is done with these contents
                     for path in upcoming:
                         pending.append((path, pool.submit(self._read, path, free.pop())))
                         break

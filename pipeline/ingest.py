@@ -43,9 +43,10 @@ import xxhash
 
 from pipeline import MB, CollectiveError, Sim2dlError, bookkeeping_step
 from pipeline.config import input_list
-from pipeline.directio import FileImages, ImageOrError
+from pipeline.directio import ContentsOrError, FileContents
 from pipeline.fsutil import atomic_path, write_json_atomic
 from pipeline.parallel import all_ok, block, exchange, owner_ranks
+from pipeline.paths import IngestPaths
 from pipeline.progress import progress
 from pipeline.readers import FieldSpec, SampleError, reader_for
 from pipeline.records import PartWriter, clear_parts, part_stem
@@ -185,18 +186,18 @@ def unreadable(e: OSError) -> SampleError:
 
 def read_one(
     path: Path,
-    image: ImageOrError,
+    contents: ContentsOrError,
     root: Path,
     source: Mapping[str, Any],
     fields: Sequence[FieldSpec],
     check_finite: bool,
 ) -> tuple[dict[str, np.ndarray], str, int]:
-    """Validate one file, from its bytes (`image`, read ahead) or, for readers that open files
-    themselves (image None), from its path. Raises SampleError with the reason it cannot be used."""
-    if isinstance(image, OSError):
-        raise unreadable(image)
+    """Validate one file, from its bytes (`contents`, read ahead) or, for readers that open files
+    themselves (contents None), from its path. Raises SampleError with the reason it cannot be used."""
+    if isinstance(contents, OSError):
+        raise unreadable(contents)
     reader = reader_for(path, source["format"])
-    if image is None:
+    if contents is None:
         try:
             size = os.stat(path).st_size
         except OSError as e:
@@ -204,14 +205,14 @@ def read_one(
         if size and not os.access(path, os.R_OK):
             raise SampleError("unreadable: permission denied")
     else:
-        size = image.size
+        size = contents.size
     if size == 0:
         raise SampleError("empty file (0 bytes)")
     id_attr = source["sample_id"]["attr"] if source["sample_id"] else None
-    if image is None:
+    if contents is None:
         arrays, sample_id = reader.read(path, fields, id_attr)
     else:
-        arrays, sample_id = reader.read_image(image, path, fields, id_attr)
+        arrays, sample_id = reader.read_contents(contents, path, fields, id_attr)
     validate_sample(arrays, fields, check_finite)
     if sample_id is None:
         sample_id = str((path.relative_to(root) if path.is_relative_to(root) else path).with_suffix(""))
@@ -238,9 +239,9 @@ def part_files(files: Sequence[str | Path], shard_bytes: int, ranks: int, sample
     return max(1, min(shard_bytes // max(median, 1), balanced))
 
 
-def reads_image(path: Path, format_name: str) -> bool:
+def reads_contents(path: Path, format_name: str) -> bool:
     try:
-        return reader_for(path, format_name).reads_images
+        return reader_for(path, format_name).reads_contents
     except SampleError:
         return False  # unknown suffix: rejected when its turn comes, without reading it
 
@@ -311,7 +312,8 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     source, settings = config["source"], config["ingest"]
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
     shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
-    parts_dir, manifest_dir, listing_path = out_dir / "parts", out_dir / "manifest", out_dir / "inputs.txt"
+    paths = IngestPaths(out_dir)
+    parts_dir, manifest_dir, listing_path = paths.parts, paths.manifest, paths.inputs
 
     # Rank 0 lists the inputs into inputs.txt and tells each rank which lines are its own.
     plan: list[tuple[int, int, int, int, int]] | None = None  # per rank: first file, byte range, chunk, chunks
@@ -322,7 +324,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
             out_dir.mkdir(parents=True, exist_ok=True)
             clear_parts(parts_dir)
             shutil.rmtree(manifest_dir, ignore_errors=True)
-            (out_dir / "summary.json").unlink(missing_ok=True)
+            paths.summary.unlink(missing_ok=True)
             offsets = write_listing(listing_path, names)
             chunk = part_files(Listing(root, names), shard_bytes, size)
             chunks = -(-len(names) // chunk)
@@ -349,24 +351,24 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     part: PartWriter | None = None
     piece: ManifestPiece | None = None
     try:
-        images = FileImages(
+        files = FileContents(
             (Path(p) for p in mine),
             settings["prefetch"],
             settings["direct_io"],
-            lambda p: reads_image(p, source["format"]),
+            lambda p: reads_contents(p, source["format"]),
             settings["read_threads"],
         )
-        for number, (path, image) in enumerate(progress(images, len(mine), "ingest", rank, size), first):
+        for number, (path, contents) in enumerate(progress(files, len(mine), "ingest", rank, size), first):
             if part is None or number % chunk == 0:  # the next chunk of files: the next part
                 if part is not None:
                     part.close()
                     piece.write()  # type: ignore[union-attr]
                 stem = part_stem(parts_dir, number // chunk, chunks)
                 part = PartWriter(stem, framing, about)
-                piece = ManifestPiece(manifest_dir / f"{stem.name}.parquet")
+                piece = ManifestPiece(paths.manifest_piece(stem.name))
             assert piece is not None
             try:
-                arrays, sample_id, nbytes = read_one(path, image, root, source, fields, settings["check_finite"])
+                arrays, sample_id, nbytes = read_one(path, contents, root, source, fields, settings["check_finite"])
             except SampleError as e:
                 piece.add(path=str(path), bytes=_size_or_zero(path), status="rejected", reason=str(e), sample_id="")
                 rejects.append((str(path), "", str(e)))
@@ -392,13 +394,13 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     # Duplicate sample ids: the first file in input order keeps the id, the others are rejected.
     found = duplicates(comm, hashed[:accepted], starts)
     firsts = paths_of(comm, found["first"], starts, mine)
-    rejects += mark_duplicates(manifest_dir, parts_dir, found, firsts, chunk, chunks)
+    rejects += mark_duplicates(paths, found, firsts, chunk, chunks)
     totals = np.array(comm.allgather((len(mine), accepted - len(found), rejected + len(found)))).sum(axis=0)
     gathered = comm.gather(rejects, root=0)
     summary: dict[str, Any] = {"inputs": int(totals[0]), "accepted": int(totals[1]), "rejected": int(totals[2])}
     if rank == 0:
         assert gathered is not None
-        summary["error"] = finish(out_dir, gathered, summary, settings["max_reject_fraction"], chunk, chunks)
+        summary["error"] = finish(paths, gathered, summary, settings["max_reject_fraction"], chunk, chunks)
     summary = comm.bcast(summary, root=0)
     if summary["error"]:  # every rank knows it: printed once, and no rank aborts the others
         raise CollectiveError(summary["error"], 0) if comm.Get_size() > 1 else Sim2dlError(summary["error"])
@@ -406,7 +408,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
 
 
 def mark_duplicates(
-    manifest_dir: Path, parts_dir: Path, found: np.ndarray, firsts: Sequence[str], chunk: int, chunks: int
+    paths: IngestPaths, found: np.ndarray, firsts: Sequence[str], chunk: int, chunks: int
 ) -> list[tuple[str, str, str]]:
     """Mark the duplicates this rank holds as rejected in their parts' manifests (rewritten atomically);
     returns their rejects rows."""
@@ -415,7 +417,7 @@ def mark_duplicates(
     for index, first_path in zip(found["index"].tolist(), firsts, strict=True):
         by_piece.setdefault(index // chunk, []).append((index % chunk, first_path))
     for number, rows in sorted(by_piece.items()):
-        path = manifest_dir / f"{part_stem(parts_dir, number, chunks).name}.parquet"
+        path = paths.manifest_piece(part_stem(paths.parts, number, chunks).name)
         columns = pq.read_table(path).to_pydict()
         for row, first_path in rows:
             sample_id = columns["sample_id"][row]
@@ -434,7 +436,7 @@ def _size_or_zero(path: Path) -> int:
 
 
 def finish(
-    out_dir: Path,
+    paths: IngestPaths,
     gathered: Sequence[Sequence[tuple[str, str, str]]],
     counts: Mapping[str, int],
     max_reject_fraction: float,
@@ -444,20 +446,20 @@ def finish(
     """Rank 0: the rejects list, then summary.json (last: it marks the step complete), and the error if
     too many files were rejected."""
     rejects = sorted((row for rows in gathered for row in rows), key=lambda r: r[0])
-    write_csv(out_dir / "rejects.csv", REJECT_COLUMNS, rejects)
+    write_csv(paths.rejects, REJECT_COLUMNS, rejects)
     fraction = counts["rejected"] / counts["inputs"]
     if fraction > max_reject_fraction:
         shown = "\n".join(f"  {p}: {r}" for p, _, r in rejects[:5])
         return (
             f"{counts['rejected']} of {counts['inputs']} input files rejected ({fraction:.1%}), more than "
-            f"ingest.max_reject_fraction={max_reject_fraction:g}; see {out_dir / 'rejects.csv'}:\n{shown}"
+            f"ingest.max_reject_fraction={max_reject_fraction:g}; see {paths.rejects}:\n{shown}"
         )
-    write_json_atomic(out_dir / "summary.json", {**counts, "parts": chunks, "files_per_part": chunk})
+    write_json_atomic(paths.summary, {**counts, "parts": chunks, "files_per_part": chunk})
     return None
 
 
-def accepted_records(manifest_dir: Path, part: str) -> np.ndarray:
+def accepted_records(paths: IngestPaths, part: str) -> np.ndarray:
     """The record numbers, in the part, of the part's accepted files (duplicates are not)."""
-    table = pq.read_table(manifest_dir / f"{part}.parquet", columns=["record", "status"])
+    table = pq.read_table(paths.manifest_piece(part), columns=["record", "status"])
     mask = pc.equal(table["status"], "accepted")
     return table.filter(mask)["record"].to_numpy().astype(np.int64)

@@ -58,6 +58,7 @@ from pipeline.config import encoding_errors
 from pipeline.convert import normalise
 from pipeline.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.parallel import all_ok, block, exchange, exclusive_sum, owner_ranks
+from pipeline.paths import ConvertPaths, IngestPaths, MergedPaths
 from pipeline.progress import progress
 from pipeline.records import Part, list_parts, read_about, read_batches
 from pipeline.tables import PROVENANCE_SCHEMA, parquet_writer
@@ -467,17 +468,16 @@ def shard_digest(rows: np.ndarray) -> str:
 
 
 @bookkeeping_step()
-def merge(
-    config: Mapping[str, Any], ingest_summary: Path, convert_dir: Path, out_dir: Path, comm: Any
-) -> dict[str, Any]:
+def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["merge"]
     conv = config["convert"]
     writer_class = WRITERS[settings["format"]]
-    parts_dir = convert_dir / "parts"
-    stats_doc = json.loads((convert_dir / "stats.json").read_text())
+    converted, paths = ConvertPaths(convert_dir), MergedPaths(out_dir)
+    parts_dir = converted.parts
+    stats_doc = json.loads(converted.stats.read_text())
     stats = stats_doc["statistics"]
-    shards_dir = out_dir / "shards"
+    shards_dir = paths.shards
     shard_bytes = int(settings["shard_size_mb"] * MB)
 
     # 1. This rank's block of parts, as rows: first what their indexes' last lines say, then the records.
@@ -542,9 +542,9 @@ def merge(
     error = None
     if rank == 0:
         try:
-            prepare_shard_dir(shards_dir, digest, set(names))
-            shutil.rmtree(out_dir / "provenance", ignore_errors=True)
-            (out_dir / "provenance").mkdir(parents=True)
+            prepare_shard_dir(paths, digest, set(names))
+            shutil.rmtree(paths.provenance, ignore_errors=True)
+            paths.provenance.mkdir(parents=True)
         except OSError as e:
             error = Sim2dlError(f"cannot prepare {shards_dir}: {e}")
     all_ok(comm, error if rank == 0 else None)
@@ -560,8 +560,8 @@ def merge(
             checksums[i] = link_shard(Path(home), shards_dir / names[i])
     else:
         shard_rows = [rows[my_shards[i - first_shard]] for i in to_write]  # views
-        paths = [Path(p) for p in files.paths]
-        batches = read_batches(paths, len(shard_rows), lambda k: extents(shard_rows[k], spec))
+        home_files = [Path(p) for p in files.paths]
+        batches = read_batches(home_files, len(shard_rows), lambda k: extents(shard_rows[k], spec))
         for i, these, located in progress(
             zip(to_write, shard_rows, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
         ):
@@ -584,16 +584,16 @@ def merge(
     ]
     held = [placements(rows, numbers, my_shards)]
     del rows, numbers, my_shards
-    write_provenance(comm, held, my_stems, first_part, len(part_names), out_dir / "provenance")
+    write_provenance(comm, held, my_stems, first_part, len(part_names), paths.provenance)
     gathered = comm.gather(results, root=0)
     reused_total = sum(comm.allgather(len(reused)))
     summary = {"records": total, "shards": n_shards, "reused_shards": reused_total}
     if rank == 0:
         assert gathered is not None
         shard_info = [r for rank_results in gathered for r in rank_results]
-        ingested = json.loads(ingest_summary.read_text())
+        ingested = json.loads(IngestPaths(ingest_dir).summary.read_text())
         write_json_atomic(
-            out_dir / "metadata.json",
+            paths.metadata,
             metadata(settings, writer_class, spec, stats_doc, shard_info, total, ingested, digest, split_names),
         )
     comm.barrier()
@@ -646,11 +646,11 @@ def write_provenance(
                 writer.write_table(pa.table(columns, schema=PROVENANCE_SCHEMA))
 
 
-def prepare_shard_dir(shards_dir: Path, digest: str, names: set[str]) -> None:
+def prepare_shard_dir(paths: MergedPaths, digest: str, names: set[str]) -> None:
     """Keep complete shards of the same plan (resume); remove everything else."""
+    shards_dir, plan_file = paths.shards, paths.plan_digest
     shards_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(shards_dir)
-    plan_file = shards_dir / "plan.digest"
     same_plan = plan_file.exists() and plan_file.read_text().strip() == digest
     for p in sorted(shards_dir.rglob("*"), reverse=True):  # a split directory after its files
         name = p.relative_to(shards_dir).as_posix()

@@ -125,12 +125,13 @@ def exchange(comm: Any, items: np.ndarray, destinations: np.ndarray) -> np.ndarr
     received = np.empty(int(received_counts.sum()), items.dtype)
     itemsize = items.dtype.itemsize
 
-    def layout(n: np.ndarray) -> tuple[list[int], list[int]]:
+    def counts_and_displacements(n: np.ndarray) -> tuple[list[int], list[int]]:
         nbytes = n * itemsize
         return nbytes.tolist(), (np.cumsum(nbytes) - nbytes).tolist()
 
     comm.Alltoallv(
-        [items.view(np.uint8), layout(counts), MPI.BYTE], [received.view(np.uint8), layout(received_counts), MPI.BYTE]
+        [items.view(np.uint8), counts_and_displacements(counts), MPI.BYTE],
+        [received.view(np.uint8), counts_and_displacements(received_counts), MPI.BYTE],
     )
     return received
 

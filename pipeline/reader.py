@@ -34,6 +34,7 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.dataset import fixed, load_metadata
+from pipeline.paths import MergedPaths
 from pipeline.records import read_batches
 from pipeline.writers.tfrecord import masked_crc32c
 
@@ -329,7 +330,7 @@ class ShardReader:
             if split not in known:
                 raise Sim2dlError(f"{self.merged_dir} has no split '{split}' (its splits: {known or 'none'})")
             shards = [s for s in shards if s["split"] == split]
-        self.paths = [self.merged_dir / "shards" / s["file"] for s in shards]
+        self.paths = [MergedPaths(self.merged_dir).shard(s["file"]) for s in shards]
         self.units = slot_units(plan_units([s["records"] for s in shards], self.slots), self.slot, self.slots)
 
     def set_epoch(self, epoch: int) -> None:

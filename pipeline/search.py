@@ -39,6 +39,7 @@ import yaml
 from pipeline import Sim2dlError
 from pipeline.fsutil import write_text_atomic
 from pipeline.launch import mpi_launcher
+from pipeline.paths import SearchPaths, TrainPaths
 
 RESULT_NAME = "trials.jsonl"
 ADDRESS_NAME = "nameserver.json"  # in the run directory: where joining workers find the master
@@ -239,7 +240,7 @@ def run_trial(
             ) from None
     if proc.returncode != 0:
         raise Sim2dlError(f"trial failed with exit code {proc.returncode} (see {trial_dir}/log.txt)")
-    summary = json.loads((trial_dir / "train" / "summary.json").read_text())
+    summary = json.loads(TrainPaths(trial_dir / "train").summary.read_text())
     return {"loss": float(summary["val_loss"]), "info": {"r2": summary["r2"], "seconds": time.perf_counter() - start}}
 
 
@@ -284,7 +285,7 @@ def make_worker_class() -> type:
             row: dict[str, Any] = {"config_id": list(config_id), "config": plain(config), "budget": float(budget)}
             try:
                 result = run_trial(
-                    self.base_config, config, budget, self.out_dir / "trials" / name, self.settings, self.data
+                    self.base_config, config, budget, SearchPaths(self.out_dir).trial(name), self.settings, self.data
                 )
                 row.update(loss=result["loss"], info=result["info"])
                 return result
@@ -308,7 +309,8 @@ def search(
     that join later. role 'worker': every rank joins the master named in the run directory."""
     settings = config["search"]
     rank, size = comm.Get_rank(), comm.Get_size()
-    run_dir = out_dir / "run"
+    paths = SearchPaths(out_dir)
+    run_dir = paths.run
     run_id = f"sim2dl-{settings['seed']}"
     register_numpy_serializers()
     data = TrialData(merged_dir, staged)
@@ -316,7 +318,7 @@ def search(
         from pipeline.stage import ensure_staged, topology
 
         topo = topology(comm, config["stage"]["emulate_nodes"])
-        _, restaged = ensure_staged(config, merged_dir, staged, out_dir / "restaged.json", comm, topo)
+        _, restaged = ensure_staged(config, merged_dir, staged, paths.restaged, comm, topo)
         data = TrialData(merged_dir, restaged)
     if role == "worker":
         address = wait_for_master(run_dir, settings["join_timeout_s"])
@@ -416,8 +418,8 @@ def finish(result: Any, out_dir: Path, config: Mapping[str, Any]) -> dict[str, A
     best = plain(id2config[incumbent]["config"])
     best_runs = [r for r in result.get_runs_by_id(incumbent) if r.loss is not None]
     best_loss = min(r.loss for r in best_runs)
-    write_text_atomic(out_dir / "best.yaml", yaml.safe_dump({"train": best}, sort_keys=True))
+    write_text_atomic(SearchPaths(out_dir).best, yaml.safe_dump({"train": best}, sort_keys=True))
     from pipeline.plots import search_progress
 
-    search_progress(runs, out_dir / "search.png")
+    search_progress(runs, SearchPaths(out_dir).plot)
     return {"best": best, "best_loss": best_loss, "trials": len(runs), "failed_trials": failed}

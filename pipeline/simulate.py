@@ -26,6 +26,7 @@ import numpy as np
 
 from pipeline.fsutil import atomic_path, write_json_atomic
 from pipeline.parallel import block
+from pipeline.paths import RawPaths
 from pipeline.progress import progress
 
 PARAM_NAMES = ("sigma_8", "n_s", "omega_m")
@@ -114,7 +115,7 @@ def make_sample(config: Mapping[str, Any], index: int) -> tuple[dict[str, np.nda
     return data, f"{sim['family']}-{sim['seed']}-{index:08d}"
 
 
-def hdf5_image(arrays: Mapping[str, np.ndarray], sample_id: str) -> bytes:
+def hdf5_bytes(arrays: Mapping[str, np.ndarray], sample_id: str) -> bytes:
     """The bytes of the HDF5 file of one sample (h5py, in memory)."""
     buffer = io.BytesIO()
     with h5py.File(buffer, "w") as f:
@@ -126,31 +127,31 @@ def hdf5_image(arrays: Mapping[str, np.ndarray], sample_id: str) -> bytes:
 
 
 class Templates:
-    """Writes samples' HDF5 files from one h5py-made image per layout (fields' dtypes and shapes, id
-    length): the files of one layout differ only in their data and id bytes, which are patched in where
+    """Writes samples' HDF5 files from one h5py-made file per template (fields' dtypes and shapes, id
+    length): the files of one template differ only in their data and id bytes, which are patched in where
     HDF5 put them in the first file (h5py writes no times, so the rest is byte for byte the same; a test
-    compares with h5py's own files). A layout whose places cannot be told from the bytes (data not stored
+    compares with h5py's own files). A template whose places cannot be told from the bytes (data not stored
     contiguously, an id whose text is not found exactly once) is written by h5py every time.
     Writing tiny files this way is about 20 times faster than through h5py."""
 
     def __init__(self) -> None:
-        self._images: dict[Any, tuple[bytes, dict[str, int], tuple[int, int]] | None] = {}
+        self._learned: dict[Any, tuple[bytes, dict[str, int], tuple[int, int]] | None] = {}
 
-    def image(self, arrays: Mapping[str, np.ndarray], sample_id: str) -> bytes:
+    def file_bytes(self, arrays: Mapping[str, np.ndarray], sample_id: str) -> bytes:
         encoded = sample_id.encode()
         key = (tuple((n, a.dtype.str, a.shape) for n, a in arrays.items()), len(encoded))
-        if key not in self._images:
-            self._images[key] = self._learn(hdf5_image(arrays, sample_id), arrays, encoded)
-        template = self._images[key]
+        if key not in self._learned:
+            self._learned[key] = self._learn(hdf5_bytes(arrays, sample_id), arrays, encoded)
+        template = self._learned[key]
         if template is None:
-            return hdf5_image(arrays, sample_id)
+            return hdf5_bytes(arrays, sample_id)
         data, offsets, (id_start, id_stop) = template
-        image = bytearray(data)
+        contents = bytearray(data)
         for name, array in arrays.items():
             raw = np.ascontiguousarray(array).tobytes()
-            image[offsets[name] : offsets[name] + len(raw)] = raw
-        image[id_start:id_stop] = encoded
-        return bytes(image)
+            contents[offsets[name] : offsets[name] + len(raw)] = raw
+        contents[id_start:id_stop] = encoded
+        return bytes(contents)
 
     @staticmethod
     def _learn(
@@ -171,7 +172,7 @@ class Templates:
 
 def write_sample(path: Path, arrays: Mapping[str, np.ndarray], sample_id: str, templates: Templates) -> None:
     with atomic_path(path) as tmp:
-        tmp.write_bytes(templates.image(arrays, sample_id))
+        tmp.write_bytes(templates.file_bytes(arrays, sample_id))
 
 
 def simulate(sim_config: Mapping[str, Any], out_dir: Path, comm: Any) -> dict[str, Any]:
@@ -191,6 +192,6 @@ def simulate(sim_config: Mapping[str, Any], out_dir: Path, comm: Any) -> dict[st
     summary = {"samples": sim_config["samples"], "written_this_run": total_written, "family": sim_config["family"]}
     if rank == 0:
         record = {**summary, "param_names": list(PARAM_NAMES), "config": json.loads(json.dumps(sim_config))}
-        write_json_atomic(out_dir / "simulate.json", record)
+        write_json_atomic(RawPaths(out_dir).summary, record)
     comm.barrier()
     return summary

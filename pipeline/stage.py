@@ -34,11 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import Sim2dlError
+from pipeline import MB, Sim2dlError
 from pipeline.dataset import load_metadata
 from pipeline.directio import PAGE, RangeReader, aligned_buffer, open_for_reading
 from pipeline.fsutil import Checksum, atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.parallel import all_ok
+from pipeline.paths import MergedPaths, StagedPaths
 from pipeline.reader import tfrecord_index
 
 MAX_CHUNK_BYTES = (1 << 31) - 1  # MPI counts are C ints
@@ -120,7 +121,7 @@ def target_root(settings: Mapping[str, Any]) -> Path:
 def shard_sources(merged_dir: Path, meta: Mapping[str, Any]) -> list[Source]:
     sources = []
     for s in meta["shards"]:
-        sources.append(Source(s["file"], ((merged_dir / "shards" / s["file"], 0, s["bytes"]),), s["checksum"]))
+        sources.append(Source(s["file"], ((MergedPaths(merged_dir).shard(s["file"]), 0, s["bytes"]),), s["checksum"]))
     return sources
 
 
@@ -146,8 +147,8 @@ def sample_sources(
         )
     records = []  # (shard path, offset, length)
     for s in training_shards(meta):
-        index = tfrecord_index(merged_dir / "shards" / s["file"])
-        records.extend((merged_dir / "shards" / s["file"], int(o), int(n)) for o, n in index)
+        shard = MergedPaths(merged_dir).shard(s["file"])
+        records.extend((shard, int(o), int(n)) for o, n in tfrecord_index(shard))
     if not replacement and per_rank > len(records):
         raise Sim2dlError(
             f"config key 'stage.samples_per_rank': {per_rank} samples without replacement, "
@@ -515,9 +516,7 @@ def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm:
         bar = tqdm(total=mine, unit="B", unit_scale=True, desc=f"stage (rank 0 of {topo.size})", mininterval=2.0)
     comm.barrier()
     start = time.perf_counter()
-    copier = Copier(
-        comm, topo, transfers, dirs, int(settings["chunk_mb"] * (1 << 20)), settings["direct_io"], progress=bar
-    )
+    copier = Copier(comm, topo, transfers, dirs, int(settings["chunk_mb"] * MB), settings["direct_io"], progress=bar)
     copier.run()
     comm.barrier()
     seconds = time.perf_counter() - start
@@ -531,7 +530,7 @@ def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm:
     if node_leader:
         files = wanted[topo.node]
         write_json_atomic(
-            my_dir / "staged.json",
+            StagedPaths(my_dir).listing,
             {
                 "mode": mode,
                 "node": topo.node,
@@ -568,7 +567,7 @@ def staged_node_dir(stage_summary: Path, topo: Topology) -> Path | None:
     try:
         node_dirs = json.loads(stage_summary.read_text())["node_dirs"]
         node_dir = Path(node_dirs[topo.node if len(node_dirs) > 1 else 0])
-        listing = json.loads((node_dir / "staged.json").read_text())
+        listing = json.loads(StagedPaths(node_dir).listing.read_text())
     except (OSError, ValueError, KeyError, IndexError):
         return None
     complete = (
@@ -586,7 +585,7 @@ def ensure_staged(
     """The node's staged directory, and the summary describing it, for a job that reads staged data.
 
     Node-local storage is often purged when a job ends, and a later job may get other nodes or another
-    layout of ranks: then this job stages again itself (each byte read once from the shared file system,
+    placement of ranks: then this job stages again itself (each byte read once from the shared file system,
     as in the stage step), recording it in `restage_summary` so the workflow's stage output stays as is."""
     node_dir = staged_node_dir(stage_summary, topo)
     if comm.allreduce(0 if node_dir else 1) == 0:
@@ -594,7 +593,8 @@ def ensure_staged(
         return node_dir, stage_summary
     if topo.rank == 0:
         print(
-            f"sim2dl: staged files missing or for another layout of ranks ({stage_summary}): staging again", flush=True
+            f"sim2dl: staged files missing or for another placement of ranks ({stage_summary}): staging again",
+            flush=True,
         )
     stage(config, merged_dir, restage_summary, comm)
     node_dir = staged_node_dir(restage_summary, topo)

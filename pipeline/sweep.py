@@ -99,7 +99,7 @@ def summarise(config: Mapping[str, Any]) -> dict[str, Any]:
             shards=meta["counts"]["shards"],
             records=meta["counts"]["records"],
         )
-        history = _read_json(lay.train / "metrics.json")
+        history = _read_json(lay.metrics)
         row["samples_per_s"] = round(history[-1]["samples_per_s"], 1) if history else None
         rows.append(row)
     out = sweep_workdir(config)

@@ -2,7 +2,7 @@
 
 Each rank reads its own staged files (from the node's `staged.json`), interleaves them, shuffles records
 across shards with a per-epoch seed, batches, parses (one vectorised parse per batch) and prefetches.
-Variable-length records are bucketed by length. The model is a CosmoFlow-style 3D CNN for cubes, or a
+Variable-length records are bucketed by length. The model (pipeline.models) is a CosmoFlow-style 3D CNN for cubes, or a
 small 1D convolutional sequence model for traces, regressing the simulator's parameters.
 
 Horovod: hvd.init, weights and optimizer state broadcast from rank 0 after the first step, gradients
@@ -32,7 +32,9 @@ import numpy as np
 from pipeline import Sim2dlError
 from pipeline.dataset import READ_BUFFER_BYTES, decode_field, feature_description, load_metadata
 from pipeline.fsutil import write_json_atomic, write_text_atomic
-from pipeline.parallel import all_ok, world
+from pipeline.models import build_model
+from pipeline.parallel import all_ok
+from pipeline.paths import StagedPaths, TrainPaths
 
 VALIDATION_BUCKETS = 1000
 MODELS = ("cosmoflow", "sequence")
@@ -212,33 +214,6 @@ def input_pipeline(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-# ---------------------------------------------------------------- models
-
-
-def build_model(settings: Mapping[str, Any], input_shape: Sequence[int | None], outputs: int) -> Any:
-    import tensorflow as tf
-
-    layers = tf.keras.layers
-    inputs = layers.Input(shape=tuple(input_shape))
-    x = inputs
-    if settings["model"] == "cosmoflow":
-        for level in range(settings["depth"]):  # CosmoFlow: conv + leaky ReLU + pooling, widening
-            x = layers.Conv3D(settings["width"] * 2**level, 3, padding="same")(x)
-            x = layers.LeakyReLU(0.3)(x)
-            x = layers.MaxPool3D(2)(x)
-        x = layers.Flatten()(x)
-    else:
-        for level in range(settings["depth"]):
-            x = layers.Conv1D(settings["width"] * 2**level, 5, padding="same")(x)
-            x = layers.LeakyReLU(0.3)(x)
-        x = layers.GlobalAveragePooling1D()(x)
-    x = layers.Dense(settings["dense"])(x)
-    x = layers.LeakyReLU(0.3)(x)
-    x = layers.Dropout(settings["dropout"])(x)
-    out = layers.Dense(outputs, dtype="float32")(x)  # float32 output, also under mixed precision
-    return tf.keras.Model(inputs, out, name=settings["model"])
-
-
 # ---------------------------------------------------------------- the training loop
 
 
@@ -258,7 +233,7 @@ def learning_rate(settings: Mapping[str, Any], size: int, epoch_progress: float)
     return start + (target - start) * epoch_progress / warmup
 
 
-def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path) -> dict[str, Any]:
+def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
@@ -271,7 +246,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
         check_settings(settings, meta)
     except Sim2dlError as e:
         error = e
-    all_ok(world(), error)
+    all_ok(comm, error)
     if settings["threads"]:
         tf.config.threading.set_intra_op_parallelism_threads(settings["threads"])
         tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
@@ -282,10 +257,10 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
 
     from pipeline.stage import ensure_staged, topology
 
-    comm = world()
+    paths = TrainPaths(out_dir)
     topo = topology(comm, config["stage"]["emulate_nodes"])
-    node_dir, _ = ensure_staged(config, merged_dir, stage_summary, out_dir / "restaged.json", comm, topo)
-    listing = json.loads((node_dir / "staged.json").read_text())
+    node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
+    listing = json.loads(StagedPaths(node_dir).listing.read_text())
     local_ranks = topo.node_ranks[topo.node]
     local = (local_ranks.index(rank), len(local_ranks))
     if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
@@ -312,7 +287,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
     epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
-    ckpt_dir = out_dir / "checkpoints"
+    ckpt_dir = paths.checkpoints
     if rank == 0:
         discard_foreign_checkpoints(ckpt_dir, resume_key(settings, meta))
     comm.barrier()
@@ -347,7 +322,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
         print(json.dumps({"train": start}), flush=True)
         # Every start of training, kept across retries (Snakemake clears a job's log when it starts).
         out_dir.mkdir(parents=True, exist_ok=True)
-        with open(out_dir / "attempts.jsonl", "a") as attempts:
+        with open(paths.attempts, "a") as attempts:
             attempts.write(json.dumps({**start, "time": time.time()}) + "\n")
     first = True
     # One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
@@ -414,12 +389,12 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     all_checksums = hvd.allgather_object(summary["weights_checksum"])
     summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
     if rank == 0:
-        model.save(str(out_dir / "model"))
+        model.save(str(paths.model))
         from pipeline.plots import learning_curves, predicted_vs_true
 
-        learning_curves(history, out_dir / "learning_curves.png")
-        predicted_vs_true(pred, true, names, out_dir / "pred_vs_true.png")
-        write_json_atomic(out_dir / "summary.json", summary)
+        learning_curves(history, paths.learning_curves)
+        predicted_vs_true(pred, true, names, paths.predicted_vs_true)
+        write_json_atomic(paths.summary, summary)
     hvd.join()
     return summary
 
@@ -477,15 +452,16 @@ def _weights_checksum(model: Any) -> str:
 
 
 def _load_history(out_dir: Path) -> list[dict[str, Any]]:
-    path = out_dir / "metrics.json"
+    path = TrainPaths(out_dir).metrics
     return json.loads(path.read_text()) if path.exists() else []
 
 
 def _write_history(out_dir: Path, history: Sequence[Mapping[str, Any]]) -> None:
-    write_json_atomic(out_dir / "metrics.json", list(history))
+    paths = TrainPaths(out_dir)
+    write_json_atomic(paths.metrics, list(history))
     columns = list(history[0])
     lines = [",".join(columns)] + [",".join(_fmt(row[c]) for c in columns) for row in history]
-    write_text_atomic(out_dir / "metrics.csv", "\n".join(lines) + "\n")
+    write_text_atomic(paths.metrics_table, "\n".join(lines) + "\n")
 
 
 def _fmt(value: Any) -> str:

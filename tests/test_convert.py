@@ -91,7 +91,7 @@ def test_unchanged_fields_are_referenced_not_copied(tmp_path, serial):
     config = make_config(tmp_path, simulate={"samples": 4}, convert={"log1p": ["density"], "normalise": []})
     simulate(config["simulate"], tmp_path / "raw", serial)
     ingest(config, tmp_path / "raw", tmp_path / "ingest", serial)
-    convert(config, tmp_path / "ingest" / "manifest", tmp_path / "ingest" / "parts", tmp_path / "c", serial)
+    convert(config, tmp_path / "ingest", tmp_path / "c", serial)
     stems = list_parts(tmp_path / "c" / "parts")
     # one converted part per ingest part, of the same name
     assert [s.name for s in stems] == [s.name for s in list_parts(tmp_path / "ingest" / "parts")]

@@ -6,7 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from pipeline.directio import PAGE, AppendWriter, FileImages, read_ranges
+from pipeline.directio import PAGE, AppendWriter, FileContents, read_ranges
 from pipeline.fsutil import Checksum, file_checksum
 
 
@@ -90,7 +90,7 @@ def test_read_ranges_past_the_end_names_the_file(tmp_path):
         read_ranges([(path, 900, 200)], True, np.zeros(0, np.uint8))
 
 
-def test_file_images_in_order_with_errors_and_large_files(directory):
+def test_file_contents_in_order_with_errors_and_large_files(directory):
     # empty, tiny, a page, a cube file, larger than a buffer, exactly a buffer (1 MB), a small one after them
     sizes = [0, 1, 4096, 137_228, 3 << 20, 1 << 20, 5000]
     paths = []
@@ -101,7 +101,7 @@ def test_file_images_in_order_with_errors_and_large_files(directory):
     paths.append(directory / "skipped.nc")
     for depth, threads in [(0, 1), (1, 1), (3, 2), (32, 1), (32, 4)]:
         seen = []
-        for path, image in FileImages(paths, depth, True, lambda p: p.suffix == ".h5", threads):
+        for path, image in FileContents(paths, depth, True, lambda p: p.suffix == ".h5", threads):
             seen.append(path)
             if path.name == "missing.h5":
                 assert isinstance(image, FileNotFoundError)

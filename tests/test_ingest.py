@@ -233,7 +233,7 @@ def test_field_mapping_for_real_layouts(tmp_path, serial):
     assert ingest(config, root, tmp_path / "i2", serial)["accepted"] == 1
 
 
-def test_hdf5_layouts_read_alike_from_file_images(tmp_path):
+def test_hdf5_files_read_alike_from_their_bytes(tmp_path):
     """Contiguous data is taken from the file's bytes where HDF5 says it is; chunked, compressed and
     big-endian datasets must give the same values, and data cut off at the end of a file is rejected."""
     from pipeline.readers import FieldSpec, SampleError
@@ -252,7 +252,7 @@ def test_hdf5_layouts_read_alike_from_file_images(tmp_path):
             f.create_dataset("density", data=values, **options)
             f.attrs["sample_id"] = name
         image = np.fromfile(tmp_path / name, np.uint8)
-        arrays, sample_id = reader.read_image(image, tmp_path / name, [field], "sample_id")
+        arrays, sample_id = reader.read_contents(image, tmp_path / name, [field], "sample_id")
         assert sample_id == name and np.array_equal(arrays["density"], values), name
         assert arrays["density"].dtype == np.dtype(options.get("dtype", "<f4"))
     with h5py.File(tmp_path / "data_last.h5", "w", libver="latest") as f:
@@ -260,7 +260,7 @@ def test_hdf5_layouts_read_alike_from_file_images(tmp_path):
         f.create_dataset("density", data=values)  # allocated last: its bytes end the file
     image = np.fromfile(tmp_path / "data_last.h5", np.uint8)
     with pytest.raises(SampleError, match="truncated"):
-        reader.read_image(image[:-64], tmp_path / "data_last.h5", [field], "sample_id")
+        reader.read_contents(image[:-64], tmp_path / "data_last.h5", [field], "sample_id")
 
 
 def test_files_alike_are_read_from_their_remembered_layout_and_others_through_hdf5(tmp_path, monkeypatch):
@@ -268,7 +268,7 @@ def test_files_alike_are_read_from_their_remembered_layout_and_others_through_hd
     without HDF5, to the same arrays and ids; a changed structure byte, fixed-length ids and a layout
     that HDF5 contradicts all give what HDF5 gives."""
     from pipeline.readers import FieldSpec, SampleError
-    from pipeline.readers.hdf5 import HDF5Reader, Layout
+    from pipeline.readers.hdf5 import ByteTemplate, HDF5Reader
 
     opens = []
     real_open = h5py.h5f.open
@@ -279,7 +279,7 @@ def test_files_alike_are_read_from_their_remembered_layout_and_others_through_hd
     for i in range(6):
         density, params = rng.random((32, 32, 32), np.float32), rng.random(3, np.float32)
         cube_file(tmp_path / f"{i}.h5", f"cube-{i:04d}", density, params)
-        arrays, sample_id = reader.read_image(
+        arrays, sample_id = reader.read_contents(
             np.fromfile(tmp_path / f"{i}.h5", np.uint8), tmp_path, fields, "sample_id"
         )
         assert sample_id == f"cube-{i:04d}"
@@ -290,7 +290,7 @@ def test_files_alike_are_read_from_their_remembered_layout_and_others_through_hd
     name_at = image.tobytes().find(b"density")
     image[name_at + 6] = ord("x")  # the dataset is now called 'densitx': same size, other structure
     with pytest.raises(SampleError, match="missing field 'density'"):
-        reader.read_image(image, tmp_path, fields, "sample_id")
+        reader.read_contents(image, tmp_path, fields, "sample_id")
 
     fixed = HDF5Reader()  # ids in fixed-length strings: a shorter id is padded with NULs
     for name, sample_id in [("a.h5", b"abcdefgh"), ("b.h5", b"abcdefgh"), ("c.h5", b"ij"), ("d.h5", b"klm")]:
@@ -299,21 +299,21 @@ def test_files_alike_are_read_from_their_remembered_layout_and_others_through_hd
             f["params"] = np.zeros(3, "f4")
             f.attrs["sample_id"] = np.array(sample_id, "S8")
         image = np.fromfile(tmp_path / name, np.uint8)
-        assert fixed.read_image(image, tmp_path, fields, "sample_id")[1] == sample_id.decode()
+        assert fixed.read_contents(image, tmp_path, fields, "sample_id")[1] == sample_id.decode()
 
     liar = HDF5Reader()
     image = np.fromfile(tmp_path / "0.h5", np.uint8)
-    liar.read_image(image, tmp_path, fields, "sample_id")
-    key, layout = next(iter(liar._layouts.items()))
-    assert isinstance(layout, Layout)
-    assert sum(len(kept) for _, _, kept in layout.structure) < 8192  # the structure is kept, not the data
-    wrong = [(name, offset + 4, dtype, shape) for name, offset, dtype, shape in layout.fields]
-    liar._layouts[key] = Layout(layout.size, layout.structure, tuple(wrong), layout.id_range)
+    liar.read_contents(image, tmp_path, fields, "sample_id")
+    key, template = next(iter(liar._templates.items()))
+    assert isinstance(template, ByteTemplate)
+    assert sum(len(kept) for _, _, kept in template.structure) < 8192  # the structure is kept, not the data
+    wrong = [(name, offset + 4, dtype, shape) for name, offset, dtype, shape in template.fields]
+    liar._templates[key] = ByteTemplate(template.size, template.structure, tuple(wrong), template.id_range)
     image = np.fromfile(tmp_path / "1.h5", np.uint8)
-    arrays, _ = liar.read_image(image, tmp_path, fields, "sample_id")
+    arrays, _ = liar.read_contents(image, tmp_path, fields, "sample_id")
     with h5py.File(tmp_path / "1.h5") as f:
         assert np.array_equal(arrays["density"], f["density"][()])  # HDF5's reading, not the layout's
-    assert liar._layouts[key] is None  # and the layout is never used again
+    assert liar._templates[key] is None  # and the template is never used again
 
 
 def test_parts_are_a_shard_each_unless_ranks_would_go_without_work(tmp_path):

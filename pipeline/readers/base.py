@@ -52,8 +52,8 @@ class Reader(ABC):
 
     name: str
     suffixes: tuple[str, ...]
-    # True: `read_image` parses the file's bytes, which ingest reads itself (whole, ahead, direct I/O).
-    reads_images = False
+    # True: `read_contents` parses the file's bytes, which ingest reads itself (whole, ahead, direct I/O).
+    reads_contents = False
 
     @abstractmethod
     def read(
@@ -66,11 +66,11 @@ class Reader(ABC):
         """Every array in the file with its shape and dtype, without reading the data where the format
         allows. Raises SampleError for a file that cannot be opened."""
 
-    def read_image(
-        self, image: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
+    def read_contents(
+        self, contents: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
-        """As `read`, from the file's bytes (`path` names it in messages); for readers with reads_images.
-        The arrays may be views of `image`, valid as long as it is."""
+        """As `read`, from the file's bytes (`path` names it in messages); for readers with reads_contents.
+        The arrays may be views of `contents`, valid as long as it is."""
         raise NotImplementedError
 
 

@@ -1,18 +1,18 @@
 """HDF5 files via h5py's low-level API.
 
-Ingest reads each (small) file whole and this reader opens that image in memory (the `core` driver with a
-file image): one read per file instead of HDF5's many small metadata reads, which parallel file systems
-serve badly. `read` (from a path) does the same through the `core` driver. Contiguous datasets are not
-read through HDF5 at all: their arrays are views of the image's bytes where HDF5 says they are. The
-low-level calls cost about a quarter of the high-level `h5py.File` objects per file, which matters with
-millions of files.
+Ingest reads each (small) file whole and this reader opens those bytes in memory (the `core` driver
+with what HDF5 calls a file image): one read per file instead of HDF5's many small metadata reads, which
+parallel file systems serve badly. `read` (from a path) does the same through the `core` driver.
+Contiguous datasets are not read through HDF5 at all: their arrays are views of the file's bytes where
+HDF5 says they are. The low-level calls cost about a quarter of the high-level `h5py.File` objects per
+file, which matters with millions of files.
 
 Files written by the same simulator are alike byte for byte except for their data and their sample id
 (h5py records no times by default), and HDF5 interprets only its metadata bytes. So once HDF5 has opened
-one file of a size, the reader remembers where that file's fields and id are (a `Layout`); a later file
+one file of a size, the reader remembers where that file's fields and id are (a `ByteTemplate`); a later file
 of the same size whose every other byte equals that first file's has the same structure, and is read
 from those places without HDF5, which is the larger part of ingest's CPU time per file. Any other file,
-corrupt or laid out differently, goes through HDF5 as before; the first uses of each layout are checked
+corrupt or laid out differently, goes through HDF5 as before; the first uses of each template are checked
 against HDF5.
 """
 
@@ -34,29 +34,29 @@ _FILE_ACCESS.set_fapl_core(backing_store=False)
 Arrays = dict[str, np.ndarray]
 
 
-def _view(image: np.ndarray, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+def _view(contents: np.ndarray, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     """The array of this dtype and shape stored at `offset` in the file's bytes (no copy)."""
-    return image[offset : offset + dtype.itemsize * math.prod(shape)].view(dtype).reshape(shape)
+    return contents[offset : offset + dtype.itemsize * math.prod(shape)].view(dtype).reshape(shape)
 
 
 def _read_dataset(
-    file_id: h5py.h5f.FileID, field: FieldSpec, image: np.ndarray | None
+    file_id: h5py.h5f.FileID, field: FieldSpec, contents: np.ndarray | None
 ) -> tuple[np.ndarray, int | None]:
-    """The field's array and, when it is a view of `image`, its offset there."""
+    """The field's array and, when it is a view of `contents`, its offset there."""
     try:
         dataset = h5py.h5d.open(file_id, field.path.encode())
     except KeyError:
         raise SampleError(f"missing field '{field.name}': no dataset '{field.path}'") from None
     try:
         shape, dtype = dataset.shape, dataset.dtype
-        if image is not None and dtype.kind in "biufc" and not dtype.hasobject:
-            # Contiguous data stored in the image: a view of those bytes (no read through HDF5, no copy).
+        if contents is not None and dtype.kind in "biufc" and not dtype.hasobject:
+            # Contiguous data stored in the file's bytes: a view of those bytes (no read through HDF5, no copy).
             offset = dataset.get_offset()  # None for chunked, compressed, external or unwritten data
             if offset is not None:
                 nbytes = dtype.itemsize * math.prod(shape)
-                if offset + nbytes > image.size:
+                if offset + nbytes > contents.size:
                     raise SampleError(f"dataset '{field.path}' ends past the end of the file (truncated?)")
-                return as_array(_view(image, offset, dtype, shape), field), offset
+                return as_array(_view(contents, offset, dtype, shape), field), offset
         data = np.empty(shape, dtype=dtype)
         if data.size:
             dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, data)
@@ -76,7 +76,7 @@ def _read_root_attr(file_id: h5py.h5f.FileID, name: str) -> str:
 
 
 @dataclass
-class Layout:
+class ByteTemplate:
     """Where the fields and the sample id of one HDF5 file lie, and the rest of its bytes (its
     structure). It holds for any file of the same size whose structure bytes are the same."""
 
@@ -86,31 +86,31 @@ class Layout:
     id_range: tuple[int, int] | None
     checks_left: int = 2  # uses still compared with HDF5's reading
 
-    def matches(self, image: np.ndarray) -> bool:
-        return image.size == self.size and all(
-            image[start:stop].tobytes() == expected for start, stop, expected in self.structure
+    def matches(self, contents: np.ndarray) -> bool:
+        return contents.size == self.size and all(
+            contents[start:stop].tobytes() == expected for start, stop, expected in self.structure
         )
 
-    def read(self, image: np.ndarray) -> tuple[Arrays, str | None]:
-        arrays = {name: _view(image, offset, dtype, shape) for name, offset, dtype, shape in self.fields}
+    def read(self, contents: np.ndarray) -> tuple[Arrays, str | None]:
+        arrays = {name: _view(contents, offset, dtype, shape) for name, offset, dtype, shape in self.fields}
         if self.id_range is None:
             return arrays, None
         start, stop = self.id_range
         try:  # fixed-length strings are padded with NULs, which HDF5 drops
-            return arrays, image[start:stop].tobytes().rstrip(b"\0").decode()
+            return arrays, contents[start:stop].tobytes().rstrip(b"\0").decode()
         except UnicodeDecodeError as e:
             raise SampleError(f"sample id is not UTF-8 text: {e}") from None
 
 
-def learn_layout(
-    image: np.ndarray, arrays: Arrays, offsets: dict[str, int | None], sample_id: str | None, id_attr: str | None
-) -> Layout | None:
-    """The layout of a file HDF5 has just read, or None when it cannot be told from the bytes alone:
+def learn_template(
+    contents: np.ndarray, arrays: Arrays, offsets: dict[str, int | None], sample_id: str | None, id_attr: str | None
+) -> ByteTemplate | None:
+    """The template of a file HDF5 has just read, or None when it cannot be told from the bytes alone:
     a field not stored contiguously, or an id whose text is not found exactly once outside the data."""
     places = {name: offset for name, offset in offsets.items() if offset is not None}
     if len(places) < len(offsets):
         return None
-    template = image.tobytes()
+    template = contents.tobytes()
     data = sorted((offset, offset + arrays[name].nbytes) for name, offset in places.items())
     variable = list(data)
     id_range = None
@@ -129,13 +129,13 @@ def learn_layout(
     structure, position = [], 0
     for start, stop in sorted(variable):
         if start < position:
-            return None  # overlapping ranges: not a layout this simple scheme can hold
+            return None  # overlapping ranges: not a template this simple scheme can hold
         structure.append((position, start))
         position = stop
     structure.append((position, len(template)))
     fields = tuple((name, offset, arrays[name].dtype, arrays[name].shape) for name, offset in places.items())
     kept = tuple((a, b, template[a:b]) for a, b in structure if b > a)  # the structure only, not the data
-    return Layout(len(template), kept, fields, id_range)
+    return ByteTemplate(len(template), kept, fields, id_range)
 
 
 def same_array(a: np.ndarray, b: np.ndarray) -> bool:
@@ -145,13 +145,13 @@ def same_array(a: np.ndarray, b: np.ndarray) -> bool:
 class HDF5Reader(Reader):
     name = "hdf5"
     suffixes = (".h5", ".hdf5", ".hdf", ".he5")
-    reads_images = True
-    max_layouts = 16  # file sizes remembered (all different in, for example, the trace family)
+    reads_contents = True
+    max_templates = 16  # file sizes remembered (all different in, for example, the trace family)
 
     def __init__(self) -> None:
-        self._image_access: h5py.h5p.PropFAID | None = None  # reused: set_file_image replaces the image
-        # By (size, fields, id attribute); None: a file of that size could not give a layout.
-        self._layouts: dict[tuple[int, tuple[FieldSpec, ...], str | None], Layout | None] = {}
+        self._image_access: h5py.h5p.PropFAID | None = None  # reused: set_file_image replaces the contents
+        # By (size, fields, id attribute); None: a file of that size could not give a template.
+        self._templates: dict[tuple[int, tuple[FieldSpec, ...], str | None], ByteTemplate | None] = {}
 
     def read(self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None) -> tuple[Arrays, str | None]:
         arrays, _, sample_id = self._read(str(path).encode(), _FILE_ACCESS, fields, id_attr, None)
@@ -173,35 +173,35 @@ class HDF5Reader(Reader):
             texts = {name: scalar_text(value) for name, value in f.attrs.items()}
             return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None})
 
-    def read_image(
-        self, image: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
+    def read_contents(
+        self, contents: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[Arrays, str | None]:
-        key = (image.size, tuple(fields), id_attr)
-        layout = self._layouts.get(key)
-        if layout is not None and layout.matches(image):
-            if not layout.checks_left:
-                return layout.read(image)
-            arrays, sample_id = layout.read(image)
-            checked, _, checked_id = self._read_image(image, fields, id_attr)
+        key = (contents.size, tuple(fields), id_attr)
+        template = self._templates.get(key)
+        if template is not None and template.matches(contents):
+            if not template.checks_left:
+                return template.read(contents)
+            arrays, sample_id = template.read(contents)
+            checked, _, checked_id = self._read_image(contents, fields, id_attr)
             if checked_id == sample_id and all(same_array(arrays[k], v) for k, v in checked.items()):
-                layout.checks_left -= 1
+                template.checks_left -= 1
             else:
-                self._layouts[key] = None  # HDF5 disagrees: never use this layout again
+                self._templates[key] = None  # HDF5 disagrees: never use this template again
             return checked, checked_id
-        arrays, offsets, sample_id = self._read_image(image, fields, id_attr)
-        if key not in self._layouts and len(self._layouts) < self.max_layouts:
-            self._layouts[key] = learn_layout(image, arrays, offsets, sample_id, id_attr)
+        arrays, offsets, sample_id = self._read_image(contents, fields, id_attr)
+        if key not in self._templates and len(self._templates) < self.max_templates:
+            self._templates[key] = learn_template(contents, arrays, offsets, sample_id, id_attr)
         return arrays, sample_id
 
     def _read_image(
-        self, image: np.ndarray, fields: Sequence[FieldSpec], id_attr: str | None
+        self, contents: np.ndarray, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[Arrays, dict[str, int | None], str | None]:
         if self._image_access is None:
             self._image_access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
             self._image_access.set_fapl_core(backing_store=False)
-        self._image_access.set_file_image(image)  # HDF5 copies it: the caller's buffer is free again
-        # The name only labels the image (a path would make HDF5 look for that file on disk).
-        return self._read(b"sim2dl-file-image", self._image_access, fields, id_attr, image)
+        self._image_access.set_file_image(contents)  # HDF5 copies it: the caller's buffer is free again
+        # The name only labels the contents (a path would make HDF5 look for that file on disk).
+        return self._read(b"sim2dl-file-contents", self._image_access, fields, id_attr, contents)
 
     def _read(
         self,
@@ -209,7 +209,7 @@ class HDF5Reader(Reader):
         access: h5py.h5p.PropFAID,
         fields: Sequence[FieldSpec],
         id_attr: str | None,
-        image: np.ndarray | None,
+        contents: np.ndarray | None,
     ) -> tuple[Arrays, dict[str, int | None], str | None]:
         try:
             file_id = h5py.h5f.open(name, h5py.h5f.ACC_RDONLY, fapl=access)
@@ -218,7 +218,7 @@ class HDF5Reader(Reader):
         try:
             arrays, offsets = {}, {}
             for field in fields:
-                arrays[field.name], offsets[field.name] = _read_dataset(file_id, field, image)
+                arrays[field.name], offsets[field.name] = _read_dataset(file_id, field, contents)
             sample_id = _read_root_attr(file_id, id_attr) if id_attr is not None else None
             return arrays, offsets, sample_id
         except (OSError, RuntimeError, KeyError, ValueError) as e:
