@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
 import os
 import resource
 import shlex
@@ -374,8 +375,21 @@ TOOLS: dict[str, tuple[str, Any]] = {
 }
 
 
+def _log_to_stderr() -> None:
+    """sim2dl's own messages (loggers `pipeline.*`) go to stderr, as they come; stdout carries only each
+    step's one-line JSON summary. Other libraries' loggers are left as they are."""
+    logger = logging.getLogger("pipeline")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _log_to_stderr()
     if argv[:1] and argv[0] in TOOLS:
         return TOOLS[argv[0]][1](argv[1:])
     args = build_parser().parse_args(argv)

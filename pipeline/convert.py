@@ -28,7 +28,7 @@ from pipeline.paths import ConvertPaths, IngestPaths
 from pipeline.progress import progress_bar
 from pipeline.readers import SampleError
 from pipeline.records import Part, PartWriter, clear_parts, list_parts
-from pipeline.tables import REJECT_COLUMNS, write_csv
+from pipeline.tables import REJECT_COLUMNS, Reject, write_csv
 
 
 @dataclass
@@ -165,7 +165,7 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
                 try:
                     samples = transform(arrays, settings)
                 except SampleError as e:
-                    rejects.append((meta["source"], meta["sample_id"], str(e)))
+                    rejects.append(Reject(meta["source"], meta["sample_id"], str(e)))
                     continue
                 for k, sample in enumerate(samples):
                     for field, s in stats.items():

@@ -50,7 +50,7 @@ from pipeline.paths import IngestPaths
 from pipeline.progress import progress
 from pipeline.readers import FieldSpec, SampleError, reader_for
 from pipeline.records import PartWriter, clear_parts, part_stem
-from pipeline.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, write_csv, write_parquet
+from pipeline.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_csv, write_parquet
 from pipeline.writers import WRITERS
 
 LISTING_CHUNK = 65_536  # names turned into one array at a time while listing
@@ -347,7 +347,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     about = {"framing": writer_class.format, "shard_bytes": shard_bytes} if framing else {}
     hashed = np.empty(len(mine), HASHED)
     accepted = rejected = 0
-    rejects: list[tuple[str, str, str]] = []
+    rejects: list[Reject] = []
     part: PartWriter | None = None
     piece: ManifestPiece | None = None
     try:
@@ -371,7 +371,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
                 arrays, sample_id, nbytes = read_one(path, contents, root, source, fields, settings["check_finite"])
             except SampleError as e:
                 piece.add(path=str(path), bytes=_size_or_zero(path), status="rejected", reason=str(e), sample_id="")
-                rejects.append((str(path), "", str(e)))
+                rejects.append(Reject(str(path), "", str(e)))
                 rejected += 1
                 continue
             length = record_length(arrays, config["convert"]["features"][0])
@@ -409,7 +409,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
 
 def mark_duplicates(
     paths: IngestPaths, found: np.ndarray, firsts: Sequence[str], chunk: int, chunks: int
-) -> list[tuple[str, str, str]]:
+) -> list[Reject]:
     """Mark the duplicates this rank holds as rejected in their parts' manifests (rewritten atomically);
     returns their rejects rows."""
     rejects = []
@@ -423,7 +423,7 @@ def mark_duplicates(
             sample_id = columns["sample_id"][row]
             reason = f"duplicate sample id '{sample_id}' (first seen in {first_path})"
             columns["status"][row], columns["reason"][row] = "rejected", reason
-            rejects.append((columns["path"][row], sample_id, reason))
+            rejects.append(Reject(columns["path"][row], sample_id, reason))
         write_parquet(path, columns, MANIFEST_SCHEMA)
     return rejects
 
@@ -437,7 +437,7 @@ def _size_or_zero(path: Path) -> int:
 
 def finish(
     paths: IngestPaths,
-    gathered: Sequence[Sequence[tuple[str, str, str]]],
+    gathered: Sequence[Sequence[Reject]],
     counts: Mapping[str, int],
     max_reject_fraction: float,
     chunk: int,
@@ -449,7 +449,7 @@ def finish(
     write_csv(paths.rejects, REJECT_COLUMNS, rejects)
     fraction = counts["rejected"] / counts["inputs"]
     if fraction > max_reject_fraction:
-        shown = "\n".join(f"  {p}: {r}" for p, _, r in rejects[:5])
+        shown = "\n".join(f"  {r.path}: {r.reason}" for r in rejects[:5])
         return (
             f"{counts['rejected']} of {counts['inputs']} input files rejected ({fraction:.1%}), more than "
             f"ingest.max_reject_fraction={max_reject_fraction:g}; see {paths.rejects}:\n{shown}"

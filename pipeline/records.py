@@ -142,6 +142,10 @@ class PartWriter:
 
 
 PARSE_BATCH = 8192  # index lines parsed at a time: the transient Python objects of a parse
+# A field entry in a part's index line is a JSON list, compact because there is one per field per record:
+# [byte offset, dtype string, shape] in the part's own .bin, plus the relative path of another part's .bin
+# when the bytes lie there (a reference). Written by PartWriter.append, read by FieldColumn.add.
+OFFSET, DTYPE, SHAPE, REF = range(4)
 
 
 class FieldColumn:
@@ -156,23 +160,24 @@ class FieldColumn:
         self._pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def add(self, entries: Sequence[Sequence[Any]]) -> None:
+        """A batch of field entries (OFFSET, DTYPE, SHAPE[, REF]: see above)."""
         for e in entries:
-            if e[1] not in self._codes:
-                self._codes[e[1]] = len(self.dtypes)
-                self.dtypes.append(np.dtype(e[1]))
-            ref = e[3] if len(e) > 3 else ""
+            if e[DTYPE] not in self._codes:
+                self._codes[e[DTYPE]] = len(self.dtypes)
+                self.dtypes.append(np.dtype(e[DTYPE]))
+            ref = e[REF] if len(e) > REF else ""
             if ref not in self._ref_codes:
                 self._ref_codes[ref] = len(self.refs)
                 self.refs.append(ref)
-        ndims = {len(e[2]) for e in entries}
+        ndims = {len(e[SHAPE]) for e in entries}
         if len(ndims) > 1 or (self._pieces and ndims and ndims != {self._pieces[0][2].shape[1]}):
             raise OSError(f"records of one part hold a field with different numbers of axes ({sorted(ndims)})")
         self._pieces.append(
             (
-                np.fromiter((e[0] for e in entries), np.int64, len(entries)),
-                np.fromiter((self._codes[e[1]] for e in entries), np.int16, len(entries)),
-                np.array([e[2] for e in entries], np.int32).reshape(len(entries), ndims.pop() if ndims else 0),
-                np.fromiter((self._ref_codes[e[3] if len(e) > 3 else ""] for e in entries), np.int16, len(entries)),
+                np.fromiter((e[OFFSET] for e in entries), np.int64, len(entries)),
+                np.fromiter((self._codes[e[DTYPE]] for e in entries), np.int16, len(entries)),
+                np.array([e[SHAPE] for e in entries], np.int32).reshape(len(entries), ndims.pop() if ndims else 0),
+                np.fromiter((self._ref_codes[e[REF] if len(e) > REF else ""] for e in entries), np.int16, len(entries)),
             )
         )
 

@@ -21,6 +21,7 @@ directory, so tests and benchmarks can exercise 2-4 "nodes".
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import shutil
@@ -41,6 +42,8 @@ from pipeline.fsutil import Checksum, atomic_path, file_checksum, remove_stale_t
 from pipeline.parallel import all_ok
 from pipeline.paths import MergedPaths, StagedPaths
 from pipeline.reader import tfrecord_index
+
+log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
 
 MAX_CHUNK_BYTES = (1 << 31) - 1  # MPI counts are C ints
 READ_AHEAD_BYTES = 32 << 20  # requested from storage ahead of the chunk being sent
@@ -191,6 +194,21 @@ def plan(per_node: Mapping[int, Sequence[Source]], topo: Topology) -> list[Trans
     return transfers
 
 
+def chunk_messages(src: Source, chunk: int) -> list[list[tuple[Path, int, int]]]:
+    """The messages of a source: consecutive pieces packed into chunks of at most `chunk` bytes."""
+    messages: list[list[tuple[Path, int, int]]] = [[]]
+    filled = 0
+    for path, offset, length in src.pieces:
+        while length:
+            if filled == chunk:
+                messages.append([])
+                filled = 0
+            take = min(length, chunk - filled)
+            messages[-1].append((path, offset, take))
+            offset, length, filled = offset + take, length - take, filled + take
+    return [m for m in messages if m]
+
+
 def verify_existing(path: Path, src: Source) -> bool:
     """A staged file from an earlier run counts only if it is complete and its checksum matches."""
     if not path.exists() or path.stat().st_size != src.size:
@@ -305,18 +323,7 @@ class Copier:
         return self.sources.bytes_read
 
     def chunks(self, src: Source) -> list[list[tuple[Path, int, int]]]:
-        """The messages of a source: consecutive pieces packed into chunks of at most `self.chunk` bytes."""
-        messages: list[list[tuple[Path, int, int]]] = [[]]
-        filled = 0
-        for path, offset, length in src.pieces:
-            while length:
-                if filled == self.chunk:
-                    messages.append([])
-                    filled = 0
-                take = min(length, self.chunk - filled)
-                messages[-1].append((path, offset, take))
-                offset, length, filled = offset + take, length - take, filled + take
-        return [m for m in messages if m]
+        return chunk_messages(src, self.chunk)
 
     @staticmethod
     def message_bytes(message: Sequence[tuple[Path, int, int]]) -> int:
@@ -592,10 +599,7 @@ def ensure_staged(
         assert node_dir is not None
         return node_dir, stage_summary
     if topo.rank == 0:
-        print(
-            f"sim2dl: staged files missing or for another placement of ranks ({stage_summary}): staging again",
-            flush=True,
-        )
+        log.info("sim2dl: staged files missing or for another placement of ranks (%s): staging again", stage_summary)
     stage(config, merged_dir, restage_summary, comm)
     node_dir = staged_node_dir(restage_summary, topo)
     if node_dir is None:

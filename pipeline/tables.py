@@ -16,7 +16,7 @@ import csv
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,7 +41,17 @@ PROVENANCE_SCHEMA = pa.schema(
     [("shard", pa.int64()), ("record", pa.int64()), ("sample_id", pa.string()), ("source", pa.string())]
 )
 MANIFEST_COLUMNS = tuple(MANIFEST_SCHEMA.names)
-REJECT_COLUMNS = ("path", "sample_id", "reason")
+
+
+class Reject(NamedTuple):
+    """One line of a rejects list: the input file, its sample id (empty when it could not be read), why."""
+
+    path: str
+    sample_id: str
+    reason: str
+
+
+REJECT_COLUMNS = Reject._fields
 
 
 def write_parquet(path: Path, columns: Mapping[str, Sequence[Any]], schema: pa.Schema) -> None:

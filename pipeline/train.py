@@ -19,6 +19,7 @@ summary with R^2 per label on the validation set.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -35,6 +36,8 @@ from pipeline.fsutil import write_json_atomic, write_text_atomic
 from pipeline.models import build_model
 from pipeline.parallel import all_ok
 from pipeline.paths import StagedPaths, TrainPaths
+
+log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
 
 VALIDATION_BUCKETS = 1000
 MODELS = ("cosmoflow", "sequence")
@@ -105,7 +108,7 @@ def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
 def discard_foreign_checkpoints(ckpt_dir: Path, key: str) -> None:
     key_file = ckpt_dir / "settings.json"
     if ckpt_dir.exists() and (not key_file.exists() or key_file.read_text() != key):
-        print(f"sim2dl train: settings or data changed since {ckpt_dir} was written: starting afresh", flush=True)
+        log.info("sim2dl train: settings or data changed since %s was written: starting afresh", ckpt_dir)
         shutil.rmtree(ckpt_dir)
     if not key_file.exists():
         write_text_atomic(key_file, key)
@@ -319,7 +322,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     if rank == 0:
         start = {"ranks": size, "steps_per_epoch": steps, "train_records_per_rank": n_train,
                  "resume_from_epoch": start_epoch, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
-        print(json.dumps({"train": start}), flush=True)
+        log.info(json.dumps({"train": start}))
         # Every start of training, kept across retries (Snakemake clears a job's log when it starts).
         out_dir.mkdir(parents=True, exist_ok=True)
         with open(paths.attempts, "a") as attempts:
@@ -369,7 +372,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             # history back to it (the other order would lose this epoch's row for good).
             _write_history(out_dir, history)
             manager.save()
-            print(json.dumps(row), flush=True)
+            log.info(json.dumps(row))
     # Final evaluation (the last epoch's, unless a resumed run had no epoch left), model and plots.
     val_loss, pred, true = (
         evaluation

@@ -35,8 +35,10 @@ def train(tmp_path, staged, ranks=2, check=True, **settings):
 
 def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     proc = train(tmp_path, staged)
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
     assert lines[0]["train"]["ranks"] == 2
+    out = proc.stdout.strip().splitlines()  # stdout: only the step's summary; progress went to stderr
+    assert len(out) == 1 and json.loads(out[0])["step"] == "train"
     summary = json.loads((tmp_path / "train" / "summary.json").read_text())
     assert summary["ranks"] == 2 and summary["weights_identical_across_ranks"]
     history = json.loads((tmp_path / "train" / "metrics.json").read_text())
@@ -64,7 +66,7 @@ def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
     assert not (out / "summary.json").exists()
 
     rerun = run_cli(["train", "--config", str(path), "--out", str(out)], ranks=2, timeout=600)
-    start = json.loads(next(line for line in rerun.stdout.splitlines() if line.startswith('{"train"')))
+    start = json.loads(next(line for line in rerun.stderr.splitlines() if line.startswith('{"train"')))
     assert start["train"]["resume_from_epoch"] >= done - 1 >= 1  # a checkpoint per epoch; the last may be cut
     history = json.loads(metrics.read_text())
     assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5, 6]
@@ -93,7 +95,7 @@ def test_purged_node_local_files_are_staged_again(tmp_path, staged):
     before = file_checksum(os.path.join(node, victim))
     os.remove(os.path.join(node, victim))
     proc = train(tmp_path, staged, epochs=1)
-    assert "staging again" in proc.stdout
+    assert "staging again" in proc.stderr
     assert file_checksum(os.path.join(node, victim)) == before
     restaged = json.loads((tmp_path / "train" / "restaged.json").read_text())
     assert restaged["skipped_already_staged"] == len(os.listdir(node)) - 2  # all but the victim and staged.json
@@ -103,10 +105,10 @@ def test_purged_node_local_files_are_staged_again(tmp_path, staged):
 def test_changed_settings_do_not_resume_an_old_checkpoint(tmp_path, staged):
     train(tmp_path, staged, epochs=1)
     proc = train(tmp_path, staged, epochs=1, learning_rate=0.004)
-    assert "starting afresh" in proc.stdout
-    assert '"resume_from_epoch": 0' in proc.stdout
+    assert "starting afresh" in proc.stderr
+    assert '"resume_from_epoch": 0' in proc.stderr
     proc = train(tmp_path, staged, epochs=2, learning_rate=0.004)  # more epochs of the same run: resumed
-    assert '"resume_from_epoch": 1' in proc.stdout
+    assert '"resume_from_epoch": 1' in proc.stderr
 
 
 def test_trace_family_trains_a_sequence_model_with_length_buckets(tmp_path):
@@ -158,7 +160,7 @@ def test_splits_train_on_train_and_validate_on_the_whole_validation_split(tmp_pa
     splits = meta["splits"]
     assert splits["train"]["records"] + splits["validation"]["records"] == 96 and splits["validation"]["shards"] >= 2
     proc = run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train")], ranks=2, timeout=600)
-    start = next(json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"train"'))["train"]
+    start = next(json.loads(line) for line in proc.stderr.splitlines() if line.startswith('{"train"'))["train"]
     summary = json.loads((tmp_path / "train" / "summary.json").read_text())
     # every validation record once (its shards dealt to the ranks), none held out of the training files
     assert summary["validation_records"] == splits["validation"]["records"]
