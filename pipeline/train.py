@@ -25,13 +25,14 @@ import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.dataset import READ_BUFFER_BYTES, decode_field, feature_description, load_metadata
+from pipeline.dataset import READ_BUFFER_BYTES, decode_field, feature_description, fixed, load_metadata
 from pipeline.fsutil import write_json_atomic, write_text_atomic
 from pipeline.models import build_model
 from pipeline.parallel import all_ok
@@ -160,7 +161,6 @@ def input_pipeline(
 
     feature, labels = fields(meta)
     spec = meta["feature_spec"]
-    fixed = all(d is not None for d in spec[feature]["shape"])
     names = tf.data.Dataset.from_tensor_slices([str(f) for f in files])
     if training:
         names = names.shuffle(len(files), seed=epoch_seed, reshuffle_each_iteration=True).repeat()
@@ -204,7 +204,7 @@ def input_pipeline(
         return features_and_labels(tf.io.parse_single_example(record, description), False)
 
     batch = settings["batch_size"]
-    if fixed:
+    if fixed(spec[feature]):
         ds = ds.batch(batch, drop_remainder=training).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
     else:
         # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
@@ -236,7 +236,87 @@ def learning_rate(settings: Mapping[str, Any], size: int, epoch_progress: float)
     return start + (target - start) * epoch_progress / warmup
 
 
+@dataclass
+class RankData:
+    """What one rank trains and validates on: its staged files (or its record shard of them), the hash
+    hold-out fraction (None with splits), and the steps per epoch every rank takes."""
+
+    files: list[Path]
+    shard: tuple[int, int] | None
+    validation_files: list[Path]
+    validation_shard: tuple[int, int] | None
+    fraction: float | None
+    records: int
+    steps: int
+
+
+def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,
+              paths: TrainPaths, comm: Any, rank: int) -> RankData:  # fmt: skip
+    """The staged files this rank reads (staging again if this node's copies are gone), and the steps
+    per epoch: the fewest any rank's records allow."""
+    from pipeline.stage import ensure_staged, topology
+
+    settings = config["train"]
+    topo = topology(comm, config["stage"]["emulate_nodes"])
+    node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
+    listing = json.loads(StagedPaths(node_dir).listing.read_text())
+    local_ranks = topo.node_ranks[topo.node]
+    local = (local_ranks.index(rank), len(local_ranks))
+    if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
+        files, shard = rank_files(listing, node_dir, *local, "train")
+        validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation")
+        fraction = None
+    else:  # one set of shards: validation records are held out by a hash of their sample ids
+        files, shard = rank_files(listing, node_dir, *local)
+        validation_files, validation_shard = files, shard
+        fraction = settings["validation_fraction"]
+    n_train, _ = count_records(files, fraction, shard)
+    steps = int(comm.allreduce(n_train, op=_mpi_min())) // settings["batch_size"]
+    if steps == 0:
+        raise Sim2dlError(f"rank {rank}: {n_train} training records, fewer than one batch of {settings['batch_size']}")
+    return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps)
+
+
+def model_for(settings: Mapping[str, Any], meta: Mapping[str, Any]) -> Any:
+    """The configured model for the dataset's feature shape and label count."""
+    feature, labels = fields(meta)
+    shape = list(meta["feature_spec"][feature]["shape"])
+    if settings["model"] == "cosmoflow" and len(shape) == 3:
+        shape.append(1)
+    if settings["model"] == "sequence":
+        shape[0] = None
+    n_outputs = sum(int(np.prod(meta["feature_spec"][n]["shape"])) for n in labels)
+    return build_model(settings, shape, n_outputs)
+
+
+@dataclass
+class Restored:
+    manager: Any  # tf.train.CheckpointManager
+    epoch: Any  # tf.Variable: epochs done, saved with the checkpoint
+    start_epoch: int
+    history: list[dict[str, Any]]
+
+
+def restore(settings: Mapping[str, Any], meta: Mapping[str, Any], paths: TrainPaths, model: Any, optimizer: Any,
+            comm: Any, rank: int) -> Restored:  # fmt: skip
+    """The latest checkpoint of the same settings and data, if any, and the history up to it."""
+    import tensorflow as tf
+
+    epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
+    if rank == 0:
+        discard_foreign_checkpoints(paths.checkpoints, resume_key(settings, meta))
+    comm.barrier()
+    manager = tf.train.CheckpointManager(checkpoint, str(paths.checkpoints), max_to_keep=2)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint)
+    start_epoch = int(epoch_var.numpy())
+    history = _load_history(paths.root)[:start_epoch] if start_epoch else []
+    return Restored(manager, epoch_var, start_epoch, history)
+
+
 def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Set up (settings checked, Horovod, this rank's data, the model), restore, run the epochs, finish."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
@@ -257,50 +337,12 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
         tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-
-    from pipeline.stage import ensure_staged, topology
-
     paths = TrainPaths(out_dir)
-    topo = topology(comm, config["stage"]["emulate_nodes"])
-    node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
-    listing = json.loads(StagedPaths(node_dir).listing.read_text())
-    local_ranks = topo.node_ranks[topo.node]
-    local = (local_ranks.index(rank), len(local_ranks))
-    if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
-        files, shard = rank_files(listing, node_dir, *local, "train")
-        validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation")
-        fraction = None
-    else:  # one set of shards: validation records are held out by a hash of their sample ids
-        files, shard = rank_files(listing, node_dir, *local)
-        validation_files, validation_shard = files, shard
-        fraction = settings["validation_fraction"]
-    n_train, _ = count_records(files, fraction, shard)
-    steps = int(comm.allreduce(n_train, op=_mpi_min())) // settings["batch_size"]
-    if steps == 0:
-        raise Sim2dlError(f"rank {rank}: {n_train} training records, fewer than one batch of {settings['batch_size']}")
-
-    feature, labels = fields(meta)
-    shape = list(meta["feature_spec"][feature]["shape"])
-    if settings["model"] == "cosmoflow" and len(shape) == 3:
-        shape.append(1)
-    if settings["model"] == "sequence":
-        shape[0] = None
-    n_outputs = sum(int(np.prod(meta["feature_spec"][n]["shape"])) for n in labels)
-    model = build_model(settings, shape, n_outputs)
+    data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, rank)
+    model = model_for(settings, meta)
     optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
-    epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
-    ckpt_dir = paths.checkpoints
-    if rank == 0:
-        discard_foreign_checkpoints(ckpt_dir, resume_key(settings, meta))
-    comm.barrier()
-    manager = tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=2)
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint)
-    start_epoch = int(epoch_var.numpy())
-    history = _load_history(out_dir) if start_epoch else []
-    history = history[:start_epoch]
-
+    restored = restore(settings, meta, paths, model, optimizer, comm, rank)
+    history = restored.history
     loss_fn = tf.keras.losses.MeanSquaredError()
 
     @tf.function
@@ -319,67 +361,70 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     def predict(x: Any) -> Any:
         return model(x, training=False)
 
+    def validate() -> tuple[float, np.ndarray, np.ndarray]:
+        return _validate(data.validation_files, meta, settings, data.validation_shard, data.fraction, predict, hvd)
+
     if rank == 0:
-        start = {"ranks": size, "steps_per_epoch": steps, "train_records_per_rank": n_train,
-                 "resume_from_epoch": start_epoch, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
+        start = {"ranks": size, "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
+                 "resume_from_epoch": restored.start_epoch, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
         log.info(json.dumps({"train": start}))
         # Every start of training, kept across retries (Snakemake clears a job's log when it starts).
         out_dir.mkdir(parents=True, exist_ok=True)
         with open(paths.attempts, "a") as attempts:
             attempts.write(json.dumps({**start, "time": time.time()}) + "\n")
-    first = True
     # One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
     # reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay).
-    iterator = iter(
-        input_pipeline(
-            files,
-            meta,
-            settings,
-            training=True,
-            shard=shard,
-            epoch_seed=settings["seed"] * 1000 + start_epoch,
-            fraction=fraction,
-        )
-    )
-    evaluation = None
-    for epoch in range(start_epoch, settings["epochs"]):
-        waited = 0.0
-        losses = []
+    seed = settings["seed"] * 1000 + restored.start_epoch
+    iterator = iter(input_pipeline(data.files, meta, settings, training=True, shard=data.shard, epoch_seed=seed,
+                                   fraction=data.fraction))  # fmt: skip
+
+    def one_epoch(epoch: int, first: bool) -> tuple[dict[str, Any], tuple[float, np.ndarray, np.ndarray]]:
+        """The steps of one epoch, then validation: the epoch's row of metrics (averaged over ranks) and
+        the validation (loss, predictions, truth)."""
+        waited, losses = 0.0, []
         epoch_start = time.perf_counter()
-        for step in range(steps):
-            optimizer.learning_rate.assign(learning_rate(settings, size, epoch + step / steps))
+        for step in range(data.steps):
+            optimizer.learning_rate.assign(learning_rate(settings, size, epoch + step / data.steps))
             t0 = time.perf_counter()
             x, y = next(iterator)
             waited += time.perf_counter() - t0
-            losses.append(float(train_step(x, y, first)))
-            first = False
+            losses.append(float(train_step(x, y, first and step == 0)))
         seconds = time.perf_counter() - epoch_start
-        evaluation = _validate(validation_files, meta, settings, validation_shard, fraction, predict, hvd)
-        val_loss = evaluation[0]
-        row = {
+        evaluation = validate()
+        rate = data.steps * settings["batch_size"] / seconds
+        return {
             "epoch": epoch + 1,
             "loss": float(hvd.allreduce(tf.constant(np.mean(losses)), op=hvd.Average)),
-            "val_loss": val_loss,
-            "samples_per_s": float(hvd.allreduce(tf.constant(steps * settings["batch_size"] / seconds), op=hvd.Sum)),
+            "val_loss": evaluation[0],
+            "samples_per_s": float(hvd.allreduce(tf.constant(rate), op=hvd.Sum)),
             "input_wait_fraction": float(hvd.allreduce(tf.constant(waited / seconds), op=hvd.Average)),
             "learning_rate": float(optimizer.learning_rate.numpy()),
             "seconds": seconds,
-        }
+        }, evaluation
+
+    evaluation = None
+    for epoch in range(restored.start_epoch, settings["epochs"]):
+        row, evaluation = one_epoch(epoch, first=epoch == restored.start_epoch)
         history.append(row)
-        epoch_var.assign(epoch + 1)
+        restored.epoch.assign(epoch + 1)
         if rank == 0:
             # History first: a kill between the two leaves the older checkpoint, whose resume truncates the
             # history back to it (the other order would lose this epoch's row for good).
             _write_history(out_dir, history)
-            manager.save()
+            restored.manager.save()
             log.info(json.dumps(row))
-    # Final evaluation (the last epoch's, unless a resumed run had no epoch left), model and plots.
-    val_loss, pred, true = (
-        evaluation
-        if evaluation is not None
-        else _validate(validation_files, meta, settings, validation_shard, fraction, predict, hvd)
-    )
-    names = _label_names(meta, labels, config)
+    # The final evaluation: the last epoch's, unless a resumed run had no epoch left.
+    return finish(config, meta, model, history, evaluation or validate(), paths, size, rank, hvd)
+
+
+def finish(config: Mapping[str, Any], meta: Mapping[str, Any], model: Any, history: Sequence[Mapping[str, Any]],
+           evaluation: tuple[float, np.ndarray, np.ndarray], paths: TrainPaths, size: int, rank: int,
+           hvd: Any) -> dict[str, Any]:  # fmt: skip
+    """The summary of the final evaluation (with a check that every rank holds the same weights), and on
+    rank 0 the model, the figures and summary.json."""
+    settings = config["train"]
+    val_loss, pred, true = evaluation
+    names = _label_names(meta, fields(meta)[1], config)
     summary = {
         "epochs": settings["epochs"],
         "ranks": size,
