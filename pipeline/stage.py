@@ -128,15 +128,16 @@ def shard_sources(merged_dir: Path, meta: Mapping[str, Any]) -> list[Source]:
     return sources
 
 
-def partition(sources: Sequence[Source], nodes: int) -> list[list[Source]]:
-    """Balanced by bytes: largest first, each to the node with the fewest bytes so far."""
+def spread_over_nodes(sources: Sequence[Source], nodes: int) -> list[list[Source]]:
+    """stage.mode 'partition' (the config value keeps its name; 'part' is ingest's word): balanced by
+    bytes, largest first, each to the node with the fewest bytes so far."""
     loads = [0] * nodes
-    parts: list[list[Source]] = [[] for _ in range(nodes)]
+    shares: list[list[Source]] = [[] for _ in range(nodes)]
     for src in sorted(sources, key=lambda s: (-s.size, s.name)):
         k = loads.index(min(loads))
-        parts[k].append(src)
+        shares[k].append(src)
         loads[k] += src.size
-    return [sorted(p, key=lambda s: s.name) for p in parts]
+    return [sorted(p, key=lambda s: s.name) for p in shares]
 
 
 def sample_sources(
@@ -470,7 +471,7 @@ def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm:
     if mode == "replica":
         per_node = {k: sources for k in range(topo.nodes)}
     elif mode == "partition":
-        per_node = dict(enumerate(partition(sources, topo.nodes)))
+        per_node = dict(enumerate(spread_over_nodes(sources, topo.nodes)))
     else:
         per_node = sample_sources(
             merged_dir, meta, topo, settings["samples_per_rank"], settings["replacement"], settings["seed"]

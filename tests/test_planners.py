@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.merge import shard_names, split_numbers
 from pipeline.reader import Unit, plan_units, slot_units
-from pipeline.stage import Source, Topology, chunk_messages, partition, plan
+from pipeline.stage import Source, Topology, chunk_messages, plan, spread_over_nodes
 from pipeline.writers import WRITERS
 
 
@@ -23,13 +23,13 @@ def topology(rank: int, node_ranks: tuple[tuple[int, ...], ...]) -> Topology:
     return Topology(rank, sum(map(len, node_ranks)), node, len(node_ranks), node_ranks, "host")
 
 
-def test_partition_balances_bytes_and_gives_every_source_to_one_node():
+def test_spread_over_nodes_balances_bytes_and_gives_every_source_to_one_node():
     sources = [source(f"s{i}", size) for i, size in enumerate([90, 10, 50, 50, 40, 30, 30])]
-    parts = partition(sources, 3)
-    assert sorted(s.name for p in parts for s in p) == sorted(s.name for s in sources)
-    loads = [sum(s.size for s in p) for p in parts]
+    shares = spread_over_nodes(sources, 3)
+    assert sorted(s.name for p in shares for s in p) == sorted(s.name for s in sources)
+    loads = [sum(s.size for s in p) for p in shares]
     assert max(loads) - min(loads) <= 30 and sum(loads) == 300  # largest first, to the emptiest node
-    assert all(p == sorted(p, key=lambda s: s.name) for p in parts)
+    assert all(p == sorted(p, key=lambda s: s.name) for p in shares)
 
 
 def test_replica_plan_spreads_reading_over_nodes_and_writing_over_ranks():
@@ -51,7 +51,7 @@ def test_replica_plan_spreads_reading_over_nodes_and_writing_over_ranks():
 
 def test_partition_plan_reads_on_the_writing_node_so_nothing_crosses_nodes():
     topo = topology(0, ((0, 1), (2, 3)))
-    per_node = dict(enumerate(partition([source(f"s{i}", 10 * (i + 1)) for i in range(5)], 2)))
+    per_node = dict(enumerate(spread_over_nodes([source(f"s{i}", 10 * (i + 1)) for i in range(5)], 2)))
     for t in plan(per_node, topo):
         assert list(t.writers) == [t.first_node] and t.chain() == [t.reader]
 
