@@ -16,6 +16,7 @@ after a source change copies the new sources into the existing image (sim2dl is 
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import hashlib
 import json
@@ -188,17 +189,42 @@ def sandbox_argv(root: Path, command: Sequence[str], env: Mapping[str, str], hos
 
 def run_tool(argv: Sequence[str], what: str, log: Callable[[str], None]) -> None:
     log(f"image: {what}")
+    code, _ = run_logged(argv)
+    if code != 0:
+        raise Sim2dlError(f"image build: {what} failed (exit {code}): {' '.join(argv[:4])} ...")
+
+
+def run_logged(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """Run a tool with its output going to stderr as it comes; returns (exit code, its last lines)."""
+    env = dict(os.environ if env is None else env)
+    found = shutil.which(argv[0], path=env.get("PATH"))
+    if found:
+        # the tool's own directory first: a script with `#!/usr/bin/env python3` (ch-image, also when
+        # ch-convert calls it) must run on the python3 installed beside it, which has its modules
+        env = {**env, "PATH": os.pathsep.join([str(Path(found).parent), env.get("PATH", "")])}
+    tail: collections.deque[str] = collections.deque(maxlen=40)
     try:
-        # the tools' output goes to stderr with our progress lines; stdout carries only the JSON result
-        result = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=sys.stderr)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=dict(env), text=True, errors="replace")  # fmt: skip
     except OSError as e:
-        raise Sim2dlError(f"image build: cannot run {argv[0]} ({e.strerror}); install it (apt-get install "
-                          f"{_PACKAGE.get(argv[0], argv[0])})") from e  # fmt: skip
-    if result.returncode != 0:
-        raise Sim2dlError(f"image build: {what} failed (exit {result.returncode}): {' '.join(argv[:4])} ...")
+        raise Sim2dlError(f"cannot run {argv[0]} ({e.strerror}): install it (apt-get install "
+                          f"{_PACKAGE.get(argv[0], argv[0])}) or put it on PATH") from e  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        tail.append(line.rstrip())
+    return proc.wait(), "\n".join(tail)
 
 
-_PACKAGE = {"bwrap": "bubblewrap", "mksquashfs": "squashfs-tools", "debootstrap": "debootstrap", "podman": "podman"}
+_PACKAGE = {
+    "bwrap": "bubblewrap",
+    "mksquashfs": "squashfs-tools",
+    "debootstrap": "debootstrap",
+    "podman": "podman",
+    "skopeo": "skopeo",
+    "ch-image": "charliecloud-builders",
+    "ch-convert": "charliecloud-builders",
+}
 
 
 def _stamp(path: Path) -> dict[str, Any]:

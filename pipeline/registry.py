@@ -33,24 +33,22 @@ unpacking it.
 from __future__ import annotations
 
 import base64
-import collections
 import json
 import os
 import shutil
 import ssl
-import subprocess
 import sys
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pipeline import Sim2dlError
-from pipeline.image import build_dir, image_reference, replace_dir, slug
+from pipeline.image import image_reference, replace_dir, run_logged
 
 DEFAULT_REGISTRY_HINT = "e.g. ghcr.io/ORG/sim2dl:0.1.0, or set container.name: ghcr.io/ORG/sim2dl"
 
@@ -224,27 +222,6 @@ def _tool_environment(changes: Mapping[str, str | None]) -> dict[str, str]:
     return env
 
 
-def run_logged(argv: Sequence[str], env: Mapping[str, str], log: Callable[[str], None]) -> tuple[int, str]:
-    """Run a tool with its output going to stderr as it comes; returns (exit code, its last lines)."""
-    log("image: " + " ".join(argv))
-    found = shutil.which(argv[0], path=env.get("PATH"))
-    if found:
-        # the tool's own directory first: a script with `#!/usr/bin/env python3` (ch-image, also when
-        # ch-convert calls it) must run on the python3 installed beside it, which has its modules
-        env = {**env, "PATH": os.pathsep.join([str(Path(found).parent), env.get("PATH", "")])}
-    tail: collections.deque[str] = collections.deque(maxlen=40)
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=dict(env), text=True, errors="replace")  # fmt: skip
-    except OSError as e:
-        raise Sim2dlError(f"cannot run {argv[0]} ({e.strerror}): install it or put it on PATH") from e
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        sys.stderr.write(line)
-        tail.append(line.rstrip())
-    return proc.wait(), "\n".join(tail)
-
-
 def explain(output: str, ref: RegistryRef, action: str, settings: Mapping[str, Any]) -> str:
     """One sentence a person can act on, from a registry tool's output."""
     low = output.lower()
@@ -362,7 +339,8 @@ def _run_plan(plan: Plan, ref: RegistryRef, action: str, settings: Mapping[str, 
     env = _tool_environment(plan.env)
     try:
         for argv in plan.commands:
-            code, output = run_logged(argv, env, log)
+            log("image: " + " ".join(argv))
+            code, output = run_logged(argv, env)
             if code != 0:
                 raise Sim2dlError(explain(output, ref, action, settings))
         if plan.target is not None and plan.partial is not None:
@@ -407,8 +385,3 @@ def pull(settings: Mapping[str, Any], ref: RegistryRef,
         digest = None
     return {"pulled": str(ref), "digest": digest, "runtime": plan.runtime, "image": plan.image,
             "commands": [list(c) for c in plan.commands]}  # fmt: skip
-
-
-def local_archive(settings: Mapping[str, Any]) -> Path:
-    """Where `sim2dl image build --format oci` writes the OCI archive."""
-    return build_dir(settings) / f"{slug(settings)}.oci.tar"
