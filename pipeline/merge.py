@@ -46,6 +46,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -468,16 +469,52 @@ def shard_digest(rows: np.ndarray) -> str:
 
 
 @bookkeeping_step()
-def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+@dataclass
+class MergePlan:
+    """What this rank writes, as all ranks agreed it: its rows (sorted, cut into its shards), every
+    shard's name and split, and the digest of the whole plan (a rerun with the same digest keeps the
+    shards already written). Memory: this rank's rows, about 100 bytes per record of its shards."""
+
+    settings: Mapping[str, Any]
+    writer_class: type[ShardWriter]
+    spec: dict[str, dict[str, Any]]
+    stats_doc: dict[str, Any]
+    widths: tuple[int, int]
+    files: Files
+    part_names: list[str]
+    my_stems: list[Path]
+    first_part: int
+    split_names: list[str]
+    rows: np.ndarray
+    numbers: np.ndarray
+    my_shards: list[slice]
+    first_shard: int
+    n_shards: int
+    shard_splits: list[int]
+    names: list[str]
+    digest: str
+    whole: bool
+    total: int
+
+    @property
+    def mine(self) -> list[int]:
+        return list(range(self.first_shard, self.first_shard + len(self.my_shards)))
+
+    def shard_rows(self, i: int) -> np.ndarray:
+        return self.rows[self.my_shards[i - self.first_shard]]  # a view
+
+
+def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> MergePlan:
+    """Collective: the parts' rows, sorted over all ranks (sample sort), cut into shards (whole framed
+    parts, or by size within each split), each shard on the rank where it begins."""
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["merge"]
     conv = config["convert"]
     writer_class = WRITERS[settings["format"]]
-    converted, paths = ConvertPaths(convert_dir), MergedPaths(out_dir)
+    converted = ConvertPaths(convert_dir)
     parts_dir = converted.parts
     stats_doc = json.loads(converted.stats.read_text())
     stats = stats_doc["statistics"]
-    shards_dir = paths.shards
     shard_bytes = int(settings["shard_size_mb"] * MB)
 
     # 1. This rank's block of parts, as rows: first what their indexes' last lines say, then the records.
@@ -536,13 +573,31 @@ def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_di
     for d in all_digests:
         h.update(d.encode())
     digest = h.hexdigest()
-    prefix = 1 if split_names else 0
     names = shard_names(shard_splits, split_names, writer_class)
+    return MergePlan(settings, writer_class, spec, stats_doc, widths, files, part_names, my_stems, first_part,
+                     split_names, rows, numbers, my_shards, first_shard, n_shards, shard_splits, names, digest,
+                     whole, total)  # fmt: skip
+
+
+def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Plan (collectively), then write this rank's shards, the provenance, and (rank 0) metadata.json."""
+    return write_merge(plan_merge(config, convert_dir, comm), ingest_dir, out_dir, comm)
+
+
+def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Carry out the plan: this rank's shards (kept when a rerun finds them complete for the same plan),
+    where each record went (provenance), and on rank 0, last, metadata.json."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    settings, writer_class, spec, widths, names = plan.settings, plan.writer_class, plan.spec, plan.widths, plan.names
+    stats = plan.stats_doc["statistics"]
+    split_names, shard_splits, prefix = plan.split_names, plan.shard_splits, 1 if plan.split_names else 0
+    paths = MergedPaths(out_dir)
+    shards_dir = paths.shards
 
     error = None
     if rank == 0:
         try:
-            prepare_shard_dir(paths, digest, set(names))
+            prepare_shard_dir(paths, plan.digest, set(names))
             shutil.rmtree(paths.provenance, ignore_errors=True)
             paths.provenance.mkdir(parents=True)
         except OSError as e:
@@ -550,17 +605,17 @@ def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_di
     all_ok(comm, error if rank == 0 else None)
 
     # 4. Write (or keep) this rank's shards.
-    mine = list(range(first_shard, first_shard + len(my_shards)))
+    mine = plan.mine
     reused = [i for i in mine if (shards_dir / names[i]).exists() and index_path(shards_dir / names[i]).exists()]
     checksums = {i: file_checksum(shards_dir / names[i]) for i in reused}
     to_write = [i for i in mine if i not in checksums]
-    if whole:  # every shard is a framed part already
+    if plan.whole:  # every shard is a framed part already
         for i in progress(to_write, len(to_write), "merge", rank, size, unit="shard"):
-            home = files.paths[rows["home"][my_shards[i - first_shard].start]]
+            home = plan.files.paths[plan.shard_rows(i)["home"][0]]
             checksums[i] = link_shard(Path(home), shards_dir / names[i])
     else:
-        shard_rows = [rows[my_shards[i - first_shard]] for i in to_write]  # views
-        home_files = [Path(p) for p in files.paths]
+        shard_rows = [plan.shard_rows(i) for i in to_write]  # views
+        home_files = [Path(p) for p in plan.files.paths]
         batches = read_batches(home_files, len(shard_rows), lambda k: extents(shard_rows[k], spec))
         for i, these, located in progress(
             zip(to_write, shard_rows, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
@@ -573,18 +628,21 @@ def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_di
         {
             "file": names[i],
             "index": index_path(Path(names[i])).as_posix(),
-            "records": my_shards[i - first_shard].stop - my_shards[i - first_shard].start,
+            "records": len(plan.shard_rows(i)),
             "bytes": (shards_dir / names[i]).stat().st_size,
             "checksum": checksums[i],
             **({"split": split_names[shard_splits[i]]} if split_names else {}),
-            "first_key": _key_value(rows[my_shards[i - first_shard].start], settings["sort_by"], widths, prefix),
-            "last_key": _key_value(rows[my_shards[i - first_shard].stop - 1], settings["sort_by"], widths, prefix),
+            "first_key": _key_value(plan.shard_rows(i)[0], settings["sort_by"], widths, prefix),
+            "last_key": _key_value(plan.shard_rows(i)[-1], settings["sort_by"], widths, prefix),
         }
         for i in mine
     ]
-    held = [placements(rows, numbers, my_shards)]
-    del rows, numbers, my_shards
-    write_provenance(comm, held, my_stems, first_part, len(part_names), paths.provenance)
+    held = [placements(plan.rows, plan.numbers, plan.my_shards)]
+    total, n_shards = plan.total, plan.n_shards
+    my_stems, first_part, n_parts, stats_doc, digest = (plan.my_stems, plan.first_part, len(plan.part_names),
+                                                        plan.stats_doc, plan.digest)  # fmt: skip
+    del plan  # the rows: provenance then holds only where each record went
+    write_provenance(comm, held, my_stems, first_part, n_parts, paths.provenance)
     gathered = comm.gather(results, root=0)
     reused_total = sum(comm.allgather(len(reused)))
     summary = {"records": total, "shards": n_shards, "reused_shards": reused_total}
