@@ -210,10 +210,7 @@ def _cert_dir(settings: Mapping[str, Any]) -> Iterator[Path | None]:
 
 def _tool_environment(changes: Mapping[str, str | None]) -> dict[str, str]:
     env = dict(os.environ)
-    # system tools that are Python scripts (ch-image) must find the system python3, not this environment's
-    own_bin = str(Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != own_bin)
-    env.setdefault("USER", os.environ.get("LOGNAME", "root"))
+    env.setdefault("USER", os.environ.get("LOGNAME", "root"))  # ch-image refuses to start without it
     for key, value in changes.items():
         if value is None:
             env.pop(key, None)
@@ -310,11 +307,15 @@ MANIFEST_TYPES = ", ".join([
 ])  # fmt: skip
 
 
+def _manifest_head(ref: RegistryRef, settings: Mapping[str, Any]):
+    """HEAD of ref's manifest (HTTPError 404: no such tag, 401/403: credentials wanted)."""
+    return _registry_get(ref, f"{ref.repository}/manifests/{ref.tag}", settings, "HEAD", {"Accept": MANIFEST_TYPES})
+
+
 def tag_state(ref: RegistryRef, settings: Mapping[str, Any]) -> str:
     """'present', 'absent', 'unauthorized' (the registry wants credentials it was not given) or 'unknown'."""
     try:
-        with _registry_get(ref, f"{ref.repository}/manifests/{ref.tag}", settings, "HEAD",
-                           {"Accept": MANIFEST_TYPES}):  # fmt: skip
+        with _manifest_head(ref, settings):
             return "present"
     except urllib.error.HTTPError as e:
         return {401: "unauthorized", 403: "unauthorized", 404: "absent"}.get(e.code, "unknown")
@@ -325,8 +326,7 @@ def tag_state(ref: RegistryRef, settings: Mapping[str, Any]) -> str:
 def remote_digest(ref: RegistryRef, settings: Mapping[str, Any]) -> str | None:
     """The digest of ref's manifest as the registry serves it (None when it has no such tag)."""
     try:
-        with _registry_get(ref, f"{ref.repository}/manifests/{ref.tag}", settings, "HEAD",
-                           {"Accept": MANIFEST_TYPES}) as response:  # fmt: skip
+        with _manifest_head(ref, settings) as response:
             return response.headers.get("Docker-Content-Digest")
     except urllib.error.HTTPError as e:
         if e.code == 404:
