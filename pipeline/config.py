@@ -127,6 +127,7 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     overlap = set(conv["features"]) & set(conv["labels"])
     if overlap:
         raise Sim2dlError(f"config key 'convert.labels': {sorted(overlap)} also listed in convert.features")
+    check_source_fields(config["source"], conv)
     trace = config["simulate"]["trace"]
     if trace["min_length"] > trace["max_length"]:
         raise Sim2dlError("config key 'simulate.trace': min_length is larger than max_length")
@@ -143,6 +144,24 @@ def check_consistency(config: Mapping[str, Any]) -> None:
             f"config key 'merge.compression': '{merge['compression']}' is not available for "
             f"format '{merge['format']}' (choose one of {sorted(allowed)})"
         )
+
+
+def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
+    """Categorical fields hold class ids (never transformed); a feature is an array in the file; a
+    labels_table or path_pattern is needed by the fields that read one."""
+    fields = source["fields"]
+    categorical = sorted(name for name, spec in fields.items() if spec.get("categorical") or spec.get("classes"))
+    for key in ("log1p", "normalise"):
+        wrong = [name for name in conv[key] if name in categorical]
+        if wrong:
+            raise Sim2dlError(f"config key 'convert.{key}': {wrong} are categorical (class ids are not transformed)")
+    not_arrays = [name for name in conv["features"] if "path" not in source["fields"][name]]
+    if not_arrays:
+        raise Sim2dlError(f"config key 'convert.features': {not_arrays} are not arrays in the files (path)")
+    for kind, needs in (("column", "labels_table"), ("path_group", "path_pattern")):
+        users = [name for name, spec in source["fields"].items() if kind in spec]
+        if users and not source[needs]:
+            raise Sim2dlError(f"config key 'source.{needs}' is not set, but fields {users} read a {kind}")
 
 
 ENCODED_DTYPES = {

@@ -13,7 +13,8 @@ read and written once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -98,12 +99,16 @@ def split_volumes(x: np.ndarray, size: Sequence[int]) -> list[np.ndarray]:
     return pieces
 
 
-def transform(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
-    """One ingested record -> one or more converted samples (several when split into sub-volumes)."""
+def transform(
+    arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any], categorical: Collection[str] = ()
+) -> list[dict[str, np.ndarray]]:
+    """One ingested record -> one or more converted samples (several when split into sub-volumes).
+    Categorical fields keep their int64 class ids."""
     dtype = None if settings["dtype"] == "source" else np.dtype(settings["dtype"])
     selected = {}
     for name in (*settings["features"], *settings["labels"]):
-        x = arrays[name] if dtype is None else arrays[name].astype(dtype, copy=False)  # unchanged: same object
+        keep = dtype is None or name in categorical
+        x = arrays[name] if keep else arrays[name].astype(dtype, copy=False)  # unchanged: same object
         if name in settings["log1p"]:
             if x.size and x.min() <= -1:
                 raise SampleError(f"field '{name}': log1p of values <= -1")
@@ -133,6 +138,14 @@ def normalise(arrays: Mapping[str, np.ndarray], stats: Mapping[str, Mapping[str,
     return out
 
 
+def categorical_fields(ingest: IngestPaths) -> set[str]:
+    """The fields ingest made class ids of (its summary lists their classes)."""
+    try:
+        return set(json.loads(ingest.summary.read_text()).get("classes", {}))
+    except OSError as e:
+        raise Sim2dlError(f"cannot read {ingest.summary}: {e.strerror} (run ingest first)") from None
+
+
 @bookkeeping_step()
 def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Each rank converts a block of the ingest parts, each into a converted part of the same name (so
@@ -147,6 +160,7 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
         clear_parts(parts_dir)
     comm.barrier()
     names = [stem.name for stem in list_parts(ingest.parts)]
+    categorical = categorical_fields(ingest)
     mine = {name: accepted_records(ingest, name) for name in block(names, rank, size)}
     inputs = sum(comm.allgather(sum(len(records) for records in mine.values())))
     if not inputs:
@@ -163,7 +177,7 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
                 arrays, meta = source_part.read(record), source_part.meta(record)
                 bar.update(1)
                 try:
-                    samples = transform(arrays, settings)
+                    samples = transform(arrays, settings, categorical)
                 except SampleError as e:
                     rejects.append(Reject(meta["source"], meta["sample_id"], str(e)))
                     continue

@@ -44,14 +44,17 @@ import xxhash
 from pipeline import MB, CollectiveError, Sim2dlError, bookkeeping_step
 from pipeline.config import input_list
 from pipeline.directio import ContentsOrError, FileContents
+from pipeline.fields import Categories
+from pipeline.file_samples import FileOpener, FileSamples, plan_units, reads_samples
 from pipeline.fsutil import atomic_path, write_json_atomic
 from pipeline.parallel import all_ok, block, exchange, owner_ranks
 from pipeline.paths import IngestPaths
-from pipeline.progress import progress
-from pipeline.readers import FieldSpec, SampleError, reader_for
+from pipeline.progress import progress, progress_bar
+from pipeline.readers import FieldSpec, SampleError, is_input_directory, reader_for
 from pipeline.records import PartWriter, clear_parts, part_stem
 from pipeline.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_csv, write_parquet
 from pipeline.writers import WRITERS
+from pipeline.writers.base import Framing
 
 LISTING_CHUNK = 65_536  # names turned into one array at a time while listing
 
@@ -105,7 +108,7 @@ def find_inputs(root: Path, pattern: str) -> np.ndarray:
         for name in glob.iglob(pattern, root_dir=root, recursive=True, include_hidden=True):
             path = os.path.join(root, name)
             # Dangling symlinks are kept: they are input files that cannot be read, and must be reported.
-            if os.path.isfile(path) or os.path.islink(path):
+            if os.path.isfile(path) or os.path.islink(path) or is_input_directory(path):
                 yield os.fsencode(name)
 
     names = collect(matches())
@@ -305,27 +308,34 @@ def paths_of(comm: Any, indices: np.ndarray, starts: np.ndarray, mine: Listing) 
     return [by_index[i] for i in indices.tolist()]
 
 
+def start_listing(root: Path, source: Mapping[str, Any], paths: IngestPaths) -> tuple[np.ndarray, np.ndarray]:
+    """Rank 0: list the inputs into inputs.txt and clear what an earlier run left; returns the names and
+    the byte offset of every line of the listing."""
+    names = list_inputs(root, source)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    clear_parts(paths.parts)
+    shutil.rmtree(paths.manifest, ignore_errors=True)
+    paths.summary.unlink(missing_ok=True)
+    return names, write_listing(paths.inputs, names)
+
+
 @bookkeeping_step()
 def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Scan `root`, validate and pack files across ranks; every rank writes the manifest of its parts."""
+    if reads_samples(config["source"]):
+        return ingest_samples(config, root, out_dir, comm)
     rank, size = comm.Get_rank(), comm.Get_size()
     source, settings = config["source"], config["ingest"]
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
     shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
     paths = IngestPaths(out_dir)
-    parts_dir, manifest_dir, listing_path = paths.parts, paths.manifest, paths.inputs
 
     # Rank 0 lists the inputs into inputs.txt and tells each rank which lines are its own.
     plan: list[tuple[int, int, int, int, int]] | None = None  # per rank: first file, byte range, chunk, chunks
     error: BaseException | None = None
     if rank == 0:
         try:
-            names = list_inputs(root, source)
-            out_dir.mkdir(parents=True, exist_ok=True)
-            clear_parts(parts_dir)
-            shutil.rmtree(manifest_dir, ignore_errors=True)
-            paths.summary.unlink(missing_ok=True)
-            offsets = write_listing(listing_path, names)
+            names, offsets = start_listing(root, source, paths)
             chunk = part_files(Listing(root, names), shard_bytes, size)
             chunks = -(-len(names) // chunk)
             plan = []
@@ -338,18 +348,15 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
             error = e
     all_ok(comm, error if rank == 0 else None)
     first, byte_start, byte_stop, chunk, chunks = comm.scatter(plan, root=0)
-    mine = Listing(root, read_listing(listing_path, byte_start, byte_stop))
+    mine = Listing(root, read_listing(paths.inputs, byte_start, byte_stop))
     starts = np.array(comm.allgather(first), np.int64)  # rank r holds files [starts[r], starts[r + 1])
-    manifest_dir.mkdir(parents=True, exist_ok=True)
+    paths.manifest.mkdir(parents=True, exist_ok=True)
 
-    writer_class = WRITERS[config["merge"]["format"]]
-    framing = writer_class.framed_record if config["merge"]["compression"] == "none" else None
-    about = {"framing": writer_class.format, "shard_bytes": shard_bytes} if framing else {}
+    framing, about = part_framing(config, shard_bytes)
     hashed = np.empty(len(mine), HASHED)
     accepted = rejected = 0
     rejects: list[Reject] = []
-    part: PartWriter | None = None
-    piece: ManifestPiece | None = None
+    parts = PartSequence(paths, chunk, chunks, framing, about)
     try:
         files = FileContents(
             (Path(p) for p in mine),
@@ -359,14 +366,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
             settings["read_threads"],
         )
         for number, (path, contents) in enumerate(progress(files, len(mine), "ingest", rank, size), first):
-            if part is None or number % chunk == 0:  # the next chunk of files: the next part
-                if part is not None:
-                    part.close()
-                    piece.write()  # type: ignore[union-attr]
-                stem = part_stem(parts_dir, number // chunk, chunks)
-                part = PartWriter(stem, framing, about)
-                piece = ManifestPiece(paths.manifest_piece(stem.name))
-            assert piece is not None
+            part, piece = parts.at(number)
             try:
                 arrays, sample_id, nbytes = read_one(path, contents, root, source, fields, settings["check_finite"])
             except SampleError as e:
@@ -384,21 +384,219 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
             hashed[accepted] = (high, low, number)
             accepted += 1
     except BaseException:
-        if part is not None:
-            part.abort()
+        parts.abort()
         raise
-    if part is not None:
-        part.close()
-        piece.write()  # type: ignore[union-attr]
+    parts.close()
+    counts = (len(mine), accepted, rejected)
+    return conclude(comm, paths, hashed[:accepted], starts, mine, counts, rejects, settings, chunk, chunks, {})
 
-    # Duplicate sample ids: the first file in input order keeps the id, the others are rejected.
-    found = duplicates(comm, hashed[:accepted], starts)
-    firsts = paths_of(comm, found["first"], starts, mine)
+
+def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Ingest of files holding many samples, or fields that are the file's values (pipeline.file_samples):
+    units (samples) instead of files are split into parts and across ranks."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    source, settings = config["source"], config["ingest"]
+    fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
+    shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
+    paths = IngestPaths(out_dir)
+    offsets: np.ndarray | None = None
+    opener: FileOpener | None = None
+    error: BaseException | None = None
+    try:
+        opener = FileOpener(root, source, fields)
+        if rank == 0:
+            _, offsets = start_listing(root, source, paths)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    assert opener is not None
+    offsets = comm.bcast(offsets, root=0)
+    n_files = len(offsets) - 1
+
+    def lines(files: range) -> Listing:
+        return Listing(root, read_listing(paths.inputs, int(offsets[files.start]), int(offsets[files.stop])))
+
+    surveyed = block(range(n_files), rank, size)
+    plan, categories = plan_units(comm, opener, lines(surveyed), surveyed.start, n_files, shard_bytes)
+    units, files = plan.rank_units(rank), plan.files_of(plan.rank_units(rank))
+    listing, file_starts = lines(files), plan.starts
+    starts = np.array(comm.allgather(units.start), np.int64)  # rank r holds units [starts[r], starts[r + 1])
+    paths.manifest.mkdir(parents=True, exist_ok=True)
+    framing, about = part_framing(config, shard_bytes)
+    primary = config["convert"]["features"][0]
+    hashed = np.empty(len(units), HASHED)
+    accepted = rejected = 0
+    rejects: list[Reject] = []
+    parts = PartSequence(paths, plan.per_part, plan.parts, framing, about)
+    bar = progress_bar(len(units), "ingest", rank, size, unit="sample")
+
+    def reject(unit: int, path: str, index: int | None, sample_id: str, reason: str) -> None:
+        nonlocal rejected
+        _, piece = parts.at(unit)
+        piece.add(path=path, bytes=0, sample_id=sample_id, index=index, status="rejected", reason=reason)
+        rejects.append(Reject(path, sample_id, reason))
+        rejected += 1
+
+    try:
+        for k, path in enumerate(listing):
+            f = files.start + k
+            first, stop = max(units.start, int(file_starts[f])), min(units.stop, int(file_starts[f + 1]))
+            base = int(file_starts[f])  # the unit of the file's sample 0
+            try:
+                samples = opener.open(path)
+            except SampleError as e:
+                reject(first, path, None, "", str(e))  # a file that cannot be counted is one unit
+                bar.update(stop - first)
+                continue
+            with samples.opened:
+                along = source["samples_along"] is not None
+                file_id = samples.info.file_id
+
+                def sample_id(index: int) -> str:
+                    return f"{file_id}#{index}" if along else file_id  # noqa: B023 - used within this file's loop
+
+                if samples.count != plan.units[f]:
+                    for unit in range(first, stop):
+                        reason = f"changed since it was surveyed ({plan.units[f]} samples, now {samples.count})"
+                        reject(unit, path, unit - base, sample_id(unit - base), reason)
+                    continue
+                try:
+                    shared = samples.shared(categories)
+                except SampleError as e:
+                    for unit in range(first, stop):
+                        reject(unit, path, unit - base, sample_id(unit - base), str(e))
+                    bar.update(stop - first)
+                    continue
+                for start, batch in samples.batches(first - base, stop - base, int(settings["batch_mb"] * MB)):
+                    for j in range(len(next(iter(batch.values()))) if batch else 1):
+                        index = start + j
+                        unit = base + index
+                        part, piece = parts.at(unit)
+                        try:
+                            arrays = sample_arrays(batch, j, shared, samples, categories)
+                            validate_sample(arrays, fields, settings["check_finite"])
+                        except SampleError as e:
+                            reject(unit, path, index, sample_id(index), str(e))
+                            continue
+                        length = record_length(arrays, primary)
+                        nbytes = sum(a.nbytes for a in arrays.values())
+                        record = part.append(arrays, {"sample_id": sample_id(index), "source": path,
+                                                      "index": index if along else -1, "length": length,
+                                                      "bytes": nbytes})  # fmt: skip
+                        piece.add(path=path, bytes=nbytes, sample_id=sample_id(index), index=index if along else None,
+                                  shape=shape_text(arrays), length=length, sort_key=length, status="accepted",
+                                  part=part.bin_path.stem, record=record, reason="")  # fmt: skip
+                        high, low = id_hash(sample_id(index))
+                        hashed[accepted] = (high, low, unit)
+                        accepted += 1
+                    bar.update(len(next(iter(batch.values()))) if batch else 1)
+    except BaseException:
+        parts.abort()
+        raise
+    parts.close()
+    bar.close()
+    names = UnitNames(listing, file_starts, files.start, units.start)
+    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes}
+    counts = (len(units), accepted, rejected)
+    return conclude(comm, paths, hashed[:accepted], starts, names, counts, rejects, settings, plan.per_part,
+                    plan.parts, extra)  # fmt: skip
+
+
+def sample_arrays(
+    batch: Mapping[str, Any], j: int, shared: Mapping[str, np.ndarray], samples: FileSamples, categories: Categories
+) -> dict[str, np.ndarray]:
+    """Sample j of a batch, with the file's shared values, in the fields' order; categorical arrays as ids."""
+    arrays = {}
+    for field in samples.fields:
+        if field.name in batch:
+            value = batch[field.name][j]
+            arrays[field.name] = categories.id_of(field.name, value) if field.categorical else value
+        else:
+            arrays[field.name] = shared[field.name]
+    return arrays
+
+
+class UnitNames(Sequence[str]):
+    """What a rank's units are called in messages: 'PATH (sample I)', by the unit's place in the rank."""
+
+    def __init__(self, listing: Listing, file_starts: np.ndarray, first_file: int, first_unit: int) -> None:
+        self.listing, self.file_starts, self.first_file, self.first_unit = listing, file_starts, first_file, first_unit
+
+    def __len__(self) -> int:
+        return int(self.file_starts[self.first_file + len(self.listing)] - self.first_unit)
+
+    def __getitem__(self, i: Any) -> Any:
+        unit = self.first_unit + int(i)
+        f = int(np.searchsorted(self.file_starts, unit, "right")) - 1
+        return f"{self.listing[f - self.first_file]} (sample {unit - int(self.file_starts[f])})"
+
+
+def part_framing(config: Mapping[str, Any], shard_bytes: int) -> tuple[Framing | None, dict[str, Any]]:
+    """How ingest frames its records (as merge will write them, when it can) and what a part's index says of it."""
+    writer_class = WRITERS[config["merge"]["format"]]
+    framing = writer_class.framed_record if config["merge"]["compression"] == "none" else None
+    return framing, ({"framing": writer_class.format, "shard_bytes": shard_bytes} if framing else {})
+
+
+class PartSequence:
+    """The parts a rank writes, one after another: part k holds numbers [k * chunk, (k + 1) * chunk) (files,
+    or samples), with its manifest piece written when the part is complete."""
+
+    def __init__(self, paths: IngestPaths, chunk: int, chunks: int, framing: Framing | None, about: dict[str, Any]):
+        self.paths, self.chunk, self.chunks, self.framing, self.about = paths, chunk, chunks, framing, about
+        self.part: PartWriter | None = None
+        self.piece: ManifestPiece | None = None
+
+    def at(self, number: int) -> tuple[PartWriter, ManifestPiece]:
+        """The part and manifest piece for `number`, starting the next part at a chunk boundary."""
+        if self.part is None or number % self.chunk == 0:
+            self.close()
+            stem = part_stem(self.paths.parts, number // self.chunk, self.chunks)
+            self.part = PartWriter(stem, self.framing, self.about)
+            self.piece = ManifestPiece(self.paths.manifest_piece(stem.name))
+        assert self.piece is not None
+        return self.part, self.piece
+
+    def close(self) -> None:
+        if self.part is not None:
+            self.part.close()
+            self.piece.write()  # type: ignore[union-attr]
+            self.part = self.piece = None
+
+    def abort(self) -> None:
+        if self.part is not None:
+            self.part.abort()
+            self.part = self.piece = None
+
+
+def conclude(
+    comm: Any,
+    paths: IngestPaths,
+    hashed: np.ndarray,
+    starts: np.ndarray,
+    names: Sequence[str],
+    counts: tuple[int, int, int],
+    rejects: list[Reject],
+    settings: Mapping[str, Any],
+    chunk: int,
+    chunks: int,
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    """After every rank has written its parts: duplicate ids are rejected (the first in input order keeps
+    the id), the rejects list and summary.json are written, and the counts returned. `counts`: this rank's
+    (numbers held, accepted, rejected); numbers are files, or samples with `extra['samples']` set."""
+    found = duplicates(comm, hashed, starts)
+    firsts = paths_of(comm, found["first"], starts, names)
     rejects += mark_duplicates(paths, found, firsts, chunk, chunks)
-    totals = np.array(comm.allgather((len(mine), accepted - len(found), rejected + len(found)))).sum(axis=0)
+    held, accepted, rejected = counts
+    totals = np.array(comm.allgather((held, accepted - len(found), rejected + len(found)))).sum(axis=0)
     gathered = comm.gather(rejects, root=0)
     summary: dict[str, Any] = {"inputs": int(totals[0]), "accepted": int(totals[1]), "rejected": int(totals[2])}
-    if rank == 0:
+    summary.update(extra)
+    if "samples" in extra:
+        summary["samples"] = int(totals[0])
+        summary["inputs"] = extra["inputs"]
+    if comm.Get_rank() == 0:
         assert gathered is not None
         summary["error"] = finish(paths, gathered, summary, settings["max_reject_fraction"], chunk, chunks)
     summary = comm.bcast(summary, root=0)
@@ -447,14 +645,17 @@ def finish(
     too many files were rejected."""
     rejects = sorted((row for rows in gathered for row in rows), key=lambda r: r[0])
     write_csv(paths.rejects, REJECT_COLUMNS, rejects)
-    fraction = counts["rejected"] / counts["inputs"]
+    found, what = (counts["samples"], "samples") if "samples" in counts else (counts["inputs"], "input files")
+    fraction = counts["rejected"] / max(found, 1)
     if fraction > max_reject_fraction:
-        shown = "\n".join(f"  {r.path}: {r.reason}" for r in rejects[:5])
+        shown = "\n".join(f"  {r.path} {r.sample_id}: {r.reason}" if r.sample_id else f"  {r.path}: {r.reason}"
+                          for r in rejects[:5])  # fmt: skip
         return (
-            f"{counts['rejected']} of {counts['inputs']} input files rejected ({fraction:.1%}), more than "
+            f"{counts['rejected']} of {found} {what} rejected ({fraction:.1%}), more than "
             f"ingest.max_reject_fraction={max_reject_fraction:g}; see {paths.rejects}:\n{shown}"
         )
-    write_json_atomic(paths.summary, {**counts, "parts": chunks, "files_per_part": chunk})
+    per_part = "samples_per_part" if "samples" in counts else "files_per_part"
+    write_json_atomic(paths.summary, {**counts, "parts": chunks, per_part: chunk})
     return None
 
 

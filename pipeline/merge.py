@@ -700,8 +700,18 @@ def write_provenance(
                     "record": placed_here["position"],
                     "sample_id": part.meta_columns["sample_id"].take(records),
                     "source": part.meta_columns["source"].take(records),
+                    "index": sample_indices(part, placed_here["record"]),
                 }
                 writer.write_table(pa.table(columns, schema=PROVENANCE_SCHEMA))
+
+
+def sample_indices(part: Part, records: np.ndarray) -> pa.Array:
+    """The records' indices along source.samples_along in their files; null where a file is one sample."""
+    indices = part.meta_columns.get("index")
+    if indices is None:
+        return pa.nulls(len(records), pa.int64())
+    taken = np.asarray(indices)[records]
+    return pa.array(taken, pa.int64(), mask=taken < 0)
 
 
 def prepare_shard_dir(paths: MergedPaths, digest: str, names: set[str]) -> None:
@@ -762,9 +772,14 @@ def metadata(
             "path": "provenance",
             "format": "parquet",
             "columns": PROVENANCE_SCHEMA.names,
-            "rows": "one per record: its shard, its number in the shard, its sample id and source file",
+            "rows": "one per record: its shard, its number in the shard, its sample id, source file and index "
+            "along source.samples_along in that file (null: the file is the sample)",
         },
     }
+    if "samples" in ingested:  # many samples per file: accepted and rejected count samples
+        doc["counts"]["samples_found"] = ingested["samples"]
+    if ingested.get("classes"):
+        doc["classes"] = ingested["classes"]  # categorical fields: class names in id order
     if split_names:
         doc["splits"] = {
             name: {

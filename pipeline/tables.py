@@ -35,10 +35,17 @@ MANIFEST_SCHEMA = pa.schema(
         ("part", pa.string()),
         ("record", pa.int64()),
         ("reason", pa.string()),  # why it was rejected; empty when accepted
+        ("index", pa.int64()),  # the sample's index along source.samples_along; null: the file is the sample
     ]
 )
 PROVENANCE_SCHEMA = pa.schema(
-    [("shard", pa.int64()), ("record", pa.int64()), ("sample_id", pa.string()), ("source", pa.string())]
+    [
+        ("shard", pa.int64()),
+        ("record", pa.int64()),
+        ("sample_id", pa.string()),
+        ("source", pa.string()),
+        ("index", pa.int64()),  # the sample's index along source.samples_along in `source`; null: the whole file
+    ]
 )
 MANIFEST_COLUMNS = tuple(MANIFEST_SCHEMA.names)
 

@@ -10,11 +10,16 @@ from pipeline.readers.hdf5 import HDF5Reader
 from pipeline.readers.netcdf import NetCDFReader
 from pipeline.readers.numpy import NumpyReader
 from pipeline.readers.root import RootReader
+from pipeline.readers.zarr import ZarrReader
 
-READERS: dict[str, Reader] = {r.name: r for r in (HDF5Reader(), NetCDFReader(), NumpyReader(), RootReader())}
+READERS: dict[str, Reader] = {
+    r.name: r for r in (HDF5Reader(), NetCDFReader(), NumpyReader(), RootReader(), ZarrReader())
+}
 BY_SUFFIX = {suffix: reader for reader in READERS.values() for suffix in reader.suffixes}
+# Suffixes of inputs that are directories (a Zarr store), listed as inputs by a glob like files.
+DIRECTORY_SUFFIXES = tuple(s for reader in READERS.values() if reader.directories for s in reader.suffixes)
 
-__all__ = ["READERS", "FieldSpec", "Reader", "SampleError", "reader_for"]
+__all__ = ["DIRECTORY_SUFFIXES", "READERS", "FieldSpec", "Reader", "SampleError", "is_input_directory", "reader_for"]
 
 
 def reader_for(path: Path, format_name: str) -> Reader:
@@ -27,3 +32,8 @@ def reader_for(path: Path, format_name: str) -> Reader:
     if reader is None:
         raise SampleError(f"unknown file suffix '{path.suffix}' (set source.format)")
     return reader
+
+
+def is_input_directory(path: str | Path) -> bool:
+    """A directory that is one input (a Zarr store), by its suffix."""
+    return str(path).lower().rstrip("/").endswith(DIRECTORY_SUFFIXES) and Path(path).is_dir()

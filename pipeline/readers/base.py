@@ -1,5 +1,6 @@
-"""The interface every input format implements: read the declared fields of one file, and describe
-what a file holds (for `sim2dl inspect`)."""
+"""The interface every input format implements: read the declared fields of one file (a file is one
+sample), open a file to read ranges of its samples along an axis (`OpenFile`: many samples per file,
+hyperslab reads), and describe what a file holds (for `sim2dl inspect`)."""
 
 from __future__ import annotations
 
@@ -16,17 +17,35 @@ class SampleError(Exception):
     """This file cannot become a sample; the message is the reason recorded in the rejects list."""
 
 
+# Where a field's values come from (the key that names it in source.fields): an array in the file, a
+# global attribute of the file, a column of source.labels_table, a named group of source.path_pattern.
+FIELD_KINDS = ("path", "attr", "column", "path_group")
+
+
 @dataclass(frozen=True)
 class FieldSpec:
     name: str  # logical name used by every later step
-    path: str  # where the field lives inside a file of this format
+    path: str  # where the field lives: an array's path in the file, an attribute, a column or a group name
     dtype: str | None = None  # None: any numeric dtype
     shape: tuple[int | None, ...] | None = None  # None: any shape; None entries: any length
+    kind: str = "path"  # one of FIELD_KINDS
+    categorical: bool = False  # values (text or integers) become class ids 0..K-1 (int64)
+    classes: tuple[str, ...] | None = None  # the classes, as text, in id order; None: found in the data
 
     @classmethod
     def from_config(cls, name: str, spec: Mapping[str, Any]) -> FieldSpec:
         shape = spec.get("shape")
-        return cls(name, spec["path"], spec.get("dtype"), None if shape is None else tuple(shape))
+        kind = next(k for k in FIELD_KINDS if k in spec)
+        classes = spec.get("classes")
+        return cls(
+            name, str(spec[kind]), spec.get("dtype"), None if shape is None else tuple(shape), kind,
+            bool(spec.get("categorical") or classes), None if classes is None else tuple(map(str, classes)),
+        )  # fmt: skip
+
+    @property
+    def in_file(self) -> bool:
+        """An array stored in the file (as opposed to a value of the file: attribute, column, path)."""
+        return self.kind == "path"
 
 
 @dataclass(frozen=True)
@@ -36,6 +55,8 @@ class ArrayInfo:
     path: str
     shape: tuple[int, ...]
     dtype: str  # numpy's name, e.g. 'int16'; the kind tells numbers from text
+    dims: tuple[str, ...] | None = None  # dimension names, where the format has them (NetCDF, Zarr)
+    coordinate: bool = False  # a coordinate variable (its dimension's values, CF bounds, auxiliary coordinates)
 
 
 @dataclass(frozen=True)
@@ -47,11 +68,73 @@ class Contents:
     attributes: dict[str, str]
 
 
+class OpenFile(ABC):
+    """One input file opened to read ranges of its samples. Arrays are addressed by a field's `path`;
+    reads take hyperslabs (only the chunks holding the samples asked for are read where the format is
+    chunked). Raises SampleError (never anything else) for what cannot be read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @abstractmethod
+    def shape(self, array: str) -> tuple[int, ...]:
+        """The array's shape in the file; SampleError when there is no such array."""
+
+    def dims(self, array: str) -> tuple[str, ...] | None:
+        """The array's dimension names, where the format names them (NetCDF, Zarr); else None."""
+        return None
+
+    def along(self, field: FieldSpec, samples_along: int | str) -> int | None:
+        """The position of the sample axis in the field's array, or None when the array has no such axis
+        (a per-file array, repeated for each sample). A dimension name is looked up in the array's
+        dimension names; an axis number k is the sample axis when the array has one axis more than the
+        field's declared shape (or, with no shape declared, more than k axes)."""
+        shape = self.shape(field.path)
+        if isinstance(samples_along, str):
+            dims = self.dims(field.path)
+            if dims is None:
+                raise SampleError(
+                    f"source.samples_along '{samples_along}' names a dimension, but this {type(self).__name__} "
+                    "has no dimension names: give an axis number"
+                )
+            return dims.index(samples_along) if samples_along in dims else None
+        if field.shape is not None:
+            return samples_along if len(shape) == len(field.shape) + 1 else None
+        return samples_along if len(shape) > samples_along else None
+
+    @abstractmethod
+    def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
+        """A hyperslab of the array (one slice per leading axis named; the rest whole)."""
+
+    def samples(self, field: FieldSpec, axis: int, start: int, stop: int) -> np.ndarray | list[np.ndarray]:
+        """Samples [start, stop) of the field, the sample axis first."""
+        data = self.read(field.path, (slice(None),) * axis + (slice(start, stop),))
+        return as_array(np.moveaxis(data, axis, 0) if axis else data, field)
+
+    def whole(self, field: FieldSpec) -> np.ndarray:
+        return as_array(self.read(field.path, ()), field)
+
+    @abstractmethod
+    def attribute(self, name: str) -> Any:
+        """A global attribute of the file (HDF5 root, NetCDF global, Zarr root group); SampleError when
+        the file has none of that name."""
+
+    def close(self) -> None:  # noqa: B027 - formats with nothing to release
+        pass
+
+    def __enter__(self) -> OpenFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Reader(ABC):
     """Reads one file. Raises SampleError (never anything else) for a file that cannot be used."""
 
     name: str
     suffixes: tuple[str, ...]
+    directories = False  # True: an input is a directory with one of the suffixes (a Zarr store)
     # True: `read_contents` parses the file's bytes, which ingest reads itself (whole, ahead, direct I/O).
     reads_contents = False
 
@@ -65,6 +148,10 @@ class Reader(ABC):
     def describe(self, path: Path) -> Contents:
         """Every array in the file with its shape and dtype, without reading the data where the format
         allows. Raises SampleError for a file that cannot be opened."""
+
+    def open(self, path: Path) -> OpenFile:
+        """The file opened for reading samples along an axis (source.samples_along)."""
+        raise SampleError(f"the {self.name} reader cannot read samples along an axis")
 
     def read_contents(
         self, contents: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None

@@ -26,7 +26,17 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, Reader, SampleError, as_array, as_text, scalar_text
+from pipeline.readers.base import (
+    ArrayInfo,
+    Contents,
+    FieldSpec,
+    OpenFile,
+    Reader,
+    SampleError,
+    as_array,
+    as_text,
+    scalar_text,
+)
 
 _FILE_ACCESS = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
 _FILE_ACCESS.set_fapl_core(backing_store=False)
@@ -142,6 +152,41 @@ def same_array(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()  # NaN equals NaN here
 
 
+class HDF5File(OpenFile):
+    """An HDF5 file opened with h5py for samples along an axis: a hyperslab read per range of samples
+    (HDF5 reads only the chunks, or the contiguous bytes, that hold them)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        try:
+            self.file = h5py.File(path, "r")
+        except OSError as e:
+            raise SampleError(f"cannot open as HDF5 (truncated or corrupt?): {e}") from None
+
+    def _dataset(self, array: str) -> h5py.Dataset:
+        node = self.file.get(array)
+        if not isinstance(node, h5py.Dataset):
+            raise SampleError(f"no dataset '{array}'")
+        return node
+
+    def shape(self, array: str) -> tuple[int, ...]:
+        return tuple(self._dataset(array).shape)
+
+    def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
+        try:
+            return np.asarray(self._dataset(array)[index] if index else self._dataset(array)[()])
+        except (OSError, TypeError, ValueError) as e:
+            raise SampleError(f"cannot read dataset '{array}' (corrupt?): {e}") from None
+
+    def attribute(self, name: str) -> object:
+        if name not in self.file.attrs:
+            raise SampleError(f"no root attribute '{name}'")
+        return self.file.attrs[name]
+
+    def close(self) -> None:
+        self.file.close()
+
+
 class HDF5Reader(Reader):
     name = "hdf5"
     suffixes = (".h5", ".hdf5", ".hdf", ".he5")
@@ -156,6 +201,9 @@ class HDF5Reader(Reader):
     def read(self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None) -> tuple[Arrays, str | None]:
         arrays, _, sample_id = self._read(str(path).encode(), _FILE_ACCESS, fields, id_attr, None)
         return arrays, sample_id
+
+    def open(self, path: Path) -> HDF5File:
+        return HDF5File(path)
 
     def describe(self, path: Path) -> Contents:
         try:

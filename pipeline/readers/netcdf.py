@@ -1,34 +1,107 @@
-"""NetCDF-4 files via netCDF4 (climate output). Field paths name variables, with groups as `a/b/var`."""
+"""NetCDF-4 files via netCDF4 (climate output). Field paths name variables, with groups as `a/b/var`.
+Samples along a dimension (source.samples_along: its name) are read by hyperslab, a range at a time."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, Reader, SampleError, as_array, as_text, scalar_text
+from pipeline.readers.base import (
+    ArrayInfo,
+    Contents,
+    FieldSpec,
+    OpenFile,
+    Reader,
+    SampleError,
+    as_text,
+    scalar_text,
+)
+
+
+def _open(path: Path) -> Any:
+    import netCDF4
+
+    try:
+        ds = netCDF4.Dataset(str(path), "r")
+    except OSError as e:
+        raise SampleError(f"cannot open as NetCDF: {e}") from None
+    ds.set_auto_mask(False)  # masked arrays would hide fill values from the finite check
+    return ds
+
+
+def coordinate_names(variables: dict[str, Any]) -> set[str]:
+    """CF coordinates among a group's variables: 1-D variables named as their dimension, the variables a
+    `bounds` attribute names, and those listed in `coordinates` attributes."""
+    names = {name for name, var in variables.items() if var.dimensions == (name,)}
+    for var in variables.values():
+        attrs = set(var.ncattrs())
+        if "bounds" in attrs:
+            names.add(str(var.getncattr("bounds")))
+        if "coordinates" in attrs:
+            names.update(str(var.getncattr("coordinates")).split())
+    return names
+
+
+class NetCDFFile(OpenFile):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.ds = _open(path)
+
+    def _variable(self, array: str) -> Any:
+        *groups, var_name = array.strip("/").split("/")
+        node = self.ds
+        try:
+            for g in groups:
+                node = node.groups[g]
+            return node.variables[var_name]
+        except KeyError:
+            raise SampleError(f"no variable '{array}'") from None
+
+    def shape(self, array: str) -> tuple[int, ...]:
+        return tuple(self._variable(array).shape)
+
+    def dims(self, array: str) -> tuple[str, ...]:
+        return tuple(self._variable(array).dimensions)
+
+    def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
+        try:
+            return np.asarray(self._variable(array)[index or ...])
+        except (RuntimeError, OSError, IndexError) as e:
+            raise SampleError(f"corrupt NetCDF variable '{array}': {e}") from None
+
+    def attribute(self, name: str) -> Any:
+        if name not in self.ds.ncattrs():
+            raise SampleError(f"no global attribute '{name}'")
+        return self.ds.getncattr(name)
+
+    def close(self) -> None:
+        self.ds.close()
 
 
 class NetCDFReader(Reader):
     name = "netcdf"
     suffixes = (".nc", ".nc4", ".netcdf")
 
-    def describe(self, path: Path) -> Contents:
-        import netCDF4
+    def open(self, path: Path) -> NetCDFFile:
+        return NetCDFFile(path)
 
-        try:
-            ds = netCDF4.Dataset(str(path), "r")
-        except OSError as e:
-            raise SampleError(f"cannot open as NetCDF: {e}") from None
-        with ds:
+    def describe(self, path: Path) -> Contents:
+        with _open(path) as ds:
             arrays: list[ArrayInfo] = []
             groups = [("", ds)]
             while groups:  # every group, breadth first; variables named with their group path
                 prefix, group = groups.pop(0)
+                coordinates = coordinate_names(group.variables)
                 for name, var in group.variables.items():
                     dtype = np.dtype(var.dtype) if isinstance(var.dtype, np.dtype) else np.dtype(object)
-                    arrays.append(ArrayInfo(prefix + name, tuple(var.shape), str(dtype)))
+                    arrays.append(
+                        ArrayInfo(
+                            prefix + name, tuple(var.shape), str(dtype), tuple(var.dimensions), name in coordinates
+                        )
+                    )
                 groups += [(f"{prefix}{name}/", sub) for name, sub in group.groups.items()]
             texts = {name: scalar_text(ds.getncattr(name)) for name in ds.ncattrs()}
             return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None})
@@ -36,32 +109,18 @@ class NetCDFReader(Reader):
     def read(
         self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
-        import netCDF4
-
-        try:
-            ds = netCDF4.Dataset(str(path), "r")
-        except OSError as e:
-            raise SampleError(f"cannot open as NetCDF: {e}") from None
-        try:
-            ds.set_auto_mask(False)  # masked arrays would hide fill values from the finite check
+        with NetCDFFile(path) as f:
             arrays = {}
             for field in fields:
-                *groups, var_name = field.path.strip("/").split("/")
-                node = ds
                 try:
-                    for g in groups:
-                        node = node.groups[g]
-                    var = node.variables[var_name]
-                except KeyError:
-                    raise SampleError(f"missing field '{field.name}': no variable '{field.path}'") from None
-                arrays[field.name] = as_array(var[...], field)
+                    arrays[field.name] = f.whole(field)
+                except SampleError as e:
+                    if str(e).startswith("no variable"):
+                        raise SampleError(f"missing field '{field.name}': {e}") from None
+                    raise
             sample_id = None
             if id_attr is not None:
-                if id_attr not in ds.ncattrs():
+                if id_attr not in f.ds.ncattrs():
                     raise SampleError(f"missing sample id attribute '{id_attr}'")
-                sample_id = as_text(ds.getncattr(id_attr))
+                sample_id = as_text(f.ds.getncattr(id_attr))
             return arrays, sample_id
-        except (RuntimeError, OSError, IndexError) as e:
-            raise SampleError(f"corrupt NetCDF: {e}") from None
-        finally:
-            ds.close()

@@ -1,5 +1,7 @@
 """NumPy files: `.npz` (field path = array name) and `.npy` (one array; field path '.').
-Pickled objects are refused: loading them would run code from the file."""
+Pickled objects are refused: loading them would run code from the file. Samples along an axis: a .npy
+is memory-mapped (a range of samples reads only its pages); an .npz member is a zip entry, loaded whole
+the first time a range of it is asked for (keep such files small, or use .npy, HDF5 or Zarr)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,70 @@ from typing import BinaryIO
 
 import numpy as np
 
-from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, Reader, SampleError, as_array, as_text, scalar_text
+from pipeline.readers.base import (
+    ArrayInfo,
+    Contents,
+    FieldSpec,
+    OpenFile,
+    Reader,
+    SampleError,
+    as_array,
+    as_text,
+    scalar_text,
+)
+
+NUMPY_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile)
+
+
+class NumpyFile(OpenFile):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        try:
+            self.loaded = np.load(path, allow_pickle=False, mmap_mode="r")
+        except NUMPY_ERRORS as e:
+            raise SampleError(f"cannot load as NumPy file (truncated or corrupt?): {e}") from None
+        self._members: dict[str, np.ndarray] = {}
+
+    def _array(self, array: str) -> np.ndarray:
+        if isinstance(self.loaded, np.ndarray):
+            if array != ".":
+                raise SampleError(f"no array '{array}' (a .npy file holds one array: path '.')")
+            return self.loaded
+        if array not in self._members:
+            if array not in self.loaded.files:
+                raise SampleError(f"no array '{array}'")
+            try:
+                self._members[array] = self.loaded[array]
+            except NUMPY_ERRORS as e:
+                raise SampleError(f"corrupt .npz member '{array}': {e}") from None
+        return self._members[array]
+
+    def shape(self, array: str) -> tuple[int, ...]:
+        return tuple(self._array(array).shape)
+
+    def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
+        return np.array(self._array(array)[index])
+
+    def attribute(self, name: str) -> object:
+        """A one-element member of an .npz (the format has no attributes)."""
+        if isinstance(self.loaded, np.ndarray) or name not in self.loaded.files:
+            raise SampleError(f"no one-element array '{name}' (an .npz's attributes are its scalar members)")
+        value = self._array(name)
+        if value.size != 1:
+            raise SampleError(f"array '{name}' has {value.size} elements, not one: not an attribute")
+        return value.reshape(())
+
+    def close(self) -> None:
+        if not isinstance(self.loaded, np.ndarray):
+            self.loaded.close()
 
 
 class NumpyReader(Reader):
     name = "numpy"
     suffixes = (".npy", ".npz")
+
+    def open(self, path: Path) -> NumpyFile:
+        return NumpyFile(path)
 
     def describe(self, path: Path) -> Contents:
         """Shapes and dtypes from the arrays' headers; only small text arrays (id candidates) are read."""

@@ -1,5 +1,7 @@
-"""ROOT files via uproot (event data from particle-physics generators). A field path is TREE/BRANCH;
-the record is the branch over all entries of the file (so its length is the number of events)."""
+"""ROOT files via uproot (event data from particle-physics generators). A field path is TREE/BRANCH.
+Without source.samples_along the record is the branch over all entries of the file (its length is the
+number of events); with it, every entry (event) is a sample, read a range of entries at a time, and a
+jagged branch (a variable number of values per event) becomes a variable-length field."""
 
 from __future__ import annotations
 
@@ -9,12 +11,74 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, Reader, SampleError, as_array, as_text
+from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, OpenFile, Reader, SampleError, as_array, as_text
+
+
+def _open(path: Path) -> Any:
+    import uproot
+
+    try:
+        return uproot.open(path)
+    except Exception as e:  # uproot raises many exception types for damaged files
+        raise SampleError(f"cannot open as ROOT: {type(e).__name__}: {e}") from None
+
+
+class RootFile(OpenFile):
+    """A ROOT file whose trees' entries are the samples (whatever source.samples_along names)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.file = _open(path)
+
+    def _branch(self, array: str) -> Any:
+        tree_name, _, branch = array.rpartition("/")
+        try:
+            return self.file[tree_name][branch]
+        except Exception:  # KeyError, or uproot's own for a path through a non-directory
+            raise SampleError(f"no branch '{array}'") from None
+
+    def shape(self, array: str) -> tuple[int, ...]:
+        branch = self._branch(array)
+        try:
+            return (branch.num_entries, *branch.interpretation.to_dtype.shape)
+        except AttributeError:  # jagged: the values per entry vary
+            return (branch.num_entries,)
+
+    def along(self, field: FieldSpec, samples_along: int | str) -> int | None:
+        self.shape(field.path)  # SampleError when there is no such branch
+        return 0
+
+    def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
+        entries = index[0] if index else slice(None)
+        try:
+            return self._branch(array).array(entry_start=entries.start, entry_stop=entries.stop, library="np")
+        except SampleError:
+            raise
+        except Exception as e:
+            raise SampleError(f"cannot read branch '{array}': {type(e).__name__}: {e}") from None
+
+    def samples(self, field: FieldSpec, axis: int, start: int, stop: int) -> np.ndarray | list[np.ndarray]:
+        data = self.read(field.path, (slice(start, stop),))
+        if data.dtype == object:  # jagged: one array per entry
+            return [as_array(entry, field) for entry in data]
+        return as_array(data, field)
+
+    def attribute(self, name: str) -> object:
+        try:
+            return self.file[name].member("fTitle")
+        except Exception:
+            raise SampleError(f"no TNamed '{name}' (a ROOT file's attributes are TNamed titles)") from None
+
+    def close(self) -> None:
+        self.file.close()
 
 
 class RootReader(Reader):
     name = "root"
     suffixes = (".root",)
+
+    def open(self, path: Path) -> RootFile:
+        return RootFile(path)
 
     def describe(self, path: Path) -> Contents:
         """Every TTree's branches and RNTuple's fields (a record: one over the file's events), and every

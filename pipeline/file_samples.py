@@ -1,0 +1,288 @@
+"""ingest of files that are not one sample each: many samples along an axis (source.samples_along),
+and fields whose values are the file's (attributes, labels_table columns, path groups, categorical).
+
+A unit is one sample of one file (a file whose samples cannot be counted, because it cannot be opened or
+its fields disagree along the axis, is one unit: its reject). Units are numbered across the sorted
+input listing, so a file's samples are consecutive; parts are runs of `per_part` consecutive units, and
+ranks take consecutive blocks of parts: a few huge files spread over every rank (ranks take ranges of a
+file's samples), many small ones are packed as before. Every unit ends as one manifest row: a record, or
+a reject with its reason. The plan is a pure object (`UnitPlan`); ingest executes it under MPI:
+
+1. survey: each rank opens a block of the files (metadata only) and counts their samples; the values of
+   categorical fields are collected there too, so the class ids (sorted values) are fixed before any
+   record is written, the same for any rank count;
+2. read: each rank reads its units file by file, `ingest.batch_mb` of samples at a time (one hyperslab
+   per field: a file of 100,000 samples is never read whole), checks each sample and appends it to the
+   part its unit belongs to.
+
+Memory per rank: the listing's line offsets and the per-file unit counts (16 bytes per file), one batch
+of samples, one part's manifest rows, 24 bytes per accepted record for the duplicate check, the labels
+table (compact). Time: one metadata pass and one data pass over the files, split across ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import MB, Sim2dlError
+from pipeline.fields import Categories, FileInfo, LabelsTable, ValueSource, numeric_value, value_sources
+from pipeline.fields.categories import class_text, sorted_classes
+from pipeline.fields.column import table_settings
+from pipeline.parallel import all_ok, block
+from pipeline.readers import FieldSpec, SampleError, reader_for
+from pipeline.readers.base import OpenFile, as_text
+
+Arrays = dict[str, np.ndarray]
+PARTS_PER_RANK = 4  # as ingest: at least this many parts per rank, so that ranks differ by one part at most
+
+
+def reads_samples(source: Mapping[str, Any]) -> bool:
+    """Whether ingest goes through this module: samples along an axis, or fields that are not arrays."""
+    return source["samples_along"] is not None or any(
+        "path" not in spec or spec.get("categorical") or spec.get("classes") for spec in source["fields"].values()
+    )
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """Which units (samples) exist, which part each goes to and which rank writes each part."""
+
+    units: np.ndarray  # per file: its units (samples; 1 when they cannot be counted)
+    per_part: int  # units per part
+    ranks: int
+
+    @property
+    def starts(self) -> np.ndarray:
+        """File f's units are [starts[f], starts[f + 1])."""
+        return np.concatenate([[0], np.cumsum(self.units, dtype=np.int64)])
+
+    @property
+    def total(self) -> int:
+        return int(self.units.sum())
+
+    @property
+    def parts(self) -> int:
+        return -(-self.total // self.per_part)
+
+    def rank_units(self, rank: int) -> range:
+        """The units rank `rank` reads: the units of its block of parts."""
+        parts = block(range(self.parts), rank, self.ranks)
+        return range(min(self.total, parts.start * self.per_part), min(self.total, parts.stop * self.per_part))
+
+    def files_of(self, units: range) -> range:
+        """The files holding any of these units."""
+        if not len(units):
+            return range(0)
+        starts = self.starts
+        first = int(np.searchsorted(starts, units.start, "right")) - 1
+        last = int(np.searchsorted(starts, units.stop - 1, "right")) - 1
+        return range(first, last + 1)
+
+    @classmethod
+    def make(cls, units: np.ndarray, sample_bytes: int, shard_bytes: int, ranks: int) -> UnitPlan:
+        """Parts of about a shard's worth of samples, but at least PARTS_PER_RANK parts per rank."""
+        total = int(units.sum())
+        balanced = total // (PARTS_PER_RANK * ranks)
+        return cls(units.astype(np.int64), max(1, min(shard_bytes // max(sample_bytes, 1), balanced)), ranks)
+
+
+class FileSamples:
+    """The samples of one opened file: the fields along the sample axis (with their axis position), the
+    per-file values every sample shares, and the file's sample count."""
+
+    def __init__(
+        self,
+        opened: OpenFile,
+        info: FileInfo,
+        fields: Sequence[FieldSpec],
+        samples_along: int | str | None,
+        values: Mapping[str, ValueSource],
+    ) -> None:
+        self.opened, self.info, self.fields, self.values = opened, info, fields, values
+        self.axes: dict[str, int] = {}  # field -> position of the sample axis in its array
+        for field in fields:
+            if field.in_file and samples_along is not None:
+                try:
+                    axis = opened.along(field, samples_along)
+                except SampleError as e:
+                    raise SampleError(f"field '{field.name}': {e}") from None
+                if axis is not None:
+                    self.axes[field.name] = axis
+        if samples_along is None:
+            self.count = 1
+            return
+        if not self.axes:
+            raise SampleError(f"no field has the sample axis {samples_along!r} (source.samples_along)")
+        lengths = {name: opened.shape(self.field(name).path)[axis] for name, axis in self.axes.items()}
+        if len(set(lengths.values())) > 1:
+            told = ", ".join(f"{name}={n}" for name, n in lengths.items())
+            raise SampleError(f"fields disagree in length along {samples_along!r}: {told}")
+        self.count = next(iter(lengths.values()))
+        if self.count == 0:
+            raise SampleError(f"no samples along {samples_along!r} (length 0)")
+
+    def field(self, name: str) -> FieldSpec:
+        return next(f for f in self.fields if f.name == name)
+
+    def shared(self, categories: Categories) -> Arrays:
+        """The values every sample of the file shares: per-file arrays and the value sources' values
+        (categorical ones as class ids). SampleError: the file has no such value."""
+        arrays: Arrays = {}
+        for field in self.fields:
+            if field.name in self.axes:
+                continue
+            if field.in_file:
+                value: Any = self.opened.whole(field) if not field.categorical else self.opened.read(field.path, ())
+                where = f"array '{field.path}'"
+            else:
+                value = self.values[field.name].raw(self.info)
+                where = f"{field.kind} '{field.path}'"
+            arrays[field.name] = (
+                categories.id_of(field.name, value) if field.categorical else numeric_value(value, field, where)
+            )
+        return arrays
+
+    def batches(self, start: int, stop: int, batch_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(first index, field -> samples) for ranges of [start, stop): one sample first, then as many
+        as fit in batch_bytes at the size seen."""
+        size = 1
+        while start < stop:
+            end = min(stop, start + size)
+            batch = {name: self.opened.samples(self.field(name), axis, start, end) for name, axis in self.axes.items()}
+            yield start, batch
+            nbytes = sum(a.nbytes if isinstance(a, np.ndarray) else sum(x.nbytes for x in a) for a in batch.values())
+            size = max(1, int(batch_bytes * (end - start) // max(nbytes, 1)))
+            start = end
+
+    def class_values(self) -> dict[str, set[str]]:
+        """The categorical values this file holds, by field (for the classes found in the data)."""
+        found: dict[str, set[str]] = {}
+        for field in self.fields:
+            if not field.categorical or field.classes is not None:
+                continue
+            try:
+                if field.in_file:
+                    data = self.opened.read(field.path, ())
+                    axis = self.axes.get(field.name)
+                    items = [data] if axis is None else list(np.unique(np.asarray(data)))
+                    found[field.name] = {class_text(v) for v in items}
+                else:
+                    found[field.name] = {class_text(self.values[field.name].raw(self.info))}
+            except SampleError:
+                continue  # the file's reject says why, when its samples are read
+        return found
+
+
+class FileOpener:
+    """Opens inputs as FileSamples: the readers, value sources and labels table of one ingest run."""
+
+    def __init__(self, root: Path, source: Mapping[str, Any], fields: Sequence[FieldSpec]) -> None:
+        self.root, self.source, self.fields = root, source, fields
+        settings = table_settings(source)
+        table = None
+        if settings is not None:
+            table_path = root / settings["path"]
+            table = LabelsTable(table_path, settings["key"])
+            match = settings["match"]
+            if match is not None and (match not in source["fields"] or "path" in source["fields"][match]):
+                raise Sim2dlError(
+                    f"config key 'source.labels_table.match': '{match}' is not a field with attr or path_group"
+                )
+        self.match = None if settings is None else settings["match"]
+        self.values = value_sources(list(fields), source, table)
+        self.id_attr = source["sample_id"]["attr"] if source["sample_id"] else None
+
+    def relative(self, path: str) -> str:
+        p = Path(path)
+        return str(p.relative_to(self.root) if p.is_relative_to(self.root) else p)
+
+    def open(self, path: str) -> FileSamples:
+        """The file opened and counted; SampleError: it cannot be read as samples (one unit, rejected)."""
+        if not os.path.lexists(path):
+            raise SampleError("missing (deleted since listing?)")
+        if not os.access(path, os.R_OK):
+            raise SampleError("unreadable: permission denied")
+        opened = reader_for(Path(path), self.source["format"]).open(Path(path))
+        try:
+            relative = self.relative(path)
+            file_id = str(Path(relative).with_suffix("")) if self.id_attr is None else ""
+            info = FileInfo(path, relative, opened, file_id)
+            if self.id_attr is not None:
+                try:
+                    info.file_id = as_text(opened.attribute(self.id_attr))
+                except SampleError:
+                    raise SampleError(f"missing sample id attribute '{self.id_attr}'") from None
+            info.table_key = info.file_id if self.match is None else class_text(self.values[self.match].raw(info))
+            return FileSamples(opened, info, self.fields, self.source["samples_along"], self.values)
+        except BaseException:
+            opened.close()
+            raise
+
+
+def survey(opener: FileOpener, paths: Sequence[str]) -> tuple[np.ndarray, dict[str, set[str]], int]:
+    """Per file: its units (samples; 1 when they cannot be counted); the categorical values found; the
+    bytes of one sample (of the first file counted; 0 if none)."""
+    units = np.ones(len(paths), np.int64)
+    found: dict[str, set[str]] = {}
+    sample_bytes = 0
+    for i, path in enumerate(paths):
+        try:
+            samples = opener.open(path)
+        except SampleError:
+            continue  # rejected with its reason when its turn comes
+        with samples.opened:
+            units[i] = samples.count
+            for name, values in samples.class_values().items():
+                found.setdefault(name, set()).update(values)
+            if not sample_bytes and samples.axes:
+                try:
+                    _, batch = next(samples.batches(0, 1, 1))
+                    sample_bytes = sum(a.nbytes if isinstance(a, np.ndarray) else a[0].nbytes for a in batch.values())
+                except SampleError:
+                    pass
+    return units, found, sample_bytes
+
+
+def agree_on_classes(comm: Any, fields: Sequence[FieldSpec], found: Mapping[str, set[str]]) -> Categories:
+    """The classes of every categorical field: as configured, or the union of what every rank found, sorted."""
+    everywhere: dict[str, set[str]] = {}
+    for rank_found in comm.allgather({name: sorted(values) for name, values in found.items()}):
+        for name, values in rank_found.items():
+            everywhere.setdefault(name, set()).update(values)
+    classes = {}
+    for field in fields:
+        if field.categorical:
+            classes[field.name] = (
+                list(field.classes) if field.classes is not None else sorted_classes(everywhere.get(field.name, set()))
+            )
+    return Categories(classes)
+
+
+def plan_units(
+    comm: Any, opener: FileOpener, listing: Sequence[str], first: int, total_files: int, shard_bytes: int
+) -> tuple[UnitPlan, Categories]:
+    """Every rank surveys its block of the files (`listing`, starting at file `first`); the unit counts
+    are gathered (8 bytes per file) and the classes agreed."""
+    error: BaseException | None = None
+    try:
+        units, found, sample_bytes = survey(opener, listing)
+    except Sim2dlError as e:
+        units, found, sample_bytes, error = np.ones(len(listing), np.int64), {}, 0, e
+    all_ok(comm, error)
+    gathered = comm.allgather((first, units))
+    every = np.ones(total_files, np.int64)
+    for start, counts in gathered:
+        every[start : start + len(counts)] = counts
+    sample_bytes = max(comm.allgather(sample_bytes))
+    categories = agree_on_classes(comm, opener.fields, found)
+    return UnitPlan.make(every, sample_bytes, shard_bytes, comm.Get_size()), categories
+
+
+def batch_bytes(settings: Mapping[str, Any]) -> int:
+    return int(settings["batch_mb"] * MB)
