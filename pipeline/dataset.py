@@ -23,6 +23,11 @@ def load_metadata(merged_dir: Path) -> dict[str, Any]:
         raise Sim2dlError(f"cannot read dataset metadata {path}: {e.strerror} (run merge first)") from e
 
 
+def class_names(metadata: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The classes of each categorical field, in id order (a record holds the id, int64)."""
+    return {name: list(names) for name, names in metadata.get("classes", {}).items()}
+
+
 def shard_paths(merged_dir: Path, metadata: Mapping[str, Any]) -> list[Path]:
     return [MergedPaths(merged_dir).shard(s["file"]) for s in metadata["shards"]]
 

@@ -148,17 +148,36 @@ class FileSamples:
             )
         return arrays
 
-    def batches(self, start: int, stop: int, batch_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(first index, field -> samples) for ranges of [start, stop): one sample first, then as many
-        as fit in batch_bytes at the size seen."""
+    def batches(
+        self, start: int, stop: int, batch_bytes: int
+    ) -> Iterator[tuple[int, int, dict[str, Any] | SampleError]]:
+        """(first index, samples, field -> samples) for ranges of [start, stop): one sample first, then as
+        many as fit in batch_bytes at the size seen. A range that cannot be read is read again a sample
+        at a time, so that an unreadable chunk costs only the samples in it (given as the SampleError)."""
         size = 1
         while start < stop:
             end = min(stop, start + size)
-            batch = {name: self.opened.samples(self.field(name), axis, start, end) for name, axis in self.axes.items()}
-            yield start, batch
+            try:
+                batch = self.read(start, end)
+            except SampleError as e:
+                if end - start == 1:
+                    yield start, 1, e
+                    start = end
+                    continue
+                for index in range(start, end):
+                    try:
+                        yield index, 1, self.read(index, index + 1)
+                    except SampleError as single:
+                        yield index, 1, single
+                start = end
+                continue
+            yield start, end - start, batch
             nbytes = sum(a.nbytes if isinstance(a, np.ndarray) else sum(x.nbytes for x in a) for a in batch.values())
             size = max(1, int(batch_bytes * (end - start) // max(nbytes, 1)))
             start = end
+
+    def read(self, start: int, stop: int) -> dict[str, Any]:
+        return {name: self.opened.samples(self.field(name), axis, start, stop) for name, axis in self.axes.items()}
 
     def class_values(self) -> dict[str, set[str]]:
         """The categorical values this file holds, by field (for the classes found in the data)."""
@@ -242,7 +261,7 @@ def survey(opener: FileOpener, paths: Sequence[str]) -> tuple[np.ndarray, dict[s
                 found.setdefault(name, set()).update(values)
             if not sample_bytes and samples.axes:
                 try:
-                    _, batch = next(samples.batches(0, 1, 1))
+                    batch = samples.read(0, 1)
                     sample_bytes = sum(a.nbytes if isinstance(a, np.ndarray) else a[0].nbytes for a in batch.values())
                 except SampleError:
                     pass

@@ -444,8 +444,9 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
             base = int(file_starts[f])  # the unit of the file's sample 0
             try:
                 samples = opener.open(path)
-            except SampleError as e:
-                reject(first, path, None, "", str(e))  # a file that cannot be counted is one unit
+            except SampleError as e:  # a file that could not be counted is one unit; each unit gets a row
+                for unit in range(first, stop):
+                    reject(unit, path, None if plan.units[f] == 1 else unit - base, "", str(e))
                 bar.update(stop - first)
                 continue
             with samples.opened:
@@ -455,25 +456,25 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
                 def sample_id(index: int) -> str:
                     return f"{file_id}#{index}" if along else file_id  # noqa: B023 - used within this file's loop
 
-                if samples.count != plan.units[f]:
-                    for unit in range(first, stop):
-                        reason = f"changed since it was surveyed ({plan.units[f]} samples, now {samples.count})"
-                        reject(unit, path, unit - base, sample_id(unit - base), reason)
-                    continue
                 try:
+                    if samples.count != plan.units[f]:
+                        changed = f"{plan.units[f]} samples, now {samples.count}"
+                        raise SampleError(f"changed since it was surveyed ({changed})")
                     shared = samples.shared(categories)
                 except SampleError as e:
                     for unit in range(first, stop):
                         reject(unit, path, unit - base, sample_id(unit - base), str(e))
                     bar.update(stop - first)
                     continue
-                for start, batch in samples.batches(first - base, stop - base, int(settings["batch_mb"] * MB)):
-                    for j in range(len(next(iter(batch.values()))) if batch else 1):
-                        index = start + j
+                for start, count, batch in samples.batches(first - base, stop - base, int(settings["batch_mb"] * MB)):
+                    bar.update(count)
+                    for index in range(start, start + count):
                         unit = base + index
                         part, piece = parts.at(unit)
                         try:
-                            arrays = sample_arrays(batch, j, shared, samples, categories)
+                            if isinstance(batch, SampleError):
+                                raise batch
+                            arrays = sample_arrays(batch, index - start, shared, samples, categories)
                             validate_sample(arrays, fields, settings["check_finite"])
                         except SampleError as e:
                             reject(unit, path, index, sample_id(index), str(e))
@@ -489,7 +490,6 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
                         high, low = id_hash(sample_id(index))
                         hashed[accepted] = (high, low, unit)
                         accepted += 1
-                    bar.update(len(next(iter(batch.values()))) if batch else 1)
     except BaseException:
         parts.abort()
         raise

@@ -231,6 +231,8 @@ def local_rows(
     names = list(spec)
     for k, stem in enumerate(stems):
         part = Part(stem)
+        if not len(part):  # every record of the part was rejected
+            continue
         rows = np.zeros(len(part), dtype)
         rows["key"] = sort_keys(part, sort_by, widths[0], widths[1], fractions)
         rows["part"], rows["record"] = first_part + k, np.arange(len(part))

@@ -33,7 +33,7 @@ import h5py
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.dataset import fixed, load_metadata
+from pipeline.dataset import class_names, fixed, load_metadata
 from pipeline.paths import MergedPaths
 from pipeline.records import read_batches
 from pipeline.writers.tfrecord import masked_crc32c
@@ -321,6 +321,8 @@ class ShardReader:
         if unknown:
             raise Sim2dlError(f"fields {unknown} are not in {self.merged_dir} (it has {sorted(spec)})")
         self.spec = {name: spec[name] for name in (fields or spec)}
+        # Categorical fields hold class ids; their names, in id order: self.classes[field][id]
+        self.classes = {name: names for name, names in class_names(self.metadata).items() if name in self.spec}
         self.slot, self.slots = rank * workers + worker, world_size * workers
         self.shuffle_buffer, self.seed, self.verify = shuffle_buffer, seed, verify
         self.epoch = 0

@@ -1,0 +1,334 @@
+"""Real output as it comes (source.samples_along, attributes, labels tables, path groups, categorical
+labels, Zarr): files written with the real libraries, through ingest -> convert -> merge, with exact
+counts and values read back from the shards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipeline.convert import convert
+from pipeline.file_samples import FileOpener, UnitPlan
+from pipeline.ingest import ingest
+from pipeline.merge import merge
+from pipeline.reader import ShardReader
+from pipeline.readers import FieldSpec
+from pipeline.tables import read_csv, read_rows
+
+from .conftest import make_config, run_cli, write_config
+
+MODELS = {"MODEL-B": 12, "MODEL-A": 5, "MODEL-C": 7}  # CMIP6-like: a model's name and its time steps
+
+
+def write_cmip_like(root: Path) -> None:
+    """ta(time, plev, lat, lon) per model, with CF coordinates, bounds, and a tracking_id shared by all."""
+    import netCDF4
+
+    root.mkdir(parents=True, exist_ok=True)
+    for k, (model, steps) in enumerate(MODELS.items()):
+        with netCDF4.Dataset(root / f"ta_{model}.nc", "w") as ds:
+            for dim, n in (("time", None), ("plev", 2), ("lat", 4), ("lon", 6), ("bnds", 2)):
+                ds.createDimension(dim, n)
+            time = ds.createVariable("time", "f8", ("time",))
+            time[:] = np.arange(steps)
+            time.bounds = "time_bnds"
+            ds.createVariable("time_bnds", "f8", ("time", "bnds"))[:] = np.stack([np.arange(steps)] * 2, 1)
+            ds.createVariable("plev", "f8", ("plev",))[:] = [85000.0, 50000.0]
+            lat = ds.createVariable("lat", "f8", ("lat",))
+            lat[:], lat.bounds = np.linspace(-60, 60, 4), "lat_bnds"
+            ds.createVariable("lat_bnds", "f4", ("lat", "bnds"))[:] = np.zeros((4, 2))
+            ds.createVariable("lon", "f8", ("lon",))[:] = np.arange(6) * 60.0
+            ta = ds.createVariable("ta", "f4", ("time", "plev", "lat", "lon"), chunksizes=(1, 2, 4, 6))
+            ta[:] = ta_values(k, steps)
+            ds.source_id, ds.tracking_id, ds.experiment_id = model, "hdl:21.14100/same-everywhere", "historical"
+
+
+def ta_values(k: int, steps: int) -> np.ndarray:
+    return (k * 1000 + np.arange(steps)[:, None, None, None] + np.zeros((steps, 2, 4, 6))).astype("f4")
+
+
+def layout_config(tmp_path: Path, source: dict[str, Any], features: list[str], labels: list[str], **sections: Any):
+    return make_config(
+        tmp_path,
+        source={"sample_id": None, **source},
+        convert={"features": features, "labels": labels, "log1p": [], "normalise": [], "per_channel": []},
+        **sections,
+    )
+
+
+def data_half(config: dict[str, Any], root: Path, tmp_path: Path, comm: Any) -> tuple[dict, dict]:
+    """ingest -> convert -> merge; the ingest summary and the merged metadata."""
+    work = tmp_path / "work"
+    summary = ingest(config, root, work / "ingest", comm)
+    convert(config, work / "ingest", work / "convert", comm)
+    merge(config, work / "ingest", work / "convert", work / "merged", comm)
+    return summary, json.loads((work / "merged" / "metadata.json").read_text())
+
+
+def records_by_id(merged: Path) -> dict[str, dict[str, Any]]:
+    return {
+        r["sample_id"].decode() if isinstance(r["sample_id"], bytes) else r["sample_id"]: r for r in ShardReader(merged)
+    }
+
+
+CMIP_SOURCE = {
+    "glob": "*.nc",
+    "samples_along": "time",
+    "fields": {
+        "ta": {"path": "ta", "dtype": "float32", "shape": [2, None, None]},
+        "model": {"attr": "source_id", "categorical": True},
+    },
+}
+
+
+def test_netcdf_one_sample_per_time_step_with_the_model_as_class(tmp_path, serial):
+    root = tmp_path / "cmip"
+    write_cmip_like(root)
+    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root)}, ["ta"], ["model"])
+    summary, meta = data_half(config, root, tmp_path, serial)
+    total = sum(MODELS.values())
+    assert (summary["inputs"], summary["samples"], summary["accepted"], summary["rejected"]) == (3, total, total, 0)
+    assert meta["classes"] == {"model": ["MODEL-A", "MODEL-B", "MODEL-C"]}
+    assert meta["feature_spec"]["model"]["dtype"] == "int64" and meta["feature_spec"]["model"]["shape"] == []
+    records = records_by_id(tmp_path / "work" / "merged")
+    assert len(records) == total
+    for k, (model, steps) in enumerate(MODELS.items()):
+        expected = ta_values(k, steps)
+        for t in range(steps):
+            record = records[f"ta_{model}#{t}"]
+            np.testing.assert_array_equal(record["ta"], expected[t])
+            assert int(record["model"]) == sorted(MODELS).index(model)
+    provenance = read_rows(tmp_path / "work" / "merged" / "provenance")
+    assert sorted((Path(r["source"]).name, r["index"]) for r in provenance) == sorted(
+        (f"ta_{m}.nc", t) for m, n in MODELS.items() for t in range(n)
+    )
+    assert ShardReader(tmp_path / "work" / "merged").classes == meta["classes"]
+
+
+def test_ranks_take_ranges_of_one_files_samples_and_the_shards_do_not_depend_on_them(tmp_path):
+    """One file of 40 samples and one of 3, on 1 and 3 ranks (the large file spread over all three):
+    byte-identical shards, the same classes, and every rank wrote part of the large file."""
+    import netCDF4
+
+    root = tmp_path / "two"
+    root.mkdir()
+    for name, steps, model in (("big", 40, "Z"), ("small", 3, "A")):
+        with netCDF4.Dataset(root / f"{name}.nc", "w") as ds:
+            ds.createDimension("time", steps)
+            ds.createDimension("x", 5)
+            ds.createVariable("v", "f4", ("time", "x"))[:] = np.arange(steps * 5, dtype="f4").reshape(steps, 5)
+            ds.source_id = model
+    source = {"path": str(root), "glob": "*.nc", "samples_along": "time", "fields": {
+        "v": {"path": "v", "dtype": "float32", "shape": [5]}, "model": {"attr": "source_id", "categorical": True}}}  # fmt: skip
+    shards = {}
+    for ranks in (1, 3):
+        run = tmp_path / f"r{ranks}"
+        run.mkdir()
+        config = layout_config(run, source, ["v"], ["model"], merge={"shard_size_mb": 0.0005})
+        config_path = write_config(run, config)
+        for step in ("ingest", "convert", "merge"):
+            run_cli([step, "--config", str(config_path)], ranks=ranks)
+        merged = Path(config["workdir"]) / "merged"
+        shards[ranks] = [p.read_bytes() for p in sorted((merged / "shards").glob("*.tfrecord"))]
+        assert json.loads((merged / "metadata.json").read_text())["classes"] == {"model": ["A", "Z"]}
+        manifest = read_rows(Path(config["workdir"]) / "ingest" / "manifest")
+        assert sorted(r["index"] for r in manifest if r["path"].endswith("big.nc")) == list(range(40))
+    assert len(shards[1]) > 1 and shards[1] == shards[3]
+    plan = UnitPlan.make(np.array([40, 3]), sample_bytes=20, shard_bytes=500, ranks=3)
+    assert all(0 in plan.files_of(plan.rank_units(r)) for r in range(3))  # every rank reads part of big.nc
+
+
+def test_unit_plan_covers_every_unit_once():
+    units = np.array([5, 1, 250, 0, 7])  # 0: cannot happen (an empty file is one rejected unit), kept as a guard
+    for ranks in (1, 2, 3, 7):
+        plan = UnitPlan.make(np.maximum(units, 1), sample_bytes=1000, shard_bytes=16_000, ranks=ranks)
+        covered = [u for r in range(ranks) for u in plan.rank_units(r)]
+        assert covered == list(range(plan.total))
+        for r in range(ranks):
+            mine = plan.rank_units(r)
+            if len(mine):
+                files = plan.files_of(mine)
+                assert plan.starts[files.start] <= mine.start and mine.stop <= plan.starts[files.stop]
+
+
+def write_jag_like(root: Path) -> None:
+    """HDF5 bundles with a leading axis of ensemble members, a run per file (LLNL JAG style)."""
+    import h5py
+
+    root.mkdir()
+    for run in range(4):
+        with h5py.File(root / f"bundle_{run:03d}.h5", "w") as f:
+            images = np.full((6, 8, 8, 2), run, "f4") + np.arange(6, dtype="f4")[:, None, None, None]
+            if run == 1:
+                images[4, 0, 0, 0] = np.nan  # one member whose values are not finite
+            f.create_dataset("images", data=images, chunks=(1, 8, 8, 2))
+            f.create_dataset("scalars", data=np.arange(6 * 3, dtype="f4").reshape(6, 3) + 100 * run)
+            f.create_dataset("mesh", data=np.linspace(0, 1, 8, dtype="f4"))  # per-file: repeated for each sample
+            f.attrs["code"] = "hydra"
+    with h5py.File(root / "bundle_004.h5", "w") as f:  # its fields disagree along the axis
+        f.create_dataset("images", data=np.zeros((6, 8, 8, 2), "f4"))
+        f.create_dataset("scalars", data=np.zeros((5, 3), "f4"))
+        f.create_dataset("mesh", data=np.zeros(8, "f4"))
+    (root / "runs.csv").write_text(
+        "run,omega,process\n0,0.25,qcd\n1,0.30,ttbar\n2,0.35,qcd\n2,0.36,qcd\n4,0.5,zll\n"  # run 2 twice, run 3 missing
+    )
+
+
+def test_hdf5_leading_axis_with_a_labels_table_and_path_groups(tmp_path, serial):
+    root = tmp_path / "jag"
+    write_jag_like(root)
+    source = {
+        "path": str(root),
+        "glob": "*.h5",
+        "samples_along": 0,
+        "labels_table": {"path": "runs.csv", "key": "run", "match": "run"},
+        "path_pattern": r"bundle_(?P<run>\d+)\.h5",
+        "fields": {
+            "images": {"path": "images", "dtype": "float32", "shape": [8, 8, 2]},
+            "scalars": {"path": "scalars", "shape": [3]},
+            "mesh": {"path": "mesh", "shape": [8]},
+            "run": {"path_group": "run", "dtype": "int64"},
+            "omega": {"column": "omega", "dtype": "float32"},
+            "process": {"column": "process", "categorical": True},
+        },
+    }
+    config = layout_config(tmp_path, source, ["images"], ["scalars", "mesh", "run", "omega", "process"],
+                           ingest={"max_reject_fraction": 0.9, "batch_mb": 0.001})  # fmt: skip
+    summary, meta = data_half(config, root, tmp_path, serial)
+    # 4 bundles of 6 and one whose fields disagree (one unit): 25 samples found
+    assert summary["samples"] == 25 and summary["accepted"] + summary["rejected"] == 25
+    assert summary["accepted"] == 6 + 5  # run 0, run 1 without its NaN member; run 2 (duplicated row), run 3 (no row)
+    assert meta["classes"] == {"process": ["qcd", "ttbar"]}
+    reasons = {
+        (Path(r["path"]).name, r["sample_id"]): r["reason"] for r in read_csv(tmp_path / "work/ingest/rejects.csv")
+    }
+    assert "non-finite" in reasons[("bundle_001.h5", "bundle_001#4")]
+    assert "2 rows of runs.csv have run = '002'" in reasons[("bundle_002.h5", "bundle_002#0")]
+    assert "no row of runs.csv has run = '003'" in reasons[("bundle_003.h5", "bundle_003#5")]
+    assert "disagree in length along 0: images=6, scalars=5" in reasons[("bundle_004.h5", "")]
+    assert len(reasons) == 14
+    records = records_by_id(tmp_path / "work" / "merged")
+    assert sorted(records) == sorted(
+        [f"bundle_000#{i}" for i in range(6)] + [f"bundle_001#{i}" for i in (0, 1, 2, 3, 5)]
+    )
+    record = records["bundle_001#3"]
+    np.testing.assert_array_equal(record["images"], np.full((8, 8, 2), 1 + 3, "f4"))
+    np.testing.assert_array_equal(record["scalars"], np.arange(9, 12, dtype="f4") + 100)
+    np.testing.assert_array_equal(record["mesh"], np.linspace(0, 1, 8, dtype="f4"))
+    assert record["run"] == 1 and record["omega"] == np.float32(0.30) and record["process"] == 1
+    assert records["bundle_000#0"]["process"] == 0
+
+
+def test_batches_read_hyperslabs_within_the_batch_size(tmp_path):
+    """A file's samples are read a bounded range at a time (never the whole variable)."""
+    root = tmp_path / "jag"
+    write_jag_like(root)
+    fields = [FieldSpec("images", "images", "float32", (8, 8, 2)), FieldSpec("scalars", "scalars", None, (3,))]
+    source = {"samples_along": 0, "fields": {"images": {"path": "images"}, "scalars": {"path": "scalars"}}}
+    source = layout_config(tmp_path, source, ["images"], ["scalars"])["source"]
+    samples = FileOpener(root, source, fields).open(str(root / "bundle_000.h5"))
+    sample_bytes = 8 * 8 * 2 * 4 + 3 * 4
+    with samples.opened:
+        read = [(start, count, batch) for start, count, batch in samples.batches(0, 6, 2 * sample_bytes)]
+    assert [count for _, count, _ in read] == [1, 2, 2, 1]
+    for start, count, batch in read:
+        assert batch["images"].shape == (count, 8, 8, 2)
+        np.testing.assert_array_equal(batch["images"][:, 0, 0, 0], np.arange(start, start + count, dtype="f4"))
+
+
+def test_root_one_sample_per_event_with_jagged_branches(tmp_path, serial):
+    import awkward as ak
+    import uproot
+
+    root = tmp_path / "events"
+    root.mkdir()
+    lengths = {"qcd_0.root": [3, 0, 5, 2], "ttbar_0.root": [1, 4], "zll_7.root": [2, 2, 2]}
+    for name, ns in lengths.items():
+        with uproot.recreate(root / name) as f:
+            tree = f.mktree("events", {"px": "var * float32", "nparticles": "int32", "met": "float32"})
+            tree.extend({
+                "px": ak.Array([np.arange(n, dtype="f4") * (k + 1) for k, n in enumerate(ns)]),
+                "nparticles": np.array(ns, "i4"),
+                "met": np.arange(len(ns), dtype="f4"),
+            })  # fmt: skip
+    source = {
+        "path": str(root),
+        "glob": "*.root",
+        "samples_along": "entries",
+        "path_pattern": r"(?P<process>[a-z]+)_\d+",
+        "fields": {
+            "px": {"path": "events/px", "dtype": "float32", "shape": [None]},
+            "nparticles": {"path": "events/nparticles"},
+            "process": {"path_group": "process", "categorical": True},
+        },
+    }
+    config = layout_config(tmp_path, source, ["px"], ["nparticles", "process"])
+    summary, meta = data_half(config, root, tmp_path, serial)
+    assert (summary["samples"], summary["accepted"], summary["rejected"]) == (9, 9, 0)
+    assert meta["classes"] == {"process": ["qcd", "ttbar", "zll"]}
+    assert meta["feature_spec"]["px"]["shape"] == [None]
+    records = records_by_id(tmp_path / "work" / "merged")
+    for name, ns in lengths.items():
+        for k, n in enumerate(ns):
+            record = records[f"{Path(name).stem}#{k}"]
+            np.testing.assert_array_equal(record["px"], np.arange(n, dtype="f4") * (k + 1))
+            assert record["nparticles"] == n
+            assert meta["classes"]["process"][int(record["process"])] == name.split("_")[0]
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_zarr_stores_along_a_named_dimension_reading_only_the_chunks_of_a_sample(tmp_path, serial, zarr_format):
+    import zarr
+
+    root = tmp_path / "stores"
+    for k, model in enumerate(("M2", "M1")):
+        group = zarr.create_group(store=str(root / f"run{k}.zarr"), zarr_format=zarr_format)
+        names = {"dimension_names": ["time", "x", "y"]} if zarr_format == 3 else {}
+        tas = group.create_array("tas", shape=(6, 4, 3), chunks=(1, 4, 3), dtype="f4", **names)
+        tas[:] = np.arange(6 * 12, dtype="f4").reshape(6, 4, 3) + 1000 * k
+        time = group.create_array("time", shape=(6,), chunks=(6,), dtype="f8",
+                                  **({"dimension_names": ["time"]} if zarr_format == 3 else {}))  # fmt: skip
+        time[:] = np.arange(6)
+        if zarr_format == 2:
+            tas.attrs["_ARRAY_DIMENSIONS"], time.attrs["_ARRAY_DIMENSIONS"] = ["time", "x", "y"], ["time"]
+        group.attrs["source_id"] = model
+    # A damaged chunk holds time step 2 of run1 only: that sample alone is rejected, the others are read.
+    chunk = root / "run1.zarr" / "tas" / ("2.0.0" if zarr_format == 2 else "c/2/0/0")
+    chunk.write_bytes(b"not a chunk" * 3)
+    source = {"path": str(root), "glob": "*.zarr", "samples_along": "time", "fields": {
+        "tas": {"path": "tas", "dtype": "float32", "shape": [4, 3]},
+        "model": {"attr": "source_id", "categorical": True}}}  # fmt: skip
+    config = layout_config(tmp_path, source, ["tas"], ["model"], ingest={"max_reject_fraction": 0.5})
+    summary, meta = data_half(config, root, tmp_path, serial)
+    assert (summary["inputs"], summary["samples"], summary["accepted"], summary["rejected"]) == (2, 12, 11, 1)
+    assert meta["classes"] == {"model": ["M1", "M2"]}
+    [reject] = read_csv(tmp_path / "work" / "ingest" / "rejects.csv")
+    assert reject["sample_id"] == "run1#2" and "cannot read Zarr array 'tas'" in reject["reason"]
+    records = records_by_id(tmp_path / "work" / "merged")
+    np.testing.assert_array_equal(records["run1#3"]["tas"], np.arange(36, 48, dtype="f4").reshape(4, 3) + 1000)
+    assert records["run0#5"]["model"] == 1
+
+
+def test_categorical_classes_given_in_the_config_and_values_missing(tmp_path, serial):
+    root = tmp_path / "cmip"
+    write_cmip_like(root)
+    fields = {**CMIP_SOURCE["fields"], "model": {"attr": "source_id", "classes": ["MODEL-C", "MODEL-B"]},
+              "experiment": {"attr": "no_such_attribute"}}  # fmt: skip
+    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root), "fields": fields}, ["ta"], ["model"],
+                           ingest={"max_reject_fraction": 1.0})  # fmt: skip
+    summary = ingest(config, root, tmp_path / "ingest", serial)
+    assert summary["accepted"] == 0 and summary["rejected"] == sum(MODELS.values())
+    reasons = {r["reason"] for r in read_csv(tmp_path / "ingest" / "rejects.csv")}
+    assert any("no global attribute 'no_such_attribute'" in r for r in reasons)
+    del fields["experiment"]
+    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root), "fields": fields}, ["ta"], ["model"],
+                           ingest={"max_reject_fraction": 1.0})  # fmt: skip
+    summary = ingest(config, root, tmp_path / "ingest2", serial)
+    assert summary["classes"] == {"model": ["MODEL-C", "MODEL-B"]}
+    assert (summary["accepted"], summary["rejected"]) == (12 + 7, 5)
+    reasons = {r["reason"] for r in read_csv(tmp_path / "ingest2" / "rejects.csv")}
+    assert reasons == {"field 'model': value 'MODEL-A' is not one of its classes ['MODEL-C', 'MODEL-B']"}
