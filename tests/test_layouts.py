@@ -122,8 +122,8 @@ def test_ranks_take_ranges_of_one_files_samples_and_the_shards_do_not_depend_on_
             ds.createDimension("x", 5)
             ds.createVariable("v", "f4", ("time", "x"))[:] = np.arange(steps * 5, dtype="f4").reshape(steps, 5)
             ds.source_id = model
-    source = {"path": str(root), "glob": "*.nc", "samples_along": "time", "fields": {
-        "v": {"path": "v", "dtype": "float32", "shape": [5]}, "model": {"attr": "source_id", "categorical": True}}}  # fmt: skip
+    fields = {"v": {"path": "v", "dtype": "float32", "shape": [5]}, "model": {"attr": "source_id", "categorical": True}}
+    source = {"path": str(root), "glob": "*.nc", "samples_along": "time", "fields": fields}
     shards = {}
     for ranks in (1, 3):
         run = tmp_path / f"r{ranks}"
