@@ -19,6 +19,17 @@ Figures (last line, one JSON object):
   smallest; target <= 1.25.
 - merge_speedup_2_ranks: merge time with 1 rank / with 2 at the largest size; target >= 1.6.
 - metadata_json_bytes at each size: must not grow with records.
+
+With `--layouts`: the same records (4^3 cubes and 3 parameters, equal bytes) as they come from real
+simulations with many samples per file (HDF5 with a leading axis, chunked 1,024 samples, read with
+source.samples_along 0), at two sizes each (half and all of N records; N is 1,000,000, --quick 200,000,
+both past the size where parts reach their largest, 8,192 samples, so that the slope shows what grows
+with the records and not with the parts): `samples_1000_per_file` (N/1000 files of 1,000 samples) and
+`four_files` (N/4 each), beside `one_per_file` (N files of one sample, the simulator's). Figures per
+layout: ingest records/s (the step that differs) and records/s through ingest + convert + merge, their
+ratio to one_per_file
+(`records_per_s_vs_one_per_file`; target >= 0.8), the peak RSS per rank of each step and its slope
+(`rss_mb_per_million_records`, between the two sizes; target <= 100).
 """
 
 from __future__ import annotations
@@ -99,13 +110,136 @@ def run_step(step: str, config_path: Path, ranks: int) -> dict[str, Any]:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def bundles(root: Path, files: int, per_file: int, seed: int = 7) -> None:
+    """`files` HDF5 files of `per_file` samples along axis 0 (4^3 cubes, 3 parameters), chunked by 1,024
+    samples, as ensemble codes write them; each with its file id as a root attribute."""
+    import h5py
+    import numpy as np
+
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    block = 65_536  # samples generated at a time (a 4 x 250,000 file is not made in memory at once)
+    for f in range(files):
+        with h5py.File(root / f"bundle-{f:05d}.h5", "w") as out:
+            chunks = min(1024, per_file)
+            density = out.create_dataset("density", (per_file, 4, 4, 4), "f4", chunks=(chunks, 4, 4, 4))
+            params = out.create_dataset("params", (per_file, 3), "f4", chunks=(chunks, 3))
+            for start in range(0, per_file, block):
+                n = min(block, per_file - start)
+                density[start : start + n] = rng.gamma(2.0, 1.0, (n, 4, 4, 4)).astype("f4")
+                params[start : start + n] = rng.uniform(0.2, 1.0, (n, 3)).astype("f4")
+            out.attrs["bundle_id"] = f"bundle-{f:05d}"
+
+
+def layout_config(work: Path, raw: Path) -> Path:
+    doc = {
+        "workdir": str(work),
+        "simulate": {"enabled": False},
+        "source": {
+            "path": str(raw),
+            "glob": "*.h5",
+            "samples_along": 0,
+            "sample_id": {"attr": "bundle_id"},
+            "fields": {
+                "density": {"path": "density", "dtype": "float32", "shape": [4, 4, 4]},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            },
+        },
+        "ingest": {"max_reject_fraction": 0.0},
+        "convert": {"features": ["density"], "labels": ["params"], "normalise": ["density", "params"]},
+        "merge": {"shard_size_mb": 16},
+    }
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "config.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def data_half(config_path: Path, records: int) -> dict[str, Any]:
+    steps = {step: run_step(step, config_path, 2) for step in ("ingest", "convert", "merge")}
+    seconds = sum(s["seconds"] for s in steps.values())
+    return {
+        "records": records,
+        "ingest_records_per_s": round(records / steps["ingest"]["seconds"]),
+        "records_per_s": round(records / seconds),
+        "peak_rss_mb_per_rank": {step: s["peak_rss_mb_per_rank"] for step, s in steps.items()},
+    }
+
+
+def layouts(records: int, keep: bool) -> None:
+    """Many samples per file beside one per file, at equal bytes (see the module doc)."""
+    root = OUT / "scale-layouts"
+    sizes = (records // 2, records)
+    cases = {"samples_1000_per_file": lambda n: (n // 1000, 1000), "four_files": lambda n: (4, n // 4)}
+    figures: dict[str, Any] = {}
+    try:
+        simulate(root, records, "cube")
+        work = root / "work-one"
+        figures["one_per_file"] = data_half(config(work, root, input_list(root, records), "cube"), records)
+        shutil.rmtree(work)
+        print(json.dumps({"one_per_file": figures["one_per_file"]}), flush=True)
+        for name, shape in cases.items():
+            runs = []
+            for n in sizes:
+                files, per_file = shape(n)
+                raw = root / f"{name}-{n}"
+                bundles(raw, files, per_file)
+                work = root / f"work-{name}-{n}"
+                runs.append(data_half(layout_config(work, raw), files * per_file))
+                shutil.rmtree(work)
+                shutil.rmtree(raw)
+                print(json.dumps({name: runs[-1], "files": files, "per_file": per_file}), flush=True)
+            small, large = runs
+            slope = {
+                step: round((large["peak_rss_mb_per_rank"][step] - small["peak_rss_mb_per_rank"][step])
+                            / ((large["records"] - small["records"]) / 1e6), 1)
+                for step in large["peak_rss_mb_per_rank"]
+            }  # fmt: skip
+            figures[name] = {
+                **large,
+                "files": shape(records)[0],
+                "samples_per_file": shape(records)[1],
+                "records_per_s_vs_one_per_file": round(
+                    large["records_per_s"] / figures["one_per_file"]["records_per_s"], 3
+                ),
+                "ingest_records_per_s_vs_one_per_file": round(
+                    large["ingest_records_per_s"] / figures["one_per_file"]["ingest_records_per_s"], 3
+                ),
+                "rss_mb_per_million_records": max(slope.values()),
+                "rss_slope_by_step": slope,
+                "smaller_size": small,
+            }
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    many = [v for k, v in figures.items() if k != "one_per_file"]
+    print(
+        json.dumps(
+            {
+                "benchmark": "scale-layouts",
+                "records": records,
+                "ranks": 2,
+                "layouts": figures,
+                "records_per_s_vs_one_per_file": min(v["records_per_s_vs_one_per_file"] for v in many),
+                "rss_mb_per_million_records": max(v["rss_mb_per_million_records"] for v in many),
+                "targets": {"records_per_s_vs_one_per_file": ">= 0.8", "rss_mb_per_million_records": "<= 100"},
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20k, 80k and 200k files: a few minutes")
+    parser.add_argument("--layouts", action="store_true", help="many samples per file beside one per file")
     parser.add_argument("--sizes", type=int, nargs="+", help="numbers of files (default 50k 200k 1M)")
     parser.add_argument("--family", choices=("cube", "trace"), default="cube")
     parser.add_argument("--keep", action="store_true", help="keep the inputs in bench/out")
     args = parser.parse_args()
+    if args.layouts:
+        layouts(200_000 if args.quick else 1_000_000, args.keep)
+        return
     sizes = sorted(args.sizes or ([20_000, 80_000, 200_000] if args.quick else [50_000, 200_000, 1_000_000]))
     root = OUT / f"scale-{args.family}"
     results: dict[int, dict[str, dict[str, Any]]] = {}

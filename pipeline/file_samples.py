@@ -40,6 +40,11 @@ from pipeline.readers.base import OpenFile, as_text
 
 Arrays = dict[str, np.ndarray]
 PARTS_PER_RANK = 4  # as ingest: at least this many parts per rank, so that ranks differ by one part at most
+# At most this many samples per part: ingest (a part's manifest rows), convert and merge (a part's index, parsed)
+# hold a part's bookkeeping at once, about 1 KB per record, so small samples (a few hundred bytes: 60,000 to a
+# 16 MB shard) would make that grow with the shard's record count (measured: 70 MB more per rank at 50,000).
+# Merge gathers a shard from several parts (as it does for sorted merges) at about the same speed.
+PART_SAMPLES_MAX = 8192
 
 
 def reads_samples(source: Mapping[str, Any]) -> bool:
@@ -86,10 +91,12 @@ class UnitPlan:
 
     @classmethod
     def make(cls, units: np.ndarray, sample_bytes: int, shard_bytes: int, ranks: int) -> UnitPlan:
-        """Parts of about a shard's worth of samples, but at least PARTS_PER_RANK parts per rank."""
+        """Parts of about a shard's worth of samples, at most PART_SAMPLES_MAX, and at least PARTS_PER_RANK
+        parts per rank."""
         total = int(units.sum())
         balanced = total // (PARTS_PER_RANK * ranks)
-        return cls(units.astype(np.int64), max(1, min(shard_bytes // max(sample_bytes, 1), balanced)), ranks)
+        per_part = min(shard_bytes // max(sample_bytes, 1), balanced, PART_SAMPLES_MAX)
+        return cls(units.astype(np.int64), max(1, per_part), ranks)
 
 
 class FileSamples:

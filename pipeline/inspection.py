@@ -1,11 +1,20 @@
 """`sim2dl inspect`: a first look at existing simulation output, and a starter config for it.
 
-Opens a few files spread over the matching ones (HDF5, NetCDF-4, .npy/.npz, ROOT, through each reader's
-`describe`), lists every array with its shape and dtype, says which arrays differ in shape or dtype
-between the files (those axes become `null`: any length), and writes a config that validates: the
-simulator off, `source.path`/`glob`, every numeric array mapped as a field, the large arrays as
+Opens a few files spread over the matching ones (HDF5, NetCDF-4, .npy/.npz, ROOT, Zarr stores, through
+each reader's `describe`), lists every array with its shape and dtype, says which arrays differ in shape
+or dtype between the files (those axes become `null`: any length), and writes a config that validates:
+the simulator off, `source.path`/`glob`, every numeric array mapped as a field, the large arrays as
 features, the small vectors as labels, and the sample id from an id attribute whose value differs
 between files (else the file's relative path).
+
+It reads real output as it comes (`decide`, each decision with its reason, printed a line each):
+coordinate variables (NetCDF/Zarr coordinates, CF `bounds`, 1-D arrays named as their dimension, HDF5
+dimension scales, `*_bnds`) are left out of features and labels; a leading axis that the data arrays
+share is proposed as `source.samples_along` (a dimension whose length differs between files or that is
+named like one (time, event, sample, member), axis 0 of HDF5/NumPy arrays that all share it within each
+file, a ROOT tree's entries), with each field's shape then that of ONE sample; and the global attributes
+whose values differ between files are listed as candidate categorical labels (the one with the fewest
+values becomes the label when no array is one).
 
 Memory and time: listing stops after `MAX_LISTED` matches (a directory of millions of files is not
 walked whole; the files inspected are spread over those listed), and only the files inspected are
@@ -29,10 +38,13 @@ import yaml
 from pipeline import Sim2dlError
 from pipeline import config as cfg
 from pipeline.fsutil import write_text_atomic
-from pipeline.readers import BY_SUFFIX, SampleError
-from pipeline.readers.base import Contents
+from pipeline.readers import BY_SUFFIX, SampleError, is_input_directory
+from pipeline.readers.base import ArrayInfo, Contents
 
 MAX_LISTED = 10_000  # matches listed before the files to open are chosen
+# Dimension names that say "one sample per index" (lowercase)
+SAMPLE_AXIS_WORDS = ("time", "event", "events", "entry", "entries", "sample", "samples", "member", "ensemble",
+                     "realization", "realisation", "record", "records")  # fmt: skip
 SMALL_VECTOR = 64  # an array of at most this many values, one axis at most, is a label
 ID_WORDS = ("sample_id", "id", "uuid", "name", "key")  # attribute names tried first, in this order
 
@@ -54,6 +66,8 @@ class Field:
     shape: tuple[int | None, ...] | None  # None entries: the axis differs; None: the rank differs
     in_files: int  # how many of the inspected files hold it
     values: int  # elements in the first file that holds it
+    dims: tuple[str, ...] | None = None  # dimension names (NetCDF, Zarr), as in the first file
+    coordinate: bool = False  # a coordinate variable (never a feature or label)
 
     @property
     def numeric(self) -> bool:
@@ -75,6 +89,7 @@ class Survey:
     fields: tuple[Field, ...]
     sample_id: str | None  # the id attribute, or None: the relative path
     unreadable: dict[str, str]  # file -> reason
+    contents: tuple[Contents, ...] = ()  # what each inspected file holds
 
 
 def locate(spec: str) -> Source:
@@ -86,7 +101,7 @@ def locate(spec: str) -> Source:
         root = Path(*parts[:fixed]) if fixed else Path(".")
         return Source(root.resolve(), str(Path(*parts[fixed:])))
     path = Path(spec)
-    if path.is_file():
+    if path.is_file() or is_input_directory(path):
         return Source(path.parent.resolve(), f"*{path.suffix}")
     if not path.is_dir():
         raise Sim2dlError(f"{spec}: no such file or directory")
@@ -101,7 +116,9 @@ def _walk(root: Path) -> Iterator[Path]:
     count = 0
     for directory, subdirs, names in os.walk(root):
         subdirs.sort()
-        for name in sorted(names):
+        stores = [name for name in subdirs if is_input_directory(Path(directory) / name)]
+        subdirs[:] = [name for name in subdirs if name not in stores]  # an input directory is not walked into
+        for name in sorted(names + stores):
             yield Path(directory) / name
             count += 1
             if count >= MAX_LISTED:
@@ -112,7 +129,7 @@ def list_matches(source: Source) -> tuple[list[Path], bool]:
     """Up to MAX_LISTED files matching the source, sorted; and whether that is all of them."""
     found = []
     for name in glob.iglob(str(source.root / source.pattern), recursive=True):
-        if os.path.isfile(name):
+        if os.path.isfile(name) or is_input_directory(name):
             found.append(Path(name))
             if len(found) > MAX_LISTED:
                 return sorted(found[:MAX_LISTED]), False
@@ -129,9 +146,11 @@ def spread(items: Sequence[Path], count: int) -> list[Path]:
 def merge_fields(contents: Sequence[Contents]) -> list[Field]:
     """The arrays of all files, in first-seen order; axes or dtypes that differ become None."""
     seen: dict[str, list[tuple[tuple[int, ...], str]]] = {}
+    infos: dict[str, ArrayInfo] = {}
     for c in contents:
         for a in c.arrays:
             seen.setdefault(a.path, []).append((a.shape, a.dtype))
+            infos.setdefault(a.path, a)
     fields = []
     for path, found in seen.items():
         shapes = {s for s, _ in found}
@@ -142,7 +161,10 @@ def merge_fields(contents: Sequence[Contents]) -> list[Field]:
         else:
             shape = tuple(axis if all(s[i] == axis for s in shapes) else None for i, axis in enumerate(first))
         values = int(np.prod(first)) if first else 1
-        fields.append(Field(path, dtypes.pop() if len(dtypes) == 1 else None, shape, len(found), values))
+        info = infos[path]
+        coordinate = info.coordinate or path.endswith(("_bnds", "_bounds"))
+        dtype = dtypes.pop() if len(dtypes) == 1 else None
+        fields.append(Field(path, dtype, shape, len(found), values, info.dims, coordinate))
     return fields
 
 
@@ -151,9 +173,10 @@ def choose_sample_id(contents: Sequence[Contents]) -> str | None:
     if not contents:
         return None
     common = set.intersection(*(set(c.attributes) for c in contents))
-    candidates = [
-        name for name in common if len(contents) < 2 or len({c.attributes[name] for c in contents}) == len(contents)
-    ]
+    if len(contents) < 2:  # one file cannot show that a value differs: only an attribute named as an id
+        candidates = [name for name in common if name.lower() in ID_WORDS]
+    else:
+        candidates = [name for name in common if len({c.attributes[name] for c in contents}) == len(contents)]
 
     def rank(name: str) -> tuple[int, str]:
         lower = name.lower()
@@ -185,7 +208,8 @@ def survey(spec: str, files: int = 8) -> Survey:
     if not contents:
         raise Sim2dlError(f"none of the files inspected could be read: {unreadable}")
     fields = tuple(merge_fields(contents))
-    return Survey(source, tuple(opened), len(matches), complete, fields, choose_sample_id(contents), unreadable)
+    sample_id = choose_sample_id(contents)
+    return Survey(source, tuple(opened), len(matches), complete, fields, sample_id, unreadable, tuple(contents))
 
 
 def field_names(fields: Sequence[Field]) -> dict[str, str]:
@@ -200,20 +224,138 @@ def field_names(fields: Sequence[Field]) -> dict[str, str]:
     return {path: identifier(path) if name in clashes else name for path, name in last.items()}
 
 
+@dataclass(frozen=True)
+class Decisions:
+    """What the starter config makes of a survey, each with its reason (`lines`)."""
+
+    usable: tuple[Field, ...]  # numeric arrays in every inspected file, coordinates left out
+    samples_along: int | str | None
+    sample_shapes: dict[str, tuple[int | None, ...] | None]  # field path -> the shape of ONE sample
+    candidates: dict[str, list[str]]  # global attribute -> its values, where they differ between files
+    class_label: str | None  # the attribute made the categorical label
+    sample_id: str | None  # the id attribute, or None: the file's relative path
+    lines: tuple[str, ...]
+
+
+def _lengths_along(result: Survey, path: str, position: int) -> list[int]:
+    """The length of one axis of an array in each inspected file."""
+    return [a.shape[position] for c in result.contents for a in c.arrays if a.path == path and len(a.shape) > position]
+
+
+def choose_samples_along(result: Survey, usable: Sequence[Field]) -> tuple[int | str | None, dict[str, int], str]:
+    """The sample axis (or None), the position of that axis in each array along it, and why."""
+    fmt = BY_SUFFIX.get(result.files[0].suffix.lower()) if result.files else None
+    shaped = [f for f in usable if f.shape is not None and len(f.shape) >= 1]
+    if fmt is not None and fmt.name == "root":
+        return "entries", {f.path: 0 for f in shaped}, "ROOT: one sample per tree entry (event)"
+    large = [f for f in shaped if not f.is_label] or shaped
+    if not large:
+        return None, {}, "no array has an axis"
+    if all(f.dims for f in large):
+        firsts = {f.dims[0] for f in large if f.dims}
+        if len(firsts) != 1:
+            return None, {}, f"the data arrays start with different dimensions ({', '.join(sorted(firsts))})"
+        name = firsts.pop()
+        lengths = sorted(set(_lengths_along(result, large[0].path, 0)))
+        if len(lengths) < 2 and name.lower() not in SAMPLE_AXIS_WORDS:
+            return None, {}, f"dimension '{name}' has the same length in every file and is not named like a sample axis"
+        along = {f.path: f.dims.index(name) for f in shaped if f.dims and name in f.dims}
+        why = f"lengths {', '.join(map(str, lengths))} differ between files" if len(lengths) > 1 else "its name"
+        return name, along, f"the first dimension of {', '.join(f.path for f in large)} ({why})"
+    per_file = [
+        {a.shape[0] for a in c.arrays if a.path in {f.path for f in shaped} and len(a.shape) >= 1}
+        for c in result.contents
+    ]
+    shared = len(shaped) >= 2 and len(shaped) == len(usable) and all(len(lengths) == 1 for lengths in per_file)
+    lengths = sorted({n for lengths in per_file for n in lengths})
+    if shared and len(lengths) > 1:
+        why = f"every array's first axis, its length the same within a file and differing between files ({lengths})"
+        return 0, {f.path: 0 for f in shaped}, why
+    if shared:
+        return None, {}, (f"axis 0 (length {lengths[0]}) is shared by every array but has the same length in every "
+                          "file: if it indexes samples, set source.samples_along: 0")  # fmt: skip
+    return None, {}, "the arrays do not share a leading axis of varying length (a file is one sample)"
+
+
+def label_candidates(result: Survey, sample_id: str | None) -> dict[str, list[str]]:
+    """Global attributes in every inspected file whose values differ between them (fewest values first)."""
+    if len(result.contents) < 2:
+        return {}
+    common = set.intersection(*(set(c.attributes) for c in result.contents)) - {sample_id}
+    values = {name: sorted({c.attributes[name] for c in result.contents}) for name in common}
+    differing = {name: v for name, v in values.items() if len(v) > 1}
+    return dict(sorted(differing.items(), key=lambda item: (len(item[1]), item[0])))
+
+
+def decide(result: Survey) -> Decisions:
+    coordinates = [f.path for f in result.fields if f.coordinate]
+    usable = tuple(f for f in result.fields if f.numeric and f.in_files == len(result.files) and not f.coordinate)
+    lines = []
+    if coordinates:
+        lines.append(f"left out: {', '.join(coordinates)}: coordinate variables (named as their dimension, "
+                     "CF bounds or coordinates, dimension scales)")  # fmt: skip
+    if not usable:
+        return Decisions(usable, None, {}, {}, None, result.sample_id, tuple(lines))
+    axis, along, why = choose_samples_along(result, usable)
+    if axis is None:
+        lines.append(f"samples_along: none, a file is one sample: {why}")
+    else:
+        lines.append(f"samples_along: {axis!r}, one sample per index: {why}")
+    shapes = {}
+    for f in usable:
+        if f.path in along and f.shape is not None:
+            shapes[f.path] = tuple(n for k, n in enumerate(f.shape) if k != along[f.path])
+        else:
+            shapes[f.path] = f.shape
+    # Many samples per file: the file's id only prefixes its samples' ids, and the path is unique for sure
+    # (an attribute unique in the files inspected may repeat in others: CMIP6's tracking_id, source_id).
+    sample_id = result.sample_id if axis is None else None
+    candidates = label_candidates(result, sample_id)
+    if candidates:
+        told = "; ".join(f"{name} ({len(v)} values: {', '.join(v[:4])}{', ...' if len(v) > 4 else ''})"
+                         for name, v in candidates.items())  # fmt: skip
+        lines.append(f"label candidates, global attributes that differ between files: {told}")
+    small = [f for f in usable if is_small(shapes[f.path], f)]
+    class_label = None
+    if candidates and not small:
+        class_label = next(iter(candidates))
+        lines.append(f"label: attribute {class_label!r} as a categorical class (no array is a small per-sample vector)")
+    if axis is not None:
+        lines.append("sample id: FILEID#INDEX, the file id its relative path (unique, where an attribute may repeat "
+                     "in files not inspected)")  # fmt: skip
+    elif sample_id is None:
+        lines.append("sample id: the file's relative path (no id attribute has a different value in every file)")
+    else:
+        lines.append(f"sample id: attribute {sample_id!r} (a different value in every file)")
+    return Decisions(usable, axis, shapes, candidates, class_label, sample_id, tuple(lines))
+
+
+def is_small(shape: tuple[int | None, ...] | None, field: Field) -> bool:
+    """A small vector of ONE sample (a few parameters): a regression target."""
+    if shape is None or None in shape or len(shape) > 1:
+        return False
+    return int(np.prod(shape)) <= SMALL_VECTOR if shape else field.values <= SMALL_VECTOR
+
+
 def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     """The starter config's YAML text (with comments) and its content; raises if it would not validate."""
-    usable = [f for f in result.fields if f.numeric and f.in_files == len(result.files)]
+    decided = decide(result)
+    usable = decided.usable
     if not usable:
-        raise Sim2dlError(f"no numeric array is in every inspected file below {result.source.root}")
+        raise Sim2dlError(
+            f"no numeric array that is not a coordinate is in every inspected file below {result.source.root}"
+        )
+    shapes = decided.sample_shapes
     names = field_names(usable)
-    labels = [names[f.path] for f in usable if f.is_label]
-    features = [names[f.path] for f in usable if not f.is_label]
+    labels = [names[f.path] for f in usable if is_small(shapes[f.path], f)]
+    features = [names[f.path] for f in usable if names[f.path] not in labels]
     if not features:  # only small arrays: the largest is the input
         largest = max((f for f in usable if names[f.path] in labels), key=lambda f: f.values)
         features = [names[largest.path]]
         labels.remove(features[0])
     first = next(f for f in usable if names[f.path] == features[0])
-    model = "sequence" if first.shape is not None and len(first.shape) == 2 else "cosmoflow"
+    first_shape = shapes[first.path]
+    model = "sequence" if first_shape is not None and len(first_shape) == 2 else "cosmoflow"
 
     def flow(value: Any) -> str:
         text = yaml.safe_dump(value, default_flow_style=True, width=1_000, sort_keys=False)
@@ -221,10 +363,20 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
 
     field_lines = []
     for f in usable:
-        spec = {"path": f.path, "dtype": f.dtype, "shape": None if f.shape is None else list(f.shape)}
-        varies = f.shape is None or None in f.shape
+        shape = shapes[f.path]
+        spec = {"path": f.path, "dtype": f.dtype, "shape": None if shape is None else list(shape)}
+        varies = shape is None or None in shape
         note = "  # null: differs between the files inspected" if varies else ""
         field_lines.append(f"    {names[f.path]}: {flow(spec)}{note}")
+    attribute_names = {}
+    for attribute in decided.candidates:
+        name = re.sub(r"\W+", "_", attribute).strip("_") or "attribute"
+        attribute_names[attribute] = name if name not in names.values() else f"{name}_attr"
+    for attribute, name in attribute_names.items():
+        spec = {"attr": attribute, "categorical": True}
+        line = f"    {name}: {flow(spec)}"
+        field_lines.append(line if attribute == decided.class_label else f"    # {line.strip()}   # a candidate label")
+    class_labels = [attribute_names[decided.class_label]] if decided.class_label else []
     skipped = [f.path for f in result.fields if f not in usable]
     text = "\n".join(
         [
@@ -232,20 +384,23 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
             f"{result.listed}{'' if result.complete else '+'} files. Check it, then run:",
             "#   snakemake --cores 2 --configfile THIS_FILE",
             "# Every key, with its default: pipeline/schema.yaml (config/schema.yaml in the repository).",
+            *(f"# {line}" for line in decided.lines),
             f"workdir: {flow(workdir)}",
             "simulate:",
             "  enabled: false          # existing output, below source.path",
             "source:",
             f"  path: {flow(str(result.source.root))}",
             f"  glob: {flow(result.source.pattern)}",
-            f"  sample_id: {flow(None if result.sample_id is None else {'attr': result.sample_id})}"
-            + ("    # null: the file's relative path" if result.sample_id is None else ""),
-            "  fields:",
+            f"  samples_along: {flow(decided.samples_along)}"
+            + ("    # null: a file is one sample" if decided.samples_along is None else "    # one sample per index"),
+            f"  sample_id: {flow(None if decided.sample_id is None else {'attr': decided.sample_id})}"
+            + ("    # null: the file's relative path" if decided.sample_id is None else ""),
+            "  fields:              # the shape of ONE sample",
             *field_lines,
-            *([f"  # not mapped (not numeric, or not in every file): {flow(skipped)}"] if skipped else []),
+            *([f"  # not mapped (not numeric, a coordinate, or not in every file): {flow(skipped)}"] * bool(skipped)),
             "convert:",
             f"  features: {flow(features)}    # the large arrays: the network's input",
-            f"  labels: {flow(labels)}    # the small vectors: what it predicts",
+            f"  labels: {flow(labels + class_labels)}    # the small vectors (and a class): what it predicts",
             "  log1p: []               # e.g. the features, for particle counts",
             f"  normalise: {flow(features + labels)}   # standardised with the dataset's statistics",
             f"  per_channel: {flow(labels)}   # one mean and std per label component",
@@ -288,11 +443,7 @@ def report(result: Survey) -> str:
             notes.append(f"in {f.in_files} of {n} files")
         lines.append(f"  {f.path:<{width}}  {f.dtype or '?':<8}  {shape:<24}  {'; '.join(notes)}".rstrip())
     lines.append("")
-    lines.append(
-        f"sample id: attribute {result.sample_id!r}"
-        if result.sample_id
-        else "sample id: no id attribute differs between files; the file's relative path will be used"
-    )
+    lines += decide(result).lines
     for path, reason in result.unreadable.items():
         lines.append(f"unreadable: {path}: {reason}")
     return "\n".join(lines)
