@@ -299,3 +299,18 @@ def input_list(source: Mapping[str, Any], root: Path) -> Path | None:
     if not listed:
         return None
     return Path(listed) if Path(listed).is_absolute() else root / listed
+
+
+def labels_table_file(source: Mapping[str, Any], root: Path) -> Path | None:
+    """The labels table (source.labels_table; relative to the source directory), if one is set."""
+    setting = source.get("labels_table")
+    if not setting:
+        return None
+    path = Path(setting if isinstance(setting, str) else setting["path"])
+    return path if path.is_absolute() else root / path
+
+
+def side_files(source: Mapping[str, Any], root: Path) -> list[Path]:
+    """The files beside the data that ingest reads (the input list, the labels table): ingest reruns
+    when they change, and containers bind their directories."""
+    return [path for path in (input_list(source, root), labels_table_file(source, root)) if path]

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import MB, Sim2dlError
+from pipeline.config import labels_table_file
 from pipeline.fields import Categories, FileInfo, LabelsTable, ValueSource, numeric_value, value_sources
 from pipeline.fields.categories import class_text, sorted_classes
 from pipeline.fields.column import table_settings
@@ -213,8 +214,7 @@ class FileOpener:
         settings = table_settings(source)
         table = None
         if settings is not None:
-            table_path = root / settings["path"]
-            table = LabelsTable(table_path, settings["key"])
+            table = LabelsTable(labels_table_file(source, root), settings["key"])  # type: ignore[arg-type]
             match = settings["match"]
             if match is not None and (match not in source["fields"] or "path" in source["fields"][match]):
                 raise Sim2dlError(

@@ -1,12 +1,11 @@
 # ingest: scan and validate the input files into a manifest, packing accepted samples into parts.
 # The rejects list is declared as a log so that it is kept when the run fails on too many rejects.
 def ingest_inputs(wildcards):
-    """The simulator's output, and the list naming the inputs (source.list) if one is set."""
+    """The simulator's output, and the files beside the data (source.list, source.labels_table) if set."""
     run = RUN[wildcards.workdir]
-    listed = sim2dl_config.input_list(run.config["source"], run.source)
     return [
         *([run.layout.simulate_summary] if run.config["simulate"]["enabled"] else []),
-        *([listed] if listed else []),
+        *sim2dl_config.side_files(run.config["source"], run.source),
     ]
 
 

@@ -73,6 +73,20 @@ def run_snakemake(
     return subprocess.run(cmd, capture_output=True, text=True, env={**env(), **(extra_env or {})}, cwd=REPO)
 
 
+def snakemake_configfile(config: Path, tmp_path: Path, *args: str, timeout: float = 900):
+    """`snakemake --cores 2 --configfile CONFIG` from the repository, staging below tmp_path ($TMPDIR is
+    stage.target's default)."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    proc = run_snakemake(
+        # targets and --config before --configfile, which takes every file name after it
+        ["--cores", "2", *args, "--configfile", str(config)],
+        timeout,
+        extra_env={"TMPDIR": str(tmp_path / "tmp")},
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    return proc
+
+
 def start_cli(args: list[str], ranks: int, log: Path | None = None) -> subprocess.Popen[bytes]:
     """Start `sim2dl ARGS` under `mpiexec -n RANKS` in the background (to be killed by kill_tree);
     stdout and stderr go to `log` if given."""

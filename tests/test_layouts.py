@@ -14,12 +14,13 @@ import pytest
 from pipeline.convert import convert
 from pipeline.file_samples import FileOpener, UnitPlan
 from pipeline.ingest import ingest
+from pipeline.inspection import decide, inspect, survey
 from pipeline.merge import merge
 from pipeline.reader import ShardReader
 from pipeline.readers import FieldSpec
 from pipeline.tables import read_csv, read_rows
 
-from .conftest import make_config, run_cli, write_config
+from .conftest import make_config, run_cli, snakemake_configfile, write_config
 
 MODELS = {"MODEL-B": 12, "MODEL-A": 5, "MODEL-C": 7}  # CMIP6-like: a model's name and its time steps
 
@@ -332,3 +333,77 @@ def test_categorical_classes_given_in_the_config_and_values_missing(tmp_path, se
     assert (summary["accepted"], summary["rejected"]) == (12 + 7, 5)
     reasons = {r["reason"] for r in read_csv(tmp_path / "ingest2" / "rejects.csv")}
     assert reasons == {"field 'model': value 'MODEL-A' is not one of its classes ['MODEL-C', 'MODEL-B']"}
+
+
+def test_inspect_understands_cmip_like_output_and_its_config_runs_the_data_half(tmp_path):
+    """Coordinates left out, 'time' proposed as the sample axis, the model's name as a class, the path as
+    file id (tracking_id repeats); the written config, unedited, runs ingest -> merge as Snakemake jobs."""
+    root = tmp_path / "cmip"
+    write_cmip_like(root)
+    text, config = inspect(str(root), write=tmp_path / "cmip.yaml")
+    assert "left out: time, time_bnds, plev, lat, lat_bnds, lon: coordinate variables" in text
+    assert "samples_along: 'time', one sample per index: the first dimension of ta (lengths 5, 7, 12" in text
+    assert "label candidates, global attributes that differ between files: source_id (3 values" in text
+    assert "sample id: FILEID#INDEX, the file id its relative path" in text
+    assert config["source"]["samples_along"] == "time" and config["source"]["sample_id"] is None
+    assert config["source"]["fields"] == {
+        "ta": {"path": "ta", "dtype": "float32", "shape": [2, 4, 6]},
+        "source_id": {"attr": "source_id", "categorical": True},
+    }
+    assert config["convert"]["features"] == ["ta"] and config["convert"]["labels"] == ["source_id"]
+    workdir = Path(config["workdir"])
+    snakemake_configfile(tmp_path / "cmip.yaml", tmp_path, str(workdir / "merged" / "metadata.json"))
+    meta = json.loads((workdir / "merged" / "metadata.json").read_text())
+    total = sum(MODELS.values())
+    assert meta["counts"]["records"] == total and meta["counts"]["samples_found"] == total
+    assert meta["classes"] == {"source_id": sorted(MODELS)}
+    summary = json.loads((workdir / "ingest" / "summary.json").read_text())
+    assert summary["accepted"] + summary["rejected"] == summary["samples"] == total
+
+
+def test_inspect_proposes_axis_0_only_where_every_array_shares_it_and_it_varies(tmp_path):
+    import h5py
+
+    bundles, traces = tmp_path / "bundles", tmp_path / "traces"
+    bundles.mkdir()
+    traces.mkdir()
+    for i, n in enumerate((6, 9, 6)):
+        with h5py.File(bundles / f"b{i}.h5", "w") as f:  # members along axis 0, labels too
+            f["images"] = np.zeros((n, 8, 8), "f4")
+            f["scalars"] = np.zeros((n, 3), "f4")
+            f["mesh"] = np.zeros(8, "f4")
+            f["mesh"].make_scale("x")
+        with h5py.File(traces / f"t{i}.h5", "w") as f:  # one variable-length trace per file, a per-file label
+            f["trace"] = np.zeros((n, 4), "f4")
+            f["params"] = np.zeros(3, "f4")
+    bundle = decide(survey(str(bundles)))
+    assert bundle.samples_along == 0 and "length the same within a file and differing between files" in bundle.lines[1]
+    assert bundle.sample_shapes == {"images": (8, 8), "scalars": (3,)}  # mesh: a dimension scale, left out
+    trace = decide(survey(str(traces)))
+    assert trace.samples_along is None and trace.sample_shapes["trace"] == (None, 4)
+
+
+def test_inspect_root_events_and_zarr_stores(tmp_path):
+    import uproot
+    import zarr
+
+    events = tmp_path / "events"
+    events.mkdir()
+    for name in ("qcd_0.root", "ttbar_0.root"):
+        with uproot.recreate(events / name) as f:
+            tree = f.mktree("events", {"met": "float32", "jets": ("float32", (4,))})
+            tree.extend({"met": np.zeros(5, "f4"), "jets": np.zeros((5, 4), "f4")})
+    decided = decide(survey(str(events)))
+    assert decided.samples_along == "entries" and decided.sample_shapes == {"events/met": (), "events/jets": (4,)}
+
+    stores = tmp_path / "stores"
+    for k, steps in enumerate((4, 6)):
+        group = zarr.create_group(store=str(stores / f"run{k}.zarr"), zarr_format=3)
+        group.create_array("tas", shape=(steps, 3, 5), dtype="f4", dimension_names=["time", "y", "x"])
+        group.create_array("time", shape=(steps,), dtype="f8", dimension_names=["time"])
+        group.attrs["model"] = f"M{k}"
+    result = survey(str(stores))
+    assert result.source.pattern == "**/*.zarr" and len(result.files) == 2
+    decided = decide(result)
+    assert decided.samples_along == "time" and decided.sample_shapes == {"tas": (3, 5)}
+    assert decided.class_label == "model"

@@ -20,7 +20,7 @@ from pipeline import Sim2dlError
 from pipeline import config as cfg
 from pipeline.inspection import inspect, survey
 
-from .conftest import REPO, env, run_snakemake
+from .conftest import REPO, env, run_snakemake, snakemake_configfile
 
 
 def write_cosmoflow(root: Path, count: int, size: int = 16) -> tuple[float, np.ndarray]:
@@ -84,20 +84,6 @@ def tfrecord_sums(metadata_path: Path, label: str) -> tuple[int, np.ndarray, lis
         ids.append(example["sample_id"].bytes_list.value[0].decode())
         count += 1
     return count, total, ids
-
-
-def snakemake_configfile(config: Path, tmp_path: Path, *args: str, timeout: float = 900):
-    """`snakemake --cores 2 --configfile CONFIG` from the repository, staging below tmp_path ($TMPDIR is
-    stage.target's default)."""
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    proc = run_snakemake(
-        # targets and --config before --configfile, which takes every file name after it
-        ["--cores", "2", *args, "--configfile", str(config)],
-        timeout,
-        extra_env={"TMPDIR": str(tmp_path / "tmp")},
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    return proc
 
 
 def sim2dl_inspect(*args: str) -> str:

@@ -215,7 +215,8 @@ class HDF5Reader(Reader):
 
             def visit(name: str, node: object) -> None:
                 if isinstance(node, h5py.Dataset):
-                    arrays.append(ArrayInfo(name, tuple(node.shape), str(node.dtype)))
+                    scale = node.attrs.get("CLASS") == b"DIMENSION_SCALE"  # a coordinate (netCDF-4 writes them too)
+                    arrays.append(ArrayInfo(name, tuple(node.shape), str(node.dtype), coordinate=scale))
 
             f.visititems(visit)
             texts = {name: scalar_text(value) for name, value in f.attrs.items()}
