@@ -19,7 +19,10 @@ Which module to open for what:
     paths.py       every file name; Layout (the workdir) for the Snakefile and the CLI's defaults
     config.py      loading and validating configs (schema.yaml); each step's view of the config
     cli.py         the `sim2dl` command: steps and tools (launch, image, doctor, inspect), errors, summaries
-    readers/       input formats (HDF5, NetCDF, NumPy, ROOT): one small file each, `Reader` in base.py
+    readers/       input formats (HDF5, NetCDF, NumPy, ROOT, Zarr): one small file each, `Reader` in base.py
+    fields/        values of a file that are not arrays in it (attributes, run table columns, path groups)
+                   and categorical classes: one small file each, `ValueSource` in base.py
+    file_samples.py  ingest in samples (many per file, or fields from fields/): planning and reading
     writers/       shard formats (TFRecord, HDF5): one small file each, `Writer` in base.py
     records.py     parts: framed records, their index, Part and PartWriter
     tables.py      manifest and provenance tables (Parquet), rejects lists (CSV)
@@ -36,6 +39,8 @@ Words with one meaning each:
 
     part           a file of framed records written by ingest (or convert), about one shard's worth; merge
                    turns parts into shards, often by linking a whole part
+    sample number  a sample's place when ingest numbers every sample of the sorted inputs (many per file,
+                   pipeline/file_samples.py; a file whose samples cannot be counted has one: its reject)
     framed record  one sample's bytes as the shard format frames them (a TFRecord record with its length
                    and CRCs), so a part's records can be copied into a shard unchanged
     home           the part (file and offset) where a record's bytes live when merge gathers them

@@ -1,21 +1,21 @@
 """ingest of files that are not one sample each: many samples along an axis (source.samples_along),
 and fields whose values are the file's (attributes, labels_table columns, path groups, categorical).
 
-A unit is one sample of one file (a file whose samples cannot be counted, because it cannot be opened or
-its fields disagree along the axis, is one unit: its reject). Units are numbered across the sorted
-input listing, so a file's samples are consecutive; parts are runs of `per_part` consecutive units, and
-ranks take consecutive blocks of parts: a few huge files spread over every rank (ranks take ranges of a
-file's samples), many small ones are packed as before. Every unit ends as one manifest row: a record, or
-a reject with its reason. The plan is a pure object (`UnitPlan`); ingest executes it under MPI:
+Samples are numbered across the sorted input listing (a sample number; a file whose samples cannot be
+counted, because it cannot be opened or its fields disagree along the axis, has one number: its reject),
+so a file's samples are consecutive; parts are runs of `per_part` consecutive numbers, and ranks take
+consecutive blocks of parts: a few huge files spread over every rank (ranks take ranges of a file's
+samples), many small ones are packed as before. Every number ends as one manifest row: a record, or a
+reject with its reason. The plan is a pure object (`SamplePlan`); ingest executes it under MPI:
 
 1. survey: each rank opens a block of the files (metadata only) and counts their samples; the values of
    categorical fields are collected there too, so the class ids (sorted values) are fixed before any
    record is written, the same for any rank count;
-2. read: each rank reads its units file by file, `ingest.batch_mb` of samples at a time (one hyperslab
+2. read: each rank reads its samples file by file, `ingest.batch_mb` of samples at a time (one hyperslab
    per field: a file of 100,000 samples is never read whole), checks each sample and appends it to the
-   part its unit belongs to.
+   part its number belongs to.
 
-Memory per rank: the listing's line offsets and the per-file unit counts (16 bytes per file), one batch
+Memory per rank: the listing's line offsets and the per-file sample counts (16 bytes per file), one batch
 of samples, one part's manifest rows, 24 bytes per accepted record for the duplicate check, the labels
 table (compact). Time: one metadata pass and one data pass over the files, split across ranks.
 """
@@ -56,48 +56,48 @@ def reads_samples(source: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True)
-class UnitPlan:
-    """Which units (samples) exist, which part each goes to and which rank writes each part."""
+class SamplePlan:
+    """Which samples exist (their numbers), which part each goes to and which rank writes each part."""
 
-    units: np.ndarray  # per file: its units (samples; 1 when they cannot be counted)
-    per_part: int  # units per part
+    counts: np.ndarray  # per file: its samples (1 when they cannot be counted)
+    per_part: int  # samples per part
     ranks: int
 
     @property
     def starts(self) -> np.ndarray:
-        """File f's units are [starts[f], starts[f + 1])."""
-        return np.concatenate([[0], np.cumsum(self.units, dtype=np.int64)])
+        """File f's numbers are [starts[f], starts[f + 1])."""
+        return np.concatenate([[0], np.cumsum(self.counts, dtype=np.int64)])
 
     @property
     def total(self) -> int:
-        return int(self.units.sum())
+        return int(self.counts.sum())
 
     @property
     def parts(self) -> int:
         return -(-self.total // self.per_part)
 
-    def rank_units(self, rank: int) -> range:
-        """The units rank `rank` reads: the units of its block of parts."""
+    def rank_samples(self, rank: int) -> range:
+        """The sample numbers rank `rank` reads: those of its block of parts."""
         parts = block(range(self.parts), rank, self.ranks)
         return range(min(self.total, parts.start * self.per_part), min(self.total, parts.stop * self.per_part))
 
-    def files_of(self, units: range) -> range:
-        """The files holding any of these units."""
-        if not len(units):
+    def files_of(self, numbers: range) -> range:
+        """The files holding any of these numbers."""
+        if not len(numbers):
             return range(0)
         starts = self.starts
-        first = int(np.searchsorted(starts, units.start, "right")) - 1
-        last = int(np.searchsorted(starts, units.stop - 1, "right")) - 1
+        first = int(np.searchsorted(starts, numbers.start, "right")) - 1
+        last = int(np.searchsorted(starts, numbers.stop - 1, "right")) - 1
         return range(first, last + 1)
 
     @classmethod
-    def make(cls, units: np.ndarray, sample_bytes: int, shard_bytes: int, ranks: int) -> UnitPlan:
+    def make(cls, counts: np.ndarray, sample_bytes: int, shard_bytes: int, ranks: int) -> SamplePlan:
         """Parts of about a shard's worth of samples, at most PART_SAMPLES_MAX, and at least PARTS_PER_RANK
         parts per rank."""
-        total = int(units.sum())
+        total = int(counts.sum())
         balanced = total // (PARTS_PER_RANK * ranks)
         per_part = min(shard_bytes // max(sample_bytes, 1), balanced, PART_SAMPLES_MAX)
-        return cls(units.astype(np.int64), max(1, per_part), ranks)
+        return cls(counts.astype(np.int64), max(1, per_part), ranks)
 
 
 class FileSamples:
@@ -229,7 +229,7 @@ class FileOpener:
         return str(p.relative_to(self.root) if p.is_relative_to(self.root) else p)
 
     def open(self, path: str) -> FileSamples:
-        """The file opened and counted; SampleError: it cannot be read as samples (one unit, rejected)."""
+        """The file opened and counted; SampleError: it cannot be read as samples (one sample number, rejected)."""
         if not os.path.lexists(path):
             raise SampleError("missing (deleted since listing?)")
         if not os.access(path, os.R_OK):
@@ -252,9 +252,9 @@ class FileOpener:
 
 
 def survey(opener: FileOpener, paths: Sequence[str]) -> tuple[np.ndarray, dict[str, set[str]], int]:
-    """Per file: its units (samples; 1 when they cannot be counted); the categorical values found; the
+    """Per file: its samples (1 when they cannot be counted); the categorical values found; the
     bytes of one sample (of the first file counted; 0 if none)."""
-    units = np.ones(len(paths), np.int64)
+    counts = np.ones(len(paths), np.int64)
     found: dict[str, set[str]] = {}
     sample_bytes = 0
     for i, path in enumerate(paths):
@@ -263,7 +263,7 @@ def survey(opener: FileOpener, paths: Sequence[str]) -> tuple[np.ndarray, dict[s
         except SampleError:
             continue  # rejected with its reason when its turn comes
         with samples.opened:
-            units[i] = samples.count
+            counts[i] = samples.count
             for name, values in samples.class_values().items():
                 found.setdefault(name, set()).update(values)
             if not sample_bytes and samples.axes:
@@ -272,7 +272,7 @@ def survey(opener: FileOpener, paths: Sequence[str]) -> tuple[np.ndarray, dict[s
                     sample_bytes = sum(a.nbytes if isinstance(a, np.ndarray) else a[0].nbytes for a in batch.values())
                 except SampleError:
                     pass
-    return units, found, sample_bytes
+    return counts, found, sample_bytes
 
 
 def agree_on_classes(comm: Any, fields: Sequence[FieldSpec], found: Mapping[str, set[str]]) -> Categories:
@@ -290,24 +290,24 @@ def agree_on_classes(comm: Any, fields: Sequence[FieldSpec], found: Mapping[str,
     return Categories(classes)
 
 
-def plan_units(
+def plan_samples(
     comm: Any, opener: FileOpener, listing: Sequence[str], first: int, total_files: int, shard_bytes: int
-) -> tuple[UnitPlan, Categories]:
-    """Every rank surveys its block of the files (`listing`, starting at file `first`); the unit counts
+) -> tuple[SamplePlan, Categories]:
+    """Every rank surveys its block of the files (`listing`, starting at file `first`); the sample counts
     are gathered (8 bytes per file) and the classes agreed."""
     error: BaseException | None = None
     try:
-        units, found, sample_bytes = survey(opener, listing)
+        counts, found, sample_bytes = survey(opener, listing)
     except Sim2dlError as e:
-        units, found, sample_bytes, error = np.ones(len(listing), np.int64), {}, 0, e
+        counts, found, sample_bytes, error = np.ones(len(listing), np.int64), {}, 0, e
     all_ok(comm, error)
-    gathered = comm.allgather((first, units))
+    gathered = comm.allgather((first, counts))
     every = np.ones(total_files, np.int64)
     for start, counts in gathered:
         every[start : start + len(counts)] = counts
     sample_bytes = max(comm.allgather(sample_bytes))
     categories = agree_on_classes(comm, opener.fields, found)
-    return UnitPlan.make(every, sample_bytes, shard_bytes, comm.Get_size()), categories
+    return SamplePlan.make(every, sample_bytes, shard_bytes, comm.Get_size()), categories
 
 
 def batch_bytes(settings: Mapping[str, Any]) -> int:

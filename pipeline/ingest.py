@@ -45,7 +45,7 @@ from pipeline import MB, CollectiveError, Sim2dlError, bookkeeping_step
 from pipeline.config import input_list
 from pipeline.directio import ContentsOrError, FileContents
 from pipeline.fields import Categories
-from pipeline.file_samples import FileOpener, FileSamples, plan_units, reads_samples
+from pipeline.file_samples import FileOpener, FileSamples, plan_samples, reads_samples
 from pipeline.fsutil import atomic_path, write_json_atomic
 from pipeline.parallel import all_ok, block, exchange, owner_ranks
 from pipeline.paths import IngestPaths
@@ -393,7 +393,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
 
 def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Ingest of files holding many samples, or fields that are the file's values (pipeline.file_samples):
-    units (samples) instead of files are split into parts and across ranks."""
+    samples (their numbers) instead of files are split into parts and across ranks."""
     rank, size = comm.Get_rank(), comm.Get_size()
     source, settings = config["source"], config["ingest"]
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
@@ -417,22 +417,22 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
         return Listing(root, read_listing(paths.inputs, int(offsets[files.start]), int(offsets[files.stop])))
 
     surveyed = block(range(n_files), rank, size)
-    plan, categories = plan_units(comm, opener, lines(surveyed), surveyed.start, n_files, shard_bytes)
-    units, files = plan.rank_units(rank), plan.files_of(plan.rank_units(rank))
+    plan, categories = plan_samples(comm, opener, lines(surveyed), surveyed.start, n_files, shard_bytes)
+    numbers, files = plan.rank_samples(rank), plan.files_of(plan.rank_samples(rank))
     listing, file_starts = lines(files), plan.starts
-    starts = np.array(comm.allgather(units.start), np.int64)  # rank r holds units [starts[r], starts[r + 1])
+    starts = np.array(comm.allgather(numbers.start), np.int64)  # rank r: sample numbers [starts[r], starts[r + 1])
     paths.manifest.mkdir(parents=True, exist_ok=True)
     framing, about = part_framing(config, shard_bytes)
     primary = config["convert"]["features"][0]
-    hashed = np.empty(len(units), HASHED)
+    hashed = np.empty(len(numbers), HASHED)
     accepted = rejected = 0
     rejects: list[Reject] = []
     parts = PartSequence(paths, plan.per_part, plan.parts, framing, about)
-    bar = progress_bar(len(units), "ingest", rank, size, unit="sample")
+    bar = progress_bar(len(numbers), "ingest", rank, size, unit="sample")
 
-    def reject(unit: int, path: str, index: int | None, sample_id: str, reason: str) -> None:
+    def reject(number: int, path: str, index: int | None, sample_id: str, reason: str) -> None:
         nonlocal rejected
-        _, piece = parts.at(unit)
+        _, piece = parts.at(number)
         piece.add(path=path, bytes=0, sample_id=sample_id, index=index, status="rejected", reason=reason)
         rejects.append(Reject(path, sample_id, reason))
         rejected += 1
@@ -440,13 +440,13 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     try:
         for k, path in enumerate(listing):
             f = files.start + k
-            first, stop = max(units.start, int(file_starts[f])), min(units.stop, int(file_starts[f + 1]))
-            base = int(file_starts[f])  # the unit of the file's sample 0
+            first, stop = max(numbers.start, int(file_starts[f])), min(numbers.stop, int(file_starts[f + 1]))
+            base = int(file_starts[f])  # the number of the file's sample 0
             try:
                 samples = opener.open(path)
-            except SampleError as e:  # a file that could not be counted is one unit; each unit gets a row
-                for unit in range(first, stop):
-                    reject(unit, path, None if plan.units[f] == 1 else unit - base, "", str(e))
+            except SampleError as e:  # not counted: one number; each number gets a row
+                for number in range(first, stop):
+                    reject(number, path, None if plan.counts[f] == 1 else number - base, "", str(e))
                 bar.update(stop - first)
                 continue
             with samples.opened:
@@ -457,27 +457,27 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
                     return f"{file_id}#{index}" if along else file_id  # noqa: B023 - used within this file's loop
 
                 try:
-                    if samples.count != plan.units[f]:
-                        changed = f"{plan.units[f]} samples, now {samples.count}"
+                    if samples.count != plan.counts[f]:
+                        changed = f"{plan.counts[f]} samples, now {samples.count}"
                         raise SampleError(f"changed since it was surveyed ({changed})")
                     shared = samples.shared(categories)
                 except SampleError as e:
-                    for unit in range(first, stop):
-                        reject(unit, path, unit - base, sample_id(unit - base), str(e))
+                    for number in range(first, stop):
+                        reject(number, path, number - base, sample_id(number - base), str(e))
                     bar.update(stop - first)
                     continue
                 for start, count, batch in samples.batches(first - base, stop - base, int(settings["batch_mb"] * MB)):
                     bar.update(count)
                     for index in range(start, start + count):
-                        unit = base + index
-                        part, piece = parts.at(unit)
+                        number = base + index
+                        part, piece = parts.at(number)
                         try:
                             if isinstance(batch, SampleError):
                                 raise batch
                             arrays = sample_arrays(batch, index - start, shared, samples, categories)
                             validate_sample(arrays, fields, settings["check_finite"])
                         except SampleError as e:
-                            reject(unit, path, index, sample_id(index), str(e))
+                            reject(number, path, index, sample_id(index), str(e))
                             continue
                         length = record_length(arrays, primary)
                         nbytes = sum(a.nbytes for a in arrays.values())
@@ -488,16 +488,16 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
                                   shape=shape_text(arrays), length=length, sort_key=length, status="accepted",
                                   part=part.bin_path.stem, record=record, reason="")  # fmt: skip
                         high, low = id_hash(sample_id(index))
-                        hashed[accepted] = (high, low, unit)
+                        hashed[accepted] = (high, low, number)
                         accepted += 1
     except BaseException:
         parts.abort()
         raise
     parts.close()
     bar.close()
-    names = UnitNames(listing, file_starts, files.start, units.start)
+    names = SampleNames(listing, file_starts, files.start, numbers.start)
     extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes}
-    counts = (len(units), accepted, rejected)
+    counts = (len(numbers), accepted, rejected)
     return conclude(comm, paths, hashed[:accepted], starts, names, counts, rejects, settings, plan.per_part,
                     plan.parts, extra)  # fmt: skip
 
@@ -516,19 +516,20 @@ def sample_arrays(
     return arrays
 
 
-class UnitNames(Sequence[str]):
-    """What a rank's units are called in messages: 'PATH (sample I)', by the unit's place in the rank."""
+class SampleNames(Sequence[str]):
+    """What a rank's samples are called in messages: 'PATH (sample I)', by their place in the rank."""
 
-    def __init__(self, listing: Listing, file_starts: np.ndarray, first_file: int, first_unit: int) -> None:
-        self.listing, self.file_starts, self.first_file, self.first_unit = listing, file_starts, first_file, first_unit
+    def __init__(self, listing: Listing, file_starts: np.ndarray, first_file: int, first_number: int) -> None:
+        self.listing, self.file_starts = listing, file_starts
+        self.first_file, self.first_number = first_file, first_number
 
     def __len__(self) -> int:
-        return int(self.file_starts[self.first_file + len(self.listing)] - self.first_unit)
+        return int(self.file_starts[self.first_file + len(self.listing)] - self.first_number)
 
     def __getitem__(self, i: Any) -> Any:
-        unit = self.first_unit + int(i)
-        f = int(np.searchsorted(self.file_starts, unit, "right")) - 1
-        return f"{self.listing[f - self.first_file]} (sample {unit - int(self.file_starts[f])})"
+        number = self.first_number + int(i)
+        f = int(np.searchsorted(self.file_starts, number, "right")) - 1
+        return f"{self.listing[f - self.first_file]} (sample {number - int(self.file_starts[f])})"
 
 
 def part_framing(config: Mapping[str, Any], shard_bytes: int) -> tuple[Framing | None, dict[str, Any]]:

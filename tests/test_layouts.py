@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipeline.convert import convert
-from pipeline.file_samples import FileOpener, UnitPlan
+from pipeline.file_samples import FileOpener, SamplePlan
 from pipeline.ingest import ingest
 from pipeline.inspection import decide, inspect, survey
 from pipeline.merge import merge
@@ -139,18 +139,18 @@ def test_ranks_take_ranges_of_one_files_samples_and_the_shards_do_not_depend_on_
         manifest = read_rows(Path(config["workdir"]) / "ingest" / "manifest")
         assert sorted(r["index"] for r in manifest if r["path"].endswith("big.nc")) == list(range(40))
     assert len(shards[1]) > 1 and shards[1] == shards[3]
-    plan = UnitPlan.make(np.array([40, 3]), sample_bytes=20, shard_bytes=500, ranks=3)
-    assert all(0 in plan.files_of(plan.rank_units(r)) for r in range(3))  # every rank reads part of big.nc
+    plan = SamplePlan.make(np.array([40, 3]), sample_bytes=20, shard_bytes=500, ranks=3)
+    assert all(0 in plan.files_of(plan.rank_samples(r)) for r in range(3))  # every rank reads part of big.nc
 
 
 def test_unit_plan_covers_every_unit_once():
-    units = np.array([5, 1, 250, 0, 7])  # 0: cannot happen (an empty file is one rejected unit), kept as a guard
+    numbers = np.array([5, 1, 250, 0, 7])  # 0: cannot happen (an empty file is one rejected number), kept as a guard
     for ranks in (1, 2, 3, 7):
-        plan = UnitPlan.make(np.maximum(units, 1), sample_bytes=1000, shard_bytes=16_000, ranks=ranks)
-        covered = [u for r in range(ranks) for u in plan.rank_units(r)]
+        plan = SamplePlan.make(np.maximum(numbers, 1), sample_bytes=1000, shard_bytes=16_000, ranks=ranks)
+        covered = [u for r in range(ranks) for u in plan.rank_samples(r)]
         assert covered == list(range(plan.total))
         for r in range(ranks):
-            mine = plan.rank_units(r)
+            mine = plan.rank_samples(r)
             if len(mine):
                 files = plan.files_of(mine)
                 assert plan.starts[files.start] <= mine.start and mine.stop <= plan.starts[files.stop]
@@ -200,7 +200,7 @@ def test_hdf5_leading_axis_with_a_labels_table_and_path_groups(tmp_path, serial)
     config = layout_config(tmp_path, source, ["images"], ["scalars", "mesh", "run", "omega", "process"],
                            ingest={"max_reject_fraction": 0.9, "batch_mb": 0.001})  # fmt: skip
     summary, meta = data_half(config, root, tmp_path, serial)
-    # 4 bundles of 6 and one whose fields disagree (one unit): 25 samples found
+    # 4 bundles of 6 and one whose fields disagree (one number): 25 samples found
     assert summary["samples"] == 25 and summary["accepted"] + summary["rejected"] == 25
     assert summary["accepted"] == 6 + 5  # run 0, run 1 without its NaN member; run 2 (duplicated row), run 3 (no row)
     assert meta["classes"] == {"process": ["qcd", "ttbar"]}
