@@ -407,3 +407,27 @@ def test_inspect_root_events_and_zarr_stores(tmp_path):
     decided = decide(result)
     assert decided.samples_along == "time" and decided.sample_shapes == {"tas": (3, 5)}
     assert decided.class_label == "model"
+
+
+def test_a_file_id_repeated_across_files_rejects_the_later_samples_by_name(tmp_path, serial):
+    """CMIP6 repeats tracking_id across files: FILEID#INDEX collides, the first file in order keeps each id,
+    and every later sample is a reject naming the file and sample that kept it."""
+    root = tmp_path / "cmip"
+    write_cmip_like(root)
+    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root), "sample_id": {"attr": "tracking_id"}},
+                           ["ta"], ["model"], ingest={"max_reject_fraction": 1.0})  # fmt: skip
+    summary = ingest(config, root, tmp_path / "ingest", serial)
+    # in name order: MODEL-A (5 steps) keeps #0-4, MODEL-B (12) adds #5-11, MODEL-C (7) adds nothing
+    assert (summary["samples"], summary["accepted"], summary["rejected"]) == (24, 12, 12)
+    rejects = {
+        (Path(r["path"]).name, r["sample_id"]): r["reason"] for r in read_csv(tmp_path / "ingest" / "rejects.csv")
+    }
+    first_a = str(root / "ta_MODEL-A.nc")
+    assert rejects[("ta_MODEL-C.nc", "hdl:21.14100/same-everywhere#6")] == (
+        f"duplicate sample id 'hdl:21.14100/same-everywhere#6' (first seen in {root / 'ta_MODEL-B.nc'} (sample 6))"
+    )
+    assert rejects[("ta_MODEL-B.nc", "hdl:21.14100/same-everywhere#0")].endswith(
+        f"(first seen in {first_a} (sample 0))"
+    )
+    manifest = read_rows(tmp_path / "ingest" / "manifest")
+    assert sum(r["status"] == "accepted" for r in manifest) == 12 and len(manifest) == 24
