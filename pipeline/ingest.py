@@ -418,88 +418,113 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
 
     surveyed = block(range(n_files), rank, size)
     plan, categories = plan_samples(comm, opener, lines(surveyed), surveyed.start, n_files, shard_bytes)
-    numbers, files = plan.rank_samples(rank), plan.files_of(plan.rank_samples(rank))
+    numbers = plan.rank_samples(rank)
+    files = plan.files_of(numbers)
     listing, file_starts = lines(files), plan.starts
     starts = np.array(comm.allgather(numbers.start), np.int64)  # rank r: sample numbers [starts[r], starts[r + 1])
     paths.manifest.mkdir(parents=True, exist_ok=True)
     framing, about = part_framing(config, shard_bytes)
-    primary = config["convert"]["features"][0]
-    hashed = np.empty(len(numbers), HASHED)
-    accepted = rejected = 0
-    rejects: list[Reject] = []
-    parts = PartSequence(paths, plan.per_part, plan.parts, framing, about)
+    writer = SampleRecords(PartSequence(paths, plan.per_part, plan.parts, framing, about), len(numbers),
+                           config["convert"]["features"][0])  # fmt: skip
     bar = progress_bar(len(numbers), "ingest", rank, size, unit="sample")
-
-    def reject(number: int, path: str, index: int | None, sample_id: str, reason: str) -> None:
-        nonlocal rejected
-        _, piece = parts.at(number)
-        piece.add(path=path, bytes=0, sample_id=sample_id, index=index, status="rejected", reason=reason)
-        rejects.append(Reject(path, sample_id, reason))
-        rejected += 1
-
     try:
         for k, path in enumerate(listing):
             f = files.start + k
-            first, stop = max(numbers.start, int(file_starts[f])), min(numbers.stop, int(file_starts[f + 1]))
-            base = int(file_starts[f])  # the number of the file's sample 0
-            try:
-                samples = opener.open(path)
-            except SampleError as e:  # not counted: one number; each number gets a row
-                for number in range(first, stop):
-                    reject(number, path, None if plan.counts[f] == 1 else number - base, "", str(e))
-                bar.update(stop - first)
-                continue
-            with samples.opened:
-                along = source["samples_along"] is not None
-                file_id = samples.info.file_id
-
-                def sample_id(index: int) -> str:
-                    return f"{file_id}#{index}" if along else file_id  # noqa: B023 - used within this file's loop
-
-                try:
-                    if samples.count != plan.counts[f]:
-                        changed = f"{plan.counts[f]} samples, now {samples.count}"
-                        raise SampleError(f"changed since it was surveyed ({changed})")
-                    shared = samples.shared(categories)
-                except SampleError as e:
-                    for number in range(first, stop):
-                        reject(number, path, number - base, sample_id(number - base), str(e))
-                    bar.update(stop - first)
-                    continue
-                for start, count, batch in samples.batches(first - base, stop - base, int(settings["batch_mb"] * MB)):
-                    bar.update(count)
-                    for index in range(start, start + count):
-                        number = base + index
-                        part, piece = parts.at(number)
-                        try:
-                            if isinstance(batch, SampleError):
-                                raise batch
-                            arrays = sample_arrays(batch, index - start, shared, samples, categories)
-                            validate_sample(arrays, fields, settings["check_finite"])
-                        except SampleError as e:
-                            reject(number, path, index, sample_id(index), str(e))
-                            continue
-                        length = record_length(arrays, primary)
-                        nbytes = sum(a.nbytes for a in arrays.values())
-                        record = part.append(arrays, {"sample_id": sample_id(index), "source": path,
-                                                      "index": index if along else -1, "length": length,
-                                                      "bytes": nbytes})  # fmt: skip
-                        piece.add(path=path, bytes=nbytes, sample_id=sample_id(index), index=index if along else None,
-                                  shape=shape_text(arrays), length=length, sort_key=length, status="accepted",
-                                  part=part.bin_path.stem, record=record, reason="")  # fmt: skip
-                        high, low = id_hash(sample_id(index))
-                        hashed[accepted] = (high, low, number)
-                        accepted += 1
+            mine = range(max(numbers.start, int(file_starts[f])), min(numbers.stop, int(file_starts[f + 1])))
+            ingest_file(writer, opener, path, mine, int(file_starts[f]), int(plan.counts[f]), categories, settings,
+                        bar)  # fmt: skip
     except BaseException:
-        parts.abort()
+        writer.parts.abort()
         raise
-    parts.close()
+    writer.parts.close()
     bar.close()
     names = SampleNames(listing, file_starts, files.start, numbers.start)
     extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes}
-    counts = (len(numbers), accepted, rejected)
-    return conclude(comm, paths, hashed[:accepted], starts, names, counts, rejects, settings, plan.per_part,
-                    plan.parts, extra)  # fmt: skip
+    counts = (len(numbers), writer.accepted, writer.rejected)
+    hashed = writer.hashed[: writer.accepted]
+    return conclude(comm, paths, hashed, starts, names, counts, writer.rejects, settings, plan.per_part, plan.parts,
+                    extra)  # fmt: skip
+
+
+class SampleRecords:
+    """One rank's records of ingest in samples: each sample number becomes a record or a reject, with its
+    manifest row in the part that number belongs to, and its id's hash for the duplicate check."""
+
+    def __init__(self, parts: PartSequence, count: int, primary: str) -> None:
+        self.parts, self.primary = parts, primary
+        self.hashed = np.empty(count, HASHED)
+        self.accepted = self.rejected = 0
+        self.rejects: list[Reject] = []
+
+    def reject(self, number: int, path: str, index: int | None, sample_id: str, reason: str) -> None:
+        _, piece = self.parts.at(number)
+        piece.add(path=path, bytes=0, sample_id=sample_id, index=index, status="rejected", reason=reason)
+        self.rejects.append(Reject(path, sample_id, reason))
+        self.rejected += 1
+
+    def accept(self, number: int, path: str, index: int | None, sample_id: str, arrays: dict[str, np.ndarray]) -> None:
+        part, piece = self.parts.at(number)
+        length = record_length(arrays, self.primary)
+        nbytes = sum(a.nbytes for a in arrays.values())
+        meta = {"sample_id": sample_id, "source": path, "index": -1 if index is None else index, "length": length,
+                "bytes": nbytes}  # fmt: skip
+        record = part.append(arrays, meta)
+        piece.add(path=path, bytes=nbytes, sample_id=sample_id, index=index, shape=shape_text(arrays), length=length,
+                  sort_key=length, status="accepted", part=part.bin_path.stem, record=record, reason="")  # fmt: skip
+        self.hashed[self.accepted] = (*id_hash(sample_id), number)
+        self.accepted += 1
+
+
+def ingest_file(
+    writer: SampleRecords,
+    opener: FileOpener,
+    path: str,
+    mine: range,
+    base: int,
+    counted: int,
+    categories: Categories,
+    settings: Mapping[str, Any],
+    bar: Any,
+) -> None:
+    """This rank's sample numbers `mine` of one file (its sample 0 is number `base`; the survey counted
+    `counted` samples), each a record or a reject."""
+    try:
+        samples = opener.open(path)
+    except SampleError as e:  # not counted: one number; each number gets a row
+        for number in mine:
+            writer.reject(number, path, None if counted == 1 else number - base, "", str(e))
+        bar.update(len(mine))
+        return
+    along = opener.source["samples_along"] is not None
+    file_id = samples.info.file_id
+
+    def sample_id(index: int) -> str:
+        return f"{file_id}#{index}" if along else file_id
+
+    with samples.opened:
+        try:
+            if samples.count != counted:
+                raise SampleError(f"changed since it was surveyed ({counted} samples, now {samples.count})")
+            shared = samples.shared(categories)
+        except SampleError as e:
+            for number in mine:
+                index = number - base
+                writer.reject(number, path, index if along else None, sample_id(index), str(e))
+            bar.update(len(mine))
+            return
+        batch_bytes = int(settings["batch_mb"] * MB)
+        for start, count, batch in samples.batches(mine.start - base, mine.stop - base, batch_bytes):
+            bar.update(count)
+            for index in range(start, start + count):
+                try:
+                    if isinstance(batch, SampleError):
+                        raise batch
+                    arrays = sample_arrays(batch, index - start, shared, samples, categories)
+                    validate_sample(arrays, samples.fields, settings["check_finite"])
+                except SampleError as e:
+                    writer.reject(base + index, path, index if along else None, sample_id(index), str(e))
+                    continue
+                writer.accept(base + index, path, index if along else None, sample_id(index), arrays)
 
 
 def sample_arrays(

@@ -17,6 +17,10 @@ class SampleError(Exception):
     """This file cannot become a sample; the message is the reason recorded in the rejects list."""
 
 
+class MissingArray(SampleError):
+    """The file has no array at a field's path (OpenFile's reads raise it)."""
+
+
 # Where a field's values come from (the key that names it in source.fields): an array in the file, a
 # global attribute of the file, a column of source.labels_table, a named group of source.path_pattern.
 FIELD_KINDS = ("path", "attr", "column", "path_group")
@@ -138,11 +142,25 @@ class Reader(ABC):
     # True: `read_contents` parses the file's bytes, which ingest reads itself (whole, ahead, direct I/O).
     reads_contents = False
 
-    @abstractmethod
     def read(
         self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
     ) -> tuple[dict[str, np.ndarray], str | None]:
-        """Return the arrays by logical field name, and the sample id stored in the file (if asked)."""
+        """Return the arrays by logical field name, and the sample id stored in the file (if asked).
+        By default through `open` (formats whose files are read with their own library)."""
+        with self.open(path) as f:
+            arrays = {}
+            for field in fields:
+                try:
+                    arrays[field.name] = f.whole(field)
+                except MissingArray as e:
+                    raise SampleError(f"missing field '{field.name}': {e}") from None
+            sample_id = None
+            if id_attr is not None:
+                try:
+                    sample_id = as_text(f.attribute(id_attr))
+                except SampleError:
+                    raise SampleError(f"missing sample id attribute '{id_attr}'") from None
+            return arrays, sample_id
 
     @abstractmethod
     def describe(self, path: Path) -> Contents:

@@ -30,6 +30,7 @@ from pipeline.readers.base import (
     ArrayInfo,
     Contents,
     FieldSpec,
+    MissingArray,
     OpenFile,
     Reader,
     SampleError,
@@ -166,7 +167,7 @@ class HDF5File(OpenFile):
     def _dataset(self, array: str) -> h5py.Dataset:
         node = self.file.get(array)
         if not isinstance(node, h5py.Dataset):
-            raise SampleError(f"no dataset '{array}'")
+            raise MissingArray(f"no dataset '{array}'")
         return node
 
     def shape(self, array: str) -> tuple[int, ...]:

@@ -3,7 +3,6 @@ Samples along a dimension (source.samples_along: its name) are read by hyperslab
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,10 @@ import numpy as np
 from pipeline.readers.base import (
     ArrayInfo,
     Contents,
-    FieldSpec,
+    MissingArray,
     OpenFile,
     Reader,
     SampleError,
-    as_text,
     scalar_text,
 )
 
@@ -58,7 +56,7 @@ class NetCDFFile(OpenFile):
                 node = node.groups[g]
             return node.variables[var_name]
         except KeyError:
-            raise SampleError(f"no variable '{array}'") from None
+            raise MissingArray(f"no variable '{array}'") from None
 
     def shape(self, array: str) -> tuple[int, ...]:
         return tuple(self._variable(array).shape)
@@ -105,22 +103,3 @@ class NetCDFReader(Reader):
                 groups += [(f"{prefix}{name}/", sub) for name, sub in group.groups.items()]
             texts = {name: scalar_text(ds.getncattr(name)) for name in ds.ncattrs()}
             return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None})
-
-    def read(
-        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
-    ) -> tuple[dict[str, np.ndarray], str | None]:
-        with NetCDFFile(path) as f:
-            arrays = {}
-            for field in fields:
-                try:
-                    arrays[field.name] = f.whole(field)
-                except SampleError as e:
-                    if str(e).startswith("no variable"):
-                        raise SampleError(f"missing field '{field.name}': {e}") from None
-                    raise
-            sample_id = None
-            if id_attr is not None:
-                if id_attr not in f.ds.ncattrs():
-                    raise SampleError(f"missing sample id attribute '{id_attr}'")
-                sample_id = as_text(f.ds.getncattr(id_attr))
-            return arrays, sample_id

@@ -17,6 +17,7 @@ from pipeline.readers.base import (
     ArrayInfo,
     Contents,
     FieldSpec,
+    MissingArray,
     OpenFile,
     Reader,
     SampleError,
@@ -40,11 +41,11 @@ class NumpyFile(OpenFile):
     def _array(self, array: str) -> np.ndarray:
         if isinstance(self.loaded, np.ndarray):
             if array != ".":
-                raise SampleError(f"no array '{array}' (a .npy file holds one array: path '.')")
+                raise MissingArray(f"no array '{array}' (a .npy file holds one array: path '.')")
             return self.loaded
         if array not in self._members:
             if array not in self.loaded.files:
-                raise SampleError(f"no array '{array}'")
+                raise MissingArray(f"no array '{array}'")
             try:
                 self._members[array] = self.loaded[array]
             except NUMPY_ERRORS as e:

@@ -11,7 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, OpenFile, Reader, SampleError, as_array, as_text
+from pipeline.readers.base import (
+    ArrayInfo,
+    Contents,
+    FieldSpec,
+    MissingArray,
+    OpenFile,
+    Reader,
+    SampleError,
+    as_array,
+    as_text,
+)
 
 
 def _open(path: Path) -> Any:
@@ -35,7 +45,7 @@ class RootFile(OpenFile):
         try:
             return self.file[tree_name][branch]
         except Exception:  # KeyError, or uproot's own for a path through a non-directory
-            raise SampleError(f"no branch '{array}'") from None
+            raise MissingArray(f"no branch '{array}'") from None
 
     def shape(self, array: str) -> tuple[int, ...]:
         branch = self._branch(array)

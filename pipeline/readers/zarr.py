@@ -7,13 +7,12 @@ chunks that hold it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.readers.base import ArrayInfo, Contents, FieldSpec, OpenFile, Reader, SampleError, as_text, scalar_text
+from pipeline.readers.base import ArrayInfo, Contents, MissingArray, OpenFile, Reader, SampleError, scalar_text
 
 
 def _open(path: Path) -> Any:
@@ -49,7 +48,7 @@ class ZarrFile(OpenFile):
         except (KeyError, TypeError):
             node = None
         if not isinstance(node, zarr.Array):
-            raise SampleError(f"no array '{array}'")
+            raise MissingArray(f"no array '{array}'")
         return node
 
     def shape(self, array: str) -> tuple[int, ...]:
@@ -100,23 +99,3 @@ class ZarrReader(Reader):
         )
         texts = {name: scalar_text(value) for name, value in dict(store.attrs).items()}
         return Contents(infos, {name: text for name, text in texts.items() if text is not None})
-
-    def read(
-        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
-    ) -> tuple[dict[str, np.ndarray], str | None]:
-        with ZarrFile(path) as f:
-            arrays = {}
-            for field in fields:
-                try:
-                    arrays[field.name] = f.whole(field)
-                except SampleError as e:
-                    if str(e).startswith("no array"):
-                        raise SampleError(f"missing field '{field.name}': {e}") from None
-                    raise
-            sample_id = None
-            if id_attr is not None:
-                try:
-                    sample_id = as_text(f.attribute(id_attr))
-                except SampleError:
-                    raise SampleError(f"missing sample id attribute '{id_attr}'") from None
-            return arrays, sample_id
