@@ -46,6 +46,7 @@ PARTS_PER_RANK = 4  # as ingest: at least this many parts per rank, so that rank
 # 16 MB shard) would make that grow with the shard's record count (measured: 70 MB more per rank at 50,000).
 # Merge gathers a shard from several parts (as it does for sorted merges) at about the same speed.
 PART_SAMPLES_MAX = 8192
+GROWTH = 16  # a file's next range of samples is at most this many times the last
 
 
 def reads_samples(source: Mapping[str, Any]) -> bool:
@@ -160,8 +161,9 @@ class FileSamples:
         self, start: int, stop: int, batch_bytes: int
     ) -> Iterator[tuple[int, int, dict[str, Any] | SampleError]]:
         """(first index, samples, field -> samples) for ranges of [start, stop): one sample first, then as
-        many as fit in batch_bytes at the size seen. A range that cannot be read is read again a sample
-        at a time, so that an unreadable chunk costs only the samples in it (given as the SampleError)."""
+        many as fit in batch_bytes at the size seen (at most GROWTH times the last range). A range that
+        cannot be read is read again a sample at a time, so that an unreadable chunk costs only the
+        samples in it (given as the SampleError)."""
         size = 1
         while start < stop:
             end = min(stop, start + size)
@@ -181,7 +183,9 @@ class FileSamples:
                 continue
             yield start, end - start, batch
             nbytes = sum(a.nbytes if isinstance(a, np.ndarray) else sum(x.nbytes for x in a) for a in batch.values())
-            size = max(1, int(batch_bytes * (end - start) // max(nbytes, 1)))
+            # at the size seen, but growing at most GROWTH-fold: samples of variable size (jagged events, the
+            # first one empty) must not make one read cover the rest of a large file
+            size = max(1, min(size * GROWTH, int(batch_bytes * (end - start) // max(nbytes, 1))))
             start = end
 
     def read(self, start: int, stop: int) -> dict[str, Any]:
@@ -230,8 +234,10 @@ class FileOpener:
 
     def open(self, path: str) -> FileSamples:
         """The file opened and counted; SampleError: it cannot be read as samples (one sample number, rejected)."""
-        if not os.path.lexists(path):
-            raise SampleError("missing (deleted since listing?)")
+        try:  # the reasons the small-file path gives (ingest.read_one)
+            os.stat(path)
+        except OSError as e:
+            raise SampleError(f"unreadable: {e.strerror}") from None
         if not os.access(path, os.R_OK):
             raise SampleError("unreadable: permission denied")
         opened = reader_for(Path(path), self.source["format"]).open(Path(path))

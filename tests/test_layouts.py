@@ -5,6 +5,7 @@ counts and values read back from the shards."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,9 @@ def test_batches_read_hyperslabs_within_the_batch_size(tmp_path):
     with samples.opened:
         read = [(start, count, batch) for start, count, batch in samples.batches(0, 6, 2 * sample_bytes)]
     assert [count for _, count, _ in read] == [1, 2, 2, 1]
+    samples = FileOpener(root, source, fields).open(str(root / "bundle_000.h5"))
+    with samples.opened:  # a large budget: the ranges still grow at most 16-fold (1, then the 5 left)
+        assert [count for _, count, _ in samples.batches(0, 6, 10**9)] == [1, 5]
     for start, count, batch in read:
         assert batch["images"].shape == (count, 8, 8, 2)
         np.testing.assert_array_equal(batch["images"][:, 0, 0, 0], np.arange(start, start + count, dtype="f4"))
@@ -431,3 +435,35 @@ def test_a_file_id_repeated_across_files_rejects_the_later_samples_by_name(tmp_p
     )
     manifest = read_rows(tmp_path / "ingest" / "manifest")
     assert sum(r["status"] == "accepted" for r in manifest) == 12 and len(manifest) == 24
+
+
+def test_a_parquet_run_table_matched_by_file_id_under_snakemake_and_ingest_reruns_when_it_changes(tmp_path):
+    """One sample per file, labels from a Parquet table beside the data matched by the file id (its relative
+    path); the table is an input of the ingest rule: rewriting it reruns ingest."""
+    import h5py
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    for name in ("run-a", "run-b", "run-c"):
+        with h5py.File(root / f"{name}.h5", "w") as f:
+            f["density"] = np.full((4, 4, 4), ord(name[-1]), "f4")
+    pq.write_table(pa.table({"file": ["run-c", "run-a", "run-b"], "sigma8": [0.9, 0.7, 0.8]}), root / "runs.parquet")
+    fields = {"density": {"path": "density", "shape": [4, 4, 4]}, "sigma8": {"column": "sigma8"}}
+    source = {
+        "path": str(root),
+        "glob": "*.h5",
+        "labels_table": {"path": "runs.parquet", "key": "file"},
+        "fields": fields,
+    }
+    config = layout_config(tmp_path, source, ["density"], ["sigma8"], simulate={"enabled": False})
+    config_path = write_config(tmp_path, config)
+    metadata = Path(config["workdir"]) / "merged" / "metadata.json"
+    snakemake_configfile(config_path, tmp_path, str(metadata))
+    records = records_by_id(metadata.parent)
+    assert {k: round(float(r["sigma8"]), 6) for k, r in records.items()} == {"run-a": 0.7, "run-b": 0.8, "run-c": 0.9}
+    assert float(records["run-b"]["density"][0, 0, 0]) == ord("b")
+    pq.write_table(pa.table({"file": ["run-a", "run-b"], "sigma8": [0.6, 0.7]}), root / "runs.parquet")
+    dry = snakemake_configfile(config_path, tmp_path, "-n", str(metadata))
+    assert re.search(r"\bingest\b", dry.stdout) and re.search(r"\bmerge\b", dry.stdout)
