@@ -87,7 +87,7 @@ class PartWriter:
                     ref = os.path.relpath(bin_path, self.bin_path.parent)
                     line["fields"][name] = [offset, array.dtype.str, list(array.shape), ref]
                     continue
-                array = np.ascontiguousarray(array)
+                array = np.ascontiguousarray(array).reshape(array.shape)  # a scalar stays 0-d (numpy makes it 1-d)
                 self._file.write(array)
                 line["fields"][name] = [self._offset, array.dtype.str, list(array.shape)]
                 self._offset += array.nbytes

@@ -222,6 +222,8 @@ def test_hdf5_leading_axis_with_a_labels_table_and_path_groups(tmp_path, serial)
     np.testing.assert_array_equal(record["scalars"], np.arange(9, 12, dtype="f4") + 100)
     np.testing.assert_array_equal(record["mesh"], np.linspace(0, 1, 8, dtype="f4"))
     assert record["run"] == 1 and record["omega"] == np.float32(0.30) and record["process"] == 1
+    assert record["run"].shape == record["omega"].shape == record["process"].shape == ()  # one value per sample
+    assert meta["feature_spec"]["omega"]["shape"] == meta["feature_spec"]["run"]["shape"] == []
     assert records["bundle_000#0"]["process"] == 0
 
 
