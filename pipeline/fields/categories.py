@@ -1,7 +1,8 @@
 """categorical: true: values (text or integers) become class ids 0..K-1, int64. The classes are the
 field's `classes` when the config lists them (in that order; any other value is a reject), else every
 value found in the inputs, sorted (numerically when all are integers), so the ids are the same for any
-rank count and on every rerun."""
+rank count and on every rerun. Memory: the classes of each field (K names); a value's id is one dict
+lookup."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ directory named `*.zarr` holding a group (field path = an array's path in it, gr
 array (field path '.'). Attributes are the root group's. Dimension names come from Zarr 3's
 `dimension_names` or, for Zarr 2, xarray's `_ARRAY_DIMENSIONS` attribute, so source.samples_along may
 name a dimension (`time`) as for NetCDF. Reads are chunk-aware: a range of samples reads only the
-chunks that hold it."""
+chunks that hold it. Memory: the range read and the chunks it touches (decompressed); time: one read per
+chunk touched."""
 
 from __future__ import annotations
 
