@@ -41,6 +41,7 @@ image: env
 
 bench: env
 	for b in bench/*.py; do $(RUN) $(BIN)/python $$b --quick || exit 1; done
+	$(RUN) $(BIN)/python bench/scale.py --layouts --quick
 
 clean-demo:
 	rm -rf results/demo
