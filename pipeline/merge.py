@@ -14,7 +14,8 @@ Plan, in parallel and in compact arrays (no Python object per record):
    (below), where a part begins. A shard that began on an earlier rank is sent back to that rank, so every shard is
    written by one rank.
 
-Splits (`merge.splits`): a record's split (a stable hash of its parent sample id, `split_numbers`) is the
+Splits (`merge.splits`): a record's split (a stable hash of its parent sample id, or with `merge.split_by:
+file` of its file's id, `split_numbers`) is the
 first byte of its key, so the same sort groups the splits, step 3 cuts each split into its own equal
 shards, and they are written to shards/NAME/. One byte per record more, and one hash per record of a
 rank's share.
@@ -149,7 +150,19 @@ def split_numbers(parents: Sequence[str], fractions: Sequence[float]) -> np.ndar
     return np.searchsorted(bounds, unit, side="right").astype(np.uint8)
 
 
-def sort_keys(part: Part, sort_by: str, key_width: int, id_width: int, fractions: Sequence[float]) -> np.ndarray:
+def split_keys(part: Part, split_by: str) -> list[str]:
+    """What each record's split is drawn from: its parent sample id, or (split_by 'file') its file's id,
+    which the parent is with the '#INDEX' of a sample along source.samples_along removed."""
+    parents = part.texts("parent")
+    indices = part.meta_columns.get("index")
+    if split_by == "sample" or indices is None:
+        return parents
+    return [p.rpartition("#")[0] if i >= 0 else p for p, i in zip(parents, indices.tolist(), strict=True)]
+
+
+def sort_keys(
+    part: Part, sort_by: str, key_width: int, id_width: int, fractions: Sequence[float], split_by: str = "sample"
+) -> np.ndarray:
     """Each record's (split, sort key, sample id) as one byte string that sorts in that order (the split
     byte, 1 + its number, only when there are splits)."""
     ids = text_bytes(part.texts("sample_id"), id_width).view(np.uint8).reshape(len(part), -1)
@@ -160,7 +173,7 @@ def sort_keys(part: Part, sort_by: str, key_width: int, id_width: int, fractions
         key = text_bytes(part.texts(TEXT_KEYS[sort_by]), key_width).view(np.uint8).reshape(len(part), -1)
     pieces = [key, ids]
     if fractions:
-        pieces.insert(0, 1 + split_numbers(part.texts("parent"), fractions).reshape(-1, 1))
+        pieces.insert(0, 1 + split_numbers(split_keys(part, split_by), fractions).reshape(-1, 1))
     width = sum(p.shape[1] for p in pieces)
     return np.ascontiguousarray(np.hstack(pieces)).view(f"S{width}").ravel()
 
@@ -222,6 +235,7 @@ def local_rows(
     widths: tuple[int, int],
     framed: tuple[str, int] | None,
     fractions: Sequence[float] = (),
+    split_by: str = "sample",
 ) -> tuple[np.ndarray, dict[int, int]]:
     """The rows of this rank's parts (unsorted; each part opened in turn and let go), and the record count
     of each home file seen."""
@@ -234,7 +248,7 @@ def local_rows(
         if not len(part):  # every record of the part was rejected
             continue
         rows = np.zeros(len(part), dtype)
-        rows["key"] = sort_keys(part, sort_by, widths[0], widths[1], fractions)
+        rows["key"] = sort_keys(part, sort_by, widths[0], widths[1], fractions, split_by)
         rows["part"], rows["record"] = first_part + k, np.arange(len(part))
         rows["nbytes"] = part.record_nbytes
         rows["home"], rows["home_record"] = -1, -1
@@ -546,7 +560,8 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
     split_names = sorted(settings["splits"])
     fractions = [settings["splits"][name] for name in split_names]
     framed = (writer_class.format, shard_bytes) if unchanged and not split_names else None
-    rows, local_homes = local_rows(my_stems, first_part, files, spec, settings["sort_by"], widths, framed, fractions)
+    rows, local_homes = local_rows(my_stems, first_part, files, spec, settings["sort_by"], widths, framed, fractions,
+                                   settings["split_by"])  # fmt: skip
     total = sum(comm.allgather(len(rows)))
     if not total:
         raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
@@ -793,7 +808,8 @@ def metadata(
             for name in split_names
         }
         doc["split_assignment"] = (
-            "xxh3_64(parent sample id, UTF-8) / 2^64 against the cumulative fractions of the splits in name "
+            f"xxh3_64({'file id' if settings['split_by'] == 'file' else 'parent sample id'}, UTF-8) / 2^64 "
+            "against the cumulative fractions of the splits in name "
             "order: the same for every rank count and rerun; sub-volumes of one input share its split"
         )
     return doc

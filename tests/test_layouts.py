@@ -469,3 +469,26 @@ def test_a_parquet_run_table_matched_by_file_id_under_snakemake_and_ingest_rerun
     pq.write_table(pa.table({"file": ["run-a", "run-b"], "sigma8": [0.6, 0.7]}), root / "runs.parquet")
     dry = snakemake_configfile(config_path, tmp_path, "-n", str(metadata))
     assert re.search(r"\bingest\b", dry.stdout) and re.search(r"\bmerge\b", dry.stdout)
+
+
+@pytest.mark.parametrize("split_by", ["sample", "file"])
+def test_splits_by_file_keep_a_files_samples_together(tmp_path, serial, split_by):
+    """merge.split_by file: every time step of one model lands in one split (no temporal leak between
+    training and validation); by sample, the steps of a file are spread over both."""
+    root = tmp_path / "cmip"
+    write_cmip_like(root)
+    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root)}, ["ta"], ["model"],
+                           merge={"splits": {"train": 0.5, "validation": 0.5}, "split_by": split_by})  # fmt: skip
+    _, meta = data_half(config, root, tmp_path, serial)
+    merged = tmp_path / "work" / "merged"
+    files_in = {
+        split: {name.split("#")[0] for name in (r["sample_id"] for r in ShardReader(merged, split))}
+        for split in ("train", "validation")
+    }
+    assert sum(meta["splits"][s]["records"] for s in files_in) == sum(MODELS.values())
+    shared = files_in["train"] & files_in["validation"]
+    if split_by == "file":
+        assert not shared and files_in["train"] and files_in["validation"]
+        assert meta["split_assignment"].startswith("xxh3_64(file id")
+    else:
+        assert shared  # 24 samples of 3 files hashed one by one: some file is in both
