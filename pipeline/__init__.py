@@ -27,6 +27,7 @@ Which module to open for what:
     records.py     parts: framed records, their index, Part and PartWriter
     tables.py      manifest and provenance tables (Parquet), rejects lists (CSV)
     directio.py    O_DIRECT reads: whole files read ahead, byte ranges gathered for merge
+    splits.py      which split (train, validation, ...) a record belongs to: merge's shards, convert's statistics
     parallel.py    MPI helpers: blocks of work, all-to-all exchange, collective error checks
     dataset.py     reading shards with tf.data; reader.py: the same without TensorFlow (numpy, PyTorch)
     models.py      the Keras models train builds

@@ -34,7 +34,8 @@ STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "simulate": ("simulate", "source.path"),
     # Parts are framed, and sized, as merge will write shards; the first feature gives a record's length.
     "ingest": ("source", "ingest", "convert.features", "merge.format", "merge.compression", "merge.shard_size_mb"),
-    "convert": ("convert",),
+    # Normalisation statistics come from the training split alone (pipeline.splits).
+    "convert": ("convert", "merge.splits", "merge.split_by"),
     "merge": ("convert", "merge"),
     "stage": ("stage",),
     # Stages again itself where node-local copies are gone; the simulator's label names for the plots.

@@ -1,5 +1,7 @@
 """convert: select features and labels, cast, log1p, crop or split into sub-volumes, and compute the
-global statistics used for normalisation, in one parallel pass over the ingested parts: each rank takes
+global statistics used for normalisation (over the training split's records alone when merge.splits has
+a 'train' split, so that nothing of the validation data leaks into training), in one parallel pass over
+the ingested parts: each rank takes
 a block of the ingest parts and converts each into a part of the same name (so the output does not
 depend on the rank count), reading from the manifest only which of the part's records are accepted.
 Memory: one part's records in flight; statistics per part, merged on rank 0 in part order. Time: one
@@ -29,6 +31,7 @@ from pipeline.paths import ConvertPaths, IngestPaths
 from pipeline.progress import progress_bar
 from pipeline.readers import SampleError
 from pipeline.records import Part, PartWriter, clear_parts, list_parts
+from pipeline.splits import TRAINING, SplitPlan
 from pipeline.tables import REJECT_COLUMNS, Reject, write_csv
 
 
@@ -161,6 +164,7 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     comm.barrier()
     names = [stem.name for stem in list_parts(ingest.parts)]
     categorical = categorical_fields(ingest)
+    splits = SplitPlan(config["merge"])  # statistics from the training split's records alone
     mine = {name: accepted_records(ingest, name) for name in block(names, rank, size)}
     inputs = sum(comm.allgather(sum(len(records) for records in mine.values())))
     if not inputs:
@@ -181,9 +185,11 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
                 except SampleError as e:
                     rejects.append(Reject(meta["source"], meta["sample_id"], str(e)))
                     continue
+                training = splits.is_training(meta["sample_id"], meta.get("index", -1))
                 for k, sample in enumerate(samples):
-                    for field, s in stats.items():
-                        s.update(sample[field])
+                    if training:
+                        for field, s in stats.items():
+                            s.update(sample[field])
                     out_id = f"{meta['sample_id']}#{k}" if len(samples) > 1 else meta["sample_id"]
                     # Fields the transform left untouched are referenced in the ingest part, not copied.
                     unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
@@ -205,9 +211,12 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
         flat_rejects = sorted(r for rank_rejects in all_rejects for r in rank_rejects)
         write_csv(paths.rejects, REJECT_COLUMNS, flat_rejects)
         summary["rejected"] = len(flat_rejects)
-        write_json_atomic(
-            paths.stats,
-            {"statistics": {name: s.as_dict() for name, s in merged.items()}, "settings": dict(settings), **summary},
+        source = (
+            {"split": TRAINING, "split_by": splits.split_by}
+            if splits and TRAINING in splits.names
+            else {"split": None, "why": "every record (no merge.splits with a 'train' split)"}
         )
+        doc = {"statistics": {name: s.as_dict() for name, s in merged.items()}, "statistics_from": source}
+        write_json_atomic(paths.stats, {**doc, "settings": dict(settings), **summary})
     comm.barrier()
     return summary

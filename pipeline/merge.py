@@ -63,6 +63,7 @@ from pipeline.parallel import all_ok, block, exchange, exclusive_sum, owner_rank
 from pipeline.paths import ConvertPaths, IngestPaths, MergedPaths
 from pipeline.progress import progress
 from pipeline.records import Part, list_parts, read_about, read_batches
+from pipeline.splits import split_keys, split_numbers
 from pipeline.tables import PROVENANCE_SCHEMA, parquet_writer
 from pipeline.writers import WRITERS, ShardWriter
 
@@ -140,26 +141,6 @@ def text_bytes(values: Iterable[str], width: int) -> np.ndarray:
     return np.array([v.encode() for v in values], f"S{max(width, 1)}")
 
 
-def split_numbers(parents: Sequence[str], fractions: Sequence[float]) -> np.ndarray:
-    """Each record's split (its number in `fractions`' order), from a stable hash of its parent sample
-    id: xxh3_64 / 2^64 against the cumulative fractions. The same for any rank count, rerun or part
-    layout, and sub-volumes of one input stay together (no leak between training and validation)."""
-    bounds = np.cumsum(fractions)
-    bounds[-1] = 2.0  # fractions summing to 1 within rounding: every hash falls in a split
-    unit = np.array([xxhash.xxh3_64_intdigest(p.encode()) for p in parents], np.uint64) / 2.0**64
-    return np.searchsorted(bounds, unit, side="right").astype(np.uint8)
-
-
-def split_keys(part: Part, split_by: str) -> list[str]:
-    """What each record's split is drawn from: its parent sample id, or (split_by 'file') its file's id,
-    which the parent is with the '#INDEX' of a sample along source.samples_along removed."""
-    parents = part.texts("parent")
-    indices = part.meta_columns.get("index")
-    if split_by == "sample" or indices is None:
-        return parents
-    return [p.rpartition("#")[0] if i >= 0 else p for p, i in zip(parents, indices.tolist(), strict=True)]
-
-
 def sort_keys(
     part: Part, sort_by: str, key_width: int, id_width: int, fractions: Sequence[float], split_by: str = "sample"
 ) -> np.ndarray:
@@ -173,7 +154,9 @@ def sort_keys(
         key = text_bytes(part.texts(TEXT_KEYS[sort_by]), key_width).view(np.uint8).reshape(len(part), -1)
     pieces = [key, ids]
     if fractions:
-        pieces.insert(0, 1 + split_numbers(split_keys(part, split_by), fractions).reshape(-1, 1))
+        indices = part.meta_columns.get("index")
+        keys = split_keys(part.texts("parent"), None if indices is None else indices.tolist(), split_by)
+        pieces.insert(0, 1 + split_numbers(keys, fractions).reshape(-1, 1))
     width = sum(p.shape[1] for p in pieces)
     return np.ascontiguousarray(np.hstack(pieces)).view(f"S{width}").ravel()
 
@@ -784,6 +767,7 @@ def metadata(
         },
         "normalisation": "x -> (x - mean) / std with the statistics below, applied to the listed fields",
         "statistics": stats_doc["statistics"],
+        "statistics_from": stats_doc.get("statistics_from", {"split": None}),
         "shards": shard_info,
         "provenance": {
             "path": "provenance",

@@ -106,3 +106,46 @@ def test_unchanged_fields_are_referenced_not_copied(tmp_path, serial):
         assert part.location(i, "params")[0].resolve() == ingest_stem.with_suffix(".bin").resolve()
         np.testing.assert_array_equal(part.read(i)["params"], source["params"])
         np.testing.assert_allclose(part.read(i)["density"], np.log1p(source["density"]))
+
+
+def test_statistics_come_from_the_training_split_alone(tmp_path, serial):
+    """With merge.splits, the normalisation statistics are the training records' (recorded with their
+    split in metadata.json): changing only validation samples leaves them unchanged, changing a training
+    sample does not."""
+    import netCDF4
+
+    from pipeline.reader import ShardReader
+
+    from .test_layouts import CMIP_SOURCE, MODELS, data_half, layout_config, ta_values, write_cmip_like
+
+    root = tmp_path / "cmip"
+    write_cmip_like(root)
+    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root)}, ["ta"], ["model"],
+                           merge={"splits": {"train": 0.5, "validation": 0.5}, "split_by": "file"})  # fmt: skip
+    config["convert"]["normalise"] = ["ta"]
+
+    def statistics(run: str) -> tuple[dict, set[str]]:
+        _, meta = data_half(config, root, tmp_path / run, serial)
+        merged = tmp_path / run / "work" / "merged"
+        train_files = {r["sample_id"].split("#")[0] for r in ShardReader(merged, "train")}
+        return meta, train_files
+
+    meta, train_files = statistics("first")
+    assert meta["statistics_from"] == {"split": "train", "split_by": "file"}
+    assert train_files and train_files != {f"ta_{m}" for m in MODELS}  # both splits hold files
+    expected = np.concatenate(
+        [ta_values(k, n).ravel() for k, (m, n) in enumerate(MODELS.items()) if f"ta_{m}" in train_files]
+    ).astype(np.float64)
+    ta = meta["statistics"]["ta"]
+    assert ta["count"] == expected.size
+    np.testing.assert_allclose([ta["mean"], ta["std"]], [expected.mean(), expected.std()], rtol=1e-9)
+
+    def rewrite(model: str) -> None:
+        with netCDF4.Dataset(root / f"ta_{model}.nc", "a") as ds:
+            ds["ta"][:] = ds["ta"][:] + 5000.0
+
+    validation_model = next(m for m in MODELS if f"ta_{m}" not in train_files)
+    rewrite(validation_model)
+    assert statistics("validation-changed")[0]["statistics"] == meta["statistics"]
+    rewrite(next(m for m in MODELS if f"ta_{m}" in train_files))
+    assert statistics("train-changed")[0]["statistics"]["ta"]["mean"] != ta["mean"]

@@ -83,6 +83,8 @@ CHANGES = {
     "merge.shard_size_mb": ("merge.shard_size_mb", 4),
     "convert": ("convert.dtype", "float64"),
     "merge": ("merge.sort_by", "length"),
+    "merge.splits": ("merge.splits", {"train": 0.8, "validation": 0.2}),
+    "merge.split_by": ("merge.split_by", "file"),
     "stage": ("stage.mode", "partition"),
     "train": ("train.epochs", 3),
     "simulate.enabled": ("simulate.enabled", False),

@@ -1,0 +1,56 @@
+"""Splits (`merge.splits`): which named subset each record belongs to, from a stable hash, in one place
+for the steps that need to know it: convert (normalisation statistics from the training split only) and
+merge (each split's shards).
+
+A record's split is xxh3_64 of its key / 2^64 against the cumulative fractions of the splits in name
+order: the same for any rank count, rerun or part layout. The key is the record's parent sample id (the
+sub-volumes of one input stay together), or with `merge.split_by: file` its file's id (every sample of a
+file, its time steps or events, stays together). Memory and time: one hash per record, a byte per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import xxhash
+
+TRAINING = "train"  # the split whose records training passes read (and statistics come from)
+
+
+def split_numbers(keys: Iterable[str], fractions: Sequence[float]) -> np.ndarray:
+    """Each record's split (its number in `fractions`' order), from a stable hash of its key."""
+    bounds = np.cumsum(fractions)
+    bounds[-1] = 2.0  # fractions summing to 1 within rounding: every hash falls in a split
+    unit = np.array([xxhash.xxh3_64_intdigest(k.encode()) for k in keys], np.uint64) / 2.0**64
+    return np.searchsorted(bounds, unit, side="right").astype(np.uint8)
+
+
+def split_keys(parents: Sequence[str], indices: Sequence[int] | None, split_by: str) -> list[str]:
+    """What each record's split is drawn from: its parent sample id, or (split_by 'file') its file's id,
+    which the parent is with the '#INDEX' of a sample along source.samples_along (index >= 0) removed."""
+    if split_by == "sample" or indices is None:
+        return list(parents)
+    return [p.rpartition("#")[0] if i >= 0 else p for p, i in zip(parents, indices, strict=True)]
+
+
+class SplitPlan:
+    """The configured splits (merge.splits, merge.split_by): names in order and their fractions."""
+
+    def __init__(self, merge_settings: Mapping[str, Any]) -> None:
+        self.names = sorted(merge_settings["splits"])
+        self.fractions = [merge_settings["splits"][name] for name in self.names]
+        self.split_by = merge_settings.get("split_by", "sample")
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+    def numbers(self, parents: Sequence[str], indices: Sequence[int] | None) -> np.ndarray:
+        return split_numbers(split_keys(parents, indices, self.split_by), self.fractions)
+
+    def is_training(self, parent: str, index: int) -> bool:
+        """Whether one record is in the training split (every record is, without a training split)."""
+        if TRAINING not in self.names:
+            return True
+        return int(self.numbers([parent], [index])[0]) == self.names.index(TRAINING)
