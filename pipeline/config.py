@@ -150,17 +150,18 @@ def check_consistency(config: Mapping[str, Any]) -> None:
 def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
     """Categorical fields hold class ids (never transformed); a feature is an array in the file; a
     labels_table or path_pattern is needed by the fields that read one."""
-    fields = source["fields"]
-    categorical = sorted(name for name, spec in fields.items() if spec.get("categorical") or spec.get("classes"))
+    from pipeline.readers.base import FieldSpec
+
+    fields = {name: FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()}
     for key in ("log1p", "normalise"):
-        wrong = [name for name in conv[key] if name in categorical]
+        wrong = [name for name in conv[key] if fields[name].categorical]
         if wrong:
             raise Sim2dlError(f"config key 'convert.{key}': {wrong} are categorical (class ids are not transformed)")
-    not_arrays = [name for name in conv["features"] if "path" not in source["fields"][name]]
+    not_arrays = [name for name in conv["features"] if not fields[name].in_file]
     if not_arrays:
         raise Sim2dlError(f"config key 'convert.features': {not_arrays} are not arrays in the files (path)")
     for kind, needs in (("column", "labels_table"), ("path_group", "path_pattern")):
-        users = [name for name, spec in source["fields"].items() if kind in spec]
+        users = [name for name, field in fields.items() if field.kind == kind]
         if users and not source[needs]:
             raise Sim2dlError(f"config key 'source.{needs}' is not set, but fields {users} read a {kind}")
 

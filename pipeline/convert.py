@@ -175,6 +175,7 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     bar = progress_bar(sum(len(r) for r in mine.values()), "convert", rank, size, unit="sample")
     for name, records in mine.items():
         source_part = Part(ingest.parts / name)
+        training = splits.training(source_part)  # one hash per record of the part, at once
         stats = {field: RunningStats(field in settings["per_channel"]) for field in settings["normalise"]}
         with PartWriter(parts_dir / name) as part:
             for record in records.tolist():
@@ -185,9 +186,8 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
                 except SampleError as e:
                     rejects.append(Reject(meta["source"], meta["sample_id"], str(e)))
                     continue
-                training = splits.is_training(meta["sample_id"], meta.get("index", -1))
                 for k, sample in enumerate(samples):
-                    if training:
+                    if training[record]:
                         for field, s in stats.items():
                             s.update(sample[field])
                     out_id = f"{meta['sample_id']}#{k}" if len(samples) > 1 else meta["sample_id"]

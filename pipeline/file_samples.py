@@ -22,7 +22,6 @@ table (compact). Time: one metadata pass and one data pass over the files, split
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +36,10 @@ from pipeline.fields.categories import class_text, sorted_classes
 from pipeline.fields.column import table_settings
 from pipeline.parallel import all_ok, block
 from pipeline.readers import FieldSpec, SampleError, reader_for
-from pipeline.readers.base import OpenFile, as_text
+from pipeline.readers.base import EMPTY, OpenFile, as_text, readable_size
+from pipeline.records import PARTS_PER_RANK
 
 Arrays = dict[str, np.ndarray]
-PARTS_PER_RANK = 4  # as ingest: at least this many parts per rank, so that ranks differ by one part at most
 # At most this many samples per part: ingest (a part's manifest rows), convert and merge (a part's index, parsed)
 # hold a part's bookkeeping at once, about 1 KB per record, so small samples (a few hundred bytes: 60,000 to a
 # 16 MB shard) would make that grow with the shard's record count (measured: 70 MB more per rank at 50,000).
@@ -51,9 +50,8 @@ GROWTH = 16  # a file's next range of samples is at most this many times the las
 
 def reads_samples(source: Mapping[str, Any]) -> bool:
     """Whether ingest goes through this module: samples along an axis, or fields that are not arrays."""
-    return source["samples_along"] is not None or any(
-        "path" not in spec or spec.get("categorical") or spec.get("classes") for spec in source["fields"].values()
-    )
+    fields = (FieldSpec.from_config(name, spec) for name, spec in source["fields"].items())
+    return source["samples_along"] is not None or any(not f.in_file or f.categorical for f in fields)
 
 
 @dataclass(frozen=True)
@@ -234,12 +232,8 @@ class FileOpener:
 
     def open(self, path: str) -> FileSamples:
         """The file opened and counted; SampleError: it cannot be read as samples (one sample number, rejected)."""
-        try:  # the reasons the small-file path gives (ingest.read_one)
-            os.stat(path)
-        except OSError as e:
-            raise SampleError(f"unreadable: {e.strerror}") from None
-        if not os.access(path, os.R_OK):
-            raise SampleError("unreadable: permission denied")
+        if readable_size(path) == 0:  # the reasons the small-file path gives (ingest.read_one)
+            raise SampleError(EMPTY)
         opened = reader_for(Path(path), self.source["format"]).open(Path(path))
         try:
             relative = self.relative(path)

@@ -28,7 +28,6 @@ check, and one part's manifest rows at a time. Time: one pass over the files, sp
 
 from __future__ import annotations
 
-import errno
 import glob
 import os
 import shutil
@@ -51,7 +50,8 @@ from pipeline.parallel import all_ok, block, exchange, owner_ranks
 from pipeline.paths import IngestPaths
 from pipeline.progress import progress, progress_bar
 from pipeline.readers import FieldSpec, SampleError, is_input_directory, reader_for
-from pipeline.records import PartWriter, clear_parts, part_stem
+from pipeline.readers.base import EMPTY, readable_size, unreadable
+from pipeline.records import PARTS_PER_RANK, PartWriter, clear_parts, part_stem
 from pipeline.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_csv, write_parquet
 from pipeline.writers import WRITERS
 from pipeline.writers.base import Framing
@@ -183,10 +183,6 @@ def shape_text(arrays: Mapping[str, np.ndarray]) -> str:
     return ";".join(f"{name}={'x'.join(map(str, a.shape)) or 'scalar'}" for name, a in arrays.items())
 
 
-def unreadable(e: OSError) -> SampleError:
-    return SampleError(f"unreadable: {'permission denied' if e.errno == errno.EACCES else e.strerror}")
-
-
 def read_one(
     path: Path,
     contents: ContentsOrError,
@@ -200,17 +196,9 @@ def read_one(
     if isinstance(contents, OSError):
         raise unreadable(contents)
     reader = reader_for(path, source["format"])
-    if contents is None:
-        try:
-            size = os.stat(path).st_size
-        except OSError as e:
-            raise unreadable(e) from None
-        if size and not os.access(path, os.R_OK):
-            raise SampleError("unreadable: permission denied")
-    else:
-        size = contents.size
+    size = readable_size(path) if contents is None else contents.size
     if size == 0:
-        raise SampleError("empty file (0 bytes)")
+        raise SampleError(EMPTY)
     id_attr = source["sample_id"]["attr"] if source["sample_id"] else None
     if contents is None:
         arrays, sample_id = reader.read(path, fields, id_attr)
@@ -220,9 +208,6 @@ def read_one(
     if sample_id is None:
         sample_id = str((path.relative_to(root) if path.is_relative_to(root) else path).with_suffix(""))
     return arrays, sample_id, size
-
-
-PARTS_PER_RANK = 4  # at least this many parts per rank: ranks differ by at most one part of work
 
 
 def part_files(files: Sequence[str | Path], shard_bytes: int, ranks: int, sample: int = 64) -> int:

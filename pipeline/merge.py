@@ -15,7 +15,7 @@ Plan, in parallel and in compact arrays (no Python object per record):
    written by one rank.
 
 Splits (`merge.splits`): a record's split (a stable hash of its parent sample id, or with `merge.split_by:
-file` of its file's id, `split_numbers`) is the
+file` of its file's id, `pipeline.splits`) is the
 first byte of its key, so the same sort groups the splits, step 3 cuts each split into its own equal
 shards, and they are written to shards/NAME/. One byte per record more, and one hash per record of a
 rank's share.
@@ -63,7 +63,7 @@ from pipeline.parallel import all_ok, block, exchange, exclusive_sum, owner_rank
 from pipeline.paths import ConvertPaths, IngestPaths, MergedPaths
 from pipeline.progress import progress
 from pipeline.records import Part, list_parts, read_about, read_batches
-from pipeline.splits import split_keys, split_numbers
+from pipeline.splits import part_split_numbers
 from pipeline.tables import PROVENANCE_SCHEMA, parquet_writer
 from pipeline.writers import WRITERS, ShardWriter
 
@@ -154,9 +154,7 @@ def sort_keys(
         key = text_bytes(part.texts(TEXT_KEYS[sort_by]), key_width).view(np.uint8).reshape(len(part), -1)
     pieces = [key, ids]
     if fractions:
-        indices = part.meta_columns.get("index")
-        keys = split_keys(part.texts("parent"), None if indices is None else indices.tolist(), split_by)
-        pieces.insert(0, 1 + split_numbers(keys, fractions).reshape(-1, 1))
+        pieces.insert(0, 1 + part_split_numbers(part, "parent", fractions, split_by).reshape(-1, 1))
     width = sum(p.shape[1] for p in pieces)
     return np.ascontiguousarray(np.hstack(pieces)).view(f"S{width}").ravel()
 

@@ -36,6 +36,7 @@ from pipeline.fsutil import Checksum, atomic_path, remove_stale_temporaries
 from pipeline.writers.base import Framing
 
 INDEX_SUFFIX = ".jsonl"
+PARTS_PER_RANK = 4  # ingest writes at least this many parts per rank: ranks differ by at most one part of work
 
 
 class PartWriter:

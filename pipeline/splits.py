@@ -46,11 +46,17 @@ class SplitPlan:
     def __bool__(self) -> bool:
         return bool(self.names)
 
-    def numbers(self, parents: Sequence[str], indices: Sequence[int] | None) -> np.ndarray:
-        return split_numbers(split_keys(parents, indices, self.split_by), self.fractions)
-
-    def is_training(self, parent: str, index: int) -> bool:
-        """Whether one record is in the training split (every record is, without a training split)."""
+    def training(self, part: Any) -> np.ndarray:
+        """Whether each record of an ingested part is in the training split (all are without one)."""
         if TRAINING not in self.names:
-            return True
-        return int(self.numbers([parent], [index])[0]) == self.names.index(TRAINING)
+            return np.ones(len(part), bool)
+        numbers = part_split_numbers(part, "sample_id", self.fractions, self.split_by)
+        return numbers == self.names.index(TRAINING)
+
+
+def part_split_numbers(part: Any, id_column: str, fractions: Sequence[float], split_by: str) -> np.ndarray:
+    """The split of every record of a part (pipeline.records.Part), keyed by its `id_column` text and,
+    with split_by 'file', its index along source.samples_along."""
+    indices = part.meta_columns.get("index")
+    keys = split_keys(part.texts(id_column), None if indices is None else indices.tolist(), split_by)
+    return split_numbers(keys, fractions)

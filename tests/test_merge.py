@@ -267,7 +267,7 @@ def test_parts_ingested_in_order_become_shards_without_a_copy(tmp_path):
 
 
 def test_splits_by_parent_hash_in_their_own_directories_same_for_any_rank_count(tmp_path):
-    from pipeline.merge import split_numbers
+    from pipeline.splits import split_numbers
 
     config_path, work = prepare_cubes(
         tmp_path,

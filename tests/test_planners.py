@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.merge import shard_names, split_numbers
+from pipeline.merge import shard_names
 from pipeline.reader import Unit, plan_units, slot_units
+from pipeline.splits import split_numbers
 from pipeline.stage import Source, Topology, chunk_messages, plan, spread_over_nodes
 from pipeline.writers import WRITERS
 

@@ -4,6 +4,8 @@ hyperslab reads), and describe what a file holds (for `sim2dl inspect`)."""
 
 from __future__ import annotations
 
+import errno
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +21,25 @@ class SampleError(Exception):
 
 class MissingArray(SampleError):
     """The file has no array at a field's path (OpenFile's reads raise it)."""
+
+
+EMPTY = "empty file (0 bytes)"
+
+
+def unreadable(e: OSError) -> SampleError:
+    """The reason a file that cannot be read is rejected."""
+    return SampleError(f"unreadable: {'permission denied' if e.errno == errno.EACCES else e.strerror}")
+
+
+def readable_size(path: Path | str) -> int:
+    """The input's size in bytes; SampleError (unreadable, with the reason) when it cannot be read."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        raise unreadable(e) from None
+    if size and not os.access(path, os.R_OK):
+        raise SampleError("unreadable: permission denied")
+    return size
 
 
 # Where a field's values come from (the key that names it in source.fields): an array in the file, a
