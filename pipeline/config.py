@@ -35,7 +35,8 @@ STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     # Parts are framed, and sized, as merge will write shards; the first feature gives a record's length.
     "ingest": ("source", "ingest", "convert.features", "merge.format", "merge.compression", "merge.shard_size_mb"),
     # Normalisation statistics come from the training split alone (pipeline.splits).
-    "convert": ("convert", "merge.splits", "merge.split_by"),
+    # (or, without splits, from the records train does not hold out: train.validation_fraction)
+    "convert": ("convert", "merge.splits", "merge.split_by", "train.validation_fraction"),
     "merge": ("convert", "merge"),
     "stage": ("stage",),
     # Stages again itself where node-local copies are gone; the simulator's label names for the plots.
@@ -132,9 +133,10 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     trace = config["simulate"]["trace"]
     if trace["min_length"] > trace["max_length"]:
         raise Sim2dlError("config key 'simulate.trace': min_length is larger than max_length")
-    unknown = [k for k in config["search"]["space"] if k not in schema()["properties"]["train"]["properties"]]
+    train_keys = schema()["properties"]["train"]["properties"]
+    unknown = [k for k in config["search"]["space"] if k not in train_keys and not k.startswith("model_args.")]
     if unknown:
-        raise Sim2dlError(f"config key 'search.space': {unknown} are not train settings")
+        raise Sim2dlError(f"config key 'search.space': {unknown} are not train settings (nor model_args.NAME)")
     merge = config["merge"]
     check_encodings(merge, conv)
     if merge["splits"] and abs(sum(merge["splits"].values()) - 1) > 1e-6:
@@ -316,3 +318,12 @@ def side_files(source: Mapping[str, Any], root: Path) -> list[Path]:
     """The files beside the data that ingest reads (the input list, the labels table): ingest reruns
     when they change, and containers bind their directories."""
     return [path for path in (input_list(source, root), labels_table_file(source, root)) if path]
+
+
+def model_files(train: Mapping[str, Any]) -> list[Path]:
+    """The user's model file (train.model 'path/to/file.py:function'): train and search rerun when it
+    changes, and containers bind its directory."""
+    from pipeline.models import model_file
+
+    path = model_file(train["model"])
+    return [path] if path else []

@@ -1,6 +1,7 @@
 """convert: select features and labels, cast, log1p, crop or split into sub-volumes, and compute the
-global statistics used for normalisation (over the training split's records alone when merge.splits has
-a 'train' split, so that nothing of the validation data leaks into training), in one parallel pass over
+global statistics used for normalisation (over the training split's records alone: merge.splits' 'train'
+split, or without splits the records train does not hold out, so that nothing of the validation data
+leaks into training) and the class counts of integer labels per split, in one parallel pass over
 the ingested parts: each rank takes
 a block of the ingest parts and converts each into a part of the same name (so the output does not
 depend on the rank count), reading from the manifest only which of the part's records are accepted.
@@ -31,7 +32,7 @@ from pipeline.paths import ConvertPaths, IngestPaths
 from pipeline.progress import progress_bar
 from pipeline.readers import SampleError
 from pipeline.records import Part, PartWriter, clear_parts, list_parts
-from pipeline.splits import TRAINING, SplitPlan
+from pipeline.splits import SampleSplits
 from pipeline.tables import REJECT_COLUMNS, Reject, write_csv
 
 
@@ -83,6 +84,55 @@ class RunningStats:
         }
 
 
+# Integer labels with ids up to this are counted per class (class ids, masks); larger ones only ranged.
+MAX_COUNTED_ID = 1 << 16
+
+
+@dataclass
+class ClassCounts:
+    """Per split, how many values of an integer label field are each id (a class id per sample, or per
+    pixel of a mask), and the smallest and largest value: what train checks the task's classes against
+    and derives class weights from. Memory: one count per id and split."""
+
+    minimum: int | None = None
+    maximum: int | None = None
+    counts: dict[int, np.ndarray] = field(default_factory=dict)  # split number -> counts by id
+
+    def update(self, x: np.ndarray, split: int) -> None:
+        if not x.size:
+            return
+        low, high = int(x.min()), int(x.max())
+        self.minimum = low if self.minimum is None else min(self.minimum, low)
+        self.maximum = high if self.maximum is None else max(self.maximum, high)
+        if self.minimum >= 0 and self.maximum < MAX_COUNTED_ID:
+            self._add(split, np.bincount(x.ravel().astype(np.int64)))
+
+    def _add(self, split: int, counts: np.ndarray) -> None:
+        have = self.counts.get(split, np.zeros(0, np.int64))
+        size = max(len(have), len(counts))
+        self.counts[split] = np.pad(have, (0, size - len(have))) + np.pad(counts, (0, size - len(counts)))
+
+    def merge(self, other: ClassCounts) -> None:
+        if other.minimum is None or other.maximum is None:
+            return
+        self.minimum = other.minimum if self.minimum is None else min(self.minimum, other.minimum)
+        self.maximum = other.maximum if self.maximum is None else max(self.maximum, other.maximum)
+        for split, counts in other.counts.items():
+            self._add(split, counts)
+
+    def as_dict(self, split_names: Sequence[str]) -> dict[str, Any]:
+        """{min, max, counts: {split name: [count of id 0, 1, ..., max]}} (counts None for ids that are
+        negative or too large to be classes)."""
+        if self.minimum is None or self.maximum is None or self.minimum < 0 or self.maximum >= MAX_COUNTED_ID:
+            return {"min": self.minimum, "max": self.maximum, "counts": None}
+        width = self.maximum + 1
+        counts = {}
+        for number, name in enumerate(split_names):
+            have = self.counts.get(number, np.zeros(0, np.int64))
+            counts[name] = np.pad(have, (0, width - len(have))).tolist()
+        return {"min": self.minimum, "max": self.maximum, "counts": counts}
+
+
 def central_crop(x: np.ndarray, size: Sequence[int]) -> np.ndarray:
     if len(size) > x.ndim or any(s > d for s, d in zip(size, x.shape, strict=False)):
         raise SampleError(f"cannot crop shape {x.shape} to {tuple(size)}")
@@ -106,11 +156,15 @@ def transform(
     arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any], categorical: Collection[str] = ()
 ) -> list[dict[str, np.ndarray]]:
     """One ingested record -> one or more converted samples (several when split into sub-volumes).
-    Categorical fields keep their int64 class ids."""
+    Categorical fields keep their int64 class ids, and integer labels neither log1p'd nor normalised keep
+    their integer type (class ids, masks); everything else is cast to convert.dtype."""
     dtype = None if settings["dtype"] == "source" else np.dtype(settings["dtype"])
     selected = {}
     for name in (*settings["features"], *settings["labels"]):
-        keep = dtype is None or name in categorical
+        # Class ids keep their integers: categorical fields, and integer labels that are not transformed.
+        integer_label = name in settings["labels"] and arrays[name].dtype.kind in "iu"
+        untouched = name not in settings["log1p"] and name not in settings["normalise"]
+        keep = dtype is None or name in categorical or (integer_label and untouched)
         x = arrays[name] if keep else arrays[name].astype(dtype, copy=False)  # unchanged: same object
         if name in settings["log1p"]:
             if x.size and x.min() <= -1:
@@ -164,19 +218,24 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     comm.barrier()
     names = [stem.name for stem in list_parts(ingest.parts)]
     categorical = categorical_fields(ingest)
-    splits = SplitPlan(config["merge"])  # statistics from the training split's records alone
+    splits = SampleSplits(config["merge"], config["train"]["validation_fraction"])
     mine = {name: accepted_records(ingest, name) for name in block(names, rank, size)}
     inputs = sum(comm.allgather(sum(len(records) for records in mine.values())))
     if not inputs:
         raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")
-    part_stats: list[tuple[str, dict[str, RunningStats]]] = []
+    part_stats: list[tuple[str, dict[str, RunningStats], dict[str, ClassCounts]]] = []
     rejects = []
     written = 0
     bar = progress_bar(sum(len(r) for r in mine.values()), "convert", rank, size, unit="sample")
     for name, records in mine.items():
         source_part = Part(ingest.parts / name)
-        training = splits.training(source_part)  # one hash per record of the part, at once
+        record_splits: np.ndarray | None = np.zeros(0, np.uint8)
+        if len(source_part):
+            record_splits = splits.of_records(source_part)  # one hash per record of the part, at once
+            if record_splits is None and not settings["split"]:  # train's hold-out: a sample's id is its record's
+                record_splits = splits.of_samples(source_part.texts("sample_id"))
         stats = {field: RunningStats(field in settings["per_channel"]) for field in settings["normalise"]}
+        counts: dict[str, ClassCounts] = {}
         with PartWriter(parts_dir / name) as part:
             for record in records.tolist():
                 arrays, meta = source_part.read(record), source_part.meta(record)
@@ -186,16 +245,24 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
                 except SampleError as e:
                     rejects.append(Reject(meta["source"], meta["sample_id"], str(e)))
                     continue
-                for k, sample in enumerate(samples):
-                    if training[record]:
+                out_ids = [f"{meta['sample_id']}#{k}" if len(samples) > 1 else meta["sample_id"]
+                           for k in range(len(samples))]  # fmt: skip
+                if record_splits is not None:
+                    numbers = np.full(len(samples), record_splits[record])
+                else:
+                    numbers = splits.of_samples(out_ids)
+                for sample, out_id, number in zip(samples, out_ids, numbers, strict=True):
+                    if splits.training in (None, number):
                         for field, s in stats.items():
                             s.update(sample[field])
-                    out_id = f"{meta['sample_id']}#{k}" if len(samples) > 1 else meta["sample_id"]
+                    for field in settings["labels"]:
+                        if sample[field].dtype.kind in "iu":
+                            counts.setdefault(field, ClassCounts()).update(sample[field], int(number))
                     # Fields the transform left untouched are referenced in the ingest part, not copied.
                     unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
                     part.append(sample, {**meta, "sample_id": out_id, "parent": meta["sample_id"]}, refs=unchanged)
                     written += 1
-        part_stats.append((name, stats))
+        part_stats.append((name, stats, counts))
     bar.close()
 
     all_stats = comm.gather(part_stats, root=0)
@@ -205,18 +272,20 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     if rank == 0:
         assert all_rejects is not None and all_stats is not None
         merged = {field: RunningStats(field in settings["per_channel"]) for field in settings["normalise"]}
-        for _, stats in sorted(item for rank_stats in all_stats for item in rank_stats):
+        classes: dict[str, ClassCounts] = {}
+        for _, stats, counts in sorted((item for rank_stats in all_stats for item in rank_stats), key=lambda t: t[0]):
             for field, s in stats.items():
                 merged[field].merge(s)
+            for field, c in counts.items():
+                classes.setdefault(field, ClassCounts()).merge(c)
         flat_rejects = sorted(r for rank_rejects in all_rejects for r in rank_rejects)
         write_csv(paths.rejects, REJECT_COLUMNS, flat_rejects)
         summary["rejected"] = len(flat_rejects)
-        source = (
-            {"split": TRAINING, "split_by": splits.split_by}
-            if splits and TRAINING in splits.names
-            else {"split": None, "why": "every record (no merge.splits with a 'train' split)"}
-        )
-        doc = {"statistics": {name: s.as_dict() for name, s in merged.items()}, "statistics_from": source}
+        doc = {
+            "statistics": {name: s.as_dict() for name, s in merged.items()},
+            "statistics_from": splits.describe(),
+            "class_counts": {name: c.as_dict(splits.names) for name, c in classes.items()},
+        }
         write_json_atomic(paths.stats, {**doc, "settings": dict(settings), **summary})
     comm.barrier()
     return summary

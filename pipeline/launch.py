@@ -252,13 +252,14 @@ def step_argv(
 
 def data_directories(config: Mapping[str, Any]) -> list[Path]:
     """What a step may read or write: the workdir, the input data (and the directories of the list naming
-    it and of the labels table), and the node-local staging target (created here, since runtimes refuse to
-    bind a missing directory)."""
-    from pipeline.config import layout, side_files, source_dir
+    it, of the labels table and of the user's model file), and the node-local staging target (created
+    here, since runtimes refuse to bind a missing directory)."""
+    from pipeline.config import layout, model_files, side_files, source_dir
     from pipeline.stage import target_root
 
     dirs = [layout(config).workdir, source_dir(config), target_root(config["stage"])]
     dirs += [path.parent for path in side_files(config["source"], source_dir(config))]
+    dirs += [path.resolve().parent for path in model_files(config["train"])]
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
     unique: list[Path] = []

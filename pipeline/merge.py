@@ -766,6 +766,8 @@ def metadata(
         "normalisation": "x -> (x - mean) / std with the statistics below, applied to the listed fields",
         "statistics": stats_doc["statistics"],
         "statistics_from": stats_doc.get("statistics_from", {"split": None}),
+        # integer labels: {min, max, counts per split} (what train checks classes and weights against)
+        "class_counts": stats_doc.get("class_counts", {}),
         "shards": shard_info,
         "provenance": {
             "path": "provenance",

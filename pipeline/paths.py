@@ -14,7 +14,7 @@ is built from the same classes. A name is written once, here.
                                 staged.json listing under stage.target
     {workdir}/search/           run/, trials/NAME/, best.yaml, search.png      SearchPaths
     {workdir}/train/            checkpoints/, model/, metrics.*, summary.json, TrainPaths
-                                learning_curves.png, pred_vs_true.png
+                                learning_curves.png, validation.png
     {workdir}/logs/STEP.log     each step's output, ending with its JSON summary
     {workdir}/report/           throughput.png
 
@@ -163,8 +163,9 @@ class TrainPaths:
         return self.root / "learning_curves.png"
 
     @property
-    def predicted_vs_true(self) -> Path:
-        return self.root / "pred_vs_true.png"
+    def validation_figure(self) -> Path:
+        """The task's figure of the validation set: predicted vs true, a confusion matrix, or masks."""
+        return self.root / "validation.png"
 
     @property
     def summary(self) -> Path:
@@ -284,8 +285,8 @@ class Layout:
         return TrainPaths(self.train).learning_curves
 
     @property
-    def predicted_vs_true(self) -> Path:
-        return TrainPaths(self.train).predicted_vs_true
+    def validation_figure(self) -> Path:
+        return TrainPaths(self.train).validation_figure
 
     @property
     def metrics(self) -> Path:

@@ -1,4 +1,5 @@
-"""Figures a person would rather see than read: learning curves, predicted-vs-true parameters, the search's
+"""Figures a person would rather see than read: learning curves, each task's validation figure (predicted vs
+true labels, a confusion matrix, segmentation masks), the search's
 progress, a sweep's points, and the data steps' throughput. Each is one small PNG (memory and time
 independent of the dataset's size: they plot per-epoch, per-trial or per-step figures)."""
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.patches
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
@@ -23,12 +25,12 @@ def _save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def learning_curves(history: Sequence[Mapping[str, Any]], path: Path) -> None:
+def learning_curves(history: Sequence[Mapping[str, Any]], loss_name: str, path: Path) -> None:
     epochs = [h["epoch"] for h in history]
-    fig, (ax_loss, ax_speed) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (ax_loss, ax_speed) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     ax_loss.plot(epochs, [h["loss"] for h in history], "o-", label="training")
     ax_loss.plot(epochs, [h["val_loss"] for h in history], "s-", label="validation")
-    ax_loss.set(xlabel="epoch", ylabel="mean squared error (normalised labels)", title="Learning curves")
+    ax_loss.set(xlabel="epoch", ylabel=loss_name, title="Learning curves")
     ax_loss.legend()
     ax_speed.plot(epochs, [h["samples_per_s"] for h in history], "o-", color="tab:green")
     ax_speed.set(xlabel="epoch", ylabel="samples/s (all ranks)", title="Throughput")
@@ -38,17 +40,62 @@ def learning_curves(history: Sequence[Mapping[str, Any]], path: Path) -> None:
     _save(fig, path)
 
 
-def predicted_vs_true(pred: np.ndarray, true: np.ndarray, names: Sequence[str], path: Path) -> None:
+def predicted_vs_true(predicted: np.ndarray, true: np.ndarray, names: Sequence[str], r2: Sequence[float],
+                      records: int, path: Path) -> None:  # fmt: skip
+    """One panel per label, in the labels' own units; R² is of the whole validation set."""
     n = len(names)
-    fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.6), squeeze=False)
+    # constrained layout keeps each panel's axis labels clear of its neighbours'
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.0), squeeze=False, layout="constrained")
     for i, (ax, name) in enumerate(zip(axes[0], names, strict=True)):
-        t, p = true[:, i], pred[:, i]
+        t, p = true[:, i], predicted[:, i]
         ax.scatter(t, p, s=8, alpha=0.6)
-        low, high = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
-        ax.plot([low, high], [low, high], "k--", lw=1)
-        r2 = 1 - ((p - t) ** 2).sum() / max(((t - t.mean()) ** 2).sum(), 1e-12)
-        ax.set(xlabel=f"true {name}", ylabel=f"predicted {name}", title=f"{name}: R² = {r2:.2f}")
-    fig.suptitle(f"Validation set ({len(true)} samples, normalised units)")
+        if len(t):
+            low, high = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
+            ax.plot([low, high], [low, high], "k--", lw=1)
+        ax.set(xlabel=f"true {name}", ylabel=f"predicted {name}", title=f"{name}: R² = {r2[i]:.2f}")
+    shown = f"{len(true)} of {records}" if len(true) < records else f"{records}"
+    fig.suptitle(f"Validation set ({shown} samples shown, labels in their own units)")
+    _save(fig, path)
+
+
+def confusion_matrix(matrix: np.ndarray, classes: Sequence[str], title: str, path: Path) -> None:
+    """Rows: true class, columns: predicted; colour is the share of the row (recall), text the count."""
+    k = len(classes)
+    side = min(12.0, 2.5 + 0.6 * k)
+    fig, ax = plt.subplots(figsize=(side + 1.5, side), layout="constrained")
+    share = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
+    image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
+    fig.colorbar(image, ax=ax, label="share of the true class")
+    ticks = np.arange(k)
+    ax.set_xticks(ticks, classes, rotation=45, ha="right")
+    ax.set_yticks(ticks, classes)
+    ax.set(xlabel="predicted class", ylabel="true class", title=f"Validation: {title}")
+    if k <= 20:
+        for i in range(k):
+            for j in range(k):
+                color = "white" if share[i, j] > 0.5 else "black"
+                ax.text(j, i, str(int(matrix[i, j])), ha="center", va="center", color=color, fontsize=8)
+    _save(fig, path)
+
+
+def segmentation_examples(examples: Mapping[str, np.ndarray], classes: Sequence[str], title: str, path: Path) -> None:
+    """A few validation samples: the feature's first channel, the true mask, the predicted mask."""
+    n = len(examples["true"])
+    fig, axes = plt.subplots(max(n, 1), 3, figsize=(9, 3 * max(n, 1)), squeeze=False, layout="constrained")
+    cmap = plt.get_cmap("tab10", len(classes))
+    for row in range(n):
+        axes[row, 0].imshow(examples["feature"][row], cmap="viridis")
+        for col, name in ((1, "true"), (2, "predicted")):
+            axes[row, col].imshow(examples[name][row], cmap=cmap, vmin=-0.5, vmax=len(classes) - 0.5,
+                                  interpolation="nearest")  # fmt: skip
+    for col, name in enumerate(("feature (channel 0)", "true mask", "predicted mask")):
+        axes[0, col].set_title(name)
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
+    handles = [matplotlib.patches.Patch(color=cmap(i), label=c) for i, c in enumerate(classes)]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(classes), 6))
+    fig.suptitle(f"Validation: {title}")
     _save(fig, path)
 
 

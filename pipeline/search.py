@@ -37,6 +37,7 @@ import numpy as np
 import yaml
 
 from pipeline import Sim2dlError
+from pipeline.config import deep_merge
 from pipeline.fsutil import write_text_atomic
 from pipeline.launch import mpi_launcher
 from pipeline.paths import SearchPaths, TrainPaths
@@ -162,6 +163,18 @@ def plain(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in sorted(config.items())}
 
 
+def train_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A search configuration as train settings: 'model_args.NAME' values nested under model_args."""
+    settings: dict[str, Any] = {}
+    for key, value in plain(config).items():
+        *parents, leaf = key.split(".")
+        node = settings
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = value
+    return settings
+
+
 def trial_key(config: Mapping[str, Any], budget: float) -> str:
     return json.dumps([plain(config), round(float(budget), 6)], sort_keys=True)
 
@@ -199,7 +212,7 @@ def run_trial(
 ) -> dict[str, Any]:
     """Train one configuration for `budget` epochs in a subprocess; returns {'loss', 'info'}."""
     trial_config = json.loads(json.dumps(base_config))
-    trial_config["train"].update(plain(config))
+    deep_merge(trial_config["train"], train_settings(config))
     trial_config["train"]["epochs"] = max(1, round(budget))
     trial_dir.mkdir(parents=True, exist_ok=True)
     config_path = trial_dir / "config.yaml"
@@ -241,7 +254,8 @@ def run_trial(
     if proc.returncode != 0:
         raise Sim2dlError(f"trial failed with exit code {proc.returncode} (see {trial_dir}/log.txt)")
     summary = json.loads(TrainPaths(trial_dir / "train").summary.read_text())
-    return {"loss": float(summary["val_loss"]), "info": {"r2": summary["r2"], "seconds": time.perf_counter() - start}}
+    metrics = {k: summary[k] for k in ("r2", "accuracy", "macro_f1", "mean_iou") if k in summary}
+    return {"loss": float(summary["val_loss"]), "info": {**metrics, "seconds": time.perf_counter() - start}}
 
 
 def with_parent_death_signal(cmd: list[str]) -> list[str]:
@@ -418,7 +432,7 @@ def finish(result: Any, out_dir: Path, config: Mapping[str, Any]) -> dict[str, A
     best = plain(id2config[incumbent]["config"])
     best_runs = [r for r in result.get_runs_by_id(incumbent) if r.loss is not None]
     best_loss = min(r.loss for r in best_runs)
-    write_text_atomic(SearchPaths(out_dir).best, yaml.safe_dump({"train": best}, sort_keys=True))
+    write_text_atomic(SearchPaths(out_dir).best, yaml.safe_dump({"train": train_settings(best)}, sort_keys=True))
     from pipeline.plots import search_progress
 
     search_progress(runs, SearchPaths(out_dir).plot)

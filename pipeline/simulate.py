@@ -1,11 +1,6 @@
-"""simulate: a fast simulator of training sets, in the spirit of CosmoFlow and etalumis.
-
-cube family: a 3D density cube per sample, a lognormal transform of a Gaussian random field whose power
-spectrum P(k) ∝ k^n_s T(k; Omega_m)^2 (BBKS transfer function) is normalised to sigma_8, Poisson-sampled
-into particle counts, so that a network can learn to recover (sigma_8, n_s, Omega_m) from the cube.
-
-trace family: variable-length records (lengths log-uniform over two orders of magnitude), like the
-execution traces of etalumis, whose statistics depend on the same parameters.
+"""simulate: fast built-in simulators of training sets (simulate.family, one small file each in
+pipeline/simulators/): cube (CosmoFlow-like density cubes), trace (etalumis-like variable-length records),
+climate (DeepCAM-like 2-D fields with a class per pixel).
 
 One sample and its parameters per HDF5 file. Sample i depends only on (seed, i), so the output is the
 same for any number of ranks; files are written atomically and existing ones are kept, so a rerun
@@ -14,7 +9,6 @@ resumes.
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 from collections.abc import Mapping
@@ -28,72 +22,8 @@ from pipeline.fsutil import atomic_path, write_json_atomic
 from pipeline.parallel import block
 from pipeline.paths import RawPaths
 from pipeline.progress import progress
-
-PARAM_NAMES = ("sigma_8", "n_s", "omega_m")
-HUBBLE = 0.7
-SIGMA_RADIUS = 8.0  # Mpc/h: sigma_8 is the rms density contrast in spheres of this radius
-
-
-def draw_params(rng: np.random.Generator, ranges: Mapping[str, list[float]]) -> np.ndarray:
-    return np.array([rng.uniform(*ranges[name]) for name in PARAM_NAMES], dtype=np.float32)
-
-
-def bbks_transfer(k: np.ndarray, omega_m: float) -> np.ndarray:
-    q = k / (omega_m * HUBBLE)
-    q = np.where(q == 0, 1e-12, q)
-    return (
-        np.log1p(2.34 * q) / (2.34 * q) * (1 + 3.89 * q + (16.1 * q) ** 2 + (5.46 * q) ** 3 + (6.71 * q) ** 4) ** -0.25
-    )
-
-
-def top_hat_window(kr: np.ndarray) -> np.ndarray:
-    kr = np.where(kr == 0, 1e-12, kr)
-    return 3 * (np.sin(kr) - kr * np.cos(kr)) / kr**3
-
-
-@functools.lru_cache(maxsize=8)
-def wave_numbers(size: int, box_size: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """|k| on the rfft grid, the window of radius SIGMA_RADIUS there, and each mode's weight (rfft
-    halves the last axis: modes stand for two, all but kz=0 and Nyquist). The same for every sample."""
-    k1d = 2 * np.pi * np.fft.fftfreq(size, d=box_size / size)
-    kz = 2 * np.pi * np.fft.rfftfreq(size, d=box_size / size)
-    k = np.sqrt(k1d[:, None, None] ** 2 + k1d[None, :, None] ** 2 + kz[None, None, :] ** 2)
-    weight = np.full(kz.shape, 2.0)
-    weight[0] = 1.0
-    if size % 2 == 0:
-        weight[-1] = 1.0
-    for array in (k, weight):
-        array.flags.writeable = False  # shared by every call
-    window = top_hat_window(k * SIGMA_RADIUS) ** 2
-    window.flags.writeable = False
-    return k, window, weight
-
-
-def density_cube(
-    params: np.ndarray, size: int, box_size: float, mean_density: float, rng: np.random.Generator
-) -> np.ndarray:
-    """Particle counts per cell (float32, shape size^3) of a lognormal field with these parameters."""
-    sigma_8, n_s, omega_m = (float(p) for p in params)
-    k, window, weight = wave_numbers(size, box_size)
-    power = np.where(k > 0, k**n_s * bbks_transfer(k, omega_m) ** 2, 0.0)
-    sigma8_unit = np.sum(weight * power * window) / size**3
-    amplitude = sigma_8 / np.sqrt(sigma8_unit)
-    noise = np.fft.rfftn(rng.standard_normal((size, size, size)))
-    gaussian = np.fft.irfftn(noise * np.sqrt(power) * amplitude, s=(size, size, size), axes=(0, 1, 2))
-    lognormal = np.exp(gaussian - gaussian.var() / 2)
-    return rng.poisson(mean_density * lognormal).astype(np.float32)
-
-
-def trace_record(params: np.ndarray, length: int, features: int, rng: np.random.Generator) -> np.ndarray:
-    """A (length, features) random walk whose drift, step size and memory depend on the parameters."""
-    sigma_8, n_s, omega_m = (float(p) for p in params)
-    steps = rng.normal(loc=sigma_8 - 0.8, scale=n_s, size=(length, features))
-    memory = np.clip(omega_m * 2, 0.0, 0.95)
-    walk = np.empty_like(steps)
-    walk[0] = steps[0]
-    for t in range(1, length):
-        walk[t] = memory * walk[t - 1] + steps[t]
-    return walk.astype(np.float32)
+from pipeline.simulators import FAMILIES
+from pipeline.simulators.cube import PARAM_NAMES
 
 
 def sample_path(root: Path, index: int, files_per_dir: int) -> Path:
@@ -101,18 +31,9 @@ def sample_path(root: Path, index: int, files_per_dir: int) -> Path:
 
 
 def make_sample(config: Mapping[str, Any], index: int) -> tuple[dict[str, np.ndarray], str]:
-    sim = config
-    rng = np.random.default_rng([sim["seed"], index])
-    params = draw_params(rng, sim["params"])
-    if sim["family"] == "cube":
-        cube = sim["cube"]
-        data = {"density": density_cube(params, cube["size"], cube["box_size"], cube["mean_density"], rng)}
-    else:
-        tr = sim["trace"]
-        length = round(np.exp(rng.uniform(np.log(tr["min_length"]), np.log(tr["max_length"]))))
-        data = {"trace": trace_record(params, length, tr["features"], rng)}
-    data["params"] = params
-    return data, f"{sim['family']}-{sim['seed']}-{index:08d}"
+    """Sample `index` of the family: its arrays and id, from (seed, index) alone."""
+    rng = np.random.default_rng([config["seed"], index])
+    return FAMILIES[config["family"]].make(config, rng), f"{config['family']}-{config['seed']}-{index:08d}"
 
 
 def hdf5_bytes(arrays: Mapping[str, np.ndarray], sample_id: str) -> bytes:

@@ -1,6 +1,8 @@
 """Splits (`merge.splits`): which named subset each record belongs to, from a stable hash, in one place
-for the steps that need to know it: convert (normalisation statistics from the training split only) and
-merge (each split's shards).
+for the steps that need to know it: convert (normalisation statistics from the training split only, class
+counts per split) and merge (each split's shards). Without merge.splits, train holds out
+train.validation_fraction of the records by TensorFlow's hash of their sample ids (`holdout_validation`);
+`SampleSplits` gives convert the same answer.
 
 A record's split is xxh3_64 of its key / 2^64 against the cumulative fractions of the splits in name
 order: the same for any rank count, rerun or part layout. The key is the record's parent sample id (the
@@ -46,13 +48,6 @@ class SplitPlan:
     def __bool__(self) -> bool:
         return bool(self.names)
 
-    def training(self, part: Any) -> np.ndarray:
-        """Whether each record of an ingested part is in the training split (all are without one)."""
-        if TRAINING not in self.names:
-            return np.ones(len(part), bool)
-        numbers = part_split_numbers(part, "sample_id", self.fractions, self.split_by)
-        return numbers == self.names.index(TRAINING)
-
 
 def part_split_numbers(part: Any, id_column: str, fractions: Sequence[float], split_by: str) -> np.ndarray:
     """The split of every record of a part (pipeline.records.Part), keyed by its `id_column` text and,
@@ -60,3 +55,51 @@ def part_split_numbers(part: Any, id_column: str, fractions: Sequence[float], sp
     indices = part.meta_columns.get("index")
     keys = split_keys(part.texts(id_column), None if indices is None else indices.tolist(), split_by)
     return split_numbers(keys, fractions)
+
+
+HOLDOUT_BUCKETS = 1000
+
+
+def holdout_validation(sample_ids: Any, fraction: float) -> Any:
+    """Whether records are held out for validation when there are no merge.splits (train.validation_fraction):
+    TensorFlow's FarmHash of the sample id into 1,000 buckets, so that train (in its tf.data graph) and
+    convert (statistics from the training records alone, on numpy arrays of ids) agree. A tensor in, a
+    tensor out."""
+    import tensorflow as tf
+
+    return tf.strings.to_hash_bucket_fast(sample_ids, HOLDOUT_BUCKETS) < round(fraction * HOLDOUT_BUCKETS)
+
+
+class SampleSplits:
+    """The split of every converted sample, as convert sees them: merge.splits by its hash of the parent
+    record (or file), else train's hold-out ('train' / 'validation') by the hash of each sample's own id."""
+
+    def __init__(self, merge_settings: Mapping[str, Any], validation_fraction: float) -> None:
+        self.plan = SplitPlan(merge_settings)
+        self.fraction = validation_fraction
+        self.names = self.plan.names if self.plan else [TRAINING, "validation"]
+        self.training = self.names.index(TRAINING) if TRAINING in self.names else None
+
+    def of_records(self, part: Any) -> np.ndarray | None:
+        """The split of each record of an ingested part (its samples share it), or None where each sample's
+        own id decides (train's hold-out)."""
+        if self.plan:
+            return part_split_numbers(part, "sample_id", self.plan.fractions, self.plan.split_by)
+        return None
+
+    def of_samples(self, sample_ids: Sequence[str]) -> np.ndarray:
+        """The splits of converted samples by their ids (train's hold-out; one TensorFlow call for all)."""
+        if not self.fraction or not sample_ids:
+            return np.zeros(len(sample_ids), np.uint8)
+        return holdout_validation(np.asarray(sample_ids, dtype=object), self.fraction).numpy().astype(np.uint8)
+
+    def describe(self) -> dict[str, Any]:
+        if self.plan:
+            if self.training is None:
+                return {"split": None, "why": "every record (merge.splits has no 'train' split)"}
+            return {"split": TRAINING, "split_by": self.plan.split_by}
+        return {
+            "split": TRAINING,
+            "held_out": "train.validation_fraction by hash of the sample id",
+            "validation_fraction": self.fraction,
+        }

@@ -2,8 +2,9 @@
 
 Each rank reads its own staged files (from the node's `staged.json`), interleaves them, shuffles records
 across shards with a per-epoch seed, batches, parses (one vectorised parse per batch) and prefetches.
-Variable-length records are bucketed by length. The model (pipeline.models) is a CosmoFlow-style 3D CNN for cubes, or a
-small 1D convolutional sequence model for traces, regressing the simulator's parameters.
+Variable-length records are bucketed by length. The task (pipeline.tasks: regression, classification,
+segmentation) shapes the labels and gives the loss and metrics; the model (pipeline.models) is a built-in
+or the user's own builder, checked before any data is touched.
 
 Horovod: hvd.init, weights and optimizer state broadcast from rank 0 after the first step, gradients
 averaged with DistributedGradientTape, metrics averaged with allreduce, learning rate scaled by the number
@@ -12,8 +13,12 @@ is measured directly: the time blocked in `next(iterator)` against the step time
 
 Rank 0 writes a TF checkpoint every epoch (TF writes the data first and the `checkpoint` state file
 last, so an interrupted save leaves the previous checkpoint valid); a rerun resumes from it. Outputs in
-{workdir}/train: metrics.csv/json, the final model, learning curves and predicted-vs-true plots, and a
-summary with R^2 per label on the validation set.
+{workdir}/train: metrics.csv/json, the final model, learning curves, the task's validation figure
+(predicted vs true, a confusion matrix, or masks), and a summary with the task's metrics on the validation
+set (R² per label; accuracy and macro-F1; IoU per class) and the model's provenance.
+
+Memory: the model, the input pipeline's buffers, and the task's validation sums (never a value per
+record). Time: epochs x records / (ranks x samples/s per rank).
 """
 
 from __future__ import annotations
@@ -34,47 +39,32 @@ import numpy as np
 from pipeline import Sim2dlError
 from pipeline.dataset import READ_BUFFER_BYTES, decode_field, feature_description, fixed, load_metadata
 from pipeline.fsutil import write_json_atomic, write_text_atomic
-from pipeline.models import build_model
+from pipeline.models import ModelSource, build_model
 from pipeline.parallel import all_ok
 from pipeline.paths import StagedPaths, TrainPaths
+from pipeline.splits import holdout_validation
+from pipeline.tasks import Evaluation, Task, data_spec, make_task
 
 log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
-
-VALIDATION_BUCKETS = 1000
-MODELS = ("cosmoflow", "sequence")
 
 
 # ---------------------------------------------------------------- configuration checks (before any work)
 
 
-def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-    if settings["model"] not in MODELS:
-        raise Sim2dlError(f"config key 'train.model': unknown model '{settings['model']}' (choose one of {MODELS})")
+def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_names: Sequence[str] | None) -> Task:
+    """The task for the dataset, its labels checked; errors name the key or field and what was found."""
     if not 0 < settings["learning_rate"] < 1:
         raise Sim2dlError(f"config key 'train.learning_rate': {settings['learning_rate']} is not in (0, 1)")
     if meta["format"] != "tfrecord":
         raise Sim2dlError("train reads TFRecord shards: set merge.format to tfrecord")
-    features = [n for n, f in meta["feature_spec"].items() if f["role"] == "feature"]
-    labels = [n for n, f in meta["feature_spec"].items() if f["role"] == "label"]
-    if len(features) != 1 or len(labels) < 1:
-        raise Sim2dlError(f"train needs one feature and at least one label field (have {features} and {labels})")
-    shape = meta["feature_spec"][features[0]]["shape"]
-    if settings["model"] == "cosmoflow" and (len(shape) not in (3, 4) or None in shape):
-        raise Sim2dlError(f"model 'cosmoflow' needs fixed-size 3D cubes, feature '{features[0]}' has shape {shape}")
     missing = sorted({"train", "validation"} - set(meta.get("splits", {"train": 0, "validation": 0})))
     if missing:
         raise Sim2dlError(
             f"config key 'merge.splits': training needs the splits {missing} (have {sorted(meta['splits'])})"
         )
-    if settings["model"] == "sequence" and (len(shape) != 2 or shape[1] is None):
-        raise Sim2dlError(f"model 'sequence' needs (length, channels) records, feature '{features[0]}' has {shape}")
-
-
-def fields(meta: Mapping[str, Any]) -> tuple[str, list[str]]:
-    spec = meta["feature_spec"]
-    return next(n for n, f in spec.items() if f["role"] == "feature"), [
-        n for n, f in spec.items() if f["role"] == "label"
-    ]
+    task = make_task(settings, data_spec(meta, label_names))
+    task.check()
+    return task
 
 
 # ---------------------------------------------------------------- which files this rank reads
@@ -99,11 +89,11 @@ def rank_files(
     return files, (local_size, local_rank)
 
 
-def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
-    """What a checkpoint must match to be resumed: the data and every setting except the epoch count
-    (so a longer run continues a shorter one, but a new learning rate or model starts afresh)."""
+def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource) -> str:
+    """What a checkpoint must match to be resumed: the data, the model's code and every setting except the
+    epoch count (so a longer run continues a shorter one, but a new learning rate or model starts afresh)."""
     kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads")}
-    return json.dumps({"data": meta["plan_digest"], "train": kept}, sort_keys=True)
+    return json.dumps({"data": meta["plan_digest"], "train": kept, "model": source.provenance()}, sort_keys=True)
 
 
 def discard_foreign_checkpoints(ckpt_dir: Path, key: str) -> None:
@@ -113,13 +103,6 @@ def discard_foreign_checkpoints(ckpt_dir: Path, key: str) -> None:
         shutil.rmtree(ckpt_dir)
     if not key_file.exists():
         write_text_atomic(key_file, key)
-
-
-def is_validation(sample_ids: Any, fraction: float) -> Any:
-    """A stable split by sample id (the same on every rank and every run)."""
-    import tensorflow as tf
-
-    return tf.strings.to_hash_bucket_fast(sample_ids, VALIDATION_BUCKETS) < round(fraction * VALIDATION_BUCKETS)
 
 
 def count_records(files: Sequence[Path], fraction: float | None, shard: tuple[int, int] | None) -> tuple[int, int]:
@@ -135,7 +118,7 @@ def count_records(files: Sequence[Path], fraction: float | None, shard: tuple[in
     )
     val = train = 0
     for batch in ids.batch(4096):
-        v = 0 if fraction is None else int(tf.reduce_sum(tf.cast(is_validation(batch, fraction), tf.int32)))
+        v = 0 if fraction is None else int(tf.reduce_sum(tf.cast(holdout_validation(batch, fraction), tf.int32)))
         val += v
         train += int(batch.shape[0]) - v
     return train, val
@@ -148,18 +131,22 @@ def input_pipeline(
     files: Sequence[Path],
     meta: Mapping[str, Any],
     settings: Mapping[str, Any],
+    task: Task,
+    model_input: Sequence[int | None],
     *,
     training: bool,
     shard: tuple[int, int] | None,
     epoch_seed: int,
     fraction: float | None,
 ) -> Any:
-    """Batches of (features, labels) from the files. fraction: the share of records held out for
-    validation by a hash of their sample ids (training passes skip them, validation reads only them);
-    None: the files hold one split, read whole."""
+    """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
+    added where it has one more axis), labels as the task wants them. fraction: the share of records held
+    out for validation by a hash of their sample ids (training passes skip them, validation reads only
+    them); None: the files hold one split, read whole."""
     import tensorflow as tf
 
-    feature, labels = fields(meta)
+    data = task.data
+    feature, labels = data.feature, [f.name for f in data.labels]
     spec = meta["feature_spec"]
     names = tf.data.Dataset.from_tensor_slices([str(f) for f in files])
     if training:
@@ -176,7 +163,7 @@ def input_pipeline(
 
     def keep(record: Any) -> Any:
         sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
-        val = is_validation(sid, fraction)
+        val = holdout_validation(sid, fraction)
         return tf.logical_not(val) if training else val
 
     if fraction is not None:
@@ -184,18 +171,14 @@ def input_pipeline(
     if training:
         # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
         ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
-
-    label_size = [int(np.prod(spec[n]["shape"])) for n in labels]
+    add_channel = len(model_input) == len(data.feature_shape) + 1
 
     def features_and_labels(parsed: Any, batched: bool) -> Any:
         x = decode_field(parsed, feature, spec[feature], batched)
-        if len(spec[feature]["shape"]) == 3:
-            x = x[..., tf.newaxis]  # one channel
-        y = [
-            tf.reshape(decode_field(parsed, n, spec[n], batched), [-1, k] if batched else [k])
-            for n, k in zip(labels, label_size, strict=True)
-        ]
-        return tf.cast(x, tf.float32), tf.cast(tf.concat(y, -1), tf.float32)
+        if add_channel:
+            x = x[..., tf.newaxis]
+        y = task.label_tensor([decode_field(parsed, n, spec[n], batched) for n in labels], batched)
+        return tf.cast(x, tf.float32), y
 
     def parse_batch(records: Any) -> Any:
         return features_and_labels(tf.io.parse_example(records, description), True)
@@ -218,12 +201,6 @@ def input_pipeline(
 
 
 # ---------------------------------------------------------------- the training loop
-
-
-def r2_scores(pred: np.ndarray, true: np.ndarray) -> list[float]:
-    residual = ((pred - true) ** 2).sum(axis=0)
-    total = ((true - true.mean(axis=0)) ** 2).sum(axis=0)
-    return [float(1 - r / t) if t > 0 else float("nan") for r, t in zip(residual, total, strict=True)]
 
 
 def learning_rate(settings: Mapping[str, Any], size: int, epoch_progress: float) -> float:
@@ -277,18 +254,6 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps)
 
 
-def model_for(settings: Mapping[str, Any], meta: Mapping[str, Any]) -> Any:
-    """The configured model for the dataset's feature shape and label count."""
-    feature, labels = fields(meta)
-    shape = list(meta["feature_spec"][feature]["shape"])
-    if settings["model"] == "cosmoflow" and len(shape) == 3:
-        shape.append(1)
-    if settings["model"] == "sequence":
-        shape[0] = None
-    n_outputs = sum(int(np.prod(meta["feature_spec"][n]["shape"])) for n in labels)
-    return build_model(settings, shape, n_outputs)
-
-
 @dataclass
 class Restored:
     manager: Any  # tf.train.CheckpointManager
@@ -297,15 +262,15 @@ class Restored:
     history: list[dict[str, Any]]
 
 
-def restore(settings: Mapping[str, Any], meta: Mapping[str, Any], paths: TrainPaths, model: Any, optimizer: Any,
-            comm: Any, rank: int) -> Restored:  # fmt: skip
-    """The latest checkpoint of the same settings and data, if any, and the history up to it."""
+def restore(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource, paths: TrainPaths,
+            model: Any, optimizer: Any, comm: Any, rank: int) -> Restored:  # fmt: skip
+    """The latest checkpoint of the same settings, model code and data, if any, and the history up to it."""
     import tensorflow as tf
 
     epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
     if rank == 0:
-        discard_foreign_checkpoints(paths.checkpoints, resume_key(settings, meta))
+        discard_foreign_checkpoints(paths.checkpoints, resume_key(settings, meta, source))
     comm.barrier()
     manager = tf.train.CheckpointManager(checkpoint, str(paths.checkpoints), max_to_keep=2)
     if manager.latest_checkpoint:
@@ -315,54 +280,80 @@ def restore(settings: Mapping[str, Any], meta: Mapping[str, Any], paths: TrainPa
     return Restored(manager, epoch_var, start_epoch, history)
 
 
-def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
-    """Set up (settings checked, Horovod, this rank's data, the model), restore, run the epochs, finish."""
-    import horovod.tensorflow as hvd
+@dataclass
+class Model:
+    """The model, where its code came from, and the input shape it takes."""
+
+    keras: Any
+    source: ModelSource
+    input_shape: tuple[int | None, ...]
+
+
+def prepare(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any) -> tuple[Task, Model]:
+    """The settings and labels checked and the model built and checked, on every rank alike: a
+    configuration error is reported once by rank 0 and every rank exits before any data is touched (no
+    MPI_Abort, which can tear down the job before rank 0's message is out)."""
     import tensorflow as tf
 
     settings = config["train"]
-    meta = load_metadata(merged_dir)
-    # Configuration errors before anything starts, raised on every rank alike: reported once by rank 0 and
-    # every rank exits (no MPI_Abort, which can tear down the job before rank 0's message is out).
-    error = None
-    try:
-        check_settings(settings, meta)
-    except Sim2dlError as e:
-        error = e
-    all_ok(comm, error)
     if settings["threads"]:
         tf.config.threading.set_intra_op_parallelism_threads(settings["threads"])
         tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
     if settings["mixed_precision"]:
         tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    error, task, model = None, None, None
+    try:
+        task = check_settings(settings, meta, _label_names(config, meta))
+        keras_model, source = build_model(settings, task.data.feature_shape, task)
+        from pipeline.models import input_shape
+
+        model = Model(keras_model, source, input_shape(source, task.data.feature_shape))
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    assert task is not None and model is not None
+    return task, model
+
+
+def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Set up (settings and model checked, Horovod, this rank's data), restore, run the epochs, finish."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    settings = config["train"]
+    meta = load_metadata(merged_dir)
+    task, model = prepare(config, meta, comm)
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     paths = TrainPaths(out_dir)
     data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, rank)
-    model = model_for(settings, meta)
+    keras_model = model.keras
     optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
-    restored = restore(settings, meta, paths, model, optimizer, comm, rank)
+    restored = restore(settings, meta, model.source, paths, keras_model, optimizer, comm, rank)
     history = restored.history
-    loss_fn = tf.keras.losses.MeanSquaredError()
+    loss_fn = task.loss()
 
     @tf.function
     def train_step(x: Any, y: Any, first: bool) -> Any:  # `first` is a Python bool: traced twice
         with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
+            loss = loss_fn(y, keras_model(x, training=True))
         tape = hvd.DistributedGradientTape(tape)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        grads = tape.gradient(loss, keras_model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, keras_model.trainable_variables, strict=True))
         if first:  # after the optimizer has created its slots: everyone starts from rank 0's state
-            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(keras_model.variables, root_rank=0)
             hvd.broadcast_variables(optimizer.variables(), root_rank=0)
         return loss
 
     @tf.function
-    def predict(x: Any) -> Any:
-        return model(x, training=False)
+    def predict(x: Any, y: Any) -> Any:
+        outputs = keras_model(x, training=False)
+        return outputs, loss_fn(y, outputs)
 
-    def validate() -> tuple[float, np.ndarray, np.ndarray]:
-        return _validate(data.validation_files, meta, settings, data.validation_shard, data.fraction, predict, hvd)
+    def validate() -> tuple[float, Evaluation]:
+        pipeline = input_pipeline(data.validation_files, meta, settings, task, model.input_shape, training=False,
+                                  shard=data.validation_shard, epoch_seed=0, fraction=data.fraction)  # fmt: skip
+        return evaluate(pipeline, task, predict, comm)
 
     if rank == 0:
         start = {"ranks": size, "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
@@ -375,12 +366,12 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     # One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
     # reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay).
     seed = settings["seed"] * 1000 + restored.start_epoch
-    iterator = iter(input_pipeline(data.files, meta, settings, training=True, shard=data.shard, epoch_seed=seed,
-                                   fraction=data.fraction))  # fmt: skip
+    iterator = iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True,
+                                   shard=data.shard, epoch_seed=seed, fraction=data.fraction))  # fmt: skip
 
-    def one_epoch(epoch: int, first: bool) -> tuple[dict[str, Any], tuple[float, np.ndarray, np.ndarray]]:
+    def one_epoch(epoch: int, first: bool) -> tuple[dict[str, Any], tuple[float, Evaluation]]:
         """The steps of one epoch, then validation: the epoch's row of metrics (averaged over ranks) and
-        the validation (loss, predictions, truth)."""
+        the validation (loss, evaluation)."""
         waited, losses = 0.0, []
         epoch_start = time.perf_counter()
         for step in range(data.steps):
@@ -390,6 +381,11 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             waited += time.perf_counter() - t0
             losses.append(float(train_step(x, y, first and step == 0)))
         seconds = time.perf_counter() - epoch_start
+        # State that is not trained (batch-norm moving statistics) follows each rank's own batches: the
+        # ranks' mean, so that every rank validates and saves the same model.
+        for variable in keras_model.non_trainable_variables:
+            if variable.dtype.is_floating:
+                variable.assign(hvd.allreduce(variable, op=hvd.Average))
         evaluation = validate()
         rate = data.steps * settings["batch_size"] / seconds
         return {
@@ -414,37 +410,63 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             restored.manager.save()
             log.info(json.dumps(row))
     # The final evaluation: the last epoch's, unless a resumed run had no epoch left.
-    return finish(config, meta, model, history, evaluation or validate(), paths, size, rank, hvd)
+    return finish(config, task, model, history, evaluation or validate(), paths, size, rank, hvd)
 
 
-def finish(config: Mapping[str, Any], meta: Mapping[str, Any], model: Any, history: Sequence[Mapping[str, Any]],
-           evaluation: tuple[float, np.ndarray, np.ndarray], paths: TrainPaths, size: int, rank: int,
+def evaluate(pipeline: Any, task: Task, predict: Any, comm: Any) -> tuple[float, Evaluation]:
+    """The validation loss (the training loss's definition, over every rank's validation records) and
+    the task's evaluation, its sums added and its examples joined across ranks (on every rank)."""
+    evaluation = task.evaluation()
+    loss_sum, count = 0.0, 0
+    for x, y in pipeline:
+        outputs, loss = predict(x, y)
+        n = int(y.shape[0])
+        loss_sum += float(loss) * n
+        count += n
+        task.update(evaluation, outputs.numpy(), y.numpy(), x.numpy())
+    totals = comm.allgather((loss_sum, count, evaluation))
+    loss_sum, count = sum(t[0] for t in totals), sum(t[1] for t in totals)
+    combined = Evaluation.combine([t[2] for t in totals], task.max_examples)
+    return (loss_sum / count if count else float("nan")), combined
+
+
+def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequence[Mapping[str, Any]],
+           evaluation: tuple[float, Evaluation], paths: TrainPaths, size: int, rank: int,
            hvd: Any) -> dict[str, Any]:  # fmt: skip
-    """The summary of the final evaluation (with a check that every rank holds the same weights), and on
-    rank 0 the model, the figures and summary.json."""
+    """The summary of the final evaluation (the task's metrics, with a check that every rank holds the same
+    weights and where the model's code came from), and on rank 0 the model, the figures and summary.json."""
     settings = config["train"]
-    val_loss, pred, true = evaluation
-    names = _label_names(meta, fields(meta)[1], config)
+    val_loss, result = evaluation
     summary = {
+        "task": task.name,
         "epochs": settings["epochs"],
         "ranks": size,
         "val_loss": val_loss,
-        "r2": dict(zip(names, r2_scores(pred, true), strict=True)) if len(true) else {},
-        "validation_records": len(true),
-        "weights_checksum": _weights_checksum(model),
+        **task.metrics(result),
+        "validation_records": _validation_records(task, result),
+        "model": model.source.provenance(),
+        "weights_checksum": _weights_checksum(model.keras),
         "settings": dict(settings),  # what was trained (with search.enabled: the search's best merged in)
     }
     all_checksums = hvd.allgather_object(summary["weights_checksum"])
     summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
     if rank == 0:
-        model.save(str(paths.model))
-        from pipeline.plots import learning_curves, predicted_vs_true
+        model.keras.save(str(paths.model))
+        from pipeline.plots import learning_curves
 
-        learning_curves(history, paths.learning_curves)
-        predicted_vs_true(pred, true, names, paths.predicted_vs_true)
+        learning_curves(history, task.loss_name, paths.learning_curves)
+        task.figure(result, paths.validation_figure)
         write_json_atomic(paths.summary, summary)
     hvd.join()
     return summary
+
+
+def _validation_records(task: Task, evaluation: Evaluation) -> int:
+    sums = evaluation.sums
+    if "n" in sums:
+        return int(sums["n"][0])
+    pixels = int(np.prod(task.output_shape(task.data.feature_shape)[:-1])) if task.per_pixel else 1
+    return int(sums["confusion"].sum()) // pixels
 
 
 def _mpi_min() -> Any:
@@ -453,41 +475,14 @@ def _mpi_min() -> Any:
     return MPI.MIN
 
 
-def _validate(
-    files: Sequence[Path],
-    meta: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    shard: tuple[int, int] | None,
-    fraction: float | None,
-    predict: Any,
-    hvd: Any,
-) -> tuple[float, np.ndarray, np.ndarray]:
-    """Validation loss over all ranks' validation records; predictions gathered on every rank."""
-    import tensorflow as tf
-
-    preds, trues = [], []
-    for x, y in input_pipeline(files, meta, settings, training=False, shard=shard, epoch_seed=0, fraction=fraction):
-        preds.append(predict(x).numpy())
-        trues.append(y.numpy())
-    n_out = sum(int(np.prod(meta["feature_spec"][n]["shape"])) for n in fields(meta)[1])
-    pred = np.concatenate(preds) if preds else np.zeros((0, n_out), np.float32)
-    true = np.concatenate(trues) if trues else np.zeros((0, n_out), np.float32)
-    pred = hvd.allgather(tf.constant(pred)).numpy()
-    true = hvd.allgather(tf.constant(true)).numpy()
-    loss = float(((pred - true) ** 2).mean()) if len(true) else float("nan")
-    return loss, pred, true
-
-
-def _label_names(meta: Mapping[str, Any], labels: Sequence[str], config: Mapping[str, Any]) -> list[str]:
-    if config["simulate"]["enabled"] and list(labels) == ["params"]:
+def _label_names(config: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str] | None:
+    """The built-in simulator's parameter names for its 'params' label (else the fields' own names)."""
+    labels = [n for n, f in meta["feature_spec"].items() if f["role"] == "label"]
+    if config["simulate"]["enabled"] and labels == ["params"] and meta["feature_spec"]["params"]["shape"] == [3]:
         from pipeline.simulate import PARAM_NAMES
 
         return list(PARAM_NAMES)
-    names = []
-    for n in labels:
-        k = int(np.prod(meta["feature_spec"][n]["shape"]))
-        names.extend([n] if k == 1 else [f"{n}[{i}]" for i in range(k)])
-    return names
+    return None
 
 
 def _weights_checksum(model: Any) -> str:

@@ -4,6 +4,7 @@ rule search:
     input:
         metadata=LAYOUT.metadata,
         staged=LAYOUT.stage_summary,
+        model=lambda wc: sim2dl_config.model_files(RUN[wc.workdir].config["train"]),
     output:
         best=LAYOUT.search_best,
         progress=report(LAYOUT.search_plot, caption="../report/search.rst", category="Search"),

@@ -9,11 +9,12 @@ rule train:
     input:
         metadata=LAYOUT.metadata,
         staged=LAYOUT.stage_summary,
+        model=lambda wc: sim2dl_config.model_files(RUN[wc.workdir].config["train"]),
         best=lambda wc: searched(wc) or [],
     output:
         summary=LAYOUT.train_summary,
         curves=report(LAYOUT.learning_curves, caption="../report/learning_curves.rst", category="Training"),
-        predicted=report(LAYOUT.predicted_vs_true, caption="../report/pred_vs_true.rst", category="Training"),
+        validation=report(LAYOUT.validation_figure, caption="../report/validation.rst", category="Training"),
     log:
         step=LAYOUT.log("train"),
     params:

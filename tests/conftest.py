@@ -101,11 +101,11 @@ def start_cli(args: list[str], ranks: int, log: Path | None = None) -> subproces
 
 
 def run_cli(
-    args: list[str], ranks: int = 1, check: bool = True, timeout: float = 300
+    args: list[str], ranks: int = 1, check: bool = True, timeout: float = 300, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run `sim2dl ARGS` under a real `mpiexec -n RANKS`."""
+    """Run `sim2dl ARGS` under a real `mpiexec -n RANKS` (in `cwd`, default the current directory)."""
     cmd = cli_command(args, ranks)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

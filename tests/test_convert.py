@@ -46,11 +46,16 @@ def test_crop_split_and_log1p():
         "labels": ["p"],
         "dtype": "float32",
         "log1p": ["d"],
+        "normalise": [],
         "crop": [6, 6, 6],
         "split": [3, 3, 3],
     }
     out = transform({"d": x, "p": np.arange(3, dtype="f8"), "unused": x}, settings)
     assert len(out) == 8 and set(out[0]) == {"d", "p"}
+    # integer labels (class ids, masks) keep their type unless transformed
+    assert transform({"d": x, "p": np.arange(3, dtype="u1")}, settings)[0]["p"].dtype == np.uint8
+    normalised = transform({"d": x, "p": np.arange(3, dtype="u1")}, {**settings, "normalise": ["p"]})
+    assert normalised[0]["p"].dtype == np.float32
     np.testing.assert_allclose(out[0]["d"], np.log1p(x[1:4, 1:4, 1:4]))
     assert out[0]["p"].dtype == np.float32
     with pytest.raises(SampleError, match="log1p of values <= -1"):
@@ -120,8 +125,13 @@ def test_statistics_come_from_the_training_split_alone(tmp_path, serial):
 
     root = tmp_path / "cmip"
     write_cmip_like(root)
-    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root)}, ["ta"], ["model"],
-                           merge={"splits": {"train": 0.5, "validation": 0.5}, "split_by": "file"})  # fmt: skip
+    config = layout_config(
+        tmp_path,
+        {**CMIP_SOURCE, "path": str(root)},
+        ["ta"],
+        ["model"],
+        merge={"splits": {"train": 0.5, "validation": 0.5}, "split_by": "file"},
+    )
     config["convert"]["normalise"] = ["ta"]
 
     def statistics(run: str) -> tuple[dict, set[str]]:
@@ -149,3 +159,54 @@ def test_statistics_come_from_the_training_split_alone(tmp_path, serial):
     assert statistics("validation-changed")[0]["statistics"] == meta["statistics"]
     rewrite(next(m for m in MODELS if f"ta_{m}" in train_files))
     assert statistics("train-changed")[0]["statistics"]["ta"]["mean"] != ta["mean"]
+
+
+def test_without_splits_statistics_skip_the_records_train_holds_out(tmp_path, serial):
+    """No merge.splits: train holds out train.validation_fraction by a hash of the sample id; convert's
+    statistics are those of the other records (the same hash), and integer labels are counted per split."""
+    from pipeline.convert import convert
+    from pipeline.records import Part, list_parts
+    from pipeline.splits import holdout_validation
+
+    config = make_config(
+        tmp_path,
+        simulate={"family": "climate", "samples": 24, "climate": {"size": 16}},
+        source={
+            "fields": {
+                "fields": {"path": "fields", "dtype": "float32", "shape": [16, 16, 4]},
+                "mask": {"path": "mask", "dtype": "uint8", "shape": [16, 16]},
+            }
+        },
+        convert={
+            "features": ["fields"],
+            "labels": ["mask"],
+            "log1p": [],
+            "normalise": ["fields"],
+            "per_channel": ["fields"],
+        },
+        train={"validation_fraction": 0.3},
+    )
+    simulate(config["simulate"], tmp_path / "raw", serial)
+    ingest(config, tmp_path / "raw", tmp_path / "ingest", serial)
+    convert(config, tmp_path / "ingest", tmp_path / "convert", serial)
+    doc = json.loads((tmp_path / "convert" / "stats.json").read_text())
+    assert doc["statistics_from"]["split"] == "train" and doc["statistics_from"]["validation_fraction"] == 0.3
+    records = [Part(stem) for stem in list_parts(tmp_path / "convert" / "parts")]
+    ids = [part.meta(i)["sample_id"] for part in records for i in range(len(part))]
+    arrays = [part.read(i) for part in records for i in range(len(part))]
+    held = holdout_validation(np.array(ids, dtype=object), 0.3).numpy()
+    assert 0 < held.sum() < len(ids)
+    kept = np.stack([a["fields"] for a, h in zip(arrays, held, strict=True) if not h]).reshape(-1, 4)
+    stats = doc["statistics"]["fields"]
+    assert stats["count"] == len(kept)
+    np.testing.assert_allclose(stats["mean"], kept.astype(np.float64).mean(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(stats["std"], kept.astype(np.float64).std(axis=0), rtol=1e-9)
+    masks = {
+        split: np.stack([a["mask"] for a, h in zip(arrays, held, strict=True) if h == (split == "validation")])
+        for split in ("train", "validation")
+    }
+    assert arrays[0]["mask"].dtype == np.uint8  # class ids keep their integer type
+    counts = doc["class_counts"]["mask"]
+    assert counts["min"] == 0 and counts["max"] == max(int(m.max()) for m in masks.values())
+    for split, m in masks.items():
+        assert counts["counts"][split] == np.bincount(m.ravel(), minlength=counts["max"] + 1).tolist()

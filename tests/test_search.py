@@ -103,7 +103,7 @@ SEARCH = {
     "ping_interval_s": 1,
     "space": {
         "learning_rate": {"type": "log-uniform", "low": 0.0003, "high": 0.01},
-        "width": {"type": "int", "low": 2, "high": 6},
+        "model_args.width": {"type": "int", "low": 2, "high": 6},  # a builder's argument, nested in best.yaml
     },
 }
 
@@ -136,7 +136,7 @@ def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, d
     assert summary["trials"] == len(trials) == 4  # 3 configurations at 1 epoch, the best at 3
     assert sorted(t["budget"] for t in trials) == [1, 1, 1, 3]
     best = yaml.safe_load((out / "best.yaml").read_text())["train"]
-    assert set(best) == {"learning_rate", "width"} and 2 <= best["width"] <= 6
+    assert set(best) == {"learning_rate", "model_args"} and 2 <= best["model_args"]["width"] <= 6
     assert (out / "search.png").exists()
     assert stat.S_IMODE((out / "run").stat().st_mode) == 0o700
     assert not (out / "run" / "nameserver.json").exists()  # withdrawn when the master ends

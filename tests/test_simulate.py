@@ -1,7 +1,8 @@
 import h5py
 import numpy as np
 
-from pipeline.simulate import PARAM_NAMES, density_cube, make_sample, simulate
+from pipeline.simulate import PARAM_NAMES, make_sample, simulate
+from pipeline.simulators.cube import density_cube
 
 from .conftest import make_config, run_cli, write_config
 

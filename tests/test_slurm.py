@@ -85,7 +85,7 @@ def test_demo_workflow_with_search_runs_as_slurm_jobs_and_srun_steps(tmp_path, s
     config = small_config(tmp_path, search=search)
     proc, log = snakemake(tmp_path, "--configfile", str(config))
     assert proc.returncode == 0, log
-    figures = ["learning_curves.png", "pred_vs_true.png", "search.png", "throughput.png"]
+    figures = ["learning_curves.png", "validation.png", "search.png", "throughput.png"]
     assert_report_holds(tmp_path, ["--configfile", str(config)], figures)
     job_ids = set(re.findall(r"SLURM jobid (\d+)", log))
     assert len(job_ids) >= 4, log  # data group, stage, search, train

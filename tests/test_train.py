@@ -45,7 +45,7 @@ def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     assert [h["epoch"] for h in history] == [1, 2, 3]
     assert history[-1]["loss"] < history[0]["loss"]
     assert all(0 <= h["input_wait_fraction"] < 1 and h["samples_per_s"] > 0 for h in history)
-    for name in ("metrics.csv", "learning_curves.png", "pred_vs_true.png", "model/saved_model.pb"):
+    for name in ("metrics.csv", "learning_curves.png", "validation.png", "model/saved_model.pb"):
         assert (tmp_path / "train" / name).exists(), name
     assert set(summary["r2"]) == {"sigma_8", "n_s", "omega_m"}
 

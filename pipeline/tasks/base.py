@@ -1,0 +1,222 @@
+"""What every task has: the data it trains on as training sees it (`DataSpec`, from metadata.json), the
+checks that labels fit the task, the labels as tensors, the loss, and an evaluation that accumulates small
+sums per rank (combined across ranks by adding them) and turns them into metrics and a figure.
+
+Memory: an evaluation holds sums whose size depends on the labels (a K x K confusion matrix, a few sums
+per regression label) plus a bounded number of examples for its figure, never a value per record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import Sim2dlError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LabelField:
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: str
+    statistics: Mapping[str, Any] | None = None  # convert's mean/std when the field was normalised
+    class_names: Sequence[str] | None = None  # categorical fields: names in id order
+    class_counts: Mapping[str, Any] | None = None  # integer fields: convert's {min, max, counts: {split: [...]}}
+
+    @property
+    def integer(self) -> bool:
+        return np.dtype(self.dtype).kind in "iu"
+
+    @property
+    def size(self) -> int:
+        return int(np.prod([d or 1 for d in self.shape]))
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The one feature field and the label fields of a merged dataset, as training needs them."""
+
+    feature: str
+    feature_shape: tuple[int | None, ...]
+    labels: tuple[LabelField, ...]
+    label_names: tuple[str, ...]  # one per regression output (PARAMS[0], ...)
+    splits_with_records: Mapping[str, int] = field(default_factory=dict)
+
+
+def data_spec(meta: Mapping[str, Any], label_names: Sequence[str] | None = None) -> DataSpec:
+    spec = meta["feature_spec"]
+    features = [n for n, f in spec.items() if f["role"] == "feature"]
+    labels = [n for n, f in spec.items() if f["role"] == "label"]
+    if len(features) != 1 or not labels:
+        raise Sim2dlError(f"train needs one feature and at least one label field (have {features} and {labels})")
+    stats, classes, counts = meta.get("statistics", {}), meta.get("classes", {}), meta.get("class_counts", {})
+    fields = tuple(
+        LabelField(n, tuple(spec[n]["shape"]), spec[n]["dtype"], stats.get(n), classes.get(n), counts.get(n))
+        for n in labels
+    )
+    if label_names is None:
+        label_names = [
+            name for f in fields for name in ([f.name] if f.size == 1 else [f"{f.name}[{i}]" for i in range(f.size)])
+        ]
+    return DataSpec(features[0], tuple(spec[features[0]]["shape"]), fields, tuple(label_names))
+
+
+@dataclass
+class Evaluation:
+    """One rank's validation sums (added across ranks) and a few examples for the figure (concatenated)."""
+
+    sums: dict[str, np.ndarray]
+    examples: dict[str, np.ndarray]
+
+    @staticmethod
+    def combine(parts: Sequence[Evaluation], max_examples: int) -> Evaluation:
+        sums = {k: np.sum([p.sums[k] for p in parts], axis=0) for k in parts[0].sums}
+        examples = {k: np.concatenate([p.examples[k] for p in parts])[:max_examples] for k in parts[0].examples}
+        return Evaluation(sums, examples)
+
+
+class Task:
+    """A task: subclasses say how many outputs, check the labels, shape them, and evaluate."""
+
+    name = ""
+    per_pixel = False  # an output per pixel of the feature (segmentation) instead of one per sample
+    loss_name = "cross-entropy"
+    max_examples = 0  # examples kept for the figure (all ranks together)
+
+    def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:
+        self.settings, self.data = settings, data
+
+    # ---- before training
+    def check(self) -> None:
+        """Raise Sim2dlError when the labels do not fit the task (config errors, before any training)."""
+
+    def outputs(self) -> int:
+        raise NotImplementedError
+
+    def output_shape(self, input_shape: Sequence[int | None]) -> tuple[int | None, ...]:
+        """The model's output shape without the batch axis."""
+        return (self.outputs(),)
+
+    # ---- the input pipeline and the loss (TensorFlow)
+    def label_tensor(self, values: Sequence[Any], batched: bool) -> Any:
+        raise NotImplementedError
+
+    def loss(self) -> Any:
+        """A function (labels, model outputs) -> the batch's mean loss."""
+        raise NotImplementedError
+
+    # ---- evaluation (numpy)
+    def evaluation(self) -> Evaluation:
+        raise NotImplementedError
+
+    def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def metrics(self, evaluation: Evaluation) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def figure(self, evaluation: Evaluation, path: Path) -> None:
+        raise NotImplementedError
+
+    # ---- shared by the tasks on class ids
+    def single_integer_label(self) -> LabelField:
+        if len(self.data.labels) != 1:
+            names = [f.name for f in self.data.labels]
+            raise Sim2dlError(f"config key 'convert.labels': task '{self.name}' needs one label field (have {names})")
+        label = self.data.labels[0]
+        if not label.integer:
+            raise Sim2dlError(
+                f"config key 'train.task': task '{self.name}' needs integer class ids, label field '{label.name}' "
+                f"holds {label.dtype} (make it categorical: true in source.fields, or give it an integer dtype)"
+            )
+        if label.statistics is not None:
+            raise Sim2dlError(f"config key 'convert.normalise': class ids of '{label.name}' cannot be normalised")
+        return label
+
+    def class_count(self) -> int:
+        """How many classes: train.classes, else the field's categories, else its largest id + 1."""
+        label = self.single_integer_label()
+        found = label.class_counts or {}
+        if found.get("min", 0) < 0:
+            raise Sim2dlError(f"label field '{label.name}': class ids must be >= 0, found {found['min']}")
+        configured = self.settings.get("classes")
+        if configured:
+            if found and found["max"] >= configured:
+                raise Sim2dlError(
+                    f"config key 'train.classes': label field '{label.name}' holds class id {found['max']}, "
+                    f"which needs at least {found['max'] + 1} classes (have {configured})"
+                )
+            return int(configured)
+        if label.class_names:
+            return len(label.class_names)
+        if not found:
+            raise Sim2dlError(
+                f"config key 'train.classes': the number of classes of '{label.name}' is not known from the data "
+                "(rerun convert, or set it)"
+            )
+        return int(found["max"]) + 1
+
+    def class_names(self) -> list[str]:
+        """train.class_names, else a categorical field's classes, else the ids."""
+        names = self.settings.get("class_names") or self.data.labels[0].class_names
+        k = self.class_count()
+        if names and len(names) != k:
+            raise Sim2dlError(f"config key 'train.class_names': {len(names)} names for {k} classes")
+        return [str(n) for n in names] if names else [str(i) for i in range(k)]
+
+    def warn_missing_classes(self) -> None:
+        """A class with no record in the validation split cannot be scored: say so (a warning)."""
+        counts = (self.data.labels[0].class_counts or {}).get("counts") or {}
+        validation = counts.get("validation")
+        if validation is None:
+            return
+        validation = list(validation) + [0] * (self.class_count() - len(validation))
+        missing = [name for name, n in zip(self.class_names(), validation, strict=False) if n == 0]
+        if missing:
+            log.warning("sim2dl train: the validation split has no records of the classes %s", missing)
+
+    def class_weights(self) -> np.ndarray | None:
+        """train.class_weights: a list, 'balanced' (inverse frequency in the training split), or None."""
+        setting = self.settings.get("class_weights")
+        k = self.class_count()
+        if setting is None:
+            return None
+        if setting == "balanced":
+            counts = ((self.data.labels[0].class_counts or {}).get("counts") or {}).get("train")
+            if counts is None:
+                raise Sim2dlError(
+                    "config key 'train.class_weights': 'balanced' needs the training split's class "
+                    "counts (rerun convert)"
+                )
+            counts = np.asarray(list(counts) + [0] * (k - len(counts)), np.float64)[:k]
+            weights = np.where(counts > 0, counts.sum() / (k * np.maximum(counts, 1)), 0.0)
+            return weights.astype(np.float32)
+        if len(setting) != k:
+            raise Sim2dlError(f"config key 'train.class_weights': {len(setting)} weights for {k} classes")
+        return np.asarray(setting, np.float32)
+
+    def weighted_cross_entropy(self) -> Any:
+        import tensorflow as tf
+
+        weights = self.class_weights()
+        ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        if weights is None:
+            return ce
+        table = tf.constant(weights)
+
+        def loss(labels: Any, logits: Any) -> Any:
+            return ce(labels, logits, sample_weight=tf.gather(table, labels))
+
+        return loss
+
+
+def confusion(true: np.ndarray, predicted: np.ndarray, k: int) -> np.ndarray:
+    """K x K counts: row = true class, column = predicted class."""
+    return np.bincount(true.ravel().astype(np.int64) * k + predicted.ravel(), minlength=k * k).reshape(k, k)
