@@ -5,6 +5,8 @@
 - input_wait_fraction: share of step time spent waiting for input when reading staged shards (2 ranks).
   Target <= 0.05.
 - input_wait_fraction_small_files: the same model fed one-sample-per-file TFRecords, for contrast.
+- segmentation: samples/s and input_wait_fraction of the climate preset's unet2d (64x64x4 fields, a
+  uint8 mask per sample, per-pixel cross-entropy) on 2 ranks, beside the cube model's.
 Figures are from the last epoch (the first includes graph tracing).
 """
 
@@ -51,6 +53,21 @@ def prepare(work: Path, samples: int, epochs: int) -> Path:
     return path
 
 
+def prepare_segmentation(work: Path, samples: int, epochs: int) -> Path:
+    """The climate preset at `samples` samples, merged and staged."""
+    config = yaml.safe_load((REPO / "config" / "presets" / "climate-segmentation.yaml").read_text())
+    config["workdir"] = str(work)
+    config["simulate"]["samples"] = samples
+    config["stage"] = {"target": str(work / "local")}
+    config["train"].update({"epochs": epochs, "threads": 1})
+    path = work / "config.yaml"
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    for step in ("simulate", "ingest", "convert", "merge", "stage"):
+        sim2dl(step, "--config", str(path))
+    return path
+
+
 def last_epoch(config: Path, ranks: int, out: Path, *extra: str) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     sim2dl("train", "--config", config, "--out", out, *extra, ranks=ranks, options=("-bind-to", "core"))
@@ -68,6 +85,8 @@ def main() -> None:
         config, 2, work / "out-small", "--merged", str(small / "merged"), "--stage-summary", str(small / "staged.json")
     )
     files = len(json.loads((small / "merged" / "metadata.json").read_text())["shards"])
+    segmentation_config = prepare_segmentation(work / "climate", 2 * samples, epochs)
+    segmentation = last_epoch(segmentation_config, 2, work / "climate" / "out-2")
     result = {
         "benchmark": "train",
         "samples": samples,
@@ -78,6 +97,13 @@ def main() -> None:
         "scaling_efficiency_2": round(two["samples_per_s"] / (2 * one["samples_per_s"]), 3),
         "input_wait_fraction": round(two["input_wait_fraction"], 4),
         "input_wait_fraction_small_files": round(two_small["input_wait_fraction"], 4),
+        "segmentation": {
+            "model": "unet2d",
+            "sample_shape": [64, 64, 4],
+            "samples": 2 * samples,
+            "samples_per_s_2_ranks": round(segmentation["samples_per_s"], 1),
+            "input_wait_fraction": round(segmentation["input_wait_fraction"], 4),
+        },
         "targets": {"scaling_efficiency_2": ">= 0.8", "input_wait_fraction": "<= 0.05"},
     }
     if not keep:

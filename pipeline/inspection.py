@@ -337,6 +337,23 @@ def is_small(shape: tuple[int | None, ...] | None, field: Field) -> bool:
     return int(np.prod(shape)) <= SMALL_VECTOR if shape else field.values <= SMALL_VECTOR
 
 
+def choose_model(shape: tuple[int | None, ...] | None) -> tuple[str, int]:
+    """A built-in model for one sample's feature shape, and a depth its pooling allows (at most 3):
+    (length, channels) traces -> sequence; 2-D fields (H, W) or (H, W, C) with few channels -> unet2d;
+    3-D volumes -> cosmoflow; anything else -> dense."""
+    if shape is None:
+        return "sequence", 3
+    fixed = [d for d in shape if d is not None]
+    if len(shape) == 2 and (None in shape or min(fixed) < 8):
+        return "sequence", 3
+    if len(shape) == 2 or (len(shape) == 3 and shape[2] is not None and shape[2] <= 16 and None not in shape):
+        spatial = shape[:2]
+        return "unet2d", max(1, min(3, int(np.log2(min(spatial)))))
+    if len(shape) in (3, 4) and None not in shape:
+        return "cosmoflow", max(1, min(3, int(np.log2(min(shape[:3])))))
+    return "dense", 2
+
+
 def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     """The starter config's YAML text (with comments) and its content; raises if it would not validate."""
     decided = decide(result)
@@ -355,7 +372,8 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
         labels.remove(features[0])
     first = next(f for f in usable if names[f.path] == features[0])
     first_shape = shapes[first.path]
-    model = "sequence" if first_shape is not None and len(first_shape) == 2 else "cosmoflow"
+    model, depth = choose_model(first_shape)
+    task = "classification" if decided.class_label and not labels else "regression"
 
     def flow(value: Any) -> str:
         text = yaml.safe_dump(value, default_flow_style=True, width=1_000, sort_keys=False)
@@ -406,7 +424,9 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
             f"  per_channel: {flow(labels)}   # one mean and std per label component",
             "  split: null             # cut the features into sub-volumes, e.g. [32, 32, 32]",
             "train:",
-            f"  model: {model}",
+            f"  task: {task}" + ("    # the class label alone" if task == "classification" else ""),
+            f"  model: {model}    # for the feature's shape {flow(None if first_shape is None else list(first_shape))}",
+            f"  depth: {depth}",
             "",
         ]
     )
