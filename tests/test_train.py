@@ -47,7 +47,23 @@ def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     assert all(0 <= h["input_wait_fraction"] < 1 and h["samples_per_s"] > 0 for h in history)
     for name in ("metrics.csv", "learning_curves.png", "validation.png", "model/saved_model.pb"):
         assert (tmp_path / "train" / name).exists(), name
-    assert set(summary["r2"]) == {"sigma_8", "n_s", "omega_m"}
+    assert set(summary["r2"]) == {"sigma_8", "n_s", "omega_m"} and summary["task"] == "regression"
+    # R² against numpy: the saved model on the records train held out (the same hash of the sample id)
+    import numpy as np
+    import tensorflow as tf
+
+    from pipeline.dataset import tfrecord_dataset
+    from pipeline.splits import holdout_validation
+
+    data, config = staged
+    records = list(tfrecord_dataset(data / "work" / "merged").as_numpy_iterator())
+    held = holdout_validation(np.array([r["sample_id"] for r in records], dtype=object), 0.1).numpy()
+    x = np.stack([r["density"] for r, h in zip(records, held, strict=True) if h])[..., np.newaxis]
+    y = np.stack([r["params"] for r, h in zip(records, held, strict=True) if h]).astype(np.float64)
+    predicted = tf.keras.models.load_model(str(tmp_path / "train" / "model"), compile=False).predict(x, verbose=0)
+    r2 = 1 - ((predicted - y) ** 2).sum(0) / ((y - y.mean(0)) ** 2).sum(0)
+    assert summary["validation_records"] == len(y)
+    assert [summary["r2"][name] for name in ("sigma_8", "n_s", "omega_m")] == pytest.approx(r2.tolist(), abs=1e-4)
 
 
 def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
