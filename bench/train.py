@@ -25,18 +25,24 @@ from common import emit, parse_size, sim2dl
 REPO = Path(__file__).resolve().parent.parent
 
 
-def prepare(work: Path, samples: int, epochs: int) -> Path:
-    """Simulate and merge once; stage two layouts: 16 MB shards, and one file per sample."""
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+def prepare_data(work: Path, config_file: Path, samples: int, epochs: int) -> tuple[Path, dict]:
+    """The config file at `samples` samples, simulated, merged and staged below `work`."""
+    config = yaml.safe_load(config_file.read_text())
     config["workdir"] = str(work)
     config["simulate"]["samples"] = samples
-    config["stage"]["target"] = str(work / "local")
+    config["stage"] = {**config.get("stage", {}), "target": str(work / "local")}
     config["train"].update({"epochs": epochs, "threads": 1})
     path = work / "config.yaml"
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     for step in ("simulate", "ingest", "convert", "merge", "stage"):
         sim2dl(step, "--config", str(path))
+    return path, config
+
+
+def prepare(work: Path, samples: int, epochs: int) -> Path:
+    """The demo's cubes; staged in two layouts: 16 MB shards, and one file per sample."""
+    path, config = prepare_data(work, REPO / "config" / "config.yaml", samples, epochs)
     config["merge"]["shard_size_mb"] = 0.0001  # every record in its own file
     small = work / "small.yaml"
     small.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -50,21 +56,6 @@ def prepare(work: Path, samples: int, epochs: int) -> Path:
         "--summary",
         str(work / "small" / "staged.json"),
     )
-    return path
-
-
-def prepare_segmentation(work: Path, samples: int, epochs: int) -> Path:
-    """The climate preset at `samples` samples, merged and staged."""
-    config = yaml.safe_load((REPO / "config" / "presets" / "climate-segmentation.yaml").read_text())
-    config["workdir"] = str(work)
-    config["simulate"]["samples"] = samples
-    config["stage"] = {"target": str(work / "local")}
-    config["train"].update({"epochs": epochs, "threads": 1})
-    path = work / "config.yaml"
-    work.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    for step in ("simulate", "ingest", "convert", "merge", "stage"):
-        sim2dl(step, "--config", str(path))
     return path
 
 
@@ -85,7 +76,8 @@ def main() -> None:
         config, 2, work / "out-small", "--merged", str(small / "merged"), "--stage-summary", str(small / "staged.json")
     )
     files = len(json.loads((small / "merged" / "metadata.json").read_text())["shards"])
-    segmentation_config = prepare_segmentation(work / "climate", 2 * samples, epochs)
+    preset = REPO / "config" / "presets" / "climate-segmentation.yaml"
+    segmentation_config, _ = prepare_data(work / "climate", preset, 2 * samples, epochs)
     segmentation = last_epoch(segmentation_config, 2, work / "climate" / "out-2")
     result = {
         "benchmark": "train",

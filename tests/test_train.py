@@ -55,7 +55,7 @@ def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     from pipeline.dataset import tfrecord_dataset
     from pipeline.splits import holdout_validation
 
-    data, config = staged
+    data, _ = staged
     records = list(tfrecord_dataset(data / "work" / "merged").as_numpy_iterator())
     held = holdout_validation(np.array([r["sample_id"] for r in records], dtype=object), 0.1).numpy()
     x = np.stack([r["density"] for r, h in zip(records, held, strict=True) if h])[..., np.newaxis]

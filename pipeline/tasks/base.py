@@ -163,6 +163,15 @@ class Task:
             )
         return int(found["max"]) + 1
 
+    def check_classes(self) -> None:
+        """The class settings against the data: at least 2 classes, weights and names that fit, and a
+        warning for a class the validation split lacks (errors now, not after the first epoch)."""
+        if self.class_count() < 2:
+            raise Sim2dlError(f"label field '{self.data.labels[0].name}': {self.name} needs at least 2 classes")
+        self.class_weights()
+        self.class_names()
+        self.warn_missing_classes()
+
     def class_names(self) -> list[str]:
         """train.class_names, else a categorical field's classes, else the ids."""
         names = self.settings.get("class_names") or self.data.labels[0].class_names

@@ -33,11 +33,7 @@ class Classification(Task):
                 f"config key 'train.task': classification needs one class id per sample, label field "
                 f"'{label.name}' has shape {list(label.shape)} (segmentation takes a class per pixel)"
             )
-        if self.class_count() < 2:
-            raise Sim2dlError(f"label field '{label.name}': classification needs at least 2 classes")
-        self.class_weights()  # their errors now, not after the first epoch
-        self.class_names()
-        self.warn_missing_classes()
+        self.check_classes()
 
     def outputs(self) -> int:
         return self.class_count()

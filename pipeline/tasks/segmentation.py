@@ -47,11 +47,7 @@ class Segmentation(Task):
                 f"has shape {list(label.shape)} but feature '{self.data.feature}' has shape {list(shape)} "
                 f"(the label must have its spatial shape {list(shape[:-1])}, channels last, or the same shape)"
             )
-        if self.class_count() < 2:
-            raise Sim2dlError(f"label field '{label.name}': segmentation needs at least 2 classes")
-        self.class_weights()  # their errors now, not after the first epoch
-        self.class_names()
-        self.warn_missing_classes()
+        self.check_classes()
 
     def outputs(self) -> int:
         return self.class_count()
