@@ -32,6 +32,7 @@ config.update(_resolved)
 sim2dl_config.coerce_strings(config, sim2dl_config.schema(), sim2dl_config.schema())
 validate(config, str(sim2dl_config.SCHEMA_PATH))
 try:
+    sim2dl_config.ensemble_defaults(config)
     sim2dl_config.check_consistency(config)
 except Sim2dlError as e:
     raise WorkflowError(str(e)) from None

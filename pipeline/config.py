@@ -114,8 +114,20 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
             key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
             lines.append(f"  config key '{key}': {e.message}")
         raise Sim2dlError("invalid configuration:\n" + "\n".join(lines))
+    ensemble_defaults(config)
     check_consistency(config)
     return config
+
+
+ENSEMBLE_LABELS = {"path": "runs.parquet", "key": "run", "match": "run_directory"}
+
+
+def ensemble_defaults(config: dict[str, Any]) -> None:
+    """Labels without glue: the data an ensemble wrote (simulate.command, no source.path) is matched to
+    its runs table by run directory, so {column: PARAMETER} fields need no source.labels_table."""
+    sim, source = config["simulate"], config["source"]
+    if sim["enabled"] and sim["command"] and not source["path"] and source["labels_table"] is None:
+        source["labels_table"] = dict(ENSEMBLE_LABELS)
 
 
 def check_consistency(config: Mapping[str, Any]) -> None:

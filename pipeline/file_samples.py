@@ -22,6 +22,7 @@ table (compact). Time: one metadata pass and one data pass over the files, split
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +209,10 @@ class FileSamples:
         return found
 
 
+RUN_DIRECTORY = "run_directory"  # labels_table.match: the ensemble run's directory in the file's path
+RUN_NAME = re.compile(r"run-[0-9]+")
+
+
 class FileOpener:
     """Opens inputs as FileSamples: the readers, value sources and labels table of one ingest run."""
 
@@ -218,13 +223,25 @@ class FileOpener:
         if settings is not None:
             table = LabelsTable(labels_table_file(source, root), settings["key"])  # type: ignore[arg-type]
             match = settings["match"]
-            if match is not None and (match not in source["fields"] or "path" in source["fields"][match]):
+            is_field = match in source["fields"] and "path" not in source["fields"][match]
+            if match is not None and match != RUN_DIRECTORY and not is_field:
                 raise Sim2dlError(
                     f"config key 'source.labels_table.match': '{match}' is not a field with attr or path_group"
                 )
         self.match = None if settings is None else settings["match"]
         self.values = value_sources(list(fields), source, table)
         self.id_attr = source["sample_id"]["attr"] if source["sample_id"] else None
+
+    def table_key(self, info: FileInfo) -> str:
+        """What the file's row in source.labels_table is looked up by."""
+        if self.match is None:
+            return info.file_id
+        if self.match == RUN_DIRECTORY:
+            runs = [part for part in Path(info.relative).parts[:-1] if RUN_NAME.fullmatch(part)]
+            if not runs:
+                raise SampleError(f"no directory of {info.relative} is named like a run (run-NNNNNN)")
+            return runs[-1]
+        return class_text(self.values[self.match].raw(info))
 
     def relative(self, path: str) -> str:
         p = Path(path)
@@ -244,7 +261,7 @@ class FileOpener:
                     info.file_id = as_text(opened.attribute(self.id_attr))
                 except SampleError:
                     raise SampleError(f"missing sample id attribute '{self.id_attr}'") from None
-            info.table_key = info.file_id if self.match is None else class_text(self.values[self.match].raw(info))
+            info.table_key = self.table_key(info)
             return FileSamples(opened, info, self.fields, self.source["samples_along"], self.values)
         except BaseException:
             opened.close()

@@ -35,6 +35,16 @@ class RawPaths:
     def summary(self) -> Path:
         return self.root / "simulate.json"
 
+    @property
+    def runs(self) -> Path:
+        """An ensemble's runs table: the design (a row per run) and each run's outcome."""
+        return self.root / "runs.parquet"
+
+    @property
+    def run_logs(self) -> Path:
+        """Each ensemble run's stdout and stderr: logs/GROUP/RUN.log."""
+        return self.root / "logs"
+
 
 @dataclass(frozen=True)
 class IngestPaths:

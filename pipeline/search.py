@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from pipeline.config import deep_merge
 from pipeline.fsutil import write_text_atomic
 from pipeline.launch import mpi_launcher
 from pipeline.paths import SearchPaths, TrainPaths
+from pipeline.processes import kill_tree, with_parent_death_signal
 
 RESULT_NAME = "trials.jsonl"
 ADDRESS_NAME = "nameserver.json"  # in the run directory: where joining workers find the master
@@ -247,7 +247,7 @@ def run_trial(
         try:
             proc.wait(timeout=settings["trial_timeout_s"])
         except subprocess.TimeoutExpired:
-            _kill_tree(proc)
+            kill_tree(proc)
             raise Sim2dlError(
                 f"trial timed out after {settings['trial_timeout_s']} s (see {trial_dir}/log.txt)"
             ) from None
@@ -256,24 +256,6 @@ def run_trial(
     summary = json.loads(TrainPaths(trial_dir / "train").summary.read_text())
     metrics = {k: summary[k] for k in ("r2", "accuracy", "macro_f1", "mean_iou") if k in summary}
     return {"loss": float(summary["val_loss"]), "info": {**metrics, "seconds": time.perf_counter() - start}}
-
-
-def with_parent_death_signal(cmd: list[str]) -> list[str]:
-    """A killed worker must not leave its trial training on: util-linux `setpriv --pdeathsig` makes the
-    trial's launcher get SIGTERM when the worker dies (kept across exec; a no-op where setpriv is missing)."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
-
-
-def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    import psutil
-
-    with contextlib.suppress(psutil.NoSuchProcess):
-        parent = psutil.Process(proc.pid)
-        for p in [*parent.children(recursive=True), parent]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-    proc.wait()
 
 
 # ---------------------------------------------------------------- the master and the workers

@@ -97,7 +97,12 @@ def write_sample(path: Path, arrays: Mapping[str, np.ndarray], sample_id: str, t
 
 
 def simulate(sim_config: Mapping[str, Any], out_dir: Path, comm: Any) -> dict[str, Any]:
-    """Write samples [0, samples) across ranks; returns the summary (also written by rank 0)."""
+    """Write samples [0, samples) across ranks, or with simulate.command run the user's simulator over
+    the design (pipeline.ensemble); returns the summary (also written by rank 0)."""
+    if sim_config.get("command"):
+        from pipeline.ensemble import run_ensemble
+
+        return run_ensemble(sim_config, out_dir, comm)
     rank, size = comm.Get_rank(), comm.Get_size()
     indices = block(range(sim_config["samples"]), rank, size)
     written = 0

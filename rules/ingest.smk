@@ -3,9 +3,12 @@
 def ingest_inputs(wildcards):
     """The simulator's output, and the files beside the data (source.list, source.labels_table) if set."""
     run = RUN[wildcards.workdir]
+    simulated = run.config["simulate"]["enabled"]
+    side = sim2dl_config.side_files(run.config["source"], run.source)
     return [
-        *([run.layout.simulate_summary] if run.config["simulate"]["enabled"] else []),
-        *sim2dl_config.side_files(run.config["source"], run.source),
+        *([run.layout.simulate_summary] if simulated else []),
+        # an ensemble's runs table is written by simulate, with its summary
+        *(p for p in side if not (simulated and p.parent == run.layout.raw)),
     ]
 
 

@@ -1,7 +1,8 @@
 """ROOT files via uproot (event data from particle-physics generators). A field path is TREE/BRANCH.
 Without source.samples_along the record is the branch over all entries of the file (its length is the
 number of events); with it, every entry (event) is a sample, read a range of entries at a time, and a
-jagged branch (a variable number of values per event) becomes a variable-length field."""
+jagged branch (a variable number of values per event) becomes a variable-length field; declared [null, k],
+its flattened values become (n, k) items (particles with k numbers each)."""
 
 from __future__ import annotations
 
@@ -70,8 +71,11 @@ class RootFile(OpenFile):
     def samples(self, field: FieldSpec, axis: int, start: int, stop: int) -> np.ndarray | list[np.ndarray]:
         data = self.read(field.path, (slice(start, stop),))
         if data.dtype == object:  # jagged: one array per entry
-            return [as_array(entry, field) for entry in data]
-        return as_array(data, field)
+            return [per_item(as_array(entry, field), field) for entry in data]
+        array = as_array(data, field)
+        if itemised(field) and array.ndim == 2:  # a jagged branch whose entries here happen to be equally long
+            return [per_item(row, field) for row in array]
+        return array
 
     def attribute(self, name: str) -> object:
         try:
@@ -143,6 +147,24 @@ class RootReader(Reader):
                 except Exception:
                     raise SampleError(f"missing sample id object '{id_attr}' (a TNamed)") from None
             return arrays, sample_id
+
+
+def itemised(field: FieldSpec) -> bool:
+    """Declared [null, k, ...]: a variable number of fixed-size items."""
+    shape = field.shape
+    return shape is not None and len(shape) >= 2 and shape[0] is None and None not in shape[1:]
+
+
+def per_item(values: np.ndarray, field: FieldSpec) -> np.ndarray:
+    """A jagged entry of n x k values as (n, k) when the field is declared [null, k] (particles with
+    k numbers each, flattened into one branch)."""
+    shape = field.shape
+    if not itemised(field) or values.ndim != 1 or shape is None:
+        return values
+    width = int(np.prod(shape[1:]))
+    if values.size % width:
+        raise SampleError(f"field '{field.name}': {values.size} values per entry do not divide into items of {width}")
+    return values.reshape(-1, *shape[1:])
 
 
 def _branch_shape(tree: Any, branch: str) -> tuple[tuple[int, ...], str]:

@@ -1,0 +1,232 @@
+"""Ensembles of the user's own simulator: the design, the task farm on real MPI ranks, retries, time-outs,
+runs that write nothing or what ingest rejects, resume after kill -9, and Pythia 8 through the workflow."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipeline import Sim2dlError
+from pipeline.ensemble import EnsemblePlan, check_command, placeholders
+
+from .conftest import REPO, kill_tree, make_config, run_cli, snakemake_configfile, start_cli, write_config
+
+FLAKY = """
+import os, sys, time
+out, kind, ledger, run = sys.argv[1:5]
+with open(ledger, "a") as f:
+    f.write(run + "\\n")
+tries = os.path.join(os.path.dirname(ledger), run + ".tries")
+attempt = int(open(tries).read()) + 1 if os.path.exists(tries) else 1
+open(tries, "w").write(str(attempt))
+print("attempt", attempt, "of", run, kind)
+if kind == "fail_once" and attempt == 1:
+    sys.exit(3)
+if kind == "fail":
+    print("no convergence", file=sys.stderr)
+    sys.exit(5)
+if kind == "hang":
+    time.sleep(600)
+if kind == "empty":
+    sys.exit(0)
+if kind == "slow":
+    time.sleep(0.4)
+if kind == "garbage":  # a file ingest cannot read
+    open(os.path.join(out, "out.npy"), "wb").write(b"not a numpy file")
+else:
+    import numpy as np
+    np.save(os.path.join(out, "out.npy"), np.full(4, float(run.split("-")[1]), np.float32))
+"""
+
+
+def ensemble_config(tmp_path: Path, kinds: list[str], **simulate) -> dict:
+    script = tmp_path / "flaky.py"
+    script.write_text(FLAKY)
+    (tmp_path / "ledger").mkdir(exist_ok=True)
+    return make_config(
+        tmp_path,
+        simulate={
+            "command": ["python3", str(script), "{out}", "{kind}", str(tmp_path / "ledger" / "runs.txt"), "{run}"],
+            "runs": len(kinds),
+            "design": "grid",
+            "space": {"kind": {"type": "choice", "values": kinds}},
+            "retries": 1,
+            "run_timeout_s": 3,
+            "max_failed_fraction": 1.0,
+            **simulate,
+        },
+        source={
+            "glob": "**/*.npy",
+            "format": "auto",
+            "sample_id": None,
+            "fields": {
+                "value": {"path": ".", "dtype": "float32", "shape": [4]},
+                "kind": {"column": "kind", "categorical": True},
+            },
+        },
+        convert={"features": ["value"], "labels": ["kind"], "log1p": [], "normalise": [], "per_channel": []},
+    )
+
+
+def runs_table(tmp_path: Path) -> list[dict]:
+    return pq.read_table(tmp_path / "work" / "raw" / "runs.parquet").to_pylist()
+
+
+# ---------------------------------------------------------------- the design
+
+
+@pytest.mark.parametrize("design", ["random", "sobol", "lhs"])
+def test_designs_cover_the_space_and_are_drawn_once_from_the_seed(design):
+    space = {
+        "omega_m": {"type": "uniform", "low": 0.2, "high": 0.4},
+        "sigma8": {"type": "log-uniform", "low": 0.6, "high": 1.0},
+        "steps": {"type": "int", "low": 1, "high": 4},
+        "process": {"type": "choice", "values": ["qcd", "ttbar", "zll"]},
+    }
+    settings = {"runs": 64, "design": design, "space": space, "seed": 7}
+    plan = EnsemblePlan.draw(settings)
+    table = plan.table.to_pydict()
+    assert table["run"][:2] == ["run-000000", "run-000001"] and len(set(table["seed"])) == 64
+    assert min(table["omega_m"]) >= 0.2 and max(table["omega_m"]) < 0.4
+    assert min(table["sigma8"]) >= 0.6 and max(table["sigma8"]) < 1.0
+    assert set(table["steps"]) == {1, 2, 3, 4} and set(table["process"]) == {"qcd", "ttbar", "zll"}
+    assert EnsemblePlan.draw(settings).table.equals(plan.table)  # the same seed, the same design
+    assert EnsemblePlan.draw({**settings, "seed": 8}).digest != plan.digest
+    if design != "random":  # space-filling: each quarter of a range holds a quarter of the points
+        quarters = np.histogram(table["omega_m"], bins=4, range=(0.2, 0.4))[0]
+        assert quarters.min() >= 12
+
+
+def test_a_grid_is_the_cross_product_within_the_run_count():
+    space = {"a": {"type": "uniform", "low": 0, "high": 1}, "b": {"type": "choice", "values": ["x", "y"]}}
+    table = EnsemblePlan.draw({"runs": 10, "design": "grid", "space": space, "seed": 1}).table.to_pydict()
+    assert len(table["run"]) == 10 and sorted(set(table["a"])) == pytest.approx(np.linspace(0, 1, 5).tolist())
+    assert sorted(zip(table["a"], table["b"], strict=True)) == sorted(
+        (a, b) for a in np.linspace(0, 1, 5) for b in ("x", "y")
+    )
+
+
+def test_placeholders_naming_nothing_and_missing_programs_are_config_errors():
+    base = {"space": {"x": {"type": "uniform", "low": 0, "high": 1}}, "image": ""}
+    assert placeholders(["--x", "{x}", "{out}/a-{run}"]) == {"x", "out", "run"}
+    with pytest.raises(Sim2dlError, match=r"the placeholders \['y'\] name no parameter"):
+        check_command({**base, "command": ["true", "{y}"]})
+    with pytest.raises(Sim2dlError, match="program 'no-such-simulator' not found"):
+        check_command({**base, "command": ["no-such-simulator", "{x}"]})
+
+
+# ---------------------------------------------------------------- the farm, with faults
+
+
+def test_faults_are_retried_recorded_with_their_reasons_and_nothing_is_lost(tmp_path):
+    kinds = ["ok", "fail_once", "fail", "hang", "empty", "garbage"]
+    config = ensemble_config(tmp_path, kinds)
+    path = write_config(tmp_path, config)
+    proc = run_cli(["simulate", "--config", str(path)], ranks=2, timeout=120)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (summary["runs"], summary["ok"], summary["failed"], summary["timed_out"]) == (6, 3, 2, 1)
+    rows = {r["kind"]: r for r in runs_table(tmp_path)}
+    assert (rows["ok"]["status"], rows["ok"]["attempts"], rows["ok"]["reason"]) == ("ok", 1, "")
+    assert (rows["fail_once"]["status"], rows["fail_once"]["attempts"]) == ("ok", 2)
+    assert (rows["fail"]["status"], rows["fail"]["attempts"], rows["fail"]["exit_code"]) == ("failed", 2, 5)
+    assert rows["fail"]["reason"].startswith("exit code 5 (log: ")
+    log = Path(rows["fail"]["reason"].split("(log: ")[1].rstrip(")"))
+    assert log.read_text().count("no convergence") == 2  # both attempts' stderr, in the run's own log
+    assert rows["hang"]["status"] == "timed_out" and "killed with its process group" in rows["hang"]["reason"]
+    assert rows["empty"]["status"] == "failed" and "wrote no files" in rows["empty"]["reason"]
+    raw = tmp_path / "work" / "raw"
+    done = sorted(p.name for p in raw.glob("0*/run-*"))
+    assert done == sorted(rows[k]["run"] for k in ("ok", "fail_once", "garbage"))
+    assert not list(raw.glob("0*/.*partial"))  # nothing half-written looks complete, nothing is left over
+    # The runs' files into ingest: the garbage file is rejected with its reason, the labels come from the
+    # runs table by run directory (no labels_table configured).
+    run_cli(["ingest", "--config", str(path)], ranks=2)
+    ingest = json.loads((tmp_path / "work" / "ingest" / "summary.json").read_text())
+    assert ingest["accepted"] == 2 and ingest["classes"] == {"kind": ["fail_once", "ok"]}
+    rejects = (tmp_path / "work" / "ingest" / "rejects.csv").read_text()
+    assert f"{rows['garbage']['run']}/out.npy" in rejects  # the run's file, with ingest's reason
+    # Above max_failed_fraction the step fails, naming the first failures and the table.
+    strict = write_config(tmp_path, {**config, "simulate": {**config["simulate"], "max_failed_fraction": 0.1}})
+    failed = run_cli(["simulate", "--config", str(strict)], ranks=2, check=False, timeout=120)
+    assert failed.returncode != 0 and "3 of 6 runs did not succeed" in failed.stderr
+    assert f"{rows['fail']['run']}: exit code 5" in failed.stderr and failed.stderr.count("did not succeed") == 1
+
+
+def test_killed_anywhere_a_rerun_runs_only_what_did_not_complete(tmp_path):
+    space = {"kind": {"type": "choice", "values": ["slow"]}, "x": {"type": "uniform", "low": 0, "high": 1}}
+    config = ensemble_config(tmp_path, ["slow"], runs=16, design="random", space=space)
+    path = write_config(tmp_path, config)
+    job = start_cli(["simulate", "--config", str(path)], 2)
+    raw = tmp_path / "work" / "raw"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(raw.glob("0*/run-*"))) < 4:
+        time.sleep(0.05)
+    kill_tree(job)
+    before = {p.name for p in raw.glob("0*/run-*")}
+    assert 4 <= len(before) < 16 and not (raw / "simulate.json").exists()
+    run_cli(["simulate", "--config", str(path)], ranks=2, timeout=120)
+    ledger = (tmp_path / "ledger" / "runs.txt").read_text().split()
+    assert sorted(set(ledger)) == [f"run-{i:06d}" for i in range(16)]
+    assert all(ledger.count(run) == 1 for run in before)  # completed runs never ran again
+    assert len(ledger) - 16 <= 2  # at most the runs in flight at the kill (one per rank) ran twice
+    # The same table as an uninterrupted run's, apart from times.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    fresh_config = ensemble_config(fresh, ["slow"], runs=16, design="random", space=space)
+    run_cli(["simulate", "--config", str(write_config(fresh, fresh_config))], ranks=2, timeout=120)
+
+    def timeless(rows):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+    assert timeless(runs_table(tmp_path)) == timeless(runs_table(fresh))
+
+
+def test_a_changed_design_starts_afresh_and_the_same_one_keeps_its_runs(tmp_path):
+    config = ensemble_config(tmp_path, ["ok", "ok2"], design="grid")
+    path = write_config(tmp_path, config)
+    run_cli(["simulate", "--config", str(path)], ranks=1)
+    ledger = tmp_path / "ledger" / "runs.txt"
+    assert len(ledger.read_text().split()) == 2
+    run_cli(["simulate", "--config", str(path)], ranks=1)
+    assert len(ledger.read_text().split()) == 2  # nothing ran again
+    changed = write_config(tmp_path, {**config, "simulate": {**config["simulate"], "seed": 99}})
+    proc = run_cli(["simulate", "--config", str(changed)], ranks=1)
+    assert "the design changed" in proc.stderr and len(ledger.read_text().split()) == 4
+
+
+# ---------------------------------------------------------------- a real generator: Pythia 8
+
+
+def test_pythia_events_preset_runs_the_whole_workflow(tmp_path):
+    """config/presets/pythia-events.yaml at a small size under Snakemake: an ensemble of Pythia 8 runs over
+    processes and alpha_s, one sample per event (variable-length particle lists), the process from the
+    runs table as the class, and a process classifier trained on 2 Horovod ranks."""
+    import pythia8mc  # noqa: F401  (make env installs it: requirements/base.in; this test never skips)
+    preset = yaml.safe_load((REPO / "config" / "presets" / "pythia-events.yaml").read_text())
+    preset["workdir"] = str(tmp_path / "work")
+    sim = preset["simulate"]
+    sim["runs"] = 6
+    sim["command"] = [str(REPO / a) if a.startswith("examples/") else a for a in sim["command"]]
+    sim["command"][sim["command"].index("100")] = "25"
+    preset["train"]["epochs"] = 2
+    preset["stage"] = {"target": str(tmp_path / "local")}
+    path = tmp_path / "pythia.yaml"
+    path.write_text(yaml.safe_dump(preset, sort_keys=False))
+    proc = snakemake_configfile(path, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    work = tmp_path / "work"
+    runs = runs_table(tmp_path)
+    assert [r["status"] for r in runs] == ["ok"] * 6 and {r["process"] for r in runs} == {"qcd", "ttbar", "zll"}
+    ingest = json.loads((work / "ingest" / "summary.json").read_text())
+    assert ingest["accepted"] == 150 and ingest["classes"] == {"process": ["qcd", "ttbar", "zll"]}
+    meta = json.loads((work / "merged" / "metadata.json").read_text())
+    assert meta["feature_spec"]["particles"]["shape"] == [None, 4]
+    summary = json.loads((work / "train" / "summary.json").read_text())
+    assert summary["task"] == "classification" and summary["weights_identical_across_ranks"]
+    assert summary["classes"] == ["qcd", "ttbar", "zll"] and 0 <= summary["accuracy"] <= 1
