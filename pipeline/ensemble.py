@@ -9,7 +9,9 @@ rerun with the same design keeps it (and the runs already done), a changed desig
 
 Execute (`run_ensemble`): rank 0 hands out runs in chunks that shrink as the queue empties (guided
 self-scheduling: dynamic balancing when runs differ in length, few messages when they are short); every
-rank, rank 0 included, runs its chunks. A run executes the command (an argument vector, never a shell)
+rank, rank 0 included, has its chunks executed by its run worker (pipeline/run_worker.py: a small
+process that dies with the rank and takes the running simulator with it). A run executes the command
+(an argument vector, never a shell)
 with {out}, {run}, {seed} and each parameter substituted, in its own directory (also its working
 directory; arguments naming files relative to where the step started are made absolute) made under a
 temporary name (`.RUN.partial`) and renamed to RUN when the command exits 0 having written something (so an
@@ -26,15 +28,12 @@ ranks, plus one message per chunk.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
-import signal
 import string
-import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -49,16 +48,15 @@ import pyarrow.parquet as pq
 
 from pipeline import Sim2dlError
 from pipeline.fsutil import atomic_path, write_json_atomic
+from pipeline.launch import simulator_argv
 from pipeline.parallel import all_ok
 from pipeline.paths import RawPaths
-from pipeline.processes import with_parent_death_signal
 from pipeline.progress import progress_bar
+from pipeline.run_worker import RunWorker
 
 log = logging.getLogger(__name__)
 
-RUN_RECORD = ".sim2dl-run.json"  # inside a completed run's directory: its outcome
-STATUSES = ("ok", "failed", "timed_out")
-OK, FAILED, TIMED_OUT = range(3)
+STATUSES = ("ok", "failed", "timed_out")  # by pipeline.run_worker's status numbers
 BUILT_IN_PLACEHOLDERS = ("out", "run", "seed")
 MAX_CHUNK = 64  # runs per hand-out at most: bounds the imbalance at the end when runs are long
 REQUEST, REPLY = 71, 72  # MPI tags of the farm's messages
@@ -93,9 +91,9 @@ def check_command(settings: Mapping[str, Any]) -> None:
         )
     if not settings["space"]:
         raise Sim2dlError("config key 'simulate.space': an ensemble needs at least one parameter")
-    if settings["image"]:
-        return  # the program is the image's business
     program = command[0]
+    if settings["image"]:  # the program is the image's business; the runtime must be here
+        program = simulator_argv(settings["container"], settings["image"], command, Path.cwd())[0]
     found = shutil.which(program) if "/" not in program else (program if os.access(program, os.X_OK) else None)
     if found is None:
         raise Sim2dlError(f"config key 'simulate.command': program '{program}' not found or not executable")
@@ -219,70 +217,19 @@ def run_paths(root: Path, name: str, index: int, files_per_dir: int) -> tuple[Pa
     return root / group / name, root / group / f".{name}.partial", RawPaths(root).run_logs / group / f"{name}.log"
 
 
-def completed(final: Path) -> Outcome | None:
-    record = final / RUN_RECORD
-    if not record.is_file():
-        return None
-    doc = json.loads(record.read_text())
-    return Outcome(OK, doc["attempts"], doc["seconds"], doc["exit_code"])
-
-
-def attempt(argv: Sequence[str], workdir: Path, log_file: Path, timeout_s: float) -> tuple[int, int, str]:
-    """One execution: (status, exit code, reason). The command runs in its own session, so a time-out
-    kills its whole process group; it dies with this rank (parent-death signal)."""
-    with open(log_file, "ab") as out:
-        out.write(f"# sim2dl: {json.dumps(list(argv))}\n".encode())
-        out.flush()
-        try:
-            proc = subprocess.Popen(
-                with_parent_death_signal(list(argv)),
-                cwd=workdir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group: a time-out kills all of it
-            )
-        except OSError as e:
-            return FAILED, -1, f"cannot start {argv[0]}: {e.strerror}"
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return TIMED_OUT, -9, f"still running after {timeout_s:g} s: killed with its process group"
-    if code != 0:
-        return FAILED, code, f"exit code {code}" if code > 0 else f"killed by signal {-code}"
-    if not any(p.name != RUN_RECORD for p in workdir.iterdir()):
-        return FAILED, 0, "exited 0 but wrote no files"
-    return OK, 0, ""
-
-
-def execute(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, index: int) -> Outcome:
-    """Run `index` (unless it completed before), with its retries."""
-    name = plan.table["run"][index].as_py()
-    final, partial, log_file = run_paths(root, name, index, settings["files_per_dir"])
-    done = completed(final)
-    if done is not None:
-        return done
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    log_file.unlink(missing_ok=True)  # the log of this execution's attempts only
-    start = time.perf_counter()
-    for tries in range(1, settings["retries"] + 2):
-        shutil.rmtree(partial, ignore_errors=True)  # an earlier attempt's (or killed run's) leftovers
-        partial.mkdir(parents=True)
-        argv = plan.arguments(settings["command"], index, partial.resolve())  # {out}: where it writes now
-        status, code, reason = attempt(argv, partial, log_file, settings["run_timeout_s"])
-        if status == OK:
-            seconds = time.perf_counter() - start
-            write_json_atomic(partial / RUN_RECORD, {"run": name, "attempts": tries, "seconds": seconds,
-                                                     "exit_code": 0})  # fmt: skip
-            if final.exists():  # a stale directory without a record (never renamed by sim2dl): replace it
-                shutil.rmtree(final)
-            os.rename(partial, final)
-            return Outcome(OK, tries, seconds, 0)
-    shutil.rmtree(partial, ignore_errors=True)
-    return Outcome(status, settings["retries"] + 1, time.perf_counter() - start, code, f"{reason} (log: {log_file})")
+def run_tasks(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, start: int, stop: int) -> list[dict]:
+    """What the run worker needs of runs [start, stop): the command with its placeholders filled in
+    ({out}: the temporary directory it writes into), its directories and log, its retries and limit."""
+    tasks = []
+    for index in range(start, stop):
+        name = plan.table["run"][index].as_py()
+        final, partial, log_file = run_paths(root.resolve(), name, index, settings["files_per_dir"])
+        argv = plan.arguments(settings["command"], index, partial)
+        if settings["image"]:
+            argv = simulator_argv(settings["container"], settings["image"], argv, partial)
+        tasks.append({"argv": argv, "final": str(final), "partial": str(partial), "log": str(log_file),
+                      "retries": settings["retries"], "timeout_s": settings["run_timeout_s"]})  # fmt: skip
+    return tasks
 
 
 # ---------------------------------------------------------------- the farm
@@ -359,6 +306,7 @@ def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any)
         server = threading.Thread(target=serve, args=(queue, comm, size - 1), daemon=True)
         server.start()
     bar = progress_bar(len(plan), "simulate", rank, size, unit="run")
+    worker = RunWorker()
     while True:
         if queue is not None:
             start, stop = queue.take()
@@ -367,10 +315,12 @@ def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any)
             start, stop = comm.recv(source=0, tag=REPLY)
         if start == stop:
             break
-        for index in range(start, stop):
-            outcomes.add(index, execute(plan, settings, root, index))
-            bar.update(1)
+        outcomes_of_chunk = worker.execute(run_tasks(plan, settings, root, start, stop))
+        for index, done in zip(range(start, stop), outcomes_of_chunk, strict=True):
+            outcomes.add(index, Outcome(**done))
+        bar.update(stop - start)
     bar.close()
+    worker.close()
     if server is not None:
         server.join()
     return outcomes
@@ -414,9 +364,13 @@ def runs_table(plan: EnsemblePlan, parts: Sequence[dict[str, np.ndarray]], reaso
     return table.append_column("reason", pa.array(reason, pa.string()))
 
 
-def run_ensemble(settings: Mapping[str, Any], root: Path, comm: Any) -> dict[str, Any]:
-    """Draw (or keep) the design, run what is not complete across the ranks, write the runs table."""
+def run_ensemble(
+    settings: Mapping[str, Any], root: Path, comm: Any, container: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Draw (or keep) the design, run what is not complete across the ranks, write the runs table.
+    container: the config's container section (for simulate.image)."""
     rank = comm.Get_rank()
+    settings = {**settings, "container": container or {}}
     check_command(settings)
     settings = {**settings, "command": resolved_command(settings["command"])}
     plan = EnsemblePlan.draw(settings)

@@ -230,8 +230,12 @@ def _is_hydra(program: str) -> bool:
 def step_argv(
     config: Mapping[str, Any], mpi: str, tasks: int, step_args: Sequence[str], data_dirs: Sequence[Path], cwd: Path
 ) -> list[str]:
-    """Launcher + container + `sim2dl STEP ARGS` for one workflow step."""
+    """Launcher + container + `sim2dl STEP ARGS` for one workflow step. An ensemble whose simulator has
+    an image of its own (simulate.image) runs its farm outside any container: each run enters the
+    simulator's image itself (containers do not nest)."""
     settings = config["container"]
+    if step_args[:1] == ["simulate"] and config["simulate"].get("command") and config["simulate"].get("image"):
+        settings = {**settings, "runtime": "none"}
     sim2dl = "sim2dl" if settings["runtime"] != "none" else str(Path(sys.executable).with_name("sim2dl"))
     launcher = mpi_launcher(mpi, tasks)
     if (
@@ -267,3 +271,11 @@ def data_directories(config: Mapping[str, Any]) -> list[Path]:
         if not any(d == u or u in d.parents for u in unique):
             unique.append(d)
     return unique
+
+
+def simulator_argv(container: Mapping[str, Any], image: str, command: Sequence[str], run_dir: Path) -> list[str]:
+    """One ensemble run's command in the simulator's own image (simulate.image), with the run's
+    directory bound at the same path and as the working directory; the host's MPI is not bound (a
+    simulator run is not an MPI rank of sim2dl's)."""
+    settings = {**container, "image": image, "host_mpi": {**container["host_mpi"], "enabled": False}, "env": {}}
+    return container_argv(settings, command, [], run_dir)

@@ -96,13 +96,15 @@ def write_sample(path: Path, arrays: Mapping[str, np.ndarray], sample_id: str, t
         tmp.write_bytes(templates.file_bytes(arrays, sample_id))
 
 
-def simulate(sim_config: Mapping[str, Any], out_dir: Path, comm: Any) -> dict[str, Any]:
+def simulate(
+    sim_config: Mapping[str, Any], out_dir: Path, comm: Any, container: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Write samples [0, samples) across ranks, or with simulate.command run the user's simulator over
     the design (pipeline.ensemble); returns the summary (also written by rank 0)."""
     if sim_config.get("command"):
         from pipeline.ensemble import run_ensemble
 
-        return run_ensemble(sim_config, out_dir, comm)
+        return run_ensemble(sim_config, out_dir, comm, container)
     rank, size = comm.Get_rank(), comm.Get_size()
     indices = block(range(sim_config["samples"]), rank, size)
     written = 0

@@ -208,6 +208,7 @@ def test_pythia_events_preset_runs_the_whole_workflow(tmp_path):
     processes and alpha_s, one sample per event (variable-length particle lists), the process from the
     runs table as the class, and a process classifier trained on 2 Horovod ranks."""
     import pythia8mc  # noqa: F401  (make env installs it: requirements/base.in; this test never skips)
+
     preset = yaml.safe_load((REPO / "config" / "presets" / "pythia-events.yaml").read_text())
     preset["workdir"] = str(tmp_path / "work")
     sim = preset["simulate"]
@@ -230,3 +231,33 @@ def test_pythia_events_preset_runs_the_whole_workflow(tmp_path):
     summary = json.loads((work / "train" / "summary.json").read_text())
     assert summary["task"] == "classification" and summary["weights_identical_across_ranks"]
     assert summary["classes"] == ["qcd", "ttbar", "zll"] and 0 <= summary["accuracy"] <= 1
+
+
+def test_a_simulator_with_its_own_image_runs_each_run_in_it():
+    """simulate.image: each run enters the simulator's image with its run directory bound and as its working
+    directory, no host MPI (exact argument vectors: Apptainer and Shifter cannot run here), and the farm
+    itself runs outside the step container."""
+    from pipeline.launch import simulator_argv, step_argv
+
+    run = Path("/w/raw/00000/.run-000001.partial")
+    sim = ["my-sim", "--out", str(run)]
+    apptainer = make_config(Path("/w"), container={"runtime": "apptainer", "host_mpi": {"enabled": True}})
+    assert simulator_argv(apptainer["container"], "/images/sim.sif", sim, run) == [
+        "apptainer", "exec", "--pwd", str(run), "--bind", f"{run}:{run}", "--env", "SIM2DL_IMAGE=/images/sim.sif",
+        "/images/sim.sif", *sim,
+    ]  # fmt: skip
+    shifter = make_config(Path("/w"), container={"runtime": "shifter"})
+    assert simulator_argv(shifter["container"], "docker:me/sim:1", sim, run) == [
+        "shifter", "--image=docker:me/sim:1", f"--volume={run}:{run}", "--env=SIM2DL_IMAGE=docker:me/sim:1", *sim,
+    ]  # fmt: skip
+    ensemble = make_config(
+        Path("/w"),
+        container={"runtime": "apptainer"},
+        simulate={
+            "command": ["my-sim"],
+            "image": "/images/sim.sif",
+            "space": {"x": {"type": "uniform", "low": 0, "high": 1}},
+        },
+    )
+    argv = step_argv(ensemble, "mpiexec", 2, ["simulate"], [Path("/w")], Path("/w"))
+    assert "apptainer" not in argv and argv[-1] == "simulate"  # the farm on the host; runs in the image
