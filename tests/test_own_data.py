@@ -198,7 +198,9 @@ def test_npz_layout_runs_the_whole_workflow_from_the_written_config_unedited(tmp
     assert records == 48
     np.testing.assert_allclose(label_sum, labels, rtol=1e-5)
     trained = json.loads((workdir / "train" / "summary.json").read_text())
-    assert trained["settings"]["model"] == "sequence" and np.isfinite(trained["val_loss"])
+    # a fixed 2-D field is an image: inspect proposes the 2-D encoder with a pooled regression head
+    assert trained["settings"]["model"] == "unet2d" and trained["task"] == "regression"
+    assert np.isfinite(trained["val_loss"])
 
 
 def test_deepcam_layout_to_hdf5_shards(tmp_path):
