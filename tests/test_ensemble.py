@@ -156,6 +156,14 @@ def test_faults_are_retried_recorded_with_their_reasons_and_nothing_is_lost(tmp_
     failed = run_cli(["simulate", "--config", str(strict)], ranks=2, check=False, timeout=120)
     assert failed.returncode != 0 and "3 of 6 runs did not succeed" in failed.stderr
     assert f"{rows['fail']['run']}: exit code 5" in failed.stderr and failed.stderr.count("did not succeed") == 1
+    # A program that is not there fails the step at once, with one message, before any run.
+    missing = {**config["simulate"], "command": ["no-such-simulator", "{out}"]}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    path = write_config(elsewhere, {**config, "workdir": str(elsewhere / "work"), "simulate": missing})
+    proc = run_cli(["simulate", "--config", str(path)], ranks=2, check=False)
+    assert proc.returncode != 0 and proc.stderr.count("program 'no-such-simulator' not found") == 1
+    assert not (elsewhere / "work" / "raw").exists()
 
 
 def test_killed_anywhere_a_rerun_runs_only_what_did_not_complete(tmp_path):
