@@ -48,7 +48,8 @@ def cmd_simulate(args: argparse.Namespace, config: dict[str, Any], view: dict[st
     from pipeline.simulate import simulate
 
     out = args.out or cfg.source_dir(config)
-    return simulate(view["simulate"], out, comm, view.get("container"))
+    # The runtime settings only shape how an ensemble's runs enter simulate.image: not a rerun trigger.
+    return simulate(view["simulate"], out, comm, config["container"])
 
 
 def cmd_ingest(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:

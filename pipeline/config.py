@@ -31,8 +31,7 @@ DEMO_CONFIG = REPO / "config" / "config.yaml"  # in a source checkout only
 # Snakemake reruns a step when one of its values changes (and only then); `sim2dl STEP` gives the step
 # a config holding only these keys, so reading any other key fails at once, in the tests too.
 STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
-    # container: an ensemble's simulator may run in an image of its own (simulate.image)
-    "simulate": ("simulate", "source.path", "container"),
+    "simulate": ("simulate", "source.path"),
     # Parts are framed, and sized, as merge will write shards; the first feature gives a record's length.
     "ingest": ("source", "ingest", "convert.features", "merge.format", "merge.compression", "merge.shard_size_mb"),
     # Normalisation statistics come from the training split alone (pipeline.splits).

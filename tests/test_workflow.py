@@ -85,6 +85,7 @@ CHANGES = {
     "merge": ("merge.sort_by", "length"),
     "merge.splits": ("merge.splits", {"train": 0.8, "validation": 0.2}),
     "merge.split_by": ("merge.split_by", "file"),
+    "train.validation_fraction": ("train.validation_fraction", 0.2),
     "stage": ("stage.mode", "partition"),
     "train": ("train.epochs", 3),
     "simulate.enabled": ("simulate.enabled", False),
