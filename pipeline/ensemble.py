@@ -37,7 +37,7 @@ import string
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -202,15 +202,6 @@ def _text(value: Any) -> str:
 # ---------------------------------------------------------------- one run
 
 
-@dataclass
-class Outcome:
-    status: int
-    attempts: int
-    seconds: float
-    exit_code: int
-    reason: str = ""
-
-
 def run_paths(root: Path, name: str, index: int, files_per_dir: int) -> tuple[Path, Path, Path]:
     """(final directory, temporary directory, log file) of a run; at most files_per_dir runs per directory."""
     group = f"{index // files_per_dir:05d}"
@@ -257,7 +248,7 @@ def serve(queue: Queue, comm: Any, workers: int) -> None:
     status = MPI.Status()
     while finished < workers:
         if not comm.Iprobe(source=MPI.ANY_SOURCE, tag=REQUEST, status=status):
-            time.sleep(0.0002)  # poll gently: this rank runs simulations too
+            time.sleep(0.001)  # poll gently: this rank's worker runs simulations on the same cores
             continue
         source = status.Get_source()
         comm.recv(source=source, tag=REQUEST)
@@ -267,34 +258,28 @@ def serve(queue: Queue, comm: Any, workers: int) -> None:
             finished += 1
 
 
-@dataclass
 class RankOutcomes:
-    """This rank's runs and their outcomes, as compact arrays (reasons only for runs that failed)."""
+    """This rank's runs and their outcomes: numpy arrays per chunk (about 20 bytes per run, no Python
+    object per run), and the reasons of failed runs only."""
 
-    index: list[int] = field(default_factory=list)
-    status: list[int] = field(default_factory=list)
-    attempts: list[int] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
-    exit_code: list[int] = field(default_factory=list)
-    reasons: dict[int, str] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.chunks: list[dict[str, np.ndarray]] = []
+        self.reasons: dict[int, str] = {}
 
-    def add(self, index: int, outcome: Outcome) -> None:
-        self.index.append(index)
-        self.status.append(outcome.status)
-        self.attempts.append(outcome.attempts)
-        self.seconds.append(outcome.seconds)
-        self.exit_code.append(outcome.exit_code)
-        if outcome.reason:
-            self.reasons[index] = outcome.reason
+    def add(self, start: int, outcomes: Sequence[Mapping[str, Any]]) -> None:
+        self.chunks.append({
+            "index": np.arange(start, start + len(outcomes), dtype=np.int64),
+            "status": np.array([o["status"] for o in outcomes], np.uint8),
+            "attempts": np.array([o["attempts"] for o in outcomes], np.uint16),
+            "seconds": np.array([o["seconds"] for o in outcomes], np.float32),
+            "exit_code": np.array([o["exit_code"] for o in outcomes], np.int32),
+        })  # fmt: skip
+        self.reasons.update({start + i: o["reason"] for i, o in enumerate(outcomes) if o["reason"]})
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "index": np.asarray(self.index, np.int64),
-            "status": np.asarray(self.status, np.uint8),
-            "attempts": np.asarray(self.attempts, np.uint16),
-            "seconds": np.asarray(self.seconds, np.float32),
-            "exit_code": np.asarray(self.exit_code, np.int32),
-        }
+        names = {"index": np.int64, "status": np.uint8, "attempts": np.uint16, "seconds": np.float32,
+                 "exit_code": np.int32}  # fmt: skip
+        return {n: np.concatenate([c[n] for c in self.chunks] or [np.zeros(0, t)]) for n, t in names.items()}
 
 
 def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any) -> RankOutcomes:
@@ -315,9 +300,7 @@ def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any)
             start, stop = comm.recv(source=0, tag=REPLY)
         if start == stop:
             break
-        outcomes_of_chunk = worker.execute(run_tasks(plan, settings, root, start, stop))
-        for index, done in zip(range(start, stop), outcomes_of_chunk, strict=True):
-            outcomes.add(index, Outcome(**done))
+        outcomes.add(start, worker.execute(run_tasks(plan, settings, root, start, stop)))
         bar.update(stop - start)
     bar.close()
     worker.close()

@@ -59,6 +59,7 @@ def wait(proc: subprocess.Popen[bytes], timeout_s: float) -> int | None:
 class Worker:
     def __init__(self) -> None:
         self.running: subprocess.Popen[bytes] | None = None
+        self.log_dirs: set[Path] = set()  # made already
 
     def start(self, argv: list[str], cwd: Path, log: Path, first: bool) -> subprocess.Popen[bytes] | None:
         with open(log, "wb" if first else "ab") as out:
@@ -99,11 +100,14 @@ class Worker:
         record = final / RUN_RECORD
         if record.is_file():
             return {**json.loads(record.read_text()), "status": OK, "reason": ""}
-        log.parent.mkdir(parents=True, exist_ok=True)
+        if log.parent not in self.log_dirs:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            self.log_dirs.add(log.parent)
         start = time.perf_counter()
         status, code, reason = FAILED, -1, "no attempt"
         for tries in range(1, run["retries"] + 2):
-            shutil.rmtree(partial, ignore_errors=True)  # an earlier attempt's (or a killed run's) leftovers
+            if tries > 1 or partial.exists():  # an earlier attempt's (or a killed run's) leftovers
+                shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
             status, code, reason = self.attempt(run, partial, log, tries == 1)
             if status == OK:
