@@ -354,7 +354,12 @@ def run_ensemble(
     container: the config's container section (for simulate.image)."""
     rank = comm.Get_rank()
     settings = {**settings, "container": container or {}}
-    check_command(settings)
+    error = None
+    try:
+        check_command(settings)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)  # every rank stops at once; the message is printed once
     settings = {**settings, "command": resolved_command(settings["command"])}
     plan = EnsemblePlan.draw(settings)
     if rank == 0:
