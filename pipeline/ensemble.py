@@ -18,8 +18,9 @@ temporary name (`.RUN.partial`) and renamed to RUN when the command exits 0 havi
 interrupted run leaves nothing that looks complete); its stdout and stderr go to logs/…/RUN.log. A run
 that exits non-zero, writes nothing, or outlives simulate.run_timeout_s (its whole process group is
 killed) is tried again up to simulate.retries times, then recorded as failed or timed_out with its
-reason. Runs already complete (their directory holds the run's record) are not run again, so a rerun
-after a kill -9 or scancel executes only what did not complete and ends with the same runs table.
+reason. Runs already complete (their directory exists, their log ends with their outcome) are not run
+again, so a rerun after a kill -9 or scancel executes only what did not complete and ends with the same
+runs table.
 
 Memory: the design table on rank 0 (a few numbers per run, Arrow columns); per rank numpy arrays of its
 runs' outcomes (about 20 bytes per run) and the reasons of failed runs only. Time: the runs' own time /
@@ -44,6 +45,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import Sim2dlError
@@ -379,8 +381,8 @@ def run_ensemble(
         all_reasons = {k: v for r in reasons for k, v in r.items()}
         table = runs_table(plan, parts, all_reasons)
         write_table(table, RawPaths(root).runs)
-        status = np.asarray(table["status"].to_pylist(), dtype=object)
-        counts = {s: int((status == s).sum()) for s in STATUSES}
+        counted = pc.value_counts(table["status"]).to_pylist()  # a few statuses, not a value per run
+        counts = {s: 0 for s in STATUSES} | {c["values"]: c["counts"] for c in counted}
         summary = {"runs": len(plan), **counts, "seconds_running": round(time.perf_counter() - start, 3),
                    "design": settings["design"], "runs_table": str(RawPaths(root).runs)}  # fmt: skip
         write_json_atomic(RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings))})

@@ -4,12 +4,13 @@ worker kills the running simulator's whole process group and exits: no orphaned 
 
 The rank hands it a chunk of runs at a time (JSON lines over pipes: a list of runs in, a list of outcomes
 out) and only dispatches; the worker does each run's bookkeeping and execution. A run: unless its
-directory holds its record already (it completed before), up to 1 + retries attempts, each in a fresh
-temporary directory (`.RUN.partial`, also the working directory) with the command started in a new session
-(a time-out kills its whole process group) and its stdout and stderr in the run's log (the first attempt
-starts the log afresh); an attempt succeeds when the command exits 0 having written something. Then the
-run's record is written into the directory and the directory renamed to RUN: the rename is what makes a
-run complete, so an interrupted run leaves nothing that looks complete.
+directory exists and its log ends with its outcome (it completed before), up to 1 + retries attempts, each
+in a fresh temporary directory (`.RUN.partial`, also the working directory) with the command started in a
+new session (a time-out kills its whole process group) and its stdout and stderr in the run's log (every
+attempt of one execution in one log, started afresh); an attempt succeeds when the command exits 0 having
+written something. Then the outcome (attempts, seconds) is appended to the log and the directory renamed
+to RUN: the rename is what makes a run complete, so an interrupted run leaves nothing that looks complete.
+Per run: a directory, a log and the command's own files; no file of sim2dl's own in the run's directory.
 
 A small process starts a command in about 1.2 ms where the rank (large, many open files) takes 2 ms, and
 a pidfd wakes at the command's exit where Popen.wait with a time-out polls (bench/ensemble.py). Memory:
@@ -30,7 +31,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-RUN_RECORD = ".sim2dl-run.json"  # inside a completed run's directory: its outcome
+ATTEMPT = "# sim2dl: "  # the log's line before each attempt's output
+OUTCOME = "# sim2dl outcome: "  # the log's last line once the run succeeded: {attempts, seconds, exit_code}
 OK, FAILED, TIMED_OUT = range(3)
 
 
@@ -56,31 +58,48 @@ def wait(proc: subprocess.Popen[bytes], timeout_s: float) -> int | None:
     return None
 
 
+def completed_outcome(log: Path) -> dict[str, Any] | None:
+    """The outcome a completed run's log ends with, or None (no log, or the run never completed)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            tail = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return None
+    at = tail.rfind(OUTCOME)
+    if at < 0:
+        return None
+    line = tail[at + len(OUTCOME) :].split("\n", 1)[0]
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return None
+
+
 class Worker:
     def __init__(self) -> None:
         self.running: subprocess.Popen[bytes] | None = None
         self.log_dirs: set[Path] = set()  # made already
 
-    def start(self, argv: list[str], cwd: Path, log: Path, first: bool) -> subprocess.Popen[bytes] | None:
-        with open(log, "wb" if first else "ab") as out:
-            out.write(f"# sim2dl: {json.dumps(argv)}\n".encode())
-            out.flush()
-            try:
-                return subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as e:
-                out.write(f"sim2dl: cannot start {argv[0]}: {e.strerror}\n".encode())
-                return None
+    def start(self, argv: list[str], cwd: Path, log: IO[bytes]) -> subprocess.Popen[bytes] | None:
+        log.write(f"{ATTEMPT}{json.dumps(argv)}\n".encode())
+        log.flush()
+        try:
+            return subprocess.Popen(
+                argv,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as e:
+            log.write(f"sim2dl: cannot start {argv[0]}: {e.strerror}\n".encode())
+            return None
 
-    def attempt(self, run: dict[str, Any], partial: Path, log: Path, first: bool) -> tuple[int, int, str]:
+    def attempt(self, run: dict[str, Any], partial: Path, log: IO[bytes]) -> tuple[int, int, str]:
         """(status, exit code, reason) of one execution."""
-        proc = self.start(run["argv"], partial, log, first)
+        proc = self.start(run["argv"], partial, log)
         if proc is None:
             return FAILED, 127, f"cannot start {run['argv'][0]}"
         self.running = proc
@@ -96,31 +115,36 @@ class Worker:
 
     def execute(self, run: dict[str, Any]) -> dict[str, Any]:
         """One run (unless it completed before) with its retries: its outcome."""
-        final, partial, log = Path(run["final"]), Path(run["partial"]), Path(run["log"])
-        record = final / RUN_RECORD
-        if record.is_file():
-            return {**json.loads(record.read_text()), "status": OK, "reason": ""}
-        if log.parent not in self.log_dirs:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            self.log_dirs.add(log.parent)
+        final, partial, log_path = Path(run["final"]), Path(run["partial"]), Path(run["log"])
+        if final.is_dir():
+            done = completed_outcome(log_path)
+            if done is not None:
+                return {**done, "status": OK, "reason": ""}
+        if log_path.parent not in self.log_dirs:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.log_dirs.add(log_path.parent)
         start = time.perf_counter()
         status, code, reason = FAILED, -1, "no attempt"
-        for tries in range(1, run["retries"] + 2):
-            if tries > 1 or partial.exists():  # an earlier attempt's (or a killed run's) leftovers
-                shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir(parents=True)
-            status, code, reason = self.attempt(run, partial, log, tries == 1)
-            if status == OK:
-                outcome = {"attempts": tries, "seconds": time.perf_counter() - start, "exit_code": 0}
-                (partial / RUN_RECORD).write_text(json.dumps(outcome))  # the rename below makes it complete
-                if final.exists():  # a directory without a record (never completed by sim2dl): replaced
-                    shutil.rmtree(final)
-                os.rename(partial, final)
-                return {**outcome, "status": OK, "reason": ""}
+        with open(log_path, "wb") as log:  # every attempt of this execution in one log
+            for tries in range(1, run["retries"] + 2):
+                if tries > 1 or partial.exists():  # an earlier attempt's (or a killed run's) leftovers
+                    shutil.rmtree(partial, ignore_errors=True)
+                partial.mkdir(parents=True)
+                status, code, reason = self.attempt(run, partial, log)
+                if status == OK:
+                    outcome = {"attempts": tries, "seconds": time.perf_counter() - start, "exit_code": 0}
+                    # The outcome goes into the log (no file of its own: one file less per run, which is most
+                    # of the farm's cost with short runs); the rename below is what makes the run complete.
+                    log.write(f"{OUTCOME}{json.dumps(outcome)}\n".encode())
+                    log.flush()
+                    if final.exists():  # a directory sim2dl never completed (no outcome in its log): replaced
+                        shutil.rmtree(final)
+                    os.rename(partial, final)
+                    return {**outcome, "status": OK, "reason": ""}
         shutil.rmtree(partial, ignore_errors=True)
         seconds = time.perf_counter() - start
         failed = {"attempts": run["retries"] + 1, "seconds": seconds, "exit_code": code, "status": status}
-        return {**failed, "reason": f"{reason} (log: {log})"}
+        return {**failed, "reason": f"{reason} (log: {log_path})"}
 
     def serve(self, requests: IO[str], replies: IO[str]) -> None:
         """Chunks of runs until the rank closes the pipe; dies with the rank, killing the running command."""

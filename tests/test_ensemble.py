@@ -156,6 +156,12 @@ def test_faults_are_retried_recorded_with_their_reasons_and_nothing_is_lost(tmp_
     failed = run_cli(["simulate", "--config", str(strict)], ranks=2, check=False, timeout=120)
     assert failed.returncode != 0 and "3 of 6 runs did not succeed" in failed.stderr
     assert f"{rows['fail']['run']}: exit code 5" in failed.stderr and failed.stderr.count("did not succeed") == 1
+    # That rerun ran only what had not completed: a completed run keeps its outcome (attempts from its log).
+    ledger = (tmp_path / "ledger" / "runs.txt").read_text().split()
+    assert ledger.count(rows["fail_once"]["run"]) == 2 and ledger.count(rows["ok"]["run"]) == 1
+    assert ledger.count(rows["fail"]["run"]) == 4  # tried again by the rerun
+    rerun = {r["kind"]: r for r in runs_table(tmp_path)}
+    assert (rerun["fail_once"]["status"], rerun["fail_once"]["attempts"]) == ("ok", 2)
     # A program that is not there fails the step at once, with one message, before any run.
     missing = {**config["simulate"], "command": ["no-such-simulator", "{out}"]}
     elsewhere = tmp_path / "elsewhere"
