@@ -50,7 +50,9 @@ def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None,
     profile (e.g. "srun --mpi=pmi2"); one task runs without a launcher only when mpi is "none".
 
     `nested`: launched from a rank of a running step (a search worker starting a trial): srun must share
-    that step's CPUs (--overlap), or it would wait for them forever."""
+    that step's CPUs (--overlap), or it would wait for them forever. The same holds inside any job step
+    (SLURM_STEP_ID set): Snakemake runs each rule of a group job under an srun of its own, and a node
+    with exactly the job's CPUs (found on the virtual cluster) then has none left for the step's srun."""
     environ = os.environ if environ is None else environ
     if mpi == "none":
         if tasks != 1:
@@ -59,7 +61,8 @@ def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None,
     if mpi == "auto":
         mpi = "srun" if "SLURM_JOB_ID" in environ else "mpiexec"
     argv = [*shlex.split(mpi), "-n", str(tasks)]
-    if nested and Path(argv[0]).name == "srun" and "--overlap" not in argv:
+    in_step = environ.get("SLURM_STEP_ID", "batch") not in ("batch", "extern", "interactive")
+    if (nested or in_step) and Path(argv[0]).name == "srun" and "--overlap" not in argv:
         argv.insert(1, "--overlap")
     return argv
 

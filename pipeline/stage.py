@@ -534,6 +534,7 @@ def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm:
 
     read_total = comm.allreduce(copier.bytes_read)
     written = comm.gather(copier.bytes_written, root=0)
+    hosts = comm.gather(topo.hostname, root=0)
     # Every node's list of staged files, for the training input pipeline.
     if node_leader:
         files = wanted[topo.node]
@@ -564,6 +565,7 @@ def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm:
             "skipped_already_staged": sum(len(d or []) for d in done),
             "gb_per_s_written": round(sum(per_node_written) / seconds / 1e9, 3) if seconds > 0 else None,
             "node_dirs": [str(dirs[k]) for k in range(topo.nodes)],
+            "hosts": [hosts[ranks[0]] for ranks in topo.node_ranks],  # per node
         }
         write_json_atomic(summary_path, summary)
     comm.barrier()

@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import shutil
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -450,6 +451,7 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
     }
     all_checksums = hvd.allgather_object(summary["weights_checksum"])
     summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
+    summary["hosts"] = hvd.allgather_object(socket.gethostname())  # per rank: where it trained
     if rank == 0:
         model.keras.save(str(paths.model))
         from pipeline.plots import learning_curves

@@ -75,7 +75,7 @@ up() {
   mkdir "$cluster" || die "$cluster exists"
   trap 'echo "vcluster: up failed; removing $cluster" >&2; down "$cluster"' ERR
   echo "$id" > "$cluster/id"
-  mkdir -p "$cluster"/{nodes,head/state,munge,logs,shared}
+  mkdir -p "$cluster"/{nodes,head/state,munge,logs,shared,etc}
   chmod 0755 "$cluster" "$cluster/shared"
   local x
   x=$(free_subnet)
@@ -104,7 +104,9 @@ up() {
   local cpus mem
   cpus=$(nproc)
   mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / (nodes + 1) ))
-  cat > "$cluster/slurm.conf" <<EOF
+  # In etc/, which every node mounts as its /etc/slurm: the default path, as on a real cluster's nodes
+  # (Snakemake's job-step executor drops SLURM_CONF from the environment of the rules it runs).
+  cat > "$cluster/etc/slurm.conf" <<EOF
 # sim2dl virtual cluster $id (scripts/vcluster.sh): $nodes nodes on $net.0/24
 ClusterName=$id
 SlurmctldHost=head($net.1)
@@ -137,10 +139,10 @@ SlurmdTimeout=30
 SchedulerParameters=defer_batch
 NodeName=DEFAULT CPUs=$((cpus * 2)) RealMemory=$mem State=UNKNOWN
 EOF
-  for i in $(seq 1 "$nodes"); do echo "NodeName=node$i NodeAddr=$net.$((10 + i))" >> "$cluster/slurm.conf"; done
-  echo "PartitionName=debug Nodes=node[1-$nodes] Default=YES MaxTime=INFINITE State=UP" >> "$cluster/slurm.conf"
-  printf 'export SLURM_CONF=%q\nexport SIM2DL_VCLUSTER=%q\n' "$cluster/slurm.conf" "$cluster" > "$cluster/env"
-  export SLURM_CONF="$cluster/slurm.conf"
+  for i in $(seq 1 "$nodes"); do echo "NodeName=node$i NodeAddr=$net.$((10 + i))" >> "$cluster/etc/slurm.conf"; done
+  echo "PartitionName=debug Nodes=node[1-$nodes] Default=YES MaxTime=INFINITE State=UP" >> "$cluster/etc/slurm.conf"
+  printf 'export SLURM_CONF=%q\nexport SIM2DL_VCLUSTER=%q\n' "$cluster/etc/slurm.conf" "$cluster" > "$cluster/env"
+  export SLURM_CONF="$cluster/etc/slurm.conf"
 
   # The head: slurmctld with the hostname `head` (which it must match) and the cluster's hosts file, so
   # that it listens on the bridge's address only.
@@ -160,8 +162,9 @@ EOF
     # nsenter, not `ip netns exec`: that one remounts /sys, hiding /sys/fs/cgroup from slurmd
     nsenter --net="/run/netns/$ns" unshare --uts --mount --ipc --pid --fork --propagation private \
       bash -c 'hostname "$0"; mount -t proc proc /proc; mount -t tmpfs -o size="$1" tmpfs /tmp;
-               mount -t tmpfs tmpfs /dev/shm; mount --bind "$2" /etc/hosts; echo ready > "$3";
-               exec sleep infinity' "node$i" "$size" "$cluster/hosts" "$cluster/nodes/node$i.ready" \
+               mount -t tmpfs tmpfs /dev/shm; mount --bind "$2" /etc/hosts;
+               mkdir -p /etc/slurm && mount --bind "$4" /etc/slurm; echo ready > "$3";
+               exec sleep infinity' "node$i" "$size" "$cluster/hosts" "$cluster/nodes/node$i.ready" "$cluster/etc" \
       </dev/null >>"$cluster/logs/node$i-init.log" 2>&1 &
     local launcher=$!
     for _ in $(seq 1 100); do [ -e "$cluster/nodes/node$i.ready" ] && break; sleep 0.05; done

@@ -30,6 +30,9 @@ def test_launcher_is_srun_inside_slurm_and_mpiexec_elsewhere():
     assert mpi_launcher("srun --mpi=pmi2", 3, {}) == ["srun", "--mpi=pmi2", "-n", "3"]
     assert mpi_launcher("none", 1, {}) == []
     assert mpi_launcher("auto", 1, {"SLURM_JOB_ID": "17"}, nested=True) == ["srun", "--overlap", "-n", "1"]
+    # inside a job step (a rule of a group job under Snakemake's own srun): share its CPUs too
+    assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "17", "SLURM_STEP_ID": "0"}) == ["srun", "--overlap", "-n", "2"]
+    assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "17", "SLURM_STEP_ID": "batch"}) == ["srun", "-n", "2"]
     assert mpi_launcher("auto", 1, {}, nested=True) == ["mpiexec", "-n", "1"]
     with pytest.raises(Sim2dlError, match="mpi 'none' runs one task, 2 were asked for"):
         mpi_launcher("none", 2, {})

@@ -1,0 +1,116 @@
+"""A real multi-node cluster on one machine (scripts/vcluster.sh): nodes as Linux namespaces with their own
+hostname, network stack and node-local /tmp, one slurmd each, slurmctld on the head. MPI crosses the
+virtual network between nodes; the workflow runs as Slurm jobs spanning nodes.
+
+Needs root (network namespaces) and Slurm (installed by the script from apt); on a laptop without them it
+skips, under CI=true it never skips.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import BIN, REPO, env, small_cube_config
+
+VCLUSTER = REPO / "scripts" / "vcluster.sh"
+NODES = 3
+
+
+class Cluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.shared = root / "shared"  # the same path on every node: the "parallel file system"
+        self.env = {**env(), "SLURM_CONF": str(root / "etc" / "slurm.conf")}
+
+    def on(self, node: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """argv inside a node's namespaces."""
+        proc = subprocess.run([str(VCLUSTER), "exec", str(self.root), node, *argv], capture_output=True,
+                              text=True, timeout=120, env=self.env)  # fmt: skip
+        assert not check or proc.returncode == 0, proc.stdout + proc.stderr
+        return proc
+
+    def slurm(self, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self.env,
+                              cwd=self.shared)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0 or shutil.which("nsenter") is None or shutil.which("ip") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true: the virtual cluster needs root, nsenter and ip")
+        pytest.skip("the virtual cluster needs root (network namespaces), nsenter and ip")
+    proc = subprocess.run([str(VCLUSTER), "up", str(NODES)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    root = Path(proc.stdout.strip().splitlines()[-1])
+    try:
+        yield Cluster(root)
+    finally:
+        subprocess.run([str(VCLUSTER), "down", str(root)], capture_output=True, timeout=120)
+        assert not root.exists()
+
+
+def test_nodes_are_separate_hosts_with_their_own_disks_and_mpi_crosses_the_network(cluster):
+    sinfo = cluster.slurm("sinfo", "-h", "-o", "%D %t").stdout.split()
+    assert sinfo == [str(NODES), "idle"]
+    hostnames = [cluster.on(f"node{i}", "hostname").stdout.strip() for i in range(1, NODES + 1)]
+    assert hostnames == [f"node{i}" for i in range(1, NODES + 1)]
+    cluster.on("node1", "sh", "-c", "echo mine > /tmp/node-local")
+    assert cluster.on("node2", "test", "-e", "/tmp/node-local", check=False).returncode != 0
+    (cluster.shared / "seen").write_text("everywhere")
+    assert cluster.on("node3", "cat", str(cluster.shared / "seen")).stdout == "everywhere"
+    # A batch job of 2 tasks on 2 nodes: srun starts one MPI rank per node (PMI-2 serving MPICH's PMI-1).
+    script = cluster.shared / "mpi.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'srun --mpi=pmi2 {BIN / "python"} -c "from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; '
+        "s = c.Split_type(MPI.COMM_TYPE_SHARED); a = np.ones(1 << 20); b = np.empty_like(a); c.Allreduce(a, b); "
+        'print(c.rank, MPI.Get_processor_name(), s.size, int(b[0]))"\n'
+    )
+    job = cluster.slurm("sbatch", "--wait", "-N", "2", "-n", "2", "-o", "mpi.out", str(script))
+    assert job.returncode == 0, job.stdout + job.stderr
+    lines = sorted((cluster.shared / "mpi.out").read_text().split("\n"))
+    ranks = [line.split() for line in lines if line]
+    assert ranks == [["0", "node1", "1", "2"], ["1", "node2", "1", "2"]]  # one rank per node, summed over both
+
+
+def staged_on(cluster: Cluster, node: str, target: str) -> dict[str, int]:
+    """{file: bytes} below the node's own staging directory."""
+    proc = cluster.on(node, "find", target, "-type", "f", "-printf", "%P %s\\n", check=False)
+    return {line.split()[0]: int(line.split()[1]) for line in proc.stdout.splitlines() if line}
+
+
+def test_the_workflow_runs_across_nodes_stages_to_each_nodes_disk_and_trains_on_two_nodes(cluster, tmp_path):
+    target = "/tmp/sim2dl-node-local"  # on each node its own tmpfs
+    work = cluster.shared / "wf"
+    config = small_cube_config(work, stage={"mode": "replica", "target": target}, search={"enabled": False},
+                               merge={"shard_size_mb": 0.1},
+                               train={"epochs": 2, "batch_size": 8, "depth": 2, "width": 4, "dense": 16})  # fmt: skip
+    path = work / "config.yaml"
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config))
+    resources = ["stage:tasks=3", "stage:nodes=3", "train:tasks=2", "train:nodes=2"]
+    cmd = ["timeout", "-k", "30", "1500", "snakemake", "--profile", "profiles/slurm", "--slurm-logdir",
+           str(work / "slurm_logs"), "--set-resources", *resources, "--configfile", str(path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=cluster.env, cwd=REPO)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    workdir = Path(config["workdir"])
+    staged = json.loads((workdir / "staged" / "summary.json").read_text())
+    merged = json.loads((workdir / "merged" / "metadata.json").read_text())
+    dataset_bytes = sum(s["bytes"] for s in merged["shards"])
+    assert staged["nodes"] == NODES and sorted(staged["hosts"]) == [f"node{i}" for i in range(1, NODES + 1)]
+    assert staged["bytes_read_shared_fs"] == dataset_bytes  # every byte read once from the shared directory
+    for i in range(1, NODES + 1):  # every node its own full copy, written there and nowhere else
+        files = staged_on(cluster, f"node{i}", target)
+        shards = {name: size for name, size in files.items() if name.endswith(".tfrecord")}
+        assert sum(shards.values()) == dataset_bytes, (i, files)
+    trained = json.loads((workdir / "train" / "summary.json").read_text())
+    assert trained["ranks"] == 2 and trained["weights_identical_across_ranks"]
+    assert len(set(trained["hosts"])) == 2  # one rank per node: Horovod's allreduce crossed the network
