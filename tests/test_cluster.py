@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -39,6 +40,13 @@ class Cluster:
     def slurm(self, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self.env,
                               cwd=self.shared)  # fmt: skip
+
+    def job(self, nodes: int, *command: str | Path) -> None:
+        """A batch job of one task per node: `srun --mpi=pmi2 COMMAND` (an argument vector, quoted)."""
+        script = self.shared / "job.sh"
+        script.write_text("#!/bin/sh\nexec srun --mpi=pmi2 " + " ".join(shlex.quote(str(c)) for c in command) + "\n")
+        job = self.slurm("sbatch", "--wait", "-N", str(nodes), "-n", str(nodes), "-o", "job.out", str(script))
+        assert job.returncode == 0, job.stderr + (self.shared / "job.out").read_text()[-4000:]
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +122,26 @@ def test_the_workflow_runs_across_nodes_stages_to_each_nodes_disk_and_trains_on_
     trained = json.loads((workdir / "train" / "summary.json").read_text())
     assert trained["ranks"] == 2 and trained["weights_identical_across_ranks"]
     assert len(set(trained["hosts"])) == 2  # one rank per node: Horovod's allreduce crossed the network
+
+    # The other placements on the same nodes, as one stage step of 3 ranks on 3 nodes each.
+    shard_bytes = {s["file"]: s["bytes"] for s in merged["shards"]}
+    for mode in ("partition", "sample"):
+        placed = f"/tmp/sim2dl-{mode}"
+        run_config = work / f"{mode}.yaml"
+        run_config.write_text(
+            yaml.safe_dump({**config, "stage": {"mode": mode, "target": placed, "samples_per_rank": 40}})
+        )
+        summary = work / f"{mode}.json"
+        cluster.job(NODES, BIN / "sim2dl", "stage", "--config", run_config, "--summary", summary)
+        staged = json.loads(summary.read_text())
+        per_node = [staged_on(cluster, f"node{i}", placed) for i in range(1, NODES + 1)]
+        names = [{Path(f).name: size for f, size in files.items() if f.endswith(".tfrecord")} for files in per_node]
+        if mode == "partition":  # each shard on exactly one node, whole; each byte read and written once
+            assert sorted(n for node in names for n in node) == sorted(shard_bytes), names
+            assert all(size == shard_bytes[n] for node in names for n, size in node.items())
+            assert all(names), names  # every node got a share
+            assert staged["bytes_read_shared_fs"] == dataset_bytes
+        else:  # one file per rank (one rank per node) of its sampled records, on its own node
+            assert [sorted(node) for node in names] == [[f"rank-{r:05d}.tfrecord"] for r in range(NODES)], names
+            # every sampled record read once from the shared directory, written once on its rank's node
+            assert staged["bytes_read_shared_fs"] == sum(size for node in names for size in node.values())
