@@ -33,7 +33,8 @@ def main() -> int:
         return sim2dl(args)
     finally:
         after = io_counters()
-        rank = next((os.environ[k] for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID") if k in os.environ), "0")
+        names = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+        rank = next((os.environ[k] for k in names if k in os.environ), "0")
         (out_dir / f"rank-{rank}.json").write_text(json.dumps({k: after[k] - before[k] for k in after}))
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
 from common import BIN, REPO, emit, evict, parse_size
-from stage import COPY_BLOCK, make_dataset, shards
+from stage import copy_all, make_dataset, shards
 
 VCLUSTER = REPO / "scripts" / "vcluster.sh"
 REPEATS = 3
@@ -36,19 +36,8 @@ TARGET = "/tmp/sim2dl-bench-stage"  # on every node its own tmpfs
 
 def naive_copy(target: str, files: list[str]) -> None:
     """One node's naive staging (run on the node by srun): every shard, direct reads. Prints its JSON."""
-    import mmap
-
-    Path(target).mkdir(parents=True, exist_ok=True)
-    block = mmap.mmap(-1, COPY_BLOCK)
     start = time.perf_counter()
-    for name in files:
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECT)
-        try:
-            with open(Path(target) / Path(name).name, "wb") as out:
-                while n := os.readv(fd, [block]):
-                    out.write(memoryview(block)[:n])
-        finally:
-            os.close(fd)
+    copy_all((files, target))
     print(json.dumps({"seconds": time.perf_counter() - start, "host": os.uname().nodename}), flush=True)
     shutil.rmtree(target)
 

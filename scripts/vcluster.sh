@@ -124,19 +124,8 @@ SlurmctldLogFile=$cluster/logs/slurmctld.log
 SlurmdSpoolDir=/tmp/slurmd
 SlurmdPidFile=/tmp/slurmd.pid
 SlurmdLogFile=$cluster/logs/%n-slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-MpiDefault=pmi2
-SlurmdParameters=config_overrides
-ReturnToService=2
-MinJobAge=300
-KillWait=5
 SlurmdTimeout=30
-SchedulerParameters=defer_batch
+$(grep -v "^#" "$HERE/slurm-common.conf")
 NodeName=DEFAULT CPUs=$((cpus * 2)) RealMemory=$mem State=UNKNOWN
 EOF
   for i in $(seq 1 "$nodes"); do echo "NodeName=node$i NodeAddr=$net.$((10 + i))" >> "$cluster/etc/slurm.conf"; done
