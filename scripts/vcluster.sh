@@ -104,6 +104,7 @@ up() {
   local cpus mem
   cpus=$(nproc)
   mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / (nodes + 1) ))
+  # SlurmdTimeout=10: a dead node is noticed within seconds (the tests kill nodes).
   # In etc/, which every node mounts as its /etc/slurm: the default path, as on a real cluster's nodes
   # (Snakemake's job-step executor drops SLURM_CONF from the environment of the rules it runs).
   cat > "$cluster/etc/slurm.conf" <<EOF
@@ -124,7 +125,7 @@ SlurmctldLogFile=$cluster/logs/slurmctld.log
 SlurmdSpoolDir=/tmp/slurmd
 SlurmdPidFile=/tmp/slurmd.pid
 SlurmdLogFile=$cluster/logs/%n-slurmd.log
-SlurmdTimeout=30
+SlurmdTimeout=10
 $(grep -v "^#" "$HERE/slurm-common.conf")
 NodeName=DEFAULT CPUs=$((cpus * 2)) RealMemory=$mem State=UNKNOWN
 EOF

@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,59 @@ def test_the_workflow_runs_across_nodes_stages_to_each_nodes_disk_and_trains_on_
             assert [sorted(node) for node in names] == [[f"rank-{r:05d}.tfrecord"] for r in range(NODES)], names
             # every sampled record read once from the shared directory, written once on its rank's node
             assert staged["bytes_read_shared_fs"] == sum(size for node in names for size in node.values())
+
+
+def epochs_done(workdir: Path) -> int:
+    try:
+        return len(json.loads((workdir / "train" / "metrics.json").read_text()))
+    except (OSError, ValueError):
+        return 0
+
+
+def test_a_node_failure_in_training_is_reported_and_the_retry_resumes_on_the_remaining_nodes(cluster):
+    """Runs last: it leaves a node down. The train job's second node dies after 2 epochs; Slurm reports
+    the node failure, Snakemake resubmits (profiles/slurm: retries 1, no Slurm requeue), and the new job
+    runs on the nodes still up: it stages what is missing on the new node and resumes from the checkpoint."""
+    work = cluster.shared / "fault"
+    stage = {"mode": "replica", "target": "/tmp/sim2dl-fault"}
+    config = small_cube_config(work, stage=stage, search={"enabled": False}, merge={"shard_size_mb": 0.1},
+                               train={"epochs": 30, "batch_size": 8, "depth": 2, "width": 4, "dense": 16})  # fmt: skip
+    path = work / "config.yaml"
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config))
+    workdir = Path(config["workdir"])
+    cmd = ["timeout", "-k", "30", "1200", "snakemake", "--profile", "profiles/slurm", "--slurm-logdir",
+           str(work / "slurm_logs"), "--set-resources", "stage:tasks=2", "stage:nodes=2", "train:tasks=2",
+           "train:nodes=2", "--configfile", str(path)]  # fmt: skip
+    log = open(work / "snakemake.log", "w")  # noqa: SIM115 - closed below
+    run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cluster.env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 600
+        while epochs_done(workdir) < 2:
+            assert run.poll() is None and time.monotonic() < deadline, (work / "snakemake.log").read_text()[-4000:]
+            time.sleep(0.5)
+        running = cluster.slurm("squeue", "-h", "-t", "R", "-o", "%N").stdout.split()
+        assert running == ["node[1-2]"], running  # the train job
+        subprocess.run([str(VCLUSTER), "kill", str(cluster.root), "node2"], check=True, timeout=60)
+        assert run.wait(timeout=900) == 0, (work / "snakemake.log").read_text()[-6000:]
+    finally:
+        if run.poll() is None:
+            run.kill()
+        log.close()
+    text = (work / "snakemake.log").read_text()
+    assert "failed due to a node failure" in text, text[-4000:]  # the job's error names the cause
+    trained = json.loads((workdir / "train" / "summary.json").read_text())
+    assert sorted(set(trained["hosts"])) == ["node1", "node3"] and trained["weights_identical_across_ranks"]
+    assert trained["epochs"] == 30 and epochs_done(workdir) == 30
+    resumed = [
+        json.loads(line)["resume_from_epoch"]
+        for line in (workdir / "train" / "attempts.jsonl").read_text().splitlines()
+    ]
+    assert len(resumed) == 2 and resumed[0] == 0 and resumed[1] >= 2  # from the checkpoint, not from scratch
+    # node3 never staged before: the retried job staged the dataset there; node1 kept its copy
+    merged = json.loads((workdir / "merged" / "metadata.json").read_text())
+    dataset_bytes = sum(s["bytes"] for s in merged["shards"])
+    for node in ("node1", "node3"):
+        shards = {f: n for f, n in staged_on(cluster, node, "/tmp/sim2dl-fault").items() if f.endswith(".tfrecord")}
+        assert sum(shards.values()) == dataset_bytes, (node, shards)
+    assert cluster.slurm("sinfo", "-h", "-n", "node2", "-o", "%t").stdout.strip().startswith("down")
