@@ -22,6 +22,7 @@
 set -Eeuo pipefail  # -E: the ERR trap also fires inside functions
 ROOT=${SIM2DL_VCLUSTER_ROOT:-/var/tmp}  # not under /tmp: every node mounts its own /tmp
 HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
 
 die() { echo "vcluster: $*" >&2; exit 1; }
 need_root() { [ "$(id -u)" = 0 ] || die "needs root (network namespaces, slurmd)"; }
@@ -140,7 +141,14 @@ EOF
     sh -c 'hostname head && mount --bind "$0" /etc/hosts && exec slurmctld -i -f "$1"' "$cluster/hosts" "$SLURM_CONF" \
     </dev/null >>"$cluster/logs/slurmctld.log" 2>&1
 
-  # Nodes: an init per node in its own namespaces; node-local /tmp and /dev/shm; the cluster's hosts file.
+  # Paths below /tmp that every node must still see although its /tmp is its own: this repository when
+  # it lives there (a CI clone: the nodes run its venv), and SIM2DL_VCLUSTER_SHARE (colon-separated).
+  local keep=("$REPO")
+  IFS=: read -r -a extra <<< "${SIM2DL_VCLUSTER_SHARE:-}"
+  keep+=("${extra[@]}")
+  for path in "${keep[@]}"; do case "$path" in /tmp/*) echo "$path" ;; esac; done > "$cluster/keep"
+
+  # Nodes: an init per node in its own namespaces (scripts/vcluster-node.sh).
   for i in $(seq 1 "$nodes"); do
     local ns="$id-n$i"
     ip netns add "$ns"
@@ -151,10 +159,7 @@ EOF
     ip -n "$ns" link set lo up
     # nsenter, not `ip netns exec`: that one remounts /sys, hiding /sys/fs/cgroup from slurmd
     nsenter --net="/run/netns/$ns" unshare --uts --mount --ipc --pid --fork --propagation private \
-      bash -c 'hostname "$0"; mount -t proc proc /proc; mount -t tmpfs -o size="$1" tmpfs /tmp;
-               mount -t tmpfs tmpfs /dev/shm; mount --bind "$2" /etc/hosts;
-               mkdir -p /etc/slurm && mount --bind "$4" /etc/slurm; echo ready > "$3";
-               exec sleep infinity' "node$i" "$size" "$cluster/hosts" "$cluster/nodes/node$i.ready" "$cluster/etc" \
+      bash "$HERE/vcluster-node.sh" "node$i" "$size" "$cluster" \
       </dev/null >>"$cluster/logs/node$i-init.log" 2>&1 &
     local launcher=$!
     for _ in $(seq 1 100); do [ -e "$cluster/nodes/node$i.ready" ] && break; sleep 0.05; done
