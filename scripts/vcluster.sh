@@ -165,7 +165,7 @@ EOF
     for _ in $(seq 1 100); do [ -e "$cluster/nodes/node$i.ready" ] && break; sleep 0.05; done
     [ -e "$cluster/nodes/node$i.ready" ] || die "node$i did not start (see $cluster/logs/node$i-init.log)"
     pgrep -P "$launcher" > "$cluster/nodes/node$i.pid"  # the init inside the node's PID namespace
-    enter "$cluster" "node$i" slurmd -N "node$i" -f "$SLURM_CONF"
+    enter "$cluster" "node$i" slurmd -N "node$i" -f "$SLURM_CONF" </dev/null >>"$cluster/logs/node$i-init.log" 2>&1
   done
 
   for _ in $(seq 1 120); do
