@@ -128,3 +128,13 @@ if "sweep" in config:
             SWEEP_DIR / "sweep.log",
         shell:
             "sim2dl sweep --config {SWEEP_CONFIG:q} >> {log:q} 2>&1"
+
+
+# Under the Slurm executor, a job waiting for nodes that are down would hold the workflow forever: a
+# watcher reports such jobs and cancels them after slurm.unavailable_nodes_timeout_s (pipeline/slurm_watch.py).
+onstart:
+    plugin = workflow.executor_plugin
+    if plugin is not None and plugin.name == "slurm" and not (workflow.remote_exec or workflow.subprocess_exec):
+        from pipeline import slurm_watch
+
+        slurm_watch.start(Path(workflow.workdir_init), config["slurm"]["unavailable_nodes_timeout_s"])

@@ -11,6 +11,7 @@
 #   scripts/vcluster.sh down CLUSTER  stop everything and remove all it made (safe to repeat)
 #   scripts/vcluster.sh exec CLUSTER NODE CMD...   run CMD inside node NODE (node1..nodeN)
 #   scripts/vcluster.sh kill CLUSTER NODE          a node failure: its processes and namespaces go
+#   scripts/vcluster.sh stop CLUSTER NODE          its slurmd stops answering (SIGSTOP); its jobs run on
 #
 #   . CLUSTER/env   then sinfo / sbatch / srun / snakemake --profile profiles/slurm use this cluster
 #                   (SLURM_CONF); jobs must work in CLUSTER/shared (node-local /tmp is each node's own).
@@ -189,10 +190,15 @@ kill_node() {  # a node failure: its init goes, and with it its PID namespace (s
   ip netns del "$id-n${node#node}" 2>/dev/null || true
 }
 
+stop_slurmd() {  # a hung slurmd: the node's jobs go on, but slurmctld hears nothing from it
+  enter "$1" "$2" sh -c 'kill -STOP "$(cat /tmp/slurmd.pid)"'
+}
+
 case "${1:-}" in
   up) shift; up "$@" ;;
   down) [ $# = 2 ] || die "usage: down CLUSTER"; down "$2" ;;
   exec) [ $# -ge 4 ] || die "usage: exec CLUSTER NODE CMD..."; cluster=$2 node=$3; shift 3; enter "$cluster" "$node" "$@" ;;
   kill) [ $# = 3 ] || die "usage: kill CLUSTER NODE"; kill_node "$2" "$3" ;;
-  *) sed -n '2,19p' "$0" >&2; exit 2 ;;
+  stop) [ $# = 3 ] || die "usage: stop CLUSTER NODE"; stop_slurmd "$2" "$3" ;;
+  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
 esac

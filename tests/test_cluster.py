@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -22,7 +23,7 @@ import yaml
 from .conftest import BIN, REPO, env, small_cube_config
 
 VCLUSTER = REPO / "scripts" / "vcluster.sh"
-NODES = 3
+NODES = 3  # the workflow's nodes; one more is up, for the failures to leave enough
 
 
 class Cluster:
@@ -56,7 +57,7 @@ def cluster():
         if os.environ.get("CI") == "true":
             pytest.fail("CI=true: the virtual cluster needs root, nsenter and ip")
         pytest.skip("the virtual cluster needs root (network namespaces), nsenter and ip")
-    proc = subprocess.run([str(VCLUSTER), "up", str(NODES)], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([str(VCLUSTER), "up", str(NODES + 1)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     root = Path(proc.stdout.strip().splitlines()[-1])
     try:
@@ -68,7 +69,7 @@ def cluster():
 
 def test_nodes_are_separate_hosts_with_their_own_disks_and_mpi_crosses_the_network(cluster):
     sinfo = cluster.slurm("sinfo", "-h", "-o", "%D %t").stdout.split()
-    assert sinfo == [str(NODES), "idle"]
+    assert sinfo == [str(NODES + 1), "idle"]
     hostnames = [cluster.on(f"node{i}", "hostname").stdout.strip() for i in range(1, NODES + 1)]
     assert hostnames == [f"node{i}" for i in range(1, NODES + 1)]
     cluster.on("node1", "sh", "-c", "echo mine > /tmp/node-local")
@@ -155,50 +156,104 @@ def epochs_done(workdir: Path) -> int:
         return 0
 
 
-def test_a_node_failure_in_training_is_reported_and_the_retry_resumes_on_the_remaining_nodes(cluster):
-    """Runs last: it leaves a node down. The train job's second node dies after 2 epochs; Slurm reports
-    the node failure, Snakemake resubmits (profiles/slurm: retries 1, no Slurm requeue), and the new job
-    runs on the nodes still up: it stages what is missing on the new node and resumes from the checkpoint."""
+def complete_shards(cluster: Cluster, node: str, target: str, shard_bytes: dict[str, int]) -> set[str]:
+    """The shards a node holds whole under their final names (a killed copy leaves only a temporary)."""
+    files = staged_on(cluster, node, target)
+    return {Path(f).name for f, size in files.items() if shard_bytes.get(Path(f).name) == size}
+
+
+class Workflow:
+    """`snakemake --profile profiles/slurm` in the background, its output in a log, with resources."""
+
+    def __init__(self, cluster: Cluster, work: Path, config: Path, *resources: str) -> None:
+        self.log_path = work / f"snakemake-{len(list(work.glob('snakemake-*.log')))}.log"
+        cmd = ["timeout", "-k", "30", "900", "snakemake", "--profile", "profiles/slurm", "--slurm-logdir",
+               str(work / "slurm_logs"), "--set-resources", *resources, "--configfile", str(config)]  # fmt: skip
+        self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=cluster.env, cwd=REPO)
+
+    def text(self) -> str:
+        return self.log_path.read_text()
+
+    def until(self, condition: Any, what: str, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.proc.poll() is None, f"ended before {what}:\n" + self.text()[-5000:]
+            assert time.monotonic() < deadline, f"no {what} within {timeout} s:\n" + self.text()[-5000:]
+            time.sleep(0.2)
+
+    def wait(self, timeout: float = 600) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.log.close()
+
+
+def running(cluster: Cluster, rule: str) -> list[str]:
+    """Node lists of the running Slurm jobs of a rule (the Slurm executor's comment names it)."""
+    rows = [line.split() for line in cluster.slurm("squeue", "-h", "-t", "R", "-o", "%k %N").stdout.split("\n")]
+    return [row[1] for row in rows if len(row) == 2 and row[0].split("_wildcards_")[0] == f"rule_{rule}"]
+
+
+def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_nodes_resume(cluster):
+    """Runs last: it leaves nodes down. (1) A node killed while the stage job runs: Slurm reports the node
+    failure, Snakemake resubmits (profiles/slurm: retries 1, no Slurm requeue) and the retry, on the
+    nodes still up, stages only what they miss. (2) A slurmd that stops answering during 3-node training:
+    the job fails, its retry cannot start (2 nodes up) and the workflow reports it and ends instead of
+    waiting forever. (3) The rerun on 2 nodes resumes training from the 3-node job's checkpoint."""
     work = cluster.shared / "fault"
     stage = {"mode": "replica", "target": "/tmp/sim2dl-fault"}
     config = small_cube_config(work, stage=stage, search={"enabled": False}, merge={"shard_size_mb": 0.1},
-                               train={"epochs": 30, "batch_size": 8, "depth": 2, "width": 4, "dense": 16})  # fmt: skip
+                               train={"epochs": 30, "batch_size": 8, "depth": 2, "width": 4, "dense": 16},
+                               slurm={"unavailable_nodes_timeout_s": 10})  # fmt: skip
     path = work / "config.yaml"
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config))
     workdir = Path(config["workdir"])
-    cmd = ["timeout", "-k", "30", "1200", "snakemake", "--profile", "profiles/slurm", "--slurm-logdir",
-           str(work / "slurm_logs"), "--set-resources", "stage:tasks=2", "stage:nodes=2", "train:tasks=2",
-           "train:nodes=2", "--configfile", str(path)]  # fmt: skip
-    log = open(work / "snakemake.log", "w")  # noqa: SIM115 - closed below
-    run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cluster.env, cwd=REPO)
-    try:
-        deadline = time.monotonic() + 600
-        while epochs_done(workdir) < 2:
-            assert run.poll() is None and time.monotonic() < deadline, (work / "snakemake.log").read_text()[-4000:]
-            time.sleep(0.5)
-        running = cluster.slurm("squeue", "-h", "-t", "R", "-o", "%N").stdout.split()
-        assert running == ["node[1-2]"], running  # the train job
-        subprocess.run([str(VCLUSTER), "kill", str(cluster.root), "node2"], check=True, timeout=60)
-        assert run.wait(timeout=900) == 0, (work / "snakemake.log").read_text()[-6000:]
-    finally:
-        if run.poll() is None:
-            run.kill()
-        log.close()
-    text = (work / "snakemake.log").read_text()
-    assert "failed due to a node failure" in text, text[-4000:]  # the job's error names the cause
+    start = time.monotonic()
+
+    # (1) + (2): stage on 3 nodes, node3 killed while the stage job runs; train on 3 nodes, node2's
+    # slurmd stopped after 2 epochs.
+    run = Workflow(cluster, work, path, "stage:tasks=3", "stage:nodes=3", "train:tasks=3", "train:nodes=3")
+    run.until(lambda: running(cluster, "stage"), "running stage job")
+    assert running(cluster, "stage") == ["node[1-3]"]
+    subprocess.run([str(VCLUSTER), "kill", str(cluster.root), "node3"], check=True, timeout=60)
+    run.until(lambda: epochs_done(workdir) >= 2, "2 epochs")
+    assert running(cluster, "train") == ["node[1-2,4]"]
+    subprocess.run([str(VCLUSTER), "stop", str(cluster.root), "node2"], check=True, timeout=60)
+    assert run.wait() != 0, run.text()[-5000:]
+    text = run.text()
+    assert "failed due to a node failure" in text, text[-5000:]  # the stage job's error names the cause
+    assert "(rule train) cannot start" in text and "cancelling Slurm job" in text, text[-5000:]  # no hang
+    after_fault = time.monotonic() - start
+
+    merged = json.loads((workdir / "merged" / "metadata.json").read_text())
+    shard_bytes = {s["file"]: s["bytes"] for s in merged["shards"]}
+    dataset_bytes = sum(shard_bytes.values())
+    staged = json.loads((workdir / "staged" / "summary.json").read_text())  # the retried stage job's
+    assert sorted(staged["hosts"]) == ["node1", "node2", "node4"], staged
+    # The retry staged what the nodes still up missed: node4 everything, node1 and node2 what the killed
+    # job had not finished there (whole shards it had are verified and kept); each byte read once.
+    assert staged["bytes_read_shared_fs"] == dataset_bytes
+    written = dict(zip(staged["hosts"], staged["bytes_written_per_node"], strict=True))
+    assert written["node4"] == dataset_bytes and written["node1"] <= dataset_bytes >= written["node2"], written
+
+    # (3) The rerun on the nodes still up, 2 instead of 3: training resumes from the checkpoint.
+    rerun = Workflow(cluster, work, path, "stage:tasks=2", "stage:nodes=2", "train:tasks=2", "train:nodes=2")
+    assert rerun.wait() == 0, rerun.text()[-5000:]
     trained = json.loads((workdir / "train" / "summary.json").read_text())
-    assert sorted(set(trained["hosts"])) == ["node1", "node3"] and trained["weights_identical_across_ranks"]
+    assert sorted(set(trained["hosts"])) == ["node1", "node4"] and trained["weights_identical_across_ranks"]
     assert trained["epochs"] == 30 and epochs_done(workdir) == 30
     resumed = [
         json.loads(line)["resume_from_epoch"]
         for line in (workdir / "train" / "attempts.jsonl").read_text().splitlines()
     ]
-    assert len(resumed) == 2 and resumed[0] == 0 and resumed[1] >= 2  # from the checkpoint, not from scratch
-    # node3 never staged before: the retried job staged the dataset there; node1 kept its copy
-    merged = json.loads((workdir / "merged" / "metadata.json").read_text())
-    dataset_bytes = sum(s["bytes"] for s in merged["shards"])
-    for node in ("node1", "node3"):
-        shards = {f: n for f, n in staged_on(cluster, node, "/tmp/sim2dl-fault").items() if f.endswith(".tfrecord")}
-        assert sum(shards.values()) == dataset_bytes, (node, shards)
-    assert cluster.slurm("sinfo", "-h", "-n", "node2", "-o", "%t").stdout.strip().startswith("down")
+    assert resumed[0] == 0 and resumed[-1] >= 2, resumed  # from the 3-node job's checkpoint, not from scratch
+    for node in ("node1", "node4"):  # the same final dataset on each node
+        assert complete_shards(cluster, node, "/tmp/sim2dl-fault", shard_bytes) == set(shard_bytes), node
+    states = cluster.slurm("sinfo", "-h", "-N", "-o", "%N %t").stdout.split("\n")
+    down = [line.split()[0] for line in states if line and line.split()[1].startswith("down")]
+    assert down == ["node2", "node3"], states
+    print(f"fault scenario: {after_fault:.0f} s until the workflow ended on the lost nodes")
