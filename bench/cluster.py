@@ -9,6 +9,7 @@ the virtual network. The cores are shared by all nodes, so the figures are ratio
     direct reads; the slowest node's time). Both timed inside the job, without Slurm's start-up.
 - weights_identical_across_nodes: after `sim2dl train` on 2 nodes (one Horovod rank per node).
 - up_seconds / down_seconds: the cluster (3 nodes) brought up until `sinfo` shows them idle, and removed.
+- retried_mpi_starts: jobs started again because MPI_Init failed in Slurm's PMI (see Cluster.job).
 Medians of REPEATS interleaved repetitions.
 """
 
@@ -50,6 +51,7 @@ class Cluster:
         self.root = Path(out.stdout.strip().splitlines()[-1])
         self.shared = self.root / "shared"
         self.env = {**os.environ, "SLURM_CONF": str(self.root / "etc" / "slurm.conf"), "PYTHONPATH": str(REPO)}
+        self.retried_starts = 0
 
     def job(self, nodes: int, *command: str | Path) -> str:
         """A batch job of one task per node running `srun --mpi=pmi2 COMMAND`; its output."""
@@ -57,11 +59,19 @@ class Cluster:
         out = self.shared / "job.out"
         script.write_text("#!/bin/sh\nexec srun --mpi=pmi2 " + " ".join(f"'{c}'" for c in command) + "\n")
         argv = ["sbatch", "--wait", "-N", str(nodes), "-n", str(nodes), "-o", str(out), str(script)]
-        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, cwd=self.shared)
-        text = out.read_text() if out.exists() else ""
-        if proc.returncode != 0:
+        for attempt in range(2):
+            proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, cwd=self.shared)
+            text = out.read_text() if out.exists() else ""
+            if proc.returncode == 0:
+                return text
+            # Seen in 2 of about 40 starts of 3 ranks: Slurm's pmi2 plugin misreads one of MPICH's long
+            # PMI-1 lines in MPI_Init ("value not properly terminated"); the start is tried once more,
+            # and counted, as the workflow's `retries` would.
+            if attempt == 0 and "mpi/pmi2" in text:
+                self.retried_starts += 1
+                continue
             raise RuntimeError(f"job {command} failed: {proc.stderr}\n{text[-3000:]}")
-        return text
+        raise AssertionError("unreachable")
 
     def down(self) -> float:
         start = time.perf_counter()
@@ -142,6 +152,7 @@ def main() -> None:
         down = cluster.down()
     result["up_seconds"] = round(cluster.up_seconds, 2)
     result["down_seconds"] = round(down, 2)
+    result["retried_mpi_starts"] = cluster.retried_starts
     result["targets"] = {"source_read_ratio": "1.00", "time_vs_naive": "<= 1.0"}
     emit(result)
 
