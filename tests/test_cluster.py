@@ -47,8 +47,14 @@ class Cluster:
         """A batch job of one task per node: `srun --mpi=pmi2 COMMAND` (an argument vector, quoted)."""
         script = self.shared / "job.sh"
         script.write_text("#!/bin/sh\nexec srun --mpi=pmi2 " + " ".join(shlex.quote(str(c)) for c in command) + "\n")
-        job = self.slurm("sbatch", "--wait", "-N", str(nodes), "-n", str(nodes), "-o", "job.out", str(script))
-        assert job.returncode == 0, job.stderr + (self.shared / "job.out").read_text()[-4000:]
+        for attempt in range(2):
+            job = self.slurm("sbatch", "--wait", "-N", str(nodes), "-n", str(nodes), "-o", "job.out", str(script))
+            out = (self.shared / "job.out").read_text()
+            # Slurm's pmi2 plugin sometimes misreads a PMI-1 line in MPI_Init (docs/benchmarks.md): once
+            # more, as the workflow's retries would; anything else fails the test.
+            if job.returncode == 0 or attempt == 1 or "mpi/pmi2" not in out:
+                break
+        assert job.returncode == 0, job.stderr + out[-4000:]
 
 
 @pytest.fixture(scope="module")
