@@ -132,7 +132,11 @@ def ensemble_defaults(config: dict[str, Any]) -> None:
 
 def check_consistency(config: Mapping[str, Any]) -> None:
     """Rules a JSON schema cannot say: names used in convert must be declared source fields."""
-    fields = set(config["source"]["fields"])
+    from pipeline.readers.cf import MASK_SUFFIX
+
+    specs = config["source"]["fields"]
+    masks = {name + MASK_SUFFIX for name, spec in specs.items() if spec.get("missing") == "mask"}
+    fields = set(specs) | masks
     conv = config["convert"]
     for key in ("features", "labels", "log1p", "normalise", "per_channel"):
         unknown = [f for f in conv[key] if f not in fields]
@@ -167,10 +171,18 @@ def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> N
     from pipeline.readers.base import FieldSpec
 
     fields = {name: FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()}
+    for field in list(fields.values()):
+        if field.mask_name is not None:
+            fields[field.mask_name] = FieldSpec(field.mask_name, field.path, "uint8")
+    clash = [f.mask_name for f in fields.values() if f.mask_name is not None and f.mask_name in source["fields"]]
+    if clash:
+        raise Sim2dlError(f"config key 'source.fields': {clash} name both fields and masks of fields (missing: mask)")
     for key in ("log1p", "normalise"):
-        wrong = [name for name in conv[key] if fields[name].categorical]
+        wrong = [name for name in conv[key] if fields[name].categorical or name not in source["fields"]]
         if wrong:
-            raise Sim2dlError(f"config key 'convert.{key}': {wrong} are categorical (class ids are not transformed)")
+            raise Sim2dlError(
+                f"config key 'convert.{key}': {wrong} are categorical or masks (class ids and masks stay as they are)"
+            )
     not_arrays = [name for name in conv["features"] if not fields[name].in_file]
     if not_arrays:
         raise Sim2dlError(f"config key 'convert.features': {not_arrays} are not arrays in the files (path)")

@@ -31,6 +31,7 @@ from pipeline.parallel import block
 from pipeline.paths import ConvertPaths, IngestPaths
 from pipeline.progress import progress_bar
 from pipeline.readers import SampleError
+from pipeline.readers.cf import MASK_SUFFIX
 from pipeline.records import Part, PartWriter, clear_parts, list_parts
 from pipeline.splits import SampleSplits
 from pipeline.tables import REJECT_COLUMNS, Reject, write_csv
@@ -47,8 +48,14 @@ class RunningStats:
     minimum: np.ndarray = field(default_factory=lambda: np.array(np.inf))
     maximum: np.ndarray = field(default_factory=lambda: np.array(-np.inf))
 
-    def update(self, x: np.ndarray) -> None:
+    def update(self, x: np.ndarray, missing: np.ndarray | None = None) -> None:
+        """Add the values of x, leaving out those `missing` marks (per channel: a position with any
+        channel missing)."""
         x = x.reshape(-1, x.shape[-1]) if self.per_channel else x.reshape(-1)
+        if missing is not None:
+            missing = missing.astype(bool, copy=False)
+            missing = missing.reshape(-1, missing.shape[-1]).any(axis=1) if self.per_channel else missing.reshape(-1)
+            x = x[~missing]
         x = x.astype(np.float64, copy=False)
         n = x.shape[0]
         if n == 0:
@@ -183,6 +190,20 @@ def transform(
     return [{**{n: per_feature[n][k] for n in per_feature}, **labels} for k in range(pieces)]
 
 
+def missing_masks(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any], pieces: int) -> list[dict[str, Any]]:
+    """Per converted sample, the masks of missing values (ingest's NAME_mask, readers/cf.py) of the fields
+    with statistics, cropped and split as their fields are, so that statistics leave missing values out."""
+    masks = {name: arrays[name + MASK_SUFFIX] for name in settings["normalise"] if name + MASK_SUFFIX in arrays}
+    if not masks:
+        return [{}] * pieces
+    features = [name for name in settings["features"] if name in masks]
+    shaped = {**settings, "features": features, "labels": [n for n in settings["labels"] if n in masks],
+              "log1p": [], "normalise": [], "dtype": "source"}  # fmt: skip
+    if settings["split"] and not features:
+        return [masks] * pieces  # labels are not split: every piece has the same
+    return transform(masks, shaped)
+
+
 def normalise(arrays: Mapping[str, np.ndarray], stats: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
     """(x - mean) / std for every field that has statistics; other fields pass through."""
     out = dict(arrays)
@@ -251,10 +272,11 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
                     numbers = np.full(len(samples), record_splits[record])
                 else:
                     numbers = splits.of_samples(out_ids)
-                for sample, out_id, number in zip(samples, out_ids, numbers, strict=True):
+                masks = missing_masks(arrays, settings, len(samples)) if stats else [{}] * len(samples)
+                for sample, missing, out_id, number in zip(samples, masks, out_ids, numbers, strict=True):
                     if splits.training in (None, number):
                         for field, s in stats.items():
-                            s.update(sample[field])
+                            s.update(sample[field], missing.get(field))
                     for field in settings["labels"]:
                         if sample[field].dtype.kind in "iu":
                             counts.setdefault(field, ClassCounts()).update(sample[field], int(number))

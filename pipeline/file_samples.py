@@ -37,7 +37,7 @@ from pipeline.fields.categories import class_text, sorted_classes
 from pipeline.fields.column import table_settings
 from pipeline.parallel import all_ok, block
 from pipeline.readers import FieldSpec, SampleError, reader_for
-from pipeline.readers.base import EMPTY, OpenFile, as_text, readable_size
+from pipeline.readers.base import EMPTY, OpenFile, as_text, readable_size, resolve_missing
 from pipeline.records import PARTS_PER_RANK
 
 Arrays = dict[str, np.ndarray]
@@ -145,8 +145,11 @@ class FileSamples:
         for field in self.fields:
             if field.name in self.axes:
                 continue
+            if field.in_file and not field.categorical:
+                arrays.update(resolve_missing(field, self.opened.whole(field), self.opened.markers(field)))
+                continue
             if field.in_file:
-                value: Any = self.opened.whole(field) if not field.categorical else self.opened.read(field.path, ())
+                value: Any = self.opened.read(field.path, ())
                 where = f"array '{field.path}'"
             else:
                 value = self.values[field.name].raw(self.info)

@@ -50,7 +50,7 @@ from pipeline.parallel import all_ok, block, exchange, owner_ranks
 from pipeline.paths import IngestPaths
 from pipeline.progress import progress, progress_bar
 from pipeline.readers import FieldSpec, SampleError, is_input_directory, reader_for
-from pipeline.readers.base import EMPTY, readable_size, unreadable
+from pipeline.readers.base import EMPTY, readable_size, resolve_missing, unreadable
 from pipeline.records import PARTS_PER_RANK, PartWriter, clear_parts, part_stem
 from pipeline.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_csv, write_parquet
 from pipeline.writers import WRITERS
@@ -156,11 +156,16 @@ def read_listing(path: Path, start: int, stop: int) -> np.ndarray:
     return collect(lines())
 
 
-def validate_sample(arrays: Mapping[str, np.ndarray], fields: Sequence[FieldSpec], check_finite: bool) -> None:
+def validate_sample(
+    arrays: Mapping[str, np.ndarray], fields: Sequence[FieldSpec], check_finite: bool
+) -> dict[str, np.ndarray]:
+    """The sample's arrays checked and cast to each field's declared dtype (`cast_to`); SampleError names
+    the field and the reason."""
+    checked = dict(arrays)
     for field in fields:
         array = arrays[field.name]
         if field.dtype is not None and array.dtype != np.dtype(field.dtype):
-            raise SampleError(f"field '{field.name}': dtype {array.dtype}, expected {field.dtype}")
+            checked[field.name] = array = cast_to(array, np.dtype(field.dtype), field.name)
         if field.shape is not None and (
             len(array.shape) != len(field.shape)
             or any(want is not None and got != want for got, want in zip(array.shape, field.shape, strict=True))
@@ -171,6 +176,32 @@ def validate_sample(arrays: Mapping[str, np.ndarray], fields: Sequence[FieldSpec
             bad = array.size - int(np.count_nonzero(np.isfinite(array)))
             if bad:
                 raise SampleError(f"field '{field.name}': {bad} non-finite values (NaN/Inf)")
+    return checked
+
+
+def cast_to(array: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """The array in `dtype` when no value changes (ints to wider ints or floats, float64 to float32 within
+    range, integral floats to ints in range, 0/1 to bool); SampleError naming the first value that would."""
+    if array.dtype.kind not in "biuf":
+        raise SampleError(f"field '{name}': dtype {array.dtype} cannot be cast to {dtype}")
+    if np.can_cast(array.dtype, dtype, "safe") or not array.size:
+        return array.astype(dtype)
+    with np.errstate(all="ignore"):
+        cast = array.astype(dtype)
+        back = cast.astype(array.dtype)
+    if dtype.kind == "f":  # precision may drop (float64 -> float32, int64 -> float32); overflow may not
+        lost = np.isfinite(array) & ~np.isfinite(cast) if array.dtype.kind == "f" else ~np.isfinite(cast)
+    else:
+        lost = back != array
+        if array.dtype.kind == "f":
+            lost |= ~np.isfinite(array)
+    if lost.any():
+        first = array.reshape(-1)[int(np.argmax(lost.reshape(-1)))].item()
+        raise SampleError(
+            f"field '{name}': dtype {array.dtype} cannot be cast to {dtype} without changing values "
+            f"({int(lost.sum())} of {array.size}, e.g. {first!r})"
+        )
+    return cast
 
 
 def record_length(arrays: Mapping[str, np.ndarray], primary: str) -> int:
@@ -204,7 +235,7 @@ def read_one(
         arrays, sample_id = reader.read(path, fields, id_attr)
     else:
         arrays, sample_id = reader.read_contents(contents, path, fields, id_attr)
-    validate_sample(arrays, fields, check_finite)
+    arrays = validate_sample(arrays, fields, check_finite)
     if sample_id is None:
         sample_id = str((path.relative_to(root) if path.is_relative_to(root) else path).with_suffix(""))
     return arrays, sample_id, size
@@ -505,7 +536,7 @@ def ingest_file(
                     if isinstance(batch, SampleError):
                         raise batch
                     arrays = sample_arrays(batch, index - start, shared, samples, categories)
-                    validate_sample(arrays, samples.fields, settings["check_finite"])
+                    arrays = validate_sample(arrays, samples.fields, settings["check_finite"])
                 except SampleError as e:
                     writer.reject(base + index, path, index if along else None, sample_id(index), str(e))
                     continue
@@ -515,14 +546,20 @@ def ingest_file(
 def sample_arrays(
     batch: Mapping[str, Any], j: int, shared: Mapping[str, np.ndarray], samples: FileSamples, categories: Categories
 ) -> dict[str, np.ndarray]:
-    """Sample j of a batch, with the file's shared values, in the fields' order; categorical arrays as ids."""
+    """Sample j of a batch, with the file's shared values, in the fields' order; categorical arrays as ids;
+    missing values (CF) handled by each field's `missing` (a reject, or filled with a mask beside)."""
     arrays = {}
     for field in samples.fields:
         if field.name in batch:
             value = batch[field.name][j]
-            arrays[field.name] = categories.id_of(field.name, value) if field.categorical else value
+            if field.categorical:
+                arrays[field.name] = categories.id_of(field.name, value)
+            else:
+                arrays.update(resolve_missing(field, value, samples.opened.markers(field)))
         else:
             arrays[field.name] = shared[field.name]
+            if field.mask_name is not None:
+                arrays[field.mask_name] = shared[field.mask_name]
     return arrays
 
 

@@ -1,6 +1,7 @@
 """ingest on good and bad input, every format, and the accounting: accepted + rejected = inputs."""
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -12,6 +13,7 @@ import pytest
 
 from pipeline import Sim2dlError
 from pipeline.ingest import ingest
+from pipeline.readers import SampleError
 from pipeline.records import Part
 from pipeline.tables import read_csv, read_rows
 
@@ -46,8 +48,9 @@ def bad_inputs(tmp_path):
     expected["nofield.h5"] = "missing field 'params': no dataset 'params'"
     cube_file(root / "shape.h5", "shape", density=np.ones((16, 32, 32), "f4"))
     expected["shape.h5"] = "field 'density': shape (16, 32, 32), expected (32, 32, 32)"
-    cube_file(root / "dtype.h5", "dtype", dtype="f8")
-    expected["dtype.h5"] = "field 'density': dtype float64, expected float32"
+    cube_file(root / "dtype.h5", "dtype", density=np.full((32, 32, 32), 1e300))  # float64, not castable
+    expected["dtype.h5"] = "field 'density': dtype float64 cannot be cast to float32 without changing values (32768 of"
+    cube_file(root / "castable.h5", "castable", dtype="f8")  # float64 ones: cast to float32, accepted
     nan = np.ones((32, 32, 32), "f4")
     nan[1, 2, 3] = np.nan
     nan[0, 0, 0] = np.inf
@@ -81,10 +84,11 @@ def test_every_bad_file_rejected_with_its_reason(tmp_path, serial, bad_inputs, r
     assert summary["inputs"] == len(manifest) == inputs
     assert summary["accepted"] + summary["rejected"] == inputs
     accepted = [r for r in manifest if r["status"] == "accepted"]
-    assert sorted(r["sample_id"] for r in accepted) == ["id0", "id1", "id2", "id3"]
-    # The accepted samples' data is in the parts, bit for bit.
+    assert sorted(r["sample_id"] for r in accepted) == ["castable", "id0", "id1", "id2", "id3"]
+    # The accepted samples' data is in the parts, bit for bit (the float64 file cast to the declared float32).
     for row in accepted:
         arrays = Part(out / "parts" / row["part"]).read(int(row["record"]))
+        assert arrays["density"].dtype == np.float32
         assert arrays["density"].shape == (32, 32, 32) and np.all(arrays["density"] == 1)
 
 
@@ -139,7 +143,7 @@ def test_too_many_rejects_fail_the_run_but_keep_the_lists(tmp_path, serial, bad_
     with pytest.raises(Sim2dlError) as err:
         ingest(config, root, tmp_path / "ingest", serial)
     message = str(err.value)
-    assert f"{len(expected)} of {len(expected) + 4} input files rejected" in message
+    assert f"{len(expected)} of {len(expected) + 5} input files rejected" in message
     assert ("rejects.csv" in message and "truncated.h5" in message) or "corrupt.h5" in message
     assert len(read_csv(tmp_path / "ingest" / "rejects.csv")) == len(expected)
 
@@ -149,7 +153,7 @@ def test_reject_limit_under_mpi_is_reported_once_and_every_rank_exits_2(tmp_path
     config_path = write_config(tmp_path, make_config(tmp_path, ingest={"max_reject_fraction": 0.1}))
     proc = run_cli(["ingest", "--config", str(config_path), "--source", str(root)], ranks=2, check=False)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.count(f"{len(expected)} of {len(expected) + 4} input files rejected") == 1, proc.stderr
+    assert proc.stderr.count(f"{len(expected)} of {len(expected) + 5} input files rejected") == 1, proc.stderr
     assert "Abort" not in proc.stderr
 
 
@@ -328,3 +332,30 @@ def test_parts_are_a_shard_each_unless_ranks_would_go_without_work(tmp_path):
     many = part_files(files, 10_000, ranks=16)  # 20 parts would leave ranks with 1 or 2
     assert -(-200 // many) >= PARTS_PER_RANK * 16 > -(-200 // (many + 1))  # the largest parts that give enough
     assert part_files(files[:3], 10_000, ranks=64) == 1
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype", "lossy"),
+    [
+        (np.array([1, 2, 3], "i4"), "float32", None),
+        (np.array([1.0, -2.0, 3.0], "f8"), "int16", None),
+        (np.array([0, 1, 1], "i8"), "bool", None),
+        (np.array([1.0, 2.5], "f4"), "int32", "2.5"),
+        (np.array([1, 70000], "i4"), "int16", "70000"),
+        (np.array([-1, 3], "i2"), "uint8", "-1"),
+        (np.array([0, 2], "u1"), "bool", "2"),
+        (np.array([1.0, np.nan], "f8"), "int64", "nan"),
+        (np.array([1.0, 1e39], "f8"), "float32", "1e+39"),
+    ],
+)
+def test_dtype_casts_arrays_when_no_value_changes(values, dtype, lossy):
+    """Declared dtypes cast arrays as they cast table columns; a cast that would change a value is a reject."""
+    from pipeline.ingest import cast_to
+
+    if lossy is None:
+        cast = cast_to(values, np.dtype(dtype), "x")
+        assert cast.dtype == np.dtype(dtype) and np.array_equal(cast, values.astype(dtype))
+    else:
+        told = rf"field 'x': dtype {values.dtype} cannot be cast to {dtype} .*{re.escape(lossy)}"
+        with pytest.raises(SampleError, match=told):
+            cast_to(values, np.dtype(dtype), "x")

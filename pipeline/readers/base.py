@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.readers import cf
+from pipeline.readers.cf import MASK_SUFFIX
+
 
 class SampleError(Exception):
     """This file cannot become a sample; the message is the reason recorded in the rejects list."""
@@ -56,6 +59,8 @@ class FieldSpec:
     kind: str = "path"  # one of FIELD_KINDS
     categorical: bool = False  # values (text or integers) become class ids 0..K-1 (int64)
     classes: tuple[str, ...] | None = None  # the classes, as text, in id order; None: found in the data
+    missing: str = "reject"  # a sample with missing values (CF markers): reject | fill | mask (readers/cf.py)
+    fill_value: float | None = None  # what replaces a missing value (fill, mask); None: 0
 
     @classmethod
     def from_config(cls, name: str, spec: Mapping[str, Any]) -> FieldSpec:
@@ -65,7 +70,13 @@ class FieldSpec:
         return cls(
             name, str(spec[kind]), spec.get("dtype"), None if shape is None else tuple(shape), kind,
             bool(spec.get("categorical") or classes), None if classes is None else tuple(map(str, classes)),
+            spec.get("missing", "reject"), spec.get("fill_value"),
         )  # fmt: skip
+
+    @property
+    def mask_name(self) -> str | None:
+        """The uint8 field written beside this one (1 where a value was missing), or None."""
+        return None if self.missing == "reject" else self.name + MASK_SUFFIX
 
     @property
     def in_file(self) -> bool:
@@ -82,6 +93,10 @@ class ArrayInfo:
     dtype: str  # numpy's name, e.g. 'int16'; the kind tells numbers from text
     dims: tuple[str, ...] | None = None  # dimension names, where the format has them (NetCDF, Zarr)
     coordinate: bool = False  # a coordinate variable (its dimension's values, CF bounds, auxiliary coordinates)
+    # CF attributes found (fill values, packing, units), as a person reads them; empty: none
+    encoding: str = ""
+    columns: tuple[tuple[str, str], ...] | None = None  # a table (compound dtype): its columns and their dtypes
+    kind: str = "array"  # array | table | objects (ROOT object branches) | jagged (a variable length per entry)
 
 
 @dataclass(frozen=True)
@@ -98,8 +113,38 @@ class OpenFile(ABC):
     reads take hyperslabs (only the chunks holding the samples asked for are read where the format is
     chunked). Raises SampleError (never anything else) for what cannot be read."""
 
+    # NetCDF's default fill values apply to arrays without _FillValue (NetCDF only; cf.NETCDF_DEFAULT_FILLS)
+    default_fill = False
+
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._encodings: dict[str, cf.Encoding | None] = {}
+
+    def attributes(self, array: str) -> Mapping[str, Any]:
+        """The array's own attributes (CF: _FillValue, scale_factor, units, ...); {} where the format has none."""
+        return {}
+
+    def stored_dtype(self, array: str) -> np.dtype:
+        """The dtype of the array's values as stored (before CF decoding)."""
+        return np.dtype(self.read(array, (slice(0, 0),) * len(self.shape(array))).dtype)
+
+    def encoding(self, array: str) -> cf.Encoding | None:
+        """How the array's values are stored (CF attributes), looked up once per array."""
+        if array not in self._encodings:
+            attributes = self.attributes(array)
+            if not attributes and not self.default_fill:
+                self._encodings[array] = None
+                return None
+            try:
+                self._encodings[array] = cf.encoding(attributes, self.stored_dtype(array), self.default_fill)
+            except cf.EncodingError as e:
+                raise SampleError(f"array '{array}': {e}") from None
+        return self._encodings[array]
+
+    def decoded(self, array: str, raw: np.ndarray) -> np.ndarray:
+        """Values as read, decoded by the array's CF attributes (masked where missing, unpacked)."""
+        found = self.encoding(array)
+        return raw if found is None else found.decode(raw)
 
     @abstractmethod
     def shape(self, array: str) -> tuple[int, ...]:
@@ -133,11 +178,16 @@ class OpenFile(ABC):
 
     def samples(self, field: FieldSpec, axis: int, start: int, stop: int) -> np.ndarray | list[np.ndarray]:
         """Samples [start, stop) of the field, the sample axis first."""
-        data = self.read(field.path, (slice(None),) * axis + (slice(start, stop),))
+        data = self.decoded(field.path, self.read(field.path, (slice(None),) * axis + (slice(start, stop),)))
         return as_array(np.moveaxis(data, axis, 0) if axis else data, field)
 
     def whole(self, field: FieldSpec) -> np.ndarray:
-        return as_array(self.read(field.path, ()), field)
+        """The field's whole array, decoded (masked where values are missing: `resolve_missing` next)."""
+        return as_array(self.decoded(field.path, self.read(field.path, ())), field)
+
+    def markers(self, field: FieldSpec) -> str:
+        found = self.encoding(field.path)
+        return "" if found is None else found.markers()
 
     @abstractmethod
     def attribute(self, name: str) -> Any:
@@ -172,7 +222,7 @@ class Reader(ABC):
             arrays = {}
             for field in fields:
                 try:
-                    arrays[field.name] = f.whole(field)
+                    arrays.update(resolve_missing(field, f.whole(field), f.markers(field)))
                 except MissingArray as e:
                     raise SampleError(f"missing field '{field.name}': {e}") from None
             sample_id = None
@@ -200,8 +250,21 @@ class Reader(ABC):
         raise NotImplementedError
 
 
+def resolve_missing(field: FieldSpec, value: np.ndarray, markers: str) -> dict[str, np.ndarray]:
+    """One sample's field with its missing values handled by `field.missing`: {name: values} and, for
+    fill and mask, {NAME_mask: 1 where a value was missing}. SampleError: rejected, with the count."""
+    try:
+        values, mask = cf.apply_missing(field.name, value, field.missing, field.fill_value, markers)
+    except ValueError as e:
+        raise SampleError(str(e)) from None
+    resolved = {field.name: values}
+    if field.mask_name is not None and mask is not None:
+        resolved[field.mask_name] = mask
+    return resolved
+
+
 def as_array(value: Any, field: FieldSpec) -> np.ndarray:
-    array = np.asarray(value)
+    array = np.asanyarray(value)  # a masked array (missing values, readers/cf.py) stays one
     if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
         raise SampleError(f"field '{field.name}' ({field.path}) is not a numeric array (dtype {array.dtype})")
     return array

@@ -26,6 +26,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from pipeline.readers import cf
 from pipeline.readers.base import (
     ArrayInfo,
     Contents,
@@ -36,8 +37,10 @@ from pipeline.readers.base import (
     SampleError,
     as_array,
     as_text,
+    resolve_missing,
     scalar_text,
 )
+from pipeline.readers.cf import CF_ATTRIBUTES
 
 _FILE_ACCESS = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
 _FILE_ACCESS.set_fapl_core(backing_store=False)
@@ -50,14 +53,41 @@ def _view(contents: np.ndarray, offset: int, dtype: np.dtype, shape: tuple[int, 
     return contents[offset : offset + dtype.itemsize * math.prod(shape)].view(dtype).reshape(shape)
 
 
+def cf_attributes(attrs: h5py.AttributeManager) -> dict[str, object]:
+    """A dataset's CF attributes (readers/cf.py); netCDF-4's own bookkeeping attributes are not among them."""
+    return {name: attrs[name] for name in CF_ATTRIBUTES if name in attrs}
+
+
+def _dataset_encoding(dataset: h5py.h5d.DatasetID, field: FieldSpec) -> cf.Encoding | None:
+    """The dataset's CF encoding; None (at the cost of one call) for a dataset without attributes."""
+    if not h5py.h5a.get_num_attrs(dataset):
+        return None
+    try:
+        return cf.encoding(cf_attributes(h5py.Dataset(dataset).attrs), dataset.dtype)
+    except cf.EncodingError as e:
+        raise SampleError(f"field '{field.name}' ({field.path}): {e}") from None
+
+
 def _read_dataset(
     file_id: h5py.h5f.FileID, field: FieldSpec, contents: np.ndarray | None
-) -> tuple[np.ndarray, int | None]:
-    """The field's array and, when it is a view of `contents`, its offset there."""
+) -> tuple[dict[str, np.ndarray], int | None]:
+    """The field's arrays (with its mask: missing values, readers/cf.py) and, when the field's array is a
+    view of `contents`, its offset there."""
     try:
         dataset = h5py.h5d.open(file_id, field.path.encode())
     except KeyError:
         raise SampleError(f"missing field '{field.name}': no dataset '{field.path}'") from None
+    found = _dataset_encoding(dataset, field)
+    if found is not None and (found.masks or found.packed or found.unsigned):
+        array, _ = _read_raw(dataset, field, None)
+        return resolve_missing(field, as_array(found.decode(array), field), found.markers()), None
+    array, offset = _read_raw(dataset, field, contents)
+    return resolve_missing(field, array, ""), offset
+
+
+def _read_raw(
+    dataset: h5py.h5d.DatasetID, field: FieldSpec, contents: np.ndarray | None
+) -> tuple[np.ndarray, int | None]:
     try:
         shape, dtype = dataset.shape, dataset.dtype
         if contents is not None and dtype.kind in "biufc" and not dtype.hasobject:
@@ -119,7 +149,7 @@ def learn_template(
     """The template of a file HDF5 has just read, or None when it cannot be told from the bytes alone:
     a field not stored contiguously, or an id whose text is not found exactly once outside the data."""
     places = {name: offset for name, offset in offsets.items() if offset is not None}
-    if len(places) < len(offsets):
+    if len(places) < len(offsets) or len(arrays) > len(offsets):  # not all views, or masks beside (cf.py)
         return None
     template = contents.tobytes()
     data = sorted((offset, offset + arrays[name].nbytes) for name, offset in places.items())
@@ -172,6 +202,12 @@ class HDF5File(OpenFile):
 
     def shape(self, array: str) -> tuple[int, ...]:
         return tuple(self._dataset(array).shape)
+
+    def attributes(self, array: str) -> dict[str, object]:
+        return cf_attributes(self._dataset(array).attrs)
+
+    def stored_dtype(self, array: str) -> np.dtype:
+        return self._dataset(array).dtype
 
     def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
         try:
@@ -268,7 +304,8 @@ class HDF5Reader(Reader):
         try:
             arrays, offsets = {}, {}
             for field in fields:
-                arrays[field.name], offsets[field.name] = _read_dataset(file_id, field, contents)
+                resolved, offsets[field.name] = _read_dataset(file_id, field, contents)
+                arrays.update(resolved)
             sample_id = _read_root_attr(file_id, id_attr) if id_attr is not None else None
             return arrays, offsets, sample_id
         except (OSError, RuntimeError, KeyError, ValueError) as e:

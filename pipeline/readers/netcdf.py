@@ -26,7 +26,9 @@ def _open(path: Path) -> Any:
         ds = netCDF4.Dataset(str(path), "r")
     except OSError as e:
         raise SampleError(f"cannot open as NetCDF: {e}") from None
-    ds.set_auto_mask(False)  # masked arrays would hide fill values from the finite check
+    # Raw values: CF decoding (fill values, packing) is readers/cf.py's, the same for every format, so
+    # that a missing value is told apart (and named) per sample, not hidden in a masked array or a NaN.
+    ds.set_auto_maskandscale(False)
     return ds
 
 
@@ -44,6 +46,8 @@ def coordinate_names(variables: dict[str, Any]) -> set[str]:
 
 
 class NetCDFFile(OpenFile):
+    default_fill = True  # a value never written reads as netCDF's default fill (9.97e36 for floats)
+
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.ds = _open(path)
@@ -63,6 +67,14 @@ class NetCDFFile(OpenFile):
 
     def dims(self, array: str) -> tuple[str, ...]:
         return tuple(self._variable(array).dimensions)
+
+    def attributes(self, array: str) -> dict[str, Any]:
+        variable = self._variable(array)
+        return {name: variable.getncattr(name) for name in variable.ncattrs()}
+
+    def stored_dtype(self, array: str) -> np.dtype:
+        dtype = self._variable(array).dtype
+        return dtype if isinstance(dtype, np.dtype) else np.dtype(object)  # str: variable-length text
 
     def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
         try:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.readers.base import ArrayInfo, Contents, MissingArray, OpenFile, Reader, SampleError, scalar_text
+from pipeline.readers.cf import CF_ATTRIBUTES
 
 
 def _open(path: Path) -> Any:
@@ -32,6 +33,21 @@ def dimension_names(array: Any) -> tuple[str, ...] | None:
     if names is None:
         names = array.attrs.get("_ARRAY_DIMENSIONS")  # Zarr format 2, as xarray writes it
     return None if names is None or any(n is None for n in names) else tuple(map(str, names))
+
+
+def zarr_cf_attributes(array: Any) -> dict[str, Any]:
+    """The array's CF attributes (xarray writes _FillValue as one in Zarr 3), and a NaN fill_value of its
+    metadata as its _FillValue. Any other fill_value is not taken as missing: zarr gives every array one (0
+    by default) and skips writing chunks that hold only it, so it cannot tell a missing value from data."""
+    found = {name: value for name, value in dict(array.attrs).items() if name in CF_ATTRIBUTES}
+    fill = getattr(array.metadata, "fill_value", None)
+    try:
+        nan_fill = fill is not None and bool(np.isnan(fill))
+    except TypeError:  # text or structured fill values
+        nan_fill = False
+    if nan_fill and "_FillValue" not in found:
+        found["_FillValue"] = fill
+    return found
 
 
 class ZarrFile(OpenFile):
@@ -57,6 +73,12 @@ class ZarrFile(OpenFile):
 
     def dims(self, array: str) -> tuple[str, ...] | None:
         return dimension_names(self._array(array))
+
+    def attributes(self, array: str) -> dict[str, Any]:
+        return zarr_cf_attributes(self._array(array))
+
+    def stored_dtype(self, array: str) -> np.dtype:
+        return np.dtype(self._array(array).dtype)
 
     def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
         try:

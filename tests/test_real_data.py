@@ -1,0 +1,99 @@
+"""Real output that nobody here wrote: the NetCDF files of iris-sample-data (Met Office, NEMO, OSTIA, ...),
+through the readers' CF decoding, ingest -> convert -> merge and `sim2dl inspect --write`. Files are used as
+PyPI ships them (read-only, from the installed package); the workflow reads them in place."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import netCDF4
+import numpy as np
+import pytest
+
+from pipeline.readers.netcdf import NetCDFFile
+
+from .conftest import make_config
+from .test_layouts import data_half
+
+iris_sample_data = pytest.importorskip("iris_sample_data")
+IRIS = Path(iris_sample_data.__file__).parent / "sample_data"
+IRIS_NETCDF = sorted(IRIS.glob("**/*.nc"))
+
+
+def test_cf_decoding_masks_and_unpacks_every_variable_as_netcdf4_does():
+    """Every numeric variable of every file: the same missing values and the same values as netCDF4's own
+    auto mask-and-scale (the reference implementation of CF decoding)."""
+    compared = masked_variables = 0
+    for path in IRIS_NETCDF:
+        opened = NetCDFFile(path)
+        with netCDF4.Dataset(path) as ds, opened:
+            for name, variable in ds.variables.items():
+                if not isinstance(variable.dtype, np.dtype) or variable.dtype.kind not in "biuf":
+                    continue
+                want = variable[...]
+                got = opened.decoded(name, opened.read(name, ()))
+                want_mask, got_mask = np.ma.getmaskarray(want), np.ma.getmaskarray(got)
+                assert np.array_equal(want_mask, got_mask), (path.name, name)
+                assert np.array_equal(np.ma.getdata(want)[~want_mask], np.ma.getdata(got)[~got_mask]), (path.name, name)
+                compared += 1
+                masked_variables += bool(want_mask.any())
+    assert compared > 100 and masked_variables >= 10  # fill values of several kinds were there to find
+
+
+def ostia_config(tmp_path: Path, missing: str, **field: object) -> dict:
+    spec = {"path": "surface_temperature", "dtype": "float32", "shape": [18, 432], "missing": missing, **field}
+    labels = ["surface_temperature_mask"] if missing == "mask" else []
+    source = {"path": str(IRIS), "glob": "ostia_monthly.nc", "format": "netcdf", "samples_along": "time",
+              "sample_id": None, "fields": {"surface_temperature": spec}}  # fmt: skip
+    convert = {"features": ["surface_temperature"], "labels": labels, "log1p": [],
+               "normalise": ["surface_temperature"], "per_channel": []}  # fmt: skip
+    return make_config(
+        tmp_path,
+        source=source,
+        convert=convert,
+        ingest={"max_reject_fraction": 1.0},
+        train={"validation_fraction": 0.0},  # statistics over every sample, to compare with netCDF4's
+    )
+
+
+def test_fill_values_of_real_sea_surface_temperatures_never_reach_records_or_statistics(tmp_path, serial):
+    """OSTIA monthly SST (54 months, land and sea ice as _FillValue 1e20): rejected with the count and the
+    marker by default; with missing: mask, filled, masked beside, and left out of the statistics."""
+    with netCDF4.Dataset(IRIS / "ostia_monthly.nc") as ds:
+        sst = ds["surface_temperature"][...]
+    missing_per_step = np.ma.getmaskarray(sst).reshape(54, -1).sum(axis=1)
+    assert missing_per_step.min() > 0
+
+    rejected = ingest_only(ostia_config(tmp_path / "reject", "reject"), tmp_path / "reject")
+    assert rejected["accepted"] == 0 and rejected["rejected"] == 54
+    reasons = (tmp_path / "reject" / "ingest" / "rejects.csv").read_text()
+    assert f"surface_temperature': {missing_per_step[0]} of 7776 values are missing (_FillValue 1e+20)" in reasons
+
+    summary, metadata = data_half(ostia_config(tmp_path, "mask", fill_value=-1.0), IRIS, tmp_path, serial)
+    assert summary["accepted"] == 54
+    stats = json.loads((tmp_path / "work" / "convert" / "stats.json").read_text())["statistics"]
+    valid = np.ma.compressed(sst).astype(np.float64)
+    assert stats["surface_temperature"]["count"] == valid.size
+    assert stats["surface_temperature"]["max"] == pytest.approx(valid.max()) and valid.max() < 400  # kelvin
+    assert stats["surface_temperature"]["min"] == pytest.approx(valid.min())
+    assert stats["surface_temperature"]["mean"] == pytest.approx(valid.mean(), rel=1e-9)
+    assert metadata["feature_spec"]["surface_temperature_mask"]["dtype"] == "uint8"
+    from pipeline.reader import ShardReader
+
+    records = list(ShardReader(tmp_path / "work" / "merged"))
+    assert len(records) == 54
+    masks = np.stack([r["surface_temperature_mask"] for r in records])
+    temperatures = np.stack([r["surface_temperature"] for r in records])
+    assert int(masks.sum()) == int(np.ma.count_masked(sst))  # every missing value marked, none else
+    mean, std = stats["surface_temperature"]["mean"], stats["surface_temperature"]["std"]
+    assert np.allclose(temperatures[masks == 1], (-1.0 - mean) / std, rtol=1e-5)  # fill_value, normalised
+    got, want = np.sort(temperatures[masks == 0]), np.sort((valid - mean) / std)  # records in shard order
+    assert np.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def ingest_only(config: dict, work: Path) -> dict:
+    from pipeline.ingest import ingest
+    from pipeline.parallel import SerialComm
+
+    return ingest(config, IRIS, work / "ingest", SerialComm())
