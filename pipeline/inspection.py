@@ -68,10 +68,19 @@ class Field:
     values: int  # elements in the first file that holds it
     dims: tuple[str, ...] | None = None  # dimension names (NetCDF, Zarr), as in the first file
     coordinate: bool = False  # a coordinate variable (never a feature or label)
+    kind: str = "array"  # array | jagged | table | objects | unsupported (ArrayInfo.kind, as in the first file)
+    columns: tuple[tuple[str, str], ...] | None = None  # a table's columns and their dtypes
+    encoding: str = ""  # CF fill values, packing and units found (ArrayInfo.encoding)
 
     @property
     def numeric(self) -> bool:
-        return self.dtype is not None and np.dtype(self.dtype).kind in "biuf"
+        """Numbers sim2dl reads as a field: an array or a jagged branch of a numeric dtype."""
+        if self.dtype is None or self.kind not in ("array", "jagged"):
+            return False
+        try:
+            return np.dtype(self.dtype).kind in "biuf"
+        except TypeError:
+            return False
 
     @property
     def is_label(self) -> bool:
@@ -164,7 +173,9 @@ def merge_fields(contents: Sequence[Contents]) -> list[Field]:
         info = infos[path]
         coordinate = info.coordinate or path.endswith(("_bnds", "_bounds"))
         dtype = dtypes.pop() if len(dtypes) == 1 else None
-        fields.append(Field(path, dtype, shape, len(found), values, info.dims, coordinate))
+        fields.append(
+            Field(path, dtype, shape, len(found), values, info.dims, coordinate, info.kind, info.columns, info.encoding)
+        )
     return fields
 
 
@@ -205,6 +216,8 @@ def survey(spec: str, files: int = 8) -> Survey:
             opened.append(path)
         except SampleError as e:
             unreadable[str(path)] = str(e)
+        except Exception as e:  # a library's own failure on a file it cannot read: reported, never raised
+            unreadable[str(path)] = f"{type(e).__name__}: {e}"
     if not contents:
         raise Sim2dlError(f"none of the files inspected could be read: {unreadable}")
     fields = tuple(merge_fields(contents))
@@ -287,9 +300,20 @@ def label_candidates(result: Survey, sample_id: str | None) -> dict[str, list[st
     return dict(sorted(differing.items(), key=lambda item: (len(item[1]), item[0])))
 
 
+def field_dtypes() -> set[str]:
+    """The dtypes a field may declare (the schema's list: float128 or complex numbers are not among them)."""
+    spec = cfg.schema()["properties"]["source"]["properties"]["fields"]["additionalProperties"]
+    return {dtype for dtype in spec["properties"]["dtype"]["enum"] if dtype}
+
+
 def decide(result: Survey) -> Decisions:
     coordinates = [f.path for f in result.fields if f.coordinate]
-    usable = tuple(f for f in result.fields if f.numeric and f.in_files == len(result.files) and not f.coordinate)
+    dtypes = field_dtypes()
+    usable = tuple(
+        f
+        for f in result.fields
+        if f.numeric and f.dtype in dtypes and f.in_files == len(result.files) and not f.coordinate
+    )
     lines = []
     if coordinates:
         lines.append(f"left out: {', '.join(coordinates)}: coordinate variables (named as their dimension, "
@@ -301,9 +325,11 @@ def decide(result: Survey) -> Decisions:
         lines.append(f"samples_along: none, a file is one sample: {why}")
     else:
         lines.append(f"samples_along: {axis!r}, one sample per index: {why}")
-    shapes = {}
+    shapes: dict[str, tuple[int | None, ...] | None] = {}
     for f in usable:
-        if f.path in along and f.shape is not None:
+        if f.kind == "jagged":
+            shapes[f.path] = (None,)  # a variable number of values per entry
+        elif f.path in along and f.shape is not None:
             shapes[f.path] = tuple(n for k, n in enumerate(f.shape) if k != along[f.path])
         else:
             shapes[f.path] = f.shape
@@ -359,8 +385,10 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     decided = decide(result)
     usable = decided.usable
     if not usable:
+        found = "; ".join(f"{f.path}: {why_left_out(f, len(result.files))}" for f in result.fields) or "nothing"
         raise Sim2dlError(
-            f"no numeric array that is not a coordinate is in every inspected file below {result.source.root}"
+            f"no numeric array that is not a coordinate is in every inspected file below {result.source.root} "
+            f"(found: {found})"
         )
     shapes = decided.sample_shapes
     names = field_names(usable)
@@ -375,67 +403,127 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     model, depth = choose_model(first_shape)
     task = "classification" if decided.class_label and not labels else "regression"
 
-    def flow(value: Any) -> str:
-        text = yaml.safe_dump(value, default_flow_style=True, width=1_000, sort_keys=False)
-        return text.removesuffix("...\n").strip()
-
-    field_lines = []
+    fields: dict[str, Any] = {}
     for f in usable:
         shape = shapes[f.path]
-        spec = {"path": f.path, "dtype": f.dtype, "shape": None if shape is None else list(shape)}
-        varies = shape is None or None in shape
-        note = "  # null: differs between the files inspected" if varies else ""
-        field_lines.append(f"    {names[f.path]}: {flow(spec)}{note}")
+        fields[names[f.path]] = {"path": f.path, "dtype": f.dtype, "shape": None if shape is None else list(shape)}
+        if any(marker in f.encoding for marker in ("_FillValue", "missing_value", "valid_")):
+            fields[names[f.path]]["missing"] = "reject"  # said outright: fill or mask keep such samples
+    varying = [names[f.path] for f in usable if shapes[f.path] is None or None in (shapes[f.path] or ())]
     attribute_names = {}
     for attribute in decided.candidates:
         name = re.sub(r"\W+", "_", attribute).strip("_") or "attribute"
         attribute_names[attribute] = name if name not in names.values() else f"{name}_attr"
+    candidates = []
     for attribute, name in attribute_names.items():
         spec = {"attr": attribute, "categorical": True}
-        line = f"    {name}: {flow(spec)}"
-        field_lines.append(line if attribute == decided.class_label else f"    # {line.strip()}   # a candidate label")
+        if attribute == decided.class_label:
+            fields[name] = spec
+        else:
+            candidates.append(f"{name}: {flow(spec)}   (a candidate label)")
     class_labels = [attribute_names[decided.class_label]] if decided.class_label else []
-    skipped = [f.path for f in result.fields if f not in usable]
-    text = "\n".join(
-        [
-            f"# Written by `sim2dl inspect` from {len(result.files)} of "
-            f"{result.listed}{'' if result.complete else '+'} files. Check it, then run:",
-            "#   snakemake --cores 2 --configfile THIS_FILE",
-            "# Every key, with its default: pipeline/schema.yaml (config/schema.yaml in the repository).",
-            *(f"# {line}" for line in decided.lines),
-            f"workdir: {flow(workdir)}",
-            "simulate:",
-            "  enabled: false          # existing output, below source.path",
-            "source:",
-            f"  path: {flow(str(result.source.root))}",
-            f"  glob: {flow(result.source.pattern)}",
-            f"  samples_along: {flow(decided.samples_along)}"
-            + ("    # null: a file is one sample" if decided.samples_along is None else "    # one sample per index"),
-            f"  sample_id: {flow(None if decided.sample_id is None else {'attr': decided.sample_id})}"
-            + ("    # null: the file's relative path" if decided.sample_id is None else ""),
-            "  fields:              # the shape of ONE sample",
-            *field_lines,
-            *([f"  # not mapped (not numeric, a coordinate, or not in every file): {flow(skipped)}"] * bool(skipped)),
-            "convert:",
-            f"  features: {flow(features)}    # the large arrays: the network's input",
-            f"  labels: {flow(labels + class_labels)}    # the small vectors (and a class): what it predicts",
-            "  log1p: []               # e.g. the features, for particle counts",
-            f"  normalise: {flow(features + labels)}   # standardised with the dataset's statistics",
-            f"  per_channel: {flow(labels)}   # one mean and std per label component",
-            "  split: null             # cut the features into sub-volumes, e.g. [32, 32, 32]",
-            "train:",
-            f"  task: {task}" + ("    # the class label alone" if task == "classification" else ""),
-            f"  model: {model}    # for the feature's shape {flow(None if first_shape is None else list(first_shape))}",
-            f"  depth: {depth}",
-            "",
-        ]
-    )
+    skipped = [f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in usable]
+    sections: list[tuple[list[str], dict[str, Any]]] = [
+        ([], {"workdir": workdir}),
+        (["existing output, below source.path: the simulator is off"], {"simulate": {"enabled": False}}),
+        (
+            [
+                f"samples_along: {'a file is one sample' if decided.samples_along is None else 'one sample per index'}",
+                "sample_id null: the file's relative path",
+                "fields: the shape of ONE sample (null: any length)"
+                + (f"; {', '.join(varying)} differ between the files inspected" if varying else ""),
+                *(["more fields you could map:", *candidates] if candidates else []),
+                *(["not mapped:", *skipped] if skipped else []),
+            ],
+            {
+                "source": {
+                    "path": str(result.source.root),
+                    "glob": result.source.pattern,
+                    "samples_along": decided.samples_along,
+                    "sample_id": None if decided.sample_id is None else {"attr": decided.sample_id},
+                    "fields": fields,
+                }
+            },
+        ),
+        (
+            [
+                "features: the large arrays, the network's input; labels: the small vectors (and a class)",
+                "log1p: e.g. the features, for particle counts; normalise: standardised with the data's statistics",
+                "split: cut the features into sub-volumes, e.g. [32, 32, 32]",
+            ],
+            {
+                "convert": {
+                    "features": features,
+                    "labels": labels + class_labels,
+                    "log1p": [],
+                    "normalise": features + labels,
+                    "per_channel": labels,
+                    "split": None,
+                }
+            },
+        ),
+        (
+            [f"model: for the feature's shape {flow(None if first_shape is None else list(first_shape))}"],
+            {"train": {"task": task, "model": model, "depth": depth}},
+        ),
+    ]
+    header = [
+        f"Written by `sim2dl inspect` from {len(result.files)} of {result.listed}{'' if result.complete else '+'} "
+        "files. Check it, then run:",
+        "  snakemake --cores 2 --configfile THIS_FILE",
+        "Every key, with its default: pipeline/schema.yaml (config/schema.yaml in the repository).",
+        *decided.lines,
+    ]
+    parts = [comment(header)]
+    for notes, section in sections:
+        parts.append(comment(notes) + "".join(block(key, value) for key, value in section.items()))
+    text = "".join(parts)
     content = yaml.safe_load(text)
+    expected = {key: value for _, section in sections for key, value in section.items()}
+    if content != expected:
+        raise Sim2dlError("the starter config does not read back as written (please report this)")
     try:
         cfg.validate(yaml.safe_load(text))
     except Sim2dlError as e:
         raise Sim2dlError(f"the starter config would not validate (please report this): {e}") from None
     return text, content
+
+
+def flow(value: Any) -> str:
+    """A value as one line of YAML (flow style)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=1_000_000, sort_keys=False)
+    return " ".join(text.removesuffix("...\n").split())
+
+
+def block(key: str, value: Any) -> str:
+    """A top-level key in block style, the collections inside it that hold only scalars in flow style."""
+    if not isinstance(value, dict) or not value:
+        return f"{key}: {flow(value)}\n"
+    inner = yaml.safe_dump(value, sort_keys=False, default_flow_style=None, width=110)
+    if inner.startswith("{"):  # only scalars inside: PyYAML would write the whole mapping in flow style
+        inner = "".join(f"{name}: {flow(item)}\n" for name, item in value.items())
+    return f"{key}:\n" + "".join(f"  {line}\n" for line in inner.splitlines())
+
+
+def comment(lines: Sequence[str]) -> str:
+    """YAML comment lines: any text (an attribute's value with newlines, ': ', '#') stays inside them."""
+    return "".join(f"# {line}\n" if line else "#\n" for text in lines for line in str(text).splitlines() or [""])
+
+
+def why_left_out(f: Field, files: int) -> str:
+    if f.coordinate:
+        return "a coordinate"
+    if f.kind == "table":
+        return "a table (compound dataset)"
+    if f.kind == "objects":
+        return "objects, not numbers"
+    if f.kind == "unsupported":
+        return "a type numpy cannot read"
+    if f.in_files < files:
+        return f"in {f.in_files} of {files} files"
+    if f.numeric:
+        return f"dtype {f.dtype}: not one a field holds"
+    return "not numeric" if f.dtype is not None else "dtype differs between files"
 
 
 def report(result: Survey) -> str:
@@ -447,7 +535,7 @@ def report(result: Survey) -> str:
         *(f"  {p}" for p in result.files),
         "",
     ]
-    width = max(len(f.path) for f in result.fields)
+    width = max((len(f.path) for f in result.fields), default=5)
     lines.append(f"  {'array':<{width}}  {'dtype':<8}  {'shape':<24}  notes")
     for f in result.fields:
         axes = "rank differs" if f.shape is None else ", ".join("*" if a is None else str(a) for a in f.shape)
@@ -457,8 +545,19 @@ def report(result: Survey) -> str:
             notes.append("shape differs between files (*: any length)")
         if f.dtype is None:
             notes.append("dtype differs between files")
+        elif f.kind == "table":
+            columns = ", ".join(f"{name} {dtype}" for name, dtype in f.columns or ())
+            notes.append(f"a table, columns: {columns}")
+        elif f.kind == "objects":
+            notes.append(f"objects ({f.encoding or 'a class'}), not numbers: left out")
+        elif f.kind == "unsupported":
+            notes.append(f"a type numpy cannot read: {f.encoding}")
+        elif f.kind == "jagged":
+            notes.append("jagged: a variable number of values per entry")
         elif not f.numeric:
             notes.append("not numeric")
+        if f.encoding and f.kind in ("array", "jagged"):
+            notes.append(f.encoding)
         if f.in_files < n:
             notes.append(f"in {f.in_files} of {n} files")
         lines.append(f"  {f.path:<{width}}  {f.dtype or '?':<8}  {shape:<24}  {'; '.join(notes)}".rstrip())

@@ -10,6 +10,7 @@ from pathlib import Path
 import netCDF4
 import numpy as np
 import pytest
+import yaml
 
 from pipeline.readers.netcdf import NetCDFFile
 
@@ -97,3 +98,78 @@ def ingest_only(config: dict, work: Path) -> dict:
     from pipeline.parallel import SerialComm
 
     return ingest(config, IRIS, work / "ingest", SerialComm())
+
+
+def real_files() -> list[Path]:
+    """Every NetCDF file of iris-sample-data, and the HDF5 files PyTables and h5py ship for their own tests
+    (tables, nested compound types, enums, big-endian numbers, HDF5 time types, external links, text)."""
+    import h5py
+    import tables
+
+    shipped = [*Path(tables.__file__).parent.glob("tests/*.h5"), *Path(h5py.__file__).parent.glob("tests/**/*.h5")]
+    return IRIS_NETCDF + sorted(shipped)
+
+
+def test_inspect_never_crashes_and_every_config_it_writes_validates(tmp_path):
+    """`sim2dl inspect --write` on each real file alone: a config that validates, or a clear error that
+    names what the file holds; never a traceback."""
+    from pipeline import Sim2dlError
+    from pipeline import config as cfg
+    from pipeline.inspection import inspect
+
+    written, refused = [], {}
+    for k, path in enumerate(real_files()):
+        directory = tmp_path / f"d{k}"
+        directory.mkdir()
+        (directory / path.name).symlink_to(path)
+        try:
+            text, content = inspect(str(directory), write=tmp_path / f"d{k}.yaml")
+        except Sim2dlError as e:
+            refused[path.name] = str(e)
+            continue
+        assert content is not None and "Traceback" not in text
+        cfg.validate(yaml.safe_load((tmp_path / f"d{k}.yaml").read_text()))
+        written.append(path.name)
+    assert len(written) >= 30, refused
+    assert {"ostia_monthly.nc", "SOI_Darwin.nc", "smpl_i64be.h5", "smpl_enum.h5", "float.h5"} <= set(written)
+    for name, reason in refused.items():  # files of tables or text only: said, with what was found
+        assert "found:" in reason, (name, reason)
+    assert "a table (compound dataset)" in refused["Tables_lzo1.h5"]
+
+
+def test_inspect_reports_tables_fill_values_and_writes_yaml_that_holds_any_attribute_text(tmp_path):
+    """Global attributes with ': ', '#', quotes and newlines (CMIP6's source attribute) stay inside the
+    YAML's comments and values; a compound table is shown with its columns; fill values are reported."""
+    from pipeline import config as cfg
+    from pipeline.inspection import inspect
+
+    text = "seaIce: FESOM 1.4, CIESM (2019): # not a comment\n  'quoted' \"and\" more: {x: [1]}"
+    root = tmp_path / "runs"
+    root.mkdir()
+    for k in range(3):
+        with netCDF4.Dataset(root / f"run{k}.nc", "w") as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("x", 4)
+            ta = ds.createVariable("ta", "f4", ("time", "x"), fill_value=np.float32(1e20))
+            ta[:] = np.ones((2 + k, 4), "f4")
+            ta.units = "K"
+            ds.source = f"{text} {k}"
+    report, content = inspect(str(root), write=tmp_path / "runs.yaml")
+    assert "_FillValue 1e+20; units K" in report
+    written = (tmp_path / "runs.yaml").read_text()
+    config = cfg.validate(yaml.safe_load(written))
+    assert config["source"]["fields"]["ta"]["missing"] == "reject"
+    attribute_lines = [line for line in written.splitlines() if "seaIce" in line or "'quoted'" in line]
+    assert attribute_lines and all(line.startswith("#") for line in attribute_lines)  # inside comments
+
+    import tables
+
+    table = Path(tables.__file__).parent / "tests" / "smpl_compound_chunked.h5"
+    (tmp_path / "table").mkdir()
+    (tmp_path / "table" / table.name).symlink_to(table)
+    from pipeline import Sim2dlError
+
+    with pytest.raises(Sim2dlError, match=r"a table \(compound dataset\)"):
+        inspect(str(tmp_path / "table"), write=tmp_path / "table.yaml")
+    report, _ = inspect(str(tmp_path / "table"))
+    assert "a table, columns: a_name int32, c_name |S6, d_name int16[5, 10]" in report

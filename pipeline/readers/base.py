@@ -250,6 +250,50 @@ class Reader(ABC):
         raise NotImplementedError
 
 
+def dtype_text(dtype: np.dtype) -> str:
+    """A dtype as the config names it: numpy's name for numbers ('int64', whatever the byte order)."""
+    return dtype.name if dtype.kind in "biufc" else str(dtype)
+
+
+def array_info(
+    path: str,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    attributes: Mapping[str, Any],
+    dims: tuple[str, ...] | None = None,
+    coordinate: bool = False,
+    default_fill: bool = False,
+) -> ArrayInfo:
+    """How `describe` reports one array of any format: a table for a compound dtype (its columns), a
+    subarray dtype's axes appended to the shape, the dtype after CF unpacking and the CF encoding found."""
+    if dtype.names:
+        columns = tuple((column, subarray_text(dtype.fields[column][0])) for column in dtype.names)
+        return ArrayInfo(path, shape, "compound", dims, coordinate, columns=columns, kind="table")
+    if dtype.subdtype is not None:
+        base, inner = dtype.subdtype
+        shape, dtype = (*shape, *inner), base
+    try:
+        found = cf.encoding(attributes, dtype, default_fill)
+    except cf.EncodingError as e:
+        return ArrayInfo(path, shape, dtype_text(dtype), dims, coordinate, encoding=f"unusable CF attributes: {e}")
+    shown = ""
+    if found is not None:  # netCDF's default fill applies to every variable: not repeated for each
+        markers = ", ".join(m for m in found.markers().split(", ") if m and not m.startswith("default "))
+        packed = "packed (scale_factor/add_offset)" if found.packed else ""
+        shown = "; ".join(text for text in (markers, packed, f"units {found.units}" if found.units else "") if text)
+    return ArrayInfo(path, shape, dtype_text(cf.unpacked_dtype(dtype, found)), dims, coordinate, encoding=shown)
+
+
+def subarray_text(dtype: np.dtype) -> str:
+    """A table column's dtype: 'float64', 'float64[10]' for a subarray, 'compound' for a nested table."""
+    if dtype.names:
+        return "compound"
+    if dtype.subdtype is not None:
+        base, inner = dtype.subdtype
+        return f"{dtype_text(base)}[{', '.join(map(str, inner))}]"
+    return dtype_text(dtype)
+
+
 def resolve_missing(field: FieldSpec, value: np.ndarray, markers: str) -> dict[str, np.ndarray]:
     """One sample's field with its missing values handled by `field.missing`: {name: values} and, for
     fill and mask, {NAME_mask: 1 where a value was missing}. SampleError: rejected, with the count."""

@@ -35,6 +35,7 @@ from pipeline.readers.base import (
     OpenFile,
     Reader,
     SampleError,
+    array_info,
     as_array,
     as_text,
     resolve_missing,
@@ -224,6 +225,18 @@ class HDF5File(OpenFile):
         self.file.close()
 
 
+def describe_dataset(name: str, node: h5py.Dataset) -> ArrayInfo:
+    """One dataset as inspect shows it: an array (subarray dtypes' axes appended to its shape), a table (a
+    compound dtype: its columns), or what cannot be read as numbers (text, references, types numpy lacks)."""
+    try:
+        dtype = node.dtype
+        scale = node.attrs.get("CLASS") == b"DIMENSION_SCALE"  # a coordinate (netCDF-4 writes them too)
+        attributes = cf_attributes(node.attrs)
+    except (TypeError, ValueError, OSError, KeyError) as e:  # e.g. HDF5 time types: no numpy equivalent
+        return ArrayInfo(name, tuple(node.shape), "unsupported", kind="unsupported", encoding=str(e))
+    return array_info(name, tuple(node.shape), dtype, attributes, coordinate=scale)
+
+
 class HDF5Reader(Reader):
     name = "hdf5"
     suffixes = (".h5", ".hdf5", ".hdf", ".he5")
@@ -252,10 +265,12 @@ class HDF5Reader(Reader):
 
             def visit(name: str, node: object) -> None:
                 if isinstance(node, h5py.Dataset):
-                    scale = node.attrs.get("CLASS") == b"DIMENSION_SCALE"  # a coordinate (netCDF-4 writes them too)
-                    arrays.append(ArrayInfo(name, tuple(node.shape), str(node.dtype), coordinate=scale))
+                    arrays.append(describe_dataset(name, node))
 
-            f.visititems(visit)
+            try:
+                f.visititems(visit)
+            except (OSError, KeyError, RuntimeError) as e:  # a broken external link, a damaged group
+                raise SampleError(f"cannot list the datasets: {e}") from None
             texts = {name: scalar_text(value) for name, value in f.attrs.items()}
             return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None})
 

@@ -15,8 +15,10 @@ from pipeline.readers.base import (
     OpenFile,
     Reader,
     SampleError,
+    array_info,
     scalar_text,
 )
+from pipeline.readers.cf import CF_ATTRIBUTES
 
 
 def _open(path: Path) -> Any:
@@ -34,12 +36,13 @@ def _open(path: Path) -> Any:
 
 def coordinate_names(variables: dict[str, Any]) -> set[str]:
     """CF coordinates among a group's variables: 1-D variables named as their dimension, the variables a
-    `bounds` attribute names, and those listed in `coordinates` attributes."""
+    `bounds` attribute names, those listed in `coordinates` attributes, and grid mappings."""
     names = {name for name, var in variables.items() if var.dimensions == (name,)}
     for var in variables.values():
         attrs = set(var.ncattrs())
-        if "bounds" in attrs:
-            names.add(str(var.getncattr("bounds")))
+        for attribute in ("bounds", "grid_mapping"):
+            if attribute in attrs:
+                names.add(str(var.getncattr(attribute)).split(":")[0])
         if "coordinates" in attrs:
             names.update(str(var.getncattr("coordinates")).split())
     return names
@@ -107,11 +110,10 @@ class NetCDFReader(Reader):
                 coordinates = coordinate_names(group.variables)
                 for name, var in group.variables.items():
                     dtype = np.dtype(var.dtype) if isinstance(var.dtype, np.dtype) else np.dtype(object)
-                    arrays.append(
-                        ArrayInfo(
-                            prefix + name, tuple(var.shape), str(dtype), tuple(var.dimensions), name in coordinates
-                        )
-                    )
+                    attributes = {key: var.getncattr(key) for key in var.ncattrs() if key in CF_ATTRIBUTES}
+                    info = array_info(prefix + name, tuple(var.shape), dtype, attributes, tuple(var.dimensions),
+                                      name in coordinates, default_fill=True)  # fmt: skip
+                    arrays.append(info)
                 groups += [(f"{prefix}{name}/", sub) for name, sub in group.groups.items()]
             texts = {name: scalar_text(ds.getncattr(name)) for name in ds.ncattrs()}
             return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None})

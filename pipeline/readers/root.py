@@ -22,6 +22,7 @@ from pipeline.readers.base import (
     SampleError,
     as_array,
     as_text,
+    dtype_text,
 )
 
 
@@ -112,7 +113,7 @@ class RootReader(Reader):
                 elif classname in ("TTree", "ROOT::RNTuple"):
                     tree = f[name]
                     for branch in tree.keys():  # noqa: SIM118 - iterating a tree gives branch objects
-                        arrays.append(ArrayInfo(f"{name}/{branch}", *_branch_shape(tree, branch)))
+                        arrays.append(branch_info(tree, branch, f"{name}/{branch}"))
             return Contents(tuple(arrays), texts)
 
     def read(
@@ -167,14 +168,25 @@ def per_item(values: np.ndarray, field: FieldSpec) -> np.ndarray:
     return values.reshape(-1, *shape[1:])
 
 
-def _branch_shape(tree: Any, branch: str) -> tuple[tuple[int, ...], str]:
-    """A branch's shape over the file's events and its dtype: from a TTree branch's interpretation without
-    reading it; an RNTuple field is read (inspect opens few files)."""
+def branch_info(tree: Any, branch: str, path: str) -> ArrayInfo:
+    """A branch as inspect shows it, from its interpretation without reading it: numbers per event (shape
+    over the file's events), a jagged branch (kind 'jagged', its values' dtype), or objects (TLorentzVector
+    and other classes: kind 'objects', not numbers sim2dl reads). An RNTuple field is read (inspect opens
+    few files)."""
+    entries = tree.num_entries
     try:
-        dtype = tree[branch].interpretation.to_dtype  # per event: the inner shape is in the dtype
-        return (tree.num_entries, *dtype.shape), str(dtype.base)
-    except AttributeError:
+        interpretation = tree[branch].interpretation
+    except AttributeError:  # an RNTuple field
         array = tree[branch].array(library="np")
-        if array.dtype == object:  # jagged: one value per event cannot be told
-            return (tree.num_entries,), "object"
-        return tuple(array.shape), str(array.dtype)
+        if array.dtype == object:
+            return ArrayInfo(path, (entries,), "object", kind="jagged")
+        return ArrayInfo(path, tuple(array.shape), dtype_text(array.dtype))
+    except Exception as e:  # uproot cannot interpret it at all
+        return ArrayInfo(path, (entries,), "object", kind="objects", encoding=f"{type(e).__name__}: {e}")
+    dtype = getattr(interpretation, "to_dtype", None)
+    if isinstance(dtype, np.dtype) and not dtype.names:
+        return ArrayInfo(path, (entries, *dtype.shape), dtype_text(dtype.base))  # per event: inner shape in dtype
+    inner = getattr(getattr(interpretation, "content", None), "to_dtype", None)
+    if isinstance(inner, np.dtype) and not inner.names:
+        return ArrayInfo(path, (entries,), dtype_text(inner.base), kind="jagged")
+    return ArrayInfo(path, (entries,), "object", kind="objects", encoding=type(interpretation).__name__)

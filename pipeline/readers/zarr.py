@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.readers.base import ArrayInfo, Contents, MissingArray, OpenFile, Reader, SampleError, scalar_text
+from pipeline.readers.base import Contents, MissingArray, OpenFile, Reader, SampleError, array_info, scalar_text
 from pipeline.readers.cf import CF_ATTRIBUTES
 
 
@@ -118,7 +118,10 @@ class ZarrReader(Reader):
         for _, a in arrays:
             coordinates.update(str(a.attrs.get("bounds", "")).split() + str(a.attrs.get("coordinates", "")).split())
         infos = tuple(
-            ArrayInfo(name, tuple(a.shape), str(a.dtype), dimension_names(a), name in coordinates) for name, a in arrays
+            array_info(
+                name, tuple(a.shape), np.dtype(a.dtype), zarr_cf_attributes(a), dimension_names(a), name in coordinates
+            )
+            for name, a in arrays
         )
         texts = {name: scalar_text(value) for name, value in dict(store.attrs).items()}
         return Contents(infos, {name: text for name, text in texts.items() if text is not None})
