@@ -154,7 +154,7 @@ def test_inspect_reports_tables_fill_values_and_writes_yaml_that_holds_any_attri
             ta[:] = np.ones((2 + k, 4), "f4")
             ta.units = "K"
             ds.source = f"{text} {k}"
-    report, content = inspect(str(root), write=tmp_path / "runs.yaml")
+    report, _ = inspect(str(root), write=tmp_path / "runs.yaml")
     assert "_FillValue 1e+20; units K" in report
     written = (tmp_path / "runs.yaml").read_text()
     config = cfg.validate(yaml.safe_load(written))
