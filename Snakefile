@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import yaml
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 from pipeline import Sim2dlError
 from pipeline import config as sim2dl_config
@@ -28,12 +28,11 @@ min_version("9.0")
 _resolved = sim2dl_config.workflow_config(dict(config), bool(workflow.overwrite_configfiles))
 config.clear()
 config.update(_resolved)
-# --config delivers nested values as strings: coerce them where the schema wants numbers, then validate.
-sim2dl_config.coerce_strings(config, sim2dl_config.schema(), sim2dl_config.schema())
-validate(config, str(sim2dl_config.SCHEMA_PATH))
+# sim2dl's own validation (the same schema, defaults filled in): strings from --config coerced where the
+# schema wants numbers, every problem named as `config key 'a.b.c': ...` (unknown keys with the nearest
+# valid one), as `sim2dl STEP --config` says it.
 try:
-    sim2dl_config.ensemble_defaults(config)
-    sim2dl_config.check_consistency(config)
+    sim2dl_config.validate(config)
 except Sim2dlError as e:
     raise WorkflowError(str(e)) from None
 

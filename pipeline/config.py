@@ -13,6 +13,7 @@ the code. Memory and time: proportional to the config's size (a few KB), indepen
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,19 +105,32 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     """Validate in place and fill defaults; raise Sim2dlError naming the offending key."""
     the_schema = schema()
     coerce_strings(config, the_schema, the_schema)
-    validator = _with_defaults(jsonschema.Draft7Validator)(the_schema)
+    validator = _with_defaults(jsonschema.Draft202012Validator)(the_schema)
     # Two passes: the first fills defaults of nested objects, the second validates those defaults too.
     for _ in range(2):
         errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = []
-        for e in errors[:10]:
-            key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
-            lines.append(f"  config key '{key}': {e.message}")
+        lines = [f"  {line}" for e in errors[:10] for line in error_lines(e)]
         raise Sim2dlError("invalid configuration:\n" + "\n".join(lines))
     ensemble_defaults(config)
     check_consistency(config)
     return config
+
+
+def error_lines(error: jsonschema.ValidationError) -> list[str]:
+    """One line per problem, naming the whole key: an unknown key with the nearest valid one suggested."""
+    key = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = list(error.schema.get("properties", {}))
+        lines = []
+        for name in sorted(set(error.instance) - set(known)):
+            full = f"{key}.{name}" if key else str(name)
+            near = difflib.get_close_matches(str(name), known, n=1)
+            hint = f"; did you mean '{key + '.' if key else ''}{near[0]}'?" if near else f" (known: {', '.join(known)})"
+            lines.append(f"config key '{full}': unknown key{hint}")
+        if lines:
+            return lines
+    return [f"config key '{key or '(top level)'}': {error.message}"]
 
 
 ENSEMBLE_LABELS = {"path": "runs.parquet", "key": "run", "match": "run_directory"}

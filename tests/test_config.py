@@ -19,12 +19,19 @@ def test_defaults_are_filled_and_demo_config_is_valid():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"merge": {"shard_size_mbb": 4}}, "'shard_size_mbb' was unexpected"),
+        (
+            {"merge": {"shard_size_mbb": 4}},
+            "config key 'merge.shard_size_mbb': unknown key; did you mean 'merge.shard_size_mb'?",
+        ),
+        (
+            {"source": {"fields": {"x": {"path": "x", "shpe": [3]}}}},
+            "config key 'source.fields.x.shpe': unknown key; did you mean 'source.fields.x.shape'?",
+        ),
         ({"merge": {"shard_size_mb": -1}}, "config key 'merge.shard_size_mb'"),
         ({"merge": {"format": "parquet"}}, "config key 'merge.format'"),
         ({"convert": {"features": ["densty"]}}, "config key 'convert.features': ['densty'] not declared"),
         ({"merge": {"format": "hdf5", "compression": "zlib"}}, "config key 'merge.compression'"),
-        ({"simulatte": {}}, "'simulatte' was unexpected"),
+        ({"simulatte": {}}, "config key 'simulatte': unknown key; did you mean 'simulate'?"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, change, message):
@@ -41,7 +48,10 @@ def test_cli_rejects_config_typo_before_doing_anything(tmp_path):
     path.write_text(yaml.safe_dump(config))
     proc = subprocess.run(["sim2dl", "simulate", "--config", str(path)], capture_output=True, text=True, env=env())
     assert proc.returncode == 2
-    assert "config key 'ingest'" in proc.stderr and "max_reject_fractoin" in proc.stderr
+    assert (
+        "config key 'ingest.max_reject_fractoin': unknown key; did you mean 'ingest.max_reject_fraction'?"
+        in proc.stderr
+    )
     assert not (tmp_path / "w").exists()
 
 
