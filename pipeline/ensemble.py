@@ -245,20 +245,25 @@ class Queue:
             return start, self.next
 
 
-def serve(queue: Queue, comm: Any, workers: int) -> None:
-    """Rank 0's thread: answer every other rank's requests until each has been told there is no more."""
+def serve(queue: Queue, comm: Any, workers: int, bar: Any) -> None:
+    """Rank 0's thread: answer every other rank's requests until each has been told there is no more. A
+    rank asks again when its last chunk is done: that chunk's runs advance the progress bar, so that it
+    counts every rank's work (tqdm's updates hold a lock)."""
     from mpi4py import MPI
 
     finished = 0
     status = MPI.Status()
+    given: dict[int, int] = {}  # rank -> runs in the chunk it is working on
     while finished < workers:
         if not comm.Iprobe(source=MPI.ANY_SOURCE, tag=REQUEST, status=status):
             time.sleep(0.001)  # poll gently: this rank's worker runs simulations on the same cores
             continue
         source = status.Get_source()
         comm.recv(source=source, tag=REQUEST)
+        bar.update(given.pop(source, 0))
         chunk = queue.take()
         comm.send(chunk, dest=source, tag=REPLY)
+        given[source] = chunk[1] - chunk[0]
         if chunk[0] == chunk[1]:
             finished += 1
 
@@ -292,10 +297,10 @@ def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any)
     outcomes = RankOutcomes()
     queue = Queue(len(plan), size) if rank == 0 else None
     server = None
+    bar = progress_bar(len(plan), "simulate", rank, size, unit="run", every_rank=True)
     if rank == 0 and size > 1:
-        server = threading.Thread(target=serve, args=(queue, comm, size - 1), daemon=True)
+        server = threading.Thread(target=serve, args=(queue, comm, size - 1, bar), daemon=True)
         server.start()
-    bar = progress_bar(len(plan), "simulate", rank, size, unit="run")
     worker = RunWorker()
     while True:
         if queue is not None:
@@ -307,10 +312,10 @@ def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any)
             break
         outcomes.add(start, worker.execute(run_tasks(plan, settings, root, start, stop)))
         bar.update(stop - start)
-    bar.close()
     worker.close()
     if server is not None:
         server.join()
+    bar.close()
     return outcomes
 
 

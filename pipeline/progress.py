@@ -1,4 +1,6 @@
-"""Progress bars for long steps: rank 0 shows its own share (ranks work in lockstep-sized blocks)."""
+"""Progress bars for long steps, shown by rank 0: its own share where ranks work in blocks of equal size
+(labelled 'rank 0 of N'), or every rank's work where rank 0 hears of it (`every_rank`: the ensemble's
+dispatcher counts each chunk a rank finishes)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from tqdm import tqdm
 T = TypeVar("T")
 
 
-def progress_bar(total: int, desc: str, rank: int, size: int, unit: str = "file") -> tqdm:
-    """A bar to advance by hand (`update(n)`, then `close()`)."""
-    label = f"{desc} (rank 0 of {size})" if size > 1 else desc
+def progress_bar(total: int, desc: str, rank: int, size: int, unit: str = "file", every_rank: bool = False) -> tqdm:
+    """A bar to advance by hand (`update(n)`, then `close()`); `total` is rank 0's share, or with
+    `every_rank` the whole step's (rank 0 then counts every rank's work)."""
+    label = f"{desc} (rank 0 of {size})" if size > 1 and not every_rank else desc
     return tqdm(total=total, desc=label, unit=unit, disable=rank != 0, mininterval=2.0, smoothing=0.1)
 
 

@@ -4,6 +4,8 @@ runs that write nothing or what ingest rejects, resume after kill -9, and Pythia
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -131,6 +133,7 @@ def test_faults_are_retried_recorded_with_their_reasons_and_nothing_is_lost(tmp_
     proc = run_cli(["simulate", "--config", str(path)], ranks=2, timeout=120)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (summary["runs"], summary["ok"], summary["failed"], summary["timed_out"]) == (6, 3, 2, 1)
+    assert "simulate: 100%" in proc.stderr and "6/6" in proc.stderr  # rank 0's bar counts both ranks' runs
     rows = {r["kind"]: r for r in runs_table(tmp_path)}
     assert (rows["ok"]["status"], rows["ok"]["attempts"], rows["ok"]["reason"]) == ("ok", 1, "")
     assert (rows["fail_once"]["status"], rows["fail_once"]["attempts"]) == ("ok", 2)
@@ -275,3 +278,51 @@ def test_a_simulator_with_its_own_image_runs_each_run_in_it():
     )
     argv = step_argv(ensemble, "mpiexec", 2, ["simulate"], [Path("/w")], Path("/w"))
     assert "apptainer" not in argv and argv[-1] == "simulate"  # the farm on the host; runs in the image
+
+
+MY_SIM = """#!/usr/bin/env python3
+# A stand-in for a user's simulator: the command line docs/ensembles.md gives, a 64^3 density out.
+import argparse, os
+import h5py, numpy as np
+p = argparse.ArgumentParser()
+for name in ("--out", "--omega-m", "--sigma8", "--seed"):
+    p.add_argument(name, required=True)
+a = p.parse_args()
+rng = np.random.default_rng(int(a.seed))
+with h5py.File(os.path.join(a.out, "density.h5"), "w") as f:
+    f["density"] = (float(a.sigma8) * rng.standard_normal((64, 64, 64))).astype("f4")
+"""
+
+
+def test_the_ensemble_docs_example_runs_as_written(tmp_path, monkeypatch):
+    """docs/ensembles.md's config, unchanged but for the run count and the workdir, with `my-sim` on PATH:
+    every file the simulator writes is a sample (named by its path), labelled from the runs table."""
+    import yaml
+
+    from .test_docs import doc_block
+
+    mark, text = doc_block("docs/ensembles.md#0")
+    assert mark == "run"
+    config = yaml.safe_load(text)
+    config["simulate"]["runs"] = 6
+    config["workdir"] = str(tmp_path / "work")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "my-sim").write_text(f"#!{sys.executable}\n" + MY_SIM.split("\n", 1)[1])
+    (bin_dir / "my-sim").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    path = write_config(tmp_path, config)
+    run_cli(["simulate", "--config", str(path)], ranks=2, timeout=120)
+    run_cli(["ingest", "--config", str(path)], ranks=2)
+    ingest = json.loads((tmp_path / "work" / "ingest" / "summary.json").read_text())
+    assert (ingest["accepted"], ingest["rejected"]) == (6, 0)
+    run_cli(["convert", "--config", str(path)], ranks=2)
+    run_cli(["merge", "--config", str(path)], ranks=2)
+    from pipeline.reader import ShardReader
+
+    sigma8 = {row["run"]: row["sigma8"] for row in runs_table(tmp_path)}
+    records = list(ShardReader(tmp_path / "work" / "merged"))
+    assert len(records) == 6
+    for record in records:  # sample id: the file's path below raw/, GROUP/RUN/density
+        run = record["sample_id"].split("/")[-2]
+        assert record["sigma8"] == pytest.approx(sigma8[run], rel=1e-6)

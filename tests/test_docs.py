@@ -1,0 +1,66 @@
+"""Every YAML block of the docs and the README, as a user would copy it: a whole config that validates (a
+config file given to snakemake is the whole config), or, where the block is marked `<!-- config: reference
+-->` (an annotated overview of keys), keys that all exist in the schema. Blocks marked `<!-- config: run -->`
+are run (tests/test_ensemble.py runs docs/ensembles.md's)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline import config as cfg
+
+REPO = Path(__file__).resolve().parent.parent
+BLOCK = re.compile(r"(?:<!-- config: (?P<mark>[a-z]+) -->\s*\n)?```yaml\n(?P<text>.*?)```", re.S)
+
+
+def doc_blocks() -> list[tuple[str, str, str]]:
+    """(name, mark, text) of every ```yaml block in README.md and docs/*.md; mark '' where none."""
+    blocks = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for k, match in enumerate(BLOCK.finditer(path.read_text())):
+            blocks.append((f"{path.relative_to(REPO)}#{k}", match["mark"] or "", match["text"]))
+    return blocks
+
+
+def doc_block(name: str) -> tuple[str, str]:
+    """The mark and text of one block, by the name doc_blocks gives it."""
+    return next((mark, text) for block, mark, text in doc_blocks() if block == name)
+
+
+def unknown_keys(value: Any, schema: dict[str, Any], root: dict[str, Any], prefix: str = "") -> list[str]:
+    """Keys of `value` that the schema does not know (maps of user-named entries are not walked into)."""
+    if "$ref" in schema:
+        schema = root["definitions"][schema["$ref"].split("/")[-1]]
+    if not isinstance(value, dict) or "properties" not in schema:
+        return []
+    unknown = []
+    for key, item in value.items():
+        if key not in schema["properties"]:
+            unknown.append(prefix + str(key))
+        else:
+            unknown += unknown_keys(item, schema["properties"][key], root, f"{prefix}{key}.")
+    return unknown
+
+
+def test_the_docs_have_config_blocks_and_every_one_is_marked_or_whole():
+    blocks = doc_blocks()
+    assert len(blocks) >= 10
+    assert {mark for _, mark, _ in blocks} <= {"", "reference", "run"}
+
+
+@pytest.mark.parametrize(("name", "mark", "text"), doc_blocks(), ids=[b[0] for b in doc_blocks()])
+def test_every_config_block_in_the_docs_validates_as_written(tmp_path, monkeypatch, name, mark, text):
+    content = yaml.safe_load(text)
+    assert isinstance(content, dict), name
+    if mark == "reference":
+        schema = cfg.schema()
+        assert unknown_keys(content, schema, schema) == [], name
+        return
+    monkeypatch.chdir(tmp_path)  # a block naming a model file relative to the working directory finds it
+    (tmp_path / "my_model.py").write_text("def build(input_shape, outputs, **kwargs):\n    raise NotImplementedError\n")
+    cfg.validate(content)
