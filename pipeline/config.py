@@ -31,10 +31,11 @@ DEMO_CONFIG = REPO / "config" / "config.yaml"  # in a source checkout only
 # The config keys (a section, or a dotted key inside one) that each step reads; None: the whole config.
 # Snakemake reruns a step when one of its values changes (and only then); `sim2dl STEP` gives the step
 # a config holding only these keys, so reading any other key fails at once, in the tests too.
+SHARD_FORMAT_SETTINGS = ("merge.format", "merge.compression", "merge.shard_size_mb")
 STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "simulate": ("simulate", "source.path"),
     # Parts are framed, and sized, as merge will write shards; the first feature gives a record's length.
-    "ingest": ("source", "ingest", "convert.features", "merge.format", "merge.compression", "merge.shard_size_mb"),
+    "ingest": ("source", "ingest", "convert.features", "convert.stack", *SHARD_FORMAT_SETTINGS),
     # Normalisation statistics come from the training split alone (pipeline.splits).
     # (or, without splits, from the records train does not hold out: train.validation_fraction)
     "convert": ("convert", "merge.splits", "merge.split_by", "train.validation_fraction"),
@@ -150,12 +151,14 @@ def check_consistency(config: Mapping[str, Any]) -> None:
 
     specs = config["source"]["fields"]
     masks = {name + MASK_SUFFIX for name, spec in specs.items() if spec.get("missing") == "mask"}
-    fields = set(specs) | masks
     conv = config["convert"]
+    check_stacks(conv, set(specs) | masks)
+    fields = set(specs) | masks | set(conv["stack"])
     for key in ("features", "labels", "log1p", "normalise", "per_channel"):
         unknown = [f for f in conv[key] if f not in fields]
         if unknown:
             raise Sim2dlError(f"config key 'convert.{key}': {unknown} not declared in source.fields ({sorted(fields)})")
+    check_model_inputs(conv, config["train"]["model"])
     overlap = set(conv["features"]) & set(conv["labels"])
     if overlap:
         raise Sim2dlError(f"config key 'convert.labels': {sorted(overlap)} also listed in convert.features")
@@ -179,12 +182,42 @@ def check_consistency(config: Mapping[str, Any]) -> None:
         )
 
 
+def check_stacks(conv: Mapping[str, Any], fields: set[str]) -> None:
+    """convert.stack: new names, made of declared fields."""
+    for name, members in conv["stack"].items():
+        if name in fields:
+            raise Sim2dlError(f"config key 'convert.stack.{name}': a source field has that name already")
+        unknown = [m for m in members if m not in fields]
+        if unknown:
+            raise Sim2dlError(f"config key 'convert.stack.{name}': {unknown} not declared in source.fields")
+
+
+def check_model_inputs(conv: Mapping[str, Any], model: str) -> None:
+    """A built-in model takes one input: several features must be stacked first (before any step runs)."""
+    if ":" not in model and len(conv["features"]) > 1:
+        raise Sim2dlError(
+            f"config key 'convert.features': {conv['features']} are several inputs, but the built-in model "
+            f"'{model}' takes one: stack them (convert.stack: {{x: {conv['features']}}}, features: [x]) where "
+            "their shapes are equal, or use your own model (train.model: file.py:function), which gets a dict"
+        )
+
+
+def primary_field(conv: Mapping[str, Any]) -> str:
+    """The ingested field whose length is a record's length: the first feature, or its stack's first member."""
+    first = conv["features"][0]
+    return conv.get("stack", {}).get(first, [first])[0]
+
+
 def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
     """Categorical fields hold class ids (never transformed); a feature is an array in the file; a
     labels_table or path_pattern is needed by the fields that read one."""
     from pipeline.readers.base import FieldSpec
 
     fields = {name: FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()}
+    for name, members in conv["stack"].items():  # a stack is in the files when its members are
+        fields[name] = FieldSpec(
+            name, name, kind="path" if all(fields[m].in_file for m in members if m in fields) else "attr"
+        )
     for field in list(fields.values()):
         if field.mask_name is not None:
             fields[field.mask_name] = FieldSpec(field.mask_name, field.path, "uint8")

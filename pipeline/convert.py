@@ -166,6 +166,7 @@ def transform(
     Categorical fields keep their int64 class ids, and integer labels neither log1p'd nor normalised keep
     their integer type (class ids, masks); everything else is cast to convert.dtype."""
     dtype = None if settings["dtype"] == "source" else np.dtype(settings["dtype"])
+    arrays = stacked(arrays, settings.get("stack", {}))
     selected = {}
     for name in (*settings["features"], *settings["labels"]):
         # Class ids keep their integers: categorical fields, and integer labels that are not transformed.
@@ -188,6 +189,21 @@ def transform(
         raise SampleError("features split into different numbers of sub-volumes")
     labels = {name: selected[name] for name in settings["labels"]}
     return [{**{n: per_feature[n][k] for n in per_feature}, **labels} for k in range(pieces)]
+
+
+def stacked(arrays: Mapping[str, np.ndarray], stacks: Mapping[str, Sequence[str]]) -> Mapping[str, np.ndarray]:
+    """The record's fields with each convert.stack added: its members stacked along a new last axis (their
+    common dtype); SampleError when the members' shapes differ in this sample."""
+    if not stacks:
+        return arrays
+    out = dict(arrays)
+    for name, members in stacks.items():
+        shapes = {member: arrays[member].shape for member in members}
+        if len(set(shapes.values())) > 1:
+            told = ", ".join(f"{m} {s}" for m, s in shapes.items())
+            raise SampleError(f"stack '{name}': its fields' shapes differ ({told})")
+        out[name] = np.stack([arrays[member] for member in members], axis=-1)
+    return out
 
 
 def missing_masks(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any], pieces: int) -> list[dict[str, Any]]:

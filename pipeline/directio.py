@@ -194,7 +194,10 @@ class AppendWriter:
         self.size = 0
 
     def write(self, data: Any) -> None:
-        source = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+        view = memoryview(data)
+        if not view.nbytes:  # an empty array (an event with no particles): memoryview cannot cast its shape
+            return
+        source = np.frombuffer(view.cast("B"), np.uint8)
         while source.size:
             buffer = self._buffers[0]
             n = min(source.size, buffer.size - self._fill)

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from pipeline import MB, CollectiveError, Sim2dlError, bookkeeping_step
-from pipeline.config import input_list
+from pipeline.config import input_list, primary_field
 from pipeline.directio import ContentsOrError, FileContents
 from pipeline.fields import Categories
 from pipeline.file_samples import FileOpener, FileSamples, plan_samples, reads_samples
@@ -390,7 +390,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
                 rejects.append(Reject(str(path), "", str(e)))
                 rejected += 1
                 continue
-            length = record_length(arrays, config["convert"]["features"][0])
+            length = record_length(arrays, primary_field(config["convert"]))
             record = part.append(arrays, {"sample_id": sample_id, "source": str(path), "length": length,
                                           "bytes": nbytes})  # fmt: skip
             piece.add(path=str(path), bytes=nbytes, sample_id=sample_id, shape=shape_text(arrays), length=length,
@@ -441,7 +441,7 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     paths.manifest.mkdir(parents=True, exist_ok=True)
     framing, about = part_framing(config, shard_bytes)
     writer = SampleRecords(PartSequence(paths, plan.per_part, plan.parts, framing, about), len(numbers),
-                           config["convert"]["features"][0])  # fmt: skip
+                           primary_field(config["convert"]))  # fmt: skip
     bar = progress_bar(len(numbers), "ingest", rank, size, unit="sample")
     try:
         for k, path in enumerate(listing):

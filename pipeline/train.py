@@ -148,6 +148,7 @@ def input_pipeline(
 
     data = task.data
     feature, labels = data.feature, [f.name for f in data.labels]
+    features = list(data.feature_shapes) or [feature]
     spec = meta["feature_spec"]
     names = tf.data.Dataset.from_tensor_slices([str(f) for f in files])
     if training:
@@ -160,7 +161,7 @@ def input_pipeline(
     )
     if shard:
         ds = ds.shard(*shard)
-    description = feature_description(spec, (feature, *labels))
+    description = feature_description(spec, (*features, *labels))
 
     def keep(record: Any) -> Any:
         sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
@@ -172,13 +173,15 @@ def input_pipeline(
     if training:
         # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
         ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
-    add_channel = len(model_input) == len(data.feature_shape) + 1
+    add_channel = not data.several and len(model_input) == len(data.feature_shape) + 1
 
     def features_and_labels(parsed: Any, batched: bool) -> Any:
+        y = task.label_tensor([decode_field(parsed, n, spec[n], batched) for n in labels], batched)
+        if data.several:  # your own model's inputs, by name
+            return {n: tf.cast(decode_field(parsed, n, spec[n], batched), tf.float32) for n in features}, y
         x = decode_field(parsed, feature, spec[feature], batched)
         if add_channel:
             x = x[..., tf.newaxis]
-        y = task.label_tensor([decode_field(parsed, n, spec[n], batched) for n in labels], batched)
         return tf.cast(x, tf.float32), y
 
     def parse_batch(records: Any) -> Any:
@@ -188,12 +191,12 @@ def input_pipeline(
         return features_and_labels(tf.io.parse_single_example(record, description), False)
 
     batch = settings["batch_size"]
-    if fixed(spec[feature]):
+    if all(fixed(spec[n]) for n in features):
         ds = ds.batch(batch, drop_remainder=training).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
     else:
         # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
         ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
-            lambda x, y: tf.shape(x)[0],
+            lambda x, y: tf.shape(x[feature] if data.several else x)[0],
             bucket_boundaries=settings["length_buckets"],
             bucket_batch_sizes=[batch] * (len(settings["length_buckets"]) + 1),
             drop_remainder=training,
@@ -424,7 +427,8 @@ def evaluate(pipeline: Any, task: Task, predict: Any, comm: Any) -> tuple[float,
         n = int(y.shape[0])
         loss_sum += float(loss) * n
         count += n
-        task.update(evaluation, outputs.numpy(), y.numpy(), x.numpy())
+        first = x[task.data.feature] if isinstance(x, dict) else x  # the figure shows the first feature
+        task.update(evaluation, outputs.numpy(), y.numpy(), first.numpy())
     totals = comm.allgather((loss_sum, count, evaluation))
     loss_sum, count = sum(t[0] for t in totals), sum(t[1] for t in totals)
     combined = Evaluation.combine([t[2] for t in totals], task.max_examples)

@@ -32,6 +32,25 @@ def test_defaults_are_filled_and_demo_config_is_valid():
         ({"convert": {"features": ["densty"]}}, "config key 'convert.features': ['densty'] not declared"),
         ({"merge": {"format": "hdf5", "compression": "zlib"}}, "config key 'merge.compression'"),
         ({"simulatte": {}}, "config key 'simulatte': unknown key; did you mean 'simulate'?"),
+        (
+            {"convert": {"features": ["density", "params"], "labels": []}},
+            "config key 'convert.features': ['density', 'params'] are several inputs, but the built-in model",
+        ),
+        ({"convert": {"stack": {"x": ["density", "mass"]}}}, "config key 'convert.stack.x': ['mass'] not declared"),
+        ({"convert": {"stack": {"params": ["density"]}}}, "config key 'convert.stack.params'"),
+        (
+            {
+                "source": {"fields": {"t": {"path": "t", "missing": "mask"}}},
+                "convert": {
+                    "features": ["t"],
+                    "labels": ["t_mask"],
+                    "normalise": ["t_mask"],
+                    "log1p": [],
+                    "per_channel": [],
+                },
+            },
+            "config key 'convert.normalise': ['t_mask'] are categorical or masks",
+        ),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, change, message):

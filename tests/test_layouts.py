@@ -53,11 +53,14 @@ def ta_values(k: int, steps: int) -> np.ndarray:
     return (k * 1000 + np.arange(steps)[:, None, None, None] + np.zeros((steps, 2, 4, 6))).astype("f4")
 
 
-def layout_config(tmp_path: Path, source: dict[str, Any], features: list[str], labels: list[str], **sections: Any):
+def layout_config(
+    tmp_path: Path, source: dict[str, Any], features: list[str], labels: list[str], convert_stack=None, **sections: Any
+):
+    convert = {"features": features, "labels": labels, "log1p": [], "normalise": [], "per_channel": []}
     return make_config(
         tmp_path,
         source={"sample_id": None, **source},
-        convert={"features": features, "labels": labels, "log1p": [], "normalise": [], "per_channel": []},
+        convert={**convert, "stack": convert_stack or {}},
         **sections,
     )
 
@@ -285,6 +288,45 @@ def test_root_one_sample_per_event_with_jagged_branches(tmp_path, serial):
             np.testing.assert_array_equal(record["px"], np.arange(n, dtype="f4") * (k + 1))
             assert record["nparticles"] == n
             assert meta["classes"]["process"][int(record["process"])] == name.split("_")[0]
+
+
+def test_separate_momentum_branches_stacked_into_one_feature_per_particle(tmp_path, serial):
+    """Muon_Px, Muon_Py, Muon_Pz, Muon_E as ROOT files store them (one jagged branch each) become one
+    (n, 4) feature (convert.stack); an event whose branches disagree in length is a reject with the reason."""
+    import awkward as ak
+    import uproot
+
+    root = tmp_path / "events"
+    root.mkdir()
+    lengths = [3, 0, 5, 2]
+    rng = np.random.default_rng(4)
+    momenta = [rng.standard_normal((n, 4)).astype("f4") for n in lengths]
+    branches = {name: [m[:, k] for m in momenta] for k, name in enumerate(("Muon_Px", "Muon_Py", "Muon_Pz", "Muon_E"))}
+    branches["Muon_E"][3] = branches["Muon_E"][3][:1]  # a damaged event: one energy for two muons
+    with uproot.recreate(root / "dy.root") as f:
+        f["Events"] = {name: ak.Array(values) for name, values in branches.items()} | {"n": np.array(lengths, "i4")}
+    source = {
+        "path": str(root),
+        "glob": "*.root",
+        "samples_along": "entries",
+        "fields": {
+            **{
+                name.split("_")[1].lower(): {"path": f"Events/{name}", "dtype": "float32", "shape": [None]}
+                for name in branches
+            },
+            "n": {"path": "Events/n", "dtype": "int32"},
+        },
+    }
+    config = layout_config(tmp_path, source, ["momenta"], ["n"], convert_stack={"momenta": ["px", "py", "pz", "e"]})
+    summary, meta = data_half(config, root, tmp_path, serial)
+    assert (summary["samples"], summary["accepted"]) == (4, 4)
+    assert meta["feature_spec"]["momenta"]["shape"] == [None, 4] and "px" not in meta["feature_spec"]
+    [reject] = read_csv(tmp_path / "work" / "convert" / "rejects.csv")
+    assert reject["sample_id"] == "dy#3" and "stack 'momenta': its fields' shapes differ" in reject["reason"]
+    records = records_by_id(tmp_path / "work" / "merged")
+    assert sorted(records) == ["dy#0", "dy#1", "dy#2"]
+    for k in range(3):
+        np.testing.assert_array_equal(records[f"dy#{k}"]["momenta"].reshape(-1, 4), momenta[k])
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])

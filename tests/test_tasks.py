@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from pipeline import Sim2dlError
+from pipeline import config as cfg
 from pipeline.models import model_source
 from pipeline.search import train_settings
 from pipeline.tasks import data_spec, make_task
@@ -168,6 +169,16 @@ def build(input_shape, outputs, units=8):
     return tf.keras.Model(inputs, tf.keras.layers.Dense(outputs)(x))
 
 
+def two_inputs(input_shape, outputs, units=8):
+    # several features: a dict of inputs by name (the fields and the mask of a climate sample)
+    fields = tf.keras.layers.Input(shape=input_shape["fields"], name="fields")
+    mask = tf.keras.layers.Input(shape=input_shape["mask"], name="mask")
+    pooled = tf.keras.layers.GlobalAveragePooling2D()(fields)
+    area = tf.keras.layers.Flatten()(mask)
+    x = tf.keras.layers.Dense(units, activation="relu")(tf.keras.layers.Concatenate()([pooled, area]))
+    return tf.keras.Model({"fields": fields, "mask": mask}, tf.keras.layers.Dense(outputs)(x))
+
+
 def raises(input_shape, outputs):
     raise RuntimeError("no GPU here")
 
@@ -321,3 +332,25 @@ def test_classification_with_a_user_model_file_through_the_workflow(tmp_path):
     (tmp_path / "models.py").write_text(USER_MODELS.replace("units=8", "units=9"))
     dry = snakemake_configfile(path, tmp_path, "--dry-run")
     assert "rule train:" in dry.stdout and "rule merge:" not in dry.stdout
+
+
+def test_your_own_model_takes_several_features_as_a_dict_of_inputs(tmp_path):
+    """convert.features lists two fields; a user's model gets {name: shape} and a dict of tensors on 2
+    Horovod ranks; a built-in with the same features is refused when the config is read."""
+    import tensorflow as tf
+
+    (tmp_path / "models.py").write_text(USER_MODELS)
+    train = {**TINY, "task": "classification", "model": f"{tmp_path}/models.py:two_inputs", "epochs": 2}
+    config = climate_config(tmp_path, ["cyclones"], train=train)
+    config["convert"]["features"] = ["fields", "mask"]
+    path = write_config(tmp_path, config)
+    for step in ("simulate", "ingest", "convert", "merge", "stage"):
+        run_cli([step, "--config", str(path)], ranks=2)
+    run_cli(["train", "--config", str(path)], ranks=2, timeout=600)
+    work = Path(config["workdir"])
+    summary = json.loads((work / "train" / "summary.json").read_text())
+    assert summary["task"] == "classification" and summary["weights_identical_across_ranks"]
+    model = tf.keras.models.load_model(str(work / "train" / "model"), compile=False)
+    assert sorted(model.input) == ["fields", "mask"]
+    with pytest.raises(Sim2dlError, match="are several inputs, but the built-in model 'unet2d' takes one"):
+        cfg.validate(yaml.safe_load(yaml.safe_dump({**config, "train": {**config["train"], "model": "unet2d"}})))

@@ -131,12 +131,19 @@ def built_in_args(source: ModelSource, settings: Mapping[str, Any]) -> dict[str,
 
 
 def build_model(settings: Mapping[str, Any], feature_shape: Sequence[int | None], task: Any) -> tuple[Any, ModelSource]:
-    """The configured model for the feature and task, checked; raises Sim2dlError before any training."""
+    """The configured model for the feature and task, checked; raises Sim2dlError before any training.
+    With several features (task.data.several) your own builder gets {name: shape} and the model a dict."""
     import tensorflow as tf
 
     source = model_source(settings["model"])
-    shape = input_shape(source, feature_shape)
+    shape: Any = input_shape(source, feature_shape)
     module = source.built_in
+    several = getattr(task.data, "several", False)
+    if several:
+        if module is not None:
+            raise Sim2dlError(f"config key 'train.model': the built-in '{source.name}' takes one feature, "
+                              f"the data has {list(task.data.feature_shapes)}")  # fmt: skip
+        shape = dict(task.data.feature_shapes)
     if module is not None:
         if task.name not in module.TASKS:
             raise Sim2dlError(
@@ -158,13 +165,19 @@ def build_model(settings: Mapping[str, Any], feature_shape: Sequence[int | None]
             f"model builder {source.where} returned {type(model).__name__}, not a tf.keras.Model "
             "(build it with tensorflow's tf.keras)"
         )
-    expected = (None, *task.output_shape(shape))
+    first = shape[task.data.feature] if several else shape
+    expected = (None, *task.output_shape(first))
+
+    def zeros(dims: Sequence[int | None]) -> Any:
+        return tf.zeros([1, *(8 if d is None else d for d in dims)])
+
     try:
-        probe = tf.zeros([1, *(8 if d is None else d for d in shape)])
+        probe = {name: zeros(dims) for name, dims in shape.items()} if several else zeros(shape)
         produced = (None, *model(probe, training=False).shape[1:])
     except Exception as e:
         raise Sim2dlError(
-            f"model builder {source.where}: the model cannot take the feature's shape {list(shape)}: "
+            f"model builder {source.where}: the model cannot take the feature's shape "
+            f"{shape if several else list(shape)}: "
             f"{type(e).__name__}: {str(e).splitlines()[0]}"
         ) from e
     if tuple(produced) != expected:

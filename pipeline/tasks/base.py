@@ -41,21 +41,28 @@ class LabelField:
 
 @dataclass(frozen=True)
 class DataSpec:
-    """The one feature field and the label fields of a merged dataset, as training needs them."""
+    """The feature fields (the first is the one a built-in model takes) and the label fields of a merged
+    dataset, as training needs them."""
 
     feature: str
     feature_shape: tuple[int | None, ...]
     labels: tuple[LabelField, ...]
     label_names: tuple[str, ...]  # one per regression output (PARAMS[0], ...)
     splits_with_records: Mapping[str, int] = field(default_factory=dict)
+    # every feature by name, in the config's order: your own model gets them as a dict of inputs
+    feature_shapes: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
+
+    @property
+    def several(self) -> bool:
+        return len(self.feature_shapes) > 1
 
 
 def data_spec(meta: Mapping[str, Any], label_names: Sequence[str] | None = None) -> DataSpec:
     spec = meta["feature_spec"]
     features = [n for n, f in spec.items() if f["role"] == "feature"]
     labels = [n for n, f in spec.items() if f["role"] == "label"]
-    if len(features) != 1 or not labels:
-        raise Sim2dlError(f"train needs one feature and at least one label field (have {features} and {labels})")
+    if not features or not labels:
+        raise Sim2dlError(f"train needs a feature and at least one label field (have {features} and {labels})")
     stats, classes, counts = meta.get("statistics", {}), meta.get("classes", {}), meta.get("class_counts", {})
     fields = tuple(
         LabelField(n, tuple(spec[n]["shape"]), spec[n]["dtype"], stats.get(n), classes.get(n), counts.get(n))
@@ -65,7 +72,8 @@ def data_spec(meta: Mapping[str, Any], label_names: Sequence[str] | None = None)
         label_names = [
             name for f in fields for name in ([f.name] if f.size == 1 else [f"{f.name}[{i}]" for i in range(f.size)])
         ]
-    return DataSpec(features[0], tuple(spec[features[0]]["shape"]), fields, tuple(label_names))
+    shapes = {name: tuple(spec[name]["shape"]) for name in features}
+    return DataSpec(features[0], shapes[features[0]], fields, tuple(label_names), feature_shapes=shapes)
 
 
 @dataclass
