@@ -230,6 +230,7 @@ def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> N
             raise Sim2dlError(
                 f"config key 'convert.{key}': {wrong} are categorical or masks (class ids and masks stay as they are)"
             )
+    check_tables(source, fields)
     not_arrays = [name for name in conv["features"] if not fields[name].in_file]
     if not_arrays:
         raise Sim2dlError(f"config key 'convert.features': {not_arrays} are not arrays in the files (path)")
@@ -237,6 +238,29 @@ def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> N
         users = [name for name, field in fields.items() if field.kind == kind]
         if users and not source[needs]:
             raise Sim2dlError(f"config key 'source.{needs}' is not set, but fields {users} read a {kind}")
+
+
+def check_tables(source: Mapping[str, Any], fields: Mapping[str, Any]) -> None:
+    """Event-indexed tables (readers/events.py): columns with exactly one of ragged_by, group_by, key; keyed
+    fields need events to key on; events are the samples (no samples_along beside them)."""
+    for name, field in fields.items():
+        given = [k for k in ("ragged_by", "group_by", "key") if getattr(field, k) is not None]
+        if field.columns is None and given:
+            raise Sim2dlError(f"config key 'source.fields.{name}.{given[0]}': needs columns (the table's columns)")
+        if field.columns is not None and len(given) != 1:
+            raise Sim2dlError(
+                f"config key 'source.fields.{name}.columns': give exactly one of ragged_by, group_by or key "
+                f"(the field has {given or 'none'})"
+            )
+        if field.columns is not None and (field.categorical or not field.in_file):
+            raise Sim2dlError(f"config key 'source.fields.{name}': table columns are numbers at a path")
+    tables = [name for name, field in fields.items() if field.events]
+    keyed = [name for name, field in fields.items() if field.keyed]
+    if keyed and not tables:
+        raise Sim2dlError(f"config key 'source.fields': {keyed} are keyed by event id, but no field defines events "
+                          "(ragged_by or group_by)")  # fmt: skip
+    if tables and source["samples_along"] is not None:
+        raise Sim2dlError(f"config key 'source.samples_along': {tables} give one sample per event; set it to null")
 
 
 ENCODED_DTYPES = {

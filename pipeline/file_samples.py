@@ -38,6 +38,7 @@ from pipeline.fields.column import table_settings
 from pipeline.parallel import all_ok, block
 from pipeline.readers import FieldSpec, SampleError, reader_for
 from pipeline.readers.base import EMPTY, OpenFile, as_text, readable_size, resolve_missing
+from pipeline.readers.events import Events, Keyed, event_samples, keyed_samples, table_rows
 from pipeline.records import PARTS_PER_RANK
 
 Arrays = dict[str, np.ndarray]
@@ -52,7 +53,9 @@ GROWTH = 16  # a file's next range of samples is at most this many times the las
 def reads_samples(source: Mapping[str, Any]) -> bool:
     """Whether ingest goes through this module: samples along an axis, or fields that are not arrays."""
     fields = (FieldSpec.from_config(name, spec) for name, spec in source["fields"].items())
-    return source["samples_along"] is not None or any(not f.in_file or f.categorical for f in fields)
+    return source["samples_along"] is not None or any(
+        not f.in_file or f.categorical or f.events or f.keyed for f in fields
+    )
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,12 @@ class FileSamples:
     ) -> None:
         self.opened, self.info, self.fields, self.values = opened, info, fields, values
         self.axes: dict[str, int] = {}  # field -> position of the sample axis in its array
+        self.tables: dict[str, Events] = {}  # fields with ragged_by or group_by: their events
+        self.keyed: dict[str, Keyed] = {}  # fields with key: their table's rows by event id
+        self.events: Events | None = None  # the events keyed fields look up (the first table's)
+        if any(f.events for f in fields):
+            self._count_events()
+            return
         for field in fields:
             if field.in_file and samples_along is not None:
                 try:
@@ -135,8 +144,36 @@ class FileSamples:
         if self.count == 0:
             raise SampleError(f"no samples along {samples_along!r} (length 0)")
 
+    def _count_events(self) -> None:
+        """One sample per event of the event-indexed tables (readers/events.py); every such field must
+        have as many events."""
+        for field in self.fields:
+            if not (field.events or field.keyed):
+                continue
+            columns = list(field.columns or ())
+            if field.ragged_by is not None:
+                rows = table_rows(self.opened, field.path, columns[0])
+                self.tables[field.name] = Events.ragged(self.opened, field.ragged_by, rows, field.path)
+            elif field.group_by is not None:
+                self.tables[field.name] = Events.grouped(self.opened, field.path, field.group_by)
+            else:
+                self.keyed[field.name] = Keyed(self.opened, field.path, str(field.key))
+            self.axes[field.name] = 0
+        counts = {name: len(events) for name, events in self.tables.items()}
+        if len(set(counts.values())) > 1:
+            told = ", ".join(f"{name}={n}" for name, n in counts.items())
+            raise SampleError(f"fields disagree in their number of events: {told}")
+        self.events = next(iter(self.tables.values()))  # the ids keyed fields look up
+        self.count = len(self.events)
+        if self.count == 0:
+            raise SampleError("no events (the index table or the id column is empty)")
+
     def field(self, name: str) -> FieldSpec:
         return next(f for f in self.fields if f.name == name)
+
+    def markers(self, field: FieldSpec) -> str:
+        """The field's CF missing-value markers (tables: none)."""
+        return "" if field.name in self.tables or field.name in self.keyed else self.opened.markers(field)
 
     def shared(self, categories: Categories) -> Arrays:
         """The values every sample of the file shares: per-file arrays and the value sources' values
@@ -191,7 +228,17 @@ class FileSamples:
             start = end
 
     def read(self, start: int, stop: int) -> dict[str, Any]:
-        return {name: self.opened.samples(self.field(name), axis, start, stop) for name, axis in self.axes.items()}
+        batch: dict[str, Any] = {}
+        for name, axis in self.axes.items():
+            field = self.field(name)
+            if name in self.tables:
+                batch[name] = event_samples(self.opened, field, self.tables[name], start, stop)
+            elif name in self.keyed:
+                assert self.events is not None
+                batch[name] = keyed_samples(self.opened, field, self.keyed[name], self.events, start, stop)
+            else:
+                batch[name] = self.opened.samples(field, axis, start, stop)
+        return batch
 
     def class_values(self) -> dict[str, set[str]]:
         """The categorical values this file holds, by field (for the classes found in the data)."""

@@ -511,7 +511,7 @@ def ingest_file(
             writer.reject(number, path, None if counted == 1 else number - base, "", str(e))
         bar.update(len(mine))
         return
-    along = opener.source["samples_along"] is not None
+    along = opener.source["samples_along"] is not None or bool(samples.tables)  # a sample per index or event
     file_id = samples.info.file_id
 
     def sample_id(index: int) -> str:
@@ -555,7 +555,7 @@ def sample_arrays(
             if field.categorical:
                 arrays[field.name] = categories.id_of(field.name, value)
             else:
-                arrays.update(resolve_missing(field, value, samples.opened.markers(field)))
+                arrays.update(resolve_missing(field, value, samples.markers(field)))
         else:
             arrays[field.name] = shared[field.name]
             if field.mask_name is not None:

@@ -61,6 +61,12 @@ class FieldSpec:
     classes: tuple[str, ...] | None = None  # the classes, as text, in id order; None: found in the data
     missing: str = "reject"  # a sample with missing values (CF markers): reject | fill | mask (readers/cf.py)
     fill_value: float | None = None  # what replaces a missing value (fill, mask); None: 0
+    # Event-indexed tables (readers/events.py): the columns of the table at `path`, one sample per event
+    columns: tuple[str, ...] | None = None
+    ragged_by: str | None = None  # an index table of (start, count) rows
+    group_by: str | None = None  # a sorted id column of the table
+    key: str | None = None  # a sorted id column of ANOTHER table: a per-event value, reduced
+    reduce: str = "first"  # first | sum | mean | count (with key)
 
     @classmethod
     def from_config(cls, name: str, spec: Mapping[str, Any]) -> FieldSpec:
@@ -71,7 +77,19 @@ class FieldSpec:
             name, str(spec[kind]), spec.get("dtype"), None if shape is None else tuple(shape), kind,
             bool(spec.get("categorical") or classes), None if classes is None else tuple(map(str, classes)),
             spec.get("missing", "reject"), spec.get("fill_value"),
+            None if spec.get("columns") is None else tuple(spec["columns"]), spec.get("ragged_by"),
+            spec.get("group_by"), spec.get("key"), spec.get("reduce", "first"),
         )  # fmt: skip
+
+    @property
+    def events(self) -> bool:
+        """Columns of a table with one sample per event it defines (ragged_by or group_by)."""
+        return self.ragged_by is not None or self.group_by is not None
+
+    @property
+    def keyed(self) -> bool:
+        """Columns of a table keyed by event id: one reduced value per event."""
+        return self.key is not None
 
     @property
     def mask_name(self) -> str | None:
