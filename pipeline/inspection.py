@@ -393,11 +393,16 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     shapes = decided.sample_shapes
     names = field_names(usable)
     labels = [names[f.path] for f in usable if is_small(shapes[f.path], f)]
-    features = [names[f.path] for f in usable if names[f.path] not in labels]
-    if not features:  # only small arrays: the largest is the input
+    large = [f for f in usable if names[f.path] not in labels]
+    if not large:  # only small arrays: the largest is the input
         largest = max((f for f in usable if names[f.path] in labels), key=lambda f: f.values)
-        features = [names[largest.path]]
-        labels.remove(features[0])
+        large = [largest]
+        labels.remove(names[largest.path])
+    # A built-in model takes one input: the largest array; the other large ones are mapped but not used
+    # (a mask to segment, a second input for your own model or for convert.stack), and the config says so.
+    feature = max(large, key=lambda f: f.values)
+    features = [names[feature.path]]
+    unused = [names[f.path] for f in large if f is not feature]
     first = next(f for f in usable if names[f.path] == features[0])
     first_shape = shapes[first.path]
     model, depth = choose_model(first_shape)
@@ -447,7 +452,15 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
         ),
         (
             [
-                "features: the large arrays, the network's input; labels: the small vectors (and a class)",
+                "features: the largest array, the network's input; labels: the small vectors (and a class)",
+                *(
+                    [
+                        f"also large, mapped but not used: {', '.join(unused)} (a mask to segment: labels with "
+                        "train.task: segmentation; more inputs: convert.stack, or your own model)"
+                    ]
+                    if unused
+                    else []
+                ),
                 "log1p: e.g. the features, for particle counts; normalise: standardised with the data's statistics",
                 "split: cut the features into sub-volumes, e.g. [32, 32, 32]",
             ],

@@ -25,6 +25,7 @@ def tiny_config(tmp_path: Path, workdir: Path, **source: object) -> Path:
         "simulate": {"samples": FILES, "cube": {"size": 4}},
         "source": {
             "path": str(tmp_path / "raw"),
+            "sample_id": {"attr": "sample_id"},  # the simulator's ids: a copied file is a duplicate
             "fields": {
                 "density": {"path": "density", "dtype": "float32", "shape": [4, 4, 4]},
                 "params": {"path": "params", "dtype": "float32", "shape": [3]},
