@@ -248,6 +248,79 @@ class Decisions:
     class_label: str | None  # the attribute made the categorical label
     sample_id: str | None  # the id attribute, or None: the file's relative path
     lines: tuple[str, ...]
+    tables: tuple[TableField, ...] = ()  # event-indexed tables proposed (readers/events.py)
+
+
+EVENT_ID_COLUMNS = ("group_id", "event_id", "eventid", "evt_id", "event", "event_number", "eventnumber")
+
+
+@dataclass(frozen=True)
+class TableField:
+    """A field proposed from tables: columns with one sample per event (ragged_by, group_by) or a per-event
+    value keyed by the event id (key)."""
+
+    name: str
+    spec: dict[str, Any]
+    uses: tuple[str, ...]  # the arrays and tables it reads (not mapped on their own)
+    rows: int
+    why: str
+
+    @property
+    def events(self) -> bool:
+        return "key" not in self.spec
+
+
+def numeric_column(dtype: str) -> bool:
+    try:
+        return np.dtype(dtype).kind in "biuf"
+    except TypeError:  # a subarray ('float64[3]') or nested column: not proposed
+        return False
+
+
+def table_spec(path: str, columns: Sequence[str], **how: Any) -> dict[str, Any]:
+    shape = [None] if len(columns) == 1 else [None, len(columns)]
+    spec: dict[str, Any] = {"path": path, "columns": list(columns), **how}
+    return spec if "key" in how else {**spec, "shape": shape}
+
+
+def propose_tables(fields: Sequence[Field]) -> list[TableField]:
+    """Event-indexed tables in the files: a group of 1-D columns beside an index table (GROUP/_indices:
+    ragged_by); else the largest compound table with an event id column (group_by); and, beside either,
+    the other tables with that id column, keyed by it (their first row per event)."""
+    proposals: list[TableField] = []
+    for index in fields:
+        group, _, leaf = index.path.rpartition("/")
+        if leaf != "_indices" or not group or index.kind != "table" or len(index.columns or ()) < 2:
+            continue
+        columns = [f for f in fields if f.path.rpartition("/")[0] == group and f is not index and f.numeric
+                   and f.shape is not None and len(f.shape) == 1]  # fmt: skip
+        if columns:
+            names = [f.path.rpartition("/")[2] for f in columns]
+            why = f"'{index.path}' indexes the rows of {group}'s columns: one sample per (start, count) row"
+            spec = table_spec(group, names, ragged_by=index.path)
+            proposals.append(TableField(group, spec, (index.path, *(f.path for f in columns)), columns[0].values, why))
+    with_ids = []
+    for table in fields:
+        if table.kind != "table" or table.path.endswith("/_indices") or not table.shape:
+            continue
+        columns = dict(table.columns or ())
+        id_column = next((c for c in columns if c.lower() in EVENT_ID_COLUMNS and numeric_column(columns[c])), None)
+        values = [c for c, dtype in columns.items() if c not in (id_column, "index") and numeric_column(dtype)]
+        if id_column is not None and values:
+            with_ids.append((table, id_column, values))
+    if not proposals and with_ids:
+        table, id_column, values = max(with_ids, key=lambda t: t[0].shape[0] if t[0].shape else 0)
+        why = f"column '{id_column}' of '{table.path}' names the event of each row (sorted): one sample per event"
+        spec = table_spec(table.path, values, group_by=id_column)
+        proposals.append(TableField(table.path, spec, (table.path,), table.values, why))
+    if proposals:
+        used = {path for p in proposals for path in p.uses}
+        for table, id_column, values in with_ids:
+            if table.path not in used:
+                why = f"'{table.path}' has rows per event ('{id_column}'): its first row of each event"
+                spec = table_spec(table.path, values, key=id_column, reduce="first")
+                proposals.append(TableField(table.path, spec, (table.path,), table.values, why))
+    return proposals
 
 
 def _lengths_along(result: Survey, path: str, position: int) -> list[int]:
@@ -318,6 +391,14 @@ def decide(result: Survey) -> Decisions:
     if coordinates:
         lines.append(f"left out: {', '.join(coordinates)}: coordinate variables (named as their dimension, "
                      "CF bounds or coordinates, dimension scales)")  # fmt: skip
+    tables = tuple(propose_tables([f for f in result.fields if f.in_files == len(result.files)]))
+    if tables:
+        used = {path for table in tables for path in table.uses}
+        usable = tuple(f for f in usable if f.path not in used)
+        lines += [f"table field {t.name}: {t.why}" for t in tables]
+        shapes = {f.path: f.shape for f in usable}  # per-file arrays: the same for each event
+        lines.append("sample id: FILEID#EVENT, the file id its relative path")
+        return Decisions(usable, None, shapes, {}, None, None, tuple(lines), tables)
     if not usable:
         return Decisions(usable, None, {}, {}, None, result.sample_id, tuple(lines))
     axis, along, why = choose_samples_along(result, usable)
@@ -384,6 +465,8 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     """The starter config's YAML text (with comments) and its content; raises if it would not validate."""
     decided = decide(result)
     usable = decided.usable
+    if decided.tables:
+        return table_config(result, decided, workdir)
     if not usable:
         found = "; ".join(f"{f.path}: {why_left_out(f, len(result.files))}" for f in result.fields) or "nothing"
         raise Sim2dlError(
@@ -428,7 +511,7 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
             candidates.append(f"{name}: {flow(spec)}   (a candidate label)")
     class_labels = [attribute_names[decided.class_label]] if decided.class_label else []
     skipped = [f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in usable]
-    sections: list[tuple[list[str], dict[str, Any]]] = [
+    sections: Sections = [
         ([], {"workdir": workdir}),
         (["existing output, below source.path: the simulator is off"], {"simulate": {"enabled": False}}),
         (
@@ -480,6 +563,15 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
             {"train": {"task": task, "model": model, "depth": depth}},
         ),
     ]
+    return emit(result, decided, sections)
+
+
+Sections = list[tuple[list[str], dict[str, Any]]]  # (comment lines, top-level keys) in the order written
+
+
+def emit(result: Survey, decided: Decisions, sections: Sections) -> tuple[str, dict[str, Any]]:
+    """The config's YAML: the decisions as a header comment, then each section with its comments (PyYAML
+    writes the values); checked to read back as written and to validate."""
     header = [
         f"Written by `sim2dl inspect` from {len(result.files)} of {result.listed}{'' if result.complete else '+'} "
         "files. Check it, then run:",
@@ -500,6 +592,49 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     except Sim2dlError as e:
         raise Sim2dlError(f"the starter config would not validate (please report this): {e}") from None
     return text, content
+
+
+def table_config(result: Survey, decided: Decisions, workdir: str) -> tuple[str, dict[str, Any]]:
+    """A starter config for event-indexed tables: the table with the most rows as the feature (one sample
+    per event), the keyed tables as labels, per-file arrays mapped beside them."""
+    fields: dict[str, Any] = {}
+    for table in decided.tables:
+        name = re.sub(r"\W+", "_", table.name.rstrip("/").split("/")[-1]).strip("_") or "table"
+        if name == "table" and "/" in table.name:  # pandas' KEY/table: the key names it
+            name = re.sub(r"\W+", "_", table.name.split("/")[-2]) or "table"
+        while name in fields:
+            name += "_"
+        fields[name] = table.spec
+    events = [(name, t) for name, t in zip(fields, decided.tables, strict=False) if t.events]
+    feature = max(events, key=lambda pair: pair[1].rows)[0]
+    labels = [name for name, t in zip(fields, decided.tables, strict=False) if not t.events]
+    skipped = [f"{f.path} ({'per file, not per event' if f in decided.usable else why_left_out(f, len(result.files))})"
+               for f in result.fields if not any(f.path in t.uses for t in decided.tables)]  # fmt: skip
+    sections: Sections = [
+        ([], {"workdir": workdir}),
+        (["existing output, below source.path: the simulator is off"], {"simulate": {"enabled": False}}),
+        (
+            [
+                "one sample per event of the tables (readers/events.py); sample_id null: the file's relative path",
+                *(["not mapped:", *skipped] if skipped else []),
+            ],
+            {
+                "source": {
+                    "path": str(result.source.root),
+                    "glob": result.source.pattern,
+                    "samples_along": None,
+                    "sample_id": None,
+                    "fields": fields,
+                }
+            },
+        ),
+        (
+            ["features: the table with the most rows; labels: per-event values of the other tables"],
+            {"convert": {"features": [feature], "labels": labels, "log1p": [], "normalise": [], "per_channel": []}},
+        ),
+        (["sequence: a 1-D network over each event's rows"], {"train": {"model": "sequence", "depth": 2}}),
+    ]
+    return emit(result, decided, sections)
 
 
 def flow(value: Any) -> str:

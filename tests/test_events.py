@@ -124,3 +124,37 @@ def test_pandas_tables_grouped_by_a_sorted_event_id_over_two_ranks(tmp_path, ser
         np.testing.assert_array_equal(records[f"particles#{k}"]["particles"].reshape(-1, 2),
                                       np.stack([rows.x, rows.q], axis=1).astype("f4"))  # fmt: skip
         assert records[f"particles#{k}"]["charge"] == rows.q.sum()
+
+
+def test_inspect_proposes_index_tables_and_event_ids_and_its_config_reads_every_event(tmp_path, serial):
+    """km3pipe's split tables with _indices, and pandas tables with an event_id column: inspect writes a
+    config with columns and ragged_by / group_by / key, and that config ingests every event."""
+    pandas = pytest.importorskip("pandas")
+    from pipeline import config as cfg
+    from pipeline.inspection import inspect
+
+    km3 = tmp_path / "km3"
+    km3.mkdir()
+    for k in range(2):
+        write_km3net_like(km3 / f"run{k}.h5")
+    frames = tmp_path / "pandas"
+    frames.mkdir()
+    for k in range(2):
+        particles = pandas.DataFrame({"event_id": np.repeat(np.arange(10), 3), "x": np.arange(30.0) + k})
+        particles.to_hdf(frames / f"p{k}.h5", key="particles", format="table", data_columns=True)
+        truth = pandas.DataFrame({"event_id": np.arange(10), "energy": np.arange(10.0)})
+        truth.to_hdf(frames / f"p{k}.h5", key="truth", format="table", data_columns=True)
+    expected = {
+        "km3": ({"path": "hits", "ragged_by": "hits/_indices"}, {"key": "group_id"}, 2 * len(HITS)),
+        "pandas": ({"path": "particles/table", "group_by": "event_id"}, {"key": "event_id"}, 20),
+    }
+    for name, (events, keyed, count) in expected.items():
+        report, _ = inspect(str(tmp_path / name), write=tmp_path / f"{name}.yaml")
+        config = cfg.load(tmp_path / f"{name}.yaml")
+        fields = config["source"]["fields"]
+        feature, label = config["convert"]["features"][0], config["convert"]["labels"][0]
+        assert events.items() <= fields[feature].items(), report
+        assert keyed.items() <= fields[label].items(), report
+        config["workdir"] = str(tmp_path / name / "work")
+        summary = ingest(config, tmp_path / name, tmp_path / f"{name}-ingest", serial)
+        assert (summary["samples"], summary["accepted"]) == (count, count)

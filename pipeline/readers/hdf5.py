@@ -264,7 +264,8 @@ class HDF5Reader(Reader):
             arrays: list[ArrayInfo] = []
 
             def visit(name: str, node: object) -> None:
-                if isinstance(node, h5py.Dataset):
+                # PyTables keeps its column indexes in _i_TABLE groups: bookkeeping, not data
+                if isinstance(node, h5py.Dataset) and not any(part.startswith("_i_") for part in name.split("/")):
                     arrays.append(describe_dataset(name, node))
 
             try:
