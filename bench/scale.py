@@ -30,6 +30,15 @@ layout: ingest records/s (the step that differs) and records/s through ingest + 
 ratio to one_per_file
 (`records_per_s_vs_one_per_file`; target >= 0.8), the peak RSS per rank of each step and its slope
 (`rss_mb_per_million_records`, between the two sizes; target <= 100).
+
+With `--events`: one HDF5 file of 10^7 hit rows (--quick 2 x 10^6) in km3pipe's layout (/hits a group of
+columns time, dom_id, channel with /hits/_indices; /mc_tracks keyed by group_id, a few rows per event; about
+100 hits per event) through ingest, convert and merge with 2 ranks (events as row ranges, spread over the
+ranks). Baseline in the same run: the script users write today, reading the whole columns with h5py and
+splitting them into per-event arrays (np.split; one process). Figures: `events_per_s` (ingest, and the
+data half), `rows_per_s`, `ingest_events_per_s_vs_whole_columns`, ingest's `peak_rss_mb_per_rank`
+against the columns' size (`ingest_rss_vs_columns`: below 1 means no rank held the columns; the baseline
+holds them all) and against the baseline's peak RSS.
 """
 
 from __future__ import annotations
@@ -229,6 +238,127 @@ def layouts(records: int, keep: bool) -> None:
     )
 
 
+def km3net_file(path: Path, rows: int, seed: int = 3) -> int:
+    """rows hits in km3pipe's layout, about 100 per event; the number of events."""
+    import h5py
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(100, size=rows // 100 + 1)
+    counts = counts[np.cumsum(counts) <= rows]
+    rows = int(counts.sum())
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    chunk = 1 << 16
+    with h5py.File(path, "w") as f:
+        hits = f.create_group("hits")
+        hits.create_dataset("time", data=rng.uniform(0, 1e4, rows), chunks=(chunk,))
+        hits.create_dataset("dom_id", data=rng.integers(0, 2000, rows, dtype="i4"), chunks=(chunk,))
+        hits.create_dataset("channel", data=rng.integers(0, 31, rows, dtype="u1"), chunks=(chunk,))
+        hits["_indices"] = np.array(
+            list(zip(starts, counts, strict=True)), dtype=[("index", "<i8"), ("n_items", "<i8")]
+        )
+        muons = rng.integers(1, 4, len(counts))
+        tracks = np.zeros(int(muons.sum()), dtype=[("group_id", "<i8"), ("energy", "<f4")])
+        tracks["group_id"] = np.repeat(np.arange(len(counts)), muons)
+        tracks["energy"] = rng.gamma(2.0, 100.0, len(tracks))
+        f.create_dataset("mc_tracks", data=tracks, chunks=(min(chunk, len(tracks)),))
+    return len(counts)
+
+
+ONE_FILE_PER_EVENT = """
+import json, os, resource, sys, time
+import h5py, numpy as np
+t = time.perf_counter()
+out = sys.argv[2]
+with h5py.File(sys.argv[1], "r") as f:
+    index = f["hits/_indices"][()]
+    columns = np.stack([f["hits/time"][()], f["hits/dom_id"][()], f["hits/channel"][()]], axis=1).astype("f4")
+    tracks = f["mc_tracks"][()]
+events = np.split(columns, np.cumsum(index["n_items"])[:-1])
+ids, starts = np.unique(tracks["group_id"], return_index=True)
+energy = np.add.reduceat(tracks["energy"], starts)
+for k, hits in enumerate(events):
+    directory = os.path.join(out, f"{k // 1000:04d}")
+    os.makedirs(directory, exist_ok=True)
+    with h5py.File(os.path.join(directory, f"event-{k:07d}.h5"), "w") as e:
+        e["hits"], e["energy"] = hits, energy[k]
+os.sync()
+print(json.dumps({"events": len(events), "files": len(events), "seconds": time.perf_counter() - t,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def events_config(root: Path, raw: Path) -> Path:
+    doc = {
+        "workdir": str(root / "work"),
+        "simulate": {"enabled": False},
+        "source": {"path": str(raw), "glob": "*.h5", "fields": {
+            "hits": {"path": "hits", "columns": ["time", "dom_id", "channel"], "ragged_by": "hits/_indices",
+                     "dtype": "float32", "shape": [None, 3]},
+            "energy": {"path": "mc_tracks", "columns": ["energy"], "key": "group_id", "reduce": "sum"}}},
+        "ingest": {"max_reject_fraction": 0.0},
+        "convert": {"features": ["hits"], "labels": ["energy"], "normalise": ["energy"]},
+        "merge": {"shard_size_mb": 16, "sort_by": "length"},
+        "train": {"model": "sequence"},
+    }  # fmt: skip
+    path = root / "config.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def events(rows: int, keep: bool) -> None:
+    """Event-indexed tables: files of rows / 4 and `rows` hit rows through the data half, against the
+    workaround of one file per event (see the module doc)."""
+    import subprocess
+
+    from common import bench_env
+
+    root = OUT / f"scale-events-{rows}"
+    runs = []
+    try:
+        for size in (rows // 4, rows):
+            shutil.rmtree(root, ignore_errors=True)
+            raw = root / "raw"
+            raw.mkdir(parents=True)
+            count = km3net_file(raw / "run.h5", size)
+            steps = {step: run_step(step, events_config(root, raw), 2) for step in ("ingest", "convert", "merge")}
+            assert steps["ingest"]["accepted"] == count, steps["ingest"]
+            runs.append({"rows": size, "events": count, "steps": steps})
+            print(json.dumps({"rows": size, "events": count, **steps}), flush=True)
+        cmd = [sys.executable, "-c", ONE_FILE_PER_EVENT, str(raw / "run.h5"), str(root / "per-event")]
+        baseline = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, env=bench_env()).stdout)
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    small, large = runs
+    ingest = large["steps"]["ingest"]
+    count = large["events"]
+    slope = {
+        step: round((large["steps"][step]["peak_rss_mb_per_rank"] - small["steps"][step]["peak_rss_mb_per_rank"])
+                    / ((large["rows"] - small["rows"]) / 1e6), 2)
+        for step in ("ingest", "convert", "merge")
+    }  # fmt: skip
+    seconds = sum(s["seconds"] for s in large["steps"].values())
+    print(json.dumps({
+        "benchmark": "scale-events",
+        "rows": rows,
+        "events": count,
+        "ranks": 2,
+        "columns_mb": round(rows * (8 + 4 + 1) / 1e6, 1),
+        "ingest_seconds": ingest["seconds"],
+        "ingest_events_per_s": round(count / ingest["seconds"]),
+        "ingest_rows_per_s": round(rows / ingest["seconds"]),
+        "events_per_s": round(count / seconds),
+        "peak_rss_mb_per_rank": {step: s["peak_rss_mb_per_rank"] for step, s in large["steps"].items()},
+        "rss_mb_per_million_rows": slope,
+        "one_file_per_event": baseline,
+        "ingest_events_per_s_vs_one_file_per_event": round(baseline["seconds"] / ingest["seconds"], 2),
+        "ingest_rss_vs_one_file_per_event": round(ingest["peak_rss_mb_per_rank"] / baseline["peak_rss_mb"], 3),
+        "targets": {"rss_mb_per_million_rows": "ingest <= 5 (ranks never hold a column)"},
+        "cpus": os.cpu_count(),
+    }))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20k, 80k and 200k files: a few minutes")
@@ -236,7 +366,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", help="numbers of files (default 50k 200k 1M)")
     parser.add_argument("--family", choices=("cube", "trace"), default="cube")
     parser.add_argument("--keep", action="store_true", help="keep the inputs in bench/out")
+    parser.add_argument("--events", action="store_true", help="a file of 10^7 hit rows as event-indexed tables")
     args = parser.parse_args()
+    if args.events:
+        events(2_000_000 if args.quick else 10_000_000, args.keep)
+        return
     if args.layouts:
         layouts(200_000 if args.quick else 1_000_000, args.keep)
         return
