@@ -47,25 +47,48 @@ def table_rows(opened: OpenFile, table: str, column: str) -> int:
 
 def read_columns(opened: OpenFile, table: str, columns: Sequence[str], start: int, stop: int) -> np.ndarray:
     """Rows [start, stop) of the columns: (rows, columns), or (rows,) for one column; a column whose values
-    are vectors (pandas' values_block_0) gives its values side by side."""
+    are vectors (pandas' values_block_0) gives its values side by side. Memory: the block returned and one
+    column read (a group of columns) or the rows read (a compound table)."""
     try:
         rows = opened.read(table, (slice(start, stop),))
+    except MissingArray:  # a group of 1-D columns, read one at a time
+        rows = None
+    if rows is not None:
         if rows.dtype.names is None:
             raise SampleError(f"table '{table}' is an array, not a table: name its columns' table or group")
         missing = [c for c in columns if c not in rows.dtype.names]
         if missing:
             raise SampleError(f"table '{table}' has no column {missing} (it has {list(rows.dtype.names)})")
-        parts = [rows[c] for c in columns]
-    except MissingArray:
-        parts = [opened.read(f"{table}/{c}", (slice(start, stop),)) for c in columns]
-    parts = [p.reshape(p.shape[0], int(np.prod(p.shape[1:]))) for p in parts]  # (rows, values per row)
-    if any(p.dtype.kind not in "biuf" for p in parts):
-        kinds = {c: str(p.dtype) for c, p in zip(columns, parts, strict=True)}
-        raise SampleError(f"table '{table}': columns {kinds} are not all numbers")
-    if len(parts) == 1 and parts[0].shape[1] == 1:
-        return parts[0][:, 0]
-    dtype = np.result_type(*parts)
-    return np.concatenate([p.astype(dtype, copy=False) for p in parts], axis=1)
+
+    def column(name: str) -> np.ndarray:
+        part = rows[name] if rows is not None else opened.read(f"{table}/{name}", (slice(start, stop),))
+        if part.dtype.kind not in "biuf":
+            raise SampleError(f"table '{table}': column '{name}' is not numbers (dtype {part.dtype})")
+        return part.reshape(part.shape[0], int(np.prod(part.shape[1:])))  # (rows, values per row)
+
+    first = column(columns[0])
+    if len(columns) == 1:
+        return first[:, 0] if first.shape[1] == 1 else first
+    # the block's dtype: what every column fits in, from the dtypes alone (no column read twice)
+    dtypes = [first.dtype] + [
+        (rows.dtype.fields[c][0].base if rows is not None else np.dtype(opened.stored_dtype(f"{table}/{c}")))
+        for c in columns[1:]
+    ]
+    widths = [first.shape[1]] + [
+        int(np.prod(rows.dtype.fields[c][0].shape if rows is not None else opened.shape(f"{table}/{c}")[1:]))
+        for c in columns[1:]
+    ]
+    block = np.empty((first.shape[0], sum(widths)), np.result_type(*dtypes))
+    block[:, : widths[0]] = first
+    del first
+    at = widths[0]
+    for name, width in zip(columns[1:], widths[1:], strict=True):
+        part = column(name)
+        if part.shape != (block.shape[0], width):
+            raise SampleError(f"table '{table}': column '{name}' has {part.shape[0]} rows here, not {block.shape[0]}")
+        block[:, at : at + width] = part
+        at += width
+    return block
 
 
 def sorted_runs(opened: OpenFile, table: str, column: str) -> tuple[np.ndarray, np.ndarray]:
