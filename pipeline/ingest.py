@@ -49,7 +49,7 @@ from pipeline.fsutil import atomic_path, write_json_atomic
 from pipeline.parallel import all_ok, block, exchange, owner_ranks
 from pipeline.paths import IngestPaths
 from pipeline.progress import progress, progress_bar
-from pipeline.readers import FieldSpec, SampleError, is_input_directory, reader_for
+from pipeline.readers import FieldSpec, SampleError, field_units, is_input_directory, reader_for
 from pipeline.readers.base import EMPTY, readable_size, resolve_missing, unreadable
 from pipeline.records import PARTS_PER_RANK, PartWriter, clear_parts, part_stem
 from pipeline.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_csv, write_parquet
@@ -404,7 +404,9 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
         raise
     parts.close()
     counts = (len(mine), accepted, rejected)
-    return conclude(comm, paths, hashed[:accepted], starts, mine, counts, rejects, settings, chunk, chunks, {})
+    units = field_units(Path(mine[0]), source["format"], fields) if rank == 0 and len(mine) else {}
+    return conclude(comm, paths, hashed[:accepted], starts, mine, counts, rejects, settings, chunk, chunks,
+                    {"units": units})  # fmt: skip
 
 
 def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
@@ -455,7 +457,8 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     writer.parts.close()
     bar.close()
     names = SampleNames(listing, file_starts, files.start, numbers.start)
-    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes}
+    units = field_units(Path(lines(range(0, 1))[0]), source["format"], fields) if rank == 0 and n_files else {}
+    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, "units": units}
     counts = (len(numbers), writer.accepted, writer.rejected)
     hashed = writer.hashed[: writer.accepted]
     return conclude(comm, paths, hashed, starts, names, counts, writer.rejects, settings, plan.per_part, plan.parts,

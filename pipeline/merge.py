@@ -781,6 +781,9 @@ def metadata(
         doc["counts"]["samples_found"] = ingested["samples"]
     if ingested.get("classes"):
         doc["classes"] = ingested["classes"]  # categorical fields: class names in id order
+    units = {name: unit for name, unit in ingested.get("units", {}).items() if name in spec}
+    if units:
+        doc["units"] = units  # CF units of the values as read (before convert's log1p and normalisation)
     if split_names:
         doc["splits"] = {
             name: {

@@ -80,6 +80,7 @@ def test_fill_values_of_real_sea_surface_temperatures_never_reach_records_or_sta
     assert stats["surface_temperature"]["min"] == pytest.approx(valid.min())
     assert stats["surface_temperature"]["mean"] == pytest.approx(valid.mean(), rel=1e-9)
     assert metadata["feature_spec"]["surface_temperature_mask"]["dtype"] == "uint8"
+    assert metadata["units"] == {"surface_temperature": "K"}  # the variable's CF units
     from pipeline.reader import ShardReader
 
     records = list(ShardReader(tmp_path / "work" / "merged"))

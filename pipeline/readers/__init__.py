@@ -19,7 +19,10 @@ BY_SUFFIX = {suffix: reader for reader in READERS.values() for suffix in reader.
 # Suffixes of inputs that are directories (a Zarr store), listed as inputs by a glob like files.
 DIRECTORY_SUFFIXES = tuple(s for reader in READERS.values() if reader.directories for s in reader.suffixes)
 
-__all__ = ["DIRECTORY_SUFFIXES", "READERS", "FieldSpec", "Reader", "SampleError", "is_input_directory", "reader_for"]
+__all__ = [
+    "DIRECTORY_SUFFIXES", "READERS", "FieldSpec", "Reader", "SampleError", "field_units", "is_input_directory",
+    "reader_for",
+]  # fmt: skip
 
 
 def reader_for(path: Path, format_name: str) -> Reader:
@@ -37,3 +40,19 @@ def reader_for(path: Path, format_name: str) -> Reader:
 def is_input_directory(path: str | Path) -> bool:
     """A directory that is one input (a Zarr store), by its suffix."""
     return str(path).lower().rstrip("/").endswith(DIRECTORY_SUFFIXES) and Path(path).is_dir()
+
+
+def field_units(path: Path, format_name: str, fields: list[FieldSpec]) -> dict[str, str]:
+    """The CF `units` of the fields' arrays in one file (metadata.json records them); {} where the file
+    cannot be opened or the format has no attributes."""
+    try:
+        with reader_for(path, format_name).open(path) as opened:
+            units = {}
+            for field in fields:
+                if field.in_file and not (field.events or field.keyed or field.categorical):
+                    found = opened.encoding(field.path)
+                    if found is not None and found.units:
+                        units[field.name] = found.units
+            return units
+    except (SampleError, OSError):
+        return {}
