@@ -174,3 +174,84 @@ def test_inspect_reports_tables_fill_values_and_writes_yaml_that_holds_any_attri
         inspect(str(tmp_path / "table"), write=tmp_path / "table.yaml")
     report, _ = inspect(str(tmp_path / "table"))
     assert "a table, columns: a_name int32, c_name |S6, d_name int16[5, 10]" in report
+
+
+def test_packed_values_fill_values_in_labels_and_unusable_packing_per_sample(tmp_path, serial):
+    """NetCDF with an int16 variable packed by scale_factor/add_offset (unpacked as netCDF4 unpacks it), a
+    label holding its _FillValue at one time step (that sample rejected with the count and the marker),
+    and a file whose scale_factor is text (every sample rejected, naming the attribute); HDF5 files with CF
+    attributes, one sample per file, decoded on the same rules."""
+    import h5py
+
+    from pipeline.ingest import ingest
+    from pipeline.reader import ShardReader
+
+    root = tmp_path / "nc"
+    root.mkdir()
+    temperature = np.linspace(250.0, 300.0, 6 * 8, dtype="f4").reshape(6, 8)
+    for name, scale in (("good", 0.01), ("bad", "0.01")):
+        with netCDF4.Dataset(root / f"{name}.nc", "w") as ds:
+            ds.createDimension("time", 6)
+            ds.createDimension("x", 8)
+            ta = ds.createVariable("ta", "i2", ("time", "x"))
+            ta.set_auto_maskandscale(False)
+            ta.scale_factor, ta.add_offset, ta.units = scale, 275.0, "K"
+            ta[:] = np.round((temperature - 275.0) / 0.01).astype("i2")
+            y = ds.createVariable("y", "f4", ("time",), fill_value=np.float32(-999.0))
+            y[:] = np.arange(6, dtype="f4")
+            y[3] = np.ma.masked
+    fields = {"ta": {"path": "ta", "dtype": "float32", "shape": [8]}, "y": {"path": "y", "dtype": "float32"}}
+    config = make_config(
+        tmp_path,
+        source={"path": str(root), "glob": "*.nc", "samples_along": "time", "sample_id": None, "fields": fields},
+        convert={"features": ["ta"], "labels": ["y"], "log1p": [], "normalise": [], "per_channel": []},
+        ingest={"max_reject_fraction": 1.0},
+    )
+    summary = ingest(config, root, tmp_path / "ingest", serial)
+    assert (summary["samples"], summary["accepted"], summary["rejected"]) == (12, 5, 7)
+    from pipeline.tables import read_csv
+
+    reasons = {r["sample_id"]: r["reason"] for r in read_csv(tmp_path / "ingest" / "rejects.csv")}
+    assert reasons["good#3"] == "field 'y': 1 of 1 values are missing (_FillValue -999)"
+    assert all("attribute scale_factor = '0.01' is not a number" in reasons[f"bad#{k}"] for k in range(6))
+    with netCDF4.Dataset(root / "good.nc") as ds:
+        expected = ds["ta"][...]  # netCDF4's own unpacking
+    from pipeline.parallel import SerialComm
+
+    data_half_config = {**config, "workdir": str(tmp_path / "work")}
+    from .test_layouts import data_half
+
+    data_half(data_half_config, root, tmp_path, SerialComm())
+    for record in ShardReader(tmp_path / "work" / "merged"):
+        k = int(record["sample_id"].split("#")[1])
+        np.testing.assert_allclose(record["ta"], expected[k], rtol=1e-6)
+
+    # HDF5, one sample per file (the contents-image and template path): CF attributes decoded alike
+    h5 = tmp_path / "h5"
+    h5.mkdir()
+    for k in range(4):
+        with h5py.File(h5 / f"s{k}.h5", "w") as f:
+            density = f.create_dataset("density", data=np.full((4, 4, 4), 7, "i2"))
+            density.attrs["scale_factor"], density.attrs["_FillValue"] = np.float32(0.5), np.int16(-1)
+            if k == 2:
+                density[0, 0, 0] = -1
+            f["params"] = np.ones(3, "f4")
+    config = make_config(
+        tmp_path / "h5work",
+        source={
+            "path": str(h5),
+            "glob": "*.h5",
+            "sample_id": None,
+            "fields": {
+                "density": {"path": "density", "dtype": "float32", "shape": [4, 4, 4]},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            },
+        },  # fmt: skip
+        ingest={"max_reject_fraction": 1.0},
+    )
+    summary = ingest(config, h5, tmp_path / "h5ingest", serial)
+    assert (summary["accepted"], summary["rejected"]) == (3, 1)
+    [reject] = read_csv(tmp_path / "h5ingest" / "rejects.csv")
+    assert (
+        reject["sample_id"] == "" and "field 'density': 1 of 64 values are missing (_FillValue -1)" in reject["reason"]
+    )
