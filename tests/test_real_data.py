@@ -246,7 +246,7 @@ def test_packed_values_fill_values_in_labels_and_unusable_packing_per_sample(tmp
                 "density": {"path": "density", "dtype": "float32", "shape": [4, 4, 4]},
                 "params": {"path": "params", "dtype": "float32", "shape": [3]},
             },
-        },  # fmt: skip
+        },
         ingest={"max_reject_fraction": 1.0},
     )
     summary = ingest(config, h5, tmp_path / "h5ingest", serial)
