@@ -296,7 +296,7 @@ def array_info(
         return ArrayInfo(path, shape, dtype_text(dtype), dims, coordinate, encoding=f"unusable CF attributes: {e}")
     shown = ""
     if found is not None:  # netCDF's default fill applies to every variable: not repeated for each
-        markers = ", ".join(m for m in found.markers().split(", ") if m and not m.startswith("default "))
+        markers = found.markers(defaults=False)
         packed = "packed (scale_factor/add_offset)" if found.packed else ""
         shown = "; ".join(text for text in (markers, packed, f"units {found.units}" if found.units else "") if text)
     return ArrayInfo(path, shape, dtype_text(cf.unpacked_dtype(dtype, found)), dims, coordinate, encoding=shown)

@@ -30,6 +30,7 @@ NETCDF_DEFAULT_FILLS = {
     "i2": -32767, "u2": 65535, "i4": -2147483647, "u4": 4294967295,
     "i8": -9223372036854775806, "u8": 18446744073709551614, "f4": 9.969209968386869e36, "f8": 9.969209968386869e36,
 }  # fmt: skip
+DEFAULT_FILL = "default _FillValue"  # how netCDF's default fill is named in the reasons of rejects
 CF_ATTRIBUTES = ("_FillValue", "missing_value", "valid_min", "valid_max", "valid_range", "scale_factor",
                  "add_offset", "_Unsigned", "units")  # fmt: skip
 
@@ -73,9 +74,10 @@ class Encoding:
     def masks(self) -> bool:
         return bool(self.fills) or self.valid_min is not None or self.valid_max is not None
 
-    def markers(self) -> str:
-        """The missing-value markers, as a person reads them: '_FillValue 1e+20, valid_max 350'."""
-        told = [f"{name} {value:g}" for name, value in self.fills]
+    def markers(self, defaults: bool = True) -> str:
+        """The missing-value markers, as a person reads them: '_FillValue 1e+20, valid_max 350' (without
+        netCDF's default fill value where `defaults` is False)."""
+        told = [f"{name} {value:g}" for name, value in self.fills if defaults or name != DEFAULT_FILL]
         if self.valid_min is not None:
             told.append(f"below valid_min {self.valid_min:g}")
         if self.valid_max is not None:
@@ -115,7 +117,7 @@ def encoding(attributes: Mapping[str, Any], dtype: np.dtype, default_fill: bool 
     if numeric and "_FillValue" in attributes:
         fills += [("_FillValue", float(v)) for v in _number(attributes["_FillValue"], "_FillValue")]
     elif numeric and default_fill and dtype.str[1:] in NETCDF_DEFAULT_FILLS:
-        fills.append(("default _FillValue", float(NETCDF_DEFAULT_FILLS[dtype.str[1:]])))
+        fills.append((DEFAULT_FILL, float(NETCDF_DEFAULT_FILLS[dtype.str[1:]])))
     if numeric and "missing_value" in attributes:
         fills += [("missing_value", float(v)) for v in _number(attributes["missing_value"], "missing_value")]
     valid_min = valid_max = None

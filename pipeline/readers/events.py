@@ -154,10 +154,14 @@ class Events:
 
     def rows(self, first: int, stop: int) -> tuple[int, int]:
         """The rows to read for events [first, stop): from the first good event's start to the last's end."""
-        good = [k for k in range(first, stop) if k not in self.bad and self.counts[k] > 0]
-        if not good:
+        good = self.counts[first:stop] > 0
+        for k in self.bad:
+            if first <= k < stop:
+                good[k - first] = False
+        if not good.any():
             return 0, 0
-        return int(min(self.starts[good])), int(max(self.starts[good] + self.counts[good]))
+        starts = self.starts[first:stop][good]
+        return int(starts.min()), int((starts + self.counts[first:stop][good]).max())
 
 
 class Keyed:
