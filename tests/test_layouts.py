@@ -437,12 +437,21 @@ def test_inspect_root_events_and_zarr_stores(tmp_path):
 
     events = tmp_path / "events"
     events.mkdir()
+    import awkward as ak
+
     for name in ("qcd_0.root", "ttbar_0.root"):
         with uproot.recreate(events / name) as f:
-            tree = f.mktree("events", {"met": "float32", "jets": ("float32", (4,))})
-            tree.extend({"met": np.zeros(5, "f4"), "jets": np.zeros((5, 4), "f4")})
-    decided = decide(survey(str(events)))
-    assert decided.samples_along == "entries" and decided.sample_shapes == {"events/met": (), "events/jets": (4,)}
+            tree = f.mktree("events", {"met": "float32", "jets": ("float32", (4,)), "px": "var * float32"})
+            px = ak.Array([np.arange(n, dtype="f4") for n in (3, 0, 2, 5, 1)])
+            tree.extend({"met": np.zeros(5, "f4"), "jets": np.zeros((5, 4), "f4"), "px": px})
+    result = survey(str(events))
+    decided = decide(result)
+    assert decided.samples_along == "entries"
+    # a jagged branch is a variable-length field (it was listed as "object, not numeric")
+    shapes = {"events/met": (), "events/jets": (4,), "events/npx": (), "events/px": (None,)}  # npx: the counter
+    assert decided.sample_shapes == shapes
+    px = next(f for f in result.fields if f.path == "events/px")
+    assert (px.kind, px.dtype) == ("jagged", "float32")
 
     stores = tmp_path / "stores"
     for k, steps in enumerate((4, 6)):
