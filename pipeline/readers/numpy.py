@@ -14,13 +14,13 @@ from typing import BinaryIO
 import numpy as np
 
 from pipeline.readers.base import (
-    ArrayInfo,
     Contents,
     FieldSpec,
     MissingArray,
     OpenFile,
     Reader,
     SampleError,
+    array_info,
     as_array,
     as_text,
     scalar_text,
@@ -85,7 +85,7 @@ class NumpyReader(Reader):
             if path.suffix.lower() == ".npy":
                 with open(path, "rb") as f:
                     shape, dtype = _header(f)
-                return Contents((ArrayInfo(".", shape, str(dtype)),), {})
+                return Contents((array_info(".", shape, dtype, {}),), {})
             arrays, texts = [], {}
             with zipfile.ZipFile(path) as archive:
                 for member in archive.namelist():
@@ -94,7 +94,7 @@ class NumpyReader(Reader):
                     with archive.open(member) as f:
                         shape, dtype = _header(f)
                     name = member.removesuffix(".npy")
-                    arrays.append(ArrayInfo(name, shape, str(dtype)))
+                    arrays.append(array_info(name, shape, dtype, {}))
                     if dtype.kind in "SU" and math.prod(shape) == 1:
                         with archive.open(member) as f:
                             text = scalar_text(np.lib.format.read_array(f, allow_pickle=False))
