@@ -1,5 +1,7 @@
-"""ingest of files that are not one sample each: many samples along an axis (source.samples_along),
-and fields whose values are the file's (attributes, labels_table columns, path groups, categorical).
+"""ingest of files that are not one sample each: many samples along an axis (source.samples_along), one
+per event of event-indexed tables (fields with columns and ragged_by / group_by / key:
+pipeline/readers/events.py), and fields whose values are the file's (attributes, labels_table columns,
+path groups, categorical).
 
 Samples are numbered across the sorted input listing (a sample number; a file whose samples cannot be
 counted, because it cannot be opened or its fields disagree along the axis, has one number: its reject),
@@ -17,7 +19,7 @@ reject with its reason. The plan is a pure object (`SamplePlan`); ingest execute
 
 Memory per rank: the listing's line offsets and the per-file sample counts (16 bytes per file), one batch
 of samples, one part's manifest rows, 24 bytes per accepted record for the duplicate check, the labels
-table (compact). Time: one metadata pass and one data pass over the files, split across ranks.
+table (compact), and for the open file's tables 16 to 24 bytes per event (its index and ids). Time: one metadata pass and one data pass over the files, split across ranks.
 """
 
 from __future__ import annotations
