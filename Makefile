@@ -27,7 +27,13 @@ demo: env
 	$(RUN) $(BIN)/sim2dl image pull --missing $(if $(CONFIG),--config $(CONFIG)) >/dev/null
 	$(RUN) $(BIN)/snakemake --cores $(CORES) --printshellcmds --rerun-incomplete $(if $(CONFIG),--configfile $(CONFIG)) $(SNAKEMAKE_ARGS)
 
+# The PyTorch reader test (docs/reading.md) needs torch: the CPU build where this machine class keeps it
+# (/opt/wheels; a plain `torch` requirement would pull gigabytes of CUDA libraries). Where there is none,
+# that test skips (and fails under CI=true).
+TORCH_CPU := torch==2.13.0+cpu
+
 test: env
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_CPU)" -c requirements/constraints.txt 2>/dev/null || echo "no CPU build of torch to install: the PyTorch reader test will not run"
 	$(RUN) $(BIN)/ruff check .
 	$(RUN) $(BIN)/pytest $(PYTEST_ARGS)
 

@@ -19,7 +19,8 @@ reject with its reason. The plan is a pure object (`SamplePlan`); ingest execute
 
 Memory per rank: the listing's line offsets and the per-file sample counts (16 bytes per file), one batch
 of samples, one part's manifest rows, 24 bytes per accepted record for the duplicate check, the labels
-table (compact), and for the open file's tables 16 to 24 bytes per event (its index and ids). Time: one metadata pass and one data pass over the files, split across ranks.
+table (compact), and for the open file's tables 16 to 24 bytes per event (its index and ids). Time: one
+metadata pass and one data pass over the files, split across ranks.
 """
 
 from __future__ import annotations

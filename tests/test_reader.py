@@ -15,7 +15,7 @@ from pipeline.dataset import tfrecord_dataset
 from pipeline.reader import ShardReader, decode_example, decode_varints, plan_units, slot_units
 from pipeline.writers.tfrecord import encode_varints, example_pieces
 
-from .conftest import REPO, make_config, run_cli, write_config
+from .conftest import REPO, make_config, run_cli, unavailable, write_config
 from .test_merge import TRACE_CONVERT, TRACE_SOURCE, merge, prepare, prepare_cubes
 
 
@@ -190,15 +190,19 @@ def test_encoding_config_errors_name_the_key(tmp_path):
 
 
 def test_pytorch_iterable_dataset_from_the_docs(tmp_path):
-    """The few lines docs/reading.md gives for PyTorch, run as written (where torch can be imported)."""
-    pytest.importorskip("torch")
+    """The few lines docs/reading.md gives for PyTorch, run as written (`make test` installs the CPU build
+    of torch where this machine class keeps one; under CI=true a missing torch fails the test)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        unavailable("torch is not installed (make test installs its CPU build where /opt/wheels has it)")
     config_path, work = prepare_cubes(
         tmp_path,
         12,
     )
     merge(config_path, work / "merged", ranks=1)
     doc = (REPO / "docs" / "reading.md").read_text()
-    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    code = next(block.split("```", 1)[0] for block in doc.split("```python\n")[1:] if "import torch" in block)
     script = code + f"\nloader = make_loader({str(work / 'merged')!r}, batch_size=4, workers=2)\n"
     script += "print(sum(len(b['sample_id']) for b in loader))\n"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
