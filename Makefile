@@ -10,7 +10,7 @@ CORES ?= 2
 ROOT_APT := scripts/apt_ensure.sh
 RUN := PATH="$(BIN):$$PATH" TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2
 
-.PHONY: env demo test lint bench image clean-demo
+.PHONY: env demo test test-fast lint bench image clean-demo
 
 env: $(STAMP)
 
@@ -36,6 +36,11 @@ test: env
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_CPU)" -c requirements/constraints.txt 2>/dev/null || echo "no CPU build of torch to install: the PyTorch reader test will not run"
 	$(RUN) $(BIN)/ruff check .
 	$(RUN) $(BIN)/pytest $(PYTEST_ARGS)
+
+# Before each commit: the unit and mpi tiers (tests/conftest.py says which test is in which tier).
+test-fast: env
+	$(RUN) $(BIN)/ruff check .
+	$(RUN) $(BIN)/pytest -m "unit or mpi" $(PYTEST_ARGS)
 
 lint: env
 	$(RUN) $(BIN)/ruff check .

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import inspect
 import json
 import os
 import shutil
@@ -192,6 +193,36 @@ def small_cube_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------- real container runtimes
 CI = os.environ.get("CI") == "true"
+
+# The suite's tiers (markers; `make test-fast` runs unit and mpi, `make test` everything):
+#   unit      functions and files in one process
+#   mpi       real `mpiexec -n 2..4` launches of sim2dl steps
+#   workflow  Snakemake runs of the workflow, search, and the bookkeeping of 100,000 files
+#   site      what a site has: Slurm (one node, and the virtual cluster), container runtimes, a registry
+SITE_MODULES = {"test_cluster", "test_container", "test_registry", "test_slurm"}
+WORKFLOW_MODULES = {"test_workflow", "test_search", "test_scale"}
+
+
+def tier(item: pytest.Item) -> str:
+    """A test's tier, from its module, else from what its own code runs."""
+    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+    source = inspect.getsource(item.function) if hasattr(item, "function") else ""
+    if module in SITE_MODULES:
+        return "site"
+    if module in WORKFLOW_MODULES or "snakemake" in source:
+        return "workflow"
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if any(call in source for call in ("run_cli(", "start_cli(", "MPIEXEC")) or fixtures & MPI_FIXTURES:
+        return "mpi"
+    return "unit"
+
+
+MPI_FIXTURES = {"climate", "staged", "host_mpi", "image"}  # fixtures that launch MPI steps
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(getattr(pytest.mark, tier(item)))
 TOOLS = ["debootstrap=debootstrap", "bwrap=bubblewrap", "ch-run=charliecloud", "mpiexec.mpich=mpich"]
 REGISTRY_TOOLS = [
     "docker-registry=docker-registry",
