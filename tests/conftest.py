@@ -223,6 +223,8 @@ MPI_FIXTURES = {"climate", "staged", "host_mpi", "image"}  # fixtures that launc
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(getattr(pytest.mark, tier(item)))
+
+
 TOOLS = ["debootstrap=debootstrap", "bwrap=bubblewrap", "ch-run=charliecloud", "mpiexec.mpich=mpich"]
 REGISTRY_TOOLS = [
     "docker-registry=docker-registry",
