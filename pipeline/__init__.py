@@ -19,7 +19,9 @@ Which module to open for what:
     paths.py       every file name; Layout (the workdir) for the Snakefile and the CLI's defaults
     config.py      loading and validating configs (schema.yaml); each step's view of the config
     cli.py         the `sim2dl` command: steps and tools (launch, image, doctor, inspect), errors, summaries
-    readers/       input formats (HDF5, NetCDF, NumPy, ROOT, Zarr): one small file each, `Reader` in base.py
+    readers/       input formats (HDF5, NetCDF, NumPy, ROOT, Zarr): one small file each, `Reader` in base.py;
+                   cf.py decodes CF fill values and packing for all of them, events.py reads event-indexed
+                   tables (one sample per event: a range of rows)
     fields/        values of a file that are not arrays in it (attributes, run table columns, path groups)
                    and categorical classes: one small file each, `ValueSource` in base.py
     file_samples.py  ingest in samples (many per file, or fields from fields/): planning and reading
