@@ -123,6 +123,8 @@ class FileSamples:
         self.tables: dict[str, Events] = {}  # fields with ragged_by or group_by: their events
         self.keyed: dict[str, Keyed] = {}  # fields with key: their table's rows by event id
         self.events: Events | None = None  # the events keyed fields look up (the first table's)
+        # whether a sample is one index of many in the file (an index along samples_along, or an event)
+        self.indexed = samples_along is not None or any(f.events for f in fields)
         if any(f.events for f in fields):
             self._count_events()
             return

@@ -514,7 +514,7 @@ def ingest_file(
             writer.reject(number, path, None if counted == 1 else number - base, "", str(e))
         bar.update(len(mine))
         return
-    along = opener.source["samples_along"] is not None or bool(samples.tables)  # a sample per index or event
+    along = samples.indexed
     file_id = samples.info.file_id
 
     def sample_id(index: int) -> str:

@@ -35,6 +35,12 @@ CF_ATTRIBUTES = ("_FillValue", "missing_value", "valid_min", "valid_max", "valid
                  "add_offset", "_Unsigned", "units")  # fmt: skip
 
 
+def cf_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """The CF attributes among an array's attributes (any mapping: h5py's, zarr's, a NetCDF variable's);
+    only these are read, so a format's own bookkeeping attributes are never touched."""
+    return {name: attributes[name] for name in CF_ATTRIBUTES if name in attributes}
+
+
 class EncodingError(ValueError):
     """The attributes cannot be applied (a packing attribute that is not a number, a marker not castable)."""
 

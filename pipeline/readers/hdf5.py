@@ -41,7 +41,7 @@ from pipeline.readers.base import (
     resolve_missing,
     scalar_text,
 )
-from pipeline.readers.cf import CF_ATTRIBUTES
+from pipeline.readers.cf import cf_attributes
 
 _FILE_ACCESS = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
 _FILE_ACCESS.set_fapl_core(backing_store=False)
@@ -52,11 +52,6 @@ Arrays = dict[str, np.ndarray]
 def _view(contents: np.ndarray, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     """The array of this dtype and shape stored at `offset` in the file's bytes (no copy)."""
     return contents[offset : offset + dtype.itemsize * math.prod(shape)].view(dtype).reshape(shape)
-
-
-def cf_attributes(attrs: h5py.AttributeManager) -> dict[str, object]:
-    """A dataset's CF attributes (readers/cf.py); netCDF-4's own bookkeeping attributes are not among them."""
-    return {name: attrs[name] for name in CF_ATTRIBUTES if name in attrs}
 
 
 def _dataset_encoding(dataset: h5py.h5d.DatasetID, field: FieldSpec) -> cf.Encoding | None:

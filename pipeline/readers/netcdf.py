@@ -18,7 +18,7 @@ from pipeline.readers.base import (
     array_info,
     scalar_text,
 )
-from pipeline.readers.cf import CF_ATTRIBUTES
+from pipeline.readers.cf import cf_attributes
 
 
 def _open(path: Path) -> Any:
@@ -48,6 +48,11 @@ def coordinate_names(variables: dict[str, Any]) -> set[str]:
     return names
 
 
+def variable_cf_attributes(variable: Any) -> dict[str, Any]:
+    """A variable's CF attributes (readers/cf.py), read by name."""
+    return cf_attributes({name: variable.getncattr(name) for name in variable.ncattrs()})
+
+
 class NetCDFFile(OpenFile):
     default_fill = True  # a value never written reads as netCDF's default fill (9.97e36 for floats)
 
@@ -72,8 +77,7 @@ class NetCDFFile(OpenFile):
         return tuple(self._variable(array).dimensions)
 
     def attributes(self, array: str) -> dict[str, Any]:
-        variable = self._variable(array)
-        return {name: variable.getncattr(name) for name in variable.ncattrs()}
+        return variable_cf_attributes(self._variable(array))
 
     def stored_dtype(self, array: str) -> np.dtype:
         dtype = self._variable(array).dtype
@@ -110,7 +114,7 @@ class NetCDFReader(Reader):
                 coordinates = coordinate_names(group.variables)
                 for name, var in group.variables.items():
                     dtype = np.dtype(var.dtype) if isinstance(var.dtype, np.dtype) else np.dtype(object)
-                    attributes = {key: var.getncattr(key) for key in var.ncattrs() if key in CF_ATTRIBUTES}
+                    attributes = variable_cf_attributes(var)
                     info = array_info(prefix + name, tuple(var.shape), dtype, attributes, tuple(var.dimensions),
                                       name in coordinates, default_fill=True)  # fmt: skip
                     arrays.append(info)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.readers.base import Contents, MissingArray, OpenFile, Reader, SampleError, array_info, scalar_text
-from pipeline.readers.cf import CF_ATTRIBUTES
+from pipeline.readers.cf import cf_attributes
 
 
 def _open(path: Path) -> Any:
@@ -39,7 +39,7 @@ def zarr_cf_attributes(array: Any) -> dict[str, Any]:
     """The array's CF attributes (xarray writes _FillValue as one in Zarr 3), and a NaN fill_value of its
     metadata as its _FillValue. Any other fill_value is not taken as missing: zarr gives every array one (0
     by default) and skips writing chunks that hold only it, so it cannot tell a missing value from data."""
-    found = {name: value for name, value in dict(array.attrs).items() if name in CF_ATTRIBUTES}
+    found = cf_attributes(array.attrs)
     fill = getattr(array.metadata, "fill_value", None)
     try:
         nan_fill = fill is not None and bool(np.isnan(fill))
