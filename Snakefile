@@ -18,7 +18,7 @@ from snakemake.utils import min_version
 
 from pipeline import Sim2dlError
 from pipeline import config as sim2dl_config
-from pipeline.fsutil import write_text_atomic
+from pipeline.storage.fsutil import write_text_atomic
 
 min_version("9.0")
 
@@ -61,7 +61,7 @@ class Run:
 
 
 if "sweep" in config:
-    from pipeline.sweep import point_configs, sweep_workdir
+    from pipeline.steps.sweep import point_configs, sweep_workdir
 
     try:
         RUNS = [Run(point) for point in point_configs(config).values()]
@@ -130,10 +130,10 @@ if "sweep" in config:
 
 
 # Under the Slurm executor, a job waiting for nodes that are down would hold the workflow forever: a
-# watcher reports such jobs and cancels them after slurm.unavailable_nodes_timeout_s (pipeline/slurm_watch.py).
+# watcher reports such jobs and cancels them after slurm.unavailable_nodes_timeout_s (pipeline/runtime/slurm_watch.py).
 onstart:
     plugin = workflow.executor_plugin
     if plugin is not None and plugin.name == "slurm" and not (workflow.remote_exec or workflow.subprocess_exec):
-        from pipeline import slurm_watch
+        from pipeline.runtime import slurm_watch
 
         slurm_watch.start(Path(workflow.workdir_init), config["slurm"]["unavailable_nodes_timeout_s"])

@@ -21,10 +21,10 @@ def main() -> int:
     out_dir, args = Path(sys.argv[1]), sys.argv[2:]
     import tqdm  # noqa: F401  (start-up: imported now, not counted below)
 
-    import pipeline.stage  # noqa: F401
+    import pipeline.steps.stage  # noqa: F401
     from pipeline import config as cfg
     from pipeline.cli import main as sim2dl
-    from pipeline.parallel import world
+    from pipeline.runtime.mpi import world
 
     world()
     cfg.load(args[args.index("--config") + 1])

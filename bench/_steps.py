@@ -14,11 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import settle
 
 from pipeline import config as cfg
-from pipeline.convert import convert
-from pipeline.ingest import ingest
-from pipeline.merge import merge
-from pipeline.parallel import world
-from pipeline.writers.tfrecord import TFRecordShardWriter  # noqa: F401  (imports TensorFlow now)
+from pipeline.formats.shards.tfrecord import TFRecordShardWriter  # noqa: F401  (imports TensorFlow now)
+from pipeline.runtime.mpi import world
+from pipeline.steps.convert import convert
+from pipeline.steps.ingest.step import ingest
+from pipeline.steps.merge.step import merge
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
     h5py reads in parallel tf.numpy_function calls;
 (b) one-sample-per-file TFRecords (the MLPerf CosmoFlow reference layout);
 (c) sim2dl's merged shards;
-(d) the same shards through pipeline.reader.ShardReader (numpy batches, no TensorFlow: what a PyTorch
+(d) the same shards through ShardReader (numpy batches, no TensorFlow: what a PyTorch
     DataLoader worker runs);
 plus the raw read floor of the shard bytes (`cat`, cold), and a stricter one: the shards read by as
 many threads as tf.data reads them with, in reads as large as its buffers (no parsing, no copies).
@@ -44,7 +44,7 @@ class NumpyBatches:
         self.merged, self.fields = merged, fields
 
     def __iter__(self):
-        from pipeline.reader import ShardReader
+        from pipeline.formats.shards.shard_reader import ShardReader
 
         for batch in ShardReader(self.merged, fields=list(self.fields)).batches(BATCH):
             yield batch[self.fields[0]], batch[self.fields[1]]
@@ -98,7 +98,7 @@ def main() -> None:
     import h5py
     import tensorflow as tf
 
-    from pipeline.dataset import READ_BUFFER_BYTES, load_metadata, parse_batch, raw_records, shard_paths
+    from pipeline.training.tfdata import READ_BUFFER_BYTES, load_metadata, parse_batch, raw_records, shard_paths
 
     autotune = tf.data.AUTOTUNE
 

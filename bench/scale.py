@@ -8,7 +8,7 @@ of its ranks (`peak_rss_mb_per_rank` in its JSON summary).
 How the inputs are made: `sim2dl simulate` with 2 ranks, once, at the largest size (4^3 cubes; with
 `--family trace`, variable-length records of 10 to 40 steps, which merge sorts by length as etalumis
 did). The simulator writes every file after its first from that file's HDF5 image with the data and id
-bytes replaced (pipeline.simulate.Templates, byte-identical to h5py's files): about 10,000 files a
+bytes replaced (pipeline.steps.simulate.Templates, byte-identical to h5py's files): about 10,000 files a
 second here, against about 1,100 through h5py. Each smaller size is the first N files, named in a
 `source.list` file (one path per line), so the input lists are exercised too.
 
@@ -54,7 +54,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.simulate import sample_path
+from pipeline.steps.simulate import sample_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT, sim2dl

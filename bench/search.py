@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import OUT, emit
 
-from pipeline.search import (
+from pipeline.steps.search import (
     config_space,
     install_hmac_key,
     name_server,
@@ -42,8 +42,8 @@ from pipeline.search import (
     register_numpy_serializers,
     run_directory,
 )
-from pipeline.search import run_master as run_bohb
-from pipeline.simulate import make_sample
+from pipeline.steps.search import run_master as run_bohb
+from pipeline.steps.simulate import make_sample
 
 REPO = Path(__file__).resolve().parent.parent
 SPACE = {

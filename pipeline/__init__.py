@@ -43,7 +43,7 @@ Words with one meaning each:
     part           a file of framed records written by ingest (or convert), about one shard's worth; merge
                    turns parts into shards, often by linking a whole part
     sample number  a sample's place when ingest numbers every sample of the sorted inputs (many per file,
-                   pipeline/file_samples.py; a file whose samples cannot be counted has one: its reject)
+                   pipeline/steps/ingest/samples.py; a file whose samples cannot be counted has one: its reject)
     framed record  one sample's bytes as the shard format frames them (a TFRecord record with its length
                    and CRCs), so a part's records can be copied into a shard unchanged
     home           the part (file and offset) where a record's bytes live when merge gathers them
@@ -57,7 +57,11 @@ Words with one meaning each:
 """
 
 import gc
+import importlib
+import importlib.abc
+import importlib.machinery
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -97,3 +101,30 @@ def bookkeeping_step() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+# Module paths users import from code written before the tiers existed: each old name is the module it
+# moved to (the same object), so `from pipeline.reader import ShardReader` keeps working.
+MOVED = {
+    "pipeline.reader": "pipeline.formats.shards.shard_reader",
+    "pipeline.dataset": "pipeline.training.tfdata",
+    "pipeline.models": "pipeline.training.models",
+    "pipeline.tasks": "pipeline.training.tasks",
+    "pipeline.readers": "pipeline.formats.readers",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name: str, path: object, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        return importlib.machinery.ModuleSpec(name, self) if name in MOVED else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: object) -> None:
+        # the import system returns whatever sys.modules holds under the name after exec_module
+        name = module.__name__  # type: ignore[attr-defined]
+        sys.modules[name] = importlib.import_module(MOVED[name])
+
+
+sys.meta_path.append(_MovedModules())

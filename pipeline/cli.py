@@ -20,7 +20,7 @@ from typing import Any
 
 from pipeline import MB, CollectiveError, Sim2dlError
 from pipeline import config as cfg
-from pipeline.parallel import mpi_library, world
+from pipeline.runtime.mpi import mpi_library, world
 
 
 def _common(parser: argparse.ArgumentParser, config_required: bool = True) -> None:
@@ -45,7 +45,7 @@ def _common(parser: argparse.ArgumentParser, config_required: bool = True) -> No
 # Each handler takes the whole config (for the workdir's paths) and the step's view of it
 # (config.step_config: only the keys the step reads), which it hands to the step.
 def cmd_simulate(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
-    from pipeline.simulate import simulate
+    from pipeline.steps.simulate import simulate
 
     out = args.out or cfg.source_dir(config)
     # The runtime settings only shape how an ensemble's runs enter simulate.image: not a rerun trigger.
@@ -53,41 +53,41 @@ def cmd_simulate(args: argparse.Namespace, config: dict[str, Any], view: dict[st
 
 
 def cmd_ingest(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
-    from pipeline.ingest import ingest
+    from pipeline.steps.ingest.step import ingest
 
     return ingest(view, args.source or cfg.source_dir(config), args.out or cfg.layout(config).ingest, comm)
 
 
 def cmd_convert(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
-    from pipeline.convert import convert
+    from pipeline.steps.convert import convert
 
     lay = cfg.layout(config)
     return convert(view, args.ingest or lay.ingest, args.out or lay.convert, comm)
 
 
 def cmd_merge(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
-    from pipeline.merge import merge
+    from pipeline.steps.merge.step import merge
 
     lay = cfg.layout(config)
     return merge(view, args.ingest or lay.ingest, args.convert or lay.convert, args.out or lay.merged, comm)
 
 
 def cmd_stage(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
-    from pipeline.stage import stage
+    from pipeline.steps.stage import stage
 
     lay = cfg.layout(config)
     return stage(view, args.merged or lay.merged, args.summary or lay.stage_summary, comm)
 
 
 def cmd_train(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
-    from pipeline.train import train
+    from pipeline.steps.train import train
 
     lay = cfg.layout(config)
     return train(view, args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train, comm)
 
 
 def cmd_search(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
-    from pipeline.search import search
+    from pipeline.steps.search import search
 
     lay = cfg.layout(config)
     out, merged, staged = args.out or lay.search, args.merged or lay.merged, args.stage_summary or lay.stage_summary
@@ -95,7 +95,7 @@ def cmd_search(args: argparse.Namespace, config: dict[str, Any], view: dict[str,
 
 
 def cmd_sweep(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
-    from pipeline.sweep import summarise
+    from pipeline.steps.sweep import summarise
 
     if "sweep" not in config:
         raise Sim2dlError("this config has no 'sweep' section (e.g. --config config/sweeps/lr_shards.yaml)")
@@ -103,7 +103,7 @@ def cmd_sweep(args: argparse.Namespace, config: dict[str, Any], view: dict[str, 
 
 
 def cmd_throughput(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
-    from pipeline.throughput import throughput
+    from pipeline.steps.throughput import throughput
 
     lay = cfg.layout(config)
     return throughput(lay, args.out or lay.throughput_plot)
@@ -225,7 +225,7 @@ def reports_errors(prog: str) -> Any:
 @reports_errors("sim2dl launch")
 def launch_main(argv: list[str]) -> int:
     """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
-    from pipeline.launch import data_directories, prepare_mount_points, step_argv
+    from pipeline.runtime.launch import data_directories, prepare_mount_points, step_argv
 
     parser = argparse.ArgumentParser(
         prog="sim2dl launch",
@@ -262,7 +262,8 @@ def launch_main(argv: list[str]) -> int:
 @reports_errors("sim2dl image")
 def image_main(argv: list[str]) -> int:
     """`sim2dl image build|push|pull|ref|host-mpi`: the container image named by container.name/tag."""
-    from pipeline import image, registry
+    from pipeline.runtime import container_image as image
+    from pipeline.runtime import oci_registry as registry
 
     parser = argparse.ArgumentParser(prog="sim2dl image", description=image.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -290,7 +291,7 @@ def image_main(argv: list[str]) -> int:
     if args.action == "ref":
         result: Any = image.image_reference(settings)
     elif args.action == "host-mpi":
-        from pipeline import hostmpi
+        from pipeline.runtime import host_mpi as hostmpi
 
         library = args.lib or hostmpi.system_library()
         if library is None:
@@ -301,7 +302,7 @@ def image_main(argv: list[str]) -> int:
         archive = args.archive or Path(image.build(settings, ["dir", "oci"])["outputs"]["oci"])
         result = registry.push(settings, target, archive)
     elif args.action == "pull":
-        from pipeline.doctor import check_image
+        from pipeline.runtime.doctor import check_image
 
         if args.missing and (settings["runtime"] == "none" or check_image(settings).status in ("ok", "skip")):
             result = {"pulled": None, "image": image.image_reference(settings)}
@@ -316,7 +317,7 @@ def image_main(argv: list[str]) -> int:
 @reports_errors("sim2dl doctor")
 def doctor_main(argv: list[str]) -> int:
     """`sim2dl doctor`: check the runtime, image, host MPI and node-local storage before a long job."""
-    from pipeline import doctor
+    from pipeline.runtime import doctor
 
     parser = argparse.ArgumentParser(prog="sim2dl doctor", description=doctor.__doc__)
     _common(parser, config_required=False)
@@ -331,7 +332,7 @@ def doctor_main(argv: list[str]) -> int:
 @reports_errors("sim2dl inspect")
 def inspect_main(argv: list[str]) -> int:
     """`sim2dl inspect`: what a few of the files hold, and a starter config for them."""
-    from pipeline import inspection
+    from pipeline.formats import inspect as inspection
 
     parser = argparse.ArgumentParser(prog="sim2dl inspect", description=inspection.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip

@@ -36,7 +36,7 @@ STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "simulate": ("simulate", "source.path"),
     # Parts are framed, and sized, as merge will write shards; the first feature gives a record's length.
     "ingest": ("source", "ingest", "convert.features", "convert.stack", *SHARD_FORMAT_SETTINGS),
-    # Normalisation statistics come from the training split alone (pipeline.splits).
+    # Normalisation statistics come from the training split alone (pipeline.data.splits).
     # (or, without splits, from the records train does not hold out: train.validation_fraction)
     "convert": ("convert", "merge.splits", "merge.split_by", "train.validation_fraction"),
     "merge": ("convert", "merge"),
@@ -147,7 +147,7 @@ def ensemble_defaults(config: dict[str, Any]) -> None:
 
 def check_consistency(config: Mapping[str, Any]) -> None:
     """Rules a JSON schema cannot say: names used in convert must be declared source fields."""
-    from pipeline.readers.cf import MASK_SUFFIX
+    from pipeline.formats.readers.cf import MASK_SUFFIX
 
     specs = config["source"]["fields"]
     masks = {name + MASK_SUFFIX for name, spec in specs.items() if spec.get("missing") == "mask"}
@@ -211,7 +211,7 @@ def primary_field(conv: Mapping[str, Any]) -> str:
 def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
     """Categorical fields hold class ids (never transformed); a feature is an array in the file; a
     labels_table or path_pattern is needed by the fields that read one."""
-    from pipeline.readers.base import FieldSpec
+    from pipeline.formats.readers.base import FieldSpec
 
     fields = {name: FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()}
     for name, members in conv["stack"].items():  # a stack is in the files when its members are
@@ -418,7 +418,7 @@ def side_files(source: Mapping[str, Any], root: Path) -> list[Path]:
 def model_files(train: Mapping[str, Any]) -> list[Path]:
     """The user's model file (train.model 'path/to/file.py:function'): train and search rerun when it
     changes, and containers bind its directory."""
-    from pipeline.models import model_file
+    from pipeline.training.models import model_file
 
     path = model_file(train["model"])
     return [path] if path else []

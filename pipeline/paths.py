@@ -52,12 +52,12 @@ class IngestPaths:
 
     @property
     def parts(self) -> Path:
-        """Packed records, one file per run of input files (pipeline.records)."""
+        """Packed records, one file per run of input files (pipeline.formats.parts)."""
         return self.root / "parts"
 
     @property
     def manifest(self) -> Path:
-        """A directory of Parquet files, one per part (pipeline.tables)."""
+        """A directory of Parquet files, one per part (pipeline.data.tables)."""
         return self.root / "manifest"
 
     def manifest_piece(self, part_name: str) -> Path:

@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from pipeline import config as cfg
-from pipeline import hostmpi
-from pipeline.image import image_reference
-from pipeline.parallel import SerialComm
+from pipeline.runtime import host_mpi as hostmpi
+from pipeline.runtime.container_image import image_reference
+from pipeline.runtime.mpi import SerialComm
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -15,9 +15,10 @@ import subprocess
 import pytest
 import yaml
 
-from pipeline import Sim2dlError, hostmpi
-from pipeline.image import image_environment, run_tool, sandbox_argv
-from pipeline.launch import container_argv, mpi_launcher
+from pipeline import Sim2dlError
+from pipeline.runtime import host_mpi as hostmpi
+from pipeline.runtime.container_image import image_environment, run_tool, sandbox_argv
+from pipeline.runtime.launch import container_argv, mpi_launcher
 
 from .conftest import (
     HOST_LAUNCHER,

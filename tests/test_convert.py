@@ -3,11 +3,11 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.convert import RunningStats, central_crop, normalise, split_volumes, transform
-from pipeline.ingest import ingest
-from pipeline.readers import SampleError
-from pipeline.simulate import simulate
-from pipeline.tables import read_rows
+from pipeline.data.tables import read_rows
+from pipeline.formats.readers import SampleError
+from pipeline.steps.convert import RunningStats, central_crop, normalise, split_volumes, transform
+from pipeline.steps.ingest.step import ingest
+from pipeline.steps.simulate import simulate
 
 from .conftest import make_config, run_cli, write_config
 
@@ -90,8 +90,8 @@ def test_global_statistics_same_for_one_and_two_ranks(tmp_path, serial):
 
 
 def test_unchanged_fields_are_referenced_not_copied(tmp_path, serial):
-    from pipeline.convert import convert
-    from pipeline.records import Part, list_parts
+    from pipeline.formats.parts import Part, list_parts
+    from pipeline.steps.convert import convert
 
     config = make_config(tmp_path, simulate={"samples": 4}, convert={"log1p": ["density"], "normalise": []})
     simulate(config["simulate"], tmp_path / "raw", serial)
@@ -119,7 +119,7 @@ def test_statistics_come_from_the_training_split_alone(tmp_path, serial):
     sample does not."""
     import netCDF4
 
-    from pipeline.reader import ShardReader
+    from pipeline.formats.shards.shard_reader import ShardReader
 
     from .test_layouts import CMIP_SOURCE, MODELS, data_half, layout_config, ta_values, write_cmip_like
 
@@ -164,9 +164,9 @@ def test_statistics_come_from_the_training_split_alone(tmp_path, serial):
 def test_without_splits_statistics_skip_the_records_train_holds_out(tmp_path, serial):
     """No merge.splits: train holds out train.validation_fraction by a hash of the sample id; convert's
     statistics are those of the other records (the same hash), and integer labels are counted per split."""
-    from pipeline.convert import convert
-    from pipeline.records import Part, list_parts
-    from pipeline.splits import holdout_validation
+    from pipeline.data.splits import holdout_validation
+    from pipeline.formats.parts import Part, list_parts
+    from pipeline.steps.convert import convert
 
     config = make_config(
         tmp_path,

@@ -6,8 +6,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from pipeline.directio import PAGE, AppendWriter, FileContents, read_ranges
-from pipeline.fsutil import Checksum, file_checksum
+from pipeline.storage.directio import PAGE, AppendWriter, FileContents, read_ranges
+from pipeline.storage.fsutil import Checksum, file_checksum
 
 
 @pytest.fixture(params=["disk", "ramfs"])

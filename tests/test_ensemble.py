@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from pipeline import Sim2dlError
-from pipeline.ensemble import EnsemblePlan, check_command, placeholders
+from pipeline.simulators.ensemble import EnsemblePlan, check_command, placeholders
 
 from .conftest import REPO, kill_tree, make_config, run_cli, snakemake_configfile, start_cli, write_config
 
@@ -254,7 +254,7 @@ def test_a_simulator_with_its_own_image_runs_each_run_in_it():
     """simulate.image: each run enters the simulator's image with its run directory bound and as its working
     directory, no host MPI (exact argument vectors: Apptainer and Shifter cannot run here), and the farm
     itself runs outside the step container."""
-    from pipeline.launch import simulator_argv, step_argv
+    from pipeline.runtime.launch import simulator_argv, step_argv
 
     run = Path("/w/raw/00000/.run-000001.partial")
     sim = ["my-sim", "--out", str(run)]
@@ -318,7 +318,7 @@ def test_the_ensemble_docs_example_runs_as_written(tmp_path, monkeypatch):
     assert (ingest["accepted"], ingest["rejected"]) == (6, 0)
     run_cli(["convert", "--config", str(path)], ranks=2)
     run_cli(["merge", "--config", str(path)], ranks=2)
-    from pipeline.reader import ShardReader
+    from pipeline.formats.shards.shard_reader import ShardReader
 
     sigma8 = {row["run"]: row["sigma8"] for row in runs_table(tmp_path)}
     records = list(ShardReader(tmp_path / "work" / "merged"))

@@ -1,4 +1,4 @@
-"""Event-indexed tables (pipeline/readers/events.py): detector hits as columns of millions of rows with an
+"""Event-indexed tables (pipeline/formats/readers/events.py): detector hits as columns of millions of rows with an
 index table or a sorted event id, per-event truth from another table keyed by the same id, PyTables/pandas
 HDF5 written by pandas; every event a record or a reject with its reason, on 1 and 2 ranks."""
 
@@ -11,8 +11,8 @@ import h5py
 import numpy as np
 import pytest
 
-from pipeline.ingest import ingest
-from pipeline.tables import read_csv
+from pipeline.data.tables import read_csv
+from pipeline.steps.ingest.step import ingest
 
 from .conftest import make_config, run_cli, write_config
 from .test_layouts import data_half, records_by_id
@@ -131,7 +131,7 @@ def test_inspect_proposes_index_tables_and_event_ids_and_its_config_reads_every_
     config with columns and ragged_by / group_by / key, and that config ingests every event."""
     pandas = pytest.importorskip("pandas")
     from pipeline import config as cfg
-    from pipeline.inspection import inspect
+    from pipeline.formats.inspect import inspect
 
     km3 = tmp_path / "km3"
     km3.mkdir()

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from pipeline.ingest import ingest
-from pipeline.records import Part
-from pipeline.tables import read_csv, read_rows
+from pipeline.data.tables import read_csv, read_rows
+from pipeline.formats.parts import Part
+from pipeline.steps.ingest.step import ingest
 
 from .conftest import make_config
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from pipeline import Sim2dlError
-from pipeline.ingest import ingest
-from pipeline.readers import SampleError
-from pipeline.records import Part
-from pipeline.tables import read_csv, read_rows
+from pipeline.data.tables import read_csv, read_rows
+from pipeline.formats.parts import Part
+from pipeline.formats.readers import SampleError
+from pipeline.steps.ingest.step import ingest
 
 from .conftest import BIN, env, make_config, run_cli, write_config
 
@@ -240,8 +240,8 @@ def test_field_mapping_for_real_layouts(tmp_path, serial):
 def test_hdf5_files_read_alike_from_their_bytes(tmp_path):
     """Contiguous data is taken from the file's bytes where HDF5 says it is; chunked, compressed and
     big-endian datasets must give the same values, and data cut off at the end of a file is rejected."""
-    from pipeline.readers import FieldSpec, SampleError
-    from pipeline.readers.hdf5 import HDF5Reader
+    from pipeline.formats.readers import FieldSpec, SampleError
+    from pipeline.formats.readers.hdf5 import HDF5Reader
 
     values = np.random.default_rng(5).random((8, 8, 8), np.float32)
     layouts = {
@@ -271,8 +271,8 @@ def test_files_alike_are_read_from_their_remembered_layout_and_others_through_hd
     """After HDF5 has opened a file (and checked two more), files whose structure bytes equal it are read
     without HDF5, to the same arrays and ids; a changed structure byte, fixed-length ids and a layout
     that HDF5 contradicts all give what HDF5 gives."""
-    from pipeline.readers import FieldSpec, SampleError
-    from pipeline.readers.hdf5 import ByteTemplate, HDF5Reader
+    from pipeline.formats.readers import FieldSpec, SampleError
+    from pipeline.formats.readers.hdf5 import ByteTemplate, HDF5Reader
 
     opens = []
     real_open = h5py.h5f.open
@@ -321,7 +321,7 @@ def test_files_alike_are_read_from_their_remembered_layout_and_others_through_hd
 
 
 def test_parts_are_a_shard_each_unless_ranks_would_go_without_work(tmp_path):
-    from pipeline.ingest import PARTS_PER_RANK, part_files
+    from pipeline.steps.ingest.step import PARTS_PER_RANK, part_files
 
     files = []
     for i in range(200):
@@ -350,7 +350,7 @@ def test_parts_are_a_shard_each_unless_ranks_would_go_without_work(tmp_path):
 )
 def test_dtype_casts_arrays_when_no_value_changes(values, dtype, lossy):
     """Declared dtypes cast arrays as they cast table columns; a cast that would change a value is a reject."""
-    from pipeline.ingest import cast_to
+    from pipeline.steps.ingest.step import cast_to
 
     if lossy is None:
         cast = cast_to(values, np.dtype(dtype), "x")

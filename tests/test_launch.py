@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import Sim2dlError
-from pipeline.image import image_reference
-from pipeline.launch import RUNTIMES, container_argv, mpi_launcher, prepare_mount_points, step_argv
+from pipeline.runtime.container_image import image_reference
+from pipeline.runtime.launch import RUNTIMES, container_argv, mpi_launcher, prepare_mount_points, step_argv
 
 from .conftest import cli_command, env, make_config, write_config
 

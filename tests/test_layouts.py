@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.convert import convert
-from pipeline.file_samples import FileOpener, SamplePlan
-from pipeline.ingest import ingest
-from pipeline.inspection import decide, inspect, survey
-from pipeline.merge import merge
-from pipeline.reader import ShardReader
-from pipeline.readers import FieldSpec
-from pipeline.tables import read_csv, read_rows
+from pipeline.data.tables import read_csv, read_rows
+from pipeline.formats.inspect import decide, inspect, survey
+from pipeline.formats.readers import FieldSpec
+from pipeline.formats.shards.shard_reader import ShardReader
+from pipeline.steps.convert import convert
+from pipeline.steps.ingest.samples import FileOpener, SamplePlan
+from pipeline.steps.ingest.step import ingest
+from pipeline.steps.merge.step import merge
 
 from .conftest import make_config, run_cli, snakemake_configfile, write_config
 

@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.dataset import hdf5_records, tfrecord_dataset
-from pipeline.fsutil import file_checksum
-from pipeline.tables import read_rows
+from pipeline.data.tables import read_rows
+from pipeline.storage.fsutil import file_checksum
+from pipeline.training.tfdata import hdf5_records, tfrecord_dataset
 
 from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
 
@@ -87,7 +87,7 @@ def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
     assert lengths == sorted(lengths) and lengths[0] < lengths[-1]
 
     # Normalised with the statistics of the records training does not hold out: mean 0, std 1 over those.
-    from pipeline.splits import holdout_validation
+    from pipeline.data.splits import holdout_validation
 
     held = holdout_validation(np.array(ids, dtype=object), 0.1).numpy()
     values = np.concatenate([r["trace"].ravel() for r, h in zip(records, held, strict=True) if not h]).astype("f8")
@@ -193,7 +193,7 @@ def test_tfrecord_encoding_reads_back_as_tensorflows_examples(tmp_path):
     bytes are; the checksum must be the file's."""
     import tensorflow as tf
 
-    from pipeline.writers.tfrecord import TFRecordShardWriter, framed_example
+    from pipeline.formats.shards.tfrecord import TFRecordShardWriter, framed_example
 
     rng = np.random.default_rng(3)
     spec = {
@@ -270,7 +270,7 @@ def test_parts_ingested_in_order_become_shards_without_a_copy(tmp_path):
 
 
 def test_splits_by_parent_hash_in_their_own_directories_same_for_any_rank_count(tmp_path):
-    from pipeline.splits import split_numbers
+    from pipeline.data.splits import split_numbers
 
     config_path, work = prepare_cubes(
         tmp_path,
@@ -308,7 +308,7 @@ def tfrecord_dataset_files(paths, spec):
     """The sample ids of TFRecord files, read with tf.data."""
     import tensorflow as tf
 
-    from pipeline.dataset import parse_example
+    from pipeline.training.tfdata import parse_example
 
     ds = tf.data.TFRecordDataset([str(p) for p in paths]).map(lambda s: parse_example(s, spec)["sample_id"])
     return [s.decode() for s in ds.as_numpy_iterator()]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.merge import shard_names
-from pipeline.reader import Unit, plan_units, slot_units
-from pipeline.splits import split_numbers
-from pipeline.stage import Source, Topology, chunk_messages, plan, spread_over_nodes
-from pipeline.writers import WRITERS
+from pipeline.data.splits import split_numbers
+from pipeline.formats.shards import WRITERS
+from pipeline.formats.shards.shard_reader import Unit, plan_units, slot_units
+from pipeline.steps.merge.step import shard_names
+from pipeline.steps.stage import Source, Topology, chunk_messages, plan, spread_over_nodes
 
 
 def source(name: str, size: int) -> Source:

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from pipeline import Sim2dlError
-from pipeline.dataset import tfrecord_dataset
-from pipeline.reader import ShardReader, decode_example, decode_varints, plan_units, slot_units
-from pipeline.writers.tfrecord import encode_varints, example_pieces
+from pipeline.formats.shards.shard_reader import ShardReader, decode_example, decode_varints, plan_units, slot_units
+from pipeline.formats.shards.tfrecord import encode_varints, example_pieces
+from pipeline.training.tfdata import tfrecord_dataset
 
 from .conftest import REPO, make_config, run_cli, unavailable, write_config
 from .test_merge import TRACE_CONVERT, TRACE_SOURCE, merge, prepare, prepare_cubes
@@ -33,7 +33,7 @@ def test_varints_round_trip_as_protobuf_encodes_them():
 def test_encodings_are_the_examples_tensorflow_builds_and_decode_back():
     import tensorflow as tf
 
-    from pipeline.dataset import parse_example
+    from pipeline.training.tfdata import parse_example
 
     rng = np.random.default_rng(0)
     arrays = {

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline.readers.netcdf import NetCDFFile
+from pipeline.formats.readers.netcdf import NetCDFFile
 
 from .conftest import make_config
 from .test_layouts import data_half
@@ -81,7 +81,7 @@ def test_fill_values_of_real_sea_surface_temperatures_never_reach_records_or_sta
     assert stats["surface_temperature"]["mean"] == pytest.approx(valid.mean(), rel=1e-9)
     assert metadata["feature_spec"]["surface_temperature_mask"]["dtype"] == "uint8"
     assert metadata["units"] == {"surface_temperature": "K"}  # the variable's CF units
-    from pipeline.reader import ShardReader
+    from pipeline.formats.shards.shard_reader import ShardReader
 
     records = list(ShardReader(tmp_path / "work" / "merged"))
     assert len(records) == 54
@@ -95,8 +95,8 @@ def test_fill_values_of_real_sea_surface_temperatures_never_reach_records_or_sta
 
 
 def ingest_only(config: dict, work: Path) -> dict:
-    from pipeline.ingest import ingest
-    from pipeline.parallel import SerialComm
+    from pipeline.runtime.mpi import SerialComm
+    from pipeline.steps.ingest.step import ingest
 
     return ingest(config, IRIS, work / "ingest", SerialComm())
 
@@ -116,7 +116,7 @@ def test_inspect_never_crashes_and_every_config_it_writes_validates(tmp_path):
     names what the file holds; never a traceback."""
     from pipeline import Sim2dlError
     from pipeline import config as cfg
-    from pipeline.inspection import inspect
+    from pipeline.formats.inspect import inspect
 
     written, refused = [], {}
     for k, path in enumerate(real_files()):
@@ -142,7 +142,7 @@ def test_inspect_reports_tables_fill_values_and_writes_yaml_that_holds_any_attri
     """Global attributes with ': ', '#', quotes and newlines (CMIP6's source attribute) stay inside the
     YAML's comments and values; a compound table is shown with its columns; fill values are reported."""
     from pipeline import config as cfg
-    from pipeline.inspection import inspect
+    from pipeline.formats.inspect import inspect
 
     text = "seaIce: FESOM 1.4, CIESM (2019): # not a comment\n  'quoted' \"and\" more: {x: [1]}"
     root = tmp_path / "runs"
@@ -183,8 +183,8 @@ def test_packed_values_fill_values_in_labels_and_unusable_packing_per_sample(tmp
     attributes, one sample per file, decoded on the same rules."""
     import h5py
 
-    from pipeline.ingest import ingest
-    from pipeline.reader import ShardReader
+    from pipeline.formats.shards.shard_reader import ShardReader
+    from pipeline.steps.ingest.step import ingest
 
     root = tmp_path / "nc"
     root.mkdir()
@@ -209,14 +209,14 @@ def test_packed_values_fill_values_in_labels_and_unusable_packing_per_sample(tmp
     )
     summary = ingest(config, root, tmp_path / "ingest", serial)
     assert (summary["samples"], summary["accepted"], summary["rejected"]) == (12, 5, 7)
-    from pipeline.tables import read_csv
+    from pipeline.data.tables import read_csv
 
     reasons = {r["sample_id"]: r["reason"] for r in read_csv(tmp_path / "ingest" / "rejects.csv")}
     assert reasons["good#3"] == "field 'y': 1 of 1 values are missing (_FillValue -999)"
     assert all("attribute scale_factor = '0.01' is not a number" in reasons[f"bad#{k}"] for k in range(6))
     with netCDF4.Dataset(root / "good.nc") as ds:
         expected = ds["ta"][...]  # netCDF4's own unpacking
-    from pipeline.parallel import SerialComm
+    from pipeline.runtime.mpi import SerialComm
 
     data_half_config = {**config, "workdir": str(tmp_path / "work")}
     from .test_layouts import data_half

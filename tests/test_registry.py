@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 from pipeline import Sim2dlError
-from pipeline.image import image_environment
-from pipeline.registry import RegistryRef, parse_reference, pull_plan, push_plan, remote_digest
+from pipeline.runtime.container_image import image_environment
+from pipeline.runtime.oci_registry import RegistryRef, parse_reference, pull_plan, push_plan, remote_digest
 
 from .conftest import (
     REGISTRY_TOOLS,

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
-from pipeline.simulate import sample_path
+from pipeline.steps.simulate import sample_path
 
 from .conftest import run_cli
 

@@ -10,7 +10,7 @@ import psutil
 import pytest
 import yaml
 
-from pipeline.search import (
+from pipeline.steps.search import (
     config_space,
     install_hmac_key,
     listen_host,

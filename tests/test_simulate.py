@@ -1,8 +1,8 @@
 import h5py
 import numpy as np
 
-from pipeline.simulate import PARAM_NAMES, make_sample, simulate
 from pipeline.simulators.cube import density_cube
+from pipeline.steps.simulate import PARAM_NAMES, make_sample, simulate
 
 from .conftest import make_config, run_cli, write_config
 

@@ -1,9 +1,9 @@
-"""The decision of the watcher for Slurm jobs that wait for nodes that are down (pipeline/slurm_watch.py);
+"""The decision of the watcher for Slurm jobs that wait for nodes that are down (pipeline/runtime/slurm_watch.py);
 tests/test_cluster.py runs it for real, with nodes that die and a slurmd that stops answering."""
 
 from __future__ import annotations
 
-from pipeline.slurm_watch import UnavailableNodesWatch, parse_squeue, waits_for_unavailable_nodes
+from pipeline.runtime.slurm_watch import UnavailableNodesWatch, parse_squeue, waits_for_unavailable_nodes
 
 DOWN = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
 SQUEUE = f"""\

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.directio import aligned_buffer
-from pipeline.fsutil import file_checksum
-from pipeline.stage import SourceFiles
+from pipeline.steps.stage import SourceFiles
+from pipeline.storage.directio import aligned_buffer
+from pipeline.storage.fsutil import file_checksum
 
 from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
 

@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline import Sim2dlError
-from pipeline.sweep import point_configs
+from pipeline.steps.sweep import point_configs
 
 from .conftest import make_config
 

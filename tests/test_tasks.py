@@ -13,12 +13,12 @@ import yaml
 
 from pipeline import Sim2dlError
 from pipeline import config as cfg
-from pipeline.models import model_source
-from pipeline.search import train_settings
-from pipeline.tasks import data_spec, make_task
-from pipeline.tasks.base import confusion
-from pipeline.tasks.classification import f1_scores
-from pipeline.tasks.segmentation import iou_scores
+from pipeline.steps.search import train_settings
+from pipeline.training.models import model_source
+from pipeline.training.tasks import data_spec, make_task
+from pipeline.training.tasks.base import confusion
+from pipeline.training.tasks.classification import f1_scores
+from pipeline.training.tasks.segmentation import iou_scores
 
 from .conftest import make_config, run_cli, snakemake_configfile, write_config
 
@@ -237,7 +237,7 @@ def climate(tmp_path_factory):
 
 
 def validation_arrays(merged: Path, label: str) -> tuple[np.ndarray, np.ndarray]:
-    from pipeline.reader import ShardReader
+    from pipeline.formats.shards.shard_reader import ShardReader
 
     records = list(ShardReader(merged, "validation"))
     return np.stack([r["fields"] for r in records]), np.stack([r[label] for r in records])

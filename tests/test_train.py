@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from pipeline.fsutil import file_checksum
+from pipeline.storage.fsutil import file_checksum
 
 from .conftest import kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
 
@@ -52,8 +52,8 @@ def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     import numpy as np
     import tensorflow as tf
 
-    from pipeline.dataset import tfrecord_dataset
-    from pipeline.splits import holdout_validation
+    from pipeline.data.splits import holdout_validation
+    from pipeline.training.tfdata import tfrecord_dataset
 
     data, _ = staged
     records = list(tfrecord_dataset(data / "work" / "merged").as_numpy_iterator())

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from pipeline import config as cfg
-from pipeline.tables import read_rows
+from pipeline.data.tables import read_rows
 
 from .conftest import run_snakemake
 

@@ -1,0 +1,1 @@
+"""Rules about samples that several steps share: splits, transforms, manifest/provenance/rejects tables."""

@@ -1,0 +1,105 @@
+"""Splits (`merge.splits`): which named subset each record belongs to, from a stable hash, in one place
+for the steps that need to know it: convert (normalisation statistics from the training split only, class
+counts per split) and merge (each split's shards). Without merge.splits, train holds out
+train.validation_fraction of the records by TensorFlow's hash of their sample ids (`holdout_validation`);
+`SampleSplits` gives convert the same answer.
+
+A record's split is xxh3_64 of its key / 2^64 against the cumulative fractions of the splits in name
+order: the same for any rank count, rerun or part layout. The key is the record's parent sample id (the
+sub-volumes of one input stay together), or with `merge.split_by: file` its file's id (every sample of a
+file, its time steps or events, stays together). Memory and time: one hash per record, a byte per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import xxhash
+
+TRAINING = "train"  # the split whose records training passes read (and statistics come from)
+
+
+def split_numbers(keys: Iterable[str], fractions: Sequence[float]) -> np.ndarray:
+    """Each record's split (its number in `fractions`' order), from a stable hash of its key."""
+    bounds = np.cumsum(fractions)
+    bounds[-1] = 2.0  # fractions summing to 1 within rounding: every hash falls in a split
+    unit = np.array([xxhash.xxh3_64_intdigest(k.encode()) for k in keys], np.uint64) / 2.0**64
+    return np.searchsorted(bounds, unit, side="right").astype(np.uint8)
+
+
+def split_keys(parents: Sequence[str], indices: Sequence[int] | None, split_by: str) -> list[str]:
+    """What each record's split is drawn from: its parent sample id, or (split_by 'file') its file's id,
+    which the parent is with the '#INDEX' of a sample along source.samples_along (index >= 0) removed."""
+    if split_by == "sample" or indices is None:
+        return list(parents)
+    return [p.rpartition("#")[0] if i >= 0 else p for p, i in zip(parents, indices, strict=True)]
+
+
+class SplitPlan:
+    """The configured splits (merge.splits, merge.split_by): names in order and their fractions."""
+
+    def __init__(self, merge_settings: Mapping[str, Any]) -> None:
+        self.names = sorted(merge_settings["splits"])
+        self.fractions = [merge_settings["splits"][name] for name in self.names]
+        self.split_by = merge_settings.get("split_by", "sample")
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+
+def part_split_numbers(part: Any, id_column: str, fractions: Sequence[float], split_by: str) -> np.ndarray:
+    """The split of every record of a part (pipeline.formats.parts.Part), keyed by its `id_column` text and,
+    with split_by 'file', its index along source.samples_along."""
+    indices = part.meta_columns.get("index")
+    keys = split_keys(part.texts(id_column), None if indices is None else indices.tolist(), split_by)
+    return split_numbers(keys, fractions)
+
+
+HOLDOUT_BUCKETS = 1000
+
+
+def holdout_validation(sample_ids: Any, fraction: float) -> Any:
+    """Whether records are held out for validation when there are no merge.splits (train.validation_fraction):
+    TensorFlow's FarmHash of the sample id into 1,000 buckets, so that train (in its tf.data graph) and
+    convert (statistics from the training records alone, on numpy arrays of ids) agree. A tensor in, a
+    tensor out."""
+    import tensorflow as tf
+
+    return tf.strings.to_hash_bucket_fast(sample_ids, HOLDOUT_BUCKETS) < round(fraction * HOLDOUT_BUCKETS)
+
+
+class SampleSplits:
+    """The split of every converted sample, as convert sees them: merge.splits by its hash of the parent
+    record (or file), else train's hold-out ('train' / 'validation') by the hash of each sample's own id."""
+
+    def __init__(self, merge_settings: Mapping[str, Any], validation_fraction: float) -> None:
+        self.plan = SplitPlan(merge_settings)
+        self.fraction = validation_fraction
+        self.names = self.plan.names if self.plan else [TRAINING, "validation"]
+        self.training = self.names.index(TRAINING) if TRAINING in self.names else None
+
+    def of_records(self, part: Any) -> np.ndarray | None:
+        """The split of each record of an ingested part (its samples share it), or None where each sample's
+        own id decides (train's hold-out)."""
+        if self.plan:
+            return part_split_numbers(part, "sample_id", self.plan.fractions, self.plan.split_by)
+        return None
+
+    def of_samples(self, sample_ids: Sequence[str]) -> np.ndarray:
+        """The splits of converted samples by their ids (train's hold-out; one TensorFlow call for all)."""
+        if not self.fraction or not sample_ids:
+            return np.zeros(len(sample_ids), np.uint8)
+        return holdout_validation(np.asarray(sample_ids, dtype=object), self.fraction).numpy().astype(np.uint8)
+
+    def describe(self) -> dict[str, Any]:
+        if self.plan:
+            if self.training is None:
+                return {"split": None, "why": "every record (merge.splits has no 'train' split)"}
+            return {"split": TRAINING, "split_by": self.plan.split_by}
+        return {
+            "split": TRAINING,
+            "held_out": "train.validation_fraction by hash of the sample id",
+            "validation_fraction": self.fraction,
+        }

@@ -1,0 +1,1 @@
+"""Formats: input readers (readers/), values that are not arrays (fields/), shard formats (shards/), parts."""

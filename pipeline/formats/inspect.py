@@ -1,0 +1,728 @@
+"""`sim2dl inspect`: a first look at existing simulation output, and a starter config for it.
+
+Opens a few files spread over the matching ones (HDF5, NetCDF-4, .npy/.npz, ROOT, Zarr stores, through
+each reader's `describe`), lists every array with its shape and dtype, says which arrays differ in shape
+or dtype between the files (those axes become `null`: any length), and writes a config that validates:
+the simulator off, `source.path`/`glob`, every numeric array mapped as a field, the large arrays as
+features, the small vectors as labels, and the sample id from an id attribute whose value differs
+between files (else the file's relative path).
+
+It reads real output as it comes (`decide`, each decision with its reason, printed a line each):
+coordinate variables (NetCDF/Zarr coordinates, CF `bounds`, 1-D arrays named as their dimension, HDF5
+dimension scales, `*_bnds`) are left out of features and labels; a leading axis that the data arrays
+share is proposed as `source.samples_along` (a dimension whose length differs between files or that is
+named like one (time, event, sample, member), axis 0 of HDF5/NumPy arrays that all share it within each
+file, a ROOT tree's entries), with each field's shape then that of ONE sample; and the global attributes
+whose values differ between files are listed as candidate categorical labels (the one with the fewest
+values becomes the label when no array is one).
+
+Memory and time: listing stops after `MAX_LISTED` matches (a directory of millions of files is not
+walked whole; the files inspected are spread over those listed), and only the files inspected are
+opened, their data not read where the format allows.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from pipeline import Sim2dlError
+from pipeline import config as cfg
+from pipeline.formats.readers import BY_SUFFIX, SampleError, is_input_directory
+from pipeline.formats.readers.base import ArrayInfo, Contents
+from pipeline.storage.fsutil import write_text_atomic
+
+MAX_LISTED = 10_000  # matches listed before the files to open are chosen
+# Dimension names that say "one sample per index" (lowercase)
+SAMPLE_AXIS_WORDS = ("time", "event", "events", "entry", "entries", "sample", "samples", "member", "ensemble",
+                     "realization", "realisation", "record", "records")  # fmt: skip
+SMALL_VECTOR = 64  # an array of at most this many values, one axis at most, is a label
+ID_WORDS = ("sample_id", "id", "uuid", "name", "key")  # attribute names tried first, in this order
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the files are: a directory and a glob below it (the config's source.path and source.glob)."""
+
+    root: Path
+    pattern: str
+
+
+@dataclass(frozen=True)
+class Field:
+    """One array as seen across the inspected files."""
+
+    path: str  # in the file
+    dtype: str | None  # None: differs between files
+    shape: tuple[int | None, ...] | None  # None entries: the axis differs; None: the rank differs
+    in_files: int  # how many of the inspected files hold it
+    values: int  # elements in the first file that holds it
+    dims: tuple[str, ...] | None = None  # dimension names (NetCDF, Zarr), as in the first file
+    coordinate: bool = False  # a coordinate variable (never a feature or label)
+    kind: str = "array"  # array | jagged | table | objects | unsupported (ArrayInfo.kind, as in the first file)
+    columns: tuple[tuple[str, str], ...] | None = None  # a table's columns and their dtypes
+    encoding: str = ""  # CF fill values, packing and units found (ArrayInfo.encoding)
+
+    @property
+    def numeric(self) -> bool:
+        """Numbers sim2dl reads as a field: an array or a jagged branch of a numeric dtype."""
+        if self.dtype is None or self.kind not in ("array", "jagged"):
+            return False
+        try:
+            return np.dtype(self.dtype).kind in "biuf"
+        except TypeError:
+            return False
+
+    @property
+    def is_label(self) -> bool:
+        """A small vector (a few parameters): a regression target."""
+        fixed = self.shape is not None and None not in self.shape
+        return fixed and len(self.shape) <= 1 and self.values <= SMALL_VECTOR
+
+
+@dataclass(frozen=True)
+class Survey:
+    source: Source
+    files: tuple[Path, ...]  # the inspected files
+    listed: int  # matches listed (at most MAX_LISTED)
+    complete: bool  # False: listing stopped at MAX_LISTED
+    fields: tuple[Field, ...]
+    sample_id: str | None  # the id attribute, or None: the relative path
+    unreadable: dict[str, str]  # file -> reason
+    contents: tuple[Contents, ...] = ()  # what each inspected file holds
+
+
+def locate(spec: str) -> Source:
+    """A directory (its most common known suffix, at any depth), a glob, or one file (its siblings of the
+    same suffix)."""
+    if glob.has_magic(spec):
+        parts = Path(spec).parts
+        fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+        root = Path(*parts[:fixed]) if fixed else Path(".")
+        return Source(root.resolve(), str(Path(*parts[fixed:])))
+    path = Path(spec)
+    if path.is_file() or is_input_directory(path):
+        return Source(path.parent.resolve(), f"*{path.suffix}")
+    if not path.is_dir():
+        raise Sim2dlError(f"{spec}: no such file or directory")
+    suffixes = Counter(p.suffix.lower() for p in _walk(path) if p.suffix.lower() in BY_SUFFIX)
+    if not suffixes:
+        raise Sim2dlError(f"{spec}: no files of a known format ({', '.join(sorted(BY_SUFFIX))}) below it")
+    return Source(path.resolve(), f"**/*{suffixes.most_common(1)[0][0]}")
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Files below root, at most MAX_LISTED, depth first in name order."""
+    count = 0
+    for directory, subdirs, names in os.walk(root):
+        subdirs.sort()
+        stores = [name for name in subdirs if is_input_directory(Path(directory) / name)]
+        subdirs[:] = [name for name in subdirs if name not in stores]  # an input directory is not walked into
+        for name in sorted(names + stores):
+            yield Path(directory) / name
+            count += 1
+            if count >= MAX_LISTED:
+                return
+
+
+def list_matches(source: Source) -> tuple[list[Path], bool]:
+    """Up to MAX_LISTED files matching the source, sorted; and whether that is all of them."""
+    found = []
+    for name in glob.iglob(str(source.root / source.pattern), recursive=True):
+        if os.path.isfile(name) or is_input_directory(name):
+            found.append(Path(name))
+            if len(found) > MAX_LISTED:
+                return sorted(found[:MAX_LISTED]), False
+    return sorted(found), True
+
+
+def spread(items: Sequence[Path], count: int) -> list[Path]:
+    """`count` items spread evenly from the first to the last."""
+    if len(items) <= count:
+        return list(items)
+    return [items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)] if count > 1 else [items[0]]
+
+
+def merge_fields(contents: Sequence[Contents]) -> list[Field]:
+    """The arrays of all files, in first-seen order; axes or dtypes that differ become None."""
+    seen: dict[str, list[tuple[tuple[int, ...], str]]] = {}
+    infos: dict[str, ArrayInfo] = {}
+    for c in contents:
+        for a in c.arrays:
+            seen.setdefault(a.path, []).append((a.shape, a.dtype))
+            infos.setdefault(a.path, a)
+    fields = []
+    for path, found in seen.items():
+        shapes = {s for s, _ in found}
+        dtypes = {d for _, d in found}
+        first = found[0][0]
+        if len({len(s) for s in shapes}) > 1:
+            shape = None
+        else:
+            shape = tuple(axis if all(s[i] == axis for s in shapes) else None for i, axis in enumerate(first))
+        values = int(np.prod(first)) if first else 1
+        info = infos[path]
+        coordinate = info.coordinate or path.endswith(("_bnds", "_bounds"))
+        dtype = dtypes.pop() if len(dtypes) == 1 else None
+        fields.append(
+            Field(path, dtype, shape, len(found), values, info.dims, coordinate, info.kind, info.columns, info.encoding)
+        )
+    return fields
+
+
+def choose_sample_id(contents: Sequence[Contents]) -> str | None:
+    """An attribute every file has, with a different value in each, preferring id-like names."""
+    if not contents:
+        return None
+    common = set.intersection(*(set(c.attributes) for c in contents))
+    if len(contents) < 2:  # one file cannot show that a value differs: only an attribute named as an id
+        candidates = [name for name in common if name.lower() in ID_WORDS]
+    else:
+        candidates = [name for name in common if len({c.attributes[name] for c in contents}) == len(contents)]
+
+    def rank(name: str) -> tuple[int, str]:
+        lower = name.lower()
+        exact = [i for i, word in enumerate(ID_WORDS) if lower == word]
+        partial = [i for i, word in enumerate(ID_WORDS) if word in lower]
+        return (exact[0] if exact else len(ID_WORDS) + (partial[0] if partial else len(ID_WORDS)), name)
+
+    named = [name for name in candidates if any(word in name.lower() for word in ID_WORDS)]
+    return min(named, key=rank) if named else None
+
+
+def survey(spec: str, files: int = 8) -> Survey:
+    """Open `files` files spread over the matches of `spec` and describe them."""
+    source = locate(spec)
+    matches, complete = list_matches(source)
+    if not matches:
+        raise Sim2dlError(f"no files match {source.pattern!r} below {source.root}")
+    contents, opened, unreadable = [], [], {}
+    for path in spread(matches, files):
+        reader = BY_SUFFIX.get(path.suffix.lower())
+        if reader is None:
+            unreadable[str(path)] = f"unknown file suffix '{path.suffix}'"
+            continue
+        try:
+            contents.append(reader.describe(path))
+            opened.append(path)
+        except SampleError as e:
+            unreadable[str(path)] = str(e)
+        except Exception as e:  # a library's own failure on a file it cannot read: reported, never raised
+            unreadable[str(path)] = f"{type(e).__name__}: {e}"
+    if not contents:
+        raise Sim2dlError(f"none of the files inspected could be read: {unreadable}")
+    fields = tuple(merge_fields(contents))
+    sample_id = choose_sample_id(contents)
+    return Survey(source, tuple(opened), len(matches), complete, fields, sample_id, unreadable, tuple(contents))
+
+
+def field_names(fields: Sequence[Field]) -> dict[str, str]:
+    """path -> a logical name: the last path component as an identifier, with its group where two clash."""
+
+    def identifier(text: str) -> str:
+        name = re.sub(r"\W+", "_", text).strip("_") or "field"
+        return f"f_{name}" if name[0].isdigit() else name
+
+    last = {f.path: identifier(f.path.rstrip("/").split("/")[-1]) for f in fields}
+    clashes = {n for n, k in Counter(last.values()).items() if k > 1}
+    return {path: identifier(path) if name in clashes else name for path, name in last.items()}
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """What the starter config makes of a survey, each with its reason (`lines`)."""
+
+    usable: tuple[Field, ...]  # numeric arrays in every inspected file, coordinates left out
+    samples_along: int | str | None
+    sample_shapes: dict[str, tuple[int | None, ...] | None]  # field path -> the shape of ONE sample
+    candidates: dict[str, list[str]]  # global attribute -> its values, where they differ between files
+    class_label: str | None  # the attribute made the categorical label
+    sample_id: str | None  # the id attribute, or None: the file's relative path
+    lines: tuple[str, ...]
+    tables: tuple[TableField, ...] = ()  # event-indexed tables proposed (readers/events.py)
+
+
+EVENT_ID_COLUMNS = ("group_id", "event_id", "eventid", "evt_id", "event", "event_number", "eventnumber")
+
+
+@dataclass(frozen=True)
+class TableField:
+    """A field proposed from tables: columns with one sample per event (ragged_by, group_by) or a per-event
+    value keyed by the event id (key)."""
+
+    name: str
+    spec: dict[str, Any]
+    uses: tuple[str, ...]  # the arrays and tables it reads (not mapped on their own)
+    rows: int
+    why: str
+
+    @property
+    def events(self) -> bool:
+        return "key" not in self.spec
+
+
+def numeric_column(dtype: str) -> bool:
+    try:
+        return np.dtype(dtype).kind in "biuf"
+    except TypeError:  # a subarray ('float64[3]') or nested column: not proposed
+        return False
+
+
+def table_spec(path: str, columns: Sequence[str], **how: Any) -> dict[str, Any]:
+    shape = [None] if len(columns) == 1 else [None, len(columns)]
+    spec: dict[str, Any] = {"path": path, "columns": list(columns), **how}
+    return spec if "key" in how else {**spec, "shape": shape}
+
+
+def propose_tables(fields: Sequence[Field]) -> list[TableField]:
+    """Event-indexed tables in the files: a group of 1-D columns beside an index table (GROUP/_indices:
+    ragged_by); else the largest compound table with an event id column (group_by); and, beside either,
+    the other tables with that id column, keyed by it (their first row per event)."""
+    proposals: list[TableField] = []
+    for index in fields:
+        group, _, leaf = index.path.rpartition("/")
+        if leaf != "_indices" or not group or index.kind != "table" or len(index.columns or ()) < 2:
+            continue
+        columns = [f for f in fields if f.path.rpartition("/")[0] == group and f is not index and f.numeric
+                   and f.shape is not None and len(f.shape) == 1]  # fmt: skip
+        if columns:
+            names = [f.path.rpartition("/")[2] for f in columns]
+            why = f"'{index.path}' indexes the rows of {group}'s columns: one sample per (start, count) row"
+            spec = table_spec(group, names, ragged_by=index.path)
+            proposals.append(TableField(group, spec, (index.path, *(f.path for f in columns)), columns[0].values, why))
+    with_ids = []
+    for table in fields:
+        if table.kind != "table" or table.path.endswith("/_indices") or not table.shape:
+            continue
+        columns = dict(table.columns or ())
+        id_column = next((c for c in columns if c.lower() in EVENT_ID_COLUMNS and numeric_column(columns[c])), None)
+        values = [c for c, dtype in columns.items() if c not in (id_column, "index") and numeric_column(dtype)]
+        if id_column is not None and values:
+            with_ids.append((table, id_column, values))
+    if not proposals and with_ids:
+        table, id_column, values = max(with_ids, key=lambda t: t[0].shape[0] if t[0].shape else 0)
+        why = f"column '{id_column}' of '{table.path}' names the event of each row (sorted): one sample per event"
+        spec = table_spec(table.path, values, group_by=id_column)
+        proposals.append(TableField(table.path, spec, (table.path,), table.values, why))
+    if proposals:
+        used = {path for p in proposals for path in p.uses}
+        for table, id_column, values in with_ids:
+            if table.path not in used:
+                why = f"'{table.path}' has rows per event ('{id_column}'): its first row of each event"
+                spec = table_spec(table.path, values, key=id_column, reduce="first")
+                proposals.append(TableField(table.path, spec, (table.path,), table.values, why))
+    return proposals
+
+
+def _lengths_along(result: Survey, path: str, position: int) -> list[int]:
+    """The length of one axis of an array in each inspected file."""
+    return [a.shape[position] for c in result.contents for a in c.arrays if a.path == path and len(a.shape) > position]
+
+
+def choose_samples_along(result: Survey, usable: Sequence[Field]) -> tuple[int | str | None, dict[str, int], str]:
+    """The sample axis (or None), the position of that axis in each array along it, and why."""
+    fmt = BY_SUFFIX.get(result.files[0].suffix.lower()) if result.files else None
+    shaped = [f for f in usable if f.shape is not None and len(f.shape) >= 1]
+    if fmt is not None and fmt.name == "root":
+        return "entries", {f.path: 0 for f in shaped}, "ROOT: one sample per tree entry (event)"
+    large = [f for f in shaped if not f.is_label] or shaped
+    if not large:
+        return None, {}, "no array has an axis"
+    if all(f.dims for f in large):
+        firsts = {f.dims[0] for f in large if f.dims}
+        if len(firsts) != 1:
+            return None, {}, f"the data arrays start with different dimensions ({', '.join(sorted(firsts))})"
+        name = firsts.pop()
+        lengths = sorted(set(_lengths_along(result, large[0].path, 0)))
+        if len(lengths) < 2 and name.lower() not in SAMPLE_AXIS_WORDS:
+            return None, {}, f"dimension '{name}' has the same length in every file and is not named like a sample axis"
+        along = {f.path: f.dims.index(name) for f in shaped if f.dims and name in f.dims}
+        why = f"lengths {', '.join(map(str, lengths))} differ between files" if len(lengths) > 1 else "its name"
+        return name, along, f"the first dimension of {', '.join(f.path for f in large)} ({why})"
+    per_file = [
+        {a.shape[0] for a in c.arrays if a.path in {f.path for f in shaped} and len(a.shape) >= 1}
+        for c in result.contents
+    ]
+    shared = len(shaped) >= 2 and len(shaped) == len(usable) and all(len(lengths) == 1 for lengths in per_file)
+    lengths = sorted({n for lengths in per_file for n in lengths})
+    if shared and len(lengths) > 1:
+        why = f"every array's first axis, its length the same within a file and differing between files ({lengths})"
+        return 0, {f.path: 0 for f in shaped}, why
+    if shared:
+        return None, {}, (f"axis 0 (length {lengths[0]}) is shared by every array but has the same length in every "
+                          "file: if it indexes samples, set source.samples_along: 0")  # fmt: skip
+    return None, {}, "the arrays do not share a leading axis of varying length (a file is one sample)"
+
+
+def label_candidates(result: Survey, sample_id: str | None) -> dict[str, list[str]]:
+    """Global attributes in every inspected file whose values differ between them (fewest values first)."""
+    if len(result.contents) < 2:
+        return {}
+    common = set.intersection(*(set(c.attributes) for c in result.contents)) - {sample_id}
+    values = {name: sorted({c.attributes[name] for c in result.contents}) for name in common}
+    differing = {name: v for name, v in values.items() if len(v) > 1}
+    return dict(sorted(differing.items(), key=lambda item: (len(item[1]), item[0])))
+
+
+def field_dtypes() -> set[str]:
+    """The dtypes a field may declare (the schema's list: float128 or complex numbers are not among them)."""
+    spec = cfg.schema()["properties"]["source"]["properties"]["fields"]["additionalProperties"]
+    return {dtype for dtype in spec["properties"]["dtype"]["enum"] if dtype}
+
+
+def decide(result: Survey) -> Decisions:
+    coordinates = [f.path for f in result.fields if f.coordinate]
+    dtypes = field_dtypes()
+    usable = tuple(
+        f
+        for f in result.fields
+        if f.numeric and f.dtype in dtypes and f.in_files == len(result.files) and not f.coordinate
+    )
+    lines = []
+    if coordinates:
+        lines.append(f"left out: {', '.join(coordinates)}: coordinate variables (named as their dimension, "
+                     "CF bounds or coordinates, dimension scales)")  # fmt: skip
+    tables = tuple(propose_tables([f for f in result.fields if f.in_files == len(result.files)]))
+    if tables:
+        used = {path for table in tables for path in table.uses}
+        usable = tuple(f for f in usable if f.path not in used)
+        lines += [f"table field {t.name}: {t.why}" for t in tables]
+        shapes = {f.path: f.shape for f in usable}  # per-file arrays: the same for each event
+        lines.append("sample id: FILEID#EVENT, the file id its relative path")
+        return Decisions(usable, None, shapes, {}, None, None, tuple(lines), tables)
+    if not usable:
+        return Decisions(usable, None, {}, {}, None, result.sample_id, tuple(lines))
+    axis, along, why = choose_samples_along(result, usable)
+    if axis is None:
+        lines.append(f"samples_along: none, a file is one sample: {why}")
+    else:
+        lines.append(f"samples_along: {axis!r}, one sample per index: {why}")
+    shapes: dict[str, tuple[int | None, ...] | None] = {}
+    for f in usable:
+        if f.kind == "jagged":
+            shapes[f.path] = (None,)  # a variable number of values per entry
+        elif f.path in along and f.shape is not None:
+            shapes[f.path] = tuple(n for k, n in enumerate(f.shape) if k != along[f.path])
+        else:
+            shapes[f.path] = f.shape
+    # Many samples per file: the file's id only prefixes its samples' ids, and the path is unique for sure
+    # (an attribute unique in the files inspected may repeat in others: CMIP6's tracking_id, source_id).
+    sample_id = result.sample_id if axis is None else None
+    candidates = label_candidates(result, sample_id)
+    if candidates:
+        told = "; ".join(f"{name} ({len(v)} values: {', '.join(v[:4])}{', ...' if len(v) > 4 else ''})"
+                         for name, v in candidates.items())  # fmt: skip
+        lines.append(f"label candidates, global attributes that differ between files: {told}")
+    small = [f for f in usable if is_small(shapes[f.path], f)]
+    class_label = None
+    if candidates and not small:
+        class_label = next(iter(candidates))
+        lines.append(f"label: attribute {class_label!r} as a categorical class (no array is a small per-sample vector)")
+    if axis is not None:
+        lines.append("sample id: FILEID#INDEX, the file id its relative path (unique, where an attribute may repeat "
+                     "in files not inspected)")  # fmt: skip
+    elif sample_id is None:
+        lines.append("sample id: the file's relative path (no id attribute has a different value in every file)")
+    else:
+        lines.append(f"sample id: attribute {sample_id!r} (a different value in every file)")
+    return Decisions(usable, axis, shapes, candidates, class_label, sample_id, tuple(lines))
+
+
+def is_small(shape: tuple[int | None, ...] | None, field: Field) -> bool:
+    """A small vector of ONE sample (a few parameters): a regression target."""
+    if shape is None or None in shape or len(shape) > 1:
+        return False
+    return int(np.prod(shape)) <= SMALL_VECTOR if shape else field.values <= SMALL_VECTOR
+
+
+def choose_model(shape: tuple[int | None, ...] | None) -> tuple[str, int]:
+    """A built-in model for one sample's feature shape, and a depth its pooling allows (at most 3):
+    (length, channels) traces -> sequence; 2-D fields (H, W) or (H, W, C) with few channels -> unet2d;
+    3-D volumes -> cosmoflow; anything else -> dense."""
+    if shape is None:
+        return "sequence", 3
+    fixed = [d for d in shape if d is not None]
+    if len(shape) == 2 and (None in shape or min(fixed) < 8):
+        return "sequence", 3
+    if len(shape) == 2 or (len(shape) == 3 and shape[2] is not None and shape[2] <= 16 and None not in shape):
+        spatial = shape[:2]
+        return "unet2d", max(1, min(3, int(np.log2(min(spatial)))))
+    if len(shape) in (3, 4) and None not in shape:
+        return "cosmoflow", max(1, min(3, int(np.log2(min(shape[:3])))))
+    return "dense", 2
+
+
+def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
+    """The starter config's YAML text (with comments) and its content; raises if it would not validate."""
+    decided = decide(result)
+    usable = decided.usable
+    if decided.tables:
+        return table_config(result, decided, workdir)
+    if not usable:
+        found = "; ".join(f"{f.path}: {why_left_out(f, len(result.files))}" for f in result.fields) or "nothing"
+        raise Sim2dlError(
+            f"no numeric array that is not a coordinate is in every inspected file below {result.source.root} "
+            f"(found: {found})"
+        )
+    shapes = decided.sample_shapes
+    names = field_names(usable)
+    labels = [names[f.path] for f in usable if is_small(shapes[f.path], f)]
+    large = [f for f in usable if names[f.path] not in labels]
+    if not large:  # only small arrays: the largest is the input
+        largest = max((f for f in usable if names[f.path] in labels), key=lambda f: f.values)
+        large = [largest]
+        labels.remove(names[largest.path])
+    # A built-in model takes one input: the largest array; the other large ones are mapped but not used
+    # (a mask to segment, a second input for your own model or for convert.stack), and the config says so.
+    feature = max(large, key=lambda f: f.values)
+    features = [names[feature.path]]
+    unused = [names[f.path] for f in large if f is not feature]
+    first = next(f for f in usable if names[f.path] == features[0])
+    first_shape = shapes[first.path]
+    model, depth = choose_model(first_shape)
+    task = "classification" if decided.class_label and not labels else "regression"
+
+    fields: dict[str, Any] = {}
+    for f in usable:
+        shape = shapes[f.path]
+        fields[names[f.path]] = {"path": f.path, "dtype": f.dtype, "shape": None if shape is None else list(shape)}
+        if any(marker in f.encoding for marker in ("_FillValue", "missing_value", "valid_")):
+            fields[names[f.path]]["missing"] = "reject"  # said outright: fill or mask keep such samples
+    varying = [names[f.path] for f in usable if shapes[f.path] is None or None in (shapes[f.path] or ())]
+    attribute_names = {}
+    for attribute in decided.candidates:
+        name = re.sub(r"\W+", "_", attribute).strip("_") or "attribute"
+        attribute_names[attribute] = name if name not in names.values() else f"{name}_attr"
+    candidates = []
+    for attribute, name in attribute_names.items():
+        spec = {"attr": attribute, "categorical": True}
+        if attribute == decided.class_label:
+            fields[name] = spec
+        else:
+            candidates.append(f"{name}: {flow(spec)}   (a candidate label)")
+    class_labels = [attribute_names[decided.class_label]] if decided.class_label else []
+    skipped = [f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in usable]
+    sections: Sections = [
+        ([], {"workdir": workdir}),
+        (["existing output, below source.path: the simulator is off"], {"simulate": {"enabled": False}}),
+        (
+            [
+                f"samples_along: {'a file is one sample' if decided.samples_along is None else 'one sample per index'}",
+                "sample_id null: the file's relative path",
+                "fields: the shape of ONE sample (null: any length)"
+                + (f"; {', '.join(varying)} differ between the files inspected" if varying else ""),
+                *(["more fields you could map:", *candidates] if candidates else []),
+                *(["not mapped:", *skipped] if skipped else []),
+            ],
+            {
+                "source": {
+                    "path": str(result.source.root),
+                    "glob": result.source.pattern,
+                    "samples_along": decided.samples_along,
+                    "sample_id": None if decided.sample_id is None else {"attr": decided.sample_id},
+                    "fields": fields,
+                }
+            },
+        ),
+        (
+            [
+                "features: the largest array, the network's input; labels: the small vectors (and a class)",
+                *(
+                    [
+                        f"also large, mapped but not used: {', '.join(unused)} (a mask to segment: labels with "
+                        "train.task: segmentation; more inputs: convert.stack, or your own model)"
+                    ]
+                    if unused
+                    else []
+                ),
+                "log1p: e.g. the features, for particle counts; normalise: standardised with the data's statistics",
+                "split: cut the features into sub-volumes, e.g. [32, 32, 32]",
+            ],
+            {
+                "convert": {
+                    "features": features,
+                    "labels": labels + class_labels,
+                    "log1p": [],
+                    "normalise": features + labels,
+                    "per_channel": labels,
+                    "split": None,
+                }
+            },
+        ),
+        (
+            [f"model: for the feature's shape {flow(None if first_shape is None else list(first_shape))}"],
+            {"train": {"task": task, "model": model, "depth": depth}},
+        ),
+    ]
+    return emit(result, decided, sections)
+
+
+Sections = list[tuple[list[str], dict[str, Any]]]  # (comment lines, top-level keys) in the order written
+
+
+def emit(result: Survey, decided: Decisions, sections: Sections) -> tuple[str, dict[str, Any]]:
+    """The config's YAML: the decisions as a header comment, then each section with its comments (PyYAML
+    writes the values); checked to read back as written and to validate."""
+    header = [
+        f"Written by `sim2dl inspect` from {len(result.files)} of {result.listed}{'' if result.complete else '+'} "
+        "files. Check it, then run:",
+        "  snakemake --cores 2 --configfile THIS_FILE",
+        "Every key, with its default: pipeline/schema.yaml (config/schema.yaml in the repository).",
+        *decided.lines,
+    ]
+    parts = [comment(header)]
+    for notes, section in sections:
+        parts.append(comment(notes) + "".join(block(key, value) for key, value in section.items()))
+    text = "".join(parts)
+    content = yaml.safe_load(text)
+    expected = {key: value for _, section in sections for key, value in section.items()}
+    if content != expected:
+        raise Sim2dlError("the starter config does not read back as written (please report this)")
+    try:
+        cfg.validate(yaml.safe_load(text))
+    except Sim2dlError as e:
+        raise Sim2dlError(f"the starter config would not validate (please report this): {e}") from None
+    return text, content
+
+
+def table_config(result: Survey, decided: Decisions, workdir: str) -> tuple[str, dict[str, Any]]:
+    """A starter config for event-indexed tables: the table with the most rows as the feature (one sample
+    per event), the keyed tables as labels, per-file arrays mapped beside them."""
+    fields: dict[str, Any] = {}
+    for table in decided.tables:
+        name = re.sub(r"\W+", "_", table.name.rstrip("/").split("/")[-1]).strip("_") or "table"
+        if name == "table" and "/" in table.name:  # pandas' KEY/table: the key names it
+            name = re.sub(r"\W+", "_", table.name.split("/")[-2]) or "table"
+        while name in fields:
+            name += "_"
+        fields[name] = table.spec
+    events = [(name, t) for name, t in zip(fields, decided.tables, strict=False) if t.events]
+    feature = max(events, key=lambda pair: pair[1].rows)[0]
+    labels = [name for name, t in zip(fields, decided.tables, strict=False) if not t.events]
+    skipped = [f"{f.path} ({'per file, not per event' if f in decided.usable else why_left_out(f, len(result.files))})"
+               for f in result.fields if not any(f.path in t.uses for t in decided.tables)]  # fmt: skip
+    sections: Sections = [
+        ([], {"workdir": workdir}),
+        (["existing output, below source.path: the simulator is off"], {"simulate": {"enabled": False}}),
+        (
+            [
+                "one sample per event of the tables (readers/events.py); sample_id null: the file's relative path",
+                *(["not mapped:", *skipped] if skipped else []),
+            ],
+            {
+                "source": {
+                    "path": str(result.source.root),
+                    "glob": result.source.pattern,
+                    "samples_along": None,
+                    "sample_id": None,
+                    "fields": fields,
+                }
+            },
+        ),
+        (
+            ["features: the table with the most rows; labels: per-event values of the other tables"],
+            {"convert": {"features": [feature], "labels": labels, "log1p": [], "normalise": [], "per_channel": []}},
+        ),
+        (["sequence: a 1-D network over each event's rows"], {"train": {"model": "sequence", "depth": 2}}),
+    ]
+    return emit(result, decided, sections)
+
+
+def flow(value: Any) -> str:
+    """A value as one line of YAML (flow style)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=1_000_000, sort_keys=False)
+    return " ".join(text.removesuffix("...\n").split())
+
+
+def block(key: str, value: Any) -> str:
+    """A top-level key in block style, the collections inside it that hold only scalars in flow style."""
+    if not isinstance(value, dict) or not value:
+        return f"{key}: {flow(value)}\n"
+    inner = yaml.safe_dump(value, sort_keys=False, default_flow_style=None, width=110)
+    if inner.startswith("{"):  # only scalars inside: PyYAML would write the whole mapping in flow style
+        inner = "".join(f"{name}: {flow(item)}\n" for name, item in value.items())
+    return f"{key}:\n" + "".join(f"  {line}\n" for line in inner.splitlines())
+
+
+def comment(lines: Sequence[str]) -> str:
+    """YAML comment lines: any text (an attribute's value with newlines, ': ', '#') stays inside them."""
+    return "".join(f"# {line}\n" if line else "#\n" for text in lines for line in str(text).splitlines() or [""])
+
+
+def why_left_out(f: Field, files: int) -> str:
+    if f.coordinate:
+        return "a coordinate"
+    if f.kind == "table":
+        return "a table (compound dataset)"
+    if f.kind == "objects":
+        return "objects, not numbers"
+    if f.kind == "unsupported":
+        return "a type numpy cannot read"
+    if f.in_files < files:
+        return f"in {f.in_files} of {files} files"
+    if f.numeric:
+        return f"dtype {f.dtype}: not one a field holds"
+    return "not numeric" if f.dtype is not None else "dtype differs between files"
+
+
+def report(result: Survey) -> str:
+    """What a person reads: the arrays, their shapes and dtypes, what differs, what is unreadable."""
+    n = len(result.files)
+    lines = [
+        f"{result.source.root}: {result.listed}{'' if result.complete else '+'} files match "
+        f"{result.source.pattern!r}; inspected {n}:",
+        *(f"  {p}" for p in result.files),
+        "",
+    ]
+    width = max((len(f.path) for f in result.fields), default=5)
+    lines.append(f"  {'array':<{width}}  {'dtype':<8}  {'shape':<24}  notes")
+    for f in result.fields:
+        axes = "rank differs" if f.shape is None else ", ".join("*" if a is None else str(a) for a in f.shape)
+        shape = axes if f.shape is None else f"({axes}{',' if len(f.shape) == 1 else ''})"
+        notes = []
+        if f.shape is None or None in f.shape:
+            notes.append("shape differs between files (*: any length)")
+        if f.dtype is None:
+            notes.append("dtype differs between files")
+        elif f.kind == "table":
+            columns = ", ".join(f"{name} {dtype}" for name, dtype in f.columns or ())
+            notes.append(f"a table, columns: {columns}")
+        elif f.kind == "objects":
+            notes.append(f"objects ({f.encoding or 'a class'}), not numbers: left out")
+        elif f.kind == "unsupported":
+            notes.append(f"a type numpy cannot read: {f.encoding}")
+        elif f.kind == "jagged":
+            notes.append("jagged: a variable number of values per entry")
+        elif not f.numeric:
+            notes.append("not numeric")
+        if f.encoding and f.kind in ("array", "jagged"):
+            notes.append(f.encoding)
+        if f.in_files < n:
+            notes.append(f"in {f.in_files} of {n} files")
+        lines.append(f"  {f.path:<{width}}  {f.dtype or '?':<8}  {shape:<24}  {'; '.join(notes)}".rstrip())
+    lines.append("")
+    lines += decide(result).lines
+    for path, reason in result.unreadable.items():
+        lines.append(f"unreadable: {path}: {reason}")
+    return "\n".join(lines)
+
+
+def inspect(spec: str, files: int = 8, write: Path | None = None) -> tuple[str, dict[str, Any] | None]:
+    """The report, and with `write` the starter config written there (atomically)."""
+    result = survey(spec, files)
+    text = report(result)
+    if write is None:
+        return text, None
+    # The workdir beside the config file, so that the run writes nowhere else whatever directory it starts in.
+    config_text, content = starter_config(result, str(write.resolve().parent / "results" / write.stem))
+    write_text_atomic(write, config_text)
+    return text + f"\n\nwrote {write}; next: snakemake --cores 2 --configfile {write}", content

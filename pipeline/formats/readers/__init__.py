@@ -1,0 +1,58 @@
+"""Input formats. Adding one: a module with a `Reader` subclass, registered in READERS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline import Sim2dlError
+from pipeline.formats.readers.base import FieldSpec, Reader, SampleError
+from pipeline.formats.readers.hdf5 import HDF5Reader
+from pipeline.formats.readers.netcdf import NetCDFReader
+from pipeline.formats.readers.numpy import NumpyReader
+from pipeline.formats.readers.root import RootReader
+from pipeline.formats.readers.zarr import ZarrReader
+
+READERS: dict[str, Reader] = {
+    r.name: r for r in (HDF5Reader(), NetCDFReader(), NumpyReader(), RootReader(), ZarrReader())
+}
+BY_SUFFIX = {suffix: reader for reader in READERS.values() for suffix in reader.suffixes}
+# Suffixes of inputs that are directories (a Zarr store), listed as inputs by a glob like files.
+DIRECTORY_SUFFIXES = tuple(s for reader in READERS.values() if reader.directories for s in reader.suffixes)
+
+__all__ = [
+    "DIRECTORY_SUFFIXES", "READERS", "FieldSpec", "Reader", "SampleError", "field_units", "is_input_directory",
+    "reader_for",
+]  # fmt: skip
+
+
+def reader_for(path: Path, format_name: str) -> Reader:
+    """The reader for `path`; raises SampleError for an unknown suffix when format is 'auto'."""
+    if format_name != "auto":
+        if format_name not in READERS:
+            raise Sim2dlError(f"config key 'source.format': unknown format '{format_name}'")
+        return READERS[format_name]
+    reader = BY_SUFFIX.get(path.suffix.lower())
+    if reader is None:
+        raise SampleError(f"unknown file suffix '{path.suffix}' (set source.format)")
+    return reader
+
+
+def is_input_directory(path: str | Path) -> bool:
+    """A directory that is one input (a Zarr store), by its suffix."""
+    return str(path).lower().rstrip("/").endswith(DIRECTORY_SUFFIXES) and Path(path).is_dir()
+
+
+def field_units(path: Path, format_name: str, fields: list[FieldSpec]) -> dict[str, str]:
+    """The CF `units` of the fields' arrays in one file (metadata.json records them); {} where the file
+    cannot be opened or the format has no attributes."""
+    try:
+        with reader_for(path, format_name).open(path) as opened:
+            units = {}
+            for field in fields:
+                if field.in_file and not (field.events or field.keyed or field.categorical):
+                    found = opened.encoding(field.path)
+                    if found is not None and found.units:
+                        units[field.name] = found.units
+            return units
+    except (SampleError, OSError):
+        return {}

@@ -1,0 +1,351 @@
+"""The interface every input format implements: read the declared fields of one file (a file is one
+sample), open a file to read ranges of its samples along an axis (`OpenFile`: many samples per file,
+hyperslab reads), and describe what a file holds (for `sim2dl inspect`)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.formats.readers import cf
+from pipeline.formats.readers.cf import MASK_SUFFIX
+
+
+class SampleError(Exception):
+    """This file cannot become a sample; the message is the reason recorded in the rejects list."""
+
+
+class MissingArray(SampleError):
+    """The file has no array at a field's path (OpenFile's reads raise it)."""
+
+
+EMPTY = "empty file (0 bytes)"
+
+
+def unreadable(e: OSError) -> SampleError:
+    """The reason a file that cannot be read is rejected."""
+    return SampleError(f"unreadable: {'permission denied' if e.errno == errno.EACCES else e.strerror}")
+
+
+def readable_size(path: Path | str) -> int:
+    """The input's size in bytes; SampleError (unreadable, with the reason) when it cannot be read."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        raise unreadable(e) from None
+    if size and not os.access(path, os.R_OK):
+        raise SampleError("unreadable: permission denied")
+    return size
+
+
+# Where a field's values come from (the key that names it in source.fields): an array in the file, a
+# global attribute of the file, a column of source.labels_table, a named group of source.path_pattern.
+FIELD_KINDS = ("path", "attr", "column", "path_group")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str  # logical name used by every later step
+    path: str  # where the field lives: an array's path in the file, an attribute, a column or a group name
+    dtype: str | None = None  # None: any numeric dtype
+    shape: tuple[int | None, ...] | None = None  # None: any shape; None entries: any length
+    kind: str = "path"  # one of FIELD_KINDS
+    categorical: bool = False  # values (text or integers) become class ids 0..K-1 (int64)
+    classes: tuple[str, ...] | None = None  # the classes, as text, in id order; None: found in the data
+    missing: str = "reject"  # a sample with missing values (CF markers): reject | fill | mask (readers/cf.py)
+    fill_value: float | None = None  # what replaces a missing value (fill, mask); None: 0
+    # Event-indexed tables (readers/events.py): the columns of the table at `path`, one sample per event
+    columns: tuple[str, ...] | None = None
+    ragged_by: str | None = None  # an index table of (start, count) rows
+    group_by: str | None = None  # a sorted id column of the table
+    key: str | None = None  # a sorted id column of ANOTHER table: a per-event value, reduced
+    reduce: str = "first"  # first | sum | mean | count (with key)
+
+    @classmethod
+    def from_config(cls, name: str, spec: Mapping[str, Any]) -> FieldSpec:
+        shape = spec.get("shape")
+        kind = next(k for k in FIELD_KINDS if k in spec)
+        classes = spec.get("classes")
+        return cls(
+            name, str(spec[kind]), spec.get("dtype"), None if shape is None else tuple(shape), kind,
+            bool(spec.get("categorical") or classes), None if classes is None else tuple(map(str, classes)),
+            spec.get("missing", "reject"), spec.get("fill_value"),
+            None if spec.get("columns") is None else tuple(spec["columns"]), spec.get("ragged_by"),
+            spec.get("group_by"), spec.get("key"), spec.get("reduce", "first"),
+        )  # fmt: skip
+
+    @property
+    def events(self) -> bool:
+        """Columns of a table with one sample per event it defines (ragged_by or group_by)."""
+        return self.ragged_by is not None or self.group_by is not None
+
+    @property
+    def keyed(self) -> bool:
+        """Columns of a table keyed by event id: one reduced value per event."""
+        return self.key is not None
+
+    @property
+    def mask_name(self) -> str | None:
+        """The uint8 field written beside this one (1 where a value was missing), or None."""
+        return None if self.missing == "reject" else self.name + MASK_SUFFIX
+
+    @property
+    def in_file(self) -> bool:
+        """An array stored in the file (as opposed to a value of the file: attribute, column, path)."""
+        return self.kind == "path"
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """One array a file holds: its path in the format's terms (a field's `path`), shape and dtype."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy's name, e.g. 'int16'; the kind tells numbers from text
+    dims: tuple[str, ...] | None = None  # dimension names, where the format has them (NetCDF, Zarr)
+    coordinate: bool = False  # a coordinate variable (its dimension's values, CF bounds, auxiliary coordinates)
+    # CF attributes found (fill values, packing, units), as a person reads them; empty: none
+    encoding: str = ""
+    columns: tuple[tuple[str, str], ...] | None = None  # a table (compound dtype): its columns and their dtypes
+    kind: str = "array"  # array | table | objects (ROOT object branches) | jagged (a variable length per entry)
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What one file holds: its arrays, and the scalar attributes that could name the sample (text or
+    integers, by name: a root attribute, a global attribute, a string array, a TNamed's title)."""
+
+    arrays: tuple[ArrayInfo, ...]
+    attributes: dict[str, str]
+
+
+class OpenFile(ABC):
+    """One input file opened to read ranges of its samples. Arrays are addressed by a field's `path`;
+    reads take hyperslabs (only the chunks holding the samples asked for are read where the format is
+    chunked). Raises SampleError (never anything else) for what cannot be read."""
+
+    # NetCDF's default fill values apply to arrays without _FillValue (NetCDF only; cf.NETCDF_DEFAULT_FILLS)
+    default_fill = False
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._encodings: dict[str, cf.Encoding | None] = {}
+
+    def attributes(self, array: str) -> Mapping[str, Any]:
+        """The array's own attributes (CF: _FillValue, scale_factor, units, ...); {} where the format has none."""
+        return {}
+
+    def stored_dtype(self, array: str) -> np.dtype:
+        """The dtype of the array's values as stored (before CF decoding)."""
+        return np.dtype(self.read(array, (slice(0, 0),) * len(self.shape(array))).dtype)
+
+    def encoding(self, array: str) -> cf.Encoding | None:
+        """How the array's values are stored (CF attributes), looked up once per array."""
+        if array not in self._encodings:
+            attributes = self.attributes(array)
+            if not attributes and not self.default_fill:
+                self._encodings[array] = None
+                return None
+            try:
+                self._encodings[array] = cf.encoding(attributes, self.stored_dtype(array), self.default_fill)
+            except cf.EncodingError as e:
+                raise SampleError(f"array '{array}': {e}") from None
+        return self._encodings[array]
+
+    def decoded(self, array: str, raw: np.ndarray) -> np.ndarray:
+        """Values as read, decoded by the array's CF attributes (masked where missing, unpacked)."""
+        found = self.encoding(array)
+        return raw if found is None else found.decode(raw)
+
+    @abstractmethod
+    def shape(self, array: str) -> tuple[int, ...]:
+        """The array's shape in the file; SampleError when there is no such array."""
+
+    def dims(self, array: str) -> tuple[str, ...] | None:
+        """The array's dimension names, where the format names them (NetCDF, Zarr); else None."""
+        return None
+
+    def along(self, field: FieldSpec, samples_along: int | str) -> int | None:
+        """The position of the sample axis in the field's array, or None when the array has no such axis
+        (a per-file array, repeated for each sample). A dimension name is looked up in the array's
+        dimension names; an axis number k is the sample axis when the array has one axis more than the
+        field's declared shape (or, with no shape declared, more than k axes)."""
+        shape = self.shape(field.path)
+        if isinstance(samples_along, str):
+            dims = self.dims(field.path)
+            if dims is None:
+                raise SampleError(
+                    f"source.samples_along '{samples_along}' names a dimension, but this {type(self).__name__} "
+                    "has no dimension names: give an axis number"
+                )
+            return dims.index(samples_along) if samples_along in dims else None
+        if field.shape is not None:
+            return samples_along if len(shape) == len(field.shape) + 1 else None
+        return samples_along if len(shape) > samples_along else None
+
+    @abstractmethod
+    def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
+        """A hyperslab of the array (one slice per leading axis named; the rest whole)."""
+
+    def samples(self, field: FieldSpec, axis: int, start: int, stop: int) -> np.ndarray | list[np.ndarray]:
+        """Samples [start, stop) of the field, the sample axis first."""
+        data = self.decoded(field.path, self.read(field.path, (slice(None),) * axis + (slice(start, stop),)))
+        return as_array(np.moveaxis(data, axis, 0) if axis else data, field)
+
+    def whole(self, field: FieldSpec) -> np.ndarray:
+        """The field's whole array, decoded (masked where values are missing: `resolve_missing` next)."""
+        return as_array(self.decoded(field.path, self.read(field.path, ())), field)
+
+    def markers(self, field: FieldSpec) -> str:
+        found = self.encoding(field.path)
+        return "" if found is None else found.markers()
+
+    @abstractmethod
+    def attribute(self, name: str) -> Any:
+        """A global attribute of the file (HDF5 root, NetCDF global, Zarr root group); SampleError when
+        the file has none of that name."""
+
+    def close(self) -> None:  # noqa: B027 - formats with nothing to release
+        pass
+
+    def __enter__(self) -> OpenFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Reader(ABC):
+    """Reads one file. Raises SampleError (never anything else) for a file that cannot be used."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    directories = False  # True: an input is a directory with one of the suffixes (a Zarr store)
+    # True: `read_contents` parses the file's bytes, which ingest reads itself (whole, ahead, direct I/O).
+    reads_contents = False
+
+    def read(
+        self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
+    ) -> tuple[dict[str, np.ndarray], str | None]:
+        """Return the arrays by logical field name, and the sample id stored in the file (if asked).
+        By default through `open` (formats whose files are read with their own library)."""
+        with self.open(path) as f:
+            arrays = {}
+            for field in fields:
+                try:
+                    arrays.update(resolve_missing(field, f.whole(field), f.markers(field)))
+                except MissingArray as e:
+                    raise SampleError(f"missing field '{field.name}': {e}") from None
+            sample_id = None
+            if id_attr is not None:
+                try:
+                    sample_id = as_text(f.attribute(id_attr))
+                except SampleError:
+                    raise SampleError(f"missing sample id attribute '{id_attr}'") from None
+            return arrays, sample_id
+
+    @abstractmethod
+    def describe(self, path: Path) -> Contents:
+        """Every array in the file with its shape and dtype, without reading the data where the format
+        allows. Raises SampleError for a file that cannot be opened."""
+
+    def open(self, path: Path) -> OpenFile:
+        """The file opened for reading samples along an axis (source.samples_along)."""
+        raise SampleError(f"the {self.name} reader cannot read samples along an axis")
+
+    def read_contents(
+        self, contents: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
+    ) -> tuple[dict[str, np.ndarray], str | None]:
+        """As `read`, from the file's bytes (`path` names it in messages); for readers with reads_contents.
+        The arrays may be views of `contents`, valid as long as it is."""
+        raise NotImplementedError
+
+
+def dtype_text(dtype: np.dtype) -> str:
+    """A dtype as the config names it: numpy's name for numbers ('int64', whatever the byte order)."""
+    return dtype.name if dtype.kind in "biufc" else str(dtype)
+
+
+def array_info(
+    path: str,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    attributes: Mapping[str, Any],
+    dims: tuple[str, ...] | None = None,
+    coordinate: bool = False,
+    default_fill: bool = False,
+) -> ArrayInfo:
+    """How `describe` reports one array of any format: a table for a compound dtype (its columns), a
+    subarray dtype's axes appended to the shape, the dtype after CF unpacking and the CF encoding found."""
+    if dtype.names:
+        columns = tuple((column, subarray_text(dtype.fields[column][0])) for column in dtype.names)
+        return ArrayInfo(path, shape, "compound", dims, coordinate, columns=columns, kind="table")
+    if dtype.subdtype is not None:
+        base, inner = dtype.subdtype
+        shape, dtype = (*shape, *inner), base
+    try:
+        found = cf.encoding(attributes, dtype, default_fill)
+    except cf.EncodingError as e:
+        return ArrayInfo(path, shape, dtype_text(dtype), dims, coordinate, encoding=f"unusable CF attributes: {e}")
+    shown = ""
+    if found is not None:  # netCDF's default fill applies to every variable: not repeated for each
+        markers = found.markers(defaults=False)
+        packed = "packed (scale_factor/add_offset)" if found.packed else ""
+        shown = "; ".join(text for text in (markers, packed, f"units {found.units}" if found.units else "") if text)
+    return ArrayInfo(path, shape, dtype_text(cf.unpacked_dtype(dtype, found)), dims, coordinate, encoding=shown)
+
+
+def subarray_text(dtype: np.dtype) -> str:
+    """A table column's dtype: 'float64', 'float64[10]' for a subarray, 'compound' for a nested table."""
+    if dtype.names:
+        return "compound"
+    if dtype.subdtype is not None:
+        base, inner = dtype.subdtype
+        return f"{dtype_text(base)}[{', '.join(map(str, inner))}]"
+    return dtype_text(dtype)
+
+
+def resolve_missing(field: FieldSpec, value: np.ndarray, markers: str) -> dict[str, np.ndarray]:
+    """One sample's field with its missing values handled by `field.missing`: {name: values} and, for
+    fill and mask, {NAME_mask: 1 where a value was missing}. SampleError: rejected, with the count."""
+    try:
+        values, mask = cf.apply_missing(field.name, value, field.missing, field.fill_value, markers)
+    except ValueError as e:
+        raise SampleError(str(e)) from None
+    resolved = {field.name: values}
+    if field.mask_name is not None and mask is not None:
+        resolved[field.mask_name] = mask
+    return resolved
+
+
+def as_array(value: Any, field: FieldSpec) -> np.ndarray:
+    array = np.asanyarray(value)  # a masked array (missing values, readers/cf.py) stays one
+    if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+        raise SampleError(f"field '{field.name}' ({field.path}) is not a numeric array (dtype {array.dtype})")
+    return array
+
+
+def as_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return as_text(value.item())
+    return str(value)
+
+
+def scalar_text(value: Any) -> str | None:
+    """An attribute's value as text if it could be a sample id (a string or an integer), else None."""
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "SUOiu":
+        return None
+    try:
+        return as_text(array.reshape(()))
+    except UnicodeDecodeError:
+        return None

@@ -1,0 +1,156 @@
+"""Figures a person would rather see than read: learning curves, each task's validation figure (predicted vs
+true labels, a confusion matrix, segmentation masks), the search's
+progress, a sweep's points, and the data steps' throughput. Each is one small PNG (memory and time
+independent of the dataset's size: they plot per-epoch, per-trial or per-step figures)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import matplotlib.patches
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+import numpy as np
+
+from pipeline.storage.fsutil import atomic_path
+
+
+def _save(fig: Any, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def learning_curves(history: Sequence[Mapping[str, Any]], loss_name: str, path: Path) -> None:
+    epochs = [h["epoch"] for h in history]
+    fig, (ax_loss, ax_speed) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    ax_loss.plot(epochs, [h["loss"] for h in history], "o-", label="training")
+    ax_loss.plot(epochs, [h["val_loss"] for h in history], "s-", label="validation")
+    ax_loss.set(xlabel="epoch", ylabel=loss_name, title="Learning curves")
+    ax_loss.legend()
+    ax_speed.plot(epochs, [h["samples_per_s"] for h in history], "o-", color="tab:green")
+    ax_speed.set(xlabel="epoch", ylabel="samples/s (all ranks)", title="Throughput")
+    twin = ax_speed.twinx()
+    twin.plot(epochs, [100 * h["input_wait_fraction"] for h in history], "x--", color="tab:red")
+    twin.set_ylabel("% of step time waiting for input", color="tab:red")
+    _save(fig, path)
+
+
+def predicted_vs_true(predicted: np.ndarray, true: np.ndarray, names: Sequence[str], r2: Sequence[float],
+                      records: int, path: Path) -> None:  # fmt: skip
+    """One panel per label, in the labels' own units; R² is of the whole validation set."""
+    n = len(names)
+    # constrained layout keeps each panel's axis labels clear of its neighbours'
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.0), squeeze=False, layout="constrained")
+    for i, (ax, name) in enumerate(zip(axes[0], names, strict=True)):
+        t, p = true[:, i], predicted[:, i]
+        ax.scatter(t, p, s=8, alpha=0.6)
+        if len(t):
+            low, high = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
+            ax.plot([low, high], [low, high], "k--", lw=1)
+        ax.set(xlabel=f"true {name}", ylabel=f"predicted {name}", title=f"{name}: R² = {r2[i]:.2f}")
+    shown = f"{len(true)} of {records}" if len(true) < records else f"{records}"
+    fig.suptitle(f"Validation set ({shown} samples shown, labels in their own units)")
+    _save(fig, path)
+
+
+def confusion_matrix(matrix: np.ndarray, classes: Sequence[str], title: str, path: Path) -> None:
+    """Rows: true class, columns: predicted; colour is the share of the row (recall), text the count."""
+    k = len(classes)
+    side = min(12.0, 2.5 + 0.6 * k)
+    fig, ax = plt.subplots(figsize=(side + 1.5, side), layout="constrained")
+    share = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
+    image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
+    fig.colorbar(image, ax=ax, label="share of the true class")
+    ticks = np.arange(k)
+    ax.set_xticks(ticks, classes, rotation=45, ha="right")
+    ax.set_yticks(ticks, classes)
+    ax.set(xlabel="predicted class", ylabel="true class", title=f"Validation: {title}")
+    if k <= 20:
+        for i in range(k):
+            for j in range(k):
+                color = "white" if share[i, j] > 0.5 else "black"
+                ax.text(j, i, str(int(matrix[i, j])), ha="center", va="center", color=color, fontsize=8)
+    _save(fig, path)
+
+
+def segmentation_examples(examples: Mapping[str, np.ndarray], classes: Sequence[str], title: str, path: Path) -> None:
+    """A few validation samples: the feature's first channel, the true mask, the predicted mask."""
+    n = len(examples["true"])
+    fig, axes = plt.subplots(max(n, 1), 3, figsize=(9, 3 * max(n, 1)), squeeze=False, layout="constrained")
+    cmap = plt.get_cmap("tab10", len(classes))
+    for row in range(n):
+        axes[row, 0].imshow(examples["feature"][row], cmap="viridis")
+        for col, name in ((1, "true"), (2, "predicted")):
+            axes[row, col].imshow(examples[name][row], cmap=cmap, vmin=-0.5, vmax=len(classes) - 0.5,
+                                  interpolation="nearest")  # fmt: skip
+    for col, name in enumerate(("feature (channel 0)", "true mask", "predicted mask")):
+        axes[0, col].set_title(name)
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
+    handles = [matplotlib.patches.Patch(color=cmap(i), label=c) for i, c in enumerate(classes)]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(classes), 6))
+    fig.suptitle(f"Validation: {title}")
+    _save(fig, path)
+
+
+def search_progress(runs: Sequence[Any], path: Path) -> None:
+    """Loss against budget for every trial, and the best loss so far against compute spent."""
+    fig, (ax_trials, ax_best) = plt.subplots(1, 2, figsize=(10, 3.8))
+    by_config: dict[Any, list[Any]] = {}
+    for r in runs:
+        by_config.setdefault(r.config_id, []).append(r)
+    for trials in by_config.values():
+        trials.sort(key=lambda r: r.budget)
+        ax_trials.plot([r.budget for r in trials], [r.loss for r in trials], "o-", alpha=0.6)
+    ax_trials.set(xscale="log", xlabel="budget (epochs)", ylabel="validation loss", title="Every trial")
+    ordered = sorted(runs, key=lambda r: r.time_stamps["finished"])
+    spent = np.cumsum([r.budget for r in ordered])
+    best = np.minimum.accumulate([r.loss for r in ordered])
+    ax_best.step(spent, best, where="post")
+    ax_best.set(xlabel="compute spent (epochs)", ylabel="best validation loss so far", title="Search progress")
+    _save(fig, path)
+
+
+def sweep_comparison(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """One bar per sweep point: validation loss, and R² of each parameter."""
+    names = [r["point"] for r in rows]
+    r2_keys = [k for k in rows[0] if k.startswith("r2_")]
+    fig, (ax_loss, ax_r2) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(rows) + 4), 4))
+    x = np.arange(len(rows))
+    ax_loss.bar(x, [r["val_loss"] for r in rows], color="tab:blue")
+    ax_loss.set(ylabel="validation loss (MSE, normalised labels)", title="Validation loss per point")
+    width = 0.8 / max(len(r2_keys), 1)
+    for i, key in enumerate(r2_keys):
+        ax_r2.bar(x + i * width - 0.4 + width / 2, [r[key] for r in rows], width, label=key[3:])
+    ax_r2.set(ylabel="R² on the validation set", title="Recovered parameters per point")
+    ax_r2.legend()
+    for ax in (ax_loss, ax_r2):
+        ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    _save(fig, path)
+
+
+def data_throughput(summaries: Mapping[str, Mapping[str, Any]], records: int, shard_bytes: int, path: Path) -> None:
+    """Seconds per data step, and each step's rate: records/s, and MB/s where it moves the shards' bytes."""
+    steps = [s for s in ("ingest", "convert", "merge", "stage") if s in summaries]
+    seconds = [float(summaries[s]["seconds"]) for s in steps]
+    fig, (ax_time, ax_rate) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax_time.bar(steps, seconds, color="tab:blue")
+    ax_time.set(ylabel="seconds (wall, all ranks)", title=f"Data steps: {records:,} records")
+    for i, step in enumerate(steps):
+        ax_time.annotate(f"{summaries[step].get('ranks', '?')} ranks", (i, seconds[i]), ha="center", va="bottom")
+    x = np.arange(len(steps))
+    ax_rate.bar(x - 0.2, [records / max(t, 1e-9) for t in seconds], 0.4, label="records/s", color="tab:green")
+    ax_rate.set(ylabel="records/s", title="Throughput")
+    ax_rate.set_xticks(x, steps)
+    twin = ax_rate.twinx()
+    rates = [shard_bytes / 1e6 / max(t, 1e-9) for t in seconds]
+    moved = [rate if step in ("merge", "stage") else 0.0 for step, rate in zip(steps, rates, strict=True)]
+    twin.bar(x + 0.2, moved, 0.4, label="MB/s of shards", color="tab:orange")
+    twin.set_ylabel("MB/s of shards written (merge) or staged per node (stage)", color="tab:orange")
+    _save(fig, path)

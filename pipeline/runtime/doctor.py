@@ -1,0 +1,244 @@
+"""doctor: check a site before a long job, and say how to fix each problem.
+
+Checks: the container runtime (found, version), the image (present), the host MPI (flavour and ABI, which
+must be MPICH's for the image), the MPI library a rank sees inside the container (must be the host's when
+host_mpi is enabled), the MPI launcher, and the node-local staging target (exists, writable, free space
+against the merged dataset if there is one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline.runtime import host_mpi as hostmpi
+from pipeline.runtime.container_image import image_reference
+
+RUNTIME_BINARY = {"shifter": "shifter", "apptainer": "apptainer", "singularity": "singularity",
+                  "charliecloud": "ch-run", "podman": "podman", "podman-hpc": "podman-hpc", "enroot": "enroot",
+                  "sarus": "sarus"}  # fmt: skip
+INSTALL_HINT = {
+    "shifter": "Shifter is a site install (NERSC: available on login and compute nodes); ask the site",
+    "apptainer": "load the site's apptainer module, or install Apptainer (https://apptainer.org/docs)",
+    "singularity": "load the site's singularity module, or set container.runtime: apptainer",
+    "charliecloud": "apt-get install charliecloud (or the site's charliecloud module)",
+    "podman": "apt-get install podman runc",
+    "podman-hpc": "on Perlmutter already; elsewhere pip install podman-hpc (needs podman, fuse-overlayfs, squashfuse)",
+    "enroot": "enroot + pyxis are site installs (https://github.com/NVIDIA/enroot); ask the site",
+    "sarus": "Sarus is a site install (CSCS: module load sarus); ask the site",
+}
+# Printed inside the container by the image's python: what MPI library mpi4py loads there.
+INSIDE_PROBE = "from mpi4py import MPI; print(MPI.Get_library_version().strip())"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | fail | skip
+    detail: str
+    fix: str = ""
+
+
+def _run(argv: list[str], timeout: float = 120, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              env=None if env is None else {**os.environ, **env})  # fmt: skip
+    except FileNotFoundError:
+        return 127, f"{argv[0]}: not found"
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {timeout:.0f} s"
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def check_runtime(settings: Mapping[str, Any]) -> Check:
+    runtime = settings["runtime"]
+    if runtime == "none":
+        return Check("runtime", "ok", "none: steps run in this environment (no container)")
+    binary = RUNTIME_BINARY[runtime]
+    path = shutil.which(binary)
+    if path is None:
+        return Check("runtime", "fail", f"{runtime}: {binary} is not on PATH", INSTALL_HINT[runtime])
+    code, out = _run([binary, "--version"], timeout=30)
+    version = out.splitlines()[0] if out else "?"
+    return Check("runtime", "ok" if code == 0 else "warn", f"{runtime}: {path} ({version})")
+
+
+def pull_fix(settings: Mapping[str, Any]) -> str:
+    """The command that fixes a missing image: `sim2dl image pull`, with what it runs for this runtime."""
+    from pipeline.runtime.oci_registry import configured_reference, pull_plan
+
+    try:
+        ref = configured_reference(settings, None)
+    except Sim2dlError:
+        return ("sim2dl image pull HOST/NAME:TAG (the published image; or container.name: HOST/NAME), or "
+                "sim2dl image build (needs root, debootstrap and bubblewrap)")  # fmt: skip
+    runs = "; ".join(shlex.join(c) for c in pull_plan(settings, ref).commands)
+    return f"sim2dl image pull (runs: {runs}), or sim2dl image build (needs root, debootstrap and bubblewrap)"
+
+
+def check_image(settings: Mapping[str, Any]) -> Check:
+    runtime = settings["runtime"]
+    if runtime == "none":
+        return Check("image", "skip", "no container runtime")
+    ref = image_reference(settings)
+    if runtime in ("charliecloud", "apptainer", "singularity", "enroot"):
+        return Check("image", "ok", ref) if Path(ref).exists() else Check(
+            "image", "fail", f"{ref} does not exist", pull_fix(settings))  # fmt: skip
+    if runtime in ("podman", "podman-hpc"):
+        if shutil.which(runtime) is None:
+            return Check("image", "skip", f"{runtime} not found")
+        code, _ = _run([runtime, "image", "exists", ref], timeout=60)
+        return Check("image", "ok", ref) if code == 0 else Check(
+            "image", "fail", f"{runtime} has no image {ref}", pull_fix(settings))  # fmt: skip
+    # shifter and sarus: their lists of pulled images
+    lister = {"shifter": ["shifterimg", "images"], "sarus": ["sarus", "images"]}[runtime]
+    if shutil.which(lister[0]) is None:
+        return Check("image", "skip", f"{lister[0]} not found; cannot check {ref}")
+    code, out = _run(lister, timeout=60)
+    name = ref.removeprefix("docker:").rpartition(":")[0]
+    tag = ref.rpartition(":")[2]
+    present = code == 0 and any(name in line and tag in line for line in out.splitlines())
+    return Check("image", "ok", ref) if present else Check(
+        "image", "fail", f"{ref} has not been pulled", pull_fix(settings))  # fmt: skip
+
+
+def host_library(settings: Mapping[str, Any]) -> Path | None:
+    host = settings["host_mpi"]
+    if host["enabled"] and host["paths"]:
+        return hostmpi.find_library(host["paths"], [host["libmpi"], *hostmpi.OPENMPI_SONAMES])
+    return hostmpi.system_library()
+
+
+def check_host_mpi(settings: Mapping[str, Any]) -> tuple[Check, str | None]:
+    host = settings["host_mpi"]
+    if settings["runtime"] == "none":
+        code, out = _run([sys.executable, "-c", INSIDE_PROBE], timeout=60)
+        if code != 0:
+            return Check("host MPI", "fail", f"mpi4py cannot load an MPI library: {out[-300:]}", "make env"), None
+        return Check("host MPI", "ok", f"this environment's mpi4py: {hostmpi.version_line(out)}"), out
+    if settings["runtime"] == "shifter" and host["enabled"]:
+        modules = ", ".join(settings["shifter_modules"])
+        return Check("host MPI", "ok", f"provided by shifter --module={modules} (checked inside)"), None
+    library = host_library(settings)
+    if library is None:
+        if host["enabled"]:
+            return Check("host MPI", "fail", f"no {host['libmpi']} in host_mpi.paths {host['paths']}",
+                         "sim2dl image host-mpi --out DIR, then host_mpi.paths: [DIR]"), None  # fmt: skip
+        return Check("host MPI", "warn", "no MPICH-ABI library found by the dynamic linker",
+                     "steps use the MPI inside the image (fine on one node; slower across nodes)"), None  # fmt: skip
+    try:
+        version = hostmpi.library_version(library)
+    except Sim2dlError as e:
+        return Check("host MPI", "fail", str(e), "check that host_mpi.paths holds a complete MPI installation"), None
+    name, abi = hostmpi.flavour(version)
+    detail = f"{library}: {hostmpi.version_line(version)} ({name}, {abi} ABI)"
+    if abi != "MPICH":
+        return Check("host MPI", "fail", detail, "the image is MPICH-ABI (libmpi.so.12): bind an MPICH-ABI MPI "
+                     "(Cray MPICH, MPICH, Intel MPI, MVAPICH), or set host_mpi.enabled: false"), version  # fmt: skip
+    status = "ok" if host["enabled"] or settings["runtime"] == "none" else "warn"
+    fix = "" if status == "ok" else "set container.host_mpi.enabled: true so ranks use it (full network speed)"
+    return Check("host MPI", status, detail, fix), version
+
+
+def check_inside(settings: Mapping[str, Any], host_version: str | None, cwd: Path) -> Check:
+    """Run the MPI probe in the container as a rank would start (same binds and environment)."""
+    from pipeline.runtime.launch import container_argv, prepare_mount_points
+
+    if settings["runtime"] == "none":
+        return Check("MPI inside", "skip", "no container runtime")
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            prepare_mount_points(settings, [Path(scratch)], cwd)
+        except Sim2dlError as e:
+            return Check("MPI inside", "fail", str(e), "see the message")
+        argv = container_argv(settings, ["python3", "-c", INSIDE_PROBE], [Path(scratch)], cwd)
+        code, out = _run(argv, timeout=300, env={"USER": os.environ.get("USER", "root")})
+    if code != 0:
+        return Check("MPI inside", "fail", f"probe failed ({code}): {out.splitlines()[-1:] or ''}",
+                     "run the command `sim2dl launch --dry-run` prints to see the runtime's error")  # fmt: skip
+    inside = out.splitlines()[-1] if out else "?"
+    first = next((line for line in out.splitlines() if "version" in line.lower()), inside)
+    if not settings["host_mpi"]["enabled"]:
+        return Check("MPI inside", "ok", f"the image's own: {first}")
+    if host_version and host_version.splitlines()[0] not in out:
+        return Check("MPI inside", "fail", f"{first}: not the host's {host_version.splitlines()[0]}",
+                     "check host_mpi.paths (bound + LD_LIBRARY_PATH) and host_mpi.libmpi (MPI4PY_LIBMPI)")  # fmt: skip
+    return Check("MPI inside", "ok", f"the host's: {first}")
+
+
+def check_launcher(environ: Mapping[str, str]) -> Check:
+    if "SLURM_JOB_ID" in environ:
+        path = shutil.which("srun")
+        return Check("launcher", "ok" if path else "fail", f"srun: {path}", "" if path else "srun is not on PATH")
+    path = shutil.which("mpiexec")
+    if path is None:
+        return Check("launcher", "fail", "mpiexec is not on PATH", "make env (the venv's MPICH), or load an MPI module")
+    code, out = _run(["mpiexec", "--version"], timeout=30)
+    kind = "MPICH hydra" if "hydra" in out.lower() else "Open MPI" if "open" in out.lower() else "unknown"
+    return Check("launcher", "ok" if code == 0 else "warn", f"mpiexec: {path} ({kind})")
+
+
+def check_staging(config: Mapping[str, Any]) -> Check:
+    from pipeline.config import layout
+    from pipeline.steps.stage import target_root
+
+    target = target_root(config["stage"])
+    probe = target
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        return Check("node-local", "fail", f"{target}: {probe} is not writable",
+                     "set stage.target to node-local storage you can write ($TMPDIR, /dev/shm, NVMe)")  # fmt: skip
+    free = shutil.disk_usage(probe).free
+    needed = _dataset_bytes(layout(config).merged)
+    detail = f"{target}: {free / 1e9:.1f} GB free"
+    if needed is None:
+        return Check("node-local", "ok", detail + " (dataset not merged yet)")
+    detail += f", dataset {needed / 1e9:.2f} GB"
+    if needed > free:
+        return Check("node-local", "fail", detail, "use stage.mode partition or sample, or a larger stage.target")
+    return Check("node-local", "ok", detail)
+
+
+def _dataset_bytes(merged_dir: Path) -> int | None:
+    from pipeline.training.tfdata import load_metadata
+
+    try:
+        return sum(int(s["bytes"]) for s in load_metadata(merged_dir)["shards"])
+    except (Sim2dlError, ValueError, KeyError, TypeError):
+        return None
+
+
+def doctor(config: Mapping[str, Any], cwd: Path | None = None) -> list[Check]:
+    settings = config["container"]
+    checks = [check_runtime(settings), check_image(settings)]
+    host, host_version = check_host_mpi(settings)
+    checks.append(host)
+    if checks[0].status == "ok" and checks[1].status == "ok":
+        checks.append(check_inside(settings, host_version, cwd or Path.cwd()))
+    else:
+        checks.append(Check("MPI inside", "skip", "runtime or image missing"))
+    checks += [check_launcher(os.environ), check_staging(config)]
+    return checks
+
+
+def report(checks: list[Check], out: Any = sys.stdout) -> None:
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        print(f"{c.status.upper():5} {c.name:<{width}}  {c.detail}", file=out)
+        if c.fix and c.status in ("fail", "warn"):
+            print(f"{'':5} {'':<{width}}  fix: {c.fix}", file=out)
+
+
+def as_json(checks: list[Check]) -> str:
+    return json.dumps([asdict(c) for c in checks])

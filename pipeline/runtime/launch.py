@@ -1,0 +1,284 @@
+"""launch: the exact argument vector that runs a sim2dl step on N ranks, one container per rank.
+
+    [MPI launcher, -n, N] + [container runtime ... image] + [sim2dl, STEP, ARGS...]
+
+The launcher (srun inside a Slurm allocation, mpiexec elsewhere) stays outside; each rank starts its own
+container, which uses the HOST's MPI library (bind model: Cray MPICH at NERSC through Shifter's mpich
+module, or host MPICH directories bound in with LD_LIBRARY_PATH and MPI4PY_LIBMPI for Apptainer,
+Singularity, charliecloud and podman), so ranks talk over the host's fabric at full speed.
+
+Runtimes whose host-MPI injection is the site's (Shifter's --module=mpich, podman-hpc's and Sarus's --mpi)
+get that flag when container.host_mpi.enabled; host_mpi.paths, when given, are bound as for the others.
+enroot runs through pyxis when the launcher is srun (`srun --container-image=... --container-mounts=...`,
+the path of NVIDIA's MLPerf runs), else as `enroot start`. Runtimes without an option for one variable
+(enroot, Sarus) get the variables through `env K=V ... COMMAND` inside the container.
+
+Everything is an argument vector executed without a shell: config values (image names, bind paths,
+environment values) can hold quotes, spaces, `;` or `$(...)` and still reach the runtime as one argument.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline.runtime.container_image import image_reference
+
+RUNTIMES = ("none", "shifter", "apptainer", "singularity", "charliecloud", "podman", "podman-hpc", "enroot", "sarus")
+# What MPI launchers hand each rank (PMI wiring, Slurm step ids): runtimes that do not pass the host
+# environment through (podman) are told to pass these names.
+PASS_THROUGH_NAMES = [
+    "PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "PMI_ID", "PMI_JOBID", "PMI_SPAWNED", "PMI_SUBVERSION",
+    "PMI_VERSION", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID",
+    "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEID",
+]  # fmt: skip
+
+# charliecloud and podman give every rank its own user namespace: MPICH's single-copy transfers (CMA,
+# process_vm_readv) and UCX's /proc/PID/fd shared-memory links are refused between ranks there, and
+# MPI_Init or the first large message fails. Shared memory through /dev/shm still works. (Config
+# `container.env` can override these, e.g. with ch-run --join set up by the site.)
+SEPARATE_NAMESPACE_ENV = {"MPIR_CVAR_CH4_CMA_ENABLE": "0", "UCX_POSIX_USE_PROC_LINK": "n", "UCX_TLS": "^cma"}
+
+
+def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None, nested: bool = False) -> list[str]:
+    """`mpi` is "auto" (srun inside a Slurm allocation, else mpiexec) or a launcher command line from the
+    profile (e.g. "srun --mpi=pmi2"); one task runs without a launcher only when mpi is "none".
+
+    `nested`: launched from a rank of a running step (a search worker starting a trial): srun must share
+    that step's CPUs (--overlap), or it would wait for them forever. The same holds inside any job step
+    (SLURM_STEP_ID set): Snakemake runs each rule of a group job under an srun of its own, and a node
+    with exactly the job's CPUs (found on the virtual cluster) then has none left for the step's srun."""
+    environ = os.environ if environ is None else environ
+    if mpi == "none":
+        if tasks != 1:
+            raise Sim2dlError(f"mpi 'none' runs one task, {tasks} were asked for (resource 'tasks')")
+        return []
+    if mpi == "auto":
+        mpi = "srun" if "SLURM_JOB_ID" in environ else "mpiexec"
+    argv = [*shlex.split(mpi), "-n", str(tasks)]
+    in_step = environ.get("SLURM_STEP_ID", "batch") not in ("batch", "extern", "interactive")
+    if (nested or in_step) and Path(argv[0]).name == "srun" and "--overlap" not in argv:
+        argv.insert(1, "--overlap")
+    return argv
+
+
+def host_mpi_settings(settings: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """(host directories to bind, environment) for the bind model with a generic runtime."""
+    host = settings["host_mpi"]
+    if not host["enabled"]:
+        return [], {}
+    paths = [str(p) for p in host["paths"]]
+    # MPI4PY_LIBMPI: mpi4py must load the host library by name, not its own path.
+    # LD_BIND_NOW: a host MPI linked to a shared libhwloc (Debian's MPICH) and TensorFlow, which exports
+    # its own copy of hwloc, define the same symbols; bound lazily, MPI_Finalize's hwloc_topology_destroy
+    # resolved to TensorFlow's copy and freed the topology the real hwloc made (double free, signal 6/11,
+    # in about half the 2-rank runs). Bound at load, the MPI's symbols resolve before TensorFlow is loaded.
+    env = {"MPI4PY_LIBMPI": host["libmpi"], "LD_BIND_NOW": "1"}
+    if paths:
+        env["LD_LIBRARY_PATH"] = ":".join(paths)
+    return paths, env
+
+
+def binds(settings: Mapping[str, Any], data_dirs: Sequence[Path]) -> list[tuple[str, str]]:
+    """Data directories appear at the same path inside (so paths in configs and manifests stay valid),
+    then the configured extra binds ("src" or "src:dst")."""
+    pairs = [(str(d), str(d)) for d in data_dirs]
+    for spec in settings["binds"]:
+        src, _, dst = str(spec).partition(":")
+        pairs.append((src, dst or src))
+    return pairs
+
+
+def container_mounts(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> list[tuple[str, str]]:
+    """(host path, container path) of every bind: cwd and data at their own paths, configured binds, and
+    the host MPI directories (Shifter's module brings its own)."""
+    mounts = binds(settings, [cwd, *data_dirs])
+    if settings["runtime"] != "shifter":
+        mounts += [(p, p) for p in host_mpi_settings(settings)[0]]
+    return mounts
+
+
+def _listed_mounts(mounts: Sequence[tuple[str, str]], runtime: str) -> list[tuple[str, str]]:
+    """Mounts for runtimes that list them separated by ',' (pyxis, Sarus): a path holding one cannot be said."""
+    for pair in mounts:
+        for path in pair:
+            if "," in path:
+                raise Sim2dlError(f"{runtime} cannot bind {path!r}: its mount list is separated by ','; bind a path "
+                                  "without a comma (container.binds, workdir, data or staging directory)")  # fmt: skip
+    return list(mounts)
+
+
+def _env_prefix(env: Mapping[str, str]) -> list[str]:
+    """`env K=V ...` run inside the container: one argument per variable, values verbatim."""
+    return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+
+
+def pyxis_options(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> list[str]:
+    """srun options of the pyxis plugin (enroot under Slurm): the image and its mounts."""
+    mounts = _listed_mounts(container_mounts(settings, data_dirs, cwd), "pyxis")
+    argv = [f"--container-image={image_reference(settings)}"]
+    if mounts:
+        argv.append("--container-mounts=" + ",".join(f"{s}:{d}" for s, d in mounts))
+    return [*argv, f"--container-workdir={cwd}", "--no-container-mount-home", "--no-container-remap-root"]
+
+
+def container_environment(settings: Mapping[str, Any]) -> dict[str, str]:
+    """Variables set in every container: the image's name, namespace workarounds, the bind model's, then
+    container.env."""
+    runtime = settings["runtime"]
+    host_env = host_mpi_settings(settings)[1] if runtime != "shifter" else {}
+    # SIM2DL_IMAGE: steps record which image ran them
+    namespaced = SEPARATE_NAMESPACE_ENV if runtime in ("charliecloud", "podman", "podman-hpc") else {}
+    image = image_reference(settings)
+    return {"SIM2DL_IMAGE": image, **namespaced, **host_env, **{str(k): str(v) for k, v in settings["env"].items()}}
+
+
+def container_argv(
+    settings: Mapping[str, Any], command: Sequence[str], data_dirs: Sequence[Path], cwd: Path
+) -> list[str]:
+    """The argument vector that runs `command` in one container with `settings` (config `container:`),
+    with `data_dirs` and the working directory `cwd` at the same paths inside."""
+    runtime = settings["runtime"]
+    if runtime == "none":
+        return list(command)
+    image = image_reference(settings)
+    mounts = container_mounts(settings, data_dirs, cwd)
+    env = container_environment(settings)
+
+    if runtime == "shifter":
+        # Shifter passes the host environment; NERSC's mpich module injects Cray MPICH and sets the paths.
+        argv = ["shifter", f"--image={image}"]
+        if settings["host_mpi"]["enabled"]:
+            argv += [f"--module={m}" for m in settings["shifter_modules"]]
+        argv += [f"--volume={s}:{d}" for s, d in mounts]
+        argv += [f"--env={k}={v}" for k, v in env.items()]
+        return [*argv, *command]
+    if runtime in ("apptainer", "singularity"):
+        argv = [runtime, "exec", "--pwd", str(cwd)]
+        for s, d in mounts:
+            argv += ["--bind", f"{s}:{d}"]
+        for k, v in env.items():
+            argv += ["--env", f"{k}={v}"]
+        return [*argv, image, *command]
+    if runtime == "charliecloud":
+        # --set-env: the image's /ch/environment first; --env-no-expand: config values arrive verbatim
+        argv = ["ch-run", f"--cd={cwd}", "--set-env", "--env-no-expand"]
+        for s, d in mounts:
+            argv += ["-b", f"{s}:{d}"]
+        for k, v in env.items():
+            argv += [f"--set-env={k}={v}"]
+        return [*argv, image, "--", *command]
+    if runtime in ("podman", "podman-hpc"):
+        # One container per rank sharing the host's IPC (MPI shared memory) and network; PMI wiring and
+        # Slurm ids are passed by name, since podman does not pass the host environment. podman-hpc takes
+        # podman's options; its --mpi module brings the site's MPI (Cray MPICH at NERSC).
+        argv = [runtime, "run", "--rm"]
+        if runtime == "podman-hpc" and settings["host_mpi"]["enabled"]:
+            argv.append("--mpi")
+        argv += ["--ipc=host", "--network=host", "--pid=host"]  # (--init needs a PID namespace of its own)
+        argv += [f"--timeout={int(settings['podman_timeout_s'])}", "-w", str(cwd)]
+        for s, d in mounts:
+            argv += ["-v", f"{s}:{d}"]
+        for name in PASS_THROUGH_NAMES:
+            argv += ["-e", name]
+        for k, v in env.items():
+            argv += ["-e", f"{k}={v}"]
+        return [*argv, image, *command]
+    if runtime == "sarus":
+        # Sarus passes the host environment (PMI, Slurm) itself; --mpi: its native MPICH hook
+        argv = ["sarus", "run", *(["--mpi"] if settings["host_mpi"]["enabled"] else []), f"--workdir={cwd}"]
+        argv += [f"--mount=type=bind,source={s},destination={d}" for s, d in _listed_mounts(mounts, "sarus")]
+        return [*argv, image, *_env_prefix(env), *command]
+    if runtime == "enroot":
+        # enroot start outside Slurm (under srun, step_argv uses pyxis); env -C: enroot has no workdir option
+        argv = ["enroot", "start", *(f"--mount={s}:{d}" for s, d in mounts), image]
+        return [*argv, "env", f"--chdir={cwd}", *_env_prefix(env)[1:], *command]
+    raise Sim2dlError(f"container runtime '{runtime}' is not one of {', '.join(RUNTIMES)} (key 'container.runtime')")
+
+
+def prepare_mount_points(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> list[str]:
+    """charliecloud (0.31) cannot create a bind destination inside a read-only image: make the missing ones
+    in a directory image before the ranks start (once, from the launching process); a squashfs or
+    unwritable image gets an error naming them. Returns the directories created."""
+    if settings["runtime"] != "charliecloud":
+        return []
+    image = Path(image_reference(settings))
+    destinations = [d for _, d in container_mounts(settings, data_dirs, cwd)]
+    missing = [d for d in dict.fromkeys(destinations) if not (image / d.lstrip("/")).is_dir()]
+    if not missing:
+        return []
+    if not image.is_dir():
+        raise Sim2dlError(f"image {image} has no mount point for {', '.join(missing)} and is not a directory "
+                          "charliecloud can add them to: build a directory image or bind below /mnt")  # fmt: skip
+    try:
+        for d in missing:
+            (image / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Sim2dlError(f"cannot create mount point {e.filename} in image {image} ({e.strerror}): "
+                          f"create {', '.join(missing)} there once as the image's owner") from e  # fmt: skip
+    return missing
+
+
+def _is_hydra(program: str) -> bool:
+    """MPICH's launcher (hydra) by name: mpiexec, mpiexec.hydra, mpiexec.mpich, mpirun. The image is
+    MPICH-ABI, so the launcher of its bind model is MPICH's (or srun)."""
+    return Path(program).name in ("mpiexec", "mpiexec.hydra", "mpiexec.mpich", "mpirun", "mpirun.mpich")
+
+
+def step_argv(
+    config: Mapping[str, Any], mpi: str, tasks: int, step_args: Sequence[str], data_dirs: Sequence[Path], cwd: Path
+) -> list[str]:
+    """Launcher + container + `sim2dl STEP ARGS` for one workflow step. An ensemble whose simulator has
+    an image of its own (simulate.image) runs its farm outside any container: each run enters the
+    simulator's image itself (containers do not nest)."""
+    settings = config["container"]
+    if step_args[:1] == ["simulate"] and config["simulate"].get("command") and config["simulate"].get("image"):
+        settings = {**settings, "runtime": "none"}
+    sim2dl = "sim2dl" if settings["runtime"] != "none" else str(Path(sys.executable).with_name("sim2dl"))
+    launcher = mpi_launcher(mpi, tasks)
+    if (
+        settings["runtime"] in ("podman", "podman-hpc")
+        and launcher
+        and _is_hydra(launcher[0])
+        and "-pmi-port" not in launcher
+    ):
+        # hydra hands each rank its PMI connection as an inherited fd, which does not reach a podman
+        # container; over a port (PMI_PORT, passed by name) it does, with --network=host
+        launcher.insert(1, "-pmi-port")
+    if settings["runtime"] == "enroot" and launcher and Path(launcher[0]).name == "srun":
+        # pyxis: the container is srun's business (one per task), the variables are set inside
+        env = container_environment(settings)
+        return [*launcher, *pyxis_options(settings, data_dirs, cwd), *_env_prefix(env), sim2dl, *step_args]
+    return [*launcher, *container_argv(settings, [sim2dl, *step_args], data_dirs, cwd)]
+
+
+def data_directories(config: Mapping[str, Any]) -> list[Path]:
+    """What a step may read or write: the workdir, the input data (and the directories of the list naming
+    it, of the labels table and of the user's model file), and the node-local staging target (created
+    here, since runtimes refuse to bind a missing directory)."""
+    from pipeline.config import layout, model_files, side_files, source_dir
+    from pipeline.steps.stage import target_root
+
+    dirs = [layout(config).workdir, source_dir(config), target_root(config["stage"])]
+    dirs += [path.parent for path in side_files(config["source"], source_dir(config))]
+    dirs += [path.resolve().parent for path in model_files(config["train"])]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    unique: list[Path] = []
+    for d in (p.resolve() for p in dirs):
+        if not any(d == u or u in d.parents for u in unique):
+            unique.append(d)
+    return unique
+
+
+def simulator_argv(container: Mapping[str, Any], image: str, command: Sequence[str], run_dir: Path) -> list[str]:
+    """One ensemble run's command in the simulator's own image (simulate.image), with the run's
+    directory bound at the same path and as the working directory; the host's MPI is not bound (a
+    simulator run is not an MPI rank of sim2dl's)."""
+    settings = {**container, "image": image, "host_mpi": {**container["host_mpi"], "enabled": False}, "env": {}}
+    return container_argv(settings, command, [], run_dir)

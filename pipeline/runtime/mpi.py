@@ -1,0 +1,153 @@
+"""MPI helpers. Every step runs the same code with 1..N ranks; without mpi4py it runs as one rank.
+
+Data between ranks moves as numpy arrays (one all-to-all), never as a Python object per record."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+class SerialComm:
+    """The subset of mpi4py's communicator the steps use, for a single process without MPI."""
+
+    rank = 0
+    size = 1
+
+    def Get_rank(self) -> int:
+        return 0
+
+    def Get_size(self) -> int:
+        return 1
+
+    def barrier(self) -> None:
+        pass
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        return obj
+
+    def gather(self, obj: Any, root: int = 0) -> list[Any]:
+        return [obj]
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def allreduce(self, obj: Any, op: Any = None) -> Any:
+        return obj
+
+    def alltoall(self, objs: Sequence[Any]) -> list[Any]:
+        return list(objs)
+
+    def scatter(self, objs: Sequence[Any] | None, root: int = 0) -> Any:
+        assert objs is not None
+        return objs[0]
+
+    def Abort(self, code: int = 1) -> None:
+        sys.exit(code)
+
+
+def _single_copy_shared_memory() -> None:
+    """Let MPICH move large intra-node messages with one copy (CMA, process_vm_readv) instead of two
+    through a shared buffer: staging moves whole shards between ranks of a node. Only where the kernel
+    allows it between sibling processes (no Yama restriction); other MPIs ignore the variable."""
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            allowed = f.read().strip() == "0"
+    except OSError:
+        allowed = True  # no Yama: same-user processes may read each other's memory
+    if allowed:
+        os.environ.setdefault("MPIR_CVAR_CH4_CMA_ENABLE", "1")
+
+
+def world() -> Any:
+    """MPI.COMM_WORLD if mpi4py is available (works launched by mpiexec/srun or as a singleton)."""
+    _single_copy_shared_memory()
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return SerialComm()
+    return MPI.COMM_WORLD
+
+
+def mpi_library() -> str | None:
+    """The MPI library this process uses (first line of MPI_Get_library_version): provenance, and the
+    proof that a container rank runs the host's MPI."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    from pipeline.runtime.host_mpi import version_line
+
+    return version_line(MPI.Get_library_version())
+
+
+def block(items: Sequence[T], rank: int, size: int) -> Sequence[T]:
+    """The rank's contiguous block of `items` (sizes differ by at most one)."""
+    n = len(items)
+    start = rank * n // size
+    stop = (rank + 1) * n // size
+    return items[start:stop]
+
+
+def exclusive_sum(comm: Any, value: int) -> int:
+    """The sum of `value` over the ranks before this one (0 on rank 0)."""
+    return sum(comm.allgather(value)[: comm.Get_rank()])
+
+
+def owner_ranks(starts: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The rank holding each global index, where rank r holds [starts[r], starts[r + 1])."""
+    return np.searchsorted(starts, indices, side="right") - 1
+
+
+def exchange(comm: Any, items: np.ndarray, destinations: np.ndarray) -> np.ndarray:
+    """Send each item (an element of a numpy array, structured or not) to the rank in `destinations`;
+    returns what this rank received, in the senders' rank order and each sender's order. One
+    MPI_Alltoallv of the arrays' bytes straight into the result (no pickled copies): the peak is the
+    array sent plus the array received."""
+    size = comm.Get_size()
+    if size == 1:
+        return items
+    from mpi4py import MPI
+
+    if len(destinations) > 1 and (np.diff(destinations) < 0).any():
+        order = np.argsort(destinations, kind="stable")
+        items, destinations = items[order], destinations[order]
+    items = np.ascontiguousarray(items)
+    counts = np.bincount(destinations, minlength=size).astype(np.int64)
+    received_counts = np.empty(size, np.int64)
+    comm.Alltoall(counts, received_counts)
+    received = np.empty(int(received_counts.sum()), items.dtype)
+    itemsize = items.dtype.itemsize
+
+    def counts_and_displacements(n: np.ndarray) -> tuple[list[int], list[int]]:
+        nbytes = n * itemsize
+        return nbytes.tolist(), (np.cumsum(nbytes) - nbytes).tolist()
+
+    comm.Alltoallv(
+        [items.view(np.uint8), counts_and_displacements(counts), MPI.BYTE],
+        [received.view(np.uint8), counts_and_displacements(received_counts), MPI.BYTE],
+    )
+    return received
+
+
+def all_ok(comm: Any, error: BaseException | None) -> None:
+    """Collective error check: if any rank failed, every rank raises (so none hangs in a collective).
+
+    With several ranks every rank raises the same CollectiveError (the first failing rank's message), so the
+    CLI can print it once and all ranks exit normally instead of racing to print and abort."""
+    messages = comm.allgather(None if error is None else str(error))
+    failed = [(r, m) for r, m in enumerate(messages) if m is not None]
+    if not failed:
+        return
+    if comm.Get_size() == 1 and error is not None:
+        raise error
+    from pipeline import CollectiveError
+
+    rank, message = failed[0]
+    raise CollectiveError(message, rank) from error

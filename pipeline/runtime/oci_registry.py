@@ -1,0 +1,387 @@
+"""registry: publish the sim2dl image to an OCI registry and pull it into what each runtime runs.
+
+    sim2dl image push [REF]    the built image's OCI archive -> REF (skopeo copy; prints the digest)
+    sim2dl image pull [REF]    REF -> the configured runtime, the way its users pull:
+        podman          podman pull docker://REF (tagged as the configured name when REF differs)
+        podman-hpc      podman-hpc pull docker://REF; podman-hpc migrate (squashed for the compute nodes)
+        charliecloud    ch-image pull REF; ch-convert -i ch-image -o dir|squash REF build_dir/NAME_TAG
+        apptainer       apptainer pull build_dir/NAME_TAG.sif docker://REF (singularity likewise)
+        shifter         shifterimg pull docker:REF
+        enroot          enroot import -o build_dir/NAME_TAG.sqsh docker://HOST#PATH:TAG (pyxis runs the file)
+        sarus           sarus pull REF
+
+REF is HOST[:PORT]/PATH[:TAG]; without it, `container.name:container.tag` (the name then has to start with
+the registry, e.g. ghcr.io/ORG/sim2dl). A REF without a tag gets `container.tag`.
+
+Each pull is planned first (`pull_plan`: the argument vectors, the environment they need and the file or
+directory they write), then run. A runtime that writes a file or directory writes it under a temporary
+name that is renamed only when the pull completed, so a failed pull leaves nothing behind; a registry
+makes a tag visible only after its manifest arrived, so a failed push leaves no tag either. Failures are
+explained from the tool's output: registry not reachable, name or tag unknown (with the tags it has),
+credentials missing, certificate not trusted.
+
+TLS and credentials (config `container:`): `registry_tls_verify: false` for plain HTTP or an unverified
+certificate (a registry on loopback), `registry_ca` for a registry with a private CA, `registry_auth_file`
+for the containers-auth.json that `podman login` / `skopeo login --authfile` write (podman, podman-hpc and
+skopeo read it; the other runtimes log in their own way: `ch-image --auth`, `apptainer registry login`,
+`shifterimg login`, enroot's credentials file, `sarus pull --login`).
+
+Memory is constant; time is the transfer of the image (about 0.7 GB compressed) plus, for charliecloud,
+unpacking it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import ssl
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline.runtime.container_image import image_reference, replace_dir, run_logged
+
+DEFAULT_REGISTRY_HINT = "e.g. ghcr.io/ORG/sim2dl:0.1.0, or set container.name: ghcr.io/ORG/sim2dl"
+
+
+@dataclass(frozen=True)
+class RegistryRef:
+    """An image in a registry: HOST[:PORT] / PATH : TAG."""
+
+    registry: str
+    repository: str
+    tag: str
+
+    def __str__(self) -> str:
+        return f"{self.registry}/{self.repository}:{self.tag}"
+
+    @property
+    def docker_uri(self) -> str:
+        return f"docker://{self}"
+
+    @property
+    def enroot_uri(self) -> str:
+        # enroot separates the registry from the path with '#'
+        return f"docker://{self.registry}#{self.repository}:{self.tag}"
+
+
+def parse_reference(text: str, default_tag: str) -> RegistryRef:
+    """HOST[:PORT]/PATH[:TAG] -> RegistryRef; the host must be explicit (a name with a dot or a port, or
+    localhost), so an image never goes to a registry by accident of a short name."""
+    if "@" in text:
+        raise Sim2dlError(f"image reference '{text}': push and pull take a tag, not a digest")
+    head, _, last = text.rpartition("/")
+    name, tag = (f"{head}/{last}", default_tag) if ":" not in last else (f"{head}/{last.partition(':')[0]}",
+                                                                         last.partition(":")[2])  # fmt: skip
+    host, _, path = name.partition("/")
+    if not head or not path or not ("." in host or ":" in host or host == "localhost"):
+        raise Sim2dlError(f"image reference '{text}' names no registry: write HOST[:PORT]/NAME[:TAG], "
+                          f"{DEFAULT_REGISTRY_HINT}")  # fmt: skip
+    if not tag or any(c.isspace() for c in text):
+        raise Sim2dlError(f"image reference '{text}': empty tag or white space")
+    return RegistryRef(host, path, tag)
+
+
+def configured_reference(settings: Mapping[str, Any], given: str | None) -> RegistryRef:
+    """REF from the command line, or the configured name:tag."""
+    return parse_reference(given or f"{settings['name']}:{settings['tag']}", settings["tag"])
+
+
+# ---------------------------------------------------------------------------------------------- plans
+
+
+@dataclass
+class Plan:
+    """What to run: argument vectors in order, the environment they add (None removes a variable), and,
+    for runtimes that write a file or directory, where it goes and the temporary name it is written as."""
+
+    runtime: str
+    commands: list[list[str]]
+    env: dict[str, str | None] = field(default_factory=dict)
+    target: Path | None = None
+    partial: Path | None = None
+    image: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _containers_options(settings: Mapping[str, Any], cert_dir: Path | None, prefix: str = "") -> list[str]:
+    """TLS and credential options of the containers/image tools (podman, skopeo): `prefix` is skopeo's
+    'dest-' for a push."""
+    argv = []
+    if not settings["registry_tls_verify"]:
+        argv.append(f"--{prefix}tls-verify=false")
+    elif cert_dir is not None:
+        argv.append(f"--{prefix}cert-dir={cert_dir}")
+    if settings["registry_auth_file"]:
+        argv.append(f"--{prefix}authfile={settings['registry_auth_file']}")
+    return argv
+
+
+def push_plan(settings: Mapping[str, Any], ref: RegistryRef, archive: Path, digest_file: Path,
+              cert_dir: Path | None) -> Plan:  # fmt: skip
+    argv = ["skopeo", "copy", f"--digestfile={digest_file}", *_containers_options(settings, cert_dir, "dest-"),
+            f"oci-archive:{archive}", ref.docker_uri]  # fmt: skip
+    return Plan("skopeo", [argv])
+
+
+def _partial(target: Path, suffix: str = "") -> Path:
+    return target.with_name(f".{target.name}.pull-{os.getpid()}{suffix}")
+
+
+def pull_plan(settings: Mapping[str, Any], ref: RegistryRef, cert_dir: Path | None = None) -> Plan:
+    """The commands that bring `ref` into the configured runtime, as its users would type them."""
+    runtime = settings["runtime"]
+    image = image_reference(settings)
+    verify = settings["registry_tls_verify"]
+    ca = str(settings["registry_ca"]) if settings["registry_ca"] else None
+    if runtime in ("podman", "podman-hpc"):
+        tool = runtime
+        commands = [[tool, "pull", *_containers_options(settings, cert_dir), ref.docker_uri]]
+        local = str(ref)
+        if image != str(ref):
+            commands.append([tool, "tag", str(ref), image])
+            local = image
+        if runtime == "podman-hpc":  # squash the image where the compute nodes read it
+            commands.append([tool, "migrate", local])
+        return Plan(runtime, commands, image=image)
+    if runtime == "charliecloud":
+        target = Path(image)
+        squash = target.suffix in (".sqfs", ".squashfs")
+        partial = _partial(target, ".sqfs" if squash else "")
+        # --no-cache: no second copy in the build cache; delete: the unpacked copy in ch-image's storage is
+        # not what ch-run runs (the downloaded layers stay in its download cache for the next pull).
+        # ch-image (Python requests) trusts REQUESTS_CA_BUNDLE over --tls-no-verify: set or clear it.
+        env: dict[str, str | None] = {"REQUESTS_CA_BUNDLE": ca if verify else None}
+        user = _credentials(ref, settings)
+        if user:
+            env.update({"CH_IMAGE_USERNAME": user[0], "CH_IMAGE_PASSWORD": user[1]})
+        options = [*([] if verify else ["--tls-no-verify"]), *(["--auth"] if user else [])]
+        commands = [["ch-image", "pull", "--no-cache", *options, str(ref)],
+                    ["ch-convert", "-i", "ch-image", "-o", "squash" if squash else "dir", str(ref), str(partial)],
+                    ["ch-image", "delete", str(ref)]]  # fmt: skip
+        return Plan(runtime, commands, env, target, partial, image)
+    if runtime in ("apptainer", "singularity"):
+        target = Path(image)
+        partial = _partial(target, ".sif")
+        http = ["--no-https"] if runtime == "apptainer" else ["--nohttps"]
+        argv = [runtime, "pull", *([] if verify else http), str(partial), ref.docker_uri]
+        return Plan(runtime, [argv], {"SSL_CERT_FILE": ca} if ca else {}, target, partial, image)
+    if runtime == "enroot":
+        target = Path(image)
+        partial = _partial(target, ".sqsh")
+        env = {"ENROOT_ALLOW_HTTP": "yes"} if not verify else ({"CURL_CA_BUNDLE": ca} if ca else {})
+        return Plan(runtime, [["enroot", "import", "-o", str(partial), ref.enroot_uri]], dict(env), target, partial,
+                    image)  # fmt: skip
+    if runtime in ("shifter", "sarus"):  # they run what they pulled by its name: name it in the config
+        pulled = f"docker:{ref}" if runtime == "shifter" else str(ref)
+        notes = [] if pulled == image else [f"steps run {image}: set container.name: {ref.registry}/{ref.repository}"]
+        command = ["shifterimg", "pull", pulled] if runtime == "shifter" else ["sarus", "pull", pulled]
+        return Plan(runtime, [command], image=image, notes=notes)
+    raise Sim2dlError(f"container.runtime is '{runtime}': there is nothing to pull an image into "
+                      "(set container.runtime to the site's runtime)")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ execution
+
+
+@contextmanager
+def _cert_dir(settings: Mapping[str, Any]) -> Iterator[Path | None]:
+    """podman and skopeo want a directory of *.crt files: one holding a link to registry_ca."""
+    ca = settings["registry_ca"]
+    if not ca or not settings["registry_tls_verify"]:
+        yield None
+        return
+    ca = Path(ca).expanduser()
+    if not ca.is_file():
+        raise Sim2dlError(f"container.registry_ca: {ca} is not a file (the registry's CA certificate, PEM)")
+    with tempfile.TemporaryDirectory(prefix="sim2dl-certs-") as d:
+        (Path(d) / "ca.crt").symlink_to(ca.resolve())
+        yield Path(d)
+
+
+def _tool_environment(changes: Mapping[str, str | None]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("USER", os.environ.get("LOGNAME", "root"))  # ch-image refuses to start without it
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def explain(output: str, ref: RegistryRef, action: str, settings: Mapping[str, Any]) -> str:
+    """One sentence a person can act on, from a registry tool's output."""
+    low = output.lower()
+    last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "no output")
+    if any(s in low for s in ("certificate verify failed", "x509:", "sslerror", "certificate signed by unknown")):
+        return (f"{action} {ref}: the TLS certificate of {ref.registry} is not trusted ({last}); set "
+                "container.registry_ca to its CA certificate, or container.registry_tls_verify: false for a "
+                "registry on loopback")  # fmt: skip
+    if any(s in low for s in ("connection refused", "no such host", "network is unreachable", "i/o timeout",
+                              "failed to establish a new connection", "could not resolve host",
+                              "name or service not known", "connection reset", "max retries exceeded")):  # fmt: skip
+        return (f"{action} {ref}: registry {ref.registry} is not reachable ({last}); is it running, is the address "
+                "right, and can this node reach it?")  # fmt: skip
+    denied = any(s in low for s in ("unauthorized", "authentication required", "401", "access denied", "denied:"))
+    missing = any(s in low for s in ("manifest unknown", "not found", "404", "name unknown", "does not exist",
+                                     "not in registry"))  # fmt: skip
+    if denied or missing:
+        # tools word these alike ("unauthorized or not in registry"): ask the registry which it is
+        state = tag_state(ref, settings)
+        if state == "unauthorized" or (denied and (action == "push" or state != "absent")):
+            return (f"{action} {ref}: registry {ref.registry} requires credentials that were not given or not "
+                    f"accepted ({last}); log in (podman login --authfile FILE {ref.registry}) and set "
+                    "container.registry_auth_file: FILE")  # fmt: skip
+        if state == "absent" and action == "pull":
+            tags = remote_tags(ref, settings)
+            have = f"; it has {', '.join(sorted(tags))}" if tags else ""
+            return f"{action} {ref}: no such image or tag in registry {ref.registry}{have}"
+    return f"{action} {ref} failed: {last}"
+
+
+def _open(url: str, settings: Mapping[str, Any], method: str = "GET", headers: Mapping[str, str] | None = None):
+    context = ssl.create_default_context(cafile=settings["registry_ca"] or None)
+    if not settings["registry_tls_verify"]:
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    request = urllib.request.Request(url, method=method, headers=dict(headers or {}))
+    return urllib.request.urlopen(request, timeout=10, context=context)
+
+
+def _registry_get(ref: RegistryRef, path: str, settings: Mapping[str, Any], method: str = "GET",
+                  headers: Mapping[str, str] | None = None):  # fmt: skip
+    """The registry API over HTTPS, or plain HTTP when verification is off and HTTPS fails."""
+    schemes = ["https"] if settings["registry_tls_verify"] else ["https", "http"]
+    auth = _basic_auth(ref, settings)
+    error: Exception | None = None
+    for scheme in schemes:
+        try:
+            return _open(f"{scheme}://{ref.registry}/v2/{path}", settings, method, {**(headers or {}), **auth})
+        except urllib.error.HTTPError:
+            raise
+        except (urllib.error.URLError, OSError) as e:
+            error = e
+    raise error if error else OSError("no scheme")
+
+
+def _credentials(ref: RegistryRef, settings: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(user, password) for ref's registry from registry_auth_file (the containers-auth.json format)."""
+    path = settings["registry_auth_file"]
+    if not path:
+        return None
+    try:
+        auths = json.loads(Path(path).expanduser().read_text()).get("auths", {})
+        entry = auths.get(ref.registry) or auths.get(f"https://{ref.registry}") or {}
+        user, _, password = base64.b64decode(entry["auth"]).decode().partition(":") if "auth" in entry else ("", "", "")
+    except (OSError, ValueError) as e:
+        raise Sim2dlError(f"container.registry_auth_file {path}: cannot read it ({e})") from e
+    return (user, password) if user else None
+
+
+def _basic_auth(ref: RegistryRef, settings: Mapping[str, Any]) -> dict[str, str]:
+    user = _credentials(ref, settings)
+    return {"Authorization": "Basic " + base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode()} if user else {}
+
+
+def remote_tags(ref: RegistryRef, settings: Mapping[str, Any]) -> list[str]:
+    """The tags the registry has for ref's repository ([] when it cannot say)."""
+    try:
+        with _registry_get(ref, f"{ref.repository}/tags/list", settings) as response:
+            return list(json.load(response).get("tags") or [])
+    except (OSError, ValueError, urllib.error.HTTPError):
+        return []
+
+
+MANIFEST_TYPES = ", ".join([
+    "application/vnd.oci.image.manifest.v1+json", "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json", "application/vnd.docker.distribution.manifest.list.v2+json",
+])  # fmt: skip
+
+
+def _manifest_head(ref: RegistryRef, settings: Mapping[str, Any]):
+    """HEAD of ref's manifest (HTTPError 404: no such tag, 401/403: credentials wanted)."""
+    return _registry_get(ref, f"{ref.repository}/manifests/{ref.tag}", settings, "HEAD", {"Accept": MANIFEST_TYPES})
+
+
+def tag_state(ref: RegistryRef, settings: Mapping[str, Any]) -> str:
+    """'present', 'absent', 'unauthorized' (the registry wants credentials it was not given) or 'unknown'."""
+    try:
+        with _manifest_head(ref, settings):
+            return "present"
+    except urllib.error.HTTPError as e:
+        return {401: "unauthorized", 403: "unauthorized", 404: "absent"}.get(e.code, "unknown")
+    except (OSError, Sim2dlError):
+        return "unknown"
+
+
+def remote_digest(ref: RegistryRef, settings: Mapping[str, Any]) -> str | None:
+    """The digest of ref's manifest as the registry serves it (None when it has no such tag)."""
+    try:
+        with _manifest_head(ref, settings) as response:
+            return response.headers.get("Docker-Content-Digest")
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise Sim2dlError(f"registry {ref.registry} answered {e.code} for {ref}") from e
+
+
+def _run_plan(plan: Plan, ref: RegistryRef, action: str, settings: Mapping[str, Any],
+              log: Callable[[str], None]) -> None:  # fmt: skip
+    env = _tool_environment(plan.env)
+    try:
+        for argv in plan.commands:
+            log("image: " + " ".join(argv))
+            code, output = run_logged(argv, env)
+            if code != 0:
+                raise Sim2dlError(explain(output, ref, action, settings))
+        if plan.target is not None and plan.partial is not None:
+            if not plan.partial.exists():
+                raise Sim2dlError(f"{action} {ref}: {plan.commands[-1][0]} finished but wrote no {plan.partial}")
+            if plan.partial.is_dir():
+                replace_dir(plan.partial, plan.target)
+            else:
+                os.replace(plan.partial, plan.target)
+    finally:
+        if plan.partial is not None and plan.partial.exists():
+            (shutil.rmtree if plan.partial.is_dir() else Path.unlink)(plan.partial)
+
+
+def push(settings: Mapping[str, Any], ref: RegistryRef, archive: Path,
+         log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:  # fmt: skip
+    """Copy the OCI archive to the registry; returns the reference and the manifest digest."""
+    if not archive.is_file():
+        raise Sim2dlError(f"image push: no OCI archive at {archive} (sim2dl image build --format oci)")
+    with tempfile.TemporaryDirectory(prefix="sim2dl-push-") as tmp, _cert_dir(settings) as certs:
+        digest_file = Path(tmp) / "digest"
+        _run_plan(push_plan(settings, ref, archive, digest_file, certs), ref, "push", settings, log)
+        digest = digest_file.read_text().strip()
+    return {"pushed": str(ref), "digest": digest, "archive": str(archive), "archive_bytes": archive.stat().st_size}
+
+
+def pull(settings: Mapping[str, Any], ref: RegistryRef,
+         log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:  # fmt: skip
+    """Bring ref into the configured runtime; returns what the runtime now runs."""
+    with _cert_dir(settings) as certs:
+        plan = pull_plan(settings, ref, certs)
+        if plan.target is not None:
+            plan.target.parent.mkdir(parents=True, exist_ok=True)
+            for stale in plan.target.parent.glob(f".{plan.target.name}.pull-*"):  # an interrupted earlier pull
+                shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        _run_plan(plan, ref, "pull", settings, log)
+    for note in plan.notes:
+        log(f"image: note: {note}")
+    try:
+        digest = remote_digest(ref, settings)
+    except (Sim2dlError, OSError):  # the pull succeeded; the registry's API may be out of this node's reach
+        digest = None
+    return {"pulled": str(ref), "digest": digest, "runtime": plan.runtime, "image": plan.image,
+            "commands": [list(c) for c in plan.commands]}  # fmt: skip

@@ -1,0 +1,417 @@
+"""ensemble: the user's own simulator run over a parameter design, many runs inside one MPI job (a task
+farm), with retries, time limits and resume; the design's parameters become the runs table, which ingest
+reads as labels.
+
+Plan (pure, `EnsemblePlan`): the design is drawn once from simulate.seed (random, Sobol, Latin hypercube
+via scipy.stats.qmc, or a grid) over simulate.space, one row per run: `run` (run-000000, ...), each
+parameter, `seed`. It is written first, as {raw}/runs.parquet, with a digest of the design settings: a
+rerun with the same design keeps it (and the runs already done), a changed design starts afresh.
+
+Execute (`run_ensemble`): rank 0 hands out runs in chunks that shrink as the queue empties (guided
+self-scheduling: dynamic balancing when runs differ in length, few messages when they are short); every
+rank, rank 0 included, has its chunks executed by its run worker (pipeline/simulators/run_worker.py: a small
+process that dies with the rank and takes the running simulator with it). A run executes the command
+(an argument vector, never a shell)
+with {out}, {run}, {seed} and each parameter substituted, in its own directory (also its working
+directory; arguments naming files relative to where the step started are made absolute) made under a
+temporary name (`.RUN.partial`) and renamed to RUN when the command exits 0 having written something (so an
+interrupted run leaves nothing that looks complete); its stdout and stderr go to logs/…/RUN.log. A run
+that exits non-zero, writes nothing, or outlives simulate.run_timeout_s (its whole process group is
+killed) is tried again up to simulate.retries times, then recorded as failed or timed_out with its
+reason. Runs already complete (their directory exists, their log ends with their outcome) are not run
+again, so a rerun after a kill -9 or scancel executes only what did not complete and ends with the same
+runs table.
+
+Memory: the design table on rank 0 (a few numbers per run, Arrow columns); per rank numpy arrays of its
+runs' outcomes (about 20 bytes per run) and the reasons of failed runs only. Time: the runs' own time /
+ranks, plus one message per chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import string
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline import Sim2dlError
+from pipeline.paths import RawPaths
+from pipeline.reporting.progress import progress_bar
+from pipeline.runtime.launch import simulator_argv
+from pipeline.runtime.mpi import all_ok
+from pipeline.simulators.run_worker import RunWorker
+from pipeline.storage.fsutil import atomic_path, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("ok", "failed", "timed_out")  # by pipeline.simulators.run_worker's status numbers
+BUILT_IN_PLACEHOLDERS = ("out", "run", "seed")
+MAX_CHUNK = 64  # runs per hand-out at most: bounds the imbalance at the end when runs are long
+REQUEST, REPLY = 71, 72  # MPI tags of the farm's messages
+SEED_MODULUS = 900_000_000  # per-run seeds in [1, 9e8]: what Pythia's Random:seed and most generators accept
+
+
+# ---------------------------------------------------------------- the design (pure)
+
+
+def placeholders(command: Sequence[str]) -> set[str]:
+    """The {names} the command's arguments use."""
+    names = set()
+    for argument in command:
+        for _, name, _, _ in string.Formatter().parse(argument):
+            if name is not None:
+                names.add(name)
+    return names
+
+
+def check_command(settings: Mapping[str, Any]) -> None:
+    """Config errors before any run: placeholders naming nothing, and a program that is not there."""
+    command = settings["command"]
+    known = set(BUILT_IN_PLACEHOLDERS) | set(settings["space"])
+    try:
+        unknown = sorted(placeholders(command) - known)
+    except ValueError as e:
+        raise Sim2dlError(f"config key 'simulate.command': {e} in {command}") from None
+    if unknown:
+        raise Sim2dlError(
+            f"config key 'simulate.command': the placeholders {unknown} name no parameter of simulate.space "
+            f"(have {sorted(settings['space'])}) nor {list(BUILT_IN_PLACEHOLDERS)}"
+        )
+    if not settings["space"]:
+        raise Sim2dlError("config key 'simulate.space': an ensemble needs at least one parameter")
+    program = command[0]
+    if settings["image"]:  # the program is the image's business; the runtime must be here
+        program = simulator_argv(settings["container"], settings["image"], command, Path.cwd())[0]
+    found = shutil.which(program) if "/" not in program else (program if os.access(program, os.X_OK) else None)
+    if found is None:
+        raise Sim2dlError(f"config key 'simulate.command': program '{program}' not found or not executable")
+
+
+def unit_design(kind: str, runs: int, dims: int, seed: int) -> np.ndarray:
+    """runs x dims points in [0, 1)."""
+    from scipy.stats import qmc
+
+    if kind == "random":
+        return np.random.default_rng(seed).random((runs, dims))
+    if kind == "sobol":
+        import warnings
+
+        with warnings.catch_warnings():  # a run count that is not a power of 2 loses some balance: fine
+            warnings.simplefilter("ignore", UserWarning)
+            return qmc.Sobol(dims, scramble=True, seed=seed).random(runs)
+    return qmc.LatinHypercube(dims, seed=seed).random(runs)
+
+
+def scale(unit: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
+    """Points in [0, 1) -> values of the distribution (the search.space format)."""
+    kind = spec["type"]
+    if kind == "choice":
+        values = list(spec["values"])
+        picked = np.minimum((unit * len(values)).astype(np.int64), len(values) - 1)
+        return np.array(values, dtype=object if any(isinstance(v, str) for v in values) else None)[picked]
+    low, high = float(spec["low"]), float(spec["high"])
+    if kind == "uniform":
+        return low + unit * (high - low)
+    if kind == "log-uniform":
+        return np.exp(np.log(low) + unit * (np.log(high) - np.log(low)))
+    return np.minimum(np.floor(low + unit * (high - low + 1)), high).astype(np.int64)  # int
+
+
+def grid_values(space: Mapping[str, Mapping[str, Any]], runs: int) -> dict[str, np.ndarray]:
+    """The cross product: every value of each choice and int range (ints as long as they fit), and k
+    evenly spaced values of each continuous range, k the largest with the product <= runs."""
+    discrete = {n: list(s["values"]) for n, s in space.items() if s["type"] == "choice"}
+    fixed = int(np.prod([len(v) for v in discrete.values()])) if discrete else 1
+    continuous = [n for n in space if n not in discrete]
+    k = 1
+    while continuous and fixed * (k + 1) ** len(continuous) <= runs:
+        k += 1
+    levels: dict[str, list[Any]] = {}
+    for name, spec in space.items():
+        if name in discrete:
+            levels[name] = discrete[name]
+        elif spec["type"] == "int":
+            levels[name] = sorted({int(v) for v in np.linspace(spec["low"], spec["high"], k).round()})
+        elif spec["type"] == "log-uniform":
+            levels[name] = np.geomspace(spec["low"], spec["high"], k).tolist()
+        else:
+            levels[name] = np.linspace(spec["low"], spec["high"], k).tolist()
+    if fixed > runs:
+        raise Sim2dlError(f"config key 'simulate.runs': a grid of the choices alone has {fixed} points (> {runs})")
+    points = list(product(*levels.values()))
+    return {name: np.array([p[i] for p in points], dtype=object) for i, name in enumerate(levels)}
+
+
+def run_names(runs: int) -> list[str]:
+    width = max(6, len(str(runs - 1)))
+    return [f"run-{i:0{width}d}" for i in range(runs)]
+
+
+@dataclass
+class EnsemblePlan:
+    """The design: a row per run (its id, each parameter, its seed), and the digest that identifies it."""
+
+    table: pa.Table
+    digest: str
+
+    @staticmethod
+    def draw(settings: Mapping[str, Any]) -> EnsemblePlan:
+        space = settings["space"]
+        keyed = {k: settings[k] for k in ("runs", "design", "space", "seed")}
+        digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+        if settings["design"] == "grid":
+            columns = grid_values(space, settings["runs"])
+        else:
+            unit = unit_design(settings["design"], settings["runs"], len(space), settings["seed"])
+            columns = {name: scale(unit[:, i], spec) for i, (name, spec) in enumerate(space.items())}
+        runs = len(next(iter(columns.values())))
+        seeds = (settings["seed"] * 100_003 + np.arange(runs, dtype=np.int64)) % SEED_MODULUS + 1
+        arrays = {"run": pa.array(run_names(runs))}
+        for name, values in columns.items():
+            arrays[name] = pa.array(values.tolist())
+        arrays["seed"] = pa.array(seeds)
+        table = pa.table(arrays).replace_schema_metadata({"sim2dl_design": digest})
+        return EnsemblePlan(table, digest)
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def rows(self, start: int, stop: int) -> list[dict[str, Any]]:
+        """Runs [start, stop) as {column: value} (one conversion per chunk, not one per value)."""
+        return self.table.slice(start, stop - start).to_pylist()
+
+
+def arguments(command: Sequence[str], row: Mapping[str, Any], out: Path) -> list[str]:
+    """A run's command with its placeholders filled in from its row of the design (floats at full precision)."""
+    values = {**{k: _text(v) for k, v in row.items()}, "out": str(out)}
+    return [argument.format(**values) for argument in command]
+
+
+def _text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+# ---------------------------------------------------------------- one run
+
+
+def run_paths(root: Path, name: str, index: int, files_per_dir: int) -> tuple[Path, Path, Path]:
+    """(final directory, temporary directory, log file) of a run; at most files_per_dir runs per directory."""
+    group = f"{index // files_per_dir:05d}"
+    return root / group / name, root / group / f".{name}.partial", RawPaths(root).run_logs / group / f"{name}.log"
+
+
+def run_tasks(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, start: int, stop: int) -> list[dict]:
+    """What the run worker needs of runs [start, stop): the command with its placeholders filled in
+    ({out}: the temporary directory it writes into), its directories and log, its retries and limit."""
+    tasks = []
+    for index, row in enumerate(plan.rows(start, stop), start):
+        final, partial, log_file = run_paths(root.resolve(), row["run"], index, settings["files_per_dir"])
+        argv = arguments(settings["command"], row, partial)
+        if settings["image"]:
+            argv = simulator_argv(settings["container"], settings["image"], argv, partial)
+        tasks.append({"argv": argv, "final": str(final), "partial": str(partial), "log": str(log_file),
+                      "retries": settings["retries"], "timeout_s": settings["run_timeout_s"]})  # fmt: skip
+    return tasks
+
+
+# ---------------------------------------------------------------- the farm
+
+
+class Queue:
+    """Run indices handed out in guided chunks: remaining / (2 x ranks), between 1 and MAX_CHUNK."""
+
+    def __init__(self, runs: int, ranks: int) -> None:
+        self.next, self.runs, self.ranks = 0, runs, ranks
+        self.lock = threading.Lock()
+
+    def take(self) -> tuple[int, int]:
+        with self.lock:
+            size = max(1, min(MAX_CHUNK, (self.runs - self.next) // (2 * self.ranks)))
+            start, self.next = self.next, min(self.runs, self.next + size)
+            return start, self.next
+
+
+def serve(queue: Queue, comm: Any, workers: int, bar: Any) -> None:
+    """Rank 0's thread: answer every other rank's requests until each has been told there is no more. A
+    rank asks again when its last chunk is done: that chunk's runs advance the progress bar, so that it
+    counts every rank's work (tqdm's updates hold a lock)."""
+    from mpi4py import MPI
+
+    finished = 0
+    status = MPI.Status()
+    given: dict[int, int] = {}  # rank -> runs in the chunk it is working on
+    while finished < workers:
+        if not comm.Iprobe(source=MPI.ANY_SOURCE, tag=REQUEST, status=status):
+            time.sleep(0.001)  # poll gently: this rank's worker runs simulations on the same cores
+            continue
+        source = status.Get_source()
+        comm.recv(source=source, tag=REQUEST)
+        bar.update(given.pop(source, 0))
+        chunk = queue.take()
+        comm.send(chunk, dest=source, tag=REPLY)
+        given[source] = chunk[1] - chunk[0]
+        if chunk[0] == chunk[1]:
+            finished += 1
+
+
+class RankOutcomes:
+    """This rank's runs and their outcomes: numpy arrays per chunk (about 20 bytes per run, no Python
+    object per run), and the reasons of failed runs only."""
+
+    def __init__(self) -> None:
+        self.chunks: list[dict[str, np.ndarray]] = []
+        self.reasons: dict[int, str] = {}
+
+    def add(self, start: int, outcomes: Sequence[Mapping[str, Any]]) -> None:
+        self.chunks.append({
+            "index": np.arange(start, start + len(outcomes), dtype=np.int64),
+            "status": np.array([o["status"] for o in outcomes], np.uint8),
+            "attempts": np.array([o["attempts"] for o in outcomes], np.uint16),
+            "seconds": np.array([o["seconds"] for o in outcomes], np.float32),
+            "exit_code": np.array([o["exit_code"] for o in outcomes], np.int32),
+        })  # fmt: skip
+        self.reasons.update({start + i: o["reason"] for i, o in enumerate(outcomes) if o["reason"]})
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        names = {"index": np.int64, "status": np.uint8, "attempts": np.uint16, "seconds": np.float32,
+                 "exit_code": np.int32}  # fmt: skip
+        return {n: np.concatenate([c[n] for c in self.chunks] or [np.zeros(0, t)]) for n, t in names.items()}
+
+
+def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any) -> RankOutcomes:
+    rank, size = comm.Get_rank(), comm.Get_size()
+    outcomes = RankOutcomes()
+    queue = Queue(len(plan), size) if rank == 0 else None
+    server = None
+    bar = progress_bar(len(plan), "simulate", rank, size, unit="run", every_rank=True)
+    if rank == 0 and size > 1:
+        server = threading.Thread(target=serve, args=(queue, comm, size - 1, bar), daemon=True)
+        server.start()
+    worker = RunWorker()
+    while True:
+        if queue is not None:
+            start, stop = queue.take()
+        else:
+            comm.send(None, dest=0, tag=REQUEST)
+            start, stop = comm.recv(source=0, tag=REPLY)
+        if start == stop:
+            break
+        outcomes.add(start, worker.execute(run_tasks(plan, settings, root, start, stop)))
+        bar.update(stop - start)
+    worker.close()
+    if server is not None:
+        server.join()
+    bar.close()
+    return outcomes
+
+
+# ---------------------------------------------------------------- the step
+
+
+def prepare_design(plan: EnsemblePlan, root: Path) -> None:
+    """Write the design first; a different design found there means its runs belong to another design:
+    they are removed, with a message."""
+    paths = RawPaths(root)
+    if paths.runs.exists():
+        metadata = pq.read_schema(paths.runs).metadata or {}
+        if metadata.get(b"sim2dl_design", b"").decode() == plan.digest:
+            return
+        log.warning("sim2dl simulate: the design changed since %s was written: its runs are removed", paths.runs)
+        for group in root.glob("[0-9][0-9][0-9][0-9][0-9]"):
+            shutil.rmtree(group)
+        shutil.rmtree(paths.run_logs, ignore_errors=True)
+    write_table(plan.table, paths.runs)
+
+
+def write_table(table: pa.Table, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def runs_table(plan: EnsemblePlan, parts: Sequence[dict[str, np.ndarray]], reasons: Mapping[int, str]) -> pa.Table:
+    """The design with each run's outcome: status, attempts, seconds, exit_code, reason."""
+    merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = np.argsort(merged["index"], kind="stable")
+    if not np.array_equal(merged["index"][order], np.arange(len(plan))):
+        raise Sim2dlError("simulate: the ranks' runs do not cover the design exactly once (internal error)")
+    table = plan.table
+    status = merged["status"][order]
+    table = table.append_column("status", pa.array(np.array(STATUSES, dtype=object)[status].tolist()))
+    for name in ("attempts", "seconds", "exit_code"):
+        table = table.append_column(name, pa.array(merged[name][order]))
+    reason = [reasons.get(i, "") for i in range(len(plan))] if reasons else [""] * len(plan)
+    return table.append_column("reason", pa.array(reason, pa.string()))
+
+
+def run_ensemble(
+    settings: Mapping[str, Any], root: Path, comm: Any, container: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Draw (or keep) the design, run what is not complete across the ranks, write the runs table.
+    container: the config's container section (for simulate.image)."""
+    rank = comm.Get_rank()
+    settings = {**settings, "container": container or {}}
+    error = None
+    try:
+        check_command(settings)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)  # every rank stops at once; the message is printed once
+    settings = {**settings, "command": resolved_command(settings["command"])}
+    plan = EnsemblePlan.draw(settings)
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        prepare_design(plan, root)
+    comm.barrier()
+    start = time.perf_counter()
+    mine = farm(plan, settings, root, comm)
+    parts = comm.gather(mine.arrays(), root=0)
+    reasons = comm.gather(mine.reasons, root=0)
+    summary: dict[str, Any] = {}
+    if rank == 0:
+        assert parts is not None and reasons is not None
+        all_reasons = {k: v for r in reasons for k, v in r.items()}
+        table = runs_table(plan, parts, all_reasons)
+        write_table(table, RawPaths(root).runs)
+        counted = pc.value_counts(table["status"]).to_pylist()  # a few statuses, not a value per run
+        counts = {s: 0 for s in STATUSES} | {c["values"]: c["counts"] for c in counted}
+        summary = {"runs": len(plan), **counts, "seconds_running": round(time.perf_counter() - start, 3),
+                   "design": settings["design"], "runs_table": str(RawPaths(root).runs)}  # fmt: skip
+        write_json_atomic(RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings))})
+    summary = comm.bcast(summary, root=0)
+    error = None
+    failed = summary["runs"] - summary["ok"]
+    if rank == 0 and failed > settings["max_failed_fraction"] * summary["runs"]:
+        first = [f"{plan.table['run'][i].as_py()}: {why}" for i, why in sorted(all_reasons.items())[:3]]
+        error = Sim2dlError(
+            f"{failed} of {summary['runs']} runs did not succeed (more than simulate.max_failed_fraction "
+            f"{settings['max_failed_fraction']}); the first: " + "; ".join(first) + f" (all in {RawPaths(root).runs})"
+        )
+    all_ok(comm, error)
+    return summary
+
+
+def resolved_command(command: Sequence[str]) -> list[str]:
+    """The command as it runs, in its run's directory: arguments without placeholders that name an
+    existing file or directory relative to where the step started are made absolute."""
+    resolved = []
+    for argument in command:
+        path = Path(argument)
+        plain = not placeholders([argument]) and not path.is_absolute() and not argument.startswith("-")
+        resolved.append(
+            str(path.resolve()) if plain and path.exists() and ("/" in argument or path.is_file()) else argument
+        )
+    return resolved

@@ -1,0 +1,329 @@
+"""convert: select features and labels, cast, log1p, crop or split into sub-volumes, and compute the
+global statistics used for normalisation (over the training split's records alone: merge.splits' 'train'
+split, or without splits the records train does not hold out, so that nothing of the validation data
+leaks into training) and the class counts of integer labels per split, in one parallel pass over
+the ingested parts: each rank takes
+a block of the ingest parts and converts each into a part of the same name (so the output does not
+depend on the rank count), reading from the manifest only which of the part's records are accepted.
+Memory: one part's records in flight; statistics per part, merged on rank 0 in part order. Time: one
+pass over the records, split across ranks.
+
+The per-part statistics (count, mean, M2, min, max, merged with Chan et al.'s pairwise formula, which
+stays accurate over billions of values) are gathered and combined in part order. Normalisation
+itself, (x - mean) / std, is applied by `normalise` as merge packs each record, so the converted data is
+read and written once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import Sim2dlError, bookkeeping_step
+from pipeline.data.splits import SampleSplits
+from pipeline.data.tables import REJECT_COLUMNS, Reject, write_csv
+from pipeline.formats.parts import Part, PartWriter, clear_parts, list_parts
+from pipeline.formats.readers import SampleError
+from pipeline.formats.readers.cf import MASK_SUFFIX
+from pipeline.paths import ConvertPaths, IngestPaths
+from pipeline.reporting.progress import progress_bar
+from pipeline.runtime.mpi import block
+from pipeline.storage.fsutil import write_json_atomic
+
+
+@dataclass
+class RunningStats:
+    """Streaming count/mean/variance/min/max of a field, overall or per last-axis channel."""
+
+    per_channel: bool
+    count: int = 0
+    mean: np.ndarray = field(default_factory=lambda: np.zeros(()))
+    m2: np.ndarray = field(default_factory=lambda: np.zeros(()))
+    minimum: np.ndarray = field(default_factory=lambda: np.array(np.inf))
+    maximum: np.ndarray = field(default_factory=lambda: np.array(-np.inf))
+
+    def update(self, x: np.ndarray, missing: np.ndarray | None = None) -> None:
+        """Add the values of x, leaving out those `missing` marks (per channel: a position with any
+        channel missing)."""
+        x = x.reshape(-1, x.shape[-1]) if self.per_channel else x.reshape(-1)
+        if missing is not None:
+            missing = missing.astype(bool, copy=False)
+            missing = missing.reshape(-1, missing.shape[-1]).any(axis=1) if self.per_channel else missing.reshape(-1)
+            x = x[~missing]
+        x = x.astype(np.float64, copy=False)
+        n = x.shape[0]
+        if n == 0:
+            return
+        mean = x.mean(axis=0)
+        m2 = ((x - mean) ** 2).sum(axis=0)
+        self.merge(RunningStats(self.per_channel, n, mean, m2, x.min(axis=0), x.max(axis=0)))
+
+    def merge(self, other: RunningStats) -> None:
+        if other.count == 0:
+            return
+        if self.count == 0:
+            self.count, self.mean, self.m2 = other.count, other.mean, other.m2
+            self.minimum, self.maximum = other.minimum, other.maximum
+            return
+        total = self.count + other.count
+        delta = other.mean - self.mean
+        self.mean = self.mean + delta * (other.count / total)
+        self.m2 = self.m2 + other.m2 + delta**2 * (self.count * other.count / total)
+        self.minimum = np.minimum(self.minimum, other.minimum)
+        self.maximum = np.maximum(self.maximum, other.maximum)
+        self.count = total
+
+    def as_dict(self) -> dict[str, Any]:
+        std = np.sqrt(self.m2 / self.count) if self.count else np.zeros_like(self.mean)
+        return {
+            "count": self.count,
+            "mean": np.asarray(self.mean).tolist(),
+            "std": np.asarray(std).tolist(),
+            "min": np.asarray(self.minimum).tolist(),
+            "max": np.asarray(self.maximum).tolist(),
+            "per_channel": self.per_channel,
+        }
+
+
+# Integer labels with ids up to this are counted per class (class ids, masks); larger ones only ranged.
+MAX_COUNTED_ID = 1 << 16
+
+
+@dataclass
+class ClassCounts:
+    """Per split, how many values of an integer label field are each id (a class id per sample, or per
+    pixel of a mask), and the smallest and largest value: what train checks the task's classes against
+    and derives class weights from. Memory: one count per id and split."""
+
+    minimum: int | None = None
+    maximum: int | None = None
+    counts: dict[int, np.ndarray] = field(default_factory=dict)  # split number -> counts by id
+
+    def update(self, x: np.ndarray, split: int) -> None:
+        if not x.size:
+            return
+        low, high = int(x.min()), int(x.max())
+        self.minimum = low if self.minimum is None else min(self.minimum, low)
+        self.maximum = high if self.maximum is None else max(self.maximum, high)
+        if self.minimum >= 0 and self.maximum < MAX_COUNTED_ID:
+            self._add(split, np.bincount(x.ravel().astype(np.int64)))
+
+    def _add(self, split: int, counts: np.ndarray) -> None:
+        have = self.counts.get(split, np.zeros(0, np.int64))
+        size = max(len(have), len(counts))
+        self.counts[split] = np.pad(have, (0, size - len(have))) + np.pad(counts, (0, size - len(counts)))
+
+    def merge(self, other: ClassCounts) -> None:
+        if other.minimum is None or other.maximum is None:
+            return
+        self.minimum = other.minimum if self.minimum is None else min(self.minimum, other.minimum)
+        self.maximum = other.maximum if self.maximum is None else max(self.maximum, other.maximum)
+        for split, counts in other.counts.items():
+            self._add(split, counts)
+
+    def as_dict(self, split_names: Sequence[str]) -> dict[str, Any]:
+        """{min, max, counts: {split name: [count of id 0, 1, ..., max]}} (counts None for ids that are
+        negative or too large to be classes)."""
+        if self.minimum is None or self.maximum is None or self.minimum < 0 or self.maximum >= MAX_COUNTED_ID:
+            return {"min": self.minimum, "max": self.maximum, "counts": None}
+        width = self.maximum + 1
+        counts = {}
+        for number, name in enumerate(split_names):
+            have = self.counts.get(number, np.zeros(0, np.int64))
+            counts[name] = np.pad(have, (0, width - len(have))).tolist()
+        return {"min": self.minimum, "max": self.maximum, "counts": counts}
+
+
+def central_crop(x: np.ndarray, size: Sequence[int]) -> np.ndarray:
+    if len(size) > x.ndim or any(s > d for s, d in zip(size, x.shape, strict=False)):
+        raise SampleError(f"cannot crop shape {x.shape} to {tuple(size)}")
+    starts = [(d - s) // 2 for s, d in zip(size, x.shape, strict=False)]
+    return x[tuple(slice(a, a + s) for a, s in zip(starts, size, strict=True))]
+
+
+def split_volumes(x: np.ndarray, size: Sequence[int]) -> list[np.ndarray]:
+    """Non-overlapping sub-volumes of the leading axes, in C order (as CosmoFlow's split_universe)."""
+    if len(size) > x.ndim or any(d % s for s, d in zip(size, x.shape, strict=False)):
+        raise SampleError(f"cannot split shape {x.shape} into sub-volumes of {tuple(size)} (must divide)")
+    counts = [d // s for s, d in zip(size, x.shape, strict=False)]
+    pieces = []
+    for corner in product(*(range(c) for c in counts)):
+        index = tuple(slice(c * s, (c + 1) * s) for c, s in zip(corner, size, strict=True))
+        pieces.append(np.ascontiguousarray(x[index]))
+    return pieces
+
+
+def transform(
+    arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any], categorical: Collection[str] = ()
+) -> list[dict[str, np.ndarray]]:
+    """One ingested record -> one or more converted samples (several when split into sub-volumes).
+    Categorical fields keep their int64 class ids, and integer labels neither log1p'd nor normalised keep
+    their integer type (class ids, masks); everything else is cast to convert.dtype."""
+    dtype = None if settings["dtype"] == "source" else np.dtype(settings["dtype"])
+    arrays = stacked(arrays, settings.get("stack", {}))
+    selected = {}
+    for name in (*settings["features"], *settings["labels"]):
+        # Class ids keep their integers: categorical fields, and integer labels that are not transformed.
+        integer_label = name in settings["labels"] and arrays[name].dtype.kind in "iu"
+        untouched = name not in settings["log1p"] and name not in settings["normalise"]
+        keep = dtype is None or name in categorical or (integer_label and untouched)
+        x = arrays[name] if keep else arrays[name].astype(dtype, copy=False)  # unchanged: same object
+        if name in settings["log1p"]:
+            if x.size and x.min() <= -1:
+                raise SampleError(f"field '{name}': log1p of values <= -1")
+            x = np.log1p(x)
+        if name in settings["features"] and settings["crop"]:
+            x = central_crop(x, settings["crop"])
+        selected[name] = x
+    if not settings["split"]:
+        return [selected]
+    per_feature = {name: split_volumes(selected[name], settings["split"]) for name in settings["features"]}
+    pieces = len(next(iter(per_feature.values())))
+    if any(len(p) != pieces for p in per_feature.values()):
+        raise SampleError("features split into different numbers of sub-volumes")
+    labels = {name: selected[name] for name in settings["labels"]}
+    return [{**{n: per_feature[n][k] for n in per_feature}, **labels} for k in range(pieces)]
+
+
+def stacked(arrays: Mapping[str, np.ndarray], stacks: Mapping[str, Sequence[str]]) -> Mapping[str, np.ndarray]:
+    """The record's fields with each convert.stack added: its members stacked along a new last axis (their
+    common dtype); SampleError when the members' shapes differ in this sample."""
+    if not stacks:
+        return arrays
+    out = dict(arrays)
+    for name, members in stacks.items():
+        shapes = {member: arrays[member].shape for member in members}
+        if len(set(shapes.values())) > 1:
+            told = ", ".join(f"{m} {s}" for m, s in shapes.items())
+            raise SampleError(f"stack '{name}': its fields' shapes differ ({told})")
+        out[name] = np.stack([arrays[member] for member in members], axis=-1)
+    return out
+
+
+def missing_masks(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any], pieces: int) -> list[dict[str, Any]]:
+    """Per converted sample, the masks of missing values (ingest's NAME_mask, readers/cf.py) of the fields
+    with statistics, cropped and split as their fields are, so that statistics leave missing values out."""
+    masks = {name: arrays[name + MASK_SUFFIX] for name in settings["normalise"] if name + MASK_SUFFIX in arrays}
+    if not masks:
+        return [{}] * pieces
+    features = [name for name in settings["features"] if name in masks]
+    shaped = {**settings, "features": features, "labels": [n for n in settings["labels"] if n in masks],
+              "log1p": [], "normalise": [], "dtype": "source"}  # fmt: skip
+    if settings["split"] and not features:
+        return [masks] * pieces  # labels are not split: every piece has the same
+    return transform(masks, shaped)
+
+
+def normalise(arrays: Mapping[str, np.ndarray], stats: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """(x - mean) / std for every field that has statistics; other fields pass through."""
+    out = dict(arrays)
+    for name, s in stats.items():
+        x = arrays[name]
+        mean = np.asarray(s["mean"], dtype=x.dtype)
+        std = np.asarray(s["std"], dtype=np.float64)
+        scale = (1.0 / np.where(std > 0, std, 1.0)).astype(x.dtype)
+        out[name] = (x - mean) * scale
+    return out
+
+
+def categorical_fields(ingest: IngestPaths) -> set[str]:
+    """The fields ingest made class ids of (its summary lists their classes)."""
+    try:
+        return set(json.loads(ingest.summary.read_text()).get("classes", {}))
+    except OSError as e:
+        raise Sim2dlError(f"cannot read {ingest.summary}: {e.strerror} (run ingest first)") from None
+
+
+@bookkeeping_step()
+def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Each rank converts a block of the ingest parts, each into a converted part of the same name (so
+    the parts, and the statistics, which are merged in part order, are the same for any rank count)."""
+    from pipeline.steps.ingest.step import accepted_records
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    settings = config["convert"]
+    ingest, paths = IngestPaths(ingest_dir), ConvertPaths(out_dir)
+    parts_dir = paths.parts
+    if rank == 0:
+        clear_parts(parts_dir)
+    comm.barrier()
+    names = [stem.name for stem in list_parts(ingest.parts)]
+    categorical = categorical_fields(ingest)
+    splits = SampleSplits(config["merge"], config["train"]["validation_fraction"])
+    mine = {name: accepted_records(ingest, name) for name in block(names, rank, size)}
+    inputs = sum(comm.allgather(sum(len(records) for records in mine.values())))
+    if not inputs:
+        raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")
+    part_stats: list[tuple[str, dict[str, RunningStats], dict[str, ClassCounts]]] = []
+    rejects = []
+    written = 0
+    bar = progress_bar(sum(len(r) for r in mine.values()), "convert", rank, size, unit="sample")
+    for name, records in mine.items():
+        source_part = Part(ingest.parts / name)
+        record_splits: np.ndarray | None = np.zeros(0, np.uint8)
+        if len(source_part):
+            record_splits = splits.of_records(source_part)  # one hash per record of the part, at once
+            if record_splits is None and not settings["split"]:  # train's hold-out: a sample's id is its record's
+                record_splits = splits.of_samples(source_part.texts("sample_id"))
+        stats = {field: RunningStats(field in settings["per_channel"]) for field in settings["normalise"]}
+        counts: dict[str, ClassCounts] = {}
+        with PartWriter(parts_dir / name) as part:
+            for record in records.tolist():
+                arrays, meta = source_part.read(record), source_part.meta(record)
+                bar.update(1)
+                try:
+                    samples = transform(arrays, settings, categorical)
+                except SampleError as e:
+                    rejects.append(Reject(meta["source"], meta["sample_id"], str(e)))
+                    continue
+                out_ids = [f"{meta['sample_id']}#{k}" if len(samples) > 1 else meta["sample_id"]
+                           for k in range(len(samples))]  # fmt: skip
+                if record_splits is not None:
+                    numbers = np.full(len(samples), record_splits[record])
+                else:
+                    numbers = splits.of_samples(out_ids)
+                masks = missing_masks(arrays, settings, len(samples)) if stats else [{}] * len(samples)
+                for sample, missing, out_id, number in zip(samples, masks, out_ids, numbers, strict=True):
+                    if splits.training in (None, number):
+                        for field, s in stats.items():
+                            s.update(sample[field], missing.get(field))
+                    for field in settings["labels"]:
+                        if sample[field].dtype.kind in "iu":
+                            counts.setdefault(field, ClassCounts()).update(sample[field], int(number))
+                    # Fields the transform left untouched are referenced in the ingest part, not copied.
+                    unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
+                    part.append(sample, {**meta, "sample_id": out_id, "parent": meta["sample_id"]}, refs=unchanged)
+                    written += 1
+        part_stats.append((name, stats, counts))
+    bar.close()
+
+    all_stats = comm.gather(part_stats, root=0)
+    all_rejects = comm.gather(rejects, root=0)
+    total_written = sum(comm.allgather(written))
+    summary = {"inputs": inputs, "samples": total_written}
+    if rank == 0:
+        assert all_rejects is not None and all_stats is not None
+        merged = {field: RunningStats(field in settings["per_channel"]) for field in settings["normalise"]}
+        classes: dict[str, ClassCounts] = {}
+        for _, stats, counts in sorted((item for rank_stats in all_stats for item in rank_stats), key=lambda t: t[0]):
+            for field, s in stats.items():
+                merged[field].merge(s)
+            for field, c in counts.items():
+                classes.setdefault(field, ClassCounts()).merge(c)
+        flat_rejects = sorted(r for rank_rejects in all_rejects for r in rank_rejects)
+        write_csv(paths.rejects, REJECT_COLUMNS, flat_rejects)
+        summary["rejected"] = len(flat_rejects)
+        doc = {
+            "statistics": {name: s.as_dict() for name, s in merged.items()},
+            "statistics_from": splits.describe(),
+            "class_counts": {name: c.as_dict(splits.names) for name, c in classes.items()},
+        }
+        write_json_atomic(paths.stats, {**doc, "settings": dict(settings), **summary})
+    comm.barrier()
+    return summary

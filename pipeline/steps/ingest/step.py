@@ -1,0 +1,717 @@
+"""ingest: scan many small simulation files, validate each, and pack the good ones into a few parts.
+
+Listing: rank 0 streams the matches of `source.glob` below `source.path` (or reads `source.list`, a
+file naming one input per line, as LBANN/Merlin sample lists do) into one compact array, sorts it (a
+glob's matches only: a list keeps its order) and writes it to `inputs.txt`; every rank then reads only
+its own block of lines from that file. Nothing is broadcast per file.
+
+Each file is read exactly once in the whole workflow, whole, `ingest.prefetch` files ahead by
+`ingest.read_threads` background threads (with O_DIRECT unless `ingest.direct_io` is off): its declared
+fields are parsed from those bytes, checked (names, shapes, dtypes, finite values) and appended to a
+part, so no later step touches the small files again. A part holds a run of consecutive files, about one
+shard's worth, the same for any number of ranks as long as each rank gets several (ranks take
+consecutive runs; see `part_files`); records are framed as the shard format writes them when it can, so
+merge can make a part a shard as it is.
+
+The manifest lists every input file (accepted or rejected, with the reason) as Parquet, one file per
+part, written by the rank that ingested it (pipeline.data.tables). Duplicate sample ids are found without
+gathering them: each accepted id's 128-bit hash goes to the rank that owns that hash value (one
+all-to-all of 24 bytes per record), which reports every later copy to the rank holding it; the first
+file in input order keeps the id. The rejects list (CSV) gives one reason per rejected file. The run
+goes on past bad files and fails only when the rejected fraction exceeds `ingest.max_reject_fraction`.
+`summary.json` (counts), written last, marks the step complete.
+
+Memory per rank: rank 0 holds the listing as one byte array (about the relative paths' length per file,
+plus 8 bytes); every rank holds its block of the listing, 24 bytes per accepted record for the duplicate
+check, and one part's manifest rows at a time. Time: one pass over the files, split evenly across ranks.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import xxhash
+
+from pipeline import MB, CollectiveError, Sim2dlError, bookkeeping_step
+from pipeline.config import input_list, primary_field
+from pipeline.data.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_csv, write_parquet
+from pipeline.formats.fields import Categories
+from pipeline.formats.parts import PARTS_PER_RANK, PartWriter, clear_parts, part_stem
+from pipeline.formats.readers import FieldSpec, SampleError, field_units, is_input_directory, reader_for
+from pipeline.formats.readers.base import EMPTY, readable_size, resolve_missing, unreadable
+from pipeline.formats.shards import WRITERS
+from pipeline.formats.shards.base import Framing
+from pipeline.paths import IngestPaths
+from pipeline.reporting.progress import progress, progress_bar
+from pipeline.runtime.mpi import all_ok, block, exchange, owner_ranks
+from pipeline.steps.ingest.samples import FileOpener, FileSamples, plan_samples, reads_samples
+from pipeline.storage.directio import ContentsOrError, FileContents
+from pipeline.storage.fsutil import atomic_path, write_json_atomic
+
+LISTING_CHUNK = 65_536  # names turned into one array at a time while listing
+
+
+class Listing(Sequence[str]):
+    """Input paths stored as one fixed-width byte array (no Python object per file); items are the paths
+    joined to `root` (a listed absolute path stays as it is)."""
+
+    def __init__(self, root: Path, names: np.ndarray) -> None:
+        self.root, self.names = str(root), names
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [os.path.join(self.root, os.fsdecode(n)) for n in self.names[i]]
+        return os.path.join(self.root, os.fsdecode(self.names[i]))
+
+    def __iter__(self) -> Iterator[str]:
+        for name in self.names:
+            yield os.path.join(self.root, os.fsdecode(name))
+
+
+def collect(names: Iterable[bytes]) -> np.ndarray:
+    """Names as one fixed-width byte array, built LISTING_CHUNK names at a time (so that millions of
+    names never exist as Python objects at once)."""
+    chunks, pending = [], []
+    for name in names:
+        pending.append(name)
+        if len(pending) == LISTING_CHUNK:
+            chunks.append(np.array(pending))
+            pending = []
+    if pending:
+        chunks.append(np.array(pending))
+    width = max((c.dtype.itemsize for c in chunks), default=1)
+    return np.concatenate([c.astype(f"S{width}") for c in chunks]) if chunks else np.array([], "S1")
+
+
+def find_inputs(root: Path, pattern: str) -> np.ndarray:
+    """The names (relative to `root`, bytes) of the files matching `pattern`, sorted; streamed from the
+    directory walk."""
+    if not root.is_dir():
+        raise Sim2dlError(f"source directory {root} does not exist (config key 'source.path')")
+
+    def matches() -> Iterator[bytes]:
+        for name in glob.iglob(pattern, root_dir=root, recursive=True, include_hidden=True):
+            path = os.path.join(root, name)
+            # Dangling symlinks are kept: they are input files that cannot be read, and must be reported.
+            if os.path.isfile(path) or os.path.islink(path) or is_input_directory(path):
+                yield os.fsencode(name)
+
+    names = collect(matches())
+    if not len(names):
+        raise Sim2dlError(f"no files match '{pattern}' under {root} (config keys 'source.path', 'source.glob')")
+    names.sort()
+    return names
+
+
+def read_input_list(path: Path) -> np.ndarray:
+    """The inputs named in a list file, one per line (relative to source.path, or absolute), in the
+    file's order; blank lines and lines starting with '#' are skipped."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise Sim2dlError(f"cannot read the input list {path} (config key 'source.list'): {e.strerror}") from None
+    with f:
+        names = collect(n for n in (line.strip() for line in f) if n and not n.startswith(b"#"))
+    if not len(names):
+        raise Sim2dlError(f"the input list {path} names no files (config key 'source.list')")
+    return names
+
+
+def write_listing(path: Path, names: np.ndarray) -> np.ndarray:
+    """Write the names one per line; returns the byte offset of every line start (and of the end)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        for start in range(0, len(names), LISTING_CHUNK):
+            f.write(b"\n".join(names[start : start + LISTING_CHUNK].tolist()) + b"\n")
+    lengths = np.char.str_len(names).astype(np.int64) + 1
+    return np.concatenate([[0], np.cumsum(lengths)])
+
+
+def read_listing(path: Path, start: int, stop: int) -> np.ndarray:
+    """The names on the lines between byte offsets start and stop of a listing."""
+
+    def lines() -> Iterator[bytes]:
+        with open(path, "rb") as f:
+            f.seek(start)
+            position = start
+            while position < stop:
+                line = f.readline()
+                position += len(line)
+                yield line.rstrip(b"\n")
+
+    return collect(lines())
+
+
+def validate_sample(
+    arrays: Mapping[str, np.ndarray], fields: Sequence[FieldSpec], check_finite: bool
+) -> dict[str, np.ndarray]:
+    """The sample's arrays checked and cast to each field's declared dtype (`cast_to`); SampleError names
+    the field and the reason."""
+    checked = dict(arrays)
+    for field in fields:
+        array = arrays[field.name]
+        if field.dtype is not None and array.dtype != np.dtype(field.dtype):
+            checked[field.name] = array = cast_to(array, np.dtype(field.dtype), field.name)
+        if field.shape is not None and (
+            len(array.shape) != len(field.shape)
+            or any(want is not None and got != want for got, want in zip(array.shape, field.shape, strict=True))
+        ):
+            expected = tuple("any" if d is None else d for d in field.shape)
+            raise SampleError(f"field '{field.name}': shape {array.shape}, expected {expected}")
+        if check_finite and np.issubdtype(array.dtype, np.floating):
+            bad = array.size - int(np.count_nonzero(np.isfinite(array)))
+            if bad:
+                raise SampleError(f"field '{field.name}': {bad} non-finite values (NaN/Inf)")
+    return checked
+
+
+def cast_to(array: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """The array in `dtype` when no value changes (ints to wider ints or floats, float64 to float32 within
+    range, integral floats to ints in range, 0/1 to bool); SampleError naming the first value that would."""
+    if array.dtype.kind not in "biuf":
+        raise SampleError(f"field '{name}': dtype {array.dtype} cannot be cast to {dtype}")
+    if np.can_cast(array.dtype, dtype, "safe") or not array.size:
+        return array.astype(dtype)
+    with np.errstate(all="ignore"):
+        cast = array.astype(dtype)
+        back = cast.astype(array.dtype)
+    if dtype.kind == "f":  # precision may drop (float64 -> float32, int64 -> float32); overflow may not
+        lost = np.isfinite(array) & ~np.isfinite(cast) if array.dtype.kind == "f" else ~np.isfinite(cast)
+    else:
+        lost = back != array
+        if array.dtype.kind == "f":
+            lost |= ~np.isfinite(array)
+    if lost.any():
+        first = array.reshape(-1)[int(np.argmax(lost.reshape(-1)))].item()
+        raise SampleError(
+            f"field '{name}': dtype {array.dtype} cannot be cast to {dtype} without changing values "
+            f"({int(lost.sum())} of {array.size}, e.g. {first!r})"
+        )
+    return cast
+
+
+def record_length(arrays: Mapping[str, np.ndarray], primary: str) -> int:
+    """The record's length: the primary (first) feature's extent along its first axis."""
+    first = arrays[primary]
+    return int(first.shape[0]) if first.ndim else 1
+
+
+def shape_text(arrays: Mapping[str, np.ndarray]) -> str:
+    return ";".join(f"{name}={'x'.join(map(str, a.shape)) or 'scalar'}" for name, a in arrays.items())
+
+
+def read_one(
+    path: Path,
+    contents: ContentsOrError,
+    root: Path,
+    source: Mapping[str, Any],
+    fields: Sequence[FieldSpec],
+    check_finite: bool,
+) -> tuple[dict[str, np.ndarray], str, int]:
+    """Validate one file, from its bytes (`contents`, read ahead) or, for readers that open files
+    themselves (contents None), from its path. Raises SampleError with the reason it cannot be used."""
+    if isinstance(contents, OSError):
+        raise unreadable(contents)
+    reader = reader_for(path, source["format"])
+    size = readable_size(path) if contents is None else contents.size
+    if size == 0:
+        raise SampleError(EMPTY)
+    id_attr = source["sample_id"]["attr"] if source["sample_id"] else None
+    if contents is None:
+        arrays, sample_id = reader.read(path, fields, id_attr)
+    else:
+        arrays, sample_id = reader.read_contents(contents, path, fields, id_attr)
+    arrays = validate_sample(arrays, fields, check_finite)
+    if sample_id is None:
+        sample_id = str((path.relative_to(root) if path.is_relative_to(root) else path).with_suffix(""))
+    return arrays, sample_id, size
+
+
+def part_files(files: Sequence[str | Path], shard_bytes: int, ranks: int, sample: int = 64) -> int:
+    """Files per part: about one shard's worth at the median size of up to `sample` evenly spaced files.
+    Parts are consecutive runs of the sorted file list, the same for any number of ranks, so parts (and
+    the shards that can be parts as they are) do not depend on how many ranks ingested them, unless
+    that would give fewer than PARTS_PER_RANK parts per rank: then parts are smaller, so that every rank
+    has work and none has much more than another."""
+    sizes = []
+    for path in files[:: max(1, len(files) // sample)][:sample]:
+        try:
+            sizes.append(os.stat(path).st_size)
+        except OSError:
+            continue  # reported when its turn comes
+    median = int(np.median(sizes)) if sizes else 0
+    balanced = len(files) // (PARTS_PER_RANK * ranks)  # gives at least PARTS_PER_RANK parts per rank
+    return max(1, min(shard_bytes // max(median, 1), balanced))
+
+
+def reads_contents(path: Path, format_name: str) -> bool:
+    try:
+        return reader_for(path, format_name).reads_contents
+    except SampleError:
+        return False  # unknown suffix: rejected when its turn comes, without reading it
+
+
+def list_inputs(root: Path, source: Mapping[str, Any]) -> np.ndarray:
+    """Rank 0: the inputs' names (a glob's sorted, a list's in its order)."""
+    listed = input_list(source, root)
+    return read_input_list(listed) if listed else find_inputs(root, source["glob"])
+
+
+class ManifestPiece:
+    """The manifest rows of one part (a run of consecutive input files), written when the part is."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.columns: dict[str, list[Any]] = {name: [] for name in MANIFEST_SCHEMA.names}
+
+    def add(self, **row: Any) -> None:
+        for name, values in self.columns.items():
+            values.append(row.get(name))
+
+    def write(self) -> None:
+        write_parquet(self.path, self.columns, MANIFEST_SCHEMA)
+
+
+def id_hash(sample_id: str) -> tuple[int, int]:
+    digest = xxhash.xxh3_128_intdigest(sample_id.encode())
+    return digest >> 64, digest & 0xFFFF_FFFF_FFFF_FFFF
+
+
+HASHED = np.dtype([("high", "<u8"), ("low", "<u8"), ("index", "<i8")])
+
+
+def duplicates(comm: Any, hashed: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """(index, first index) of every accepted record whose sample id an earlier input already has, for
+    the records this rank holds. Ids are compared by a 128-bit hash (xxh3: a chance collision among ten
+    million ids is below 1e-24). Each hash goes to the rank owning its value, which finds the copies;
+    each copy is reported back to the rank holding it. Two all-to-alls of a few bytes per record."""
+    size = comm.Get_size()
+    received = exchange(comm, hashed, (hashed["low"] % size).astype(np.int64))
+    received.sort(order=["high", "low", "index"])
+    same = (received["high"][1:] == received["high"][:-1]) & (received["low"][1:] == received["low"][:-1])
+    later = np.flatnonzero(same) + 1
+    # the first of each run of equal hashes: the largest run start at or before each position
+    run_start = np.maximum.accumulate(np.where(np.concatenate([[True], ~same]), np.arange(len(received)), 0))
+    found = np.empty(len(later), [("index", "<i8"), ("first", "<i8")])
+    found["index"] = received["index"][later]
+    found["first"] = received["index"][run_start[later]]
+    return exchange(comm, found, owner_ranks(starts, found["index"]))
+
+
+def paths_of(comm: Any, indices: np.ndarray, starts: np.ndarray, mine: Listing) -> list[str]:
+    """The input paths of global file indices, asked of the ranks that hold them (for messages)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    owners = owner_ranks(starts, indices)
+    asked = comm.alltoall([indices[owners == r] for r in range(size)])
+    answers = comm.alltoall([[mine[int(i - starts[rank])] for i in q] for q in asked])
+    by_index: dict[int, str] = {}
+    for r in range(size):
+        by_index.update(zip(indices[owners == r].tolist(), answers[r], strict=True))
+    return [by_index[i] for i in indices.tolist()]
+
+
+def start_listing(root: Path, source: Mapping[str, Any], paths: IngestPaths) -> tuple[np.ndarray, np.ndarray]:
+    """Rank 0: list the inputs into inputs.txt and clear what an earlier run left; returns the names and
+    the byte offset of every line of the listing."""
+    names = list_inputs(root, source)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    clear_parts(paths.parts)
+    shutil.rmtree(paths.manifest, ignore_errors=True)
+    paths.summary.unlink(missing_ok=True)
+    return names, write_listing(paths.inputs, names)
+
+
+@bookkeeping_step()
+def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Scan `root`, validate and pack files across ranks; every rank writes the manifest of its parts."""
+    if reads_samples(config["source"]):
+        return ingest_samples(config, root, out_dir, comm)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    source, settings = config["source"], config["ingest"]
+    fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
+    shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
+    paths = IngestPaths(out_dir)
+
+    # Rank 0 lists the inputs into inputs.txt and tells each rank which lines are its own.
+    plan: list[tuple[int, int, int, int, int]] | None = None  # per rank: first file, byte range, chunk, chunks
+    error: BaseException | None = None
+    if rank == 0:
+        try:
+            names, offsets = start_listing(root, source, paths)
+            chunk = part_files(Listing(root, names), shard_bytes, size)
+            chunks = -(-len(names) // chunk)
+            plan = []
+            for r in range(size):
+                chunk_range = block(range(chunks), r, size)  # a range, possibly empty
+                first, stop = (min(len(names), c * chunk) for c in (chunk_range.start, chunk_range.stop))
+                plan.append((first, int(offsets[first]), int(offsets[stop]), chunk, chunks))
+            del names, offsets
+        except Sim2dlError as e:
+            error = e
+    all_ok(comm, error if rank == 0 else None)
+    first, byte_start, byte_stop, chunk, chunks = comm.scatter(plan, root=0)
+    mine = Listing(root, read_listing(paths.inputs, byte_start, byte_stop))
+    starts = np.array(comm.allgather(first), np.int64)  # rank r holds files [starts[r], starts[r + 1])
+    paths.manifest.mkdir(parents=True, exist_ok=True)
+
+    framing, about = part_framing(config, shard_bytes)
+    hashed = np.empty(len(mine), HASHED)
+    accepted = rejected = 0
+    rejects: list[Reject] = []
+    parts = PartSequence(paths, chunk, chunks, framing, about)
+    try:
+        files = FileContents(
+            (Path(p) for p in mine),
+            settings["prefetch"],
+            settings["direct_io"],
+            lambda p: reads_contents(p, source["format"]),
+            settings["read_threads"],
+        )
+        for number, (path, contents) in enumerate(progress(files, len(mine), "ingest", rank, size), first):
+            part, piece = parts.at(number)
+            try:
+                arrays, sample_id, nbytes = read_one(path, contents, root, source, fields, settings["check_finite"])
+            except SampleError as e:
+                piece.add(path=str(path), bytes=_size_or_zero(path), status="rejected", reason=str(e), sample_id="")
+                rejects.append(Reject(str(path), "", str(e)))
+                rejected += 1
+                continue
+            length = record_length(arrays, primary_field(config["convert"]))
+            record = part.append(arrays, {"sample_id": sample_id, "source": str(path), "length": length,
+                                          "bytes": nbytes})  # fmt: skip
+            piece.add(path=str(path), bytes=nbytes, sample_id=sample_id, shape=shape_text(arrays), length=length,
+                      sort_key=length, status="accepted", part=part.bin_path.stem, record=record,
+                      reason="")  # fmt: skip
+            high, low = id_hash(sample_id)
+            hashed[accepted] = (high, low, number)
+            accepted += 1
+    except BaseException:
+        parts.abort()
+        raise
+    parts.close()
+    counts = (len(mine), accepted, rejected)
+    units = field_units(Path(mine[0]), source["format"], fields) if rank == 0 and len(mine) else {}
+    return conclude(comm, paths, hashed[:accepted], starts, mine, counts, rejects, settings, chunk, chunks,
+                    {"units": units})  # fmt: skip
+
+
+def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Ingest of files holding many samples, or fields that are the file's values (pipeline.steps.ingest.samples):
+    samples (their numbers) instead of files are split into parts and across ranks."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    source, settings = config["source"], config["ingest"]
+    fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
+    shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
+    paths = IngestPaths(out_dir)
+    offsets: np.ndarray | None = None
+    opener: FileOpener | None = None
+    error: BaseException | None = None
+    try:
+        opener = FileOpener(root, source, fields)
+        if rank == 0:
+            _, offsets = start_listing(root, source, paths)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    assert opener is not None
+    offsets = comm.bcast(offsets, root=0)
+    n_files = len(offsets) - 1
+
+    def lines(files: range) -> Listing:
+        return Listing(root, read_listing(paths.inputs, int(offsets[files.start]), int(offsets[files.stop])))
+
+    surveyed = block(range(n_files), rank, size)
+    plan, categories = plan_samples(comm, opener, lines(surveyed), surveyed.start, n_files, shard_bytes)
+    numbers = plan.rank_samples(rank)
+    files = plan.files_of(numbers)
+    listing, file_starts = lines(files), plan.starts
+    starts = np.array(comm.allgather(numbers.start), np.int64)  # rank r: sample numbers [starts[r], starts[r + 1])
+    paths.manifest.mkdir(parents=True, exist_ok=True)
+    framing, about = part_framing(config, shard_bytes)
+    writer = SampleRecords(PartSequence(paths, plan.per_part, plan.parts, framing, about), len(numbers),
+                           primary_field(config["convert"]))  # fmt: skip
+    bar = progress_bar(len(numbers), "ingest", rank, size, unit="sample")
+    try:
+        for k, path in enumerate(listing):
+            f = files.start + k
+            mine = range(max(numbers.start, int(file_starts[f])), min(numbers.stop, int(file_starts[f + 1])))
+            ingest_file(writer, opener, path, mine, int(file_starts[f]), int(plan.counts[f]), categories, settings,
+                        bar)  # fmt: skip
+    except BaseException:
+        writer.parts.abort()
+        raise
+    writer.parts.close()
+    bar.close()
+    names = SampleNames(listing, file_starts, files.start, numbers.start)
+    units = field_units(Path(lines(range(0, 1))[0]), source["format"], fields) if rank == 0 and n_files else {}
+    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, "units": units}
+    counts = (len(numbers), writer.accepted, writer.rejected)
+    hashed = writer.hashed[: writer.accepted]
+    return conclude(comm, paths, hashed, starts, names, counts, writer.rejects, settings, plan.per_part, plan.parts,
+                    extra)  # fmt: skip
+
+
+class SampleRecords:
+    """One rank's records of ingest in samples: each sample number becomes a record or a reject, with its
+    manifest row in the part that number belongs to, and its id's hash for the duplicate check."""
+
+    def __init__(self, parts: PartSequence, count: int, primary: str) -> None:
+        self.parts, self.primary = parts, primary
+        self.hashed = np.empty(count, HASHED)
+        self.accepted = self.rejected = 0
+        self.rejects: list[Reject] = []
+
+    def reject(self, number: int, path: str, index: int | None, sample_id: str, reason: str) -> None:
+        _, piece = self.parts.at(number)
+        piece.add(path=path, bytes=0, sample_id=sample_id, index=index, status="rejected", reason=reason)
+        self.rejects.append(Reject(path, sample_id, reason))
+        self.rejected += 1
+
+    def accept(self, number: int, path: str, index: int | None, sample_id: str, arrays: dict[str, np.ndarray]) -> None:
+        part, piece = self.parts.at(number)
+        length = record_length(arrays, self.primary)
+        nbytes = sum(a.nbytes for a in arrays.values())
+        meta = {"sample_id": sample_id, "source": path, "index": -1 if index is None else index, "length": length,
+                "bytes": nbytes}  # fmt: skip
+        record = part.append(arrays, meta)
+        piece.add(path=path, bytes=nbytes, sample_id=sample_id, index=index, shape=shape_text(arrays), length=length,
+                  sort_key=length, status="accepted", part=part.bin_path.stem, record=record, reason="")  # fmt: skip
+        self.hashed[self.accepted] = (*id_hash(sample_id), number)
+        self.accepted += 1
+
+
+def ingest_file(
+    writer: SampleRecords,
+    opener: FileOpener,
+    path: str,
+    mine: range,
+    base: int,
+    counted: int,
+    categories: Categories,
+    settings: Mapping[str, Any],
+    bar: Any,
+) -> None:
+    """This rank's sample numbers `mine` of one file (its sample 0 is number `base`; the survey counted
+    `counted` samples), each a record or a reject."""
+    try:
+        samples = opener.open(path)
+    except SampleError as e:  # not counted: one number; each number gets a row
+        for number in mine:
+            writer.reject(number, path, None if counted == 1 else number - base, "", str(e))
+        bar.update(len(mine))
+        return
+    along = samples.indexed
+    file_id = samples.info.file_id
+
+    def sample_id(index: int) -> str:
+        return f"{file_id}#{index}" if along else file_id
+
+    with samples.opened:
+        try:
+            if samples.count != counted:
+                raise SampleError(f"changed since it was surveyed ({counted} samples, now {samples.count})")
+            shared = samples.shared(categories)
+        except SampleError as e:
+            for number in mine:
+                index = number - base
+                writer.reject(number, path, index if along else None, sample_id(index), str(e))
+            bar.update(len(mine))
+            return
+        batch_bytes = int(settings["batch_mb"] * MB)
+        for start, count, batch in samples.batches(mine.start - base, mine.stop - base, batch_bytes):
+            bar.update(count)
+            for index in range(start, start + count):
+                try:
+                    if isinstance(batch, SampleError):
+                        raise batch
+                    arrays = sample_arrays(batch, index - start, shared, samples, categories)
+                    arrays = validate_sample(arrays, samples.fields, settings["check_finite"])
+                except SampleError as e:
+                    writer.reject(base + index, path, index if along else None, sample_id(index), str(e))
+                    continue
+                writer.accept(base + index, path, index if along else None, sample_id(index), arrays)
+
+
+def sample_arrays(
+    batch: Mapping[str, Any], j: int, shared: Mapping[str, np.ndarray], samples: FileSamples, categories: Categories
+) -> dict[str, np.ndarray]:
+    """Sample j of a batch, with the file's shared values, in the fields' order; categorical arrays as ids;
+    missing values (CF) handled by each field's `missing` (a reject, or filled with a mask beside)."""
+    arrays = {}
+    for field in samples.fields:
+        if field.name in batch:
+            value = batch[field.name][j]
+            if field.categorical:
+                arrays[field.name] = categories.id_of(field.name, value)
+            else:
+                arrays.update(resolve_missing(field, value, samples.markers(field)))
+        else:
+            arrays[field.name] = shared[field.name]
+            if field.mask_name is not None:
+                arrays[field.mask_name] = shared[field.mask_name]
+    return arrays
+
+
+class SampleNames(Sequence[str]):
+    """What a rank's samples are called in messages: 'PATH (sample I)', by their place in the rank."""
+
+    def __init__(self, listing: Listing, file_starts: np.ndarray, first_file: int, first_number: int) -> None:
+        self.listing, self.file_starts = listing, file_starts
+        self.first_file, self.first_number = first_file, first_number
+
+    def __len__(self) -> int:
+        return int(self.file_starts[self.first_file + len(self.listing)] - self.first_number)
+
+    def __getitem__(self, i: Any) -> Any:
+        number = self.first_number + int(i)
+        f = int(np.searchsorted(self.file_starts, number, "right")) - 1
+        return f"{self.listing[f - self.first_file]} (sample {number - int(self.file_starts[f])})"
+
+
+def part_framing(config: Mapping[str, Any], shard_bytes: int) -> tuple[Framing | None, dict[str, Any]]:
+    """How ingest frames its records (as merge will write them, when it can) and what a part's index says of it."""
+    writer_class = WRITERS[config["merge"]["format"]]
+    framing = writer_class.framed_record if config["merge"]["compression"] == "none" else None
+    return framing, ({"framing": writer_class.format, "shard_bytes": shard_bytes} if framing else {})
+
+
+class PartSequence:
+    """The parts a rank writes, one after another: part k holds numbers [k * chunk, (k + 1) * chunk) (files,
+    or samples), with its manifest piece written when the part is complete."""
+
+    def __init__(self, paths: IngestPaths, chunk: int, chunks: int, framing: Framing | None, about: dict[str, Any]):
+        self.paths, self.chunk, self.chunks, self.framing, self.about = paths, chunk, chunks, framing, about
+        self.part: PartWriter | None = None
+        self.piece: ManifestPiece | None = None
+
+    def at(self, number: int) -> tuple[PartWriter, ManifestPiece]:
+        """The part and manifest piece for `number`, starting the next part at a chunk boundary."""
+        if self.part is None or number % self.chunk == 0:
+            self.close()
+            stem = part_stem(self.paths.parts, number // self.chunk, self.chunks)
+            self.part = PartWriter(stem, self.framing, self.about)
+            self.piece = ManifestPiece(self.paths.manifest_piece(stem.name))
+        assert self.piece is not None
+        return self.part, self.piece
+
+    def close(self) -> None:
+        if self.part is not None:
+            self.part.close()
+            self.piece.write()  # type: ignore[union-attr]
+            self.part = self.piece = None
+
+    def abort(self) -> None:
+        if self.part is not None:
+            self.part.abort()
+            self.part = self.piece = None
+
+
+def conclude(
+    comm: Any,
+    paths: IngestPaths,
+    hashed: np.ndarray,
+    starts: np.ndarray,
+    names: Sequence[str],
+    counts: tuple[int, int, int],
+    rejects: list[Reject],
+    settings: Mapping[str, Any],
+    chunk: int,
+    chunks: int,
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    """After every rank has written its parts: duplicate ids are rejected (the first in input order keeps
+    the id), the rejects list and summary.json are written, and the counts returned. `counts`: this rank's
+    (numbers held, accepted, rejected); numbers are files, or samples with `extra['samples']` set."""
+    found = duplicates(comm, hashed, starts)
+    firsts = paths_of(comm, found["first"], starts, names)
+    rejects += mark_duplicates(paths, found, firsts, chunk, chunks)
+    held, accepted, rejected = counts
+    totals = np.array(comm.allgather((held, accepted - len(found), rejected + len(found)))).sum(axis=0)
+    gathered = comm.gather(rejects, root=0)
+    summary: dict[str, Any] = {"inputs": int(totals[0]), "accepted": int(totals[1]), "rejected": int(totals[2])}
+    summary.update(extra)
+    if "samples" in extra:
+        summary["samples"] = int(totals[0])
+        summary["inputs"] = extra["inputs"]
+    if comm.Get_rank() == 0:
+        assert gathered is not None
+        summary["error"] = finish(paths, gathered, summary, settings["max_reject_fraction"], chunk, chunks)
+    summary = comm.bcast(summary, root=0)
+    if summary["error"]:  # every rank knows it: printed once, and no rank aborts the others
+        raise CollectiveError(summary["error"], 0) if comm.Get_size() > 1 else Sim2dlError(summary["error"])
+    return summary
+
+
+def mark_duplicates(
+    paths: IngestPaths, found: np.ndarray, firsts: Sequence[str], chunk: int, chunks: int
+) -> list[Reject]:
+    """Mark the duplicates this rank holds as rejected in their parts' manifests (rewritten atomically);
+    returns their rejects rows."""
+    rejects = []
+    by_piece: dict[int, list[tuple[int, str]]] = {}
+    for index, first_path in zip(found["index"].tolist(), firsts, strict=True):
+        by_piece.setdefault(index // chunk, []).append((index % chunk, first_path))
+    for number, rows in sorted(by_piece.items()):
+        path = paths.manifest_piece(part_stem(paths.parts, number, chunks).name)
+        columns = pq.read_table(path).to_pydict()
+        for row, first_path in rows:
+            sample_id = columns["sample_id"][row]
+            reason = f"duplicate sample id '{sample_id}' (first seen in {first_path})"
+            columns["status"][row], columns["reason"][row] = "rejected", reason
+            rejects.append(Reject(columns["path"][row], sample_id, reason))
+        write_parquet(path, columns, MANIFEST_SCHEMA)
+    return rejects
+
+
+def _size_or_zero(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def finish(
+    paths: IngestPaths,
+    gathered: Sequence[Sequence[Reject]],
+    counts: Mapping[str, int],
+    max_reject_fraction: float,
+    chunk: int,
+    chunks: int,
+) -> str | None:
+    """Rank 0: the rejects list, then summary.json (last: it marks the step complete), and the error if
+    too many files were rejected."""
+    rejects = sorted((row for rows in gathered for row in rows), key=lambda r: r[0])
+    write_csv(paths.rejects, REJECT_COLUMNS, rejects)
+    found, what = (counts["samples"], "samples") if "samples" in counts else (counts["inputs"], "input files")
+    fraction = counts["rejected"] / max(found, 1)
+    if fraction > max_reject_fraction:
+        shown = "\n".join(f"  {r.path} {r.sample_id}: {r.reason}" if r.sample_id else f"  {r.path}: {r.reason}"
+                          for r in rejects[:5])  # fmt: skip
+        return (
+            f"{counts['rejected']} of {found} {what} rejected ({fraction:.1%}), more than "
+            f"ingest.max_reject_fraction={max_reject_fraction:g}; see {paths.rejects}:\n{shown}"
+        )
+    per_part = "samples_per_part" if "samples" in counts else "files_per_part"
+    write_json_atomic(paths.summary, {**counts, "parts": chunks, per_part: chunk})
+    return None
+
+
+def accepted_records(paths: IngestPaths, part: str) -> np.ndarray:
+    """The record numbers, in the part, of the part's accepted files (duplicates are not)."""
+    table = pq.read_table(paths.manifest_piece(part), columns=["record", "status"])
+    mask = pc.equal(table["status"], "accepted")
+    return table.filter(mask)["record"].to_numpy().astype(np.int64)

@@ -1,0 +1,116 @@
+"""sweep: one workflow run per point of a parameter sweep, and a table and plot comparing the points.
+
+A sweep is config (`--configfile config/sweeps/NAME.yaml`): `sweep.grid` (dotted key -> values, the cross
+product) and/or `sweep.points` (name -> config sections). Every point is the base config with its values
+merged in, validated like any config, and written below `sweep.workdir/POINT/`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline import config as cfg
+from pipeline.storage.fsutil import write_text_atomic
+
+
+def sweep_workdir(config: Mapping[str, Any]) -> Path:
+    sweep = config["sweep"]
+    return Path(sweep.get("workdir") or f"results/sweeps/{sweep['name']}")
+
+
+def nested(dotted: str, value: Any) -> dict[str, Any]:
+    """'train.learning_rate', 0.01 -> {'train': {'learning_rate': 0.01}}"""
+    out: Any = value
+    for part in reversed(dotted.split(".")):
+        out = {part: out}
+    return out
+
+
+def point_overrides(sweep: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """name -> the config sections of that point (grid points named after their values)."""
+    points: dict[str, dict[str, Any]] = {}
+    grid = sweep.get("grid") or {}
+    if grid:
+        keys = list(grid)
+        for values in itertools.product(*(grid[k] for k in keys)):
+            name = "_".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, values, strict=True))
+            overrides: dict[str, Any] = {}
+            for k, v in zip(keys, values, strict=True):
+                cfg.deep_merge(overrides, nested(k, v))
+            points[re.sub(r"[^A-Za-z0-9_.=+-]", "-", name)] = overrides
+    for name, overrides in (sweep.get("points") or {}).items():
+        if name in points:
+            raise Sim2dlError(f"config key 'sweep.points.{name}': a grid point has the same name")
+        points[name] = dict(overrides)
+    if not points:
+        raise Sim2dlError("config key 'sweep': give 'grid' (dotted key -> values) or 'points' (name -> sections)")
+    return points
+
+
+def point_configs(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """name -> the validated config of every point, each with its own workdir."""
+    base = {k: v for k, v in json.loads(json.dumps(config)).items() if k != "sweep"}
+    root = sweep_workdir(config)
+    out = {}
+    for name, overrides in point_overrides(config["sweep"]).items():
+        point = cfg.deep_merge(json.loads(json.dumps(base)), overrides)
+        point["workdir"] = str(root / name)
+        try:
+            point = cfg.validate(point)
+            cfg.check_consistency(point)
+        except Sim2dlError as e:
+            raise Sim2dlError(f"sweep point '{name}': {e}") from None
+        out[name] = point
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise Sim2dlError(f"cannot read {path}: {e}") from None
+
+
+def summarise(config: Mapping[str, Any]) -> dict[str, Any]:
+    """summary.csv and summary.png in the sweep's workdir: one row per point."""
+    points = point_configs(config)
+    swept = list(config["sweep"].get("grid") or {})
+    rows = []
+    for name, point in points.items():
+        lay = cfg.layout(point)
+        trained = _read_json(lay.train_summary)
+        meta = _read_json(lay.metadata)
+        row: dict[str, Any] = {"point": name}
+        for key in swept:
+            section, _, leaf = key.partition(".")
+            row[key] = point[section][leaf] if leaf else point[section]
+        row.update(
+            val_loss=round(trained["val_loss"], 6),
+            **{f"r2_{k}": round(v, 4) for k, v in trained["r2"].items()},
+            train_seconds=trained.get("seconds"),
+            shards=meta["counts"]["shards"],
+            records=meta["counts"]["records"],
+        )
+        history = _read_json(lay.metrics)
+        row["samples_per_s"] = round(history[-1]["samples_per_s"], 1) if history else None
+        rows.append(row)
+    out = sweep_workdir(config)
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(out / "summary.csv", text.getvalue())
+    from pipeline.reporting.plots import sweep_comparison
+
+    sweep_comparison(rows, out / "summary.png")
+    best = min(rows, key=lambda r: r["val_loss"])
+    return {"points": len(rows), "best_point": best["point"], "best_val_loss": best["val_loss"]}

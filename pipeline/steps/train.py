@@ -1,0 +1,517 @@
+"""train: data-parallel TensorFlow + Horovod training from the staged shards.
+
+Each rank reads its own staged files (from the node's `staged.json`), interleaves them, shuffles records
+across shards with a per-epoch seed, batches, parses (one vectorised parse per batch) and prefetches.
+Variable-length records are bucketed by length. The task (pipeline.training.tasks: regression, classification,
+segmentation) shapes the labels and gives the loss and metrics; the model (pipeline.training.models) is a built-in
+or the user's own builder, checked before any data is touched.
+
+Horovod: hvd.init, weights and optimizer state broadcast from rank 0 after the first step, gradients
+averaged with DistributedGradientTape, metrics averaged with allreduce, learning rate scaled by the number
+of ranks with a linear warm-up. The loop is explicit (not Keras fit) so the time spent waiting for input
+is measured directly: the time blocked in `next(iterator)` against the step time.
+
+Rank 0 writes a TF checkpoint every epoch (TF writes the data first and the `checkpoint` state file
+last, so an interrupted save leaves the previous checkpoint valid); a rerun resumes from it. Outputs in
+{workdir}/train: metrics.csv/json, the final model, learning curves, the task's validation figure
+(predicted vs true, a confusion matrix, or masks), and a summary with the task's metrics on the validation
+set (R² per label; accuracy and macro-F1; IoU per class) and the model's provenance.
+
+Memory: the model, the input pipeline's buffers, and the task's validation sums (never a value per
+record). Time: epochs x records / (ranks x samples/s per rank).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import Sim2dlError
+from pipeline.data.splits import holdout_validation
+from pipeline.paths import StagedPaths, TrainPaths
+from pipeline.runtime.mpi import all_ok
+from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
+from pipeline.training.models import ModelSource, build_model
+from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
+from pipeline.training.tfdata import READ_BUFFER_BYTES, decode_field, feature_description, fixed, load_metadata
+
+log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
+
+
+# ---------------------------------------------------------------- configuration checks (before any work)
+
+
+def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_names: Sequence[str] | None) -> Task:
+    """The task for the dataset, its labels checked; errors name the key or field and what was found."""
+    if not 0 < settings["learning_rate"] < 1:
+        raise Sim2dlError(f"config key 'train.learning_rate': {settings['learning_rate']} is not in (0, 1)")
+    if meta["format"] != "tfrecord":
+        raise Sim2dlError("train reads TFRecord shards: set merge.format to tfrecord")
+    missing = sorted({"train", "validation"} - set(meta.get("splits", {"train": 0, "validation": 0})))
+    if missing:
+        raise Sim2dlError(
+            f"config key 'merge.splits': training needs the splits {missing} (have {sorted(meta['splits'])})"
+        )
+    task = make_task(settings, data_spec(meta, label_names))
+    task.check()
+    return task
+
+
+# ---------------------------------------------------------------- which files this rank reads
+
+
+def rank_files(
+    listing: Mapping[str, Any], node_dir: Path, local_rank: int, local_size: int, split: str | None = None
+) -> tuple[list[Path], tuple[int, int] | None]:
+    """This rank's share of its node's staged files of a split (None: all; sample mode: the rank's own
+    file for training), and how to shard their records: with fewer files than ranks on the node, every
+    rank reads them all and takes every n-th record instead (else None)."""
+    names = [n for n in listing["files"] if split is None or n.startswith(f"{split}/")]
+    files = [node_dir / name for name in names]
+    missing = [f for f in files if not f.exists()]
+    if missing:
+        raise Sim2dlError(f"staged file {missing[0]} is missing ({len(missing)} of {len(files)}): rerun stage")
+    if listing["mode"] == "sample" and split in (None, "train"):
+        rank = listing["ranks"][local_rank]
+        return [node_dir / n for n in listing["files"] if n == f"rank-{rank:05d}.tfrecord"], None
+    if len(files) >= local_size:
+        return files[local_rank::local_size], None
+    return files, (local_size, local_rank)
+
+
+def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource) -> str:
+    """What a checkpoint must match to be resumed: the data, the model's code and every setting except the
+    epoch count (so a longer run continues a shorter one, but a new learning rate or model starts afresh)."""
+    kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads")}
+    return json.dumps({"data": meta["plan_digest"], "train": kept, "model": source.provenance()}, sort_keys=True)
+
+
+def discard_foreign_checkpoints(ckpt_dir: Path, key: str) -> None:
+    key_file = ckpt_dir / "settings.json"
+    if ckpt_dir.exists() and (not key_file.exists() or key_file.read_text() != key):
+        log.info("sim2dl train: settings or data changed since %s was written: starting afresh", ckpt_dir)
+        shutil.rmtree(ckpt_dir)
+    if not key_file.exists():
+        write_text_atomic(key_file, key)
+
+
+def count_records(files: Sequence[Path], fraction: float | None, shard: tuple[int, int] | None) -> tuple[int, int]:
+    """(train, validation) records in the files, reading only their sample ids (fraction None: all are
+    training records)."""
+    import tensorflow as tf
+
+    ds = tf.data.TFRecordDataset([str(f) for f in files], buffer_size=READ_BUFFER_BYTES)
+    if shard:
+        ds = ds.shard(*shard)
+    ids = ds.map(
+        lambda r: tf.io.parse_single_example(r, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
+    )
+    val = train = 0
+    for batch in ids.batch(4096):
+        v = 0 if fraction is None else int(tf.reduce_sum(tf.cast(holdout_validation(batch, fraction), tf.int32)))
+        val += v
+        train += int(batch.shape[0]) - v
+    return train, val
+
+
+# ---------------------------------------------------------------- input pipeline
+
+
+def input_pipeline(
+    files: Sequence[Path],
+    meta: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    task: Task,
+    model_input: Sequence[int | None],
+    *,
+    training: bool,
+    shard: tuple[int, int] | None,
+    epoch_seed: int,
+    fraction: float | None,
+) -> Any:
+    """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
+    added where it has one more axis), labels as the task wants them. fraction: the share of records held
+    out for validation by a hash of their sample ids (training passes skip them, validation reads only
+    them); None: the files hold one split, read whole."""
+    import tensorflow as tf
+
+    data = task.data
+    feature, labels = data.feature, [f.name for f in data.labels]
+    features = list(data.feature_shapes) or [feature]
+    spec = meta["feature_spec"]
+    names = tf.data.Dataset.from_tensor_slices([str(f) for f in files])
+    if training:
+        names = names.shuffle(len(files), seed=epoch_seed, reshuffle_each_iteration=True).repeat()
+    ds = names.interleave(
+        lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER_BYTES),
+        cycle_length=max(1, min(len(files), 4)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=not training,
+    )
+    if shard:
+        ds = ds.shard(*shard)
+    description = feature_description(spec, (*features, *labels))
+
+    def keep(record: Any) -> Any:
+        sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
+        val = holdout_validation(sid, fraction)
+        return tf.logical_not(val) if training else val
+
+    if fraction is not None:
+        ds = ds.filter(keep)
+    if training:
+        # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
+        ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
+    add_channel = not data.several and len(model_input) == len(data.feature_shape) + 1
+
+    def features_and_labels(parsed: Any, batched: bool) -> Any:
+        y = task.label_tensor([decode_field(parsed, n, spec[n], batched) for n in labels], batched)
+        if data.several:  # your own model's inputs, by name
+            return {n: tf.cast(decode_field(parsed, n, spec[n], batched), tf.float32) for n in features}, y
+        x = decode_field(parsed, feature, spec[feature], batched)
+        if add_channel:
+            x = x[..., tf.newaxis]
+        return tf.cast(x, tf.float32), y
+
+    def parse_batch(records: Any) -> Any:
+        return features_and_labels(tf.io.parse_example(records, description), True)
+
+    def parse_one(record: Any) -> Any:
+        return features_and_labels(tf.io.parse_single_example(record, description), False)
+
+    batch = settings["batch_size"]
+    if all(fixed(spec[n]) for n in features):
+        ds = ds.batch(batch, drop_remainder=training).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
+        ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
+            lambda x, y: tf.shape(x[feature] if data.several else x)[0],
+            bucket_boundaries=settings["length_buckets"],
+            bucket_batch_sizes=[batch] * (len(settings["length_buckets"]) + 1),
+            drop_remainder=training,
+        )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+# ---------------------------------------------------------------- the training loop
+
+
+def learning_rate(settings: Mapping[str, Any], size: int, epoch_progress: float) -> float:
+    """Base rate x ranks, reached linearly over the warm-up epochs (Goyal et al.)."""
+    target = settings["learning_rate"] * size
+    warmup = settings["warmup_epochs"]
+    if warmup <= 0 or epoch_progress >= warmup:
+        return target
+    start = settings["learning_rate"]
+    return start + (target - start) * epoch_progress / warmup
+
+
+@dataclass
+class RankData:
+    """What one rank trains and validates on: its staged files (or its record shard of them), the hash
+    hold-out fraction (None with splits), and the steps per epoch every rank takes."""
+
+    files: list[Path]
+    shard: tuple[int, int] | None
+    validation_files: list[Path]
+    validation_shard: tuple[int, int] | None
+    fraction: float | None
+    records: int
+    steps: int
+
+
+def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,
+              paths: TrainPaths, comm: Any, rank: int) -> RankData:  # fmt: skip
+    """The staged files this rank reads (staging again if this node's copies are gone), and the steps
+    per epoch: the fewest any rank's records allow."""
+    from pipeline.steps.stage import ensure_staged, topology
+
+    settings = config["train"]
+    topo = topology(comm, config["stage"]["emulate_nodes"])
+    node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
+    listing = json.loads(StagedPaths(node_dir).listing.read_text())
+    local_ranks = topo.node_ranks[topo.node]
+    local = (local_ranks.index(rank), len(local_ranks))
+    if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
+        files, shard = rank_files(listing, node_dir, *local, "train")
+        validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation")
+        fraction = None
+    else:  # one set of shards: validation records are held out by a hash of their sample ids
+        files, shard = rank_files(listing, node_dir, *local)
+        validation_files, validation_shard = files, shard
+        fraction = settings["validation_fraction"]
+    n_train, _ = count_records(files, fraction, shard)
+    steps = int(comm.allreduce(n_train, op=_mpi_min())) // settings["batch_size"]
+    if steps == 0:
+        raise Sim2dlError(f"rank {rank}: {n_train} training records, fewer than one batch of {settings['batch_size']}")
+    return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps)
+
+
+@dataclass
+class Restored:
+    manager: Any  # tf.train.CheckpointManager
+    epoch: Any  # tf.Variable: epochs done, saved with the checkpoint
+    start_epoch: int
+    history: list[dict[str, Any]]
+
+
+def restore(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource, paths: TrainPaths,
+            model: Any, optimizer: Any, comm: Any, rank: int) -> Restored:  # fmt: skip
+    """The latest checkpoint of the same settings, model code and data, if any, and the history up to it."""
+    import tensorflow as tf
+
+    epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
+    if rank == 0:
+        discard_foreign_checkpoints(paths.checkpoints, resume_key(settings, meta, source))
+    comm.barrier()
+    manager = tf.train.CheckpointManager(checkpoint, str(paths.checkpoints), max_to_keep=2)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint)
+    start_epoch = int(epoch_var.numpy())
+    history = _load_history(paths.root)[:start_epoch] if start_epoch else []
+    return Restored(manager, epoch_var, start_epoch, history)
+
+
+@dataclass
+class Model:
+    """The model, where its code came from, and the input shape it takes."""
+
+    keras: Any
+    source: ModelSource
+    input_shape: tuple[int | None, ...]
+
+
+def prepare(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any) -> tuple[Task, Model]:
+    """The settings and labels checked and the model built and checked, on every rank alike: a
+    configuration error is reported once by rank 0 and every rank exits before any data is touched (no
+    MPI_Abort, which can tear down the job before rank 0's message is out)."""
+    import tensorflow as tf
+
+    settings = config["train"]
+    if settings["threads"]:
+        tf.config.threading.set_intra_op_parallelism_threads(settings["threads"])
+        tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
+    if settings["mixed_precision"]:
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    error, task, model = None, None, None
+    try:
+        task = check_settings(settings, meta, _label_names(config, meta))
+        keras_model, source = build_model(settings, task.data.feature_shape, task)
+        from pipeline.training.models import input_shape
+
+        model = Model(keras_model, source, input_shape(source, task.data.feature_shape))
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    assert task is not None and model is not None
+    return task, model
+
+
+def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Set up (settings and model checked, Horovod, this rank's data), restore, run the epochs, finish."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    settings = config["train"]
+    meta = load_metadata(merged_dir)
+    task, model = prepare(config, meta, comm)
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    paths = TrainPaths(out_dir)
+    data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, rank)
+    keras_model = model.keras
+    optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
+    restored = restore(settings, meta, model.source, paths, keras_model, optimizer, comm, rank)
+    history = restored.history
+    loss_fn = task.loss()
+
+    @tf.function
+    def train_step(x: Any, y: Any, first: bool) -> Any:  # `first` is a Python bool: traced twice
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, keras_model(x, training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, keras_model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, keras_model.trainable_variables, strict=True))
+        if first:  # after the optimizer has created its slots: everyone starts from rank 0's state
+            hvd.broadcast_variables(keras_model.variables, root_rank=0)
+            hvd.broadcast_variables(optimizer.variables(), root_rank=0)
+        return loss
+
+    @tf.function
+    def predict(x: Any, y: Any) -> Any:
+        outputs = keras_model(x, training=False)
+        return outputs, loss_fn(y, outputs)
+
+    def validate() -> tuple[float, Evaluation]:
+        pipeline = input_pipeline(data.validation_files, meta, settings, task, model.input_shape, training=False,
+                                  shard=data.validation_shard, epoch_seed=0, fraction=data.fraction)  # fmt: skip
+        return evaluate(pipeline, task, predict, comm)
+
+    if rank == 0:
+        start = {"ranks": size, "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
+                 "resume_from_epoch": restored.start_epoch, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
+        log.info(json.dumps({"train": start}))
+        # Every start of training, kept across retries (Snakemake clears a job's log when it starts).
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with open(paths.attempts, "a") as attempts:
+            attempts.write(json.dumps({**start, "time": time.time()}) + "\n")
+    # One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
+    # reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay).
+    seed = settings["seed"] * 1000 + restored.start_epoch
+    iterator = iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True,
+                                   shard=data.shard, epoch_seed=seed, fraction=data.fraction))  # fmt: skip
+
+    def one_epoch(epoch: int, first: bool) -> tuple[dict[str, Any], tuple[float, Evaluation]]:
+        """The steps of one epoch, then validation: the epoch's row of metrics (averaged over ranks) and
+        the validation (loss, evaluation)."""
+        waited, losses = 0.0, []
+        epoch_start = time.perf_counter()
+        for step in range(data.steps):
+            optimizer.learning_rate.assign(learning_rate(settings, size, epoch + step / data.steps))
+            t0 = time.perf_counter()
+            x, y = next(iterator)
+            waited += time.perf_counter() - t0
+            losses.append(float(train_step(x, y, first and step == 0)))
+        seconds = time.perf_counter() - epoch_start
+        # State that is not trained (batch-norm moving statistics) follows each rank's own batches: the
+        # ranks' mean, so that every rank validates and saves the same model.
+        for variable in keras_model.non_trainable_variables:
+            if variable.dtype.is_floating:
+                variable.assign(hvd.allreduce(variable, op=hvd.Average))
+        evaluation = validate()
+        rate = data.steps * settings["batch_size"] / seconds
+        return {
+            "epoch": epoch + 1,
+            "loss": float(hvd.allreduce(tf.constant(np.mean(losses)), op=hvd.Average)),
+            "val_loss": evaluation[0],
+            "samples_per_s": float(hvd.allreduce(tf.constant(rate), op=hvd.Sum)),
+            "input_wait_fraction": float(hvd.allreduce(tf.constant(waited / seconds), op=hvd.Average)),
+            "learning_rate": float(optimizer.learning_rate.numpy()),
+            "seconds": seconds,
+        }, evaluation
+
+    evaluation = None
+    for epoch in range(restored.start_epoch, settings["epochs"]):
+        row, evaluation = one_epoch(epoch, first=epoch == restored.start_epoch)
+        history.append(row)
+        restored.epoch.assign(epoch + 1)
+        if rank == 0:
+            # History first: a kill between the two leaves the older checkpoint, whose resume truncates the
+            # history back to it (the other order would lose this epoch's row for good).
+            _write_history(out_dir, history)
+            restored.manager.save()
+            log.info(json.dumps(row))
+    # The final evaluation: the last epoch's, unless a resumed run had no epoch left.
+    return finish(config, task, model, history, evaluation or validate(), paths, size, rank, hvd)
+
+
+def evaluate(pipeline: Any, task: Task, predict: Any, comm: Any) -> tuple[float, Evaluation]:
+    """The validation loss (the training loss's definition, over every rank's validation records) and
+    the task's evaluation, its sums added and its examples joined across ranks (on every rank)."""
+    evaluation = task.evaluation()
+    loss_sum, count = 0.0, 0
+    for x, y in pipeline:
+        outputs, loss = predict(x, y)
+        n = int(y.shape[0])
+        loss_sum += float(loss) * n
+        count += n
+        first = x[task.data.feature] if isinstance(x, dict) else x  # the figure shows the first feature
+        task.update(evaluation, outputs.numpy(), y.numpy(), first.numpy())
+    totals = comm.allgather((loss_sum, count, evaluation))
+    loss_sum, count = sum(t[0] for t in totals), sum(t[1] for t in totals)
+    combined = Evaluation.combine([t[2] for t in totals], task.max_examples)
+    return (loss_sum / count if count else float("nan")), combined
+
+
+def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequence[Mapping[str, Any]],
+           evaluation: tuple[float, Evaluation], paths: TrainPaths, size: int, rank: int,
+           hvd: Any) -> dict[str, Any]:  # fmt: skip
+    """The summary of the final evaluation (the task's metrics, with a check that every rank holds the same
+    weights and where the model's code came from), and on rank 0 the model, the figures and summary.json."""
+    settings = config["train"]
+    val_loss, result = evaluation
+    summary = {
+        "task": task.name,
+        "epochs": settings["epochs"],
+        "ranks": size,
+        "val_loss": val_loss,
+        **task.metrics(result),
+        "validation_records": _validation_records(task, result),
+        "model": model.source.provenance(),
+        "weights_checksum": _weights_checksum(model.keras),
+        "settings": dict(settings),  # what was trained (with search.enabled: the search's best merged in)
+    }
+    all_checksums = hvd.allgather_object(summary["weights_checksum"])
+    summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
+    summary["hosts"] = hvd.allgather_object(socket.gethostname())  # per rank: where it trained
+    if rank == 0:
+        model.keras.save(str(paths.model))
+        from pipeline.reporting.plots import learning_curves
+
+        learning_curves(history, task.loss_name, paths.learning_curves)
+        task.figure(result, paths.validation_figure)
+        write_json_atomic(paths.summary, summary)
+    hvd.join()
+    return summary
+
+
+def _validation_records(task: Task, evaluation: Evaluation) -> int:
+    sums = evaluation.sums
+    if "n" in sums:
+        return int(sums["n"][0])
+    pixels = int(np.prod(task.output_shape(task.data.feature_shape)[:-1])) if task.per_pixel else 1
+    return int(sums["confusion"].sum()) // pixels
+
+
+def _mpi_min() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MIN
+
+
+def _label_names(config: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str] | None:
+    """The built-in simulator's parameter names for its 'params' label (else the fields' own names)."""
+    labels = [n for n, f in meta["feature_spec"].items() if f["role"] == "label"]
+    if config["simulate"]["enabled"] and labels == ["params"] and meta["feature_spec"]["params"]["shape"] == [3]:
+        from pipeline.steps.simulate import PARAM_NAMES
+
+        return list(PARAM_NAMES)
+    return None
+
+
+def _weights_checksum(model: Any) -> str:
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    for w in model.get_weights():
+        h.update(np.ascontiguousarray(w).tobytes())
+    return h.hexdigest()
+
+
+def _load_history(out_dir: Path) -> list[dict[str, Any]]:
+    path = TrainPaths(out_dir).metrics
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def _write_history(out_dir: Path, history: Sequence[Mapping[str, Any]]) -> None:
+    paths = TrainPaths(out_dir)
+    write_json_atomic(paths.metrics, list(history))
+    columns = list(history[0])
+    lines = [",".join(columns)] + [",".join(_fmt(row[c]) for c in columns) for row in history]
+    write_text_atomic(paths.metrics_table, "\n".join(lines) + "\n")
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) and not math.isnan(value) else str(value)

@@ -1,0 +1,1 @@
+"""Training: Keras models (models/), tasks (tasks/), tf.data pipelines over shards (tfdata.py)."""

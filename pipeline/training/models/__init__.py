@@ -1,0 +1,188 @@
+"""Models: a built-in name (one small file each, behind the interface below) or the user's own builder.
+
+    cosmoflow.py  3D CNN for cubes                  (regression, classification)
+    sequence.py   1D CNN for traces of any length   (regression, classification)
+    unet2d.py     2-D encoder-decoder for (H, W, C) (segmentation, classification, regression)
+    dense.py      MLP on the flattened input         (regression, classification)
+
+A built-in module has NAME, SPATIAL_DIMS (a feature with that many axes gets a channel axis; None: any),
+TASKS, and build(input_shape, outputs, task, args), args being train.depth/width/dense/dropout with
+train.model_args on top. Adding one: a module here, registered in BUILT_IN.
+
+The user's model: train.model 'package.module:function' or 'path/to/file.py:function' (relative to the
+working directory), called as function(input_shape, outputs, **train.model_args) -> tf.keras.Model with
+raw outputs (regression values, class logits, per-pixel class logits of shape (H, W, classes)). It is
+checked before any training (it must build, be a tf.keras.Model, take the feature and give the task's
+output shape), and its file and checksum are recorded (`ModelSource`). Memory and time: TensorFlow's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline.storage.fsutil import file_checksum
+from pipeline.training.models import cosmoflow, dense, sequence, unet2d
+from pipeline.training.models.base import ARGS, ModelError
+
+BUILT_IN: dict[str, ModuleType] = {m.NAME: m for m in (cosmoflow, sequence, unet2d, dense)}
+
+__all__ = ["BUILT_IN", "ModelSource", "build_model", "input_shape", "model_source"]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where train.model's builder comes from: a built-in module, or a user's file and function."""
+
+    name: str  # train.model as written
+    built_in: ModuleType | None
+    file: Path | None = None
+    module: str | None = None  # 'package.module' form
+    function: str = "build"
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.function}" if self.file else self.name
+
+    def provenance(self) -> dict[str, Any]:
+        if self.built_in is not None:
+            return {"model": self.name, "built_in": True}
+        return {"model": self.name, "built_in": False, "file": str(self.file), "function": self.function,
+                "checksum": file_checksum(self.file)}  # fmt: skip
+
+    def builder(self) -> Any:
+        """The user's function (importing its file or module)."""
+        try:
+            if self.module is not None:
+                module = importlib.import_module(self.module)
+            else:
+                spec = importlib.util.spec_from_file_location(f"sim2dl_user_model_{self.file.stem}", self.file)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module
+                spec.loader.exec_module(module)
+        except Exception as e:
+            problem = f"{type(e).__name__}: {e}"
+            raise Sim2dlError(f"config key 'train.model': importing {self.where} failed: {problem}") from e
+        function = getattr(module, self.function, None)
+        if not callable(function):
+            raise Sim2dlError(f"config key 'train.model': {self.file or self.module} has no function '{self.function}'")
+        return function
+
+
+def model_source(name: str) -> ModelSource:
+    """train.model resolved: a built-in, a file 'path.py:function' or a module 'package.module:function'."""
+    if name in BUILT_IN:
+        return ModelSource(name, BUILT_IN[name])
+    target, colon, function = name.rpartition(":")
+    if not colon or not target or not function.isidentifier():
+        raise Sim2dlError(
+            f"config key 'train.model': unknown model '{name}' (a built-in: {sorted(BUILT_IN)}, or your own "
+            "as 'path/to/file.py:function' or 'package.module:function')"
+        )
+    if target.endswith(".py") or "/" in target:
+        file = Path(target).resolve()
+        if not file.is_file():
+            raise Sim2dlError(f"config key 'train.model': model file {target} not found (from {Path.cwd()})")
+        return ModelSource(name, None, file=file, function=function)
+    try:
+        spec = importlib.util.find_spec(target)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        raise Sim2dlError(f"config key 'train.model': module '{target}' not found (is it on PYTHONPATH?)")
+    return ModelSource(name, None, file=Path(spec.origin), module=target, function=function)
+
+
+def model_file(name: str) -> Path | None:
+    """The user's model file named by train.model (a rerun trigger, bound into containers); None for a
+    built-in or a module (found on the path)."""
+    target, colon, _ = name.rpartition(":")
+    return Path(target) if colon and (target.endswith(".py") or "/" in target) else None
+
+
+def input_shape(source: ModelSource, feature_shape: Sequence[int | None]) -> tuple[int | None, ...]:
+    """The model's input: the feature's shape, with a channel axis for a built-in whose convolutions
+    need one, and any length for the sequence model."""
+    shape = list(feature_shape)
+    module = source.built_in
+    if module is not None and module.SPATIAL_DIMS is not None and len(shape) == module.SPATIAL_DIMS:
+        shape.append(1)
+    if module is sequence and shape:
+        shape[0] = None
+    return tuple(shape)
+
+
+def built_in_args(source: ModelSource, settings: Mapping[str, Any]) -> dict[str, Any]:
+    extra = dict(settings.get("model_args") or {})
+    unknown = sorted(set(extra) - set(ARGS))
+    if unknown:
+        raise Sim2dlError(
+            f"config key 'train.model_args': {unknown} are not arguments of the built-in model '{source.name}' "
+            f"(it takes {list(ARGS)})"
+        )
+    return {**{k: settings[k] for k in ARGS}, **extra}
+
+
+def build_model(settings: Mapping[str, Any], feature_shape: Sequence[int | None], task: Any) -> tuple[Any, ModelSource]:
+    """The configured model for the feature and task, checked; raises Sim2dlError before any training.
+    With several features (task.data.several) your own builder gets {name: shape} and the model a dict."""
+    import tensorflow as tf
+
+    source = model_source(settings["model"])
+    shape: Any = input_shape(source, feature_shape)
+    module = source.built_in
+    several = getattr(task.data, "several", False)
+    if several:
+        if module is not None:
+            raise Sim2dlError(f"config key 'train.model': the built-in '{source.name}' takes one feature, "
+                              f"the data has {list(task.data.feature_shapes)}")  # fmt: skip
+        shape = dict(task.data.feature_shapes)
+    if module is not None:
+        if task.name not in module.TASKS:
+            raise Sim2dlError(
+                f"config key 'train.model': model '{source.name}' does not do {task.name} (it does "
+                f"{', '.join(module.TASKS)}; built-ins for {task.name}: "
+                f"{sorted(n for n, m in BUILT_IN.items() if task.name in m.TASKS)})"
+            )
+        try:
+            return module.build(shape, task.outputs(), task, built_in_args(source, settings)), source
+        except ModelError as e:
+            raise Sim2dlError(f"config key 'train.model': {e}") from None
+    builder = source.builder()
+    try:
+        model = builder(shape, task.outputs(), **(settings.get("model_args") or {}))
+    except Exception as e:
+        raise Sim2dlError(f"model builder {source.where} raised {type(e).__name__}: {e}") from e
+    if not isinstance(model, tf.keras.Model):
+        raise Sim2dlError(
+            f"model builder {source.where} returned {type(model).__name__}, not a tf.keras.Model "
+            "(build it with tensorflow's tf.keras)"
+        )
+    first = shape[task.data.feature] if several else shape
+    expected = (None, *task.output_shape(first))
+
+    def zeros(dims: Sequence[int | None]) -> Any:
+        return tf.zeros([1, *(8 if d is None else d for d in dims)])
+
+    try:
+        probe = {name: zeros(dims) for name, dims in shape.items()} if several else zeros(shape)
+        produced = (None, *model(probe, training=False).shape[1:])
+    except Exception as e:
+        raise Sim2dlError(
+            f"model builder {source.where}: the model cannot take the feature's shape "
+            f"{shape if several else list(shape)}: "
+            f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        ) from e
+    if tuple(produced) != expected:
+        raise Sim2dlError(
+            f"model builder {source.where}: the model's output shape is {list(produced)}, task '{task.name}' "
+            f"needs {list(expected)} ({'class logits per pixel' if task.per_pixel else 'raw outputs'})"
+        )
+    return model, source

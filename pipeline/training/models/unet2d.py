@@ -1,0 +1,47 @@
+"""unet2d: a small 2-D encoder-decoder for (H, W, C) fields, DeepCAM-like in spirit: `depth` levels of
+two 3x3 convolutions (batch-normalised, ReLU) and pooling, widening by 2 per level, then transposed
+convolutions back up with skip connections. Segmentation: a 1x1 convolution to per-pixel class logits;
+classification or regression: the task's pooled head on the bottleneck. H and W must be divisible by
+2^depth (the skips join equal shapes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pipeline.training.models.base import ModelError, check_pooling, pooled_head
+
+NAME = "unet2d"
+SPATIAL_DIMS = 2
+TASKS = ("segmentation", "classification", "regression")
+
+
+def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any]) -> Any:
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    if len(input_shape) != 3 or None in input_shape:
+        raise ModelError(f"model 'unet2d' needs fixed-size (H, W, C) fields, the feature has {list(input_shape)}")
+    check_pooling(NAME, input_shape[:2], args["depth"], must_divide=task.per_pixel)
+
+    def block(x: Any, filters: int) -> Any:
+        for _ in range(2):
+            x = layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+            x = layers.BatchNormalization()(x)
+            x = layers.ReLU()(x)
+        return x
+
+    inputs = layers.Input(shape=tuple(input_shape))
+    x, skips = inputs, []
+    for level in range(args["depth"]):
+        x = block(x, args["width"] * 2**level)
+        skips.append(x)
+        x = layers.MaxPool2D(2)(x)
+    x = block(x, args["width"] * 2 ** args["depth"])
+    if not task.per_pixel:
+        return tf.keras.Model(inputs, pooled_head(x, outputs, args), name=NAME)
+    for level in reversed(range(args["depth"])):
+        x = layers.Conv2DTranspose(args["width"] * 2**level, 2, strides=2)(x)
+        x = block(layers.Concatenate()([x, skips[level]]), args["width"] * 2**level)
+    x = layers.Dropout(args["dropout"])(x)
+    return tf.keras.Model(inputs, layers.Conv2D(outputs, 1, dtype="float32")(x), name=NAME)

@@ -1,0 +1,31 @@
+"""Training tasks, one small file each behind `Task` (base.py): the labels' shape and checks, the output
+layer's size, the loss on the model's raw outputs, and the validation metrics and figure.
+
+    regression.py      the labels' values: MSE, R² per label, predicted vs true in the labels' units
+    classification.py  one class id per sample: cross-entropy, accuracy, macro-F1, confusion matrix
+    segmentation.py    a class id per pixel: per-pixel cross-entropy, IoU per class, mean IoU, masks
+
+Adding a task: a module with a Task subclass, registered in TASKS, and its name in the schema's train.task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline.training.tasks.base import DataSpec, Evaluation, Task, data_spec
+from pipeline.training.tasks.classification import Classification
+from pipeline.training.tasks.regression import Regression
+from pipeline.training.tasks.segmentation import Segmentation
+
+TASKS: dict[str, type[Task]] = {t.name: t for t in (Regression, Classification, Segmentation)}
+
+__all__ = ["TASKS", "DataSpec", "Evaluation", "Task", "data_spec", "make_task"]
+
+
+def make_task(settings: Mapping[str, Any], data: DataSpec) -> Task:
+    name = settings.get("task", "regression")
+    if name not in TASKS:
+        raise Sim2dlError(f"config key 'train.task': unknown task '{name}' (choose one of {sorted(TASKS)})")
+    return TASKS[name](settings, data)
