@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import settle
 
 from pipeline import config as cfg
-from pipeline.formats.shards.tfrecord import TFRecordShardWriter  # noqa: F401  (imports TensorFlow now)
+from pipeline.formats.shards.tfrecord.encode import TFRecordShardWriter  # noqa: F401  (imports TensorFlow now)
 from pipeline.runtime.mpi import world
 from pipeline.steps.convert import convert
 from pipeline.steps.ingest.step import ingest

@@ -22,6 +22,7 @@ import jsonschema
 import yaml
 
 from pipeline import Sim2dlError
+from pipeline.formats.shards import FORMATS
 from pipeline.paths import Layout
 
 REPO = Path(__file__).resolve().parent.parent
@@ -174,7 +175,7 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     check_encodings(merge, conv)
     if merge["splits"] and abs(sum(merge["splits"].values()) - 1) > 1e-6:
         raise Sim2dlError(f"config key 'merge.splits': the fractions {merge['splits']} do not sum to 1")
-    allowed = {"tfrecord": {"none", "gzip", "zlib"}, "hdf5": {"none", "gzip", "lzf"}}[merge["format"]]
+    allowed = set(FORMATS[merge["format"]].compressions)
     if merge["compression"] not in allowed:
         raise Sim2dlError(
             f"config key 'merge.compression': '{merge['compression']}' is not available for "
@@ -277,7 +278,7 @@ def check_encodings(merge: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
     if unknown:
         raise Sim2dlError(f"config key 'merge.encoding': {unknown} are not convert.features or convert.labels")
     special = sorted(name for name, encoding in encodings.items() if encoding != "bytes")
-    if special and merge["format"] != "tfrecord":
+    if special and not {encodings[name] for name in special} <= set(FORMATS[merge["format"]].encodings):
         raise Sim2dlError(
             f"config key 'merge.encoding': {special} are encoded for TFRecord, but merge.format is "
             f"'{merge['format']}' (its datasets are typed already)"

@@ -9,9 +9,9 @@ import pytest
 
 from pipeline.data.tables import read_rows
 from pipeline.storage.fsutil import file_checksum
-from pipeline.training.tfdata import hdf5_records, tfrecord_dataset
 
 from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
+from .helpers import hdf5_records, tfrecord_dataset
 
 
 def prepare(tmp_path, ranks=2, **sections):
@@ -193,7 +193,7 @@ def test_tfrecord_encoding_reads_back_as_tensorflows_examples(tmp_path):
     bytes are; the checksum must be the file's."""
     import tensorflow as tf
 
-    from pipeline.formats.shards.tfrecord import TFRecordShardWriter, framed_example
+    from pipeline.formats.shards.tfrecord.encode import TFRecordShardWriter, framed_example
 
     rng = np.random.default_rng(3)
     spec = {

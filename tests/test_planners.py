@@ -11,8 +11,9 @@ import numpy as np
 from pipeline.data.splits import split_numbers
 from pipeline.formats.shards import WRITERS
 from pipeline.formats.shards.shard_reader import Unit, plan_units, slot_units
+from pipeline.runtime.placement import Topology
 from pipeline.steps.merge.step import shard_names
-from pipeline.steps.stage import Source, Topology, chunk_messages, plan, spread_over_nodes
+from pipeline.storage.staging.plan import Source, chunk_messages, plan, spread_over_nodes
 
 
 def source(name: str, size: int) -> Source:

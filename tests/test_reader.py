@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from pipeline import Sim2dlError
-from pipeline.formats.shards.shard_reader import ShardReader, decode_example, decode_varints, plan_units, slot_units
-from pipeline.formats.shards.tfrecord import encode_varints, example_pieces
-from pipeline.training.tfdata import tfrecord_dataset
+from pipeline.formats.shards.shard_reader import ShardReader, plan_units, slot_units
+from pipeline.formats.shards.tfrecord.decode import decode_example, decode_varints
+from pipeline.formats.shards.tfrecord.encode import encode_varints, example_pieces
 
 from .conftest import REPO, make_config, run_cli, unavailable, write_config
+from .helpers import tfrecord_dataset
 from .test_merge import TRACE_CONVERT, TRACE_SOURCE, merge, prepare, prepare_cubes
 
 

@@ -53,7 +53,8 @@ def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     import tensorflow as tf
 
     from pipeline.data.splits import holdout_validation
-    from pipeline.training.tfdata import tfrecord_dataset
+
+    from .helpers import tfrecord_dataset
 
     data, _ = staged
     records = list(tfrecord_dataset(data / "work" / "merged").as_numpy_iterator())

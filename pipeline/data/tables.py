@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.storage.fsutil import atomic_path
@@ -100,3 +102,10 @@ def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[object
 def read_csv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def accepted_records(manifest_piece: Path) -> np.ndarray:
+    """The record numbers, in an ingest part, of the part's accepted files (duplicates are not), from the
+    part's manifest piece."""
+    table = pq.read_table(manifest_piece, columns=["record", "status"])
+    return table.filter(pc.equal(table["status"], "accepted"))["record"].to_numpy().astype(np.int64)

@@ -190,7 +190,7 @@ def check_launcher(environ: Mapping[str, str]) -> Check:
 
 def check_staging(config: Mapping[str, Any]) -> Check:
     from pipeline.config import layout
-    from pipeline.steps.stage import target_root
+    from pipeline.runtime.placement import target_root
 
     target = target_root(config["stage"])
     probe = target
@@ -211,7 +211,7 @@ def check_staging(config: Mapping[str, Any]) -> Check:
 
 
 def _dataset_bytes(merged_dir: Path) -> int | None:
-    from pipeline.training.tfdata import load_metadata
+    from pipeline.formats.metadata import load_metadata
 
     try:
         return sum(int(s["bytes"]) for s in load_metadata(merged_dir)["shards"])

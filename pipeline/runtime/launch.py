@@ -262,7 +262,7 @@ def data_directories(config: Mapping[str, Any]) -> list[Path]:
     it, of the labels table and of the user's model file), and the node-local staging target (created
     here, since runtimes refuse to bind a missing directory)."""
     from pipeline.config import layout, model_files, side_files, source_dir
-    from pipeline.steps.stage import target_root
+    from pipeline.runtime.placement import target_root
 
     dirs = [layout(config).workdir, source_dir(config), target_root(config["stage"])]
     dirs += [path.parent for path in side_files(config["source"], source_dir(config))]

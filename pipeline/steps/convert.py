@@ -17,9 +17,8 @@ read and written once.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,10 @@ import numpy as np
 
 from pipeline import Sim2dlError, bookkeeping_step
 from pipeline.data.splits import SampleSplits
-from pipeline.data.tables import REJECT_COLUMNS, Reject, write_csv
+from pipeline.data.tables import REJECT_COLUMNS, Reject, accepted_records, write_csv
+from pipeline.data.transforms import missing_masks, transform
 from pipeline.formats.parts import Part, PartWriter, clear_parts, list_parts
 from pipeline.formats.readers import SampleError
-from pipeline.formats.readers.cf import MASK_SUFFIX
 from pipeline.paths import ConvertPaths, IngestPaths
 from pipeline.reporting.progress import progress_bar
 from pipeline.runtime.mpi import block
@@ -140,98 +139,6 @@ class ClassCounts:
         return {"min": self.minimum, "max": self.maximum, "counts": counts}
 
 
-def central_crop(x: np.ndarray, size: Sequence[int]) -> np.ndarray:
-    if len(size) > x.ndim or any(s > d for s, d in zip(size, x.shape, strict=False)):
-        raise SampleError(f"cannot crop shape {x.shape} to {tuple(size)}")
-    starts = [(d - s) // 2 for s, d in zip(size, x.shape, strict=False)]
-    return x[tuple(slice(a, a + s) for a, s in zip(starts, size, strict=True))]
-
-
-def split_volumes(x: np.ndarray, size: Sequence[int]) -> list[np.ndarray]:
-    """Non-overlapping sub-volumes of the leading axes, in C order (as CosmoFlow's split_universe)."""
-    if len(size) > x.ndim or any(d % s for s, d in zip(size, x.shape, strict=False)):
-        raise SampleError(f"cannot split shape {x.shape} into sub-volumes of {tuple(size)} (must divide)")
-    counts = [d // s for s, d in zip(size, x.shape, strict=False)]
-    pieces = []
-    for corner in product(*(range(c) for c in counts)):
-        index = tuple(slice(c * s, (c + 1) * s) for c, s in zip(corner, size, strict=True))
-        pieces.append(np.ascontiguousarray(x[index]))
-    return pieces
-
-
-def transform(
-    arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any], categorical: Collection[str] = ()
-) -> list[dict[str, np.ndarray]]:
-    """One ingested record -> one or more converted samples (several when split into sub-volumes).
-    Categorical fields keep their int64 class ids, and integer labels neither log1p'd nor normalised keep
-    their integer type (class ids, masks); everything else is cast to convert.dtype."""
-    dtype = None if settings["dtype"] == "source" else np.dtype(settings["dtype"])
-    arrays = stacked(arrays, settings.get("stack", {}))
-    selected = {}
-    for name in (*settings["features"], *settings["labels"]):
-        # Class ids keep their integers: categorical fields, and integer labels that are not transformed.
-        integer_label = name in settings["labels"] and arrays[name].dtype.kind in "iu"
-        untouched = name not in settings["log1p"] and name not in settings["normalise"]
-        keep = dtype is None or name in categorical or (integer_label and untouched)
-        x = arrays[name] if keep else arrays[name].astype(dtype, copy=False)  # unchanged: same object
-        if name in settings["log1p"]:
-            if x.size and x.min() <= -1:
-                raise SampleError(f"field '{name}': log1p of values <= -1")
-            x = np.log1p(x)
-        if name in settings["features"] and settings["crop"]:
-            x = central_crop(x, settings["crop"])
-        selected[name] = x
-    if not settings["split"]:
-        return [selected]
-    per_feature = {name: split_volumes(selected[name], settings["split"]) for name in settings["features"]}
-    pieces = len(next(iter(per_feature.values())))
-    if any(len(p) != pieces for p in per_feature.values()):
-        raise SampleError("features split into different numbers of sub-volumes")
-    labels = {name: selected[name] for name in settings["labels"]}
-    return [{**{n: per_feature[n][k] for n in per_feature}, **labels} for k in range(pieces)]
-
-
-def stacked(arrays: Mapping[str, np.ndarray], stacks: Mapping[str, Sequence[str]]) -> Mapping[str, np.ndarray]:
-    """The record's fields with each convert.stack added: its members stacked along a new last axis (their
-    common dtype); SampleError when the members' shapes differ in this sample."""
-    if not stacks:
-        return arrays
-    out = dict(arrays)
-    for name, members in stacks.items():
-        shapes = {member: arrays[member].shape for member in members}
-        if len(set(shapes.values())) > 1:
-            told = ", ".join(f"{m} {s}" for m, s in shapes.items())
-            raise SampleError(f"stack '{name}': its fields' shapes differ ({told})")
-        out[name] = np.stack([arrays[member] for member in members], axis=-1)
-    return out
-
-
-def missing_masks(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any], pieces: int) -> list[dict[str, Any]]:
-    """Per converted sample, the masks of missing values (ingest's NAME_mask, readers/cf.py) of the fields
-    with statistics, cropped and split as their fields are, so that statistics leave missing values out."""
-    masks = {name: arrays[name + MASK_SUFFIX] for name in settings["normalise"] if name + MASK_SUFFIX in arrays}
-    if not masks:
-        return [{}] * pieces
-    features = [name for name in settings["features"] if name in masks]
-    shaped = {**settings, "features": features, "labels": [n for n in settings["labels"] if n in masks],
-              "log1p": [], "normalise": [], "dtype": "source"}  # fmt: skip
-    if settings["split"] and not features:
-        return [masks] * pieces  # labels are not split: every piece has the same
-    return transform(masks, shaped)
-
-
-def normalise(arrays: Mapping[str, np.ndarray], stats: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    """(x - mean) / std for every field that has statistics; other fields pass through."""
-    out = dict(arrays)
-    for name, s in stats.items():
-        x = arrays[name]
-        mean = np.asarray(s["mean"], dtype=x.dtype)
-        std = np.asarray(s["std"], dtype=np.float64)
-        scale = (1.0 / np.where(std > 0, std, 1.0)).astype(x.dtype)
-        out[name] = (x - mean) * scale
-    return out
-
-
 def categorical_fields(ingest: IngestPaths) -> set[str]:
     """The fields ingest made class ids of (its summary lists their classes)."""
     try:
@@ -244,8 +151,6 @@ def categorical_fields(ingest: IngestPaths) -> set[str]:
 def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Each rank converts a block of the ingest parts, each into a converted part of the same name (so
     the parts, and the statistics, which are merged in part order, are the same for any rank count)."""
-    from pipeline.steps.ingest.step import accepted_records
-
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["convert"]
     ingest, paths = IngestPaths(ingest_dir), ConvertPaths(out_dir)
@@ -256,7 +161,7 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     names = [stem.name for stem in list_parts(ingest.parts)]
     categorical = categorical_fields(ingest)
     splits = SampleSplits(config["merge"], config["train"]["validation_fraction"])
-    mine = {name: accepted_records(ingest, name) for name in block(names, rank, size)}
+    mine = {name: accepted_records(ingest.manifest_piece(name)) for name in block(names, rank, size)}
     inputs = sum(comm.allgather(sum(len(records) for records in mine.values())))
     if not inputs:
         raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")

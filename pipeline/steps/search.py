@@ -311,7 +311,8 @@ def search(
     register_numpy_serializers()
     data = TrialData(merged_dir, staged)
     if role != "master":  # the trials on this job's nodes read staged data: stage it here if it is not
-        from pipeline.steps.stage import ensure_staged, topology
+        from pipeline.runtime.placement import topology
+        from pipeline.storage.staging import ensure_staged
 
         topo = topology(comm, config["stage"]["emulate_nodes"])
         _, restaged = ensure_staged(config, merged_dir, staged, paths.restaged, comm, topo)

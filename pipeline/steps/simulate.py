@@ -18,6 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from pipeline.formats.readers import COMPONENT_NAMES
 from pipeline.paths import RawPaths
 from pipeline.reporting.progress import progress
 from pipeline.runtime.mpi import block
@@ -42,6 +43,8 @@ def hdf5_bytes(arrays: Mapping[str, np.ndarray], sample_id: str) -> bytes:
     with h5py.File(buffer, "w") as f:
         for name, array in arrays.items():
             f.create_dataset(name, data=array)
+        if "params" in f:
+            f["params"].attrs[COMPONENT_NAMES] = ",".join(PARAM_NAMES)  # metadata.json carries them to train
         f.attrs["sample_id"] = sample_id
         f.attrs["param_names"] = ",".join(PARAM_NAMES)
     return buffer.getvalue()

@@ -39,12 +39,14 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.data.splits import holdout_validation
+from pipeline.formats.metadata import fixed, load_metadata
+from pipeline.formats.shards import shard_format
+from pipeline.formats.shards.tfrecord.tfdata import READ_BUFFER_BYTES, decode_field, feature_description
 from pipeline.paths import StagedPaths, TrainPaths
 from pipeline.runtime.mpi import all_ok
 from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
 from pipeline.training.models import ModelSource, build_model
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
-from pipeline.training.tfdata import READ_BUFFER_BYTES, decode_field, feature_description, fixed, load_metadata
 
 log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
 
@@ -56,8 +58,8 @@ def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_n
     """The task for the dataset, its labels checked; errors name the key or field and what was found."""
     if not 0 < settings["learning_rate"] < 1:
         raise Sim2dlError(f"config key 'train.learning_rate': {settings['learning_rate']} is not in (0, 1)")
-    if meta["format"] != "tfrecord":
-        raise Sim2dlError("train reads TFRecord shards: set merge.format to tfrecord")
+    if not shard_format(meta["format"]).trainable:
+        raise Sim2dlError(f"train reads TFRecord shards, not {meta['format']}: set merge.format to tfrecord")
     missing = sorted({"train", "validation"} - set(meta.get("splits", {"train": 0, "validation": 0})))
     if missing:
         raise Sim2dlError(
@@ -84,7 +86,8 @@ def rank_files(
         raise Sim2dlError(f"staged file {missing[0]} is missing ({len(missing)} of {len(files)}): rerun stage")
     if listing["mode"] == "sample" and split in (None, "train"):
         rank = listing["ranks"][local_rank]
-        return [node_dir / n for n in listing["files"] if n == f"rank-{rank:05d}.tfrecord"], None
+        own = f"rank-{rank:05d}{shard_format(listing['format']).suffix}"
+        return [node_dir / n for n in listing["files"] if n == own], None
     if len(files) >= local_size:
         return files[local_rank::local_size], None
     return files, (local_size, local_rank)
@@ -235,7 +238,8 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
               paths: TrainPaths, comm: Any, rank: int) -> RankData:  # fmt: skip
     """The staged files this rank reads (staging again if this node's copies are gone), and the steps
     per epoch: the fewest any rank's records allow."""
-    from pipeline.steps.stage import ensure_staged, topology
+    from pipeline.runtime.placement import topology
+    from pipeline.storage.staging import ensure_staged
 
     settings = config["train"]
     topo = topology(comm, config["stage"]["emulate_nodes"])
@@ -307,7 +311,7 @@ def prepare(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any) -> tu
         tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
     error, task, model = None, None, None
     try:
-        task = check_settings(settings, meta, _label_names(config, meta))
+        task = check_settings(settings, meta, _label_names(meta))
         keras_model, source = build_model(settings, task.data.feature_shape, task)
         from pipeline.training.models import input_shape
 
@@ -481,14 +485,13 @@ def _mpi_min() -> Any:
     return MPI.MIN
 
 
-def _label_names(config: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str] | None:
-    """The built-in simulator's parameter names for its 'params' label (else the fields' own names)."""
+def _label_names(meta: Mapping[str, Any]) -> list[str] | None:
+    """The names of a single label's entries where the inputs named them (metadata.json's component_names:
+    the cube simulator's parameters), else None (the fields' own names)."""
     labels = [n for n, f in meta["feature_spec"].items() if f["role"] == "label"]
-    if config["simulate"]["enabled"] and labels == ["params"] and meta["feature_spec"]["params"]["shape"] == [3]:
-        from pipeline.steps.simulate import PARAM_NAMES
-
-        return list(PARAM_NAMES)
-    return None
+    names = meta.get("component_names", {}).get(labels[0]) if len(labels) == 1 else None
+    shape = meta["feature_spec"][labels[0]]["shape"] if names else None
+    return list(names) if names and shape and shape[-1] == len(names) else None
 
 
 def _weights_checksum(model: Any) -> str:

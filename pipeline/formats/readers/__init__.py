@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.formats.readers.base import FieldSpec, Reader, SampleError
@@ -42,17 +43,32 @@ def is_input_directory(path: str | Path) -> bool:
     return str(path).lower().rstrip("/").endswith(DIRECTORY_SUFFIXES) and Path(path).is_dir()
 
 
-def field_units(path: Path, format_name: str, fields: list[FieldSpec]) -> dict[str, str]:
-    """The CF `units` of the fields' arrays in one file (metadata.json records them); {} where the file
-    cannot be opened or the format has no attributes."""
+COMPONENT_NAMES = "component_names"  # an array's attribute: names of the entries along its last axis
+
+
+def field_descriptions(path: Path, format_name: str, fields: list[FieldSpec]) -> dict[str, dict[str, Any]]:
+    """What one file says about the fields' arrays, for metadata.json: {"units": {field: CF units},
+    "component_names": {field: [names along the last axis]}} (the attribute `component_names`, a list or
+    comma-separated text). Empty where the file cannot be opened or the format has no attributes."""
+    found: dict[str, dict[str, Any]] = {"units": {}, COMPONENT_NAMES: {}}
     try:
         with reader_for(path, format_name).open(path) as opened:
-            units = {}
             for field in fields:
                 if field.in_file and not (field.events or field.keyed or field.categorical):
-                    found = opened.encoding(field.path)
-                    if found is not None and found.units:
-                        units[field.name] = found.units
-            return units
+                    encoding = opened.encoding(field.path)
+                    if encoding is not None and encoding.units:
+                        found["units"][field.name] = encoding.units
+                    names = opened.attributes(field.path).get(COMPONENT_NAMES)
+                    if names is not None:
+                        found[COMPONENT_NAMES][field.name] = component_list(names)
     except (SampleError, OSError):
-        return {}
+        pass
+    return found
+
+
+def component_list(names: Any) -> list[str]:
+    if isinstance(names, bytes):
+        names = names.decode()
+    if isinstance(names, str):
+        return [n.strip() for n in names.split(",")]
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names]

@@ -32,7 +32,8 @@ NETCDF_DEFAULT_FILLS = {
 }  # fmt: skip
 DEFAULT_FILL = "default _FillValue"  # how netCDF's default fill is named in the reasons of rejects
 CF_ATTRIBUTES = ("_FillValue", "missing_value", "valid_min", "valid_max", "valid_range", "scale_factor",
-                 "add_offset", "_Unsigned", "units")  # fmt: skip
+                 "add_offset", "_Unsigned", "units",
+                 "component_names")  # fmt: skip  # (sim2dl's: names of the entries along the last axis)
 
 
 def cf_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,20 @@
 """HDF5 shards: one chunked dataset per field. Fixed-shape fields are (records, *shape) with one record
-per chunk; variable-length fields are NAME/values (concatenated along the first axis) + NAME/offsets."""
+per chunk; variable-length fields are NAME/values (concatenated along the first axis) + NAME/offsets.
+Read back through h5py, a slice of rows at a time. Memory: one record (writing), one range of rows
+(reading); time: linear in the records."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
 
-from pipeline.formats.shards.base import FeatureSpec, ShardWriter
+from pipeline.formats.metadata import fixed
+from pipeline.formats.shards.base import FeatureSpec, Loaded, Record, ShardFormat, ShardWriter
 
 FILTERS = {"none": None, "gzip": "gzip", "lzf": "lzf"}
 
@@ -80,3 +85,36 @@ class HDF5ShardWriter(ShardWriter):
             "HDF5: dataset 'sample_id'; fixed-shape field NAME as dataset NAME (records, *shape); "
             "variable-length field NAME as NAME/values + NAME/offsets (records + 1)"
         )
+
+
+def hdf5_load(shard: Path, first: int, stop: int, spec: FeatureSpec) -> Loaded:
+    """A unit of an HDF5 shard (pipeline.formats.shards.hdf5's layout) read: (sample ids, columns)."""
+    with h5py.File(shard, "r") as f:
+        ids = f["sample_id"][first:stop]
+        columns: dict[str, Any] = {}
+        for name, field in spec.items():
+            if fixed(field):
+                columns[name] = f[name][first:stop]
+            else:
+                offsets = f[name]["offsets"][first : stop + 1]
+                values = f[name]["values"][int(offsets[0]) : int(offsets[-1])]
+                columns[name] = [values[a - offsets[0] : b - offsets[0]] for a, b in pairwise(offsets)]
+    return ids, columns
+
+
+def hdf5_records(loaded: Loaded, spec: FeatureSpec) -> Iterator[Record]:
+    ids, columns = loaded
+    for i, sample_id in enumerate(ids):
+        yield {"sample_id": sample_id.decode(), **{name: columns[name][i] for name in spec}}
+
+
+class HDF5Format(ShardFormat):
+    name = "hdf5"
+    writer = HDF5ShardWriter
+    compressions = tuple(FILTERS)
+
+    def load(self, shard: Path, first: int, stop: int, spec: FeatureSpec, compression: str) -> Loaded:
+        return hdf5_load(shard, first, stop, spec)
+
+    def records(self, shard: Path, loaded: Loaded, spec: FeatureSpec, verify: bool, copy: bool) -> Iterator[Record]:
+        return hdf5_records(loaded, spec)

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
@@ -45,7 +44,7 @@ from pipeline.config import input_list, primary_field
 from pipeline.data.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_csv, write_parquet
 from pipeline.formats.fields import Categories
 from pipeline.formats.parts import PARTS_PER_RANK, PartWriter, clear_parts, part_stem
-from pipeline.formats.readers import FieldSpec, SampleError, field_units, is_input_directory, reader_for
+from pipeline.formats.readers import FieldSpec, SampleError, field_descriptions, is_input_directory, reader_for
 from pipeline.formats.readers.base import EMPTY, readable_size, resolve_missing, unreadable
 from pipeline.formats.shards import WRITERS
 from pipeline.formats.shards.base import Framing
@@ -404,9 +403,9 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
         raise
     parts.close()
     counts = (len(mine), accepted, rejected)
-    units = field_units(Path(mine[0]), source["format"], fields) if rank == 0 and len(mine) else {}
+    described = field_descriptions(Path(mine[0]), source["format"], fields) if rank == 0 and len(mine) else {}
     return conclude(comm, paths, hashed[:accepted], starts, mine, counts, rejects, settings, chunk, chunks,
-                    {"units": units})  # fmt: skip
+                    described)  # fmt: skip
 
 
 def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
@@ -457,8 +456,9 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     writer.parts.close()
     bar.close()
     names = SampleNames(listing, file_starts, files.start, numbers.start)
-    units = field_units(Path(lines(range(0, 1))[0]), source["format"], fields) if rank == 0 and n_files else {}
-    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, "units": units}
+    first = Path(lines(range(0, 1))[0]) if rank == 0 and n_files else None
+    described = field_descriptions(first, source["format"], fields) if first else {}
+    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, **described}
     counts = (len(numbers), writer.accepted, writer.rejected)
     hashed = writer.hashed[: writer.accepted]
     return conclude(comm, paths, hashed, starts, names, counts, writer.rejects, settings, plan.per_part, plan.parts,
@@ -708,10 +708,3 @@ def finish(
     per_part = "samples_per_part" if "samples" in counts else "files_per_part"
     write_json_atomic(paths.summary, {**counts, "parts": chunks, per_part: chunk})
     return None
-
-
-def accepted_records(paths: IngestPaths, part: str) -> np.ndarray:
-    """The record numbers, in the part, of the part's accepted files (duplicates are not)."""
-    table = pq.read_table(paths.manifest_piece(part), columns=["record", "status"])
-    mask = pc.equal(table["status"], "accepted")
-    return table.filter(mask)["record"].to_numpy().astype(np.int64)

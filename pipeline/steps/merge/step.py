@@ -59,12 +59,12 @@ from pipeline import MB, Sim2dlError, __version__, bookkeeping_step
 from pipeline.config import encoding_errors
 from pipeline.data.splits import part_split_numbers
 from pipeline.data.tables import PROVENANCE_SCHEMA, parquet_writer
+from pipeline.data.transforms import normalise
 from pipeline.formats.parts import Part, list_parts, read_about, read_batches
 from pipeline.formats.shards import WRITERS, ShardWriter
 from pipeline.paths import ConvertPaths, IngestPaths, MergedPaths
 from pipeline.reporting.progress import progress
 from pipeline.runtime.mpi import all_ok, block, exchange, exclusive_sum, owner_ranks
-from pipeline.steps.convert import normalise
 from pipeline.storage.fsutil import atomic_path, file_checksum, remove_stale_temporaries, write_json_atomic
 
 NUMERIC_KEYS = {"sort_key": "length", "length": "length", "bytes": "bytes"}  # sort_by -> meta column
@@ -784,6 +784,9 @@ def metadata(
     units = {name: unit for name, unit in ingested.get("units", {}).items() if name in spec}
     if units:
         doc["units"] = units  # CF units of the values as read (before convert's log1p and normalisation)
+    names = {name: n for name, n in ingested.get("component_names", {}).items() if name in spec}
+    if names:
+        doc["component_names"] = names  # the entries along a field's last axis (e.g. a label's parameters)
     if split_names:
         doc["splits"] = {
             name: {

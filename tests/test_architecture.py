@@ -1,0 +1,83 @@
+"""The folders are the architecture: read every module's imports (top level and inside functions) and hold
+them to the tiers. A step may import the tiers below it, never another step; nothing below the steps imports
+a step (only the CLI, the spine above them, does)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
+STEPS = PACKAGE / "steps"
+pytestmark = pytest.mark.unit
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, name: str | None = None) -> set[str]:
+    """Every module the file imports, by absolute name (relative imports resolved as if the file were the
+    module `name`, by default its own)."""
+    name = name or module_name(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from pipeline.steps import train`
+    return found
+
+
+def step_of(module: str) -> str | None:
+    """The step a module belongs to ('ingest' for pipeline.steps.ingest.samples), or None."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["pipeline", "steps"] else None
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_reader_sees_every_kind_of_import(tmp_path: Path) -> None:
+    # the checks below are only as good as this: imports at top level, in functions, relative, from-lists
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import pipeline.steps.train\n"
+        "def f():\n    from pipeline.steps.merge.plan import x\n"
+        "from . import sibling\n"
+        "from ..search import y\n"
+        "from pipeline.steps import stage\n"
+    )
+    found = imported_modules(probe, "pipeline.steps.ingest.probe")
+    assert {step_of(m) for m in found} - {None} == {"train", "merge", "ingest", "search", "stage"}
+    assert "pipeline.steps.ingest.sibling" in found and "pipeline.steps.search.y" in found
+
+
+def test_no_step_imports_another_step() -> None:
+    crossings = []
+    for path in STEPS.rglob("*.py"):
+        own = step_of(module_name(path))
+        for imported in imported_modules(path):
+            other = step_of(imported)
+            if other is not None and own is not None and other != own:
+                crossings.append(f"{module_name(path)} imports {imported}")
+    assert not crossings, "steps import other steps:\n" + "\n".join(sorted(crossings))
+
+
+def test_nothing_below_the_steps_imports_a_step() -> None:
+    above = {"pipeline.cli"}  # the spine that runs the steps
+    crossings = []
+    for path in modules():
+        name = module_name(path)
+        if step_of(name) is not None or name in above or name == "pipeline.steps":
+            continue
+        crossings += [f"{name} imports {m}" for m in imported_modules(path) if step_of(m) is not None]
+    assert not crossings, "modules below the steps import steps:\n" + "\n".join(sorted(crossings))
