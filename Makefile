@@ -42,8 +42,11 @@ test-fast: env
 	$(RUN) $(BIN)/ruff check .
 	$(RUN) $(BIN)/pytest -m "unit or mpi" $(PYTEST_ARGS)
 
+# Python (ruff) and the workflow (Snakemake's linter: no lints, which exits non-zero otherwise)
 lint: env
 	$(RUN) $(BIN)/ruff check .
+	$(RUN) $(BIN)/ruff format --check .
+	$(RUN) $(BIN)/snakemake --lint
 
 # The container image (root; debootstrap + bubblewrap from apt): containers/build/NAME_TAG/
 image: env
@@ -51,7 +54,7 @@ image: env
 	$(RUN) $(BIN)/sim2dl image build --format squashfs $(IMAGE_ARGS)
 
 bench: env
-	for b in bench/*.py; do $(RUN) $(BIN)/python $$b --quick || exit 1; done
+	for b in bench/[a-z]*.py; do [ $$b = bench/common.py ] || $(RUN) $(BIN)/python $$b --quick || exit 1; done
 	$(RUN) $(BIN)/python bench/scale.py --layouts --quick
 
 clean-demo:

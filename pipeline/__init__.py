@@ -1,49 +1,57 @@
 """sim2dl: simulation output to deep-learning training data and models.
 
-The steps, in workflow order. Each is one module with a pure core and a function
-`step(config, input directories..., output directory, comm)` that the CLI (`pipeline.cli`, one
-subcommand per step) and the rule files call; every step prints one JSON summary line on stdout, and
-its progress and diagnostics go to stderr. File names are written once, in `pipeline.paths`.
+The folders are the tiers; a module imports only from its own tier or the tiers below it, and no step
+imports another step (tests/test_architecture.py reads the imports to hold this).
 
-    simulate  simulate.py   -> raw/ (HDF5 samples), simulate.json
-    ingest    ingest.py     raw/ or source.path -> ingest/: parts/, manifest/, rejects.csv, summary.json
-    convert   convert.py    ingest/ -> convert/: parts/ (what was done to each part), stats.json
-    merge     merge.py      ingest/, convert/ -> merged/: shards/ (+ .idx), provenance/, metadata.json
-    stage     stage.py      merged/ -> node-local copies (stage.target), staged/summary.json
-    search    search.py     merged/, staged -> search/: best.yaml (BOHB; trials run `train`)
-    train     train.py      merged/, staged -> train/: model/, metrics, summary.json, figures
-    throughput, sweep       figures of finished runs (throughput.py, sweep.py)
+    cli.py, config.py,     the spine: the `sim2dl` command (one subcommand per step, and the tools launch,
+    schema.yaml, paths.py  image, doctor, inspect), the config and its schema, every file name (Layout)
 
-Which module to open for what:
+    steps/          the workflow's steps, one module or small package each: a pure core and
+                    `step(config, inputs..., out_dir, comm)` that the CLI and the rule files call
+        simulate.py     -> raw/ (HDF5 samples from simulators/, or an ensemble of your command)
+        ingest/         raw/ or source.path -> ingest/: parts, manifest, rejects (step.py: listing and
+                        parts; samples.py: many samples per file, and fields from formats/fields/)
+        convert.py      ingest/ -> convert/: converted parts, statistics
+        merge/          ingest/, convert/ -> merged/: sorted shards (+ .idx), provenance, metadata.json
+        stage.py        merged/ -> node-local copies (the engine is storage/staging/)
+        search.py       merged/, staged -> search/best.yaml (BOHB; trials run train)
+        train.py        merged/, staged -> train/: model, metrics, summary, figures
+        throughput.py, sweep.py   figures of finished runs
+    formats/        what files hold
+        readers/        input formats (HDF5, NetCDF, NumPy, ROOT, Zarr), one file each behind `Reader`;
+                        cf.py decodes CF fill values and packing, events.py event-indexed tables
+        fields/         values that are not arrays of a file (attributes, run tables, path groups), classes
+        shards/         shard formats, one home each (`ShardFormat`: writer, index, reading, verification,
+                        tf.data records): tfrecord/, hdf5.py; shard_reader.py reads shards without TensorFlow
+        parts.py        ingest's parts of framed records;  metadata.py  metadata.json, read without TensorFlow
+        inspect.py      `sim2dl inspect`: what existing files hold, and a starter config
+    data/           rules about samples several steps share: splits.py (which split a record is in),
+                    transforms.py (convert's array transforms, merge's normalisation), tables.py (manifest,
+                    provenance, rejects)
+    training/       models/ (Keras builders, one file each), tasks/ (regression, classification,
+                    segmentation, one file each), tfdata.py (tf.data over shards)
+    simulators/     built-in simulator families (one file each), ensemble.py (your simulator over MPI),
+                    run_worker.py (one run with retries)
+    runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
+                    ranks, staged directories), launch.py (argument vectors per container runtime),
+                    container_image.py, oci_registry.py, host_mpi.py (the bind model), doctor.py,
+                    slurm_watch.py, processes.py
+    storage/        fsutil.py (atomic writes, checksums), directio.py (O_DIRECT reads), staging/ (copying
+                    shards to node-local storage over MPI: plan.py, copier.py)
+    reporting/      progress.py (bars counting every rank's work), plots.py (figures for the report)
 
-    paths.py       every file name; Layout (the workdir) for the Snakefile and the CLI's defaults
-    config.py      loading and validating configs (schema.yaml); each step's view of the config
-    cli.py         the `sim2dl` command: steps and tools (launch, image, doctor, inspect), errors, summaries
-    readers/       input formats (HDF5, NetCDF, NumPy, ROOT, Zarr): one small file each, `Reader` in base.py;
-                   cf.py decodes CF fill values and packing for all of them, events.py reads event-indexed
-                   tables (one sample per event: a range of rows)
-    fields/        values of a file that are not arrays in it (attributes, run table columns, path groups)
-                   and categorical classes: one small file each, `ValueSource` in base.py
-    file_samples.py  ingest in samples (many per file, or fields from fields/): planning and reading
-    writers/       shard formats (TFRecord, HDF5): one small file each, `Writer` in base.py
-    records.py     parts: framed records, their index, Part and PartWriter
-    tables.py      manifest and provenance tables (Parquet), rejects lists (CSV)
-    directio.py    O_DIRECT reads: whole files read ahead, byte ranges gathered for merge
-    splits.py      which split (train, validation, ...) a record belongs to: merge's shards, convert's statistics
-    parallel.py    MPI helpers: blocks of work, all-to-all exchange, collective error checks
-    dataset.py     reading shards with tf.data; reader.py: the same without TensorFlow (numpy, PyTorch)
-    models.py      the Keras models train builds
-    launch.py, image.py, registry.py, hostmpi.py, doctor.py
-                   containers: argument vectors per runtime, building, pushing and pulling the image,
-                   the host's MPI for the bind model, checks of a site
-    inspection.py  `sim2dl inspect`: what existing files hold, and a starter config
+Where a new thing goes: an input reader, formats/readers/ (one file, registered in its __init__); a shard
+format, formats/shards/; a model, training/models/; a task, training/tasks/; a simulator family,
+simulators/; a container runtime, runtime/launch.py's table of argument vectors; a step, steps/ plus its
+rule file in rules/ and its subcommand in cli.py. Every step prints one JSON summary line on stdout; its
+progress and diagnostics go to stderr.
 
 Words with one meaning each:
 
     part           a file of framed records written by ingest (or convert), about one shard's worth; merge
                    turns parts into shards, often by linking a whole part
     sample number  a sample's place when ingest numbers every sample of the sorted inputs (many per file,
-                   pipeline/steps/ingest/samples.py; a file whose samples cannot be counted has one: its reject)
+                   steps/ingest/samples.py; a file whose samples cannot be counted has one: its reject)
     framed record  one sample's bytes as the shard format frames them (a TFRecord record with its length
                    and CRCs), so a part's records can be copied into a shard unchanged
     home           the part (file and offset) where a record's bytes live when merge gathers them
@@ -86,7 +94,7 @@ class CollectiveError(Sim2dlError):
 
 
 @contextmanager
-def bookkeeping_step() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Runs a data step with Python's cyclic garbage collector paused (usable as a decorator).
 
     Ingest, convert and merge build hundreds of thousands of small, acyclic, long-lived objects (manifest

@@ -10,8 +10,5 @@ rule convert:
     params:
         config=run_config,
         settings=settings("convert"),
-    resources:
-        tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " convert > {log.step:q} 2>&1"
+        mpi_step("convert")

@@ -11,8 +11,5 @@ rule merge:
     params:
         config=run_config,
         settings=settings("merge"),
-    resources:
-        tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " merge > {log.step:q} 2>&1"
+        mpi_step("merge")

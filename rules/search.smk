@@ -4,7 +4,7 @@ rule search:
     input:
         metadata=LAYOUT.metadata,
         staged=LAYOUT.stage_summary,
-        model=lambda wc: sim2dl_config.model_files(RUN[wc.workdir].config["train"]),
+        model=model_inputs,
     output:
         best=LAYOUT.search_best,
         progress=report(LAYOUT.search_plot, caption="../report/search.rst", category="Search"),
@@ -13,8 +13,5 @@ rule search:
     params:
         config=run_config,
         settings=settings("search"),
-    resources:
-        tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " search > {log.step:q} 2>&1"
+        mpi_step("search")

@@ -9,8 +9,5 @@ rule simulate:
         config=run_config,
         source=lambda wc: RUN[wc.workdir].source,
         settings=settings("simulate"),
-    resources:
-        tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " simulate --out {params.source:q} > {log.step:q} 2>&1"
+        mpi_step("simulate", "--out {params.source:q}")

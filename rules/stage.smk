@@ -10,8 +10,5 @@ rule stage:
     params:
         config=run_config,
         settings=settings("stage"),
-    resources:
-        tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " stage > {log.step:q} 2>&1"
+        mpi_step("stage")

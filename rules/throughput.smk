@@ -9,11 +9,8 @@ rule throughput:
         step=LAYOUT.log("throughput"),
     params:
         config=run_config,
-    resources:
-        tasks=1,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " throughput > {log.step:q} 2>&1"
+        mpi_step("throughput")
 
 
 localrules:

@@ -1,15 +1,10 @@
 # train: data-parallel TensorFlow + Horovod training from the staged shards, one process per rank.
 # With search.enabled, the search's best configuration is merged on top of the config (--overrides).
-def searched(wildcards):
-    run = RUN[wildcards.workdir]
-    return run.layout.search_best if run.config["search"]["enabled"] else None
-
-
 rule train:
     input:
         metadata=LAYOUT.metadata,
         staged=LAYOUT.stage_summary,
-        model=lambda wc: sim2dl_config.model_files(RUN[wc.workdir].config["train"]),
+        model=model_inputs,
         best=lambda wc: searched(wc) or [],
     output:
         summary=LAYOUT.train_summary,
@@ -21,8 +16,5 @@ rule train:
         config=run_config,
         overrides=lambda wc: ["--overrides", searched(wc)] if searched(wc) else [],
         settings=settings("train"),
-    resources:
-        tasks=2,
     shell:
-        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
-        " {params.overrides:q} train > {log.step:q} 2>&1"
+        mpi_step("train", launch_options="{params.overrides:q}")

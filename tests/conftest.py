@@ -191,6 +191,19 @@ def small_cube_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
     )
 
 
+@pytest.fixture(scope="session")
+def small_cubes(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
+    """small_cube_config's data simulated, ingested, converted, merged and staged once for the session
+    (2 ranks): train and search tests read it with their own train and search sections (which no data
+    step reads). Returns the directory and the config."""
+    tmp = tmp_path_factory.mktemp("small-cubes")
+    config = small_cube_config(tmp)
+    path = write_config(tmp, config)
+    for step in ("simulate", "ingest", "convert", "merge", "stage"):
+        run_cli([step, "--config", str(path)], ranks=2)
+    return tmp, config
+
+
 # ------------------------------------------------------------------- real container runtimes
 CI = os.environ.get("CI") == "true"
 

@@ -3,9 +3,13 @@ them to the tiers. A step may import the tiers below it, never another step; not
 a step (only the CLI, the spine above them, does)."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from .conftest import env
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 STEPS = PACKAGE / "steps"
@@ -81,3 +85,32 @@ def test_nothing_below_the_steps_imports_a_step() -> None:
             continue
         crossings += [f"{name} imports {m}" for m in imported_modules(path) if step_of(m) is not None]
     assert not crossings, "modules below the steps import steps:\n" + "\n".join(sorted(crossings))
+
+
+def test_the_workflow_is_lint_clean() -> None:
+    # Snakemake's linter exits non-zero and lists the lints when it finds any
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    done = subprocess.run([snakemake, "--lint"], cwd=PACKAGE.parent, capture_output=True, text=True, env=env())
+    assert done.returncode == 0 and "good condition" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_no_test_module_imports_another() -> None:
+    # shared test code lives in conftest.py (fixtures, commands) and helpers.py
+    tests = Path(__file__).resolve().parent
+    crossings = []
+    for path in sorted(tests.glob("test_*.py")):
+        for imported in imported_modules(path, f"tests.{path.stem}"):
+            if (
+                imported.split(".")[1:2]
+                and imported.split(".")[1].startswith("test_")
+                and imported.startswith("tests.")
+            ):
+                crossings.append(f"{path.name} imports {imported}")
+    assert not crossings, "\n".join(crossings)
+
+
+def test_no_test_only_code_in_the_package() -> None:
+    # names the tests used to import from pipeline/ that only tests needed
+    for name in ("def tfrecord_dataset", "def hdf5_records(shard"):
+        holders = [str(p) for p in PACKAGE.rglob("*.py") if name in p.read_text()]
+        assert not holders, f"{name} is test-only code: it belongs in tests/helpers.py ({holders})"

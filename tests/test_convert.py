@@ -122,7 +122,7 @@ def test_statistics_come_from_the_training_split_alone(tmp_path, serial):
 
     from pipeline.formats.shards.shard_reader import ShardReader
 
-    from .test_layouts import CMIP_SOURCE, MODELS, data_half, layout_config, ta_values, write_cmip_like
+    from .helpers import CMIP_SOURCE, MODELS, data_half, layout_config, ta_values, write_cmip_like
 
     root = tmp_path / "cmip"
     write_cmip_like(root)

@@ -5,8 +5,6 @@ are run (tests/test_ensemble.py runs docs/ensembles.md's)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,22 +12,7 @@ import yaml
 
 from pipeline import config as cfg
 
-REPO = Path(__file__).resolve().parent.parent
-BLOCK = re.compile(r"(?:<!-- config: (?P<mark>[a-z]+) -->\s*\n)?```yaml\n(?P<text>.*?)```", re.S)
-
-
-def doc_blocks() -> list[tuple[str, str, str]]:
-    """(name, mark, text) of every ```yaml block in README.md and docs/*.md; mark '' where none."""
-    blocks = []
-    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
-        for k, match in enumerate(BLOCK.finditer(path.read_text())):
-            blocks.append((f"{path.relative_to(REPO)}#{k}", match["mark"] or "", match["text"]))
-    return blocks
-
-
-def doc_block(name: str) -> tuple[str, str]:
-    """The mark and text of one block, by the name doc_blocks gives it."""
-    return next((mark, text) for block, mark, text in doc_blocks() if block == name)
+from .helpers import doc_blocks
 
 
 def unknown_keys(value: Any, schema: dict[str, Any], root: dict[str, Any], prefix: str = "") -> list[str]:

@@ -299,7 +299,7 @@ def test_the_ensemble_docs_example_runs_as_written(tmp_path, monkeypatch):
     every file the simulator writes is a sample (named by its path), labelled from the runs table."""
     import yaml
 
-    from .test_docs import doc_block
+    from .helpers import doc_block
 
     mark, text = doc_block("docs/ensembles.md#0")
     assert mark == "run"

@@ -15,7 +15,7 @@ from pipeline.data.tables import read_csv
 from pipeline.steps.ingest.step import ingest
 
 from .conftest import make_config, run_cli, write_config
-from .test_layouts import data_half, records_by_id
+from .helpers import data_half, records_by_id
 
 HITS = np.array([3, 0, 5, 2, 4, 1])  # hits per event
 TRACK_IDS = np.repeat(np.arange(6), [2, 1, 3, 1, 2, 1])  # muons per event in the truth table (one per row)

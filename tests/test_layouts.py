@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,78 +15,11 @@ from pipeline.data.tables import read_csv, read_rows
 from pipeline.formats.inspect import decide, inspect, survey
 from pipeline.formats.readers import FieldSpec
 from pipeline.formats.shards.shard_reader import ShardReader
-from pipeline.steps.convert import convert
 from pipeline.steps.ingest.samples import FileOpener, SamplePlan
 from pipeline.steps.ingest.step import ingest
-from pipeline.steps.merge.step import merge
 
-from .conftest import make_config, run_cli, snakemake_configfile, write_config
-
-MODELS = {"MODEL-B": 12, "MODEL-A": 5, "MODEL-C": 7}  # CMIP6-like: a model's name and its time steps
-
-
-def write_cmip_like(root: Path) -> None:
-    """ta(time, plev, lat, lon) per model, with CF coordinates, bounds, and a tracking_id shared by all."""
-    import netCDF4
-
-    root.mkdir(parents=True, exist_ok=True)
-    for k, (model, steps) in enumerate(MODELS.items()):
-        with netCDF4.Dataset(root / f"ta_{model}.nc", "w") as ds:
-            for dim, n in (("time", None), ("plev", 2), ("lat", 4), ("lon", 6), ("bnds", 2)):
-                ds.createDimension(dim, n)
-            time = ds.createVariable("time", "f8", ("time",))
-            time[:] = np.arange(steps)
-            time.bounds = "time_bnds"
-            ds.createVariable("time_bnds", "f8", ("time", "bnds"))[:] = np.stack([np.arange(steps)] * 2, 1)
-            ds.createVariable("plev", "f8", ("plev",))[:] = [85000.0, 50000.0]
-            lat = ds.createVariable("lat", "f8", ("lat",))
-            lat[:], lat.bounds = np.linspace(-60, 60, 4), "lat_bnds"
-            ds.createVariable("lat_bnds", "f4", ("lat", "bnds"))[:] = np.zeros((4, 2))
-            ds.createVariable("lon", "f8", ("lon",))[:] = np.arange(6) * 60.0
-            ta = ds.createVariable("ta", "f4", ("time", "plev", "lat", "lon"), chunksizes=(1, 2, 4, 6))
-            ta[:] = ta_values(k, steps)
-            ds.source_id, ds.tracking_id, ds.experiment_id = model, "hdl:21.14100/same-everywhere", "historical"
-
-
-def ta_values(k: int, steps: int) -> np.ndarray:
-    return (k * 1000 + np.arange(steps)[:, None, None, None] + np.zeros((steps, 2, 4, 6))).astype("f4")
-
-
-def layout_config(
-    tmp_path: Path, source: dict[str, Any], features: list[str], labels: list[str], convert_stack=None, **sections: Any
-):
-    convert = {"features": features, "labels": labels, "log1p": [], "normalise": [], "per_channel": []}
-    return make_config(
-        tmp_path,
-        source={"sample_id": None, **source},
-        convert={**convert, "stack": convert_stack or {}},
-        **sections,
-    )
-
-
-def data_half(config: dict[str, Any], root: Path, tmp_path: Path, comm: Any) -> tuple[dict, dict]:
-    """ingest -> convert -> merge; the ingest summary and the merged metadata."""
-    work = tmp_path / "work"
-    summary = ingest(config, root, work / "ingest", comm)
-    convert(config, work / "ingest", work / "convert", comm)
-    merge(config, work / "ingest", work / "convert", work / "merged", comm)
-    return summary, json.loads((work / "merged" / "metadata.json").read_text())
-
-
-def records_by_id(merged: Path) -> dict[str, dict[str, Any]]:
-    return {
-        r["sample_id"].decode() if isinstance(r["sample_id"], bytes) else r["sample_id"]: r for r in ShardReader(merged)
-    }
-
-
-CMIP_SOURCE = {
-    "glob": "*.nc",
-    "samples_along": "time",
-    "fields": {
-        "ta": {"path": "ta", "dtype": "float32", "shape": [2, None, None]},
-        "model": {"attr": "source_id", "categorical": True},
-    },
-}
+from .conftest import run_cli, snakemake_configfile, write_config
+from .helpers import CMIP_SOURCE, MODELS, data_half, layout_config, records_by_id, ta_values, write_cmip_like
 
 
 def test_netcdf_one_sample_per_time_step_with_the_model_as_class(tmp_path, serial):

@@ -10,22 +10,8 @@ import pytest
 from pipeline.data.tables import read_rows
 from pipeline.storage.fsutil import file_checksum
 
-from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
-from .helpers import hdf5_records, tfrecord_dataset
-
-
-def prepare(tmp_path, ranks=2, **sections):
-    """simulate + ingest + convert with the CLI; returns (config path, workdir)."""
-    config = make_config(tmp_path, **sections)
-    config_path = write_config(tmp_path, config)
-    for step in ("simulate", "ingest", "convert"):
-        run_cli([step, "--config", str(config_path)], ranks=ranks)
-    return config_path, tmp_path / "work"
-
-
-def merge(config_path, out, ranks):
-    proc = run_cli(["merge", "--config", str(config_path), "--out", str(out)], ranks=ranks)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+from .conftest import kill_tree, make_config, start_cli, write_config
+from .helpers import TRACE_CONVERT, TRACE_SOURCE, hdf5_records, merge_cli, prepare, prepare_cubes, tfrecord_dataset
 
 
 def provenance(merged):
@@ -35,25 +21,6 @@ def provenance(merged):
 
 def shard_bytes(out):
     return {p.name: p.read_bytes() for p in sorted((out / "shards").iterdir())}
-
-
-TRACE_SOURCE = {
-    "fields": {
-        "trace": {"path": "trace", "dtype": "float32", "shape": [None, 4]},
-        "params": {"path": "params", "dtype": "float32", "shape": [3]},
-    }
-}
-TRACE_CONVERT = {"features": ["trace"], "labels": ["params"], "log1p": [], "normalise": ["trace"]}
-
-
-def prepare_cubes(tmp_path, samples, **sections):
-    """prepare() for `samples` small cubes (8^3)."""
-    cube_fields = {
-        "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
-        "params": {"path": "params", "dtype": "float32", "shape": [3]},
-    }
-    simulate = {"samples": samples, "cube": {"size": 8}}
-    return prepare(tmp_path, simulate=simulate, source={"fields": cube_fields}, **sections)
 
 
 def prepare_traces(tmp_path, samples, **merge_settings):
@@ -68,7 +35,7 @@ def prepare_traces(tmp_path, samples, **merge_settings):
 
 def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
     config_path, work = prepare_traces(tmp_path, 60, shard_size_mb=0.02)
-    summary = merge(config_path, work / "merged", ranks=2)
+    summary = merge_cli(config_path, work / "merged", ranks=2)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     assert summary["shards"] == meta["counts"]["shards"] > 3
     assert meta["feature_spec"]["trace"] == {
@@ -107,9 +74,9 @@ def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
 
 def test_deterministic_for_any_rank_count_and_hdf5_format(tmp_path):
     config_path, work = prepare(tmp_path, simulate={"samples": 24}, merge={"shard_size_mb": 0.5})
-    merge(config_path, work / "m1", ranks=1)
-    merge(config_path, work / "m2", ranks=2)
-    merge(config_path, work / "m3", ranks=2)
+    merge_cli(config_path, work / "m1", ranks=1)
+    merge_cli(config_path, work / "m2", ranks=2)
+    merge_cli(config_path, work / "m3", ranks=2)
     assert shard_bytes(work / "m1") == shard_bytes(work / "m2") == shard_bytes(work / "m3")
     assert (work / "m1" / "metadata.json").read_bytes() == (work / "m2" / "metadata.json").read_bytes()
 
@@ -117,8 +84,8 @@ def test_deterministic_for_any_rank_count_and_hdf5_format(tmp_path):
         tmp_path, simulate={"samples": 24}, merge={"format": "hdf5", "compression": "gzip", "shard_size_mb": 0.5}
     )
     h5_config = write_config(tmp_path, config)
-    merge(h5_config, work / "h1", ranks=1)
-    merge(h5_config, work / "h2", ranks=2)
+    merge_cli(h5_config, work / "h1", ranks=1)
+    merge_cli(h5_config, work / "h2", ranks=2)
     assert shard_bytes(work / "h1") == shard_bytes(work / "h2")
     meta = json.loads((work / "h2" / "metadata.json").read_text())
     got = [r for s in meta["shards"] for r in hdf5_records(work / "h2" / "shards" / s["file"], meta["feature_spec"])]
@@ -137,7 +104,7 @@ def test_gzip_tfrecord_and_split_into_subvolumes(tmp_path):
         convert={"split": [16, 16, 16]},
         merge={"compression": "gzip", "shard_size_mb": 0.2},
     )
-    merge(config_path, work / "merged", ranks=2)
+    merge_cli(config_path, work / "merged", ranks=2)
     records = list(tfrecord_dataset(work / "merged").as_numpy_iterator())
     assert len(records) == 48 and records[0]["density"].shape == (16, 16, 16)
     parents = {r["sample_id"].decode().split("#")[0] for r in records}
@@ -149,7 +116,7 @@ def test_killed_merge_leaves_no_partial_shard_and_rerun_completes(tmp_path):
     config_path, work = prepare(tmp_path, simulate={"samples": 120}, merge={"shard_size_mb": 0.1})
     out = work / "merged"
     reference = tmp_path / "reference"
-    merge(config_path, reference, ranks=1)
+    merge_cli(config_path, reference, ranks=1)
 
     proc = start_cli(["merge", "--config", str(config_path), "--out", str(out)], 2)
     deadline = time.monotonic() + 120
@@ -166,7 +133,7 @@ def test_killed_merge_leaves_no_partial_shard_and_rerun_completes(tmp_path):
     if len(shards) == n_total:
         pytest.fail("merge finished before it could be interrupted; make the test data larger")
 
-    summary = merge(config_path, out, ranks=2)
+    summary = merge_cli(config_path, out, ranks=2)
     assert summary["reused_shards"] == len(shards)
     assert shard_bytes(out) == shard_bytes(reference)
     assert not [p for p in (out / "shards").iterdir() if ".tmp-" in p.name]
@@ -174,7 +141,7 @@ def test_killed_merge_leaves_no_partial_shard_and_rerun_completes(tmp_path):
 
 def test_hdf5_variable_length_records(tmp_path):
     config_path, work = prepare_traces(tmp_path, 20, format="hdf5", shard_size_mb=0.01)
-    merge(config_path, work / "merged", ranks=2)
+    merge_cli(config_path, work / "merged", ranks=2)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     records = [
         r for s in meta["shards"] for r in hdf5_records(work / "merged" / "shards" / s["file"], meta["feature_spec"])
@@ -242,7 +209,7 @@ def test_parts_ingested_in_order_become_shards_without_a_copy(tmp_path):
     import os
 
     config_path, work = prepare(tmp_path, convert={"log1p": [], "normalise": []}, merge={"shard_size_mb": 1})
-    summary = merge(config_path, work / "merged", ranks=2)
+    summary = merge_cli(config_path, work / "merged", ranks=2)
     parts = {os.stat(p).st_ino: p for p in (work / "ingest" / "parts").glob("*.bin")}
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     shards = [work / "merged" / "shards" / s["file"] for s in meta["shards"]]
@@ -262,7 +229,7 @@ def test_parts_ingested_in_order_become_shards_without_a_copy(tmp_path):
         tmp_path,
         make_config(tmp_path, convert={"log1p": [], "normalise": []}, merge={"shard_size_mb": 0.7}),
     )
-    merge(slow_config, work / "slow", ranks=2)
+    merge_cli(slow_config, work / "slow", ranks=2)
     slow_meta = json.loads((work / "slow" / "metadata.json").read_text())
     slow = [work / "slow" / "shards" / s["file"] for s in slow_meta["shards"]]
     assert len(slow) != len(shards) and not any(os.stat(s).st_ino in parts for s in slow)
@@ -278,8 +245,8 @@ def test_splits_by_parent_hash_in_their_own_directories_same_for_any_rank_count(
         convert={"split": [4, 4, 4]},
         merge={"shard_size_mb": 0.05, "splits": {"validation": 0.25, "train": 0.75}},
     )
-    merge(config_path, work / "m1", ranks=1)
-    merge(config_path, work / "m2", ranks=2)
+    merge_cli(config_path, work / "m1", ranks=1)
+    merge_cli(config_path, work / "m2", ranks=2)
     assert sorted(p.name for p in (work / "m1" / "shards").iterdir()) == ["plan.digest", "train", "validation"]
     files = {p.relative_to(work / "m1").as_posix(): p.read_bytes() for p in (work / "m1").rglob("shards/*/*")}
     assert files == {p.relative_to(work / "m2").as_posix(): p.read_bytes() for p in (work / "m2").rglob("shards/*/*")}

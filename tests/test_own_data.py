@@ -21,23 +21,7 @@ from pipeline import config as cfg
 from pipeline.formats.inspect import inspect, survey
 
 from .conftest import REPO, env, run_snakemake, snakemake_configfile
-
-
-def write_cosmoflow(root: Path, count: int, size: int = 16) -> tuple[float, np.ndarray]:
-    """MLPerf-CosmoFlow-style files: `full` int16 (n, n, n, 4) counts, `unitPar` float32[4]; two
-    directories, as a real dataset spreads them. Returns the sum of the counts and of the labels."""
-    rng = np.random.default_rng(1)
-    total, labels = 0.0, np.zeros(4)
-    for i in range(count):
-        path = root / f"dir{i % 2}" / f"univ_ics_2019-03_a{i:05d}.hdf5"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        full = rng.poisson(4.0, (size, size, size, 4)).astype(np.int16)
-        par = rng.random(4, dtype=np.float32)
-        with h5py.File(path, "w") as f:
-            f["full"], f["unitPar"] = full, par
-        total += float(full.sum())
-        labels += par
-    return total, labels
+from .helpers import write_cosmoflow
 
 
 def write_deepcam(root: Path, count: int, height: int = 12, width: int = 20) -> int:

@@ -12,12 +12,12 @@ from pipeline.data.splits import split_numbers
 from pipeline.formats.shards import WRITERS
 from pipeline.formats.shards.shard_reader import Unit, plan_units, slot_units
 from pipeline.runtime.placement import Topology
-from pipeline.steps.merge.step import shard_names
-from pipeline.storage.staging.plan import Source, chunk_messages, plan, spread_over_nodes
+from pipeline.steps.merge.plan import shard_names
+from pipeline.storage.staging.plan import StagedFile, chunk_messages, plan, spread_over_nodes
 
 
-def source(name: str, size: int) -> Source:
-    return Source(name, ((Path(f"/shared/{name}"), 0, size),), None)
+def source(name: str, size: int) -> StagedFile:
+    return StagedFile(name, ((Path(f"/shared/{name}"), 0, size),), None)
 
 
 def topology(rank: int, node_ranks: tuple[tuple[int, ...], ...]) -> Topology:
@@ -59,14 +59,14 @@ def test_partition_plan_reads_on_the_writing_node_so_nothing_crosses_nodes():
 
 
 def test_messages_cover_every_byte_once_in_chunks_across_pieces():
-    src = Source("sample-0", ((Path("/a"), 100, 7), (Path("/b"), 0, 10), (Path("/a"), 500, 3)), None)
+    src = StagedFile("sample-0", ((Path("/a"), 100, 7), (Path("/b"), 0, 10), (Path("/a"), 500, 3)), None)
     messages = chunk_messages(src, 4)
     assert all(sum(n for _, _, n in m) <= 4 for m in messages)
     assert [n for m in messages for _, _, n in m] == [4, 3, 1, 4, 4, 1, 3]
     covered = [(p, o + k) for m in messages for p, o, n in m for k in range(n)]
     wanted = [(p, o + k) for p, o, n in src.pieces for k in range(n)]
     assert covered == wanted
-    assert chunk_messages(Source("empty", (), None), 4) == []
+    assert chunk_messages(StagedFile("empty", (), None), 4) == []
 
 
 def test_shard_names_number_within_each_split():

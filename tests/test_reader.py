@@ -16,8 +16,7 @@ from pipeline.formats.shards.tfrecord.decode import decode_example, decode_varin
 from pipeline.formats.shards.tfrecord.encode import encode_varints, example_pieces
 
 from .conftest import REPO, make_config, run_cli, unavailable, write_config
-from .helpers import tfrecord_dataset
-from .test_merge import TRACE_CONVERT, TRACE_SOURCE, merge, prepare, prepare_cubes
+from .helpers import TRACE_CONVERT, TRACE_SOURCE, merge_cli, prepare, prepare_cubes, tfrecord_dataset
 
 
 def test_varints_round_trip_as_protobuf_encodes_them():
@@ -111,7 +110,7 @@ def test_reader_reads_every_record_once_across_ranks_and_workers_as_tf_data(tmp_
         merge={"shard_size_mb": 0.02, "format": fmt, "encoding": encoding},
     )
     merged = work / "merged"
-    merge(config_path, merged, ranks=2)
+    merge_cli(config_path, merged, ranks=2)
     meta = json.loads((merged / "metadata.json").read_text())
     assert meta["counts"]["shards"] >= 3
     assert meta["feature_spec"]["params"]["encoding"] == ("float_list" if fmt == "tfrecord" else "bytes")
@@ -152,7 +151,7 @@ def test_reader_variable_length_records_and_gzip(tmp_path):
         convert=TRACE_CONVERT,
         merge={"shard_size_mb": 0.01, "compression": "gzip", "sort_by": "length"},
     )
-    merge(config_path, work / "merged", ranks=2)
+    merge_cli(config_path, work / "merged", ranks=2)
     reference = {r["sample_id"].decode(): r for r in tfrecord_dataset(work / "merged").as_numpy_iterator()}
     got = every_record([work / "merged"], (2, 2))
     assert got.keys() == reference.keys() and len(got) == 25
@@ -168,7 +167,7 @@ def test_reader_names_a_damaged_record(tmp_path):
         tmp_path,
         4,
     )
-    merge(config_path, work / "merged", ranks=1)
+    merge_cli(config_path, work / "merged", ranks=1)
     shard = next((work / "merged" / "shards").glob("*.tfrecord"))
     data = bytearray(shard.read_bytes())
     data[100] ^= 0xFF
@@ -201,7 +200,7 @@ def test_pytorch_iterable_dataset_from_the_docs(tmp_path):
         tmp_path,
         12,
     )
-    merge(config_path, work / "merged", ranks=1)
+    merge_cli(config_path, work / "merged", ranks=1)
     doc = (REPO / "docs" / "reading.md").read_text()
     code = next(block.split("```", 1)[0] for block in doc.split("```python\n")[1:] if "import torch" in block)
     script = code + f"\nloader = make_loader({str(work / 'merged')!r}, batch_size=4, workers=2)\n"
@@ -221,7 +220,7 @@ def test_mlperf_cosmoflow_preset_gives_the_layout_the_reference_trains_from(tmp_
 
     from pipeline import config as cfg
 
-    from .test_own_data import write_cosmoflow
+    from .helpers import write_cosmoflow
 
     counts, labels = write_cosmoflow(tmp_path / "cosmoUniverse", 10)
     config = yaml.safe_load((REPO / "config" / "presets" / "mlperf-cosmoflow.yaml").read_text())
@@ -263,7 +262,7 @@ def test_reader_reads_one_split(tmp_path):
         20,
         merge={"splits": {"train": 0.7, "validation": 0.3}},
     )
-    merge(config_path, work / "merged", ranks=2)
+    merge_cli(config_path, work / "merged", ranks=2)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     ids = {name: {r["sample_id"] for r in ShardReader(work / "merged", name)} for name in ("train", "validation")}
     assert {name: len(got) for name, got in ids.items()} == {n: s["records"] for n, s in meta["splits"].items()}

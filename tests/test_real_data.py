@@ -15,7 +15,7 @@ import yaml
 from pipeline.formats.readers.netcdf import NetCDFFile
 
 from .conftest import make_config
-from .test_layouts import data_half
+from .helpers import data_half
 
 iris_sample_data = pytest.importorskip("iris_sample_data")
 IRIS = Path(iris_sample_data.__file__).parent / "sample_data"
@@ -219,7 +219,6 @@ def test_packed_values_fill_values_in_labels_and_unusable_packing_per_sample(tmp
     from pipeline.runtime.mpi import SerialComm
 
     data_half_config = {**config, "workdir": str(tmp_path / "work")}
-    from .test_layouts import data_half
 
     data_half(data_half_config, root, tmp_path, SerialComm())
     for record in ShardReader(tmp_path / "work" / "merged"):

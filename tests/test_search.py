@@ -19,7 +19,7 @@ from pipeline.steps.search import (
     trial_key,
 )
 
-from .conftest import kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
+from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
 
 
 @pytest.fixture
@@ -109,14 +109,11 @@ SEARCH = {
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    """Small cubes merged and staged once for the module; each test gets its own search directory."""
-    tmp = tmp_path_factory.mktemp("search-data")
-    config = small_cube_config(tmp, train={"batch_size": 8, "depth": 2, "width": 4, "dense": 16}, search=SEARCH)
-    path = write_config(tmp, config)
-    for step in ("simulate", "ingest", "convert", "merge", "stage"):
-        run_cli([step, "--config", str(path)], ranks=2)
-    return config
+def dataset(small_cubes):
+    """Small cubes merged and staged once for the session; each test gets its own search directory."""
+    _, config = small_cubes
+    train = {**config["train"], "batch_size": 8, "depth": 2, "width": 4, "dense": 16}
+    return {**config, "train": train, "search": SEARCH}
 
 
 def search_config(tmp_path, dataset, **search):

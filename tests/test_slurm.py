@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from .conftest import REPO, env, run_snakemake, small_cube_config, step_summaries
-from .test_workflow import assert_report_holds
+from .helpers import assert_report_holds
 
 STATE = Path("/tmp/sim2dl-slurm")
 
@@ -72,38 +72,27 @@ def small_config(tmp_path, **sections):
     return path
 
 
-def test_demo_workflow_with_search_runs_as_slurm_jobs_and_srun_steps(tmp_path, slurm):
-    search = {
-        "enabled": True,
-        "min_budget": 1,
-        "max_budget": 3,
-        "eta": 3,
-        "iterations": 1,
-        "ping_interval_s": 1,
-        "space": {"learning_rate": {"type": "log-uniform", "low": 0.0003, "high": 0.003}},
-    }
-    config = small_config(tmp_path, search=search)
+def test_demo_workflow_runs_as_slurm_jobs_and_srun_steps(tmp_path, slurm):
+    # search off: the search itself is test_search's; here, that every step is an srun step of its job
+    config = small_config(tmp_path)
     proc, log = snakemake(tmp_path, "--configfile", str(config))
     assert proc.returncode == 0, log
-    figures = ["learning_curves.png", "validation.png", "search.png", "throughput.png"]
+    figures = ["learning_curves.png", "validation.png", "throughput.png"]
     assert_report_holds(tmp_path, ["--configfile", str(config)], figures)
     job_ids = set(re.findall(r"SLURM jobid (\d+)", log))
-    assert len(job_ids) >= 4, log  # data group, stage, search, train
+    assert len(job_ids) >= 3, log  # data group, stage, train
     summaries = step_summaries(tmp_path / "work" / "logs")
     assert "slurm" not in summaries.pop("throughput")[0]  # a figure: a local rule, run where Snakemake runs
-    assert set(summaries) == {"simulate", "ingest", "convert", "merge", "stage", "search", "train"}, summaries
+    assert set(summaries) == {"simulate", "ingest", "convert", "merge", "stage", "train"}, summaries
     for step, (summary, *_) in summaries.items():
         # every step ran as an srun step with two tasks inside one of the batch jobs Snakemake submitted
         assert summary["ranks"] == 2, (step, summary)
         assert summary["slurm"]["job_id"] in job_ids and summary["slurm"]["step_id"] not in (None, "batch")
         assert summary["slurm"]["ntasks"] == "2"
-    assert Path(tmp_path / "work" / "train" / "summary.json").exists()
     data_jobs = {summaries[s][0]["slurm"]["job_id"] for s in ("simulate", "ingest", "convert", "merge")}
     assert len(data_jobs) == 1  # grouped: one batch job for the four data steps
-    best = yaml.safe_load((tmp_path / "work" / "search" / "best.yaml").read_text())["train"]
     trained = json.loads((tmp_path / "work" / "train" / "summary.json").read_text())
-    assert trained["weights_identical_across_ranks"] and summaries["search"][0]["best"] == best
-    assert trained["settings"]["learning_rate"] == pytest.approx(best["learning_rate"])  # fed into train
+    assert trained["weights_identical_across_ranks"]
 
 
 def epochs_done(workdir: Path) -> int:

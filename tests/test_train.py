@@ -14,14 +14,10 @@ SMALL = {"epochs": 3, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "lea
 
 
 @pytest.fixture(scope="module")
-def staged(tmp_path_factory):
-    """96 small cubes (16^3) merged and staged once for the module."""
-    tmp = tmp_path_factory.mktemp("train-data")
-    config = small_cube_config(tmp, train=SMALL)
-    path = write_config(tmp, config)
-    for step in ("simulate", "ingest", "convert", "merge", "stage"):
-        run_cli([step, "--config", str(path)], ranks=2)
-    return tmp, config
+def staged(small_cubes):
+    """96 small cubes (16^3), merged and staged once for the session, trained with SMALL."""
+    tmp, config = small_cubes
+    return tmp, {**config, "train": {**config["train"], **SMALL}}
 
 
 def train(tmp_path, staged, ranks=2, check=True, **settings):

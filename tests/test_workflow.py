@@ -10,20 +10,11 @@ from pipeline import config as cfg
 from pipeline.data.tables import read_rows
 
 from .conftest import run_snakemake
+from .helpers import assert_report_holds
 
 
 def snakemake(*args, timeout=600):
     return run_snakemake(["--cores", "2", *args], timeout)
-
-
-def assert_report_holds(tmp_path: Path, args: list[str], figures: list[str]) -> None:
-    """`snakemake --report` of a finished run shows these figures (each an output marked with report())."""
-    report = tmp_path / "report.html"
-    proc = run_snakemake(["--cores", "1", *args, "--report", str(report)], 300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    html = report.read_text(errors="replace")
-    for figure in figures:
-        assert figure in html, figure
 
 
 def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):

@@ -50,7 +50,7 @@ ID_WORDS = ("sample_id", "id", "uuid", "name", "key")  # attribute names tried f
 
 
 @dataclass(frozen=True)
-class Source:
+class InputFiles:
     """Where the files are: a directory and a glob below it (the config's source.path and source.glob)."""
 
     root: Path
@@ -91,7 +91,7 @@ class Field:
 
 @dataclass(frozen=True)
 class Survey:
-    source: Source
+    source: InputFiles
     files: tuple[Path, ...]  # the inspected files
     listed: int  # matches listed (at most MAX_LISTED)
     complete: bool  # False: listing stopped at MAX_LISTED
@@ -101,23 +101,23 @@ class Survey:
     contents: tuple[Contents, ...] = ()  # what each inspected file holds
 
 
-def locate(spec: str) -> Source:
+def locate(spec: str) -> InputFiles:
     """A directory (its most common known suffix, at any depth), a glob, or one file (its siblings of the
     same suffix)."""
     if glob.has_magic(spec):
         parts = Path(spec).parts
         fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
         root = Path(*parts[:fixed]) if fixed else Path(".")
-        return Source(root.resolve(), str(Path(*parts[fixed:])))
+        return InputFiles(root.resolve(), str(Path(*parts[fixed:])))
     path = Path(spec)
     if path.is_file() or is_input_directory(path):
-        return Source(path.parent.resolve(), f"*{path.suffix}")
+        return InputFiles(path.parent.resolve(), f"*{path.suffix}")
     if not path.is_dir():
         raise Sim2dlError(f"{spec}: no such file or directory")
     suffixes = Counter(p.suffix.lower() for p in _walk(path) if p.suffix.lower() in BY_SUFFIX)
     if not suffixes:
         raise Sim2dlError(f"{spec}: no files of a known format ({', '.join(sorted(BY_SUFFIX))}) below it")
-    return Source(path.resolve(), f"**/*{suffixes.most_common(1)[0][0]}")
+    return InputFiles(path.resolve(), f"**/*{suffixes.most_common(1)[0][0]}")
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -134,7 +134,7 @@ def _walk(root: Path) -> Iterator[Path]:
                 return
 
 
-def list_matches(source: Source) -> tuple[list[Path], bool]:
+def list_matches(source: InputFiles) -> tuple[list[Path], bool]:
     """Up to MAX_LISTED files matching the source, sorted; and whether that is all of them."""
     found = []
     for name in glob.iglob(str(source.root / source.pattern), recursive=True):

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import Sim2dlError, bookkeeping_step
+from pipeline import Sim2dlError, gc_paused
 from pipeline.data.splits import SampleSplits
 from pipeline.data.tables import REJECT_COLUMNS, Reject, accepted_records, write_csv
 from pipeline.data.transforms import missing_masks, transform
@@ -147,7 +147,7 @@ def categorical_fields(ingest: IngestPaths) -> set[str]:
         raise Sim2dlError(f"cannot read {ingest.summary}: {e.strerror} (run ingest first)") from None
 
 
-@bookkeeping_step()
+@gc_paused()
 def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Each rank converts a block of the ingest parts, each into a converted part of the same name (so
     the parts, and the statistics, which are merged in part order, are the same for any rank count)."""

@@ -28,131 +28,45 @@ check, and one part's manifest rows at a time. Time: one pass over the files, sp
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
-import xxhash
 
-from pipeline import MB, CollectiveError, Sim2dlError, bookkeeping_step
-from pipeline.config import input_list, primary_field
-from pipeline.data.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_csv, write_parquet
+from pipeline import MB, Sim2dlError, gc_paused
+from pipeline.config import primary_field
+from pipeline.data.tables import Reject
 from pipeline.formats.fields import Categories
-from pipeline.formats.parts import PARTS_PER_RANK, PartWriter, clear_parts, part_stem
-from pipeline.formats.readers import FieldSpec, SampleError, field_descriptions, is_input_directory, reader_for
+from pipeline.formats.parts import PARTS_PER_RANK, PartWriter, part_stem
+from pipeline.formats.readers import FieldSpec, SampleError, field_descriptions, reader_for
 from pipeline.formats.readers.base import EMPTY, readable_size, resolve_missing, unreadable
 from pipeline.formats.shards import WRITERS
 from pipeline.formats.shards.base import Framing
 from pipeline.paths import IngestPaths
 from pipeline.reporting.progress import progress, progress_bar
-from pipeline.runtime.mpi import all_ok, block, exchange, owner_ranks
-from pipeline.steps.ingest.samples import FileOpener, FileSamples, plan_samples, reads_samples
+from pipeline.runtime.mpi import all_ok, block
+from pipeline.steps.ingest.listing import (
+    Listing,
+    SampleNames,
+    read_listing,
+    start_listing,
+)
+from pipeline.steps.ingest.manifest import (
+    HASHED,
+    ManifestPiece,
+    conclude,
+    id_hash,
+    size_or_zero,
+)
+from pipeline.steps.ingest.samples import (
+    FileOpener,
+    FileSamples,
+    plan_samples,
+    reads_samples,
+)
 from pipeline.storage.directio import ContentsOrError, FileContents
-from pipeline.storage.fsutil import atomic_path, write_json_atomic
-
-LISTING_CHUNK = 65_536  # names turned into one array at a time while listing
-
-
-class Listing(Sequence[str]):
-    """Input paths stored as one fixed-width byte array (no Python object per file); items are the paths
-    joined to `root` (a listed absolute path stays as it is)."""
-
-    def __init__(self, root: Path, names: np.ndarray) -> None:
-        self.root, self.names = str(root), names
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return [os.path.join(self.root, os.fsdecode(n)) for n in self.names[i]]
-        return os.path.join(self.root, os.fsdecode(self.names[i]))
-
-    def __iter__(self) -> Iterator[str]:
-        for name in self.names:
-            yield os.path.join(self.root, os.fsdecode(name))
-
-
-def collect(names: Iterable[bytes]) -> np.ndarray:
-    """Names as one fixed-width byte array, built LISTING_CHUNK names at a time (so that millions of
-    names never exist as Python objects at once)."""
-    chunks, pending = [], []
-    for name in names:
-        pending.append(name)
-        if len(pending) == LISTING_CHUNK:
-            chunks.append(np.array(pending))
-            pending = []
-    if pending:
-        chunks.append(np.array(pending))
-    width = max((c.dtype.itemsize for c in chunks), default=1)
-    return np.concatenate([c.astype(f"S{width}") for c in chunks]) if chunks else np.array([], "S1")
-
-
-def find_inputs(root: Path, pattern: str) -> np.ndarray:
-    """The names (relative to `root`, bytes) of the files matching `pattern`, sorted; streamed from the
-    directory walk."""
-    if not root.is_dir():
-        raise Sim2dlError(f"source directory {root} does not exist (config key 'source.path')")
-
-    def matches() -> Iterator[bytes]:
-        for name in glob.iglob(pattern, root_dir=root, recursive=True, include_hidden=True):
-            path = os.path.join(root, name)
-            # Dangling symlinks are kept: they are input files that cannot be read, and must be reported.
-            if os.path.isfile(path) or os.path.islink(path) or is_input_directory(path):
-                yield os.fsencode(name)
-
-    names = collect(matches())
-    if not len(names):
-        raise Sim2dlError(f"no files match '{pattern}' under {root} (config keys 'source.path', 'source.glob')")
-    names.sort()
-    return names
-
-
-def read_input_list(path: Path) -> np.ndarray:
-    """The inputs named in a list file, one per line (relative to source.path, or absolute), in the
-    file's order; blank lines and lines starting with '#' are skipped."""
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as e:
-        raise Sim2dlError(f"cannot read the input list {path} (config key 'source.list'): {e.strerror}") from None
-    with f:
-        names = collect(n for n in (line.strip() for line in f) if n and not n.startswith(b"#"))
-    if not len(names):
-        raise Sim2dlError(f"the input list {path} names no files (config key 'source.list')")
-    return names
-
-
-def write_listing(path: Path, names: np.ndarray) -> np.ndarray:
-    """Write the names one per line; returns the byte offset of every line start (and of the end)."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        for start in range(0, len(names), LISTING_CHUNK):
-            f.write(b"\n".join(names[start : start + LISTING_CHUNK].tolist()) + b"\n")
-    lengths = np.char.str_len(names).astype(np.int64) + 1
-    return np.concatenate([[0], np.cumsum(lengths)])
-
-
-def read_listing(path: Path, start: int, stop: int) -> np.ndarray:
-    """The names on the lines between byte offsets start and stop of a listing."""
-
-    def lines() -> Iterator[bytes]:
-        with open(path, "rb") as f:
-            f.seek(start)
-            position = start
-            while position < stop:
-                line = f.readline()
-                position += len(line)
-                yield line.rstrip(b"\n")
-
-    return collect(lines())
 
 
 def validate_sample(
@@ -264,77 +178,7 @@ def reads_contents(path: Path, format_name: str) -> bool:
         return False  # unknown suffix: rejected when its turn comes, without reading it
 
 
-def list_inputs(root: Path, source: Mapping[str, Any]) -> np.ndarray:
-    """Rank 0: the inputs' names (a glob's sorted, a list's in its order)."""
-    listed = input_list(source, root)
-    return read_input_list(listed) if listed else find_inputs(root, source["glob"])
-
-
-class ManifestPiece:
-    """The manifest rows of one part (a run of consecutive input files), written when the part is."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.columns: dict[str, list[Any]] = {name: [] for name in MANIFEST_SCHEMA.names}
-
-    def add(self, **row: Any) -> None:
-        for name, values in self.columns.items():
-            values.append(row.get(name))
-
-    def write(self) -> None:
-        write_parquet(self.path, self.columns, MANIFEST_SCHEMA)
-
-
-def id_hash(sample_id: str) -> tuple[int, int]:
-    digest = xxhash.xxh3_128_intdigest(sample_id.encode())
-    return digest >> 64, digest & 0xFFFF_FFFF_FFFF_FFFF
-
-
-HASHED = np.dtype([("high", "<u8"), ("low", "<u8"), ("index", "<i8")])
-
-
-def duplicates(comm: Any, hashed: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """(index, first index) of every accepted record whose sample id an earlier input already has, for
-    the records this rank holds. Ids are compared by a 128-bit hash (xxh3: a chance collision among ten
-    million ids is below 1e-24). Each hash goes to the rank owning its value, which finds the copies;
-    each copy is reported back to the rank holding it. Two all-to-alls of a few bytes per record."""
-    size = comm.Get_size()
-    received = exchange(comm, hashed, (hashed["low"] % size).astype(np.int64))
-    received.sort(order=["high", "low", "index"])
-    same = (received["high"][1:] == received["high"][:-1]) & (received["low"][1:] == received["low"][:-1])
-    later = np.flatnonzero(same) + 1
-    # the first of each run of equal hashes: the largest run start at or before each position
-    run_start = np.maximum.accumulate(np.where(np.concatenate([[True], ~same]), np.arange(len(received)), 0))
-    found = np.empty(len(later), [("index", "<i8"), ("first", "<i8")])
-    found["index"] = received["index"][later]
-    found["first"] = received["index"][run_start[later]]
-    return exchange(comm, found, owner_ranks(starts, found["index"]))
-
-
-def paths_of(comm: Any, indices: np.ndarray, starts: np.ndarray, mine: Listing) -> list[str]:
-    """The input paths of global file indices, asked of the ranks that hold them (for messages)."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    owners = owner_ranks(starts, indices)
-    asked = comm.alltoall([indices[owners == r] for r in range(size)])
-    answers = comm.alltoall([[mine[int(i - starts[rank])] for i in q] for q in asked])
-    by_index: dict[int, str] = {}
-    for r in range(size):
-        by_index.update(zip(indices[owners == r].tolist(), answers[r], strict=True))
-    return [by_index[i] for i in indices.tolist()]
-
-
-def start_listing(root: Path, source: Mapping[str, Any], paths: IngestPaths) -> tuple[np.ndarray, np.ndarray]:
-    """Rank 0: list the inputs into inputs.txt and clear what an earlier run left; returns the names and
-    the byte offset of every line of the listing."""
-    names = list_inputs(root, source)
-    paths.root.mkdir(parents=True, exist_ok=True)
-    clear_parts(paths.parts)
-    shutil.rmtree(paths.manifest, ignore_errors=True)
-    paths.summary.unlink(missing_ok=True)
-    return names, write_listing(paths.inputs, names)
-
-
-@bookkeeping_step()
+@gc_paused()
 def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Scan `root`, validate and pack files across ranks; every rank writes the manifest of its parts."""
     if reads_samples(config["source"]):
@@ -385,7 +229,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
             try:
                 arrays, sample_id, nbytes = read_one(path, contents, root, source, fields, settings["check_finite"])
             except SampleError as e:
-                piece.add(path=str(path), bytes=_size_or_zero(path), status="rejected", reason=str(e), sample_id="")
+                piece.add(path=str(path), bytes=size_or_zero(path), status="rejected", reason=str(e), sample_id="")
                 rejects.append(Reject(str(path), "", str(e)))
                 rejected += 1
                 continue
@@ -566,22 +410,6 @@ def sample_arrays(
     return arrays
 
 
-class SampleNames(Sequence[str]):
-    """What a rank's samples are called in messages: 'PATH (sample I)', by their place in the rank."""
-
-    def __init__(self, listing: Listing, file_starts: np.ndarray, first_file: int, first_number: int) -> None:
-        self.listing, self.file_starts = listing, file_starts
-        self.first_file, self.first_number = first_file, first_number
-
-    def __len__(self) -> int:
-        return int(self.file_starts[self.first_file + len(self.listing)] - self.first_number)
-
-    def __getitem__(self, i: Any) -> Any:
-        number = self.first_number + int(i)
-        f = int(np.searchsorted(self.file_starts, number, "right")) - 1
-        return f"{self.listing[f - self.first_file]} (sample {number - int(self.file_starts[f])})"
-
-
 def part_framing(config: Mapping[str, Any], shard_bytes: int) -> tuple[Framing | None, dict[str, Any]]:
     """How ingest frames its records (as merge will write them, when it can) and what a part's index says of it."""
     writer_class = WRITERS[config["merge"]["format"]]
@@ -618,93 +446,3 @@ class PartSequence:
         if self.part is not None:
             self.part.abort()
             self.part = self.piece = None
-
-
-def conclude(
-    comm: Any,
-    paths: IngestPaths,
-    hashed: np.ndarray,
-    starts: np.ndarray,
-    names: Sequence[str],
-    counts: tuple[int, int, int],
-    rejects: list[Reject],
-    settings: Mapping[str, Any],
-    chunk: int,
-    chunks: int,
-    extra: Mapping[str, Any],
-) -> dict[str, Any]:
-    """After every rank has written its parts: duplicate ids are rejected (the first in input order keeps
-    the id), the rejects list and summary.json are written, and the counts returned. `counts`: this rank's
-    (numbers held, accepted, rejected); numbers are files, or samples with `extra['samples']` set."""
-    found = duplicates(comm, hashed, starts)
-    firsts = paths_of(comm, found["first"], starts, names)
-    rejects += mark_duplicates(paths, found, firsts, chunk, chunks)
-    held, accepted, rejected = counts
-    totals = np.array(comm.allgather((held, accepted - len(found), rejected + len(found)))).sum(axis=0)
-    gathered = comm.gather(rejects, root=0)
-    summary: dict[str, Any] = {"inputs": int(totals[0]), "accepted": int(totals[1]), "rejected": int(totals[2])}
-    summary.update(extra)
-    if "samples" in extra:
-        summary["samples"] = int(totals[0])
-        summary["inputs"] = extra["inputs"]
-    if comm.Get_rank() == 0:
-        assert gathered is not None
-        summary["error"] = finish(paths, gathered, summary, settings["max_reject_fraction"], chunk, chunks)
-    summary = comm.bcast(summary, root=0)
-    if summary["error"]:  # every rank knows it: printed once, and no rank aborts the others
-        raise CollectiveError(summary["error"], 0) if comm.Get_size() > 1 else Sim2dlError(summary["error"])
-    return summary
-
-
-def mark_duplicates(
-    paths: IngestPaths, found: np.ndarray, firsts: Sequence[str], chunk: int, chunks: int
-) -> list[Reject]:
-    """Mark the duplicates this rank holds as rejected in their parts' manifests (rewritten atomically);
-    returns their rejects rows."""
-    rejects = []
-    by_piece: dict[int, list[tuple[int, str]]] = {}
-    for index, first_path in zip(found["index"].tolist(), firsts, strict=True):
-        by_piece.setdefault(index // chunk, []).append((index % chunk, first_path))
-    for number, rows in sorted(by_piece.items()):
-        path = paths.manifest_piece(part_stem(paths.parts, number, chunks).name)
-        columns = pq.read_table(path).to_pydict()
-        for row, first_path in rows:
-            sample_id = columns["sample_id"][row]
-            reason = f"duplicate sample id '{sample_id}' (first seen in {first_path})"
-            columns["status"][row], columns["reason"][row] = "rejected", reason
-            rejects.append(Reject(columns["path"][row], sample_id, reason))
-        write_parquet(path, columns, MANIFEST_SCHEMA)
-    return rejects
-
-
-def _size_or_zero(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
-
-
-def finish(
-    paths: IngestPaths,
-    gathered: Sequence[Sequence[Reject]],
-    counts: Mapping[str, int],
-    max_reject_fraction: float,
-    chunk: int,
-    chunks: int,
-) -> str | None:
-    """Rank 0: the rejects list, then summary.json (last: it marks the step complete), and the error if
-    too many files were rejected."""
-    rejects = sorted((row for rows in gathered for row in rows), key=lambda r: r[0])
-    write_csv(paths.rejects, REJECT_COLUMNS, rejects)
-    found, what = (counts["samples"], "samples") if "samples" in counts else (counts["inputs"], "input files")
-    fraction = counts["rejected"] / max(found, 1)
-    if fraction > max_reject_fraction:
-        shown = "\n".join(f"  {r.path} {r.sample_id}: {r.reason}" if r.sample_id else f"  {r.path}: {r.reason}"
-                          for r in rejects[:5])  # fmt: skip
-        return (
-            f"{counts['rejected']} of {found} {what} rejected ({fraction:.1%}), more than "
-            f"ingest.max_reject_fraction={max_reject_fraction:g}; see {paths.rejects}:\n{shown}"
-        )
-    per_part = "samples_per_part" if "samples" in counts else "files_per_part"
-    write_json_atomic(paths.summary, {**counts, "parts": chunks, per_part: chunk})
-    return None

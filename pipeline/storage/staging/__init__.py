@@ -41,7 +41,7 @@ from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import Topology, staged_node_dir, target_root, topology
 from pipeline.storage.fsutil import file_checksum, remove_stale_temporaries, write_json_atomic
 from pipeline.storage.staging.copier import Copier
-from pipeline.storage.staging.plan import Source, node_sources, plan, shard_sources
+from pipeline.storage.staging.plan import StagedFile, node_sources, plan, shard_sources
 
 log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
 
@@ -73,7 +73,7 @@ def stage_dataset(config: Mapping[str, Any], merged_dir: Path, summary_path: Pat
     return summary
 
 
-def missing_sources(sources: list[Source]) -> Sim2dlError | None:
+def missing_sources(sources: list[StagedFile]) -> Sim2dlError | None:
     """Before any transfer: every source shard exists with the size the metadata gives."""
     missing = [s for s in sources if not s.pieces[0][0].exists() or s.pieces[0][0].stat().st_size != s.size]
     if not missing:
@@ -84,7 +84,7 @@ def missing_sources(sources: list[Source]) -> Sim2dlError | None:
 
 
 def already_staged(
-    comm: Any, topo: Topology, my_dir: Path, per_node: Mapping[int, list[Source]], format_name: str
+    comm: Any, topo: Topology, my_dir: Path, per_node: Mapping[int, list[StagedFile]], format_name: str
 ) -> list[list[str] | None]:
     """Per rank (node leaders only), the files its node holds intact from an earlier run, after checking
     that the node's target has room for the rest."""
@@ -109,7 +109,7 @@ def already_staged(
     return comm.allgather(done_here if node_leader else None)
 
 
-def verify_existing(path: Path, src: Source, format_name: str) -> bool:
+def verify_existing(path: Path, src: StagedFile, format_name: str) -> bool:
     """A staged file from an earlier run counts only if it is complete and its checksum matches (sampled
     files, which have no checksum of their own, by their records' checks)."""
     if not path.exists() or path.stat().st_size != src.size:

@@ -20,7 +20,7 @@ from pipeline import Sim2dlError
 from pipeline.runtime.placement import Topology
 from pipeline.storage.directio import PAGE, RangeReader, aligned_buffer, open_for_reading
 from pipeline.storage.fsutil import Checksum, atomic_path
-from pipeline.storage.staging.plan import MAX_CHUNK_BYTES, Source, Transfer, chunk_messages
+from pipeline.storage.staging.plan import MAX_CHUNK_BYTES, StagedFile, Transfer, chunk_messages
 
 Message = list[tuple[Path, int, int]]  # (file, offset, length) pieces sent as one chunk
 
@@ -122,7 +122,7 @@ class Copier:
     def bytes_read(self) -> int:
         return self.sources.bytes_read
 
-    def chunks(self, src: Source) -> list[list[tuple[Path, int, int]]]:
+    def chunks(self, src: StagedFile) -> list[list[tuple[Path, int, int]]]:
         return chunk_messages(src, self.chunk)
 
     @staticmethod

@@ -21,7 +21,7 @@ MAX_CHUNK_BYTES = (1 << 31) - 1  # MPI counts are C ints
 
 
 @dataclass(frozen=True)
-class Source:
+class StagedFile:
     """One staged file: byte ranges of files on the shared file system, concatenated."""
 
     name: str  # file name on the node
@@ -36,7 +36,7 @@ class Source:
 @dataclass
 class Transfer:
     index: int
-    source: Source
+    source: StagedFile
     writers: dict[int, int] = field(default_factory=dict)  # node -> global rank writing it there
     first_node: int = 0  # the node whose writer reads the source from the shared file system
 
@@ -54,18 +54,20 @@ class Transfer:
         return [self.writers[n] for n in nodes[start:] + nodes[:start]]
 
 
-def shard_sources(merged_dir: Path, meta: Mapping[str, Any]) -> list[Source]:
+def shard_sources(merged_dir: Path, meta: Mapping[str, Any]) -> list[StagedFile]:
     sources = []
     for s in meta["shards"]:
-        sources.append(Source(s["file"], ((MergedPaths(merged_dir).shard(s["file"]), 0, s["bytes"]),), s["checksum"]))
+        sources.append(
+            StagedFile(s["file"], ((MergedPaths(merged_dir).shard(s["file"]), 0, s["bytes"]),), s["checksum"])
+        )
     return sources
 
 
-def spread_over_nodes(sources: Sequence[Source], nodes: int) -> list[list[Source]]:
+def spread_over_nodes(sources: Sequence[StagedFile], nodes: int) -> list[list[StagedFile]]:
     """stage.mode 'partition' (the config value keeps its name; 'part' is ingest's word): balanced by
     bytes, largest first, each to the node with the fewest bytes so far."""
     loads = [0] * nodes
-    shares: list[list[Source]] = [[] for _ in range(nodes)]
+    shares: list[list[StagedFile]] = [[] for _ in range(nodes)]
     for src in sorted(sources, key=lambda s: (-s.size, s.name)):
         k = loads.index(min(loads))
         shares[k].append(src)
@@ -75,7 +77,7 @@ def spread_over_nodes(sources: Sequence[Source], nodes: int) -> list[list[Source
 
 def sample_sources(
     merged_dir: Path, meta: Mapping[str, Any], topo: Topology, per_rank: int, replacement: bool, seed: int
-) -> dict[int, list[Source]]:
+) -> dict[int, list[StagedFile]]:
     """Per node: one file per rank holding its sampled records (framed TFRecord byte ranges)."""
     shards = shard_format(meta["format"])
     if not shards.samplable(meta["compression"]):
@@ -92,14 +94,14 @@ def sample_sources(
             f"config key 'stage.samples_per_rank': {per_rank} samples without replacement, "
             f"but the dataset has {len(records)} records"
         )
-    per_node: dict[int, list[Source]] = {k: [] for k in range(topo.nodes)}
+    per_node: dict[int, list[StagedFile]] = {k: [] for k in range(topo.nodes)}
     for node, ranks in enumerate(topo.node_ranks):
         for r in ranks:
             rng = np.random.default_rng([seed, r])
             chosen = rng.choice(len(records), size=per_rank, replace=replacement)
             # Read in file order (sequential on the shared file system); training shuffles anyway.
             pieces = tuple(sorted((records[i] for i in chosen), key=lambda rec: (str(rec[0]), rec[1])))
-            per_node[node].append(Source(f"rank-{r:05d}{shards.suffix}", pieces, None))
+            per_node[node].append(StagedFile(f"rank-{r:05d}{shards.suffix}", pieces, None))
     return per_node
 
 
@@ -110,10 +112,10 @@ def training_shards(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [s for s in meta["shards"] if s["split"] == "train"]
 
 
-def plan(per_node: Mapping[int, Sequence[Source]], topo: Topology) -> list[Transfer]:
+def plan(per_node: Mapping[int, Sequence[StagedFile]], topo: Topology) -> list[Transfer]:
     """Who reads what and who writes it where. Writers rotate over a node's ranks, and the node that
     reads a shared source rotates over the nodes that need it, so reading is spread over the job."""
-    by_source: dict[Source, Transfer] = {}
+    by_source: dict[StagedFile, Transfer] = {}
     transfers: list[Transfer] = []
     for node in range(topo.nodes):
         for j, src in enumerate(per_node.get(node, [])):
@@ -129,7 +131,7 @@ def plan(per_node: Mapping[int, Sequence[Source]], topo: Topology) -> list[Trans
     return transfers
 
 
-def chunk_messages(src: Source, chunk: int) -> list[list[tuple[Path, int, int]]]:
+def chunk_messages(src: StagedFile, chunk: int) -> list[list[tuple[Path, int, int]]]:
     """The messages of a source: consecutive pieces packed into chunks of at most `chunk` bytes."""
     messages: list[list[tuple[Path, int, int]]] = [[]]
     filled = 0
@@ -145,8 +147,8 @@ def chunk_messages(src: Source, chunk: int) -> list[list[tuple[Path, int, int]]]
 
 
 def node_sources(
-    settings: Mapping[str, Any], merged_dir: Path, meta: Mapping[str, Any], topo: Topology, sources: list[Source]
-) -> dict[int, list[Source]]:
+    settings: Mapping[str, Any], merged_dir: Path, meta: Mapping[str, Any], topo: Topology, sources: list[StagedFile]
+) -> dict[int, list[StagedFile]]:
     """What each node needs, by stage.mode: every shard (replica), a balanced share (partition), or one
     file of sampled training records per rank plus the other splits' shards whole (sample)."""
     mode = settings["mode"]

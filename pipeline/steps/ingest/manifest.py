@@ -1,0 +1,156 @@
+"""ingest's manifest and its conclusion: a Parquet piece per part (one row per input file or sample), duplicate
+sample ids found across ranks by hashes (an all-to-all of 24 bytes per record), and the summary with the
+reject threshold. Memory: one part's rows, and a hash per record of a rank's share; time: linear in the
+records."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import xxhash
+
+from pipeline import CollectiveError, Sim2dlError
+from pipeline.data.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_csv, write_parquet
+from pipeline.formats.parts import part_stem
+from pipeline.paths import IngestPaths
+from pipeline.runtime.mpi import exchange, owner_ranks
+from pipeline.steps.ingest.listing import (
+    paths_of,
+)
+from pipeline.storage.fsutil import write_json_atomic
+
+
+class ManifestPiece:
+    """The manifest rows of one part (a run of consecutive input files), written when the part is."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.columns: dict[str, list[Any]] = {name: [] for name in MANIFEST_SCHEMA.names}
+
+    def add(self, **row: Any) -> None:
+        for name, values in self.columns.items():
+            values.append(row.get(name))
+
+    def write(self) -> None:
+        write_parquet(self.path, self.columns, MANIFEST_SCHEMA)
+
+
+def id_hash(sample_id: str) -> tuple[int, int]:
+    digest = xxhash.xxh3_128_intdigest(sample_id.encode())
+    return digest >> 64, digest & 0xFFFF_FFFF_FFFF_FFFF
+
+
+HASHED = np.dtype([("high", "<u8"), ("low", "<u8"), ("index", "<i8")])
+
+
+def duplicates(comm: Any, hashed: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """(index, first index) of every accepted record whose sample id an earlier input already has, for
+    the records this rank holds. Ids are compared by a 128-bit hash (xxh3: a chance collision among ten
+    million ids is below 1e-24). Each hash goes to the rank owning its value, which finds the copies;
+    each copy is reported back to the rank holding it. Two all-to-alls of a few bytes per record."""
+    size = comm.Get_size()
+    received = exchange(comm, hashed, (hashed["low"] % size).astype(np.int64))
+    received.sort(order=["high", "low", "index"])
+    same = (received["high"][1:] == received["high"][:-1]) & (received["low"][1:] == received["low"][:-1])
+    later = np.flatnonzero(same) + 1
+    # the first of each run of equal hashes: the largest run start at or before each position
+    run_start = np.maximum.accumulate(np.where(np.concatenate([[True], ~same]), np.arange(len(received)), 0))
+    found = np.empty(len(later), [("index", "<i8"), ("first", "<i8")])
+    found["index"] = received["index"][later]
+    found["first"] = received["index"][run_start[later]]
+    return exchange(comm, found, owner_ranks(starts, found["index"]))
+
+
+def conclude(
+    comm: Any,
+    paths: IngestPaths,
+    hashed: np.ndarray,
+    starts: np.ndarray,
+    names: Sequence[str],
+    counts: tuple[int, int, int],
+    rejects: list[Reject],
+    settings: Mapping[str, Any],
+    chunk: int,
+    chunks: int,
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    """After every rank has written its parts: duplicate ids are rejected (the first in input order keeps
+    the id), the rejects list and summary.json are written, and the counts returned. `counts`: this rank's
+    (numbers held, accepted, rejected); numbers are files, or samples with `extra['samples']` set."""
+    found = duplicates(comm, hashed, starts)
+    firsts = paths_of(comm, found["first"], starts, names)
+    rejects += mark_duplicates(paths, found, firsts, chunk, chunks)
+    held, accepted, rejected = counts
+    totals = np.array(comm.allgather((held, accepted - len(found), rejected + len(found)))).sum(axis=0)
+    gathered = comm.gather(rejects, root=0)
+    summary: dict[str, Any] = {"inputs": int(totals[0]), "accepted": int(totals[1]), "rejected": int(totals[2])}
+    summary.update(extra)
+    if "samples" in extra:
+        summary["samples"] = int(totals[0])
+        summary["inputs"] = extra["inputs"]
+    if comm.Get_rank() == 0:
+        assert gathered is not None
+        summary["error"] = finish(paths, gathered, summary, settings["max_reject_fraction"], chunk, chunks)
+    summary = comm.bcast(summary, root=0)
+    if summary["error"]:  # every rank knows it: printed once, and no rank aborts the others
+        raise CollectiveError(summary["error"], 0) if comm.Get_size() > 1 else Sim2dlError(summary["error"])
+    return summary
+
+
+def mark_duplicates(
+    paths: IngestPaths, found: np.ndarray, firsts: Sequence[str], chunk: int, chunks: int
+) -> list[Reject]:
+    """Mark the duplicates this rank holds as rejected in their parts' manifests (rewritten atomically);
+    returns their rejects rows."""
+    rejects = []
+    by_piece: dict[int, list[tuple[int, str]]] = {}
+    for index, first_path in zip(found["index"].tolist(), firsts, strict=True):
+        by_piece.setdefault(index // chunk, []).append((index % chunk, first_path))
+    for number, rows in sorted(by_piece.items()):
+        path = paths.manifest_piece(part_stem(paths.parts, number, chunks).name)
+        columns = pq.read_table(path).to_pydict()
+        for row, first_path in rows:
+            sample_id = columns["sample_id"][row]
+            reason = f"duplicate sample id '{sample_id}' (first seen in {first_path})"
+            columns["status"][row], columns["reason"][row] = "rejected", reason
+            rejects.append(Reject(columns["path"][row], sample_id, reason))
+        write_parquet(path, columns, MANIFEST_SCHEMA)
+    return rejects
+
+
+def size_or_zero(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def finish(
+    paths: IngestPaths,
+    gathered: Sequence[Sequence[Reject]],
+    counts: Mapping[str, int],
+    max_reject_fraction: float,
+    chunk: int,
+    chunks: int,
+) -> str | None:
+    """Rank 0: the rejects list, then summary.json (last: it marks the step complete), and the error if
+    too many files were rejected."""
+    rejects = sorted((row for rows in gathered for row in rows), key=lambda r: r[0])
+    write_csv(paths.rejects, REJECT_COLUMNS, rejects)
+    found, what = (counts["samples"], "samples") if "samples" in counts else (counts["inputs"], "input files")
+    fraction = counts["rejected"] / max(found, 1)
+    if fraction > max_reject_fraction:
+        shown = "\n".join(f"  {r.path} {r.sample_id}: {r.reason}" if r.sample_id else f"  {r.path}: {r.reason}"
+                          for r in rejects[:5])  # fmt: skip
+        return (
+            f"{counts['rejected']} of {found} {what} rejected ({fraction:.1%}), more than "
+            f"ingest.max_reject_fraction={max_reject_fraction:g}; see {paths.rejects}:\n{shown}"
+        )
+    per_part = "samples_per_part" if "samples" in counts else "files_per_part"
+    write_json_atomic(paths.summary, {**counts, "parts": chunks, per_part: chunk})
+    return None

@@ -1,0 +1,82 @@
+"""merge's metadata.json: what is about the dataset as a whole (format, feature spec, statistics, counts,
+shards, splits, classes, units); its size grows with the shards, not with the records."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pipeline import __version__
+from pipeline.data.tables import PROVENANCE_SCHEMA
+from pipeline.formats.shards import ShardWriter
+
+
+def metadata(
+    settings: Mapping[str, Any],
+    writer_class: type[ShardWriter],
+    spec: Mapping[str, Any],
+    stats_doc: Mapping[str, Any],
+    shard_info: list[dict[str, Any]],
+    records: int,
+    ingested: Mapping[str, Any],
+    digest: str,
+    split_names: Sequence[str] = (),
+) -> dict[str, Any]:
+    """What is about the dataset as a whole; its size grows with the shards, not with the records."""
+    doc = {
+        "sim2dl_version": __version__,
+        "format": writer_class.format,
+        "compression": settings["compression"],
+        "encoding": writer_class.encoding(),
+        "index": writer_class.index_meaning,
+        "feature_spec": spec,
+        "sort_by": settings["sort_by"],
+        "plan_digest": digest,
+        "counts": {
+            "input_files": ingested["inputs"],
+            "accepted_files": ingested["accepted"],
+            "rejected_files": ingested["rejected"],
+            "convert_rejected": stats_doc.get("rejected", 0),
+            "records": records,
+            "shards": len(shard_info),
+        },
+        "normalisation": "x -> (x - mean) / std with the statistics below, applied to the listed fields",
+        "statistics": stats_doc["statistics"],
+        "statistics_from": stats_doc.get("statistics_from", {"split": None}),
+        # integer labels: {min, max, counts per split} (what train checks classes and weights against)
+        "class_counts": stats_doc.get("class_counts", {}),
+        "shards": shard_info,
+        "provenance": {
+            "path": "provenance",
+            "format": "parquet",
+            "columns": PROVENANCE_SCHEMA.names,
+            "rows": "one per record: its shard, its number in the shard, its sample id, source file and index "
+            "along source.samples_along in that file (null: the file is the sample)",
+        },
+    }
+    if "samples" in ingested:  # many samples per file: accepted and rejected count samples
+        doc["counts"]["samples_found"] = ingested["samples"]
+    if ingested.get("classes"):
+        doc["classes"] = ingested["classes"]  # categorical fields: class names in id order
+    units = {name: unit for name, unit in ingested.get("units", {}).items() if name in spec}
+    if units:
+        doc["units"] = units  # CF units of the values as read (before convert's log1p and normalisation)
+    names = {name: n for name, n in ingested.get("component_names", {}).items() if name in spec}
+    if names:
+        doc["component_names"] = names  # the entries along a field's last axis (e.g. a label's parameters)
+    if split_names:
+        doc["splits"] = {
+            name: {
+                "fraction": settings["splits"][name],
+                "directory": f"shards/{name}",
+                "records": sum(s["records"] for s in shard_info if s["split"] == name),
+                "shards": sum(1 for s in shard_info if s["split"] == name),
+            }
+            for name in split_names
+        }
+        doc["split_assignment"] = (
+            f"xxh3_64({'file id' if settings['split_by'] == 'file' else 'parent sample id'}, UTF-8) / 2^64 "
+            "against the cumulative fractions of the splits in name "
+            "order: the same for every rank count and rerun; sub-volumes of one input share its split"
+        )
+    return doc

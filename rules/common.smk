@@ -1,0 +1,113 @@
+# Helpers of the rule files, as in the snakemake-workflows catalog (common.smk). The validated config of each
+# run, the input functions, and the one command line every rule runs. The rule files only wire inputs,
+# outputs, logs and the command; MPI task counts, threads, memory and runtimes live in one place, the
+# workflow profile (profiles/default/config.yaml).
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+from snakemake.utils import min_version
+
+from pipeline import Sim2dlError
+from pipeline import config as sim2dl_config
+from pipeline.storage.fsutil import write_text_atomic
+
+min_version("9.0")
+
+
+# No `configfile:` directive: Snakemake would merge the demo config into a user's --configfile, adding
+# the demo's fields and search space to theirs. The demo applies only when no config file is given.
+_resolved = sim2dl_config.workflow_config(dict(config), bool(workflow.overwrite_configfiles))
+config.clear()
+config.update(_resolved)
+# sim2dl's own validation (the same schema, defaults filled in): strings from --config coerced where the
+# schema wants numbers, every problem named as `config key 'a.b.c': ...` (unknown keys with the nearest
+# valid one), as `sim2dl STEP --config` says it.
+try:
+    sim2dl_config.validate(config)
+except Sim2dlError as e:
+    raise WorkflowError(str(e)) from None
+
+
+def write_resolved(path, resolved_config):
+    """The validated config (defaults filled in), which every step reads; rewritten only when it changes."""
+    text = yaml.safe_dump(json.loads(json.dumps(resolved_config)), sort_keys=False)
+    if not path.exists() or path.read_text() != text:
+        write_text_atomic(path, text)
+
+
+class Run:
+    """One run of the workflow: a validated config and its workdir (a sweep has one per point)."""
+
+    def __init__(self, run_config):
+        self.config = run_config
+        self.layout = sim2dl_config.layout(run_config)
+        self.source = sim2dl_config.source_dir(run_config)
+        self.resolved = self.layout.workdir / "config.resolved.yaml"
+        write_resolved(self.resolved, run_config)
+
+    def settings(self, step):
+        """The config values `step` reads (pipeline.config.STEP_SETTINGS), as a stable string: a rule's
+        `params`, so Snakemake reruns exactly the steps whose settings changed."""
+        return json.dumps(sim2dl_config.step_settings(self.config, step), sort_keys=True)
+
+
+if "sweep" in config:
+    from pipeline.steps.sweep import point_configs, sweep_workdir
+
+    try:
+        RUNS = [Run(point) for point in point_configs(config).values()]
+    except Sim2dlError as e:
+        raise WorkflowError(str(e)) from None
+    SWEEP_DIR = sweep_workdir(config)
+    SWEEP_CONFIG = SWEEP_DIR / "sweep.resolved.yaml"
+    write_resolved(SWEEP_CONFIG, config)
+else:
+    RUNS = [Run(config)]
+RUN = {str(r.layout.workdir): r for r in RUNS}
+
+# Rules are patterns over the run's workdir: one DAG holds every point of a sweep.
+LAYOUT = sim2dl_config.Layout(Path("{workdir}"))
+
+
+def run_config(wildcards):
+    return str(RUN[wildcards.workdir].resolved)
+
+
+def settings(step):
+    return lambda wildcards: RUN[wildcards.workdir].settings(step)
+
+
+def ingest_inputs(wildcards):
+    """The simulator's output, and the files beside the data (source.list, source.labels_table) if set."""
+    run = RUN[wildcards.workdir]
+    simulated = run.config["simulate"]["enabled"]
+    side = sim2dl_config.side_files(run.config["source"], run.source)
+    return [
+        *([run.layout.simulate_summary] if simulated else []),
+        # an ensemble's runs table is written by simulate, with its summary
+        *(p for p in side if not (simulated and p.parent == run.layout.raw)),
+    ]
+
+
+def searched(wildcards):
+    run = RUN[wildcards.workdir]
+    return run.layout.search_best if run.config["search"]["enabled"] else None
+
+
+def model_inputs(wildcards):
+    """A train.model that is a file of the user's (and the files beside it that it names)."""
+    return sim2dl_config.model_files(RUN[wildcards.workdir].config["train"])
+
+
+def mpi_step(step, *step_arguments, launch_options=""):
+    """The shell command of a rule: `sim2dl launch` runs the step with the rule's MPI tasks (resources
+    from the workflow profile) on its run's config; its output goes to the rule's step log."""
+    options = f" {launch_options}" if launch_options else ""
+    arguments = "".join(f" {a}" for a in step_arguments)
+    return (
+        "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
+        f"{options} {step}{arguments} > {{log.step:q}} 2>&1"
+    )
