@@ -99,9 +99,9 @@ def gc_paused() -> Iterator[None]:
 
     Ingest, convert and merge build hundreds of thousands of small, acyclic, long-lived objects (manifest
     rows, index entries, provenance); the collector would scan them again and again for cycles they do not
-    have (measured at 6,000 records: convert 0.41 -> 0.18 s, merge 0.40 -> 0.18 s). Reference counting
-    still frees every acyclic object at once, so memory does not grow from this; the collector runs again
-    when the step returns."""
+    have (about half of convert's and merge's time at a few thousand records: docs/benchmarks.md, design
+    measurements). Reference counting still frees every acyclic object at once, so memory does not grow
+    from this; the collector runs again when the step returns."""
     enabled = gc.isenabled()
     gc.disable()
     try:

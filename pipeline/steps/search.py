@@ -114,6 +114,7 @@ def run_directory(path: Path) -> bytes:
 
 
 def read_key(run_dir: Path) -> bytes:
+    """The search's HMAC key (workers authenticate to the master), refused when others can read it."""
     key_file = run_dir / "hmac.key"
     if key_file.stat().st_mode & 0o077:
         raise Sim2dlError(f"{key_file} is readable by others: remove it (a new key is made) or chmod 600 it")
@@ -135,6 +136,7 @@ def wait_for_master(run_dir: Path, timeout_s: float) -> dict[str, Any]:
 
 
 def listen_host(interface: str) -> str:
+    """The address the master and workers listen on: loopback, or this node's interface."""
     return "127.0.0.1" if interface == "loopback" else socket.gethostbyname(socket.gethostname())
 
 
@@ -142,6 +144,7 @@ def listen_host(interface: str) -> str:
 
 
 def config_space(space: Mapping[str, Mapping[str, Any]], seed: int) -> Any:
+    """The search space (search.space) as a ConfigSpace, seeded so trials are the same on a rerun."""
     import ConfigSpace as CS
 
     cs = CS.ConfigurationSpace(seed=seed)
@@ -160,6 +163,7 @@ def config_space(space: Mapping[str, Mapping[str, Any]], seed: int) -> Any:
 
 
 def plain(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's configuration with numpy scalars as Python values, keys sorted (JSON and YAML)."""
     return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in sorted(config.items())}
 
 
@@ -176,10 +180,12 @@ def train_settings(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trial_key(config: Mapping[str, Any], budget: float) -> str:
+    """What identifies a trial across restarts: its configuration and budget."""
     return json.dumps([plain(config), round(float(budget), 6)], sort_keys=True)
 
 
 def completed_trials(results: Path) -> dict[str, dict[str, Any]]:
+    """The trials a killed search finished, by trial key, from its results file (a torn last line is skipped)."""
     done = {}
     if results.exists():
         for line in results.read_text().splitlines():
@@ -262,6 +268,7 @@ def run_trial(
 
 
 def make_worker_class() -> type:
+    """hpbandster's Worker subclass that runs a trial as a real `train` on the staged data."""
     from hpbandster.core.worker import Worker
 
     class TrainingWorker(Worker):  # type: ignore[misc]
@@ -369,6 +376,7 @@ def start_worker(
     worker_id: str,
     background: bool,
 ) -> Any:
+    """Start this rank's worker in a thread, registered with the master's name server."""
     worker = make_worker_class()(
         config,
         out_dir,
@@ -385,6 +393,7 @@ def start_worker(
 
 
 def run_master(settings: Mapping[str, Any], address: Mapping[str, Any], workers: int) -> Any:
+    """Run BOHB on rank 0 with the configured budgets and iterations, seeded; its result."""
     from hpbandster.optimizers import BOHB
 
     np.random.seed(settings["seed"])  # BOHB's model samples from numpy's global generator
@@ -406,6 +415,7 @@ def run_master(settings: Mapping[str, Any], address: Mapping[str, Any], workers:
 
 
 def finish(result: Any, out_dir: Path, config: Mapping[str, Any]) -> dict[str, Any]:
+    """best.yaml (the incumbent's train settings), the trials' figure and the step's summary."""
     id2config = result.get_id2config_mapping()
     incumbent = result.get_incumbent_id()
     runs = [r for r in result.get_all_runs() if r.loss is not None]

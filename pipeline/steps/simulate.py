@@ -28,6 +28,7 @@ from pipeline.storage.fsutil import atomic_path, write_json_atomic
 
 
 def sample_path(root: Path, index: int, files_per_dir: int) -> Path:
+    """Where sample `index` goes: files_per_dir files to a directory, numbered in order."""
     return root / f"{index // files_per_dir:05d}" / f"sample_{index:08d}.h5"
 
 
@@ -95,6 +96,7 @@ class Templates:
 
 
 def write_sample(path: Path, arrays: Mapping[str, np.ndarray], sample_id: str, templates: Templates) -> None:
+    """Write one sample's HDF5 file atomically (from the templates' bytes)."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(templates.file_bytes(arrays, sample_id))
 

@@ -22,6 +22,7 @@ from pipeline.storage.fsutil import write_text_atomic
 
 
 def sweep_workdir(config: Mapping[str, Any]) -> Path:
+    """The directory of a sweep's points and summary: sweep.workdir or results/sweeps/NAME."""
     sweep = config["sweep"]
     return Path(sweep.get("workdir") or f"results/sweeps/{sweep['name']}")
 

@@ -32,6 +32,7 @@ def last_summary(log: Path) -> dict[str, Any] | None:
 
 
 def throughput(layout: Layout, out: Path) -> dict[str, Any]:
+    """The data steps' times and rates, from their logs' JSON summaries, as a figure at `out`."""
     summaries = {step: s for step in DATA_STEPS if (s := last_summary(layout.log(step))) is not None}
     if not summaries:
         raise Sim2dlError(f"no step summaries in {layout.log('merge').parent}: run the data steps first")

@@ -101,6 +101,7 @@ def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: Mod
 
 
 def discard_foreign_checkpoints(ckpt_dir: Path, key: str) -> None:
+    """Remove checkpoints written for other data or settings (`key`), so training starts afresh."""
     key_file = ckpt_dir / "settings.json"
     if ckpt_dir.exists() and (not key_file.exists() or key_file.read_text() != key):
         log.info("sim2dl train: settings or data changed since %s was written: starting afresh", ckpt_dir)

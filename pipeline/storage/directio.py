@@ -110,10 +110,9 @@ class FileContents:
     at most `depth` files are in memory at once. For a file with `wanted(path)` False the item is None: it is only
     requested from storage ahead of time (POSIX_FADV_WILLNEED), for a reader that opens it by path.
     Reads run in `threads` threads because their system calls release the GIL, so storage works while
-    this thread parses, and a few requests in flight keep storage busier than one. Two by default: with
-    the parse down to tens of microseconds per HDF5 file, ingest of 6,000 files on 2 ranks took 1.77 s
-    with 2 threads per rank against 2.05-2.2 s with 1; 3 or 4 were no faster (they contend for the GIL);
-    ranks give the further parallel requests that parallel file systems want."""
+    this thread parses, and a few requests in flight keep storage busier than one. Two by default: more
+    contend for the GIL (docs/benchmarks.md, design measurements); ranks give the further parallel
+    requests that parallel file systems want."""
 
     def __init__(
         self,

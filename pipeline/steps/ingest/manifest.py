@@ -41,6 +41,7 @@ class ManifestPiece:
 
 
 def id_hash(sample_id: str) -> tuple[int, int]:
+    """A sample id's 128-bit hash as (high, low) 64-bit halves: what duplicates are found by."""
     digest = xxhash.xxh3_128_intdigest(sample_id.encode())
     return digest >> 64, digest & 0xFFFF_FFFF_FFFF_FFFF
 
@@ -124,6 +125,7 @@ def mark_duplicates(
 
 
 def size_or_zero(path: Path) -> int:
+    """A file's size, 0 where it cannot be read (the summary's byte counts)."""
     try:
         return os.stat(path).st_size
     except OSError:

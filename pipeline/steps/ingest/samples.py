@@ -47,7 +47,7 @@ from pipeline.runtime.mpi import all_ok, block
 Arrays = dict[str, np.ndarray]
 # At most this many samples per part: ingest (a part's manifest rows), convert and merge (a part's index, parsed)
 # hold a part's bookkeeping at once, about 1 KB per record, so small samples (a few hundred bytes: 60,000 to a
-# 16 MB shard) would make that grow with the shard's record count (measured: 70 MB more per rank at 50,000).
+# 16 MB shard) would make that grow with the shard's record count (docs/benchmarks.md, design measurements).
 # Merge gathers a shard from several parts (as it does for sorted merges) at about the same speed.
 PART_SAMPLES_MAX = 8192
 GROWTH = 16  # a file's next range of samples is at most this many times the last
@@ -383,4 +383,5 @@ def plan_samples(
 
 
 def batch_bytes(settings: Mapping[str, Any]) -> int:
+    """ingest.batch_mb in bytes: about how much of a file's samples one read takes."""
     return int(settings["batch_mb"] * MB)

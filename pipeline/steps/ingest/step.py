@@ -124,6 +124,7 @@ def record_length(arrays: Mapping[str, np.ndarray], primary: str) -> int:
 
 
 def shape_text(arrays: Mapping[str, np.ndarray]) -> str:
+    """The arrays' shapes as one manifest cell: `name=AxBxC;...` ('scalar' for 0-d)."""
     return ";".join(f"{name}={'x'.join(map(str, a.shape)) or 'scalar'}" for name, a in arrays.items())
 
 
@@ -172,6 +173,7 @@ def part_files(files: Sequence[str | Path], shard_bytes: int, ranks: int, sample
 
 
 def reads_contents(path: Path, format_name: str) -> bool:
+    """Whether the file's reader takes its whole contents read ahead (else it opens the path itself)."""
     try:
         return reader_for(path, format_name).reads_contents
     except SampleError:

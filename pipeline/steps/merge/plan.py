@@ -299,6 +299,7 @@ def gather_shards(comm: Any, rows: np.ndarray, starts: np.ndarray) -> tuple[np.n
 
 
 def shard_name(index: int, count: int, writer: type[ShardWriter]) -> str:
+    """A shard's file name: its number, the count of shards, the format's suffix."""
     return f"shard-{index:05d}-of-{count:05d}{writer.suffix}"
 
 

@@ -27,6 +27,7 @@ from pipeline.storage.fsutil import atomic_path, file_checksum, remove_stale_tem
 
 
 def index_path(shard: Path) -> Path:
+    """The shard's index file (offset and length per record): SHARD.idx beside it."""
     return shard.with_name(shard.name + ".idx")
 
 
@@ -57,6 +58,7 @@ def field_shapes(rows: np.ndarray, f: int, field: Mapping[str, Any]) -> list[tup
 
 
 def field_sizes(rows: np.ndarray, f: int, field: Mapping[str, Any]) -> np.ndarray:
+    """Per row, the bytes of field number f (its dtype's size times its shape, varying axes from the row)."""
     size = np.full(len(rows), np.dtype(field["dtype"]).itemsize, np.int64)
     for axis, d in enumerate(field["shape"]):
         size *= rows[f"dim{f}_{axis}"].astype(np.int64) if d is None else d

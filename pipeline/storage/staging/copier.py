@@ -33,7 +33,7 @@ def wait_quietly(request: Any) -> None:
     MPI's blocking calls busy-poll, which is right with a core per rank; staging runs several ranks, each
     with a reading, a sending and a receiving thread. The cap is short because MPI moves data between
     nodes only inside MPI calls (UCX over TCP sends a large message in pieces, one per progress call):
-    with 1 ms sleeps, staging across 3 virtual nodes took 3.6 s where 100 us takes 1.0 s (bench/cluster)."""
+    longer sleeps make staging across nodes several times slower (docs/benchmarks.md, design measurements)."""
     delay = 1e-5
     while not request.Test():
         time.sleep(delay)

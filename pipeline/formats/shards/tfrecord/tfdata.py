@@ -74,9 +74,9 @@ def parse_batch(serialized: Any, spec: Mapping[str, Mapping[str, Any]]) -> dict[
     return {"sample_id": parsed["sample_id"], **{n: decode_field(parsed, n, f, True) for n, f in spec.items()}}
 
 
-# Large reads per shard: TF's default 256 KB buffer costs 2.5x in samples/s (bench/read.py), and with
-# 32 MB, four shards read in parallel keep the disk busier than one stream (cold, 64 MB shards: 0.88 of a
-# `cat` of the shards with 16 MB, 1.17 with 32 MB). Memory: one buffer per shard being read.
+# Large reads per shard: TF's default 256 KB buffer reads far slower, and with 32 MB four shards read in
+# parallel keep the disk busier than one stream (docs/benchmarks.md, design measurements). Memory: one
+# buffer per shard being read.
 READ_BUFFER_BYTES = 32 << 20
 
 
