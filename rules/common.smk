@@ -1,7 +1,7 @@
 # Helpers of the rule files, as in the snakemake-workflows catalog (common.smk). The validated config of each
 # run, the input functions, and the one command line every rule runs. The rule files only wire inputs,
-# outputs, logs and the command; MPI task counts, threads, memory and runtimes live in one place, the
-# workflow profile (profiles/default/config.yaml).
+# outputs, logs and the command; MPI task counts live in one place, MPI_TASKS below (memory and runtime
+# defaults in the workflow profile, profiles/default/config.yaml).
 
 import json
 import re
@@ -100,6 +100,12 @@ def searched(wildcards):
 def model_inputs(wildcards):
     """A train.model that is a file of the user's (and the files beside it that it names)."""
     return sim2dl_config.model_files(RUN[wildcards.workdir].config["train"])
+
+
+# MPI ranks of each rule (resources.tasks), and the cores a local run reserves for them (threads). Here and
+# not in the workflow profile: a command line's --set-resources replaces the profile's set-resources as a
+# whole, so `--set-resources train:tasks=8` would drop every other rule to one rank.
+MPI_TASKS = {"simulate": 2, "ingest": 2, "convert": 2, "merge": 2, "stage": 2, "search": 2, "train": 2, "throughput": 1}
 
 
 def mpi_step(step, *step_arguments, launch_options=""):

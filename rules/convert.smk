@@ -10,5 +10,8 @@ rule convert:
     params:
         config=run_config,
         settings=settings("convert"),
+    threads: MPI_TASKS["convert"]
+    resources:
+        tasks=MPI_TASKS["convert"],
     shell:
         mpi_step("convert")

@@ -11,5 +11,8 @@ rule ingest:
     params:
         config=run_config,
         settings=settings("ingest"),
+    threads: MPI_TASKS["ingest"]
+    resources:
+        tasks=MPI_TASKS["ingest"],
     shell:
         mpi_step("ingest")

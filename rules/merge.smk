@@ -11,5 +11,8 @@ rule merge:
     params:
         config=run_config,
         settings=settings("merge"),
+    threads: MPI_TASKS["merge"]
+    resources:
+        tasks=MPI_TASKS["merge"],
     shell:
         mpi_step("merge")

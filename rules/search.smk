@@ -13,5 +13,8 @@ rule search:
     params:
         config=run_config,
         settings=settings("search"),
+    threads: MPI_TASKS["search"]
+    resources:
+        tasks=MPI_TASKS["search"], runtime=120,
     shell:
         mpi_step("search")

@@ -9,5 +9,8 @@ rule simulate:
         config=run_config,
         source=lambda wc: RUN[wc.workdir].source,
         settings=settings("simulate"),
+    threads: MPI_TASKS["simulate"]
+    resources:
+        tasks=MPI_TASKS["simulate"],
     shell:
         mpi_step("simulate", "--out {params.source:q}")

@@ -10,5 +10,8 @@ rule stage:
     params:
         config=run_config,
         settings=settings("stage"),
+    threads: MPI_TASKS["stage"]
+    resources:
+        tasks=MPI_TASKS["stage"],
     shell:
         mpi_step("stage")

@@ -9,6 +9,9 @@ rule throughput:
         step=LAYOUT.log("throughput"),
     params:
         config=run_config,
+    threads: MPI_TASKS["throughput"]
+    resources:
+        tasks=MPI_TASKS["throughput"],
     shell:
         mpi_step("throughput")
 

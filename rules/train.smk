@@ -16,5 +16,8 @@ rule train:
         config=run_config,
         overrides=lambda wc: ["--overrides", searched(wc)] if searched(wc) else [],
         settings=settings("train"),
+    threads: MPI_TASKS["train"]
+    resources:
+        tasks=MPI_TASKS["train"],
     shell:
         mpi_step("train", launch_options="{params.overrides:q}")

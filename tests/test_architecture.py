@@ -3,6 +3,7 @@ them to the tiers. A step may import the tiers below it, never another step; not
 a step (only the CLI, the spine above them, does)."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,16 @@ def test_no_test_only_code_in_the_package() -> None:
     for name in ("def tfrecord_dataset", "def hdf5_records(shard"):
         holders = [str(p) for p in PACKAGE.rglob("*.py") if name in p.read_text()]
         assert not holders, f"{name} is test-only code: it belongs in tests/helpers.py ({holders})"
+
+
+def test_overriding_one_rules_tasks_keeps_the_others(tmp_path: Path) -> None:
+    # a command line's --set-resources replaces a profile's set-resources as a whole: the task counts
+    # live in rules/common.smk so that overriding one rule leaves the others' ranks as they are
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    args = [snakemake, "-n", "-p", "--set-resources", "stage:tasks=3", "--config", f"workdir={tmp_path / 'w'}"]
+    done = subprocess.run(args, cwd=PACKAGE.parent, capture_output=True, text=True, env=env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = re.findall(r"--tasks (\d+) --config \S+ +(?:--overrides \S+ )?(\w+)", done.stdout)
+    expected = {"simulate": 2, "ingest": 2, "convert": 2, "merge": 2, "stage": 3, "search": 2, "train": 2}
+    expected["throughput"] = 1  # a figure, one rank
+    assert {step: int(n) for n, step in found} == expected, done.stdout
