@@ -3,6 +3,7 @@
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -84,6 +85,9 @@ CHANGES = {
     "simulate.enabled": ("simulate.enabled", False),
     "search": ("search.seed", 5),
 }
+# Keys whose change Snakemake itself is asked about: one read by each rule with settings, and the one
+# that takes a rule away.
+SNAKEMAKE_SAMPLE = ["simulate", "ingest", "convert", "merge", "stage", "search", "train", "simulate.enabled"]
 # The workflow's edges: a rule's output is read by these rules.
 DOWNSTREAM = {
     "simulate": {"ingest"},
@@ -156,25 +160,49 @@ def test_each_setting_reruns_exactly_the_steps_that_read_it(tmp_path):
         return {row[2]: (row[4], row[5]) for row in rows}  # rule -> (status, plan)
 
     assert set(summary(base_file).values()) == {("ok", "no update")}
-    changed_files = []
-    for i, (leaf, value) in enumerate(CHANGES.values()):
+    base_rules = set(summary(base_file))
+
+    def changed_config(leaf: str, value: Any) -> dict[str, Any]:
         changed = json.loads(json.dumps(base))
         section, _, name = leaf.partition(".")
         changed.setdefault(section, {})[name] = str(tmp_path / value) if leaf == "source.path" else value
-        changed_files.append(tmp_path / f"changed-{i}.yaml")
-        changed_files[-1].write_text(yaml.safe_dump(changed))
-    with ThreadPoolExecutor(2) as pool:
-        summaries = list(pool.map(summary, changed_files))
-    for (key, (leaf, _)), rules in zip(CHANGES.items(), summaries, strict=True):
-        readers = {
+        return changed
+
+    def readers_of(leaf: str, rules: set[str]) -> set[str]:
+        return {
             step
             for step, step_keys in cfg.STEP_SETTINGS.items()
             if step_keys and step in rules and any(leaf == k or leaf.startswith(k + ".") for k in step_keys)
         }
-        assert readers, key
+
+    # Every key: exactly its readers' params (what each rule's `params.settings` holds) change.
+    base_params = rule_params(base)
+    for key, (leaf, value) in CHANGES.items():
+        params = rule_params(changed_config(leaf, value))
+        rules = base_rules - ({"simulate"} if leaf == "simulate.enabled" else set())
+        changed = {step for step in rules if step in params and params[step] != base_params[step]}
+        assert readers_of(leaf, rules) and changed == readers_of(leaf, rules), (key, changed)
+
+    # Snakemake sees those params: for one key read by each rule that has settings, exactly that rule's
+    # params changed, and only it and the rules below it would run (a summary is a Snakemake start-up).
+    changed_files = []
+    for i, key in enumerate(SNAKEMAKE_SAMPLE):
+        changed_files.append(tmp_path / f"changed-{i}.yaml")
+        changed_files[-1].write_text(yaml.safe_dump(changed_config(*CHANGES[key])))
+    with ThreadPoolExecutor(2) as pool:
+        summaries = list(pool.map(summary, changed_files))
+    for key, rules in zip(SNAKEMAKE_SAMPLE, summaries, strict=True):
+        leaf = CHANGES[key][0]
+        readers = readers_of(leaf, set(rules))
         params_changed = {rule for rule, (status, _) in rules.items() if status == "params changed"}
         assert params_changed == readers, (key, rules)
         # simulate.enabled: false also takes the simulator's output away from ingest's inputs
         moved = {"ingest"} if leaf == "simulate.enabled" else set()
         pending = {rule for rule, (_, plan) in rules.items() if plan == "update pending"}
         assert pending == closure(readers | moved) & set(rules), (key, rules)
+
+
+def rule_params(config: dict[str, Any]) -> dict[str, str]:
+    """Each step's settings as its rule's `params.settings` holds them (rules/common.smk: Run.settings)."""
+    resolved = cfg.validate(json.loads(json.dumps(config)))
+    return {step: json.dumps(cfg.step_settings(resolved, step), sort_keys=True) for step in cfg.STEP_SETTINGS}
