@@ -27,7 +27,6 @@ from .conftest import (
     cli_command,
     host_library_version,
     make_config,
-    merge_inside_equals_outside,
     runtime_env,
     step_summaries,
     write_config,
@@ -95,12 +94,6 @@ def test_doctor_checks_the_site_and_says_how_to_fix_problems(tmp_path, image, ho
     assert "FAIL  image" in proc.stdout and "does not exist" in proc.stdout and "sim2dl image build" in proc.stdout
     assert f"no libmpi.so.12 in host_mpi.paths ['{empty}']" in proc.stdout
     assert "sim2dl image host-mpi --out DIR" in proc.stdout
-
-
-def test_merge_inside_the_container_equals_merge_outside(tmp_path, image, host_mpi):
-    """The same step on the same inputs gives byte-identical shards and the same metadata in the container
-    (2 ranks, host MPICH) and in the local environment (2 ranks, the venv's MPICH)."""
-    merge_inside_equals_outside(tmp_path, charliecloud(host_mpi))
 
 
 def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mpi):
