@@ -21,8 +21,8 @@ BY_SUFFIX = {suffix: reader for reader in READERS.values() for suffix in reader.
 DIRECTORY_SUFFIXES = tuple(s for reader in READERS.values() if reader.directories for s in reader.suffixes)
 
 __all__ = [
-    "DIRECTORY_SUFFIXES", "READERS", "FieldSpec", "Reader", "SampleError", "field_units", "is_input_directory",
-    "reader_for",
+    "COMPONENT_NAMES", "DIRECTORY_SUFFIXES", "READERS", "FieldSpec", "Reader", "SampleError", "field_descriptions",
+    "is_input_directory", "reader_for",
 ]  # fmt: skip
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from pipeline import Sim2dlError
 
+SHARD_INDEX_SUFFIX = ".idx"  # beside each shard: (offset, length) per record (DALI's TFRecord index format)
 Record = dict[str, Any]  # "sample_id": str, and one numpy array per field
 Loaded = tuple[Any, Any]  # a range of records as read (bytes or arrays), and what locates each record in it
 Extent = tuple[int, int, int]  # (shard number, first record, stop record)
@@ -24,6 +25,11 @@ Extent = tuple[int, int, int]  # (shard number, first record, stop record)
 FeatureSpec = Mapping[str, Mapping[str, Any]]
 # (sample id, arrays) -> (one record's bytes as the shard holds it, as pieces; each array's offset in it)
 Framing = Callable[[str, Mapping[str, np.ndarray]], tuple[list[Any], dict[str, int]]]
+
+
+def index_path(shard: Path) -> Path:
+    """The shard's index file, beside it: SHARD.idx."""
+    return shard.with_name(shard.name + SHARD_INDEX_SUFFIX)
 
 
 class ShardWriter(ABC):
@@ -60,15 +66,21 @@ class ShardWriter(ABC):
 class ShardFormat(ABC):
     """One shard format, both directions. Subclasses set the class attributes and implement load/records."""
 
-    name: str
     writer: type[ShardWriter]
-    compressions: tuple[str, ...]
     encodings: tuple[str, ...] = ("bytes",)  # merge.encoding values the format can hold
     trainable = False  # train's tf.data pipeline reads it
 
     @property
+    def name(self) -> str:
+        return self.writer.format
+
+    @property
     def suffix(self) -> str:
         return self.writer.suffix
+
+    @property
+    def compressions(self) -> tuple[str, ...]:
+        return self.writer.compressions
 
     def samplable(self, compression: str) -> bool:
         """Records can be staged one by one (stage.mode sample): framed records of uncompressed shards."""

@@ -32,15 +32,11 @@ class HDF5ShardWriter(ShardWriter):
         self._ids: list[str] = []
         self._rows = 0
 
-    @staticmethod
-    def _fixed(shape: list[int | None]) -> bool:
-        return all(d is not None for d in shape)
-
     def write(self, sample_id: str, arrays: Mapping[str, np.ndarray]) -> tuple[int, int]:
         self._records.append({k: np.array(v) for k, v in arrays.items()})
         self._ids.append(sample_id)
         first = next(iter(self.spec))
-        if self._fixed(self.spec[first]["shape"]):
+        if fixed(self.spec[first]):
             entry = (len(self._records) - 1, 1)
         else:
             length = arrays[first].shape[0]
@@ -65,7 +61,7 @@ class HDF5ShardWriter(ShardWriter):
             f.create_dataset("sample_id", data=ids, track_times=False)
             for name, field in self.spec.items():
                 values = [r[name] for r in self._records]
-                if self._fixed(field["shape"]):
+                if fixed(field):
                     data = np.stack(values) if values else np.zeros((0, *field["shape"]), field["dtype"])
                     chunks = (1, *data.shape[1:]) if data.size else None
                     f.create_dataset(name, data=data, chunks=chunks, compression=comp, track_times=False)
@@ -109,9 +105,7 @@ def hdf5_records(loaded: Loaded, spec: FeatureSpec) -> Iterator[Record]:
 
 
 class HDF5Format(ShardFormat):
-    name = "hdf5"
     writer = HDF5ShardWriter
-    compressions = tuple(FILTERS)
 
     def load(self, shard: Path, first: int, stop: int, spec: FeatureSpec, compression: str) -> Loaded:
         return hdf5_load(shard, first, stop, spec)

@@ -59,9 +59,6 @@ def slot_units(units: Sequence[Unit], slot: int, slots: int) -> list[Unit]:
     return list(units[slot::slots])
 
 
-# ---------------------------------------------------------------- reading a unit
-
-
 # ---------------------------------------------------------------- the reader
 
 

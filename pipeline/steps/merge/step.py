@@ -53,6 +53,7 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.formats.parts import read_batches
+from pipeline.formats.shards.base import index_path
 from pipeline.paths import IngestPaths, MergedPaths
 from pipeline.reporting.progress import progress
 from pipeline.runtime.mpi import all_ok
@@ -64,7 +65,6 @@ from pipeline.steps.merge.plan import (
 from pipeline.steps.merge.write import (
     _key_value,
     extents,
-    index_path,
     link_shard,
     placements,
     prepare_shard_dir,

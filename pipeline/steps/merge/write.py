@@ -18,17 +18,13 @@ from pipeline.data.tables import PROVENANCE_SCHEMA, parquet_writer
 from pipeline.data.transforms import normalise
 from pipeline.formats.parts import Part
 from pipeline.formats.shards import ShardWriter
+from pipeline.formats.shards.base import SHARD_INDEX_SUFFIX, index_path
 from pipeline.paths import MergedPaths
 from pipeline.runtime.mpi import exchange, owner_ranks
 from pipeline.steps.merge.plan import (
     NUMERIC_KEYS,
 )
 from pipeline.storage.fsutil import atomic_path, file_checksum, remove_stale_temporaries
-
-
-def index_path(shard: Path) -> Path:
-    """The shard's index file (offset and length per record): SHARD.idx beside it."""
-    return shard.with_name(shard.name + ".idx")
 
 
 def sample_ids(rows: np.ndarray, id_width: int) -> list[str]:
@@ -202,7 +198,7 @@ def prepare_shard_dir(paths: MergedPaths, digest: str, names: set[str]) -> None:
             continue
         if name == "plan.digest":
             continue
-        shard_name_of = name[: -len(".idx")] if name.endswith(".idx") else name
+        shard_name_of = name.removesuffix(SHARD_INDEX_SUFFIX)
         if not same_plan or shard_name_of not in names:
             p.unlink()
     if not same_plan:

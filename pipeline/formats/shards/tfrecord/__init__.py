@@ -17,13 +17,11 @@ from pipeline.formats.shards.tfrecord.decode import (
     tfrecord_records,
     unit_extent,
 )
-from pipeline.formats.shards.tfrecord.encode import COMPRESSION_TYPES, ENCODINGS, TFRecordShardWriter
+from pipeline.formats.shards.tfrecord.encode import ENCODINGS, TFRecordShardWriter
 
 
 class TFRecordFormat(ShardFormat):
-    name = "tfrecord"
     writer = TFRecordShardWriter
-    compressions = tuple(COMPRESSION_TYPES)
     encodings = ENCODINGS
     trainable = True
 

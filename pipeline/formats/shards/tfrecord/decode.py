@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.formats.metadata import fixed
-from pipeline.formats.shards.base import Loaded, Record
+from pipeline.formats.shards.base import Loaded, Record, index_path
 from pipeline.formats.shards.tfrecord.encode import masked_crc32c
 
 # ---------------------------------------------------------------- tf.train.Example, decoded without TensorFlow
@@ -161,7 +161,7 @@ def decode_example(
 
 def tfrecord_index(shard: Path) -> np.ndarray:
     """(offset, length) per record from the shard's .idx file, as an (n, 2) int64 array."""
-    index = shard.with_name(shard.name + ".idx")
+    index = index_path(shard)
     try:
         text = index.read_bytes()
     except OSError as e:
