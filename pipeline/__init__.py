@@ -30,12 +30,12 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
                     provenance, rejects)
     training/       models/ (Keras builders, one file each), tasks/ (regression, classification,
                     segmentation, one file each), tfdata.py (tf.data over shards)
-    simulators/     built-in simulator families (one file each), ensemble.py (your simulator over MPI),
-                    run_worker.py (one run with retries)
+    simulators/     built-in simulator families (one file each), ensemble.py (your simulator over MPI)
     runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
                     ranks, staged directories), launch.py (argument vectors per container runtime),
                     container_image.py, oci_registry.py, host_mpi.py (the bind model), doctor.py,
-                    slurm_watch.py, processes.py
+                    slurm_watch.py, processes.py, run_worker.py (the process that runs an ensemble
+                    rank's commands with retries; here, so that it starts without the simulator families)
     storage/        fsutil.py (atomic writes, checksums), directio.py (O_DIRECT reads), staging/ (copying
                     shards to node-local storage over MPI: plan.py, copier.py)
     reporting/      progress.py (bars counting every rank's work), plots.py (figures for the report)

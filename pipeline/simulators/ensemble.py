@@ -9,7 +9,7 @@ rerun with the same design keeps it (and the runs already done), a changed desig
 
 Execute (`run_ensemble`): rank 0 hands out runs in chunks that shrink as the queue empties (guided
 self-scheduling: dynamic balancing when runs differ in length, few messages when they are short); every
-rank, rank 0 included, has its chunks executed by its run worker (pipeline/simulators/run_worker.py: a small
+rank, rank 0 included, has its chunks executed by its run worker (pipeline/runtime/run_worker.py: a small
 process that dies with the rank and takes the running simulator with it). A run executes the command
 (an argument vector, never a shell)
 with {out}, {run}, {seed} and each parameter substituted, in its own directory (also its working
@@ -53,12 +53,12 @@ from pipeline.paths import RawPaths
 from pipeline.reporting.progress import progress_bar
 from pipeline.runtime.launch import simulator_argv
 from pipeline.runtime.mpi import all_ok
-from pipeline.simulators.run_worker import RunWorker
+from pipeline.runtime.run_worker import RunWorker
 from pipeline.storage.fsutil import atomic_path, write_json_atomic
 
 log = logging.getLogger(__name__)
 
-STATUSES = ("ok", "failed", "timed_out")  # by pipeline.simulators.run_worker's status numbers
+STATUSES = ("ok", "failed", "timed_out")  # by pipeline.runtime.run_worker's status numbers
 BUILT_IN_PLACEHOLDERS = ("out", "run", "seed")
 MAX_CHUNK = 64  # runs per hand-out at most: bounds the imbalance at the end when runs are long
 REQUEST, REPLY = 71, 72  # MPI tags of the farm's messages

@@ -167,8 +167,8 @@ class RunWorker:
     def __init__(self) -> None:
         from pipeline.runtime.processes import with_parent_death_signal
 
-        argv = with_parent_death_signal([sys.executable, "-m", "pipeline.simulators.run_worker"])
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        argv = with_parent_death_signal([sys.executable, "-m", "pipeline.runtime.run_worker"])
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # the repository
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
     def execute(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
