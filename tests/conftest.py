@@ -211,8 +211,8 @@ CI = os.environ.get("CI") == "true"
 #   unit      functions and files in one process
 #   mpi       real `mpiexec -n 2..4` launches of sim2dl steps
 #   workflow  Snakemake runs of the workflow, search, and the bookkeeping of 100,000 files
-#   site      what a site has: Slurm (one node, and the virtual cluster), container runtimes, a registry
-SITE_MODULES = {"test_cluster", "test_container", "test_registry", "test_slurm"}
+#   site      what a site has: Slurm (the virtual cluster), container runtimes, a registry
+SITE_MODULES = {"test_cluster", "test_container", "test_registry"}
 WORKFLOW_MODULES = {"test_workflow", "test_search", "test_scale"}
 
 

@@ -1,17 +1,26 @@
-"""A real multi-node cluster on one machine (scripts/vcluster.sh): nodes as Linux namespaces with their own
-hostname, network stack and node-local /tmp, one slurmd each, slurmctld on the head. MPI crosses the
-virtual network between nodes; the workflow runs as Slurm jobs spanning nodes.
+"""The one Slurm of the test suite: a real multi-node cluster on one machine (scripts/vcluster.sh), nodes
+as Linux namespaces with their own hostname, network stack and node-local /tmp, one slurmd each, slurmctld
+on the head. MPI crosses the virtual network between nodes; the workflow runs as Slurm jobs
+(`--profile profiles/slurm`) spanning nodes; jobs are cancelled, runs interrupted, nodes lost.
+
+Snakemake's Slurm executor waits up to 180 s between two status checks (it adds 10 s after each check
+that finds no job finished); here that wait is capped at 2 s (tests/slurm_poll/sitecustomize.py), so the
+tests wait for sim2dl, not for the next `squeue`. Nothing else about the executor or Slurm changes.
 
 Needs root (network namespaces) and Slurm (installed by the script from apt); on a laptop without them it
-skips, under CI=true it never skips.
+skips, under CI=true it never skips. The tests share one cluster and run in file order: the last one
+leaves nodes down.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -20,17 +29,20 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import BIN, REPO, env, small_cube_config
+from .conftest import BIN, REPO, env, small_cube_config, step_summaries
+from .helpers import assert_report_holds
 
 VCLUSTER = REPO / "scripts" / "vcluster.sh"
 NODES = 3  # the workflow's nodes; one more is up, for the failures to leave enough
+POLL_CAP = {"PYTHONPATH": str(REPO / "tests" / "slurm_poll"), "SIM2DL_TEST_SLURM_POLL_S": "2"}
+SMALL_TRAIN = {"epochs": 2, "batch_size": 8, "depth": 2, "width": 4, "dense": 16}
 
 
 class Cluster:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.shared = root / "shared"  # the same path on every node: the "parallel file system"
-        self.env = {**env(), "SLURM_CONF": str(root / "etc" / "slurm.conf")}
+        self.env = {**env(), "SLURM_CONF": str(root / "etc" / "slurm.conf"), **POLL_CAP}
 
     def on(self, node: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """argv inside a node's namespaces."""
@@ -56,6 +68,11 @@ class Cluster:
                 break
         assert job.returncode == 0, job.stderr + out[-4000:]
 
+    def jobs(self, *states: str) -> list[str]:
+        """Ids of the jobs in these states (all jobs if none given)."""
+        args = ["squeue", "-h", "-o", "%i"] + (["-t", ",".join(states)] if states else [])
+        return self.slurm(*args).stdout.split()
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -71,6 +88,25 @@ def cluster():
     finally:
         subprocess.run([str(VCLUSTER), "down", str(root)], capture_output=True, timeout=120)
         assert not root.exists()
+
+
+def slurm_snakemake(cluster: Cluster, work: Path, *args: str, timeout: float = 1500) -> tuple[int, str]:
+    """`snakemake --profile profiles/slurm ARGS` from the repository on the cluster, job logs in work."""
+    cmd = ["timeout", "-k", "30", str(timeout), "snakemake", "--profile", "profiles/slurm", "--slurm-logdir",
+           str(work / "slurm_logs"), *args]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=cluster.env, cwd=REPO)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def small_config(work: Path, **sections: Any) -> Path:
+    """The demo, small (96 cubes of 16^3, two epochs of a small network, search off unless given), in a
+    directory every node sees."""
+    defaults = {"merge": {"shard_size_mb": 0.1}, "train": SMALL_TRAIN, "search": {"enabled": False}}
+    config = small_cube_config(work, **{**defaults, **sections})
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / f"config-{len(list(work.glob('config-*')))}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def test_nodes_are_separate_hosts_with_their_own_disks_and_mpi_crosses_the_network(cluster):
@@ -103,21 +139,30 @@ def staged_on(cluster: Cluster, node: str, target: str) -> dict[str, int]:
     return {line.split()[0]: int(line.split()[1]) for line in proc.stdout.splitlines() if line}
 
 
-def test_the_workflow_runs_across_nodes_stages_to_each_nodes_disk_and_trains_on_two_nodes(cluster, tmp_path):
+def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_and_trains_on_two_nodes(cluster):
     target = "/tmp/sim2dl-node-local"  # on each node its own tmpfs
     work = cluster.shared / "wf"
-    config = small_cube_config(work, stage={"mode": "replica", "target": target}, search={"enabled": False},
-                               merge={"shard_size_mb": 0.1},
-                               train={"epochs": 2, "batch_size": 8, "depth": 2, "width": 4, "dense": 16})  # fmt: skip
-    path = work / "config.yaml"
-    work.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config))
+    path = small_config(work, stage={"mode": "replica", "target": target})
+    config = yaml.safe_load(path.read_text())
     resources = ["stage:tasks=3", "stage:nodes=3", "train:tasks=2", "train:nodes=2"]
-    cmd = ["timeout", "-k", "30", "1500", "snakemake", "--profile", "profiles/slurm", "--slurm-logdir",
-           str(work / "slurm_logs"), "--set-resources", *resources, "--configfile", str(path)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=cluster.env, cwd=REPO)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    code, log = slurm_snakemake(cluster, work, "--set-resources", *resources, "--configfile", str(path))
+    assert code == 0, log[-6000:]
     workdir = Path(config["workdir"])
+    # Every step an srun step of the ranks it asked for, inside one of the batch jobs Snakemake submitted;
+    # the four data steps grouped in one job; the figures (a local rule) in the report.
+    job_ids = set(re.findall(r"SLURM jobid (\d+)", log))
+    assert len(job_ids) >= 3, log  # data group, stage, train
+    summaries = step_summaries(workdir / "logs")
+    assert "slurm" not in summaries.pop("throughput")[0]  # a figure: a local rule, run where Snakemake runs
+    assert set(summaries) == {"simulate", "ingest", "convert", "merge", "stage", "train"}, summaries
+    for step, (summary, *_) in summaries.items():
+        ranks = {"stage": 3}.get(step, 2)
+        assert summary["ranks"] == ranks, (step, summary)
+        assert summary["slurm"]["job_id"] in job_ids and summary["slurm"]["step_id"] not in (None, "batch")
+        assert summary["slurm"]["ntasks"] == str(ranks)
+    assert len({summaries[s][0]["slurm"]["job_id"] for s in ("simulate", "ingest", "convert", "merge")}) == 1
+    assert_report_holds(work, ["--configfile", str(path)], ["learning_curves.png", "validation.png", "throughput.png"])
+
     staged = json.loads((workdir / "staged" / "summary.json").read_text())
     merged = json.loads((workdir / "merged" / "metadata.json").read_text())
     dataset_bytes = sum(s["bytes"] for s in merged["shards"])
@@ -173,10 +218,17 @@ class Workflow:
 
     def __init__(self, cluster: Cluster, work: Path, config: Path, *resources: str) -> None:
         self.log_path = work / f"snakemake-{len(list(work.glob('snakemake-*.log')))}.log"
-        cmd = ["timeout", "-k", "30", "900", "snakemake", "--profile", "profiles/slurm", "--slurm-logdir",
-               str(work / "slurm_logs"), "--set-resources", *resources, "--configfile", str(config)]  # fmt: skip
+        cmd = ["snakemake", "--profile", "profiles/slurm", "--slurm-logdir", str(work / "slurm_logs"),
+               *(["--set-resources", *resources] if resources else []), "--configfile", str(config)]  # fmt: skip
         self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=cluster.env, cwd=REPO)
+        # Its own process group, as a shell gives a foreground job; not under `timeout`, which would
+        # SIGKILL it 30 s after passing on a Ctrl-C (wait() bounds the time instead).
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=cluster.env, cwd=REPO,
+                                     start_new_session=True)  # fmt: skip
+
+    def interrupt(self) -> None:
+        """Ctrl-C: SIGINT to the whole foreground process group."""
+        os.killpg(self.proc.pid, signal.SIGINT)
 
     def text(self) -> str:
         return self.log_path.read_text()
@@ -192,9 +244,82 @@ class Workflow:
         try:
             return self.proc.wait(timeout=timeout)
         finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.log.close()
+            self.stop()
+
+    def stop(self) -> None:
+        """Kill it if it still runs (a failed test); close its log."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+
+
+def wait_for(condition, what: str, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoing_work(cluster):
+    work = cluster.shared / "retry"
+    config = small_config(work, train={**SMALL_TRAIN, "epochs": 40})
+    workdir = work / "work"
+    run = Workflow(cluster, work, config)
+    try:
+        # 1. A failing job (cancelled by Slurm mid-training) is resubmitted and resumes from its checkpoint.
+        run.until(lambda: epochs_done(workdir) >= 2, "two epochs of the first attempt")
+        running_jobs = cluster.jobs("R")
+        assert len(running_jobs) == 1, running_jobs  # the train job
+        cluster.slurm("scancel", running_jobs[0])
+        before = epochs_done(workdir)
+        run.until(lambda: epochs_done(workdir) >= before + 2, "the retried train job to go on")
+        # 2. The run itself is interrupted: Ctrl-C, on which Snakemake cancels its Slurm jobs.
+        run.interrupt()
+        assert run.wait(timeout=120) != 0
+    finally:
+        run.stop()
+    log = run.text()
+    assert "Trying to restart job" in log or "retry" in log.lower(), log[-3000:]
+    interrupted_at = epochs_done(workdir)
+    wait_for(lambda: not cluster.jobs(), "no jobs")
+    # the interruption came before the end
+    assert not (workdir / "train" / "summary.json").exists(), (interrupted_at, log[-5000:])
+
+    code, log = slurm_snakemake(cluster, work, "--configfile", str(config))
+    assert code == 0, log
+    assert "rule train:" in log
+    assert not re.search(r"rule (simulate|ingest|convert|merge|stage):", log)  # finished work is not redone
+    trained = json.loads((workdir / "train" / "summary.json").read_text())
+    assert trained["epochs"] == 40 and epochs_done(workdir) == 40
+    # every start of training, kept across attempts (each attempt's log replaces the last)
+    attempts = (workdir / "train" / "attempts.jsonl").read_text().splitlines()
+    resumed = [json.loads(line)["resume_from_epoch"] for line in attempts]
+    # three attempts: fresh, resumed after the cancel, resumed after the interruption
+    assert sorted(resumed)[0] == 0 and len(resumed) == 3
+    assert sorted(resumed)[1] >= 2 and sorted(resumed)[2] >= interrupted_at - 1
+
+
+def test_a_two_point_sweep_runs_every_point_in_its_own_directory_and_compares_them(cluster):
+    work = cluster.shared / "sweep"
+    base = small_config(work)
+    sweep = work / "sweep.yaml"
+    points = work / "points"
+    sweep.write_text(yaml.safe_dump({"sweep": {"name": "lr", "workdir": str(points),
+                                               "grid": {"train.learning_rate": [0.001, 0.004]}}}))  # fmt: skip
+    code, log = slurm_snakemake(cluster, work, "--configfile", str(base), str(sweep))
+    assert code == 0, log
+    with open(points / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["point"] for r in rows] == ["learning_rate=0.001", "learning_rate=0.004"]
+    for row in rows:
+        trained = json.loads((points / row["point"] / "train" / "summary.json").read_text())
+        assert trained["settings"]["learning_rate"] == float(row["train.learning_rate"])
+        assert float(row["val_loss"]) == pytest.approx(trained["val_loss"], rel=1e-4)
+    assert (points / "summary.png").stat().st_size > 10_000
+    assert_report_holds(work, ["--configfile", str(base), str(sweep)], ["summary.png", "throughput.png"])
+    # two configurations, two data groups, two trainings: all through Slurm
+    assert len(set(re.findall(r"SLURM jobid (\d+)", log))) >= 6
 
 
 def running(cluster: Cluster, rule: str) -> list[str]:

@@ -26,7 +26,7 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
         "simulate={samples: 40}",
         "merge={shard_size_mb: 1}",
         f"stage={{target: {tmp_path / 'local'}}}",  # not the shared default below /tmp
-        "search={enabled: false}",  # search then train runs in test_slurm
+        "search={enabled: false}",  # search, and train on its best configuration: test_search
     ]
     proc = snakemake(*overrides)
     assert proc.returncode == 0, proc.stdout + proc.stderr
