@@ -32,11 +32,16 @@ def train(tmp_path, staged, ranks=2, check=True, **settings):
 def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     proc = train(tmp_path, staged)
     lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
-    assert lines[0]["train"]["ranks"] == 2
+    assert next(line for line in lines if "train" in line)["train"]["ranks"] == 2
+    assert sorted(line["rank"] for line in lines if "device" in line) == [0, 1]  # each rank logs its device
     out = proc.stdout.strip().splitlines()  # stdout: only the step's summary; progress went to stderr
     assert len(out) == 1 and json.loads(out[0])["step"] == "train"
     summary = json.loads((tmp_path / "train" / "summary.json").read_text())
     assert summary["ranks"] == 2 and summary["weights_identical_across_ranks"]
+    # train.device auto on a machine without GPUs: each rank says it used the CPU, and why
+    assert [(d["kind"], d["reason"], d["precision"]) for d in summary["devices"]] == [
+        ("cpu", "no GPU visible", "float32")
+    ] * 2
     history = json.loads((tmp_path / "train" / "metrics.json").read_text())
     assert [h["epoch"] for h in history] == [1, 2, 3]
     assert history[-1]["loss"] < history[0]["loss"]
@@ -91,12 +96,29 @@ def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
     [
         ({"model": "resnet"}, "config key 'train.model': unknown model 'resnet'"),
         ({"learning_rate": 5.0}, "config key 'train.learning_rate': 5.0 is not in (0, 1)"),
+        ({"device": "gpu"}, "config key 'train.device': gpu, but local rank 0 sees no GPU"),
     ],
 )
 def test_config_errors_before_training_starts(tmp_path, staged, change, message):
     proc = train(tmp_path, staged, check=False, **change)
     assert proc.returncode != 0 and message in proc.stderr
     assert not (tmp_path / "train").exists()
+
+
+def test_the_same_config_trains_to_the_same_weights_twice_and_another_seed_does_not(tmp_path, staged):
+    """train.deterministic (default): two runs of one config on 2 ranks give bit-identical weights (the
+    second with train.device cpu, which hides GPUs and changes nothing else); another train.seed gives
+    other weights."""
+
+    def trained(name, **settings):
+        train(tmp_path / name, staged, epochs=2, **settings)
+        return json.loads((tmp_path / name / "train" / "summary.json").read_text())
+
+    first, again, other = trained("a"), trained("b", device="cpu"), trained("c", seed=7)
+    assert first["weights_checksum"] == again["weights_checksum"]
+    assert first["val_loss"] == again["val_loss"]
+    assert [d["cuda_visible_devices"] for d in again["devices"]] == ["", ""]
+    assert other["weights_checksum"] != first["weights_checksum"]
 
 
 def test_purged_node_local_files_are_staged_again(tmp_path, staged):

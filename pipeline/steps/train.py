@@ -45,6 +45,7 @@ from pipeline.formats.shards.tfrecord.tfdata import READ_BUFFER_BYTES, decode_fi
 from pipeline.paths import StagedPaths, TrainPaths
 from pipeline.runtime.mpi import all_ok
 from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
+from pipeline.training import determinism, devices
 from pipeline.training.models import ModelSource, build_model
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
 
@@ -95,8 +96,9 @@ def rank_files(
 
 def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource) -> str:
     """What a checkpoint must match to be resumed: the data, the model's code and every setting except the
-    epoch count (so a longer run continues a shorter one, but a new learning rate or model starts afresh)."""
-    kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads")}
+    epoch count, threads and device (so a longer run continues a shorter one, also on a GPU, but a new
+    learning rate or model starts afresh)."""
+    kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads", "device")}
     return json.dumps({"data": meta["plan_digest"], "train": kept, "model": source.provenance()}, sort_keys=True)
 
 
@@ -161,7 +163,7 @@ def input_pipeline(
         lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER_BYTES),
         cycle_length=max(1, min(len(files), 4)),
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not training,
+        deterministic=not training or settings["deterministic"],
     )
     if shard:
         ds = ds.shard(*shard)
@@ -298,20 +300,21 @@ class Model:
     input_shape: tuple[int | None, ...]
 
 
-def prepare(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any) -> tuple[Task, Model]:
-    """The settings and labels checked and the model built and checked, on every rank alike: a
-    configuration error is reported once by rank 0 and every rank exits before any data is touched (no
-    MPI_Abort, which can tear down the job before rank 0's message is out)."""
+def prepare(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any, hvd: Any) -> tuple[Task, Model, dict]:
+    """This rank's device chosen (and the precision policy for it), seeds set, the settings and labels
+    checked and the model built and checked, on every rank alike: a configuration error is reported once
+    by rank 0 and every rank exits before any data is touched (no MPI_Abort, which can tear down the job
+    before rank 0's message is out). Returns the task, the model and the device's record."""
     import tensorflow as tf
 
     settings = config["train"]
     if settings["threads"]:
         tf.config.threading.set_intra_op_parallelism_threads(settings["threads"])
         tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
-    if settings["mixed_precision"]:
-        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    error, task, model = None, None, None
+    error, task, model, device = None, None, None, {}
     try:
+        device = devices.apply(settings, hvd.local_rank(), hvd.local_size())
+        determinism.seed_and_fix(settings)
         task = check_settings(settings, meta, _label_names(meta))
         keras_model, source = build_model(settings, task.data.feature_shape, task)
         from pipeline.training.models import input_shape
@@ -321,23 +324,55 @@ def prepare(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any) -> tu
         error = e
     all_ok(comm, error)
     assert task is not None and model is not None
-    return task, model
+    return task, model, device
+
+
+def make_optimizer(settings: Mapping[str, Any], precision: str) -> Any:
+    """Adam; under float16 compute wrapped for dynamic loss scaling (float16 gradients underflow)."""
+    import tensorflow as tf
+
+    optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
+    if precision == "mixed_float16":
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def scale_loss(optimizer: Any, loss: Any) -> Any:
+    """The loss to differentiate (inside the tape): scaled up where the optimizer scales, so that float16
+    gradients do not underflow."""
+    import tensorflow as tf
+
+    return (
+        optimizer.get_scaled_loss(loss) if isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer) else loss
+    )
+
+
+def unscale_gradients(optimizer: Any, grads: Any) -> Any:
+    """Gradients of `scale_loss`'s loss back to the loss's own scale."""
+    import tensorflow as tf
+
+    if isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer):
+        return optimizer.get_unscaled_gradients(grads)
+    return grads
 
 
 def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Set up (settings and model checked, Horovod, this rank's data), restore, run the epochs, finish."""
+    settings = config["train"]
+    devices.hide_gpus_if_cpu(settings)  # before TensorFlow is imported
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    settings = config["train"]
     meta = load_metadata(merged_dir)
-    task, model = prepare(config, meta, comm)
+    determinism.before_horovod(settings)
     hvd.init()
+    task, model, device = prepare(config, meta, comm, hvd)
     rank, size = hvd.rank(), hvd.size()
+    log.info(json.dumps({"rank": rank, "device": device}))
     paths = TrainPaths(out_dir)
     data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, rank)
     keras_model = model.keras
-    optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
+    optimizer = make_optimizer(settings, device["precision"])
     restored = restore(settings, meta, model.source, paths, keras_model, optimizer, comm, rank)
     history = restored.history
     loss_fn = task.loss()
@@ -346,8 +381,9 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     def train_step(x: Any, y: Any, first: bool) -> Any:  # `first` is a Python bool: traced twice
         with tf.GradientTape() as tape:
             loss = loss_fn(y, keras_model(x, training=True))
+            scaled = scale_loss(optimizer, loss)
         tape = hvd.DistributedGradientTape(tape)
-        grads = tape.gradient(loss, keras_model.trainable_variables)
+        grads = unscale_gradients(optimizer, tape.gradient(scaled, keras_model.trainable_variables))
         optimizer.apply_gradients(zip(grads, keras_model.trainable_variables, strict=True))
         if first:  # after the optimizer has created its slots: everyone starts from rank 0's state
             hvd.broadcast_variables(keras_model.variables, root_rank=0)
@@ -419,7 +455,8 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             restored.manager.save()
             log.info(json.dumps(row))
     # The final evaluation: the last epoch's, unless a resumed run had no epoch left.
-    return finish(config, task, model, history, evaluation or validate(), paths, size, rank, hvd)
+    ranks = Ranks(hvd, rank, size, device)
+    return finish(config, task, model, history, evaluation or validate(), paths, ranks)
 
 
 def evaluate(pipeline: Any, task: Task, predict: Any, comm: Any) -> tuple[float, Evaluation]:
@@ -440,12 +477,23 @@ def evaluate(pipeline: Any, task: Task, predict: Any, comm: Any) -> tuple[float,
     return (loss_sum / count if count else float("nan")), combined
 
 
+@dataclass
+class Ranks:
+    """Where this process stands: Horovod, its rank among `size`, and the device it computes on."""
+
+    hvd: Any
+    rank: int
+    size: int
+    device: dict[str, Any]
+
+
 def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequence[Mapping[str, Any]],
-           evaluation: tuple[float, Evaluation], paths: TrainPaths, size: int, rank: int,
-           hvd: Any) -> dict[str, Any]:  # fmt: skip
+           evaluation: tuple[float, Evaluation], paths: TrainPaths, ranks: Ranks) -> dict[str, Any]:  # fmt: skip
     """The summary of the final evaluation (the task's metrics, with a check that every rank holds the same
-    weights and where the model's code came from), and on rank 0 the model, the figures and summary.json."""
+    weights, the device each rank used and where the model's code came from), and on rank 0 the model, the
+    figures and summary.json."""
     settings = config["train"]
+    hvd, rank, size = ranks.hvd, ranks.rank, ranks.size
     val_loss, result = evaluation
     summary = {
         "task": task.name,
@@ -461,6 +509,7 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
     all_checksums = hvd.allgather_object(summary["weights_checksum"])
     summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
     summary["hosts"] = hvd.allgather_object(socket.gethostname())  # per rank: where it trained
+    summary["devices"] = hvd.allgather_object(ranks.device)  # per rank: on what
     if rank == 0:
         model.keras.save(str(paths.model))
         from pipeline.reporting.plots import learning_curves

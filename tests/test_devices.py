@@ -1,0 +1,77 @@
+"""train.device and train.mixed_precision: which device each rank takes for every way GPUs can be
+visible (the GPU cases cannot run here: no GPU; they are the pure choice), and float16 loss scaling, run
+for real on the CPU."""
+
+import numpy as np
+import pytest
+
+from pipeline import Sim2dlError
+from pipeline.training.devices import choose_device, precision_policy
+
+
+def test_a_rank_takes_the_one_gpu_it_sees_or_the_gpu_at_its_local_rank(monkeypatch):
+    monkeypatch.setenv("SLURM_STEP_GPUS", "2")  # Slurm bound one GPU to each task: each sees one
+    bound = [choose_device("auto", 1, r, 4) for r in range(4)]
+    assert {(c.kind, c.gpu_index, c.shared_by) for c in bound} == {("gpu", 0, 1)}
+    monkeypatch.delenv("SLURM_STEP_GPUS")
+    node = [choose_device("gpu", 4, r, 4) for r in range(4)]  # mpiexec on a 4-GPU node: all visible
+    assert [c.gpu_index for c in node] == [0, 1, 2, 3] and all(c.shared_by == 1 for c in node)
+    assert choose_device("auto", 8, 1, 2).gpu_index == 1  # more GPUs than ranks: one each, the rest idle
+
+
+def test_more_ranks_than_gpus_share_them_under_auto_and_are_refused_under_gpu(monkeypatch):
+    monkeypatch.delenv("SLURM_STEP_GPUS", raising=False)
+    monkeypatch.delenv("SLURM_GPUS_PER_TASK", raising=False)
+    shared = [choose_device("auto", 2, r, 4) for r in range(4)]
+    assert [c.gpu_index for c in shared] == [0, 1, 0, 1] and {c.shared_by for c in shared} == {2}
+    assert "4 ranks on 2 GPUs, shared by 2 ranks" in shared[0].reason
+    one = choose_device("auto", 1, 1, 2)  # two ranks, one GPU, no per-task binding: they share it
+    assert (one.gpu_index, one.shared_by) == (0, 2)
+    with pytest.raises(Sim2dlError, match=r"'train.device': gpu, but 2 ranks of a node would share each GPU"):
+        choose_device("gpu", 2, 0, 4)
+
+
+def test_cpu_and_no_gpu(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert choose_device("cpu", 4, 0, 1).kind == "cpu"  # asked for: the GPUs stay unused
+    assert (choose_device("auto", 0, 0, 2).kind, choose_device("auto", 0, 0, 2).reason) == ("cpu", "no GPU visible")
+    no_gpu = r"'train.device': gpu, but local rank 3 sees no GPU .*CUDA_VISIBLE_DEVICES=''"
+    with pytest.raises(Sim2dlError, match=no_gpu):
+        choose_device("gpu", 0, 3, 4)
+    with pytest.raises(Sim2dlError, match=r"'train.device': 'tpu' is not one of"):
+        choose_device("tpu", 0, 0, 1)
+
+
+def test_mixed_precision_is_float16_on_gpus_and_bfloat16_on_cpus():
+    assert precision_policy(True, "gpu") == "mixed_float16"
+    assert precision_policy(True, "cpu") == "mixed_bfloat16"
+    assert precision_policy(False, "gpu") == precision_policy(False, "cpu") == "float32"
+
+
+def test_float16_training_scales_the_loss_and_unscales_the_gradients():
+    """The GPU policy's arithmetic, on the CPU: the loss-scaling optimizer's gradients equal float32's."""
+    import tensorflow as tf
+
+    from pipeline.steps.train import make_optimizer, scale_loss, unscale_gradients
+
+    x = np.random.default_rng(0).normal(size=(16, 4)).astype("float32")
+    grads = {}
+    for policy in ("float32", "mixed_float16"):
+        tf.keras.mixed_precision.set_global_policy(policy)
+        try:
+            tf.keras.utils.set_random_seed(1)
+            layers = [tf.keras.Input((4,)), tf.keras.layers.Dense(8), tf.keras.layers.Dense(1, dtype="float32")]
+            model = tf.keras.Sequential(layers)  # the hidden layer computes in the policy's float16
+            optimizer = make_optimizer({"learning_rate": 0.01}, policy)
+            with tf.GradientTape() as tape:
+                scaled = scale_loss(optimizer, tf.reduce_mean(tf.square(model(x) - 1.0)))
+            found = unscale_gradients(optimizer, tape.gradient(scaled, model.trainable_variables))
+            grads[policy] = [g.numpy() for g in found]
+        finally:
+            tf.keras.mixed_precision.set_global_policy("float32")
+        if policy == "mixed_float16":
+            assert isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+            assert float(optimizer.loss_scale) > 1  # the loss really was scaled
+    for a, b in zip(grads["float32"], grads["mixed_float16"], strict=True):
+        assert b.dtype == np.float32  # float32 weights' gradients, at the loss's own scale
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=1e-3)  # within float16's precision
