@@ -29,7 +29,8 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
                     transforms.py (convert's array transforms, merge's normalisation), tables.py (manifest,
                     provenance, rejects)
     training/       models/ (Keras builders, one file each), tasks/ (regression, classification,
-                    segmentation, one file each), tfdata.py (tf.data over shards)
+                    segmentation, one file each), tfdata.py (tf.data over shards), devices.py (a GPU
+                    or the CPU per rank, precision), determinism.py (the same weights twice)
     simulators/     built-in simulator families (one file each), ensemble.py (your simulator over MPI)
     runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
                     ranks, staged directories), launch.py (argument vectors per container runtime),
