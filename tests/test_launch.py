@@ -264,3 +264,48 @@ def test_launch_cli_passes_hostile_config_values_as_single_arguments(tmp_path):
     subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, check=True)
     assert (tmp_path / f"w {hostile}" / "raw" / "simulate.json").exists()
     assert not canary.exists()
+
+
+def test_container_gpus_gives_each_runtime_its_gpu_switch_for_the_training_steps_only(tmp_path):
+    """container.gpus: the exact GPU option of every runtime (none of them can run here, and there is no
+    GPU), for train and search; merge's command line stays as it was."""
+    cwd, data = Path("/home/u"), [Path("/lustre/w")]
+
+    def argv(runtime, step, **extra):
+        config = make_config(tmp_path, container={"runtime": runtime, "gpus": True, "build_dir": "/img", **extra})
+        return step_argv(config, "mpiexec", 2, [step, "--config", "c.yaml"], data, cwd)
+
+    def without_gpus(runtime, step, **extra):
+        config = make_config(tmp_path, container={"runtime": runtime, "gpus": False, "build_dir": "/img", **extra})
+        return step_argv(config, "mpiexec", 2, [step, "--config", "c.yaml"], data, cwd)
+
+    for runtime in ("apptainer", "singularity"):
+        assert argv(runtime, "train")[3:6] == [runtime, "exec", "--nv"]
+    podman = argv("podman", "search")
+    at = podman.index("--device")
+    assert podman[at : at + 2] == ["--device", "nvidia.com/gpu=all"]
+    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_LOCALID"):  # each rank finds its own GPU
+        assert podman[podman.index(name) - 1] == "-e"
+    assert "--gpu" in argv("podman-hpc", "train") and "--device" not in argv("podman-hpc", "train")
+    shifter = argv("shifter", "train", host_mpi={"enabled": True})
+    assert [a for a in shifter if a.startswith("--module")] == ["--module=mpich,gpu"]  # one option, both
+    assert [a for a in argv("shifter", "train") if a.startswith("--module")] == ["--module=gpu"]
+    enroot = argv("enroot", "train")
+    image = enroot.index("/img/sim2dl_0.1.0.sqsh")
+    assert enroot[image - 2 : image] == [
+        "--env=NVIDIA_VISIBLE_DEVICES=all",
+        "--env=NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+    ]
+    config = make_config(tmp_path, container={"runtime": "enroot", "gpus": True, "build_dir": "/img"})
+    pyxis = step_argv(config, "srun", 2, ["train"], data, cwd)  # srun's environment reaches enroot's hook
+    assert pyxis[:5] == [
+        "env",
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+        "srun",
+        "-n",
+    ]
+    assert argv("sarus", "train") == without_gpus("sarus", "train")  # Sarus's hook needs no option
+    for runtime in ("apptainer", "podman", "podman-hpc", "shifter", "enroot"):
+        assert argv(runtime, "merge") == without_gpus(runtime, "merge"), runtime  # data steps: never
+        assert argv(runtime, "train") != without_gpus(runtime, "train"), runtime

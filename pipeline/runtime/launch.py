@@ -13,6 +13,11 @@ enroot runs through pyxis when the launcher is srun (`srun --container-image=...
 the path of NVIDIA's MLPerf runs), else as `enroot start`. Runtimes without an option for one variable
 (enroot, Sarus) get the variables through `env K=V ... COMMAND` inside the container.
 
+With container.gpus, the steps that train (train, search) get the runtime's GPU switch (Apptainer and
+Singularity --nv, podman-hpc --gpu, podman the CDI device nvidia.com/gpu=all, Shifter's gpu module, enroot
+and pyxis NVIDIA_VISIBLE_DEVICES for enroot's hook; Sarus's hook follows the host's CUDA_VISIBLE_DEVICES by
+itself); the data steps never do, so they run on nodes without GPUs too.
+
 Everything is an argument vector executed without a shell: config values (image names, bind paths,
 environment values) can hold quotes, spaces, `;` or `$(...)` and still reach the runtime as one argument.
 """
@@ -43,6 +48,14 @@ PASS_THROUGH_NAMES = [
 # MPI_Init or the first large message fails. Shared memory through /dev/shm still works. (Config
 # `container.env` can override these, e.g. with ch-run --join set up by the site.)
 SEPARATE_NAMESPACE_ENV = {"MPIR_CVAR_CH4_CMA_ENABLE": "0", "UCX_POSIX_USE_PROC_LINK": "n", "UCX_TLS": "^cma"}
+
+# container.gpus: the steps that compute on GPUs, and what a GPU-enabled rank needs to see. Each runtime's
+# switch is in container_argv; the device each rank takes is pipeline.training.devices' choice.
+GPU_STEPS = ("train", "search")
+GPU_PASS_THROUGH_NAMES = ["CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_LOCALID"]
+# enroot's NVIDIA hook runs when these are set in the container's environment (all GPUs of the task's
+# cgroup; the rank then takes its own by CUDA_VISIBLE_DEVICES or its local rank)
+ENROOT_GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 
 
 def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None, nested: bool = False) -> list[str]:
@@ -150,16 +163,22 @@ def container_argv(
     mounts = container_mounts(settings, data_dirs, cwd)
     env = container_environment(settings)
 
+    gpus = bool(settings.get("gpus"))
     if runtime == "shifter":
-        # Shifter passes the host environment; NERSC's mpich module injects Cray MPICH and sets the paths.
+        # Shifter passes the host environment; NERSC's mpich module injects Cray MPICH and sets the paths,
+        # its gpu module the driver and CUDA libraries. One --module option names them all.
         argv = ["shifter", f"--image={image}"]
-        if settings["host_mpi"]["enabled"]:
-            argv += [f"--module={m}" for m in settings["shifter_modules"]]
+        modules = [
+            *(settings["shifter_modules"] if settings["host_mpi"]["enabled"] else []),
+            *(["gpu"] if gpus else []),
+        ]
+        if modules:
+            argv.append("--module=" + ",".join(modules))
         argv += [f"--volume={s}:{d}" for s, d in mounts]
         argv += [f"--env={k}={v}" for k, v in env.items()]
         return [*argv, *command]
     if runtime in ("apptainer", "singularity"):
-        argv = [runtime, "exec", "--pwd", str(cwd)]
+        argv = [runtime, "exec", *(["--nv"] if gpus else []), "--pwd", str(cwd)]
         for s, d in mounts:
             argv += ["--bind", f"{s}:{d}"]
         for k, v in env.items():
@@ -180,11 +199,13 @@ def container_argv(
         argv = [runtime, "run", "--rm"]
         if runtime == "podman-hpc" and settings["host_mpi"]["enabled"]:
             argv.append("--mpi")
+        if gpus:  # podman-hpc's module binds the devices and driver; podman takes the CDI device
+            argv += ["--gpu"] if runtime == "podman-hpc" else ["--device", "nvidia.com/gpu=all"]
         argv += ["--ipc=host", "--network=host", "--pid=host"]  # (--init needs a PID namespace of its own)
         argv += [f"--timeout={int(settings['podman_timeout_s'])}", "-w", str(cwd)]
         for s, d in mounts:
             argv += ["-v", f"{s}:{d}"]
-        for name in PASS_THROUGH_NAMES:
+        for name in PASS_THROUGH_NAMES + (GPU_PASS_THROUGH_NAMES if gpus else []):
             argv += ["-e", name]
         for k, v in env.items():
             argv += ["-e", f"{k}={v}"]
@@ -196,7 +217,9 @@ def container_argv(
         return [*argv, image, *_env_prefix(env), *command]
     if runtime == "enroot":
         # enroot start outside Slurm (under srun, step_argv uses pyxis); env -C: enroot has no workdir option
-        argv = ["enroot", "start", *(f"--mount={s}:{d}" for s, d in mounts), image]
+        argv = ["enroot", "start", *(f"--mount={s}:{d}" for s, d in mounts)]
+        argv += [f"--env={k}={v}" for k, v in (ENROOT_GPU_ENV if gpus else {}).items()]
+        argv.append(image)
         return [*argv, "env", f"--chdir={cwd}", *_env_prefix(env)[1:], *command]
     raise Sim2dlError(f"container runtime '{runtime}' is not one of {', '.join(RUNTIMES)} (key 'container.runtime')")
 
@@ -239,6 +262,7 @@ def step_argv(
     settings = config["container"]
     if step_args[:1] == ["simulate"] and config["simulate"].get("command") and config["simulate"].get("image"):
         settings = {**settings, "runtime": "none"}
+    settings = {**settings, "gpus": bool(settings.get("gpus") and step_args and step_args[0] in GPU_STEPS)}
     sim2dl = "sim2dl" if settings["runtime"] != "none" else str(Path(sys.executable).with_name("sim2dl"))
     launcher = mpi_launcher(mpi, tasks)
     if (
@@ -253,7 +277,9 @@ def step_argv(
     if settings["runtime"] == "enroot" and launcher and Path(launcher[0]).name == "srun":
         # pyxis: the container is srun's business (one per task), the variables are set inside
         env = container_environment(settings)
-        return [*launcher, *pyxis_options(settings, data_dirs, cwd), *_env_prefix(env), sim2dl, *step_args]
+        # enroot's NVIDIA hook reads srun's environment, which pyxis hands to the container
+        gpu_env = _env_prefix(ENROOT_GPU_ENV) if settings["gpus"] else []
+        return [*gpu_env, *launcher, *pyxis_options(settings, data_dirs, cwd), *_env_prefix(env), sim2dl, *step_args]
     return [*launcher, *container_argv(settings, [sim2dl, *step_args], data_dirs, cwd)]
 
 
