@@ -84,6 +84,8 @@ def test_doctor_checks_the_site_and_says_how_to_fix_problems(tmp_path, image, ho
     assert checks["MPI inside"]["status"] == "ok" and "the host's" in checks["MPI inside"]["detail"]
     assert "4.0.2" in checks["MPI inside"]["detail"]
     assert checks["node-local"]["status"] == "ok" and "GB free" in checks["node-local"]["detail"]
+    # TensorFlow inside the image answers the GPU probe (no GPU here: auto trains on the CPU)
+    assert checks["GPUs"]["status"] == "ok" and "TensorFlow sees 0 GPU(s)" in checks["GPUs"]["detail"]
 
     empty = tmp_path / "no-mpi-here"
     empty.mkdir()

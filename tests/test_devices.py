@@ -75,3 +75,25 @@ def test_float16_training_scales_the_loss_and_unscales_the_gradients():
     for a, b in zip(grads["float32"], grads["mixed_float16"], strict=True):
         assert b.dtype == np.float32  # float32 weights' gradients, at the loss's own scale
         np.testing.assert_allclose(a, b, rtol=2e-2, atol=1e-3)  # within float16's precision
+
+
+def test_doctor_probes_the_gpus_where_a_rank_trains_and_judges_them_against_train_device(tmp_path):
+    """The probe for real on this machine (no GPU, no container): TensorFlow sees none, so auto trains on
+    the CPU and gpu is a failure with its fix; the verdicts for what a GPU node shows."""
+    from pipeline.runtime.doctor import check_gpus, gpu_verdict
+
+    from .conftest import make_config
+
+    here = check_gpus(make_config(tmp_path), tmp_path)
+    assert here.status == "ok" and "TensorFlow sees 0 GPU(s)" in here.detail and "uses the CPU" in here.detail
+    refused = check_gpus(make_config(tmp_path, train={"device": "gpu"}), tmp_path)
+    assert refused.status == "fail" and "train.device gpu will refuse to run" in refused.detail
+    assert "container.gpus: true" in refused.fix
+    node = {
+        "cuda_visible_devices": "0",
+        "device_files": ["/dev/nvidia0"],
+        "tensorflow_gpus": ["/physical_device:GPU:0"],
+    }
+    assert gpu_verdict("gpu", node).status == "ok" and "one GPU per rank" in gpu_verdict("auto", node).detail
+    hidden = {**node, "tensorflow_gpus": []}  # a GPU on the node that TensorFlow cannot use (no --nv, no driver)
+    assert gpu_verdict("auto", hidden).status == "warn" and gpu_verdict("cpu", hidden).status == "ok"

@@ -2,7 +2,8 @@
 
 Checks: the container runtime (found, version), the image (present), the host MPI (flavour and ABI, which
 must be MPICH's for the image), the MPI library a rank sees inside the container (must be the host's when
-host_mpi is enabled), the MPI launcher, and the node-local staging target (exists, writable, free space
+host_mpi is enabled), the GPUs a rank is given and TensorFlow sees there (against train.device), the MPI
+launcher, and the node-local staging target (exists, writable, free space
 against the merged dataset if there is one).
 """
 
@@ -39,6 +40,13 @@ INSTALL_HINT = {
 }
 # Printed inside the container by the image's python: what MPI library mpi4py loads there.
 INSIDE_PROBE = "from mpi4py import MPI; print(MPI.Get_library_version().strip())"
+# Printed where a rank trains (inside the container, with its GPU switch): the GPUs it is given and sees.
+GPU_PROBE = (
+    "import glob, json, os; import tensorflow as tf; print(json.dumps({"
+    "'cuda_visible_devices': os.environ.get('CUDA_VISIBLE_DEVICES'), "
+    "'device_files': sorted(glob.glob('/dev/nvidia[0-9]*')), "
+    "'tensorflow_gpus': [d.name for d in tf.config.list_physical_devices('GPU')]}))"
+)
 
 
 @dataclass
@@ -176,6 +184,44 @@ def check_inside(settings: Mapping[str, Any], host_version: str | None, cwd: Pat
     return Check("MPI inside", "ok", f"the host's: {first}")
 
 
+def gpu_verdict(device: str, probe: Mapping[str, Any]) -> Check:
+    """What train.device will do with what the probe saw (pure: the probe's JSON in, a check out)."""
+    seen = probe["tensorflow_gpus"]
+    detail = (f"TensorFlow sees {len(seen)} GPU(s); device files {probe['device_files'] or 'none'}; "
+              f"CUDA_VISIBLE_DEVICES={probe['cuda_visible_devices']!r}")  # fmt: skip
+    if device == "cpu":
+        return Check("GPUs", "ok", detail + "; train.device cpu: training uses the CPU")
+    if seen:
+        return Check("GPUs", "ok", detail + f"; train.device {device}: one GPU per rank")
+    fix = ("on Slurm ask for GPUs (--gpus-per-task), in a container set container.gpus: true; "
+           "a driver without device files: check the node")  # fmt: skip
+    if device == "gpu":
+        return Check("GPUs", "fail", detail + "; train.device gpu will refuse to run", fix)
+    status = "warn" if probe["device_files"] else "ok"  # GPUs on the node that TensorFlow cannot use
+    return Check("GPUs", status, detail + "; train.device auto: training uses the CPU", fix if status == "warn" else "")
+
+
+def check_gpus(config: Mapping[str, Any], cwd: Path) -> Check:
+    """The GPU probe where a rank trains: in the container (with container.gpus' switch) or on the host."""
+    from pipeline.runtime.launch import container_argv, prepare_mount_points
+
+    settings = config["container"]
+    command = ["python3" if settings["runtime"] != "none" else sys.executable, "-c", GPU_PROBE]
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            prepare_mount_points(settings, [Path(scratch)], cwd)
+        except Sim2dlError as e:
+            return Check("GPUs", "fail", str(e), "see the message")
+        argv = container_argv(settings, command, [Path(scratch)], cwd)
+        code, out = _run(argv, timeout=300, env={"USER": os.environ.get("USER", "root"), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    try:  # the probe's one line of JSON, wherever the runtime's or TensorFlow's messages put it
+        probe = json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{")))
+    except (StopIteration, ValueError):
+        return Check("GPUs", "fail", f"the probe failed ({code}): {out.splitlines()[-1:] or ''}",
+                     "run the command `sim2dl launch --dry-run` prints to see the runtime's error")  # fmt: skip
+    return gpu_verdict(config["train"]["device"], probe)
+
+
 def check_launcher(environ: Mapping[str, str]) -> Check:
     if "SLURM_JOB_ID" in environ:
         path = shutil.which("srun")
@@ -224,10 +270,12 @@ def doctor(config: Mapping[str, Any], cwd: Path | None = None) -> list[Check]:
     checks = [check_runtime(settings), check_image(settings)]
     host, host_version = check_host_mpi(settings)
     checks.append(host)
-    if checks[0].status == "ok" and checks[1].status == "ok":
+    if settings["runtime"] == "none" or (checks[0].status == "ok" and checks[1].status == "ok"):
         checks.append(check_inside(settings, host_version, cwd or Path.cwd()))
+        checks.append(check_gpus(config, cwd or Path.cwd()))
     else:
         checks.append(Check("MPI inside", "skip", "runtime or image missing"))
+        checks.append(Check("GPUs", "skip", "runtime or image missing"))
     checks += [check_launcher(os.environ), check_staging(config)]
     return checks
 
