@@ -70,3 +70,12 @@ onstart:
         from pipeline.runtime import slurm_watch
 
         slurm_watch.start(Path(workflow.workdir_init), config["slurm"]["unavailable_nodes_timeout_s"])
+
+
+# Ended in error (Ctrl-C included): no job of this workflow stays in the queue (Snakemake can miss one).
+onerror:
+    plugin = workflow.executor_plugin
+    if plugin is not None and plugin.name == "slurm" and not (workflow.remote_exec or workflow.subprocess_exec):
+        from pipeline.runtime import slurm_watch
+
+        slurm_watch.cancel_leftovers(Path(workflow.workdir_init))

@@ -263,7 +263,9 @@ def wait_for(condition, what: str, timeout: float = 600) -> None:
 
 def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoing_work(cluster):
     work = cluster.shared / "retry"
-    config = small_config(work, train={**SMALL_TRAIN, "epochs": 40})
+    # 400 epochs of 0.03 s: long enough to be cancelled and interrupted mid-way (a cancel or Ctrl-C takes
+    # effect within a second or two), short enough to finish quickly on the rerun
+    config = small_config(work, train={**SMALL_TRAIN, "epochs": 400})
     workdir = work / "work"
     run = Workflow(cluster, work, config)
     try:
@@ -291,7 +293,7 @@ def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoi
     assert "rule train:" in log
     assert not re.search(r"rule (simulate|ingest|convert|merge|stage):", log)  # finished work is not redone
     trained = json.loads((workdir / "train" / "summary.json").read_text())
-    assert trained["epochs"] == 40 and epochs_done(workdir) == 40
+    assert trained["epochs"] == 400 and epochs_done(workdir) == 400
     # every start of training, kept across attempts (each attempt's log replaces the last)
     attempts = (workdir / "train" / "attempts.jsonl").read_text().splitlines()
     resumed = [json.loads(line)["resume_from_epoch"] for line in attempts]

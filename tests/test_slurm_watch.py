@@ -55,3 +55,15 @@ def test_this_workflows_jobs_are_reported_at_once_cancelled_after_the_timeout_an
     assert watch.decide(later, now=140.0, down_nodes="")[1] == []
     assert watch.decide(later, now=169.0, down_nodes="")[1] == []
     assert [j.job_id for j in watch.decide(later, now=170.0, down_nodes="")[1]] == ["48"]
+
+
+def test_leftovers_are_this_workflows_jobs_in_any_state():
+    """What `onerror` cancels: every job submitted from this workflow's directory by the executor (its
+    rule_ comment), running or pending for any reason; not other directories' jobs, not jobs of others."""
+    from pathlib import Path
+
+    from pipeline.runtime.slurm_watch import leftover_jobs
+
+    jobs = parse_squeue(SQUEUE + "47|/work/wf|None|rule_train\n")
+    assert [j.job_id for j in leftover_jobs(jobs, Path("/work/wf"))] == ["41", "42", "43", "46", "47"]
+    assert [j.job_id for j in leftover_jobs(jobs, Path("/elsewhere"))] == ["44"]

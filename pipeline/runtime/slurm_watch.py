@@ -13,8 +13,14 @@ reported at once, with the nodes that are down, and cancelled when it has waited
 ends with the error. A retry of a job cancelled so, waiting for the same reason, is cancelled at its first
 sighting. Nodes reserved for maintenance are waited for (they come back when the reservation ends).
 
-Plan and decision (`UnavailableNodesWatch.decide`) are pure and unit-tested; `watch` runs squeue/scancel
-as argument vectors. Memory: the jobs pending now and the rules cancelled; time: one squeue per poll.
+When the workflow ends in error, Ctrl-C included (the Snakefile's `onerror`), `cancel_leftovers` cancels
+any job of this workflow still queued or running. Snakemake cancels its jobs on Ctrl-C itself, but it
+misses the ones whose status it is checking at that moment (snakemake-interface-executor-plugins 9.4
+takes the active jobs out of its list while squeue runs), and such a job would run to its end.
+
+Plan and decision (`UnavailableNodesWatch.decide`, `leftover_jobs`) are pure and unit-tested; `watch` and
+`cancel_leftovers` run squeue/scancel as argument vectors. Memory: the jobs pending now and the rules
+cancelled; time: one squeue per poll.
 """
 
 from __future__ import annotations
@@ -132,6 +138,25 @@ def watch(
             say(message)
         if cancel:
             _run(["scancel", *(j.job_id for j in cancel)])
+
+
+def leftover_jobs(jobs: Sequence[PendingJob], workdir: Path) -> list[PendingJob]:
+    """The jobs (any state squeue lists) that this workflow's Slurm executor submitted from `workdir`."""
+    mine = os.path.realpath(workdir)
+    return [j for j in jobs if os.path.realpath(j.workdir) == mine and j.comment.startswith("rule_")]
+
+
+def cancel_leftovers(
+    workdir: Path, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)
+) -> list[str]:
+    """Cancel this workflow's jobs that are still queued or running; their ids."""
+    out = _run(["squeue", "--user", getpass.getuser(), "--noheader", "--format", SQUEUE_FORMAT])
+    left = leftover_jobs(parse_squeue(out), workdir)
+    if left:
+        _run(["scancel", *(j.job_id for j in left)])
+        for job in left:
+            say(f"sim2dl: cancelled Slurm job {job.job_id} (rule {job.rule}): the workflow ended, it was still queued")
+    return [j.job_id for j in left]
 
 
 def start(workdir: Path, timeout_s: float, poll_s: float = 5.0) -> threading.Thread | None:
