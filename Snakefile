@@ -65,8 +65,7 @@ if "sweep" in config:
 # Under the Slurm executor, a job waiting for nodes that are down would hold the workflow forever: a
 # watcher reports such jobs and cancels them after slurm.unavailable_nodes_timeout_s (pipeline/runtime/slurm_watch.py).
 onstart:
-    plugin = workflow.executor_plugin
-    if plugin is not None and plugin.name == "slurm" and not (workflow.remote_exec or workflow.subprocess_exec):
+    if submits_to_slurm():
         from pipeline.runtime import slurm_watch
 
         slurm_watch.start(Path(workflow.workdir_init), config["slurm"]["unavailable_nodes_timeout_s"])
@@ -74,8 +73,7 @@ onstart:
 
 # Ended in error (Ctrl-C included): no job of this workflow stays in the queue (Snakemake can miss one).
 onerror:
-    plugin = workflow.executor_plugin
-    if plugin is not None and plugin.name == "slurm" and not (workflow.remote_exec or workflow.subprocess_exec):
+    if submits_to_slurm():
         from pipeline.runtime import slurm_watch
 
         slurm_watch.cancel_leftovers(Path(workflow.workdir_init))

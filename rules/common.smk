@@ -117,3 +117,9 @@ def mpi_step(step, *step_arguments, launch_options=""):
         "sim2dl launch --mpi {resources.mpi:q} --tasks {resources.tasks} --config {params.config:q}"
         f"{options} {step}{arguments} > {{log.step:q}} 2>&1"
     )
+
+
+def submits_to_slurm():
+    """This Snakemake process submits the jobs to Slurm (not one running inside a job)."""
+    plugin = workflow.executor_plugin
+    return plugin is not None and plugin.name == "slurm" and not (workflow.remote_exec or workflow.subprocess_exec)

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import BIN, REPO, env, small_cube_config, step_summaries
+from .conftest import BIN, REPO, env, run_snakemake, small_cube_config, step_summaries
 from .helpers import assert_report_holds
 
 VCLUSTER = REPO / "scripts" / "vcluster.sh"
@@ -42,7 +42,8 @@ class Cluster:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.shared = root / "shared"  # the same path on every node: the "parallel file system"
-        self.env = {**env(), "SLURM_CONF": str(root / "etc" / "slurm.conf"), **POLL_CAP}
+        self.extra_env = {"SLURM_CONF": str(root / "etc" / "slurm.conf"), **POLL_CAP}
+        self.env = {**env(), **self.extra_env}
 
     def on(self, node: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """argv inside a node's namespaces."""
@@ -90,11 +91,14 @@ def cluster():
         assert not root.exists()
 
 
+def slurm_args(work: Path, *args: str) -> list[str]:
+    """Snakemake's arguments for a run through the repository's Slurm profile, job logs in work."""
+    return ["--profile", "profiles/slurm", "--slurm-logdir", str(work / "slurm_logs"), *args]
+
+
 def slurm_snakemake(cluster: Cluster, work: Path, *args: str, timeout: float = 1500) -> tuple[int, str]:
-    """`snakemake --profile profiles/slurm ARGS` from the repository on the cluster, job logs in work."""
-    cmd = ["timeout", "-k", "30", str(timeout), "snakemake", "--profile", "profiles/slurm", "--slurm-logdir",
-           str(work / "slurm_logs"), *args]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=cluster.env, cwd=REPO)
+    """`snakemake --profile profiles/slurm ARGS` from the repository on the cluster."""
+    proc = run_snakemake(slurm_args(work, *args), timeout, extra_env=cluster.extra_env)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -218,8 +222,8 @@ class Workflow:
 
     def __init__(self, cluster: Cluster, work: Path, config: Path, *resources: str) -> None:
         self.log_path = work / f"snakemake-{len(list(work.glob('snakemake-*.log')))}.log"
-        cmd = ["snakemake", "--profile", "profiles/slurm", "--slurm-logdir", str(work / "slurm_logs"),
-               *(["--set-resources", *resources] if resources else []), "--configfile", str(config)]  # fmt: skip
+        set_resources = ["--set-resources", *resources] if resources else []
+        cmd = ["snakemake", *slurm_args(work, *set_resources, "--configfile", str(config))]
         self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
         # Its own process group, as a shell gives a foreground job; not under `timeout`, which would
         # SIGKILL it 30 s after passing on a Ctrl-C (wait() bounds the time instead).

@@ -8,38 +8,38 @@ import pytest
 from pipeline import Sim2dlError
 from pipeline.training.devices import choose_device, precision_policy
 
+SLURM_BOUND = {"SLURM_STEP_GPUS": "2"}  # Slurm bound one GPU to each task: each sees one
+UNBOUND: dict[str, str] = {}  # mpiexec, or srun without a GPU binding
 
-def test_a_rank_takes_the_one_gpu_it_sees_or_the_gpu_at_its_local_rank(monkeypatch):
-    monkeypatch.setenv("SLURM_STEP_GPUS", "2")  # Slurm bound one GPU to each task: each sees one
-    bound = [choose_device("auto", 1, r, 4) for r in range(4)]
+
+def test_a_rank_takes_the_one_gpu_it_sees_or_the_gpu_at_its_local_rank():
+    bound = [choose_device("auto", 1, r, 4, SLURM_BOUND) for r in range(4)]
     assert {(c.kind, c.gpu_index, c.shared_by) for c in bound} == {("gpu", 0, 1)}
-    monkeypatch.delenv("SLURM_STEP_GPUS")
-    node = [choose_device("gpu", 4, r, 4) for r in range(4)]  # mpiexec on a 4-GPU node: all visible
+    node = [choose_device("gpu", 4, r, 4, UNBOUND) for r in range(4)]  # mpiexec on a 4-GPU node: all visible
     assert [c.gpu_index for c in node] == [0, 1, 2, 3] and all(c.shared_by == 1 for c in node)
-    assert choose_device("auto", 8, 1, 2).gpu_index == 1  # more GPUs than ranks: one each, the rest idle
+    assert choose_device("auto", 8, 1, 2, UNBOUND).gpu_index == 1  # more GPUs than ranks: one each, the rest idle
 
 
-def test_more_ranks_than_gpus_share_them_under_auto_and_are_refused_under_gpu(monkeypatch):
-    monkeypatch.delenv("SLURM_STEP_GPUS", raising=False)
-    monkeypatch.delenv("SLURM_GPUS_PER_TASK", raising=False)
-    shared = [choose_device("auto", 2, r, 4) for r in range(4)]
+def test_more_ranks_than_gpus_share_them_under_auto_and_are_refused_under_gpu():
+    shared = [choose_device("auto", 2, r, 4, UNBOUND) for r in range(4)]
     assert [c.gpu_index for c in shared] == [0, 1, 0, 1] and {c.shared_by for c in shared} == {2}
     assert "4 ranks on 2 GPUs, shared by 2 ranks" in shared[0].reason
-    one = choose_device("auto", 1, 1, 2)  # two ranks, one GPU, no per-task binding: they share it
+    one = choose_device("auto", 1, 1, 2, UNBOUND)  # two ranks, one GPU, no per-task binding: they share it
     assert (one.gpu_index, one.shared_by) == (0, 2)
     with pytest.raises(Sim2dlError, match=r"'train.device': gpu, but 2 ranks of a node would share each GPU"):
-        choose_device("gpu", 2, 0, 4)
+        choose_device("gpu", 2, 0, 4, UNBOUND)
 
 
-def test_cpu_and_no_gpu(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert choose_device("cpu", 4, 0, 1).kind == "cpu"  # asked for: the GPUs stay unused
-    assert (choose_device("auto", 0, 0, 2).kind, choose_device("auto", 0, 0, 2).reason) == ("cpu", "no GPU visible")
+def test_cpu_and_no_gpu():
+    hidden = {"CUDA_VISIBLE_DEVICES": ""}
+    assert choose_device("cpu", 4, 0, 1, hidden).kind == "cpu"  # asked for: the GPUs stay unused
+    auto = choose_device("auto", 0, 0, 2, hidden)
+    assert (auto.kind, auto.reason) == ("cpu", "no GPU visible")
     no_gpu = r"'train.device': gpu, but local rank 3 sees no GPU .*CUDA_VISIBLE_DEVICES=''"
     with pytest.raises(Sim2dlError, match=no_gpu):
-        choose_device("gpu", 0, 3, 4)
+        choose_device("gpu", 0, 3, 4, hidden)
     with pytest.raises(Sim2dlError, match=r"'train.device': 'tpu' is not one of"):
-        choose_device("tpu", 0, 0, 1)
+        choose_device("tpu", 0, 0, 1, hidden)
 
 
 def test_mixed_precision_is_float16_on_gpus_and_bfloat16_on_cpus():

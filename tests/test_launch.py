@@ -309,3 +309,12 @@ def test_container_gpus_gives_each_runtime_its_gpu_switch_for_the_training_steps
     for runtime in ("apptainer", "podman", "podman-hpc", "shifter", "enroot"):
         assert argv(runtime, "merge") == without_gpus(runtime, "merge"), runtime  # data steps: never
         assert argv(runtime, "train") != without_gpus(runtime, "train"), runtime
+
+
+def test_simulator_runs_in_their_own_image_never_get_the_gpu_switch(tmp_path):
+    """simulate.image runs are the data half: container.gpus leaves them as they were."""
+    from pipeline.runtime.launch import simulator_argv
+
+    for runtime in ("apptainer", "podman", "podman-hpc", "shifter", "enroot"):
+        plain, gpus = (container(tmp_path, runtime=runtime, gpus=g) for g in (False, True))
+        assert simulator_argv(gpus, "sim:1", ["run"], tmp_path) == simulator_argv(plain, "sim:1", ["run"], tmp_path)

@@ -158,19 +158,26 @@ def check_host_mpi(settings: Mapping[str, Any]) -> tuple[Check, str | None]:
     return Check("host MPI", status, detail, fix), version
 
 
-def check_inside(settings: Mapping[str, Any], host_version: str | None, cwd: Path) -> Check:
-    """Run the MPI probe in the container as a rank would start (same binds and environment)."""
+def probe_where_ranks_run(settings: Mapping[str, Any], code: str, cwd: Path, **env: str) -> tuple[int, str]:
+    """(exit status, output) of Python `code` run as a rank would start: in the container with the same
+    binds, environment and switches (the image's python3), or in this environment without one."""
     from pipeline.runtime.launch import container_argv, prepare_mount_points
 
+    python = "python3" if settings["runtime"] != "none" else sys.executable
+    with tempfile.TemporaryDirectory() as scratch:
+        prepare_mount_points(settings, [Path(scratch)], cwd)
+        argv = container_argv(settings, [python, "-c", code], [Path(scratch)], cwd)
+        return _run(argv, timeout=300, env={"USER": os.environ.get("USER", "root"), **env})
+
+
+def check_inside(settings: Mapping[str, Any], host_version: str | None, cwd: Path) -> Check:
+    """Run the MPI probe in the container as a rank would start (same binds and environment)."""
     if settings["runtime"] == "none":
         return Check("MPI inside", "skip", "no container runtime")
-    with tempfile.TemporaryDirectory() as scratch:
-        try:
-            prepare_mount_points(settings, [Path(scratch)], cwd)
-        except Sim2dlError as e:
-            return Check("MPI inside", "fail", str(e), "see the message")
-        argv = container_argv(settings, ["python3", "-c", INSIDE_PROBE], [Path(scratch)], cwd)
-        code, out = _run(argv, timeout=300, env={"USER": os.environ.get("USER", "root")})
+    try:
+        code, out = probe_where_ranks_run(settings, INSIDE_PROBE, cwd)
+    except Sim2dlError as e:
+        return Check("MPI inside", "fail", str(e), "see the message")
     if code != 0:
         return Check("MPI inside", "fail", f"probe failed ({code}): {out.splitlines()[-1:] or ''}",
                      "run the command `sim2dl launch --dry-run` prints to see the runtime's error")  # fmt: skip
@@ -203,17 +210,10 @@ def gpu_verdict(device: str, probe: Mapping[str, Any]) -> Check:
 
 def check_gpus(config: Mapping[str, Any], cwd: Path) -> Check:
     """The GPU probe where a rank trains: in the container (with container.gpus' switch) or on the host."""
-    from pipeline.runtime.launch import container_argv, prepare_mount_points
-
-    settings = config["container"]
-    command = ["python3" if settings["runtime"] != "none" else sys.executable, "-c", GPU_PROBE]
-    with tempfile.TemporaryDirectory() as scratch:
-        try:
-            prepare_mount_points(settings, [Path(scratch)], cwd)
-        except Sim2dlError as e:
-            return Check("GPUs", "fail", str(e), "see the message")
-        argv = container_argv(settings, command, [Path(scratch)], cwd)
-        code, out = _run(argv, timeout=300, env={"USER": os.environ.get("USER", "root"), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    try:
+        code, out = probe_where_ranks_run(config["container"], GPU_PROBE, cwd, TF_CPP_MIN_LOG_LEVEL="3")
+    except Sim2dlError as e:
+        return Check("GPUs", "fail", str(e), "see the message")
     try:  # the probe's one line of JSON, wherever the runtime's or TensorFlow's messages put it
         probe = json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{")))
     except (StopIteration, ValueError):

@@ -305,6 +305,7 @@ def data_directories(config: Mapping[str, Any]) -> list[Path]:
 def simulator_argv(container: Mapping[str, Any], image: str, command: Sequence[str], run_dir: Path) -> list[str]:
     """One ensemble run's command in the simulator's own image (simulate.image), with the run's
     directory bound at the same path and as the working directory; the host's MPI is not bound (a
-    simulator run is not an MPI rank of sim2dl's)."""
-    settings = {**container, "image": image, "host_mpi": {**container["host_mpi"], "enabled": False}, "env": {}}
+    simulator run is not an MPI rank of sim2dl's), and no GPU switch (it is not a step that trains)."""
+    host_mpi = {**container["host_mpi"], "enabled": False}
+    settings = {**container, "image": image, "host_mpi": host_mpi, "env": {}, "gpus": False}
     return container_argv(settings, command, [], run_dir)

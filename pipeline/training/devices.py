@@ -38,16 +38,19 @@ class DeviceChoice:
                 "shared_by": self.shared_by, "reason": self.reason}  # fmt: skip
 
 
-def choose_device(setting: str, visible_gpus: int, local_rank: int, local_size: int) -> DeviceChoice:
+def choose_device(
+    setting: str, visible_gpus: int, local_rank: int, local_size: int, environ: Mapping[str, str] | None = None
+) -> DeviceChoice:
     """The device of a rank that sees `visible_gpus` GPUs, being `local_rank` of `local_size` ranks on
-    its node, under train.device `setting`."""
+    its node, under train.device `setting`; `environ` (default os.environ) says how Slurm bound GPUs."""
+    environ = os.environ if environ is None else environ
     if setting not in DEVICES:
         raise Sim2dlError(f"config key 'train.device': '{setting}' is not one of {list(DEVICES)}")
     if setting == "cpu":
         return DeviceChoice("cpu", None, "train.device is cpu")
     if visible_gpus == 0:
         if setting == "gpu":
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            visible = environ.get("CUDA_VISIBLE_DEVICES")
             raise Sim2dlError(
                 f"config key 'train.device': gpu, but local rank {local_rank} sees no GPU that TensorFlow can use "
                 f"(CUDA_VISIBLE_DEVICES={visible!r}; on Slurm ask for --gpus-per-task, in a container give the "
@@ -55,7 +58,7 @@ def choose_device(setting: str, visible_gpus: int, local_rank: int, local_size: 
             )
         return DeviceChoice("cpu", None, "no GPU visible")
     if visible_gpus == 1:
-        shared = local_size if local_size > 1 and not _bound_per_task() else 1
+        shared = local_size if local_size > 1 and not bound_per_task(environ) else 1
         return _gpu(setting, 0, "the one GPU this rank sees", shared)
     if visible_gpus >= local_size:
         return DeviceChoice("gpu", local_rank, f"GPU {local_rank} of {visible_gpus}: its local rank")
@@ -72,9 +75,9 @@ def _gpu(setting: str, index: int, reason: str, shared_by: int) -> DeviceChoice:
     return DeviceChoice("gpu", index, reason + (f", shared by {shared_by} ranks" if shared_by > 1 else ""), shared_by)
 
 
-def _bound_per_task() -> bool:
-    """Slurm gave this task its own GPUs (SLURM_STEP_GPUS / --gpus-per-task), or the user narrowed them."""
-    return bool(os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_GPUS_PER_TASK"))
+def bound_per_task(environ: Mapping[str, str]) -> bool:
+    """Slurm gave this task its own GPUs (SLURM_STEP_GPUS, --gpus-per-task): one GPU seen is its own."""
+    return bool(environ.get("SLURM_STEP_GPUS") or environ.get("SLURM_GPUS_PER_TASK"))
 
 
 def hide_gpus_if_cpu(settings: Mapping[str, Any]) -> None:
