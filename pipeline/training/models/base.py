@@ -27,16 +27,28 @@ def check_pooling(name: str, spatial: Sequence[int | None], depth: int, must_div
             )
 
 
-def pooled_head(x: Any, outputs: int, args: Mapping[str, Any], flatten: bool = False) -> Any:
-    """One vector per sample (flattened or globally averaged), a dense layer, dropout, and the raw outputs
-    (float32, also under mixed precision): regression values or class logits."""
+def pooled_head(levels: Sequence[Any], outputs: int, args: Mapping[str, Any], flatten_last: bool = False) -> Any:
+    """One vector per sample, a dense layer, dropout, and the raw outputs (float32, also under mixed
+    precision): regression values or class logits. The vector joins every level's feature map averaged
+    over its positions (the finest level keeps the input's means and amplitudes, which max pooling on the
+    way down turns into extremes: a class that is the channel with the largest mean was learned to 0.73-0.89
+    from the last level alone against 0.96-0.98 for a one-layer reference, tests/test_models.py), and the
+    last level flattened where position matters (cosmoflow, as MLPerf's reference)."""
     import tensorflow as tf
 
     layers = tf.keras.layers
-    if flatten:
-        x = layers.Flatten()(x)
-    elif len(x.shape) > 2:
-        x = layers.GlobalAveragePooling1D()(layers.Reshape((-1, x.shape[-1]))(x))
+    pooled = [layers.GlobalAveragePooling1D()(layers.Reshape((-1, x.shape[-1]))(x)) for x in levels]
+    if flatten_last:
+        pooled.append(layers.Flatten()(levels[-1]))
+    x = layers.Concatenate()(pooled) if len(pooled) > 1 else pooled[0]
+    return dense_head(x, outputs, args)
+
+
+def dense_head(x: Any, outputs: int, args: Mapping[str, Any]) -> Any:
+    """A dense layer (leaky ReLU), dropout, and the raw outputs in float32."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
     x = layers.Dense(args["dense"])(x)
     x = layers.LeakyReLU(0.3)(x)
     x = layers.Dropout(args["dropout"])(x)

@@ -1,16 +1,22 @@
-"""sequence: 1D convolutions and global average pooling, for (length, channels) traces of any length.
-Regression or classification."""
+"""sequence: 1D convolutions for (length, channels) traces of any length (batches are padded with zeros to
+their longest trace), then pooling over the trace's real steps only: their mean (what a trace is like) and
+their sum in units of SUM_UNIT steps (how much of it there is: a multiplicity, a total energy, which a mean
+alone cannot tell apart across lengths). Regression or classification.
+
+Padding is told from data by the input: a step whose channels are all exactly zero counts as padding (a
+trace that really holds all-zero steps loses them from the mean and the sum, where they add nothing anyway)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.training.models.base import ModelError, pooled_head
+from pipeline.training.models.base import ModelError, dense_head
 
 NAME = "sequence"
 SPATIAL_DIMS = 1
 TASKS = ("regression", "classification")
+SUM_UNIT = 100.0  # steps: keeps the summed features O(1) at the start of training for traces of hundreds of steps
 
 
 def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any]) -> Any:
@@ -20,8 +26,15 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
     if len(input_shape) != 2 or input_shape[1] is None:
         raise ModelError(f"model 'sequence' needs (length, channels) records, the feature has {list(input_shape)}")
     inputs = layers.Input(shape=(None, input_shape[1]))
+    real = tf.cast(tf.reduce_any(tf.not_equal(inputs, 0), axis=-1, keepdims=True), "float32")  # (batch, steps, 1)
     x = inputs
     for level in range(args["depth"]):
         x = layers.Conv1D(args["width"] * 2**level, 5, padding="same")(x)
         x = layers.LeakyReLU(0.3)(x)
-    return tf.keras.Model(inputs, pooled_head(x, outputs, args), name=NAME)
+        # padded steps back to zero, so the next convolution sees past a trace's end what it sees past an
+        # unpadded one's (its own zero padding): a trace's outputs do not depend on its batch
+        x = x * tf.cast(real, x.dtype)
+    total = tf.reduce_sum(tf.cast(x, "float32"), axis=1)
+    mean = total / tf.maximum(tf.reduce_sum(real, axis=1), 1.0)
+    pooled = layers.Concatenate()([mean, total / SUM_UNIT])
+    return tf.keras.Model(inputs, dense_head(pooled, outputs, args), name=NAME)

@@ -1,8 +1,14 @@
 """unet2d: a small 2-D encoder-decoder for (H, W, C) fields, DeepCAM-like in spirit: `depth` levels of
-two 3x3 convolutions (batch-normalised, ReLU) and pooling, widening by 2 per level, then transposed
-convolutions back up with skip connections. Segmentation: a 1x1 convolution to per-pixel class logits;
-classification or regression: the task's pooled head on the bottleneck. H and W must be divisible by
-2^depth (the skips join equal shapes)."""
+two 3x3 convolutions (leaky ReLU) and pooling, widening by 2 per level, then transposed convolutions back
+up with skip connections. Segmentation: a 1x1 convolution to per-pixel class logits; classification or
+regression: the pooled head on every encoder level (base.pooled_head). H and W must be divisible by
+2^depth (the skips join equal shapes).
+
+No batch normalisation (measured in tests/test_models.py): with a rank's batch of 16 it makes every feature
+relative to the batch it came in, so a class given by a field's absolute mean was learned to accuracy 0.73
+(inference) against 0.93 without it and 0.98 for a one-layer reference, and after a short run its moving
+statistics still lag (segmentation mean IoU 0.78 in inference vs 0.89 with batch statistics at Keras'
+momentum 0.99). Without it segmentation scores the same (0.89 vs 0.90) and training equals inference."""
 
 from __future__ import annotations
 
@@ -14,7 +20,6 @@ from pipeline.training.models.base import ModelError, check_pooling, pooled_head
 NAME = "unet2d"
 SPATIAL_DIMS = 2
 TASKS = ("segmentation", "classification", "regression")
-BN_MOMENTUM = 0.9
 
 
 def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any]) -> Any:
@@ -27,12 +32,8 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
 
     def block(x: Any, filters: int) -> Any:
         for _ in range(2):
-            x = layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
-            # momentum 0.9 (PyTorch's 0.1): Keras' 0.99 leaves the moving statistics ~30 % at their initial
-            # values after a short run's ~120 steps, and inference (moving statistics) then scores far below
-            # training mode (batch statistics): measured in tests/test_models.py
-            x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
-            x = layers.ReLU()(x)
+            x = layers.Conv2D(filters, 3, padding="same")(x)
+            x = layers.LeakyReLU(0.3)(x)
         return x
 
     inputs = layers.Input(shape=tuple(input_shape))
@@ -43,7 +44,7 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
         x = layers.MaxPool2D(2)(x)
     x = block(x, args["width"] * 2 ** args["depth"])
     if not task.per_pixel:
-        return tf.keras.Model(inputs, pooled_head(x, outputs, args), name=NAME)
+        return tf.keras.Model(inputs, pooled_head([*skips, x], outputs, args), name=NAME)
     for level in reversed(range(args["depth"])):
         x = layers.Conv2DTranspose(args["width"] * 2**level, 2, strides=2)(x)
         x = block(layers.Concatenate()([x, skips[level]]), args["width"] * 2**level)
