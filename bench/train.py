@@ -9,6 +9,12 @@
   interleaved in turn, no Horovod tensor fusion) / samples/s without it, 2 ranks.
 - segmentation: samples/s and input_wait_fraction of the climate preset's unet2d (64x64x4 fields, a
   uint8 mask per sample, per-pixel cross-entropy) on 2 ranks, beside the cube model's.
+- models: per built-in and task, the score it reaches on tests/test_models.py's learnable task beside a
+  minimal reference model's (same data, epochs, optimizer; held-out R², accuracy or mean IoU) and the ratio.
+  Target >= 0.9 each.
+- demo_batch_sizes: the demo as `make demo` trains it (its config whole: 1,024 cubes, 8 epochs, 2 ranks)
+  at each batch size its search may pick: samples/s of the last epoch, training seconds, σ8's R².
+  Target: σ8 R² >= 0.9 at every batch size.
 Figures are from the last epoch (the first includes graph tracing).
 """
 
@@ -67,6 +73,44 @@ def last_epoch(config: Path, ranks: int, out: Path, *extra: str) -> dict:
     return json.loads((out / "metrics.json").read_text())[-1]
 
 
+def model_quality() -> dict:
+    """tests/test_models.py's comparisons, run here for their figures (one process, as there)."""
+    import os
+
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.path.insert(0, str(REPO))
+    from tests.test_models import CASES, compare
+
+    figures = {}
+    for case in CASES:
+        reached, minimal = compare(case)
+        figures[case.id] = {"built_in": round(reached, 3), "minimal": round(minimal, 3),
+                            "ratio": round(reached / minimal, 3)}  # fmt: skip
+    return figures
+
+
+def demo_batch_sizes(work: Path) -> dict:
+    """The demo's training at each batch size its search space offers."""
+    demo = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config, _ = prepare_data(work / "demo", REPO / "config" / "config.yaml", demo["simulate"]["samples"],
+                             demo["train"]["epochs"])  # fmt: skip
+    settings = yaml.safe_load(config.read_text())
+    settings["train"]["threads"] = 0  # as the demo runs
+    config.write_text(yaml.safe_dump(settings, sort_keys=False))
+    figures = {}
+    for batch in demo["search"]["space"]["batch_size"]["values"]:
+        override = work / "demo" / f"batch-{batch}.yaml"
+        override.write_text(yaml.safe_dump({"train": {"batch_size": batch}}))
+        out = work / "demo" / f"out-{batch}"
+        last = last_epoch(config, 2, out, "--overrides", str(override))
+        summary = json.loads((out / "summary.json").read_text())
+        seconds = sum(epoch["seconds"] for epoch in json.loads((out / "metrics.json").read_text()))
+        figures[str(batch)] = {"samples_per_s": round(last["samples_per_s"], 1), "train_seconds": round(seconds, 1),
+                               "sigma_8_r2": round(summary["r2"]["sigma_8"], 3)}  # fmt: skip
+    return figures
+
+
 def main() -> None:
     n, keep, work = parse_size(__doc__, "train")
     samples, epochs = (320, 2) if n == 2000 else (n // 5, 3)
@@ -84,6 +128,7 @@ def main() -> None:
     preset = REPO / "config" / "presets" / "climate-segmentation.yaml"
     segmentation_config, _ = prepare_data(work / "climate", preset, 2 * samples, epochs)
     segmentation = last_epoch(segmentation_config, 2, work / "climate" / "out-2")
+    demo = demo_batch_sizes(work)
     result = {
         "benchmark": "train",
         "samples": samples,
@@ -103,7 +148,14 @@ def main() -> None:
             "samples_per_s_2_ranks": round(segmentation["samples_per_s"], 1),
             "input_wait_fraction": round(segmentation["input_wait_fraction"], 4),
         },
-        "targets": {"scaling_efficiency_2": ">= 0.8", "input_wait_fraction": "<= 0.05"},
+        "demo_batch_sizes": demo,
+        "models": model_quality(),
+        "targets": {
+            "scaling_efficiency_2": ">= 0.8",
+            "input_wait_fraction": "<= 0.05",
+            "models ratio": ">= 0.9",
+            "demo sigma_8_r2": ">= 0.9",
+        },
     }
     if not keep:
         shutil.rmtree(work)

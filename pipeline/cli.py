@@ -225,7 +225,7 @@ def reports_errors(prog: str) -> Any:
 @reports_errors("sim2dl launch")
 def launch_main(argv: list[str]) -> int:
     """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
-    from pipeline.runtime.launch import data_directories, prepare_mount_points, step_argv
+    from pipeline.runtime.launch import data_directories, prepare_mount_points, srun_environment_conflicts, step_argv
 
     parser = argparse.ArgumentParser(
         prog="sim2dl launch",
@@ -252,6 +252,8 @@ def launch_main(argv: list[str]) -> int:
         print(json.dumps(command))
         return 0
     os.environ.setdefault("USER", getpass.getuser())  # ch-run refuses to start without it (batch jobs may lack it)
+    for name in srun_environment_conflicts(command):
+        os.environ.pop(name, None)
     try:
         os.execvp(command[0], command)  # no shell: every argument arrives as given
     except OSError as e:

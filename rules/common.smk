@@ -108,6 +108,20 @@ def model_inputs(wildcards):
 MPI_TASKS = {"simulate": 2, "ingest": 2, "convert": 2, "merge": 2, "stage": 2, "search": 2, "train": 2, "throughput": 1}
 
 
+def gpus(step):
+    """The GPUs a training step's batch job asks Slurm for (the plugin's `gpu` resource: sbatch --gpus):
+    its ranks x slurm.gpus_per_task; `sim2dl launch` then binds them per rank. 0 asks for none. The
+    command runs once whatever the count: MPI rules are not wrapped in srun by the job-step executor."""
+    return lambda wildcards: MPI_TASKS[step] * RUN[wildcards.workdir].config["slurm"]["gpus_per_task"]
+
+
+def tasks_per_gpu(step):
+    """The Slurm plugin gives a GPU job `--ntasks-per-gpu=<its tasks>` unless this resource says otherwise:
+    all ranks on one GPU. 1 (each rank beside a GPU of its own) for one GPU per rank; 0 (no such option)
+    for several, which --ntasks-per-gpu cannot say."""
+    return lambda wildcards: int(RUN[wildcards.workdir].config["slurm"]["gpus_per_task"] == 1)
+
+
 def mpi_step(step, *step_arguments, launch_options=""):
     """The shell command of a rule: `sim2dl launch` runs the step with the rule's MPI tasks (resources
     from the workflow profile) on its run's config; its output goes to the rule's step log."""

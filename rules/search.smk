@@ -15,6 +15,8 @@ rule search:
         settings=settings("search"),
     threads: MPI_TASKS["search"]
     resources:
-        tasks=MPI_TASKS["search"], runtime=120,
+        tasks=MPI_TASKS["search"],
+        gpu=gpus("search"),
+        tasks_per_gpu=tasks_per_gpu("search"), runtime=120,
     shell:
         mpi_step("search")

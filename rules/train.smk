@@ -19,5 +19,7 @@ rule train:
     threads: MPI_TASKS["train"]
     resources:
         tasks=MPI_TASKS["train"],
+        gpu=gpus("train"),
+        tasks_per_gpu=tasks_per_gpu("train"),
     shell:
         mpi_step("train", launch_options="{params.overrides:q}")

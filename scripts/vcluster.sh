@@ -6,8 +6,11 @@
 # munged whose socket every node sees. A shared directory plays the parallel file system: the same path
 # on every node.
 #
-#   scripts/vcluster.sh up N [SIZE]   start N nodes (tmpfs SIZE per node, default 2g); prints the
-#                                     cluster's directory CLUSTER (per-run unique) on its last line
+#   scripts/vcluster.sh up N [SIZE] [GPUS]   start N nodes (tmpfs SIZE per node, default 2g), each
+#                                     declaring GPUS GPUs (default 0) as GRES with stand-in device files:
+#                                     Slurm schedules them and binds them to tasks (CUDA_VISIBLE_DEVICES) as
+#                                     on a GPU partition; prints the cluster's directory CLUSTER (per-run
+#                                     unique) on its last line
 #   scripts/vcluster.sh down CLUSTER  stop everything and remove all it made (safe to repeat)
 #   scripts/vcluster.sh exec CLUSTER NODE CMD...   run CMD inside node NODE (node1..nodeN)
 #   scripts/vcluster.sh kill CLUSTER NODE          a node failure: its processes and namespaces go
@@ -67,7 +70,7 @@ down() {
 }
 
 up() {
-  local nodes=${1:-3} size=${2:-2g}
+  local nodes=${1:-3} size=${2:-2g} gpus=${3:-0}
   need_root
   [[ "$nodes" =~ ^[1-9][0-9]?$ ]] || die "N must be 1..99, not '$nodes'"
   command -v nsenter >/dev/null && command -v ip >/dev/null || die "needs nsenter (util-linux) and ip (iproute2)"
@@ -129,8 +132,17 @@ SlurmdPidFile=/tmp/slurmd.pid
 SlurmdLogFile=$cluster/logs/%n-slurmd.log
 SlurmdTimeout=10
 $(grep -v "^#" "$HERE/slurm-common.conf")
-NodeName=DEFAULT CPUs=$((cpus * 2)) RealMemory=$mem State=UNKNOWN
+NodeName=DEFAULT CPUs=$((cpus * 2)) RealMemory=$mem State=UNKNOWN$( ((gpus)) && echo " Gres=gpu:$gpus")
 EOF
+  if ((gpus)); then
+    # GPUs without GPUs: Slurm 22.05's gres/gpu drops GPUs declared by count alone ("Removing file-less
+    # GPU") and sets CUDA_VISIBLE_DEVICES only for files that are character devices, so each "GPU" is a
+    # device node aliasing /dev/null (c 1 3). Slurm then schedules, binds and announces them per task.
+    mkdir -p "$cluster/gpus"
+    for g in $(seq 0 $((gpus - 1))); do mknod "$cluster/gpus/nvidia$g" c 1 3; done
+    sed -i "1a GresTypes=gpu" "$cluster/etc/slurm.conf"
+    printf 'AutoDetect=off\nName=gpu File=%s/gpus/nvidia[0-%d]\n' "$cluster" $((gpus - 1)) > "$cluster/etc/gres.conf"
+  fi
   for i in $(seq 1 "$nodes"); do echo "NodeName=node$i NodeAddr=$net.$((10 + i))" >> "$cluster/etc/slurm.conf"; done
   echo "PartitionName=debug Nodes=node[1-$nodes] Default=YES MaxTime=INFINITE State=UP" >> "$cluster/etc/slurm.conf"
   printf 'export SLURM_CONF=%q\nexport SIM2DL_VCLUSTER=%q\n' "$cluster/etc/slurm.conf" "$cluster" > "$cluster/env"

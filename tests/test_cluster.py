@@ -34,6 +34,7 @@ from .helpers import assert_report_holds
 
 VCLUSTER = REPO / "scripts" / "vcluster.sh"
 NODES = 3  # the workflow's nodes; one more is up, for the failures to leave enough
+GPUS_PER_NODE = 2
 POLL_CAP = {"PYTHONPATH": str(REPO / "tests" / "slurm_poll"), "SIM2DL_TEST_SLURM_POLL_S": "2"}
 SMALL_TRAIN = {"epochs": 2, "batch_size": 8, "depth": 2, "width": 4, "dense": 16}
 
@@ -81,7 +82,9 @@ def cluster():
         if os.environ.get("CI") == "true":
             pytest.fail("CI=true: the virtual cluster needs root, nsenter and ip")
         pytest.skip("the virtual cluster needs root (network namespaces), nsenter and ip")
-    proc = subprocess.run([str(VCLUSTER), "up", str(NODES + 1)], capture_output=True, text=True, timeout=900)
+    # each node declares GPUS_PER_NODE GPUs (stand-in device files): Slurm schedules and binds them for real
+    up = [str(VCLUSTER), "up", str(NODES + 1), "2g", str(GPUS_PER_NODE)]
+    proc = subprocess.run(up, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     root = Path(proc.stdout.strip().splitlines()[-1])
     try:
@@ -146,7 +149,8 @@ def staged_on(cluster: Cluster, node: str, target: str) -> dict[str, int]:
 def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_and_trains_on_two_nodes(cluster):
     target = "/tmp/sim2dl-node-local"  # on each node its own tmpfs
     work = cluster.shared / "wf"
-    path = small_config(work, stage={"mode": "replica", "target": target})
+    # one GPU per training rank: the train job asks Slurm for them and srun binds one to each rank
+    path = small_config(work, stage={"mode": "replica", "target": target}, slurm={"gpus_per_task": 1})
     config = yaml.safe_load(path.read_text())
     resources = ["stage:tasks=3", "stage:nodes=3", "train:tasks=2", "train:nodes=2"]
     code, log = slurm_snakemake(cluster, work, "--set-resources", *resources, "--configfile", str(path))
@@ -179,6 +183,9 @@ def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_
     trained = json.loads((workdir / "train" / "summary.json").read_text())
     assert trained["ranks"] == 2 and trained["weights_identical_across_ranks"]
     assert len(set(trained["hosts"])) == 2  # one rank per node: Horovod's allreduce crossed the network
+    # Slurm gave each rank a GPU of its node (CUDA_VISIBLE_DEVICES from the GRES binding, in the summary);
+    # TensorFlow finds no CUDA device behind the stand-in files, so train.device auto trained on the CPU
+    assert [(d["cuda_visible_devices"], d["kind"]) for d in trained["devices"]] == [("0", "cpu")] * 2, trained
 
     # The other placements on the same nodes, as one stage step of 3 ranks on 3 nodes each.
     shard_bytes = {s["file"]: s["bytes"] for s in merged["shards"]}

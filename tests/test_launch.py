@@ -17,6 +17,7 @@ from pipeline.runtime.launch import RUNTIMES, container_argv, mpi_launcher, prep
 
 from .conftest import cli_command, env, make_config, write_config
 
+K = "--kill-on-bad-exit=1"  # srun: a rank that dies ends the step
 HOSTILE = '/data/it\'s a "dir"; rm -rf ~ $(touch /tmp/pwned) `id`'
 
 
@@ -25,14 +26,14 @@ def container(tmp_path, **settings):
 
 
 def test_launcher_is_srun_inside_slurm_and_mpiexec_elsewhere():
-    assert mpi_launcher("auto", 4, {"SLURM_JOB_ID": "17"}) == ["srun", "-n", "4"]
+    assert mpi_launcher("auto", 4, {"SLURM_JOB_ID": "17"}) == ["srun", K, "-n", "4"]
     assert mpi_launcher("auto", 2, {}) == ["mpiexec", "-n", "2"]
-    assert mpi_launcher("srun --mpi=pmi2", 3, {}) == ["srun", "--mpi=pmi2", "-n", "3"]
+    assert mpi_launcher("srun --mpi=pmi2", 3, {}) == ["srun", K, "--mpi=pmi2", "-n", "3"]
     assert mpi_launcher("none", 1, {}) == []
-    assert mpi_launcher("auto", 1, {"SLURM_JOB_ID": "17"}, nested=True) == ["srun", "--overlap", "-n", "1"]
+    assert mpi_launcher("auto", 1, {"SLURM_JOB_ID": "17"}, nested=True) == ["srun", K, "--overlap", "-n", "1"]
     # inside a job step (a rule of a group job under Snakemake's own srun): share its CPUs too
-    assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "17", "SLURM_STEP_ID": "0"}) == ["srun", "--overlap", "-n", "2"]
-    assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "17", "SLURM_STEP_ID": "batch"}) == ["srun", "-n", "2"]
+    assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "17", "SLURM_STEP_ID": "0"}) == ["srun", K, "--overlap", "-n", "2"]
+    assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "17", "SLURM_STEP_ID": "batch"}) == ["srun", K, "-n", "2"]
     assert mpi_launcher("auto", 1, {}, nested=True) == ["mpiexec", "-n", "1"]
     with pytest.raises(Sim2dlError, match="mpi 'none' runs one task, 2 were asked for"):
         mpi_launcher("none", 2, {})
@@ -176,7 +177,7 @@ def test_enroot_runs_through_pyxis_under_srun_and_enroot_start_elsewhere(tmp_pat
     })  # fmt: skip
     image = "/images/sim2dl_0.1.0.sqsh"
     argv = step_argv(config, "srun --mpi=pmix", 4, ["merge"], [Path("/lustre/w")], Path("/home/u"))
-    assert argv == ["srun", "--mpi=pmix", "-n", "4", f"--container-image={image}",
+    assert argv == ["srun", K, "--mpi=pmix", "-n", "4", f"--container-image={image}",
                     "--container-mounts=/home/u:/home/u,/lustre/w:/lustre/w,/opt/hpcx/ompi-abi:/opt/hpcx/ompi-abi",
                     "--container-workdir=/home/u", "--no-container-mount-home", "--no-container-remap-root",
                     "env", f"SIM2DL_IMAGE={image}", "MPI4PY_LIBMPI=libmpi.so.12", "LD_BIND_NOW=1",
@@ -195,7 +196,7 @@ def test_podman_under_mpich_s_launcher_gets_pmi_over_a_port(tmp_path):
     config = make_config(tmp_path, container={"runtime": "podman"})
     assert step_argv(config, "mpiexec.mpich", 2, ["merge"], [], Path("/w"))[:4] == ["mpiexec.mpich", "-pmi-port",
                                                                                      "-n", "2"]  # fmt: skip
-    assert step_argv(config, "srun", 2, ["merge"], [], Path("/w"))[:4] == ["srun", "-n", "2", "podman"]
+    assert step_argv(config, "srun", 2, ["merge"], [], Path("/w"))[:5] == ["srun", K, "-n", "2", "podman"]
     plain = make_config(tmp_path, container={"runtime": "charliecloud"})
     assert step_argv(plain, "mpiexec", 2, ["merge"], [], Path("/w"))[:3] == ["mpiexec", "-n", "2"]
 
@@ -298,17 +299,32 @@ def test_container_gpus_gives_each_runtime_its_gpu_switch_for_the_training_steps
     ]
     config = make_config(tmp_path, container={"runtime": "enroot", "gpus": True, "build_dir": "/img"})
     pyxis = step_argv(config, "srun", 2, ["train"], data, cwd)  # srun's environment reaches enroot's hook
-    assert pyxis[:5] == [
-        "env",
-        "NVIDIA_VISIBLE_DEVICES=all",
-        "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
-        "srun",
-        "-n",
-    ]
+    assert pyxis[:5] == ["env", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "srun", K]
     assert argv("sarus", "train") == without_gpus("sarus", "train")  # Sarus's hook needs no option
     for runtime in ("apptainer", "podman", "podman-hpc", "shifter", "enroot"):
         assert argv(runtime, "merge") == without_gpus(runtime, "merge"), runtime  # data steps: never
         assert argv(runtime, "train") != without_gpus(runtime, "train"), runtime
+
+
+def test_slurm_gpus_per_task_binds_gpus_to_the_training_ranks_through_srun_only(tmp_path):
+    """slurm.gpus_per_task: srun binds that many GPUs to each rank of train and search (explicit options,
+    since Snakemake's job-step executor drops the job's SLURM_* variables); the data steps and mpiexec get
+    nothing; a batch job's SLURM_NTASKS_PER_GPU (srun refuses --gpus-per-task beside it) is dropped."""
+    from pipeline.runtime.launch import srun_environment_conflicts
+
+    assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "7"}, gpus_per_task=1) == [
+        "srun", K, "--gpus-per-task=1", "--gpu-bind=per_task:1", "-n", "2"]  # fmt: skip
+    assert mpi_launcher("auto", 2, {}, gpus_per_task=1) == ["mpiexec", "-n", "2"]
+    config = make_config(tmp_path, slurm={"gpus_per_task": 2})
+    for step in ("train", "search"):
+        argv = step_argv(config, "srun", 4, [step], [tmp_path], tmp_path)
+        assert argv[:6] == ["srun", K, "--gpus-per-task=2", "--gpu-bind=per_task:2", "-n", "4"], argv
+        assert srun_environment_conflicts(argv) == ["SLURM_NTASKS_PER_GPU"]
+    for step in ("merge", "stage", "simulate"):
+        argv = step_argv(config, "srun", 4, [step], [tmp_path], tmp_path)
+        assert not any("gpu" in a for a in argv) and srun_environment_conflicts(argv) == [], argv
+    plain = step_argv(make_config(tmp_path), "srun", 4, ["train"], [tmp_path], tmp_path)
+    assert not any("gpu" in a for a in plain)
 
 
 def test_simulator_runs_in_their_own_image_never_get_the_gpu_switch(tmp_path):

@@ -123,10 +123,8 @@ def reference(spatial_dims: int, input_shape: tuple, outputs: int, per_pixel: bo
     x = conv(16, 3, padding="same", activation="relu", use_bias=not summed)(inputs)
     if per_pixel:
         return tf.keras.Model(inputs, conv(outputs, 1)(x))
-    if summed:
-        pooled = tf.reduce_sum(x, axis=1) / 10.0
-    else:
-        pooled = layers.GlobalAveragePooling1D()(layers.Reshape((-1, 16))(x))
+    average = layers.GlobalAveragePooling1D()
+    pooled = tf.reduce_sum(x, axis=1) / 10.0 if summed else average(layers.Reshape((-1, 16))(x))
     return tf.keras.Model(inputs, layers.Dense(outputs)(layers.Dense(32, activation="relu")(pooled)))
 
 

@@ -50,7 +50,7 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     assert_report_holds(tmp_path, overrides, ["learning_curves.png", "validation.png", "throughput.png"])
     resolved = yaml.safe_load((tmp_path / "w" / "config.resolved.yaml").read_text())
     assert resolved["source"]["fields"]["density"]["shape"] == [32, 32, 32]  # the demo's own settings
-    assert resolved["search"]["space"]["batch_size"] == {"type": "choice", "values": [8, 16, 32]}
+    assert resolved["search"]["space"]["batch_size"] == {"type": "choice", "values": [8, 16]}
     # Nothing to do the second time. The shard size is read by ingest (parts are about a shard each) and
     # merge: they and the steps below them rerun, the simulator does not.
     proc = snakemake(*overrides)

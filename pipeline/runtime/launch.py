@@ -58,9 +58,17 @@ GPU_PASS_THROUGH_NAMES = ["CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_LOCA
 ENROOT_GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 
 
-def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None, nested: bool = False) -> list[str]:
+def mpi_launcher(
+    mpi: str, tasks: int, environ: Mapping[str, str] | None = None, nested: bool = False, gpus_per_task: int = 0
+) -> list[str]:
     """`mpi` is "auto" (srun inside a Slurm allocation, else mpiexec) or a launcher command line from the
     profile (e.g. "srun --mpi=pmi2"); one task runs without a launcher only when mpi is "none".
+
+    `gpus_per_task` (slurm.gpus_per_task, for the steps that train): srun binds that many of the job's
+    GPUs to each task (--gpus-per-task, --gpu-bind=per_task), so each rank's CUDA_VISIBLE_DEVICES names its
+    own. Explicit on srun's command line, because Snakemake's job-step executor removes the job's SLURM_*
+    variables (SLURM_GPUS, SLURM_TRES_PER_TASK) before it runs the rule, and so that they never meet a
+    --ntasks-per-gpu from elsewhere. mpiexec gets nothing: each rank takes the GPU of its local rank.
 
     `nested`: launched from a rank of a running step (a search worker starting a trial): srun must share
     that step's CPUs (--overlap), or it would wait for them forever. The same holds inside any job step
@@ -77,7 +85,23 @@ def mpi_launcher(mpi: str, tasks: int, environ: Mapping[str, str] | None = None,
     in_step = environ.get("SLURM_STEP_ID", "batch") not in ("batch", "extern", "interactive")
     if (nested or in_step) and Path(argv[0]).name == "srun" and "--overlap" not in argv:
         argv.insert(1, "--overlap")
+    if gpus_per_task and Path(argv[0]).name == "srun":
+        argv[1:1] = [f"--gpus-per-task={gpus_per_task}", f"--gpu-bind=per_task:{gpus_per_task}"]
+    if Path(argv[0]).name == "srun" and not any(a.startswith(("-K", "--kill-on-bad-exit")) for a in argv):
+        # a rank that dies ends the step, as mpiexec does: srun's default waits for the others, and a rank
+        # left blocked in MPI_Init by a dead peer (seen once on the virtual cluster) would hold the job
+        # until its time limit instead of failing it for Snakemake to retry
+        argv.insert(1, "--kill-on-bad-exit=1")
     return argv
+
+
+def srun_environment_conflicts(argv: Sequence[str]) -> list[str]:
+    """Variables to remove from srun's environment for this command line: a batch job submitted with
+    --ntasks-per-gpu (as Snakemake's Slurm plugin does for GPU jobs) exports SLURM_NTASKS_PER_GPU, and
+    srun refuses --gpus-per-task beside it (checked on the virtual cluster)."""
+    if argv and Path(argv[0]).name == "srun" and any(a.startswith("--gpus-per-task") for a in argv):
+        return ["SLURM_NTASKS_PER_GPU"]
+    return []
 
 
 def host_mpi_settings(settings: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
@@ -262,9 +286,10 @@ def step_argv(
     settings = config["container"]
     if step_args[:1] == ["simulate"] and config["simulate"].get("command") and config["simulate"].get("image"):
         settings = {**settings, "runtime": "none"}
-    settings = {**settings, "gpus": bool(settings.get("gpus") and step_args and step_args[0] in GPU_STEPS)}
+    trains = bool(step_args) and step_args[0] in GPU_STEPS
+    settings = {**settings, "gpus": bool(settings.get("gpus") and trains)}
     sim2dl = "sim2dl" if settings["runtime"] != "none" else str(Path(sys.executable).with_name("sim2dl"))
-    launcher = mpi_launcher(mpi, tasks)
+    launcher = mpi_launcher(mpi, tasks, gpus_per_task=config["slurm"]["gpus_per_task"] if trains else 0)
     if (
         settings["runtime"] in ("podman", "podman-hpc")
         and launcher

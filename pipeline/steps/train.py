@@ -214,13 +214,20 @@ def input_pipeline(
 
 
 def learning_rate(settings: Mapping[str, Any], size: int, epoch_progress: float) -> float:
-    """Base rate x ranks, reached linearly over the warm-up epochs (Goyal et al.)."""
+    """Base rate x ranks, reached linearly over the warm-up epochs (Goyal et al.), then with
+    `decay: cosine` lowered along a half cosine to zero at the last epoch (Loshchilov & Hutter): the last
+    epochs settle instead of jumping about (the demo's held-out loss rose over its last 3 epochs at a
+    constant rate, and σ8's R² at the end was 0.78 in one run, 0.96 in another)."""
     target = settings["learning_rate"] * size
     warmup = settings["warmup_epochs"]
-    if warmup <= 0 or epoch_progress >= warmup:
+    if warmup > 0 and epoch_progress < warmup:
+        start = settings["learning_rate"]
+        return start + (target - start) * epoch_progress / warmup
+    if settings["decay"] == "none":
         return target
-    start = settings["learning_rate"]
-    return start + (target - start) * epoch_progress / warmup
+    decaying = max(settings["epochs"] - warmup, 1e-9)
+    done = min(max(epoch_progress - warmup, 0.0) / decaying, 1.0)
+    return target * 0.5 * (1 + math.cos(math.pi * done))
 
 
 @dataclass
