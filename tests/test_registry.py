@@ -332,6 +332,10 @@ def test_pull_commands_are_what_each_runtime_s_users_type(tmp_path):
         ["ch-image", "delete", "ghcr.io/org/sim2dl:1.0"],
     ]  # fmt: skip
     assert ch.env == {"REQUESTS_CA_BUNDLE": "/etc/my ca.pem"} and ch.target == directory
+    # container.gpus: the host's NVIDIA libraries go into the directory image before it gets its name
+    assert plan("charliecloud", gpus=True).commands == [*ch.commands, ["ch-fromhost", "--nvidia", ch.commands[1][-1]]]
+    with pytest.raises(Sim2dlError, match=r"container\.gpus.*directory image"):
+        plan("charliecloud", gpus=True, image=str(tmp_path / "x.sqfs"))
     squash = plan("charliecloud", image=str(tmp_path / "x.sqfs"), registry_tls_verify=False)
     assert squash.commands[0][3] == "--tls-no-verify" and squash.commands[1][4] == "squash"
     assert squash.env == {"REQUESTS_CA_BUNDLE": None}  # it would win over --tls-no-verify

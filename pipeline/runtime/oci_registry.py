@@ -168,6 +168,15 @@ def pull_plan(settings: Mapping[str, Any], ref: RegistryRef, cert_dir: Path | No
         commands = [["ch-image", "pull", "--no-cache", *options, str(ref)],
                     ["ch-convert", "-i", "ch-image", "-o", "squash" if squash else "dir", str(ref), str(partial)],
                     ["ch-image", "delete", str(ref)]]  # fmt: skip
+        if settings["gpus"]:
+            # ch-run has no GPU switch: the host's NVIDIA driver libraries are copied into the image once,
+            # at pull time (so pull on a GPU node of the driver version the jobs will see)
+            if squash:
+                raise Sim2dlError(
+                    f"config key 'container.gpus': charliecloud's ch-fromhost --nvidia writes into a directory "
+                    f"image, and container.image is a squashfs file ({target.name}): pull a directory image"
+                )
+            commands.append(["ch-fromhost", "--nvidia", str(partial)])
         return Plan(runtime, commands, env, target, partial, image)
     if runtime in ("apptainer", "singularity"):
         target = Path(image)
