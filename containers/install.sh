@@ -8,6 +8,9 @@
 set -euo pipefail
 src=${SIM2DL_SRC:-/opt/sim2dl}
 venv=${SIM2DL_VENV:-/opt/venv}
+# cpu, or gpu: the CUDA libraries TensorFlow loads on a GPU node as well (requirements/image-gpu.in).
+variant=${SIM2DL_IMAGE_VARIANT:-cpu}
+case $variant in cpu|gpu) ;; *) echo "install.sh: SIM2DL_IMAGE_VARIANT is '$variant', not cpu or gpu" >&2; exit 2;; esac
 export DEBIAN_FRONTEND=noninteractive
 build_packages="python3-dev g++ make cmake patch binutils"
 
@@ -16,6 +19,10 @@ apt-get update -q
 apt-get install -y -q --no-install-recommends ca-certificates python3 python3-venv util-linux procps $build_packages
 python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --no-cache-dir -r "$src/requirements/image.in" -c "$src/requirements/constraints.txt"
+if [ "$variant" = gpu ]; then
+    "$venv/bin/pip" install --quiet --no-cache-dir -r "$src/requirements/image-gpu.in" \
+        -c "$src/requirements/constraints.txt" -c "$src/requirements/constraints-gpu.txt"
+fi
 "$src/scripts/build_horovod.sh" "$venv"
 "$venv/bin/pip" install --quiet --no-cache-dir --no-deps -e "$src"
 # Nothing linked to Open MPI may be in the image (the bind model swaps in the host's MPICH-ABI library).
@@ -33,6 +40,10 @@ find "$site" -type d -name tests -prune -exec rm -rf {} +
 # that loading and Horovod need stay (--strip-unneeded).
 find "$site/tensorflow" "$site/pyarrow" "$site/horovod" -name '*.so*' -type f -size +1M -exec strip --strip-unneeded {} +
 "$venv/bin/python" -c 'import tensorflow, pyarrow.parquet, horovod.tensorflow.keras as h; assert h.mpi_built()'
+if [ "$variant" = gpu ]; then
+    # TensorFlow's CUDA build finds these through the nvidia packages' own paths (no driver is needed here).
+    "$venv/bin/python" -c 'import tensorflow as tf, nvidia.cudnn, nvidia.cublas, nvidia.nccl; assert tf.test.is_built_with_cuda()'
+fi
 apt-get purge -y -q --auto-remove $build_packages
 apt-get clean
 rm -rf /var/lib/apt/lists/* /root/.cache /usr/share/doc/* /usr/share/man/* /usr/share/info/* /usr/share/locale/*

@@ -15,7 +15,7 @@ from pipeline import Sim2dlError
 from pipeline.runtime.container_image import image_reference
 from pipeline.runtime.launch import RUNTIMES, container_argv, mpi_launcher, prepare_mount_points, step_argv
 
-from .conftest import cli_command, env, make_config, write_config
+from .conftest import REPO, cli_command, env, make_config, write_config
 
 K = "--kill-on-bad-exit=1"  # srun: a rank that dies ends the step
 HOSTILE = '/data/it\'s a "dir"; rm -rf ~ $(touch /tmp/pwned) `id`'
@@ -334,3 +334,48 @@ def test_simulator_runs_in_their_own_image_never_get_the_gpu_switch(tmp_path):
     for runtime in ("apptainer", "podman", "podman-hpc", "shifter", "enroot"):
         plain, gpus = (container(tmp_path, runtime=runtime, gpus=g) for g in (False, True))
         assert simulator_argv(gpus, "sim:1", ["run"], tmp_path) == simulator_argv(plain, "sim:1", ["run"], tmp_path)
+
+
+def test_gpu_variant_is_its_own_image_with_cuda_libraries_pinned(tmp_path):
+    """container.variant: gpu names a second image (TAG-gpu) in every runtime's form and in the registry
+    reference, is built from its own base (the CUDA libraries), and its pins cover every library that
+    TensorFlow's `and-cuda` extra asks for, at versions that extra accepts."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    from pipeline.runtime.container_image import INSTALL_INPUTS, image_tag, slug
+    from pipeline.runtime.oci_registry import configured_reference
+
+    common = {"name": "docker.io/myorg/sim2dl", "tag": "1.2", "build_dir": str(tmp_path / "images")}
+    gpu = container(tmp_path, runtime="apptainer", variant="gpu", **common)
+    cpu = container(tmp_path, runtime="apptainer", **common)
+    assert (image_tag(gpu), image_tag(cpu)) == ("1.2-gpu", "1.2")
+    assert image_reference(gpu) == str(tmp_path / "images" / "docker.io_myorg_sim2dl_1.2-gpu.sif")
+    assert slug(cpu) == "docker.io_myorg_sim2dl_1.2"
+    assert image_reference({**gpu, "runtime": "podman"}) == "docker.io/myorg/sim2dl:1.2-gpu"
+    assert str(configured_reference(gpu, None)).endswith("myorg/sim2dl:1.2-gpu")
+    assert {"requirements/image-gpu.in", "requirements/constraints-gpu.txt"} <= set(INSTALL_INPUTS)
+    with pytest.raises(Sim2dlError, match=r"container\.variant"):
+        container(tmp_path, runtime="podman", variant="rocm")
+
+    pins = {}
+    for line in (REPO / "requirements" / "constraints-gpu.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name.lower().replace("_", "-")] = version
+    wanted = [Requirement(r) for r in requires("tensorflow") or []]
+    cuda = [r for r in wanted if r.marker and r.marker.evaluate({"extra": "and-cuda"}) and r.name.startswith("nvidia")]
+    assert len(cuda) >= 10, cuda  # cuBLAS, cuDNN, cuFFT, NCCL, ... : the extra really was read
+    for requirement in cuda:
+        name = requirement.name.lower().replace("_", "-")
+        assert name in pins, f"constraints-gpu.txt does not pin {name}"
+        assert requirement.specifier.contains(pins[name]), (name, pins[name], str(requirement.specifier))
+
+
+def test_install_script_refuses_an_unknown_variant_before_installing_anything(tmp_path):
+    """install.sh checks SIM2DL_IMAGE_VARIANT before apt or pip run (here it would otherwise touch the host)."""
+    env = {"PATH": "/usr/bin:/bin", "SIM2DL_IMAGE_VARIANT": "rocm", "SIM2DL_VENV": str(tmp_path)}
+    run = subprocess.run(["bash", str(REPO / "containers" / "install.sh")], capture_output=True, text=True, env=env)
+    assert run.returncode == 2 and "SIM2DL_IMAGE_VARIANT is 'rocm'" in run.stderr
+    assert not any(tmp_path.iterdir())

@@ -12,6 +12,10 @@ the host afterwards), and writes, under container.build_dir:
 The expensive part (system packages, TensorFlow, Horovod) depends only on the install inputs; a rebuild
 after a source change copies the new sources into the existing image (sim2dl is installed editable at
 /opt/sim2dl). Each output is written under a temporary name and renamed when complete.
+
+`container.variant: gpu` builds the GPU variant, tagged TAG-gpu: the same install plus the CUDA libraries
+that TensorFlow's CUDA build loads on a GPU node (requirements/image-gpu.in, pinned in constraints-gpu.txt);
+the host's driver comes in through the runtime's GPU switch (container.gpus).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ INSTALL_INPUTS = (
     "containers/install.sh",
     "containers/image.env",
     "requirements/image.in",
+    "requirements/image-gpu.in",
+    "requirements/constraints-gpu.txt",
     "requirements/constraints.txt",
     "scripts/build_horovod.sh",
     "scripts/patches",
@@ -46,9 +52,20 @@ FORMATS = ("dir", "squashfs", "oci")
 STAMP = ".sim2dl-image.json"
 
 
+def variant(settings: Mapping[str, Any]) -> str:
+    """container.variant: cpu, or gpu (the CUDA libraries of tensorflow[and-cuda] in the image too)."""
+    return str(settings.get("variant", "cpu"))
+
+
+def image_tag(settings: Mapping[str, Any]) -> str:
+    """The image's tag: container.tag, with `-gpu` for the GPU variant (both variants of one release
+    live side by side in a registry and a build directory)."""
+    return f"{settings['tag']}-gpu" if variant(settings) == "gpu" else str(settings["tag"])
+
+
 def slug(settings: Mapping[str, Any]) -> str:
     """File name of the built or pulled image: NAME_TAG with the registry's slashes and port colon flattened."""
-    return f"{settings['name'].replace('/', '_').replace(':', '_')}_{settings['tag']}"
+    return f"{settings['name'].replace('/', '_').replace(':', '_')}_{image_tag(settings)}"
 
 
 def build_dir(settings: Mapping[str, Any]) -> Path:
@@ -60,7 +77,7 @@ def image_reference(settings: Mapping[str, Any]) -> str:
     container.name/tag in the form each runtime wants."""
     if settings["image"]:
         return str(settings["image"])
-    runtime, name, tag = settings["runtime"], settings["name"], settings["tag"]
+    runtime, name, tag = settings["runtime"], settings["name"], image_tag(settings)
     if runtime == "shifter":
         return f"docker:{name}:{tag}"  # after `shifterimg pull docker:NAME:TAG`
     if runtime in ("podman", "podman-hpc", "sarus"):
@@ -259,7 +276,7 @@ def build(
     out = build_dir(settings)
     out.mkdir(parents=True, exist_ok=True)
     image = out / slug(settings)
-    base_key = inputs_digest(repo, INSTALL_INPUTS)
+    base_key = inputs_digest(repo, INSTALL_INPUTS) + ("" if variant(settings) == "cpu" else f"-{variant(settings)}")
     source_key = inputs_digest(repo, source_files(repo))
     stamp = _stamp(image)
     rebuilt = stamp.get("base") != base_key
@@ -272,7 +289,7 @@ def build(
         stamp = {**stamp, "source": source_key}
         (image / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
     key = f"{base_key}-{source_key}"
-    ref = f"{settings['name']}:{settings['tag']}"
+    ref = f"{settings['name']}:{image_tag(settings)}"
     outputs = {"dir": str(image)}
     if "squashfs" in formats:
         sqfs = _derived_file(out / f"{slug(settings)}.sqfs", key, lambda tmp: _squashfs(image, tmp, log))
@@ -299,8 +316,10 @@ def _build_root(
              f"debootstrap {settings['build_suite']} from {settings['build_mirror']}", log)  # fmt: skip
         copy_source(repo, tmp / SRC_IN_IMAGE.lstrip("/"))
         pip_env, pip_paths = host_pip_settings(os.environ)
-        run_tool(sandbox_argv(tmp, [f"{SRC_IN_IMAGE}/containers/install.sh"], pip_env, pip_paths),
-             "containers/install.sh (system packages, Python environment, Horovod)", log)  # fmt: skip
+        install_env = {**pip_env, "SIM2DL_IMAGE_VARIANT": variant(settings)}
+        run_tool(sandbox_argv(tmp, [f"{SRC_IN_IMAGE}/containers/install.sh"], install_env, pip_paths),
+             f"containers/install.sh (system packages, Python environment, Horovod; {variant(settings)} variant)",
+             log)  # fmt: skip
         (tmp / "ch").mkdir(exist_ok=True)
         # charliecloud reads the image's environment from /ch/environment (ch-run --set-env)
         env_lines = "".join(f"{k}={v}\n" for k, v in image_environment(repo).items())

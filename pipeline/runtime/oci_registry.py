@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import Sim2dlError
-from pipeline.runtime.container_image import image_reference, replace_dir, run_logged
+from pipeline.runtime.container_image import image_reference, image_tag, replace_dir, run_logged
 
 DEFAULT_REGISTRY_HINT = "e.g. ghcr.io/ORG/sim2dl:0.1.0, or set container.name: ghcr.io/ORG/sim2dl"
 
@@ -93,7 +93,7 @@ def parse_reference(text: str, default_tag: str) -> RegistryRef:
 
 def configured_reference(settings: Mapping[str, Any], given: str | None) -> RegistryRef:
     """REF from the command line, or the configured name:tag."""
-    return parse_reference(given or f"{settings['name']}:{settings['tag']}", settings["tag"])
+    return parse_reference(given or f"{settings['name']}:{image_tag(settings)}", image_tag(settings))
 
 
 # ---------------------------------------------------------------------------------------------- plans
