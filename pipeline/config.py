@@ -160,6 +160,7 @@ def check_consistency(config: Mapping[str, Any]) -> None:
         if unknown:
             raise Sim2dlError(f"config key 'convert.{key}': {unknown} not declared in source.fields ({sorted(fields)})")
     check_model_inputs(conv, config["train"]["model"])
+    check_spatial_model(config["train"])
     overlap = set(conv["features"]) & set(conv["labels"])
     if overlap:
         raise Sim2dlError(f"config key 'convert.labels': {sorted(overlap)} also listed in convert.features")
@@ -201,6 +202,17 @@ def check_model_inputs(conv: Mapping[str, Any], model: str) -> None:
             f"'{model}' takes one: stack them (convert.stack: {{x: {conv['features']}}}, features: [x]) where "
             "their shapes are equal, or use your own model (train.model: file.py:function), which gets a dict"
         )
+
+
+def check_spatial_model(train: Mapping[str, Any]) -> None:
+    """train.spatial.split > 1 needs a model that can be split (a built-in with build_split)."""
+    from pipeline.training.spatial.layout import check_spatial
+
+    split, model = train["spatial"]["split"], train["model"]
+    if split > 1:
+        from pipeline.training.models import BUILT_IN
+
+        check_spatial(split, split, None, model, hasattr(BUILT_IN.get(model), "build_split"))
 
 
 def primary_field(conv: Mapping[str, Any]) -> str:

@@ -11,6 +11,12 @@ averaged with DistributedGradientTape, metrics averaged with allreduce, learning
 of ranks with a linear warm-up. The loop is explicit (not Keras fit) so the time spent waiting for input
 is measured directly: the time blocked in `next(iterator)` against the step time.
 
+Spatial parallelism (`train.spatial.split: S`, pipeline.training.spatial): the ranks form data-parallel
+groups of S consecutive ranks on one node; the ranks of a group read the same records, each keeps its
+depth slab of every sample (sliced after decoding), and the split model exchanges halos within the group.
+The learning rate scales with the groups, validation counts each group once, and the model saved at the
+end is the unsplit one with the trained weights (it takes whole samples).
+
 Rank 0 writes a TF checkpoint every epoch (TF writes the data first and the `checkpoint` state file
 last, so an interrupted save leaves the previous checkpoint valid); a rerun resumes from it. Outputs in
 {workdir}/train: metrics.csv/json, the final model, learning curves, the task's validation figure
@@ -47,6 +53,7 @@ from pipeline.runtime.mpi import all_ok
 from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
 from pipeline.training import determinism, devices
 from pipeline.training.models import ModelSource, build_model
+from pipeline.training.spatial.layout import SpatialLayout, check_spatial
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
 
 log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
@@ -145,11 +152,13 @@ def input_pipeline(
     shard: tuple[int, int] | None,
     epoch_seed: int,
     fraction: float | None,
+    slab: tuple[int, int] | None = None,
 ) -> Any:
     """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
     added where it has one more axis), labels as the task wants them. fraction: the share of records held
     out for validation by a hash of their sample ids (training passes skip them, validation reads only
-    them); None: the files hold one split, read whole."""
+    them); None: the files hold one split, read whole. slab: the planes [start, stop) of the feature's
+    first axis this rank keeps (spatial parallelism)."""
     import tensorflow as tf
 
     data = task.data
@@ -186,6 +195,8 @@ def input_pipeline(
         if data.several:  # your own model's inputs, by name
             return {n: tf.cast(decode_field(parsed, n, spec[n], batched), tf.float32) for n in features}, y
         x = decode_field(parsed, feature, spec[feature], batched)
+        if slab is not None:
+            x = x[:, slab[0] : slab[1]] if batched else x[slab[0] : slab[1]]
         if add_channel:
             x = x[..., tf.newaxis]
         return tf.cast(x, tf.float32), y
@@ -245,9 +256,9 @@ class RankData:
 
 
 def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,
-              paths: TrainPaths, comm: Any, rank: int) -> RankData:  # fmt: skip
+              paths: TrainPaths, comm: Any, layout: SpatialLayout) -> RankData:  # fmt: skip
     """The staged files this rank reads (staging again if this node's copies are gone), and the steps
-    per epoch: the fewest any rank's records allow."""
+    per epoch: the fewest any rank's records allow. The ranks of a spatial set read the same records."""
     from pipeline.runtime.placement import topology
     from pipeline.storage.staging import ensure_staged
 
@@ -255,8 +266,14 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     topo = topology(comm, config["stage"]["emulate_nodes"])
     node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
     listing = json.loads(StagedPaths(node_dir).listing.read_text())
+    rank = layout.rank
     local_ranks = topo.node_ranks[topo.node]
-    local = (local_ranks.index(rank), len(local_ranks))
+    spatial_set = layout.spatial_sets()[layout.group]
+    if not set(spatial_set) <= set(local_ranks):
+        raise Sim2dlError(f"config key 'train.spatial.split': the ranks {spatial_set} that share samples are on "
+                          "different nodes; place train's ranks so that each node holds whole groups of split "
+                          "ranks (a set spanning nodes is not supported yet)")  # fmt: skip
+    local = (local_ranks.index(rank) // layout.split, len(local_ranks) // layout.split)
     if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
         files, shard = rank_files(listing, node_dir, *local, "train")
         validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation")
@@ -307,7 +324,9 @@ class Model:
     input_shape: tuple[int | None, ...]
 
 
-def prepare(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any, hvd: Any) -> tuple[Task, Model, dict]:
+def prepare(
+    config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any, hvd: Any, spatial: tuple[SpatialLayout, Any]
+) -> tuple[Task, Model, dict]:
     """This rank's device chosen (and the precision policy for it), seeds set, the settings and labels
     checked and the model built and checked, on every rank alike: a configuration error is reported once
     by rank 0 and every rank exits before any data is touched (no MPI_Abort, which can tear down the job
@@ -323,10 +342,14 @@ def prepare(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any, hvd: 
         device = devices.apply(settings, hvd.local_rank(), hvd.local_size())
         determinism.seed_and_fix(settings)
         task = check_settings(settings, meta, _label_names(meta))
-        keras_model, source = build_model(settings, task.data.feature_shape, task)
-        from pipeline.training.models import input_shape
+        from pipeline.training.models import input_shape, model_source
 
-        model = Model(keras_model, source, input_shape(source, task.data.feature_shape))
+        layout = spatial[0]
+        shape = input_shape(model_source(settings["model"]), task.data.feature_shape)
+        check_spatial(layout.split, layout.size, shape, settings["model"], True)
+        split = spatial if layout.split > 1 else None
+        keras_model, source = build_model(settings, task.data.feature_shape, task, split)
+        model = Model(keras_model, source, shape)
     except Sim2dlError as e:
         error = e
     all_ok(comm, error)
@@ -372,12 +395,13 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
 
     meta = load_metadata(merged_dir)
     determinism.before_horovod(settings)
-    hvd.init()
-    task, model, device = prepare(config, meta, comm, hvd)
+    layout, process_set = start_horovod(settings, comm)
+    task, model, device = prepare(config, meta, comm, hvd, (layout, process_set))
     rank, size = hvd.rank(), hvd.size()
+    slab = layout.slab(int(model.input_shape[0])) if layout.split > 1 else None
     log.info(json.dumps({"rank": rank, "device": device}))
     paths = TrainPaths(out_dir)
-    data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, rank)
+    data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, layout)
     keras_model = model.keras
     optimizer = make_optimizer(settings, device["precision"])
     restored = restore(settings, meta, model.source, paths, keras_model, optimizer, comm, rank)
@@ -404,12 +428,14 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
 
     def validate() -> tuple[float, Evaluation]:
         pipeline = input_pipeline(data.validation_files, meta, settings, task, model.input_shape, training=False,
-                                  shard=data.validation_shard, epoch_seed=0, fraction=data.fraction)  # fmt: skip
-        return evaluate(pipeline, task, predict, comm)
+                                  shard=data.validation_shard, epoch_seed=0, fraction=data.fraction,
+                                  slab=slab)  # fmt: skip
+        return evaluate(pipeline, task, predict, comm, counted=layout.spatial_rank == 0)
 
     if rank == 0:
-        start = {"ranks": size, "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
-                 "resume_from_epoch": restored.start_epoch, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
+        start = {"ranks": size, "spatial_split": layout.split, "steps_per_epoch": data.steps,
+                 "train_records_per_rank": data.records, "resume_from_epoch": restored.start_epoch,
+                 "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
         log.info(json.dumps({"train": start}))
         # Every start of training, kept across retries (Snakemake clears a job's log when it starts).
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -419,7 +445,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     # reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay).
     seed = settings["seed"] * 1000 + restored.start_epoch
     iterator = iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True,
-                                   shard=data.shard, epoch_seed=seed, fraction=data.fraction))  # fmt: skip
+                                   shard=data.shard, epoch_seed=seed, fraction=data.fraction, slab=slab))  # fmt: skip
 
     def one_epoch(epoch: int, first: bool) -> tuple[dict[str, Any], tuple[float, Evaluation]]:
         """The steps of one epoch, then validation: the epoch's row of metrics (averaged over ranks) and
@@ -427,7 +453,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
         waited, losses = 0.0, []
         epoch_start = time.perf_counter()
         for step in range(data.steps):
-            optimizer.learning_rate.assign(learning_rate(settings, size, epoch + step / data.steps))
+            optimizer.learning_rate.assign(learning_rate(settings, layout.groups, epoch + step / data.steps))
             t0 = time.perf_counter()
             x, y = next(iterator)
             waited += time.perf_counter() - t0
@@ -439,7 +465,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             if variable.dtype.is_floating:
                 variable.assign(hvd.allreduce(variable, op=hvd.Average))
         evaluation = validate()
-        rate = data.steps * settings["batch_size"] / seconds
+        rate = data.steps * settings["batch_size"] / seconds / layout.split  # a group's ranks share its samples
         return {
             "epoch": epoch + 1,
             "loss": float(hvd.allreduce(tf.constant(np.mean(losses)), op=hvd.Average)),
@@ -462,17 +488,47 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             restored.manager.save()
             log.info(json.dumps(row))
     # The final evaluation: the last epoch's, unless a resumed run had no epoch left.
-    ranks = Ranks(hvd, rank, size, device)
+    ranks = Ranks(hvd, rank, size, device, layout)
     return finish(config, task, model, history, evaluation or validate(), paths, ranks)
 
 
-def evaluate(pipeline: Any, task: Task, predict: Any, comm: Any) -> tuple[float, Evaluation]:
+def start_horovod(settings: Mapping[str, Any], comm: Any) -> tuple[SpatialLayout, Any]:
+    """hvd.init, with one Horovod process set per spatial set under train.spatial.split (a split that does
+    not divide the ranks is a config error on every rank, before Horovod starts). Returns this rank's
+    layout and its spatial set."""
+    from pipeline.training.spatial.layers import init_horovod
+
+    split, error = settings["spatial"]["split"], None
+    try:
+        check_spatial(split, comm.Get_size(), None, settings["model"], True)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    return init_horovod(split, comm.Get_size(), comm.Get_rank())
+
+
+def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
+    """The model to save: the trained one, or under spatial parallelism the unsplit model with its
+    weights (same variables, same order), which takes whole samples."""
+    settings = config["train"]
+    if settings["spatial"]["split"] == 1:
+        return model.keras
+    whole, _ = build_model(settings, task.data.feature_shape, task)
+    whole.set_weights(model.keras.get_weights())
+    return whole
+
+
+def evaluate(pipeline: Any, task: Task, predict: Any, comm: Any, counted: bool = True) -> tuple[float, Evaluation]:
     """The validation loss (the training loss's definition, over every rank's validation records) and
-    the task's evaluation, its sums added and its examples joined across ranks (on every rank)."""
+    the task's evaluation, its sums added and its examples joined across ranks (on every rank). A rank
+    whose records another rank counts already (spatial parallelism: `counted` False) runs the model on them
+    all the same (its share of the split layers) and adds nothing."""
     evaluation = task.evaluation()
     loss_sum, count = 0.0, 0
     for x, y in pipeline:
         outputs, loss = predict(x, y)
+        if not counted:
+            continue
         n = int(y.shape[0])
         loss_sum += float(loss) * n
         count += n
@@ -492,6 +548,7 @@ class Ranks:
     rank: int
     size: int
     device: dict[str, Any]
+    layout: SpatialLayout
 
 
 def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequence[Mapping[str, Any]],
@@ -506,6 +563,7 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
         "task": task.name,
         "epochs": settings["epochs"],
         "ranks": size,
+        "spatial": {"split": ranks.layout.split, "groups": ranks.layout.groups},
         "val_loss": val_loss,
         **task.metrics(result),
         "validation_records": _validation_records(task, result),
@@ -518,7 +576,7 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
     summary["hosts"] = hvd.allgather_object(socket.gethostname())  # per rank: where it trained
     summary["devices"] = hvd.allgather_object(ranks.device)  # per rank: on what
     if rank == 0:
-        model.keras.save(str(paths.model))
+        whole_model(config, task, model).save(str(paths.model))
         from pipeline.reporting.plots import learning_curves
 
         learning_curves(history, task.loss_name, paths.learning_curves)

@@ -7,7 +7,9 @@
 
 A built-in module has NAME, SPATIAL_DIMS (a feature with that many axes gets a channel axis; None: any),
 TASKS, and build(input_shape, outputs, task, args), args being train.depth/width/dense/dropout with
-train.model_args on top. Adding one: a module here, registered in BUILT_IN.
+train.model_args on top; one that can be split across ranks (train.spatial.split) also has
+build_split(input_shape, outputs, task, args, layout, process_set) (pipeline.training.spatial). Adding
+one: a module here, registered in BUILT_IN.
 
 The user's model: train.model 'package.module:function' or 'path/to/file.py:function' (relative to the
 working directory), called as function(input_shape, outputs, **train.model_args) -> tf.keras.Model with
@@ -130,9 +132,13 @@ def built_in_args(source: ModelSource, settings: Mapping[str, Any]) -> dict[str,
     return {**{k: settings[k] for k in ARGS}, **extra}
 
 
-def build_model(settings: Mapping[str, Any], feature_shape: Sequence[int | None], task: Any) -> tuple[Any, ModelSource]:
+def build_model(
+    settings: Mapping[str, Any], feature_shape: Sequence[int | None], task: Any, spatial: tuple[Any, Any] | None = None
+) -> tuple[Any, ModelSource]:
     """The configured model for the feature and task, checked; raises Sim2dlError before any training.
-    With several features (task.data.several) your own builder gets {name: shape} and the model a dict."""
+    With several features (task.data.several) your own builder gets {name: shape} and the model a dict.
+    spatial: (SpatialLayout, Horovod process set) with train.spatial.split > 1: the built-in's split
+    model, which takes this rank's slab of each sample."""
     import tensorflow as tf
 
     source = model_source(settings["model"])
@@ -151,8 +157,11 @@ def build_model(settings: Mapping[str, Any], feature_shape: Sequence[int | None]
                 f"{', '.join(module.TASKS)}; built-ins for {task.name}: "
                 f"{sorted(n for n, m in BUILT_IN.items() if task.name in m.TASKS)})"
             )
+        args = built_in_args(source, settings)
         try:
-            return module.build(shape, task.outputs(), task, built_in_args(source, settings)), source
+            if spatial is not None:
+                return module.build_split(shape, task.outputs(), task, args, *spatial), source
+            return module.build(shape, task.outputs(), task, args), source
         except ModelError as e:
             raise Sim2dlError(f"config key 'train.model': {e}") from None
     builder = source.builder()

@@ -40,7 +40,14 @@ def pooled_head(levels: Sequence[Any], outputs: int, args: Mapping[str, Any], fl
     pooled = [layers.GlobalAveragePooling1D()(layers.Reshape((-1, x.shape[-1]))(x)) for x in levels]
     if flatten_last:
         pooled.append(layers.Flatten()(levels[-1]))
-    x = layers.Concatenate()(pooled) if len(pooled) > 1 else pooled[0]
+    return joined_head(pooled, outputs, args)
+
+
+def joined_head(pooled: Sequence[Any], outputs: int, args: Mapping[str, Any]) -> Any:
+    """The vectors joined, then dense_head (pooled_head's second half, also for a split model's means)."""
+    import tensorflow as tf
+
+    x = tf.keras.layers.Concatenate()(list(pooled)) if len(pooled) > 1 else pooled[0]
     return dense_head(x, outputs, args)
 
 

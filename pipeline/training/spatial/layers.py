@@ -1,0 +1,154 @@
+"""The layers of a model whose samples are split along depth across the S ranks of a spatial set.
+
+Tensors are (batch, depth slab, height, width, channels). Horovod's collectives slice along their first
+axis, so depth is moved to the front around each one. Every collective runs within the spatial set (a
+Horovod process set); the gradients are written out here (custom gradients) rather than left to Horovod's
+registered ones where the replicated part of the model makes them simpler and exact:
+
+- halo exchange: `hvd.alltoall` (its registered gradient sends each halo's gradient back to its owner,
+  where it is added to the edge planes);
+- gather (the end of the split part): the replicated model downstream computes the same loss on every
+  rank of the set, so each rank's gradient is its own planes of the incoming gradient (no communication);
+- mean over the whole sample: the mean of the slabs' means (equal slabs), whose gradient is 1/S of the
+  incoming one on each rank;
+- split weights: their gradient is scaled by S on the way back (see the package docstring).
+
+Memory: a split convolution holds its slab and 2 x HALO halo planes; time: the convolution's share plus
+one alltoall of 2 planes per call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+from pipeline.training.spatial.layout import HALO, SpatialLayout
+
+DEPTH_FIRST = [1, 0, 2, 3, 4]  # (B, D, H, W, C) <-> (D, B, H, W, C): its own inverse
+
+
+def scale_gradient(tensor: Any, factor: float) -> Any:
+    """`tensor` unchanged; its gradient multiplied by `factor`."""
+
+    @tf.custom_gradient
+    def scaled(t: Any) -> Any:
+        return tf.identity(t), lambda g: g * tf.cast(factor, g.dtype)
+
+    return scaled(tensor)
+
+
+def halo_exchange(x: Any, layout: SpatialLayout, process_set: Any) -> Any:
+    """The slab with HALO planes of each depth neighbour added below and above (zero planes at the
+    sample's edges): one alltoall within the spatial set, each rank sending its edge planes.
+
+    Every rank builds the same operations, only their sizes differ (0 planes towards a missing
+    neighbour): Horovod matches a collective across ranks by its name, which TensorFlow derives from the
+    graph around it, the gradient's alltoall included."""
+    planes = tf.transpose(x, DEPTH_FIRST)
+    lower, upper = layout.neighbours()
+    n_lower, n_upper = HALO * (lower is not None), HALO * (upper is not None)
+    thickness = planes.shape[0]
+    sends = tf.concat([planes[:n_lower], planes[thickness - n_upper :]], 0)
+    splits = [0] * layout.split
+    if lower is not None:
+        splits[lower] = HALO
+    if upper is not None:
+        splits[upper] = HALO
+    received, _ = hvd.alltoall(sends, splits=splits, process_set=process_set)
+    zeros = tf.zeros_like(planes[:HALO])
+    # from the lower rank its last planes come first, then the upper rank's first planes
+    below = tf.concat([zeros[: HALO - n_lower], received[:n_lower]], 0)
+    above = tf.concat([received[n_lower : n_lower + n_upper], zeros[: HALO - n_upper]], 0)
+    padded = tf.transpose(tf.concat([below, planes, above], 0), DEPTH_FIRST)
+    # Horovod's ops leave the first axis unknown; the static shape keeps Keras' shape inference working.
+    padded.set_shape([x.shape[0], None if x.shape[1] is None else x.shape[1] + 2 * HALO, *x.shape[2:]])
+    return padded
+
+
+class SplitConv3D(tf.keras.layers.Layer):
+    """Conv3D(filters, 3, padding='same') on a depth slab: halos exchanged, VALID along depth, SAME across.
+    Its weights have Conv3D's names and shapes, so a split model and an unsplit one exchange weights."""
+
+    def __init__(self, filters: int, layout: SpatialLayout, process_set: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.filters, self.layout, self.process_set = filters, layout, process_set
+
+    def build(self, input_shape: Any) -> None:
+        channels = int(input_shape[-1])
+        self.kernel = self.add_weight(name="kernel", shape=(3, 3, 3, channels, self.filters),
+                                      initializer="glorot_uniform")  # fmt: skip
+        self.bias = self.add_weight(name="bias", shape=(self.filters,), initializer="zeros")
+        super().build(input_shape)
+
+    def call(self, x: Any) -> Any:
+        x = halo_exchange(x, self.layout, self.process_set)
+        x = tf.pad(x, [[0, 0], [0, 0], [1, 1], [1, 1], [0, 0]])
+        kernel = scale_gradient(self.kernel, self.layout.split)
+        bias = scale_gradient(self.bias, self.layout.split)
+        y = tf.nn.conv3d(x, tf.cast(kernel, x.dtype), strides=[1] * 5, padding="VALID")
+        return tf.nn.bias_add(y, tf.cast(bias, y.dtype))
+
+
+class GatherDepth(tf.keras.layers.Layer):
+    """The whole sample on every rank of the set, from its slabs: the end of the split part."""
+
+    def __init__(self, layout: SpatialLayout, process_set: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.layout, self.process_set = layout, process_set
+
+    def call(self, x: Any) -> Any:
+        index = self.layout.spatial_rank
+
+        @tf.custom_gradient
+        def gather(slab: Any) -> Any:
+            planes = tf.transpose(slab, DEPTH_FIRST)
+            whole = hvd.allgather(planes, process_set=self.process_set)
+
+            def grad(g: Any) -> Any:
+                thickness = tf.shape(planes)[0]
+                mine = tf.transpose(g, DEPTH_FIRST)[index * thickness : (index + 1) * thickness]
+                return tf.transpose(mine, DEPTH_FIRST)
+
+            return tf.transpose(whole, DEPTH_FIRST), grad
+
+        whole = gather(x)
+        whole.set_shape([x.shape[0], None if x.shape[1] is None else x.shape[1] * self.layout.split, *x.shape[2:]])
+        return whole
+
+
+class SampleMean(tf.keras.layers.Layer):
+    """(B, C): each channel's mean over the whole sample's positions, from the slabs' means."""
+
+    def __init__(self, layout: SpatialLayout, process_set: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.layout, self.process_set = layout, process_set
+
+    def call(self, x: Any) -> Any:
+        split = self.layout.split
+
+        @tf.custom_gradient
+        def mean_of_means(local: Any) -> Any:
+            whole = hvd.allreduce(local, op=hvd.Average, process_set=self.process_set)
+            return whole, lambda g: g / tf.cast(split, g.dtype)
+
+        local = tf.reduce_mean(x, axis=[1, 2, 3])
+        whole = mean_of_means(local)
+        whole.set_shape(local.shape)
+        return whole
+
+
+def init_horovod(split: int, size: int, rank: int) -> tuple[SpatialLayout, Any]:
+    """hvd.init with one process set per spatial set (every rank registers all of them, as Horovod's static
+    process sets require); returns this rank's layout and its spatial set (None without a split)."""
+    layout = SpatialLayout(split, size, rank)
+    if split == 1:
+        hvd.init()
+        return layout, None
+    if split == size:  # one set of every rank: Horovod's global set
+        hvd.init()
+        return layout, hvd.global_process_set
+    sets = [hvd.ProcessSet(ranks) for ranks in layout.spatial_sets()]
+    hvd.init(process_sets=sets)
+    return layout, sets[layout.group]
