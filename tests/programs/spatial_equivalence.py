@@ -13,13 +13,13 @@ import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-import horovod.tensorflow as hvd  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from mpi4py import MPI  # noqa: E402
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+from mpi4py import MPI
 
-from pipeline.training.models import cosmoflow  # noqa: E402
-from pipeline.training.spatial.layers import init_horovod  # noqa: E402
+from pipeline.training.models import cosmoflow
+from pipeline.training.spatial.layers import init_horovod
 
 SHAPE = (16, 12, 8, 2)  # depth, height, width, channels: unequal, so a wrong axis shows
 ARGS = {"depth": 3, "width": 4, "dense": 8, "dropout": 0.0}
