@@ -5,16 +5,16 @@ axis, so depth is moved to the front around each one. Every collective runs with
 Horovod process set); the gradients are written out here (custom gradients) rather than left to Horovod's
 registered ones where the replicated part of the model makes them simpler and exact:
 
-- halo exchange: `hvd.alltoall` (its registered gradient sends each halo's gradient back to its owner,
-  where it is added to the edge planes);
+- halo exchange: `hvd.alltoall` of the edge planes (its registered gradient sends each halo's gradient
+  back to its owner, where it is added to the edge planes);
 - gather (the end of the split part): the replicated model downstream computes the same loss on every
   rank of the set, so each rank's gradient is its own planes of the incoming gradient (no communication);
 - mean over the whole sample: the mean of the slabs' means (equal slabs), whose gradient is 1/S of the
   incoming one on each rank;
 - split weights: their gradient is scaled by S on the way back (see the package docstring).
 
-Memory: a split convolution holds its slab and 2 x HALO halo planes; time: the convolution's share plus
-one alltoall of 2 planes per call.
+Memory: a split convolution keeps what the unsplit one keeps for its slab, plus 2 x HALO halo planes;
+time: the convolution's share, two one-plane convolutions and one alltoall of 2 planes per call.
 """
 
 from __future__ import annotations
@@ -39,37 +39,41 @@ def scale_gradient(tensor: Any, factor: float) -> Any:
     return scaled(tensor)
 
 
-def halo_exchange(x: Any, layout: SpatialLayout, process_set: Any) -> Any:
-    """The slab with HALO planes of each depth neighbour added below and above (zero planes at the
-    sample's edges): one alltoall within the spatial set, each rank sending its edge planes.
+def halo_planes(x: Any, layout: SpatialLayout, process_set: Any) -> tuple[Any, Any]:
+    """The HALO planes just below and just above this rank's slab, (B, HALO, H, W, C) each, from its depth
+    neighbours (zero planes at the sample's edges): one alltoall within the spatial set, each rank sending
+    its edge planes.
 
     Every rank builds the same operations, only their sizes differ (0 planes towards a missing
     neighbour): Horovod matches a collective across ranks by its name, which TensorFlow derives from the
-    graph around it, the gradient's alltoall included."""
-    planes = tf.transpose(x, DEPTH_FIRST)
+    graph around it, the gradient's alltoall included. Only the edge planes are moved to the front for
+    the alltoall (which splits its first axis), never the slab."""
     lower, upper = layout.neighbours()
     n_lower, n_upper = HALO * (lower is not None), HALO * (upper is not None)
-    thickness = planes.shape[0]
-    sends = tf.concat([planes[:n_lower], planes[thickness - n_upper :]], 0)
+    thickness = x.shape[1]
+    sends = tf.transpose(tf.concat([x[:, :n_lower], x[:, thickness - n_upper :]], 1), DEPTH_FIRST)
     splits = [0] * layout.split
     if lower is not None:
         splits[lower] = HALO
     if upper is not None:
         splits[upper] = HALO
     received, _ = hvd.alltoall(sends, splits=splits, process_set=process_set)
-    zeros = tf.zeros_like(planes[:HALO])
+    received = tf.transpose(received, DEPTH_FIRST)
+    zeros = tf.zeros_like(x[:, :HALO])
     # from the lower rank its last planes come first, then the upper rank's first planes
-    below = tf.concat([zeros[: HALO - n_lower], received[:n_lower]], 0)
-    above = tf.concat([received[n_lower : n_lower + n_upper], zeros[: HALO - n_upper]], 0)
-    padded = tf.transpose(tf.concat([below, planes, above], 0), DEPTH_FIRST)
-    # Horovod's ops leave the first axis unknown; the static shape keeps Keras' shape inference working.
-    padded.set_shape([x.shape[0], None if x.shape[1] is None else x.shape[1] + 2 * HALO, *x.shape[2:]])
-    return padded
+    below = tf.concat([zeros[:, : HALO - n_lower], received[:, :n_lower]], 1)
+    above = tf.concat([received[:, n_lower : n_lower + n_upper], zeros[:, : HALO - n_upper]], 1)
+    below.set_shape(zeros.shape)  # Horovod's ops leave the axis unknown; Keras' shape inference needs it
+    above.set_shape(zeros.shape)
+    return below, above
 
 
 class SplitConv3D(tf.keras.layers.Layer):
-    """Conv3D(filters, 3, padding='same') on a depth slab: halos exchanged, VALID along depth, SAME across.
-    Its weights have Conv3D's names and shapes, so a split model and an unsplit one exchange weights."""
+    """Conv3D(filters, 3, padding='same') on a depth slab. The slab is convolved as it is (SAME: zero
+    planes beyond it), then the neighbours' halo planes add their terms to the first and last output
+    planes (the kernel's outer depth taps, SAME across), in place: what backpropagation keeps is what
+    the unsplit layer keeps (no padded copy of the slab). Its weights have Conv3D's names and shapes, so a
+    split model and an unsplit one exchange weights."""
 
     def __init__(self, filters: int, layout: SpatialLayout, process_set: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -83,12 +87,20 @@ class SplitConv3D(tf.keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, x: Any) -> Any:
-        x = halo_exchange(x, self.layout, self.process_set)
-        x = tf.pad(x, [[0, 0], [0, 0], [1, 1], [1, 1], [0, 0]])
-        kernel = scale_gradient(self.kernel, self.layout.split)
-        bias = scale_gradient(self.bias, self.layout.split)
-        y = tf.nn.conv3d(x, tf.cast(kernel, x.dtype), strides=[1] * 5, padding="VALID")
-        return tf.nn.bias_add(y, tf.cast(bias, y.dtype))
+        below, above = halo_planes(x, self.layout, self.process_set)
+        kernel = tf.cast(scale_gradient(self.kernel, self.layout.split), x.dtype)
+        bias = tf.cast(scale_gradient(self.bias, self.layout.split), x.dtype)
+        same = [1] * 5
+        y = tf.nn.conv3d(x, kernel, strides=same, padding="SAME")
+        # cross-correlation: output plane d sums input planes d-1, d, d+1 with taps 0, 1, 2
+        first = tf.nn.conv3d(below, kernel[0:1], strides=same, padding="SAME")[:, 0]
+        last = tf.nn.conv3d(above, kernel[2:3], strides=same, padding="SAME")[:, 0]
+        batch, thickness = tf.shape(x)[0], x.shape[1]
+        rows = tf.range(batch)
+        index = tf.concat([tf.stack([rows, tf.zeros_like(rows)], 1),
+                           tf.stack([rows, tf.fill([batch], thickness - 1)], 1)], 0)  # fmt: skip
+        y = tf.tensor_scatter_nd_add(y, index, tf.concat([first, last], 0))
+        return tf.nn.bias_add(y, bias)
 
 
 class GatherDepth(tf.keras.layers.Layer):
