@@ -30,7 +30,8 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
                     provenance, rejects)
     training/       models/ (Keras builders, one file each), tasks/ (regression, classification,
                     segmentation, one file each), tfdata.py (tf.data over shards), devices.py (a GPU
-                    or the CPU per rank, precision), determinism.py (the same weights twice)
+                    or the CPU per rank, precision), determinism.py (the same weights twice),
+                    spatial/ (samples split across ranks: layout.py, layers.py with the halo exchange)
     simulators/     built-in simulator families (one file each), ensemble.py (your simulator over MPI)
     runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
                     ranks, staged directories), launch.py (argument vectors per container runtime),

@@ -118,3 +118,26 @@ def test_a_split_that_does_not_divide_the_ranks_stops_before_any_data_is_read(tm
     assert proc.returncode != 0
     assert "config key 'train.spatial.split': 4 does not divide train's 2 ranks" in proc.stderr
     assert not (tmp_path / "train" / "checkpoints").exists()
+
+
+def test_the_spatial_preset_runs_end_to_end_at_a_small_size(tmp_path):
+    """config/presets/cosmoflow-spatial.yaml as written validates; at 40 cubes of 32³ and one epoch its
+    steps run, and train splits every sample over its 2 ranks."""
+    import yaml
+
+    from pipeline import config as cfg
+
+    preset = yaml.safe_load((REPO / "config" / "presets" / "cosmoflow-spatial.yaml").read_text())
+    assert cfg.validate(preset)["train"]["spatial"]["split"] == 2
+    preset["workdir"] = str(tmp_path / "work")
+    preset["simulate"].update({"samples": 40})
+    preset["simulate"]["cube"].update({"size": 32, "box_size": 256.0})
+    preset["source"]["fields"]["density"]["shape"] = [32, 32, 32]
+    preset["train"].update({"epochs": 1, "batch_size": 4})
+    preset["stage"] = {"target": str(tmp_path / "local")}
+    path = write_config(tmp_path, cfg.validate(preset))
+    for step in ("simulate", "ingest", "convert", "merge", "stage"):
+        run_cli([step, "--config", str(path)], ranks=2)
+    run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train")], ranks=2, timeout=600)
+    summary = json.loads((tmp_path / "train" / "summary.json").read_text())
+    assert summary["spatial"] == {"split": 2, "groups": 1} and summary["weights_identical_across_ranks"]

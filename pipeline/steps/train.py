@@ -194,9 +194,7 @@ def input_pipeline(
         y = task.label_tensor([decode_field(parsed, n, spec[n], batched) for n in labels], batched)
         if data.several:  # your own model's inputs, by name
             return {n: tf.cast(decode_field(parsed, n, spec[n], batched), tf.float32) for n in features}, y
-        x = decode_field(parsed, feature, spec[feature], batched)
-        if slab is not None:
-            x = x[:, slab[0] : slab[1]] if batched else x[slab[0] : slab[1]]
+        x = decode_field(parsed, feature, spec[feature], batched, planes=slab)
         if add_channel:
             x = x[..., tf.newaxis]
         return tf.cast(x, tf.float32), y

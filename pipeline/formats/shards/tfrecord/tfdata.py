@@ -1,10 +1,12 @@
 """TFRecord shards in tf.data: the files' records read with large buffers, and tf.train.Examples parsed into
 tensors of each field's dtype and shape as the feature spec (metadata.json) says. TensorFlow is imported
-inside the functions, so nothing else pays for it. Memory: one read buffer per shard being read.
+inside the functions, so nothing else pays for it. Memory: one read buffer per shard being read, and the
+decoded fields (with `planes`, only those planes of the feature).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,12 +36,25 @@ def feature_description(spec: Mapping[str, Mapping[str, Any]], names: Any = None
     return description
 
 
-def decode_field(parsed: Mapping[str, Any], name: str, field: Mapping[str, Any], batched: bool) -> Any:
-    """A parsed field as a tensor of its dtype and shape (batched: fixed shapes only)."""
+def decode_field(
+    parsed: Mapping[str, Any], name: str, field: Mapping[str, Any], batched: bool, planes: tuple[int, int] | None = None
+) -> Any:
+    """A parsed field as a tensor of its dtype and shape (batched: fixed shapes only). planes: only
+    [start, stop) of its first axis (spatial parallelism); raw bytes of a fixed shape are cut before they
+    are decoded, so only those planes are ever a tensor."""
     import tensorflow as tf
 
     dtype = tf.dtypes.as_dtype(field["dtype"])
     value = parsed[name]
+    if planes is not None:
+        start, stop = planes
+        if encoding(field) == "bytes" and fixed(field):
+            plane = math.prod(field["shape"][1:]) * dtype.size
+            value = tf.strings.substr(value, start * plane, (stop - start) * plane)
+            field = {**field, "shape": [stop - start, *field["shape"][1:]]}
+        else:
+            whole = decode_field(parsed, name, field, batched)
+            return whole[:, start:stop] if batched else whole[start:stop]
     if encoding(field) == "bytes":
         value = tf.io.decode_raw(value, dtype, little_endian=True)
     elif isinstance(value, tf.sparse.SparseTensor):
