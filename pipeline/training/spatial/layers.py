@@ -68,7 +68,15 @@ def halo_planes(x: Any, layout: SpatialLayout, process_set: Any) -> tuple[Any, A
     return below, above
 
 
-class SplitConv3D(tf.keras.layers.Layer):
+class SpatialLayer(tf.keras.layers.Layer):
+    """A layer that works within this rank's spatial set (its layout and Horovod process set)."""
+
+    def __init__(self, layout: SpatialLayout, process_set: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.layout, self.process_set = layout, process_set
+
+
+class SplitConv3D(SpatialLayer):
     """Conv3D(filters, 3, padding='same') on a depth slab. The slab is convolved as it is (SAME: zero
     planes beyond it), then the neighbours' halo planes add their terms to the first and last output
     planes (the kernel's outer depth taps, SAME across), in place: what backpropagation keeps is what
@@ -76,8 +84,8 @@ class SplitConv3D(tf.keras.layers.Layer):
     split model and an unsplit one exchange weights."""
 
     def __init__(self, filters: int, layout: SpatialLayout, process_set: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.filters, self.layout, self.process_set = filters, layout, process_set
+        super().__init__(layout, process_set, **kwargs)
+        self.filters = filters
 
     def build(self, input_shape: Any) -> None:
         channels = int(input_shape[-1])
@@ -103,12 +111,8 @@ class SplitConv3D(tf.keras.layers.Layer):
         return tf.nn.bias_add(y, bias)
 
 
-class GatherDepth(tf.keras.layers.Layer):
+class GatherDepth(SpatialLayer):
     """The whole sample on every rank of the set, from its slabs: the end of the split part."""
-
-    def __init__(self, layout: SpatialLayout, process_set: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.layout, self.process_set = layout, process_set
 
     def call(self, x: Any) -> Any:
         index = self.layout.spatial_rank
@@ -130,12 +134,8 @@ class GatherDepth(tf.keras.layers.Layer):
         return whole
 
 
-class SampleMean(tf.keras.layers.Layer):
+class SampleMean(SpatialLayer):
     """(B, C): each channel's mean over the whole sample's positions, from the slabs' means."""
-
-    def __init__(self, layout: SpatialLayout, process_set: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.layout, self.process_set = layout, process_set
 
     def call(self, x: Any) -> Any:
         split = self.layout.split
