@@ -141,3 +141,19 @@ def test_the_spatial_preset_runs_end_to_end_at_a_small_size(tmp_path):
     run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train")], ranks=2, timeout=600)
     summary = json.loads((tmp_path / "train" / "summary.json").read_text())
     assert summary["spatial"] == {"split": 2, "groups": 1} and summary["weights_identical_across_ranks"]
+
+
+def test_ranks_that_share_samples_share_files_on_a_node_or_across_replicas():
+    """data_rank: sets within nodes share out their node's files; a set spanning nodes needs every shard on
+    every node (replica) and the groups share them out globally; other placements are config errors."""
+    from pipeline.steps.train import data_rank
+
+    nodes = [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert [data_rank(SpatialLayout(2, 8, r), nodes, r // 4, "partition") for r in range(8)] == [
+        (0, 2), (0, 2), (1, 2), (1, 2), (0, 2), (0, 2), (1, 2), (1, 2)
+    ]  # fmt: skip
+    assert [data_rank(SpatialLayout(1, 8, r), nodes, r // 4, "partition")[0] for r in range(8)] == [0, 1, 2, 3] * 2
+    spanning = [(0,), (1,)]  # one rank per node, S = 2: the set spans both
+    assert [data_rank(SpatialLayout(2, 2, r), spanning, r, "replica") for r in range(2)] == [(0, 1), (0, 1)]
+    with pytest.raises(Sim2dlError, match=r"stage.mode: replica, not partition"):
+        data_rank(SpatialLayout(2, 2, 0), spanning, 0, "partition")

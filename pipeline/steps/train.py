@@ -12,8 +12,9 @@ of ranks with a linear warm-up. The loop is explicit (not Keras fit) so the time
 is measured directly: the time blocked in `next(iterator)` against the step time.
 
 Spatial parallelism (`train.spatial.split: S`, pipeline.training.spatial): the ranks form data-parallel
-groups of S consecutive ranks on one node; the ranks of a group read the same records, each keeps its
-depth slab of every sample (sliced after decoding), and the split model exchanges halos within the group.
+groups of S consecutive ranks (on one node, or across nodes that each hold every shard); the ranks of a
+group read the same records, each decodes its depth slab of every sample, and the split model exchanges
+halos within the group.
 The learning rate scales with the groups, validation counts each group once, and the model saved at the
 end is the unsplit one with the trained weights (it takes whole samples).
 
@@ -264,14 +265,7 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     topo = topology(comm, config["stage"]["emulate_nodes"])
     node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
     listing = json.loads(StagedPaths(node_dir).listing.read_text())
-    rank = layout.rank
-    local_ranks = topo.node_ranks[topo.node]
-    spatial_set = layout.spatial_sets()[layout.group]
-    if not set(spatial_set) <= set(local_ranks):
-        raise Sim2dlError(f"config key 'train.spatial.split': the ranks {spatial_set} that share samples are on "
-                          "different nodes; place train's ranks so that each node holds whole groups of split "
-                          "ranks (a set spanning nodes is not supported yet)")  # fmt: skip
-    local = (local_ranks.index(rank) // layout.split, len(local_ranks) // layout.split)
+    local = data_rank(layout, topo.node_ranks, topo.node, listing["mode"])
     if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
         files, shard = rank_files(listing, node_dir, *local, "train")
         validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation")
@@ -283,8 +277,26 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     n_train, _ = count_records(files, fraction, shard)
     steps = int(comm.allreduce(n_train, op=_mpi_min())) // settings["batch_size"]
     if steps == 0:
-        raise Sim2dlError(f"rank {rank}: {n_train} training records, fewer than one batch of {settings['batch_size']}")
+        batch = settings["batch_size"]
+        raise Sim2dlError(f"rank {layout.rank}: {n_train} training records, fewer than one batch of {batch}")
     return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps)
+
+
+def data_rank(layout: SpatialLayout, node_ranks: Sequence[Sequence[int]], node: int, mode: str) -> tuple[int, int]:
+    """(index, count) of this rank's share of its node's staged files. The ranks of a spatial set share
+    one. Where every set lies within a node, the node's sets share out the node's files; where a set spans
+    nodes, every node must hold every file (stage.mode replica), and the groups share them out globally."""
+    within = all(any(set(ranks) <= set(held) for held in node_ranks) for ranks in layout.spatial_sets())
+    if within:
+        local = list(node_ranks[node])
+        return local.index(layout.rank) // layout.split, len(local) // layout.split
+    if mode != "replica":
+        raise Sim2dlError(
+            f"config key 'train.spatial.split': ranks that share samples are on different nodes, which needs "
+            f"every node to hold every shard (stage.mode: replica, not {mode}), or place whole groups of "
+            f"{layout.split} ranks on each node"
+        )
+    return layout.group, layout.groups
 
 
 @dataclass
