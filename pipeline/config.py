@@ -160,7 +160,7 @@ def check_consistency(config: Mapping[str, Any]) -> None:
         if unknown:
             raise Sim2dlError(f"config key 'convert.{key}': {unknown} not declared in source.fields ({sorted(fields)})")
     check_model_inputs(conv, config["train"]["model"])
-    check_spatial_model(config["train"])
+    check_spatial_model(config["train"], config["search"])
     overlap = set(conv["features"]) & set(conv["labels"])
     if overlap:
         raise Sim2dlError(f"config key 'convert.labels': {sorted(overlap)} also listed in convert.features")
@@ -204,8 +204,9 @@ def check_model_inputs(conv: Mapping[str, Any], model: str) -> None:
         )
 
 
-def check_spatial_model(train: Mapping[str, Any]) -> None:
-    """train.spatial.split > 1 needs a model that can be split (a built-in with build_split)."""
+def check_spatial_model(train: Mapping[str, Any], search: Mapping[str, Any]) -> None:
+    """train.spatial.split > 1 needs a model that can be split (a built-in with build_split), and search
+    trials of a multiple of split ranks."""
     from pipeline.training.spatial.layout import check_spatial
 
     split, model = train["spatial"]["split"], train["model"]
@@ -213,6 +214,12 @@ def check_spatial_model(train: Mapping[str, Any]) -> None:
         from pipeline.training.models import BUILT_IN
 
         check_spatial(split, split, None, model, hasattr(BUILT_IN.get(model), "build_split"))
+        ranks = search["ranks_per_trial"]
+        if search["enabled"] and ranks % split:
+            raise Sim2dlError(
+                f"config key 'search.ranks_per_trial': {ranks}, but each trial trains with train.spatial.split "
+                f"{split}, which must divide its ranks (set ranks_per_trial: {split})"
+            )
 
 
 def primary_field(conv: Mapping[str, Any]) -> str:

@@ -90,7 +90,8 @@ def staged_small(small_cubes):
 def train_run(tmp_path, staged, ranks, check=True, **settings):
     _, config = staged
     tmp_path.mkdir(parents=True, exist_ok=True)
-    path = write_config(tmp_path, {**config, "train": {**config["train"], **settings}})
+    search = {**config["search"], "enabled": False}  # the demo's search would run trials of 1 rank
+    path = write_config(tmp_path, {**config, "train": {**config["train"], **settings}, "search": search})
     return run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train")], ranks=ranks, check=check,
                    timeout=600)  # fmt: skip
 
@@ -149,3 +150,12 @@ def test_ranks_that_share_samples_share_files_on_a_node_or_across_replicas():
     assert [data_rank(SpatialLayout(2, 2, r), spanning, r, "replica") for r in range(2)] == [(0, 1), (0, 1)]
     with pytest.raises(Sim2dlError, match=r"stage.mode: replica, not partition"):
         data_rank(SpatialLayout(2, 2, 0), spanning, 0, "partition")
+
+
+def test_search_trials_must_have_whole_spatial_sets(tmp_path):
+    """Each search trial is a training run: with a split, its ranks must be a multiple of it."""
+    with pytest.raises(Sim2dlError, match=r"'search.ranks_per_trial': 1, but each trial trains with"):
+        make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": True, "ranks_per_trial": 1})
+    config = make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": True, "ranks_per_trial": 2})
+    assert config["search"]["ranks_per_trial"] == 2
+    make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": False})  # no search, no trials
