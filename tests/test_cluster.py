@@ -215,13 +215,14 @@ def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_
             assert staged["bytes_read_shared_fs"] == sum(size for node in names for size in node.values())
 
 
-def kill_node(cluster: Cluster, node: str) -> None:
-    """A node failure as slurmctld sees it once SlurmdTimeout has passed: the node's processes gone and
-    the node DOWN. Marked at once because the job's own MPI step notices first: with the tests' 2 s status
-    polling, Snakemake's retry was once submitted before slurmctld had noticed, placed on the dead node
-    again, and failed (a full run, 2026-11-25), using up the profile's one retry."""
-    subprocess.run([str(VCLUSTER), "kill", str(cluster.root), node], check=True, timeout=60)
-    marked = cluster.slurm("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=killed-by-test")
+def fail_node(cluster: Cluster, node: str, how: str) -> None:
+    """A node failure as slurmctld sees it once SlurmdTimeout has passed: `kill` (the node's processes
+    gone) or `stop` (its slurmd hung, its jobs running on), and the node DOWN. Marked at once because the
+    job's own MPI step may notice first: with the tests' 2 s status polling, Snakemake's retry was then
+    submitted before slurmctld had noticed, placed on the failed node again and failed there, using up the
+    profile's one retry (full runs on 2026-11-25: once after a kill, once after a stop)."""
+    subprocess.run([str(VCLUSTER), how, str(cluster.root), node], check=True, timeout=60)
+    marked = cluster.slurm("scontrol", "update", f"NodeName={node}", "State=DOWN", f"Reason={how}-by-test")
     assert marked.returncode == 0, marked.stderr
 
 
@@ -385,10 +386,10 @@ def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_
     run = Workflow(cluster, work, path, "stage:tasks=3", "stage:nodes=3", "train:tasks=3", "train:nodes=3")
     run.until(lambda: running(cluster, "stage"), "running stage job")
     assert running(cluster, "stage") == ["node[1-3]"]
-    kill_node(cluster, "node3")
+    fail_node(cluster, "node3", "kill")
     run.until(lambda: epochs_done(workdir) >= 2, "2 epochs")
     assert running(cluster, "train") == ["node[1-2,4]"]
-    subprocess.run([str(VCLUSTER), "stop", str(cluster.root), "node2"], check=True, timeout=60)
+    fail_node(cluster, "node2", "stop")
     assert run.wait() != 0, run.text()[-5000:]
     text = run.text()
     # Each lost node's job fails (NODE_FAIL, or FAILED when its MPI step noticed first) and is retried.
@@ -417,7 +418,7 @@ def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_
     rerun.until(lambda: epochs_done(workdir) >= resumed_at + 2, "2 epochs after resuming")
     first = running(cluster, "train")
     assert first in (["node1"], ["node4"]), first
-    kill_node(cluster, first[0])
+    fail_node(cluster, first[0], "kill")
     assert rerun.wait() == 0, rerun.text()[-5000:]
     assert "failed due to a node failure" in rerun.text()
     last = ({"node1", "node4"} - set(first)).pop()
