@@ -11,6 +11,11 @@ across 2 and 4 ranks (S = 2, 4; one group), each rank holding only its slab of t
   oversubscribes them), so this says what the halo exchanges and the smaller kernels cost, not the
   speed-up a core or GPU per rank would give.
 
+input_per_rank: what one rank of a spatial set reads per pass to get its planes of every sample (24
+samples of the same size, cold page cache), from whole records (the planes cut after reading) against
+slab shards (merge.slabs = S: only its slab's files): bytes_read_vs_whole_records (1/S expected) and
+read_time_vs_whole_records, through train's own input pipeline (bench/_spatial_read.py).
+
 memory_limit: every rank run under the same per-rank limit, enforced by the kernel (prlimit --data:
 RLIMIT_DATA caps a process's private writable memory, where TensorFlow's tensors live; a Slurm job's
 --mem-per-cpu with cgroup enforcement is the cluster's form of it): does a training step fit, per S.
@@ -31,6 +36,7 @@ from common import BIN, OUT, REPO, bench_env, emit
 
 SHAPE = (128, 128, 128, 4)
 BATCH = 16
+READ_SAMPLES = 24  # 0.8 GB of 128³ x 4 float32 samples per copy
 LIMIT_MB = 6500  # between S = 2's ~5.2 GB of private memory and S = 1's ~9.8 GB
 
 
@@ -69,6 +75,15 @@ def main() -> None:
         part = figures[f"split_{split}"]
         part["rss_per_rank_vs_unsplit"] = round(part["peak_rss_mb"] / whole["peak_rss_mb"], 3)
         part["step_time_vs_unsplit"] = round(part["step_s"] / whole["step_s"], 3)
+    read_dir = work / "read"
+    shutil.rmtree(read_dir, ignore_errors=True)
+    read_dir.mkdir(parents=True)
+    cmd = [sys.executable, str(REPO / "bench" / "_spatial_read.py"), str(read_dir), *map(str, SHAPE), str(READ_SAMPLES)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=bench_env())
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd} failed:\n{proc.stderr[-2000:]}")
+    figures["input_per_rank"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    shutil.rmtree(read_dir, ignore_errors=True)
     figures["memory_limit"] = {"limit_mb_per_rank": LIMIT_MB, "enforced_by": "prlimit --data (RLIMIT_DATA)"}
     for split in (1, 2):
         fits = run(split, 1, work / f"limit{split}", LIMIT_MB) is not None

@@ -24,6 +24,7 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
         shards/         shard formats, one home each (`ShardFormat`: writer, index, reading, verification,
                         tf.data records): tfrecord/, hdf5.py; shard_reader.py reads shards without TensorFlow
         parts.py        ingest's parts of framed records;  metadata.py  metadata.json, read without TensorFlow
+        slabs.py        slab shards (merge.slabs): names and checks of a shard's per-depth-slab files
         inspect.py      `sim2dl inspect`: what existing files hold, and a starter config
     data/           rules about samples several steps share: splits.py (which split a record is in),
                     transforms.py (convert's array transforms, merge's normalisation), tables.py (manifest,

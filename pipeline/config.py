@@ -160,7 +160,7 @@ def check_consistency(config: Mapping[str, Any]) -> None:
         if unknown:
             raise Sim2dlError(f"config key 'convert.{key}': {unknown} not declared in source.fields ({sorted(fields)})")
     check_model_inputs(conv, config["train"]["model"])
-    check_spatial_model(config["train"], config["search"])
+    check_spatial_model(config["train"], config["search"], config["merge"])
     overlap = set(conv["features"]) & set(conv["labels"])
     if overlap:
         raise Sim2dlError(f"config key 'convert.labels': {sorted(overlap)} also listed in convert.features")
@@ -204,12 +204,14 @@ def check_model_inputs(conv: Mapping[str, Any], model: str) -> None:
         )
 
 
-def check_spatial_model(train: Mapping[str, Any], search: Mapping[str, Any]) -> None:
-    """train.spatial.split > 1 needs a model that can be split (a built-in with build_split), and search
-    trials of a multiple of split ranks."""
+def check_spatial_model(train: Mapping[str, Any], search: Mapping[str, Any], merge: Mapping[str, Any]) -> None:
+    """train.spatial.split > 1 needs a model that can be split (a built-in with build_split), search
+    trials of a multiple of split ranks, and slab shards (merge.slabs) that split evenly between its ranks."""
+    from pipeline.formats.slabs import check_split
     from pipeline.training.spatial.layout import check_spatial
 
     split, model = train["spatial"]["split"], train["model"]
+    check_split(merge["slabs"], split)
     if split > 1:
         from pipeline.training.models import BUILT_IN
 

@@ -34,6 +34,16 @@ def test_spread_over_nodes_balances_bytes_and_gives_every_source_to_one_node():
     assert all(p == sorted(p, key=lambda s: s.name) for p in shares)
 
 
+def test_spread_over_nodes_keeps_the_slab_files_of_a_shard_on_one_node():
+    """merge.slabs: a node's spatial sets read every slab of their shards, so a shard's files travel together."""
+    sources = [source(f"shard-{i:05d}-of-00005.slab-{k}-of-2.tfrecord", 10 * (i + 1)) for i in range(5) for k in (0, 1)]
+    shares = spread_over_nodes(sources, 2)
+    held = [{s.name.split(".slab-")[0] for s in p} for p in shares]
+    assert not held[0] & held[1] and len(held[0] | held[1]) == 5
+    assert all(len(p) == 2 * len(h) for p, h in zip(shares, held, strict=True))  # both slabs of each shard
+    assert sorted(sum(s.size for s in p) for p in shares) == [140, 160]  # balanced by the shards' bytes
+
+
 def test_replica_plan_spreads_reading_over_nodes_and_writing_over_ranks():
     """Every node wants every shard: each shard is read once, by a writer on a node that rotates with the
     shard, and forwarded along a chain that visits every node once, starting at the reader."""

@@ -87,28 +87,131 @@ def staged_small(small_cubes):
     return tmp, {**config, "train": {**config["train"], **SMALL}}
 
 
-def train_run(tmp_path, staged, ranks, check=True, **settings):
+def train_run(tmp_path, staged, ranks, check=True, data=(), **settings):
+    """Train on the staged data (`data`: --merged DIR --stage-summary FILE of other shards)."""
     _, config = staged
     tmp_path.mkdir(parents=True, exist_ok=True)
     search = {**config["search"], "enabled": False}  # the demo's search would run trials of 1 rank
     path = write_config(tmp_path, {**config, "train": {**config["train"], **settings}, "search": search})
-    return run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train")], ranks=ranks, check=check,
-                   timeout=600)  # fmt: skip
+    return run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train"), *data], ranks=ranks,
+                   check=check, timeout=600)  # fmt: skip
 
 
-def test_training_split_over_two_ranks_follows_the_unsplit_loss_curve(tmp_path, staged_small):
+@pytest.fixture(scope="module")
+def slab_shards(staged_small, tmp_path_factory):
+    """The same converted cubes merged with merge.slabs: 2 and staged apart: --merged/--stage-summary."""
+    _, config = staged_small
+    out = tmp_path_factory.mktemp("slabs")
+    path = write_config(out, {**config, "merge": {**config["merge"], "slabs": 2},
+                              "stage": {**config["stage"], "target": str(out / "local")}})  # fmt: skip
+    merged, summary = out / "merged", out / "staged.json"
+    run_cli(["merge", "--config", str(path), "--out", str(merged)], ranks=2)
+    run_cli(["stage", "--config", str(path), "--merged", str(merged), "--summary", str(summary)], ranks=2)
+    return merged, ["--merged", str(merged), "--stage-summary", str(summary)]
+
+
+def test_slab_shards_hold_each_records_planes_in_order_and_labels_whole(staged_small, slab_shards):
+    """Each shard as 2 files of the same records in the same order: the feature's bytes of slab 0 then
+    slab 1 are the whole record's, labels and ids whole in both; counts as the whole shards."""
+    import tensorflow as tf
+
+    from pipeline.formats.slabs import slab_of
+
+    tmp, _ = staged_small
+    merged, _ = slab_shards
+    whole_meta = json.loads((tmp / "work" / "merged" / "metadata.json").read_text())
+    meta = json.loads((merged / "metadata.json").read_text())
+    assert meta["slabs"]["count"] == 2 and meta["slabs"]["fields"] == ["density"]
+    assert meta["counts"]["shards"] == whole_meta["counts"]["shards"] == len(whole_meta["shards"])
+    assert len(meta["shards"]) == 2 * len(whole_meta["shards"])
+
+    def records(path):
+        out = []
+        for raw in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
+            f = tf.train.Example.FromString(raw).features.feature
+            out.append((f["sample_id"].bytes_list.value[0], f["density"].bytes_list.value[0],
+                        f["params"].bytes_list.value[0]))  # fmt: skip
+        return out
+
+    for shard in whole_meta["shards"]:
+        slabs = sorted((s for s in meta["shards"] if slab_of(s["file"])[0] == shard["file"]), key=lambda s: s["slab"])
+        assert [s["slab"] for s in slabs] == [0, 1] and all(s["records"] == shard["records"] for s in slabs)
+        whole = records(tmp / "work" / "merged" / "shards" / shard["file"])
+        parts = [records(merged / "shards" / s["file"]) for s in slabs]
+        assert len(whole) == shard["records"]
+        for (sid, density, params), (sid0, d0, p0), (sid1, d1, p1) in zip(whole, *parts, strict=True):
+            assert sid == sid0 == sid1 and params == p0 == p1
+            assert len(d0) == len(d1) == len(density) // 2 and d0 + d1 == density
+
+
+def test_readers_of_whole_records_refuse_slab_shards_by_name(slab_shards):
+    """The Python reader, raw_records and sample-mode staging take whole records: clear errors, not half samples."""
+    from pipeline.formats.shards.shard_reader import ShardReader
+    from pipeline.storage.staging.plan import sample_sources
+    from pipeline.training.tfdata import raw_records
+
+    merged, _ = slab_shards
+    with pytest.raises(Sim2dlError, match=r"slab files \(merge.slabs\) for spatially split training"):
+        ShardReader(merged)
+    with pytest.raises(Sim2dlError, match=r"slab files \(merge.slabs\), whose records are parts of samples"):
+        raw_records(merged)
+    meta = json.loads((merged / "metadata.json").read_text())
+    with pytest.raises(Sim2dlError, match=r"'stage.mode': 'sample' draws whole records, but merge wrote each shard"):
+        sample_sources(merged, meta, None, 4, True, 0)
+
+
+def test_the_slab_files_names_and_checks():
+    from pipeline.formats.slabs import check_slabs, check_split, sibling, slab_name, slab_of, slabs_read
+
+    assert slab_name("train/shard-00001-of-00004.tfrecord", 3, 4) == "train/shard-00001-of-00004.slab-3-of-4.tfrecord"
+    assert slab_of("train/shard-00001-of-00004.slab-3-of-4.tfrecord") == ("train/shard-00001-of-00004.tfrecord", 3, 4)
+    assert slab_of("shard-00001-of-00004.tfrecord") == ("shard-00001-of-00004.tfrecord", 0, 1)
+    from pathlib import Path
+
+    assert (
+        sibling(Path("/n/shard-00001-of-00004.slab-0-of-4.tfrecord"), 2).name
+        == "shard-00001-of-00004.slab-2-of-4.tfrecord"
+    )
+    assert list(slabs_read(4, 2, 1)) == [2, 3] and list(slabs_read(4, 1, 0)) == [0, 1, 2, 3]
+    assert list(slabs_read(4, 4, 3)) == [3]
+    spec = {"density": {"dtype": "float32", "shape": [16, 16, 16], "role": "feature"},
+            "params": {"dtype": "float32", "shape": [3], "role": "label"}}  # fmt: skip
+    check_slabs(4, spec, "tfrecord")
+    with pytest.raises(Sim2dlError, match=r"'merge.slabs': 3 does not divide the first axis of feature 'density'"):
+        check_slabs(3, spec, "tfrecord")
+    with pytest.raises(Sim2dlError, match=r"'merge.slabs': 2, but slab shards are written as TFRecord only"):
+        check_slabs(2, spec, "hdf5")
+    varying = {**spec, "density": {**spec["density"], "shape": [None, 16]}}
+    with pytest.raises(Sim2dlError, match=r"does not divide the first axis of feature 'density'"):
+        check_slabs(2, varying, "tfrecord")
+    with pytest.raises(Sim2dlError, match=r"'train.spatial.split': 4 does not divide the 2 slab files"):
+        check_split(2, 4)
+    check_split(4, 2)
+    check_split(1, 4)
+
+
+def test_training_split_over_two_ranks_follows_the_unsplit_loss_curve(tmp_path, staged_small, slab_shards):
     """One group either way, so both runs see the same batches in the same order: the split run's losses
-    equal the unsplit run's to float32 rounding, and the saved model takes whole samples."""
+    equal the unsplit run's to float32 rounding, and the saved model takes whole samples. From slab shards
+    (merge.slabs: 2), each split rank reading only its slab's files, and the unsplit rank both side by
+    side: the same batches again, so the same curves as from whole records."""
+    _, slab_data = slab_shards
     train_run(tmp_path / "whole", staged_small, ranks=1)
     train_run(tmp_path / "split", staged_small, ranks=2, spatial={"split": 2})
+    train_run(tmp_path / "slabs-whole", staged_small, ranks=1, data=slab_data)
+    train_run(tmp_path / "slabs-split", staged_small, ranks=2, data=slab_data, spatial={"split": 2})
     whole = json.loads((tmp_path / "whole" / "train" / "summary.json").read_text())
     split = json.loads((tmp_path / "split" / "train" / "summary.json").read_text())
     assert split["spatial"] == {"split": 2, "groups": 1} and split["weights_identical_across_ranks"]
     assert split["validation_records"] == whole["validation_records"]  # each record counted once
-    curves = [json.loads((tmp_path / run / "train" / "metrics.json").read_text()) for run in ("whole", "split")]
-    for a, b in zip(*curves, strict=True):
+    runs = ("whole", "split", "slabs-whole", "slabs-split")
+    curves = [json.loads((tmp_path / run / "train" / "metrics.json").read_text()) for run in runs]
+    for a, b, slabs_a, slabs_b in zip(*curves, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-3)
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-3)
+        for from_slabs, from_whole in ((slabs_a, a), (slabs_b, b)):  # the same computation on the same batches
+            assert from_slabs["loss"] == pytest.approx(from_whole["loss"], rel=1e-6)
+            assert from_slabs["val_loss"] == pytest.approx(from_whole["val_loss"], rel=1e-6)
     assert curves[0][-1]["loss"] < curves[0][0]["loss"]  # it learned something
     import tensorflow as tf
 
@@ -158,4 +261,11 @@ def test_search_trials_must_have_whole_spatial_sets(tmp_path):
         make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": True, "ranks_per_trial": 1})
     config = make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": True, "ranks_per_trial": 2})
     assert config["search"]["ranks_per_trial"] == 2
+
+
+def test_a_split_that_does_not_divide_the_slab_files_is_a_config_error(tmp_path):
+    with pytest.raises(Sim2dlError, match=r"'train.spatial.split': 4 does not divide the 2 slab files per shard"):
+        make_config(tmp_path, train={"spatial": {"split": 4}}, merge={"slabs": 2}, search={"enabled": False})
+    config = make_config(tmp_path, train={"spatial": {"split": 2}}, merge={"slabs": 4}, search={"enabled": False})
+    assert config["merge"]["slabs"] == 4
     make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": False})  # no search, no trials

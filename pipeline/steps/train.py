@@ -49,6 +49,7 @@ from pipeline.data.splits import holdout_validation
 from pipeline.formats.metadata import fixed, load_metadata
 from pipeline.formats.shards import shard_format
 from pipeline.formats.shards.tfrecord.tfdata import READ_BUFFER_BYTES, decode_field, feature_description
+from pipeline.formats.slabs import check_split, sibling, slab_of, slabs_read
 from pipeline.paths import StagedPaths, TrainPaths
 from pipeline.runtime.mpi import all_ok
 from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
@@ -83,12 +84,20 @@ def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_n
 
 
 def rank_files(
-    listing: Mapping[str, Any], node_dir: Path, local_rank: int, local_size: int, split: str | None = None
+    listing: Mapping[str, Any],
+    node_dir: Path,
+    local_rank: int,
+    local_size: int,
+    split: str | None = None,
+    slab: int | None = None,
 ) -> tuple[list[Path], tuple[int, int] | None]:
     """This rank's share of its node's staged files of a split (None: all; sample mode: the rank's own
     file for training), and how to shard their records: with fewer files than ranks on the node, every
-    rank reads them all and takes every n-th record instead (else None)."""
+    rank reads them all and takes every n-th record instead (else None). slab: of slab shards
+    (merge.slabs), the files of that slab stand for their shards."""
     names = [n for n in listing["files"] if split is None or n.startswith(f"{split}/")]
+    if slab is not None:
+        names = [n for n in names if slab_of(n)[1] == slab]
     files = [node_dir / name for name in names]
     missing = [f for f in files if not f.exists()]
     if missing:
@@ -154,23 +163,34 @@ def input_pipeline(
     epoch_seed: int,
     fraction: float | None,
     slab: tuple[int, int] | None = None,
+    pieces: range | None = None,
 ) -> Any:
     """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
     added where it has one more axis), labels as the task wants them. fraction: the share of records held
     out for validation by a hash of their sample ids (training passes skip them, validation reads only
     them); None: the files hold one split, read whole. slab: the planes [start, stop) of the feature's
-    first axis this rank keeps (spatial parallelism)."""
+    first axis this rank keeps (spatial parallelism), cut from whole records. pieces: slab shards
+    (merge.slabs): `files` are slab `pieces[0]`'s files, and the rank reads these slabs' files of each
+    shard side by side, their planes joined (its slab, or with no split the whole sample)."""
     import tensorflow as tf
 
     data = task.data
     feature, labels = data.feature, [f.name for f in data.labels]
     features = list(data.feature_shapes) or [feature]
     spec = meta["feature_spec"]
-    names = tf.data.Dataset.from_tensor_slices([str(f) for f in files])
+    pieces = pieces or range(1)  # whole records: one file per shard
+    slab_files = [[str(sibling(f, k)) for k in pieces] for f in files]
+    names = tf.data.Dataset.from_tensor_slices(slab_files)  # a row per shard: its files, one per slab read
     if training:
         names = names.shuffle(len(files), seed=epoch_seed, reshuffle_each_iteration=True).repeat()
+
+    def side_by_side(shard_files: Any) -> Any:  # the records of one shard's slab files, zipped
+        return tf.data.Dataset.zip(
+            tuple(tf.data.TFRecordDataset(shard_files[k], buffer_size=READ_BUFFER_BYTES) for k in range(len(pieces)))
+        )
+
     ds = names.interleave(
-        lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER_BYTES),
+        side_by_side,
         cycle_length=max(1, min(len(files), 4)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=not training or settings["deterministic"],
@@ -178,8 +198,11 @@ def input_pipeline(
     if shard:
         ds = ds.shard(*shard)
     description = feature_description(spec, (*features, *labels))
+    field = spec[feature]
+    thickness = (field["shape"][0] // meta["slabs"]["count"]) if "slabs" in meta else None
+    slab_field = {**field, "shape": [thickness, *field["shape"][1:]]}  # a slab file's planes of the feature
 
-    def keep(record: Any) -> Any:
+    def keep(record: Any, *_: Any) -> Any:
         sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
         val = holdout_validation(sid, fraction)
         return tf.logical_not(val) if training else val
@@ -191,20 +214,28 @@ def input_pipeline(
         ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
     add_channel = not data.several and len(model_input) == len(data.feature_shape) + 1
 
-    def features_and_labels(parsed: Any, batched: bool) -> Any:
+    def features_and_labels(parsed: Any, batched: bool, others: Sequence[Any]) -> Any:
         y = task.label_tensor([decode_field(parsed, n, spec[n], batched) for n in labels], batched)
         if data.several:  # your own model's inputs, by name
             return {n: tf.cast(decode_field(parsed, n, spec[n], batched), tf.float32) for n in features}, y
-        x = decode_field(parsed, feature, spec[feature], batched, planes=slab)
+        if thickness is None:
+            x = decode_field(parsed, feature, field, batched, planes=slab)
+        else:  # the slabs read, in order: the first file's parsed whole, the others' feature only
+            x = tf.concat([decode_field(p, feature, slab_field, batched) for p in (parsed, *others)],
+                          axis=1 if batched else 0)  # fmt: skip
         if add_channel:
             x = x[..., tf.newaxis]
         return tf.cast(x, tf.float32), y
 
-    def parse_batch(records: Any) -> Any:
-        return features_and_labels(tf.io.parse_example(records, description), True)
+    only_feature = {feature: tf.io.FixedLenFeature([], tf.string)}
 
-    def parse_one(record: Any) -> Any:
-        return features_and_labels(tf.io.parse_single_example(record, description), False)
+    def parse_batch(first: Any, *more: Any) -> Any:
+        others = [tf.io.parse_example(r, only_feature) for r in more]
+        return features_and_labels(tf.io.parse_example(first, description), True, others)
+
+    def parse_one(first: Any, *more: Any) -> Any:
+        others = [tf.io.parse_single_example(r, only_feature) for r in more]
+        return features_and_labels(tf.io.parse_single_example(first, description), False, others)
 
     batch = settings["batch_size"]
     if all(fixed(spec[n]) for n in features):
@@ -252,6 +283,7 @@ class RankData:
     fraction: float | None
     records: int
     steps: int
+    pieces: range | None = None  # the slab files of each shard it reads (merge.slabs), else whole records
 
 
 def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,
@@ -266,12 +298,14 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
     listing = json.loads(StagedPaths(node_dir).listing.read_text())
     local = data_rank(layout, topo.node_ranks, topo.node, listing["mode"])
+    pieces = slabs_read(meta["slabs"]["count"], layout.split, layout.spatial_rank) if "slabs" in meta else None
+    first = pieces[0] if pieces else None
     if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
-        files, shard = rank_files(listing, node_dir, *local, "train")
-        validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation")
+        files, shard = rank_files(listing, node_dir, *local, "train", first)
+        validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation", first)
         fraction = None
     else:  # one set of shards: validation records are held out by a hash of their sample ids
-        files, shard = rank_files(listing, node_dir, *local)
+        files, shard = rank_files(listing, node_dir, *local, slab=first)
         validation_files, validation_shard = files, shard
         fraction = settings["validation_fraction"]
     n_train, _ = count_records(files, fraction, shard)
@@ -279,7 +313,7 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     if steps == 0:
         batch = settings["batch_size"]
         raise Sim2dlError(f"rank {layout.rank}: {n_train} training records, fewer than one batch of {batch}")
-    return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps)
+    return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps, pieces)
 
 
 def data_rank(layout: SpatialLayout, node_ranks: Sequence[Sequence[int]], node: int, mode: str) -> tuple[int, int]:
@@ -357,6 +391,7 @@ def prepare(
         layout = spatial[0]
         shape = input_shape(model_source(settings["model"]), task.data.feature_shape)
         check_spatial(layout.split, layout.size, shape, settings["model"], True)
+        check_split(meta.get("slabs", {}).get("count", 1), layout.split)
         split = spatial if layout.split > 1 else None
         keras_model, source = build_model(settings, task.data.feature_shape, task, split)
         model = Model(keras_model, source, shape)
@@ -408,10 +443,11 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     layout, process_set = start_horovod(settings, comm)
     task, model, device = prepare(config, meta, comm, hvd, (layout, process_set))
     rank, size = hvd.rank(), hvd.size()
-    slab = layout.slab(int(model.input_shape[0])) if layout.split > 1 else None
     log.info(json.dumps({"rank": rank, "device": device}))
     paths = TrainPaths(out_dir)
     data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, layout)
+    # this rank's planes: its slab files' (merge.slabs), or cut from whole records
+    slab = layout.slab(int(model.input_shape[0])) if layout.split > 1 and data.pieces is None else None
     keras_model = model.keras
     optimizer = make_optimizer(settings, device["precision"])
     restored = restore(settings, meta, model.source, paths, keras_model, optimizer, comm, rank)
@@ -439,7 +475,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     def validate() -> tuple[float, Evaluation]:
         pipeline = input_pipeline(data.validation_files, meta, settings, task, model.input_shape, training=False,
                                   shard=data.validation_shard, epoch_seed=0, fraction=data.fraction,
-                                  slab=slab)  # fmt: skip
+                                  slab=slab, pieces=data.pieces)  # fmt: skip
         return evaluate(pipeline, task, predict, comm, counted=layout.spatial_rank == 0)
 
     if rank == 0:
@@ -455,7 +491,8 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     # reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay).
     seed = settings["seed"] * 1000 + restored.start_epoch
     iterator = iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True,
-                                   shard=data.shard, epoch_seed=seed, fraction=data.fraction, slab=slab))  # fmt: skip
+                                   shard=data.shard, epoch_seed=seed, fraction=data.fraction, slab=slab,
+                                   pieces=data.pieces))  # fmt: skip
 
     def one_epoch(epoch: int, first: bool) -> tuple[dict[str, Any], tuple[float, Evaluation]]:
         """The steps of one epoch, then validation: the epoch's row of metrics (averaged over ranks) and

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline import Sim2dlError
 from pipeline.formats.metadata import class_names, fixed, load_metadata, shard_paths
 from pipeline.formats.shards import shard_format
 from pipeline.formats.shards.tfrecord.tfdata import (
@@ -24,5 +25,10 @@ def raw_records(merged_dir: Path, files: list[Path] | None = None, parallel_read
     """Serialized records of the dataset's shards (all, or `files`) as a tf.data.Dataset; with
     parallel_reads > 1, records of several shards are interleaved."""
     meta = load_metadata(merged_dir)
+    if "slabs" in meta and files is None:
+        raise Sim2dlError(
+            f"{merged_dir} holds each shard as {meta['slabs']['count']} slab files (merge.slabs), whose records "
+            "are parts of samples: pass the files of one slab, or merge with slabs: 1 for whole records"
+        )
     chosen = files if files is not None else shard_paths(merged_dir, meta)
     return shard_format(meta["format"]).tf_records(chosen, meta["compression"], parallel_reads)

@@ -89,6 +89,11 @@ class ShardReader:
             raise Sim2dlError(f"reader slot rank {rank} of {world_size}, worker {worker} of {workers}: out of range")
         self.merged_dir = Path(merged_dir)
         self.metadata = load_metadata(self.merged_dir)
+        if "slabs" in self.metadata:
+            raise Sim2dlError(
+                f"{self.merged_dir} holds each shard as {self.metadata['slabs']['count']} slab files (merge.slabs) "
+                "for spatially split training; this reader reads whole records: merge with slabs: 1"
+            )
         self.format = shard_format(self.metadata["format"])
         spec = self.metadata["feature_spec"]
         unknown = sorted(set(fields or ()) - set(spec))

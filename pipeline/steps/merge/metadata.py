@@ -9,6 +9,7 @@ from typing import Any
 from pipeline import __version__
 from pipeline.data.tables import PROVENANCE_SCHEMA
 from pipeline.formats.shards import ShardWriter
+from pipeline.formats.slabs import sliced_fields
 
 
 def metadata(
@@ -38,7 +39,7 @@ def metadata(
             "rejected_files": ingested["rejected"],
             "convert_rejected": stats_doc.get("rejected", 0),
             "records": records,
-            "shards": len(shard_info),
+            "shards": sum(1 for s in shard_info if s.get("slab", 0) == 0),  # slab files count once
         },
         "normalisation": "x -> (x - mean) / std with the statistics below, applied to the listed fields",
         "statistics": stats_doc["statistics"],
@@ -54,6 +55,14 @@ def metadata(
             "along source.samples_along in that file (null: the file is the sample)",
         },
     }
+    if settings["slabs"] > 1:
+        doc["slabs"] = {
+            "count": settings["slabs"],
+            "fields": sliced_fields(spec),
+            "layout": "each shard is `count` files (NAME.slab-K-of-COUNT.SUFFIX) of the same records in the "
+            "same order; file K holds planes [K*T, (K+1)*T) of the listed fields (T = first axis / count), "
+            "every other field and the sample id whole; the feature spec gives the whole shapes",
+        }
     if "samples" in ingested:  # many samples per file: accepted and rejected count samples
         doc["counts"]["samples_found"] = ingested["samples"]
     if ingested.get("classes"):
@@ -70,7 +79,7 @@ def metadata(
                 "fraction": settings["splits"][name],
                 "directory": f"shards/{name}",
                 "records": sum(s["records"] for s in shard_info if s["split"] == name),
-                "shards": sum(1 for s in shard_info if s["split"] == name),
+                "shards": sum(1 for s in shard_info if s["split"] == name and s.get("slab", 0) == 0),
             }
             for name in split_names
         }

@@ -21,6 +21,7 @@ from pipeline.config import encoding_errors
 from pipeline.data.splits import part_split_numbers
 from pipeline.formats.parts import Part, list_parts, read_about
 from pipeline.formats.shards import WRITERS, ShardWriter
+from pipeline.formats.slabs import check_slabs
 from pipeline.paths import ConvertPaths
 from pipeline.runtime.mpi import block, exchange, exclusive_sum
 
@@ -379,6 +380,7 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
         conv["labels"],
     )
     spec = encoded_spec(spec, settings["encoding"], stats)
+    check_slabs(settings["slabs"], spec, settings["format"])
     key_column = TEXT_KEYS.get(settings["sort_by"])
 
     def widest(column: str) -> int:
@@ -388,7 +390,8 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
     files = Files(comm, parts_dir, abouts)
     # Parts framed by ingest can become shards as they are unless merge has to change their records.
     plain = all(field["encoding"] == "bytes" for field in spec.values())
-    unchanged = writer_class.framed_record and settings["compression"] == "none" and not stats and plain
+    unchanged = (writer_class.framed_record and settings["compression"] == "none" and not stats and plain
+                 and settings["slabs"] == 1)  # fmt: skip
     split_names = sorted(settings["splits"])
     fractions = [settings["splits"][name] for name in split_names]
     framed = (writer_class.format, shard_bytes) if unchanged and not split_names else None

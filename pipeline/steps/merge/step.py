@@ -54,6 +54,7 @@ from typing import Any
 from pipeline import Sim2dlError
 from pipeline.formats.parts import read_batches
 from pipeline.formats.shards.base import index_path
+from pipeline.formats.slabs import slab_name
 from pipeline.paths import IngestPaths, MergedPaths
 from pipeline.reporting.progress import progress
 from pipeline.runtime.mpi import all_ok
@@ -89,10 +90,12 @@ def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> 
     paths = MergedPaths(out_dir)
     shards_dir = paths.shards
 
+    slabs = settings["slabs"]
+    files_of = {i: [slab_name(names[i], k, slabs) for k in range(slabs)] for i in plan.mine}
     error = None
     if rank == 0:
         try:
-            prepare_shard_dir(paths, plan.digest, set(names))
+            prepare_shard_dir(paths, plan.digest, {slab_name(n, k, slabs) for n in names for k in range(slabs)})
             shutil.rmtree(paths.provenance, ignore_errors=True)
             paths.provenance.mkdir(parents=True)
         except OSError as e:
@@ -101,13 +104,14 @@ def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> 
 
     # 4. Write (or keep) this rank's shards.
     mine = plan.mine
-    reused = [i for i in mine if (shards_dir / names[i]).exists() and index_path(shards_dir / names[i]).exists()]
-    checksums = {i: file_checksum(shards_dir / names[i]) for i in reused}
+    reused = [i for i in mine if all((shards_dir / f).exists() and index_path(shards_dir / f).exists()
+                                     for f in files_of[i])]  # fmt: skip
+    checksums = {i: [file_checksum(shards_dir / f) for f in files_of[i]] for i in reused}
     to_write = [i for i in mine if i not in checksums]
     if plan.whole:  # every shard is a framed part already
         for i in progress(to_write, len(to_write), "merge", rank, size, unit="shard"):
             home = plan.files.paths[plan.shard_rows(i)["home"][0]]
-            checksums[i] = link_shard(Path(home), shards_dir / names[i])
+            checksums[i] = [link_shard(Path(home), shards_dir / names[i])]
     else:
         shard_rows = [plan.shard_rows(i) for i in to_write]  # views
         home_files = [Path(p) for p in plan.files.paths]
@@ -115,22 +119,23 @@ def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> 
         for i, these, located in progress(
             zip(to_write, shard_rows, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
         ):
-            checksums[i] = write_shard(
-                shards_dir / names[i], these, widths[1], located, spec, writer_class, settings["compression"], stats
-            )
+            checksums[i] = write_shard(shards_dir / names[i], these, widths[1], located, spec, writer_class,
+                                       settings["compression"], stats, slabs)  # fmt: skip
         del shard_rows
     results = [
         {
-            "file": names[i],
-            "index": index_path(Path(names[i])).as_posix(),
+            "file": file,
+            "index": index_path(Path(file)).as_posix(),
             "records": len(plan.shard_rows(i)),
-            "bytes": (shards_dir / names[i]).stat().st_size,
-            "checksum": checksums[i],
+            "bytes": (shards_dir / file).stat().st_size,
+            "checksum": checksum,
             **({"split": split_names[shard_splits[i]]} if split_names else {}),
+            **({"slab": k} if slabs > 1 else {}),
             "first_key": _key_value(plan.shard_rows(i)[0], settings["sort_by"], widths, prefix),
             "last_key": _key_value(plan.shard_rows(i)[-1], settings["sort_by"], widths, prefix),
         }
         for i in mine
+        for k, (file, checksum) in enumerate(zip(files_of[i], checksums[i], strict=True))
     ]
     held = [placements(plan.rows, plan.numbers, plan.my_shards)]
     total, n_shards = plan.total, plan.n_shards
@@ -140,7 +145,7 @@ def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> 
     write_provenance(comm, held, my_stems, first_part, n_parts, paths.provenance)
     gathered = comm.gather(results, root=0)
     reused_total = sum(comm.allgather(len(reused)))
-    summary = {"records": total, "shards": n_shards, "reused_shards": reused_total}
+    summary = {"records": total, "shards": n_shards, "reused_shards": reused_total, "slabs": slabs}
     if rank == 0:
         assert gathered is not None
         shard_info = [r for rank_results in gathered for r in rank_results]

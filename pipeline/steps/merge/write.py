@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from pipeline.data.transforms import normalise
 from pipeline.formats.parts import Part
 from pipeline.formats.shards import ShardWriter
 from pipeline.formats.shards.base import SHARD_INDEX_SUFFIX, index_path
+from pipeline.formats.slabs import slab_arrays, slab_name, sliced_fields
 from pipeline.paths import MergedPaths
 from pipeline.runtime.mpi import exchange, owner_ranks
 from pipeline.steps.merge.plan import (
@@ -73,18 +75,24 @@ def write_shard(
     writer_class: type[ShardWriter],
     compression: str,
     stats: Mapping[str, Any],
-) -> str:
+    slabs: int = 1,
+) -> list[str]:
     """Write one shard (its records' field bytes lie in a buffer at the given positions, row by row) and
-    its index atomically: the index first, the shard's rename last. Returns the shard's checksum.
+    its index atomically: the index first, the shard's rename last. With `slabs` > 1 (merge.slabs), the
+    shard is that many files of the same records, each with its slab of the features' planes
+    (pipeline.formats.slabs). Returns each file's checksum.
 
     Records go through in chunks of WRITE_CHUNK rows: a shard of many small records (sorted by length,
     the shortest shard holds tens of thousands) costs a chunk's Python objects, not a shard's."""
     positions, buffer = located
     dtypes = [np.dtype(field["dtype"]) for field in spec.values()]
     starts = positions.reshape(len(rows), len(spec))
-    index = np.empty((len(rows), 2), np.int64)
-    with atomic_path(path) as tmp:
-        writer = writer_class(tmp, spec, compression)
+    sliced = sliced_fields(spec) if slabs > 1 else []
+    index = np.empty((slabs, len(rows), 2), np.int64)
+    finals = [path.with_name(slab_name(path.name, k, slabs)) for k in range(slabs)]
+    with ExitStack() as files:
+        temporaries = [files.enter_context(atomic_path(final)) for final in finals]
+        writers = [writer_class(tmp, spec, compression) for tmp in temporaries]
         try:
             for first in range(0, len(rows), WRITE_CHUNK):
                 chunk = rows[first : first + WRITE_CHUNK]
@@ -93,22 +101,24 @@ def write_shard(
                     for f, ((name, field), dtype) in enumerate(zip(spec.items(), dtypes, strict=True))
                 ]
                 chunk_starts = starts[first : first + WRITE_CHUNK].tolist()
-                entries = []
                 for i, sample_id in enumerate(sample_ids(chunk, id_width)):
-                    arrays = {
+                    arrays = normalise({
                         name: buffer[chunk_starts[i][f] : chunk_starts[i][f] + sizes[i]].view(dtype).reshape(shapes[i])
                         for f, (name, dtype, shapes, sizes) in enumerate(fields)
-                    }
-                    entries.append(writer.write(sample_id, normalise(arrays, stats)))
-                index[first : first + len(chunk)] = entries
+                    }, stats)  # fmt: skip
+                    for k, writer in enumerate(writers):
+                        index[k, first + i] = writer.write(sample_id, slab_arrays(arrays, sliced, k, slabs))
         except BaseException:
-            writer.abort()
+            for writer in writers:
+                writer.abort()
             raise
-        writer.close()
-        with atomic_path(index_path(path)) as idx_tmp, open(idx_tmp, "w") as f:
-            for first in range(0, len(index), WRITE_CHUNK):
-                f.write("".join(f"{o} {n}\n" for o, n in index[first : first + WRITE_CHUNK].tolist()))
-    return writer.checksum or file_checksum(path)
+        for writer, final, slab_index in zip(writers, finals, index, strict=True):
+            writer.close()
+            with atomic_path(index_path(final)) as idx_tmp, open(idx_tmp, "w") as f:
+                for first in range(0, len(slab_index), WRITE_CHUNK):
+                    f.write("".join(f"{o} {n}\n" for o, n in slab_index[first : first + WRITE_CHUNK].tolist()))
+    # the files are renamed in order as the stack closes (last in, first out): slab 0's last
+    return [writer.checksum or file_checksum(final) for writer, final in zip(writers, finals, strict=True)]
 
 
 def link_shard(home: Path, path: Path) -> str:

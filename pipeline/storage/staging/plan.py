@@ -1,6 +1,7 @@
-"""The staging plan, a pure object: what each node needs (every shard, a balanced share, or sampled
-records), who reads each source from the shared file system and who writes it on each node, and the chunks
-it travels in. Memory: a few objects per shard or per rank's sample file; time: linear in those.
+"""The staging plan, a pure object: what each node needs (every shard, a balanced share with the slab
+files of a shard together, or sampled records), who reads each source from the shared file system and who
+writes it on each node, and the chunks it travels in. Memory: a few objects per shard or per rank's
+sample file; time: linear in those.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.formats.shards import shard_format
+from pipeline.formats.slabs import slab_of
 from pipeline.paths import MergedPaths
 from pipeline.runtime.placement import Topology
 
@@ -68,10 +70,13 @@ def spread_over_nodes(sources: Sequence[StagedFile], nodes: int) -> list[list[St
     bytes, largest first, each to the node with the fewest bytes so far."""
     loads = [0] * nodes
     shares: list[list[StagedFile]] = [[] for _ in range(nodes)]
-    for src in sorted(sources, key=lambda s: (-s.size, s.name)):
+    shards: dict[str, list[StagedFile]] = {}  # the slab files of a shard (merge.slabs) go to one node together
+    for src in sources:
+        shards.setdefault(slab_of(src.name)[0], []).append(src)
+    for files in sorted(shards.values(), key=lambda fs: (-sum(f.size for f in fs), fs[0].name)):
         k = loads.index(min(loads))
-        shares[k].append(src)
-        loads[k] += src.size
+        shares[k].extend(files)
+        loads[k] += sum(f.size for f in files)
     return [sorted(p, key=lambda s: s.name) for p in shares]
 
 
@@ -80,6 +85,11 @@ def sample_sources(
 ) -> dict[int, list[StagedFile]]:
     """Per node: one file per rank holding its sampled records (framed TFRecord byte ranges)."""
     shards = shard_format(meta["format"])
+    if "slabs" in meta:
+        raise Sim2dlError(
+            f"config key 'stage.mode': 'sample' draws whole records, but merge wrote each shard as "
+            f"{meta['slabs']['count']} slab files (merge.slabs): use replica or partition"
+        )
     if not shards.samplable(meta["compression"]):
         raise Sim2dlError(
             "config key 'stage.mode': 'sample' needs shards of framed records, uncompressed (TFRecord) "
