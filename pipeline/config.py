@@ -215,7 +215,7 @@ def check_spatial_model(train: Mapping[str, Any], search: Mapping[str, Any], mer
     if split > 1:
         from pipeline.training.models import BUILT_IN
 
-        check_spatial(split, split, None, model, hasattr(BUILT_IN.get(model), "build_split"))
+        check_spatial(split, None, None, model, hasattr(BUILT_IN.get(model), "build_split"))  # the model only
         ranks = search["ranks_per_trial"]
         if search["enabled"] and ranks % split:
             raise Sim2dlError(

@@ -64,9 +64,12 @@ def split_levels(depth: int, split: int, levels: int) -> int:
     return levels
 
 
-def check_spatial(split: int, size: int, shape: Sequence[int | None] | None, model: str, splittable: bool) -> None:
-    """Config errors naming the value, before any data is read: S must divide the ranks and the sample's
-    depth (its first axis), and the model must be one that can split."""
+def check_spatial(
+    split: int, size: int | None, shape: Sequence[int | None] | None, model: str, splittable: bool
+) -> None:
+    """Config errors naming the value, before any data is read: S must divide the ranks (size; None where
+    they are not known yet) and the sample's depth (its first axis; shape None where it is not known yet),
+    and the model must be one that can split."""
     if split == 1:
         return
     if not splittable:
@@ -74,7 +77,7 @@ def check_spatial(split: int, size: int, shape: Sequence[int | None] | None, mod
             f"config key '{KEY}': {split}, but model '{model}' cannot be split (built-ins that can: cosmoflow); "
             "set split: 1, or crop the samples (convert.crop)"
         )
-    if size % split:
+    if size is not None and size % split:
         raise Sim2dlError(f"config key '{KEY}': {split} does not divide train's {size} ranks (ranks = split x groups)")
     if shape is not None:
         depth = shape[0]
