@@ -391,6 +391,9 @@ def _log_to_stderr() -> None:
         logger.propagate = False
 
 
+ABORT_DELAY_S = 1.0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _log_to_stderr()
@@ -412,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     except Sim2dlError as e:
         print(f"sim2dl {args.step}: error: {e}", file=sys.stderr, flush=True)
         if size > 1:  # the other ranks may wait in a collective: end the whole job
+            # after a moment: an abort at once (by this rank or another failing alike) could tear the
+            # job down before mpiexec had passed the message on (seen: a stage error with empty stderr)
+            time.sleep(ABORT_DELAY_S)
             comm.Abort(2)
         return 2
     except Exception:

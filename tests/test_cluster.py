@@ -215,15 +215,19 @@ def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_
             assert staged["bytes_read_shared_fs"] == sum(size for node in names for size in node.values())
 
 
-def fail_node(cluster: Cluster, node: str, how: str) -> None:
-    """A node failure as slurmctld sees it once SlurmdTimeout has passed: `kill` (the node's processes
-    gone) or `stop` (its slurmd hung, its jobs running on), and the node DOWN. Marked at once because the
-    job's own MPI step may notice first: with the tests' 2 s status polling, Snakemake's retry was then
-    submitted before slurmctld had noticed, placed on the failed node again and failed there, using up the
-    profile's one retry (full runs on 2026-11-25: once after a kill, once after a stop)."""
-    subprocess.run([str(VCLUSTER), how, str(cluster.root), node], check=True, timeout=60)
-    marked = cluster.slurm("scontrol", "update", f"NodeName={node}", "State=DOWN", f"Reason={how}-by-test")
+def kill_node(cluster: Cluster, node: str) -> None:
+    """A node failure as slurmctld sees it once SlurmdTimeout has passed: the node's processes gone and the
+    node DOWN. Marked at once because the job's own MPI step notices first: with the tests' 2 s status
+    polling, Snakemake's retry was otherwise submitted while the node still looked up, placed on it again
+    and failed there, using up the profile's one retry (full runs on 2026-11-25). The node's init is
+    killed (its PID namespace, slurmd and job steps go with it), the node marked, and only then its
+    network namespace removed: `vcluster.sh kill` does both, and removing a network namespace can take
+    seconds, in which the retry had landed on the dead node. Marked after the kill, not before: its ranks
+    are gone, so a retry elsewhere finds no copies still being written."""
+    os.kill(int((cluster.root / "nodes" / f"{node}.pid").read_text()), signal.SIGKILL)
+    marked = cluster.slurm("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=killed-by-test")
     assert marked.returncode == 0, marked.stderr
+    subprocess.run([str(VCLUSTER), "kill", str(cluster.root), node], check=True, timeout=60)
 
 
 def epochs_done(workdir: Path) -> int:
@@ -259,11 +263,18 @@ class Workflow:
     def text(self) -> str:
         return self.log_path.read_text()
 
+    def report(self) -> str:
+        """Snakemake's last lines and the steps' logs (what a failed job printed), for a failed assertion."""
+        steps = sorted(self.log_path.parent.glob("**/logs/*.log")) + sorted(
+            self.log_path.parent.glob("slurm_logs/**/*.log"))  # fmt: skip
+        tails = "".join(f"\n--- {p}:\n{p.read_text(errors='replace')[-1500:]}" for p in steps)
+        return self.text()[-5000:] + tails
+
     def until(self, condition: Any, what: str, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
-            assert self.proc.poll() is None, f"ended before {what}:\n" + self.text()[-5000:]
-            assert time.monotonic() < deadline, f"no {what} within {timeout} s:\n" + self.text()[-5000:]
+            assert self.proc.poll() is None, f"ended before {what}:\n" + self.report()
+            assert time.monotonic() < deadline, f"no {what} within {timeout} s:\n" + self.report()
             time.sleep(0.2)
 
     def wait(self, timeout: float = 600) -> int:
@@ -364,8 +375,8 @@ def running(cluster: Cluster, rule: str) -> list[str]:
 def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_nodes_resume(cluster):
     """Runs last: it leaves nodes down. (1) A node killed while the stage job runs: Slurm reports the node
     failure, Snakemake resubmits (profiles/slurm: retries 1, no Slurm requeue) and the retry, on the
-    nodes still up, stages only what they miss. (2) A slurmd that stops answering during 3-node training:
-    the job fails, its retry cannot start (2 nodes up) and the workflow reports it and ends instead of
+    nodes still up, stages only what they miss. (2) A node lost during 3-node training: the job fails, its
+    retry cannot start (2 nodes up) and the workflow reports it and ends instead of
     waiting forever. (3) The rerun on 1 node resumes training from the 3-node job's checkpoint; that node
     killed during training, Snakemake's retry resumes on the last node up."""
     work = cluster.shared / "fault"
@@ -381,20 +392,20 @@ def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_
     workdir = Path(config["workdir"])
     start = time.monotonic()
 
-    # (1) + (2): stage on 3 nodes, node3 killed while the stage job runs; train on 3 nodes, node2's
-    # slurmd stopped after 2 epochs.
+    # (1) + (2): stage on 3 nodes, node3 killed while the stage job runs; train on 3 nodes, node2 killed
+    # after 2 epochs.
     run = Workflow(cluster, work, path, "stage:tasks=3", "stage:nodes=3", "train:tasks=3", "train:nodes=3")
     run.until(lambda: running(cluster, "stage"), "running stage job")
     assert running(cluster, "stage") == ["node[1-3]"]
-    fail_node(cluster, "node3", "kill")
+    kill_node(cluster, "node3")
     run.until(lambda: epochs_done(workdir) >= 2, "2 epochs")
     assert running(cluster, "train") == ["node[1-2,4]"]
-    fail_node(cluster, "node2", "stop")
-    assert run.wait() != 0, run.text()[-5000:]
+    kill_node(cluster, "node2")
+    assert run.wait() != 0, run.report()
     text = run.text()
     # Each lost node's job fails (NODE_FAIL, or FAILED when its MPI step noticed first) and is retried.
-    assert "Error in rule stage" in text and "Error in rule train" in text, text[-5000:]
-    assert "(rule train) cannot start" in text and "cancelling Slurm job" in text, text[-5000:]  # no hang
+    assert "Error in rule stage" in text and "Error in rule train" in text, run.report()
+    assert "(rule train) cannot start" in text and "cancelling Slurm job" in text, run.report()  # no hang
     after_fault = time.monotonic() - start
 
     merged = json.loads((workdir / "merged" / "metadata.json").read_text())
@@ -418,8 +429,8 @@ def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_
     rerun.until(lambda: epochs_done(workdir) >= resumed_at + 2, "2 epochs after resuming")
     first = running(cluster, "train")
     assert first in (["node1"], ["node4"]), first
-    fail_node(cluster, first[0], "kill")
-    assert rerun.wait() == 0, rerun.text()[-5000:]
+    kill_node(cluster, first[0])
+    assert rerun.wait() == 0, rerun.report()
     assert "failed due to a node failure" in rerun.text()
     last = ({"node1", "node4"} - set(first)).pop()
     trained = json.loads((workdir / "train" / "summary.json").read_text())
@@ -432,7 +443,7 @@ def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_
     # from scratch on 3 nodes, then from each checkpoint: on one node, then on the other
     # (a kill between an epoch's history and its checkpoint resumes the epoch before)
     assert len(resumed) == 3 and resumed[0] == 0 and resumed_at - 1 <= resumed[1] <= resumed_at, resumed
-    assert resumed[2] >= resumed[1] + 2, (resumed, resumed_at)
+    assert resumed[2] >= resumed[1] + 1, (resumed, resumed_at)  # killed after 2 more epochs' history: 1 or 2
     assert complete_shards(cluster, last, "/tmp/sim2dl-fault", shard_bytes) == set(shard_bytes)
     states = cluster.slurm("sinfo", "-h", "-N", "-o", "%N %t").stdout.split("\n")
     down = [line.split()[0] for line in states if line and line.split()[1].startswith("down")]

@@ -1,5 +1,5 @@
 """The decision of the watcher for Slurm jobs that wait for nodes that are down (pipeline/runtime/slurm_watch.py);
-tests/test_cluster.py runs it for real, with nodes that die and a slurmd that stops answering."""
+tests/test_cluster.py runs it for real, with nodes that die."""
 
 from __future__ import annotations
 

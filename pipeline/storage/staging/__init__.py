@@ -56,9 +56,15 @@ def stage_dataset(config: Mapping[str, Any], merged_dir: Path, summary_path: Pat
     emulated = settings["emulate_nodes"] > 0
     dirs = {k: target / f"node-{k:03d}" if emulated else target for k in range(topo.nodes)}
     sources = shard_sources(merged_dir, meta)
-    per_node = node_sources(settings, merged_dir, meta, topo, sources)
+    # Every rank plans alike, so a bad setting fails on all: one message from rank 0 and a normal exit
+    # (each rank printing and aborting lost the message to the abort, now and then).
+    per_node, error = {}, missing_sources(sources) if topo.rank == 0 else None
+    try:
+        per_node = node_sources(settings, merged_dir, meta, topo, sources)
+    except Sim2dlError as e:
+        error = error or e
+    all_ok(comm, error)
     wanted = {k: [src.name for src in per_node[k]] for k in per_node}
-    all_ok(comm, missing_sources(sources) if topo.rank == 0 else None)
     done = already_staged(comm, topo, dirs[topo.node], per_node, meta["format"])
     for k, ranks in enumerate(topo.node_ranks):
         names = set(done[ranks[0]] or [])
