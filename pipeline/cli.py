@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import resource
+import secrets
 import shlex
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any
 from pipeline import MB, CollectiveError, Sim2dlError
 from pipeline import config as cfg
 from pipeline.runtime.mpi import mpi_library, world
+from pipeline.runtime.startup import announce_started
 
 
 def _common(parser: argparse.ArgumentParser, config_required: bool = True) -> None:
@@ -226,6 +228,8 @@ def reports_errors(prog: str) -> Any:
 def launch_main(argv: list[str]) -> int:
     """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
     from pipeline.runtime.launch import data_directories, prepare_mount_points, srun_environment_conflicts, step_argv
+    from pipeline.runtime.processes import with_parent_death_signal
+    from pipeline.runtime.startup import TOKEN_ENV, StartupPolicy, launch_with_retries
 
     parser = argparse.ArgumentParser(
         prog="sim2dl launch",
@@ -246,6 +250,11 @@ def launch_main(argv: list[str]) -> int:
     step_args = [args.step[0], *_config_options(args), *args.step[1:]]
     data_dirs = data_directories(config)
     prepare_mount_points(config["container"], data_dirs, Path.cwd())
+    # the ranks' start-up barrier reports with this token (pipeline.runtime.startup): every runtime gets it
+    # as a container variable, a launch without a container through the environment
+    token = secrets.token_hex(8) if not args.dry_run else "TOKEN"
+    if config["container"]["runtime"] != "none":
+        config["container"]["env"] = {**config["container"]["env"], TOKEN_ENV: token}
     command = step_argv(config, args.mpi, args.tasks, step_args, data_dirs, Path.cwd())
     print("sim2dl launch: " + shlex.join(command), file=sys.stderr, flush=True)
     if args.dry_run:
@@ -254,11 +263,16 @@ def launch_main(argv: list[str]) -> int:
     os.environ.setdefault("USER", getpass.getuser())  # ch-run refuses to start without it (batch jobs may lack it)
     for name in srun_environment_conflicts(command):
         os.environ.pop(name, None)
+    if args.mpi == "none":  # one process, no launcher: nothing to start up
+        try:
+            os.execvp(command[0], command)  # no shell: every argument arrives as given
+        except OSError as e:
+            raise Sim2dlError(f"cannot run {command[0]}: {e.strerror}") from e
+    policy = StartupPolicy(retries=config["launch"]["startup_retries"], timeout_s=config["launch"]["startup_timeout_s"])
     try:
-        os.execvp(command[0], command)  # no shell: every argument arrives as given
+        return launch_with_retries(with_parent_death_signal(command), token, policy, os.environ)
     except OSError as e:
-        print(f"sim2dl launch: error: cannot run {command[0]}: {e.strerror}", file=sys.stderr, flush=True)
-        return 2
+        raise Sim2dlError(f"cannot run {command[0]}: {e.strerror}") from e
 
 
 @reports_errors("sim2dl image")
@@ -401,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         return TOOLS[argv[0]][1](argv[1:])
     args = build_parser().parse_args(argv)
     comm = world()
+    announce_started(comm)  # `sim2dl launch` learns that every rank got through MPI start-up
     rank, size = comm.Get_rank(), comm.Get_size()
     start = time.perf_counter()
     try:

@@ -150,6 +150,11 @@ class TrainPaths:
     def model(self) -> Path:
         return self.root / "model"
 
+    def best_weights(self, epoch: int) -> Path:
+        """The weights of the epoch with the lowest validation loss so far (train.keep: best), beside the
+        checkpoints: a resumed run keeps the best of the epochs before it."""
+        return self.checkpoints / f"best-epoch-{epoch:05d}.h5"
+
     @property
     def attempts(self) -> Path:
         """One line per start of training (restarts after a failure included)."""

@@ -57,23 +57,37 @@ class Cluster:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self.env,
                               cwd=self.shared)  # fmt: skip
 
-    def job(self, nodes: int, *command: str | Path) -> None:
-        """A batch job of one task per node: `srun --mpi=pmi2 COMMAND` (an argument vector, quoted)."""
+    def job(self, nodes: int, config: Path, *step: str | Path) -> None:
+        """A batch job of one rank per node running a sim2dl step as the workflow does: `sim2dl launch`
+        (srun with --kill-on-bad-exit, and a launch that fails in MPI start-up started again), under a
+        time limit, so a job that hangs ends by itself."""
+        launch = [BIN / "sim2dl", "launch", "--mpi", "srun --mpi=pmi2 -t 4", "--tasks", str(nodes), "--config", config]
         script = self.shared / "job.sh"
-        script.write_text("#!/bin/sh\nexec srun --mpi=pmi2 " + " ".join(shlex.quote(str(c)) for c in command) + "\n")
-        for attempt in range(2):
-            job = self.slurm("sbatch", "--wait", "-N", str(nodes), "-n", str(nodes), "-o", "job.out", str(script))
-            out = (self.shared / "job.out").read_text()
-            # Slurm's pmi2 plugin sometimes misreads a PMI-1 line in MPI_Init (docs/benchmarks.md): once
-            # more, as the workflow's retries would; anything else fails the test.
-            if job.returncode == 0 or attempt == 1 or "mpi/pmi2" not in out:
-                break
-        assert job.returncode == 0, job.stderr + out[-4000:]
+        script.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(str(c)) for c in [*launch, *step]) + "\n")
+        job = self.slurm("sbatch", "--wait", "-t", "5", "-N", str(nodes), "-n", str(nodes), "-o", "job.out",
+                         str(script))  # fmt: skip
+        assert job.returncode == 0, job.stderr + (self.shared / "job.out").read_text()[-4000:]
 
     def jobs(self, *states: str) -> list[str]:
         """Ids of the jobs in these states (all jobs if none given)."""
         args = ["squeue", "-h", "-o", "%i"] + (["-t", ",".join(states)] if states else [])
         return self.slurm(*args).stdout.split()
+
+    def nodes_not_idle(self) -> list[str]:
+        """`NODE STATE` of every node that is not idle (allocated, down, drained, not responding)."""
+        rows = self.slurm("sinfo", "-h", "-N", "-o", "%N %t").stdout.split("\n")
+        return [row for row in rows if row.strip() and row.split()[1] != "idle"]
+
+    def cancel_all(self, timeout: float = 90) -> list[str]:
+        """scancel every job, then wait (bounded) until the queue is empty; returns the ids it found."""
+        found = self.jobs()
+        if found:
+            self.slurm("scancel", *found)
+        deadline = time.monotonic() + timeout
+        while self.jobs() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not self.jobs(), f"jobs still queued {timeout} s after scancel: {self.jobs()}"
+        return found
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +106,24 @@ def cluster():
     finally:
         subprocess.run([str(VCLUSTER), "down", str(root)], capture_output=True, timeout=120)
         assert not root.exists()
+
+
+@pytest.fixture(autouse=True)
+def idle_cluster(request, cluster):
+    """Each test starts on an idle cluster with every node up, and leaves none of its jobs behind, pass or
+    fail: one stuck job (a rank hung in MPI start-up) otherwise held the nodes for every later test. A
+    cluster that is not idle fails the test at once, saying what it found, instead of the test failing
+    later on another's leftovers."""
+    deadline = time.monotonic() + 30  # slurmd's node states settle a moment after the last job ends
+    while (cluster.jobs() or cluster.nodes_not_idle()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not cluster.jobs() and not cluster.nodes_not_idle(), (
+        f"the cluster is not idle before {request.node.name}: jobs {cluster.jobs()}, nodes {cluster.nodes_not_idle()}"
+    )
+    yield
+    left = cluster.cancel_all()
+    if left:
+        print(f"{request.node.name} left Slurm jobs {left}: cancelled")
 
 
 def slurm_args(work: Path, *args: str) -> list[str]:
@@ -129,11 +161,12 @@ def test_nodes_are_separate_hosts_with_their_own_disks_and_mpi_crosses_the_netwo
     script = cluster.shared / "mpi.sh"
     script.write_text(
         "#!/bin/sh\n"
-        f'srun --mpi=pmi2 {BIN / "python"} -c "from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; '
+        f"srun --kill-on-bad-exit=1 -t 2 --mpi=pmi2 {BIN / 'python'} -c "
+        '"from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; '
         "s = c.Split_type(MPI.COMM_TYPE_SHARED); a = np.ones(1 << 20); b = np.empty_like(a); c.Allreduce(a, b); "
         'print(c.rank, MPI.Get_processor_name(), s.size, int(b[0]))"\n'
     )
-    job = cluster.slurm("sbatch", "--wait", "-N", "2", "-n", "2", "-o", "mpi.out", str(script))
+    job = cluster.slurm("sbatch", "--wait", "-t", "3", "-N", "2", "-n", "2", "-o", "mpi.out", str(script))
     assert job.returncode == 0, job.stdout + job.stderr
     lines = sorted((cluster.shared / "mpi.out").read_text().split("\n"))
     ranks = [line.split() for line in lines if line]
@@ -200,7 +233,7 @@ def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_
             yaml.safe_dump({**config, "stage": {"mode": mode, "target": placed, "samples_per_rank": 40}})
         )
         summary = work / f"{mode}.json"
-        cluster.job(NODES, BIN / "sim2dl", "stage", "--config", run_config, "--summary", summary)
+        cluster.job(NODES, run_config, "stage", "--summary", summary)
         staged = json.loads(summary.read_text())
         per_node = [staged_on(cluster, f"node{i}", placed) for i in range(1, NODES + 1)]
         names = [{Path(f).name: size for f, size in files.items() if f.endswith(".tfrecord")} for files in per_node]

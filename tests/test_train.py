@@ -225,3 +225,38 @@ def test_the_demo_recovers_sigma_8_at_every_batch_size_its_search_may_pick(tmp_p
     assert summary["epochs"] == demo["train"]["epochs"] and summary["ranks"] == 2
     print("sigma_8 R2", summary["r2"]["sigma_8"])
     assert summary["r2"]["sigma_8"] >= 0.9, summary["r2"]
+
+
+def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_repeat(tmp_path, staged):
+    """train.keep best (the default): the saved model and the summary are the epoch of lowest validation
+    loss; keep last, on the same checkpoint, the last epoch's. The ridge baseline stands beside every R²,
+    and where the network is below it the log says so. With train.augment the run repeats to the bit."""
+    # a learning rate too high for this small network: the validation loss rises after its best epoch
+    # (the runs are deterministic, so this holds every time)
+    noisy = {"epochs": 4, "learning_rate": 0.02, "decay": "none", "augment": {"symmetries": True}}
+    proc = train(tmp_path, staged, **noisy)
+    history = json.loads((tmp_path / "train" / "metrics.json").read_text())
+    summary = json.loads((tmp_path / "train" / "summary.json").read_text())
+    best = min(history, key=lambda row: row["val_loss"])
+    assert best["epoch"] < history[-1]["epoch"], history
+    assert summary["kept"]["epoch"] == summary["kept"]["best_epoch"] == best["epoch"], summary["kept"]
+    assert summary["val_loss"] == pytest.approx(best["val_loss"], rel=1e-5)
+    assert list((tmp_path / "train" / "checkpoints").glob("best-epoch-*.h5")) == [
+        tmp_path / "train" / "checkpoints" / f"best-epoch-{best['epoch']:05d}.h5"]  # fmt: skip
+    baseline = summary["baseline"]
+    assert baseline["method"].startswith("ridge regression on per-channel mean") and set(baseline["r2"]) == set(
+        summary["r2"])  # fmt: skip
+    assert baseline["r2"]["sigma_8"] > 0.5  # the power spectrum knows σ8 of these cubes
+    below = [n for n, r2 in summary["r2"].items() if r2 < baseline["r2"][n]]
+    assert sorted(summary["below_baseline"]) == sorted(below)
+    assert below and "the network scores below the classical baseline" in proc.stderr
+    # keep: last, the same checkpoint (which epoch is kept is not a training setting): the last epoch's
+    train(tmp_path, staged, **noisy, keep="last")
+    last = json.loads((tmp_path / "train" / "summary.json").read_text())
+    assert last["kept"]["epoch"] == history[-1]["epoch"] and last["kept"]["best_epoch"] == best["epoch"]
+    assert last["val_loss"] == pytest.approx(history[-1]["val_loss"], rel=1e-5)
+    # augmented and deterministic: a second run gives the same weights
+    again = train(tmp_path / "again", staged, **noisy)
+    assert again.returncode == 0
+    repeated = json.loads((tmp_path / "again" / "train" / "summary.json").read_text())
+    assert repeated["weights_checksum"] == summary["weights_checksum"]

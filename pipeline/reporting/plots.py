@@ -41,8 +41,9 @@ def learning_curves(history: Sequence[Mapping[str, Any]], loss_name: str, path: 
 
 
 def predicted_vs_true(predicted: np.ndarray, true: np.ndarray, names: Sequence[str], r2: Sequence[float],
-                      records: int, path: Path) -> None:  # fmt: skip
-    """One panel per label, in the labels' own units; R² is of the whole validation set."""
+                      records: int, path: Path, baseline_r2: Sequence[float | None] = ()) -> None:  # fmt: skip
+    """One panel per label, in the labels' own units; R² is of the whole validation set, beside the classical
+    baseline's where given."""
     n = len(names)
     # constrained layout keeps each panel's axis labels clear of its neighbours'
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.0), squeeze=False, layout="constrained")
@@ -52,7 +53,10 @@ def predicted_vs_true(predicted: np.ndarray, true: np.ndarray, names: Sequence[s
         if len(t):
             low, high = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
             ax.plot([low, high], [low, high], "k--", lw=1)
-        ax.set(xlabel=f"true {name}", ylabel=f"predicted {name}", title=f"{name}: R² = {r2[i]:.2f}")
+        title = f"{name}: R² = {r2[i]:.2f}"
+        if i < len(baseline_r2) and baseline_r2[i] is not None:
+            title += f" (classical {baseline_r2[i]:.2f})"
+        ax.set(xlabel=f"true {name}", ylabel=f"predicted {name}", title=title)
     shown = f"{len(true)} of {records}" if len(true) < records else f"{records}"
     fig.suptitle(f"Validation set ({shown} samples shown, labels in their own units)")
     _save(fig, path)

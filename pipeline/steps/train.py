@@ -54,6 +54,9 @@ from pipeline.paths import StagedPaths, TrainPaths
 from pipeline.runtime.mpi import all_ok
 from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
 from pipeline.training import determinism, devices
+from pipeline.training.augment import Transform, augment_batch
+from pipeline.training.augment import plan as augment_plan
+from pipeline.training.baseline import fit_and_score as baseline_fit_and_score
 from pipeline.training.models import ModelSource, build_model
 from pipeline.training.spatial.layout import SpatialLayout, check_spatial
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
@@ -113,9 +116,9 @@ def rank_files(
 
 def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource) -> str:
     """What a checkpoint must match to be resumed: the data, the model's code and every setting except the
-    epoch count, threads and device (so a longer run continues a shorter one, also on a GPU, but a new
-    learning rate or model starts afresh)."""
-    kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads", "device")}
+    epoch count, threads, device and which epoch is kept (so a longer run continues a shorter one, also on
+    a GPU, but a new learning rate or model starts afresh)."""
+    kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads", "device", "keep", "patience")}
     return json.dumps({"data": meta["plan_digest"], "train": kept, "model": source.provenance()}, sort_keys=True)
 
 
@@ -164,6 +167,8 @@ def input_pipeline(
     fraction: float | None,
     slab: tuple[int, int] | None = None,
     pieces: range | None = None,
+    transforms: Sequence[Transform] = (),
+    holdout: bool | None = None,
 ) -> Any:
     """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
     added where it has one more axis), labels as the task wants them. fraction: the share of records held
@@ -171,7 +176,10 @@ def input_pipeline(
     them); None: the files hold one split, read whole. slab: the planes [start, stop) of the feature's
     first axis this rank keeps (spatial parallelism), cut from whole records. pieces: slab shards
     (merge.slabs): `files` are slab `pieces[0]`'s files, and the rank reads these slabs' files of each
-    shard side by side, their planes joined (its slab, or with no split the whole sample)."""
+    shard side by side, their planes joined (its slab, or with no split the whole sample). transforms:
+    training batches' samples each under one of these symmetries (train.augment), drawn from a stream
+    seeded by epoch_seed and the batch's number. holdout: which side of `fraction`'s hold-out to read
+    (default: validation records when not training; False: the training records in one ordered pass)."""
     import tensorflow as tf
 
     data = task.data
@@ -202,10 +210,12 @@ def input_pipeline(
     thickness = (field["shape"][0] // meta["slabs"]["count"]) if "slabs" in meta else None
     slab_field = {**field, "shape": [thickness, *field["shape"][1:]]}  # a slab file's planes of the feature
 
+    validation_side = (not training) if holdout is None else holdout
+
     def keep(record: Any, *_: Any) -> Any:
         sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
         val = holdout_validation(sid, fraction)
-        return tf.logical_not(val) if training else val
+        return val if validation_side else tf.logical_not(val)
 
     if fraction is not None:
         ds = ds.filter(keep)
@@ -240,6 +250,15 @@ def input_pipeline(
     batch = settings["batch_size"]
     if all(fixed(spec[n]) for n in features):
         ds = ds.batch(batch, drop_remainder=training).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
+        if training and transforms:
+            moves_labels = task.per_pixel
+
+            def symmetries(xy: Any, number: Any) -> Any:
+                return augment_batch(*xy, transforms, tf.stack([tf.constant(epoch_seed, tf.int64), number]),
+                                     moves_labels)  # fmt: skip
+
+            ds = tf.data.Dataset.zip((ds, tf.data.Dataset.counter())).map(
+                symmetries, num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
     else:
         # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
         ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
@@ -366,6 +385,7 @@ class Model:
     keras: Any
     source: ModelSource
     input_shape: tuple[int | None, ...]
+    transforms: Sequence[Transform] = ()  # train.augment's symmetries of a training sample
 
 
 def prepare(
@@ -393,8 +413,9 @@ def prepare(
         check_spatial(layout.split, layout.size, shape, settings["model"], True)
         check_split(meta.get("slabs", {}).get("count", 1), layout.split)
         split = spatial if layout.split > 1 else None
+        transforms = augmentation(settings, task, model_source(settings["model"]), shape, layout.split)
         keras_model, source = build_model(settings, task.data.feature_shape, task, split)
-        model = Model(keras_model, source, shape)
+        model = Model(keras_model, source, shape, transforms)
     except Sim2dlError as e:
         error = e
     all_ok(comm, error)
@@ -402,11 +423,33 @@ def prepare(
     return task, model, device
 
 
+def spatial_dims(source: ModelSource, shape: Sequence[int | None]) -> int:
+    """How many leading axes of the model's input are space: a built-in's own count, else every axis but
+    the last (channels last)."""
+    module = source.built_in
+    return module.SPATIAL_DIMS if module is not None and module.SPATIAL_DIMS is not None else len(shape) - 1
+
+
+def augmentation(settings: Mapping[str, Any], task: Task, source: ModelSource, shape: Sequence[int | None],
+                 split: int) -> list[Transform]:  # fmt: skip
+    """train.augment's symmetries of this model's input's spatial axes."""
+    if not any(settings["augment"][k] for k in ("symmetries", "permute", "flips", "vector_labels")):
+        return []
+    if task.data.several:
+        raise Sim2dlError("config key 'train.augment': a model of several inputs cannot be augmented (one feature)")
+    return augment_plan(settings["augment"], shape[: spatial_dims(source, shape)], split)
+
+
 def make_optimizer(settings: Mapping[str, Any], precision: str) -> Any:
-    """Adam; under float16 compute wrapped for dynamic loss scaling (float16 gradients underflow)."""
+    """Adam, or with train.weight_decay AdamW (decay decoupled from the gradient, Loshchilov & Hutter);
+    under float16 compute wrapped for dynamic loss scaling (float16 gradients underflow)."""
     import tensorflow as tf
 
-    optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
+    if settings.get("weight_decay", 0) > 0:
+        optimizer = tf.keras.optimizers.AdamW(learning_rate=settings["learning_rate"],
+                                              weight_decay=settings["weight_decay"])  # fmt: skip
+    else:
+        optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
     if precision == "mixed_float16":
         optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
     return optimizer
@@ -492,7 +535,7 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     seed = settings["seed"] * 1000 + restored.start_epoch
     iterator = iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True,
                                    shard=data.shard, epoch_seed=seed, fraction=data.fraction, slab=slab,
-                                   pieces=data.pieces))  # fmt: skip
+                                   pieces=data.pieces, transforms=model.transforms))  # fmt: skip
 
     def one_epoch(epoch: int, first: bool) -> tuple[dict[str, Any], tuple[float, Evaluation]]:
         """The steps of one epoch, then validation: the epoch's row of metrics (averaged over ranks) and
@@ -523,20 +566,82 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
             "seconds": seconds,
         }, evaluation
 
-    evaluation = None
+    evaluation, kept = None, Kept(settings["keep"], best_epoch(history))
     for epoch in range(restored.start_epoch, settings["epochs"]):
         row, evaluation = one_epoch(epoch, first=epoch == restored.start_epoch)
         history.append(row)
         restored.epoch.assign(epoch + 1)
+        improved = kept.consider(epoch + 1, row["val_loss"], keras_model, evaluation)
         if rank == 0:
             # History first: a kill between the two leaves the older checkpoint, whose resume truncates the
-            # history back to it (the other order would lose this epoch's row for good).
+            # history back to it (the other order would lose this epoch's row for good). The best weights
+            # before the checkpoint, and older best weights removed only after it: a resume finds the file
+            # of the best epoch its history names.
             _write_history(out_dir, history)
+            if improved and kept.keep == "best":
+                save_weights_atomic(keras_model, paths.best_weights(epoch + 1))
             restored.manager.save()
+            if improved:
+                for old in paths.checkpoints.glob("best-epoch-*.h5"):
+                    if old != paths.best_weights(epoch + 1):
+                        old.unlink(missing_ok=True)
             log.info(json.dumps(row))
-    # The final evaluation: the last epoch's, unless a resumed run had no epoch left.
+        if settings["patience"] and kept.epoch is not None and epoch + 1 - kept.epoch >= settings["patience"]:
+            # every rank sees the same validation losses, so every rank stops after the same epoch
+            kept.stopped_after = epoch + 1
+            log.info("sim2dl train: no lower validation loss for %d epochs (train.patience): stopping after epoch %d",
+                     settings["patience"], epoch + 1)  # fmt: skip
+            break
+    # The final evaluation: the kept epoch's (train.keep), else the last epoch's, unless a resumed run had
+    # no epoch left.
+    final = evaluation
+    if kept.keep == "best" and kept.epoch is not None:
+        final = kept.restore(keras_model, paths, history)  # None: the restored weights are validated again
+    final = final or validate()
+    baseline = classical_baseline(config, meta, task, model, data, layout, comm)
     ranks = Ranks(hvd, rank, size, device, layout)
-    return finish(config, task, model, history, evaluation or validate(), paths, ranks)
+    return finish(config, task, model, history, final, paths, ranks, kept, baseline)
+
+
+def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,
+                       layout: SpatialLayout, comm: Any) -> dict[str, Any]:  # fmt: skip
+    """pipeline.training.baseline on this run's split: fitted on the training records, scored on the
+    validation records by the task's metrics; each rank streams its own share. Not under a spatial
+    split, where no rank holds whole samples."""
+    if layout.split > 1:
+        return {"method": None, "skipped": "train.spatial.split: no rank holds whole samples"}
+    settings, feature = config["train"], task.data.feature
+    start = time.perf_counter()
+
+    def batches(files: list[Path], shard: tuple[int, int] | None, validation: bool) -> Any:
+        pipeline = input_pipeline(files, meta, settings, task, model.input_shape, training=False, shard=shard,
+                                  epoch_seed=0, fraction=data.fraction, pieces=data.pieces,
+                                  holdout=validation)  # fmt: skip
+        for x, y in pipeline:
+            yield (x[feature] if isinstance(x, dict) else x).numpy(), y.numpy()
+
+    shape = [1 if n is None else n for n in model.input_shape]
+    result = baseline_fit_and_score(
+        task, shape, batches(data.files, data.shard, False),
+        batches(data.validation_files, data.validation_shard, True),
+        spatial_dims(model.source, model.input_shape),
+        lambda arrays: [comm.allreduce(a) for a in arrays],
+        lambda evaluation: Evaluation.combine(comm.allgather(evaluation), task.max_examples),
+    )  # fmt: skip
+    return {"method": result.method, **result.metrics, **result.settings,
+            "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
+
+
+def below_baseline(task: Task, summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
+    """The labels (regression) or the score (classification: accuracy, segmentation: mean IoU) on which
+    the network scores below the baseline."""
+    if baseline.get("method") is None:
+        return []
+    if task.name == "regression":
+        return [n for n, v in summary["r2"].items() if v is not None and baseline["r2"].get(n) is not None
+                and v < baseline["r2"][n]]  # fmt: skip
+    key = "accuracy" if task.name == "classification" else "mean_iou"
+    return [key] if summary[key] < baseline[key] else []
 
 
 def start_horovod(settings: Mapping[str, Any], comm: Any) -> tuple[SpatialLayout, Any]:
@@ -587,6 +692,68 @@ def evaluate(pipeline: Any, task: Task, predict: Any, comm: Any, counted: bool =
     return (loss_sum / count if count else float("nan")), combined
 
 
+def best_epoch(history: Sequence[Mapping[str, Any]]) -> tuple[int, float] | None:
+    """(epoch, validation loss) of the first epoch with the lowest validation loss (None: no finite one)."""
+    finite = [(row["epoch"], row["val_loss"]) for row in history if math.isfinite(row["val_loss"])]
+    return min(finite, key=lambda e: (e[1], e[0])) if finite else None
+
+
+@dataclass
+class Kept:
+    """train.keep: which epoch's model is saved and scored. Tracks the lowest validation loss (every rank
+    alike: the loss is the same everywhere), this run's weights and evaluation at it."""
+
+    keep: str
+    best: tuple[int, float] | None
+    weights: list[np.ndarray] | None = None  # the best epoch's, when this run trained it
+    evaluation: tuple[float, Evaluation] | None = None
+    stopped_after: int | None = None
+
+    @property
+    def epoch(self) -> int | None:
+        return self.best[0] if self.best else None
+
+    def consider(self, epoch: int, val_loss: float, model: Any, evaluation: tuple[float, Evaluation]) -> bool:
+        """Whether this epoch is the best so far (then its weights and evaluation are kept in memory)."""
+        if not math.isfinite(val_loss) or (self.best is not None and val_loss >= self.best[1]):
+            return False
+        self.best = (epoch, val_loss)
+        if self.keep == "best":
+            self.weights, self.evaluation = model.get_weights(), evaluation
+        return True
+
+    def is_last(self, history: Sequence[Mapping[str, Any]]) -> bool:
+        return bool(history) and self.epoch == history[-1]["epoch"]
+
+    def restore(self, model: Any, paths: TrainPaths, history: Sequence[Mapping[str, Any]]) -> tuple | None:
+        """Put the best epoch's weights back into the model; returns its evaluation when this run made it
+        (None: validate again). Nothing to load when the best epoch is the model's last (a resumed run
+        with no epoch left)."""
+        if self.weights is None and self.is_last(history):
+            return None
+        if self.weights is not None:
+            model.set_weights(self.weights)
+            return self.evaluation
+        path = paths.best_weights(self.epoch)
+        if not path.exists():
+            raise Sim2dlError(f"{path} is missing: the best epoch's weights (train.keep: best); rerun train afresh "
+                              f"(remove {paths.checkpoints})")  # fmt: skip
+        model.load_weights(str(path))
+        return None
+
+    def summary(self, history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {"keep": self.keep, "epoch": self.epoch if self.keep == "best" else (history[-1]["epoch"] if history
+                else None), "best_epoch": self.epoch, "best_val_loss": self.best[1] if self.best else None,
+                "epochs_trained": len(history), "stopped_early_after_epoch": self.stopped_after}  # fmt: skip
+
+
+def save_weights_atomic(model: Any, path: Path) -> None:
+    """The model's weights as HDF5, written beside and renamed into place."""
+    tmp = path.with_name(f".{path.stem}.tmp.h5")  # HDF5 by its suffix, as the final name
+    model.save_weights(str(tmp))
+    os.replace(tmp, path)
+
+
 @dataclass
 class Ranks:
     """Where this process stands: Horovod, its rank among `size`, and the device it computes on."""
@@ -599,7 +766,8 @@ class Ranks:
 
 
 def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequence[Mapping[str, Any]],
-           evaluation: tuple[float, Evaluation], paths: TrainPaths, ranks: Ranks) -> dict[str, Any]:  # fmt: skip
+           evaluation: tuple[float, Evaluation], paths: TrainPaths, ranks: Ranks,
+           kept: Kept, baseline: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
     """The summary of the final evaluation (the task's metrics, with a check that every rank holds the same
     weights, the device each rank used and where the model's code came from), and on rank 0 the model, the
     figures and summary.json."""
@@ -612,12 +780,21 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
         "ranks": size,
         "spatial": {"split": ranks.layout.split, "groups": ranks.layout.groups},
         "val_loss": val_loss,
+        "kept": kept.summary(history),
         **task.metrics(result),
         "validation_records": _validation_records(task, result),
         "model": model.source.provenance(),
         "weights_checksum": _weights_checksum(model.keras),
         "settings": dict(settings),  # what was trained (with search.enabled: the search's best merged in)
     }
+    # what a classical estimator learns from the same split (pipeline.training.baseline), and where the
+    # network does worse
+    summary["baseline"] = dict(baseline)
+    summary["below_baseline"] = below_baseline(task, summary, baseline)
+    if summary["below_baseline"] and rank == 0:
+        log.warning("sim2dl train: warning: the network scores below the classical baseline (%s) on %s: %s",
+                    baseline["method"], ", ".join(summary["below_baseline"]),
+                    _score_pairs(task, summary, baseline))  # fmt: skip
     all_checksums = hvd.allgather_object(summary["weights_checksum"])
     summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
     summary["hosts"] = hvd.allgather_object(socket.gethostname())  # per rank: where it trained
@@ -627,10 +804,17 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
         from pipeline.reporting.plots import learning_curves
 
         learning_curves(history, task.loss_name, paths.learning_curves)
-        task.figure(result, paths.validation_figure)
+        task.figure(result, paths.validation_figure, baseline)
         write_json_atomic(paths.summary, summary)
     hvd.join()
     return summary
+
+
+def _score_pairs(task: Task, summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+    if task.name == "regression":
+        return ", ".join(f"{n} R² {summary['r2'][n]:.3f} < {baseline['r2'][n]:.3f}" for n in summary["below_baseline"])
+    key = summary["below_baseline"][0]
+    return f"{key} {summary[key]:.3f} < {baseline[key]:.3f}"
 
 
 def _validation_records(task: Task, evaluation: Evaluation) -> int:

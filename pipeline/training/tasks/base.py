@@ -130,7 +130,9 @@ class Task:
     def metrics(self, evaluation: Evaluation) -> dict[str, Any]:
         raise NotImplementedError
 
-    def figure(self, evaluation: Evaluation, path: Path) -> None:
+    def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
+        """The validation figure; `baseline`: the classical baseline's scores (pipeline.training.baseline),
+        shown beside the network's."""
         raise NotImplementedError
 
     # ---- shared by the tasks on class ids

@@ -6,7 +6,7 @@ Evaluation: the K x K confusion matrix (summed across ranks); memory K², indepe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +66,11 @@ class Classification(Task):
             "classes": self.class_names(),
         }
 
-    def figure(self, evaluation: Evaluation, path: Path) -> None:
+    def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
         from pipeline.reporting.plots import confusion_matrix
 
         m = self.metrics(evaluation)
         title = f"accuracy {m['accuracy']:.3f}, macro-F1 {m['macro_f1']:.3f}"
+        if baseline and baseline.get("accuracy") is not None:
+            title += f" (classical baseline: accuracy {baseline['accuracy']:.3f})"
         confusion_matrix(evaluation.sums["confusion"], self.class_names(), title, path)

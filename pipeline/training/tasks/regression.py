@@ -6,7 +6,7 @@ Evaluation: per label the count, sum of y, of y² and of (prediction - y)² (R²
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +71,13 @@ class Regression(Task):
             columns.append(block)
         return np.concatenate(columns, axis=1) if columns else values
 
-    def figure(self, evaluation: Evaluation, path: Path) -> None:
+    def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
         from pipeline.reporting.plots import predicted_vs_true
 
         predicted = self.in_label_units(evaluation.examples["predicted"])
         true = self.in_label_units(evaluation.examples["true"])
         r2 = self.metrics(evaluation)["r2"]
+        classical = (baseline or {}).get("r2") or {}
         predicted_vs_true(predicted, true, self.data.label_names, [r2.get(n, np.nan) for n in self.data.label_names],
-                          int(evaluation.sums["n"][0]), path)  # fmt: skip
+                          int(evaluation.sums["n"][0]), path,
+                          [classical.get(n) for n in self.data.label_names])  # fmt: skip

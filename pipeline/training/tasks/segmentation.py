@@ -8,7 +8,7 @@ Evaluation: the K x K confusion matrix over pixels, plus the first few validatio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +95,12 @@ class Segmentation(Task):
             "classes": self.class_names(),
         }
 
-    def figure(self, evaluation: Evaluation, path: Path) -> None:
+    def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
         from pipeline.reporting.plots import segmentation_examples
 
         m = self.metrics(evaluation)
-        title = f"mean IoU {m['mean_iou']:.3f} (all background: {m['baseline_mean_iou']:.3f})"
+        title = f"mean IoU {m['mean_iou']:.3f} (all background: {m['baseline_mean_iou']:.3f}"
+        if baseline and baseline.get("mean_iou") is not None:
+            title += f"; per-pixel classical baseline: {baseline['mean_iou']:.3f}"
+        title += ")"
         segmentation_examples(evaluation.examples, self.class_names(), title, path)

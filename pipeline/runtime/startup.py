@@ -1,0 +1,197 @@
+"""MPI start-up that survives a loaded machine: `sim2dl launch` knows whether every rank of a step got
+through MPI_Init, retries a launch that failed before that (a bounded number of times), and names why.
+
+Why a retry is safe and needed: Slurm 22.05's `mpi/pmi2` plugin serves MPICH's PMI-1 requests by reading
+each one with a single read() of at most 1024 bytes (src/plugins/mpi/pmi2/pmi1.c, handle_pmi1_cmd: "TODO:
+read until newline"). A stream socket keeps no message boundaries, so a request that arrives in two
+pieces (a long `put` of a UCX address, a writer descheduled between its writes under load) is parsed as
+two broken requests: "value not properly terminated in client request", then "request not begin with
+'cmd='" for the rest of the line, and MPI_Init aborts on every rank. Nothing of the step has run then,
+so starting the same step again is exactly what a user would do by hand.
+
+How a start-up is recognised: the launcher's children get a random token (TOKEN_ENV); right after
+MPI_Init each step's ranks meet in one barrier and rank 0 prints STARTED_PREFIX + token on stderr
+(`announce_started`). The launcher's stderr passes through `sim2dl launch` on its way to the step's log;
+a launch that ends non-zero before the token appeared failed in start-up (retried), one that ends after it
+failed in the step (not retried here: the step resumes under Snakemake's own retry). A start-up that
+hangs (a rank stuck in MPI_Init) is killed after a time-out and counts as failed.
+
+Memory: the last line of the launcher's stderr; time: what the step takes, plus a backoff per retry.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+TOKEN_ENV = "SIM2DL_LAUNCH_TOKEN"
+STARTED_PREFIX = "sim2dl: MPI started: "
+
+# Lines of a failed start-up as Slurm, MPICH (hydra and ch4) and UCX print them; the first one seen names
+# the node (where the line says it) and the reason in the step's log.
+STARTUP_ERRORS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"slurmstepd(?:-(?P<node>[\w.-]+))?: error: (?P<what>mpi/pmi\w*: .+)"),
+    re.compile(r"srun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: (?P<what>Exited with exit code \d+|Killed)"),
+    re.compile(r"(?P<what>(?:MPIR_Init_thread|MPI_Init_thread|MPI_Init)\S*.*failed.*)"),
+    re.compile(r"(?P<what>UCX\s+ERROR .*no active messages transport.*)"),
+    re.compile(r"\[proxy:[^@\]]*@(?P<node>[\w.-]+)\] (?P<what>.*(?:PMI|pmi).*)"),
+)
+
+
+def announce_started(comm: Any, environ: Mapping[str, str] | None = None) -> None:
+    """Called by every rank right after MPI_Init: once all ranks meet (a barrier: every rank got through
+    MPI_Init and the fabric connects them), rank 0 tells the launching `sim2dl launch`."""
+    token = (os.environ if environ is None else environ).get(TOKEN_ENV)
+    if not token:
+        return
+    comm.barrier()
+    if comm.Get_rank() == 0:
+        print(f"{STARTED_PREFIX}{token} ({comm.Get_size()} ranks)", file=sys.stderr, flush=True)
+
+
+@dataclass
+class StartupWatch:
+    """Reads the launcher's stderr as it comes: whether the token appeared, and the first start-up error."""
+
+    token: str
+    started: bool = False
+    node: str | None = None
+    error: str | None = None
+    _partial: str = field(default="", repr=False)
+
+    def feed(self, chunk: str) -> None:
+        lines = (self._partial + chunk).split("\n")
+        self._partial = lines.pop()[-4096:]  # a line still being written (bounded: progress bars use \r)
+        for line in lines:
+            self._line(line.rsplit("\r", 1)[-1])
+
+    def close(self) -> None:
+        if self._partial:
+            self._line(self._partial)
+            self._partial = ""
+
+    def _line(self, line: str) -> None:
+        if f"{STARTED_PREFIX}{self.token}" in line:
+            self.started = True
+            return
+        if self.started or self.error is not None:
+            return
+        for pattern in STARTUP_ERRORS:
+            match = pattern.search(line)
+            if match:
+                self.node = match.groupdict().get("node")
+                self.error = match.group("what").strip()
+                return
+
+    def diagnosis(self, returncode: int | None) -> str:
+        where = f" on {self.node}" if self.node else ""
+        why = self.error or (
+            "no rank reached the start-up barrier within the time-out" if returncode is None
+            else f"the launcher exited with code {returncode} before every rank had started"
+        )  # fmt: skip
+        return f"MPI start-up failed{where} ({why})"
+
+
+@dataclass(frozen=True)
+class StartupPolicy:
+    """How often and how long: config `launch.startup_retries`, `launch.startup_timeout_s`."""
+
+    retries: int = 2
+    timeout_s: float = 600.0
+    backoff_s: float = 2.0  # doubled per retry: a loaded node gets a moment
+
+
+def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """srun and mpiexec pass SIGTERM on to their ranks; SIGKILL if they do not end in time."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_once(
+    command: Sequence[str], token: str, timeout_s: float, environ: Mapping[str, str], out: Any
+) -> tuple[int | None, StartupWatch]:
+    """One launch: stderr passed through to `out` as it comes, watched. Returns (exit code, or None when
+    start-up timed out and the launch was killed; the watch)."""
+    watch = StartupWatch(token)
+    proc = subprocess.Popen(list(command), stderr=subprocess.PIPE, env=dict(environ))
+    forward = {signal.SIGTERM: None, signal.SIGINT: None}
+
+    def pass_on(signum: int, _frame: Any) -> None:  # a cancelled job or Ctrl-C reaches the ranks
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    for signum in forward:
+        forward[signum] = signal.signal(signum, pass_on)
+    deadline = time.monotonic() + timeout_s
+    assert proc.stderr is not None
+    fd = proc.stderr.fileno()
+    timed_out = False
+    try:
+        while True:
+            wait = max(0.0, deadline - time.monotonic()) if not watch.started else None
+            ready, _, _ = select.select([fd], [], [], wait)
+            if not ready:
+                timed_out = True
+                _terminate(proc)
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            out.write(chunk.decode(errors="replace"))
+            out.flush()
+            watch.feed(chunk.decode(errors="replace"))
+        # the rest of stderr (after a time-out, what the killed launcher printed)
+        rest = proc.stderr.read()
+        if rest:
+            out.write(rest.decode(errors="replace"))
+            out.flush()
+            watch.feed(rest.decode(errors="replace"))
+        watch.close()
+        code = proc.wait()
+    finally:
+        for signum, handler in forward.items():
+            signal.signal(signum, handler)
+        proc.stderr.close()
+    return (None if timed_out else code), watch
+
+
+def launch_with_retries(
+    command: Sequence[str],
+    token: str,
+    policy: StartupPolicy,
+    environ: Mapping[str, str],
+    out: Any = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Runs `command` until it gets through start-up, at most 1 + policy.retries times; returns its exit
+    code (that of the last attempt). Every failed start-up is reported on `out` as one line naming the
+    node and the reason."""
+    out = sys.stderr if out is None else out
+    attempts = 1 + policy.retries
+    for attempt in range(1, attempts + 1):
+        code, watch = run_once(command, token, policy.timeout_s, {**environ, TOKEN_ENV: token}, out)
+        if code == 0 or watch.started:
+            return code if code is not None else 1
+        again = attempt < attempts
+        delay = policy.backoff_s * 2 ** (attempt - 1)
+        tail = f"; starting again in {delay:g} s (attempt {attempt + 1} of {attempts})" if again else (
+            f"; gave up after {attempts} attempts (launch.startup_retries)")  # fmt: skip
+        print(f"sim2dl launch: {watch.diagnosis(code)}{tail}", file=out, flush=True)
+        if not again:
+            return code if code is not None else 124
+        sleep(delay)
+    raise AssertionError("unreachable")

@@ -1,0 +1,283 @@
+"""The classical baseline beside every result: what the first thing a domain scientist would try learns from
+the same train/validation split, so that a network's score is read against it.
+
+- regression: ridge regression on per-sample summary statistics (per channel the mean, log variance,
+  skewness and excess kurtosis; for 2-D and 3-D fields also the log isotropic power spectrum in BINS
+  log-spaced bins of |k|), features standardised, intercept unpenalised, the penalty chosen per label by
+  FOLDS-fold cross-validation on the training split;
+- classification: a linear discriminant (LDA) on the same statistics;
+- segmentation: a per-pixel linear discriminant on the channels.
+
+Linear discriminants instead of logistic regression: the same family of linear decision boundaries, but
+fitted in closed form from per-class sums, so every model here is fitted from sufficient statistics that
+each rank accumulates over its share of the records in one streamed pass and one allreduce adds up: no
+rank holds the dataset or a row per record, and there is no iteration over the data. The covariance is
+shrunk towards its diagonal (SHRINKAGE of the standardised covariance), which keeps it invertible when
+statistics are collinear.
+
+Scores come from the task's own evaluation (the same R², accuracy or IoU code as the network's), from a
+second streamed pass over the validation records.
+
+Memory: (F + 1)² x (FOLDS + 1) sums (F statistics per sample; a few hundred for multi-channel fields), per
+class F sums. Time: one pass over the training and validation records with an FFT per sample and channel
+(n log n in its cells), and a (F + 1)-square solve per penalty and fold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+BINS = 12
+FOLDS = 5
+PENALTIES = np.logspace(-5, 3, 17)  # per record: the penalty is PENALTY x records on standardised features
+SHRINKAGE = 0.1
+TINY = 1e-12
+
+
+# ---------------------------------------------------------------- statistics of samples
+
+
+def _spectrum_bins(shape: Sequence[int], bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """For an rfftn of a field of `shape`: the order that sorts its modes by |k| bin, and where each bin
+    starts in that order (k = 0 left out). |k| in units of the box's fundamental, bins log-spaced from 1 to
+    the largest |k|."""
+    axes = [np.fft.fftfreq(n, 1.0 / n) for n in shape[:-1]] + [np.fft.rfftfreq(shape[-1], 1.0 / shape[-1])]
+    k = np.sqrt(sum(g**2 for g in np.meshgrid(*axes, indexing="ij"))).ravel()
+    edges = np.logspace(0, np.log10(max(k.max(), 1.0) * (1 + 1e-9)), bins + 1)
+    index = np.digitize(k, edges) - 1  # k < 1 (the mean) gets -1
+    index[k < 1] = -1
+    order = np.argsort(index, kind="stable")
+    sorted_index = index[order]
+    keep = sorted_index >= 0
+    starts = np.searchsorted(sorted_index[keep], np.arange(bins))
+    return order[keep], starts
+
+
+def summary_statistics(x: np.ndarray, spatial_dims: int, bins: int = BINS) -> np.ndarray:
+    """(B, F) statistics of a batch x of shape (B, *spatial, C) (a missing channel axis is added when x has
+    exactly spatial_dims + 1 axes)."""
+    x = np.asarray(x, np.float64)
+    if x.ndim == spatial_dims + 1:
+        x = x[..., np.newaxis]
+    b, c = x.shape[0], x.shape[-1]
+    flat = x.reshape(b, -1, c)
+    mean = flat.mean(axis=1)
+    centred = flat - mean[:, np.newaxis]
+    var = (centred**2).mean(axis=1)
+    scale = np.where(var > 0, np.sqrt(var), 1.0)
+    skew = (centred**3).mean(axis=1) / scale**3
+    kurtosis = (centred**4).mean(axis=1) / scale**4 - 3.0
+    parts = [mean, np.log(var + TINY), skew, kurtosis]
+    if spatial_dims in (2, 3):
+        shape = x.shape[1 : 1 + spatial_dims]
+        order, starts = _spectrum_bins(shape, bins)
+        axes = tuple(range(1, 1 + spatial_dims))
+        power = np.abs(np.fft.rfftn(x, axes=axes)) ** 2 / np.prod(shape)
+        modes = power.reshape(b, -1, c)[:, order]
+        counts = np.diff(np.append(starts, len(order)))
+        sums = np.add.reduceat(modes, starts, axis=1) if len(order) else np.zeros((b, bins, c))
+        sums[:, counts == 0] = 0.0  # reduceat gives the next bin's first mode for an empty bin
+        spectrum = sums / np.maximum(counts, 1)[np.newaxis, :, np.newaxis]
+        parts.append(np.log(spectrum + TINY).reshape(b, -1))
+    return np.concatenate(parts, axis=1)
+
+
+# ---------------------------------------------------------------- ridge regression from sufficient statistics
+
+
+@dataclass
+class RidgeSums:
+    """Per fold: sum of a a' and a y' for a = (1, features), and of y²."""
+
+    features: int
+    labels: int
+    folds: int = FOLDS
+    aa: np.ndarray = field(init=False)
+    ay: np.ndarray = field(init=False)
+    yy: np.ndarray = field(init=False)
+    seen: int = 0
+
+    def __post_init__(self) -> None:
+        n = self.features + 1
+        self.aa = np.zeros((self.folds, n, n))
+        self.ay = np.zeros((self.folds, n, self.labels))
+        self.yy = np.zeros((self.folds, self.labels))
+
+    def add(self, f: np.ndarray, y: np.ndarray) -> None:
+        """Records go to the folds in turn (each rank's pass is in a fixed order)."""
+        a = np.concatenate([np.ones((len(f), 1)), f], axis=1)
+        fold = (self.seen + np.arange(len(f))) % self.folds
+        for k in range(self.folds):
+            rows = fold == k
+            self.aa[k] += a[rows].T @ a[rows]
+            self.ay[k] += a[rows].T @ y[rows]
+            self.yy[k] += (y[rows] ** 2).sum(axis=0)
+        self.seen += len(f)
+
+    def arrays(self) -> list[np.ndarray]:
+        return [self.aa, self.ay, self.yy]
+
+
+def ridge_fit(aa: np.ndarray, ay: np.ndarray, penalty: float) -> np.ndarray:
+    """Coefficients ((F + 1) x L, intercept first) minimising |y - a θ|² + penalty n |w / σ|² over the records
+    summed in aa, ay: ridge on standardised features with an unpenalised intercept."""
+    n = aa[0, 0]
+    mean = aa[0, 1:] / n
+    cov = aa[1:, 1:] / n - np.outer(mean, mean)
+    scale = np.sqrt(np.maximum(np.diag(cov), 0))
+    scale = np.where(scale > 1e-12 * max(scale.max(initial=0), 1e-300), scale, np.inf)  # constant: no weight
+    y_mean = ay[0] / n
+    cross = ay[1:] / n - np.outer(mean, y_mean)  # cov(f, y)
+    z_cov = cov / np.outer(scale, scale)
+    z_cov[~np.isfinite(z_cov)] = 0.0
+    z_cross = cross / scale[:, np.newaxis]
+    w_z = np.linalg.solve(z_cov + penalty * np.eye(len(z_cov)), z_cross)
+    w = w_z / scale[:, np.newaxis]
+    return np.concatenate([(y_mean - mean @ w)[np.newaxis], w], axis=0)
+
+
+def squared_error(theta: np.ndarray, aa: np.ndarray, ay: np.ndarray, yy: np.ndarray) -> np.ndarray:
+    """Σ (y - a θ)² per label over the records summed in aa, ay, yy."""
+    return yy - 2 * np.einsum("fl,fl->l", theta, ay) + np.einsum("fl,fg,gl->l", theta, aa, theta)
+
+
+def ridge_cross_validated(sums: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The penalty per label with the lowest cross-validated squared error, and the coefficients fitted
+    with it on every fold."""
+    aa, ay, yy = sums
+    total_aa, total_ay = aa.sum(axis=0), ay.sum(axis=0)
+    errors = np.zeros((len(PENALTIES), ay.shape[-1]))
+    for i, penalty in enumerate(PENALTIES):
+        for k in range(len(aa)):
+            if aa[k, 0, 0] == 0 or total_aa[0, 0] - aa[k, 0, 0] < 2:
+                continue
+            theta = ridge_fit(total_aa - aa[k], total_ay - ay[k], penalty)
+            errors[i] += squared_error(theta, aa[k], ay[k], yy[k])
+    best = errors.argmin(axis=0)
+    theta = np.stack([ridge_fit(total_aa, total_ay, PENALTIES[b])[:, j] for j, b in enumerate(best)], axis=1)
+    return PENALTIES[best], theta
+
+
+# ---------------------------------------------------------------- linear discriminants
+
+
+@dataclass
+class DiscriminantSums:
+    """Per class the count and the sum of features; over all records the sum of f f'."""
+
+    features: int
+    classes: int
+    count: np.ndarray = field(init=False)
+    total: np.ndarray = field(init=False)
+    outer: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.count = np.zeros(self.classes)
+        self.total = np.zeros((self.classes, self.features))
+        self.outer = np.zeros((self.features, self.features))
+
+    def add(self, f: np.ndarray, labels: np.ndarray) -> None:
+        labels = labels.astype(np.int64).ravel()
+        inside = (labels >= 0) & (labels < self.classes)
+        f, labels = f[inside], labels[inside]
+        self.count += np.bincount(labels, minlength=self.classes)
+        np.add.at(self.total, labels, f)
+        self.outer += f.T @ f
+
+    def arrays(self) -> list[np.ndarray]:
+        return [self.count, self.total, self.outer]
+
+
+def discriminant_fit(sums: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(weights F x K, biases K): class scores f W + b of LDA with a shared covariance shrunk towards its
+    diagonal (standardised), priors from the class counts; a class never seen scores -inf."""
+    count, total, outer = sums
+    n = count.sum()
+    means = total / np.maximum(count, 1)[:, np.newaxis]
+    overall = total.sum(axis=0) / n
+    within = outer / n - (means.T * (count / n)) @ means  # pooled within-class covariance
+    scale = np.sqrt(np.maximum(np.diag(within), 0))
+    scale = np.where(scale > 0, scale, 1.0)
+    z = within / np.outer(scale, scale)
+    z = (1 - SHRINKAGE) * z + SHRINKAGE * np.eye(len(z))
+    z_means = (means - overall) / scale
+    weights_z = np.linalg.solve(z, z_means.T)  # F x K
+    weights = weights_z / scale[:, np.newaxis]
+    with np.errstate(divide="ignore"):
+        prior = np.log(count / n)
+    bias = -0.5 * np.einsum("kf,fk->k", z_means, weights_z) + prior - overall @ weights
+    return weights, bias
+
+
+# ---------------------------------------------------------------- the baseline of a task
+
+
+@dataclass
+class Baseline:
+    """What the train step reports: the method, its scores by the task's metrics, and its settings."""
+
+    method: str
+    metrics: dict[str, Any]
+    settings: dict[str, Any]
+
+
+def method_name(task_name: str, spatial_dims: int) -> str:
+    spectrum = f" and the log power spectrum ({BINS} log-spaced |k| bins)" if spatial_dims in (2, 3) else ""
+    statistics = f"per-channel mean, log variance, skewness, kurtosis{spectrum}"
+    return {
+        "regression": f"ridge regression on {statistics}; penalty by {FOLDS}-fold cross-validation per label",
+        "classification": f"linear discriminant (LDA, shrinkage {SHRINKAGE}) on {statistics}",
+        "segmentation": f"per-pixel linear discriminant (LDA, shrinkage {SHRINKAGE}) on the channels",
+    }[task_name]
+
+
+def features_of(task: Any, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+    """The baseline's inputs for a batch: per-sample statistics, or per pixel the channels."""
+    if task.per_pixel:
+        channels = x if x.ndim == spatial_dims + 2 else x[..., np.newaxis]
+        return channels.reshape(-1, channels.shape[-1]).astype(np.float64)
+    return summary_statistics(x, spatial_dims)
+
+
+def fit_and_score(
+    task: Any,
+    sample_shape: Sequence[int],
+    training: Iterable[tuple[np.ndarray, np.ndarray]],
+    validation: Iterable[tuple[np.ndarray, np.ndarray]],
+    spatial_dims: int,
+    allreduce: Any,
+    combine: Any,
+) -> Baseline:
+    """The baseline of `task` fitted on the training batches and scored on the validation batches, x of
+    sample_shape (a length may be 1 where samples vary). Each rank passes its own share:
+    `allreduce(list of arrays)` adds the sums over ranks, `combine(evaluation)` joins the evaluations."""
+    features = features_of(task, np.zeros((1, *sample_shape)), spatial_dims).shape[1]
+    sums: RidgeSums | DiscriminantSums = (
+        RidgeSums(features, task.outputs()) if task.name == "regression" else DiscriminantSums(features, task.outputs())
+    )
+    for x, y in training:
+        sums.add(features_of(task, x, spatial_dims), y.astype(np.float64))
+    reduced = allreduce(sums.arrays())
+    settings: dict[str, Any] = {}
+    if task.name == "regression":
+        penalties, theta = ridge_cross_validated(reduced)
+        settings["penalty"] = dict(zip(task.data.label_names, penalties.tolist(), strict=True))
+
+        def predict(x: np.ndarray) -> np.ndarray:
+            f = features_of(task, x, spatial_dims)
+            return theta[0] + f @ theta[1:]
+    else:
+        weights, bias = discriminant_fit(reduced)
+
+        def predict(x: np.ndarray) -> np.ndarray:
+            scores = features_of(task, x, spatial_dims) @ weights + bias
+            return scores.reshape(*x.shape[: 1 + spatial_dims], -1) if task.per_pixel else scores
+
+    evaluation = task.evaluation()
+    for x, y in validation:
+        task.update(evaluation, predict(x), y, x)
+    return Baseline(method_name(task.name, spatial_dims), task.metrics(combine(evaluation)), settings)

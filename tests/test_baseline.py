@@ -1,0 +1,74 @@
+"""The classical baseline (pipeline/training/baseline.py): ridge from streamed sums equals the closed form on
+the explicit design matrix, cross-validation picks a sensible penalty, the power spectrum finds a known
+mode, the discriminant separates separable classes, and the sums of ranks' shares add up to the whole."""
+
+import numpy as np
+
+from pipeline.training.baseline import (
+    PENALTIES,
+    DiscriminantSums,
+    RidgeSums,
+    discriminant_fit,
+    ridge_cross_validated,
+    ridge_fit,
+    summary_statistics,
+)
+
+
+def test_ridge_from_streamed_sums_equals_the_closed_form_on_the_standardised_design():
+    rng = np.random.default_rng(1)
+    f = rng.normal(size=(300, 5)) * [1, 10, 0.1, 3, 1] + [0, 5, -2, 0, 1]
+    y = f @ [[1.0, 0.0], [0.2, 1.0], [-3.0, 0.5], [0.0, 0.0], [0.5, -1.0]] + rng.normal(scale=0.1, size=(300, 2))
+    sums = RidgeSums(5, 2)
+    for start in range(0, 300, 37):  # in batches, as the pipeline streams them
+        sums.add(f[start : start + 37], y[start : start + 37])
+    aa, ay = sums.aa.sum(axis=0), sums.ay.sum(axis=0)
+    penalty = 0.3
+    theta = ridge_fit(aa, ay, penalty)
+    # the reference: standardise, centre, solve (Z'Z/n + penalty I) w = Z'(y - ȳ)/n, map back
+    mean, std = f.mean(axis=0), f.std(axis=0)
+    z = (f - mean) / std
+    w_z = np.linalg.solve(z.T @ z / len(z) + penalty * np.eye(5), z.T @ (y - y.mean(axis=0)) / len(z))
+    w = w_z / std[:, None]
+    np.testing.assert_allclose(theta[1:], w, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(theta[0], y.mean(axis=0) - mean @ w, rtol=1e-9)
+    # unpenalised it is least squares; cross-validation on a nearly noiseless linear task picks a small penalty
+    least_squares = np.linalg.lstsq(np.c_[np.ones(300), f], y, rcond=None)[0]
+    np.testing.assert_allclose(ridge_fit(aa, ay, 0.0)[1:], least_squares[1:], rtol=1e-7)
+    penalties, best = ridge_cross_validated(sums.arrays())
+    assert (penalties <= PENALTIES[4]).all()
+    residual = y - (best[0] + f @ best[1:])
+    assert (1 - residual.var(axis=0) / y.var(axis=0) > 0.99).all()
+    # two ranks' sums added are the one rank's
+    half, rest = RidgeSums(5, 2), RidgeSums(5, 2)
+    half.add(f[:150], y[:150])
+    rest.add(f[150:], y[150:])
+    np.testing.assert_allclose(half.aa.sum(axis=0) + rest.aa.sum(axis=0), aa)
+
+
+def test_the_power_spectrum_puts_a_single_mode_in_its_bin_and_moments_are_numpy_s():
+    n = 16
+    grid = np.indices((n, n, n))[0]
+    wave = np.cos(2 * np.pi * 4 * grid / n)  # all power at |k| = 4
+    stats = summary_statistics(np.stack([wave, np.ones_like(wave)]), spatial_dims=3)
+    assert stats.shape == (2, 4 + 12)
+    mean, log_var = stats[0, 0], stats[0, 1]
+    np.testing.assert_allclose([mean, np.exp(log_var)], [wave.mean(), wave.var()], atol=1e-9)
+    spectrum = stats[0, 4:]
+    edges = np.logspace(0, np.log10(np.sqrt(3) * n / 2 * (1 + 1e-9)), 13)
+    assert spectrum.argmax() == np.digitize(4.0, edges) - 1
+    assert (np.delete(spectrum, spectrum.argmax()) < -20).all()  # log of nothing: no other bin has power
+    two_d = summary_statistics(np.zeros((3, 8, 8, 2)), spatial_dims=2)  # channels: statistics of each
+    assert two_d.shape == (3, 2 * (4 + 12))
+
+
+def test_the_discriminant_separates_separable_classes():
+    rng = np.random.default_rng(2)
+    centres = np.array([[0, 0, 0], [4, 0, 0], [0, 4, 1]])
+    labels = rng.integers(0, 3, size=600)
+    f = centres[labels] + rng.normal(size=(600, 3))
+    sums = DiscriminantSums(3, 3)
+    sums.add(f[:300], labels[:300])
+    sums.add(f[300:], labels[300:])
+    weights, bias = discriminant_fit(sums.arrays())
+    assert ((f @ weights + bias).argmax(axis=1) == labels).mean() > 0.9

@@ -1,0 +1,99 @@
+"""MPI start-up that survives load (pipeline/runtime/startup.py): `sim2dl launch` starts a launch again
+that failed before every rank got through MPI_Init, never one that failed after, and names the node and
+the reason. The launches are real (the venv's mpiexec, real steps); the start-up failure is injected by
+a launcher wrapper that prints what Slurm's pmi2 plugin printed on the virtual cluster under load and
+exits, as srun then did. The same failure for real: tests/test_cluster.py and scripts/stress_cluster.sh.
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+from pipeline.runtime.startup import STARTED_PREFIX, StartupWatch
+
+from .conftest import MPIEXEC, cli_command, env, make_config, write_config
+
+# what slurmstepd printed when a PMI-1 request arrived in two pieces (issue #48)
+PMI2_SPLIT = [
+    "slurmstepd-node2: error: mpi/pmi2: value not properly terminated in client request",
+    "slurmstepd-node2: error: mpi/pmi2: request not begin with 'cmd='",
+    "slurmstepd-node2: error: mpi/pmi2: full request is: 00305",
+]
+
+
+def test_the_first_start_up_error_names_its_node_and_the_started_token_ends_the_watch():
+    watch = StartupWatch("t0k3n")
+    watch.feed("srun: job 7 queued\n" + PMI2_SPLIT[0][:30])  # a line may arrive in pieces
+    watch.feed(PMI2_SPLIT[0][30:] + "\n" + "\n".join(PMI2_SPLIT[1:]) + "\n")
+    watch.feed("srun: error: node3: task 2: Exited with exit code 15\n")
+    assert not watch.started
+    assert watch.diagnosis(1) == (
+        "MPI start-up failed on node2 (mpi/pmi2: value not properly terminated in client request)")  # fmt: skip
+    quiet = StartupWatch("t0k3n")
+    quiet.feed("Abort(1091215) on node 1: Fatal error in internal_Init_thread: Other MPI error\n")
+    assert quiet.diagnosis(137) == (
+        "MPI start-up failed (the launcher exited with code 137 before every rank had started)")  # fmt: skip
+    assert "no rank reached the start-up barrier" in quiet.diagnosis(None)
+    # the token of this launch only; progress bars (\r) before it on the same line do not hide it
+    other = StartupWatch("t0k3n")
+    other.feed(f"{STARTED_PREFIX}0ther (2 ranks)\n")
+    assert not other.started
+    other.feed(f"ingest 10%\r{STARTED_PREFIX}t0k3n (2 ranks)\n")
+    assert other.started
+
+
+def flaky_launcher(tmp_path: Path, failures: int, hang: bool = False) -> tuple[Path, Path]:
+    """A launcher whose first `failures` calls fail in start-up as srun did under load (or hang in it),
+    then the real mpiexec. Returns (launcher, file counting its calls)."""
+    calls = tmp_path / "calls"
+    script = tmp_path / "flaky-mpiexec"
+    lines = " ".join(f"'{line}'" for line in PMI2_SPLIT)
+    fail = "exec sleep 600" if hang else f"printf '%s\\n' {lines} >&2; exit 1"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'n=$(( $(cat "{calls}" 2>/dev/null || echo 0) + 1 )); echo $n > "{calls}"\n'
+        f"if [ $n -le {failures} ]; then {fail}; fi\n"
+        f'exec "{MPIEXEC}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return script, calls
+
+
+def launch(tmp_path: Path, launcher: Path, step: str, timeout: float = 300, **sections) -> subprocess.CompletedProcess:
+    path = write_config(tmp_path, make_config(tmp_path, **sections))
+    cmd = cli_command(["launch", "--mpi", str(launcher), "--tasks", "2", "--config", str(path), step], ranks=None)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=timeout)
+
+
+def test_a_launch_that_fails_in_mpi_start_up_is_started_again_and_the_step_runs_once(tmp_path):
+    launcher, calls = flaky_launcher(tmp_path, failures=1)
+    proc = launch(tmp_path, launcher, "simulate")
+    assert proc.returncode == 0, proc.stderr
+    assert calls.read_text().strip() == "2"
+    assert ("sim2dl launch: MPI start-up failed on node2 (mpi/pmi2: value not properly terminated in client "
+            "request); starting again in 2 s (attempt 2 of 3)") in proc.stderr  # fmt: skip
+    assert proc.stderr.count(STARTED_PREFIX) == 1  # the second launch's two ranks met once
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])  # the step's own summary, on stdout as before
+    assert summary["step"] == "simulate" and summary["ranks"] == 2
+    assert (tmp_path / "work" / "raw" / "simulate.json").exists()
+
+
+def test_start_up_retries_are_bounded_and_a_step_that_fails_after_start_up_is_not_retried(tmp_path):
+    launcher, calls = flaky_launcher(tmp_path, failures=5)
+    proc = launch(tmp_path, launcher, "simulate", launch={"startup_retries": 1})
+    assert proc.returncode == 1 and calls.read_text().strip() == "2"
+    assert "gave up after 2 attempts (launch.startup_retries)" in proc.stderr
+    # a step error after start-up (ingest with nothing simulated) is the step's: one launch, its own code
+    calls.unlink()
+    launcher, calls = flaky_launcher(tmp_path, failures=0)
+    proc = launch(tmp_path, launcher, "ingest")
+    assert proc.returncode != 0 and calls.read_text().strip() == "1", proc.stderr
+    assert "MPI start-up failed" not in proc.stderr and "sim2dl ingest: error" in proc.stderr
+
+
+def test_a_start_up_that_hangs_is_killed_after_its_time_out_and_tried_again(tmp_path):
+    launcher, calls = flaky_launcher(tmp_path, failures=1, hang=True)
+    proc = launch(tmp_path, launcher, "simulate", launch={"startup_timeout_s": 3})
+    assert proc.returncode == 0, proc.stderr
+    assert calls.read_text().strip() == "2"
+    assert "MPI start-up failed (no rank reached the start-up barrier within the time-out)" in proc.stderr
