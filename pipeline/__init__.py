@@ -32,10 +32,13 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
     training/       models/ (Keras builders, one file each), tasks/ (regression, classification,
                     segmentation, one file each), tfdata.py (tf.data over shards), devices.py (a GPU
                     or the CPU per rank, precision), determinism.py (the same weights twice),
-                    spatial/ (samples split across ranks: layout.py, layers.py with the halo exchange)
+                    augment.py (symmetries of a sample, train.augment), baseline.py (the classical
+                    estimator beside every result), spatial/ (samples split across ranks: layout.py,
+                    layers.py with the halo exchange)
     simulators/     built-in simulator families (one file each), ensemble.py (your simulator over MPI)
     runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
                     ranks, staged directories), launch.py (argument vectors per container runtime),
+                    startup.py (a launch that failed in MPI start-up, recognised and started again),
                     container_image.py, oci_registry.py, host_mpi.py (the bind model), doctor.py,
                     slurm_watch.py, processes.py, run_worker.py (the process that runs an ensemble
                     rank's commands with retries; here, so that it starts without the simulator families)

@@ -12,6 +12,7 @@ import yaml
 
 from pipeline import config as cfg
 
+from .conftest import REPO
 from .helpers import doc_blocks
 
 
@@ -47,3 +48,13 @@ def test_every_config_block_in_the_docs_validates_as_written(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)  # a block naming a model file relative to the working directory finds it
     (tmp_path / "my_model.py").write_text("def build(input_shape, outputs, **kwargs):\n    raise NotImplementedError\n")
     cfg.validate(content)
+
+
+@pytest.mark.parametrize("preset", sorted((REPO / "config" / "presets").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_preset_validates_as_a_whole_config(preset):
+    """What `make demo CONFIG=config/presets/X.yaml` reads; the presets that run are run elsewhere at a
+    small size (test_ensemble, test_reader, test_spatial; nbody-few's simulator by bench/learning.py)."""
+    config = cfg.validate(yaml.safe_load(preset.read_text()))
+    if preset.name == "nbody-few.yaml":  # the simulator in the environment examples/nbody/setup.sh makes
+        assert config["simulate"]["command"][:2] == ["examples/nbody/.venv/bin/python", "examples/nbody/simulate.py"]
+        assert config["train"]["augment"]["symmetries"] and (REPO / "examples" / "nbody" / "setup.sh").exists()
