@@ -97,3 +97,17 @@ def test_doctor_probes_the_gpus_where_a_rank_trains_and_judges_them_against_trai
     assert gpu_verdict("gpu", node).status == "ok" and "one GPU per rank" in gpu_verdict("auto", node).detail
     hidden = {**node, "tensorflow_gpus": []}  # a GPU on the node that TensorFlow cannot use (no --nv, no driver)
     assert gpu_verdict("auto", hidden).status == "warn" and gpu_verdict("cpu", hidden).status == "ok"
+
+
+def test_weight_decay_makes_the_optimizer_adamw_decoupled_from_the_gradient():
+    """train.weight_decay: AdamW, whose decay shrinks a weight whose gradient is zero (Adam would not move it)."""
+    import tensorflow as tf
+
+    from pipeline.steps.train import make_optimizer
+
+    plain = make_optimizer({"learning_rate": 0.1, "weight_decay": 0.0}, "float32")
+    decayed = make_optimizer({"learning_rate": 0.1, "weight_decay": 0.5}, "float32")
+    assert type(plain).__name__ == "Adam" and type(decayed).__name__ == "AdamW"
+    weight = tf.Variable([2.0])
+    decayed.apply_gradients([(tf.constant([0.0]), weight)])
+    assert float(weight.numpy()[0]) == pytest.approx(2.0 * (1 - 0.1 * 0.5))

@@ -233,12 +233,15 @@ def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_r
     and where the network is below it the log says so. With train.augment the run repeats to the bit."""
     # a learning rate too high for this small network: the validation loss rises after its best epoch
     # (the runs are deterministic, so this holds every time)
-    noisy = {"epochs": 4, "learning_rate": 0.02, "decay": "none", "augment": {"symmetries": True}}
+    # train.patience 1: training stops the epoch after the best, when the validation loss first rises
+    noisy = {"epochs": 6, "learning_rate": 0.02, "decay": "none", "augment": {"symmetries": True}, "patience": 1}
     proc = train(tmp_path, staged, **noisy)
     history = json.loads((tmp_path / "train" / "metrics.json").read_text())
     summary = json.loads((tmp_path / "train" / "summary.json").read_text())
     best = min(history, key=lambda row: row["val_loss"])
-    assert best["epoch"] < history[-1]["epoch"], history
+    assert best["epoch"] < history[-1]["epoch"] < 6, history
+    assert summary["kept"]["stopped_early_after_epoch"] == len(history) == best["epoch"] + 1
+    assert "(train.patience): stopping after epoch" in proc.stderr
     assert summary["kept"]["epoch"] == summary["kept"]["best_epoch"] == best["epoch"], summary["kept"]
     assert summary["val_loss"] == pytest.approx(best["val_loss"], rel=1e-5)
     assert list((tmp_path / "train" / "checkpoints").glob("best-epoch-*.h5")) == [
@@ -250,8 +253,9 @@ def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_r
     below = [n for n, r2 in summary["r2"].items() if r2 < baseline["r2"][n]]
     assert sorted(summary["below_baseline"]) == sorted(below)
     assert below and "the network scores below the classical baseline" in proc.stderr
-    # keep: last, the same checkpoint (which epoch is kept is not a training setting): the last epoch's
-    train(tmp_path, staged, **noisy, keep="last")
+    # keep: last, the same checkpoint (which epoch is kept is not a training setting; the epochs trained):
+    # the last epoch's
+    train(tmp_path, staged, **{**noisy, "epochs": len(history)}, keep="last")
     last = json.loads((tmp_path / "train" / "summary.json").read_text())
     assert last["kept"]["epoch"] == history[-1]["epoch"] and last["kept"]["best_epoch"] == best["epoch"]
     assert last["val_loss"] == pytest.approx(history[-1]["val_loss"], rel=1e-5)
