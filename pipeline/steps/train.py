@@ -18,14 +18,23 @@ halos within the group.
 The learning rate scales with the groups, validation counts each group once, and the model saved at the
 end is the unsplit one with the trained weights (it takes whole samples).
 
+Few simulations (docs/training.md): `train.augment` draws a symmetry of each training sample's spatial
+axes in the input pipeline (pipeline.training.augment, seeded by the epoch seed and the batch's number);
+`train.keep: best` saves and scores the epoch of lowest validation loss (its weights written beside the
+checkpoints, so a resumed run keeps it), `train.patience` stops early, `train.weight_decay` is AdamW's.
+After training, a classical baseline (pipeline.training.baseline) is fitted on the same training records
+and scored on the same validation records: one more streamed pass, its sums allreduced; the summary has
+it beside every score and the log warns where the network is below it.
+
 Rank 0 writes a TF checkpoint every epoch (TF writes the data first and the `checkpoint` state file
 last, so an interrupted save leaves the previous checkpoint valid); a rerun resumes from it. Outputs in
 {workdir}/train: metrics.csv/json, the final model, learning curves, the task's validation figure
 (predicted vs true, a confusion matrix, or masks), and a summary with the task's metrics on the validation
 set (R² per label; accuracy and macro-F1; IoU per class) and the model's provenance.
 
-Memory: the model, the input pipeline's buffers, and the task's validation sums (never a value per
-record). Time: epochs x records / (ranks x samples/s per rank).
+Memory: the model (and a copy of the best epoch's weights), the input pipeline's buffers, the task's
+validation sums and the baseline's (never a value per record). Time: epochs x records / (ranks x
+samples/s per rank), plus one pass for the baseline.
 """
 
 from __future__ import annotations
