@@ -253,14 +253,42 @@ def kill_node(cluster: Cluster, node: str) -> None:
     node DOWN. Marked at once because the job's own MPI step notices first: with the tests' 2 s status
     polling, Snakemake's retry was otherwise submitted while the node still looked up, placed on it again
     and failed there, using up the profile's one retry (full runs on 2026-11-25). The node's init is
-    killed (its PID namespace, slurmd and job steps go with it), the node marked, and only then its
-    network namespace removed: `vcluster.sh kill` does both, and removing a network namespace can take
-    seconds, in which the retry had landed on the dead node. Marked after the kill, not before: its ranks
-    are gone, so a retry elsewhere finds no copies still being written."""
-    os.kill(int((cluster.root / "nodes" / f"{node}.pid").read_text()), signal.SIGKILL)
+    killed (its PID namespace, slurmd and job steps go with it) and the node marked only once that init
+    is gone: the kernel kills the namespace's processes as its init exits, and a slurmd still alive for
+    that moment answered slurmctld's registration request to the DOWN node, so ReturnToService=2 put it
+    back in service and the retry was placed on it (CI of stop 49: NODE_FAIL instead of 'cannot start').
+    Then its network namespace goes (`vcluster.sh kill`; that can take seconds), and the mark is checked
+    again. Marked after the kill, not before: its ranks are gone, so a retry elsewhere finds no copies
+    still being written."""
+    pid = int((cluster.root / "nodes" / f"{node}.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while gone_or_zombie(pid) is False:
+        assert time.monotonic() < deadline, f"{node}'s init {pid} still runs 60 s after SIGKILL"
+        time.sleep(0.05)
+    mark_down(cluster, node)
+    subprocess.run([str(VCLUSTER), "kill", str(cluster.root), node], check=True, timeout=60)
+    if node_state(cluster, node) != "down":
+        mark_down(cluster, node)
+    assert node_state(cluster, node) == "down", node_state(cluster, node)
+
+
+def gone_or_zombie(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return any(line.startswith("State:") and "Z" in line.split()[1] for line in status.splitlines())
+
+
+def mark_down(cluster: Cluster, node: str) -> None:
     marked = cluster.slurm("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=killed-by-test")
     assert marked.returncode == 0, marked.stderr
-    subprocess.run([str(VCLUSTER), "kill", str(cluster.root), node], check=True, timeout=60)
+
+
+def node_state(cluster: Cluster, node: str) -> str:
+    """sinfo's short state without its flags ('down*' is down and not responding)."""
+    return cluster.slurm("sinfo", "-h", "-n", node, "-o", "%t").stdout.strip().rstrip("*~#!%$@^-")
 
 
 def epochs_done(workdir: Path) -> int:
