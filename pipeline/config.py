@@ -36,7 +36,7 @@ SHARD_FORMAT_SETTINGS = ("merge.format", "merge.compression", "merge.shard_size_
 STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "simulate": ("simulate", "source.path"),
     # Parts are framed, and sized, as merge will write shards; the first feature gives a record's length.
-    "ingest": ("source", "ingest", "convert.features", "convert.stack", *SHARD_FORMAT_SETTINGS),
+    "ingest": ("source", "ingest", "convert.features", "convert.stack", "convert.deposit", *SHARD_FORMAT_SETTINGS),
     # Normalisation statistics come from the training split alone (pipeline.data.splits).
     # (or, without splits, from the records train does not hold out: train.validation_fraction)
     "convert": ("convert", "merge.splits", "merge.split_by", "train.validation_fraction"),
@@ -153,8 +153,9 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     specs = config["source"]["fields"]
     masks = {name + MASK_SUFFIX for name, spec in specs.items() if spec.get("missing") == "mask"}
     conv = config["convert"]
-    check_stacks(conv, set(specs) | masks)
-    fields = set(specs) | masks | set(conv["stack"])
+    check_deposits(conv, set(specs))
+    check_stacks(conv, set(specs) | masks | set(conv["deposit"]))
+    fields = set(specs) | masks | set(conv["stack"]) | set(conv["deposit"])
     for key in ("features", "labels", "log1p", "normalise", "per_channel"):
         unknown = [f for f in conv[key] if f not in fields]
         if unknown:
@@ -182,6 +183,23 @@ def check_consistency(config: Mapping[str, Any]) -> None:
             f"config key 'merge.compression': '{merge['compression']}' is not available for "
             f"format '{merge['format']}' (choose one of {sorted(allowed)})"
         )
+
+
+def check_deposits(conv: Mapping[str, Any], fields: set[str]) -> None:
+    """convert.deposit: new names, from declared fields (positions, weights, and box or origin named)."""
+    for name, spec in conv["deposit"].items():
+        if name in fields:
+            raise Sim2dlError(f"config key 'convert.deposit.{name}': a source field has that name already")
+        for key in ("positions", "weights", "box", "origin"):
+            value = spec.get(key)
+            if isinstance(value, str) and value not in fields:
+                raise Sim2dlError(f"config key 'convert.deposit.{name}.{key}': '{value}' not declared in source.fields")
+        for key in ("box", "origin"):
+            value = spec.get(key)
+            if isinstance(value, list) and len(value) not in (1, len(spec["shape"])):
+                raise Sim2dlError(
+                    f"config key 'convert.deposit.{name}.{key}': {len(value)} values for a {len(spec['shape'])}-d grid"
+                )
 
 
 def check_stacks(conv: Mapping[str, Any], fields: set[str]) -> None:
@@ -227,7 +245,9 @@ def check_spatial_model(train: Mapping[str, Any], search: Mapping[str, Any], mer
 def primary_field(conv: Mapping[str, Any]) -> str:
     """The ingested field whose length is a record's length: the first feature, or its stack's first member."""
     first = conv["features"][0]
-    return conv.get("stack", {}).get(first, [first])[0]
+    first = conv.get("stack", {}).get(first, [first])[0]
+    deposit = conv.get("deposit", {}).get(first)
+    return first if deposit is None else deposit["positions"]
 
 
 def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
@@ -240,6 +260,8 @@ def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> N
         fields[name] = FieldSpec(
             name, name, kind="path" if all(fields[m].in_file for m in members if m in fields) else "attr"
         )
+    for name in conv["deposit"]:  # a grid made from arrays in the files
+        fields[name] = FieldSpec(name, name)
     for field in list(fields.values()):
         if field.mask_name is not None:
             fields[field.mask_name] = FieldSpec(field.mask_name, field.path, "uint8")
@@ -247,7 +269,10 @@ def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> N
     if clash:
         raise Sim2dlError(f"config key 'source.fields': {clash} name both fields and masks of fields (missing: mask)")
     for key in ("log1p", "normalise"):
-        wrong = [name for name in conv[key] if fields[name].categorical or name not in source["fields"]]
+        wrong = [
+            name for name in conv[key]
+            if fields[name].categorical or name not in {**source["fields"], **conv["deposit"], **conv["stack"]}
+        ]  # fmt: skip
         if wrong:
             raise Sim2dlError(
                 f"config key 'convert.{key}': {wrong} are categorical or masks (class ids and masks stay as they are)"

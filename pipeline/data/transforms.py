@@ -1,5 +1,6 @@
 """What convert does to one record's arrays, and the normalisation merge applies as it packs each record:
-pure functions on arrays (stack, cast, log1p, crop, split into sub-volumes, masks shaped like their fields,
+pure functions on arrays (particles deposited onto grids: data/deposit.py, stack, cast, log1p, crop,
+split into sub-volumes, masks shaped like their fields,
 (x - mean) / std). Memory: one record's arrays and their transformed copies. Time: linear in the record.
 """
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.data.deposit import deposited
 from pipeline.formats.readers import SampleError
 from pipeline.formats.readers.cf import MASK_SUFFIX
 
@@ -41,7 +43,7 @@ def transform(
     Categorical fields keep their int64 class ids, and integer labels neither log1p'd nor normalised keep
     their integer type (class ids, masks); everything else is cast to convert.dtype."""
     dtype = None if settings["dtype"] == "source" else np.dtype(settings["dtype"])
-    arrays = stacked(arrays, settings.get("stack", {}))
+    arrays = stacked(deposited(arrays, settings.get("deposit", {})), settings.get("stack", {}))
     selected = {}
     for name in (*settings["features"], *settings["labels"]):
         # Class ids keep their integers: categorical fields, and integer labels that are not transformed.

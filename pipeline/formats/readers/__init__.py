@@ -6,18 +6,21 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import Sim2dlError
-from pipeline.formats.readers.base import FieldSpec, Reader, SampleError
+from pipeline.formats.readers.base import COMPONENT_NAMES, FieldSpec, Reader, SampleError
+from pipeline.formats.readers.bp import BPReader
 from pipeline.formats.readers.hdf5 import HDF5Reader
 from pipeline.formats.readers.netcdf import NetCDFReader
 from pipeline.formats.readers.numpy import NumpyReader
+from pipeline.formats.readers.openpmd import OpenPMDReader
 from pipeline.formats.readers.root import RootReader
 from pipeline.formats.readers.zarr import ZarrReader
 
 READERS: dict[str, Reader] = {
-    r.name: r for r in (HDF5Reader(), NetCDFReader(), NumpyReader(), RootReader(), ZarrReader())
+    r.name: r
+    for r in (HDF5Reader(), NetCDFReader(), NumpyReader(), RootReader(), ZarrReader(), BPReader(), OpenPMDReader())
 }
 BY_SUFFIX = {suffix: reader for reader in READERS.values() for suffix in reader.suffixes}
-# Suffixes of inputs that are directories (a Zarr store), listed as inputs by a glob like files.
+# Suffixes of inputs that are directories (a Zarr store, a BP directory), listed as inputs by a glob like files.
 DIRECTORY_SUFFIXES = tuple(s for reader in READERS.values() if reader.directories for s in reader.suffixes)
 
 __all__ = [
@@ -41,9 +44,6 @@ def reader_for(path: Path, format_name: str) -> Reader:
 def is_input_directory(path: str | Path) -> bool:
     """A directory that is one input (a Zarr store), by its suffix."""
     return str(path).lower().rstrip("/").endswith(DIRECTORY_SUFFIXES) and Path(path).is_dir()
-
-
-COMPONENT_NAMES = "component_names"  # an array's attribute: names of the entries along its last axis
 
 
 def field_descriptions(path: Path, format_name: str, fields: list[FieldSpec]) -> dict[str, dict[str, Any]]:

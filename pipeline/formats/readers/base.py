@@ -27,11 +27,17 @@ class MissingArray(SampleError):
 
 
 EMPTY = "empty file (0 bytes)"
+COMPONENT_NAMES = "component_names"  # an array's attribute: names of the entries along its last axis
 
 
 def unreadable(e: OSError) -> SampleError:
     """The reason a file that cannot be read is rejected."""
     return SampleError(f"unreadable: {'permission denied' if e.errno == errno.EACCES else e.strerror}")
+
+
+def one_line(error: BaseException) -> str:
+    """A library's multi-line message as one line (a rejects list has a line per input)."""
+    return " ".join(str(error).split())
 
 
 def readable_size(path: Path | str) -> int:

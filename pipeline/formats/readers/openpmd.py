@@ -1,0 +1,245 @@
+"""openPMD series (the openPMD 1.x standard: WarpX, PIConGPU, ImpactX, HiPACE++) via `openpmd-api`, on HDF5
+and ADIOS2, in every iteration encoding. An input is what openPMD-api opens: a file of a file-based
+series (`diags/openpmd_%06T.h5`: each file holds its one iteration; list them with a glob), a
+group-based file (all iterations in one HDF5 file or BP directory) or a variable-based BP series (one
+iteration per ADIOS2 step). `source.format: openpmd` (the suffix alone says HDF5 or BP, not openPMD).
+
+Every array has the input's iterations as its first axis, named `iteration`, so
+`source.samples_along: iteration` makes each iteration a sample. A field's `path` names:
+- `meshes/NAME`: a mesh record; a vector record's components stacked as the last axis in the order x,
+  y, z (then r, t, then any other name alphabetically; `component_names` in metadata.json);
+- `particles/SPECIES/RECORD`: a particle record, a `[null]` (scalar) or `[null, k]` (vector) field per
+  iteration, its length the species' count in that iteration (`position` is joined with
+  `positionOffset`, as the standard defines a particle's position);
+- `time`, `dt` (in seconds: times `timeUnitSI`) and `iteration` (the iteration's number).
+Values are in SI: each component times its `unitSI`; constant components are filled; the record's
+`unitDimension` is recorded as its units (e.g. `kg m s^-3 A^-1`). Series attributes are `{attr: NAME}`
+fields and sample ids.
+
+Variable-based BP5 series are opened for random access (`Access.read_only`), which openPMD-api 0.17.1
+serves for BP5 (checked in tests/test_openpmd.py with each encoding); an older openPMD-api would need
+`read_linear`, forward only, which ingest's increasing ranges of iterations would also allow.
+
+Memory: one iteration's records asked for at a time (a range of iterations is stacked); the series'
+metadata (per iteration, not per value). Time: one load per record component per iteration.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.formats.readers.base import (
+    COMPONENT_NAMES,
+    Contents,
+    MissingArray,
+    OpenFile,
+    Reader,
+    SampleError,
+    array_info,
+    one_line,
+    scalar_text,
+)
+
+ITERATION = "iteration"  # the name of every array's first axis (source.samples_along)
+PER_ITERATION = ("time", "dt", ITERATION)  # scalars of each iteration
+COMPONENT_ORDER = ("x", "y", "z", "r", "t")
+# openPMD's unitDimension: powers of (L, M, T, I, theta, N, J), as SI units
+SI_BASE = ("m", "kg", "s", "A", "K", "mol", "cd")
+
+
+def units_text(dimension: list[float]) -> str:
+    """A record's unitDimension as SI units ('kg m s^-3 A^-1'; '' for a dimensionless record)."""
+    order = (1, 0, 2, 3, 4, 5, 6)  # kg first, as physicists write it
+    parts = []
+    for k in order:
+        power = dimension[k] if k < len(dimension) else 0
+        if power:
+            shown = f"{power:g}"
+            parts.append(SI_BASE[k] if shown == "1" else f"{SI_BASE[k]}^{shown}")
+    return " ".join(parts)
+
+
+def component_order(names: list[str]) -> list[str]:
+    known = [c for c in COMPONENT_ORDER if c in names]
+    return known + sorted(n for n in names if n not in COMPONENT_ORDER)
+
+
+def _open(path: Path) -> Any:
+    import openpmd_api as io
+
+    if not path.exists():
+        raise SampleError("no such file or directory")
+    if path.is_dir() and not (path / "md.idx").exists():
+        raise SampleError("not a complete BP directory (no md.idx: a truncated copy or a writer still running)")
+    try:
+        return io.Series(str(path), io.Access.read_only)
+    except Exception as e:  # openPMD-api raises its own error types for files it cannot read
+        raise SampleError(f"cannot open as an openPMD series: {type(e).__name__}: {one_line(e)}") from None
+
+
+class OpenPMDFile(OpenFile):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.series = _open(path)
+        try:
+            self.iterations = [int(i) for i in self.series.iterations]
+        except Exception as e:
+            self.series.close()
+            raise SampleError(f"cannot list the series' iterations: {type(e).__name__}: {one_line(e)}") from None
+        self._shapes: dict[str, tuple[int, ...]] = {}
+
+    # -- records -------------------------------------------------------------------------------------
+
+    def _record(self, array: str, iteration: int) -> tuple[Any, bool]:
+        """(the record, whether it is a particle position to join with positionOffset)."""
+        parts = array.strip("/").split("/")
+        try:
+            it = self.series.iterations[iteration]
+            if parts[0] == "meshes" and len(parts) == 2:
+                meshes = it.meshes
+                if parts[1] in meshes:
+                    return meshes[parts[1]], False
+            elif parts[0] == "particles" and len(parts) == 3:
+                species = it.particles
+                if parts[1] in species and parts[2] in species[parts[1]]:
+                    return species[parts[1]][parts[2]], parts[2] == "position"
+        except SampleError:
+            raise
+        except Exception as e:
+            raise SampleError(f"iteration {iteration}: cannot read '{array}': {one_line(e)}") from None
+        raise MissingArray(f"no record '{array}' in iteration {iteration} (meshes/NAME or particles/SPECIES/RECORD)")
+
+    def _components(self, record: Any) -> list[tuple[str, Any]]:
+        if record.scalar:
+            return [("", record[next(iter(record))])]
+        return [(name, record[name]) for name in component_order(list(record))]
+
+    def _iteration_shape(self, array: str, iteration: int) -> tuple[int, ...]:
+        if array in PER_ITERATION:
+            return ()
+        record, _ = self._record(array, iteration)
+        components = self._components(record)
+        shapes = {tuple(int(n) for n in rc.shape) for _, rc in components}
+        if len(shapes) > 1:
+            raise SampleError(f"iteration {iteration}: the components of '{array}' disagree in shape: {sorted(shapes)}")
+        shape = shapes.pop()
+        return shape if record.scalar else (*shape, len(components))
+
+    def shape(self, array: str) -> tuple[int, ...]:
+        if array not in self._shapes:
+            if not self.iterations:
+                raise SampleError("the series has no iterations")
+            self._shapes[array] = (len(self.iterations), *self._iteration_shape(array, self.iterations[0]))
+        return self._shapes[array]
+
+    def dims(self, array: str) -> tuple[str, ...]:
+        shape = self.shape(array)
+        return (ITERATION, *(f"{array}_{k}" for k in range(1, len(shape))))
+
+    def attributes(self, array: str) -> dict[str, Any]:
+        if array in PER_ITERATION:
+            return {"units": "s"} if array != ITERATION else {}
+        record, _ = self._record(array, self.iterations[0])
+        found: dict[str, Any] = {}
+        units = units_text(list(record.unit_dimension))
+        if units:
+            found["units"] = units
+        if not record.scalar:
+            found[COMPONENT_NAMES] = [name for name, _ in self._components(record)]
+        return found
+
+    def stored_dtype(self, array: str) -> np.dtype:
+        return np.dtype("float64")
+
+    def _load(self, array: str, iteration: int) -> np.ndarray:
+        """One iteration's values of the record, in SI, components last."""
+        it = self.series.iterations[iteration]
+        if array == "time":
+            return np.float64(it.time * it.time_unit_SI)
+        if array == "dt":
+            return np.float64(it.dt * it.time_unit_SI)
+        if array == ITERATION:
+            return np.int64(iteration)
+        record, joined = self._record(array, iteration)
+        self._iteration_shape(array, iteration)  # components agree in shape
+        offsets = None
+        if joined:
+            offsets = self._record(array.rsplit("/", 1)[0] + "/positionOffset", iteration)[0]
+        loaded = []
+        try:
+            for name, rc in self._components(record):
+                values = rc.load_chunk()
+                shift = None
+                if offsets is not None and name in offsets:
+                    shift = offsets[name].load_chunk()
+                self.series.flush()
+                values = values.astype(np.float64) * rc.unit_SI
+                if shift is not None:
+                    values = values + shift.astype(np.float64) * offsets[name].unit_SI
+                loaded.append(values)
+        except SampleError:
+            raise
+        except Exception as e:  # a missing dataset, a truncated file
+            raise SampleError(f"iteration {iteration}: cannot load '{array}': {one_line(e)}") from None
+        return loaded[0] if record.scalar else np.stack(loaded, axis=-1)
+
+    def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
+        picked = self.iterations[index[0] if index else slice(None)]
+        values = [self._load(array, iteration) for iteration in picked]
+        if not values:
+            return np.zeros((0, *self.shape(array)[1:]))
+        shapes = {v.shape for v in values}
+        if len(shapes) > 1:  # particles: a count per iteration (ingest reads them one at a time)
+            raise SampleError(f"'{array}' changes shape between iterations {picked[0]} and {picked[-1]}")
+        data = np.stack(values)
+        return data[(slice(None), *index[1:])]
+
+    def attribute(self, name: str) -> Any:
+        if name not in self.series.attributes:
+            raise SampleError(f"no series attribute '{name}'")
+        return self.series.get_attribute(name)
+
+    def close(self) -> None:
+        self.series.close()
+
+    # -- what the series holds (inspect) ---------------------------------------------------------------
+
+    def record_paths(self) -> list[str]:
+        if not self.iterations:
+            return []
+        it = self.series.iterations[self.iterations[0]]
+        meshes = [f"meshes/{name}" for name in it.meshes]
+        particles = [
+            f"particles/{species}/{record}"
+            for species in it.particles
+            for record in it.particles[species]
+            if record != "positionOffset"
+        ]
+        return sorted(meshes) + sorted(particles)
+
+
+class OpenPMDReader(Reader):
+    name = "openpmd"
+    suffixes = ()  # chosen by source.format: openpmd (an .h5 or .bp is HDF5's or ADIOS2's by suffix)
+    directories = True  # a BP series is a directory
+
+    def open(self, path: Path) -> OpenPMDFile:
+        return OpenPMDFile(path)
+
+    def describe(self, path: Path) -> Contents:
+        with OpenPMDFile(path) as f:
+            infos = []
+            for name in (*f.record_paths(), *PER_ITERATION):
+                try:
+                    shape = f.shape(name)
+                except SampleError:
+                    continue
+                dtype = np.dtype("int64" if name == ITERATION else "float64")
+                kind = "jagged" if name.startswith("particles/") else "array"
+                info = array_info(name, shape, dtype, {"units": f.attributes(name).get("units", "")}, f.dims(name))
+                infos.append(info if kind == "array" else type(info)(**{**info.__dict__, "kind": kind}))
+            texts = {name: scalar_text(f.series.get_attribute(name)) for name in f.series.attributes}
+            return Contents(tuple(infos), {name: text for name, text in texts.items() if text is not None})
