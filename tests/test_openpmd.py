@@ -57,6 +57,8 @@ def write_series(name: str, iterations: list[int], encoding: str | None = None) 
         e_field.unit_dimension = {
             io.Unit_Dimension.M: 1, io.Unit_Dimension.L: 1, io.Unit_Dimension.I: -1, io.Unit_Dimension.T: -3
         }  # fmt: skip
+        e_field.axis_labels, e_field.grid_spacing = ["x", "y"], [1.0, 1.0]
+        e_field.grid_global_offset, e_field.grid_unit_SI = [0.0, 0.0], POSITION_UNIT_SI
         for c in "zyx":  # written out of order: read back as x, y, z
             values = mesh_values(step, c)
             e_field[c].reset_dataset(io.Dataset(values.dtype, values.shape))
@@ -353,3 +355,82 @@ def test_h5py_netcdf4_and_openpmd_api_read_in_one_process(tmp_path):
         with READERS["adios2"].open(tmp_path / "d.bp") as f:
             np.testing.assert_array_equal(f.read("U", (slice(1, 2),))[0], gray_scott_step(0.5, 1)[0])
     shutil.rmtree(tmp_path / "d.bp")
+
+
+def inspected(tmp_path: Path, data: Path) -> dict:
+    """`sim2dl inspect DATA --write` as a user runs it; the config it wrote."""
+    out = tmp_path / "inspected.yaml"
+    proc = run_cli(["inspect", str(data), "--write", str(out)], ranks=1)
+    assert "wrote" in proc.stdout, proc.stdout
+    return yaml.safe_load(out.read_text())
+
+
+def run_written_config(tmp_path: Path, config: dict) -> dict:
+    """ingest, convert and merge on 2 ranks with the config inspect wrote (only the workdir moved)."""
+    config = {**config, "workdir": str(tmp_path / "work"), "search": {"enabled": False}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    for step in ("ingest", "convert", "merge"):
+        run_cli([step, "--config", str(path)], ranks=2)
+    return json.loads((tmp_path / "work" / "merged" / "metadata.json").read_text())
+
+
+def test_inspect_recognises_a_variable_based_openpmd_series_and_its_config_runs(tmp_path):
+    """A BP5 directory whose root attribute says openPMD: one sample per iteration, format openpmd, the mesh
+    as the feature, time as the label, the electrons' deposit onto the mesh's grid offered; the written
+    config ingests every iteration."""
+    data = tmp_path / "diags"
+    data.mkdir()
+    write_series(str(data / "series.bp5"), [0, 10, 20, 30, 40], "variable_based")
+    config = inspected(tmp_path, data)
+    source = config["source"]
+    assert source["format"] == "openpmd" and source["samples_along"] == "iteration"
+    assert source["fields"]["E"] == {"path": "meshes/E", "dtype": "float64", "shape": [16, 16, 3]}
+    assert source["fields"]["position"]["shape"] == [None, 2]
+    assert config["convert"]["features"] == ["E"] and config["convert"]["labels"] == ["time"]
+    text = (tmp_path / "inspected.yaml").read_text()
+    assert "convert.deposit: {electrons_density: {positions: position, weights: weighting, shape: [16, 16]" in text
+    meta = run_written_config(tmp_path, config)
+    assert meta["counts"]["records"] == 5 and meta["feature_spec"]["E"]["shape"] == [16, 16, 3]
+
+
+def write_gadget(path: Path, omega: float, seed: int, particles: int = 600) -> None:
+    """A Gadget-4 style snapshot (as Gadget, AREPO and SWIFT write them): Header attributes, PartType1
+    coordinates in a periodic box of 100 Mpc/h and their IDs."""
+    rng = np.random.default_rng(seed)
+    with h5py.File(path, "w") as f:
+        header = f.create_group("Header")
+        header.attrs.update({"BoxSize": 100.0, "Omega0": omega, "OmegaLambda": 1 - omega, "HubbleParam": 0.7,
+                             "Redshift": 0.0, "NumPart_ThisFile": np.array([0, particles, 0, 0, 0, 0])})  # fmt: skip
+        group = f.create_group("PartType1")
+        group["Coordinates"] = (rng.random((particles, 3)) * 100.0).astype(np.float32)
+        group["ParticleIDs"] = np.arange(particles, dtype=np.uint64)
+
+
+def test_inspect_grids_gadget_snapshots_and_the_written_config_keeps_every_particle(tmp_path):
+    data = tmp_path / "snapshots"
+    data.mkdir()
+    omegas = [0.25, 0.28, 0.31, 0.34]
+    for k, omega in enumerate(omegas):
+        write_gadget(data / f"snap_{k:03d}.hdf5", omega, k, particles=500 + 50 * k)
+    config = inspected(tmp_path, data)
+    convert = config["convert"]
+    assert convert["deposit"] == {
+        "density": {"positions": "Coordinates", "shape": [32, 32, 32], "box": "box_size", "scheme": "cic"}
+    }
+    assert convert["features"] == ["density"] and convert["log1p"] == ["density"]
+    assert convert["labels"] == ["omega0", "omegalambda", "hubbleparam", "redshift"]
+    assert config["source"]["fields"]["box_size"] == {"attr": "Header/BoxSize"}
+    assert config["train"]["model"] == "cosmoflow"
+    config["merge"] = {"format": "hdf5"}
+    meta = run_written_config(tmp_path, config)
+    assert meta["counts"]["records"] == 4
+    records = merged_records(tmp_path / "work" / "merged" / "metadata.json", "density", "omega0")
+    stats = meta["statistics"]
+    found = {}
+    for density, omega in zip(records["density"], records["omega0"], strict=True):
+        grid = np.expm1(density * stats["density"]["std"] + stats["density"]["mean"])
+        found[round(float(omega * stats["omega0"]["std"] + stats["omega0"]["mean"]), 2)] = grid.sum()
+    assert sorted(found) == omegas
+    for k, omega in enumerate(omegas):  # every particle on the grid (float32 grid after log1p and back)
+        assert found[omega] == pytest.approx(500 + 50 * k, rel=1e-3)

@@ -1,11 +1,12 @@
 """`sim2dl inspect`: a first look at existing simulation output, and a starter config for it.
 
-Opens a few files spread over the matching ones (HDF5, NetCDF-4, .npy/.npz, ROOT, Zarr stores, through
-each reader's `describe`), lists every array with its shape and dtype, says which arrays differ in shape
-or dtype between the files (those axes become `null`: any length), and writes a config that validates:
-the simulator off, `source.path`/`glob`, every numeric array mapped as a field, the large arrays as
-features, the small vectors as labels, and the sample id from an id attribute whose value differs
-between files (else the file's relative path).
+Opens a few files spread over the matching ones (HDF5, NetCDF-4, .npy/.npz, ROOT, Zarr stores, ADIOS2 BP,
+openPMD series, through each reader's `describe`; a reader may claim a file of another's suffix, as openPMD
+does HDF5 files with its root attribute), lists every array with its shape and dtype, says which arrays differ
+in shape or dtype between the files (those axes become `null`: any length), and writes a config that
+validates: the simulator off, `source.path`/`glob`, every numeric array mapped as a field, the large arrays as
+features, the small vectors as labels, and the sample id from an id attribute whose value differs between
+files (else the file's relative path).
 
 It reads real output as it comes (`decide`, each decision with its reason, printed a line each):
 coordinate variables (NetCDF/Zarr coordinates, CF `bounds`, 1-D arrays named as their dimension, HDF5
@@ -14,7 +15,10 @@ share is proposed as `source.samples_along` (a dimension whose length differs be
 named like one (time, event, sample, member), axis 0 of HDF5/NumPy arrays that all share it within each
 file, a ROOT tree's entries), with each field's shape then that of ONE sample; and the global attributes
 whose values differ between files are listed as candidate categorical labels (the one with the fewest
-values becomes the label when no array is one).
+values becomes the label when no array is one). What a format's conventions say (a `Layout` from its
+reader: ROOT's entries, ADIOS2's steps and openPMD's iterations as samples, openPMD's `source.format`, a
+Gadget snapshot's particles deposited onto a grid with its Header's cosmology as labels) decides where
+it speaks; inspect itself has no branch per format.
 
 Memory and time: listing stops after `MAX_LISTED` matches (a directory of millions of files is not
 walked whole; the files inspected are spread over those listed), and only the files inspected are
@@ -37,8 +41,8 @@ import yaml
 
 from pipeline import Sim2dlError
 from pipeline import config as cfg
-from pipeline.formats.readers import BY_SUFFIX, SampleError, is_input_directory
-from pipeline.formats.readers.base import ArrayInfo, Contents
+from pipeline.formats.readers import BY_SUFFIX, READERS, SampleError, is_input_directory
+from pipeline.formats.readers.base import ArrayInfo, Contents, Layout, Reader
 from pipeline.storage.fsutil import write_text_atomic
 
 MAX_LISTED = 10_000  # matches listed before the files to open are chosen
@@ -207,7 +211,7 @@ def survey(spec: str, files: int = 8) -> Survey:
         raise Sim2dlError(f"no files match {source.pattern!r} below {source.root}")
     contents, opened, unreadable = [], [], {}
     for path in spread(matches, files):
-        reader = BY_SUFFIX.get(path.suffix.lower())
+        reader = reader_of(path)
         if reader is None:
             unreadable[str(path)] = f"unknown file suffix '{path.suffix}'"
             continue
@@ -223,6 +227,19 @@ def survey(spec: str, files: int = 8) -> Survey:
     fields = tuple(merge_fields(contents))
     sample_id = choose_sample_id(contents)
     return Survey(source, tuple(opened), len(matches), complete, fields, sample_id, unreadable, tuple(contents))
+
+
+def reader_of(path: Path) -> Reader | None:
+    """The reader that claims the file (an openPMD series in an HDF5 file), else its suffix's."""
+    return next((r for r in READERS.values() if r.claims(path)), None) or BY_SUFFIX.get(path.suffix.lower())
+
+
+def common_layout(result: Survey) -> Layout | None:
+    """The layout every inspected file's reader recognised (the first file's), or None."""
+    layouts = [c.layout for c in result.contents]
+    if not layouts or any(layout is None for layout in layouts):
+        return None
+    return layouts[0]
 
 
 def field_names(fields: Sequence[Field]) -> dict[str, str]:
@@ -330,10 +347,12 @@ def _lengths_along(result: Survey, path: str, position: int) -> list[int]:
 
 def choose_samples_along(result: Survey, usable: Sequence[Field]) -> tuple[int | str | None, dict[str, int], str]:
     """The sample axis (or None), the position of that axis in each array along it, and why."""
-    fmt = BY_SUFFIX.get(result.files[0].suffix.lower()) if result.files else None
     shaped = [f for f in usable if f.shape is not None and len(f.shape) >= 1]
-    if fmt is not None and fmt.name == "root":
-        return "entries", {f.path: 0 for f in shaped}, "ROOT: one sample per tree entry (event)"
+    layout = common_layout(result)
+    if layout is not None and layout.file_is_sample:
+        return None, {}, layout.why
+    if layout is not None and layout.samples_along is not None:
+        return layout.samples_along, {f.path: 0 for f in shaped}, layout.why
     large = [f for f in shaped if not f.is_label] or shaped
     if not large:
         return None, {}, "no array has an axis"
@@ -408,8 +427,8 @@ def decide(result: Survey) -> Decisions:
         lines.append(f"samples_along: {axis!r}, one sample per index: {why}")
     shapes: dict[str, tuple[int | None, ...] | None] = {}
     for f in usable:
-        if f.kind == "jagged":
-            shapes[f.path] = (None,)  # a variable number of values per entry
+        if f.kind == "jagged":  # a variable number of rows per entry, each of the array's trailing axes
+            shapes[f.path] = (None, *f.shape[2:]) if f.shape is not None and f.path in along else (None,)
         elif f.path in along and f.shape is not None:
             shapes[f.path] = tuple(n for k, n in enumerate(f.shape) if k != along[f.path])
         else:
@@ -511,6 +530,27 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
             candidates.append(f"{name}: {flow(spec)}   (a candidate label)")
     class_labels = [attribute_names[decided.class_label]] if decided.class_label else []
     skipped = [f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in usable]
+    layout = common_layout(result)
+    deposit: dict[str, Any] = {}
+    layout_notes: list[str] = []
+    if layout is not None:  # what the format says of itself (readers' describe): it decides where it speaks
+        fields.update(layout.fields)
+        deposit = layout_deposit(layout, names)
+        chosen = [f if f in deposit else names[f] for f in layout.features if f in deposit or f in names]
+        if chosen:
+            unused = [n for n in unused + features if n not in chosen]
+            features = chosen
+            first_shape = tuple(deposit[chosen[0]]["shape"]) if chosen[0] in deposit else shapes[first.path]
+            model, depth = choose_model(first_shape)
+        if layout.labels:
+            labels = [names.get(label, label) for label in layout.labels if label in layout.fields or label in names]
+            class_labels = []
+        layout_notes = list(layout.notes)
+        offered = {name: spec for name, spec in deposit.items() if name not in features}
+        if offered:  # grids the format allows but the config does not use: said, not computed
+            layout_notes.append(f"particles onto a grid, to use as a feature: convert.deposit: {flow(offered)}")
+        deposit = {name: spec for name, spec in deposit.items() if name in features}
+    vectors = [label for label in labels if fields.get(label, {}).get("shape")]  # statistics per channel
     sections: Sections = [
         ([], {"workdir": workdir}),
         (["existing output, below source.path: the simulator is off"], {"simulate": {"enabled": False}}),
@@ -527,6 +567,7 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
                 "source": {
                     "path": str(result.source.root),
                     "glob": result.source.pattern,
+                    **({"format": layout.format} if layout is not None and layout.format else {}),
                     "samples_along": decided.samples_along,
                     "sample_id": None if decided.sample_id is None else {"attr": decided.sample_id},
                     "fields": fields,
@@ -546,14 +587,16 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
                 ),
                 "log1p: e.g. the features, for particle counts; normalise: standardised with the data's statistics",
                 "split: cut the features into sub-volumes, e.g. [32, 32, 32]",
+                *layout_notes,
             ],
             {
                 "convert": {
+                    **({"deposit": deposit} if deposit else {}),
                     "features": features,
                     "labels": labels + class_labels,
-                    "log1p": [],
+                    "log1p": list(deposit) if deposit else [],
                     "normalise": features + labels,
-                    "per_channel": labels,
+                    "per_channel": vectors,
                     "split": None,
                 }
             },
@@ -564,6 +607,20 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
         ),
     ]
     return emit(result, decided, sections)
+
+
+def layout_deposit(layout: Layout, names: dict[str, str]) -> dict[str, Any]:
+    """The layout's deposits with their arrays' paths as field names (a deposit of arrays not mapped is left out)."""
+    deposit = {}
+    for name, spec in layout.deposit.items():
+        arrays = [spec.get(key) for key in ("positions", "weights") if spec.get(key) is not None]
+        if all(path in names for path in arrays):
+            deposit[name] = {
+                key: names[value] if key in ("positions", "weights") else value
+                for key, value in spec.items()
+                if value is not None
+            }
+    return deposit
 
 
 Sections = list[tuple[list[str], dict[str, Any]]]  # (comment lines, top-level keys) in the order written

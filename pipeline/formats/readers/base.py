@@ -8,7 +8,7 @@ import errno
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +130,24 @@ class Contents:
 
     arrays: tuple[ArrayInfo, ...]
     attributes: dict[str, str]
+    layout: Layout | None = None  # what the reader recognised beyond the arrays (a format's conventions)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a reader recognises in a file beyond its arrays, for `sim2dl inspect`'s starter config: each
+    format says this of itself (an openPMD series, a Gadget snapshot, a ROOT tree's entries), so that
+    inspect has no branch per format. Paths are arrays' paths in the file."""
+
+    why: str  # one line for the config's header
+    format: str | None = None  # source.format to write (None: auto, by suffix)
+    samples_along: int | str | None = None  # one sample per index of this axis of every array
+    file_is_sample: bool = False  # a file is one sample whatever its arrays' axes (a snapshot's particles)
+    fields: dict[str, dict[str, Any]] = field(default_factory=dict)  # more fields to map (attributes)
+    deposit: dict[str, dict[str, Any]] = field(default_factory=dict)  # grids: positions/weights name arrays' paths
+    labels: tuple[str, ...] = ()  # the fields (of `fields`, or arrays' paths) that are the labels; () inspect's choice
+    features: tuple[str, ...] = ()  # the features (deposit names or arrays' paths); () inspect's choice
+    notes: tuple[str, ...] = ()  # more lines for the config's header (what else could be mapped, and how)
 
 
 class OpenFile(ABC):
@@ -261,6 +279,11 @@ class Reader(ABC):
     def describe(self, path: Path) -> Contents:
         """Every array in the file with its shape and dtype, without reading the data where the format
         allows. Raises SampleError for a file that cannot be opened."""
+
+    def claims(self, path: Path) -> bool:
+        """Whether `path` is in this format although its suffix names another's (an openPMD series in an
+        HDF5 file): inspect reads it with this reader. Cheap: a root attribute at most."""
+        return False
 
     def open(self, path: Path) -> OpenFile:
         """The file opened for reading samples along an axis (source.samples_along)."""

@@ -16,6 +16,7 @@ per range of steps, plus the file's metadata once per open (linear in its steps 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from pipeline.formats.readers.base import (
     Contents,
+    Layout,
     MissingArray,
     OpenFile,
     Reader,
@@ -157,8 +159,13 @@ class BPReader(Reader):
                     shape = f.shape(name)
                 except SampleError:
                     continue  # a local array: refused, with the reason, when a field names it
-                infos.append(array_info(name, shape, _dtype(info["Type"], name), f.attributes(name), f.dims(name)))
+                found = array_info(name, shape, _dtype(info["Type"], name), f.attributes(name), f.dims(name))
+                last = int(f.reader.inquire_variable(name).steps_start()) + shape[0] - 1
+                if shape[0] > 1 and f.step_shape(name, last) != shape[1:]:  # its last step's shape differs
+                    found = replace(found, kind="jagged")
+                infos.append(found)
             texts = {
                 name: scalar_text(f.reader.read_attribute(name)) for name in f.attrs if "/" not in name
             }  # fmt: skip
-            return Contents(tuple(infos), {name: text for name, text in texts.items() if text is not None})
+            texts = {name: text for name, text in texts.items() if text is not None}
+            return Contents(tuple(infos), texts, Layout("ADIOS2 BP: one sample per step", samples_along=STEP))

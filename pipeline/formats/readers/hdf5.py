@@ -31,6 +31,7 @@ from pipeline.formats.readers.base import (
     ArrayInfo,
     Contents,
     FieldSpec,
+    Layout,
     MissingArray,
     OpenFile,
     Reader,
@@ -212,9 +213,12 @@ class HDF5File(OpenFile):
             raise SampleError(f"cannot read dataset '{array}' (corrupt?): {e}") from None
 
     def attribute(self, name: str) -> object:
-        if name not in self.file.attrs:
-            raise SampleError(f"no root attribute '{name}'")
-        return self.file.attrs[name]
+        """A root attribute, or with a path a group's or dataset's (`Header/BoxSize`)."""
+        where, _, attr = name.rpartition("/")
+        node = self.file[where] if where and where in self.file else self.file if not where else None
+        if node is None or attr not in node.attrs:
+            raise SampleError(f"no attribute '{name}'" if where else f"no root attribute '{name}'")
+        return node.attrs[attr]
 
     def close(self) -> None:
         self.file.close()
@@ -268,7 +272,8 @@ class HDF5Reader(Reader):
             except (OSError, KeyError, RuntimeError) as e:  # a broken external link, a damaged group
                 raise SampleError(f"cannot list the datasets: {e}") from None
             texts = {name: scalar_text(value) for name, value in f.attrs.items()}
-            return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None})
+            texts = {name: text for name, text in texts.items() if text is not None}
+            return Contents(tuple(arrays), texts, gadget_layout(f))
 
     def read_contents(
         self, contents: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
@@ -323,3 +328,35 @@ class HDF5Reader(Reader):
             raise SampleError(f"corrupt HDF5 structure: {e}") from None
         finally:
             file_id.close()
+
+
+GADGET_GRID = 32  # cells per axis of the grid inspect proposes for a snapshot's particles
+GADGET_PARAMETERS = ("Omega0", "OmegaLambda", "HubbleParam", "Redshift")  # Header attributes: the labels
+
+
+def gadget_layout(f: h5py.File) -> Layout | None:
+    """A Gadget/AREPO/SWIFT-style snapshot (`Header` attributes with `BoxSize`, particles in `PartTypeN/
+    Coordinates`): its most numerous particle type deposited onto a grid over the box, the cosmology in
+    Header's attributes as labels."""
+    header = f.get("Header")
+    if not isinstance(header, h5py.Group) or "BoxSize" not in header.attrs:
+        return None
+    types = [name for name in f if name.startswith("PartType") and "Coordinates" in f[name]]
+    if not types:
+        return None
+    particles = max(types, key=lambda name: f[name]["Coordinates"].shape[0])
+    dims = f[particles]["Coordinates"].shape[1] if f[particles]["Coordinates"].ndim == 2 else 3
+    fields = {"box_size": {"attr": "Header/BoxSize"}}
+    labels = []
+    for name in GADGET_PARAMETERS:
+        if name in header.attrs and np.asarray(header.attrs[name]).size == 1:
+            fields[name.lower()] = {"attr": f"Header/{name}"}
+            labels.append(name.lower())
+    weights = f"{particles}/Masses" if "Masses" in f[particles] else None
+    deposit = {"density": {"positions": f"{particles}/Coordinates", "weights": weights,
+                           "shape": [GADGET_GRID] * dims, "box": "box_size", "scheme": "cic"}}  # fmt: skip
+    return Layout(
+        f"a Gadget-style snapshot: {particles}/Coordinates deposited (CIC) onto a {GADGET_GRID}^{dims} grid over "
+        "Header/BoxSize, Header's cosmology as labels",
+        file_is_sample=True, fields=fields, deposit=deposit, labels=tuple(labels), features=("density",),
+    )  # fmt: skip

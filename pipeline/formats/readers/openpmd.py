@@ -26,6 +26,7 @@ metadata (per iteration, not per value). Time: one load per record component per
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ import numpy as np
 from pipeline.formats.readers.base import (
     COMPONENT_NAMES,
     Contents,
+    Layout,
     MissingArray,
     OpenFile,
     Reader,
@@ -207,6 +209,32 @@ class OpenPMDFile(OpenFile):
 
     # -- what the series holds (inspect) ---------------------------------------------------------------
 
+    def layout(self) -> Layout:
+        """One sample per iteration; time as the label; each species' positions (and weighting) with the
+        deposit that would grid them onto the first mesh's grid (its extent from gridSpacing, gridUnitSI
+        and gridGlobalOffset), for inspect to offer."""
+        deposit: dict[str, dict[str, Any]] = {}
+        it = self.series.iterations[self.iterations[0]] if self.iterations else None
+        meshes = list(it.meshes) if it is not None else []
+        if it is not None and meshes:
+            mesh = it.meshes[meshes[0]]
+            shape = self._iteration_shape(f"meshes/{meshes[0]}", self.iterations[0])[: len(mesh.grid_spacing)]
+            unit = mesh.grid_unit_SI
+            box = [float(n * h * unit) for n, h in zip(shape, mesh.grid_spacing, strict=False)]
+            origin = [float(o * unit) for o in mesh.grid_global_offset][: len(box)]
+            for species in it.particles:
+                records = it.particles[species]
+                if "position" in records:
+                    deposit[f"{species}_density"] = {
+                        "positions": f"particles/{species}/position",
+                        "weights": f"particles/{species}/weighting" if "weighting" in records else None,
+                        "shape": list(shape), "box": box, "origin": origin, "scheme": "cic",
+                    }  # fmt: skip
+        return Layout(
+            "openPMD: one sample per iteration, values in SI", format="openpmd", samples_along=ITERATION,
+            labels=("time",), deposit=deposit,
+        )  # fmt: skip
+
     def record_paths(self) -> list[str]:
         if not self.iterations:
             return []
@@ -226,6 +254,24 @@ class OpenPMDReader(Reader):
     suffixes = ()  # chosen by source.format: openpmd (an .h5 or .bp is HDF5's or ADIOS2's by suffix)
     directories = True  # a BP series is a directory
 
+    def claims(self, path: Path) -> bool:
+        """An HDF5 file or BP directory whose root attribute `openPMD` names the standard's version."""
+        suffix = path.suffix.lower()
+        try:
+            if suffix in (".h5", ".hdf5"):
+                import h5py
+
+                with h5py.File(path, "r") as f:
+                    return "openPMD" in f.attrs
+            if suffix in (".bp", ".bp4", ".bp5") and (path / "md.idx").exists():
+                import adios2
+
+                with adios2.FileReader(str(path)) as f:
+                    return bool({"openPMD", "/openPMD"} & set(f.available_attributes()))  # written as "/openPMD"
+        except Exception:  # not this format: the suffix's reader says why
+            return False
+        return False
+
     def open(self, path: Path) -> OpenPMDFile:
         return OpenPMDFile(path)
 
@@ -240,6 +286,7 @@ class OpenPMDReader(Reader):
                 dtype = np.dtype("int64" if name == ITERATION else "float64")
                 kind = "jagged" if name.startswith("particles/") else "array"
                 info = array_info(name, shape, dtype, {"units": f.attributes(name).get("units", "")}, f.dims(name))
-                infos.append(info if kind == "array" else type(info)(**{**info.__dict__, "kind": kind}))
+                infos.append(replace(info, kind=kind))
             texts = {name: scalar_text(f.series.get_attribute(name)) for name in f.series.attributes}
-            return Contents(tuple(infos), {name: text for name, text in texts.items() if text is not None})
+            texts = {name: text for name, text in texts.items() if text is not None}
+            return Contents(tuple(infos), texts, f.layout())

@@ -16,6 +16,7 @@ from pipeline.formats.readers.base import (
     ArrayInfo,
     Contents,
     FieldSpec,
+    Layout,
     MissingArray,
     OpenFile,
     Reader,
@@ -114,7 +115,9 @@ class RootReader(Reader):
                     tree = f[name]
                     for branch in tree.keys():  # noqa: SIM118 - iterating a tree gives branch objects
                         arrays.append(branch_info(tree, branch, f"{name}/{branch}"))
-            return Contents(tuple(arrays), texts)
+            return Contents(
+                tuple(arrays), texts, Layout("ROOT: one sample per tree entry (event)", samples_along="entries")
+            )
 
     def read(
         self, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
