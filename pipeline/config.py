@@ -13,7 +13,9 @@ the code. Memory and time: proportional to the config's size (a few KB), indepen
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,11 +67,19 @@ def _with_defaults(validator_class: type) -> type:
 
 
 def _copy(value: Any) -> Any:
-    return yaml.safe_load(yaml.safe_dump(value))
+    return copy.deepcopy(value)
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_parsed() -> dict[str, Any]:
+    # libyaml's parser where PyYAML has it: every step parses the schema, ~0.2 s in pure Python
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(SCHEMA_PATH.read_text(), Loader=loader)
 
 
 def schema() -> dict[str, Any]:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    """The config schema (parsed once per process; each caller gets its own copy)."""
+    return copy.deepcopy(_schema_parsed())
 
 
 def coerce_strings(value: Any, sub_schema: Mapping[str, Any], root: Mapping[str, Any]) -> Any:

@@ -407,24 +407,34 @@ def write_gadget(path: Path, omega: float, seed: int, particles: int = 600) -> N
         group["ParticleIDs"] = np.arange(particles, dtype=np.uint64)
 
 
-def test_inspect_grids_gadget_snapshots_and_the_written_config_keeps_every_particle(tmp_path):
-    data = tmp_path / "snapshots"
+def gadget_snapshots(data: Path) -> list[float]:
     data.mkdir()
     omegas = [0.25, 0.28, 0.31, 0.34]
     for k, omega in enumerate(omegas):
         write_gadget(data / f"snap_{k:03d}.hdf5", omega, k, particles=500 + 50 * k)
-    config = inspected(tmp_path, data)
+    return omegas
+
+
+def test_inspect_grids_gadget_snapshots_as_the_docs_config_does(tmp_path):
+    gadget_snapshots(tmp_path / "snapshots")
+    config = inspected(tmp_path, tmp_path / "snapshots")
     convert = config["convert"]
-    assert convert["deposit"] == {
-        "density": {"positions": "Coordinates", "shape": [32, 32, 32], "box": "box_size", "scheme": "cic"}
-    }
+    documented = docs_block("PartType1/Coordinates")
+    assert convert["deposit"] == documented["convert"]["deposit"]
     assert convert["features"] == ["density"] and convert["log1p"] == ["density"]
     assert convert["labels"] == ["omega0", "omegalambda", "hubbleparam", "redshift"]
-    assert config["source"]["fields"]["box_size"] == {"attr": "Header/BoxSize"}
+    assert config["source"]["samples_along"] is None  # a snapshot is one sample, whatever its particles
+    for name in ("Coordinates", "box_size", "omega0"):
+        assert config["source"]["fields"][name] == documented["source"]["fields"][name] | (
+            {"shape": [None, 3], "dtype": "float32"} if name == "Coordinates" else {}
+        )
     assert config["train"]["model"] == "cosmoflow"
-    config["merge"] = {"format": "hdf5"}
-    meta = run_written_config(tmp_path, config)
-    assert meta["counts"]["records"] == 4
+
+
+def test_the_docs_gadget_config_keeps_every_particle_of_every_snapshot(tmp_path):
+    omegas = gadget_snapshots(tmp_path / "snapshots")
+    meta, rejects = run_data_steps(tmp_path, docs_block("PartType1/Coordinates"), tmp_path / "snapshots")
+    assert meta["counts"]["records"] == 4 and not rejects
     records = merged_records(tmp_path / "work" / "merged" / "metadata.json", "density", "omega0")
     stats = meta["statistics"]
     found = {}
@@ -434,3 +444,23 @@ def test_inspect_grids_gadget_snapshots_and_the_written_config_keeps_every_parti
     assert sorted(found) == omegas
     for k, omega in enumerate(omegas):  # every particle on the grid (float32 grid after log1p and back)
         assert found[omega] == pytest.approx(500 + 50 * k, rel=1e-3)
+
+
+def test_a_species_over_max_rows_is_refused_or_sampled_the_same_way_every_time(tmp_path):
+    from pipeline.formats.readers.base import FieldSpec
+
+    write_series(str(tmp_path / "series.h5"), [0, 100, 200], "group_based")  # 40, 50 and 60 particles
+    spec = {"path": "particles/electrons/position", "shape": [None, 2], "max_rows": 45}
+    refuse = FieldSpec.from_config("position", spec)
+    draw = FieldSpec.from_config("position", {**spec, "over_max_rows": "sample"})
+    with READERS["openpmd"].open(tmp_path / "series.h5") as f:
+        assert f.samples(refuse, 0, 0, 1).shape == (1, 40, 2)  # under the limit: whole
+        with pytest.raises(SampleError, match="50 rows, more than max_rows 45"):
+            f.samples(refuse, 0, 1, 2)
+        drawn = f.samples(draw, 0, 2, 3)[0]
+        again = f.samples(draw, 0, 2, 3)[0]
+        whole = f.read("particles/electrons/position", (slice(2, 3),))[0]
+    assert drawn.shape == (45, 2)
+    np.testing.assert_array_equal(drawn, again)  # the same rows every time
+    rows = [int(np.flatnonzero((whole == row).all(axis=1))[0]) for row in drawn]
+    assert rows == sorted(rows) and len(set(rows)) == 45  # rows of the species, in order, none twice

@@ -5,6 +5,7 @@ hyperslab reads), and describe what a file holds (for `sim2dl inspect`)."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -73,6 +74,8 @@ class FieldSpec:
     group_by: str | None = None  # a sorted id column of the table
     key: str | None = None  # a sorted id column of ANOTHER table: a per-event value, reduced
     reduce: str = "first"  # first | sum | mean | count (with key)
+    max_rows: int | None = None  # a sample's first axis at most this long (None: any)
+    over_max_rows: str = "reject"  # reject | sample (seeded, rows kept in order)
 
     @classmethod
     def from_config(cls, name: str, spec: Mapping[str, Any]) -> FieldSpec:
@@ -84,7 +87,8 @@ class FieldSpec:
             bool(spec.get("categorical") or classes), None if classes is None else tuple(map(str, classes)),
             spec.get("missing", "reject"), spec.get("fill_value"),
             None if spec.get("columns") is None else tuple(spec["columns"]), spec.get("ragged_by"),
-            spec.get("group_by"), spec.get("key"), spec.get("reduce", "first"),
+            spec.get("group_by"), spec.get("key"), spec.get("reduce", "first"), spec.get("max_rows"),
+            spec.get("over_max_rows", "reject"),
         )  # fmt: skip
 
     @property
@@ -219,13 +223,15 @@ class OpenFile(ABC):
         """A hyperslab of the array (one slice per leading axis named; the rest whole)."""
 
     def samples(self, field: FieldSpec, axis: int, start: int, stop: int) -> np.ndarray | list[np.ndarray]:
-        """Samples [start, stop) of the field, the sample axis first."""
+        """Samples [start, stop) of the field, the sample axis first (each within field.max_rows)."""
         data = self.decoded(field.path, self.read(field.path, (slice(None),) * axis + (slice(start, stop),)))
-        return as_array(np.moveaxis(data, axis, 0) if axis else data, field)
+        data = as_array(np.moveaxis(data, axis, 0) if axis else data, field)
+        return data if field.max_rows is None else within_max_rows(data, field, self.path, start)
 
     def whole(self, field: FieldSpec) -> np.ndarray:
         """The field's whole array, decoded (masked where values are missing: `resolve_missing` next)."""
-        return as_array(self.decoded(field.path, self.read(field.path, ())), field)
+        data = as_array(self.decoded(field.path, self.read(field.path, ())), field)
+        return data if field.max_rows is None else within_max_rows(data[None], field, self.path, 0)[0]
 
     def markers(self, field: FieldSpec) -> str:
         found = self.encoding(field.path)
@@ -295,6 +301,25 @@ class Reader(ABC):
         """As `read`, from the file's bytes (`path` names it in messages); for readers with reads_contents.
         The arrays may be views of `contents`, valid as long as it is."""
         raise NotImplementedError
+
+
+def within_max_rows(data: np.ndarray, field: FieldSpec, path: Path, start: int) -> np.ndarray:
+    """Samples (stacked, the sample axis first) whose rows (axis 1) exceed field.max_rows: SampleError, or
+    max_rows of them drawn by a seed of the file's name, the sample's index and the field (rows in order)."""
+    assert field.max_rows is not None
+    if data.ndim < 2 or data.shape[1] <= field.max_rows:
+        return data
+    rows = data.shape[1]
+    if field.over_max_rows != "sample":
+        raise SampleError(
+            f"field '{field.name}': {rows} rows, more than max_rows {field.max_rows} (over_max_rows: sample draws them)"
+        )
+    kept = []
+    for k in range(len(data)):
+        key = f"{Path(path).name}#{start + k}#{field.name}".encode()
+        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+        kept.append(data[k][np.sort(rng.choice(rows, field.max_rows, replace=False))])
+    return np.stack(kept)
 
 
 def dtype_text(dtype: np.dtype) -> str:

@@ -77,9 +77,17 @@ def _open(path: Path) -> Any:
     if path.is_dir() and not (path / "md.idx").exists():
         raise SampleError("not a complete BP directory (no md.idx: a truncated copy or a writer still running)")
     try:
-        return io.Series(str(path), io.Access.read_only)
+        # iterations parsed when read, not all at open (half the open's time on a BP5 series of 300)
+        return io.Series(str(path), io.Access.read_only, '{"defer_iteration_parsing": true}')
     except Exception as e:  # openPMD-api raises its own error types for files it cannot read
         raise SampleError(f"cannot open as an openPMD series: {type(e).__name__}: {one_line(e)}") from None
+
+
+def in_si(values: np.ndarray, unit_si: float, dtype: Any = None) -> np.ndarray:
+    """Stored values times their unitSI, in their own float dtype (float64 for integers, or as asked)."""
+    dtype = np.dtype(dtype or (values.dtype if values.dtype.kind == "f" else np.float64))
+    values = values.astype(dtype, copy=False)
+    return values * np.asarray(unit_si, dtype) if unit_si != 1 else values
 
 
 class OpenPMDFile(OpenFile):
@@ -92,14 +100,30 @@ class OpenPMDFile(OpenFile):
             self.series.close()
             raise SampleError(f"cannot list the series' iterations: {type(e).__name__}: {one_line(e)}") from None
         self._shapes: dict[str, tuple[int, ...]] = {}
+        self._open_iterations: set[int] = set()
 
     # -- records -------------------------------------------------------------------------------------
+
+    def _iteration(self, iteration: int) -> Any:
+        """The iteration, parsed (opened) on first use since its last close."""
+        it = self.series.iterations[iteration]
+        if iteration not in self._open_iterations:
+            it.open()
+            self._open_iterations.add(iteration)
+        return it
+
+    def _close_iterations(self) -> None:
+        """Closed after each read: what openPMD-api parsed of them is released, so memory does not grow
+        with the iterations a rank has read (a closed iteration opens again when read again)."""
+        for iteration in self._open_iterations:
+            self.series.iterations[iteration].close()
+        self._open_iterations.clear()
 
     def _record(self, array: str, iteration: int) -> tuple[Any, bool]:
         """(the record, whether it is a particle position to join with positionOffset)."""
         parts = array.strip("/").split("/")
         try:
-            it = self.series.iterations[iteration]
+            it = self._iteration(iteration)
             if parts[0] == "meshes" and len(parts) == 2:
                 meshes = it.meshes
                 if parts[1] in meshes:
@@ -158,7 +182,7 @@ class OpenPMDFile(OpenFile):
 
     def _load(self, array: str, iteration: int) -> np.ndarray:
         """One iteration's values of the record, in SI, components last."""
-        it = self.series.iterations[iteration]
+        it = self._iteration(iteration)
         if array == "time":
             return np.float64(it.time * it.time_unit_SI)
         if array == "dt":
@@ -170,27 +194,29 @@ class OpenPMDFile(OpenFile):
         offsets = None
         if joined:
             offsets = self._record(array.rsplit("/", 1)[0] + "/positionOffset", iteration)[0]
-        loaded = []
         try:
+            # every component and offset queued, then one flush: one pass over the backend per record
+            queued = []
             for name, rc in self._components(record):
-                values = rc.load_chunk()
-                shift = None
-                if offsets is not None and name in offsets:
-                    shift = offsets[name].load_chunk()
-                self.series.flush()
-                values = values.astype(np.float64) * rc.unit_SI
-                if shift is not None:
-                    values = values + shift.astype(np.float64) * offsets[name].unit_SI
-                loaded.append(values)
-        except SampleError:
-            raise
+                offset = offsets[name] if offsets is not None and name in offsets else None
+                queued.append((rc, rc.load_chunk(), offset, None if offset is None else offset.load_chunk()))
+            self.series.flush()
         except Exception as e:  # a missing dataset, a truncated file
             raise SampleError(f"iteration {iteration}: cannot load '{array}': {one_line(e)}") from None
+        loaded = []
+        for rc, values, offset, shift in queued:
+            if offset is None:
+                loaded.append(in_si(values, rc.unit_SI))
+            else:  # positions in float64: an offset of many cells plus a fraction of one keeps its precision
+                loaded.append(in_si(values, rc.unit_SI, np.float64) + in_si(shift, offset.unit_SI, np.float64))
         return loaded[0] if record.scalar else np.stack(loaded, axis=-1)
 
     def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
         picked = self.iterations[index[0] if index else slice(None)]
-        values = [self._load(array, iteration) for iteration in picked]
+        try:
+            values = [self._load(array, iteration) for iteration in picked]
+        finally:
+            self._close_iterations()
         if not values:
             return np.zeros((0, *self.shape(array)[1:]))
         shapes = {v.shape for v in values}
@@ -214,7 +240,7 @@ class OpenPMDFile(OpenFile):
         deposit that would grid them onto the first mesh's grid (its extent from gridSpacing, gridUnitSI
         and gridGlobalOffset), for inspect to offer."""
         deposit: dict[str, dict[str, Any]] = {}
-        it = self.series.iterations[self.iterations[0]] if self.iterations else None
+        it = self._iteration(self.iterations[0]) if self.iterations else None
         meshes = list(it.meshes) if it is not None else []
         if it is not None and meshes:
             mesh = it.meshes[meshes[0]]
@@ -238,7 +264,7 @@ class OpenPMDFile(OpenFile):
     def record_paths(self) -> list[str]:
         if not self.iterations:
             return []
-        it = self.series.iterations[self.iterations[0]]
+        it = self._iteration(self.iterations[0])
         meshes = [f"meshes/{name}" for name in it.meshes]
         particles = [
             f"particles/{species}/{record}"
