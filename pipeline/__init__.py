@@ -18,8 +18,10 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
         train.py        merged/, staged -> train/: model, metrics, summary, figures
         throughput.py, sweep.py   figures of finished runs
     formats/        what files hold
-        readers/        input formats (HDF5, NetCDF, NumPy, ROOT, Zarr), one file each behind `Reader`;
-                        cf.py decodes CF fill values and packing, events.py event-indexed tables
+        readers/        input formats (HDF5, NetCDF, NumPy, ROOT, Zarr, ADIOS2 BP: bp.py, openPMD:
+                        openpmd.py), one file each behind `Reader` (each says what it recognises: a
+                        `Layout` for inspect); cf.py decodes CF fill values and packing, events.py
+                        event-indexed tables
         fields/         values that are not arrays of a file (attributes, run tables, path groups), classes
         shards/         shard formats, one home each (`ShardFormat`: writer, index, reading, verification,
                         tf.data records): tfrecord/, hdf5.py; shard_reader.py reads shards without TensorFlow
@@ -27,7 +29,8 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
         slabs.py        slab shards (merge.slabs): names and checks of a shard's per-depth-slab files
         inspect.py      `sim2dl inspect`: what existing files hold, and a starter config
     data/           rules about samples several steps share: splits.py (which split a record is in),
-                    transforms.py (convert's array transforms, merge's normalisation), tables.py (manifest,
+                    transforms.py (convert's array transforms, merge's normalisation), deposit.py
+                    (particles onto grids: NGP/CIC/TSC, convert.deposit), tables.py (manifest,
                     provenance, rejects)
     training/       models/ (Keras builders, one file each), tasks/ (regression, classification,
                     segmentation, one file each), tfdata.py (tf.data over shards), devices.py (a GPU
