@@ -464,3 +464,38 @@ def test_a_species_over_max_rows_is_refused_or_sampled_the_same_way_every_time(t
     np.testing.assert_array_equal(drawn, again)  # the same rows every time
     rows = [int(np.flatnonzero((whole == row).all(axis=1))[0]) for row in drawn]
     assert rows == sorted(rows) and len(set(rows)) == 45  # rows of the species, in order, none twice
+
+
+def test_an_unfinished_bp_file_is_read_without_waiting_and_disagreeing_components_are_a_reject(tmp_path):
+    """A writer killed before it closed its BP5 file (as a crashed simulation leaves it): the steps it
+    ended are read at once, no wait for a writer that will not come. An openPMD mesh whose components
+    disagree in shape is left out by openPMD-api itself (with a warning): a reject for that iteration
+    naming the record and why it may be missing."""
+    import subprocess
+    import sys
+
+    import openpmd_api as io
+
+    writer = (
+        "import adios2, numpy as np, os, sys\n"
+        "s = adios2.Stream(sys.argv[1], 'w')\n"
+        "for i in range(3):\n"
+        "    s.begin_step(); s.write('U', np.full((4, 4), float(i)), [4, 4], [0, 0], [4, 4]); s.end_step()\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", writer, str(tmp_path / "crashed.bp")], check=True, timeout=60)
+    with READERS["adios2"].open(tmp_path / "crashed.bp") as f:
+        np.testing.assert_array_equal(f.read("U", (slice(0, 3),))[:, 0, 0], [0.0, 1.0, 2.0])
+
+    series = io.Series(str(tmp_path / "odd.h5"), io.Access.create)
+    it = series.write_iterations()[5]
+    for c, shape in (("x", (4, 4)), ("y", (4, 5))):
+        values = np.zeros(shape)
+        it.meshes["B"][c].reset_dataset(io.Dataset(values.dtype, values.shape))
+        it.meshes["B"][c].store_chunk(values)
+    it.close()
+    series.close()
+    with READERS["openpmd"].open(tmp_path / "odd.h5") as f, pytest.raises(SampleError) as refused:
+        f.read("meshes/B", (slice(0, 1),))
+    assert "no record 'meshes/B' in iteration 5" in str(refused.value)
+    assert "components of different shapes" in str(refused.value)

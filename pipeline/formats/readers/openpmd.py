@@ -136,7 +136,10 @@ class OpenPMDFile(OpenFile):
             raise
         except Exception as e:
             raise SampleError(f"iteration {iteration}: cannot read '{array}': {one_line(e)}") from None
-        raise MissingArray(f"no record '{array}' in iteration {iteration} (meshes/NAME or particles/SPECIES/RECORD)")
+        raise MissingArray(
+            f"no record '{array}' in iteration {iteration} (meshes/NAME or particles/SPECIES/RECORD; openPMD-api "
+            "leaves out a record it cannot read, e.g. components of different shapes, with a warning on stderr)"
+        )
 
     def _components(self, record: Any) -> list[tuple[str, Any]]:
         if record.scalar:
