@@ -41,6 +41,15 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+def check_complete(path: Path) -> None:
+    """SampleError for an input that is not there, or a BP4/BP5 directory without its index (md.idx): a
+    truncated copy, or a writer that never got that far, which an ADIOS2 engine would wait for."""
+    if not path.exists():
+        raise SampleError("no such file or directory")
+    if path.is_dir() and not (path / "md.idx").exists():
+        raise SampleError("not a complete BP directory (no md.idx: a truncated copy or a writer still running)")
+
+
 def readable_size(path: Path | str) -> int:
     """The input's size in bytes; SampleError (unreadable, with the reason) when it cannot be read."""
     try:

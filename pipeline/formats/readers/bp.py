@@ -30,6 +30,7 @@ from pipeline.formats.readers.base import (
     Reader,
     SampleError,
     array_info,
+    check_complete,
     one_line,
     scalar_text,
 )
@@ -47,11 +48,7 @@ DTYPES = {
 def _open(path: Path) -> Any:
     import adios2
 
-    if not path.exists():
-        raise SampleError("no such file or directory")
-    if path.is_dir() and not (path / "md.idx").exists():
-        # BP4/BP5 keep their index in md.idx; without it the engine waits for a writer that never comes
-        raise SampleError("not a complete BP directory (no md.idx: a truncated copy or a writer still running)")
+    check_complete(path)
     try:
         return adios2.FileReader(str(path))
     except Exception as e:  # adios2 raises RuntimeError/ValueError for files it cannot read

@@ -41,6 +41,7 @@ from pipeline.formats.readers.base import (
     Reader,
     SampleError,
     array_info,
+    check_complete,
     one_line,
     scalar_text,
 )
@@ -72,10 +73,7 @@ def component_order(names: list[str]) -> list[str]:
 def _open(path: Path) -> Any:
     import openpmd_api as io
 
-    if not path.exists():
-        raise SampleError("no such file or directory")
-    if path.is_dir() and not (path / "md.idx").exists():
-        raise SampleError("not a complete BP directory (no md.idx: a truncated copy or a writer still running)")
+    check_complete(path)
     try:
         # iterations parsed when read, not all at open (half the open's time on a BP5 series of 300)
         return io.Series(str(path), io.Access.read_only, '{"defer_iteration_parsing": true}')
