@@ -499,3 +499,25 @@ def test_an_unfinished_bp_file_is_read_without_waiting_and_disagreeing_component
         f.read("meshes/B", (slice(0, 1),))
     assert "no record 'meshes/B' in iteration 5" in str(refused.value)
     assert "components of different shapes" in str(refused.value)
+
+
+def test_a_root_jagged_branch_over_max_rows_is_drawn_per_entry(tmp_path):
+    """max_rows applies to every reader's samples: ROOT's jagged entries too (one draw per entry)."""
+    import awkward as ak
+    import uproot
+
+    from pipeline.formats.readers.base import FieldSpec
+
+    with uproot.recreate(tmp_path / "events.root") as f:
+        tree = f.mktree("events", {"px": "var * float64"})
+        tree.extend({"px": ak.Array([np.arange(n, dtype="f8") for n in (3, 9, 12)])})
+    field = FieldSpec.from_config(
+        "px", {"path": "events/px", "shape": [None], "max_rows": 5, "over_max_rows": "sample"}
+    )
+    with READERS["root"].open(tmp_path / "events.root") as f:
+        entries = f.samples(field, 0, 0, 3)
+        again = f.samples(field, 0, 1, 3)
+    assert [len(e) for e in entries] == [3, 5, 5]
+    np.testing.assert_array_equal(entries[0], [0.0, 1.0, 2.0])
+    assert all(np.all(np.diff(e) > 0) for e in entries)  # rows kept in their order, none twice
+    np.testing.assert_array_equal(entries[2], again[1])  # the entry's own draw, whatever range read it

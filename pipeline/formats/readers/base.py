@@ -240,7 +240,7 @@ class OpenFile(ABC):
     def whole(self, field: FieldSpec) -> np.ndarray:
         """The field's whole array, decoded (masked where values are missing: `resolve_missing` next)."""
         data = as_array(self.decoded(field.path, self.read(field.path, ())), field)
-        return data if field.max_rows is None else within_max_rows(data[None], field, self.path, 0)[0]
+        return bounded_rows(data, field, self.path, 0)
 
     def markers(self, field: FieldSpec) -> str:
         found = self.encoding(field.path)
@@ -329,6 +329,11 @@ def within_max_rows(data: np.ndarray, field: FieldSpec, path: Path, start: int) 
         rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
         kept.append(data[k][np.sort(rng.choice(rows, field.max_rows, replace=False))])
     return np.stack(kept)
+
+
+def bounded_rows(sample: np.ndarray, field: FieldSpec, path: Path, index: int) -> np.ndarray:
+    """One sample (not stacked: a jagged entry) within field.max_rows, as `within_max_rows`."""
+    return sample if field.max_rows is None else within_max_rows(sample[None], field, path, index)[0]
 
 
 def dtype_text(dtype: np.dtype) -> str:

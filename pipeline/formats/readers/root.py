@@ -23,6 +23,7 @@ from pipeline.formats.readers.base import (
     SampleError,
     as_array,
     as_text,
+    bounded_rows,
     dtype_text,
 )
 
@@ -73,11 +74,13 @@ class RootFile(OpenFile):
     def samples(self, field: FieldSpec, axis: int, start: int, stop: int) -> np.ndarray | list[np.ndarray]:
         data = self.read(field.path, (slice(start, stop),))
         if data.dtype == object:  # jagged: one array per entry
-            return [per_item(as_array(entry, field), field) for entry in data]
-        array = as_array(data, field)
-        if itemised(field) and array.ndim == 2:  # a jagged branch whose entries here happen to be equally long
-            return [per_item(row, field) for row in array]
-        return array
+            entries = [per_item(as_array(entry, field), field) for entry in data]
+        else:
+            array = as_array(data, field)
+            if not (itemised(field) and array.ndim == 2):
+                return array
+            entries = [per_item(row, field) for row in array]  # a jagged branch, equally long entries here
+        return [bounded_rows(entry, field, self.path, start + k) for k, entry in enumerate(entries)]
 
     def attribute(self, name: str) -> object:
         try:
