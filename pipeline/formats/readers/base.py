@@ -209,6 +209,11 @@ class OpenFile(ABC):
         """The array's dimension names, where the format names them (NetCDF, Zarr); else None."""
         return None
 
+    def length(self, array: str, axis: int) -> int:
+        """The array's length along one axis (ingest's survey counts samples with it): its shape's, unless
+        a format knows it for less (openPMD: the iterations, without parsing one)."""
+        return self.shape(array)[axis]
+
     def along(self, field: FieldSpec, samples_along: int | str) -> int | None:
         """The position of the sample axis in the field's array, or None when the array has no such axis
         (a per-file array, repeated for each sample). A dimension name is looked up in the array's

@@ -35,6 +35,7 @@ import numpy as np
 from pipeline.formats.readers.base import (
     COMPONENT_NAMES,
     Contents,
+    FieldSpec,
     Layout,
     MissingArray,
     OpenFile,
@@ -110,12 +111,22 @@ class OpenPMDFile(OpenFile):
             self._open_iterations.add(iteration)
         return it
 
-    def _close_iterations(self) -> None:
-        """Closed after each read: what openPMD-api parsed of them is released, so memory does not grow
-        with the iterations a rank has read (a closed iteration opens again when read again)."""
-        for iteration in self._open_iterations:
+    def _close_iterations(self, keep: set[int]) -> None:
+        """Every open iteration but `keep` closed: what openPMD-api parsed of them is released, so memory
+        does not grow with the iterations a rank has read (a closed iteration opens again when read again).
+        Kept: the range being read, whose other fields ingest reads next (parsing an iteration costs more
+        than loading a small one)."""
+        for iteration in self._open_iterations - keep:
             self.series.iterations[iteration].close()
-        self._open_iterations.clear()
+        self._open_iterations &= keep
+
+    def length(self, array: str, axis: int) -> int:
+        return len(self.iterations) if axis == 0 else self.shape(array)[axis]
+
+    def along(self, field: FieldSpec, samples_along: int | str) -> int | None:
+        """Every array's first axis is the iterations: known without parsing one (a record an iteration
+        lacks is that sample's reject, when it is read)."""
+        return 0 if samples_along in (ITERATION, 0) else super().along(field, samples_along)
 
     def _record(self, array: str, iteration: int) -> tuple[Any, bool]:
         """(the record, whether it is a particle position to join with positionOffset)."""
@@ -214,10 +225,8 @@ class OpenPMDFile(OpenFile):
 
     def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
         picked = self.iterations[index[0] if index else slice(None)]
-        try:
-            values = [self._load(array, iteration) for iteration in picked]
-        finally:
-            self._close_iterations()
+        self._close_iterations(keep=set(picked))
+        values = [self._load(array, iteration) for iteration in picked]
         if not values:
             return np.zeros((0, *self.shape(array)[1:]))
         shapes = {v.shape for v in values}

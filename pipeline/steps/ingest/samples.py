@@ -141,7 +141,7 @@ class FileSamples:
             return
         if not self.axes:
             raise SampleError(f"no field has the sample axis {samples_along!r} (source.samples_along)")
-        lengths = {name: opened.shape(self.field(name).path)[axis] for name, axis in self.axes.items()}
+        lengths = {name: opened.length(self.field(name).path, axis) for name, axis in self.axes.items()}
         if len(set(lengths.values())) > 1:
             told = ", ".join(f"{name}={n}" for name, n in lengths.items())
             raise SampleError(f"fields disagree in length along {samples_along!r}: {told}")
