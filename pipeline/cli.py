@@ -85,7 +85,8 @@ def cmd_train(args: argparse.Namespace, config: dict[str, Any], view: dict[str, 
     from pipeline.steps.train import train
 
     lay = cfg.layout(config)
-    return train(view, args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train, comm)
+    merged, staged, out = args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train
+    return train(view, merged, staged, out, comm, baseline=not args.no_baseline)
 
 
 def cmd_search(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
@@ -196,6 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
         for flag, text in options:
             p.add_argument(flag, type=Path, help=text)
         p.set_defaults(func=handler)
+        if name == "train":
+            p.add_argument(
+                "--no-baseline",
+                action="store_true",
+                help="skip the classical baseline (a search trial: only its validation loss counts)",
+            )
         if name == "search":
             p.add_argument(
                 "--role",

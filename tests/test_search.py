@@ -137,11 +137,15 @@ def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, d
     assert (out / "search.png").exists()
     assert stat.S_IMODE((out / "run").stat().st_mode) == 0o700
     assert not (out / "run" / "nameserver.json").exists()  # withdrawn when the master ends
+    # a trial is scored by its validation loss: no classical baseline pass in it (sim2dl train --no-baseline)
+    trial_summaries = [json.loads(p.read_text()) for p in (out / "trials").glob("*/train/summary.json")]
+    assert len(trial_summaries) == 4 and all(t["baseline"]["method"] is None for t in trial_summaries)
     # The workflow's hand-off (rules/train.smk): train with best.yaml on top trains that configuration.
     args = ["train", "--config", str(path), "--overrides", str(out / "best.yaml"), "--out", str(tmp_path / "train")]
     trained = json.loads(run_cli(args, ranks=1, timeout=600).stdout.strip().splitlines()[-1])
     assert trained["settings"]["learning_rate"] == pytest.approx(best["learning_rate"])
     assert trained["settings"]["model_args"] == best["model_args"]
+    assert trained["baseline"]["method"] is not None  # the workflow's own training has its baseline
 
 
 def descendants_running(job, word):

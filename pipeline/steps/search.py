@@ -239,6 +239,7 @@ def run_trial(
             str(data.merged),
             "--stage-summary",
             str(data.staged),
+            "--no-baseline",  # a trial is scored by its validation loss alone
         ]
     )
     start = time.perf_counter()

@@ -483,8 +483,11 @@ def unscale_gradients(optimizer: Any, grads: Any) -> Any:
     return grads
 
 
-def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
-    """Set up (settings and model checked, Horovod, this rank's data), restore, run the epochs, finish."""
+def train(
+    config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any, baseline: bool = True
+) -> dict[str, Any]:
+    """Set up (settings and model checked, Horovod, this rank's data), restore, run the epochs, finish.
+    baseline False: no classical baseline (search trials, which only need the validation loss)."""
     settings = config["train"]
     devices.hide_gpus_if_cpu(settings)  # before TensorFlow is imported
     import horovod.tensorflow as hvd
@@ -611,9 +614,12 @@ def train(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_
     if kept.keep == "best" and kept.epoch is not None:
         final = kept.restore(keras_model, paths, history)  # None: the restored weights are validated again
     final = final or validate()
-    baseline = classical_baseline(config, meta, task, model, data, layout, comm)
+    if baseline:
+        found = classical_baseline(config, meta, task, model, data, layout, comm)
+    else:
+        found = {"method": None, "skipped": "not asked for (sim2dl train --no-baseline: a search trial)"}
     ranks = Ranks(hvd, rank, size, device, layout)
-    return finish(config, task, model, history, final, paths, ranks, kept, baseline)
+    return finish(config, task, model, history, final, paths, ranks, kept, found)
 
 
 def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,
