@@ -62,7 +62,7 @@ def test_float16_training_scales_the_loss_and_unscales_the_gradients():
             tf.keras.utils.set_random_seed(1)
             layers = [tf.keras.Input((4,)), tf.keras.layers.Dense(8), tf.keras.layers.Dense(1, dtype="float32")]
             model = tf.keras.Sequential(layers)  # the hidden layer computes in the policy's float16
-            optimizer = make_optimizer({"learning_rate": 0.01}, policy)
+            optimizer = make_optimizer({"learning_rate": 0.01, "weight_decay": 0.0}, policy)
             with tf.GradientTape() as tape:
                 scaled = scale_loss(optimizer, tf.reduce_mean(tf.square(model(x) - 1.0)))
             found = unscale_gradients(optimizer, tape.gradient(scaled, model.trainable_variables))

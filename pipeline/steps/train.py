@@ -454,7 +454,7 @@ def make_optimizer(settings: Mapping[str, Any], precision: str) -> Any:
     under float16 compute wrapped for dynamic loss scaling (float16 gradients underflow)."""
     import tensorflow as tf
 
-    if settings.get("weight_decay", 0) > 0:
+    if settings["weight_decay"] > 0:
         optimizer = tf.keras.optimizers.AdamW(learning_rate=settings["learning_rate"],
                                               weight_decay=settings["weight_decay"])  # fmt: skip
     else:
