@@ -72,6 +72,7 @@ CHANGES = {
     "ingest": ("ingest.check_finite", False),
     "convert.features": ("convert.features", ["extra"]),
     "convert.stack": ("convert.stack", {"both": ["density", "extra"]}),
+    "convert.deposit": ("convert.deposit", {"grid": {"positions": "extra", "shape": [4, 4, 4], "box": 1.0}}),
     "merge.format": ("merge.format", "hdf5"),
     "merge.compression": ("merge.compression", "gzip"),
     "merge.shard_size_mb": ("merge.shard_size_mb", 4),
