@@ -207,6 +207,11 @@ def write_gray_scott(path: Path, engine: str, steps: int, du: float) -> None:
                 stream.write_attribute("units", "mol/m^3", "U")
 
 
+def adios_profiles() -> set[Path]:
+    """The profiles ADIOS2 readers write to /tmp unless told not to (NAME_PID_profiling.json)."""
+    return set(Path("/tmp").glob("*_profiling.json"))
+
+
 def gray_scott_step(du: float, k: int) -> tuple[np.ndarray, np.ndarray]:
     grid = np.add.outer(np.arange(16.0), np.arange(16.0))
     return grid * du + k, grid - k * du
@@ -221,7 +226,9 @@ def test_the_docs_bp_files_give_one_sample_per_step_and_a_truncated_directory_is
     for name, (engine, du, steps) in runs.items():
         write_gray_scott(data / name, engine, steps, du)
     (data / "run-c.bp" / "md.idx").unlink()
+    before = adios_profiles()
     meta, rejects = run_data_steps(tmp_path, docs_block("format: adios2"), data)
+    assert adios_profiles() == before  # no reader left its profile in /tmp (ADIOS2's default per open)
     assert meta["counts"]["records"] == 7, meta["counts"]
     assert [Path(r["path"]).name for r in rejects] == ["run-c.bp"] and "no md.idx" in rejects[0]["reason"]
     records = merged_records(tmp_path / "work" / "merged" / "metadata.json", "UV", "Du")
@@ -382,6 +389,7 @@ def test_inspect_recognises_a_variable_based_openpmd_series_and_its_config_runs(
     data = tmp_path / "diags"
     data.mkdir()
     write_series(str(data / "series.bp5"), [0, 10, 20, 30, 40], "variable_based")
+    before = adios_profiles()
     config = inspected(tmp_path, data)
     source = config["source"]
     assert source["format"] == "openpmd" and source["samples_along"] == "iteration"
@@ -392,6 +400,7 @@ def test_inspect_recognises_a_variable_based_openpmd_series_and_its_config_runs(
     assert "convert.deposit: {electrons_density: {positions: position, weights: weighting, shape: [16, 16]" in text
     meta = run_written_config(tmp_path, config)
     assert meta["counts"]["records"] == 5 and meta["feature_spec"]["E"]["shape"] == [16, 16, 3]
+    assert adios_profiles() == before  # openPMD-api's ADIOS2 engines told not to profile either
 
 
 def write_gadget(path: Path, omega: float, seed: int, particles: int = 600) -> None:

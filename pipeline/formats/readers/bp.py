@@ -16,6 +16,8 @@ per range of steps, plus the file's metadata once per open (linear in its steps 
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,14 @@ def _open(path: Path) -> Any:
         return adios2.FileReader(str(path))
     except Exception as e:  # adios2 raises RuntimeError/ValueError for files it cannot read
         raise SampleError(f"cannot open as ADIOS2 BP: {type(e).__name__}: {one_line(e)}") from None
+
+
+def forget_profile(path: Path) -> None:
+    """Remove the profile an ADIOS2 2.12 BP5 reader writes as it closes, unconditionally, to
+    /tmp/NAME_PID_profiling.json (BP5Reader::FlushProfiler; no parameter turns it off): else every open
+    of every rank of every run leaves one in /tmp."""
+    with contextlib.suppress(OSError):
+        os.remove(f"/tmp/{Path(path).name}_{os.getpid():x}_profiling.json")
 
 
 def _dtype(type_name: str, name: str) -> np.dtype:
@@ -136,6 +146,7 @@ class BPFile(OpenFile):
 
     def close(self) -> None:
         self.reader.close()
+        forget_profile(self.path)
 
 
 class BPReader(Reader):

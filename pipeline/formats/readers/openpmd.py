@@ -26,6 +26,7 @@ metadata (per iteration, not per value). Time: one load per record component per
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,11 @@ from pipeline.formats.readers.base import (
     one_line,
     scalar_text,
 )
+from pipeline.formats.readers.bp import forget_profile
 
 ITERATION = "iteration"  # the name of every array's first axis (source.samples_along)
+# iterations parsed when read, not all at open; ADIOS2 engines without their per-open profile file in /tmp
+SERIES_OPTIONS = json.dumps({"defer_iteration_parsing": True, "adios2": {"engine": {"parameters": {"Profile": "Off"}}}})
 PER_ITERATION = ("time", "dt", ITERATION)  # scalars of each iteration
 COMPONENT_ORDER = ("x", "y", "z", "r", "t")
 # openPMD's unitDimension: powers of (L, M, T, I, theta, N, J), as SI units
@@ -76,8 +80,7 @@ def _open(path: Path) -> Any:
 
     check_complete(path)
     try:
-        # iterations parsed when read, not all at open (half the open's time on a BP5 series of 300)
-        return io.Series(str(path), io.Access.read_only, '{"defer_iteration_parsing": true}')
+        return io.Series(str(path), io.Access.read_only, SERIES_OPTIONS)
     except Exception as e:  # openPMD-api raises its own error types for files it cannot read
         raise SampleError(f"cannot open as an openPMD series: {type(e).__name__}: {one_line(e)}") from None
 
@@ -242,6 +245,8 @@ class OpenPMDFile(OpenFile):
 
     def close(self) -> None:
         self.series.close()
+        if self.path.suffix.lower() in (".bp", ".bp4", ".bp5"):  # the ADIOS2 backend's reader profile
+            forget_profile(self.path)
 
     # -- what the series holds (inspect) ---------------------------------------------------------------
 
@@ -302,8 +307,11 @@ class OpenPMDReader(Reader):
             if suffix in (".bp", ".bp4", ".bp5") and (path / "md.idx").exists():
                 import adios2
 
-                with adios2.FileReader(str(path)) as f:
-                    return bool({"openPMD", "/openPMD"} & set(f.available_attributes()))  # written as "/openPMD"
+                try:
+                    with adios2.FileReader(str(path)) as f:
+                        return bool({"openPMD", "/openPMD"} & set(f.available_attributes()))  # written as "/openPMD"
+                finally:
+                    forget_profile(path)
         except Exception:  # not this format: the suffix's reader says why
             return False
         return False
