@@ -136,7 +136,8 @@ class BPFile(OpenFile):
             else:
                 data = self.reader.read(array, step_selection=[first + start_step, count_steps])
         except Exception as e:  # a step with no data, a corrupt block
-            raise SampleError(f"cannot read variable '{array}' steps [{start_step}, {stop_step}): {e}") from None
+            where = f"variable '{array}' steps [{start_step}, {stop_step})"
+            raise SampleError(f"cannot read {where}: {one_line(e)}") from None
         return np.asarray(data).reshape(count_steps, *count)
 
     def attribute(self, name: str) -> Any:

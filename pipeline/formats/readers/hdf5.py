@@ -215,7 +215,12 @@ class HDF5File(OpenFile):
     def attribute(self, name: str) -> object:
         """A root attribute, or with a path a group's or dataset's (`Header/BoxSize`)."""
         where, _, attr = name.rpartition("/")
-        node = self.file[where] if where and where in self.file else self.file if not where else None
+        if not where:
+            node = self.file
+        elif where in self.file:
+            node = self.file[where]
+        else:
+            node = None
         if node is None or attr not in node.attrs:
             raise SampleError(f"no attribute '{name}'" if where else f"no root attribute '{name}'")
         return node.attrs[attr]
