@@ -89,6 +89,13 @@ def cmd_train(args: argparse.Namespace, config: dict[str, Any], view: dict[str, 
     return train(view, merged, staged, out, comm, baseline=not args.no_baseline)
 
 
+def cmd_online(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+    from pipeline.steps.online import online
+
+    lay = cfg.layout(config)
+    return online(view, args.raw or cfg.source_dir(config), args.out or lay.train, comm, config["container"])
+
+
 def cmd_search(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
     from pipeline.steps.search import search
 
@@ -162,6 +169,15 @@ STEPS: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
         [
             MERGED,
             STAGE_SUMMARY,
+            ("--out", "output directory (default: {workdir}/train)"),
+        ],
+    ),
+    (
+        "online",
+        "train while the ensemble runs (train.online): simulation ranks send each run's samples to training ranks",
+        cmd_online,
+        [
+            ("--raw", "the ensemble's output directory (default: {workdir}/raw)"),
             ("--out", "output directory (default: {workdir}/train)"),
         ],
     ),

@@ -47,6 +47,8 @@ STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     # Stages again itself where node-local copies are gone; the simulator's label names for the plots.
     "train": ("train", "stage", "simulate.enabled"),
     "search": ("search", "train", "stage", "simulate.enabled"),  # its trials run train
+    # The ensemble and training in one job: the simulator, reading and converting each run, training.
+    "online": ("simulate", "source", "ingest.check_finite", "convert", "train"),
     "sweep": None,  # every point's config is built from the whole file
     "throughput": (),  # a figure from the data steps' summaries: reads no setting
 }

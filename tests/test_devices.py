@@ -52,7 +52,7 @@ def test_float16_training_scales_the_loss_and_unscales_the_gradients():
     """The GPU policy's arithmetic, on the CPU: the loss-scaling optimizer's gradients equal float32's."""
     import tensorflow as tf
 
-    from pipeline.steps.train import make_optimizer, scale_loss, unscale_gradients
+    from pipeline.training.optimizer import make_optimizer, scale_loss, unscale_gradients
 
     x = np.random.default_rng(0).normal(size=(16, 4)).astype("float32")
     grads = {}
@@ -103,7 +103,7 @@ def test_weight_decay_makes_the_optimizer_adamw_decoupled_from_the_gradient():
     """train.weight_decay: AdamW, whose decay shrinks a weight whose gradient is zero (Adam would not move it)."""
     import tensorflow as tf
 
-    from pipeline.steps.train import make_optimizer
+    from pipeline.training.optimizer import make_optimizer
 
     plain = make_optimizer({"learning_rate": 0.1, "weight_decay": 0.0}, "float32")
     decayed = make_optimizer({"learning_rate": 0.1, "weight_decay": 0.5}, "float32")

@@ -350,7 +350,7 @@ def test_parts_are_a_shard_each_unless_ranks_would_go_without_work(tmp_path):
 )
 def test_dtype_casts_arrays_when_no_value_changes(values, dtype, lossy):
     """Declared dtypes cast arrays as they cast table columns; a cast that would change a value is a reject."""
-    from pipeline.steps.ingest.step import cast_to
+    from pipeline.data.records import cast_to
 
     if lossy is None:
         cast = cast_to(values, np.dtype(dtype), "x")

@@ -25,15 +25,17 @@ def _save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def learning_curves(history: Sequence[Mapping[str, Any]], loss_name: str, path: Path) -> None:
-    epochs = [h["epoch"] for h in history]
+def learning_curves(history: Sequence[Mapping[str, Any]], loss_name: str, path: Path, x: str = "epoch") -> None:
+    """Training and validation loss, throughput and input wait per row of the history (x: the rows'
+    axis: epoch offline, step online)."""
+    epochs = [h[x] for h in history]
     fig, (ax_loss, ax_speed) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     ax_loss.plot(epochs, [h["loss"] for h in history], "o-", label="training")
     ax_loss.plot(epochs, [h["val_loss"] for h in history], "s-", label="validation")
-    ax_loss.set(xlabel="epoch", ylabel=loss_name, title="Learning curves")
+    ax_loss.set(xlabel=x, ylabel=loss_name, title="Learning curves")
     ax_loss.legend()
     ax_speed.plot(epochs, [h["samples_per_s"] for h in history], "o-", color="tab:green")
-    ax_speed.set(xlabel="epoch", ylabel="samples/s (all ranks)", title="Throughput")
+    ax_speed.set(xlabel=x, ylabel="samples/s (all ranks)", title="Throughput")
     twin = ax_speed.twinx()
     twin.plot(epochs, [100 * h["input_wait_fraction"] for h in history], "x--", color="tab:red")
     twin.set_ylabel("% of step time waiting for input", color="tab:red")

@@ -232,15 +232,15 @@ def run_tasks(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, start
 
 
 class Queue:
-    """Run indices handed out in guided chunks: remaining / (2 x ranks), between 1 and MAX_CHUNK."""
+    """Run indices handed out in guided chunks: remaining / (2 x ranks), between 1 and max_chunk."""
 
-    def __init__(self, runs: int, ranks: int) -> None:
-        self.next, self.runs, self.ranks = 0, runs, ranks
+    def __init__(self, runs: int, ranks: int, max_chunk: int = MAX_CHUNK) -> None:
+        self.next, self.runs, self.ranks, self.max_chunk = 0, runs, ranks, max_chunk
         self.lock = threading.Lock()
 
     def take(self) -> tuple[int, int]:
         with self.lock:
-            size = max(1, min(MAX_CHUNK, (self.runs - self.next) // (2 * self.ranks)))
+            size = max(1, min(self.max_chunk, (self.runs - self.next) // (2 * self.ranks)))
             start, self.next = self.next, min(self.runs, self.next + size)
             return start, self.next
 
@@ -292,10 +292,25 @@ class RankOutcomes:
         return {n: np.concatenate([c[n] for c in self.chunks] or [np.zeros(0, t)]) for n, t in names.items()}
 
 
-def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any) -> RankOutcomes:
+@dataclass
+class FarmHooks:
+    """What a consumer of the runs as they complete (online training) adds to the farm: runs handed out
+    `max_chunk` at a time, `before` a chunk starts (its first run's index and tasks) and `after` it
+    completes (also with its outcomes). Runs whose directory may stay empty (a simulator that streams its
+    output) set `may_be_empty`."""
+
+    max_chunk: int = MAX_CHUNK
+    before: Any = None  # (start, tasks) -> None
+    after: Any = None  # (start, tasks, outcomes) -> None
+    may_be_empty: bool = False
+
+
+def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any,
+         hooks: FarmHooks | None = None) -> RankOutcomes:  # fmt: skip
     rank, size = comm.Get_rank(), comm.Get_size()
+    hooks = hooks or FarmHooks()
     outcomes = RankOutcomes()
-    queue = Queue(len(plan), size) if rank == 0 else None
+    queue = Queue(len(plan), size, hooks.max_chunk) if rank == 0 else None
     server = None
     bar = progress_bar(len(plan), "simulate", rank, size, unit="run", every_rank=True)
     if rank == 0 and size > 1:
@@ -310,7 +325,15 @@ def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any)
             start, stop = comm.recv(source=0, tag=REPLY)
         if start == stop:
             break
-        outcomes.add(start, worker.execute(run_tasks(plan, settings, root, start, stop)))
+        tasks = run_tasks(plan, settings, root, start, stop)
+        for task in tasks:
+            task["may_be_empty"] = hooks.may_be_empty
+        if hooks.before:
+            hooks.before(start, tasks)
+        done = worker.execute(tasks)
+        if hooks.after:
+            hooks.after(start, tasks, done)
+        outcomes.add(start, done)
         bar.update(stop - start)
     worker.close()
     if server is not None:
@@ -358,10 +381,15 @@ def runs_table(plan: EnsemblePlan, parts: Sequence[dict[str, np.ndarray]], reaso
 
 
 def run_ensemble(
-    settings: Mapping[str, Any], root: Path, comm: Any, container: Mapping[str, Any] | None = None
+    settings: Mapping[str, Any],
+    root: Path,
+    comm: Any,
+    container: Mapping[str, Any] | None = None,
+    hooks: FarmHooks | None = None,
 ) -> dict[str, Any]:
     """Draw (or keep) the design, run what is not complete across the ranks, write the runs table.
-    container: the config's container section (for simulate.image)."""
+    container: the config's container section (for simulate.image); hooks: a consumer of runs as they
+    complete (online training)."""
     rank = comm.Get_rank()
     settings = {**settings, "container": container or {}}
     error = None
@@ -377,7 +405,7 @@ def run_ensemble(
         prepare_design(plan, root)
     comm.barrier()
     start = time.perf_counter()
-    mine = farm(plan, settings, root, comm)
+    mine = farm(plan, settings, root, comm, hooks)
     parts = comm.gather(mine.arrays(), root=0)
     reasons = comm.gather(mine.reasons, root=0)
     summary: dict[str, Any] = {}

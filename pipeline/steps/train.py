@@ -66,7 +66,9 @@ from pipeline.training import determinism, devices
 from pipeline.training.augment import Transform, augment_batch
 from pipeline.training.augment import plan as augment_plan
 from pipeline.training.baseline import fit_and_score as baseline_fit_and_score
+from pipeline.training.checksum import weights_checksum
 from pipeline.training.models import ModelSource, build_model
+from pipeline.training.optimizer import learning_rate, make_optimizer, scale_loss, unscale_gradients
 from pipeline.training.spatial.layout import SpatialLayout, check_spatial
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
 
@@ -282,23 +284,6 @@ def input_pipeline(
 # ---------------------------------------------------------------- the training loop
 
 
-def learning_rate(settings: Mapping[str, Any], size: int, epoch_progress: float) -> float:
-    """Base rate x ranks, reached linearly over the warm-up epochs (Goyal et al.), then with
-    `decay: cosine` lowered along a half cosine to zero at the last epoch (Loshchilov & Hutter): the last
-    epochs settle instead of jumping about (the demo's held-out loss rose over its last 3 epochs at a
-    constant rate, and σ8's R² at the end was 0.78 in one run, 0.96 in another)."""
-    target = settings["learning_rate"] * size
-    warmup = settings["warmup_epochs"]
-    if warmup > 0 and epoch_progress < warmup:
-        start = settings["learning_rate"]
-        return start + (target - start) * epoch_progress / warmup
-    if settings["decay"] == "none":
-        return target
-    decaying = max(settings["epochs"] - warmup, 1e-9)
-    done = min(max(epoch_progress - warmup, 0.0) / decaying, 1.0)
-    return target * 0.5 * (1 + math.cos(math.pi * done))
-
-
 @dataclass
 class RankData:
     """What one rank trains and validates on: its staged files (or its record shard of them), the hash
@@ -447,40 +432,6 @@ def augmentation(settings: Mapping[str, Any], task: Task, source: ModelSource, s
     if task.data.several:
         raise Sim2dlError("config key 'train.augment': a model of several inputs cannot be augmented (one feature)")
     return augment_plan(settings["augment"], shape[: spatial_dims(source, shape)], split)
-
-
-def make_optimizer(settings: Mapping[str, Any], precision: str) -> Any:
-    """Adam, or with train.weight_decay AdamW (decay decoupled from the gradient, Loshchilov & Hutter);
-    under float16 compute wrapped for dynamic loss scaling (float16 gradients underflow)."""
-    import tensorflow as tf
-
-    if settings["weight_decay"] > 0:
-        optimizer = tf.keras.optimizers.AdamW(learning_rate=settings["learning_rate"],
-                                              weight_decay=settings["weight_decay"])  # fmt: skip
-    else:
-        optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
-    if precision == "mixed_float16":
-        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
-    return optimizer
-
-
-def scale_loss(optimizer: Any, loss: Any) -> Any:
-    """The loss to differentiate (inside the tape): scaled up where the optimizer scales, so that float16
-    gradients do not underflow."""
-    import tensorflow as tf
-
-    return (
-        optimizer.get_scaled_loss(loss) if isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer) else loss
-    )
-
-
-def unscale_gradients(optimizer: Any, grads: Any) -> Any:
-    """Gradients of `scale_loss`'s loss back to the loss's own scale."""
-    import tensorflow as tf
-
-    if isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer):
-        return optimizer.get_unscaled_gradients(grads)
-    return grads
 
 
 def train(
@@ -803,7 +754,7 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
         **task.metrics(result),
         "validation_records": _validation_records(task, result),
         "model": model.source.provenance(),
-        "weights_checksum": _weights_checksum(model.keras),
+        "weights_checksum": weights_checksum(model.keras),
         "settings": dict(settings),  # what was trained (with search.enabled: the search's best merged in)
     }
     # what a classical estimator learns from the same split (pipeline.training.baseline), and where the
@@ -857,15 +808,6 @@ def _label_names(meta: Mapping[str, Any]) -> list[str] | None:
     names = meta.get("component_names", {}).get(labels[0]) if len(labels) == 1 else None
     shape = meta["feature_spec"][labels[0]]["shape"] if names else None
     return list(names) if names and shape and shape[-1] == len(names) else None
-
-
-def _weights_checksum(model: Any) -> str:
-    import xxhash
-
-    h = xxhash.xxh3_128()
-    for w in model.get_weights():
-        h.update(np.ascontiguousarray(w).tobytes())
-    return h.hexdigest()
 
 
 def _load_history(out_dir: Path) -> list[dict[str, Any]]:

@@ -1,0 +1,430 @@
+"""The trainer side of online training: data-parallel TensorFlow + Horovod (on the trainers' own
+communicator) over replay buffers that the producers fill while the simulations run.
+
+Each trainer receives the samples it owns (pipeline.online.messages) between steps, without waiting, into
+its training buffer (pipeline.online.buffer) or, for held-out runs, its validation buffer. A step happens
+when every trainer's buffer holds `watermark` samples (the trainers agree by one small allreduce per step,
+so Horovod's collective steps stay in lockstep); until then the trainers wait for arrivals, and that wait
+is the input wait the history reports. Training ends after `train.online.steps` steps, or when the
+simulations are over and a buffer has nothing left to draw (every sample used `max_reuse` times).
+
+Normalisation: the statistics of convert.normalise's fields (per channel where convert.per_channel says)
+come from the samples that arrived before the first step (every trainer's, added up), are frozen there,
+saved in the summary and applied to every batch; or `train.online.statistics` names a convert stats.json
+of earlier offline data to use instead.
+
+Validation every `validate_every_steps` steps: the loss over every trainer's validation buffer (runs the
+ensemble held out: never trained on); the model of the lowest validation loss is kept (train.keep: best).
+A checkpoint (weights, optimizer, step) is written at each validation; a rerun resumes from it (the
+buffers fill again from the runs still to come, and with source: runs also from the completed runs' files).
+
+Memory per trainer: the model, the two buffers (capacity x sample bytes each, fixed), the per-run counts
+(12 bytes per run). Time: steps x step time, plus waits for arrivals.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import Sim2dlError
+from pipeline.data.transforms import normalise
+from pipeline.online import messages
+from pipeline.online.buffer import FieldLayout, ReplayBuffer
+from pipeline.online.producer import ProducerCounts
+from pipeline.paths import TrainPaths
+from pipeline.storage.fsutil import write_json_atomic
+from pipeline.training import determinism, devices
+from pipeline.training.models import build_model, input_shape, model_source
+from pipeline.training.optimizer import make_optimizer, scale_loss, unscale_gradients
+from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
+
+log = logging.getLogger(__name__)
+WAIT_POLL_S = 0.002
+
+
+# ---------------------------------------------------------------- statistics from the first arrivals
+
+
+@dataclass
+class Moments:
+    """Sums for a field's mean and standard deviation (per channel or overall), added across trainers."""
+
+    per_channel: bool
+    sums: np.ndarray | None = None  # [count, sum, sum of squares] x channels
+
+    def update(self, x: np.ndarray) -> None:
+        flat = x.reshape(-1, x.shape[-1]) if self.per_channel else x.reshape(-1, 1)
+        flat = flat.astype(np.float64)
+        part = np.stack([np.full(flat.shape[1], flat.shape[0], np.float64), flat.sum(0), (flat**2).sum(0)])
+        self.sums = part if self.sums is None else self.sums + part
+
+    def statistics(self, total: np.ndarray) -> dict[str, Any]:
+        count, s, ss = total
+        mean = s / np.maximum(count, 1)
+        std = np.sqrt(np.maximum(ss / np.maximum(count, 1) - mean**2, 0.0))
+        squeeze = (lambda a: a.tolist()) if self.per_channel else (lambda a: float(a[0]))
+        return {"mean": squeeze(mean), "std": squeeze(std), "count": int(count[0])}
+
+
+def frozen_statistics(moments: Mapping[str, Moments], layouts: Mapping[str, FieldLayout], comm: Any) -> dict:
+    """Every trainer's sums added (trainers that saw nothing add zeros), as convert's statistics."""
+    out = {}
+    for name, m in moments.items():
+        channels = layouts[name].shape[-1] if m.per_channel else 1
+        mine = m.sums if m.sums is not None else np.zeros((3, channels))
+        out[name] = m.statistics(comm.allreduce(mine))
+    return out
+
+
+# ---------------------------------------------------------------- the trainer
+
+
+@dataclass
+class TrainerState:
+    step: int = 0
+    waited: float = 0.0
+    done_producers: int = 0
+    producer_counts: list[ProducerCounts] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    arrivals_at_first_step: int = 0
+    first_step_time: float | None = None
+
+
+def meta_for(config: Mapping[str, Any], layouts: Mapping[str, FieldLayout], stats: Mapping[str, Any]) -> dict:
+    """What the tasks and models read of a dataset's metadata, for the converted fields' layouts."""
+    convert = config["convert"]
+    spec = {n: {"role": "feature", "shape": list(layouts[n].shape), "dtype": layouts[n].dtype.name}
+            for n in convert["features"]}  # fmt: skip
+    spec |= {n: {"role": "label", "shape": list(layouts[n].shape), "dtype": layouts[n].dtype.name}
+             for n in convert["labels"]}  # fmt: skip
+    classes = {}
+    for name, f in config["source"]["fields"].items():
+        if f.get("categorical") and "column" in f:
+            classes[name] = [str(v) for v in config["simulate"]["space"][f["column"]]["values"]]
+    return {"feature_spec": spec, "statistics": dict(stats), "classes": classes}
+
+
+class Trainer:
+    def __init__(self, config: Mapping[str, Any], layouts: Mapping[str, FieldLayout], world: Any, comm: Any,
+                 producers: int, runs: int, out_dir: Path, runs_table: Path) -> None:  # fmt: skip
+        self.config, self.layouts, self.world, self.comm = config, dict(layouts), world, comm
+        self.settings = config["train"]
+        self.online = self.settings["online"]
+        self.producers, self.runs = producers, runs
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.paths = TrainPaths(out_dir)
+        self.runs_table = runs_table  # the ensemble's (written by the producers before they are done)
+        buffer = self.online["buffer"]
+        seed = self.settings["seed"]
+        self.train_buffer = ReplayBuffer(layouts, buffer["capacity"], buffer["policy"], buffer["max_reuse"], seed,
+                                         self.rank)  # fmt: skip
+        self.validation_buffer = ReplayBuffer(layouts, self.online["validation_capacity"], "reservoir", 0, seed + 1,
+                                              self.rank)  # fmt: skip
+        convert = config["convert"]
+        self.moments = {n: Moments(n in convert["per_channel"]) for n in convert["normalise"]}
+        self.stats: dict[str, Any] | None = self.prior_statistics()
+        self.state = TrainerState()
+        self.record = bool(self.settings["deterministic"])
+
+    def prior_statistics(self) -> dict[str, Any] | None:
+        source = self.online["statistics"]
+        if source == "first_arrivals":
+            return None
+        path = Path(source)
+        try:
+            stats = json.loads(path.read_text())["statistics"]
+        except (OSError, KeyError, json.JSONDecodeError) as e:
+            raise Sim2dlError(
+                f"config key 'train.online.statistics': cannot read statistics from {path}: {e}"
+            ) from None
+        missing = sorted(set(self.config["convert"]["normalise"]) - set(stats))
+        if missing:
+            raise Sim2dlError(f"config key 'train.online.statistics': {path} has no statistics of {missing}")
+        return stats
+
+    # ---- arrivals
+    def receive(self, block_s: float = 0.0) -> int:
+        """Take every message waiting (waiting up to block_s for the first); how many samples arrived."""
+        from mpi4py import MPI
+
+        status, arrived = MPI.Status(), 0
+        deadline = time.perf_counter() + block_s
+        while True:
+            if not self.world.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
+                if time.perf_counter() >= deadline:
+                    return arrived
+                time.sleep(WAIT_POLL_S)
+                continue
+            tag, source = status.Get_tag(), status.Get_source()
+            payload = self.world.recv(source=source, tag=tag)
+            if tag == messages.DONE:
+                self.state.done_producers += 1
+                if payload is not None:
+                    self.state.producer_counts.append(payload)
+                continue
+            run, number, validation, sample = payload
+            if validation:
+                self.validation_buffer.add(sample, run, number)
+            else:
+                if self.stats is None:
+                    for name, m in self.moments.items():
+                        m.update(sample[name])
+                self.train_buffer.add(sample, run, number, record=self.record)
+            arrived += 1
+            block_s = 0.0
+            deadline = time.perf_counter()
+
+    @property
+    def producing(self) -> bool:
+        return self.state.done_producers < self.producers
+
+    def agree(self, ready: bool, exhausted: bool) -> tuple[bool, bool, bool]:
+        """(every trainer ready, every producer done everywhere, any trainer exhausted)."""
+        flags = np.array([int(ready), int(not self.producing), int(exhausted)], np.int64)
+        low, high = np.empty_like(flags), np.empty_like(flags)
+        self.comm.Allreduce(flags, low, op=_mpi("MIN"))
+        self.comm.Allreduce(flags, high, op=_mpi("MAX"))
+        return bool(low[0]), bool(low[1]), bool(high[2])
+
+    def batch_tensors(self, batch: Mapping[str, np.ndarray], task: Task, add_channel: bool) -> tuple[Any, Any]:
+        import tensorflow as tf
+
+        batch = normalise(batch, self.stats or {})
+        feature = task.data.feature
+        x = batch[feature].astype(np.float32)
+        if add_channel:
+            x = x[..., np.newaxis]
+        y = task.label_tensor([batch[f.name] for f in task.data.labels], True)
+        return tf.constant(x), y
+
+    # ---- the loop
+    def run(self) -> dict[str, Any]:
+        settings = self.settings
+        devices.hide_gpus_if_cpu(settings)
+        determinism.before_horovod(settings)
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        hvd.init(comm=self.comm)
+        device = devices.apply(settings, hvd.local_rank(), hvd.local_size())
+        determinism.seed_and_fix(settings)
+        meta = meta_for(self.config, self.layouts, self.stats or {})
+        task = make_task(settings, data_spec(meta))
+        task.check()
+        source = model_source(settings["model"])
+        shape = input_shape(source, task.data.feature_shape)
+        add_channel = len(shape) == len(task.data.feature_shape) + 1
+        model, source = build_model(settings, task.data.feature_shape, task)
+        optimizer = make_optimizer(settings, device["precision"])
+        loss_fn = task.loss()
+        step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
+        manager = tf.train.CheckpointManager(checkpoint, str(self.paths.checkpoints), max_to_keep=2)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint)
+        start = self.state.step = int(step_var.numpy())
+        autograph = source.built_in is None
+
+        @tf.function(autograph=autograph)
+        def train_step(x: Any, y: Any, first: bool) -> Any:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+                scaled = scale_loss(optimizer, loss)
+            tape = hvd.DistributedGradientTape(tape)
+            grads = unscale_gradients(optimizer, tape.gradient(scaled, model.trainable_variables))
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            if first:
+                hvd.broadcast_variables(model.variables, root_rank=0)
+                hvd.broadcast_variables(optimizer.variables(), root_rank=0)
+            return loss
+
+        @tf.function(autograph=autograph)
+        def predict(x: Any, y: Any) -> Any:
+            outputs = model(x, training=False)
+            return outputs, loss_fn(y, outputs)
+
+        def validate() -> tuple[float, Evaluation]:
+            evaluation, loss_sum, count = task.evaluation(), 0.0, 0
+            buffer, batch = self.validation_buffer, settings["batch_size"]
+            for begin in range(0, len(buffer), batch):
+                part = {n: a[begin : min(len(buffer), begin + batch)] for n, a in buffer.data.items()}
+                x, y = self.batch_tensors(part, task, add_channel)
+                outputs, loss = predict(x, y)
+                n = int(y.shape[0])
+                loss_sum, count = loss_sum + float(loss) * n, count + n
+                task.update(evaluation, outputs.numpy(), y.numpy(), x.numpy())
+            totals = self.comm.allgather((loss_sum, count, evaluation))
+            total = sum(t[1] for t in totals)
+            combined = Evaluation.combine([t[2] for t in totals], task.max_examples)
+            return (sum(t[0] for t in totals) / total if total else float("nan")), combined
+
+        watermark = max(self.online["buffer"]["watermark"], 1)
+        steps, every = self.online["steps"], self.online["validate_every_steps"]
+        best: tuple[int, float, list[np.ndarray], tuple[float, Evaluation]] | None = None
+        began = time.perf_counter()
+        losses: list[float] = []
+        window_start, window_wait = time.perf_counter(), 0.0
+        stopped_because = "train.online.steps reached"
+        while self.state.step < steps:
+            self.receive()
+            ready, finished, exhausted = self.agree(self.train_buffer.ready(watermark), self.train_buffer.exhausted())
+            if finished and (exhausted or not ready):
+                stopped_because = (
+                    "the simulations ended and a trainer's buffer has nothing left to draw (max_reuse)" if exhausted
+                    else f"the simulations ended before every trainer's buffer held the watermark ({watermark})"
+                )  # fmt: skip
+                break
+            if not ready:
+                t0 = time.perf_counter()
+                self.receive(block_s=0.05)
+                window_wait += time.perf_counter() - t0
+                continue
+            if self.stats is None:  # the first step: statistics of what arrived so far, frozen
+                self.stats = frozen_statistics(self.moments, self.layouts, self.comm)
+                self.state.arrivals_at_first_step = int(self.comm.allreduce(self.train_buffer.arrivals))
+            if self.state.first_step_time is None:
+                self.state.first_step_time = time.perf_counter() - began
+            batch = self.train_buffer.draw(settings["batch_size"], self.state.step, record=self.record)
+            x, y = self.batch_tensors(batch, task, add_channel)
+            optimizer.learning_rate.assign(settings["learning_rate"] * self.size)
+            losses.append(float(train_step(x, y, self.state.step == start)))
+            self.state.step += 1
+            if self.state.step % every == 0 or self.state.step == steps:
+                val_loss, evaluation = validate()
+                seconds = time.perf_counter() - window_start
+                row = {
+                    "step": self.state.step,
+                    "loss": float(np.mean(self.comm.allgather(float(np.mean(losses))))),
+                    "val_loss": val_loss,
+                    "samples_per_s": len(losses) * settings["batch_size"] * self.size / max(seconds, 1e-9),
+                    "input_wait_fraction": float(np.mean(self.comm.allgather(window_wait / max(seconds, 1e-9)))),
+                    "arrived": int(self.comm.allreduce(self.train_buffer.arrivals)),
+                    "validation_samples": int(self.comm.allreduce(len(self.validation_buffer))),
+                    "seconds": seconds,
+                }
+                self.state.history.append(row)
+                self.state.waited += window_wait
+                losses, window_start, window_wait = [], time.perf_counter(), 0.0
+                if math.isfinite(val_loss) and (best is None or val_loss < best[1]):
+                    best = (self.state.step, val_loss, model.get_weights(), (val_loss, evaluation))
+                step_var.assign(self.state.step)
+                if self.rank == 0:
+                    manager.save()
+                    log.info(json.dumps(row))
+        # drain: every producer must be heard from before the job ends (their final counts)
+        while self.producing:
+            self.receive(block_s=0.05)
+        if not self.state.history or self.state.history[-1]["step"] != self.state.step:
+            val_loss, evaluation = validate()
+            final = (val_loss, evaluation)
+        else:
+            final = None
+        kept = None
+        if settings["keep"] == "best" and best is not None:
+            model.set_weights(best[2])
+            final, kept = best[3], best[0]
+        elif final is None:
+            final = validate()
+        return self.finish(hvd, task, model, source, final, kept, stopped_because, device, time.perf_counter() - began)
+
+    def counts(self) -> dict[str, np.ndarray]:
+        """Per run, over every trainer: samples added, dropped by a buffer, draws; validation samples."""
+        mine = self.train_buffer.counts(self.runs)
+        mine["validation"] = self.validation_buffer.counts(self.runs)["added"]
+        return {k: self.comm.allreduce(v) for k, v in mine.items()}
+
+    def finish(self, hvd: Any, task: Task, model: Any, source: Any, final: tuple[float, Evaluation],
+               kept: int | None, stopped_because: str, device: dict, seconds: float) -> dict[str, Any]:  # fmt: skip
+        from pipeline.training.checksum import weights_checksum
+
+        counts = self.counts()
+        val_loss, evaluation = final
+        # the task again, with the frozen statistics: metrics and the figure in the labels' own units
+        task = make_task(self.settings, data_spec(meta_for(self.config, self.layouts, self.stats or {})))
+        online_record = {
+            "source": self.online["source"],
+            "steps": self.state.step,
+            "stopped": stopped_because,
+            "seconds": round(seconds, 3),
+            "seconds_to_first_step": self.state.first_step_time,
+            "input_wait_fraction": self.state.waited / max(seconds, 1e-9),
+            "arrivals_before_first_step": self.state.arrivals_at_first_step,
+            "statistics": self.stats,
+            "statistics_from": self.online["statistics"],
+            "buffer": {
+                **self.online["buffer"],
+                "bytes_per_trainer": self.train_buffer.nbytes,
+                "validation_bytes_per_trainer": self.validation_buffer.nbytes,
+            },
+            "samples": {
+                "arrived": int(counts["added"].sum()),
+                "dropped_by_buffer": int(counts["dropped"].sum()),
+                "draws": int(counts["drawn"].sum()),
+                "validation": int(counts["validation"].sum()),
+            },
+        }
+        summary = {
+            "task": task.name,
+            "online": online_record,
+            "ranks": self.size,
+            "val_loss": val_loss,
+            "kept": {"keep": self.settings["keep"], "step": kept},
+            **task.metrics(evaluation),
+            "model": source.provenance(),
+            "weights_checksum": weights_checksum(model),
+            "settings": dict(self.settings),
+            "device": device,
+        }
+        checksums = self.comm.allgather(summary["weights_checksum"])
+        summary["weights_identical_across_ranks"] = len(set(checksums)) == 1
+        if self.record:  # the order samples arrived in between draws: replaying it gives the same batches
+            write_arrivals(self.paths.root / f"arrivals-rank-{self.rank:05d}.npy", self.train_buffer.log)
+        if self.rank == 0:
+            produced = self.state.producer_counts
+            summary["online"]["refused"] = sum(len(p.reasons) for p in produced)
+            summary["online"]["stream_dropped_steps"] = int(sum(int(p.dropped.sum()) for p in produced))
+            errors = [e for p in produced for e in p.errors]
+            summary["online"]["errors"] = errors
+            self.write_outputs(summary, task, model, evaluation, counts, produced)
+        return summary
+
+    def write_outputs(self, summary: dict[str, Any], task: Task, model: Any, evaluation: Evaluation,
+                      counts: Mapping[str, np.ndarray], produced: list[ProducerCounts]) -> None:  # fmt: skip
+        from pipeline.online.tables import write_online_runs
+        from pipeline.reporting.plots import learning_curves
+
+        paths = self.paths
+        paths.root.mkdir(parents=True, exist_ok=True)
+        model.save(str(paths.model))
+        history = self.state.history
+        write_json_atomic(paths.metrics, history)
+        if history:
+            learning_curves(history, task.loss_name, paths.learning_curves, x="step")
+        task.figure(evaluation, paths.validation_figure, {})
+        summary["online"]["runs_table"] = str(write_online_runs(self.runs_table, paths.root, counts, produced))
+        write_json_atomic(paths.summary, summary)
+
+
+def write_arrivals(path: Path, log: Any) -> None:
+    """The buffer's log as an (entries, 3) int64 array: kind (buffer.ADD, buffer.DRAW), run or step, number or
+    batch size."""
+    from pipeline.storage.fsutil import atomic_path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, np.frombuffer(log, np.int64).reshape(-1, 3))
+
+
+def _mpi(op: str) -> Any:
+    from mpi4py import MPI
+
+    return getattr(MPI, op)

@@ -1,0 +1,117 @@
+"""online: the ensemble and training at the same time, in one MPI job (train.online): the first
+`train.online.producers` ranks run the user's simulator over the design (simulate.command, the task farm
+of pipeline.simulators.ensemble, with its retries and time limits) and send each run's samples to the
+other ranks, which train on them as they arrive (pipeline.online). Nothing between simulation and
+training is written to the file system: no ingest, convert, merge or stage (source: runs reads each run's
+own output files once, when the run completes; source: stream reads the simulator's ADIOS2 SST stream).
+
+One allocation, not two jobs that find each other: the producers and the trainers are ranks of one MPI
+job, so they start and end together, a failure of either ends both (no trainer left waiting for a
+simulation job that died, no simulation job left running for nobody), Slurm places them with one request
+(srun's ranks fill the nodes in order: producers first), and the samples move by MPI over the job's
+interconnect rather than through a rendezvous service.
+
+Plan (pure): the roles (`roles`), the converted fields' layouts (`arrivals.layouts`) and every config
+check, before any run starts. Outputs as train's: {workdir}/train/summary.json (with an `online` record),
+the model, metrics.json, learning curves, the validation figure; plus online_runs.parquet (per run:
+samples sent, refused, buffered, dropped, times trained) and refused.csv; the ensemble's runs table in
+{raw}/runs.parquet as always.
+
+Memory and time: see pipeline.online.producer and pipeline.online.trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline.paths import RawPaths
+from pipeline.runtime.mpi import all_ok
+
+
+@dataclass(frozen=True)
+class Roles:
+    """World ranks [0, producers) run the ensemble; [producers, size) train."""
+
+    producers: int
+    size: int
+
+    @property
+    def trainers(self) -> int:
+        return self.size - self.producers
+
+    def is_producer(self, rank: int) -> bool:
+        return rank < self.producers
+
+
+def roles(config: Mapping[str, Any], size: int) -> Roles:
+    producers = config["train"]["online"]["producers"]
+    if size - producers < 1:
+        raise Sim2dlError(f"config key 'train.online.producers': {producers} of the job's {size} ranks run "
+                          f"simulations, which leaves none to train: launch {producers + 1} ranks or more")  # fmt: skip
+    return Roles(producers, size)
+
+
+def check(config: Mapping[str, Any], size: int, container: Mapping[str, Any] | None = None) -> tuple[Roles, dict]:
+    """Every config error before any run: the roles, the simulator's command, the fields, the layouts."""
+    from pipeline.online.arrivals import check as check_fields
+    from pipeline.online.arrivals import layouts
+    from pipeline.simulators.ensemble import check_command
+
+    online = config["train"]["online"]
+    if not config["simulate"].get("command"):
+        raise Sim2dlError("config key 'simulate.command': online training runs the ensemble of your simulator "
+                          "(train.online needs simulate.command)")  # fmt: skip
+    if config["train"]["spatial"]["split"] > 1:
+        raise Sim2dlError("config key 'train.spatial.split': online training takes whole samples (split 1)")
+    if online["buffer"]["watermark"] > online["buffer"]["capacity"]:
+        raise Sim2dlError(f"config key 'train.online.buffer.watermark': {online['buffer']['watermark']} is more "
+                          f"than the buffer's capacity {online['buffer']['capacity']}")  # fmt: skip
+    if online["validation_every_run"] == 1:
+        raise Sim2dlError("config key 'train.online.validation_every_run': 1 would hold out every run")
+    check_fields(config)
+    check_command({**config["simulate"], "container": container or {}})
+    return roles(config, size), {n: layout for n, layout in layouts(config).items()}
+
+
+def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
+           container: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run the ensemble on the producer ranks and train on the others; every rank returns the training
+    summary (with the ensemble's counts)."""
+    from pipeline.online.producer import Producer
+    from pipeline.online.trainer import Trainer
+    from pipeline.simulators.ensemble import EnsemblePlan, FarmHooks, run_ensemble
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    error = None
+    try:
+        role, layouts = check(config, size, container)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    settings = config["train"]["online"]
+    simulate = config["simulate"]
+    plan = EnsemblePlan.draw(simulate)
+    sub = comm.Split(0 if role.is_producer(rank) else 1, rank)
+    result: dict[str, Any] = {}
+    if role.is_producer(rank):
+        producer = Producer(config, comm, role.producers, role.trainers, len(plan),
+                            lambda run: plan.rows(run, run + 1)[0])  # fmt: skip
+        streamed = settings["source"] == "stream"
+        hooks = FarmHooks(max_chunk=1, before=producer.before_stream if streamed else None,
+                          after=producer.after_stream if streamed else producer.after_runs,
+                          may_be_empty=streamed)  # fmt: skip
+        try:
+            result = {"ensemble": run_ensemble(simulate, raw_root, sub, container, hooks)}
+        finally:
+            producer.finish()
+    else:
+        trainer = Trainer(config, layouts, comm, sub, role.producers, len(plan), out_dir, RawPaths(raw_root).runs)
+        result = trainer.run()
+    # the trainers' summary to every rank (rank 0, a producer, prints it), with the ensemble's counts
+    summary = comm.bcast(result if rank == role.producers else None, root=role.producers)
+    ensemble = comm.bcast(result.get("ensemble") if rank == 0 else None, root=0)
+    return {**summary, "ensemble": ensemble}
