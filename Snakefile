@@ -40,7 +40,7 @@ rule all:
     default_target: True
     input:
         [r.layout.train_summary for r in RUNS],
-        [r.layout.throughput_plot for r in RUNS],
+        [r.layout.throughput_plot for r in RUNS if not r.config["train"]["online"]["enabled"]],
         [SWEEP_DIR / "summary.csv"] if "sweep" in config else [],
 
 

@@ -43,6 +43,9 @@ class Run:
 
     def __init__(self, run_config):
         self.config = run_config
+        if run_config["train"]["online"]["enabled"] and run_config["search"]["enabled"]:
+            raise WorkflowError("config keys 'train.online.enabled' and 'search.enabled': a search's trials train "
+                                "on staged shards, which online training does not write: set search.enabled: false")
         self.layout = sim2dl_config.layout(run_config)
         self.source = sim2dl_config.source_dir(run_config)
         self.resolved = self.layout.workdir / "config.resolved.yaml"
@@ -95,6 +98,25 @@ def ingest_inputs(wildcards):
 def searched(wildcards):
     run = RUN[wildcards.workdir]
     return run.layout.search_best if run.config["search"]["enabled"] else None
+
+
+def online(wildcards):
+    return RUN[wildcards.workdir].config["train"]["online"]["enabled"]
+
+
+def training_step(wildcards):
+    """train, or with train.online.enabled online (the ensemble and training in one job)."""
+    return "online" if online(wildcards) else "train"
+
+
+def train_inputs(wildcards):
+    """The staged shards (and the search's best configuration) train reads; online training reads none."""
+    if online(wildcards):
+        return {"model": model_inputs(wildcards)}
+    best = searched(wildcards)
+    layout = RUN[wildcards.workdir].layout
+    return {"metadata": layout.metadata, "staged": layout.stage_summary, "model": model_inputs(wildcards),
+            **({"best": best} if best else {})}
 
 
 def model_inputs(wildcards):

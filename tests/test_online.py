@@ -33,19 +33,40 @@ def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples:
             "command": [*CUBE_RUN, *CUBE_ARGS, "--samples", str(samples), *extra],
             "runs": runs,
             "design": "lhs",
-            "space": {"sigma_8": {"type": "uniform", "low": 0.6, "high": 1.0},
-                      "n_s": {"type": "uniform", "low": 0.9, "high": 1.05},
-                      "omega_m": {"type": "uniform", "low": 0.2, "high": 0.4}},  # fmt: skip
+            "space": {
+                "sigma_8": {"type": "uniform", "low": 0.6, "high": 1.0},
+                "n_s": {"type": "uniform", "low": 0.9, "high": 1.05},
+                "omega_m": {"type": "uniform", "low": 0.2, "high": 0.4},
+            },
             "retries": 1,
             "run_timeout_s": 60,
+            "max_failed_fraction": 0.2,
         },
-        source={"glob": "*.h5", "format": "auto", "sample_id": None,
-                "fields": {"density": {"path": "density", "dtype": "float32", "shape": [SIZE] * 3},
-                           "params": {"path": "params", "dtype": "float32", "shape": [3]}}},  # fmt: skip
-        train={"model": "cosmoflow", "batch_size": 4, "depth": 2, "width": 4, "dense": 16,
-               "online": {"enabled": True, "source": source, "steps": 12, "validate_every_steps": 4,
-                          "validation_every_run": 5, "buffer": {"capacity": 32, "watermark": 8},
-                          **online}},  # fmt: skip
+        source={
+            "glob": "*.h5",
+            "format": "auto",
+            "sample_id": None,
+            "fields": {
+                "density": {"path": "density", "dtype": "float32", "shape": [SIZE] * 3},
+                "params": {"path": "params", "dtype": "float32", "shape": [3]},
+            },
+        },
+        train={
+            "model": "cosmoflow",
+            "batch_size": 4,
+            "depth": 2,
+            "width": 4,
+            "dense": 16,
+            "online": {
+                "enabled": True,
+                "source": source,
+                "steps": 12,
+                "validate_every_steps": 4,
+                "validation_every_run": 5,
+                "buffer": {"capacity": 32, "watermark": 8},
+                **online,
+            },
+        },
     )
 
 
@@ -130,16 +151,188 @@ def test_online_config_errors_name_the_key(tmp_path):
     roles, layouts = check(config, 3)
     assert roles.producers == 1 and roles.trainers == 2
     assert layouts["density"].shape == (SIZE,) * 3 and layouts["params"].shape == (3,)
-    with pytest.raises(Sim2dlError, match="'train.online.producers'.*leaves none to train"):
+    with pytest.raises(Sim2dlError, match=r"'train.online.producers'.*leaves none to train"):
         check(config, 1)
     unshaped = online_config(tmp_path)
     unshaped["source"]["fields"]["density"]["shape"] = [None, SIZE, SIZE]
-    with pytest.raises(Sim2dlError, match="'source.fields.density'.*needs every array field's shape"):
+    with pytest.raises(Sim2dlError, match=r"'source.fields.density'.*needs every array field's shape"):
         check(unshaped, 2)
     column = online_config(tmp_path)
     column["source"]["fields"]["params"] = {"column": "h0"}
-    with pytest.raises(Sim2dlError, match="'source.fields.params'.*'h0' is no parameter"):
+    with pytest.raises(Sim2dlError, match=r"'source.fields.params'.*'h0' is no parameter"):
         check(column, 2)
     high = online_config(tmp_path, buffer={"capacity": 4, "watermark": 8})
-    with pytest.raises(Sim2dlError, match="'train.online.buffer.watermark'"):
+    with pytest.raises(Sim2dlError, match=r"'train.online.buffer.watermark'"):
         check(high, 2)
+
+
+# ---------------------------------------------------------------- the SST reader against a real writer
+
+WRITER = """
+import os, sys, time
+import numpy as np, adios2
+name, steps, die_after, delay = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+io = adios2.Adios().declare_io("w")
+io.set_engine("SST")
+io.set_parameters({"DataTransport": "WAN", "RendezvousReaderCount": "1", "QueueLimit": "2"})
+s = adios2.Stream(io, name, "w")
+for i in range(steps):
+    s.begin_step()
+    s.write("density", np.full((2, 2), i, np.float32), [2, 2], [0, 0], [2, 2])
+    s.end_step()
+    if i + 1 == die_after:
+        os._exit(9)  # a crash: no close, the contact file stays
+    time.sleep(delay)
+s.close()
+"""
+
+
+def start_writer(tmp_path: Path, name: Path, steps: int, die_after: int = -1, delay: float = 0.0):
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    return subprocess.Popen([sys.executable, str(script), str(name), str(steps), str(die_after), str(delay)],
+                            env=env(), stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def read_all(name: Path, timeout_s: float = 20, stopped=lambda: False) -> tuple[list[int], object]:
+    from pipeline.formats.readers import FieldSpec
+    from pipeline.online.stream import StreamCounts, stream_steps
+
+    fields = [FieldSpec.from_config("density", {"path": "density"})]
+    counts = StreamCounts()
+    settings = {"open_timeout_s": timeout_s, "step_timeout_s": timeout_s, "transport": "WAN"}
+    steps = [int(arrays["density"][0, 0]) for _, arrays in stream_steps(name, fields, settings, stopped, counts)]
+    return steps, counts
+
+
+def test_sst_a_late_writer_is_waited_for_and_a_dying_one_is_an_error_not_an_end(tmp_path):
+    import threading
+
+    from pipeline.online.stream import StreamBroken
+
+    name = tmp_path / "late"
+    result: dict = {}
+    reader = threading.Thread(target=lambda: result.update(zip(("steps", "counts"), read_all(name), strict=True)))
+    reader.start()
+    time.sleep(1.5)  # the reader waits; the writer starts late
+    writer = start_writer(tmp_path, name, steps=5, delay=0.02)
+    reader.join(60)
+    assert writer.wait(30) == 0
+    assert result["steps"] == [0, 1, 2, 3, 4] and result["counts"].dropped == 0
+
+    dying = tmp_path / "dying"
+    writer = start_writer(tmp_path, dying, steps=6, die_after=3, delay=0.05)
+    delivered: list[int] = []
+    with pytest.raises(StreamBroken, match="went away after step"):
+        from pipeline.formats.readers import FieldSpec
+        from pipeline.online.stream import StreamCounts, stream_steps
+
+        fields = [FieldSpec.from_config("density", {"path": "density"})]
+        settings = {"open_timeout_s": 20, "step_timeout_s": 20, "transport": "WAN"}
+        for step, _ in stream_steps(dying, fields, settings, lambda: False, StreamCounts()):
+            delivered.append(step)
+    writer.wait(30)
+    # the steps that reached the reader before the crash, in order (the last one may be lost with the writer)
+    assert delivered == list(range(len(delivered))) and 1 <= len(delivered) <= 3
+    assert Path(f"{dying}.sst").exists()  # the crashed writer's stale contact file
+
+    # a rerun beside the stale contact file: no error from it, the new writer's steps arrive
+    result.clear()
+    reader = threading.Thread(target=lambda: result.update(zip(("steps", "counts"), read_all(dying), strict=True)))
+    reader.start()
+    time.sleep(1.0)
+    writer = start_writer(tmp_path, dying, steps=3)
+    reader.join(60)
+    assert writer.wait(30) == 0 and result["steps"] == [0, 1, 2]
+
+
+def test_sst_no_writer_is_a_time_out_naming_the_stream_and_a_stop_ends_the_wait(tmp_path):
+    with pytest.raises(Sim2dlError, match=r"SST stream .*nobody: no writer within train.online.open_timeout_s = 1"):
+        read_all(tmp_path / "nobody", timeout_s=1)
+    began = time.monotonic()
+    assert read_all(tmp_path / "nobody", timeout_s=60, stopped=lambda: time.monotonic() - began > 0.5)[0] == []
+    assert time.monotonic() - began < 5
+
+
+# ---------------------------------------------------------------- the ensemble and training in one job
+
+FAILING = """
+import os, runpy, sys
+run, ledger, fail, die = sys.argv[1:5]
+attempt = len(open(os.path.join(ledger, run)).read()) + 1 if os.path.exists(os.path.join(ledger, run)) else 1
+open(os.path.join(ledger, run), "a").write("x")
+if run == fail:
+    sys.exit(3)  # this run never succeeds: a failed run in the runs table
+if run == die and attempt == 1:  # this one dies after its 2nd cube on its first attempt
+    import pipeline.simulators.cube_run as cube_run
+    original = cube_run.cubes
+    def dying(args):
+        for i, cube in enumerate(original(args)):
+            if i == 2:
+                os._exit(9)
+            yield cube
+    cube_run.cubes = dying
+    cube_run.main(sys.argv[5:])
+else:
+    sys.argv = ["cube_run", *sys.argv[5:]]
+    runpy.run_module("pipeline.simulators.cube_run", run_name="__main__")
+"""
+
+
+def failing_simulator(tmp_path: Path, config: dict, fail: str, die: str) -> dict:
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    (tmp_path / "ledger").mkdir()
+    command = config["simulate"]["command"]
+    config["simulate"]["command"] = [sys.executable, str(script), "{run}", str(tmp_path / "ledger"), fail, die,
+                                     *command[3:]]  # fmt: skip
+    return config
+
+
+def online_record(tmp_path: Path) -> tuple[dict, list[dict]]:
+    train = tmp_path / "work" / "train"
+    summary = json.loads((train / "summary.json").read_text())
+    return summary, pq.read_table(train / "online_runs.parquet").to_pylist()
+
+
+def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tmp_path):
+    from .conftest import snakemake_configfile
+
+    config = online_config(tmp_path, runs=10, samples=6)
+    config["search"]["enabled"] = False
+    config = failing_simulator(tmp_path, config, fail="run-000003", die="")
+    snakemake_configfile(write_config(tmp_path, config), tmp_path, "--cores", "2")
+    summary, runs = online_record(tmp_path)
+    work = tmp_path / "work"
+    assert not any((work / d).exists() for d in ("ingest", "convert", "merged", "staged"))  # no data step ran
+    by_run = {r["run"]: r for r in runs}
+    assert by_run["run-000003"]["status"] == "failed" and by_run["run-000003"]["samples_sent"] == 0
+    ok = [r for r in runs if r["status"] == "ok"]
+    assert len(ok) == 9 and all(r["samples_sent"] == 6 for r in ok)
+    validation = [r for r in runs if r["validation_samples"]]
+    assert sorted(r["run"] for r in validation) == ["run-000004", "run-000009"]  # every 5th run held out
+    assert all(r["samples_buffered"] == 0 and r["times_trained"] == 0 for r in validation)
+    online = summary["online"]
+    # every sample sent is a validation sample, or entered a buffer, or was dropped by one (counted)
+    assert sum(r["samples_sent"] for r in runs) == online["samples"]["arrived"] + online["samples"]["validation"]
+    assert sum(r["times_trained"] for r in runs) == online["samples"]["draws"] == 12 * 4
+    assert online["steps"] == 12 and online["refused"] == 0 and summary["weights_identical_across_ranks"]
+    assert online["statistics"]["density"]["count"] > 0 and set(summary["r2"]) == {"params[0]", "params[1]",
+                                                                                   "params[2]"}  # fmt: skip
+    assert (work / "train" / "model").is_dir() and (work / "train" / "learning_curves.png").stat().st_size
+
+
+def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks(tmp_path):
+    config = online_config(tmp_path, source="stream", runs=5, samples=5, steps=6, validate_every_steps=3,
+                           validation_every_run=0, buffer={"capacity": 64, "watermark": 4})  # fmt: skip
+    config = failing_simulator(tmp_path, config, fail="", die="run-000002")
+    path = write_config(tmp_path, config)
+    result = run_cli(["online", "--config", str(path)], ranks=3, timeout=300)
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    _, runs = online_record(tmp_path)
+    assert [r["status"] for r in runs] == ["ok"] * 5 and runs[2]["attempts"] == 2
+    # the dead attempt's 2 steps were kept, the retry's same steps skipped: 5 samples, not 7
+    assert [r["samples_sent"] for r in runs] == [5] * 5
+    assert summary["online"]["samples"]["arrived"] == 25 and summary["ensemble"]["ok"] == 5
+    assert summary["online"]["source"] == "stream" and summary["online"]["errors"] == []
+    assert sorted(p.name for p in (tmp_path / "work" / "raw" / "00000" / "run-000002").iterdir()) == ["written.json"]

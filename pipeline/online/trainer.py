@@ -133,6 +133,7 @@ class Trainer:
         self.moments = {n: Moments(n in convert["per_channel"]) for n in convert["normalise"]}
         self.stats: dict[str, Any] | None = self.prior_statistics()
         self.state = TrainerState()
+        self.began = time.perf_counter()  # the job's start, near enough: time to the first step counts from here
         self.record = bool(self.settings["deterministic"])
 
     def prior_statistics(self) -> dict[str, Any] | None:
@@ -270,7 +271,7 @@ class Trainer:
         watermark = max(self.online["buffer"]["watermark"], 1)
         steps, every = self.online["steps"], self.online["validate_every_steps"]
         best: tuple[int, float, list[np.ndarray], tuple[float, Evaluation]] | None = None
-        began = time.perf_counter()
+        began = self.began
         losses: list[float] = []
         window_start, window_wait = time.perf_counter(), 0.0
         stopped_because = "train.online.steps reached"
