@@ -359,6 +359,24 @@ def wait_for(condition, what: str, timeout: float = 600) -> None:
         time.sleep(0.5)
 
 
+def test_online_training_simulates_on_one_node_and_trains_on_another(cluster):
+    """train.online in one Slurm job of 2 nodes: the ensemble's rank on the first node, the training rank on
+    the second; each run's samples cross the network by MPI as the run completes."""
+    from .test_online import online_config
+
+    work = cluster.shared / "online"
+    config = online_config(work, runs=6, samples=4)
+    path = work / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cluster.job(2, path, "online")
+    summary = json.loads((work / "work" / "train" / "summary.json").read_text())
+    assert summary["online"]["steps"] == 12 and summary["online"]["samples"]["arrived"] == 20  # 5 runs x 4
+    runs = [json.loads(line) for line in (cluster.shared / "job.out").read_text().splitlines()
+            if line.startswith("{") and '"hosts"' in line]  # fmt: skip
+    hosts = runs[-1]["hosts"]
+    assert len(hosts["producers"]) == len(hosts["trainers"]) == 1 and hosts["producers"] != hosts["trainers"]
+
+
 def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoing_work(cluster):
     work = cluster.shared / "retry"
     # 400 epochs of 0.03 s: long enough to be cancelled and interrupted mid-way (a cancel or Ctrl-C takes

@@ -20,54 +20,30 @@ from pipeline.online.buffer import FieldLayout, ReplayBuffer, replay
 from .conftest import env, make_config, run_cli, write_config
 
 SIZE = 8  # cubes of 8³: the network and the FFTs stay small
-CUBE_RUN = [sys.executable, "-m", "pipeline.simulators.cube_run"]
-CUBE_ARGS = ["--out", "{out}", "--seed", "{seed}", "--sigma-8", "{sigma_8}", "--n-s", "{n_s}",
-             "--omega-m", "{omega_m}", "--size", str(SIZE), "--mean-density", "20"]  # fmt: skip
 
 
 def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples: int = 6, **online) -> dict:
-    extra = ["--write", "sst"] if source == "stream" else []
-    return make_config(
-        tmp_path,
-        simulate={
-            "command": [*CUBE_RUN, *CUBE_ARGS, "--samples", str(samples), *extra],
-            "runs": runs,
-            "design": "lhs",
-            "space": {
-                "sigma_8": {"type": "uniform", "low": 0.6, "high": 1.0},
-                "n_s": {"type": "uniform", "low": 0.9, "high": 1.05},
-                "omega_m": {"type": "uniform", "low": 0.2, "high": 0.4},
-            },
-            "retries": 1,
-            "run_timeout_s": 60,
-            "max_failed_fraction": 0.2,
-        },
-        source={
-            "glob": "*.h5",
-            "format": "auto",
-            "sample_id": None,
-            "fields": {
-                "density": {"path": "density", "dtype": "float32", "shape": [SIZE] * 3},
-                "params": {"path": "params", "dtype": "float32", "shape": [3]},
-            },
-        },
-        train={
-            "model": "cosmoflow",
-            "batch_size": 4,
-            "depth": 2,
-            "width": 4,
-            "dense": 16,
-            "online": {
-                "enabled": True,
-                "source": source,
-                "steps": 12,
-                "validate_every_steps": 4,
-                "validation_every_run": 5,
-                "buffer": {"capacity": 32, "watermark": 8},
-                **online,
-            },
-        },
-    )
+    """docs/training.md's online-training config, at a test's size: cubes of SIZE³, `runs` runs of `samples`
+    cubes, a small network and 12 steps."""
+    import yaml
+
+    from .helpers import doc_blocks
+
+    [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "online:" in text]
+    config = yaml.safe_load(text)
+    del config["workdir"]  # make_config's, below tmp_path
+    command = config["simulate"]["command"]
+    command[command.index("--samples") + 1] = str(samples)
+    command[command.index("--size") + 1] = str(SIZE)
+    command[0] = sys.executable
+    if source == "stream":
+        command += ["--write", "sst"]
+    config["simulate"].update({"runs": runs, "run_timeout_s": 60, "max_failed_fraction": 0.2})
+    config["source"]["fields"]["density"]["shape"] = [SIZE] * 3
+    config["train"].update({"batch_size": 4, "depth": 2, "width": 4, "dense": 16})
+    config["train"]["online"].update({"source": source, "steps": 12, "validate_every_steps": 4,
+                                      "buffer": {"capacity": 32, "watermark": 8}, **online})  # fmt: skip
+    return make_config(tmp_path, **config)
 
 
 # ---------------------------------------------------------------- the buffer
@@ -320,6 +296,11 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     assert online["statistics"]["density"]["count"] > 0 and set(summary["r2"]) == {"params[0]", "params[1]",
                                                                                    "params[2]"}  # fmt: skip
     assert (work / "train" / "model").is_dir() and (work / "train" / "learning_curves.png").stat().st_size
+    # a longer run continues from the checkpoint: the completed runs are read again from their files
+    config["train"]["online"]["steps"] = 16
+    resumed = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
+    again = json.loads(resumed.stdout.strip().splitlines()[-1])["online"]
+    assert (again["resumed_from_step"], again["steps"]) == (12, 16) and again["samples"]["arrived"] == 42
 
 
 def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks(tmp_path):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from pipeline.online import messages
 from pipeline.online.buffer import FieldLayout, ReplayBuffer
 from pipeline.online.producer import ProducerCounts
 from pipeline.paths import TrainPaths
-from pipeline.storage.fsutil import write_json_atomic
+from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
 from pipeline.training import determinism, devices
 from pipeline.training.models import build_model, input_shape, model_source
 from pipeline.training.optimizer import make_optimizer, scale_loss, unscale_gradients
@@ -97,6 +98,8 @@ class TrainerState:
     history: list[dict[str, Any]] = field(default_factory=list)
     arrivals_at_first_step: int = 0
     first_step_time: float | None = None
+    resumed_from: int = 0  # the checkpoint's step this run continued from
+    first_step_at: float | None = None  # wall-clock time (time.time()): comparable across processes
 
 
 def meta_for(config: Mapping[str, Any], layouts: Mapping[str, FieldLayout], stats: Mapping[str, Any]) -> dict:
@@ -151,6 +154,25 @@ class Trainer:
         if missing:
             raise Sim2dlError(f"config key 'train.online.statistics': {path} has no statistics of {missing}")
         return stats
+
+    def discard_foreign_checkpoints(self, source: Any) -> None:
+        """Checkpoints of other settings (all of train's but the step count), fields or model code are
+        removed, so that training starts afresh; a longer run continues a shorter one."""
+        kept = {k: v for k, v in self.settings.items() if k != "online"}
+        online = {k: v for k, v in self.online.items() if k != "steps"}
+        layouts = {n: [list(f.shape), f.dtype.name] for n, f in self.layouts.items()}
+        key = json.dumps({"train": kept, "online": online, "fields": layouts, "model": source.provenance()},
+                         sort_keys=True, default=str)  # fmt: skip
+        key_file = self.paths.checkpoints / "settings.json"
+        if self.rank == 0:
+            if self.paths.checkpoints.exists() and (not key_file.exists() or key_file.read_text() != key):
+                log.info(
+                    "sim2dl online: settings changed since %s was written: starting afresh", self.paths.checkpoints
+                )
+                shutil.rmtree(self.paths.checkpoints)
+            if not key_file.exists():
+                write_text_atomic(key_file, key)
+        self.comm.barrier()
 
     # ---- arrivals
     def receive(self, block_s: float = 0.0) -> int:
@@ -227,12 +249,13 @@ class Trainer:
         model, source = build_model(settings, task.data.feature_shape, task)
         optimizer = make_optimizer(settings, device["precision"])
         loss_fn = task.loss()
+        self.discard_foreign_checkpoints(source)
         step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
         checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
         manager = tf.train.CheckpointManager(checkpoint, str(self.paths.checkpoints), max_to_keep=2)
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint)
-        start = self.state.step = int(step_var.numpy())
+        start = self.state.step = self.state.resumed_from = int(step_var.numpy())
         autograph = source.built_in is None
 
         @tf.function(autograph=autograph)
@@ -294,6 +317,7 @@ class Trainer:
                 self.state.arrivals_at_first_step = int(self.comm.allreduce(self.train_buffer.arrivals))
             if self.state.first_step_time is None:
                 self.state.first_step_time = time.perf_counter() - began
+                self.state.first_step_at = time.time()
             batch = self.train_buffer.draw(settings["batch_size"], self.state.step, record=self.record)
             x, y = self.batch_tensors(batch, task, add_channel)
             optimizer.learning_rate.assign(settings["learning_rate"] * self.size)
@@ -311,6 +335,7 @@ class Trainer:
                     "arrived": int(self.comm.allreduce(self.train_buffer.arrivals)),
                     "validation_samples": int(self.comm.allreduce(len(self.validation_buffer))),
                     "seconds": seconds,
+                    "time": time.time(),
                 }
                 self.state.history.append(row)
                 self.state.waited += window_wait
@@ -354,9 +379,11 @@ class Trainer:
         online_record = {
             "source": self.online["source"],
             "steps": self.state.step,
+            "resumed_from_step": self.state.resumed_from,
             "stopped": stopped_because,
             "seconds": round(seconds, 3),
             "seconds_to_first_step": self.state.first_step_time,
+            "first_step_at": self.state.first_step_at,
             "input_wait_fraction": self.state.waited / max(seconds, 1e-9),
             "arrivals_before_first_step": self.state.arrivals_at_first_step,
             "statistics": self.stats,

@@ -22,6 +22,7 @@ Memory and time: see pipeline.online.producer and pipeline.online.trainer.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,8 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
         trainer = Trainer(config, layouts, comm, sub, role.producers, len(plan), out_dir, RawPaths(raw_root).runs)
         result = trainer.run()
     # the trainers' summary to every rank (rank 0, a producer, prints it), with the ensemble's counts
+    hosts = comm.allgather(socket.gethostname())
     summary = comm.bcast(result if rank == role.producers else None, root=role.producers)
     ensemble = comm.bcast(result.get("ensemble") if rank == 0 else None, root=0)
-    return {**summary, "ensemble": ensemble}
+    placed = {"producers": hosts[: role.producers], "trainers": hosts[role.producers :]}
+    return {**summary, "ensemble": ensemble, "hosts": placed}

@@ -531,6 +531,7 @@ def train(
             "input_wait_fraction": float(hvd.allreduce(tf.constant(waited / seconds), op=hvd.Average)),
             "learning_rate": float(optimizer.learning_rate.numpy()),
             "seconds": seconds,
+            "time": time.time(),  # wall clock at the epoch's end, validation included
         }, evaluation
 
     evaluation, kept = None, Kept(settings["keep"], best_epoch(history))
