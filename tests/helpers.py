@@ -182,3 +182,30 @@ def doc_blocks() -> list[tuple[str, str, str]]:
         for k, match in enumerate(BLOCK.finditer(path.read_text())):
             blocks.append((f"{path.relative_to(REPO)}#{k}", match["mark"] or "", match["text"]))
     return blocks
+
+
+ONLINE_CUBE = 8  # online tests' cubes: 8³, so the network and the FFTs stay small
+
+
+def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples: int = 6, **online) -> dict:
+    """docs/training.md's online-training config, at a test's size: cubes of ONLINE_CUBE³, `runs` runs of `samples`
+    cubes, a small network and 12 steps."""
+    import sys
+
+    import yaml
+
+    [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "online:" in text]
+    config = yaml.safe_load(text)
+    del config["workdir"]  # make_config's, below tmp_path
+    command = config["simulate"]["command"]
+    command[command.index("--samples") + 1] = str(samples)
+    command[command.index("--size") + 1] = str(ONLINE_CUBE)
+    command[0] = sys.executable
+    if source == "stream":
+        command += ["--write", "sst"]
+    config["simulate"].update({"runs": runs, "run_timeout_s": 60, "max_failed_fraction": 0.2})
+    config["source"]["fields"]["density"]["shape"] = [ONLINE_CUBE] * 3
+    config["train"].update({"batch_size": 4, "depth": 2, "width": 4, "dense": 16})
+    config["train"]["online"].update({"source": source, "steps": 12, "validate_every_steps": 4,
+                                      "buffer": {"capacity": 32, "watermark": 8}, **online})  # fmt: skip
+    return make_config(tmp_path, **config)

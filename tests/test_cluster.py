@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from .conftest import BIN, REPO, env, run_snakemake, small_cube_config, step_summaries
-from .helpers import assert_report_holds
+from .helpers import assert_report_holds, online_config
 
 VCLUSTER = REPO / "scripts" / "vcluster.sh"
 NODES = 3  # the workflow's nodes; one more is up, for the failures to leave enough
@@ -362,10 +362,9 @@ def wait_for(condition, what: str, timeout: float = 600) -> None:
 def test_online_training_simulates_on_one_node_and_trains_on_another(cluster):
     """train.online in one Slurm job of 2 nodes: the ensemble's rank on the first node, the training rank on
     the second; each run's samples cross the network by MPI as the run completes."""
-    from .test_online import online_config
-
     work = cluster.shared / "online"
     config = online_config(work, runs=6, samples=4)
+    work.mkdir(parents=True, exist_ok=True)
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     cluster.job(2, path, "online")

@@ -17,34 +17,9 @@ import pytest
 from pipeline import Sim2dlError
 from pipeline.online.buffer import FieldLayout, ReplayBuffer, replay
 
-from .conftest import env, make_config, run_cli, write_config
-
-SIZE = 8  # cubes of 8³: the network and the FFTs stay small
-
-
-def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples: int = 6, **online) -> dict:
-    """docs/training.md's online-training config, at a test's size: cubes of SIZE³, `runs` runs of `samples`
-    cubes, a small network and 12 steps."""
-    import yaml
-
-    from .helpers import doc_blocks
-
-    [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "online:" in text]
-    config = yaml.safe_load(text)
-    del config["workdir"]  # make_config's, below tmp_path
-    command = config["simulate"]["command"]
-    command[command.index("--samples") + 1] = str(samples)
-    command[command.index("--size") + 1] = str(SIZE)
-    command[0] = sys.executable
-    if source == "stream":
-        command += ["--write", "sst"]
-    config["simulate"].update({"runs": runs, "run_timeout_s": 60, "max_failed_fraction": 0.2})
-    config["source"]["fields"]["density"]["shape"] = [SIZE] * 3
-    config["train"].update({"batch_size": 4, "depth": 2, "width": 4, "dense": 16})
-    config["train"]["online"].update({"source": source, "steps": 12, "validate_every_steps": 4,
-                                      "buffer": {"capacity": 32, "watermark": 8}, **online})  # fmt: skip
-    return make_config(tmp_path, **config)
-
+from .conftest import env, run_cli, write_config
+from .helpers import ONLINE_CUBE as SIZE
+from .helpers import online_config
 
 # ---------------------------------------------------------------- the buffer
 

@@ -45,7 +45,8 @@ from pipeline.paths import TrainPaths
 from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
 from pipeline.training import determinism, devices
 from pipeline.training.models import build_model, input_shape, model_source
-from pipeline.training.optimizer import make_optimizer, scale_loss, unscale_gradients
+from pipeline.training.optimizer import make_optimizer
+from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
 
 log = logging.getLogger(__name__)
@@ -258,38 +259,13 @@ class Trainer:
         start = self.state.step = self.state.resumed_from = int(step_var.numpy())
         autograph = source.built_in is None
 
-        @tf.function(autograph=autograph)
-        def train_step(x: Any, y: Any, first: bool) -> Any:
-            with tf.GradientTape() as tape:
-                loss = loss_fn(y, model(x, training=True))
-                scaled = scale_loss(optimizer, loss)
-            tape = hvd.DistributedGradientTape(tape)
-            grads = unscale_gradients(optimizer, tape.gradient(scaled, model.trainable_variables))
-            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-            if first:
-                hvd.broadcast_variables(model.variables, root_rank=0)
-                hvd.broadcast_variables(optimizer.variables(), root_rank=0)
-            return loss
-
-        @tf.function(autograph=autograph)
-        def predict(x: Any, y: Any) -> Any:
-            outputs = model(x, training=False)
-            return outputs, loss_fn(y, outputs)
+        train_step, predict = step_functions(model, optimizer, loss_fn, autograph)
 
         def validate() -> tuple[float, Evaluation]:
-            evaluation, loss_sum, count = task.evaluation(), 0.0, 0
             buffer, batch = self.validation_buffer, settings["batch_size"]
-            for begin in range(0, len(buffer), batch):
-                part = {n: a[begin : min(len(buffer), begin + batch)] for n, a in buffer.data.items()}
-                x, y = self.batch_tensors(part, task, add_channel)
-                outputs, loss = predict(x, y)
-                n = int(y.shape[0])
-                loss_sum, count = loss_sum + float(loss) * n, count + n
-                task.update(evaluation, outputs.numpy(), y.numpy(), x.numpy())
-            totals = self.comm.allgather((loss_sum, count, evaluation))
-            total = sum(t[1] for t in totals)
-            combined = Evaluation.combine([t[2] for t in totals], task.max_examples)
-            return (sum(t[0] for t in totals) / total if total else float("nan")), combined
+            parts = ({n: a[k : min(len(buffer), k + batch)] for n, a in buffer.data.items()}
+                     for k in range(0, len(buffer), batch))  # fmt: skip
+            return evaluate((self.batch_tensors(p, task, add_channel) for p in parts), task, predict, self.comm)
 
         watermark = max(self.online["buffer"]["watermark"], 1)
         steps, every = self.online["steps"], self.online["validate_every_steps"]

@@ -68,8 +68,9 @@ from pipeline.training.augment import plan as augment_plan
 from pipeline.training.baseline import fit_and_score as baseline_fit_and_score
 from pipeline.training.checksum import weights_checksum
 from pipeline.training.models import ModelSource, build_model
-from pipeline.training.optimizer import learning_rate, make_optimizer, scale_loss, unscale_gradients
+from pipeline.training.optimizer import learning_rate, make_optimizer
 from pipeline.training.spatial.layout import SpatialLayout, check_spatial
+from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
 
 log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
@@ -459,28 +460,7 @@ def train(
     restored = restore(settings, meta, model.source, paths, keras_model, optimizer, comm, rank)
     history = restored.history
     loss_fn = task.loss()
-    # AutoGraph's rewrite of the step and of all it calls was half of a small run's time (~10 s of 23,
-    # profiled); the built-in models have no Python control flow on tensors, so they are traced as
-    # written. A user's model may have such flow: it keeps AutoGraph.
-    autograph = model.source.built_in is None
-
-    @tf.function(autograph=autograph)
-    def train_step(x: Any, y: Any, first: bool) -> Any:  # `first` is a Python bool: traced twice
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, keras_model(x, training=True))
-            scaled = scale_loss(optimizer, loss)
-        tape = hvd.DistributedGradientTape(tape)
-        grads = unscale_gradients(optimizer, tape.gradient(scaled, keras_model.trainable_variables))
-        optimizer.apply_gradients(zip(grads, keras_model.trainable_variables, strict=True))
-        if first:  # after the optimizer has created its slots: everyone starts from rank 0's state
-            hvd.broadcast_variables(keras_model.variables, root_rank=0)
-            hvd.broadcast_variables(optimizer.variables(), root_rank=0)
-        return loss
-
-    @tf.function(autograph=autograph)
-    def predict(x: Any, y: Any) -> Any:
-        outputs = keras_model(x, training=False)
-        return outputs, loss_fn(y, outputs)
+    train_step, predict = step_functions(keras_model, optimizer, loss_fn, autograph=model.source.built_in is None)
 
     def validate() -> tuple[float, Evaluation]:
         pipeline = input_pipeline(data.validation_files, meta, settings, task, model.input_shape, training=False,
@@ -639,28 +619,6 @@ def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
     whole, _ = build_model(settings, task.data.feature_shape, task)
     whole.set_weights(model.keras.get_weights())
     return whole
-
-
-def evaluate(pipeline: Any, task: Task, predict: Any, comm: Any, counted: bool = True) -> tuple[float, Evaluation]:
-    """The validation loss (the training loss's definition, over every rank's validation records) and
-    the task's evaluation, its sums added and its examples joined across ranks (on every rank). A rank
-    whose records another rank counts already (spatial parallelism: `counted` False) runs the model on them
-    all the same (its share of the split layers) and adds nothing."""
-    evaluation = task.evaluation()
-    loss_sum, count = 0.0, 0
-    for x, y in pipeline:
-        outputs, loss = predict(x, y)
-        if not counted:
-            continue
-        n = int(y.shape[0])
-        loss_sum += float(loss) * n
-        count += n
-        first = x[task.data.feature] if isinstance(x, dict) else x  # the figure shows the first feature
-        task.update(evaluation, outputs.numpy(), y.numpy(), first.numpy())
-    totals = comm.allgather((loss_sum, count, evaluation))
-    loss_sum, count = sum(t[0] for t in totals), sum(t[1] for t in totals)
-    combined = Evaluation.combine([t[2] for t in totals], task.max_examples)
-    return (loss_sum / count if count else float("nan")), combined
 
 
 def best_epoch(history: Sequence[Mapping[str, Any]]) -> tuple[int, float] | None:
