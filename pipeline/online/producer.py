@@ -16,6 +16,7 @@ ensemble's, plus one read of each sample, overlapped with the next run.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ import numpy as np
 from pipeline.online import messages
 from pipeline.online.arrivals import Refused, RunReader, fields_of, step_samples
 from pipeline.online.stream import StreamBroken, StreamCounts, stream_steps
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -124,8 +127,10 @@ class Producer:
             except StreamBroken:
                 self.counts.dropped[run] += counts.dropped
                 continue  # the ensemble retries the run; its next attempt writes the stream again
-            except Exception as e:
+            except Exception as e:  # the run's stream is lost: recorded (refused.csv, the log), never silent
                 self.counts.errors.append(f"run {run}: {e}")
+                self.refuse(run, Refused(str(name), f"the stream ended in an error: {e}"))
+                log.warning("sim2dl online: run %d: %s", run, e)
                 return
 
     def finish(self) -> None:

@@ -207,6 +207,16 @@ class Trainer:
             block_s = 0.0
             deadline = time.perf_counter()
 
+    def ready(self, watermark: int) -> bool:
+        """This trainer can step: its buffer holds the watermark and, before the first step, samples of
+        `statistics_runs` training runs arrived (statistics from fewer runs would know few label values:
+        a run's samples share its parameters), unless the simulations are over."""
+        if not self.train_buffer.ready(watermark):
+            return False
+        if self.stats is not None or not self.producing:
+            return True
+        return int(np.count_nonzero(self.train_buffer.added)) >= self.online["statistics_runs"]
+
     @property
     def producing(self) -> bool:
         return self.state.done_producers < self.producers
@@ -276,7 +286,7 @@ class Trainer:
         stopped_because = "train.online.steps reached"
         while self.state.step < steps:
             self.receive()
-            ready, finished, exhausted = self.agree(self.train_buffer.ready(watermark), self.train_buffer.exhausted())
+            ready, finished, exhausted = self.agree(self.ready(watermark), self.train_buffer.exhausted())
             if finished and (exhausted or not ready):
                 stopped_because = (
                     "the simulations ended and a trainer's buffer has nothing left to draw (max_reuse)" if exhausted
@@ -294,6 +304,9 @@ class Trainer:
             if self.state.first_step_time is None:
                 self.state.first_step_time = time.perf_counter() - began
                 self.state.first_step_at = time.time()
+                # waiting for the watermark is the time to the first step; the input-wait share is the
+                # share of training time spent waiting after it
+                window_start, window_wait = time.perf_counter(), 0.0
             batch = self.train_buffer.draw(settings["batch_size"], self.state.step, record=self.record)
             x, y = self.batch_tensors(batch, task, add_channel)
             optimizer.learning_rate.assign(settings["learning_rate"] * self.size)
@@ -360,7 +373,7 @@ class Trainer:
             "seconds": round(seconds, 3),
             "seconds_to_first_step": self.state.first_step_time,
             "first_step_at": self.state.first_step_at,
-            "input_wait_fraction": self.state.waited / max(seconds, 1e-9),
+            "input_wait_fraction": self.state.waited / max(seconds - (self.state.first_step_time or 0.0), 1e-9),
             "arrivals_before_first_step": self.state.arrivals_at_first_step,
             "statistics": self.stats,
             "statistics_from": self.online["statistics"],
