@@ -14,8 +14,11 @@ simulator run as an ensemble (pipeline/simulators/cube_run.py: one run = one par
 3. The input-wait share of online training: above, where one simulating rank cannot keep up with the
    small network, and where it does (4 times the cubes per run, a network 4 times as wide; goal <= 0.05).
 
-Losses are mean squared errors of the standardised labels (offline: convert's statistics over the
-training split; online: those of the samples before the first step): comparable, not identical.
+Validation holds out whole runs both ways (a run's cubes share its parameters: a split by cube would
+validate on parameters seen in training, and did: 0.58 against 1.14): offline by merge.splits over files
+(cube_run --per-run-file: one file per run, cubes along axis 0), online every 5th run. Losses are mean
+squared errors of the standardised labels (offline: convert's statistics over the training split; online:
+those of the samples before the first step): comparable, not identical.
 `--quick`: fewer runs and steps.
 """
 
@@ -44,23 +47,25 @@ def config(work: Path, runs: int, samples: int, source: str | None, steps: int, 
     base = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     command = [sys.executable, "-m", "pipeline.simulators.cube_run", "--out", "{out}", "--seed", "{seed}",
                "--sigma-8", "{sigma_8}", "--n-s", "{n_s}", "--omega-m", "{omega_m}", "--samples", str(samples),
-               "--size", str(SIZE), *(["--write", "sst"] if source == "stream" else [])]  # fmt: skip
+               "--size", str(SIZE), *(["--write", "sst"] if source == "stream" else ["--per-run-file"])]  # fmt: skip
     base.update({
         "workdir": str(work),
         "simulate": {"enabled": True, "command": command, "runs": runs, "design": "lhs", "space": SPACE,
                      "retries": 0, "run_timeout_s": 120},
-        "source": {"glob": "**/*.h5", "format": "auto", "sample_id": None,
+        # a file per run, its cubes along axis 0; offline splits by file (= by run), as online holds out runs
+        "source": {"glob": "**/*.h5", "format": "auto", "sample_id": None, "samples_along": 0,
                    "fields": {"density": {"path": "density", "dtype": "float32", "shape": [SIZE] * 3},
                               "params": {"path": "params", "dtype": "float32", "shape": [3]}}},
         "search": {"enabled": False},
         "stage": {"target": str(work / "local")},
     })  # fmt: skip
     base["ingest"]["max_reject_fraction"] = 0.5
+    base["merge"].update({"splits": {"train": 0.8, "validation": 0.2}, "split_by": "file"})
     base["train"].update({"batch_size": 8, "epochs": max(epochs, 1), "validation_fraction": 0.2, "warmup_epochs": 0,
                           "decay": "none", "depth": 2, "width": 8, "dense": 32})  # fmt: skip
     if source:
-        base["train"]["online"] = {"enabled": True, "source": source, "steps": steps,
-                                   "validate_every_steps": max(1, steps // 10), "validation_every_run": 5, "statistics_runs": 4,
+        base["train"]["online"] = {"enabled": True, "source": source, "steps": steps, "statistics_runs": 4,
+                                   "validate_every_steps": max(1, steps // 10), "validation_every_run": 5,
                                    "buffer": {"capacity": capacity, "watermark": 16, "max_reuse": max(epochs, 1)},
                                    "validation_capacity": 512}  # fmt: skip
     work.mkdir(parents=True, exist_ok=True)
@@ -146,7 +151,7 @@ def main() -> None:
     to_target = {name: first_below(v["rows"], target, v["start"]) for name, v in
                  (("offline", off), ("online_runs", on), ("online_stream", sst))}  # fmt: skip
     # 2. a fixed disk budget: N runs on disk offline, 10 N streamed online through N runs' worth of buffer
-    n = 3 if args.quick else 6
+    n = 6 if args.quick else 8
     budget_steps = steps
     small = offline(root / "disk-offline", config(root / "disk-offline", n, samples, None, 0,
                                                   max(1, budget_steps * 8 // (n * samples)), 0))  # fmt: skip

@@ -206,6 +206,6 @@ def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples:
     config["simulate"].update({"runs": runs, "run_timeout_s": 60, "max_failed_fraction": 0.2})
     config["source"]["fields"]["density"]["shape"] = [ONLINE_CUBE] * 3
     config["train"].update({"batch_size": 4, "depth": 2, "width": 4, "dense": 16})
-    config["train"]["online"].update({"source": source, "steps": 12, "validate_every_steps": 4,
-                                      "buffer": {"capacity": 32, "watermark": 8}, "statistics_runs": 2, **online})  # fmt: skip
+    config["train"]["online"].update({"source": source, "steps": 12, "validate_every_steps": 4, "statistics_runs": 2,
+                                      "buffer": {"capacity": 32, "watermark": 8}, **online})  # fmt: skip
     return make_config(tmp_path, **config)

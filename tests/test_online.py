@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import Sim2dlError
-from pipeline.online.buffer import FieldLayout, ReplayBuffer, replay
+from pipeline.online.buffer import BufferField, ReplayBuffer, replay
 
 from .conftest import env, run_cli, write_config
 from .helpers import ONLINE_CUBE as SIZE
@@ -24,7 +24,7 @@ from .helpers import online_config
 # ---------------------------------------------------------------- the buffer
 
 
-LAYOUT = {"x": FieldLayout((2,), np.dtype(np.float32))}
+LAYOUT = {"x": BufferField((2,), np.dtype(np.float32))}
 
 
 def sample(k: int) -> dict[str, np.ndarray]:
@@ -99,9 +99,9 @@ def test_online_config_errors_name_the_key(tmp_path):
     from pipeline.steps.online import check
 
     config = online_config(tmp_path)
-    roles, layouts = check(config, 3)
+    roles, held_fields = check(config, 3)
     assert roles.producers == 1 and roles.trainers == 2
-    assert layouts["density"].shape == (SIZE,) * 3 and layouts["params"].shape == (3,)
+    assert held_fields["density"].shape == (SIZE,) * 3 and held_fields["params"].shape == (3,)
     with pytest.raises(Sim2dlError, match=r"'train.online.producers'.*leaves none to train"):
         check(config, 1)
     unshaped = online_config(tmp_path)

@@ -8,8 +8,8 @@ the design parameter NAME (the runs table is the labels table, as offline); a ca
 ids are its values in the order of simulate.space's choices, known before any run, so every rank numbers
 them alike. Other field kinds (attributes, path groups, event tables) are refused by `check` with the key.
 
-`layouts` gives each converted field's shape and dtype before any data is read, by converting a sample of
-zeros of the declared shapes: the model and the buffers are made first, and a shape that does not fit is a
+`held_fields` gives each converted field's shape and dtype before any data is read, by converting a
+sample of zeros of the declared shapes: the model and the buffers are made first, and a shape that does not fit is a
 config error naming the field.
 
 Memory: one file's samples at a time (a file along an axis: one sample at a time). Time: one read and one
@@ -29,7 +29,7 @@ from pipeline import Sim2dlError
 from pipeline.data.records import read_one, validate_sample
 from pipeline.data.transforms import transform
 from pipeline.formats.readers import FieldSpec, SampleError, reader_for
-from pipeline.online.buffer import FieldLayout
+from pipeline.online.buffer import BufferField
 
 
 @dataclass
@@ -90,7 +90,7 @@ def zero_record(config: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return record
 
 
-def layouts(config: Mapping[str, Any]) -> dict[str, FieldLayout]:
+def held_fields(config: Mapping[str, Any]) -> dict[str, BufferField]:
     """Each converted field's shape and dtype, from converting a record of zeros."""
     categorical = {f.name for f in fields_of(config["source"]) if f.categorical}
     settings = {**config["convert"], "log1p": []}  # log1p of zeros is fine, but changes no shape either way
@@ -100,7 +100,7 @@ def layouts(config: Mapping[str, Any]) -> dict[str, FieldLayout]:
         raise Sim2dlError(
             f"config keys 'source.fields' and 'convert': the declared shapes do not convert: {e}"
         ) from None
-    return {n: FieldLayout(tuple(a.shape), a.dtype) for n, a in converted.items()}
+    return {n: BufferField(tuple(a.shape), a.dtype) for n, a in converted.items()}
 
 
 def samples_per_record(config: Mapping[str, Any]) -> int:

@@ -39,7 +39,7 @@ ADD, DRAW = 0, 1  # the kinds of entries in a buffer's log
 
 
 @dataclass(frozen=True)
-class FieldLayout:
+class BufferField:
     """A field's shape and dtype in the buffer."""
 
     shape: tuple[int, ...]
@@ -47,9 +47,9 @@ class FieldLayout:
 
 
 class ReplayBuffer:
-    """A bounded, seeded store of samples (dicts of arrays of the fields' layouts)."""
+    """A bounded, seeded store of samples (dicts of arrays of the fields' shapes)."""
 
-    def __init__(self, fields: Mapping[str, FieldLayout], capacity: int, policy: str = "reservoir",
+    def __init__(self, fields: Mapping[str, BufferField], capacity: int, policy: str = "reservoir",
                  max_reuse: int = 0, seed: int = 0, rank: int = 0) -> None:  # fmt: skip
         if capacity < 1:
             raise Sim2dlError(f"config key 'train.online.buffer.capacity': {capacity} (needs at least 1 sample)")
@@ -91,10 +91,10 @@ class ReplayBuffer:
 
     def add(self, sample: Mapping[str, np.ndarray], run: int, number: int, record: bool = False) -> bool:
         """Offer one sample; whether it entered the buffer."""
-        for name, layout in self.fields.items():
-            if sample[name].shape != layout.shape:
+        for name, field in self.fields.items():
+            if sample[name].shape != field.shape:
                 raise Sim2dlError(f"run {run} sample {number}: field '{name}' has shape {sample[name].shape}, "
-                                  f"the buffer holds {layout.shape}")  # fmt: skip
+                                  f"the buffer holds {field.shape}")  # fmt: skip
         self.arrivals += 1
         self._tally("added", run)
         if record:
@@ -177,7 +177,7 @@ class ReplayBuffer:
 
 
 def replay(log: Iterable[int], samples: Mapping[tuple[int, int], Mapping[str, np.ndarray]],
-           fields: Mapping[str, FieldLayout], settings: Mapping[str, Any], batch: int, seed: int,
+           fields: Mapping[str, BufferField], settings: Mapping[str, Any], batch: int, seed: int,
            rank: int) -> list[dict[str, np.ndarray]]:  # fmt: skip
     """The batches a buffer of `settings` draws when fed a recorded log again: the same arrivals in the
     same order between the same draws give the same batches (train.deterministic's promise for online

@@ -39,7 +39,7 @@ import numpy as np
 from pipeline import Sim2dlError
 from pipeline.data.transforms import normalise
 from pipeline.online import messages
-from pipeline.online.buffer import FieldLayout, ReplayBuffer
+from pipeline.online.buffer import BufferField, ReplayBuffer
 from pipeline.online.producer import ProducerCounts
 from pipeline.paths import TrainPaths
 from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
@@ -77,11 +77,11 @@ class Moments:
         return {"mean": squeeze(mean), "std": squeeze(std), "count": int(count[0])}
 
 
-def frozen_statistics(moments: Mapping[str, Moments], layouts: Mapping[str, FieldLayout], comm: Any) -> dict:
+def frozen_statistics(moments: Mapping[str, Moments], held_fields: Mapping[str, BufferField], comm: Any) -> dict:
     """Every trainer's sums added (trainers that saw nothing add zeros), as convert's statistics."""
     out = {}
     for name, m in moments.items():
-        channels = layouts[name].shape[-1] if m.per_channel else 1
+        channels = held_fields[name].shape[-1] if m.per_channel else 1
         mine = m.sums if m.sums is not None else np.zeros((3, channels))
         out[name] = m.statistics(comm.allreduce(mine))
     return out
@@ -103,12 +103,12 @@ class TrainerState:
     first_step_at: float | None = None  # wall-clock time (time.time()): comparable across processes
 
 
-def meta_for(config: Mapping[str, Any], layouts: Mapping[str, FieldLayout], stats: Mapping[str, Any]) -> dict:
-    """What the tasks and models read of a dataset's metadata, for the converted fields' layouts."""
+def meta_for(config: Mapping[str, Any], held_fields: Mapping[str, BufferField], stats: Mapping[str, Any]) -> dict:
+    """What the tasks and models read of a dataset's metadata, for the converted fields' shapes and dtypes."""
     convert = config["convert"]
-    spec = {n: {"role": "feature", "shape": list(layouts[n].shape), "dtype": layouts[n].dtype.name}
+    spec = {n: {"role": "feature", "shape": list(held_fields[n].shape), "dtype": held_fields[n].dtype.name}
             for n in convert["features"]}  # fmt: skip
-    spec |= {n: {"role": "label", "shape": list(layouts[n].shape), "dtype": layouts[n].dtype.name}
+    spec |= {n: {"role": "label", "shape": list(held_fields[n].shape), "dtype": held_fields[n].dtype.name}
              for n in convert["labels"]}  # fmt: skip
     classes = {}
     for name, f in config["source"]["fields"].items():
@@ -118,9 +118,9 @@ def meta_for(config: Mapping[str, Any], layouts: Mapping[str, FieldLayout], stat
 
 
 class Trainer:
-    def __init__(self, config: Mapping[str, Any], layouts: Mapping[str, FieldLayout], world: Any, comm: Any,
+    def __init__(self, config: Mapping[str, Any], held_fields: Mapping[str, BufferField], world: Any, comm: Any,
                  producers: int, runs: int, out_dir: Path, runs_table: Path) -> None:  # fmt: skip
-        self.config, self.layouts, self.world, self.comm = config, dict(layouts), world, comm
+        self.config, self.held_fields, self.world, self.comm = config, dict(held_fields), world, comm
         self.settings = config["train"]
         self.online = self.settings["online"]
         self.producers, self.runs = producers, runs
@@ -129,9 +129,9 @@ class Trainer:
         self.runs_table = runs_table  # the ensemble's (written by the producers before they are done)
         buffer = self.online["buffer"]
         seed = self.settings["seed"]
-        self.train_buffer = ReplayBuffer(layouts, buffer["capacity"], buffer["policy"], buffer["max_reuse"], seed,
+        self.train_buffer = ReplayBuffer(held_fields, buffer["capacity"], buffer["policy"], buffer["max_reuse"], seed,
                                          self.rank)  # fmt: skip
-        self.validation_buffer = ReplayBuffer(layouts, self.online["validation_capacity"], "reservoir", 0, seed + 1,
+        self.validation_buffer = ReplayBuffer(held_fields, self.online["validation_capacity"], "reservoir", 0, seed + 1,
                                               self.rank)  # fmt: skip
         convert = config["convert"]
         self.moments = {n: Moments(n in convert["per_channel"]) for n in convert["normalise"]}
@@ -161,8 +161,8 @@ class Trainer:
         removed, so that training starts afresh; a longer run continues a shorter one."""
         kept = {k: v for k, v in self.settings.items() if k != "online"}
         online = {k: v for k, v in self.online.items() if k != "steps"}
-        layouts = {n: [list(f.shape), f.dtype.name] for n, f in self.layouts.items()}
-        key = json.dumps({"train": kept, "online": online, "fields": layouts, "model": source.provenance()},
+        held_fields = {n: [list(f.shape), f.dtype.name] for n, f in self.held_fields.items()}
+        key = json.dumps({"train": kept, "online": online, "fields": held_fields, "model": source.provenance()},
                          sort_keys=True, default=str)  # fmt: skip
         key_file = self.paths.checkpoints / "settings.json"
         if self.rank == 0:
@@ -251,7 +251,7 @@ class Trainer:
         hvd.init(comm=self.comm)
         device = devices.apply(settings, hvd.local_rank(), hvd.local_size())
         determinism.seed_and_fix(settings)
-        meta = meta_for(self.config, self.layouts, self.stats or {})
+        meta = meta_for(self.config, self.held_fields, self.stats or {})
         task = make_task(settings, data_spec(meta))
         task.check()
         source = model_source(settings["model"])
@@ -299,7 +299,7 @@ class Trainer:
                 window_wait += time.perf_counter() - t0
                 continue
             if self.stats is None:  # the first step: statistics of what arrived so far, frozen
-                self.stats = frozen_statistics(self.moments, self.layouts, self.comm)
+                self.stats = frozen_statistics(self.moments, self.held_fields, self.comm)
                 self.state.arrivals_at_first_step = int(self.comm.allreduce(self.train_buffer.arrivals))
             if self.state.first_step_time is None:
                 self.state.first_step_time = time.perf_counter() - began
@@ -364,7 +364,7 @@ class Trainer:
         counts = self.counts()
         val_loss, evaluation = final
         # the task again, with the frozen statistics: metrics and the figure in the labels' own units
-        task = make_task(self.settings, data_spec(meta_for(self.config, self.layouts, self.stats or {})))
+        task = make_task(self.settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
         online_record = {
             "source": self.online["source"],
             "steps": self.state.step,

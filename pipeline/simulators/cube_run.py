@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -36,13 +37,16 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mean-density", type=float, default=8.0)
     parser.add_argument("--delay-s", type=float, default=0.0, help="sleep after each cube (a slower simulation)")
     parser.add_argument("--write", choices=["hdf5", "sst"], default="hdf5")
+    parser.add_argument("--per-run-file", action="store_true",
+                        help="with hdf5: one file of the run's cubes stacked (cubes.h5: density [S, n, n, n], "
+                        "params [S, 3]) instead of a file per cube")  # fmt: skip
     parser.add_argument("--stream", default="stream", help="with sst: the stream's name in --out")
     parser.add_argument("--queue-limit", type=int, default=4, help="with sst: steps held for a slow reader")
     parser.add_argument("--queue-policy", choices=["Block", "Discard"], default="Block")
     return parser.parse_args(argv)
 
 
-def cubes(args: argparse.Namespace) -> tuple[np.ndarray, list[np.ndarray]]:
+def cubes(args: argparse.Namespace) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     params = np.array([args.sigma_8, args.n_s, args.omega_m], np.float32)
     for i in range(args.samples):
         rng = np.random.default_rng([args.seed, i])
@@ -54,6 +58,16 @@ def cubes(args: argparse.Namespace) -> tuple[np.ndarray, list[np.ndarray]]:
 def write_hdf5(args: argparse.Namespace) -> None:
     import h5py
 
+    if args.per_run_file:
+        n = args.size
+        tmp = args.out / ".cubes.h5.tmp"
+        with h5py.File(tmp, "w") as f:
+            density = f.create_dataset("density", (args.samples, n, n, n), np.float32)
+            params = f.create_dataset("params", (args.samples, 3), np.float32)
+            for i, (p, d) in enumerate(cubes(args)):
+                density[i], params[i] = d, p
+        os.replace(tmp, args.out / "cubes.h5")
+        return
     for i, (params, density) in enumerate(cubes(args)):
         path = args.out / f"cube_{i:05d}.h5"
         tmp = path.with_name(f".{path.name}.tmp")

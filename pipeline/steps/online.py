@@ -11,8 +11,8 @@ simulation job that died, no simulation job left running for nobody), Slurm plac
 (srun's ranks fill the nodes in order: producers first), and the samples move by MPI over the job's
 interconnect rather than through a rendezvous service.
 
-Plan (pure): the roles (`roles`), the converted fields' layouts (`arrivals.layouts`) and every config
-check, before any run starts. Outputs as train's: {workdir}/train/summary.json (with an `online` record),
+Plan (pure): the roles (`roles`), the converted fields' shapes and dtypes (`arrivals.held_fields`) and
+every config check, before any run starts. Outputs as train's: {workdir}/train/summary.json (with an `online` record),
 the model, metrics.json, learning curves, the validation figure; plus online_runs.parquet (per run:
 samples sent, refused, buffered, dropped, times trained) and refused.csv; the ensemble's runs table in
 {raw}/runs.parquet as always.
@@ -57,9 +57,9 @@ def roles(config: Mapping[str, Any], size: int) -> Roles:
 
 
 def check(config: Mapping[str, Any], size: int, container: Mapping[str, Any] | None = None) -> tuple[Roles, dict]:
-    """Every config error before any run: the roles, the simulator's command, the fields, the layouts."""
+    """Every config error before any run: the roles, the simulator's command, the fields, the shapes."""
     from pipeline.online.arrivals import check as check_fields
-    from pipeline.online.arrivals import layouts
+    from pipeline.online.arrivals import held_fields
     from pipeline.simulators.ensemble import check_command
 
     online = config["train"]["online"]
@@ -75,7 +75,7 @@ def check(config: Mapping[str, Any], size: int, container: Mapping[str, Any] | N
         raise Sim2dlError("config key 'train.online.validation_every_run': 1 would hold out every run")
     check_fields(config)
     check_command({**config["simulate"], "container": container or {}})
-    return roles(config, size), {n: layout for n, layout in layouts(config).items()}
+    return roles(config, size), {n: field for n, field in held_fields(config).items()}
 
 
 def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
@@ -89,7 +89,7 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
     rank, size = comm.Get_rank(), comm.Get_size()
     error = None
     try:
-        role, layouts = check(config, size, container)
+        role, held_fields = check(config, size, container)
     except Sim2dlError as e:
         error = e
     all_ok(comm, error)
@@ -110,7 +110,7 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
         finally:
             producer.finish()
     else:
-        trainer = Trainer(config, layouts, comm, sub, role.producers, len(plan), out_dir, RawPaths(raw_root).runs)
+        trainer = Trainer(config, held_fields, comm, sub, role.producers, len(plan), out_dir, RawPaths(raw_root).runs)
         result = trainer.run()
     # the trainers' summary to every rank (rank 0, a producer, prints it), with the ensemble's counts
     hosts = comm.allgather(socket.gethostname())
