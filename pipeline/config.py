@@ -48,7 +48,7 @@ STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "train": ("train", "stage", "simulate.enabled"),
     "search": ("search", "train", "stage", "simulate.enabled"),  # its trials run train
     # The ensemble and training in one job: the simulator, reading and converting each run, training.
-    "online": ("simulate", "source", "ingest.check_finite", "convert", "train"),
+    "online": ("simulate", "source", "ingest", "convert", "train"),
     "sweep": None,  # every point's config is built from the whole file
     "throughput": (),  # a figure from the data steps' summaries: reads no setting
 }

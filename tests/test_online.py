@@ -122,10 +122,10 @@ def test_online_config_errors_name_the_key(tmp_path):
 WRITER = """
 import os, sys, time
 import numpy as np, adios2
-name, steps, die_after, delay = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+name, steps, die_after, delay, policy = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 io = adios2.Adios().declare_io("w")
 io.set_engine("SST")
-io.set_parameters({"DataTransport": "WAN", "RendezvousReaderCount": "1", "QueueLimit": "2"})
+io.set_parameters({"DataTransport": "WAN", "RendezvousReaderCount": "1", "QueueLimit": "2", "QueueFullPolicy": policy})
 s = adios2.Stream(io, name, "w")
 for i in range(steps):
     s.begin_step()
@@ -138,10 +138,12 @@ s.close()
 """
 
 
-def start_writer(tmp_path: Path, name: Path, steps: int, die_after: int = -1, delay: float = 0.0):
+def start_writer(
+    tmp_path: Path, name: Path, steps: int, die_after: int = -1, delay: float = 0.0, policy: str = "Block"
+):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    return subprocess.Popen([sys.executable, str(script), str(name), str(steps), str(die_after), str(delay)],
+    return subprocess.Popen([sys.executable, str(script), str(name), str(steps), str(die_after), str(delay), policy],
                             env=env(), stderr=subprocess.DEVNULL)  # fmt: skip
 
 
@@ -195,6 +197,30 @@ def test_sst_a_late_writer_is_waited_for_and_a_dying_one_is_an_error_not_an_end(
     writer = start_writer(tmp_path, dying, steps=3)
     reader.join(60)
     assert writer.wait(30) == 0 and result["steps"] == [0, 1, 2]
+
+
+def test_sst_discard_never_makes_the_writer_wait_and_the_steps_it_dropped_are_counted(tmp_path):
+    """QueueFullPolicy Discard (the writer's choice): a reader slower than the writer loses steps, those
+    between two it receives counted from the gaps in the step numbers; Block (the default) loses none."""
+    from pipeline.formats.readers import FieldSpec
+    from pipeline.online.stream import StreamCounts, stream_steps
+
+    fields = [FieldSpec.from_config("density", {"path": "density"})]
+    settings = {"open_timeout_s": 20, "step_timeout_s": 20, "transport": "WAN"}
+    for policy in ("Discard", "Block"):
+        name = tmp_path / policy
+        writer = start_writer(tmp_path, name, steps=40, policy=policy)
+        counts, seen = StreamCounts(), []
+        for step, arrays in stream_steps(name, fields, settings, lambda: False, counts):
+            seen.append(int(arrays["density"][0, 0]))
+            assert seen[-1] == step
+            time.sleep(0.02)  # a slow trainer
+        assert writer.wait(30) == 0
+        assert counts.read == len(seen) and counts.read + counts.dropped == counts.last + 1
+        if policy == "Discard":  # the writer went on without the reader: most steps never reached it
+            assert len(seen) < 40 and seen == sorted(seen)
+        else:
+            assert counts.dropped == 0 and seen == list(range(40))
 
 
 def test_sst_no_writer_is_a_time_out_naming_the_stream_and_a_stop_ends_the_wait(tmp_path):

@@ -11,8 +11,10 @@ single long time-out cannot be stopped). Each step's variables named by the fiel
 Flow control is the writer's: SST's `QueueLimit` bounds the steps it holds for slow readers, and
 `QueueFullPolicy` says what happens when they are full: `Block` (the simulation waits: nothing lost) or
 `Discard` (the step is dropped: the simulation never waits). Dropped steps show as gaps in the step
-numbers the reader sees; they are counted. A writer that dies mid-stream ends the stream with an error
-(ADIOS2's StepStatus.OtherError), not a clean end: `StreamBroken`, with the steps delivered before it.
+numbers the reader sees; they are counted (steps dropped after the last one delivered leave no gap: the
+writer's own record of the steps it wrote says how many there were). A writer that dies mid-stream ends
+the stream with an error (ADIOS2's StepStatus.OtherError), not a clean end: `StreamBroken`, with the steps
+delivered before it.
 A step that does not come within `step_timeout_s` is an error naming the stream (never a silent end).
 
 Memory: one step's arrays. Time: the writer's pace; a step's bytes once over the transport.
