@@ -305,16 +305,16 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
 
 
 def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks(tmp_path):
-    config = online_config(tmp_path, source="stream", runs=5, samples=5, steps=6, validate_every_steps=3,
+    config = online_config(tmp_path, source="stream", runs=4, samples=4, steps=6, validate_every_steps=3,
                            validation_every_run=0, buffer={"capacity": 64, "watermark": 4})  # fmt: skip
     config = failing_simulator(tmp_path, config, fail="", die="run-000002")
     path = write_config(tmp_path, config)
     result = run_cli(["online", "--config", str(path)], ranks=3, timeout=300)
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     _, runs = online_record(tmp_path)
-    assert [r["status"] for r in runs] == ["ok"] * 5 and runs[2]["attempts"] == 2
-    # the dead attempt's 2 steps were kept, the retry's same steps skipped: 5 samples, not 7
-    assert [r["samples_sent"] for r in runs] == [5] * 5
-    assert summary["online"]["samples"]["arrived"] == 25 and summary["ensemble"]["ok"] == 5
+    assert [r["status"] for r in runs] == ["ok"] * 4 and runs[2]["attempts"] == 2
+    # the dead attempt's 2 steps were kept, the retry's same steps skipped: 4 samples, not 6
+    assert [r["samples_sent"] for r in runs] == [4] * 4
+    assert summary["online"]["samples"]["arrived"] == 16 and summary["ensemble"]["ok"] == 4
     assert summary["online"]["source"] == "stream" and summary["online"]["errors"] == []
     assert sorted(p.name for p in (tmp_path / "work" / "raw" / "00000" / "run-000002").iterdir()) == ["written.json"]

@@ -111,7 +111,7 @@ def test_the_same_config_trains_to_the_same_weights_twice_and_another_seed_does_
     other weights."""
 
     def trained(name, **settings):
-        train(tmp_path / name, staged, epochs=2, **settings)
+        train(tmp_path / name, staged, epochs=1, **settings)
         return json.loads((tmp_path / name / "train" / "summary.json").read_text())
 
     first, again, other = trained("a"), trained("b", device="cpu"), trained("c", seed=7)
