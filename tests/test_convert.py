@@ -3,10 +3,10 @@ import json
 import numpy as np
 import pytest
 
+from pipeline.data.statistics import RunningStats
 from pipeline.data.tables import read_rows
 from pipeline.data.transforms import central_crop, normalise, split_volumes, transform
 from pipeline.formats.readers import SampleError
-from pipeline.steps.convert import RunningStats
 from pipeline.steps.ingest.step import ingest
 from pipeline.steps.simulate import simulate
 

@@ -103,12 +103,6 @@ def held_fields(config: Mapping[str, Any]) -> dict[str, BufferField]:
     return {n: BufferField(tuple(a.shape), a.dtype) for n, a in converted.items()}
 
 
-def samples_per_record(config: Mapping[str, Any]) -> int:
-    """Converted samples per input record (convert.split cuts one into several)."""
-    categorical = {f.name for f in fields_of(config["source"]) if f.categorical}
-    return len(transform(zero_record(config), {**config["convert"], "log1p": []}, categorical))
-
-
 class RunReader:
     """Reads the converted samples of runs: `run_samples(directory, row)` yields them in a fixed order
     (files sorted, samples in file order), with a Refused for each one that cannot be used."""

@@ -9,7 +9,7 @@ is the input wait the history reports. Training ends after `train.online.steps` 
 simulations are over and a buffer has nothing left to draw (every sample used `max_reuse` times).
 
 Normalisation: the statistics of convert.normalise's fields (per channel where convert.per_channel says)
-come from the samples that arrived before the first step (every trainer's, added up), are frozen there,
+come from the samples that arrived before the first step (every trainer's, merged), are frozen there,
 saved in the summary and applied to every batch; or `train.online.statistics` names a convert stats.json
 of earlier offline data to use instead.
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,13 +36,15 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
+from pipeline.data.statistics import RunningStats
 from pipeline.data.transforms import normalise
 from pipeline.online import messages
 from pipeline.online.buffer import BufferField, ReplayBuffer
 from pipeline.online.producer import ProducerCounts
 from pipeline.paths import TrainPaths
-from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
+from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import determinism, devices
+from pipeline.training.checkpoints import discard_foreign_checkpoints
 from pipeline.training.models import build_model, input_shape, model_source
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.steps import evaluate, step_functions
@@ -56,34 +57,14 @@ WAIT_POLL_S = 0.002
 # ---------------------------------------------------------------- statistics from the first arrivals
 
 
-@dataclass
-class Moments:
-    """Sums for a field's mean and standard deviation (per channel or overall), added across trainers."""
-
-    per_channel: bool
-    sums: np.ndarray | None = None  # [count, sum, sum of squares] x channels
-
-    def update(self, x: np.ndarray) -> None:
-        flat = x.reshape(-1, x.shape[-1]) if self.per_channel else x.reshape(-1, 1)
-        flat = flat.astype(np.float64)
-        part = np.stack([np.full(flat.shape[1], flat.shape[0], np.float64), flat.sum(0), (flat**2).sum(0)])
-        self.sums = part if self.sums is None else self.sums + part
-
-    def statistics(self, total: np.ndarray) -> dict[str, Any]:
-        count, s, ss = total
-        mean = s / np.maximum(count, 1)
-        std = np.sqrt(np.maximum(ss / np.maximum(count, 1) - mean**2, 0.0))
-        squeeze = (lambda a: a.tolist()) if self.per_channel else (lambda a: float(a[0]))
-        return {"mean": squeeze(mean), "std": squeeze(std), "count": int(count[0])}
-
-
-def frozen_statistics(moments: Mapping[str, Moments], held_fields: Mapping[str, BufferField], comm: Any) -> dict:
-    """Every trainer's sums added (trainers that saw nothing add zeros), as convert's statistics."""
+def frozen_statistics(moments: Mapping[str, RunningStats], comm: Any) -> dict:
+    """Every trainer's statistics merged (in trainer order, so every trainer gets the same), as convert's."""
     out = {}
-    for name, m in moments.items():
-        channels = held_fields[name].shape[-1] if m.per_channel else 1
-        mine = m.sums if m.sums is not None else np.zeros((3, channels))
-        out[name] = m.statistics(comm.allreduce(mine))
+    for name, mine in moments.items():
+        merged = RunningStats(mine.per_channel)
+        for part in comm.allgather(mine):
+            merged.merge(part)
+        out[name] = merged.as_dict()
     return out
 
 
@@ -134,7 +115,7 @@ class Trainer:
         self.validation_buffer = ReplayBuffer(held_fields, self.online["validation_capacity"], "reservoir", 0, seed + 1,
                                               self.rank)  # fmt: skip
         convert = config["convert"]
-        self.moments = {n: Moments(n in convert["per_channel"]) for n in convert["normalise"]}
+        self.moments = {n: RunningStats(n in convert["per_channel"]) for n in convert["normalise"]}
         self.stats: dict[str, Any] | None = self.prior_statistics()
         self.state = TrainerState()
         self.began = time.perf_counter()  # the job's start, near enough: time to the first step counts from here
@@ -156,7 +137,7 @@ class Trainer:
             raise Sim2dlError(f"config key 'train.online.statistics': {path} has no statistics of {missing}")
         return stats
 
-    def discard_foreign_checkpoints(self, source: Any) -> None:
+    def discard_other_checkpoints(self, source: Any) -> None:
         """Checkpoints of other settings (all of train's but the step count), fields or model code are
         removed, so that training starts afresh; a longer run continues a shorter one."""
         kept = {k: v for k, v in self.settings.items() if k != "online"}
@@ -164,15 +145,8 @@ class Trainer:
         held_fields = {n: [list(f.shape), f.dtype.name] for n, f in self.held_fields.items()}
         key = json.dumps({"train": kept, "online": online, "fields": held_fields, "model": source.provenance()},
                          sort_keys=True, default=str)  # fmt: skip
-        key_file = self.paths.checkpoints / "settings.json"
         if self.rank == 0:
-            if self.paths.checkpoints.exists() and (not key_file.exists() or key_file.read_text() != key):
-                log.info(
-                    "sim2dl online: settings changed since %s was written: starting afresh", self.paths.checkpoints
-                )
-                shutil.rmtree(self.paths.checkpoints)
-            if not key_file.exists():
-                write_text_atomic(key_file, key)
+            discard_foreign_checkpoints(self.paths.checkpoints, key)
         self.comm.barrier()
 
     # ---- arrivals
@@ -260,7 +234,7 @@ class Trainer:
         model, source = build_model(settings, task.data.feature_shape, task)
         optimizer = make_optimizer(settings, device["precision"])
         loss_fn = task.loss()
-        self.discard_foreign_checkpoints(source)
+        self.discard_other_checkpoints(source)
         step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
         checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
         manager = tf.train.CheckpointManager(checkpoint, str(self.paths.checkpoints), max_to_keep=2)
@@ -299,7 +273,7 @@ class Trainer:
                 window_wait += time.perf_counter() - t0
                 continue
             if self.stats is None:  # the first step: statistics of what arrived so far, frozen
-                self.stats = frozen_statistics(self.moments, self.held_fields, self.comm)
+                self.stats = frozen_statistics(self.moments, self.comm)
                 self.state.arrivals_at_first_step = int(self.comm.allreduce(self.train_buffer.arrivals))
             if self.state.first_step_time is None:
                 self.state.first_step_time = time.perf_counter() - began

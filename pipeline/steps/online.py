@@ -75,7 +75,7 @@ def check(config: Mapping[str, Any], size: int, container: Mapping[str, Any] | N
         raise Sim2dlError("config key 'train.online.validation_every_run': 1 would hold out every run")
     check_fields(config)
     check_command({**config["simulate"], "container": container or {}})
-    return roles(config, size), {n: field for n, field in held_fields(config).items()}
+    return roles(config, size), held_fields(config)
 
 
 def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,

@@ -43,7 +43,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -66,6 +65,7 @@ from pipeline.training import determinism, devices
 from pipeline.training.augment import Transform, augment_batch
 from pipeline.training.augment import plan as augment_plan
 from pipeline.training.baseline import fit_and_score as baseline_fit_and_score
+from pipeline.training.checkpoints import discard_foreign_checkpoints
 from pipeline.training.checksum import weights_checksum
 from pipeline.training.models import ModelSource, build_model
 from pipeline.training.optimizer import learning_rate, make_optimizer
@@ -132,16 +132,6 @@ def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: Mod
     a GPU, but a new learning rate or model starts afresh)."""
     kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads", "device", "keep", "patience")}
     return json.dumps({"data": meta["plan_digest"], "train": kept, "model": source.provenance()}, sort_keys=True)
-
-
-def discard_foreign_checkpoints(ckpt_dir: Path, key: str) -> None:
-    """Remove checkpoints written for other data or settings (`key`), so training starts afresh."""
-    key_file = ckpt_dir / "settings.json"
-    if ckpt_dir.exists() and (not key_file.exists() or key_file.read_text() != key):
-        log.info("sim2dl train: settings or data changed since %s was written: starting afresh", ckpt_dir)
-        shutil.rmtree(ckpt_dir)
-    if not key_file.exists():
-        write_text_atomic(key_file, key)
 
 
 def count_records(files: Sequence[Path], fraction: float | None, shard: tuple[int, int] | None) -> tuple[int, int]:
