@@ -1,7 +1,7 @@
 """Input side of bench/spatial.py, one process: what the first rank of a spatial set reads to get its planes
 of every sample, from whole records (each record read whole, its planes cut from the raw bytes) against
 slab shards (merge.slabs = S: only its slab's file of each shard). Both through train's own input pipeline
-(pipeline.steps.train.input_pipeline) over the same records, written by merge's own slab writer
+(pipeline.training.inputs.input_pipeline) over the same records, written by merge's own slab writer
 (pipeline.steps.merge.write.write_shard's per-record path: TFRecordShardWriter + slab_arrays).
 
 Each read starts from a cold page cache (`sync; echo 1 > /proc/sys/vm/drop_caches`, root only; without it
@@ -66,7 +66,8 @@ def main() -> None:
     work, *dims, samples = sys.argv[1], *map(int, sys.argv[2:])
     from pipeline import config as cfg
     from pipeline.formats.slabs import slabs_read
-    from pipeline.steps.train import check_settings, input_pipeline
+    from pipeline.steps.train import check_settings
+    from pipeline.training.inputs import input_pipeline
     from pipeline.training.spatial.layout import SpatialLayout
 
     spec = {

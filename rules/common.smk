@@ -46,6 +46,14 @@ class Run:
         if run_config["train"]["online"]["enabled"] and run_config["search"]["enabled"]:
             raise WorkflowError("config keys 'train.online.enabled' and 'search.enabled': a search's trials train "
                                 "on staged shards, which online training does not write: set search.enabled: false")
+        population = run_config["train"]["population"]["enabled"]
+        if population and run_config["search"]["enabled"]:
+            raise WorkflowError("config keys 'train.population.enabled' and 'search.enabled': a search's trials train "
+                                "one model each, and the population is its own search (train.population.mutate): "
+                                "set one of them to false")
+        if population and run_config["train"]["online"]["enabled"]:
+            raise WorkflowError("config keys 'train.population.enabled' and 'train.online.enabled': online training "
+                                "has one trainer (its ranks share the arriving runs): set one of them to false")
         self.layout = sim2dl_config.layout(run_config)
         self.source = sim2dl_config.source_dir(run_config)
         self.resolved = self.layout.workdir / "config.resolved.yaml"

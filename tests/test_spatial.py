@@ -245,7 +245,7 @@ def test_the_spatial_preset_validates_and_splits_each_sample_over_trains_ranks()
 def test_ranks_that_share_samples_share_files_on_a_node_or_across_replicas():
     """data_rank: sets within nodes share out their node's files; a set spanning nodes needs every shard on
     every node (replica) and the groups share them out globally; other placements are config errors."""
-    from pipeline.steps.train import data_rank
+    from pipeline.training.inputs import data_rank
 
     nodes = [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert [data_rank(SpatialLayout(2, 8, r), nodes, r // 4, "partition") for r in range(8)] == [

@@ -70,6 +70,16 @@ def holdout_validation(sample_ids: Any, fraction: float) -> Any:
     return tf.strings.to_hash_bucket_fast(sample_ids, HOLDOUT_BUCKETS) < round(fraction * HOLDOUT_BUCKETS)
 
 
+def holdout_tournament(sample_ids: Any, fraction: float) -> Any:
+    """Whether training records are a population trainer's tournament set (train.population's
+    tournament_fraction of its partition, never trained on): the same hash as the validation hold-out, of
+    the sample id with a suffix, so that the two hold-outs are independent. A tensor in, a tensor out."""
+    import tensorflow as tf
+
+    salted = tf.strings.join([sample_ids, "/tournament"])
+    return tf.strings.to_hash_bucket_fast(salted, HOLDOUT_BUCKETS) < round(fraction * HOLDOUT_BUCKETS)
+
+
 class SampleSplits:
     """The split of every converted sample, as convert sees them: merge.splits by its hash of the parent
     record (or file), else train's hold-out ('train' / 'validation') by the hash of each sample's own id."""

@@ -160,3 +160,34 @@ def data_throughput(summaries: Mapping[str, Mapping[str, Any]], records: int, sh
     twin.bar(x + 0.2, moved, 0.4, label="MB/s of shards", color="tab:orange")
     twin.set_ylabel("MB/s of shards written (merge) or staged per node (stage)", color="tab:orange")
     _save(fig, path)
+
+
+def population_curves(rounds: Sequence[Mapping[str, Any]], kept: Mapping[str, Any], loss_name: str,
+                      path: Path) -> None:  # fmt: skip
+    """train.population: each trainer's validation loss over rounds (the common split), a marker where a
+    trainer adopted another's model (its number beside it), the kept model ringed; beside it, each
+    trainer's learning rate where the population mutates it, else its training loss."""
+    trainers = len(rounds[0]["val_loss"]) if rounds else 0
+    x = [r["round"] for r in rounds]
+    fig, (ax_val, ax_side) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    mutated = bool(rounds) and "learning_rate" in rounds[0]["hyperparameters"][0]
+    for t in range(trainers):
+        line = ax_val.plot(x, [r["val_loss"][t] for r in rounds], "o-", ms=3, label=f"trainer {t}")[0]
+        for r in rounds:
+            source = r["adopted"][t]
+            if source is not None:
+                ax_val.plot(r["round"], r["val_loss"][t], "*", ms=11, color=line.get_color())
+                ax_val.annotate(f"←{source}", (r["round"], r["val_loss"][t]), fontsize=7, xytext=(3, 3),
+                                textcoords="offset points")  # fmt: skip
+        side = [r["hyperparameters"][t]["learning_rate"] for r in rounds] if mutated else [
+            r["train_loss"][t] for r in rounds]  # fmt: skip
+        ax_side.plot(x, side, "o-", ms=3, color=line.get_color())
+    if kept:
+        ax_val.plot(kept["round"], kept["val_loss"], "o", ms=14, mfc="none", mec="k", label="kept")
+    ax_val.set(xlabel="round", ylabel=f"validation {loss_name}", title="Population (★ adopted ←from)")
+    ax_val.legend(fontsize=7)
+    if mutated:
+        ax_side.set(xlabel="round", ylabel="learning rate", yscale="log", title="Hyperparameters")
+    else:
+        ax_side.set(xlabel="round", ylabel=f"training {loss_name}", title="Training loss")
+    _save(fig, path)

@@ -45,7 +45,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,25 +53,27 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.data.splits import holdout_validation
-from pipeline.formats.metadata import fixed, load_metadata
+from pipeline.formats.metadata import load_metadata
 from pipeline.formats.shards import shard_format
-from pipeline.formats.shards.tfrecord.tfdata import READ_BUFFER_BYTES, decode_field, feature_description
-from pipeline.formats.slabs import check_split, sibling, slab_of, slabs_read
-from pipeline.paths import StagedPaths, TrainPaths
+from pipeline.formats.slabs import check_split
+from pipeline.paths import TrainPaths
 from pipeline.runtime.mpi import all_ok
 from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
 from pipeline.training import determinism, devices
-from pipeline.training.augment import Transform, augment_batch
+from pipeline.training.augment import Transform
 from pipeline.training.augment import plan as augment_plan
 from pipeline.training.baseline import fit_and_score as baseline_fit_and_score
 from pipeline.training.checkpoints import discard_foreign_checkpoints
 from pipeline.training.checksum import weights_checksum
+from pipeline.training.inputs import RankData, input_pipeline, rank_data
 from pipeline.training.models import ModelSource, build_model
 from pipeline.training.optimizer import learning_rate, make_optimizer
+from pipeline.training.population import Population
+from pipeline.training.population import check as check_population
 from pipeline.training.spatial.layout import SpatialLayout, check_spatial
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
+from pipeline.training.tournament import Trainer, run_rounds
 
 log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
 
@@ -95,246 +97,12 @@ def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_n
     return task
 
 
-# ---------------------------------------------------------------- which files this rank reads
-
-
-def rank_files(
-    listing: Mapping[str, Any],
-    node_dir: Path,
-    local_rank: int,
-    local_size: int,
-    split: str | None = None,
-    slab: int | None = None,
-) -> tuple[list[Path], tuple[int, int] | None]:
-    """This rank's share of its node's staged files of a split (None: all; sample mode: the rank's own
-    file for training), and how to shard their records: with fewer files than ranks on the node, every
-    rank reads them all and takes every n-th record instead (else None). slab: of slab shards
-    (merge.slabs), the files of that slab stand for their shards."""
-    names = [n for n in listing["files"] if split is None or n.startswith(f"{split}/")]
-    if slab is not None:
-        names = [n for n in names if slab_of(n)[1] == slab]
-    files = [node_dir / name for name in names]
-    missing = [f for f in files if not f.exists()]
-    if missing:
-        raise Sim2dlError(f"staged file {missing[0]} is missing ({len(missing)} of {len(files)}): rerun stage")
-    if listing["mode"] == "sample" and split in (None, "train"):
-        rank = listing["ranks"][local_rank]
-        own = f"rank-{rank:05d}{shard_format(listing['format']).suffix}"
-        return [node_dir / n for n in listing["files"] if n == own], None
-    if len(files) >= local_size:
-        return files[local_rank::local_size], None
-    return files, (local_size, local_rank)
-
-
 def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource) -> str:
     """What a checkpoint must match to be resumed: the data, the model's code and every setting except the
     epoch count, threads, device and which epoch is kept (so a longer run continues a shorter one, also on
     a GPU, but a new learning rate or model starts afresh)."""
     kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads", "device", "keep", "patience")}
     return json.dumps({"data": meta["plan_digest"], "train": kept, "model": source.provenance()}, sort_keys=True)
-
-
-def count_records(files: Sequence[Path], fraction: float | None, shard: tuple[int, int] | None) -> tuple[int, int]:
-    """(train, validation) records in the files, reading only their sample ids (fraction None: all are
-    training records)."""
-    import tensorflow as tf
-
-    ds = tf.data.TFRecordDataset([str(f) for f in files], buffer_size=READ_BUFFER_BYTES)
-    if shard:
-        ds = ds.shard(*shard)
-    ids = ds.map(
-        lambda r: tf.io.parse_single_example(r, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
-    )
-    val = train = 0
-    for batch in ids.batch(4096):
-        v = 0 if fraction is None else int(tf.reduce_sum(tf.cast(holdout_validation(batch, fraction), tf.int32)))
-        val += v
-        train += int(batch.shape[0]) - v
-    return train, val
-
-
-# ---------------------------------------------------------------- input pipeline
-
-
-def input_pipeline(
-    files: Sequence[Path],
-    meta: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    task: Task,
-    model_input: Sequence[int | None],
-    *,
-    training: bool,
-    shard: tuple[int, int] | None,
-    epoch_seed: int,
-    fraction: float | None,
-    slab: tuple[int, int] | None = None,
-    pieces: range | None = None,
-    transforms: Sequence[Transform] = (),
-    holdout: bool | None = None,
-) -> Any:
-    """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
-    added where it has one more axis), labels as the task wants them. fraction: the share of records held
-    out for validation by a hash of their sample ids (training passes skip them, validation reads only
-    them); None: the files hold one split, read whole. slab: the planes [start, stop) of the feature's
-    first axis this rank keeps (spatial parallelism), cut from whole records. pieces: slab shards
-    (merge.slabs): `files` are slab `pieces[0]`'s files, and the rank reads these slabs' files of each
-    shard side by side, their planes joined (its slab, or with no split the whole sample). transforms:
-    training batches' samples each under one of these symmetries (train.augment), drawn from a stream
-    seeded by epoch_seed and the batch's number. holdout: which side of `fraction`'s hold-out to read
-    (default: validation records when not training; False: the training records in one ordered pass)."""
-    import tensorflow as tf
-
-    data = task.data
-    feature, labels = data.feature, [f.name for f in data.labels]
-    features = list(data.feature_shapes) or [feature]
-    spec = meta["feature_spec"]
-    pieces = pieces or range(1)  # whole records: one file per shard
-    slab_files = [[str(sibling(f, k)) for k in pieces] for f in files]
-    names = tf.data.Dataset.from_tensor_slices(slab_files)  # a row per shard: its files, one per slab read
-    if training:
-        names = names.shuffle(len(files), seed=epoch_seed, reshuffle_each_iteration=True).repeat()
-
-    def side_by_side(shard_files: Any) -> Any:  # the records of one shard's slab files, zipped
-        return tf.data.Dataset.zip(
-            tuple(tf.data.TFRecordDataset(shard_files[k], buffer_size=READ_BUFFER_BYTES) for k in range(len(pieces)))
-        )
-
-    ds = names.interleave(
-        side_by_side,
-        cycle_length=max(1, min(len(files), 4)),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not training or settings["deterministic"],
-    )
-    if shard:
-        ds = ds.shard(*shard)
-    description = feature_description(spec, (*features, *labels))
-    field = spec[feature]
-    thickness = (field["shape"][0] // meta["slabs"]["count"]) if "slabs" in meta else None
-    slab_field = {**field, "shape": [thickness, *field["shape"][1:]]}  # a slab file's planes of the feature
-
-    validation_side = (not training) if holdout is None else holdout
-
-    def keep(record: Any, *_: Any) -> Any:
-        sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
-        val = holdout_validation(sid, fraction)
-        return val if validation_side else tf.logical_not(val)
-
-    if fraction is not None:
-        ds = ds.filter(keep)
-    if training:
-        # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
-        ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
-    add_channel = not data.several and len(model_input) == len(data.feature_shape) + 1
-
-    def features_and_labels(parsed: Any, batched: bool, others: Sequence[Any]) -> Any:
-        y = task.label_tensor([decode_field(parsed, n, spec[n], batched) for n in labels], batched)
-        if data.several:  # your own model's inputs, by name
-            return {n: tf.cast(decode_field(parsed, n, spec[n], batched), tf.float32) for n in features}, y
-        if thickness is None:
-            x = decode_field(parsed, feature, field, batched, planes=slab)
-        else:  # the slabs read, in order: the first file's parsed whole, the others' feature only
-            x = tf.concat([decode_field(p, feature, slab_field, batched) for p in (parsed, *others)],
-                          axis=1 if batched else 0)  # fmt: skip
-        if add_channel:
-            x = x[..., tf.newaxis]
-        return tf.cast(x, tf.float32), y
-
-    only_feature = {feature: tf.io.FixedLenFeature([], tf.string)}
-
-    def parse_batch(first: Any, *more: Any) -> Any:
-        others = [tf.io.parse_example(r, only_feature) for r in more]
-        return features_and_labels(tf.io.parse_example(first, description), True, others)
-
-    def parse_one(first: Any, *more: Any) -> Any:
-        others = [tf.io.parse_single_example(r, only_feature) for r in more]
-        return features_and_labels(tf.io.parse_single_example(first, description), False, others)
-
-    batch = settings["batch_size"]
-    if all(fixed(spec[n]) for n in features):
-        ds = ds.batch(batch, drop_remainder=training).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
-        if training and transforms:
-            moves_labels = task.per_pixel
-
-            def symmetries(xy: Any, number: Any) -> Any:
-                return augment_batch(*xy, transforms, tf.stack([tf.constant(epoch_seed, tf.int64), number]),
-                                     moves_labels)  # fmt: skip
-
-            ds = tf.data.Dataset.zip((ds, tf.data.Dataset.counter())).map(
-                symmetries, num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
-    else:
-        # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
-        ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
-            lambda x, y: tf.shape(x[feature] if data.several else x)[0],
-            bucket_boundaries=settings["length_buckets"],
-            bucket_batch_sizes=[batch] * (len(settings["length_buckets"]) + 1),
-            drop_remainder=training,
-        )
-    return ds.prefetch(tf.data.AUTOTUNE)
-
-
-# ---------------------------------------------------------------- the training loop
-
-
-@dataclass
-class RankData:
-    """What one rank trains and validates on: its staged files (or its record shard of them), the hash
-    hold-out fraction (None with splits), and the steps per epoch every rank takes."""
-
-    files: list[Path]
-    shard: tuple[int, int] | None
-    validation_files: list[Path]
-    validation_shard: tuple[int, int] | None
-    fraction: float | None
-    records: int
-    steps: int
-    pieces: range | None = None  # the slab files of each shard it reads (merge.slabs), else whole records
-
-
-def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,
-              paths: TrainPaths, comm: Any, layout: SpatialLayout) -> RankData:  # fmt: skip
-    """The staged files this rank reads (staging again if this node's copies are gone), and the steps
-    per epoch: the fewest any rank's records allow. The ranks of a spatial set read the same records."""
-    from pipeline.runtime.placement import topology
-    from pipeline.storage.staging import ensure_staged
-
-    settings = config["train"]
-    topo = topology(comm, config["stage"]["emulate_nodes"])
-    node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
-    listing = json.loads(StagedPaths(node_dir).listing.read_text())
-    local = data_rank(layout, topo.node_ranks, topo.node, listing["mode"])
-    pieces = slabs_read(meta["slabs"]["count"], layout.split, layout.spatial_rank) if "slabs" in meta else None
-    first = pieces[0] if pieces else None
-    if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
-        files, shard = rank_files(listing, node_dir, *local, "train", first)
-        validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation", first)
-        fraction = None
-    else:  # one set of shards: validation records are held out by a hash of their sample ids
-        files, shard = rank_files(listing, node_dir, *local, slab=first)
-        validation_files, validation_shard = files, shard
-        fraction = settings["validation_fraction"]
-    n_train, _ = count_records(files, fraction, shard)
-    steps = int(comm.allreduce(n_train, op=_mpi_min())) // settings["batch_size"]
-    if steps == 0:
-        batch = settings["batch_size"]
-        raise Sim2dlError(f"rank {layout.rank}: {n_train} training records, fewer than one batch of {batch}")
-    return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps, pieces)
-
-
-def data_rank(layout: SpatialLayout, node_ranks: Sequence[Sequence[int]], node: int, mode: str) -> tuple[int, int]:
-    """(index, count) of this rank's share of its node's staged files. The ranks of a spatial set share
-    one. Where every set lies within a node, the node's sets share out the node's files; where a set spans
-    nodes, every node must hold every file (stage.mode replica), and the groups share them out globally."""
-    within = all(any(set(ranks) <= set(held) for held in node_ranks) for ranks in layout.spatial_sets())
-    if within:
-        local = list(node_ranks[node])
-        return local.index(layout.rank) // layout.split, len(local) // layout.split
-    if mode != "replica":
-        raise Sim2dlError(
-            f"config key 'train.spatial.split': ranks that share samples are on different nodes, which needs "
-            f"every node to hold every shard (stage.mode: replica, not {mode}), or place whole groups of "
-            f"{layout.split} ranks on each node"
-        )
-    return layout.group, layout.groups
 
 
 @dataclass
@@ -374,12 +142,19 @@ class Model:
 
 
 def prepare(
-    config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any, hvd: Any, spatial: tuple[SpatialLayout, Any]
+    config: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    comm: Any,
+    hvd: Any,
+    spatial: tuple[SpatialLayout, Any],
+    node_local: tuple[int, int] | None = None,
 ) -> tuple[Task, Model, dict]:
     """This rank's device chosen (and the precision policy for it), seeds set, the settings and labels
     checked and the model built and checked, on every rank alike: a configuration error is reported once
     by rank 0 and every rank exits before any data is touched (no MPI_Abort, which can tear down the job
-    before rank 0's message is out). Returns the task, the model and the device's record."""
+    before rank 0's message is out). node_local: this rank's (rank, count) among the job's ranks on its
+    node, where Horovod sees fewer (a population's trainer). Returns the task, the model and the device's
+    record."""
     import tensorflow as tf
 
     settings = config["train"]
@@ -388,7 +163,7 @@ def prepare(
         tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
     error, task, model, device = None, None, None, {}
     try:
-        device = devices.apply(settings, hvd.local_rank(), hvd.local_size())
+        device = devices.apply(settings, *(node_local or (hvd.local_rank(), hvd.local_size())))
         determinism.seed_and_fix(settings)
         task = check_settings(settings, meta, _label_names(meta))
         from pipeline.training.models import input_shape, model_source
@@ -432,6 +207,8 @@ def train(
     baseline False: no classical baseline (search trials, which only need the validation loss)."""
     settings = config["train"]
     devices.hide_gpus_if_cpu(settings)  # before TensorFlow is imported
+    if settings["population"]["enabled"]:
+        return train_population(config, merged_dir, stage_summary, out_dir, comm, baseline)
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
@@ -540,8 +317,94 @@ def train(
         found = classical_baseline(config, meta, task, model, data, layout, comm)
     else:
         found = {"method": None, "skipped": "not asked for (sim2dl train --no-baseline: a search trial)"}
-    ranks = Ranks(hvd, rank, size, device, layout)
+    ranks = Ranks(hvd, rank, size, device, layout, comm)
     return finish(config, task, model, history, final, paths, ranks, kept, found)
+
+
+INIT_SEED_STEP = 7919  # trainer t's model starts from weights drawn with train.seed + t x this
+
+
+def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any,
+                     baseline: bool) -> dict[str, Any]:  # fmt: skip
+    """train.population: the settings checked against the job and the data (before any is read), a Horovod
+    world per trainer (hvd.init on the trainer's communicator: its ranks, consecutive), each trainer's
+    model from its own seed, the rounds (pipeline.training.tournament), then the kept model finished as
+    one trainer's would be (the baseline on the same split, the summary with the population's record)."""
+    import horovod.tensorflow as hvd
+
+    settings = config["train"]
+    meta = load_metadata(merged_dir)
+    error, population = None, None
+    try:
+        population = check_population(config, comm.Get_size(), meta)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    assert population is not None
+    determinism.before_horovod(settings)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    number = population.trainer_of(rank)
+    trainer_comm = comm.Split(number, rank)
+    hvd.init(comm=trainer_comm)
+    node = comm.Split_type(_shared_memory(), key=rank)
+    own = {**config, "train": {**settings, "seed": settings["seed"] + INIT_SEED_STEP * number}}
+    own_layout = SpatialLayout(1, trainer_comm.Get_size(), trainer_comm.Get_rank())
+    task, model, device = prepare(own, meta, comm, hvd, (own_layout, None), (node.Get_rank(), node.Get_size()))
+    node.Free()
+    log.info(json.dumps({"rank": rank, "trainer": number, "device": device}))
+    paths = TrainPaths(out_dir)
+    layout = SpatialLayout(1, size, rank)  # the ranks of a node share out its files: trainers read apart
+    data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, layout)
+    trainer = Trainer(comm, trainer_comm, population)
+    if rank == 0:
+        start = {"ranks": size, "trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
+                 "rounds": population.rounds, "steps_per_round": population.steps_per_round,
+                 "train_records_per_rank": data.records, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
+        log.info(json.dumps({"train": start}))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with open(paths.attempts, "a") as attempts:
+            attempts.write(json.dumps({**start, "time": time.time()}) + "\n")
+    key_settings = {**settings, "population": {k: v for k, v in settings["population"].items() if k != "rounds"}}
+    outcome = run_rounds(config, meta, task, model, data, trainer, paths,
+                         resume_key(key_settings, meta, model.source), model.source.built_in is None,
+                         lambda: make_optimizer(settings, device["precision"]))  # fmt: skip
+    if rank == 0:
+        _write_history(out_dir, outcome.history)
+    if baseline:
+        found = classical_baseline(config, meta, task, model, data, layout, comm)
+    else:
+        found = {"method": None, "skipped": "not asked for (sim2dl train --no-baseline: a search trial)"}
+    kept = Kept(settings["keep"], (outcome.kept["round"], outcome.kept["val_loss"]))
+    record = {"trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
+              "exchange": population.exchange, "rounds_trained": len(outcome.state.rounds),
+              "kept": outcome.kept, "initial_hyperparameters": population.hyperparameters(settings),
+              **outcome.state.to_json(),
+              "trainer_hosts": [sorted(set(h)) for h in _by_trainer(comm.allgather(socket.gethostname()), population)],
+              "round_cost": _median([r["round_cost"] for r in outcome.state.rounds if r["pairs"] != []])}  # fmt: skip
+
+    def curves(path: Path) -> None:
+        from pipeline.reporting.plots import population_curves
+
+        population_curves(outcome.state.rounds, outcome.kept, task.loss_name, path)
+
+    ranks = Ranks(hvd, rank, size, device, layout, comm)
+    assert outcome.evaluation is not None
+    return finish(config, task, model, outcome.history, outcome.evaluation, paths, ranks, kept, found,
+                  {"population": record}, curves)  # fmt: skip
+
+
+def _by_trainer(values: Sequence[Any], population: Population) -> list[list[Any]]:
+    return [[values[r] for r in population.members(t)] for t in range(population.trainers)]
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def _shared_memory() -> Any:
+    from mpi4py import MPI
+
+    return MPI.COMM_TYPE_SHARED
 
 
 def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,
@@ -682,14 +545,17 @@ class Ranks:
     size: int
     device: dict[str, Any]
     layout: SpatialLayout
+    comm: Any  # the job's ranks (a population's trainers each run Horovod on their own)
 
 
 def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequence[Mapping[str, Any]],
-           evaluation: tuple[float, Evaluation], paths: TrainPaths, ranks: Ranks,
-           kept: Kept, baseline: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
+           evaluation: tuple[float, Evaluation], paths: TrainPaths, ranks: Ranks, kept: Kept,
+           baseline: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
+           curves: Callable[[Path], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """The summary of the final evaluation (the task's metrics, with a check that every rank holds the same
     weights, the device each rank used and where the model's code came from), and on rank 0 the model, the
-    figures and summary.json."""
+    figures and summary.json. extra: more of the summary; curves: draws the learning curves' figure
+    (default: the history's)."""
     settings = config["train"]
     hvd, rank, size = ranks.hvd, ranks.rank, ranks.size
     val_loss, result = evaluation
@@ -708,21 +574,25 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
     }
     # what a classical estimator learns from the same split (pipeline.training.baseline), and where the
     # network does worse
+    summary.update(extra or {})
     summary["baseline"] = dict(baseline)
     summary["below_baseline"] = below_baseline(task, summary, baseline)
     if summary["below_baseline"] and rank == 0:
         log.warning("sim2dl train: warning: the network scores below the classical baseline (%s) on %s: %s",
                     baseline["method"], ", ".join(summary["below_baseline"]),
                     _score_pairs(task, summary, baseline))  # fmt: skip
-    all_checksums = hvd.allgather_object(summary["weights_checksum"])
+    all_checksums = ranks.comm.allgather(summary["weights_checksum"])
     summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
-    summary["hosts"] = hvd.allgather_object(socket.gethostname())  # per rank: where it trained
-    summary["devices"] = hvd.allgather_object(ranks.device)  # per rank: on what
+    summary["hosts"] = ranks.comm.allgather(socket.gethostname())  # per rank: where it trained
+    summary["devices"] = ranks.comm.allgather(ranks.device)  # per rank: on what
     if rank == 0:
         whole_model(config, task, model).save(str(paths.model))
         from pipeline.reporting.plots import learning_curves
 
-        learning_curves(history, task.loss_name, paths.learning_curves)
+        if curves is None:
+            learning_curves(history, task.loss_name, paths.learning_curves)
+        else:
+            curves(paths.learning_curves)
         task.figure(result, paths.validation_figure, baseline)
         write_json_atomic(paths.summary, summary)
     hvd.join()
@@ -742,12 +612,6 @@ def _validation_records(task: Task, evaluation: Evaluation) -> int:
         return int(sums["n"][0])
     pixels = int(np.prod(task.output_shape(task.data.feature_shape)[:-1])) if task.per_pixel else 1
     return int(sums["confusion"].sum()) // pixels
-
-
-def _mpi_min() -> Any:
-    from mpi4py import MPI
-
-    return MPI.MIN
 
 
 def _label_names(meta: Mapping[str, Any]) -> list[str] | None:

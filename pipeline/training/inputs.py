@@ -1,0 +1,278 @@
+"""What each rank of training reads: its share of its node's staged files (or a record shard of them),
+how many records and steps that makes, and the tf.data input pipeline over them (interleaved shards,
+records shuffled across shards with a per-epoch seed, a vectorised parse per batch, slabs for spatial
+parallelism, symmetries for augmentation, the hash hold-outs of validation and of a population's tournament
+set). Shared by the ways of training that read staged shards (pipeline.steps.train, the population in
+pipeline.training.population_run). Memory: the pipeline's shuffle and prefetch buffers (serialized records),
+never the dataset; time: one pass over the rank's files per epoch, plus one over their sample ids to count.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline.data.splits import holdout_tournament, holdout_validation
+from pipeline.formats.metadata import fixed
+from pipeline.formats.shards import shard_format
+from pipeline.formats.shards.tfrecord.tfdata import READ_BUFFER_BYTES, decode_field, feature_description
+from pipeline.formats.slabs import sibling, slab_of, slabs_read
+from pipeline.paths import StagedPaths, TrainPaths
+from pipeline.training.augment import Transform, augment_batch
+from pipeline.training.spatial.layout import SpatialLayout
+from pipeline.training.tasks import Task
+
+# ---------------------------------------------------------------- which files this rank reads
+
+
+def rank_files(
+    listing: Mapping[str, Any],
+    node_dir: Path,
+    local_rank: int,
+    local_size: int,
+    split: str | None = None,
+    slab: int | None = None,
+) -> tuple[list[Path], tuple[int, int] | None]:
+    """This rank's share of its node's staged files of a split (None: all; sample mode: the rank's own
+    file for training), and how to shard their records: with fewer files than ranks on the node, every
+    rank reads them all and takes every n-th record instead (else None). slab: of slab shards
+    (merge.slabs), the files of that slab stand for their shards."""
+    names = [n for n in listing["files"] if split is None or n.startswith(f"{split}/")]
+    if slab is not None:
+        names = [n for n in names if slab_of(n)[1] == slab]
+    files = [node_dir / name for name in names]
+    missing = [f for f in files if not f.exists()]
+    if missing:
+        raise Sim2dlError(f"staged file {missing[0]} is missing ({len(missing)} of {len(files)}): rerun stage")
+    if listing["mode"] == "sample" and split in (None, "train"):
+        rank = listing["ranks"][local_rank]
+        own = f"rank-{rank:05d}{shard_format(listing['format']).suffix}"
+        return [node_dir / n for n in listing["files"] if n == own], None
+    if len(files) >= local_size:
+        return files[local_rank::local_size], None
+    return files, (local_size, local_rank)
+
+
+def count_records(files: Sequence[Path], fraction: float | None, shard: tuple[int, int] | None) -> tuple[int, int]:
+    """(train, validation) records in the files, reading only their sample ids (fraction None: all are
+    training records)."""
+    import tensorflow as tf
+
+    ds = tf.data.TFRecordDataset([str(f) for f in files], buffer_size=READ_BUFFER_BYTES)
+    if shard:
+        ds = ds.shard(*shard)
+    ids = ds.map(
+        lambda r: tf.io.parse_single_example(r, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
+    )
+    val = train = 0
+    for batch in ids.batch(4096):
+        v = 0 if fraction is None else int(tf.reduce_sum(tf.cast(holdout_validation(batch, fraction), tf.int32)))
+        val += v
+        train += int(batch.shape[0]) - v
+    return train, val
+
+
+# ---------------------------------------------------------------- input pipeline
+
+
+def input_pipeline(
+    files: Sequence[Path],
+    meta: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    task: Task,
+    model_input: Sequence[int | None],
+    *,
+    training: bool,
+    shard: tuple[int, int] | None,
+    epoch_seed: int,
+    fraction: float | None,
+    slab: tuple[int, int] | None = None,
+    pieces: range | None = None,
+    transforms: Sequence[Transform] = (),
+    holdout: bool | None = None,
+    tournament: tuple[float, bool] | None = None,
+) -> Any:
+    """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
+    added where it has one more axis), labels as the task wants them. fraction: the share of records held
+    out for validation by a hash of their sample ids (training passes skip them, validation reads only
+    them); None: the files hold one split, read whole. slab: the planes [start, stop) of the feature's
+    first axis this rank keeps (spatial parallelism), cut from whole records. pieces: slab shards
+    (merge.slabs): `files` are slab `pieces[0]`'s files, and the rank reads these slabs' files of each
+    shard side by side, their planes joined (its slab, or with no split the whole sample). transforms:
+    training batches' samples each under one of these symmetries (train.augment), drawn from a stream
+    seeded by epoch_seed and the batch's number. holdout: which side of `fraction`'s hold-out to read
+    (default: validation records when not training; False: the training records in one ordered pass).
+    tournament: (fraction, side) of the training records held out again as a population trainer's
+    tournament set (pipeline.data.splits.holdout_tournament): side True reads only them, False skips them."""
+    import tensorflow as tf
+
+    data = task.data
+    feature, labels = data.feature, [f.name for f in data.labels]
+    features = list(data.feature_shapes) or [feature]
+    spec = meta["feature_spec"]
+    pieces = pieces or range(1)  # whole records: one file per shard
+    slab_files = [[str(sibling(f, k)) for k in pieces] for f in files]
+    names = tf.data.Dataset.from_tensor_slices(slab_files)  # a row per shard: its files, one per slab read
+    if training:
+        names = names.shuffle(len(files), seed=epoch_seed, reshuffle_each_iteration=True).repeat()
+
+    def side_by_side(shard_files: Any) -> Any:  # the records of one shard's slab files, zipped
+        return tf.data.Dataset.zip(
+            tuple(tf.data.TFRecordDataset(shard_files[k], buffer_size=READ_BUFFER_BYTES) for k in range(len(pieces)))
+        )
+
+    ds = names.interleave(
+        side_by_side,
+        cycle_length=max(1, min(len(files), 4)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=not training or settings["deterministic"],
+    )
+    if shard:
+        ds = ds.shard(*shard)
+    description = feature_description(spec, (*features, *labels))
+    field = spec[feature]
+    thickness = (field["shape"][0] // meta["slabs"]["count"]) if "slabs" in meta else None
+    slab_field = {**field, "shape": [thickness, *field["shape"][1:]]}  # a slab file's planes of the feature
+
+    validation_side = (not training) if holdout is None else holdout
+
+    def keep(record: Any, *_: Any) -> Any:
+        sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
+        val = holdout_validation(sid, fraction)
+        return val if validation_side else tf.logical_not(val)
+
+    if fraction is not None:
+        ds = ds.filter(keep)
+    if tournament is not None:
+        share, tournament_side = tournament
+
+        def in_tournament(record: Any, *_: Any) -> Any:
+            sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
+            held = holdout_tournament(sid, share)
+            return held if tournament_side else tf.logical_not(held)
+
+        ds = ds.filter(in_tournament)
+    if training:
+        # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
+        ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
+    add_channel = not data.several and len(model_input) == len(data.feature_shape) + 1
+
+    def features_and_labels(parsed: Any, batched: bool, others: Sequence[Any]) -> Any:
+        y = task.label_tensor([decode_field(parsed, n, spec[n], batched) for n in labels], batched)
+        if data.several:  # your own model's inputs, by name
+            return {n: tf.cast(decode_field(parsed, n, spec[n], batched), tf.float32) for n in features}, y
+        if thickness is None:
+            x = decode_field(parsed, feature, field, batched, planes=slab)
+        else:  # the slabs read, in order: the first file's parsed whole, the others' feature only
+            x = tf.concat([decode_field(p, feature, slab_field, batched) for p in (parsed, *others)],
+                          axis=1 if batched else 0)  # fmt: skip
+        if add_channel:
+            x = x[..., tf.newaxis]
+        return tf.cast(x, tf.float32), y
+
+    only_feature = {feature: tf.io.FixedLenFeature([], tf.string)}
+
+    def parse_batch(first: Any, *more: Any) -> Any:
+        others = [tf.io.parse_example(r, only_feature) for r in more]
+        return features_and_labels(tf.io.parse_example(first, description), True, others)
+
+    def parse_one(first: Any, *more: Any) -> Any:
+        others = [tf.io.parse_single_example(r, only_feature) for r in more]
+        return features_and_labels(tf.io.parse_single_example(first, description), False, others)
+
+    batch = settings["batch_size"]
+    if all(fixed(spec[n]) for n in features):
+        ds = ds.batch(batch, drop_remainder=training).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
+        if training and transforms:
+            moves_labels = task.per_pixel
+
+            def symmetries(xy: Any, number: Any) -> Any:
+                return augment_batch(*xy, transforms, tf.stack([tf.constant(epoch_seed, tf.int64), number]),
+                                     moves_labels)  # fmt: skip
+
+            ds = tf.data.Dataset.zip((ds, tf.data.Dataset.counter())).map(
+                symmetries, num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
+    else:
+        # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
+        ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
+            lambda x, y: tf.shape(x[feature] if data.several else x)[0],
+            bucket_boundaries=settings["length_buckets"],
+            bucket_batch_sizes=[batch] * (len(settings["length_buckets"]) + 1),
+            drop_remainder=training,
+        )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+# ---------------------------------------------------------------- the training loop
+
+
+@dataclass
+class RankData:
+    """What one rank trains and validates on: its staged files (or its record shard of them), the hash
+    hold-out fraction (None with splits), and the steps per epoch every rank takes."""
+
+    files: list[Path]
+    shard: tuple[int, int] | None
+    validation_files: list[Path]
+    validation_shard: tuple[int, int] | None
+    fraction: float | None
+    records: int
+    steps: int
+    pieces: range | None = None  # the slab files of each shard it reads (merge.slabs), else whole records
+
+
+def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,
+              paths: TrainPaths, comm: Any, layout: SpatialLayout) -> RankData:  # fmt: skip
+    """The staged files this rank reads (staging again if this node's copies are gone), and the steps
+    per epoch: the fewest any rank's records allow. The ranks of a spatial set read the same records."""
+    from pipeline.runtime.placement import topology
+    from pipeline.storage.staging import ensure_staged
+
+    settings = config["train"]
+    topo = topology(comm, config["stage"]["emulate_nodes"])
+    node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
+    listing = json.loads(StagedPaths(node_dir).listing.read_text())
+    local = data_rank(layout, topo.node_ranks, topo.node, listing["mode"])
+    pieces = slabs_read(meta["slabs"]["count"], layout.split, layout.spatial_rank) if "slabs" in meta else None
+    first = pieces[0] if pieces else None
+    if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
+        files, shard = rank_files(listing, node_dir, *local, "train", first)
+        validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation", first)
+        fraction = None
+    else:  # one set of shards: validation records are held out by a hash of their sample ids
+        files, shard = rank_files(listing, node_dir, *local, slab=first)
+        validation_files, validation_shard = files, shard
+        fraction = settings["validation_fraction"]
+    n_train, _ = count_records(files, fraction, shard)
+    steps = int(comm.allreduce(n_train, op=_mpi_min())) // settings["batch_size"]
+    if steps == 0:
+        batch = settings["batch_size"]
+        raise Sim2dlError(f"rank {layout.rank}: {n_train} training records, fewer than one batch of {batch}")
+    return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps, pieces)
+
+
+def data_rank(layout: SpatialLayout, node_ranks: Sequence[Sequence[int]], node: int, mode: str) -> tuple[int, int]:
+    """(index, count) of this rank's share of its node's staged files. The ranks of a spatial set share
+    one. Where every set lies within a node, the node's sets share out the node's files; where a set spans
+    nodes, every node must hold every file (stage.mode replica), and the groups share them out globally."""
+    within = all(any(set(ranks) <= set(held) for held in node_ranks) for ranks in layout.spatial_sets())
+    if within:
+        local = list(node_ranks[node])
+        return local.index(layout.rank) // layout.split, len(local) // layout.split
+    if mode != "replica":
+        raise Sim2dlError(
+            f"config key 'train.spatial.split': ranks that share samples are on different nodes, which needs "
+            f"every node to hold every shard (stage.mode: replica, not {mode}), or place whole groups of "
+            f"{layout.split} ranks on each node"
+        )
+    return layout.group, layout.groups
+
+
+def _mpi_min() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MIN

@@ -1,0 +1,186 @@
+"""train.population (LBANN's LTFB): the plan every rank computes alike (pairs, truncation, mutation,
+lineage, config errors), and real populations of Horovod trainers under mpiexec: pairwise on 2 trainers,
+killed mid-run and resumed to the same weights, truncation between 2 trainers of 2 ranks each."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from pipeline import Sim2dlError
+from pipeline.training.population import Population, PopulationState, check
+
+from .conftest import kill_tree, run_cli, start_cli, write_config
+from .helpers import doc_blocks
+
+SMALL = {"batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
+
+
+def population_settings(**changes):
+    """docs/training.md's population block, at a test's size."""
+    [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "population:" in text]
+    block = yaml.safe_load(text)["train"]["population"]
+    return {**block, "rounds": 3, "steps_per_round": 3, "tournament_fraction": 0.2, **changes}
+
+
+def plan(trainers=4, ranks=8, exchange="pairwise", **mutate):
+    return Population(trainers, ranks, 3, 5, exchange, 0.25, 0.1, mutate or {"learning_rate": [0.8, 1.25]}, 7)
+
+
+@pytest.mark.unit
+def test_pairs_are_the_same_everywhere_cover_the_trainers_and_leave_an_odd_one_out():
+    population = plan(trainers=5, ranks=10)
+    for round_number in range(6):
+        pairs = population.pairs(round_number)
+        assert pairs == plan(trainers=5, ranks=10).pairs(round_number)  # no communication to agree
+        paired = [t for pair in pairs for t in pair]
+        assert len(pairs) == 2 and len(set(paired)) == 4  # one of five keeps its model
+        odd = ({0, 1, 2, 3, 4} - set(paired)).pop()
+        assert population.partner(odd, round_number) is None
+        a, b = pairs[0]
+        assert population.partner(a, round_number) == b and population.partner(b, round_number) == a
+    assert len({tuple(population.pairs(r)) for r in range(20)}) > 3  # the shuffle changes with the round
+    # models move between corresponding ranks of block-assigned trainers
+    assert list(population.members(2)) == [4, 5] and population.trainer_of(5) == 2
+    assert population.peer(5, 0) == 1 and population.peer(4, 3) == 6
+
+
+@pytest.mark.unit
+def test_truncation_gives_the_worst_quantile_the_best_models():
+    population = plan(trainers=8, ranks=8, exchange="truncation")
+    losses = [0.5, 0.9, 0.1, 0.7, float("nan"), 0.3, 0.2, 0.8]
+    assert population.truncation(losses) == [(4, 2), (1, 6)]  # a loss not finite is the worst
+    assert plan(trainers=2, ranks=2, exchange="truncation").truncation([0.4, 0.3]) == [(0, 1)]
+
+
+@pytest.mark.unit
+def test_an_adopter_takes_lineage_and_mutated_hyperparameters_and_the_start_explores():
+    population = plan(trainers=3, ranks=3)
+    state = PopulationState.start(population, {"learning_rate": 0.01})
+    assert state.hyperparameters[0] == {"learning_rate": 0.01}
+    assert all(h["learning_rate"] in (0.008, 0.0125) for h in state.hyperparameters[1:])
+    # trainer 0 takes 1's model and 1 takes 0's (a swap both ways), 2 keeps its own
+    before = [dict(h) for h in state.hyperparameters]
+    state.adopt(population, 4, [1, 0, None])
+    assert state.lineage[0].to_json() == {"origin": 1, "adoptions": [{"round": 5, "by": 0}]}
+    assert state.lineage[1].to_json() == {"origin": 0, "adoptions": [{"round": 5, "by": 1}]}
+    assert state.lineage[2].to_json() == {"origin": 2, "adoptions": []}
+    ratio = state.hyperparameters[0]["learning_rate"] / before[1]["learning_rate"]
+    assert ratio == pytest.approx(0.8) or ratio == pytest.approx(1.25)
+    assert state.hyperparameters[2] == before[2]
+    again = PopulationState.from_json(json.loads(json.dumps(state.to_json())))
+    assert again.to_json() == state.to_json()
+
+
+def config_for(changes, **train):
+    population = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 2, "exchange": "pairwise",
+                  "quantile": 0.25, "tournament_fraction": 0.1, "mutate": {}, **changes}  # fmt: skip
+    return {"train": {"seed": 1, "batch_size": 8, "learning_rate": 0.001, "weight_decay": 0.0,
+                      "validation_fraction": 0.1, "spatial": {"split": 1}, "population": population, **train}}  # fmt: skip
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("changes", "train", "message"),
+    [
+        ({"trainers": 3}, {}, "'train.population.trainers': 3 trainers do not divide the job's 4 ranks"),
+        ({"mutate": {"learning_rte": [2]}}, {}, "'train.population.mutate.learning_rte': no such key of train"),
+        ({"mutate": {"batch_size": [2]}}, {}, "'train.population.mutate.batch_size': train.batch_size cannot change"),
+        ({"mutate": {"weight_decay": [2]}}, {}, "'train.population.mutate.weight_decay': train.weight_decay is 0"),
+        ({}, {"spatial": {"split": 2}}, "'train.population' with 'train.spatial.split': 2"),
+        ({"tournament_fraction": 0.05}, {}, "'train.population.tournament_fraction': 0.05 of a trainer's share"),
+    ],
+)
+def test_config_errors_name_the_key_before_any_data_is_read(changes, train, message):
+    meta = {"counts": {"records": 200}}  # 180 training records: 9 a trainer's tournament set at 0.1, 4.5 at 0.05
+    with pytest.raises(Sim2dlError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check(config_for(changes, **train), 4, meta)
+    assert check(config_for({}), 4, meta).ranks_per_trainer == 2
+
+
+@pytest.fixture(scope="module")
+def staged(small_cubes):
+    tmp, config = small_cubes
+    return tmp, {**config, "train": {**config["train"], **SMALL}}
+
+
+def train(tmp_path, staged, ranks=2, background=False, **population):
+    _, config = staged
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = {**config, "train": {**config["train"], "population": population_settings(**population)}}
+    args = ["train", "--config", str(write_config(tmp_path, config)), "--out", str(tmp_path / "train")]
+    if background:
+        return start_cli(args, ranks)
+    return run_cli(args, ranks=ranks, timeout=600)
+
+
+def summary_of(tmp_path):
+    return json.loads((tmp_path / "train" / "summary.json").read_text())
+
+
+@pytest.mark.mpi
+def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_same_weights(tmp_path, staged):
+    whole = train(tmp_path / "whole", staged)
+    summary = summary_of(tmp_path / "whole")
+    record = summary["population"]
+    assert record["trainers"] == 2 and record["ranks_per_trainer"] == 1 and record["rounds_trained"] == 3
+    assert summary["weights_identical_across_ranks"]  # every rank saved the kept model
+    rounds = record["rounds"]
+    assert [r["pairs"] for r in rounds] == [[[0, 1]]] * 3
+    for r in rounds:  # each trainer kept the partner's model exactly when it scored lower on its own set
+        for t in (0, 1):
+            scores = r["tournament_loss"][t]
+            assert (r["adopted"][t] == 1 - t) == (scores["partner"] < scores["own"])
+            assert r["seconds"]["steps"] > 0 and r["round_cost"] >= 0
+    # the lineage is the adoptions' record: every adoption in a row appears in the adopter's lineage
+    adoptions = {(r["round"], t) for r in rounds for t in (0, 1) if r["adopted"][t] is not None}
+    last = {(a["round"], a["by"]) for x in record["lineage"] for a in x["adoptions"]}
+    assert last <= adoptions and (not adoptions or last)
+    # the kept model: the lowest validation loss of any trainer in any round, and the summary scores it
+    best = min((v, r["round"], t) for r in rounds for t, v in enumerate(r["val_loss"]))
+    assert (record["kept"]["round"], record["kept"]["trainer"]) == (best[1], best[2])
+    assert summary["val_loss"] == pytest.approx(best[0], rel=1e-5)
+    assert "sigma_8" in summary["r2"] and summary["baseline"]["method"]
+    assert (tmp_path / "whole" / "train" / "learning_curves.png").stat().st_size > 10_000
+    assert '"round": 3' in whole.stderr
+
+    # the same config killed after its first round and run again: the same rounds and the same weights
+    out = tmp_path / "killed"
+    proc = train(out, staged, background=True)
+    state = out / "train" / "population.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (state.exists() and json.loads(state.read_text())["round"] >= 1):
+        time.sleep(0.05)
+    kill_tree(proc)
+    done = json.loads(state.read_text())["round"]
+    assert 1 <= done < 3 and not (out / "train" / "summary.json").exists()
+    rerun = train(out, staged)
+    assert f"resumes after round {done}" in rerun.stderr
+    resumed = summary_of(out)
+    assert [r["adopted"] for r in resumed["population"]["rounds"]] == [r["adopted"] for r in rounds]
+    assert resumed["weights_checksum"] == summary["weights_checksum"]
+
+
+@pytest.mark.mpi
+def test_truncation_between_two_trainers_of_two_ranks(tmp_path, staged):
+    train(tmp_path, staged, ranks=4, exchange="truncation", rounds=2, mutate={"learning_rate": [0.5, 2.0]})
+    summary = summary_of(tmp_path)
+    record = summary["population"]
+    assert record["ranks_per_trainer"] == 2 and summary["weights_identical_across_ranks"]
+    for r in record["rounds"]:
+        own = [s["own"] for s in r["tournament_loss"]]
+        worse = max((loss, t) for t, loss in enumerate(own))[1]
+        assert r["adopted"] == [None if t != worse else 1 - worse for t in (0, 1)] and r["pairs"] is None
+    # the second trainer starts from the base rate times a factor; an adopter takes its source's times one
+    before = [h["learning_rate"] for h in record["initial_hyperparameters"]]
+    assert before[0] == 0.002 and np.isclose(before[1] / 0.002, [0.5, 2.0]).any()
+    for r in record["rounds"]:
+        now = [h["learning_rate"] for h in r["hyperparameters"]]
+        for t, source in enumerate(r["adopted"]):
+            if source is None:
+                assert now[t] == before[t]
+            else:
+                assert np.isclose(now[t] / before[source], [0.5, 2.0]).any()
+        before = now
