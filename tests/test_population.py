@@ -77,8 +77,9 @@ def test_an_adopter_takes_lineage_and_mutated_hyperparameters_and_the_start_expl
 def config_for(changes, **train):
     population = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 2, "exchange": "pairwise",
                   "quantile": 0.25, "tournament_fraction": 0.1, "mutate": {}, **changes}  # fmt: skip
-    return {"train": {"seed": 1, "batch_size": 8, "learning_rate": 0.001, "weight_decay": 0.0,
-                      "validation_fraction": 0.1, "spatial": {"split": 1}, "population": population, **train}}  # fmt: skip
+    settings = {"seed": 1, "batch_size": 8, "learning_rate": 0.001, "weight_decay": 0.0, "validation_fraction": 0.1,
+                "spatial": {"split": 1}, "population": population}  # fmt: skip
+    return {"train": {**settings, **train}}
 
 
 @pytest.mark.unit
