@@ -426,25 +426,42 @@ def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoi
     assert sorted(resumed)[1] >= 2 and sorted(resumed)[2] >= interrupted_at - 1
 
 
-def test_a_two_point_sweep_runs_every_point_in_its_own_directory_and_compares_them(cluster):
+def test_a_sweep_of_one_trainer_against_a_population_of_two_on_two_nodes(cluster):
+    """A two-point sweep through the Slurm profile, each point in its own directory, compared: one trainer
+    against a population of two (train.population), whose trainers each train on their own node from the
+    shards staged to that node (stage.mode partition), exchanging models across the network."""
     work = cluster.shared / "sweep"
-    base = small_config(work)
+    target = "/tmp/sim2dl-sweep"
+    population = {"trainers": 2, "rounds": 2, "steps_per_round": 3, "tournament_fraction": 0.2}
+    base = small_config(work, stage={"mode": "partition", "target": target},
+                        train={**SMALL_TRAIN, "population": population})  # fmt: skip
     sweep = work / "sweep.yaml"
     points = work / "points"
-    sweep.write_text(yaml.safe_dump({"sweep": {"name": "lr", "workdir": str(points),
-                                               "grid": {"train.learning_rate": [0.001, 0.004]}}}))  # fmt: skip
-    code, log = slurm_snakemake(cluster, work, "--configfile", str(base), str(sweep))
+    sweep.write_text(yaml.safe_dump({"sweep": {"name": "population", "workdir": str(points),
+                                               "grid": {"train.population.enabled": [False, True]}}}))  # fmt: skip
+    resources = ["stage:tasks=2", "stage:nodes=2", "train:tasks=2", "train:nodes=2"]
+    code, log = slurm_snakemake(cluster, work, "--set-resources", *resources, "--configfile", str(base), str(sweep))
     assert code == 0, log
     with open(points / "summary.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [r["point"] for r in rows] == ["learning_rate=0.001", "learning_rate=0.004"]
+    assert [r["point"] for r in rows] == ["enabled=False", "enabled=True"]
     for row in rows:
         trained = json.loads((points / row["point"] / "train" / "summary.json").read_text())
-        assert trained["settings"]["learning_rate"] == float(row["train.learning_rate"])
+        assert trained["settings"]["population"]["enabled"] == (row["train.population.enabled"] == "True")
         assert float(row["val_loss"]) == pytest.approx(trained["val_loss"], rel=1e-4)
+        assert trained["weights_identical_across_ranks"] and len(set(trained["hosts"])) == 2
+    record = json.loads((points / "enabled=True" / "train" / "summary.json").read_text())["population"]
+    assert record["rounds_trained"] == 2 and sorted(map(tuple, record["trainer_hosts"])) == [("node1",), ("node2",)]
+    staged = json.loads((points / "enabled=True" / "staged" / "summary.json").read_text())
+    node_dir = dict(zip(staged["hosts"], staged["node_dirs"], strict=True))
+    for host, files in zip(record["trainer_hosts"], record["trainer_files"], strict=True):
+        # each trainer read only shards staged on its own node
+        on_node = {Path(f).name for f in staged_on(cluster, host[0], node_dir[host[0]]) if f.endswith(".tfrecord")}
+        assert files and set(files) <= on_node, (host, files, on_node)
+    assert not set(record["trainer_files"][0]) & set(record["trainer_files"][1])
     assert (points / "summary.png").stat().st_size > 10_000
     assert_report_holds(work, ["--configfile", str(base), str(sweep)], ["summary.png", "throughput.png"])
-    # two configurations, two data groups, two trainings: all through Slurm
+    # two configurations, two data groups, two stagings, two trainings: all through Slurm
     assert len(set(re.findall(r"SLURM jobid (\d+)", log))) >= 6
 
 

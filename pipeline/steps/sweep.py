@@ -90,9 +90,11 @@ def summarise(config: Mapping[str, Any]) -> dict[str, Any]:
         trained = _read_json(lay.train_summary)
         meta = _read_json(lay.metadata)
         row: dict[str, Any] = {"point": name}
-        for key in swept:
-            section, _, leaf = key.partition(".")
-            row[key] = point[section][leaf] if leaf else point[section]
+        for key in swept:  # a dotted key at any depth (train.population.enabled)
+            value: Any = point
+            for part in key.split("."):
+                value = value[part]
+            row[key] = value
         row.update(
             val_loss=round(trained["val_loss"], 6),
             **{f"r2_{k}": round(v, 4) for k, v in trained["r2"].items()},
@@ -101,7 +103,7 @@ def summarise(config: Mapping[str, Any]) -> dict[str, Any]:
             records=meta["counts"]["records"],
         )
         history = _read_json(lay.metrics)
-        row["samples_per_s"] = round(history[-1]["samples_per_s"], 1) if history else None
+        row["samples_per_s"] = round(history[-1]["samples_per_s"], 1) if history else None  # all ranks
         rows.append(row)
     out = sweep_workdir(config)
     columns = list(dict.fromkeys(k for r in rows for k in r))

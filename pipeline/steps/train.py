@@ -354,7 +354,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     log.info(json.dumps({"rank": rank, "trainer": number, "device": device}))
     paths = TrainPaths(out_dir)
     layout = SpatialLayout(1, size, rank)  # the ranks of a node share out its files: trainers read apart
-    data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, layout)
+    data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, layout, disjoint=True)
     trainer = Trainer(comm, trainer_comm, population)
     if rank == 0:
         start = {"ranks": size, "trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
@@ -380,6 +380,9 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
               "kept": outcome.kept, "initial_hyperparameters": population.hyperparameters(settings),
               **outcome.state.to_json(),
               "trainer_hosts": [sorted(set(h)) for h in _by_trainer(comm.allgather(socket.gethostname()), population)],
+              "trainer_files": [sorted({n for names in files for n in names}) for files in _by_trainer(
+                  comm.allgather([f.name for f in data.files]), population)],
+              "trainer_records": [sum(n) for n in _by_trainer(comm.allgather(data.records), population)],
               "round_cost": _median([r["round_cost"] for r in outcome.state.rounds if r["pairs"] != []])}  # fmt: skip
 
     def curves(path: Path) -> None:

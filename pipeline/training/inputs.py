@@ -226,9 +226,11 @@ class RankData:
 
 
 def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,
-              paths: TrainPaths, comm: Any, layout: SpatialLayout) -> RankData:  # fmt: skip
+              paths: TrainPaths, comm: Any, layout: SpatialLayout, disjoint: bool = False) -> RankData:  # fmt: skip
     """The staged files this rank reads (staging again if this node's copies are gone), and the steps
-    per epoch: the fewest any rank's records allow. The ranks of a spatial set read the same records."""
+    per epoch: the fewest any rank's records allow. The ranks of a spatial set read the same records.
+    disjoint: no two ranks read the same records, also where every node holds every file (a
+    population's trainers each train on their own part)."""
     from pipeline.runtime.placement import topology
     from pipeline.storage.staging import ensure_staged
 
@@ -236,7 +238,7 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     topo = topology(comm, config["stage"]["emulate_nodes"])
     node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
     listing = json.loads(StagedPaths(node_dir).listing.read_text())
-    local = data_rank(layout, topo.node_ranks, topo.node, listing["mode"])
+    local = data_rank(layout, topo.node_ranks, topo.node, listing["mode"], disjoint)
     pieces = slabs_read(meta["slabs"]["count"], layout.split, layout.spatial_rank) if "slabs" in meta else None
     first = pieces[0] if pieces else None
     if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
@@ -255,10 +257,15 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps, pieces)
 
 
-def data_rank(layout: SpatialLayout, node_ranks: Sequence[Sequence[int]], node: int, mode: str) -> tuple[int, int]:
+def data_rank(layout: SpatialLayout, node_ranks: Sequence[Sequence[int]], node: int, mode: str,
+              disjoint: bool = False) -> tuple[int, int]:  # fmt: skip
     """(index, count) of this rank's share of its node's staged files. The ranks of a spatial set share
     one. Where every set lies within a node, the node's sets share out the node's files; where a set spans
-    nodes, every node must hold every file (stage.mode replica), and the groups share them out globally."""
+    nodes, every node must hold every file (stage.mode replica), and the groups share them out globally.
+    disjoint: with replicas on every node, the groups share them out globally too (else each node's ranks
+    read all of them, as every other node's do)."""
+    if disjoint and mode == "replica":
+        return layout.group, layout.groups
     within = all(any(set(ranks) <= set(held) for held in node_ranks) for ranks in layout.spatial_sets())
     if within:
         local = list(node_ranks[node])

@@ -146,13 +146,14 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
     for round_number in range(start, population.rounds):
         hyper = state.hyperparameters[trainer.number]
         clock = {"steps": time.perf_counter()}
-        error, losses = None, [math.nan]
+        error, losses, waited = None, [math.nan], 0.0
         try:
-            losses = _train_round(config, meta, task, model, data, trainer, round_number, hyper, optimizer,
+            losses, waited = _train_round(config, meta, task, model, data, trainer, round_number, hyper, optimizer,
                                   train_step, first=round_number == start and not start)  # fmt: skip
         except Exception as e:  # any failure: every rank must learn of it before the tournament
             error = f"{type(e).__name__}: {e}"
         clock["steps"] = time.perf_counter() - clock["steps"]
+        clock["input_wait"] = waited
         failed = [r for r, m in enumerate(trainer.world.allgather(error)) if m is not None]
         if failed:
             culprit = population.trainer_of(failed[0])
@@ -193,14 +194,17 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
             kept_weights = models[leader]
         since_best = 0 if improved else since_best + 1
         seconds = {k: max(r["clock"][k] for r in reports) for k in ("steps", "tournament", "exchange")}
+        wait = float(np.mean([r["clock"]["input_wait"] / max(r["clock"]["steps"], 1e-9) for r in reports]))
+        samples = population.steps_per_round * settings["batch_size"] * population.ranks
         row = {"round": round_number + 1, "pairs": population.pairs(round_number) if population.exchange == "pairwise"
                else None, "adopted": [r["adopted"] for r in leaders], "tournament_loss": [r["scores"] for r in leaders],
                "train_loss": [r["loss"] for r in leaders], "val_loss": val_losses,
                "hyperparameters": [dict(h) for h in state.hyperparameters],
-               "seconds": {**seconds, "validation": validation_seconds},
+               "seconds": {**seconds, "validation": validation_seconds}, "input_wait_fraction": wait,
+               "samples_per_s": samples / max(seconds["steps"], 1e-9),
                "round_cost": (seconds["tournament"] + seconds["exchange"]) / max(seconds["steps"], 1e-9)}  # fmt: skip
         state.rounds.append(row)
-        history.append(_history_row(row, population, settings))
+        history.append(_history_row(row))
         # checkpoints: every trainer's first, then the population's state (a kill between them resumes
         # the previous round, whose checkpoints are still kept)
         round_var.assign(round_number + 1)
@@ -272,9 +276,9 @@ def _round_input(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task,
 
 def _train_round(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Any, data: RankData,
                  trainer: Trainer, round_number: int, hyper: Mapping[str, float], optimizer: Any, train_step: Any,
-                 first: bool) -> list[float]:  # fmt: skip
+                 first: bool) -> tuple[list[float], float]:  # fmt: skip
     """steps_per_round steps at the trainer's hyperparameters (the schedule counts rounds as epochs);
-    returns the step losses."""
+    returns the step losses and the seconds spent waiting for input."""
     import horovod.tensorflow as hvd
 
     settings, population = config["train"], trainer.population
@@ -282,27 +286,30 @@ def _train_round(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task,
     if "weight_decay" in hyper:
         optimizer.weight_decay.assign(hyper["weight_decay"])
     batches = iter(_round_input(config, meta, task, model.input_shape, data, trainer, round_number, model.transforms))
-    losses = []
+    losses, waited = [], 0.0
     for step in range(population.steps_per_round):
         progress = round_number + step / population.steps_per_round
         optimizer.learning_rate.assign(learning_rate(schedule, population.ranks_per_trainer, progress))
+        started = time.perf_counter()
         x, y = next(batches)
+        waited += time.perf_counter() - started
         losses.append(float(train_step(x, y, first and step == 0)))
     for variable in model.keras.non_trainable_variables:  # batch-norm statistics: the trainer's ranks' mean
         if variable.dtype.is_floating:
             variable.assign(hvd.allreduce(variable, op=hvd.Average))
-    return losses  # a diverged trainer (a loss not finite) loses its tournaments: no error
+    return losses, waited  # a diverged trainer (a loss not finite) loses its tournaments: no error
 
 
 def _history(state: PopulationState) -> list[dict[str, Any]]:
-    return [_history_row(row, None, None) for row in state.rounds]
+    return [_history_row(row) for row in state.rounds]
 
 
-def _history_row(row: Mapping[str, Any], population: Population | None, settings: Mapping | None) -> dict[str, Any]:
+def _history_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """A round as the learning curves' row: the population's mean training loss, its best validation loss."""
     finite = [v for v in row["val_loss"] if math.isfinite(v)]
     return {"epoch": row["round"], "loss": float(np.mean(row["train_loss"])),
-            "val_loss": min(finite) if finite else math.nan, "seconds": row["seconds"]["steps"]}  # fmt: skip
+            "val_loss": min(finite) if finite else math.nan, "samples_per_s": row["samples_per_s"],
+            "input_wait_fraction": row["input_wait_fraction"], "seconds": row["seconds"]["steps"]}  # fmt: skip
 
 
 def _finite(loss: float) -> float:
