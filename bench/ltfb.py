@@ -54,7 +54,7 @@ def prepare(work: Path, samples: int) -> dict:
 
 def run(work: Path, config: dict, name: str, trainers: int, ranks: int, rounds: int, steps: int) -> dict:
     population = {"enabled": True, "trainers": trainers, "rounds": rounds, "steps_per_round": steps,
-                  "exchange": "pairwise", "tournament_fraction": 0.1,
+                  "exchange": "pairwise", "tournament_fraction": 0.15,
                   "mutate": {"learning_rate": [0.8, 1.25]} if trainers > 1 else {}}  # fmt: skip
     variant = {**config, "train": {**config["train"], "population": population}}
     path = work / f"{name}.yaml"
@@ -82,10 +82,10 @@ def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="256 cubes, 6 rounds of 8 steps")
+    parser.add_argument("--quick", action="store_true", help="512 cubes, 6 rounds of 16 steps")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    samples, rounds, steps = (256, 6, 8) if args.quick else (1024, 12, 16)
+    samples, rounds, steps = (512, 6, 16) if args.quick else (1024, 10, 48)
     work = OUT / f"ltfb-{samples}"
     config = prepare(work, samples)
     batch = config["train"]["batch_size"]

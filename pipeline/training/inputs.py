@@ -95,6 +95,7 @@ def input_pipeline(
     transforms: Sequence[Transform] = (),
     holdout: bool | None = None,
     tournament: tuple[float, bool] | None = None,
+    cache: bool = False,
 ) -> Any:
     """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
     added where it has one more axis), labels as the task wants them. fraction: the share of records held
@@ -107,7 +108,9 @@ def input_pipeline(
     seeded by epoch_seed and the batch's number. holdout: which side of `fraction`'s hold-out to read
     (default: validation records when not training; False: the training records in one ordered pass).
     tournament: (fraction, side) of the training records held out again as a population trainer's
-    tournament set (pipeline.data.splits.holdout_tournament): side True reads only them, False skips them."""
+    tournament set (pipeline.data.splits.holdout_tournament): side True reads only them, False skips them.
+    cache: keep the records that pass the hold-outs in memory (serialized) after the first pass, so a
+    held-out set read again and again (a population's tournament and validation sets) is read once."""
     import tensorflow as tf
 
     data = task.data
@@ -156,6 +159,8 @@ def input_pipeline(
             return held if tournament_side else tf.logical_not(held)
 
         ds = ds.filter(in_tournament)
+    if cache and not training:
+        ds = ds.cache()
     if training:
         # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
         ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)

@@ -24,7 +24,8 @@ validation split, the round is checkpointed, and the next begins.
   when the kept model changed, its weights. A rerun restores every trainer at the state's round: the same
   winners and final weights as a run that was not interrupted.
 
-Memory: the model, its optimizer and T packed copies of them at validation (plus the kept one); time per
+Memory: the model, its optimizer and T packed copies of them at validation (plus the kept one), and the
+rank's tournament and validation records (serialized, read once) where they total at most 1 GiB; time per
 round: steps_per_round steps, two (pairwise) or one tournament pass over the trainer's tournament set, T
 passes over the rank's share of the validation split, and the transfers.
 """
@@ -54,6 +55,8 @@ from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task
 
 log = logging.getLogger(__name__)
+
+CACHE_BYTES = 1 << 30  # held-out sets up to this size per rank are kept in memory after their first read
 
 
 @dataclass
@@ -131,11 +134,17 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
         log.info("sim2dl train: %s resumes after round %d", trainer.describe(trainer.number), start)
     kept_weights = np.load(kept_file) if best and kept_file.exists() else None
     variables = lambda: exchange.state_variables(keras_model, optimizer)  # noqa: E731 (slots appear after a step)
+    # the held-out sets are read every round (validation T times): kept in memory where they are small
+    size = sum(f.stat().st_size for f in data.files)
+    validation_size = data.fraction * size if data.fraction is not None else sum(
+        f.stat().st_size for f in data.validation_files)  # fmt: skip
+    cache = max(trainer.world.allgather(population.tournament_fraction * size + validation_size)) <= CACHE_BYTES
     tournament = input_pipeline(data.files, meta, settings, task, shape, training=False, shard=data.shard,
                                 epoch_seed=0, fraction=data.fraction, holdout=False,
-                                tournament=(population.tournament_fraction, True))  # fmt: skip
+                                tournament=(population.tournament_fraction, True), cache=cache)  # fmt: skip
     validation = input_pipeline(data.validation_files, meta, settings, task, shape, training=False,
-                                shard=data.validation_shard, epoch_seed=0, fraction=data.fraction)  # fmt: skip
+                                shard=data.validation_shard, epoch_seed=0, fraction=data.fraction,
+                                cache=cache)  # fmt: skip
 
     def score(pipeline: Any, comm: Any) -> float:
         loss, _ = evaluate(pipeline, task, predict, comm)
