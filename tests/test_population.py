@@ -185,3 +185,52 @@ def test_truncation_between_two_trainers_of_two_ranks(tmp_path, staged):
             else:
                 assert np.isclose(now[t] / before[source], [0.5, 2.0]).any()
         before = now
+
+
+FAILING_MODEL = '''
+import os
+
+import tensorflow as tf
+
+
+class FailAfter(tf.keras.layers.Layer):
+    """Raises in the training step after `after` steps (a rank's own count)."""
+
+    def __init__(self, after, **kwargs):
+        super().__init__(**kwargs)
+        self.after = after
+
+    def build(self, shape):
+        self.calls = self.add_weight(name="calls", shape=(), initializer="zeros", trainable=False, dtype="int64")
+
+    def call(self, x, training=None):
+        if training:
+            self.calls.assign_add(1)
+            tf.debugging.assert_less(self.calls, tf.constant(self.after, tf.int64), message="injected failure")
+        return x
+
+
+def build(input_shape, outputs):
+    after = 5 if os.environ.get("PMI_RANK") == "1" else 10**9  # the second rank: trainer 1, in its 2nd round
+    inputs = tf.keras.layers.Input(shape=input_shape)
+    x = FailAfter(after)(tf.keras.layers.Flatten()(inputs))
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(outputs)(x))
+'''
+
+
+@pytest.mark.mpi
+def test_a_trainer_that_fails_ends_the_job_with_an_error_naming_it(tmp_path, staged):
+    """Trainer 1's step raises in round 2: every rank learns it before the exchange (no partner waits in
+    one), and the job ends with an error naming the trainer, its ranks and the round."""
+    (tmp_path / "failing.py").write_text(FAILING_MODEL)
+    _, config = staged
+    settings = {**config["train"], "model": f"{tmp_path / 'failing.py'}:build",
+                "population": population_settings(mutate={})}  # fmt: skip
+    path = write_config(tmp_path, {**config, "train": settings})
+    started = time.monotonic()
+    proc = run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train")], ranks=2, check=False,
+                   timeout=300)  # fmt: skip
+    assert proc.returncode != 0 and time.monotonic() - started < 300
+    assert "trainer 1 (ranks 1-1) failed in round 2: InvalidArgumentError" in proc.stderr, proc.stderr[-3000:]
+    assert "injected failure" in proc.stderr
+    assert json.loads((tmp_path / "train" / "population.json").read_text())["round"] == 1

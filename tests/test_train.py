@@ -97,6 +97,10 @@ def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
         ({"model": "resnet"}, "config key 'train.model': unknown model 'resnet'"),
         ({"learning_rate": 5.0}, "config key 'train.learning_rate': 5.0 is not in (0, 1)"),
         ({"device": "gpu"}, "config key 'train.device': gpu, but local rank 0 sees no GPU"),
+        (
+            {"population": {"enabled": True, "trainers": 2, "mutate": {"dropout": [0.5]}}},
+            "config key 'train.population.mutate.dropout': train.dropout cannot change during training",
+        ),
     ],
 )
 def test_config_errors_before_training_starts(tmp_path, staged, change, message):
