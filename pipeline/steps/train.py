@@ -32,6 +32,10 @@ last, so an interrupted save leaves the previous checkpoint valid); a rerun resu
 (predicted vs true, a confusion matrix, or masks), and a summary with the task's metrics on the validation
 set (R² per label; accuracy and macro-F1; IoU per class) and the model's provenance.
 
+The step plans and finishes; what runs lives below the steps in pipeline/training/: the input pipeline
+and each rank's files (inputs.py), the epochs of one model (epochs.py), a population's rounds
+(train.population: tournament.py, its plan population.py, its model transfers exchange.py).
+
 Memory: the model (and a copy of the best epoch's weights), the input pipeline's buffers, the task's
 validation sums and the baseline's (never a value per record). Time: epochs x records / (ranks x
 samples/s per rank), plus one pass for the baseline.
@@ -41,7 +45,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import socket
 import time
@@ -58,16 +61,16 @@ from pipeline.formats.shards import shard_format
 from pipeline.formats.slabs import check_split
 from pipeline.paths import TrainPaths
 from pipeline.runtime.mpi import all_ok
-from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
+from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import determinism, devices
 from pipeline.training.augment import Transform
 from pipeline.training.augment import plan as augment_plan
 from pipeline.training.baseline import fit_and_score as baseline_fit_and_score
-from pipeline.training.checkpoints import discard_foreign_checkpoints
 from pipeline.training.checksum import weights_checksum
+from pipeline.training.epochs import Kept, restore, run_epochs, write_history
 from pipeline.training.inputs import RankData, input_pipeline, rank_data
 from pipeline.training.models import ModelSource, build_model
-from pipeline.training.optimizer import learning_rate, make_optimizer
+from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
 from pipeline.training.population import check as check_population
 from pipeline.training.spatial.layout import SpatialLayout, check_spatial
@@ -103,32 +106,6 @@ def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: Mod
     a GPU, but a new learning rate or model starts afresh)."""
     kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads", "device", "keep", "patience")}
     return json.dumps({"data": meta["plan_digest"], "train": kept, "model": source.provenance()}, sort_keys=True)
-
-
-@dataclass
-class Restored:
-    manager: Any  # tf.train.CheckpointManager
-    epoch: Any  # tf.Variable: epochs done, saved with the checkpoint
-    start_epoch: int
-    history: list[dict[str, Any]]
-
-
-def restore(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource, paths: TrainPaths,
-            model: Any, optimizer: Any, comm: Any, rank: int) -> Restored:  # fmt: skip
-    """The latest checkpoint of the same settings, model code and data, if any, and the history up to it."""
-    import tensorflow as tf
-
-    epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
-    if rank == 0:
-        discard_foreign_checkpoints(paths.checkpoints, resume_key(settings, meta, source))
-    comm.barrier()
-    manager = tf.train.CheckpointManager(checkpoint, str(paths.checkpoints), max_to_keep=2)
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint)
-    start_epoch = int(epoch_var.numpy())
-    history = _load_history(paths.root)[:start_epoch] if start_epoch else []
-    return Restored(manager, epoch_var, start_epoch, history)
 
 
 @dataclass
@@ -210,7 +187,6 @@ def train(
     if settings["population"]["enabled"]:
         return train_population(config, merged_dir, stage_summary, out_dir, comm, baseline)
     import horovod.tensorflow as hvd
-    import tensorflow as tf
 
     meta = load_metadata(merged_dir)
     determinism.before_horovod(settings)
@@ -224,8 +200,7 @@ def train(
     slab = layout.slab(int(model.input_shape[0])) if layout.split > 1 and data.pieces is None else None
     keras_model = model.keras
     optimizer = make_optimizer(settings, device["precision"])
-    restored = restore(settings, meta, model.source, paths, keras_model, optimizer, comm, rank)
-    history = restored.history
+    restored = restore(resume_key(settings, meta, model.source), paths, keras_model, optimizer, comm, rank)
     loss_fn = task.loss()
     train_step, predict = step_functions(keras_model, optimizer, loss_fn, autograph=model.source.built_in is None)
 
@@ -250,63 +225,8 @@ def train(
     iterator = iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True,
                                    shard=data.shard, epoch_seed=seed, fraction=data.fraction, slab=slab,
                                    pieces=data.pieces, transforms=model.transforms))  # fmt: skip
-
-    def one_epoch(epoch: int, first: bool) -> tuple[dict[str, Any], tuple[float, Evaluation]]:
-        """The steps of one epoch, then validation: the epoch's row of metrics (averaged over ranks) and
-        the validation (loss, evaluation)."""
-        waited, losses = 0.0, []
-        epoch_start = time.perf_counter()
-        for step in range(data.steps):
-            optimizer.learning_rate.assign(learning_rate(settings, layout.groups, epoch + step / data.steps))
-            t0 = time.perf_counter()
-            x, y = next(iterator)
-            waited += time.perf_counter() - t0
-            losses.append(float(train_step(x, y, first and step == 0)))
-        seconds = time.perf_counter() - epoch_start
-        # State that is not trained (batch-norm moving statistics) follows each rank's own batches: the
-        # ranks' mean, so that every rank validates and saves the same model.
-        for variable in keras_model.non_trainable_variables:
-            if variable.dtype.is_floating:
-                variable.assign(hvd.allreduce(variable, op=hvd.Average))
-        evaluation = validate()
-        rate = data.steps * settings["batch_size"] / seconds / layout.split  # a group's ranks share its samples
-        return {
-            "epoch": epoch + 1,
-            "loss": float(hvd.allreduce(tf.constant(np.mean(losses)), op=hvd.Average)),
-            "val_loss": evaluation[0],
-            "samples_per_s": float(hvd.allreduce(tf.constant(rate), op=hvd.Sum)),
-            "input_wait_fraction": float(hvd.allreduce(tf.constant(waited / seconds), op=hvd.Average)),
-            "learning_rate": float(optimizer.learning_rate.numpy()),
-            "seconds": seconds,
-            "time": time.time(),  # wall clock at the epoch's end, validation included
-        }, evaluation
-
-    evaluation, kept = None, Kept(settings["keep"], best_epoch(history))
-    for epoch in range(restored.start_epoch, settings["epochs"]):
-        row, evaluation = one_epoch(epoch, first=epoch == restored.start_epoch)
-        history.append(row)
-        restored.epoch.assign(epoch + 1)
-        improved = kept.consider(epoch + 1, row["val_loss"], keras_model, evaluation)
-        if rank == 0:
-            # History first: a kill between the two leaves the older checkpoint, whose resume truncates the
-            # history back to it (the other order would lose this epoch's row for good). The best weights
-            # before the checkpoint, and older best weights removed only after it: a resume finds the file
-            # of the best epoch its history names.
-            _write_history(out_dir, history)
-            if improved and kept.keep == "best":
-                save_weights_atomic(keras_model, paths.best_weights(epoch + 1))
-            restored.manager.save()
-            if improved:
-                for old in paths.checkpoints.glob("best-epoch-*.h5"):
-                    if old != paths.best_weights(epoch + 1):
-                        old.unlink(missing_ok=True)
-            log.info(json.dumps(row))
-        if settings["patience"] and kept.epoch is not None and epoch + 1 - kept.epoch >= settings["patience"]:
-            # every rank sees the same validation losses, so every rank stops after the same epoch
-            kept.stopped_after = epoch + 1
-            log.info("sim2dl train: no lower validation loss for %d epochs (train.patience): stopping after epoch %d",
-                     settings["patience"], epoch + 1)  # fmt: skip
-            break
+    history, evaluation, kept = run_epochs(settings, data.steps, layout.groups, layout.split, model.keras,
+                                           optimizer, train_step, iterator, validate, restored, paths)  # fmt: skip
     # The final evaluation: the kept epoch's (train.keep), else the last epoch's, unless a resumed run had
     # no epoch left.
     final = evaluation
@@ -369,7 +289,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
                          resume_key(key_settings, meta, model.source), model.source.built_in is None,
                          lambda: make_optimizer(settings, device["precision"]))  # fmt: skip
     if rank == 0:
-        _write_history(out_dir, outcome.history)
+        write_history(out_dir, outcome.history)
     if baseline:
         found = classical_baseline(config, meta, task, model, data, layout, comm)
     else:
@@ -477,68 +397,6 @@ def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
     return whole
 
 
-def best_epoch(history: Sequence[Mapping[str, Any]]) -> tuple[int, float] | None:
-    """(epoch, validation loss) of the first epoch with the lowest validation loss (None: no finite one)."""
-    finite = [(row["epoch"], row["val_loss"]) for row in history if math.isfinite(row["val_loss"])]
-    return min(finite, key=lambda e: (e[1], e[0])) if finite else None
-
-
-@dataclass
-class Kept:
-    """train.keep: which epoch's model is saved and scored. Tracks the lowest validation loss (every rank
-    alike: the loss is the same everywhere), this run's weights and evaluation at it."""
-
-    keep: str
-    best: tuple[int, float] | None
-    weights: list[np.ndarray] | None = None  # the best epoch's, when this run trained it
-    evaluation: tuple[float, Evaluation] | None = None
-    stopped_after: int | None = None
-
-    @property
-    def epoch(self) -> int | None:
-        return self.best[0] if self.best else None
-
-    def consider(self, epoch: int, val_loss: float, model: Any, evaluation: tuple[float, Evaluation]) -> bool:
-        """Whether this epoch is the best so far (then its weights and evaluation are kept in memory)."""
-        if not math.isfinite(val_loss) or (self.best is not None and val_loss >= self.best[1]):
-            return False
-        self.best = (epoch, val_loss)
-        if self.keep == "best":
-            self.weights, self.evaluation = model.get_weights(), evaluation
-        return True
-
-    def is_last(self, history: Sequence[Mapping[str, Any]]) -> bool:
-        return bool(history) and self.epoch == history[-1]["epoch"]
-
-    def restore(self, model: Any, paths: TrainPaths, history: Sequence[Mapping[str, Any]]) -> tuple | None:
-        """Put the best epoch's weights back into the model; returns its evaluation when this run made it
-        (None: validate again). Nothing to load when the best epoch is the model's last (a resumed run
-        with no epoch left)."""
-        if self.weights is None and self.is_last(history):
-            return None
-        if self.weights is not None:
-            model.set_weights(self.weights)
-            return self.evaluation
-        path = paths.best_weights(self.epoch)
-        if not path.exists():
-            raise Sim2dlError(f"{path} is missing: the best epoch's weights (train.keep: best); rerun train afresh "
-                              f"(remove {paths.checkpoints})")  # fmt: skip
-        model.load_weights(str(path))
-        return None
-
-    def summary(self, history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return {"keep": self.keep, "epoch": self.epoch if self.keep == "best" else (history[-1]["epoch"] if history
-                else None), "best_epoch": self.epoch, "best_val_loss": self.best[1] if self.best else None,
-                "epochs_trained": len(history), "stopped_early_after_epoch": self.stopped_after}  # fmt: skip
-
-
-def save_weights_atomic(model: Any, path: Path) -> None:
-    """The model's weights as HDF5, written beside and renamed into place."""
-    tmp = path.with_name(f".{path.stem}.tmp.h5")  # HDF5 by its suffix, as the final name
-    model.save_weights(str(tmp))
-    os.replace(tmp, path)
-
-
 @dataclass
 class Ranks:
     """Where this process stands: Horovod, its rank among `size`, and the device it computes on."""
@@ -624,20 +482,3 @@ def _label_names(meta: Mapping[str, Any]) -> list[str] | None:
     names = meta.get("component_names", {}).get(labels[0]) if len(labels) == 1 else None
     shape = meta["feature_spec"][labels[0]]["shape"] if names else None
     return list(names) if names and shape and shape[-1] == len(names) else None
-
-
-def _load_history(out_dir: Path) -> list[dict[str, Any]]:
-    path = TrainPaths(out_dir).metrics
-    return json.loads(path.read_text()) if path.exists() else []
-
-
-def _write_history(out_dir: Path, history: Sequence[Mapping[str, Any]]) -> None:
-    paths = TrainPaths(out_dir)
-    write_json_atomic(paths.metrics, list(history))
-    columns = list(history[0])
-    lines = [",".join(columns)] + [",".join(_fmt(row[c]) for c in columns) for row in history]
-    write_text_atomic(paths.metrics_table, "\n".join(lines) + "\n")
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, float) and not math.isnan(value) else str(value)
