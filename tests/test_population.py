@@ -12,7 +12,7 @@ import yaml
 from pipeline import Sim2dlError
 from pipeline.training.population import Population, PopulationState, check
 
-from .conftest import kill_tree, run_cli, start_cli, write_config
+from .conftest import kill_tree, run_cli, run_snakemake, start_cli, write_config
 from .helpers import doc_blocks
 
 SMALL = {"batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
@@ -234,3 +234,21 @@ def test_a_trainer_that_fails_ends_the_job_with_an_error_naming_it(tmp_path, sta
     assert "trainer 1 (ranks 1-1) failed in round 2: InvalidArgumentError" in proc.stderr, proc.stderr[-3000:]
     assert "injected failure" in proc.stderr
     assert json.loads((tmp_path / "train" / "population.json").read_text())["round"] == 1
+
+
+@pytest.mark.parametrize(
+    ("other", "message"),
+    [
+        ({"search": {"enabled": True}}, "config keys 'train.population.enabled' and 'search.enabled'"),
+        ({"train": {"online": {"enabled": True}}}, "config keys 'train.population.enabled' and 'train.online.enabled'"),
+    ],
+)
+def test_the_workflow_refuses_a_population_with_a_search_or_online_training(tmp_path, other, message):
+    config = {"workdir": str(tmp_path / "w"), "train": {"population": {"enabled": True}}}
+    for section, values in other.items():
+        config[section] = {**config.get(section, {}), **values}
+        if section == "train":
+            config["train"] = {"population": {"enabled": True}, **values}
+    path = write_config(tmp_path, config)
+    proc = run_snakemake(["--cores", "1", "-n", "--configfile", str(path)], timeout=120)
+    assert proc.returncode != 0 and message in proc.stdout + proc.stderr
