@@ -18,7 +18,9 @@ validation split after every round.
 - best_val_loss per variant: the population against one data-parallel trainer of T ranks (same ranks,
   T x the global batch).
 - round_cost: (tournament + transfers) / the steps' time per round, the median over rounds (goal <= 0.05).
-- bohb_then_train: not measured here (bench/search.py measures BOHB's own cost).
+- bohb_then_train: the demo's BOHB search (4 trials of 1-3 epochs over learning rate and batch size, 2
+  ranks) then one trainer of 2 ranks with its best configuration for the epochs left of population_2's
+  sample budget (2 x rounds x steps x batch): the best validation loss, beside population_2's.
 """
 
 from __future__ import annotations
@@ -65,6 +67,28 @@ def run(work: Path, config: dict, name: str, trainers: int, ranks: int, rounds: 
     return json.loads((out / "summary.json").read_text())
 
 
+def bohb_then_train(work: Path, config: dict, budget_samples: int, records: int) -> dict:
+    """The demo's search, then training with its best configuration for what is left of the budget."""
+    demo = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["search"]
+    searched = {**config, "search": {**demo, "enabled": True}}
+    path = work / "bohb.yaml"
+    path.write_text(yaml.safe_dump(searched, sort_keys=False))
+    out = work / "bohb"
+    shutil.rmtree(out, ignore_errors=True)
+    sim2dl("search", "--config", path, "--out", out / "search", ranks=2)
+    trials = [json.loads(line) for line in (out / "search" / "trials.jsonl").read_text().splitlines() if line]
+    search_samples = int(sum(max(1, round(t["budget"])) for t in trials) * records)
+    epochs = max(1, round((budget_samples - search_samples) / records))
+    trained = {**searched, "train": {**config["train"], "epochs": epochs}}
+    path.write_text(yaml.safe_dump(trained, sort_keys=False))
+    sim2dl("train", "--config", path, "--overrides", out / "search" / "best.yaml", "--out", out / "train",
+           "--no-baseline", ranks=2)  # fmt: skip
+    summary = json.loads((out / "train" / "summary.json").read_text())
+    return {"best_val_loss": round(summary["val_loss"], 4), "search_trials": len(trials),
+            "search_samples": search_samples, "train_epochs": epochs, "samples": search_samples + epochs * records,
+            "best": {k: summary["settings"][k] for k in ("learning_rate", "batch_size")}}  # fmt: skip
+
+
 def reached(summary: dict, target: float, batch: int, steps: int, ranks: int, trainers: int) -> dict | None:
     """When the population first holds a model at or below the target: its round, the samples each
     trainer processed by then, and the seconds (normalised for over-subscription)."""
@@ -107,13 +131,16 @@ def main() -> None:
     costs = {f"population_{t}": summaries[f"population_{t}"]["population"]["round_cost"] for t in (2, 4)}
     adoptions = {f"population_{t}": sum(a is not None for r in summaries[f"population_{t}"]["population"]["rounds"]
                                         for a in r["adopted"]) for t in (2, 4)}  # fmt: skip
+    records = summaries["single"]["population"]["trainer_records"][0]
+    bohb = bohb_then_train(work, config, 2 * rounds * steps * batch, records)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     emit({"benchmark": "ltfb", "samples": samples, "rounds": rounds, "steps_per_round": steps, "batch_per_rank": batch,
           "target_val_loss": round(target, 4), "single_round_to_target": one["round"],
           "effective_parallel_efficiency": efficiency, "best_val_loss": best,
           "round_cost": {k: round(v, 4) if v is not None else None for k, v in costs.items()},
-          "adoptions": adoptions, "bohb_then_train": None})  # fmt: skip
+          "adoptions": adoptions, "bohb_then_train": bohb,
+          "population_2_samples": 2 * rounds * steps * batch})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -111,9 +111,10 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
     state_file, kept_file = population_paths(paths)
     own_dir = paths.checkpoints / f"trainer-{trainer.number}"
     if trainer.rank == 0:
-        discard_foreign_checkpoints(paths.checkpoints, resume_key)
-        if not (paths.checkpoints / "settings.json").exists() or not own_dir.parent.exists():
+        key_file = paths.checkpoints / "settings.json"
+        if not key_file.exists() or key_file.read_text() != resume_key:  # a state of other settings or data
             state_file.unlink(missing_ok=True)
+        discard_foreign_checkpoints(paths.checkpoints, resume_key)
     trainer.world.barrier()
     saved = json.loads(state_file.read_text()) if state_file.exists() else None
     start = saved["round"] if saved else 0
