@@ -258,8 +258,13 @@ def kill_node(cluster: Cluster, node: str) -> None:
     that moment answered slurmctld's registration request to the DOWN node, so ReturnToService=2 put it
     back in service and the retry was placed on it (CI of stop 49: NODE_FAIL instead of 'cannot start').
     Then its network namespace goes (`vcluster.sh kill`; that can take seconds), and the mark is checked
-    again. Marked after the kill, not before: its ranks are gone, so a retry elsewhere finds no copies
-    still being written."""
+    again. Marked DOWN after the kill, not before: its ranks are gone, so a retry elsewhere finds no copies
+    still being written. But drained before it: a drained node takes no new job while its running one goes
+    on, and a registration does not undo a drain, so a retry Snakemake submits while the kill is still
+    under way (seen under load: the job's MPI step noticed the dying node before the mark, the retry went
+    to the node and failed there with NODE_FAIL) waits for other nodes instead."""
+    drained = cluster.slurm("scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=killed-by-test")
+    assert drained.returncode == 0, drained.stderr
     pid = int((cluster.root / "nodes" / f"{node}.pid").read_text())
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 60
@@ -268,6 +273,9 @@ def kill_node(cluster: Cluster, node: str) -> None:
         time.sleep(0.05)
     mark_down(cluster, node)
     subprocess.run([str(VCLUSTER), "kill", str(cluster.root), node], check=True, timeout=60)
+    # its slurmd is gone with the namespace: the drain has done its work, DOWN alone says what happened
+    undrained = cluster.slurm("scontrol", "update", f"NodeName={node}", "State=UNDRAIN")
+    assert undrained.returncode == 0, undrained.stderr
     if node_state(cluster, node) != "down":
         mark_down(cluster, node)
     assert node_state(cluster, node) == "down", node_state(cluster, node)
