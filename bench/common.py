@@ -69,6 +69,18 @@ def sim2dl(*args: str | Path, ranks: int = 2, options: tuple[str, ...] = ()) -> 
     return mpi(ranks, BIN / "sim2dl", *args, options=options)
 
 
+def prepared(work: Path, config: dict[str, Any]) -> Path:
+    """The config below `work` (its workdir there, staging to work/local), simulated, ingested, converted,
+    merged and staged with 2 ranks; returns the config file's path."""
+    config = {**config, "workdir": str(work), "stage": {**config.get("stage", {}), "target": str(work / "local")}}
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    for step in ("simulate", "ingest", "convert", "merge", "stage"):
+        sim2dl(step, "--config", str(path))
+    return path
+
+
 def bench_config(workdir: Path, samples: int, **sections: Any) -> Path:
     """A config for `samples` cubes of 32^3 with a pass-through conversion (no log1p, no normalisation)
     so sim2dl does the same work as the baseline: read, cast, serialise, write."""

@@ -30,20 +30,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
-from common import OUT, REPO, emit, sim2dl
+from common import OUT, REPO, emit, prepared, sim2dl
 
 NBODY = REPO / "examples" / "nbody"
-
-
-def prepare(work: Path, config: dict[str, Any]) -> Path:
-    """The config below `work`, simulated, ingested, converted, merged and staged."""
-    config = {**config, "workdir": str(work), "stage": {**config.get("stage", {}), "target": str(work / "local")}}
-    work.mkdir(parents=True, exist_ok=True)
-    path = work / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    for step in ("simulate", "ingest", "convert", "merge", "stage"):
-        sim2dl(step, "--config", str(path))
-    return path
 
 
 def train(path: Path, name: str, augment: bool) -> dict[str, Any]:
@@ -67,7 +56,7 @@ def ratio(network: float, baseline: float) -> float | None:
 
 
 def compare(work: Path, config: dict[str, Any]) -> dict[str, Any]:
-    path = prepare(work, config)
+    path = prepared(work, config)
     plain, augmented = train(path, "plain", False), train(path, "augmented", True)
     baseline = plain["baseline_r2"]
     labels = sorted(baseline)

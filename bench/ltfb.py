@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
-from common import OUT, emit, sim2dl
+from common import OUT, emit, prepared, sim2dl
 
 REPO = Path(__file__).resolve().parent.parent
 CORES = 2
@@ -41,17 +41,10 @@ CORES = 2
 
 def prepare(work: Path, samples: int) -> dict:
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    config["workdir"] = str(work)
     config["simulate"]["samples"] = samples
-    config["stage"] = {**config.get("stage", {}), "target": str(work / "local")}
     config["search"] = {"enabled": False}
     config["train"].update({"threads": 1, "batch_size": 16})
-    work.mkdir(parents=True, exist_ok=True)
-    path = work / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    for step in ("simulate", "ingest", "convert", "merge", "stage"):
-        sim2dl(step, "--config", str(path))
-    return config
+    return yaml.safe_load(prepared(work, config).read_text())
 
 
 def run(work: Path, config: dict, name: str, trainers: int, ranks: int, rounds: int, steps: int) -> dict:

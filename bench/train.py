@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
-from common import emit, parse_size, sim2dl
+from common import emit, parse_size, prepared, sim2dl
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,16 +36,10 @@ REPO = Path(__file__).resolve().parent.parent
 def prepare_data(work: Path, config_file: Path, samples: int, epochs: int) -> tuple[Path, dict]:
     """The config file at `samples` samples, simulated, merged and staged below `work`."""
     config = yaml.safe_load(config_file.read_text())
-    config["workdir"] = str(work)
     config["simulate"]["samples"] = samples
-    config["stage"] = {**config.get("stage", {}), "target": str(work / "local")}
     config["train"].update({"epochs": epochs, "threads": 1})
-    path = work / "config.yaml"
-    work.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    for step in ("simulate", "ingest", "convert", "merge", "stage"):
-        sim2dl(step, "--config", str(path))
-    return path, config
+    path = prepared(work, config)
+    return path, yaml.safe_load(path.read_text())
 
 
 def prepare(work: Path, samples: int, epochs: int) -> Path:
