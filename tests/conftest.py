@@ -204,6 +204,17 @@ def small_cubes(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
     return tmp, config
 
 
+# A small network for the small cubes: what the train and population tests train.
+SMALL_TRAINING = {"epochs": 3, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
+
+
+@pytest.fixture(scope="module")
+def staged(small_cubes):
+    """The small cubes, merged and staged once for the session, trained with SMALL_TRAINING."""
+    tmp, config = small_cubes
+    return tmp, {**config, "train": {**config["train"], **SMALL_TRAINING}}
+
+
 # ------------------------------------------------------------------- real container runtimes
 CI = os.environ.get("CI") == "true"
 

@@ -15,8 +15,6 @@ from pipeline.training.population import Population, PopulationState, check
 from .conftest import kill_tree, run_cli, run_snakemake, start_cli, write_config
 from .helpers import doc_blocks
 
-SMALL = {"batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
-
 
 def population_settings(**changes):
     """docs/training.md's population block, at a test's size."""
@@ -99,12 +97,6 @@ def test_config_errors_name_the_key_before_any_data_is_read(changes, train, mess
     with pytest.raises(Sim2dlError, match=message.replace("(", r"\(").replace(")", r"\)")):
         check(config_for(changes, **train), 4, meta)
     assert check(config_for({}), 4, meta).ranks_per_trainer == 2
-
-
-@pytest.fixture(scope="module")
-def staged(small_cubes):
-    tmp, config = small_cubes
-    return tmp, {**config, "train": {**config["train"], **SMALL}}
 
 
 def train(tmp_path, staged, ranks=2, background=False, **population):

@@ -8,16 +8,7 @@ import pytest
 
 from pipeline.storage.fsutil import file_checksum
 
-from .conftest import REPO, kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
-
-SMALL = {"epochs": 3, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
-
-
-@pytest.fixture(scope="module")
-def staged(small_cubes):
-    """96 small cubes (16^3), merged and staged once for the session, trained with SMALL."""
-    tmp, config = small_cubes
-    return tmp, {**config, "train": {**config["train"], **SMALL}}
+from .conftest import REPO, SMALL_TRAINING, kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
 
 
 def train(tmp_path, staged, ranks=2, check=True, **settings):
@@ -168,7 +159,7 @@ def test_trace_family_trains_a_sequence_model_with_length_buckets(tmp_path):
             "per_channel": ["params"],
         },
         stage={"target": str(tmp_path / "local")},
-        train={**SMALL, "model": "sequence", "epochs": 2, "length_buckets": [32, 128]},
+        train={**SMALL_TRAINING, "model": "sequence", "epochs": 2, "length_buckets": [32, 128]},
     )
     path = write_config(tmp_path, config)
     for step in ("simulate", "ingest", "convert", "merge", "stage", "train"):
@@ -188,7 +179,7 @@ def test_cosmoflow_model_refuses_variable_length_records(tmp_path, staged):
 def test_splits_train_on_train_and_validate_on_the_whole_validation_split(tmp_path, mode):
     config = small_cube_config(
         tmp_path,
-        train={**SMALL, "epochs": 1},
+        train={**SMALL_TRAINING, "epochs": 1},
         merge={"splits": {"train": 0.75, "validation": 0.25}, "shard_size_mb": 0.1},
         stage={"mode": mode, "samples_per_rank": 40},
     )

@@ -91,10 +91,7 @@ def summarise(config: Mapping[str, Any]) -> dict[str, Any]:
         meta = _read_json(lay.metadata)
         row: dict[str, Any] = {"point": name}
         for key in swept:  # a dotted key at any depth (train.population.enabled)
-            value: Any = point
-            for part in key.split("."):
-                value = value[part]
-            row[key] = value
+            row[key] = cfg.get_dotted(point, key)
         row.update(
             val_loss=round(trained["val_loss"], 6),
             **{f"r2_{k}": round(v, 4) for k, v in trained["r2"].items()},

@@ -61,6 +61,7 @@ from pipeline.formats.shards import shard_format
 from pipeline.formats.slabs import check_split
 from pipeline.paths import TrainPaths
 from pipeline.runtime.mpi import all_ok
+from pipeline.runtime.placement import topology
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import determinism, devices
 from pipeline.training.augment import Transform
@@ -266,11 +267,12 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     number = population.trainer_of(rank)
     trainer_comm = comm.Split(number, rank)
     hvd.init(comm=trainer_comm)
-    node = comm.Split_type(_shared_memory(), key=rank)
+    node = topology(comm, 0)  # the real nodes: a GPU per rank of a node, whatever its trainer
+    on_node = node.node_ranks[node.node]
+    local = (on_node.index(rank), len(on_node))
     own = {**config, "train": {**settings, "seed": settings["seed"] + INIT_SEED_STEP * number}}
     own_layout = SpatialLayout(1, trainer_comm.Get_size(), trainer_comm.Get_rank())
-    task, model, device = prepare(own, meta, comm, hvd, (own_layout, None), (node.Get_rank(), node.Get_size()))
-    node.Free()
+    task, model, device = prepare(own, meta, comm, hvd, (own_layout, None), local)
     log.info(json.dumps({"rank": rank, "trainer": number, "device": device}))
     paths = TrainPaths(out_dir)
     layout = SpatialLayout(1, size, rank)  # the ranks of a node share out its files: trainers read apart
@@ -322,12 +324,6 @@ def _by_trainer(values: Sequence[Any], population: Population) -> list[list[Any]
 
 def _median(values: Sequence[float]) -> float | None:
     return float(np.median(values)) if values else None
-
-
-def _shared_memory() -> Any:
-    from mpi4py import MPI
-
-    return MPI.COMM_TYPE_SHARED
 
 
 def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,

@@ -15,12 +15,15 @@ from pipeline.storage.fsutil import write_text_atomic
 log = logging.getLogger(__name__)
 
 
-def discard_foreign_checkpoints(ckpt_dir: Path, key: str) -> None:
+def discard_foreign_checkpoints(ckpt_dir: Path, key: str) -> bool:
     """Remove checkpoints written for other data or settings (`key`), so training starts afresh; call on
-    one rank."""
+    one rank. Returns whether no checkpoint of this key was there (state kept beside the checkpoints
+    belongs to other settings too)."""
     key_file = ckpt_dir / "settings.json"
-    if ckpt_dir.exists() and (not key_file.exists() or key_file.read_text() != key):
+    fresh = not key_file.exists() or key_file.read_text() != key
+    if ckpt_dir.exists() and fresh:
         log.info("sim2dl: settings or data changed since %s was written: starting afresh", ckpt_dir)
         shutil.rmtree(ckpt_dir)
     if not key_file.exists():
         write_text_atomic(key_file, key)
+    return fresh

@@ -143,22 +143,19 @@ def input_pipeline(
 
     validation_side = (not training) if holdout is None else holdout
 
-    def keep(record: Any, *_: Any) -> Any:
+    def keep(record: Any, *_: Any) -> Any:  # the hold-outs asked for, from one parse of the sample id
         sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
-        val = holdout_validation(sid, fraction)
-        return val if validation_side else tf.logical_not(val)
+        kept = tf.constant(True)
+        if fraction is not None:
+            val = holdout_validation(sid, fraction)
+            kept = val if validation_side else tf.logical_not(val)
+        if tournament is not None:
+            held = holdout_tournament(sid, tournament[0])
+            kept = tf.logical_and(kept, held if tournament[1] else tf.logical_not(held))
+        return kept
 
-    if fraction is not None:
+    if fraction is not None or tournament is not None:
         ds = ds.filter(keep)
-    if tournament is not None:
-        share, tournament_side = tournament
-
-        def in_tournament(record: Any, *_: Any) -> Any:
-            sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
-            held = holdout_tournament(sid, share)
-            return held if tournament_side else tf.logical_not(held)
-
-        ds = ds.filter(in_tournament)
     if cache and not training:
         ds = ds.cache()
     if training:

@@ -81,7 +81,7 @@ class Population:
         if self.trainers < 2:
             return []
         k = max(1, math.floor(self.trainers * self.quantile))
-        order = sorted(range(self.trainers), key=lambda t: (_finite(losses[t]), t))
+        order = sorted(range(self.trainers), key=lambda t: (comparable(losses[t]), t))
         return list(zip(reversed(order[-k:]), order[:k], strict=True))
 
     def hyperparameters(self, base: Mapping[str, Any]) -> list[dict[str, float]]:
@@ -99,7 +99,8 @@ class Population:
                 for k, v in values.items()}  # fmt: skip
 
 
-def _finite(loss: float) -> float:
+def comparable(loss: float) -> float:
+    """A loss to rank by: one that is not finite (a diverged model, an empty set) ranks last."""
     return loss if math.isfinite(loss) else math.inf
 
 

@@ -50,7 +50,7 @@ from pipeline.training import exchange
 from pipeline.training.checkpoints import discard_foreign_checkpoints
 from pipeline.training.inputs import RankData, input_pipeline
 from pipeline.training.optimizer import learning_rate
-from pipeline.training.population import Population, PopulationState
+from pipeline.training.population import Population, PopulationState, comparable
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task
 
@@ -110,11 +110,8 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
     optimizer = make_optimizer()
     state_file, kept_file = population_paths(paths)
     own_dir = paths.checkpoints / f"trainer-{trainer.number}"
-    if trainer.rank == 0:
-        key_file = paths.checkpoints / "settings.json"
-        if not key_file.exists() or key_file.read_text() != resume_key:  # a state of other settings or data
-            state_file.unlink(missing_ok=True)
-        discard_foreign_checkpoints(paths.checkpoints, resume_key)
+    if trainer.rank == 0 and discard_foreign_checkpoints(paths.checkpoints, resume_key):
+        state_file.unlink(missing_ok=True)  # a state of other settings or data
     trainer.world.barrier()
     saved = json.loads(state_file.read_text()) if state_file.exists() else None
     start = saved["round"] if saved else 0
@@ -159,15 +156,14 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
         error, losses, waited = None, [math.nan], 0.0
         try:
             losses, waited = _train_round(config, meta, task, model, data, trainer, round_number, hyper, optimizer,
-                                  train_step, first=round_number == start and not start)  # fmt: skip
+                                  train_step, first=round_number == 0)  # fmt: skip
         except Exception as e:  # any failure: every rank must learn of it before the tournament
             error = f"{type(e).__name__}: {e}"
         clock["steps"] = time.perf_counter() - clock["steps"]
         clock["input_wait"] = waited
-        failed = [r for r, m in enumerate(trainer.world.allgather(error)) if m is not None]
+        failed = [(r, m) for r, m in enumerate(trainer.world.allgather(error)) if m is not None]
         if failed:
-            culprit = population.trainer_of(failed[0])
-            message = trainer.world.allgather(error)[failed[0]]
+            culprit, message = population.trainer_of(failed[0][0]), failed[0][1]
             raise Sim2dlError(f"{trainer.describe(culprit)} failed in round {round_number + 1}: {message}")
         # the tournament
         started = time.perf_counter()
@@ -191,8 +187,8 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
         exchange.unpack(variables(), own)
         validation_seconds = time.perf_counter() - started
         # the model kept: the lowest validation loss over rounds (train.keep: best), or this round's best
-        leader = min(range(population.trainers), key=lambda t: (_finite(val_losses[t]), t))
-        improved = best is None or _finite(val_losses[leader]) < _finite(best["val_loss"])
+        leader = min(range(population.trainers), key=lambda t: (comparable(val_losses[t]), t))
+        improved = best is None or comparable(val_losses[leader]) < comparable(best["val_loss"])
         if improved or settings["keep"] == "last":
             best = {
                 "round": round_number + 1,
@@ -256,7 +252,7 @@ def _tournament(trainer: Trainer, round_number: int, own: np.ndarray, variables:
         own_loss = score()
         exchange.unpack(variables(), theirs)
         their_loss = score()
-        if _finite(their_loss) < _finite(own_loss):
+        if comparable(their_loss) < comparable(own_loss):
             return partner, {"own": own_loss, "partner": their_loss}, moved
         exchange.unpack(variables(), own)
         return None, {"own": own_loss, "partner": their_loss}, moved
@@ -320,10 +316,6 @@ def _history_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return {"epoch": row["round"], "loss": float(np.mean(row["train_loss"])),
             "val_loss": min(finite) if finite else math.nan, "samples_per_s": row["samples_per_s"],
             "input_wait_fraction": row["input_wait_fraction"], "seconds": row["seconds"]["steps"]}  # fmt: skip
-
-
-def _finite(loss: float) -> float:
-    return loss if math.isfinite(loss) else math.inf
 
 
 def _save_array(path: Path, array: np.ndarray) -> None:
