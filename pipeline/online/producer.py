@@ -90,7 +90,8 @@ class Producer:
     def before_stream(self, start: int, tasks: list[dict[str, Any]]) -> None:
         for run, task in enumerate(tasks, start):
             done = threading.Event()
-            thread = threading.Thread(target=self.read_stream, args=(run, Path(task["partial"]), done), daemon=True)
+            thread = threading.Thread(target=self.read_stream, args=(run, Path(task["partial"]), Path(task["final"]),
+                                                                     done), daemon=True)  # fmt: skip
             self.streams[run] = (thread, done)
             thread.start()
 
@@ -100,38 +101,49 @@ class Producer:
             done.set()
             thread.join()
 
-    def read_stream(self, run: int, directory: Path, done: threading.Event) -> None:
-        """The run's stream, reopened while the run is executing (each attempt writes it again)."""
+    def read_stream(self, run: int, directory: Path, final: Path, done: threading.Event) -> None:
+        """The run's stream, opened again for every attempt of the run until the run is over (`done`): a
+        writer that ends its stream cleanly (a `with adios2.Stream` left by an exception) and then exits
+        non-zero is retried by the ensemble, and the retry writes the stream again; a writer that dies
+        breaks it. After the first attempt the reader waits for the next writer until the run is over
+        (the ensemble's run_timeout_s bounds each attempt), not only open_timeout_s. Refusals name the
+        stream in the run's final directory (the attempt's `.partial` one is renamed once the run is ok)."""
         name = directory / self.online["stream"]["name"]
+        named = final / self.online["stream"]["name"]
         fields = [f for f in fields_of(self.config["source"]) if f.kind == "path"]
         row = self.rows(run)
-        per_sample = 0
+        attempts = 0
         while not done.is_set():
             counts = StreamCounts()
             try:
-                for step, arrays in stream_steps(name, fields, self.online["stream"], done.is_set, counts):
-                    if step < self.delivered.get(run, 0):
-                        continue  # a retry repeating a step delivered before its predecessor died
-                    self.delivered[run] = step + 1
-                    where = f"{name} step {step}"
-                    result = (Refused(where, arrays) if isinstance(arrays, str)
-                              else step_samples(self.reader, arrays, row, where, fields))  # fmt: skip
-                    if isinstance(result, Refused):
-                        self.refuse(run, result)
-                        continue
-                    per_sample = len(result)
-                    for k, sample in enumerate(result):
-                        self.send(run, step * per_sample + k, sample)
-                self.counts.dropped[run] += counts.dropped
-                return  # a clean end of stream
+                for step, arrays in stream_steps(name, fields, self.online["stream"], done.is_set, counts,
+                                                 patient=attempts > 0):  # fmt: skip
+                    self.deliver(run, step, arrays, row, f"{named} step {step}", fields)
             except StreamBroken:
-                self.counts.dropped[run] += counts.dropped
-                continue  # the ensemble retries the run; its next attempt writes the stream again
+                pass  # the ensemble retries the run; its next attempt writes the stream again
             except Exception as e:  # the run's stream is lost: recorded (refused.csv, the log), never silent
                 self.counts.errors.append(f"run {run}: {e}")
-                self.refuse(run, Refused(str(name), f"the stream ended in an error: {e}"))
+                self.refuse(run, Refused(str(named), f"the stream ended in an error: {e}"))
                 log.warning("sim2dl online: run %d: %s", run, e)
                 return
+            finally:
+                self.counts.dropped[run] += counts.dropped
+            attempts += 1
+
+    def deliver(self, run: int, step: int, arrays: Mapping[str, np.ndarray] | str, row: Mapping[str, Any],
+                where: str, fields: list[Any]) -> None:  # fmt: skip
+        """A stream step's samples sent (or refused with the reason); a step an earlier attempt of the run
+        delivered already is skipped (a seeded simulator repeats it)."""
+        if step < self.delivered.get(run, 0):
+            return
+        self.delivered[run] = step + 1
+        result = Refused(where, arrays) if isinstance(arrays, str) else step_samples(self.reader, arrays, row,
+                                                                                     where, fields)  # fmt: skip
+        if isinstance(result, Refused):
+            self.refuse(run, result)
+            return
+        for k, sample in enumerate(result):
+            self.send(run, step * len(result) + k, sample)
 
     def finish(self) -> None:
         """Tell every trainer this producer is done, with its counts (to the first trainer)."""

@@ -23,6 +23,7 @@ Memory: one step's arrays. Time: the writer's pace; a step's bytes once over the
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ import numpy as np
 from pipeline import Sim2dlError
 from pipeline.formats.readers import FieldSpec
 
+StepArrays = dict[str, np.ndarray] | str  # a step's arrays, or the reason it is refused
 OPEN_TRY_S = 1  # each open waits this long for the contact file: short, so a stop is seen soon
 
 
@@ -56,12 +58,14 @@ def sst_parameters(settings: dict[str, Any]) -> dict[str, str]:
     return {"DataTransport": settings.get("transport", "WAN"), "OpenTimeoutSecs": str(OPEN_TRY_S)}
 
 
-def open_reader(name: Path, settings: dict[str, Any], stopped: Callable[[], bool]) -> tuple[Any, Any, Any] | None:
-    """(adios, io, engine) of the stream, waiting up to open_timeout_s for its writer; None when `stopped`
-    says to give up first (the run ended without a stream)."""
+def open_reader(name: Path, settings: dict[str, Any], stopped: Callable[[], bool],
+                patient: bool = False) -> tuple[Any, Any, Any] | None:  # fmt: skip
+    """(adios, io, engine) of the stream, waiting up to open_timeout_s for its writer (patient: until
+    `stopped`, for a retry's writer); None when `stopped` says to give up first (the run ended without
+    a stream)."""
     import adios2
 
-    deadline = time.monotonic() + settings["open_timeout_s"]
+    deadline = time.monotonic() + (math.inf if patient else settings["open_timeout_s"])
     last_error = ""
     while True:
         if stopped():
@@ -105,12 +109,13 @@ def read_step(io: Any, engine: Any, fields: Sequence[FieldSpec]) -> dict[str, np
 
 
 def stream_steps(name: Path, fields: Sequence[FieldSpec], settings: dict[str, Any], stopped: Callable[[], bool],
-                 counts: StreamCounts) -> Iterator[tuple[int, dict[str, np.ndarray] | str]]:  # fmt: skip
+                 counts: StreamCounts, patient: bool = False) -> Iterator[tuple[int, StepArrays]]:  # fmt: skip
     """(step number, arrays or the reason the step is refused) for each step of the stream, until its
-    writer ends it; nothing when `stopped` before a writer came. StreamBroken when the writer dies."""
+    writer ends it; nothing when `stopped` before a writer came (patient: wait for one until then).
+    StreamBroken when the writer dies."""
     import adios2
 
-    opened = open_reader(name, settings, stopped)
+    opened = open_reader(name, settings, stopped, patient)
     if opened is None:
         return
     _, io, engine = opened

@@ -1,5 +1,6 @@
 """Online training's record of every run (nothing lost): the ensemble's runs table (parameters, status,
-attempts, reason) with, per run, the samples it sent, those refused (reasons in refused.csv), those
+attempts, reason) with, per run, the samples it sent, those refused (reasons in refused.csv: the run's
+name as in the runs table, the file or stream step in the run's final directory, the reason), those
 that entered the training buffers, those a buffer dropped before drawing them, how often its samples were
 drawn (trained on), its validation samples, and the stream steps its writer dropped. Memory: a few
 integers per run. Time: one pass over the runs table.
@@ -40,6 +41,8 @@ def write_online_runs(runs_table: Path, out_dir: Path, counts: Mapping[str, np.n
     path = out_dir / "online_runs.parquet"
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
+    # keyed like the runs table (its `run` names), in run order
+    names = table.column("run").to_pylist()
     refused = sorted((run, where, why) for p in produced for run, where, why in p.reasons)
-    write_csv(out_dir / "refused.csv", REFUSED_COLUMNS, refused)
+    write_csv(out_dir / "refused.csv", REFUSED_COLUMNS, [(names[run], where, why) for run, where, why in refused])
     return path

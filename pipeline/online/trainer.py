@@ -2,11 +2,19 @@
 communicator) over replay buffers that the producers fill while the simulations run.
 
 Each trainer receives the samples it owns (pipeline.online.messages) between steps, without waiting, into
-its training buffer (pipeline.online.buffer) or, for held-out runs, its validation buffer. A step happens
-when every trainer's buffer holds `watermark` samples (the trainers agree by one small allreduce per step,
-so Horovod's collective steps stay in lockstep); until then the trainers wait for arrivals, and that wait
-is the input wait the history reports. Training ends after `train.online.steps` steps, or when the
-simulations are over and a buffer has nothing left to draw (every sample used `max_reuse` times).
+its training buffer (pipeline.online.buffer) or, for held-out runs, its validation buffer. While the
+simulations run, a step happens when every trainer's buffer holds max(watermark, batch_size) samples (the
+trainers agree by one small allreduce per step, so Horovod's collective steps stay in lockstep); until then
+the trainers wait for arrivals, and that wait (after the first step) is the input wait the history
+reports. Once the simulations are over, the trainers go on with what arrived: a step draws up to
+batch_size of the samples held (a short batch is counted: `short_batches`), so a small campaign trains
+too. Training ends after `train.online.steps` steps, or when the simulations are over and a buffer has
+nothing left to draw (every sample used `max_reuse` times, or none arrived: then the job fails, as no
+model was trained).
+
+The steps run in windows of the training kernel (pipeline.training.kernel) between validations, at train's
+learning-rate schedule with train.epochs spread evenly over train.online.steps (warm-up over the first
+warmup_epochs / epochs of the steps, then the cosine to zero at the last step).
 
 Normalisation: the statistics of convert.normalise's fields (per channel where convert.per_channel says)
 come from the samples that arrived before the first step (every trainer's, merged), are frozen there,
@@ -26,9 +34,8 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +52,15 @@ from pipeline.paths import TrainPaths
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import determinism, devices
 from pipeline.training.checkpoints import discard_foreign_checkpoints
+from pipeline.training.kernel import (
+    Best,
+    CounterCheckpoint,
+    Window,
+    average_unlearned_state,
+    run_steps,
+    schedule,
+    window_row,
+)
 from pipeline.training.models import build_model, input_shape, model_source
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.steps import evaluate, step_functions
@@ -82,6 +98,27 @@ class TrainerState:
     first_step_time: float | None = None
     resumed_from: int = 0  # the checkpoint's step this run continued from
     first_step_at: float | None = None  # wall-clock time (time.time()): comparable across processes
+    before_first_step: float = 0.0  # seconds the first window waited for its first step
+    short_batches: int = 0  # steps on fewer than batch_size samples (after the simulations ended)
+    stopped: str = "train.online.steps reached"
+
+
+@dataclass
+class Session:
+    """What a trainer trains with: Horovod, the task, the model and where its code came from, the
+    optimizer, the checkpoint, the compiled step and prediction, whether the model's input adds a
+    channel axis, the device record."""
+
+    hvd: Any
+    task: Task
+    model: Any
+    source: Any
+    optimizer: Any
+    checkpoint: CounterCheckpoint
+    train_step: Any
+    predict: Any
+    add_channel: bool
+    device: dict[str, Any]
 
 
 def meta_for(config: Mapping[str, Any], held_fields: Mapping[str, BufferField], stats: Mapping[str, Any]) -> dict:
@@ -215,115 +252,127 @@ class Trainer:
         return tf.constant(x), y
 
     # ---- the loop
-    def run(self) -> dict[str, Any]:
+    def start(self) -> Session:
+        """Horovod on the trainers' communicator, the device, the task, the model and its optimizer, and
+        the latest checkpoint of the same key restored."""
         settings = self.settings
         devices.hide_gpus_if_cpu(settings)
         determinism.before_horovod(settings)
         import horovod.tensorflow as hvd
-        import tensorflow as tf
 
         hvd.init(comm=self.comm)
         device = devices.apply(settings, hvd.local_rank(), hvd.local_size())
         determinism.seed_and_fix(settings)
-        meta = meta_for(self.config, self.held_fields, self.stats or {})
-        task = make_task(settings, data_spec(meta))
+        task = make_task(settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
         task.check()
         source = model_source(settings["model"])
-        shape = input_shape(source, task.data.feature_shape)
-        add_channel = len(shape) == len(task.data.feature_shape) + 1
+        add_channel = len(input_shape(source, task.data.feature_shape)) == len(task.data.feature_shape) + 1
         model, source = build_model(settings, task.data.feature_shape, task)
         optimizer = make_optimizer(settings, device["precision"])
-        loss_fn = task.loss()
         self.discard_other_checkpoints(source)
-        step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
-        manager = tf.train.CheckpointManager(checkpoint, str(self.paths.checkpoints), max_to_keep=2)
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint)
-        start = self.state.step = self.state.resumed_from = int(step_var.numpy())
-        autograph = source.built_in is None
+        checkpoint = CounterCheckpoint(self.paths.checkpoints, model, optimizer, "step")
+        self.state.step = self.state.resumed_from = checkpoint.restore_latest()
+        train_step, predict = step_functions(model, optimizer, task.loss(), source.built_in is None)
+        return Session(hvd, task, model, source, optimizer, checkpoint, train_step, predict, add_channel, device)
 
-        train_step, predict = step_functions(model, optimizer, loss_fn, autograph)
-
-        def validate() -> tuple[float, Evaluation]:
-            buffer, batch = self.validation_buffer, settings["batch_size"]
-            parts = ({n: a[k : min(len(buffer), k + batch)] for n, a in buffer.data.items()}
-                     for k in range(0, len(buffer), batch))  # fmt: skip
-            return evaluate((self.batch_tensors(p, task, add_channel) for p in parts), task, predict, self.comm)
-
-        watermark = max(self.online["buffer"]["watermark"], 1)
+    def run(self) -> dict[str, Any]:
+        """Windows of steps between validations (the training kernel's: train's learning-rate schedule
+        with train.epochs spread over train.online.steps) as the samples arrive, until train.online.steps
+        or the end of the samples; then the kept model (train.keep) finished. A run that could take no
+        step at all returns an error for every rank to raise."""
+        session = self.start()
         steps, every = self.online["steps"], self.online["validate_every_steps"]
-        best: tuple[int, float, list[np.ndarray], tuple[float, Evaluation]] | None = None
-        began = self.began
-        losses: list[float] = []
-        window_start, window_wait = time.perf_counter(), 0.0
-        stopped_because = "train.online.steps reached"
+        epochs = self.settings["epochs"]
+        rate = schedule(self.settings, self.size, epochs, steps / epochs)
+        batches, kept = self.batches(session), Best(self.settings["keep"])
+        final = None
         while self.state.step < steps:
+            begin = self.state.step
+            count = min(every - begin % every, steps - begin)
+            window = run_steps(session.train_step, session.optimizer, batches, count,
+                               lambda i, b=begin: rate(0, b + i), first=begin == self.state.resumed_from)  # fmt: skip
+            self.state.step += window.steps
+            if window.steps:
+                final = self.end_window(session, window, kept)
+            if window.steps < count:  # the samples ended (self.state.stopped says why)
+                break
+        while self.producing:  # every producer must be heard from before the job ends (their final counts)
+            self.receive(block_s=0.05)
+        if self.state.step == 0:
+            return {"error": f"online training took no step: {self.state.stopped}"}
+        if kept.keep == "best" and kept.weights is not None:
+            session.model.set_weights(kept.weights)
+            final = kept.evaluation
+        return self.finish(session, final or self.validate(session), kept.at if kept.keep == "best" else None,
+                           time.perf_counter() - self.began)  # fmt: skip
+
+    def batches(self, session: Session) -> Iterator[tuple[Any, Any]]:
+        """Batches as the arrivals allow, every trainer in lockstep. While the simulations run, a step waits
+        until every trainer holds max(watermark, batch_size) samples (and, before the first, samples of
+        statistics_runs runs); once they are over, a step draws what is held, a short batch counted in the
+        history, until a trainer has nothing left (max_reuse) or none arrived."""
+        batch_size, drawn = self.settings["batch_size"], self.state.step
+        watermark = max(self.online["buffer"]["watermark"], batch_size)
+        entered = time.perf_counter()
+        while True:
             self.receive()
             ready, finished, exhausted = self.agree(self.ready(watermark), self.train_buffer.exhausted())
-            if finished and (exhausted or not ready):
-                stopped_because = (
-                    "the simulations ended and a trainer's buffer has nothing left to draw (max_reuse)" if exhausted
-                    else f"the simulations ended before every trainer's buffer held the watermark ({watermark})"
-                )  # fmt: skip
-                break
-            if not ready:
-                t0 = time.perf_counter()
+            if finished and exhausted:
+                self.state.stopped = ("the simulations ended and a trainer's buffer has nothing left to draw"
+                                      + (" (max_reuse)" if self.comm.allreduce(self.train_buffer.arrivals) else
+                                         ": no training sample arrived"))  # fmt: skip
+                return
+            if not (ready or finished):
                 self.receive(block_s=0.05)
-                window_wait += time.perf_counter() - t0
                 continue
             if self.stats is None:  # the first step: statistics of what arrived so far, frozen
                 self.stats = frozen_statistics(self.moments, self.comm)
                 self.state.arrivals_at_first_step = int(self.comm.allreduce(self.train_buffer.arrivals))
-            if self.state.first_step_time is None:
-                self.state.first_step_time = time.perf_counter() - began
+            if self.state.first_step_time is None:  # waiting until here is the time to the first step
+                self.state.first_step_time = time.perf_counter() - self.began
                 self.state.first_step_at = time.time()
-                # waiting for the watermark is the time to the first step; the input-wait share is the
-                # share of training time spent waiting after it
-                window_start, window_wait = time.perf_counter(), 0.0
-            batch = self.train_buffer.draw(settings["batch_size"], self.state.step, record=self.record)
-            x, y = self.batch_tensors(batch, task, add_channel)
-            optimizer.learning_rate.assign(settings["learning_rate"] * self.size)
-            losses.append(float(train_step(x, y, self.state.step == start)))
-            self.state.step += 1
-            if self.state.step % every == 0 or self.state.step == steps:
-                val_loss, evaluation = validate()
-                seconds = time.perf_counter() - window_start
-                row = {
-                    "step": self.state.step,
-                    "loss": float(np.mean(self.comm.allgather(float(np.mean(losses))))),
-                    "val_loss": val_loss,
-                    "samples_per_s": len(losses) * settings["batch_size"] * self.size / max(seconds, 1e-9),
-                    "input_wait_fraction": float(np.mean(self.comm.allgather(window_wait / max(seconds, 1e-9)))),
-                    "arrived": int(self.comm.allreduce(self.train_buffer.arrivals)),
-                    "validation_samples": int(self.comm.allreduce(len(self.validation_buffer))),
-                    "seconds": seconds,
-                    "time": time.time(),
-                }
-                self.state.history.append(row)
-                self.state.waited += window_wait
-                losses, window_start, window_wait = [], time.perf_counter(), 0.0
-                if math.isfinite(val_loss) and (best is None or val_loss < best[1]):
-                    best = (self.state.step, val_loss, model.get_weights(), (val_loss, evaluation))
-                step_var.assign(self.state.step)
-                if self.rank == 0:
-                    manager.save()
-                    log.info(json.dumps(row))
-        # drain: every producer must be heard from before the job ends (their final counts)
-        while self.producing:
-            self.receive(block_s=0.05)
-        if not self.state.history or self.state.history[-1]["step"] != self.state.step:
-            val_loss, evaluation = validate()
-            final = (val_loss, evaluation)
+                self.state.before_first_step = time.perf_counter() - entered
+            batch = self.train_buffer.draw(batch_size, drawn, record=self.record)
+            self.state.short_batches += len(next(iter(batch.values()))) < batch_size
+            drawn += 1
+            yield self.batch_tensors(batch, session.task, session.add_channel)
+
+    def validate(self, session: Session) -> tuple[float, Evaluation]:
+        """The loss and evaluation over every trainer's validation buffer."""
+        buffer, batch = self.validation_buffer, self.settings["batch_size"]
+        parts = ({n: a[k : min(len(buffer), k + batch)] for n, a in buffer.data.items()}
+                 for k in range(0, len(buffer), batch))  # fmt: skip
+        tensors = (self.batch_tensors(p, session.task, session.add_channel) for p in parts)
+        return evaluate(tensors, session.task, session.predict, self.comm)
+
+    def end_window(self, session: Session, window: Window, kept: Best) -> tuple[float, Evaluation]:
+        """Validation, the window's history row, train.keep's record and a checkpoint; returns the
+        validation. The wait for the first step is not input wait (it is the time to the first step)."""
+        if self.state.before_first_step:
+            window.waited -= self.state.before_first_step
+            window.seconds -= self.state.before_first_step
+            self.state.before_first_step = 0.0
+        average_unlearned_state(session.model)
+        evaluation = self.validate(session)
+        reduced = window_row(window, self.settings["batch_size"], 1,
+                             lambda v: float(np.mean(self.comm.allgather(v))),
+                             lambda v: float(sum(self.comm.allgather(v))))  # fmt: skip
+        row = {"step": self.state.step, "loss": reduced["loss"], "val_loss": evaluation[0],
+               "samples_per_s": reduced["samples_per_s"], "input_wait_fraction": reduced["input_wait_fraction"],
+               "learning_rate": float(session.optimizer.learning_rate.numpy()),
+               "short_batches": int(self.comm.allreduce(self.state.short_batches)),
+               "arrived": int(self.comm.allreduce(self.train_buffer.arrivals)),
+               "validation_samples": int(self.comm.allreduce(len(self.validation_buffer))),
+               "seconds": window.seconds, "time": time.time()}  # fmt: skip
+        self.state.history.append(row)
+        self.state.waited += window.waited
+        kept.consider(self.state.step, evaluation[0], session.model.get_weights, evaluation)
+        if self.rank == 0:
+            session.checkpoint.save(self.state.step)
+            log.info(json.dumps(row))
         else:
-            final = None
-        kept = None
-        if settings["keep"] == "best" and best is not None:
-            model.set_weights(best[2])
-            final, kept = best[3], best[0]
-        elif final is None:
-            final = validate()
-        return self.finish(hvd, task, model, source, final, kept, stopped_because, device, time.perf_counter() - began)
+            session.checkpoint.counter.assign(self.state.step)
+        return evaluation
 
     def counts(self) -> dict[str, np.ndarray]:
         """Per run, over every trainer: samples added, dropped by a buffer, draws; validation samples."""
@@ -331,10 +380,11 @@ class Trainer:
         mine["validation"] = self.validation_buffer.counts(self.runs)["added"]
         return {k: self.comm.allreduce(v) for k, v in mine.items()}
 
-    def finish(self, hvd: Any, task: Task, model: Any, source: Any, final: tuple[float, Evaluation],
-               kept: int | None, stopped_because: str, device: dict, seconds: float) -> dict[str, Any]:  # fmt: skip
+    def finish(self, session: Session, final: tuple[float, Evaluation], kept: int | None,
+               seconds: float) -> dict[str, Any]:  # fmt: skip
         from pipeline.training.checksum import weights_checksum
 
+        model, source, device = session.model, session.source, session.device
         counts = self.counts()
         val_loss, evaluation = final
         # the task again, with the frozen statistics: metrics and the figure in the labels' own units
@@ -343,7 +393,8 @@ class Trainer:
             "source": self.online["source"],
             "steps": self.state.step,
             "resumed_from_step": self.state.resumed_from,
-            "stopped": stopped_because,
+            "stopped": self.state.stopped,
+            "short_batches": int(self.comm.allreduce(self.state.short_batches)),
             "seconds": round(seconds, 3),
             "seconds_to_first_step": self.state.first_step_time,
             "first_step_at": self.state.first_step_at,

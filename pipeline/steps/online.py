@@ -78,6 +78,19 @@ def check(config: Mapping[str, Any], size: int, container: Mapping[str, Any] | N
     return roles(config, size), held_fields(config)
 
 
+def check_supply(config: Mapping[str, Any], runs: int) -> None:
+    """A design too small to hold a run out for validation, or to leave one to train on, is a config error
+    before any run starts (a smaller campaign than the buffer's watermark trains on what arrived)."""
+    every = config["train"]["online"]["validation_every_run"]
+    held_out = runs // every if every else 0
+    if every and not held_out:
+        raise Sim2dlError(f"config key 'train.online.validation_every_run': every {every}th run is held out for "
+                          f"validation, and the design has {runs} runs, so none would be: set it to {runs} or "
+                          f"fewer (or 0: no validation loss, and train.keep: last)")  # fmt: skip
+    if held_out >= runs:
+        raise Sim2dlError(f"config key 'simulate.runs': {runs} runs leave none to train on")
+
+
 def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
            container: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run the ensemble on the producer ranks and train on the others; every rank returns the training
@@ -88,14 +101,15 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
 
     rank, size = comm.Get_rank(), comm.Get_size()
     error = None
+    settings = config["train"]["online"]
+    simulate = config["simulate"]
     try:
         role, held_fields = check(config, size, container)
+        plan = EnsemblePlan.draw(simulate)
+        check_supply(config, len(plan))
     except Sim2dlError as e:
         error = e
     all_ok(comm, error)
-    settings = config["train"]["online"]
-    simulate = config["simulate"]
-    plan = EnsemblePlan.draw(simulate)
     sub = comm.Split(0 if role.is_producer(rank) else 1, rank)
     result: dict[str, Any] = {}
     if role.is_producer(rank):
@@ -115,6 +129,8 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
     # the trainers' summary to every rank (rank 0, a producer, prints it), with the ensemble's counts
     hosts = comm.allgather(socket.gethostname())
     summary = comm.bcast(result if rank == role.producers else None, root=role.producers)
+    if "error" in summary:  # on every rank: the job ends with the error, no summary and no model written
+        raise Sim2dlError(f"config key 'train.online': {summary['error']}")
     ensemble = comm.bcast(result.get("ensemble") if rank == 0 else None, root=0)
     placed = {"producers": hosts[: role.producers], "trainers": hosts[role.producers :]}
     return {**summary, "ensemble": ensemble, "hosts": placed}

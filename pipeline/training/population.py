@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
+from pipeline.training.kernel import comparable
 
 # Hyperparameters a trainer can change between two steps without rebuilding its model or its input: the
 # learning rate is assigned every step, AdamW's decay is an attribute of the optimizer.
@@ -97,11 +98,6 @@ class Population:
         rng = np.random.default_rng([self.seed, round_number + 1, trainer, 0x5EED])
         return {k: float(v) * float(rng.choice(self.mutate[k])) if k in self.mutate else float(v)
                 for k, v in values.items()}  # fmt: skip
-
-
-def comparable(loss: float) -> float:
-    """A loss to rank by: one that is not finite (a diverged model, an empty set) ranks last."""
-    return loss if math.isfinite(loss) else math.inf
 
 
 @dataclass

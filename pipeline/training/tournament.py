@@ -49,8 +49,17 @@ from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import exchange
 from pipeline.training.checkpoints import discard_foreign_checkpoints
 from pipeline.training.inputs import RankData, input_pipeline
-from pipeline.training.optimizer import learning_rate
-from pipeline.training.population import Population, PopulationState, comparable
+from pipeline.training.kernel import (
+    Best,
+    CounterCheckpoint,
+    Window,
+    average_unlearned_state,
+    best_unit,
+    comparable,
+    run_steps,  # fmt: skip
+    schedule,
+)
+from pipeline.training.population import Population, PopulationState
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task
 
@@ -117,18 +126,14 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
     start = saved["round"] if saved else 0
     state = PopulationState.from_json(saved["state"]) if saved else PopulationState.start(population, settings)
     best = saved["kept"] if saved else None
-    round_var = tf.Variable(0, dtype=tf.int64, trainable=False)
-    checkpoint = tf.train.Checkpoint(model=keras_model, optimizer=optimizer, round=round_var)
-    manager = tf.train.CheckpointManager(checkpoint, str(own_dir), max_to_keep=2)
+    checkpoint = CounterCheckpoint(own_dir, keras_model, optimizer, "round")
     train_step, predict = step_functions(keras_model, optimizer, task.loss(), autograph=autograph)
     if "weight_decay" in population.mutate:  # a variable, so that the compiled step reads each round's value
         optimizer.weight_decay = tf.Variable(float(settings["weight_decay"]), dtype=tf.float32, trainable=False)
+    if start and not checkpoint.restore_number(start):
+        raise Sim2dlError(f"{own_dir}: no checkpoint of round {start} (population.json's last round): rerun train "
+                          f"afresh (remove {paths.checkpoints})")  # fmt: skip
     if start:
-        wanted = [c for c in manager.checkpoints if c.endswith(f"ckpt-{start}")]
-        if not wanted:
-            raise Sim2dlError(f"{own_dir}: no checkpoint of round {start} (population.json's last round): rerun train "
-                              f"afresh (remove {paths.checkpoints})")  # fmt: skip
-        checkpoint.restore(wanted[0])  # the optimizer's slots are restored as the first step creates them
         log.info("sim2dl train: %s resumes after round %d", trainer.describe(trainer.number), start)
     kept_weights = np.load(kept_file) if best and kept_file.exists() else None
     variables = lambda: exchange.state_variables(keras_model, optimizer)  # noqa: E731 (slots appear after a step)
@@ -149,18 +154,18 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
         return loss
 
     history = _history(state)
-    since_best = 0
+    record = Best(settings["keep"], best_unit(history, "epoch"))  # the lowest validation loss of any round
     for round_number in range(start, population.rounds):
         hyper = state.hyperparameters[trainer.number]
         clock = {"steps": time.perf_counter()}
-        error, losses, waited = None, [math.nan], 0.0
+        error, window = None, Window([math.nan])
         try:
-            losses, waited = _train_round(config, meta, task, model, data, trainer, round_number, hyper, optimizer,
+            window = _train_round(config, meta, task, model, data, trainer, round_number, hyper, optimizer,
                                   train_step, first=round_number == 0)  # fmt: skip
         except Exception as e:  # any failure: every rank must learn of it before the tournament
             error = f"{type(e).__name__}: {e}"
         clock["steps"] = time.perf_counter() - clock["steps"]
-        clock["input_wait"] = waited
+        clock["input_wait"] = window.waited
         failed = [(r, m) for r, m in enumerate(trainer.world.allgather(error)) if m is not None]
         if failed:
             culprit, message = population.trainer_of(failed[0][0]), failed[0][1]
@@ -172,7 +177,7 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
                                              trainer.comm))  # fmt: skip
         clock["tournament"] = time.perf_counter() - started - moved
         clock["exchange"] = moved
-        reports = trainer.world.allgather({"adopted": adopted, "scores": scores, "loss": float(np.mean(losses)),
+        reports = trainer.world.allgather({"adopted": adopted, "scores": scores, "loss": float(np.mean(window.losses)),
                                            "clock": clock})  # fmt: skip
         leaders = [reports[r] for r in trainer.leaders]
         state.adopt(population, round_number, [r["adopted"] for r in leaders])
@@ -188,8 +193,9 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
         validation_seconds = time.perf_counter() - started
         # the model kept: the lowest validation loss over rounds (train.keep: best), or this round's best
         leader = min(range(population.trainers), key=lambda t: (comparable(val_losses[t]), t))
-        improved = best is None or comparable(val_losses[leader]) < comparable(best["val_loss"])
-        if improved or settings["keep"] == "last":
+        improved = record.consider(round_number + 1, val_losses[leader], lambda: None)
+        changed = improved or settings["keep"] == "last" or best is None
+        if changed:
             best = {
                 "round": round_number + 1,
                 "trainer": leader,
@@ -198,7 +204,6 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
                 "hyperparameters": state.hyperparameters[leader],
             }
             kept_weights = models[leader]
-        since_best = 0 if improved else since_best + 1
         seconds = {k: max(r["clock"][k] for r in reports) for k in ("steps", "tournament", "exchange")}
         wait = float(np.mean([r["clock"]["input_wait"] / max(r["clock"]["steps"], 1e-9) for r in reports]))
         samples = population.steps_per_round * settings["batch_size"] * population.ranks
@@ -213,19 +218,19 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
         history.append(_history_row(row))
         # checkpoints: every trainer's first, then the population's state (a kill between them resumes
         # the previous round, whose checkpoints are still kept)
-        round_var.assign(round_number + 1)
         if trainer.comm.Get_rank() == 0:
-            manager.save(checkpoint_number=round_number + 1)
+            checkpoint.save(round_number + 1, numbered=True)
         trainer.world.barrier()
         if trainer.rank == 0:
-            if improved or settings["keep"] == "last":
+            if changed:
                 _save_array(kept_file, kept_weights)
             write_json_atomic(state_file, {"round": round_number + 1, "state": state.to_json(), "kept": best})
             log.info(json.dumps({"round": row["round"], "val_loss": val_losses, "adopted": row["adopted"],
                                  "round_cost": round(row["round_cost"], 4)}))  # fmt: skip
-        if settings["patience"] and since_best >= settings["patience"]:
+        if record.patience_over(round_number + 1, settings["patience"]):
             best["stopped_after_round"] = round_number + 1
-            log.info("sim2dl train: no lower validation loss for %d rounds (train.patience): stopping", since_best)
+            log.info("sim2dl train: no lower validation loss for %d rounds (train.patience): stopping",
+                     settings["patience"])  # fmt: skip
             break
     trainer.world.barrier()
     if best is None:
@@ -282,28 +287,19 @@ def _round_input(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task,
 
 def _train_round(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Any, data: RankData,
                  trainer: Trainer, round_number: int, hyper: Mapping[str, float], optimizer: Any, train_step: Any,
-                 first: bool) -> tuple[list[float], float]:  # fmt: skip
-    """steps_per_round steps at the trainer's hyperparameters (the schedule counts rounds as epochs);
-    returns the step losses and the seconds spent waiting for input."""
-    import horovod.tensorflow as hvd
-
-    settings, population = config["train"], trainer.population
-    schedule = {**settings, **hyper, "epochs": population.rounds}
+                 first: bool) -> Window:  # fmt: skip
+    """steps_per_round steps at the trainer's hyperparameters (the schedule counts rounds as epochs), a
+    window of the training kernel; a diverged trainer (a loss not finite) loses its tournaments: no error."""
+    population = trainer.population
+    rate = schedule({**config["train"], **hyper}, population.ranks_per_trainer, population.rounds,
+                    population.steps_per_round)  # fmt: skip
     if "weight_decay" in hyper:
         optimizer.weight_decay.assign(hyper["weight_decay"])
     batches = iter(_round_input(config, meta, task, model.input_shape, data, trainer, round_number, model.transforms))
-    losses, waited = [], 0.0
-    for step in range(population.steps_per_round):
-        progress = round_number + step / population.steps_per_round
-        optimizer.learning_rate.assign(learning_rate(schedule, population.ranks_per_trainer, progress))
-        started = time.perf_counter()
-        x, y = next(batches)
-        waited += time.perf_counter() - started
-        losses.append(float(train_step(x, y, first and step == 0)))
-    for variable in model.keras.non_trainable_variables:  # batch-norm statistics: the trainer's ranks' mean
-        if variable.dtype.is_floating:
-            variable.assign(hvd.allreduce(variable, op=hvd.Average))
-    return losses, waited  # a diverged trainer (a loss not finite) loses its tournaments: no error
+    window = run_steps(train_step, optimizer, batches, population.steps_per_round,
+                       lambda step: rate(round_number, step), first)  # fmt: skip
+    average_unlearned_state(model.keras)  # the trainer's ranks' mean
+    return window
 
 
 def _history(state: PopulationState) -> list[dict[str, Any]]:

@@ -1,0 +1,183 @@
+"""The training kernel that every way of training drives: offline epochs (pipeline.training.epochs),
+population rounds (pipeline.training.tournament) and online steps (pipeline.online.trainer). Each of them
+is a sequence of *windows* of steps (an epoch, a round, the steps between two validations) separated by a
+validation, and this module holds what a window is:
+
+- `schedule`: the learning rate of every step from train's schedule (warm-up, then constant or a half
+  cosine; pipeline.training.optimizer.learning_rate), with the run's units (epochs, rounds, or online
+  steps spread over train.epochs) as the schedule's epochs;
+- `run_steps`: the step loop (the rate set, the time blocked in `next()` measured as input wait, the step);
+- `average_unlearned_state`: batch-norm moving statistics averaged over a data-parallel group's ranks, so
+  every rank validates and saves the same model;
+- `window_row`: the window's history row (loss, samples/s, input-wait share, seconds), reduced over ranks;
+- `CounterCheckpoint`: a TF checkpoint of model, optimizer and a counter (epochs, rounds or steps done);
+- `Best`: train.keep's record of the lowest validation loss so far and the weights at it.
+
+Memory: one copy of the model's weights in `Best` (train.keep: best); time: the steps, plus one allreduce
+per non-trained variable and a few scalars per window.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.training.optimizer import learning_rate
+
+Rate = Callable[[int, int], float]  # (unit, step within the unit) -> learning rate
+
+
+def schedule(settings: Mapping[str, Any], groups: int, units: int, steps_per_unit: float) -> Rate:
+    """train's learning-rate schedule over `units` units of `steps_per_unit` steps each: the rate at step s
+    of unit u is the schedule's at u + s / steps_per_unit epochs of `units` (groups: the data-parallel
+    groups, by which the base rate is scaled after the warm-up)."""
+    plan = {**settings, "epochs": units}
+    return lambda unit, step: learning_rate(plan, groups, unit + step / steps_per_unit)
+
+
+@dataclass
+class Window:
+    """What a window of steps left: each step's loss, the seconds blocked waiting for input, the seconds
+    the window took."""
+
+    losses: list[float] = field(default_factory=list)
+    waited: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
+
+def run_steps(train_step: Any, optimizer: Any, batches: Iterator[Any], count: int, rate: Callable[[int], float],
+              first: bool) -> Window:  # fmt: skip
+    """Up to `count` steps on `batches` (fewer if it ends), the learning rate of step i set to rate(i)
+    before it; first: the window's first step is the run's first (it broadcasts rank 0's state)."""
+    window = Window()
+    started = time.perf_counter()
+    for step in range(count):
+        optimizer.learning_rate.assign(rate(step))
+        t0 = time.perf_counter()
+        batch = next(batches, None)
+        window.waited += time.perf_counter() - t0
+        if batch is None:
+            break
+        x, y = batch
+        window.losses.append(float(train_step(x, y, first and step == 0)))
+    window.seconds = time.perf_counter() - started
+    return window
+
+
+def average_unlearned_state(model: Any) -> None:
+    """State that is not trained (batch-norm moving statistics) follows each rank's own batches: set to
+    the mean over Horovod's ranks, so that every rank validates and saves the same model."""
+    import horovod.tensorflow as hvd
+
+    for variable in model.non_trainable_variables:
+        if variable.dtype.is_floating:
+            variable.assign(hvd.allreduce(variable, op=hvd.Average))
+
+
+def window_row(window: Window, batch_size: int, split: int, mean: Callable[[float], float],
+               total: Callable[[float], float]) -> dict[str, Any]:  # fmt: skip
+    """The window's history columns over the ranks (mean and total reduce a rank's value over them): the
+    mean step loss, samples/s of the whole job (ranks sharing a sample under a spatial split count once),
+    the share of the window spent waiting for input, the rank's seconds."""
+    seconds = max(window.seconds, 1e-9)
+    own_loss = float(np.mean(window.losses)) if window.losses else math.nan
+    return {
+        "loss": mean(own_loss),
+        "samples_per_s": total(window.steps * batch_size / seconds / split),
+        "input_wait_fraction": mean(window.waited / seconds),
+        "seconds": window.seconds,
+    }
+
+
+class CounterCheckpoint:
+    """A TF checkpoint of the model, its optimizer and a counter of the units done (`name`: epoch, round
+    or step), the last two kept. TF writes the data first and its `checkpoint` state file last, so an
+    interrupted save leaves the previous checkpoint valid."""
+
+    def __init__(self, directory: Path, model: Any, optimizer: Any, name: str) -> None:
+        import tensorflow as tf
+
+        self.directory = directory
+        self.counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **{name: self.counter})
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=2)
+
+    def restore_latest(self) -> int:
+        """The latest checkpoint restored (if any): the units it had done (0 without one)."""
+        if self.manager.latest_checkpoint:
+            self.checkpoint.restore(self.manager.latest_checkpoint)
+        return int(self.counter.numpy())
+
+    def restore_number(self, number: int) -> bool:
+        """The checkpoint saved as `number` restored; False if there is none."""
+        wanted = [c for c in self.manager.checkpoints if c.endswith(f"ckpt-{number}")]
+        if wanted:
+            self.checkpoint.restore(wanted[0])  # the optimizer's slots are restored as the first step creates them
+        return bool(wanted)
+
+    def save(self, done: int, numbered: bool = False) -> None:
+        """Saved with the counter at `done` (call on one rank); numbered: the checkpoint's number is `done`."""
+        self.counter.assign(done)
+        self.manager.save(checkpoint_number=done if numbered else None)
+
+
+def comparable(loss: float) -> float:
+    """A loss for comparisons: one that is not finite (a diverged model) is worse than any finite one."""
+    return loss if math.isfinite(loss) else math.inf
+
+
+def best_unit(history: Sequence[Mapping[str, Any]], unit: str) -> tuple[int, float] | None:
+    """(unit, validation loss) of the history's first row with the lowest finite validation loss (None:
+    no finite one): a resumed run's Best."""
+    finite = [(row[unit], row["val_loss"]) for row in history if math.isfinite(row["val_loss"])]
+    return min(finite, key=lambda e: (e[1], e[0])) if finite else None
+
+
+@dataclass
+class Best:
+    """train.keep's record: the unit (epoch, round, step) of the lowest finite validation loss so far, and
+    with keep: best the weights and evaluation at it when this run made them."""
+
+    keep: str
+    best: tuple[int, float] | None = None  # (unit, validation loss)
+    weights: Any = None
+    evaluation: Any = None
+    stopped_after: int | None = None
+
+    @property
+    def at(self) -> int | None:
+        return self.best[0] if self.best else None
+
+    @property
+    def val_loss(self) -> float | None:
+        return self.best[1] if self.best else None
+
+    def improves(self, val_loss: float) -> bool:
+        return math.isfinite(val_loss) and (self.best is None or val_loss < self.best[1])
+
+    def consider(self, at: int, val_loss: float, weights: Callable[[], Any], evaluation: Any = None) -> bool:
+        """Whether unit `at` is the best so far (then, with keep: best, weights() and the evaluation are
+        kept in memory)."""
+        if not self.improves(val_loss):
+            return False
+        self.best = (at, val_loss)
+        if self.keep == "best":
+            self.weights, self.evaluation = weights(), evaluation
+        return True
+
+    def patience_over(self, at: int, patience: int) -> bool:
+        """train.patience: `patience` units have passed since the best one (0: never stop); records the stop."""
+        if patience and self.best is not None and at - self.best[0] >= patience:
+            self.stopped_after = at
+            return True
+        return False
