@@ -240,23 +240,32 @@ attempt = len(open(os.path.join(ledger, run)).read()) + 1 if os.path.exists(os.p
 open(os.path.join(ledger, run), "a").write("x")
 if run == fail:
     sys.exit(3)  # this run never succeeds: a failed run in the runs table
-if run == die and attempt == 1:  # this one dies after its 2nd cube on its first attempt
+dying = {d.split(":")[0]: (d.split(":") + ["kill"])[1] for d in die.split(",") if d}
+how = dying.get(run) if attempt == 1 else None
+if how in ("kill", "raise"):  # the first attempt dies after its 2nd cube: killed, or an exception
     import pipeline.simulators.cube_run as cube_run
     original = cube_run.cubes
-    def dying(args):
+    def dying_cubes(args):
         for i, cube in enumerate(original(args)):
             if i == 2:
-                os._exit(9)
+                if how == "kill":
+                    os._exit(9)  # no close: the stream breaks
+                raise RuntimeError("injected failure")  # `with adios2.Stream` closes the stream cleanly
             yield cube
-    cube_run.cubes = dying
+    cube_run.cubes = dying_cubes
     cube_run.main(sys.argv[5:])
 else:
     sys.argv = ["cube_run", *sys.argv[5:]]
     runpy.run_module("pipeline.simulators.cube_run", run_name="__main__")
+    if how == "exit":  # everything written and closed, then a failure
+        sys.exit(4)
 """
 
 
 def failing_simulator(tmp_path: Path, config: dict, fail: str, die: str) -> dict:
+    """The cube simulator behind a wrapper: run `fail` always fails; each RUN[:HOW] of `die` (comma
+    separated) fails its first attempt: kill (after 2 cubes, no close), raise (after 2 cubes, an exception
+    inside the stream's `with`), exit (all written and closed, then exit 4)."""
     script = tmp_path / "failing.py"
     script.write_text(FAILING)
     (tmp_path / "ledger").mkdir()
@@ -318,3 +327,49 @@ def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks
     assert summary["online"]["samples"]["arrived"] == 16 and summary["ensemble"]["ok"] == 4
     assert summary["online"]["source"] == "stream" and summary["online"]["errors"] == []
     assert sorted(p.name for p in (tmp_path / "work" / "raw" / "00000" / "run-000002").iterdir()) == ["written.json"]
+
+
+@pytest.mark.parametrize("source", ["stream", "runs"])
+def test_an_attempt_that_fails_cleanly_is_retried_and_read_once(tmp_path, source):
+    """A simulator that raises inside its `with adios2.Stream` (the stream ends cleanly) and one that exits
+    non-zero after closing its output: both retried, the retry's samples read, nothing twice."""
+    config = online_config(tmp_path, source=source, runs=4, samples=4, steps=4, validate_every_steps=2,
+                           validation_every_run=0, buffer={"capacity": 64, "watermark": 4})  # fmt: skip
+    config["train"]["keep"] = "last"  # no validation runs
+    config["simulate"]["run_timeout_s"] = 40
+    config = failing_simulator(tmp_path, config, fail="", die="run-000001:raise,run-000002:exit")
+    result = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=3, timeout=300)
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    _, runs = online_record(tmp_path)
+    assert [r["status"] for r in runs] == ["ok"] * 4 and [r["attempts"] for r in runs] == [1, 2, 2, 1]
+    assert [r["samples_sent"] for r in runs] == [4] * 4 and summary["online"]["samples"]["arrived"] == 16
+    assert summary["online"]["errors"] == [] and summary["ensemble"]["ok"] == 4
+
+
+def test_a_campaign_smaller_than_the_watermark_trains_on_what_arrived(tmp_path):
+    """6 runs of one sample each never fill the watermark (8): once the simulations end the trainers go on
+    with the 5 training samples, in batches of up to 4, each sample drawn max_reuse (2) times, and say so."""
+    config = online_config(tmp_path, runs=6, samples=1, steps=40, validate_every_steps=5, validation_every_run=5,
+                           buffer={"capacity": 32, "watermark": 8, "max_reuse": 2})  # fmt: skip
+    run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
+    summary, runs = online_record(tmp_path)
+    online = summary["online"]
+    assert online["samples"]["arrived"] == 5 and online["samples"]["validation"] == 1
+    assert online["stopped"] == "the simulations ended and a trainer's buffer has nothing left to draw (max_reuse)"
+    # 5 samples x 2 uses = 10 draws: two full batches of 4, then the 2 left in one or two short ones
+    assert online["steps"] in (3, 4) and online["samples"]["draws"] == 10
+    assert online["short_batches"] == online["steps"] - 2
+    history = json.loads((tmp_path / "work" / "train" / "metrics.json").read_text())
+    assert history[-1]["step"] == online["steps"] and history[-1]["short_batches"] == online["short_batches"]
+    assert (tmp_path / "work" / "train" / "learning_curves.png").exists() and summary["r2"]
+    assert sum(r["times_trained"] for r in runs) == 10
+
+
+def test_a_design_too_small_to_hold_a_run_out_is_a_config_error_before_any_run(tmp_path):
+    from pipeline.steps.online import check_supply
+
+    config = online_config(tmp_path, validation_every_run=5)
+    with pytest.raises(Sim2dlError, match=r"'train.online.validation_every_run': every 5th run .* has 3 runs"):
+        check_supply(config, 3)
+    check_supply(config, 5)  # run-000004 is held out
+    check_supply(online_config(tmp_path, validation_every_run=0), 1)
