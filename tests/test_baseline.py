@@ -72,3 +72,24 @@ def test_the_discriminant_separates_separable_classes():
     sums.add(f[300:], labels[300:])
     weights, bias = discriminant_fit(sums.arrays())
     assert ((f @ weights + bias).argmax(axis=1) == labels).mean() > 0.9
+
+
+def test_the_ridge_baseline_is_the_same_on_normalised_fields_and_labels():
+    """Online training fits its baseline on the arrivals as they come, before the normalisation statistics
+    are frozen: the fit's predictions (and so its R²) must not change under convert's per-channel
+    (x - mean) / std of the field and of the labels."""
+    rng = np.random.default_rng(3)
+    amplitude = rng.uniform(0.5, 2.0, size=(120, 1))
+    x = amplitude[:, :, None, None] * rng.lognormal(size=(120, 8, 8, 8)) + 0.3 * rng.normal(size=(120, 1, 1, 1))
+    y = np.c_[amplitude, amplitude**2 + 0.1 * rng.normal(size=(120, 1))]
+
+    def predictions(x, y):
+        sums = RidgeSums(summary_statistics(x[:1], 3).shape[1], 2)
+        sums.add(summary_statistics(x[:100], 3), y[:100])
+        _, theta = ridge_cross_validated(sums.arrays())
+        return theta[0] + summary_statistics(x[100:], 3) @ theta[1:]
+
+    raw = predictions(x, y)
+    mean, std = y.mean(axis=0), y.std(axis=0)
+    normalised = predictions((x - x.mean()) / x.std(), (y - mean) / std)
+    np.testing.assert_allclose(normalised * std + mean, raw, rtol=1e-6, atol=1e-8)

@@ -306,6 +306,14 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     assert online["statistics"]["density"]["count"] > 0 and set(summary["r2"]) == {"params[0]", "params[1]",
                                                                                    "params[2]"}  # fmt: skip
     assert (work / "train" / "model").is_dir() and (work / "train" / "learning_curves.png").stat().st_size
+    # as train's summary: the classical baseline (fitted on the training arrivals, scored on the same
+    # validation samples as the network), the records scored, each rank's device; the schedule's rates
+    assert summary["baseline"]["method"].startswith("ridge") and set(summary["baseline"]["r2"]) == set(summary["r2"])
+    assert summary["validation_records"] == online["samples"]["validation"] == 12
+    assert len(summary["devices"]) == 1 and isinstance(summary["below_baseline"], list)
+    history = json.loads((work / "train" / "metrics.json").read_text())
+    rates = [row["learning_rate"] for row in history]
+    assert rates[-1] < max(rates)  # the cosine after the warm-up
     # a longer run continues from the checkpoint: the completed runs are read again from their files
     config["train"]["online"]["steps"] = 16
     resumed = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)

@@ -51,7 +51,9 @@ from pipeline.online.producer import ProducerCounts
 from pipeline.paths import TrainPaths
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import determinism, devices
+from pipeline.training.baseline import StreamingFit
 from pipeline.training.checkpoints import discard_foreign_checkpoints
+from pipeline.training.finish import add_baseline, validation_records
 from pipeline.training.kernel import (
     Best,
     CounterCheckpoint,
@@ -61,7 +63,7 @@ from pipeline.training.kernel import (
     schedule,
     window_row,
 )
-from pipeline.training.models import build_model, input_shape, model_source
+from pipeline.training.models import build_model, input_shape, model_source, spatial_dims
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
@@ -157,6 +159,9 @@ class Trainer:
         self.state = TrainerState()
         self.began = time.perf_counter()  # the job's start, near enough: time to the first step counts from here
         self.record = bool(self.settings["deterministic"])
+        self.raw_task: Task | None = None  # the task without normalisation: the baseline's
+        self.baseline: StreamingFit | None = None
+        self.add_channel = False
 
     def prior_statistics(self) -> dict[str, Any] | None:
         source = self.online["statistics"]
@@ -214,6 +219,8 @@ class Trainer:
                     for name, m in self.moments.items():
                         m.update(sample[name])
                 self.train_buffer.add(sample, run, number, record=self.record)
+                if self.baseline is not None:
+                    self.baseline.add(*self.raw_arrays({n: a[np.newaxis] for n, a in sample.items()}))
             arrived += 1
             block_s = 0.0
             deadline = time.perf_counter()
@@ -241,6 +248,7 @@ class Trainer:
         return bool(low[0]), bool(low[1]), bool(high[2])
 
     def batch_tensors(self, batch: Mapping[str, np.ndarray], task: Task, add_channel: bool) -> tuple[Any, Any]:
+        """A batch of samples as the model takes it: normalised with the frozen statistics."""
         import tensorflow as tf
 
         batch = normalise(batch, self.stats or {})
@@ -250,6 +258,34 @@ class Trainer:
             x = x[..., np.newaxis]
         y = task.label_tensor([batch[f.name] for f in task.data.labels], True)
         return tf.constant(x), y
+
+    def raw_arrays(self, batch: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """A batch as the classical baseline takes it: not normalised (statistics are frozen only at the
+        first step, and the baseline's fit and R² do not change under convert's per-channel affine
+        normalisation: its features are standardised and its labels fitted linearly)."""
+        assert self.raw_task is not None
+        x = batch[self.raw_task.data.feature].astype(np.float32)
+        if self.add_channel:
+            x = x[..., np.newaxis]
+        y = self.raw_task.label_tensor([batch[f.name] for f in self.raw_task.data.labels], True)
+        return x, np.asarray(y)
+
+    def score_baseline(self) -> dict[str, Any]:
+        """The classical baseline fitted from the sums over every trainer's training arrivals, scored on
+        their validation buffers."""
+        if self.baseline is None:
+            return {"method": None, "skipped": "the model takes several features"}
+        from pipeline.training.tasks import Evaluation
+
+        started, buffer, batch = time.perf_counter(), self.validation_buffer, self.settings["batch_size"]
+        parts = (self.raw_arrays({n: a[k : min(len(buffer), k + batch)] for n, a in buffer.data.items()})
+                 for k in range(0, len(buffer), batch))  # fmt: skip
+        max_examples = self.baseline.task.max_examples
+        result = self.baseline.score(parts, lambda arrays: [self.comm.allreduce(a) for a in arrays],
+                                     lambda e: Evaluation.combine(self.comm.allgather(e), max_examples))  # fmt: skip
+        return {"method": result.method, **result.metrics, **result.settings,
+                "fitted_on": "the training arrivals of every trainer", "seconds": round(time.perf_counter() - started,
+                                                                                        3)}  # fmt: skip
 
     # ---- the loop
     def start(self) -> Session:
@@ -266,7 +302,12 @@ class Trainer:
         task = make_task(settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
         task.check()
         source = model_source(settings["model"])
-        add_channel = len(input_shape(source, task.data.feature_shape)) == len(task.data.feature_shape) + 1
+        shape = input_shape(source, task.data.feature_shape)
+        self.add_channel = add_channel = len(shape) == len(task.data.feature_shape) + 1
+        if not task.data.several:  # the baseline's sums, added to as the training samples arrive
+            self.raw_task = make_task(settings, data_spec(meta_for(self.config, self.held_fields, {})))
+            self.baseline = StreamingFit(self.raw_task, [1 if n is None else n for n in shape],
+                                         spatial_dims(source, shape))  # fmt: skip
         model, source = build_model(settings, task.data.feature_shape, task)
         optimizer = make_optimizer(settings, device["precision"])
         self.discard_other_checkpoints(source)
@@ -423,9 +464,12 @@ class Trainer:
             **task.metrics(evaluation),
             "model": source.provenance(),
             "weights_checksum": weights_checksum(model),
+            "validation_records": validation_records(task, evaluation),
             "settings": dict(self.settings),
             "device": device,
+            "devices": self.comm.allgather(device),
         }
+        add_baseline(summary, task, self.score_baseline(), warn=self.rank == 0)
         checksums = self.comm.allgather(summary["weights_checksum"])
         summary["weights_identical_across_ranks"] = len(set(checksums)) == 1
         if self.record:  # the order samples arrived in between draws: replaying it gives the same batches
@@ -451,7 +495,7 @@ class Trainer:
         write_json_atomic(paths.metrics, history)
         if history:
             learning_curves(history, task.loss_name, paths.learning_curves, x="step")
-        task.figure(evaluation, paths.validation_figure, {})
+        task.figure(evaluation, paths.validation_figure, summary["baseline"])
         summary["online"]["runs_table"] = str(write_online_runs(self.runs_table, paths.root, counts, produced))
         write_json_atomic(paths.summary, summary)
 

@@ -69,8 +69,9 @@ from pipeline.training.augment import plan as augment_plan
 from pipeline.training.baseline import fit_and_score as baseline_fit_and_score
 from pipeline.training.checksum import weights_checksum
 from pipeline.training.epochs import Kept, restore, run_epochs, write_history
+from pipeline.training.finish import add_baseline, validation_records
 from pipeline.training.inputs import RankData, input_pipeline, rank_data
-from pipeline.training.models import ModelSource, build_model
+from pipeline.training.models import ModelSource, build_model, spatial_dims
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
 from pipeline.training.population import check as check_population
@@ -159,13 +160,6 @@ def prepare(
     all_ok(comm, error)
     assert task is not None and model is not None
     return task, model, device
-
-
-def spatial_dims(source: ModelSource, shape: Sequence[int | None]) -> int:
-    """How many leading axes of the model's input are space: a built-in's own count, else every axis but
-    the last (channels last)."""
-    module = source.built_in
-    return module.SPATIAL_DIMS if module is not None and module.SPATIAL_DIMS is not None else len(shape) - 1
 
 
 def augmentation(settings: Mapping[str, Any], task: Task, source: ModelSource, shape: Sequence[int | None],
@@ -355,18 +349,6 @@ def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task:
             "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
 
 
-def below_baseline(task: Task, summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
-    """The labels (regression) or the score (classification: accuracy, segmentation: mean IoU) on which
-    the network scores below the baseline."""
-    if baseline.get("method") is None:
-        return []
-    if task.name == "regression":
-        return [n for n, v in summary["r2"].items() if v is not None and baseline["r2"].get(n) is not None
-                and v < baseline["r2"][n]]  # fmt: skip
-    key = "accuracy" if task.name == "classification" else "mean_iou"
-    return [key] if summary[key] < baseline[key] else []
-
-
 def start_horovod(settings: Mapping[str, Any], comm: Any) -> tuple[SpatialLayout, Any]:
     """hvd.init, with one Horovod process set per spatial set under train.spatial.split (a split that does
     not divide the ranks is a config error on every rank, before Horovod starts). Returns this rank's
@@ -424,7 +406,7 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
         "val_loss": val_loss,
         "kept": kept.summary(history),
         **task.metrics(result),
-        "validation_records": _validation_records(task, result),
+        "validation_records": validation_records(task, result),
         "model": model.source.provenance(),
         "weights_checksum": weights_checksum(model.keras),
         "settings": dict(settings),  # what was trained (with search.enabled: the search's best merged in)
@@ -432,12 +414,7 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
     # what a classical estimator learns from the same split (pipeline.training.baseline), and where the
     # network does worse
     summary.update(extra or {})
-    summary["baseline"] = dict(baseline)
-    summary["below_baseline"] = below_baseline(task, summary, baseline)
-    if summary["below_baseline"] and rank == 0:
-        log.warning("sim2dl train: warning: the network scores below the classical baseline (%s) on %s: %s",
-                    baseline["method"], ", ".join(summary["below_baseline"]),
-                    _score_pairs(task, summary, baseline))  # fmt: skip
+    add_baseline(summary, task, baseline, warn=rank == 0)
     all_checksums = ranks.comm.allgather(summary["weights_checksum"])
     summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
     summary["hosts"] = ranks.comm.allgather(socket.gethostname())  # per rank: where it trained
@@ -454,21 +431,6 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
         write_json_atomic(paths.summary, summary)
     hvd.join()
     return summary
-
-
-def _score_pairs(task: Task, summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
-    if task.name == "regression":
-        return ", ".join(f"{n} R² {summary['r2'][n]:.3f} < {baseline['r2'][n]:.3f}" for n in summary["below_baseline"])
-    key = summary["below_baseline"][0]
-    return f"{key} {summary[key]:.3f} < {baseline[key]:.3f}"
-
-
-def _validation_records(task: Task, evaluation: Evaluation) -> int:
-    sums = evaluation.sums
-    if "n" in sums:
-        return int(sums["n"][0])
-    pixels = int(np.prod(task.output_shape(task.data.feature_shape)[:-1])) if task.per_pixel else 1
-    return int(sums["confusion"].sum()) // pixels
 
 
 def _label_names(meta: Mapping[str, Any]) -> list[str] | None:

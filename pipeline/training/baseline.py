@@ -243,6 +243,54 @@ def features_of(task: Any, x: np.ndarray, spatial_dims: int) -> np.ndarray:
     return summary_statistics(x, spatial_dims)
 
 
+class StreamingFit:
+    """The baseline's sums, added to a batch at a time as records come (a pass over staged records, or
+    online training's arrivals), then fitted and scored: `add` on every rank, `fit` on every rank alike."""
+
+    def __init__(self, task: Any, sample_shape: Sequence[int], spatial_dims: int) -> None:
+        self.task, self.spatial_dims = task, spatial_dims
+        features = features_of(task, np.zeros((1, *sample_shape)), spatial_dims).shape[1]
+        self.sums: RidgeSums | DiscriminantSums = (
+            RidgeSums(features, task.outputs()) if task.name == "regression"
+            else DiscriminantSums(features, task.outputs())
+        )  # fmt: skip
+
+    def add(self, x: np.ndarray, y: np.ndarray) -> None:
+        self.sums.add(features_of(self.task, x, self.spatial_dims), np.asarray(y, np.float64))
+
+    def fit(self, allreduce: Any) -> tuple[Any, dict[str, Any]]:
+        """(predict(x) -> outputs, the fitted settings) from the sums of every rank (`allreduce(list of
+        arrays)` adds them up)."""
+        task, spatial_dims = self.task, self.spatial_dims
+        reduced = allreduce(self.sums.arrays())
+        settings: dict[str, Any] = {}
+        if task.name == "regression":
+            penalties, theta = ridge_cross_validated(reduced)
+            settings["penalty"] = dict(zip(task.data.label_names, penalties.tolist(), strict=True))
+
+            def predict(x: np.ndarray) -> np.ndarray:
+                f = features_of(task, x, spatial_dims)
+                return theta[0] + f @ theta[1:]
+        else:
+            weights, bias = discriminant_fit(reduced)
+
+            def predict(x: np.ndarray) -> np.ndarray:
+                scores = features_of(task, x, spatial_dims) @ weights + bias
+                return scores.reshape(*x.shape[: 1 + spatial_dims], -1) if task.per_pixel else scores
+
+        return predict, settings
+
+    def score(self, validation: Iterable[tuple[np.ndarray, np.ndarray]], allreduce: Any, combine: Any) -> Baseline:
+        """Fitted, then scored on the validation batches by the task's metrics (`combine(evaluation)`
+        joins every rank's evaluation)."""
+        predict, settings = self.fit(allreduce)
+        evaluation = self.task.evaluation()
+        for x, y in validation:
+            self.task.update(evaluation, predict(x), y, x)
+        return Baseline(method_name(self.task.name, self.spatial_dims), self.task.metrics(combine(evaluation)),
+                        settings)  # fmt: skip
+
+
 def fit_and_score(
     task: Any,
     sample_shape: Sequence[int],
@@ -255,29 +303,7 @@ def fit_and_score(
     """The baseline of `task` fitted on the training batches and scored on the validation batches, x of
     sample_shape (a length may be 1 where samples vary). Each rank passes its own share:
     `allreduce(list of arrays)` adds the sums over ranks, `combine(evaluation)` joins the evaluations."""
-    features = features_of(task, np.zeros((1, *sample_shape)), spatial_dims).shape[1]
-    sums: RidgeSums | DiscriminantSums = (
-        RidgeSums(features, task.outputs()) if task.name == "regression" else DiscriminantSums(features, task.outputs())
-    )
+    fitting = StreamingFit(task, sample_shape, spatial_dims)
     for x, y in training:
-        sums.add(features_of(task, x, spatial_dims), y.astype(np.float64))
-    reduced = allreduce(sums.arrays())
-    settings: dict[str, Any] = {}
-    if task.name == "regression":
-        penalties, theta = ridge_cross_validated(reduced)
-        settings["penalty"] = dict(zip(task.data.label_names, penalties.tolist(), strict=True))
-
-        def predict(x: np.ndarray) -> np.ndarray:
-            f = features_of(task, x, spatial_dims)
-            return theta[0] + f @ theta[1:]
-    else:
-        weights, bias = discriminant_fit(reduced)
-
-        def predict(x: np.ndarray) -> np.ndarray:
-            scores = features_of(task, x, spatial_dims) @ weights + bias
-            return scores.reshape(*x.shape[: 1 + spatial_dims], -1) if task.per_pixel else scores
-
-    evaluation = task.evaluation()
-    for x, y in validation:
-        task.update(evaluation, predict(x), y, x)
-    return Baseline(method_name(task.name, spatial_dims), task.metrics(combine(evaluation)), settings)
+        fitting.add(x, y)
+    return fitting.score(validation, allreduce, combine)

@@ -195,3 +195,10 @@ def build_model(
             f"needs {list(expected)} ({'class logits per pixel' if task.per_pixel else 'raw outputs'})"
         )
     return model, source
+
+
+def spatial_dims(source: ModelSource, shape: Sequence[int | None]) -> int:
+    """How many leading axes of the model's input are space: a built-in's own count, else every axis but
+    the last (channels last)."""
+    module = source.built_in
+    return module.SPATIAL_DIMS if module is not None and module.SPATIAL_DIMS is not None else len(shape) - 1
