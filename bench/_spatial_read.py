@@ -66,8 +66,8 @@ def main() -> None:
     work, *dims, samples = sys.argv[1], *map(int, sys.argv[2:])
     from pipeline import config as cfg
     from pipeline.formats.slabs import slabs_read
-    from pipeline.steps.train import check_settings
     from pipeline.training.inputs import input_pipeline
+    from pipeline.training.session import check_settings
     from pipeline.training.spatial.layout import SpatialLayout
 
     spec = {

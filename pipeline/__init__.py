@@ -16,6 +16,7 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
         stage.py        merged/ -> node-local copies (the engine is storage/staging/)
         search.py       merged/, staged -> search/best.yaml (BOHB; trials run train)
         train.py        merged/, staged -> train/: model, metrics, summary, figures
+        online.py       the ensemble and training in one MPI job (train.online) -> raw/, train/
         throughput.py, sweep.py   figures of finished runs
     formats/        what files hold
         readers/        input formats (HDF5, NetCDF, NumPy, ROOT, Zarr, ADIOS2 BP: bp.py, openPMD:
@@ -37,7 +38,14 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
                     or the CPU per rank, precision), determinism.py (the same weights twice),
                     augment.py (symmetries of a sample, train.augment), baseline.py (the classical
                     estimator beside every result), spatial/ (samples split across ranks: layout.py,
-                    layers.py with the halo exchange)
+                    layers.py with the halo exchange); the ways of training: kernel.py (the step loop,
+                    schedule, checkpoint, keep-best every way drives), session.py (set-up), inputs.py
+                    (each rank's records as tf.data), epochs.py (offline epochs), finish.py (baseline,
+                    summary, saved model), population_run.py, tournament.py, population.py and
+                    exchange.py (train.population), steps.py (the compiled step), optimizer.py
+    online/         online training (train.online): producer.py (the ensemble's ranks sending samples),
+                    arrivals.py (reading a run's files or stream steps), stream.py (ADIOS2 SST), messages.py,
+                    buffer.py (replay buffers), trainer.py (the training ranks), tables.py (its runs table)
     simulators/     built-in simulator families (one file each), ensemble.py (your simulator over MPI)
     runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
                     ranks, staged directories), launch.py (argument vectors per container runtime),

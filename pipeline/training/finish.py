@@ -1,16 +1,32 @@
-"""What every way of training (offline, population, online) ends with beside its own record: the
-classical baseline set beside the network's scores (and a warning where the network is below it), and
-how many validation records the scores count. Memory and time: a few numbers per label.
+"""How training ends: the classical baseline on the run's split (`classical_baseline`, for the ways of
+training that read staged shards; online training fits its own from its arrivals), set beside the
+network's scores with a warning where the network is below it (`add_baseline`, every way of training),
+and `finish`: the summary of the final evaluation, the saved model, the figures and summary.json.
+Memory: the baseline's sums and the task's validation sums; time: one streamed pass over the rank's
+training and validation records for the baseline.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pipeline.paths import TrainPaths
+from pipeline.storage.fsutil import write_json_atomic
+from pipeline.training.baseline import fit_and_score as baseline_fit_and_score
+from pipeline.training.checksum import weights_checksum
+from pipeline.training.epochs import Kept
+from pipeline.training.inputs import RankData, input_pipeline
+from pipeline.training.models import build_model, spatial_dims
+from pipeline.training.session import Model
+from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tasks import Evaluation, Task
 
 log = logging.getLogger(__name__)
@@ -52,3 +68,103 @@ def validation_records(task: Task, evaluation: Evaluation) -> int:
         return int(sums["n"][0])
     pixels = int(np.prod(task.output_shape(task.data.feature_shape)[:-1])) if task.per_pixel else 1
     return int(sums["confusion"].sum()) // pixels
+
+
+def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,
+                       layout: SpatialLayout, comm: Any, asked: bool = True) -> dict[str, Any]:  # fmt: skip
+    """pipeline.training.baseline on this run's split: fitted on the training records, scored on the
+    validation records by the task's metrics; each rank streams its own share. Not under a spatial
+    split, where no rank holds whole samples; asked False: not at all (a search trial)."""
+    if not asked:
+        return {"method": None, "skipped": "not asked for (sim2dl train --no-baseline: a search trial)"}
+    if layout.split > 1:
+        return {"method": None, "skipped": "train.spatial.split: no rank holds whole samples"}
+    settings, feature = config["train"], task.data.feature
+    start = time.perf_counter()
+
+    def batches(files: list[Path], shard: tuple[int, int] | None, validation: bool) -> Any:
+        pipeline = input_pipeline(files, meta, settings, task, model.input_shape, training=False, shard=shard,
+                                  epoch_seed=0, fraction=data.fraction, pieces=data.pieces,
+                                  holdout=validation)  # fmt: skip
+        for x, y in pipeline:
+            yield (x[feature] if isinstance(x, dict) else x).numpy(), y.numpy()
+
+    shape = [1 if n is None else n for n in model.input_shape]
+    result = baseline_fit_and_score(
+        task, shape, batches(data.files, data.shard, False),
+        batches(data.validation_files, data.validation_shard, True),
+        spatial_dims(model.source, model.input_shape),
+        lambda arrays: [comm.allreduce(a) for a in arrays],
+        lambda evaluation: Evaluation.combine(comm.allgather(evaluation), task.max_examples),
+    )  # fmt: skip
+    return {"method": result.method, **result.metrics, **result.settings,
+            "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
+
+
+def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
+    """The model to save: the trained one, or under spatial parallelism the unsplit model with its
+    weights (same variables, same order), which takes whole samples."""
+    settings = config["train"]
+    if settings["spatial"]["split"] == 1:
+        return model.keras
+    whole, _ = build_model(settings, task.data.feature_shape, task)
+    whole.set_weights(model.keras.get_weights())
+    return whole
+
+
+@dataclass
+class Ranks:
+    """Where this process stands: Horovod, its rank among `size`, and the device it computes on."""
+
+    hvd: Any
+    rank: int
+    size: int
+    device: dict[str, Any]
+    layout: SpatialLayout
+    comm: Any  # the job's ranks (a population's trainers each run Horovod on their own)
+
+
+def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequence[Mapping[str, Any]],
+           evaluation: tuple[float, Evaluation], paths: TrainPaths, ranks: Ranks, kept: Kept,
+           baseline: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
+           curves: Callable[[Path], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The summary of the final evaluation (the task's metrics, with a check that every rank holds the same
+    weights, the device each rank used and where the model's code came from), and on rank 0 the model, the
+    figures and summary.json. extra: more of the summary; curves: draws the learning curves' figure
+    (default: the history's)."""
+    settings = config["train"]
+    hvd, rank, size = ranks.hvd, ranks.rank, ranks.size
+    val_loss, result = evaluation
+    summary = {
+        "task": task.name,
+        "epochs": settings["epochs"],
+        "ranks": size,
+        "spatial": {"split": ranks.layout.split, "groups": ranks.layout.groups},
+        "val_loss": val_loss,
+        "kept": kept.summary(history),
+        **task.metrics(result),
+        "validation_records": validation_records(task, result),
+        "model": model.source.provenance(),
+        "weights_checksum": weights_checksum(model.keras),
+        "settings": dict(settings),  # what was trained (with search.enabled: the search's best merged in)
+    }
+    # what a classical estimator learns from the same split (pipeline.training.baseline), and where the
+    # network does worse
+    summary.update(extra or {})
+    add_baseline(summary, task, baseline, warn=rank == 0)
+    all_checksums = ranks.comm.allgather(summary["weights_checksum"])
+    summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
+    summary["hosts"] = ranks.comm.allgather(socket.gethostname())  # per rank: where it trained
+    summary["devices"] = ranks.comm.allgather(ranks.device)  # per rank: on what
+    if rank == 0:
+        whole_model(config, task, model).save(str(paths.model))
+        from pipeline.reporting.plots import learning_curves
+
+        if curves is None:
+            learning_curves(history, task.loss_name, paths.learning_curves)
+        else:
+            curves(paths.learning_curves)
+        task.figure(result, paths.validation_figure, baseline)
+        write_json_atomic(paths.summary, summary)
+    hvd.join()
+    return summary

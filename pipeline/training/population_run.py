@@ -1,0 +1,114 @@
+"""A population's training from staged shards (train.population, LBANN's LTFB): the settings checked
+against the job and the data, a Horovod world per trainer (hvd.init on the trainer's communicator: its
+ranks, consecutive), each trainer's model from its own seed, the rounds (pipeline.training.tournament),
+then the kept model finished as one trainer's would be (pipeline.training.finish: the baseline on the same
+split, the summary with the population's record). Memory and time: see pipeline.training.tournament.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import Sim2dlError
+from pipeline.formats.metadata import load_metadata
+from pipeline.paths import TrainPaths
+from pipeline.runtime.mpi import all_ok
+from pipeline.runtime.placement import topology
+from pipeline.training import determinism
+from pipeline.training.epochs import Kept, write_history
+from pipeline.training.finish import Ranks, classical_baseline, finish
+from pipeline.training.inputs import rank_data
+from pipeline.training.optimizer import make_optimizer
+from pipeline.training.population import Population
+from pipeline.training.population import check as check_population
+from pipeline.training.session import prepare, record_start, resume_key
+from pipeline.training.spatial.layout import SpatialLayout
+from pipeline.training.tournament import Trainer, run_rounds
+
+log = logging.getLogger(__name__)
+
+INIT_SEED_STEP = 7919  # trainer t's model starts from weights drawn with train.seed + t x this
+
+
+def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any,
+                     baseline: bool) -> dict[str, Any]:  # fmt: skip
+    """train.population: the settings checked against the job and the data (before any is read), a Horovod
+    world per trainer (hvd.init on the trainer's communicator: its ranks, consecutive), each trainer's
+    model from its own seed, the rounds (pipeline.training.tournament), then the kept model finished as
+    one trainer's would be (the baseline on the same split, the summary with the population's record)."""
+    import horovod.tensorflow as hvd
+
+    settings = config["train"]
+    meta = load_metadata(merged_dir)
+    error, population = None, None
+    try:
+        population = check_population(config, comm.Get_size(), meta)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    assert population is not None
+    determinism.before_horovod(settings)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    number = population.trainer_of(rank)
+    trainer_comm = comm.Split(number, rank)
+    hvd.init(comm=trainer_comm)
+    node = topology(comm, 0)  # the real nodes: a GPU per rank of a node, whatever its trainer
+    on_node = node.node_ranks[node.node]
+    local = (on_node.index(rank), len(on_node))
+    own = {**config, "train": {**settings, "seed": settings["seed"] + INIT_SEED_STEP * number}}
+    own_layout = SpatialLayout(1, trainer_comm.Get_size(), trainer_comm.Get_rank())
+    task, model, device = prepare(own, meta, comm, hvd, (own_layout, None), local)
+    log.info(json.dumps({"rank": rank, "trainer": number, "device": device}))
+    paths = TrainPaths(out_dir)
+    layout = SpatialLayout(1, size, rank)  # the ranks of a node share out its files: trainers read apart
+    data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, layout, disjoint=True)
+    trainer = Trainer(comm, trainer_comm, population)
+    if rank == 0:
+        start = {"ranks": size, "trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
+                 "rounds": population.rounds, "steps_per_round": population.steps_per_round,
+                 "train_records_per_rank": data.records, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
+        log.info(json.dumps({"train": start}))
+        record_start(paths, start)
+    key_settings = {**settings, "population": {k: v for k, v in settings["population"].items() if k != "rounds"}}
+    outcome = run_rounds(config, meta, task, model, data, trainer, paths,
+                         resume_key(key_settings, meta, model.source), model.source.built_in is None,
+                         lambda: make_optimizer(settings, device["precision"]))  # fmt: skip
+    if rank == 0:
+        write_history(out_dir, outcome.history)
+    found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline)
+    kept = Kept(settings["keep"], (outcome.kept["round"], outcome.kept["val_loss"]))
+    record = {"trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
+              "exchange": population.exchange, "rounds_trained": len(outcome.state.rounds),
+              "kept": outcome.kept, "initial_hyperparameters": population.hyperparameters(settings),
+              **outcome.state.to_json(),
+              "trainer_hosts": [sorted(set(h)) for h in _by_trainer(comm.allgather(socket.gethostname()), population)],
+              "trainer_files": [sorted({n for names in files for n in names}) for files in _by_trainer(
+                  comm.allgather([f.name for f in data.files]), population)],
+              "trainer_records": [sum(n) for n in _by_trainer(comm.allgather(data.records), population)],
+              "round_cost": _median([r["round_cost"] for r in outcome.state.rounds if r["pairs"] != []])}  # fmt: skip
+
+    def curves(path: Path) -> None:
+        from pipeline.reporting.plots import population_curves
+
+        population_curves(outcome.state.rounds, outcome.kept, task.loss_name, path)
+
+    ranks = Ranks(hvd, rank, size, device, layout, comm)
+    assert outcome.evaluation is not None
+    return finish(config, task, model, outcome.history, outcome.evaluation, paths, ranks, kept, found,
+                  {"population": record}, curves)  # fmt: skip
+
+
+def _by_trainer(values: Sequence[Any], population: Population) -> list[list[Any]]:
+    return [[values[r] for r in population.members(t)] for t in range(population.trainers)]
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(np.median(values)) if values else None

@@ -1,0 +1,144 @@
+"""The set-up every way of training from staged shards shares (the train step, a search trial, each
+trainer of a population): the settings checked against the dataset, Horovod started (with its spatial
+process sets), this rank's device and seeds, the task and the model built and checked, train.augment's
+symmetries, and the key a checkpoint must match to be resumed. Every check runs on every rank alike before
+any data is touched: a config error is reported once and every rank exits. Memory and time: the model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline import Sim2dlError
+from pipeline.formats.shards import shard_format
+from pipeline.formats.slabs import check_split
+from pipeline.paths import TrainPaths
+from pipeline.runtime.mpi import all_ok
+from pipeline.training import determinism, devices
+from pipeline.training.augment import Transform
+from pipeline.training.augment import plan as augment_plan
+from pipeline.training.models import ModelSource, build_model, spatial_dims
+from pipeline.training.spatial.layout import SpatialLayout, check_spatial
+from pipeline.training.tasks import Task, data_spec, make_task
+
+
+def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_names: Sequence[str] | None) -> Task:
+    """The task for the dataset, its labels checked; errors name the key or field and what was found."""
+    if not 0 < settings["learning_rate"] < 1:
+        raise Sim2dlError(f"config key 'train.learning_rate': {settings['learning_rate']} is not in (0, 1)")
+    if not shard_format(meta["format"]).trainable:
+        raise Sim2dlError(f"train reads TFRecord shards, not {meta['format']}: set merge.format to tfrecord")
+    missing = sorted({"train", "validation"} - set(meta.get("splits", {"train": 0, "validation": 0})))
+    if missing:
+        raise Sim2dlError(
+            f"config key 'merge.splits': training needs the splits {missing} (have {sorted(meta['splits'])})"
+        )
+    task = make_task(settings, data_spec(meta, label_names))
+    task.check()
+    return task
+
+
+def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource) -> str:
+    """What a checkpoint must match to be resumed: the data, the model's code and every setting except the
+    epoch count, threads, device and which epoch is kept (so a longer run continues a shorter one, also on
+    a GPU, but a new learning rate or model starts afresh)."""
+    kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads", "device", "keep", "patience")}
+    return json.dumps({"data": meta["plan_digest"], "train": kept, "model": source.provenance()}, sort_keys=True)
+
+
+@dataclass
+class Model:
+    """The model, where its code came from, and the input shape it takes."""
+
+    keras: Any
+    source: ModelSource
+    input_shape: tuple[int | None, ...]
+    transforms: Sequence[Transform] = ()  # train.augment's symmetries of a training sample
+
+
+def prepare(
+    config: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    comm: Any,
+    hvd: Any,
+    spatial: tuple[SpatialLayout, Any],
+    node_local: tuple[int, int] | None = None,
+) -> tuple[Task, Model, dict]:
+    """This rank's device chosen (and the precision policy for it), seeds set, the settings and labels
+    checked and the model built and checked, on every rank alike: a configuration error is reported once
+    by rank 0 and every rank exits before any data is touched (no MPI_Abort, which can tear down the job
+    before rank 0's message is out). node_local: this rank's (rank, count) among the job's ranks on its
+    node, where Horovod sees fewer (a population's trainer). Returns the task, the model and the device's
+    record."""
+    import tensorflow as tf
+
+    settings = config["train"]
+    if settings["threads"]:
+        tf.config.threading.set_intra_op_parallelism_threads(settings["threads"])
+        tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
+    error, task, model, device = None, None, None, {}
+    try:
+        device = devices.apply(settings, *(node_local or (hvd.local_rank(), hvd.local_size())))
+        determinism.seed_and_fix(settings)
+        task = check_settings(settings, meta, label_names(meta))
+        from pipeline.training.models import input_shape, model_source
+
+        layout = spatial[0]
+        shape = input_shape(model_source(settings["model"]), task.data.feature_shape)
+        check_spatial(layout.split, layout.size, shape, settings["model"], True)
+        check_split(meta.get("slabs", {}).get("count", 1), layout.split)
+        split = spatial if layout.split > 1 else None
+        transforms = augmentation(settings, task, model_source(settings["model"]), shape, layout.split)
+        keras_model, source = build_model(settings, task.data.feature_shape, task, split)
+        model = Model(keras_model, source, shape, transforms)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    assert task is not None and model is not None
+    return task, model, device
+
+
+def augmentation(settings: Mapping[str, Any], task: Task, source: ModelSource, shape: Sequence[int | None],
+                 split: int) -> list[Transform]:  # fmt: skip
+    """train.augment's symmetries of this model's input's spatial axes."""
+    if not any(settings["augment"][k] for k in ("symmetries", "permute", "flips", "vector_labels")):
+        return []
+    if task.data.several:
+        raise Sim2dlError("config key 'train.augment': a model of several inputs cannot be augmented (one feature)")
+    return augment_plan(settings["augment"], shape[: spatial_dims(source, shape)], split)
+
+
+def start_horovod(settings: Mapping[str, Any], comm: Any) -> tuple[SpatialLayout, Any]:
+    """hvd.init, with one Horovod process set per spatial set under train.spatial.split (a split that does
+    not divide the ranks is a config error on every rank, before Horovod starts). Returns this rank's
+    layout and its spatial set."""
+    from pipeline.training.spatial.layers import init_horovod
+
+    split, error = settings["spatial"]["split"], None
+    try:
+        check_spatial(split, comm.Get_size(), None, settings["model"], True)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    return init_horovod(split, comm.Get_size(), comm.Get_rank())
+
+
+def label_names(meta: Mapping[str, Any]) -> list[str] | None:
+    """The names of a single label's entries where the inputs named them (metadata.json's component_names:
+    the cube simulator's parameters), else None (the fields' own names)."""
+    labels = [n for n, f in meta["feature_spec"].items() if f["role"] == "label"]
+    names = meta.get("component_names", {}).get(labels[0]) if len(labels) == 1 else None
+    shape = meta["feature_spec"][labels[0]]["shape"] if names else None
+    return list(names) if names and shape and shape[-1] == len(names) else None
+
+
+def record_start(paths: TrainPaths, start: Mapping[str, Any]) -> None:
+    """Every start of training appended to train/attempts.jsonl, kept across retries (Snakemake clears a
+    job's log when it starts). Rank 0."""
+    paths.root.mkdir(parents=True, exist_ok=True)
+    with open(paths.attempts, "a") as attempts:
+        attempts.write(json.dumps({**start, "time": time.time()}) + "\n")
