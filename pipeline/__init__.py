@@ -1,7 +1,10 @@
 """sim2dl: simulation output to deep-learning training data and models.
 
 The folders are the tiers; a module imports only from its own tier or the tiers below it, and no step
-imports another step (tests/test_architecture.py reads the imports to hold this).
+imports another step (tests/test_architecture.py reads the imports to hold this). From the bottom:
+the package and paths.py; storage/; reporting/; config.py (the schema and its own rules); runtime/;
+formats/; staging/; data/; simulators/; training/; online/; steps/ (whose package holds the tiers'
+config checks); cli.py.
 
     cli.py, config.py,     the spine: the `sim2dl` command (one subcommand per step, and the tools launch,
     schema.yaml, paths.py  image, doctor, inspect), the config and its schema, every file name (Layout)
@@ -13,7 +16,7 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
                         parts; samples.py: many samples per file, and fields from formats/fields/)
         convert.py      ingest/ -> convert/: converted parts, statistics
         merge/          ingest/, convert/ -> merged/: sorted shards (+ .idx), provenance, metadata.json
-        stage.py        merged/ -> node-local copies (the engine is storage/staging/)
+        stage.py        merged/ -> node-local copies (the engine is pipeline/staging/)
         search.py       merged/, staged -> search/best.yaml (BOHB; trials run train)
         train.py        merged/, staged -> train/: model, metrics, summary, figures
         online.py       the ensemble and training in one MPI job (train.online) -> raw/, train/
@@ -53,8 +56,9 @@ imports another step (tests/test_architecture.py reads the imports to hold this)
                     container_image.py, oci_registry.py, host_mpi.py (the bind model), doctor.py,
                     slurm_watch.py, processes.py, run_worker.py (the process that runs an ensemble
                     rank's commands with retries; here, so that it starts without the simulator families)
-    storage/        fsutil.py (atomic writes, checksums), directio.py (O_DIRECT reads), staging/ (copying
-                    shards to node-local storage over MPI: plan.py, copier.py)
+    storage/        fsutil.py (atomic writes, checksums), directio.py (O_DIRECT reads, batches of extents)
+    staging/        copying shards to node-local storage over MPI (plan.py, copier.py): the engine of
+                    the stage step, and of train and search where node-local files were purged
     reporting/      progress.py (bars counting every rank's work), plots.py (figures for the report)
 
 Where a new thing goes: an input reader, formats/readers/ (one file, registered in its __init__); a shard

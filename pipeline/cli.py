@@ -23,6 +23,8 @@ from pipeline import MB, CollectiveError, Sim2dlError
 from pipeline import config as cfg
 from pipeline.runtime.mpi import mpi_library, world
 from pipeline.runtime.startup import announce_started
+from pipeline.steps import load as checked_load
+from pipeline.steps import validated
 
 
 def _common(parser: argparse.ArgumentParser, config_required: bool = True) -> None:
@@ -269,7 +271,7 @@ def launch_main(argv: list[str]) -> int:
         args.step = args.step[1:]
     if not args.step or args.step[0] not in [s[0] for s in STEPS]:
         parser.error(f"name a step: {', '.join(s[0] for s in STEPS)}")
-    config = cfg.load(args.config, override_files=args.overrides)
+    config = checked_load(args.config, override_files=args.overrides)
     step_args = [args.step[0], *_config_options(args), *args.step[1:]]
     data_dirs = data_directories(config)
     prepare_mount_points(config["container"], data_dirs, Path.cwd())
@@ -395,8 +397,8 @@ def _load_or_demo(prog: str, args: argparse.Namespace) -> dict[str, Any]:
         config = cfg.demo_config()
         for extra in args.overrides:
             cfg.deep_merge(config, cfg.read_yaml_mapping(extra))
-        return cfg.validate(config)
-    return cfg.load(args.config, override_files=args.overrides)
+        return validated(config)
+    return checked_load(args.config, override_files=args.overrides)
 
 
 def _config_options(args: argparse.Namespace) -> list[str]:
@@ -442,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     start = time.perf_counter()
     try:
-        config = cfg.load(args.config, override_files=args.overrides)
+        config = checked_load(args.config, override_files=args.overrides)
         summary = args.func(args, config, cfg.step_config(config, args.step), comm)
     except CollectiveError as e:
         # Every rank raised it after the same collective: one message, and a normal exit on all ranks.

@@ -24,7 +24,6 @@ import jsonschema
 import yaml
 
 from pipeline import Sim2dlError
-from pipeline.formats.shards import FORMATS
 from pipeline.paths import Layout
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,6 +33,7 @@ DEMO_CONFIG = REPO / "config" / "config.yaml"  # in a source checkout only
 # The config keys (a section, or a dotted key inside one) that each step reads; None: the whole config.
 # Snakemake reruns a step when one of its values changes (and only then); `sim2dl STEP` gives the step
 # a config holding only these keys, so reading any other key fails at once, in the tests too.
+MASK_SUFFIX = "_mask"  # source.fields.NAME.missing: mask adds the uint8 field NAME_mask (1: missing)
 SHARD_FORMAT_SETTINGS = ("merge.format", "merge.compression", "merge.shard_size_mb")
 STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "simulate": ("simulate", "source.path"),
@@ -160,8 +160,6 @@ def ensemble_defaults(config: dict[str, Any]) -> None:
 
 def check_consistency(config: Mapping[str, Any]) -> None:
     """Rules a JSON schema cannot say: names used in convert must be declared source fields."""
-    from pipeline.formats.readers.cf import MASK_SUFFIX
-
     specs = config["source"]["fields"]
     masks = {name + MASK_SUFFIX for name, spec in specs.items() if spec.get("missing") == "mask"}
     conv = config["convert"]
@@ -173,11 +171,9 @@ def check_consistency(config: Mapping[str, Any]) -> None:
         if unknown:
             raise Sim2dlError(f"config key 'convert.{key}': {unknown} not declared in source.fields ({sorted(fields)})")
     check_model_inputs(conv, config["train"]["model"])
-    check_spatial_model(config["train"], config["search"], config["merge"])
     overlap = set(conv["features"]) & set(conv["labels"])
     if overlap:
         raise Sim2dlError(f"config key 'convert.labels': {sorted(overlap)} also listed in convert.features")
-    check_source_fields(config["source"], conv)
     trace = config["simulate"]["trace"]
     if trace["min_length"] > trace["max_length"]:
         raise Sim2dlError("config key 'simulate.trace': min_length is larger than max_length")
@@ -186,15 +182,8 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     if unknown:
         raise Sim2dlError(f"config key 'search.space': {unknown} are not train settings (nor model_args.NAME)")
     merge = config["merge"]
-    check_encodings(merge, conv)
     if merge["splits"] and abs(sum(merge["splits"].values()) - 1) > 1e-6:
         raise Sim2dlError(f"config key 'merge.splits': the fractions {merge['splits']} do not sum to 1")
-    allowed = set(FORMATS[merge["format"]].compressions)
-    if merge["compression"] not in allowed:
-        raise Sim2dlError(
-            f"config key 'merge.compression': '{merge['compression']}' is not available for "
-            f"format '{merge['format']}' (choose one of {sorted(allowed)})"
-        )
 
 
 def check_deposits(conv: Mapping[str, Any], fields: set[str]) -> None:
@@ -234,128 +223,12 @@ def check_model_inputs(conv: Mapping[str, Any], model: str) -> None:
         )
 
 
-def check_spatial_model(train: Mapping[str, Any], search: Mapping[str, Any], merge: Mapping[str, Any]) -> None:
-    """train.spatial.split > 1 needs a model that can be split (a built-in with build_split), search
-    trials of a multiple of split ranks, and slab shards (merge.slabs) that split evenly between its ranks."""
-    from pipeline.formats.slabs import check_split
-    from pipeline.training.spatial.layout import check_spatial
-
-    split, model = train["spatial"]["split"], train["model"]
-    check_split(merge["slabs"], split)
-    if split > 1:
-        from pipeline.training.models import BUILT_IN
-
-        check_spatial(split, None, None, model, hasattr(BUILT_IN.get(model), "build_split"))  # the model only
-        ranks = search["ranks_per_trial"]
-        if search["enabled"] and ranks % split:
-            raise Sim2dlError(
-                f"config key 'search.ranks_per_trial': {ranks}, but each trial trains with train.spatial.split "
-                f"{split}, which must divide its ranks (set ranks_per_trial: {split})"
-            )
-
-
 def primary_field(conv: Mapping[str, Any]) -> str:
     """The ingested field whose length is a record's length: the first feature, or its stack's first member."""
     first = conv["features"][0]
     first = conv.get("stack", {}).get(first, [first])[0]
     deposit = conv.get("deposit", {}).get(first)
     return first if deposit is None else deposit["positions"]
-
-
-def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
-    """Categorical fields hold class ids (never transformed); a feature is an array in the file; a
-    labels_table or path_pattern is needed by the fields that read one."""
-    from pipeline.formats.readers.base import FieldSpec
-
-    fields = {name: FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()}
-    for name, members in conv["stack"].items():  # a stack is in the files when its members are
-        fields[name] = FieldSpec(
-            name, name, kind="path" if all(fields[m].in_file for m in members if m in fields) else "attr"
-        )
-    for name in conv["deposit"]:  # a grid made from arrays in the files
-        fields[name] = FieldSpec(name, name)
-    for field in list(fields.values()):
-        if field.mask_name is not None:
-            fields[field.mask_name] = FieldSpec(field.mask_name, field.path, "uint8")
-    clash = [f.mask_name for f in fields.values() if f.mask_name is not None and f.mask_name in source["fields"]]
-    if clash:
-        raise Sim2dlError(f"config key 'source.fields': {clash} name both fields and masks of fields (missing: mask)")
-    for key in ("log1p", "normalise"):
-        wrong = [
-            name for name in conv[key]
-            if fields[name].categorical or name not in {**source["fields"], **conv["deposit"], **conv["stack"]}
-        ]  # fmt: skip
-        if wrong:
-            raise Sim2dlError(
-                f"config key 'convert.{key}': {wrong} are categorical or masks (class ids and masks stay as they are)"
-            )
-    check_tables(source, fields)
-    not_arrays = [name for name in conv["features"] if not fields[name].in_file]
-    if not_arrays:
-        raise Sim2dlError(f"config key 'convert.features': {not_arrays} are not arrays in the files (path)")
-    for kind, needs in (("column", "labels_table"), ("path_group", "path_pattern")):
-        users = [name for name, field in fields.items() if field.kind == kind]
-        if users and not source[needs]:
-            raise Sim2dlError(f"config key 'source.{needs}' is not set, but fields {users} read a {kind}")
-
-
-def check_tables(source: Mapping[str, Any], fields: Mapping[str, Any]) -> None:
-    """Event-indexed tables (readers/events.py): columns with exactly one of ragged_by, group_by, key; keyed
-    fields need events to key on; events are the samples (no samples_along beside them)."""
-    for name, field in fields.items():
-        given = [k for k in ("ragged_by", "group_by", "key") if getattr(field, k) is not None]
-        if field.columns is None and given:
-            raise Sim2dlError(f"config key 'source.fields.{name}.{given[0]}': needs columns (the table's columns)")
-        if field.columns is not None and len(given) != 1:
-            raise Sim2dlError(
-                f"config key 'source.fields.{name}.columns': give exactly one of ragged_by, group_by or key "
-                f"(the field has {given or 'none'})"
-            )
-        if field.columns is not None and (field.categorical or not field.in_file):
-            raise Sim2dlError(f"config key 'source.fields.{name}': table columns are numbers at a path")
-    tables = [name for name, field in fields.items() if field.events]
-    keyed = [name for name, field in fields.items() if field.keyed]
-    if keyed and not tables:
-        raise Sim2dlError(f"config key 'source.fields': {keyed} are keyed by event id, but no field defines events "
-                          "(ragged_by or group_by)")  # fmt: skip
-    if tables and source["samples_along"] is not None:
-        raise Sim2dlError(f"config key 'source.samples_along': {tables} give one sample per event; set it to null")
-
-
-ENCODED_DTYPES = {
-    "float_list": ("float32",),
-    "int64_list": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"),
-}
-
-
-def check_encodings(merge: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
-    """merge.encoding names converted fields, only for TFRecord shards, and fits convert.dtype where that
-    decides the dtype (with convert.dtype 'source', merge checks the ingested dtypes: encoding_errors)."""
-    encodings = merge["encoding"]
-    unknown = sorted(set(encodings) - {*conv["features"], *conv["labels"]})
-    if unknown:
-        raise Sim2dlError(f"config key 'merge.encoding': {unknown} are not convert.features or convert.labels")
-    special = sorted(name for name, encoding in encodings.items() if encoding != "bytes")
-    if special and not {encodings[name] for name in special} <= set(FORMATS[merge["format"]].encodings):
-        raise Sim2dlError(
-            f"config key 'merge.encoding': {special} are encoded for TFRecord, but merge.format is "
-            f"'{merge['format']}' (its datasets are typed already)"
-        )
-    if conv["dtype"] != "source":
-        errors = encoding_errors({name: conv["dtype"] for name in encodings}, encodings)
-        if errors:
-            raise Sim2dlError(f"config key 'merge.encoding': {errors[0]} (convert.dtype is {conv['dtype']})")
-
-
-def encoding_errors(dtypes: Mapping[str, str], encodings: Mapping[str, str]) -> list[str]:
-    """What is wrong with storing fields of these dtypes in these encodings (float_list holds float32,
-    int64_list integers that fit in int64)."""
-    errors = []
-    for name, encoding in sorted(encodings.items()):
-        allowed = ENCODED_DTYPES.get(encoding)
-        if allowed is not None and name in dtypes and dtypes[name] not in allowed:
-            errors.append(f"field '{name}' is {dtypes[name]}: {encoding} holds only {', '.join(allowed)}")
-    return errors
 
 
 def get_dotted(config: Mapping[str, Any], key: str) -> Any:
@@ -474,10 +347,15 @@ def side_files(source: Mapping[str, Any], root: Path) -> list[Path]:
     return [path for path in (input_list(source, root), labels_table_file(source, root)) if path]
 
 
+def model_file(name: str) -> Path | None:
+    """The user's model file named by train.model (a rerun trigger, bound into containers); None for a
+    built-in or a module (found on the path)."""
+    target, colon, _ = name.rpartition(":")
+    return Path(target) if colon and (target.endswith(".py") or "/" in target) else None
+
+
 def model_files(train: Mapping[str, Any]) -> list[Path]:
     """The user's model file (train.model 'path/to/file.py:function'): train and search rerun when it
     changes, and containers bind its directory."""
-    from pipeline.training.models import model_file
-
     path = model_file(train["model"])
     return [path] if path else []

@@ -12,6 +12,7 @@ from snakemake.utils import min_version
 
 from pipeline import Sim2dlError
 from pipeline import config as sim2dl_config
+from pipeline import steps as sim2dl_checks
 from pipeline.storage.fsutil import write_text_atomic
 
 min_version("9.0")
@@ -26,7 +27,7 @@ config.update(_resolved)
 # schema wants numbers, every problem named as `config key 'a.b.c': ...` (unknown keys with the nearest
 # valid one), as `sim2dl STEP --config` says it.
 try:
-    sim2dl_config.validate(config)
+    sim2dl_checks.validated(config)
 except Sim2dlError as e:
     raise WorkflowError(str(e)) from None
 

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline import config as cfg
 from pipeline.runtime import host_mpi as hostmpi
 from pipeline.runtime.container_image import image_reference
 from pipeline.runtime.mpi import SerialComm
+from pipeline.steps import validated
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -44,7 +44,7 @@ def make_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
             config[key].update(value)
         else:
             config[key] = value
-    return cfg.validate(config)
+    return validated(config)
 
 
 def write_config(tmp_path: Path, config: dict[str, Any]) -> Path:

@@ -42,9 +42,11 @@ def imported_modules(path: Path, name: str | None = None) -> set[str]:
 
 
 def step_of(module: str) -> str | None:
-    """The step a module belongs to ('ingest' for pipeline.steps.ingest.samples), or None."""
+    """The step a module belongs to ('ingest' for pipeline.steps.ingest.samples), or None (a name from the
+    steps' package itself, such as its config checks, is no step)."""
     parts = module.split(".")
-    return parts[2] if len(parts) > 2 and parts[:2] == ["pipeline", "steps"] else None
+    real = len(parts) > 2 and ((STEPS / parts[2]).is_dir() or (STEPS / f"{parts[2]}.py").exists())
+    return parts[2] if real and parts[:2] == ["pipeline", "steps"] else None
 
 
 def modules() -> list[Path]:
@@ -86,6 +88,46 @@ def test_nothing_below_the_steps_imports_a_step() -> None:
             continue
         crossings += [f"{name} imports {m}" for m in imported_modules(path) if step_of(m) is not None]
     assert not crossings, "modules below the steps import steps:\n" + "\n".join(sorted(crossings))
+
+
+# The tiers from the bottom up (pipeline/__init__.py's map says what each holds): a module may import its
+# own tier and the tiers below, never one above. The longest prefix names a module's tier.
+TIERS = [
+    ["pipeline", "pipeline.paths"],
+    ["pipeline.storage"],
+    ["pipeline.reporting"],
+    ["pipeline.config"],
+    ["pipeline.runtime"],
+    ["pipeline.formats"],
+    ["pipeline.staging"],
+    ["pipeline.data"],
+    ["pipeline.simulators"],
+    ["pipeline.training"],
+    ["pipeline.online"],
+    ["pipeline.steps"],
+    ["pipeline.cli"],
+]
+
+
+def tier_of(module: str) -> int:
+    matches = [(len(p), t) for t, prefixes in enumerate(TIERS) for p in prefixes
+               if module == p or module.startswith(p + ".")]  # fmt: skip
+    assert matches, f"{module} is in no tier: add its folder to TIERS and to pipeline/__init__.py's map"
+    return max(matches)[1]
+
+
+def test_every_import_runs_down_the_tiers() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert {f"pipeline.{f}" for f in folders} <= {p for prefixes in TIERS for p in prefixes}  # every folder placed
+    upward = []
+    for path in modules():
+        name = module_name(path)
+        own = tier_of(name)
+        for imported in imported_modules(path):
+            if imported.startswith("pipeline") and tier_of(imported) > own:
+                upward.append(f"{name} imports {imported}")
+    assert not upward, "imports that run back up a tier:\n" + "\n".join(sorted(upward))
+    assert tier_of("pipeline.staging.plan") > tier_of("pipeline.formats.shards") > tier_of("pipeline.config")
 
 
 def test_the_workflow_is_lint_clean() -> None:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from pipeline import config as cfg
+from pipeline.steps import validated
 
 from .conftest import REPO
 from .helpers import doc_blocks
@@ -47,14 +48,14 @@ def test_every_config_block_in_the_docs_validates_as_written(tmp_path, monkeypat
         return
     monkeypatch.chdir(tmp_path)  # a block naming a model file relative to the working directory finds it
     (tmp_path / "my_model.py").write_text("def build(input_shape, outputs, **kwargs):\n    raise NotImplementedError\n")
-    cfg.validate(content)
+    validated(content)
 
 
 @pytest.mark.parametrize("preset", sorted((REPO / "config" / "presets").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_preset_validates_as_a_whole_config(preset):
     """What `make demo CONFIG=config/presets/X.yaml` reads; the presets that run are run elsewhere at a
     small size (test_ensemble, test_reader, test_spatial; nbody-few's simulator by bench/learning.py)."""
-    config = cfg.validate(yaml.safe_load(preset.read_text()))
+    config = validated(yaml.safe_load(preset.read_text()))
     if preset.name == "nbody-few.yaml":  # the simulator in the environment examples/nbody/setup.sh makes
         assert config["simulate"]["command"][:2] == ["examples/nbody/.venv/bin/python", "examples/nbody/simulate.py"]
         assert config["train"]["augment"]["symmetries"] and (REPO / "examples" / "nbody" / "setup.sh").exists()

@@ -12,8 +12,8 @@ from pipeline.data.splits import split_numbers
 from pipeline.formats.shards import WRITERS
 from pipeline.formats.shards.shard_reader import Unit, plan_units, slot_units
 from pipeline.runtime.placement import Topology
+from pipeline.staging.plan import StagedFile, chunk_messages, plan, spread_over_nodes
 from pipeline.steps.merge.plan import shard_names
-from pipeline.storage.staging.plan import StagedFile, chunk_messages, plan, spread_over_nodes
 
 
 def source(name: str, size: int) -> StagedFile:

@@ -148,7 +148,7 @@ def test_slab_shards_hold_each_records_planes_in_order_and_labels_whole(staged_s
 def test_readers_of_whole_records_refuse_slab_shards_by_name(slab_shards):
     """The Python reader, raw_records and sample-mode staging take whole records: clear errors, not half samples."""
     from pipeline.formats.shards.shard_reader import ShardReader
-    from pipeline.storage.staging.plan import sample_sources
+    from pipeline.staging.plan import sample_sources
     from pipeline.training.tfdata import raw_records
 
     merged, _ = slab_shards

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipeline.staging.copier import SourceFiles
 from pipeline.storage.directio import aligned_buffer
 from pipeline.storage.fsutil import file_checksum
-from pipeline.storage.staging.copier import SourceFiles
 
 from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.config import MASK_SUFFIX
 from pipeline.data.deposit import deposited
 from pipeline.formats.readers import SampleError
-from pipeline.formats.readers.cf import MASK_SUFFIX
 
 
 def central_crop(x: np.ndarray, size: Sequence[int]) -> np.ndarray:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import Sim2dlError
+from pipeline.paths import MergedPaths
 from pipeline.runtime import host_mpi as hostmpi
 from pipeline.runtime.container_image import image_reference
 
@@ -257,11 +258,9 @@ def check_staging(config: Mapping[str, Any]) -> Check:
 
 
 def _dataset_bytes(merged_dir: Path) -> int | None:
-    from pipeline.formats.metadata import load_metadata
-
-    try:
-        return sum(int(s["bytes"]) for s in load_metadata(merged_dir)["shards"])
-    except (Sim2dlError, ValueError, KeyError, TypeError):
+    try:  # metadata.json read as JSON here (doctor stands below the formats that write it)
+        return sum(int(s["bytes"]) for s in json.loads(MergedPaths(merged_dir).metadata.read_text())["shards"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 

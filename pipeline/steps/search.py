@@ -320,7 +320,7 @@ def search(
     data = TrialData(merged_dir, staged)
     if role != "master":  # the trials on this job's nodes read staged data: stage it here if it is not
         from pipeline.runtime.placement import topology
-        from pipeline.storage.staging import ensure_staged
+        from pipeline.staging import ensure_staged
 
         topo = topology(comm, config["stage"]["emulate_nodes"])
         _, restaged = ensure_staged(config, merged_dir, staged, paths.restaged, comm, topo)

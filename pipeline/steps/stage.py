@@ -1,6 +1,6 @@
 """stage: copy the merged shards from the shared file system to node-local storage, each byte read once
 from the shared file system and sent over MPI to the nodes that need it (replica, partition or sample
-placement; pipeline/storage/staging/ is the engine, shared with train and search, which stage again
+placement; pipeline/staging/ is the engine, shared with train and search, which stage again
 when a node's copy is gone). Memory: a few chunks per rank; time: the bytes over the slowest of shared
 reads, the network and node-local writes.
 """
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.storage.staging import stage_dataset
+from pipeline.staging import stage_dataset
 
 
 def stage(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm: Any) -> dict[str, Any]:

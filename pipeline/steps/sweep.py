@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline import config as cfg
+from pipeline.steps import validated
 from pipeline.storage.fsutil import write_text_atomic
 
 
@@ -65,8 +66,7 @@ def point_configs(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         point = cfg.deep_merge(json.loads(json.dumps(base)), overrides)
         point["workdir"] = str(root / name)
         try:
-            point = cfg.validate(point)
-            cfg.check_consistency(point)
+            point = validated(point)
         except Sim2dlError as e:
             raise Sim2dlError(f"sweep point '{name}': {e}") from None
         out[name] = point

@@ -352,3 +352,29 @@ def _read_fully(fd: int, offset: int, view: np.ndarray, direct: bool = True) -> 
         if direct and got % PAGE:
             break  # the end of the file: a direct read stops short only there or on a page boundary
     return got
+
+
+Extents = tuple[np.ndarray, np.ndarray, np.ndarray]  # file numbers, byte offsets, lengths
+
+
+def read_batches(
+    paths: Sequence[Path], count: int, batch: Callable[[int], Extents], direct: bool = True
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The bytes of batches 0..count-1 of ranges (`batch(k)` gives batch k's extents in `paths` when its
+    turn comes), each read with few large reads (pipeline.storage.directio.read_extents; direct: long runs with
+    O_DIRECT), the next one by a thread while the caller uses this one. Yields where each range starts
+    in a buffer, and the buffer, valid until the next batch is taken (two buffers alternate and are
+    reused: fresh memory costs a page fault per page on first touch, on VMs several times the read)."""
+    buffers = [aligned_buffer(0), aligned_buffer(0)]
+
+    def read(k: int, buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return read_extents(paths, *batch(k), direct, buffer)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
+        pending = pool.submit(read, 0, buffers[0]) if count else None
+        for k in range(count):
+            assert pending is not None
+            positions, buffers[k % 2] = pending.result()
+            if k + 1 < count:
+                pending = pool.submit(read, k + 1, buffers[(k + 1) % 2])
+            yield positions, buffers[k % 2]

@@ -234,7 +234,7 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     disjoint: no two ranks read the same records, also where every node holds every file (a
     population's trainers each train on their own part)."""
     from pipeline.runtime.placement import topology
-    from pipeline.storage.staging import ensure_staged
+    from pipeline.staging import ensure_staged
 
     settings = config["train"]
     topo = topology(comm, config["stage"]["emulate_nodes"])

@@ -21,7 +21,7 @@ from pipeline.runtime.mpi import all_ok
 from pipeline.training import determinism, devices
 from pipeline.training.augment import Transform
 from pipeline.training.augment import plan as augment_plan
-from pipeline.training.models import ModelSource, build_model, spatial_dims
+from pipeline.training.models import BUILT_IN, ModelSource, build_model, spatial_dims
 from pipeline.training.spatial.layout import SpatialLayout, check_spatial
 from pipeline.training.tasks import Task, data_spec, make_task
 
@@ -142,3 +142,18 @@ def record_start(paths: TrainPaths, start: Mapping[str, Any]) -> None:
     paths.root.mkdir(parents=True, exist_ok=True)
     with open(paths.attempts, "a") as attempts:
         attempts.write(json.dumps({**start, "time": time.time()}) + "\n")
+
+
+def check_spatial_model(train: Mapping[str, Any], search: Mapping[str, Any], merge: Mapping[str, Any]) -> None:
+    """train.spatial.split > 1 needs a model that can be split (a built-in with build_split), search
+    trials of a multiple of split ranks, and slab shards (merge.slabs) that split evenly between its ranks."""
+    split, model = train["spatial"]["split"], train["model"]
+    check_split(merge["slabs"], split)
+    if split > 1:
+        check_spatial(split, None, None, model, hasattr(BUILT_IN.get(model), "build_split"))  # the model only
+        ranks = search["ranks_per_trial"]
+        if search["enabled"] and ranks % split:
+            raise Sim2dlError(
+                f"config key 'search.ranks_per_trial': {ranks}, but each trial trains with train.spatial.split "
+                f"{split}, which must divide its ranks (set ranks_per_trial: {split})"
+            )

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from pipeline import Sim2dlError
+from pipeline.config import MASK_SUFFIX
 from pipeline.formats.readers import cf
-from pipeline.formats.readers.cf import MASK_SUFFIX
 
 
 class SampleError(Exception):
@@ -422,3 +423,64 @@ def scalar_text(value: Any) -> str | None:
         return as_text(array.reshape(()))
     except UnicodeDecodeError:
         return None
+
+
+# ---------------------------------------------------------------- config checks of the fields
+
+
+def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
+    """Categorical fields hold class ids (never transformed); a feature is an array in the file; a
+    labels_table or path_pattern is needed by the fields that read one."""
+    fields = {name: FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()}
+    for name, members in conv["stack"].items():  # a stack is in the files when its members are
+        fields[name] = FieldSpec(
+            name, name, kind="path" if all(fields[m].in_file for m in members if m in fields) else "attr"
+        )
+    for name in conv["deposit"]:  # a grid made from arrays in the files
+        fields[name] = FieldSpec(name, name)
+    for spec in list(fields.values()):
+        if spec.mask_name is not None:
+            fields[spec.mask_name] = FieldSpec(spec.mask_name, spec.path, "uint8")
+    clash = [f.mask_name for f in fields.values() if f.mask_name is not None and f.mask_name in source["fields"]]
+    if clash:
+        raise Sim2dlError(f"config key 'source.fields': {clash} name both fields and masks of fields (missing: mask)")
+    for key in ("log1p", "normalise"):
+        wrong = [
+            name for name in conv[key]
+            if fields[name].categorical or name not in {**source["fields"], **conv["deposit"], **conv["stack"]}
+        ]  # fmt: skip
+        if wrong:
+            raise Sim2dlError(
+                f"config key 'convert.{key}': {wrong} are categorical or masks (class ids and masks stay as they are)"
+            )
+    check_tables(source, fields)
+    not_arrays = [name for name in conv["features"] if not fields[name].in_file]
+    if not_arrays:
+        raise Sim2dlError(f"config key 'convert.features': {not_arrays} are not arrays in the files (path)")
+    for kind, needs in (("column", "labels_table"), ("path_group", "path_pattern")):
+        users = [name for name, spec in fields.items() if spec.kind == kind]
+        if users and not source[needs]:
+            raise Sim2dlError(f"config key 'source.{needs}' is not set, but fields {users} read a {kind}")
+
+
+def check_tables(source: Mapping[str, Any], fields: Mapping[str, Any]) -> None:
+    """Event-indexed tables (readers/events.py): columns with exactly one of ragged_by, group_by, key; keyed
+    fields need events to key on; events are the samples (no samples_along beside them)."""
+    for name, spec in fields.items():
+        given = [k for k in ("ragged_by", "group_by", "key") if getattr(spec, k) is not None]
+        if spec.columns is None and given:
+            raise Sim2dlError(f"config key 'source.fields.{name}.{given[0]}': needs columns (the table's columns)")
+        if spec.columns is not None and len(given) != 1:
+            raise Sim2dlError(
+                f"config key 'source.fields.{name}.columns': give exactly one of ragged_by, group_by or key "
+                f"(the field has {given or 'none'})"
+            )
+        if spec.columns is not None and (spec.categorical or not spec.in_file):
+            raise Sim2dlError(f"config key 'source.fields.{name}': table columns are numbers at a path")
+    tables = [name for name, spec in fields.items() if spec.events]
+    keyed = [name for name, spec in fields.items() if spec.keyed]
+    if keyed and not tables:
+        raise Sim2dlError(f"config key 'source.fields': {keyed} are keyed by event id, but no field defines events "
+                          "(ragged_by or group_by)")  # fmt: skip
+    if tables and source["samples_along"] is not None:
+        raise Sim2dlError(f"config key 'source.samples_along': {tables} give one sample per event; set it to null")

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 MISSING_POLICIES = ("reject", "fill", "mask")
-MASK_SUFFIX = "_mask"  # the uint8 field (1: missing) beside a field with missing: fill | mask
 # netCDF's default fill values (netcdf.h NC_FILL_*), used where a NetCDF variable has no _FillValue: a value
 # never written reads as these (9.969209968386869e36 for floats). Bytes have none (netCDF's own advice).
 NETCDF_DEFAULT_FILLS = {

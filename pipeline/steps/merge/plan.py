@@ -17,10 +17,9 @@ import numpy as np
 import xxhash
 
 from pipeline import MB, Sim2dlError, gc_paused
-from pipeline.config import encoding_errors
 from pipeline.data.splits import part_split_numbers
 from pipeline.formats.parts import Part, list_parts, read_about
-from pipeline.formats.shards import WRITERS, ShardWriter
+from pipeline.formats.shards import WRITERS, ShardWriter, encoding_errors
 from pipeline.formats.slabs import check_slabs
 from pipeline.paths import ConvertPaths
 from pipeline.runtime.mpi import block, exchange, exclusive_sum

@@ -102,13 +102,6 @@ def model_source(name: str) -> ModelSource:
     return ModelSource(name, None, file=Path(spec.origin), module=target, function=function)
 
 
-def model_file(name: str) -> Path | None:
-    """The user's model file named by train.model (a rerun trigger, bound into containers); None for a
-    built-in or a module (found on the path)."""
-    target, colon, _ = name.rpartition(":")
-    return Path(target) if colon and (target.endswith(".py") or "/" in target) else None
-
-
 def input_shape(source: ModelSource, feature_shape: Sequence[int | None]) -> tuple[int | None, ...]:
     """The model's input: the feature's shape, with a channel axis for a built-in whose convolutions
     need one, and any length for the sequence model."""

@@ -18,6 +18,7 @@ from pipeline.formats.shards.tfrecord.decode import (
     unit_extent,
 )
 from pipeline.formats.shards.tfrecord.encode import ENCODINGS, TFRecordShardWriter
+from pipeline.storage.directio import read_batches
 
 
 class TFRecordFormat(ShardFormat):
@@ -51,7 +52,6 @@ class TFRecordFormat(ShardFormat):
         if compression != "none":
             yield from super().read_ahead(paths, extents, spec, compression)
             return
-        from pipeline.formats.parts import read_batches  # (parts import this package's framing)
 
         indexes: dict[int, np.ndarray] = {}
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.runtime.placement import Topology
+from pipeline.staging.plan import MAX_CHUNK_BYTES, StagedFile, Transfer, chunk_messages
 from pipeline.storage.directio import PAGE, RangeReader, aligned_buffer, open_for_reading
 from pipeline.storage.fsutil import Checksum, atomic_path
-from pipeline.storage.staging.plan import MAX_CHUNK_BYTES, StagedFile, Transfer, chunk_messages
 
 Message = list[tuple[Path, int, int]]  # (file, offset, length) pieces sent as one chunk
 

@@ -39,9 +39,9 @@ from pipeline.formats.shards import shard_format
 from pipeline.paths import StagedPaths
 from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import Topology, staged_node_dir, target_root, topology
+from pipeline.staging.copier import Copier
+from pipeline.staging.plan import StagedFile, node_sources, plan, shard_sources
 from pipeline.storage.fsutil import file_checksum, remove_stale_temporaries, write_json_atomic
-from pipeline.storage.staging.copier import Copier
-from pipeline.storage.staging.plan import StagedFile, node_sources, plan, shard_sources
 
 log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
 
