@@ -138,6 +138,18 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
     assert "sigma_8" in summary["r2"] and summary["baseline"]["method"]
     assert (tmp_path / "whole" / "train" / "learning_curves.png").stat().st_size > 10_000
     assert '"round": 3' in whole.stderr
+    # the summary speaks in rounds (train.epochs is unused), and the history has a row per round
+    assert summary["rounds"] == 3 and "epochs" not in summary
+    assert summary["kept"]["rounds_trained"] == 3 and summary["kept"]["round"] == record["kept"]["round"]
+    history = json.loads((tmp_path / "whole" / "train" / "metrics.json").read_text())
+    assert [row["round"] for row in history] == [1, 2, 3]
+    # each trainer's records are named, and no record is read by two trainers: a file both list is
+    # dealt out (every n-th record from a different k-th)
+    shares = [{name: every for files, every in ranks for name in files} for ranks in record["trainer_shares"]]
+    for name in set(shares[0]) & set(shares[1]):
+        (n, k), (m, j) = shares[0][name], shares[1][name]
+        assert n == m and k != j, (name, shares)
+    assert sum(record["trainer_records"]) > 0
 
     # the same config killed after its first round and run again: the same rounds and the same weights
     out = tmp_path / "killed"

@@ -109,9 +109,12 @@ def restore(key: str, paths: TrainPaths, model: Any, optimizer: Any, comm: Any, 
     return Restored(checkpoint, start_epoch, history)
 
 
+@dataclass
 class Kept(Best):
-    """train.keep over epochs: the kernel's record, restored into the model at the end and summarised in
-    epochs."""
+    """train.keep over epochs (or a population's rounds: unit): the kernel's record, restored into the
+    model at the end and summarised in its unit."""
+
+    unit: str = "epoch"
 
     @property
     def epoch(self) -> int | None:
@@ -137,9 +140,13 @@ class Kept(Best):
         return None
 
     def summary(self, history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return {"keep": self.keep, "epoch": self.epoch if self.keep == "best" else (history[-1]["epoch"] if history
-                else None), "best_epoch": self.epoch, "best_val_loss": self.best[1] if self.best else None,
-                "epochs_trained": len(history), "stopped_early_after_epoch": self.stopped_after}  # fmt: skip
+        """The kept unit (best: the lowest validation loss; last: the last one trained), the best one, how
+        many were trained and where train.patience stopped, named in the unit (epoch, or round)."""
+        unit = self.unit
+        last = history[-1][unit] if history else None
+        return {"keep": self.keep, unit: self.epoch if self.keep == "best" else last, f"best_{unit}": self.epoch,
+                "best_val_loss": self.best[1] if self.best else None, f"{unit}s_trained": len(history),
+                f"stopped_early_after_{unit}": self.stopped_after}  # fmt: skip
 
 
 def save_weights_atomic(model: Any, path: Path) -> None:

@@ -137,7 +137,8 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
     val_loss, result = evaluation
     summary = {
         "task": task.name,
-        "epochs": settings["epochs"],
+        # the configured length, in the kept record's unit (a population's rounds; epochs are then unused)
+        f"{kept.unit}s": settings["population"]["rounds"] if kept.unit == "round" else settings["epochs"],
         "ranks": size,
         "spatial": {"split": ranks.layout.split, "groups": ranks.layout.groups},
         "val_loss": val_loss,

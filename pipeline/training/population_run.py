@@ -84,7 +84,8 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     if rank == 0:
         write_history(out_dir, outcome.history)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline)
-    kept = Kept(settings["keep"], (outcome.kept["round"], outcome.kept["val_loss"]))
+    kept = Kept(settings["keep"], (outcome.kept["round"], outcome.kept["val_loss"]), unit="round")
+    kept.stopped_after = outcome.kept.get("stopped_after_round")
     record = {"trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
               "exchange": population.exchange, "rounds_trained": len(outcome.state.rounds),
               "kept": outcome.kept, "initial_hyperparameters": population.hyperparameters(settings),
@@ -93,6 +94,9 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
               "trainer_files": [sorted({n for names in files for n in names}) for files in _by_trainer(
                   comm.allgather([f.name for f in data.files]), population)],
               "trainer_records": [sum(n) for n in _by_trainer(comm.allgather(data.records), population)],
+              # each rank's files and which of their records it reads ([n, k]: every n-th from the k-th;
+              # null: all), so that the trainers' records can be checked disjoint
+              "trainer_shares": _by_trainer(comm.allgather([[f.name for f in data.files], data.shard]), population),
               "round_cost": _median([r["round_cost"] for r in outcome.state.rounds if r["pairs"] != []])}  # fmt: skip
 
     def curves(path: Path) -> None:

@@ -154,7 +154,7 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
         return loss
 
     history = _history(state)
-    record = Best(settings["keep"], best_unit(history, "epoch"))  # the lowest validation loss of any round
+    record = Best(settings["keep"], best_unit(history, "round"))  # the lowest validation loss of any round
     for round_number in range(start, population.rounds):
         hyper = state.hyperparameters[trainer.number]
         clock = {"steps": time.perf_counter()}
@@ -309,7 +309,7 @@ def _history(state: PopulationState) -> list[dict[str, Any]]:
 def _history_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """A round as the learning curves' row: the population's mean training loss, its best validation loss."""
     finite = [v for v in row["val_loss"] if math.isfinite(v)]
-    return {"epoch": row["round"], "loss": float(np.mean(row["train_loss"])),
+    return {"round": row["round"], "loss": float(np.mean(row["train_loss"])),
             "val_loss": min(finite) if finite else math.nan, "samples_per_s": row["samples_per_s"],
             "input_wait_fraction": row["input_wait_fraction"], "seconds": row["seconds"]["steps"]}  # fmt: skip
 
