@@ -51,7 +51,9 @@ config checks); cli.py.
                     buffer.py (replay buffers), trainer.py (the training ranks), tables.py (its runs table)
     simulators/     built-in simulator families (one file each), ensemble.py (your simulator over MPI)
     runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
-                    ranks, staged directories), launch.py (argument vectors per container runtime),
+                    ranks, staged directories), launch.py (a step's argument vector: launcher and
+                    container), runtimes/ (one file per container runtime: its argument vector, image
+                    name, pull, doctor's checks),
                     startup.py (a launch that failed in MPI start-up, recognised and started again),
                     container_image.py, oci_registry.py, host_mpi.py (the bind model), doctor.py,
                     slurm_watch.py, processes.py, run_worker.py (the process that runs an ensemble
@@ -63,7 +65,7 @@ config checks); cli.py.
 
 Where a new thing goes: an input reader, formats/readers/ (one file, registered in its __init__); a shard
 format, formats/shards/; a model, training/models/; a task, training/tasks/; a simulator family,
-simulators/; a container runtime, runtime/launch.py's table of argument vectors; a step, steps/ plus its
+simulators/; a container runtime, runtime/runtimes/ (one file, registered in its __init__); a step, steps/ plus its
 rule file in rules/ and its subcommand in cli.py. Every step prints one JSON summary line on stdout; its
 progress and diagnostics go to stderr.
 

@@ -379,3 +379,26 @@ def test_install_script_refuses_an_unknown_variant_before_installing_anything(tm
     run = subprocess.run(["bash", str(REPO / "containers" / "install.sh")], capture_output=True, text=True, env=env)
     assert run.returncode == 2 and "SIM2DL_IMAGE_VARIANT is 'rocm'" in run.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_every_runtime_of_the_schema_is_one_file_of_the_table():
+    """Container runtimes are a table (pipeline/runtime/runtimes/, one file each): every runtime the schema
+    accepts has its class there, with what doctor looks for, and no module elsewhere branches on a
+    runtime's name."""
+    import re
+    from pathlib import Path
+
+    from pipeline.config import schema
+    from pipeline.runtime.runtimes import RUNTIMES as TABLE
+
+    accepted = schema()["properties"]["container"]["properties"]["runtime"]["enum"]
+    assert set(accepted) == set(TABLE) == set(RUNTIMES)
+    folder = Path(__file__).resolve().parents[1] / "pipeline" / "runtime" / "runtimes"
+    for name, runtime in TABLE.items():
+        assert runtime.name == name and (name == "none" or (runtime.binary and runtime.install_hint))
+        module = type(runtime).__module__.rsplit(".", 1)[1]
+        assert (folder / f"{module}.py").exists()
+    names = "|".join(re.escape(n) for n in TABLE if n != "none")
+    branching = re.compile(rf"""(runtime|\["runtime"\]) (==|!=|in) \(?["']({names})""")
+    for path in (folder.parent).glob("*.py"):
+        assert not branching.search(path.read_text()), f"{path.name} branches on a runtime's name"

@@ -34,6 +34,7 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.config import REPO
+from pipeline.runtime.runtimes import runtime_of
 
 SRC_IN_IMAGE = "/opt/sim2dl"
 # What the heavy install depends on: a change here rebuilds the image from debootstrap on.
@@ -77,18 +78,7 @@ def image_reference(settings: Mapping[str, Any]) -> str:
     container.name/tag in the form each runtime wants."""
     if settings["image"]:
         return str(settings["image"])
-    runtime, name, tag = settings["runtime"], settings["name"], image_tag(settings)
-    if runtime == "shifter":
-        return f"docker:{name}:{tag}"  # after `shifterimg pull docker:NAME:TAG`
-    if runtime in ("podman", "podman-hpc", "sarus"):
-        return f"{name}:{tag}"
-    if runtime == "enroot":
-        return str(build_dir(settings) / f"{slug(settings)}.sqsh")  # `enroot import -o`, run by pyxis or enroot start
-    if runtime == "charliecloud":
-        return str(build_dir(settings) / slug(settings))
-    if runtime in ("apptainer", "singularity"):
-        return str(build_dir(settings) / f"{slug(settings)}.sif")
-    return f"{name}:{tag}"
+    return runtime_of(settings).image(settings["name"], image_tag(settings), build_dir(settings), slug(settings))
 
 
 def image_environment(repo: Path = REPO) -> dict[str, str]:

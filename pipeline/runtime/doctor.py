@@ -25,20 +25,8 @@ from pipeline import Sim2dlError
 from pipeline.paths import MergedPaths
 from pipeline.runtime import host_mpi as hostmpi
 from pipeline.runtime.container_image import image_reference
+from pipeline.runtime.runtimes import runtime_of
 
-RUNTIME_BINARY = {"shifter": "shifter", "apptainer": "apptainer", "singularity": "singularity",
-                  "charliecloud": "ch-run", "podman": "podman", "podman-hpc": "podman-hpc", "enroot": "enroot",
-                  "sarus": "sarus"}  # fmt: skip
-INSTALL_HINT = {
-    "shifter": "Shifter is a site install (NERSC: available on login and compute nodes); ask the site",
-    "apptainer": "load the site's apptainer module, or install Apptainer (https://apptainer.org/docs)",
-    "singularity": "load the site's singularity module, or set container.runtime: apptainer",
-    "charliecloud": "apt-get install charliecloud (or the site's charliecloud module)",
-    "podman": "apt-get install podman runc",
-    "podman-hpc": "on Perlmutter already; elsewhere pip install podman-hpc (needs podman, fuse-overlayfs, squashfuse)",
-    "enroot": "enroot + pyxis are site installs (https://github.com/NVIDIA/enroot); ask the site",
-    "sarus": "Sarus is a site install (CSCS: module load sarus); ask the site",
-}
 # Printed inside the container by the image's python: what MPI library mpi4py loads there.
 INSIDE_PROBE = "from mpi4py import MPI; print(MPI.Get_library_version().strip())"
 # Printed where a rank trains (inside the container, with its GPU switch): the GPUs it is given and sees.
@@ -70,16 +58,16 @@ def _run(argv: list[str], timeout: float = 120, env: Mapping[str, str] | None = 
 
 
 def check_runtime(settings: Mapping[str, Any]) -> Check:
-    runtime = settings["runtime"]
-    if runtime == "none":
+    runtime = runtime_of(settings)
+    if runtime.name == "none":
         return Check("runtime", "ok", "none: steps run in this environment (no container)")
-    binary = RUNTIME_BINARY[runtime]
+    binary = runtime.binary
     path = shutil.which(binary)
     if path is None:
-        return Check("runtime", "fail", f"{runtime}: {binary} is not on PATH", INSTALL_HINT[runtime])
+        return Check("runtime", "fail", f"{runtime.name}: {binary} is not on PATH", runtime.install_hint)
     code, out = _run([binary, "--version"], timeout=30)
     version = out.splitlines()[0] if out else "?"
-    return Check("runtime", "ok" if code == 0 else "warn", f"{runtime}: {path} ({version})")
+    return Check("runtime", "ok" if code == 0 else "warn", f"{runtime.name}: {path} ({version})")
 
 
 def pull_fix(settings: Mapping[str, Any]) -> str:
@@ -96,29 +84,13 @@ def pull_fix(settings: Mapping[str, Any]) -> str:
 
 
 def check_image(settings: Mapping[str, Any]) -> Check:
-    runtime = settings["runtime"]
-    if runtime == "none":
+    runtime = runtime_of(settings)
+    if runtime.name == "none":
         return Check("image", "skip", "no container runtime")
-    ref = image_reference(settings)
-    if runtime in ("charliecloud", "apptainer", "singularity", "enroot"):
-        return Check("image", "ok", ref) if Path(ref).exists() else Check(
-            "image", "fail", f"{ref} does not exist", pull_fix(settings))  # fmt: skip
-    if runtime in ("podman", "podman-hpc"):
-        if shutil.which(runtime) is None:
-            return Check("image", "skip", f"{runtime} not found")
-        code, _ = _run([runtime, "image", "exists", ref], timeout=60)
-        return Check("image", "ok", ref) if code == 0 else Check(
-            "image", "fail", f"{runtime} has no image {ref}", pull_fix(settings))  # fmt: skip
-    # shifter and sarus: their lists of pulled images
-    lister = {"shifter": ["shifterimg", "images"], "sarus": ["sarus", "images"]}[runtime]
-    if shutil.which(lister[0]) is None:
-        return Check("image", "skip", f"{lister[0]} not found; cannot check {ref}")
-    code, out = _run(lister, timeout=60)
-    name = ref.removeprefix("docker:").rpartition(":")[0]
-    tag = ref.rpartition(":")[2]
-    present = code == 0 and any(name in line and tag in line for line in out.splitlines())
-    return Check("image", "ok", ref) if present else Check(
-        "image", "fail", f"{ref} has not been pulled", pull_fix(settings))  # fmt: skip
+    present, detail = runtime.has_image(image_reference(settings), lambda argv: _run(argv, timeout=60))
+    if present is None:
+        return Check("image", "skip", detail)
+    return Check("image", "ok", detail) if present else Check("image", "fail", detail, pull_fix(settings))
 
 
 def host_library(settings: Mapping[str, Any]) -> Path | None:
@@ -135,7 +107,7 @@ def check_host_mpi(settings: Mapping[str, Any]) -> tuple[Check, str | None]:
         if code != 0:
             return Check("host MPI", "fail", f"mpi4py cannot load an MPI library: {out[-300:]}", "make env"), None
         return Check("host MPI", "ok", f"this environment's mpi4py: {hostmpi.version_line(out)}"), out
-    if settings["runtime"] == "shifter" and host["enabled"]:
+    if not runtime_of(settings).binds_host_mpi and host["enabled"]:  # the runtime's module brings it
         modules = ", ".join(settings["shifter_modules"])
         return Check("host MPI", "ok", f"provided by shifter --module={modules} (checked inside)"), None
     library = host_library(settings)

@@ -33,15 +33,8 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.runtime.container_image import image_reference
-
-RUNTIMES = ("none", "shifter", "apptainer", "singularity", "charliecloud", "podman", "podman-hpc", "enroot", "sarus")
-# What MPI launchers hand each rank (PMI wiring, Slurm step ids): runtimes that do not pass the host
-# environment through (podman) are told to pass these names.
-PASS_THROUGH_NAMES = [
-    "PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "PMI_ID", "PMI_JOBID", "PMI_SPAWNED", "PMI_SUBVERSION",
-    "PMI_VERSION", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID",
-    "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEID",
-]  # fmt: skip
+from pipeline.runtime.runtimes import RUNTIMES as RUNTIME_TABLE
+from pipeline.runtime.runtimes import Container, runtime_of
 
 # charliecloud and podman give every rank its own user namespace: MPICH's single-copy transfers (CMA,
 # process_vm_readv) and UCX's /proc/PID/fd shared-memory links are refused between ranks there, and
@@ -49,13 +42,10 @@ PASS_THROUGH_NAMES = [
 # `container.env` can override these, e.g. with ch-run --join set up by the site.)
 SEPARATE_NAMESPACE_ENV = {"MPIR_CVAR_CH4_CMA_ENABLE": "0", "UCX_POSIX_USE_PROC_LINK": "n", "UCX_TLS": "^cma"}
 
-# container.gpus: the steps that compute on GPUs, and what a GPU-enabled rank needs to see. Each runtime's
-# switch is in container_argv; the device each rank takes is pipeline.training.devices' choice.
+# container.gpus: the steps that compute on GPUs. Each runtime's switch is its class's (runtimes/); the
+# device each rank takes is pipeline.training.devices' choice.
 GPU_STEPS = ("train", "search")
-GPU_PASS_THROUGH_NAMES = ["CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_LOCALID"]
-# enroot's NVIDIA hook runs when these are set in the container's environment (all GPUs of the task's
-# cgroup; the rank then takes its own by CUDA_VISIBLE_DEVICES or its local rank)
-ENROOT_GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+RUNTIMES = tuple(RUNTIME_TABLE)
 
 
 def mpi_launcher(
@@ -135,42 +125,18 @@ def container_mounts(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd
     """(host path, container path) of every bind: cwd and data at their own paths, configured binds, and
     the host MPI directories (Shifter's module brings its own)."""
     mounts = binds(settings, [cwd, *data_dirs])
-    if settings["runtime"] != "shifter":
+    if runtime_of(settings).binds_host_mpi:
         mounts += [(p, p) for p in host_mpi_settings(settings)[0]]
     return mounts
-
-
-def _listed_mounts(mounts: Sequence[tuple[str, str]], runtime: str) -> list[tuple[str, str]]:
-    """Mounts for runtimes that list them separated by ',' (pyxis, Sarus): a path holding one cannot be said."""
-    for pair in mounts:
-        for path in pair:
-            if "," in path:
-                raise Sim2dlError(f"{runtime} cannot bind {path!r}: its mount list is separated by ','; bind a path "
-                                  "without a comma (container.binds, workdir, data or staging directory)")  # fmt: skip
-    return list(mounts)
-
-
-def _env_prefix(env: Mapping[str, str]) -> list[str]:
-    """`env K=V ...` run inside the container: one argument per variable, values verbatim."""
-    return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
-
-
-def pyxis_options(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> list[str]:
-    """srun options of the pyxis plugin (enroot under Slurm): the image and its mounts."""
-    mounts = _listed_mounts(container_mounts(settings, data_dirs, cwd), "pyxis")
-    argv = [f"--container-image={image_reference(settings)}"]
-    if mounts:
-        argv.append("--container-mounts=" + ",".join(f"{s}:{d}" for s, d in mounts))
-    return [*argv, f"--container-workdir={cwd}", "--no-container-mount-home", "--no-container-remap-root"]
 
 
 def container_environment(settings: Mapping[str, Any]) -> dict[str, str]:
     """Variables set in every container: the image's name, namespace workarounds, the bind model's, then
     container.env."""
-    runtime = settings["runtime"]
-    host_env = host_mpi_settings(settings)[1] if runtime != "shifter" else {}
+    runtime = runtime_of(settings)
+    host_env = host_mpi_settings(settings)[1] if runtime.binds_host_mpi else {}
     # SIM2DL_IMAGE: steps record which image ran them
-    namespaced = SEPARATE_NAMESPACE_ENV if runtime in ("charliecloud", "podman", "podman-hpc") else {}
+    namespaced = SEPARATE_NAMESPACE_ENV if runtime.own_user_namespace else {}
     image = image_reference(settings)
     return {"SIM2DL_IMAGE": image, **namespaced, **host_env, **{str(k): str(v) for k, v in settings["env"].items()}}
 
@@ -179,80 +145,25 @@ def container_argv(
     settings: Mapping[str, Any], command: Sequence[str], data_dirs: Sequence[Path], cwd: Path
 ) -> list[str]:
     """The argument vector that runs `command` in one container with `settings` (config `container:`),
-    with `data_dirs` and the working directory `cwd` at the same paths inside."""
-    runtime = settings["runtime"]
-    if runtime == "none":
+    with `data_dirs` and the working directory `cwd` at the same paths inside: the runtime's own
+    (pipeline/runtime/runtimes/, one file each)."""
+    runtime = runtime_of(settings)
+    if runtime.name == "none":
         return list(command)
-    image = image_reference(settings)
-    mounts = container_mounts(settings, data_dirs, cwd)
-    env = container_environment(settings)
+    return runtime.argv(container_of(settings, data_dirs, cwd), command)
 
-    gpus = bool(settings.get("gpus"))
-    if runtime == "shifter":
-        # Shifter passes the host environment; NERSC's mpich module injects Cray MPICH and sets the paths,
-        # its gpu module the driver and CUDA libraries. One --module option names them all.
-        argv = ["shifter", f"--image={image}"]
-        modules = [
-            *(settings["shifter_modules"] if settings["host_mpi"]["enabled"] else []),
-            *(["gpu"] if gpus else []),
-        ]
-        if modules:
-            argv.append("--module=" + ",".join(modules))
-        argv += [f"--volume={s}:{d}" for s, d in mounts]
-        argv += [f"--env={k}={v}" for k, v in env.items()]
-        return [*argv, *command]
-    if runtime in ("apptainer", "singularity"):
-        argv = [runtime, "exec", *(["--nv"] if gpus else []), "--pwd", str(cwd)]
-        for s, d in mounts:
-            argv += ["--bind", f"{s}:{d}"]
-        for k, v in env.items():
-            argv += ["--env", f"{k}={v}"]
-        return [*argv, image, *command]
-    if runtime == "charliecloud":
-        # --set-env: the image's /ch/environment first; --env-no-expand: config values arrive verbatim
-        argv = ["ch-run", f"--cd={cwd}", "--set-env", "--env-no-expand"]
-        for s, d in mounts:
-            argv += ["-b", f"{s}:{d}"]
-        for k, v in env.items():
-            argv += [f"--set-env={k}={v}"]
-        return [*argv, image, "--", *command]
-    if runtime in ("podman", "podman-hpc"):
-        # One container per rank sharing the host's IPC (MPI shared memory) and network; PMI wiring and
-        # Slurm ids are passed by name, since podman does not pass the host environment. podman-hpc takes
-        # podman's options; its --mpi module brings the site's MPI (Cray MPICH at NERSC).
-        argv = [runtime, "run", "--rm"]
-        if runtime == "podman-hpc" and settings["host_mpi"]["enabled"]:
-            argv.append("--mpi")
-        if gpus:  # podman-hpc's module binds the devices and driver; podman takes the CDI device
-            argv += ["--gpu"] if runtime == "podman-hpc" else ["--device", "nvidia.com/gpu=all"]
-        argv += ["--ipc=host", "--network=host", "--pid=host"]  # (--init needs a PID namespace of its own)
-        argv += [f"--timeout={int(settings['podman_timeout_s'])}", "-w", str(cwd)]
-        for s, d in mounts:
-            argv += ["-v", f"{s}:{d}"]
-        for name in PASS_THROUGH_NAMES + (GPU_PASS_THROUGH_NAMES if gpus else []):
-            argv += ["-e", name]
-        for k, v in env.items():
-            argv += ["-e", f"{k}={v}"]
-        return [*argv, image, *command]
-    if runtime == "sarus":
-        # Sarus passes the host environment (PMI, Slurm) itself; --mpi: its native MPICH hook
-        argv = ["sarus", "run", *(["--mpi"] if settings["host_mpi"]["enabled"] else []), f"--workdir={cwd}"]
-        argv += [f"--mount=type=bind,source={s},destination={d}" for s, d in _listed_mounts(mounts, "sarus")]
-        return [*argv, image, *_env_prefix(env), *command]
-    if runtime == "enroot":
-        # enroot start outside Slurm (under srun, step_argv uses pyxis); env -C: enroot has no workdir option
-        argv = ["enroot", "start", *(f"--mount={s}:{d}" for s, d in mounts)]
-        argv += [f"--env={k}={v}" for k, v in (ENROOT_GPU_ENV if gpus else {}).items()]
-        argv.append(image)
-        return [*argv, "env", f"--chdir={cwd}", *_env_prefix(env)[1:], *command]
-    raise Sim2dlError(f"container runtime '{runtime}' is not one of {', '.join(RUNTIMES)} (key 'container.runtime')")
+
+def container_of(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> Container:
+    """What a runtime is given to run a command in one container."""
+    return Container(settings, image_reference(settings), container_mounts(settings, data_dirs, cwd),
+                     container_environment(settings), cwd, bool(settings.get("gpus")))  # fmt: skip
 
 
 def prepare_mount_points(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> list[str]:
-    """charliecloud (0.31) cannot create a bind destination inside a read-only image: make the missing ones
-    in a directory image before the ranks start (once, from the launching process); a squashfs or
-    unwritable image gets an error naming them. Returns the directories created."""
-    if settings["runtime"] != "charliecloud":
+    """A runtime that cannot create a bind destination inside a read-only image (charliecloud 0.31): the
+    missing ones made in a directory image before the ranks start (once, from the launching process); a
+    squashfs or unwritable image gets an error naming them. Returns the directories created."""
+    if not runtime_of(settings).makes_mount_points:
         return []
     image = Path(image_reference(settings))
     destinations = [d for _, d in container_mounts(settings, data_dirs, cwd)]
@@ -291,7 +202,7 @@ def step_argv(
     sim2dl = "sim2dl" if settings["runtime"] != "none" else str(Path(sys.executable).with_name("sim2dl"))
     launcher = mpi_launcher(mpi, tasks, gpus_per_task=config["slurm"]["gpus_per_task"] if trains else 0)
     if (
-        settings["runtime"] in ("podman", "podman-hpc")
+        not runtime_of(settings).inherits_fds
         and launcher
         and _is_hydra(launcher[0])
         and "-pmi-port" not in launcher
@@ -299,12 +210,10 @@ def step_argv(
         # hydra hands each rank its PMI connection as an inherited fd, which does not reach a podman
         # container; over a port (PMI_PORT, passed by name) it does, with --network=host
         launcher.insert(1, "-pmi-port")
-    if settings["runtime"] == "enroot" and launcher and Path(launcher[0]).name == "srun":
-        # pyxis: the container is srun's business (one per task), the variables are set inside
-        env = container_environment(settings)
-        # enroot's NVIDIA hook reads srun's environment, which pyxis hands to the container
-        gpu_env = _env_prefix(ENROOT_GPU_ENV) if settings["gpus"] else []
-        return [*gpu_env, *launcher, *pyxis_options(settings, data_dirs, cwd), *_env_prefix(env), sim2dl, *step_args]
+    runtime = runtime_of(settings)
+    if runtime.srun_plugin and launcher and Path(launcher[0]).name == "srun":
+        # the container is srun's business (one per task: pyxis for enroot)
+        return runtime.srun_argv(container_of(settings, data_dirs, cwd), launcher, [sim2dl, *step_args])
     return [*launcher, *container_argv(settings, [sim2dl, *step_args], data_dirs, cwd)]
 
 

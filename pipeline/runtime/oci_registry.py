@@ -43,12 +43,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.runtime.container_image import image_reference, image_tag, replace_dir, run_logged
+from pipeline.runtime.runtimes import Plan, runtime_of
+from pipeline.runtime.runtimes.base import containers_options, registry_credentials
 
 DEFAULT_REGISTRY_HINT = "e.g. ghcr.io/ORG/sim2dl:0.1.0, or set container.name: ghcr.io/ORG/sim2dl"
 
@@ -99,104 +101,17 @@ def configured_reference(settings: Mapping[str, Any], given: str | None) -> Regi
 # ---------------------------------------------------------------------------------------------- plans
 
 
-@dataclass
-class Plan:
-    """What to run: argument vectors in order, the environment they add (None removes a variable), and,
-    for runtimes that write a file or directory, where it goes and the temporary name it is written as."""
-
-    runtime: str
-    commands: list[list[str]]
-    env: dict[str, str | None] = field(default_factory=dict)
-    target: Path | None = None
-    partial: Path | None = None
-    image: str = ""
-    notes: list[str] = field(default_factory=list)
-
-
-def _containers_options(settings: Mapping[str, Any], cert_dir: Path | None, prefix: str = "") -> list[str]:
-    """TLS and credential options of the containers/image tools (podman, skopeo): `prefix` is skopeo's
-    'dest-' for a push."""
-    argv = []
-    if not settings["registry_tls_verify"]:
-        argv.append(f"--{prefix}tls-verify=false")
-    elif cert_dir is not None:
-        argv.append(f"--{prefix}cert-dir={cert_dir}")
-    if settings["registry_auth_file"]:
-        argv.append(f"--{prefix}authfile={settings['registry_auth_file']}")
-    return argv
-
-
 def push_plan(settings: Mapping[str, Any], ref: RegistryRef, archive: Path, digest_file: Path,
               cert_dir: Path | None) -> Plan:  # fmt: skip
-    argv = ["skopeo", "copy", f"--digestfile={digest_file}", *_containers_options(settings, cert_dir, "dest-"),
+    argv = ["skopeo", "copy", f"--digestfile={digest_file}", *containers_options(settings, cert_dir, "dest-"),
             f"oci-archive:{archive}", ref.docker_uri]  # fmt: skip
     return Plan("skopeo", [argv])
 
 
-def _partial(target: Path, suffix: str = "") -> Path:
-    return target.with_name(f".{target.name}.pull-{os.getpid()}{suffix}")
-
-
 def pull_plan(settings: Mapping[str, Any], ref: RegistryRef, cert_dir: Path | None = None) -> Plan:
-    """The commands that bring `ref` into the configured runtime, as its users would type them."""
-    runtime = settings["runtime"]
-    image = image_reference(settings)
-    verify = settings["registry_tls_verify"]
-    ca = str(settings["registry_ca"]) if settings["registry_ca"] else None
-    if runtime in ("podman", "podman-hpc"):
-        tool = runtime
-        commands = [[tool, "pull", *_containers_options(settings, cert_dir), ref.docker_uri]]
-        local = str(ref)
-        if image != str(ref):
-            commands.append([tool, "tag", str(ref), image])
-            local = image
-        if runtime == "podman-hpc":  # squash the image where the compute nodes read it
-            commands.append([tool, "migrate", local])
-        return Plan(runtime, commands, image=image)
-    if runtime == "charliecloud":
-        target = Path(image)
-        squash = target.suffix in (".sqfs", ".squashfs")
-        partial = _partial(target, ".sqfs" if squash else "")
-        # --no-cache: no second copy in the build cache; delete: the unpacked copy in ch-image's storage is
-        # not what ch-run runs (the downloaded layers stay in its download cache for the next pull).
-        # ch-image (Python requests) trusts REQUESTS_CA_BUNDLE over --tls-no-verify: set or clear it.
-        env: dict[str, str | None] = {"REQUESTS_CA_BUNDLE": ca if verify else None}
-        user = _credentials(ref, settings)
-        if user:
-            env.update({"CH_IMAGE_USERNAME": user[0], "CH_IMAGE_PASSWORD": user[1]})
-        options = [*([] if verify else ["--tls-no-verify"]), *(["--auth"] if user else [])]
-        commands = [["ch-image", "pull", "--no-cache", *options, str(ref)],
-                    ["ch-convert", "-i", "ch-image", "-o", "squash" if squash else "dir", str(ref), str(partial)],
-                    ["ch-image", "delete", str(ref)]]  # fmt: skip
-        if settings["gpus"]:
-            # ch-run has no GPU switch: the host's NVIDIA driver libraries are copied into the image once,
-            # at pull time (so pull on a GPU node of the driver version the jobs will see)
-            if squash:
-                raise Sim2dlError(
-                    f"config key 'container.gpus': charliecloud's ch-fromhost --nvidia writes into a directory "
-                    f"image, and container.image is a squashfs file ({target.name}): pull a directory image"
-                )
-            commands.append(["ch-fromhost", "--nvidia", str(partial)])
-        return Plan(runtime, commands, env, target, partial, image)
-    if runtime in ("apptainer", "singularity"):
-        target = Path(image)
-        partial = _partial(target, ".sif")
-        http = ["--no-https"] if runtime == "apptainer" else ["--nohttps"]
-        argv = [runtime, "pull", *([] if verify else http), str(partial), ref.docker_uri]
-        return Plan(runtime, [argv], {"SSL_CERT_FILE": ca} if ca else {}, target, partial, image)
-    if runtime == "enroot":
-        target = Path(image)
-        partial = _partial(target, ".sqsh")
-        env = {"ENROOT_ALLOW_HTTP": "yes"} if not verify else ({"CURL_CA_BUNDLE": ca} if ca else {})
-        return Plan(runtime, [["enroot", "import", "-o", str(partial), ref.enroot_uri]], dict(env), target, partial,
-                    image)  # fmt: skip
-    if runtime in ("shifter", "sarus"):  # they run what they pulled by its name: name it in the config
-        pulled = f"docker:{ref}" if runtime == "shifter" else str(ref)
-        notes = [] if pulled == image else [f"steps run {image}: set container.name: {ref.registry}/{ref.repository}"]
-        command = ["shifterimg", "pull", pulled] if runtime == "shifter" else ["sarus", "pull", pulled]
-        return Plan(runtime, [command], image=image, notes=notes)
-    raise Sim2dlError(f"container.runtime is '{runtime}': there is nothing to pull an image into "
-                      "(set container.runtime to the site's runtime)")  # fmt: skip
+    """The commands that bring `ref` into the configured runtime, as its users would type them (the
+    runtime's own, pipeline/runtime/runtimes/)."""
+    return runtime_of(settings).pull(settings, ref, image_reference(settings), cert_dir)
 
 
 # ------------------------------------------------------------------------------------------ execution
@@ -282,22 +197,8 @@ def _registry_get(ref: RegistryRef, path: str, settings: Mapping[str, Any], meth
     raise error if error else OSError("no scheme")
 
 
-def _credentials(ref: RegistryRef, settings: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(user, password) for ref's registry from registry_auth_file (the containers-auth.json format)."""
-    path = settings["registry_auth_file"]
-    if not path:
-        return None
-    try:
-        auths = json.loads(Path(path).expanduser().read_text()).get("auths", {})
-        entry = auths.get(ref.registry) or auths.get(f"https://{ref.registry}") or {}
-        user, _, password = base64.b64decode(entry["auth"]).decode().partition(":") if "auth" in entry else ("", "", "")
-    except (OSError, ValueError) as e:
-        raise Sim2dlError(f"container.registry_auth_file {path}: cannot read it ({e})") from e
-    return (user, password) if user else None
-
-
 def _basic_auth(ref: RegistryRef, settings: Mapping[str, Any]) -> dict[str, str]:
-    user = _credentials(ref, settings)
+    user = registry_credentials(ref, settings)
     return {"Authorization": "Basic " + base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode()} if user else {}
 
 
