@@ -24,7 +24,7 @@ config checks); cli.py.
     formats/        what files hold
         readers/        input formats (HDF5, NetCDF, NumPy, ROOT, Zarr, ADIOS2 BP: bp.py, openPMD:
                         openpmd.py), one file each behind `Reader` (each says what it recognises: a
-                        `Layout` for inspect); cf.py decodes CF fill values and packing, events.py
+                        its `Conventions` for inspect); cf.py decodes CF fill values and packing, events.py
                         event-indexed tables
         fields/         values that are not arrays of a file (attributes, run tables, path groups), classes
         shards/         shard formats, one home each (`ShardFormat`: writer, index, reading, verification,
@@ -48,7 +48,8 @@ config checks); cli.py.
                     exchange.py (train.population), steps.py (the compiled step), optimizer.py
     online/         online training (train.online): producer.py (the ensemble's ranks sending samples),
                     arrivals.py (reading a run's files or stream steps), stream.py (ADIOS2 SST), messages.py,
-                    buffer.py (replay buffers), trainer.py (the training ranks), tables.py (its runs table)
+                    buffer.py (replay buffers), training_rank.py (the ranks that train), tables.py (its
+                    runs table)
     simulators/     built-in simulator families (one file each), ensemble.py (your simulator over MPI)
     runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
                     ranks, staged directories), launch.py (a step's argument vector: launcher and
@@ -82,6 +83,10 @@ Words with one meaning each:
     split          a named subset of the shards (train/, validation/ ...) chosen by a hash of the parent id
     layout         the workdir's paths (`paths.Layout`); nothing else is called a layout
     placement      which node and rank holds or reads which shard (stage, train)
+    trainer        a group of consecutive ranks training one model of a population (train.population,
+                   training/tournament.py); online training's ranks that train are training ranks
+                   (online/training_rank.py; its summary's `trainers` and `*_per_trainer` count them)
+    conventions    what a reader recognises in a file beyond its arrays (readers/base.py), for inspect
     image          a container image; the bytes of one input file are its contents
     template       the places of fields in an HDF5 file that files of the same shape share (readers/hdf5.py)
     MB             10^6 bytes, everywhere (config sizes, summaries, benchmarks)

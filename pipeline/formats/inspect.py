@@ -15,7 +15,7 @@ share is proposed as `source.samples_along` (a dimension whose length differs be
 named like one (time, event, sample, member), axis 0 of HDF5/NumPy arrays that all share it within each
 file, a ROOT tree's entries), with each field's shape then that of ONE sample; and the global attributes
 whose values differ between files are listed as candidate categorical labels (the one with the fewest
-values becomes the label when no array is one). What a format's conventions say (a `Layout` from its
+values becomes the label when no array is one). What a format's conventions say (a `Conventions` from its
 reader: ROOT's entries, ADIOS2's steps and openPMD's iterations as samples, openPMD's `source.format`, a
 Gadget snapshot's particles deposited onto a grid with its Header's cosmology as labels) decides where
 it speaks; inspect itself has no branch per format.
@@ -42,7 +42,7 @@ import yaml
 from pipeline import Sim2dlError
 from pipeline import config as cfg
 from pipeline.formats.readers import BY_SUFFIX, READERS, SampleError, is_input_directory
-from pipeline.formats.readers.base import ArrayInfo, Contents, Layout, Reader
+from pipeline.formats.readers.base import ArrayInfo, Contents, Conventions, Reader
 from pipeline.storage.fsutil import write_text_atomic
 
 MAX_LISTED = 10_000  # matches listed before the files to open are chosen
@@ -234,12 +234,12 @@ def reader_of(path: Path) -> Reader | None:
     return next((r for r in READERS.values() if r.claims(path)), None) or BY_SUFFIX.get(path.suffix.lower())
 
 
-def common_layout(result: Survey) -> Layout | None:
-    """The layout every inspected file's reader recognised (the first file's), or None."""
-    layouts = [c.layout for c in result.contents]
-    if not layouts or any(layout is None for layout in layouts):
+def common_conventions(result: Survey) -> Conventions | None:
+    """The conventions every inspected file's reader recognised (the first file's), or None."""
+    found = [c.conventions for c in result.contents]
+    if not found or any(conventions is None for conventions in found):
         return None
-    return layouts[0]
+    return found[0]
 
 
 def field_names(fields: Sequence[Field]) -> dict[str, str]:
@@ -348,11 +348,11 @@ def _lengths_along(result: Survey, path: str, position: int) -> list[int]:
 def choose_samples_along(result: Survey, usable: Sequence[Field]) -> tuple[int | str | None, dict[str, int], str]:
     """The sample axis (or None), the position of that axis in each array along it, and why."""
     shaped = [f for f in usable if f.shape is not None and len(f.shape) >= 1]
-    layout = common_layout(result)
-    if layout is not None and layout.file_is_sample:
-        return None, {}, layout.why
-    if layout is not None and layout.samples_along is not None:
-        return layout.samples_along, {f.path: 0 for f in shaped}, layout.why
+    conventions = common_conventions(result)
+    if conventions is not None and conventions.file_is_sample:
+        return None, {}, conventions.why
+    if conventions is not None and conventions.samples_along is not None:
+        return conventions.samples_along, {f.path: 0 for f in shaped}, conventions.why
     large = [f for f in shaped if not f.is_label] or shaped
     if not large:
         return None, {}, "no array has an axis"
@@ -530,25 +530,26 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
             candidates.append(f"{name}: {flow(spec)}   (a candidate label)")
     class_labels = [attribute_names[decided.class_label]] if decided.class_label else []
     skipped = [f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in usable]
-    layout = common_layout(result)
+    conventions = common_conventions(result)
     deposit: dict[str, Any] = {}
-    layout_notes: list[str] = []
-    if layout is not None:  # what the format says of itself (readers' describe): it decides where it speaks
-        fields.update(layout.fields)
-        deposit = layout_deposit(layout, names)
-        chosen = [f if f in deposit else names[f] for f in layout.features if f in deposit or f in names]
+    convention_notes: list[str] = []
+    if conventions is not None:  # what the format says of itself (readers' describe): it decides where it speaks
+        fields.update(conventions.fields)
+        deposit = conventions_deposit(conventions, names)
+        chosen = [f if f in deposit else names[f] for f in conventions.features if f in deposit or f in names]
         if chosen:
             unused = [n for n in unused + features if n not in chosen]
             features = chosen
             first_shape = tuple(deposit[chosen[0]]["shape"]) if chosen[0] in deposit else shapes[first.path]
             model, depth = choose_model(first_shape)
-        if layout.labels:
-            labels = [names.get(label, label) for label in layout.labels if label in layout.fields or label in names]
+        if conventions.labels:
+            known = conventions.fields.keys() | names.keys()
+            labels = [names.get(label, label) for label in conventions.labels if label in known]
             class_labels = []
-        layout_notes = list(layout.notes)
+        convention_notes = list(conventions.notes)
         offered = {name: spec for name, spec in deposit.items() if name not in features}
         if offered:  # grids the format allows but the config does not use: said, not computed
-            layout_notes.append(f"particles onto a grid, to use as a feature: convert.deposit: {flow(offered)}")
+            convention_notes.append(f"particles onto a grid, to use as a feature: convert.deposit: {flow(offered)}")
         deposit = {name: spec for name, spec in deposit.items() if name in features}
     vectors = [label for label in labels if fields.get(label, {}).get("shape")]  # statistics per channel
     sections: Sections = [
@@ -567,7 +568,7 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
                 "source": {
                     "path": str(result.source.root),
                     "glob": result.source.pattern,
-                    **({"format": layout.format} if layout is not None and layout.format else {}),
+                    **({"format": conventions.format} if conventions is not None and conventions.format else {}),
                     "samples_along": decided.samples_along,
                     "sample_id": None if decided.sample_id is None else {"attr": decided.sample_id},
                     "fields": fields,
@@ -587,7 +588,7 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
                 ),
                 "log1p: e.g. the features, for particle counts; normalise: standardised with the data's statistics",
                 "split: cut the features into sub-volumes, e.g. [32, 32, 32]",
-                *layout_notes,
+                *convention_notes,
             ],
             {
                 "convert": {
@@ -609,10 +610,11 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     return emit(result, decided, sections)
 
 
-def layout_deposit(layout: Layout, names: dict[str, str]) -> dict[str, Any]:
-    """The layout's deposits with their arrays' paths as field names (a deposit of arrays not mapped is left out)."""
+def conventions_deposit(conventions: Conventions, names: dict[str, str]) -> dict[str, Any]:
+    """The conventions' deposits with their arrays' paths as field names (a deposit of arrays not mapped is
+    left out)."""
     deposit = {}
-    for name, spec in layout.deposit.items():
+    for name, spec in conventions.deposit.items():
         arrays = [spec.get(key) for key in ("positions", "weights") if spec.get(key) is not None]
         if all(path in names for path in arrays):
             deposit[name] = {

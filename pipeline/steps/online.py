@@ -17,7 +17,7 @@ the model, metrics.json, learning curves, the validation figure; plus online_run
 samples sent, refused, buffered, dropped, times trained) and refused.csv; the ensemble's runs table in
 {raw}/runs.parquet as always.
 
-Memory and time: see pipeline.online.producer and pipeline.online.trainer.
+Memory and time: see pipeline.online.producer and pipeline.online.training_rank.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
     """Run the ensemble on the producer ranks and train on the others; every rank returns the training
     summary (with the ensemble's counts)."""
     from pipeline.online.producer import Producer
-    from pipeline.online.trainer import Trainer
+    from pipeline.online.training_rank import TrainingRank
     from pipeline.simulators.ensemble import EnsemblePlan, FarmHooks, run_ensemble
 
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -124,8 +124,9 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
         finally:
             producer.finish()
     else:
-        trainer = Trainer(config, held_fields, comm, sub, role.producers, len(plan), out_dir, RawPaths(raw_root).runs)
-        result = trainer.run()
+        training = TrainingRank(config, held_fields, comm, sub, role.producers, len(plan), out_dir,
+                                RawPaths(raw_root).runs)  # fmt: skip
+        result = training.run()
     # the trainers' summary to every rank (rank 0, a producer, prints it), with the ensemble's counts
     hosts = comm.allgather(socket.gethostname())
     summary = comm.bcast(result if rank == role.producers else None, root=role.producers)

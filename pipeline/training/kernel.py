@@ -1,5 +1,5 @@
 """The training kernel that every way of training drives: offline epochs (pipeline.training.epochs),
-population rounds (pipeline.training.tournament) and online steps (pipeline.online.trainer). Each of them
+population rounds (pipeline.training.tournament) and online steps (pipeline.online.training_rank). Each of them
 is a sequence of *windows* of steps (an epoch, a round, the steps between two validations) separated by a
 validation, and this module holds what a window is:
 

@@ -144,11 +144,11 @@ class Contents:
 
     arrays: tuple[ArrayInfo, ...]
     attributes: dict[str, str]
-    layout: Layout | None = None  # what the reader recognised beyond the arrays (a format's conventions)
+    conventions: Conventions | None = None  # what the reader recognised beyond the arrays (a format's conventions)
 
 
 @dataclass(frozen=True)
-class Layout:
+class Conventions:
     """What a reader recognises in a file beyond its arrays, for `sim2dl inspect`'s starter config: each
     format says this of itself (an openPMD series, a Gadget snapshot, a ROOT tree's entries), so that
     inspect has no branch per format. Paths are arrays' paths in the file."""

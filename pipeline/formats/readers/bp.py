@@ -26,7 +26,7 @@ import numpy as np
 
 from pipeline.formats.readers.base import (
     Contents,
-    Layout,
+    Conventions,
     MissingArray,
     OpenFile,
     Reader,
@@ -177,4 +177,4 @@ class BPReader(Reader):
                 name: scalar_text(f.reader.read_attribute(name)) for name in f.attrs if "/" not in name
             }  # fmt: skip
             texts = {name: text for name, text in texts.items() if text is not None}
-            return Contents(tuple(infos), texts, Layout("ADIOS2 BP: one sample per step", samples_along=STEP))
+            return Contents(tuple(infos), texts, Conventions("ADIOS2 BP: one sample per step", samples_along=STEP))

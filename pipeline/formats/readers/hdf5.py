@@ -30,8 +30,8 @@ from pipeline.formats.readers import cf
 from pipeline.formats.readers.base import (
     ArrayInfo,
     Contents,
+    Conventions,
     FieldSpec,
-    Layout,
     MissingArray,
     OpenFile,
     Reader,
@@ -278,7 +278,7 @@ class HDF5Reader(Reader):
                 raise SampleError(f"cannot list the datasets: {e}") from None
             texts = {name: scalar_text(value) for name, value in f.attrs.items()}
             texts = {name: text for name, text in texts.items() if text is not None}
-            return Contents(tuple(arrays), texts, gadget_layout(f))
+            return Contents(tuple(arrays), texts, gadget_conventions(f))
 
     def read_contents(
         self, contents: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
@@ -339,7 +339,7 @@ GADGET_GRID = 32  # cells per axis of the grid inspect proposes for a snapshot's
 GADGET_PARAMETERS = ("Omega0", "OmegaLambda", "HubbleParam", "Redshift")  # Header attributes: the labels
 
 
-def gadget_layout(f: h5py.File) -> Layout | None:
+def gadget_conventions(f: h5py.File) -> Conventions | None:
     """A Gadget/AREPO/SWIFT-style snapshot (`Header` attributes with `BoxSize`, particles in `PartTypeN/
     Coordinates`): its most numerous particle type deposited onto a grid over the box, the cosmology in
     Header's attributes as labels."""
@@ -360,7 +360,7 @@ def gadget_layout(f: h5py.File) -> Layout | None:
     weights = f"{particles}/Masses" if "Masses" in f[particles] else None
     deposit = {"density": {"positions": f"{particles}/Coordinates", "weights": weights,
                            "shape": [GADGET_GRID] * dims, "box": "box_size", "scheme": "cic"}}  # fmt: skip
-    return Layout(
+    return Conventions(
         f"a Gadget-style snapshot: {particles}/Coordinates deposited (CIC) onto a {GADGET_GRID}^{dims} grid over "
         "Header/BoxSize, Header's cosmology as labels",
         file_is_sample=True, fields=fields, deposit=deposit, labels=tuple(labels), features=("density",),

@@ -39,8 +39,8 @@ import numpy as np
 from pipeline.formats.readers.base import (
     COMPONENT_NAMES,
     Contents,
+    Conventions,
     FieldSpec,
-    Layout,
     MissingArray,
     OpenFile,
     Reader,
@@ -253,7 +253,7 @@ class OpenPMDFile(OpenFile):
 
     # -- what the series holds (inspect) ---------------------------------------------------------------
 
-    def layout(self) -> Layout:
+    def conventions(self) -> Conventions:
         """One sample per iteration; time as the label; each species' positions (and weighting) with the
         deposit that would grid them onto the first mesh's grid (its extent from gridSpacing, gridUnitSI
         and gridGlobalOffset), for inspect to offer."""
@@ -274,7 +274,7 @@ class OpenPMDFile(OpenFile):
                         "weights": f"particles/{species}/weighting" if "weighting" in records else None,
                         "shape": list(shape), "box": box, "origin": origin, "scheme": "cic",
                     }  # fmt: skip
-        return Layout(
+        return Conventions(
             "openPMD: one sample per iteration, values in SI", format="openpmd", samples_along=ITERATION,
             labels=("time",), deposit=deposit,
         )  # fmt: skip
@@ -336,4 +336,4 @@ class OpenPMDReader(Reader):
                 infos.append(replace(info, kind=kind))
             texts = {name: scalar_text(f.series.get_attribute(name)) for name in f.series.attributes}
             texts = {name: text for name, text in texts.items() if text is not None}
-            return Contents(tuple(infos), texts, f.layout())
+            return Contents(tuple(infos), texts, f.conventions())

@@ -15,8 +15,8 @@ import numpy as np
 from pipeline.formats.readers.base import (
     ArrayInfo,
     Contents,
+    Conventions,
     FieldSpec,
-    Layout,
     MissingArray,
     OpenFile,
     Reader,
@@ -119,7 +119,7 @@ class RootReader(Reader):
                     for branch in tree.keys():  # noqa: SIM118 - iterating a tree gives branch objects
                         arrays.append(branch_info(tree, branch, f"{name}/{branch}"))
             return Contents(
-                tuple(arrays), texts, Layout("ROOT: one sample per tree entry (event)", samples_along="entries")
+                tuple(arrays), texts, Conventions("ROOT: one sample per tree entry (event)", samples_along="entries")
             )
 
     def read(

@@ -90,7 +90,7 @@ def frozen_statistics(moments: Mapping[str, RunningStats], comm: Any) -> dict:
 
 
 @dataclass
-class TrainerState:
+class RankState:
     step: int = 0
     waited: float = 0.0
     done_producers: int = 0
@@ -137,7 +137,7 @@ def meta_for(config: Mapping[str, Any], held_fields: Mapping[str, BufferField], 
     return {"feature_spec": spec, "statistics": dict(stats), "classes": classes}
 
 
-class Trainer:
+class TrainingRank:
     def __init__(self, config: Mapping[str, Any], held_fields: Mapping[str, BufferField], world: Any, comm: Any,
                  producers: int, runs: int, out_dir: Path, runs_table: Path) -> None:  # fmt: skip
         self.config, self.held_fields, self.world, self.comm = config, dict(held_fields), world, comm
@@ -156,7 +156,7 @@ class Trainer:
         convert = config["convert"]
         self.moments = {n: RunningStats(n in convert["per_channel"]) for n in convert["normalise"]}
         self.stats: dict[str, Any] | None = self.prior_statistics()
-        self.state = TrainerState()
+        self.state = RankState()
         self.began = time.perf_counter()  # the job's start, near enough: time to the first step counts from here
         self.record = bool(self.settings["deterministic"])
         self.raw_task: Task | None = None  # the task without normalisation: the baseline's
