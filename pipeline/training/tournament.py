@@ -112,134 +112,191 @@ def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, m
                trainer: Trainer, paths: TrainPaths, resume_key: str, autograph: bool,
                make_optimizer: Callable[[], Any]) -> Outcome:  # fmt: skip
     """The population's rounds from the last completed one (population.json) to train.population.rounds."""
-    import tensorflow as tf
+    return Rounds(config, meta, task, model, data, trainer, paths, autograph, make_optimizer(), resume_key).run()
 
-    settings, population = config["train"], trainer.population
-    keras_model, shape = model.keras, model.input_shape
-    optimizer = make_optimizer()
-    state_file, kept_file = population_paths(paths)
-    own_dir = paths.checkpoints / f"trainer-{trainer.number}"
-    if trainer.rank == 0 and discard_foreign_checkpoints(paths.checkpoints, resume_key):
-        state_file.unlink(missing_ok=True)  # a state of other settings or data
-    trainer.world.barrier()
-    saved = json.loads(state_file.read_text()) if state_file.exists() else None
-    start = saved["round"] if saved else 0
-    state = PopulationState.from_json(saved["state"]) if saved else PopulationState.start(population, settings)
-    best = saved["kept"] if saved else None
-    checkpoint = CounterCheckpoint(own_dir, keras_model, optimizer, "round")
-    train_step, predict = step_functions(keras_model, optimizer, task.loss(), autograph=autograph)
-    if "weight_decay" in population.mutate:  # a variable, so that the compiled step reads each round's value
-        optimizer.weight_decay = tf.Variable(float(settings["weight_decay"]), dtype=tf.float32, trainable=False)
-    if start and not checkpoint.restore_number(start):
-        raise Sim2dlError(f"{own_dir}: no checkpoint of round {start} (population.json's last round): rerun train "
-                          f"afresh (remove {paths.checkpoints})")  # fmt: skip
-    if start:
-        log.info("sim2dl train: %s resumes after round %d", trainer.describe(trainer.number), start)
-    kept_weights = np.load(kept_file) if best and kept_file.exists() else None
-    variables = lambda: exchange.state_variables(keras_model, optimizer)  # noqa: E731 (slots appear after a step)
-    # the held-out sets are read every round (validation T times): kept in memory where they are small
-    size = sum(f.stat().st_size for f in data.files)
-    validation_size = data.fraction * size if data.fraction is not None else sum(
-        f.stat().st_size for f in data.validation_files)  # fmt: skip
-    cache = max(trainer.world.allgather(population.tournament_fraction * size + validation_size)) <= CACHE_BYTES
-    tournament = input_pipeline(data.files, meta, settings, task, shape, training=False, shard=data.shard,
-                                epoch_seed=0, fraction=data.fraction, holdout=False,
-                                tournament=(population.tournament_fraction, True), cache=cache)  # fmt: skip
-    validation = input_pipeline(data.validation_files, meta, settings, task, shape, training=False,
-                                shard=data.validation_shard, epoch_seed=0, fraction=data.fraction,
-                                cache=cache)  # fmt: skip
 
-    def score(pipeline: Any, comm: Any) -> float:
-        loss, _ = evaluate(pipeline, task, predict, comm)
+class Rounds:
+    """One rank's part in the population's rounds: its trainer's model, optimizer and checkpoint, the
+    population's state (restored from population.json), and the held-out pipelines every round reads."""
+
+    def __init__(self, config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Any, data: RankData,
+                 trainer: Trainer, paths: TrainPaths, autograph: bool, optimizer: Any,
+                 resume_key: str) -> None:  # fmt: skip
+        import tensorflow as tf
+
+        self.config, self.meta, self.task, self.model, self.data = config, meta, task, model, data
+        self.trainer, self.paths, self.optimizer = trainer, paths, optimizer
+        self.settings, self.population = config["train"], trainer.population
+        self.state_file, self.kept_file = population_paths(paths)
+        if trainer.rank == 0 and discard_foreign_checkpoints(paths.checkpoints, resume_key):
+            self.state_file.unlink(missing_ok=True)  # a state of other settings or data
+        trainer.world.barrier()
+        self.checkpoint = CounterCheckpoint(paths.checkpoints / f"trainer-{trainer.number}", model.keras, optimizer,
+                                            "round")  # fmt: skip
+        self.train_step, self.predict = step_functions(model.keras, optimizer, task.loss(), autograph=autograph)
+        if "weight_decay" in self.population.mutate:  # a variable, so that the compiled step reads each round's
+            optimizer.weight_decay = tf.Variable(float(self.settings["weight_decay"]), dtype=tf.float32,
+                                                 trainable=False)  # fmt: skip
+        self.restore()
+        self.tournament_set, self.validation = self.held_out()
+
+    def variables(self) -> list[Any]:
+        return exchange.state_variables(self.model.keras, self.optimizer)  # (slots appear after a step)
+
+    def restore(self) -> None:
+        """The state of the last completed round (population.json) and this trainer's checkpoint of it, or
+        a fresh start."""
+        trainer, paths = self.trainer, self.paths
+        saved = json.loads(self.state_file.read_text()) if self.state_file.exists() else None
+        self.start = saved["round"] if saved else 0
+        self.state = (PopulationState.from_json(saved["state"]) if saved
+                      else PopulationState.start(self.population, self.settings))  # fmt: skip
+        self.best: dict[str, Any] | None = saved["kept"] if saved else None
+        if self.start and not self.checkpoint.restore_number(self.start):
+            raise Sim2dlError(f"{self.checkpoint.directory}: no checkpoint of round {self.start} (population.json's "
+                              f"last round): rerun train afresh (remove {paths.checkpoints})")  # fmt: skip
+        if self.start:
+            log.info("sim2dl train: %s resumes after round %d", trainer.describe(trainer.number), self.start)
+        self.kept_weights = np.load(self.kept_file) if self.best and self.kept_file.exists() else None
+        self.history = _history(self.state)
+        self.record = Best(self.settings["keep"], best_unit(self.history, "round"))  # the lowest of any round
+
+    def held_out(self) -> tuple[Any, Any]:
+        """The trainer's tournament set and the rank's share of the validation split: read every round
+        (validation T times), kept in memory where they are small."""
+        data, settings, fraction = self.data, self.settings, self.population.tournament_fraction
+        size = sum(f.stat().st_size for f in data.files)
+        validation_size = data.fraction * size if data.fraction is not None else sum(
+            f.stat().st_size for f in data.validation_files)  # fmt: skip
+        cache = max(self.trainer.world.allgather(fraction * size + validation_size)) <= CACHE_BYTES
+        shape = self.model.input_shape
+        tournament = input_pipeline(data.files, self.meta, settings, self.task, shape, training=False,
+                                    shard=data.shard, epoch_seed=0, fraction=data.fraction, holdout=False,
+                                    tournament=(fraction, True), cache=cache)  # fmt: skip
+        validation = input_pipeline(data.validation_files, self.meta, settings, self.task, shape, training=False,
+                                    shard=data.validation_shard, epoch_seed=0, fraction=data.fraction,
+                                    cache=cache)  # fmt: skip
+        return tournament, validation
+
+    def score(self, pipeline: Any, comm: Any) -> float:
+        loss, _ = evaluate(pipeline, self.task, self.predict, comm)
         return loss
 
-    history = _history(state)
-    record = Best(settings["keep"], best_unit(history, "round"))  # the lowest validation loss of any round
-    for round_number in range(start, population.rounds):
-        hyper = state.hyperparameters[trainer.number]
+    def run(self) -> Outcome:
+        for round_number in range(self.start, self.population.rounds):
+            if not self.one_round(round_number):
+                break
+        self.trainer.world.barrier()
+        if self.best is None:
+            raise Sim2dlError("train.population: no round was trained")
+        kept_weights = self.kept_weights if self.kept_weights is not None else np.load(self.kept_file)
+        exchange.unpack(self.variables(), kept_weights)
+        final = evaluate(self.validation, self.task, self.predict, self.trainer.world)
+        return Outcome(final, self.best, self.state, self.history)
+
+    def one_round(self, round_number: int) -> bool:
+        """Steps, tournament, validation of every model, the kept model, the record and the checkpoints of
+        one round; False when train.patience stops the rounds."""
+        trainer = self.trainer
+        window, clock = self.steps(round_number)
+        started = time.perf_counter()
+        own = exchange.pack(self.variables())
+        adopted, scores, moved = _tournament(trainer, round_number, own, self.variables,
+                                             lambda: self.score(self.tournament_set, trainer.comm))  # fmt: skip
+        clock["tournament"] = time.perf_counter() - started - moved
+        clock["exchange"] = moved
+        reports = trainer.world.allgather({"adopted": adopted, "scores": scores, "loss": float(np.mean(window.losses)),
+                                           "clock": clock})  # fmt: skip
+        self.state.adopt(self.population, round_number, [reports[r]["adopted"] for r in trainer.leaders])
+        val_losses, models, validation_seconds = self.validate_all()
+        changed = self.keep(round_number, val_losses, models)
+        row = self.round_row(round_number, reports, val_losses, validation_seconds)
+        self.state.rounds.append(row)
+        self.history.append(_history_row(row))
+        self.save(round_number, changed, row)
+        if self.record.patience_over(round_number + 1, self.settings["patience"]):
+            assert self.best is not None
+            self.best["stopped_after_round"] = round_number + 1
+            log.info("sim2dl train: no lower validation loss for %d rounds (train.patience): stopping",
+                     self.settings["patience"])  # fmt: skip
+            return False
+        return True
+
+    def steps(self, round_number: int) -> tuple[Window, dict[str, float]]:
+        """The trainer's steps of the round; a failure on any rank is agreed on by all (one allgather) and
+        ends the job with an error naming the trainer, before any rank waits in an exchange."""
+        trainer = self.trainer
+        hyper = self.state.hyperparameters[trainer.number]
         clock = {"steps": time.perf_counter()}
         error, window = None, Window([math.nan])
         try:
-            window = _train_round(config, meta, task, model, data, trainer, round_number, hyper, optimizer,
-                                  train_step, first=round_number == 0)  # fmt: skip
+            window = _train_round(self.config, self.meta, self.task, self.model, self.data, trainer, round_number,
+                                  hyper, self.optimizer, self.train_step, first=round_number == 0)  # fmt: skip
         except Exception as e:  # any failure: every rank must learn of it before the tournament
             error = f"{type(e).__name__}: {e}"
         clock["steps"] = time.perf_counter() - clock["steps"]
         clock["input_wait"] = window.waited
         failed = [(r, m) for r, m in enumerate(trainer.world.allgather(error)) if m is not None]
         if failed:
-            culprit, message = population.trainer_of(failed[0][0]), failed[0][1]
+            culprit, message = self.population.trainer_of(failed[0][0]), failed[0][1]
             raise Sim2dlError(f"{trainer.describe(culprit)} failed in round {round_number + 1}: {message}")
-        # the tournament
+        return window, clock
+
+    def validate_all(self) -> tuple[list[float], list[np.ndarray], float]:
+        """Every trainer's model (broadcast from its first rank) scored on the common validation split,
+        every rank scoring all on its share: (losses, the packed models, seconds)."""
         started = time.perf_counter()
-        own = exchange.pack(variables())
-        adopted, scores, moved = _tournament(trainer, round_number, own, variables, lambda: score(tournament,
-                                             trainer.comm))  # fmt: skip
-        clock["tournament"] = time.perf_counter() - started - moved
-        clock["exchange"] = moved
-        reports = trainer.world.allgather({"adopted": adopted, "scores": scores, "loss": float(np.mean(window.losses)),
-                                           "clock": clock})  # fmt: skip
-        leaders = [reports[r] for r in trainer.leaders]
-        state.adopt(population, round_number, [r["adopted"] for r in leaders])
-        # validation of every model on the common split
-        started = time.perf_counter()
-        own = exchange.pack(variables())
-        models = exchange.broadcast_models(trainer.world, trainer.leaders, own)
+        own = exchange.pack(self.variables())
+        models = exchange.broadcast_models(self.trainer.world, self.trainer.leaders, own)
         val_losses = []
         for packed in models:
-            exchange.unpack(variables(), packed)
-            val_losses.append(score(validation, trainer.world))
-        exchange.unpack(variables(), own)
-        validation_seconds = time.perf_counter() - started
-        # the model kept: the lowest validation loss over rounds (train.keep: best), or this round's best
-        leader = min(range(population.trainers), key=lambda t: (comparable(val_losses[t]), t))
-        improved = record.consider(round_number + 1, val_losses[leader], lambda: None)
-        changed = improved or settings["keep"] == "last" or best is None
+            exchange.unpack(self.variables(), packed)
+            val_losses.append(self.score(self.validation, self.trainer.world))
+        exchange.unpack(self.variables(), own)
+        return val_losses, models, time.perf_counter() - started
+
+    def keep(self, round_number: int, val_losses: list[float], models: list[np.ndarray]) -> bool:
+        """The model kept: the lowest validation loss over rounds (train.keep: best), or this round's best;
+        whether it changed."""
+        leader = min(range(self.population.trainers), key=lambda t: (comparable(val_losses[t]), t))
+        improved = self.record.consider(round_number + 1, val_losses[leader], lambda: None)
+        changed = improved or self.settings["keep"] == "last" or self.best is None
         if changed:
-            best = {
-                "round": round_number + 1,
-                "trainer": leader,
-                "val_loss": val_losses[leader],
-                "lineage": state.lineage[leader].to_json(),
-                "hyperparameters": state.hyperparameters[leader],
-            }
-            kept_weights = models[leader]
+            self.best = {"round": round_number + 1, "trainer": leader, "val_loss": val_losses[leader],
+                         "lineage": self.state.lineage[leader].to_json(),
+                         "hyperparameters": self.state.hyperparameters[leader]}  # fmt: skip
+            self.kept_weights = models[leader]
+        return changed
+
+    def round_row(self, round_number: int, reports: list[dict[str, Any]], val_losses: list[float],
+                  validation_seconds: float) -> dict[str, Any]:  # fmt: skip
+        """The round's record (summary.json's population.rounds[])."""
+        population, leaders = self.population, [reports[r] for r in self.trainer.leaders]
         seconds = {k: max(r["clock"][k] for r in reports) for k in ("steps", "tournament", "exchange")}
         wait = float(np.mean([r["clock"]["input_wait"] / max(r["clock"]["steps"], 1e-9) for r in reports]))
-        samples = population.steps_per_round * settings["batch_size"] * population.ranks
-        row = {"round": round_number + 1, "pairs": population.pairs(round_number) if population.exchange == "pairwise"
-               else None, "adopted": [r["adopted"] for r in leaders], "tournament_loss": [r["scores"] for r in leaders],
-               "train_loss": [r["loss"] for r in leaders], "val_loss": val_losses,
-               "hyperparameters": [dict(h) for h in state.hyperparameters],
-               "seconds": {**seconds, "validation": validation_seconds}, "input_wait_fraction": wait,
-               "samples_per_s": samples / max(seconds["steps"], 1e-9),
-               "round_cost": (seconds["tournament"] + seconds["exchange"]) / max(seconds["steps"], 1e-9)}  # fmt: skip
-        state.rounds.append(row)
-        history.append(_history_row(row))
-        # checkpoints: every trainer's first, then the population's state (a kill between them resumes
-        # the previous round, whose checkpoints are still kept)
+        samples = population.steps_per_round * self.settings["batch_size"] * population.ranks
+        return {"round": round_number + 1, "pairs": population.pairs(round_number)
+                if population.exchange == "pairwise" else None, "adopted": [r["adopted"] for r in leaders],
+                "tournament_loss": [r["scores"] for r in leaders], "train_loss": [r["loss"] for r in leaders],
+                "val_loss": val_losses, "hyperparameters": [dict(h) for h in self.state.hyperparameters],
+                "seconds": {**seconds, "validation": validation_seconds}, "input_wait_fraction": wait,
+                "samples_per_s": samples / max(seconds["steps"], 1e-9),
+                "round_cost": (seconds["tournament"] + seconds["exchange"]) / max(seconds["steps"], 1e-9)}  # fmt: skip
+
+    def save(self, round_number: int, changed: bool, row: Mapping[str, Any]) -> None:
+        """Checkpoints: every trainer's first rank, then the population's state (a kill between them
+        resumes the previous round, whose checkpoints are still kept)."""
+        trainer = self.trainer
         if trainer.comm.Get_rank() == 0:
-            checkpoint.save(round_number + 1, numbered=True)
+            self.checkpoint.save(round_number + 1, numbered=True)
         trainer.world.barrier()
         if trainer.rank == 0:
             if changed:
-                _save_array(kept_file, kept_weights)
-            write_json_atomic(state_file, {"round": round_number + 1, "state": state.to_json(), "kept": best})
-            log.info(json.dumps({"round": row["round"], "val_loss": val_losses, "adopted": row["adopted"],
+                _save_array(self.kept_file, self.kept_weights)
+            write_json_atomic(self.state_file, {"round": round_number + 1, "state": self.state.to_json(),
+                                                "kept": self.best})  # fmt: skip
+            log.info(json.dumps({"round": row["round"], "val_loss": row["val_loss"], "adopted": row["adopted"],
                                  "round_cost": round(row["round_cost"], 4)}))  # fmt: skip
-        if record.patience_over(round_number + 1, settings["patience"]):
-            best["stopped_after_round"] = round_number + 1
-            log.info("sim2dl train: no lower validation loss for %d rounds (train.patience): stopping",
-                     settings["patience"])  # fmt: skip
-            break
-    trainer.world.barrier()
-    if best is None:
-        raise Sim2dlError("train.population: no round was trained")
-    if kept_weights is None:
-        kept_weights = np.load(kept_file)
-    exchange.unpack(variables(), kept_weights)
-    final = evaluate(validation, task, predict, trainer.world)
-    return Outcome(final, best, state, history)
 
 
 def _tournament(trainer: Trainer, round_number: int, own: np.ndarray, variables: Callable[[], list],
