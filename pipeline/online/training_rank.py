@@ -430,31 +430,7 @@ class TrainingRank:
         val_loss, evaluation = final
         # the task again, with the frozen statistics: metrics and the figure in the labels' own units
         task = make_task(self.settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
-        online_record = {
-            "source": self.online["source"],
-            "steps": self.state.step,
-            "resumed_from_step": self.state.resumed_from,
-            "stopped": self.state.stopped,
-            "short_batches": int(self.comm.allreduce(self.state.short_batches)),
-            "seconds": round(seconds, 3),
-            "seconds_to_first_step": self.state.first_step_time,
-            "first_step_at": self.state.first_step_at,
-            "input_wait_fraction": self.state.waited / max(seconds - (self.state.first_step_time or 0.0), 1e-9),
-            "arrivals_before_first_step": self.state.arrivals_at_first_step,
-            "statistics": self.stats,
-            "statistics_from": self.online["statistics"],
-            "buffer": {
-                **self.online["buffer"],
-                "bytes_per_trainer": self.train_buffer.nbytes,
-                "validation_bytes_per_trainer": self.validation_buffer.nbytes,
-            },
-            "samples": {
-                "arrived": int(counts["added"].sum()),
-                "dropped_by_buffer": int(counts["dropped"].sum()),
-                "draws": int(counts["drawn"].sum()),
-                "validation": int(counts["validation"].sum()),
-            },
-        }
+        online_record = self.online_record(counts, seconds)
         summary = {
             "task": task.name,
             "online": online_record,
@@ -482,6 +458,36 @@ class TrainingRank:
             summary["online"]["errors"] = errors
             self.write_outputs(summary, task, model, evaluation, counts, produced)
         return summary
+
+    def online_record(self, counts: Mapping[str, np.ndarray], seconds: float) -> dict[str, Any]:
+        """summary.json's `online`: how training went (steps, why it stopped, waits, statistics, the
+        buffers) and the samples' totals over every training rank."""
+        return {
+            "source": self.online["source"],
+            "steps": self.state.step,
+            "resumed_from_step": self.state.resumed_from,
+            "stopped": self.state.stopped,
+            "short_batches": int(self.comm.allreduce(self.state.short_batches)),
+            "seconds": round(seconds, 3),
+            "seconds_to_first_step": self.state.first_step_time,
+            "first_step_at": self.state.first_step_at,
+            "input_wait_fraction": self.state.waited / max(seconds - (self.state.first_step_time or 0.0), 1e-9),
+            "arrivals_before_first_step": self.state.arrivals_at_first_step,
+            "statistics": self.stats,
+            "statistics_from": self.online["statistics"],
+            "buffer": {
+                **self.online["buffer"],
+                "bytes_per_trainer": self.train_buffer.nbytes,
+                "validation_bytes_per_trainer": self.validation_buffer.nbytes,
+            },
+            "samples": {
+                "arrived": int(counts["added"].sum()),
+                "dropped_by_buffer": int(counts["dropped"].sum()),
+                "draws": int(counts["drawn"].sum()),
+                "validation": int(counts["validation"].sum()),
+            },
+        }
+
 
     def write_outputs(self, summary: dict[str, Any], task: Task, model: Any, evaluation: Evaluation,
                       counts: Mapping[str, np.ndarray], produced: list[ProducerCounts]) -> None:  # fmt: skip

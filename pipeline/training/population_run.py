@@ -86,18 +86,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline)
     kept = Kept(settings["keep"], (outcome.kept["round"], outcome.kept["val_loss"]), unit="round")
     kept.stopped_after = outcome.kept.get("stopped_after_round")
-    record = {"trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
-              "exchange": population.exchange, "rounds_trained": len(outcome.state.rounds),
-              "kept": outcome.kept, "initial_hyperparameters": population.hyperparameters(settings),
-              **outcome.state.to_json(),
-              "trainer_hosts": [sorted(set(h)) for h in _by_trainer(comm.allgather(socket.gethostname()), population)],
-              "trainer_files": [sorted({n for names in files for n in names}) for files in _by_trainer(
-                  comm.allgather([f.name for f in data.files]), population)],
-              "trainer_records": [sum(n) for n in _by_trainer(comm.allgather(data.records), population)],
-              # each rank's files and which of their records it reads ([n, k]: every n-th from the k-th;
-              # null: all), so that the trainers' records can be checked disjoint
-              "trainer_shares": _by_trainer(comm.allgather([[f.name for f in data.files], data.shard]), population),
-              "round_cost": _median([r["round_cost"] for r in outcome.state.rounds if r["pairs"] != []])}  # fmt: skip
+    record = population_record(population, settings, outcome, data, comm)
 
     def curves(path: Path) -> None:
         from pipeline.reporting.plots import population_curves
@@ -108,6 +97,24 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     assert outcome.evaluation is not None
     return finish(config, task, model, outcome.history, outcome.evaluation, paths, ranks, kept, found,
                   {"population": record}, curves)  # fmt: skip
+
+
+def population_record(population: Population, settings: Mapping[str, Any], outcome: Any, data: Any,
+                      comm: Any) -> dict[str, Any]:  # fmt: skip
+    """summary.json's `population`: the plan, every round's record and lineage (the state), the kept
+    model, and who trained where on what (every rank's part gathered)."""
+    return {"trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
+            "exchange": population.exchange, "rounds_trained": len(outcome.state.rounds),
+            "kept": outcome.kept, "initial_hyperparameters": population.hyperparameters(settings),
+            **outcome.state.to_json(),
+            "trainer_hosts": [sorted(set(h)) for h in _by_trainer(comm.allgather(socket.gethostname()), population)],
+            "trainer_files": [sorted({n for names in files for n in names}) for files in _by_trainer(
+                comm.allgather([f.name for f in data.files]), population)],
+            "trainer_records": [sum(n) for n in _by_trainer(comm.allgather(data.records), population)],
+            # each rank's files and which of their records it reads ([n, k]: every n-th from the k-th;
+            # null: all), so that the trainers' records can be checked disjoint
+            "trainer_shares": _by_trainer(comm.allgather([[f.name for f in data.files], data.shard]), population),
+            "round_cost": _median([r["round_cost"] for r in outcome.state.rounds if r["pairs"] != []])}  # fmt: skip
 
 
 def _by_trainer(values: Sequence[Any], population: Population) -> list[list[Any]]:
