@@ -111,13 +111,24 @@ def input_pipeline(
     tournament set (pipeline.data.splits.holdout_tournament): side True reads only them, False skips them.
     cache: keep the records that pass the hold-outs in memory (serialized) after the first pass, so a
     held-out set read again and again (a population's tournament and validation sets) is read once."""
+    pieces = pieces or range(1)  # whole records: one file per shard
+    ds = shard_records(files, pieces, settings, training=training, shard=shard, epoch_seed=epoch_seed)
+    ds = held_out(ds, fraction, (not training) if holdout is None else holdout, tournament)
+    if cache and not training:
+        ds = ds.cache()
+    if training:
+        # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
+        ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
+    return batches(ds, meta, settings, task, model_input, training=training, epoch_seed=epoch_seed, slab=slab,
+                   transforms=transforms)  # fmt: skip
+
+
+def shard_records(files: Sequence[Path], pieces: range, settings: Mapping[str, Any], *, training: bool,
+                  shard: tuple[int, int] | None, epoch_seed: int) -> Any:  # fmt: skip
+    """The serialized records of the files (each a tuple of its slab files' records, zipped), interleaved
+    across files (shuffled and repeated for training), this rank's every shard[0]-th from the shard[1]-th."""
     import tensorflow as tf
 
-    data = task.data
-    feature, labels = data.feature, [f.name for f in data.labels]
-    features = list(data.feature_shapes) or [feature]
-    spec = meta["feature_spec"]
-    pieces = pieces or range(1)  # whole records: one file per shard
     slab_files = [[str(sibling(f, k)) for k in pieces] for f in files]
     names = tf.data.Dataset.from_tensor_slices(slab_files)  # a row per shard: its files, one per slab read
     if training:
@@ -134,16 +145,19 @@ def input_pipeline(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=not training or settings["deterministic"],
     )
-    if shard:
-        ds = ds.shard(*shard)
-    description = feature_description(spec, (*features, *labels))
-    field = spec[feature]
-    thickness = (field["shape"][0] // meta["slabs"]["count"]) if "slabs" in meta else None
-    slab_field = {**field, "shape": [thickness, *field["shape"][1:]]}  # a slab file's planes of the feature
+    return ds.shard(*shard) if shard else ds
 
-    validation_side = (not training) if holdout is None else holdout
 
-    def keep(record: Any, *_: Any) -> Any:  # the hold-outs asked for, from one parse of the sample id
+def held_out(ds: Any, fraction: float | None, validation_side: bool, tournament: tuple[float, bool] | None) -> Any:
+    """The records on the asked side of the hold-outs, from one parse of the sample id: fraction's
+    validation hold-out (validation_side: its held-out records, else the others), and a tournament set's
+    (tournament: (fraction, side))."""
+    import tensorflow as tf
+
+    if fraction is None and tournament is None:
+        return ds
+
+    def keep(record: Any, *_: Any) -> Any:
         sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
         kept = tf.constant(True)
         if fraction is not None:
@@ -154,13 +168,57 @@ def input_pipeline(
             kept = tf.logical_and(kept, held if tournament[1] else tf.logical_not(held))
         return kept
 
-    if fraction is not None or tournament is not None:
-        ds = ds.filter(keep)
-    if cache and not training:
-        ds = ds.cache()
-    if training:
-        # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
-        ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
+    return ds.filter(keep)
+
+
+def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task: Task,
+            model_input: Sequence[int | None], *, training: bool, epoch_seed: int, slab: tuple[int, int] | None,
+            transforms: Sequence[Transform]) -> Any:  # fmt: skip
+    """Records parsed into batches of (features, labels) (one vectorised parse per batch where every
+    field has a fixed shape, else bucketed by length), augmented for training, prefetched."""
+    import tensorflow as tf
+
+    data = task.data
+    feature = data.feature
+    parse_batch, parse_one = record_parsers(meta, task, model_input, slab)
+    batch = settings["batch_size"]
+    if all(fixed(meta["feature_spec"][n]) for n in (list(data.feature_shapes) or [feature])):
+        ds = ds.batch(batch, drop_remainder=training).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
+        if training and transforms:
+            moves_labels = task.per_pixel
+
+            def symmetries(xy: Any, number: Any) -> Any:
+                return augment_batch(*xy, transforms, tf.stack([tf.constant(epoch_seed, tf.int64), number]),
+                                     moves_labels)  # fmt: skip
+
+            ds = tf.data.Dataset.zip((ds, tf.data.Dataset.counter())).map(
+                symmetries, num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
+    else:
+        # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
+        ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
+            lambda x, y: tf.shape(x[feature] if data.several else x)[0],
+            bucket_boundaries=settings["length_buckets"],
+            bucket_batch_sizes=[batch] * (len(settings["length_buckets"]) + 1),
+            drop_remainder=training,
+        )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def record_parsers(meta: Mapping[str, Any], task: Task, model_input: Sequence[int | None],
+                   slab: tuple[int, int] | None) -> tuple[Any, Any]:  # fmt: skip
+    """(parse a batch of records, parse one record) into (features, labels): features shaped as the
+    model's input (a channel axis added where it has one more axis; slab: the planes kept; slab shards'
+    planes joined), labels as the task wants them."""
+    import tensorflow as tf
+
+    data = task.data
+    feature, labels = data.feature, [f.name for f in data.labels]
+    features = list(data.feature_shapes) or [feature]
+    spec = meta["feature_spec"]
+    description = feature_description(spec, (*features, *labels))
+    field = spec[feature]
+    thickness = (field["shape"][0] // meta["slabs"]["count"]) if "slabs" in meta else None
+    slab_field = {**field, "shape": [thickness, *field["shape"][1:]]}  # a slab file's planes of the feature
     add_channel = not data.several and len(model_input) == len(data.feature_shape) + 1
 
     def features_and_labels(parsed: Any, batched: bool, others: Sequence[Any]) -> Any:
@@ -186,27 +244,7 @@ def input_pipeline(
         others = [tf.io.parse_single_example(r, only_feature) for r in more]
         return features_and_labels(tf.io.parse_single_example(first, description), False, others)
 
-    batch = settings["batch_size"]
-    if all(fixed(spec[n]) for n in features):
-        ds = ds.batch(batch, drop_remainder=training).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
-        if training and transforms:
-            moves_labels = task.per_pixel
-
-            def symmetries(xy: Any, number: Any) -> Any:
-                return augment_batch(*xy, transforms, tf.stack([tf.constant(epoch_seed, tf.int64), number]),
-                                     moves_labels)  # fmt: skip
-
-            ds = tf.data.Dataset.zip((ds, tf.data.Dataset.counter())).map(
-                symmetries, num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
-    else:
-        # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
-        ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
-            lambda x, y: tf.shape(x[feature] if data.several else x)[0],
-            bucket_boundaries=settings["length_buckets"],
-            bucket_batch_sizes=[batch] * (len(settings["length_buckets"]) + 1),
-            drop_remainder=training,
-        )
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return parse_batch, parse_one
 
 
 # ---------------------------------------------------------------- the training loop
