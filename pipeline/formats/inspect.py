@@ -31,8 +31,8 @@ import glob
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -480,19 +480,59 @@ def choose_model(shape: tuple[int | None, ...] | None) -> tuple[str, int]:
     return "dense", 2
 
 
+@dataclass
+class StarterChoice:
+    """What the starter config maps: every field, the feature(s) and labels chosen, what is left unused,
+    the first feature's shape (the model is chosen for it), grids to deposit, and notes for its header."""
+
+    fields: dict[str, Any]
+    names: dict[str, str]
+    features: list[str]
+    labels: list[str]
+    class_labels: list[str]
+    unused: list[str]
+    first_shape: tuple[int, ...] | None
+    task: str = "regression"
+    deposit: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
 def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     """The starter config's YAML text (with comments) and its content; raises if it would not validate."""
     decided = decide(result)
-    usable = decided.usable
     if decided.tables:
         return table_config(result, decided, workdir)
-    if not usable:
+    if not decided.usable:
         found = "; ".join(f"{f.path}: {why_left_out(f, len(result.files))}" for f in result.fields) or "nothing"
         raise Sim2dlError(
             f"no numeric array that is not a coordinate is in every inspected file below {result.source.root} "
             f"(found: {found})"
         )
-    shapes = decided.sample_shapes
+    chosen, candidates = chosen_arrays(decided), []
+    attribute_names = {}
+    for attribute in decided.candidates:
+        name = re.sub(r"\W+", "_", attribute).strip("_") or "attribute"
+        attribute_names[attribute] = name if name not in chosen.names.values() else f"{name}_attr"
+    for attribute, name in attribute_names.items():
+        spec = {"attr": attribute, "categorical": True}
+        if attribute == decided.class_label:
+            chosen.fields[name] = spec
+        else:
+            candidates.append(f"{name}: {flow(spec)}   (a candidate label)")
+    chosen.class_labels = [attribute_names[decided.class_label]] if decided.class_label else []
+    chosen.task = "classification" if decided.class_label and not chosen.labels else "regression"
+    conventions = common_conventions(result)
+    if conventions is not None:  # what the format says of itself (readers' describe): it decides where it speaks
+        follow_conventions(chosen, conventions, decided.sample_shapes)
+    skipped = [f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in decided.usable]
+    return emit(result, decided, starter_sections(result, decided, chosen, conventions, workdir, candidates, skipped))
+
+
+def chosen_arrays(decided: Any) -> StarterChoice:
+    """Every usable array mapped (with its shape, and `missing: reject` said outright where the file
+    declares fill values); the largest array is the feature (a built-in model takes one input: the
+    other large ones are mapped but unused), the small ones the labels."""
+    usable, shapes = decided.usable, decided.sample_shapes
     names = field_names(usable)
     labels = [names[f.path] for f in usable if is_small(shapes[f.path], f)]
     large = [f for f in usable if names[f.path] not in labels]
@@ -500,59 +540,50 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
         largest = max((f for f in usable if names[f.path] in labels), key=lambda f: f.values)
         large = [largest]
         labels.remove(names[largest.path])
-    # A built-in model takes one input: the largest array; the other large ones are mapped but not used
-    # (a mask to segment, a second input for your own model or for convert.stack), and the config says so.
     feature = max(large, key=lambda f: f.values)
-    features = [names[feature.path]]
-    unused = [names[f.path] for f in large if f is not feature]
-    first = next(f for f in usable if names[f.path] == features[0])
-    first_shape = shapes[first.path]
-    model, depth = choose_model(first_shape)
-    task = "classification" if decided.class_label and not labels else "regression"
-
     fields: dict[str, Any] = {}
     for f in usable:
         shape = shapes[f.path]
         fields[names[f.path]] = {"path": f.path, "dtype": f.dtype, "shape": None if shape is None else list(shape)}
         if any(marker in f.encoding for marker in ("_FillValue", "missing_value", "valid_")):
             fields[names[f.path]]["missing"] = "reject"  # said outright: fill or mask keep such samples
-    varying = [names[f.path] for f in usable if shapes[f.path] is None or None in (shapes[f.path] or ())]
-    attribute_names = {}
-    for attribute in decided.candidates:
-        name = re.sub(r"\W+", "_", attribute).strip("_") or "attribute"
-        attribute_names[attribute] = name if name not in names.values() else f"{name}_attr"
-    candidates = []
-    for attribute, name in attribute_names.items():
-        spec = {"attr": attribute, "categorical": True}
-        if attribute == decided.class_label:
-            fields[name] = spec
-        else:
-            candidates.append(f"{name}: {flow(spec)}   (a candidate label)")
-    class_labels = [attribute_names[decided.class_label]] if decided.class_label else []
-    skipped = [f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in usable]
-    conventions = common_conventions(result)
-    deposit: dict[str, Any] = {}
-    convention_notes: list[str] = []
-    if conventions is not None:  # what the format says of itself (readers' describe): it decides where it speaks
-        fields.update(conventions.fields)
-        deposit = conventions_deposit(conventions, names)
-        chosen = [f if f in deposit else names[f] for f in conventions.features if f in deposit or f in names]
-        if chosen:
-            unused = [n for n in unused + features if n not in chosen]
-            features = chosen
-            first_shape = tuple(deposit[chosen[0]]["shape"]) if chosen[0] in deposit else shapes[first.path]
-            model, depth = choose_model(first_shape)
-        if conventions.labels:
-            known = conventions.fields.keys() | names.keys()
-            labels = [names.get(label, label) for label in conventions.labels if label in known]
-            class_labels = []
-        convention_notes = list(conventions.notes)
-        offered = {name: spec for name, spec in deposit.items() if name not in features}
-        if offered:  # grids the format allows but the config does not use: said, not computed
-            convention_notes.append(f"particles onto a grid, to use as a feature: convert.deposit: {flow(offered)}")
-        deposit = {name: spec for name, spec in deposit.items() if name in features}
-    vectors = [label for label in labels if fields.get(label, {}).get("shape")]  # statistics per channel
-    sections: Sections = [
+    unused = [names[f.path] for f in large if f is not feature]
+    return StarterChoice(fields, names, [names[feature.path]], labels, [], unused, shapes[feature.path])
+
+
+def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: Mapping[str, Any]) -> None:
+    """The format's conventions decide where they speak: more fields, the features (grids deposited from
+    particles among them), the labels, and notes; grids it allows but the config does not use are said."""
+    names = chosen.names
+    chosen.fields.update(conventions.fields)
+    deposit = conventions_deposit(conventions, names)
+    picked = [f if f in deposit else names[f] for f in conventions.features if f in deposit or f in names]
+    if picked:
+        first_path = next(path for path, name in names.items() if name == chosen.features[0])
+        chosen.unused = [n for n in chosen.unused + chosen.features if n not in picked]
+        chosen.features = picked
+        chosen.first_shape = tuple(deposit[picked[0]]["shape"]) if picked[0] in deposit else shapes[first_path]
+    if conventions.labels:
+        known = conventions.fields.keys() | names.keys()
+        chosen.labels = [names.get(label, label) for label in conventions.labels if label in known]
+        chosen.class_labels = []
+    chosen.notes = list(conventions.notes)
+    offered = {name: spec for name, spec in deposit.items() if name not in chosen.features}
+    if offered:  # grids the format allows but the config does not use: said, not computed
+        chosen.notes.append(f"particles onto a grid, to use as a feature: convert.deposit: {flow(offered)}")
+    chosen.deposit = {name: spec for name, spec in deposit.items() if name in chosen.features}
+
+
+def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conventions: Conventions | None, workdir: str,
+                     candidates: list[str], skipped: list[str]) -> Sections:  # fmt: skip
+    """The starter config's sections, each with the comment lines above it."""
+    shapes = decided.sample_shapes
+    varying = [chosen.names[f.path] for f in decided.usable if shapes[f.path] is None or None in (shapes[f.path] or ())]
+    model, depth = choose_model(chosen.first_shape)
+    shape = chosen.first_shape
+    features, labels, deposit = chosen.features, chosen.labels, chosen.deposit
+    vectors = [label for label in labels if chosen.fields.get(label, {}).get("shape")]  # statistics per channel
+    return [
         ([], {"workdir": workdir}),
         (["existing output, below source.path: the simulator is off"], {"simulate": {"enabled": False}}),
         (
@@ -571,7 +602,7 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
                     **({"format": conventions.format} if conventions is not None and conventions.format else {}),
                     "samples_along": decided.samples_along,
                     "sample_id": None if decided.sample_id is None else {"attr": decided.sample_id},
-                    "fields": fields,
+                    "fields": chosen.fields,
                 }
             },
         ),
@@ -580,21 +611,21 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
                 "features: the largest array, the network's input; labels: the small vectors (and a class)",
                 *(
                     [
-                        f"also large, mapped but not used: {', '.join(unused)} (a mask to segment: labels with "
-                        "train.task: segmentation; more inputs: convert.stack, or your own model)"
+                        f"also large, mapped but not used: {', '.join(chosen.unused)} (a mask to segment: labels "
+                        "with train.task: segmentation; more inputs: convert.stack, or your own model)"
                     ]
-                    if unused
+                    if chosen.unused
                     else []
                 ),
                 "log1p: e.g. the features, for particle counts; normalise: standardised with the data's statistics",
                 "split: cut the features into sub-volumes, e.g. [32, 32, 32]",
-                *convention_notes,
+                *chosen.notes,
             ],
             {
                 "convert": {
                     **({"deposit": deposit} if deposit else {}),
                     "features": features,
-                    "labels": labels + class_labels,
+                    "labels": labels + chosen.class_labels,
                     "log1p": list(deposit) if deposit else [],
                     "normalise": features + labels,
                     "per_channel": vectors,
@@ -603,11 +634,10 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
             },
         ),
         (
-            [f"model: for the feature's shape {flow(None if first_shape is None else list(first_shape))}"],
-            {"train": {"task": task, "model": model, "depth": depth}},
+            [f"model: for the feature's shape {flow(None if shape is None else list(shape))}"],
+            {"train": {"task": chosen.task, "model": model, "depth": depth}},
         ),
     ]
-    return emit(result, decided, sections)
 
 
 def conventions_deposit(conventions: Conventions, names: dict[str, str]) -> dict[str, Any]:
