@@ -381,3 +381,31 @@ def test_a_design_too_small_to_hold_a_run_out_is_a_config_error_before_any_run(t
         check_supply(config, 3)
     check_supply(config, 5)  # run-000004 is held out
     check_supply(online_config(tmp_path, validation_every_run=0), 1)
+
+
+def test_refused_csv_is_keyed_like_the_runs_table(tmp_path):
+    """refused.csv names a run as the runs table does (run-000002, not its index 2), in run order, and
+    online_runs.parquet adds the per-run counts to the ensemble's table row for row."""
+    import pyarrow as pa
+
+    from pipeline.data.tables import read_csv
+    from pipeline.online.producer import ProducerCounts
+    from pipeline.online.tables import write_online_runs
+
+    runs = pa.table({"run": [f"run-{k:06d}" for k in range(4)], "status": ["ok"] * 4})
+    pq.write_table(runs, tmp_path / "runs.parquet")
+    produced = ProducerCounts(4)
+    produced.sent[:] = [3, 2, 3, 3]
+    produced.refused[2] = 1
+    produced.reasons += [(2, "/raw/00000/run-000002/stream step 1", "field 'density': shape (8,), expected (4,)")]
+    counts = {"added": np.array([3, 2, 0, 3]), "dropped": np.zeros(4, int), "drawn": np.array([5, 4, 0, 6]),
+              "validation": np.array([0, 0, 3, 0])}  # fmt: skip
+    table = pq.read_table(write_online_runs(tmp_path / "runs.parquet", tmp_path, counts, [produced])).to_pylist()
+    assert [r["run"] for r in table] == runs.column("run").to_pylist()
+    assert [r["samples_sent"] for r in table] == [3, 2, 3, 3] and table[2]["samples_refused"] == 1
+    for r in table:  # sent = buffered + dropped + validation
+        assert r["samples_sent"] == r["samples_buffered"] + r["samples_dropped_by_buffer"] + r["validation_samples"]
+    assert read_csv(tmp_path / "refused.csv") == [
+        {"run": "run-000002", "source": "/raw/00000/run-000002/stream step 1",
+         "reason": "field 'density': shape (8,), expected (4,)"}
+    ]  # fmt: skip
