@@ -577,8 +577,6 @@ def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: 
 def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conventions: Conventions | None, workdir: str,
                      candidates: list[str], skipped: list[str]) -> Sections:  # fmt: skip
     """The starter config's sections, each with the comment lines above it."""
-    shapes = decided.sample_shapes
-    varying = [chosen.names[f.path] for f in decided.usable if shapes[f.path] is None or None in (shapes[f.path] or ())]
     model, depth = choose_model(chosen.first_shape)
     shape = chosen.first_shape
     features, labels, deposit = chosen.features, chosen.labels, chosen.deposit
@@ -586,26 +584,7 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
     return [
         ([], {"workdir": workdir}),
         (["existing output, below source.path: the simulator is off"], {"simulate": {"enabled": False}}),
-        (
-            [
-                f"samples_along: {'a file is one sample' if decided.samples_along is None else 'one sample per index'}",
-                "sample_id null: the file's relative path",
-                "fields: the shape of ONE sample (null: any length)"
-                + (f"; {', '.join(varying)} differ between the files inspected" if varying else ""),
-                *(["more fields you could map:", *candidates] if candidates else []),
-                *(["not mapped:", *skipped] if skipped else []),
-            ],
-            {
-                "source": {
-                    "path": str(result.source.root),
-                    "glob": result.source.pattern,
-                    **({"format": conventions.format} if conventions is not None and conventions.format else {}),
-                    "samples_along": decided.samples_along,
-                    "sample_id": None if decided.sample_id is None else {"attr": decided.sample_id},
-                    "fields": chosen.fields,
-                }
-            },
-        ),
+        source_section(result, decided, chosen, conventions, candidates, skipped),
         (
             [
                 "features: the largest array, the network's input; labels: the small vectors (and a class)",
@@ -638,6 +617,33 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
             {"train": {"task": chosen.task, "model": model, "depth": depth}},
         ),
     ]
+
+
+def source_section(result: Survey, decided: Any, chosen: StarterChoice, conventions: Conventions | None,
+                   candidates: list[str], skipped: list[str]) -> tuple[list[str], dict[str, Any]]:  # fmt: skip
+    """The starter config's source section: where the files are, how samples lie in them, the fields."""
+    shapes = decided.sample_shapes
+    varying = [chosen.names[f.path] for f in decided.usable if shapes[f.path] is None or None in (shapes[f.path] or ())]
+    return (
+        [
+            f"samples_along: {'a file is one sample' if decided.samples_along is None else 'one sample per index'}",
+            "sample_id null: the file's relative path",
+            "fields: the shape of ONE sample (null: any length)"
+            + (f"; {', '.join(varying)} differ between the files inspected" if varying else ""),
+            *(["more fields you could map:", *candidates] if candidates else []),
+            *(["not mapped:", *skipped] if skipped else []),
+        ],
+        {
+            "source": {
+                "path": str(result.source.root),
+                "glob": result.source.pattern,
+                **({"format": conventions.format} if conventions is not None and conventions.format else {}),
+                "samples_along": decided.samples_along,
+                "sample_id": None if decided.sample_id is None else {"attr": decided.sample_id},
+                "fields": chosen.fields,
+            }
+        },
+    )
 
 
 def conventions_deposit(conventions: Conventions, names: dict[str, str]) -> dict[str, Any]:

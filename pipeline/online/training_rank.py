@@ -1,12 +1,12 @@
-"""The trainer side of online training: data-parallel TensorFlow + Horovod (on the trainers' own
+"""The training side of online training: data-parallel TensorFlow + Horovod (on the training ranks' own
 communicator) over replay buffers that the producers fill while the simulations run.
 
-Each trainer receives the samples it owns (pipeline.online.messages) between steps, without waiting, into
+Each training rank receives the samples it owns (pipeline.online.messages) between steps, without waiting, into
 its training buffer (pipeline.online.buffer) or, for held-out runs, its validation buffer. While the
-simulations run, a step happens when every trainer's buffer holds max(watermark, batch_size) samples (the
-trainers agree by one small allreduce per step, so Horovod's collective steps stay in lockstep); until then
-the trainers wait for arrivals, and that wait (after the first step) is the input wait the history
-reports. Once the simulations are over, the trainers go on with what arrived: a step draws up to
+simulations run, a step happens when every training rank's buffer holds max(watermark, batch_size) samples (the
+training ranks agree by one small allreduce per step, so Horovod's collective steps stay in lockstep); until then
+the training ranks wait for arrivals, and that wait (after the first step) is the input wait the history
+reports. Once the simulations are over, the training ranks go on with what arrived: a step draws up to
 batch_size of the samples held (a short batch is counted: `short_batches`), so a small campaign trains
 too. Training ends after `train.online.steps` steps, or when the simulations are over and a buffer has
 nothing left to draw (every sample used `max_reuse` times, or none arrived: then the job fails, as no
@@ -17,16 +17,16 @@ learning-rate schedule with train.epochs spread evenly over train.online.steps (
 warmup_epochs / epochs of the steps, then the cosine to zero at the last step).
 
 Normalisation: the statistics of convert.normalise's fields (per channel where convert.per_channel says)
-come from the samples that arrived before the first step (every trainer's, merged), are frozen there,
+come from the samples that arrived before the first step (every training rank's, merged), are frozen there,
 saved in the summary and applied to every batch; or `train.online.statistics` names a convert stats.json
 of earlier offline data to use instead.
 
-Validation every `validate_every_steps` steps: the loss over every trainer's validation buffer (runs the
+Validation every `validate_every_steps` steps: the loss over every training rank's validation buffer (runs the
 ensemble held out: never trained on); the model of the lowest validation loss is kept (train.keep: best).
 A checkpoint (weights, optimizer, step) is written at each validation; a rerun resumes from it (the
 buffers fill again from the runs still to come, and with source: runs also from the completed runs' files).
 
-Memory per trainer: the model, the two buffers (capacity x sample bytes each, fixed), the per-run counts
+Memory per training rank: the model, the two buffers (capacity x sample bytes each, fixed), the per-run counts
 (12 bytes per run). Time: steps x step time, plus waits for arrivals.
 """
 
@@ -76,7 +76,7 @@ WAIT_POLL_S = 0.002
 
 
 def frozen_statistics(moments: Mapping[str, RunningStats], comm: Any) -> dict:
-    """Every trainer's statistics merged (in trainer order, so every trainer gets the same), as convert's."""
+    """Every training rank's statistics merged (in rank order, so every one gets the same), as convert's."""
     out = {}
     for name, mine in moments.items():
         merged = RunningStats(mine.per_channel)
@@ -86,7 +86,7 @@ def frozen_statistics(moments: Mapping[str, RunningStats], comm: Any) -> dict:
     return out
 
 
-# ---------------------------------------------------------------- the trainer
+# ---------------------------------------------------------------- the training rank
 
 
 @dataclass
@@ -107,7 +107,7 @@ class RankState:
 
 @dataclass
 class Session:
-    """What a trainer trains with: Horovod, the task, the model and where its code came from, the
+    """What a training rank trains with: Horovod, the task, the model and where its code came from, the
     optimizer, the checkpoint, the compiled step and prediction, whether the model's input adds a
     channel axis, the device record."""
 
@@ -226,7 +226,7 @@ class TrainingRank:
             deadline = time.perf_counter()
 
     def ready(self, watermark: int) -> bool:
-        """This trainer can step: its buffer holds the watermark and, before the first step, samples of
+        """This training rank can step: its buffer holds the watermark and, before the first step, samples of
         `statistics_runs` training runs arrived (statistics from fewer runs would know few label values:
         a run's samples share its parameters), unless the simulations are over."""
         if not self.train_buffer.ready(watermark):
@@ -240,7 +240,7 @@ class TrainingRank:
         return self.state.done_producers < self.producers
 
     def agree(self, ready: bool, exhausted: bool) -> tuple[bool, bool, bool]:
-        """(every trainer ready, every producer done everywhere, any trainer exhausted)."""
+        """(every training rank ready, every producer done everywhere, any training rank exhausted)."""
         flags = np.array([int(ready), int(not self.producing), int(exhausted)], np.int64)
         low, high = np.empty_like(flags), np.empty_like(flags)
         self.comm.Allreduce(flags, low, op=_mpi("MIN"))
@@ -271,7 +271,7 @@ class TrainingRank:
         return x, np.asarray(y)
 
     def score_baseline(self) -> dict[str, Any]:
-        """The classical baseline fitted from the sums over every trainer's training arrivals, scored on
+        """The classical baseline fitted from the sums over every training rank's training arrivals, scored on
         their validation buffers."""
         if self.baseline is None:
             return {"method": None, "skipped": "the model takes several features"}
@@ -289,7 +289,7 @@ class TrainingRank:
 
     # ---- the loop
     def start(self) -> Session:
-        """Horovod on the trainers' communicator, the device, the task, the model and its optimizer, and
+        """Horovod on the training ranks' communicator, the device, the task, the model and its optimizer, and
         the latest checkpoint of the same key restored."""
         settings = self.settings
         devices.hide_gpus_if_cpu(settings)
@@ -348,10 +348,10 @@ class TrainingRank:
                            time.perf_counter() - self.began)  # fmt: skip
 
     def batches(self, session: Session) -> Iterator[tuple[Any, Any]]:
-        """Batches as the arrivals allow, every trainer in lockstep. While the simulations run, a step waits
-        until every trainer holds max(watermark, batch_size) samples (and, before the first, samples of
+        """Batches as the arrivals allow, every training rank in lockstep. While the simulations run, a step waits
+        until every training rank holds max(watermark, batch_size) samples (and, before the first, samples of
         statistics_runs runs); once they are over, a step draws what is held, a short batch counted in the
-        history, until a trainer has nothing left (max_reuse) or none arrived."""
+        history, until a training rank has nothing left (max_reuse) or none arrived."""
         batch_size, drawn = self.settings["batch_size"], self.state.step
         watermark = max(self.online["buffer"]["watermark"], batch_size)
         entered = time.perf_counter()
@@ -379,7 +379,7 @@ class TrainingRank:
             yield self.batch_tensors(batch, session.task, session.add_channel)
 
     def validate(self, session: Session) -> tuple[float, Evaluation]:
-        """The loss and evaluation over every trainer's validation buffer."""
+        """The loss and evaluation over every training rank's validation buffer."""
         buffer, batch = self.validation_buffer, self.settings["batch_size"]
         parts = ({n: a[k : min(len(buffer), k + batch)] for n, a in buffer.data.items()}
                  for k in range(0, len(buffer), batch))  # fmt: skip
@@ -411,12 +411,10 @@ class TrainingRank:
         if self.rank == 0:
             session.checkpoint.save(self.state.step)
             log.info(json.dumps(row))
-        else:
-            session.checkpoint.counter.assign(self.state.step)
         return evaluation
 
     def counts(self) -> dict[str, np.ndarray]:
-        """Per run, over every trainer: samples added, dropped by a buffer, draws; validation samples."""
+        """Per run, over every training rank: samples added, dropped by a buffer, draws; validation samples."""
         mine = self.train_buffer.counts(self.runs)
         mine["validation"] = self.validation_buffer.counts(self.runs)["added"]
         return {k: self.comm.allreduce(v) for k, v in mine.items()}

@@ -80,8 +80,6 @@ def run_epochs(settings: Mapping[str, Any], steps: int, groups: int, split: int,
                     if old != paths.best_weights(epoch + 1):
                         old.unlink(missing_ok=True)
             log.info(json.dumps(row))
-        else:
-            restored.checkpoint.counter.assign(epoch + 1)
         if kept.patience_over(epoch + 1, settings["patience"]):
             # every rank sees the same validation losses, so every rank stops after the same epoch
             log.info("sim2dl train: no lower validation loss for %d epochs (train.patience): stopping after epoch %d",

@@ -103,17 +103,17 @@ def population_record(population: Population, settings: Mapping[str, Any], outco
                       comm: Any) -> dict[str, Any]:  # fmt: skip
     """summary.json's `population`: the plan, every round's record and lineage (the state), the kept
     model, and who trained where on what (every rank's part gathered)."""
+    # each rank's files and which of their records it reads ([n, k]: every n-th from the k-th; null: all),
+    # so that the trainers' records can be checked disjoint
+    shares = _by_trainer(comm.allgather([[f.name for f in data.files], data.shard]), population)
     return {"trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
             "exchange": population.exchange, "rounds_trained": len(outcome.state.rounds),
             "kept": outcome.kept, "initial_hyperparameters": population.hyperparameters(settings),
             **outcome.state.to_json(),
             "trainer_hosts": [sorted(set(h)) for h in _by_trainer(comm.allgather(socket.gethostname()), population)],
-            "trainer_files": [sorted({n for names in files for n in names}) for files in _by_trainer(
-                comm.allgather([f.name for f in data.files]), population)],
+            "trainer_files": [sorted({n for files, _ in ranks for n in files}) for ranks in shares],
             "trainer_records": [sum(n) for n in _by_trainer(comm.allgather(data.records), population)],
-            # each rank's files and which of their records it reads ([n, k]: every n-th from the k-th;
-            # null: all), so that the trainers' records can be checked disjoint
-            "trainer_shares": _by_trainer(comm.allgather([[f.name for f in data.files], data.shard]), population),
+            "trainer_shares": shares,
             "round_cost": _median([r["round_cost"] for r in outcome.state.rounds if r["pairs"] != []])}  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,8 +162,6 @@ def registry_credentials(ref: Any, settings: Mapping[str, Any]) -> tuple[str, st
 
 def listed_image(image: str, lister: list[str], run: Run) -> tuple[bool | None, str]:
     """Whether a runtime that runs what it pulled by name (Shifter, Sarus) lists `image`."""
-    import shutil
-
     if shutil.which(lister[0]) is None:
         return None, f"{lister[0]} not found; cannot check {image}"
     code, out = run(lister)

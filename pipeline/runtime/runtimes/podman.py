@@ -7,6 +7,7 @@ devices and driver (podman itself takes the CDI device nvidia.com/gpu=all). Pull
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,6 @@ class Podman(Runtime):
         return []
 
     def has_image(self, image: str, run: Any) -> tuple[bool | None, str]:
-        import shutil
-
         if shutil.which(self.name) is None:
             return None, f"{self.name} not found"
         code, _ = run([self.name, "image", "exists", image])
