@@ -4,7 +4,9 @@ one TensorFlow thread per rank), each variant through `sim2dl train` with the sa
 
 Variants: `single` (1 trainer of 1 rank), `population_2`, `population_4` (T trainers of 1 rank, pairwise,
 learning rate mutated by 0.8 / 1.25), `data_parallel_2`, `data_parallel_4` (1 trainer of T ranks: T x the
-global batch, the learning rate scaled by T as train does). Every variant scores every model on the same
+global batch, the learning rate scaled by T as train does), `independent_2` (population_2 with exchange
+none: the same data split and perturbed rates, no tournaments: population_2 against it is what the
+exchange itself adds or costs; independent_2 against single is what splitting the data costs). Every variant scores every model on the same
 validation split after every round.
 
 - target: the single trainer's best validation loss x 1.05 (a level it reaches late in its budget).
@@ -17,6 +19,8 @@ validation split after every round.
   where the population never reaches the target.
 - best_val_loss per variant: the population against one data-parallel trainer of T ranks (same ranks,
   T x the global batch).
+- exchange_gain: independent_2's best validation loss - population_2's (> 0: the exchange helps; < 0: it
+  costs more than the data split explains).
 - round_cost: (tournament + transfers) / the steps' time per round, the median over rounds (goal <= 0.05).
 - bohb_then_train: the demo's BOHB search (4 trials of 1-3 epochs over learning rate and batch size, 2
   ranks) then one trainer of 2 ranks with its best configuration for the epochs left of population_2's
@@ -47,9 +51,10 @@ def prepare(work: Path, samples: int) -> dict:
     return yaml.safe_load(prepared(work, config).read_text())
 
 
-def run(work: Path, config: dict, name: str, trainers: int, ranks: int, rounds: int, steps: int) -> dict:
+def run(work: Path, config: dict, name: str, trainers: int, ranks: int, rounds: int, steps: int,
+        exchange: str = "pairwise") -> dict:  # fmt: skip
     population = {"enabled": True, "trainers": trainers, "rounds": rounds, "steps_per_round": steps,
-                  "exchange": "pairwise", "tournament_fraction": 0.15,
+                  "exchange": exchange, "tournament_fraction": 0.15,
                   "mutate": {"learning_rate": [0.8, 1.25]} if trainers > 1 else {}}  # fmt: skip
     variant = {**config, "train": {**config["train"], "population": population}}
     path = work / f"{name}.yaml"
@@ -110,6 +115,8 @@ def main() -> None:
     for t in (2, 4):
         summaries[f"population_{t}"] = run(work, config, f"population_{t}", t, t, rounds, steps)
         summaries[f"data_parallel_{t}"] = run(work, config, f"data_parallel_{t}", 1, t, rounds, steps)
+    # the control: two trainers that never exchange (each on its half of the data, rates perturbed alike)
+    summaries["independent_2"] = run(work, config, "independent_2", 2, 2, rounds, steps, exchange="none")
     best = {name: round(min(min(r["val_loss"]) for r in s["population"]["rounds"]), 4) for name, s in summaries.items()}
     target = best["single"] * 1.05
     one = reached(summaries["single"], target, batch, steps, 1, 1)
@@ -133,6 +140,7 @@ def main() -> None:
           "effective_parallel_efficiency": efficiency, "best_val_loss": best,
           "round_cost": {k: round(v, 4) if v is not None else None for k, v in costs.items()},
           "adoptions": adoptions, "bohb_then_train": bohb,
+          "exchange_gain": round(best["independent_2"] - best["population_2"], 4),
           "population_2_samples": 2 * rounds * steps * batch})  # fmt: skip
 
 

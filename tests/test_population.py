@@ -256,3 +256,17 @@ def test_the_workflow_refuses_a_population_with_a_search_or_online_training(tmp_
     path = write_config(tmp_path, config)
     proc = run_snakemake(["--cores", "1", "-n", "--configfile", str(path)], timeout=120)
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr
+
+
+@pytest.mark.unit
+def test_independent_trainers_score_their_own_model_and_move_nothing():
+    """exchange none (the control of bench/ltfb.py): a trainer's tournament scores its own model, adopts
+    nothing and leaves its variables as they were."""
+    from types import SimpleNamespace
+
+    from pipeline.training.tournament import _tournament
+
+    trainer = SimpleNamespace(population=plan(trainers=2, ranks=2, exchange="none"), number=1, rank=1, world=None)
+    untouched = [np.arange(3.0)]
+    adopted, scores, moved = _tournament(trainer, 0, np.zeros(3), lambda: untouched, lambda: 0.25)
+    assert (adopted, scores, moved) == (None, {"own": 0.25}, 0.0) and untouched[0].tolist() == [0.0, 1.0, 2.0]

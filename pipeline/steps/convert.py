@@ -93,6 +93,77 @@ def categorical_fields(ingest: IngestPaths) -> set[str]:
         raise Sim2dlError(f"cannot read {ingest.summary}: {e.strerror} (run ingest first)") from None
 
 
+@dataclass
+class ConvertedPart:
+    """What converting one part gave: its statistics (training split), class counts, rejects, records."""
+
+    name: str
+    stats: dict[str, RunningStats]
+    counts: dict[str, ClassCounts]
+    rejects: list[Reject]
+    written: int
+
+
+def convert_part(
+    source_part: Part, records: np.ndarray, out_path: Path, settings: Mapping[str, Any],
+    categorical: set[str], splits: SampleSplits, bar: Any,
+) -> ConvertedPart:  # fmt: skip
+    """Convert the accepted `records` of one ingested part into the part at `out_path`."""
+    record_splits: np.ndarray | None = np.zeros(0, np.uint8)
+    if len(source_part):
+        record_splits = splits.of_records(source_part)  # one hash per record of the part, at once
+        if record_splits is None and not settings["split"]:  # train's hold-out: a sample's id is its record's
+            record_splits = splits.of_samples(source_part.texts("sample_id"))
+    stats = {f: RunningStats(f in settings["per_channel"]) for f in settings["normalise"]}
+    counts: dict[str, ClassCounts] = {}
+    rejects: list[Reject] = []
+    written = 0
+    with PartWriter(out_path) as part:
+        for record in records.tolist():
+            arrays, meta = source_part.read(record), source_part.meta(record)
+            bar.update(1)
+            try:
+                samples = transform(arrays, settings, categorical)
+            except SampleError as e:
+                rejects.append(Reject(meta["source"], meta["sample_id"], str(e)))
+                continue
+            out_ids = [f"{meta['sample_id']}#{k}" if len(samples) > 1 else meta["sample_id"]
+                       for k in range(len(samples))]  # fmt: skip
+            if record_splits is not None:
+                numbers = np.full(len(samples), record_splits[record])
+            else:
+                numbers = splits.of_samples(out_ids)
+            masks = missing_masks(arrays, settings, len(samples)) if stats else [{}] * len(samples)
+            for sample, missing, out_id, number in zip(samples, masks, out_ids, numbers, strict=True):
+                if splits.training in (None, number):
+                    for field_name, s in stats.items():
+                        s.update(sample[field_name], missing.get(field_name))
+                for label in settings["labels"]:
+                    if sample[label].dtype.kind in "iu":
+                        counts.setdefault(label, ClassCounts()).update(sample[label], int(number))
+                # Fields the transform left untouched are referenced in the ingest part, not copied.
+                unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
+                part.append(sample, {**meta, "sample_id": out_id, "parent": meta["sample_id"]}, refs=unchanged)
+                written += 1
+    return ConvertedPart(out_path.name, stats, counts, rejects, written)
+
+
+def statistics_document(converted: Sequence[ConvertedPart], settings: Mapping[str, Any], splits: SampleSplits) -> dict:
+    """The statistics and class counts of every part, merged in part order (the same for any rank count)."""
+    merged = {f: RunningStats(f in settings["per_channel"]) for f in settings["normalise"]}
+    classes: dict[str, ClassCounts] = {}
+    for item in sorted(converted, key=lambda c: c.name):
+        for field_name, s in item.stats.items():
+            merged[field_name].merge(s)
+        for field_name, c in item.counts.items():
+            classes.setdefault(field_name, ClassCounts()).merge(c)
+    return {
+        "statistics": {name: s.as_dict() for name, s in merged.items()},
+        "statistics_from": splits.describe(),
+        "class_counts": {name: c.as_dict(splits.names) for name, c in classes.items()},
+    }
+
+
 @gc_paused()
 def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Each rank converts a block of the ingest parts, each into a converted part of the same name (so
@@ -100,9 +171,8 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["convert"]
     ingest, paths = IngestPaths(ingest_dir), ConvertPaths(out_dir)
-    parts_dir = paths.parts
     if rank == 0:
-        clear_parts(parts_dir)
+        clear_parts(paths.parts)
     comm.barrier()
     names = [stem.name for stem in list_parts(ingest.parts)]
     categorical = categorical_fields(ingest)
@@ -111,70 +181,23 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     inputs = sum(comm.allgather(sum(len(records) for records in mine.values())))
     if not inputs:
         raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")
-    part_stats: list[tuple[str, dict[str, RunningStats], dict[str, ClassCounts]]] = []
-    rejects = []
-    written = 0
     bar = progress_bar(sum(len(r) for r in mine.values()), "convert", rank, size, unit="sample")
-    for name, records in mine.items():
-        source_part = Part(ingest.parts / name)
-        record_splits: np.ndarray | None = np.zeros(0, np.uint8)
-        if len(source_part):
-            record_splits = splits.of_records(source_part)  # one hash per record of the part, at once
-            if record_splits is None and not settings["split"]:  # train's hold-out: a sample's id is its record's
-                record_splits = splits.of_samples(source_part.texts("sample_id"))
-        stats = {field: RunningStats(field in settings["per_channel"]) for field in settings["normalise"]}
-        counts: dict[str, ClassCounts] = {}
-        with PartWriter(parts_dir / name) as part:
-            for record in records.tolist():
-                arrays, meta = source_part.read(record), source_part.meta(record)
-                bar.update(1)
-                try:
-                    samples = transform(arrays, settings, categorical)
-                except SampleError as e:
-                    rejects.append(Reject(meta["source"], meta["sample_id"], str(e)))
-                    continue
-                out_ids = [f"{meta['sample_id']}#{k}" if len(samples) > 1 else meta["sample_id"]
-                           for k in range(len(samples))]  # fmt: skip
-                if record_splits is not None:
-                    numbers = np.full(len(samples), record_splits[record])
-                else:
-                    numbers = splits.of_samples(out_ids)
-                masks = missing_masks(arrays, settings, len(samples)) if stats else [{}] * len(samples)
-                for sample, missing, out_id, number in zip(samples, masks, out_ids, numbers, strict=True):
-                    if splits.training in (None, number):
-                        for field, s in stats.items():
-                            s.update(sample[field], missing.get(field))
-                    for field in settings["labels"]:
-                        if sample[field].dtype.kind in "iu":
-                            counts.setdefault(field, ClassCounts()).update(sample[field], int(number))
-                    # Fields the transform left untouched are referenced in the ingest part, not copied.
-                    unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
-                    part.append(sample, {**meta, "sample_id": out_id, "parent": meta["sample_id"]}, refs=unchanged)
-                    written += 1
-        part_stats.append((name, stats, counts))
+    converted = [
+        convert_part(Part(ingest.parts / name), records, paths.parts / name, settings, categorical, splits, bar)
+        for name, records in mine.items()
+    ]
     bar.close()
 
-    all_stats = comm.gather(part_stats, root=0)
-    all_rejects = comm.gather(rejects, root=0)
-    total_written = sum(comm.allgather(written))
+    everything = comm.gather(converted, root=0)
+    total_written = sum(comm.allgather(sum(c.written for c in converted)))
     summary = {"inputs": inputs, "samples": total_written}
     if rank == 0:
-        assert all_rejects is not None and all_stats is not None
-        merged = {field: RunningStats(field in settings["per_channel"]) for field in settings["normalise"]}
-        classes: dict[str, ClassCounts] = {}
-        for _, stats, counts in sorted((item for rank_stats in all_stats for item in rank_stats), key=lambda t: t[0]):
-            for field, s in stats.items():
-                merged[field].merge(s)
-            for field, c in counts.items():
-                classes.setdefault(field, ClassCounts()).merge(c)
-        flat_rejects = sorted(r for rank_rejects in all_rejects for r in rank_rejects)
+        assert everything is not None
+        flat = [item for rank_items in everything for item in rank_items]
+        flat_rejects = sorted(r for item in flat for r in item.rejects)
         write_csv(paths.rejects, REJECT_COLUMNS, flat_rejects)
         summary["rejected"] = len(flat_rejects)
-        doc = {
-            "statistics": {name: s.as_dict() for name, s in merged.items()},
-            "statistics_from": splits.describe(),
-            "class_counts": {name: c.as_dict(splits.names) for name, c in classes.items()},
-        }
+        doc = statistics_document(flat, settings, splits)
         write_json_atomic(paths.stats, {**doc, "settings": dict(settings), **summary})
     comm.barrier()
     return summary

@@ -303,9 +303,19 @@ def read_extents(
     total = int(size.sum())
     if buffer.size < total:
         buffer = aligned_buffer(total + total // 4)
+    _read_runs(paths, run_file, dense, read_start, run_start, run_end, buffer, place, size)
+    positions[order] = place[run] + start - read_start[run]
+    return positions, buffer
+
+
+def _read_runs(
+    paths: Sequence[Path], run_file: np.ndarray, dense: np.ndarray, read_start: np.ndarray, run_start: np.ndarray,
+    run_end: np.ndarray, buffer: np.ndarray, place: np.ndarray, size: np.ndarray,
+) -> None:  # fmt: skip
+    """Read each run (dense ones with O_DIRECT) into its place in `buffer`, each file opened once per mode."""
     fds: dict[tuple[int, bool], tuple[int, bool]] = {}
     try:
-        for k in range(len(first)):
+        for k in range(len(run_file)):
             key = (int(run_file[k]), bool(dense[k]))
             if key not in fds:
                 fds[key] = open_for_reading(paths[key[0]], key[1])
@@ -320,8 +330,6 @@ def read_extents(
     finally:
         for fd, _ in fds.values():
             os.close(fd)
-    positions[order] = place[run] + start - read_start[run]
-    return positions, buffer
 
 
 def _furthest_per_file(files: np.ndarray, ends: np.ndarray) -> np.ndarray:

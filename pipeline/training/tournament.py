@@ -304,6 +304,8 @@ def _tournament(trainer: Trainer, round_number: int, own: np.ndarray, variables:
     """This trainer's tournament: (the trainer whose model it adopted or None, its scores, the seconds the
     transfers took). The model left in `variables` is the one the trainer goes on with."""
     population, number = trainer.population, trainer.number
+    if population.exchange == "none":  # independent trainers: scored on their tournament sets, nothing moves
+        return None, {"own": score()}, 0.0
     if population.exchange == "pairwise":
         partner = population.partner(number, round_number)
         if partner is None:

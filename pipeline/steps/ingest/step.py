@@ -122,15 +122,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     error: BaseException | None = None
     if rank == 0:
         try:
-            names, offsets = start_listing(root, source, paths)
-            chunk = part_files(Listing(root, names), shard_bytes, size)
-            chunks = -(-len(names) // chunk)
-            plan = []
-            for r in range(size):
-                chunk_range = block(range(chunks), r, size)  # a range, possibly empty
-                first, stop = (min(len(names), c * chunk) for c in (chunk_range.start, chunk_range.stop))
-                plan.append((first, int(offsets[first]), int(offsets[stop]), chunk, chunks))
-            del names, offsets
+            plan = listing_plan(root, source, paths, shard_bytes, size)
         except Sim2dlError as e:
             error = e
     all_ok(comm, error if rank == 0 else None)
@@ -140,10 +132,23 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     paths.manifest.mkdir(parents=True, exist_ok=True)
 
     framing, about = part_framing(config, shard_bytes)
+    parts = PartSequence(paths, chunk, chunks, framing, about)
+    hashed, rejects, counts = pack_files(config, root, mine, first, parts, fields, rank, size)
+    described = field_descriptions(Path(mine[0]), source["format"], fields) if rank == 0 and len(mine) else {}
+    return conclude(comm, paths, hashed, starts, mine, counts, rejects, settings, chunk, chunks,
+                    described)  # fmt: skip
+
+
+def pack_files(
+    config: Mapping[str, Any], root: Path, mine: Listing, first: int, parts: PartSequence, fields: list[FieldSpec],
+    rank: int, size: int,
+) -> tuple[np.ndarray, list[Reject], tuple[int, int, int]]:  # fmt: skip
+    """Read and check this rank's files (numbers from `first`), each a record of its part or a reject: the
+    accepted ids' hashes, the rejects, and (files, accepted, rejected)."""
+    source, settings = config["source"], config["ingest"]
     hashed = np.empty(len(mine), HASHED)
     accepted = rejected = 0
     rejects: list[Reject] = []
-    parts = PartSequence(paths, chunk, chunks, framing, about)
     try:
         files = FileContents(
             (Path(p) for p in mine),
@@ -174,10 +179,23 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
         parts.abort()
         raise
     parts.close()
-    counts = (len(mine), accepted, rejected)
-    described = field_descriptions(Path(mine[0]), source["format"], fields) if rank == 0 and len(mine) else {}
-    return conclude(comm, paths, hashed[:accepted], starts, mine, counts, rejects, settings, chunk, chunks,
-                    described)  # fmt: skip
+    return hashed[:accepted], rejects, (len(mine), accepted, rejected)
+
+
+def listing_plan(
+    root: Path, source: Mapping[str, Any], paths: IngestPaths, shard_bytes: int, size: int
+) -> list[tuple[int, int, int, int, int]]:
+    """Rank 0: list the inputs into inputs.txt; per rank, its first file, the byte range of its lines in
+    inputs.txt, the files per part and the number of parts (each rank a block of whole parts)."""
+    names, offsets = start_listing(root, source, paths)
+    chunk = part_files(Listing(root, names), shard_bytes, size)
+    chunks = -(-len(names) // chunk)
+    plan = []
+    for r in range(size):
+        chunk_range = block(range(chunks), r, size)  # a range, possibly empty
+        first, stop = (min(len(names), c * chunk) for c in (chunk_range.start, chunk_range.stop))
+        plan.append((first, int(offsets[first]), int(offsets[stop]), chunk, chunks))
+    return plan
 
 
 def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:

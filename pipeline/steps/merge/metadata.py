@@ -55,16 +55,17 @@ def metadata(
             "along source.samples_along in that file (null: the file is the sample)",
         },
     }
-    if settings["slabs"] > 1:
-        doc["slabs"] = {
-            "count": settings["slabs"],
-            "fields": sliced_fields(spec),
-            "layout": "each shard is `count` files (NAME.slab-K-of-COUNT.SUFFIX) of the same records in the "
-            "same order; file K holds planes [K*T, (K+1)*T) of the listed fields (T = first axis / count), "
-            "every other field and the sample id whole; the feature spec gives the whole shapes",
-        }
     if "samples" in ingested:  # many samples per file: accepted and rejected count samples
         doc["counts"]["samples_found"] = ingested["samples"]
+    doc.update(ingested_extras(ingested, spec))
+    doc.update(layout_sections(settings, spec, shard_info, split_names))
+    return doc
+
+
+def ingested_extras(ingested: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What ingest learned of the sources that a reader of the shards needs: class names, units and
+    component names of the fields in the spec."""
+    doc: dict[str, Any] = {}
     if ingested.get("classes"):
         doc["classes"] = ingested["classes"]  # categorical fields: class names in id order
     units = {name: unit for name, unit in ingested.get("units", {}).items() if name in spec}
@@ -73,6 +74,22 @@ def metadata(
     names = {name: n for name, n in ingested.get("component_names", {}).items() if name in spec}
     if names:
         doc["component_names"] = names  # the entries along a field's last axis (e.g. a label's parameters)
+    return doc
+
+
+def layout_sections(
+    settings: Mapping[str, Any], spec: Mapping[str, Any], shard_info: list[dict[str, Any]], split_names: Sequence[str]
+) -> dict[str, Any]:
+    """The slabs' and the splits' sections (present only when configured)."""
+    doc: dict[str, Any] = {}
+    if settings["slabs"] > 1:
+        doc["slabs"] = {
+            "count": settings["slabs"],
+            "fields": sliced_fields(spec),
+            "layout": "each shard is `count` files (NAME.slab-K-of-COUNT.SUFFIX) of the same records in the "
+            "same order; file K holds planes [K*T, (K+1)*T) of the listed fields (T = first axis / count), "
+            "every other field and the sample id whole; the feature spec gives the whole shapes",
+        }
     if split_names:
         doc["splits"] = {
             name: {

@@ -372,14 +372,7 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
     first_part = rank * len(part_names) // size
     my_stems = [parts_dir / name for name in block(part_names, rank, size)]
     abouts = {stem.name: read_about(stem) for stem in my_stems}
-    local_spec = feature_spec(about_field_shapes(abouts), conv["features"], conv["labels"])
-    spec = feature_spec(
-        ((name, f["dtype"], f["shape"]) for rank_spec in comm.allgather(local_spec) for name, f in rank_spec.items()),
-        conv["features"],
-        conv["labels"],
-    )
-    spec = encoded_spec(spec, settings["encoding"], stats)
-    check_slabs(settings["slabs"], spec, settings["format"])
+    spec = common_spec(comm, abouts, conv, settings, stats)
     key_column = TEXT_KEYS.get(settings["sort_by"])
 
     def widest(column: str) -> int:
@@ -402,13 +395,7 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
 
     # 2. The global order; 3. shards, each on the rank where it begins.
     rows = sample_sort(comm, rows)
-    starts = None
-    if framed is not None:
-        counts = np.zeros(len(files.paths), np.int64)
-        for rank_homes in comm.allgather(local_homes):
-            for number, count in rank_homes.items():
-                counts[number] = count
-        starts = home_starts(comm, rows, counts)
+    starts = None if framed is None else home_starts(comm, rows, home_counts(comm, local_homes, len(files.paths)))
     whole = starts is not None
     if starts is None:
         starts = size_starts(comm, rows, shard_bytes, max(len(split_names), 1), bool(split_names))
@@ -418,16 +405,44 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
     my_shards = [slice(a, b) for a, b in itertools.pairwise(edges)]  # contiguous: rows[s] is a view
     my_splits = row_splits(rows[[s.start for s in my_shards]], bool(split_names)).tolist() if my_shards else []
     shard_splits = [k for rank_splits in comm.allgather(my_splits) for k in rank_splits]
-    digests = [shard_digest(rows[s]) for s in my_shards]
-    all_digests = [d for rank_digests in comm.allgather(digests) for d in rank_digests]
-    h = xxhash.xxh3_128(json.dumps([dict(settings), stats, spec], sort_keys=True).encode())
-    for d in all_digests:
-        h.update(d.encode())
-    digest = h.hexdigest()
+    digest = plan_digest(comm, settings, stats, spec, [shard_digest(rows[s]) for s in my_shards])
     names = shard_names(shard_splits, split_names, writer_class)
     return MergePlan(settings, writer_class, spec, stats_doc, widths, files, part_names, my_stems, first_part,
                      split_names, rows, numbers, my_shards, first_shard, n_shards, shard_splits, names, digest,
                      whole, total)  # fmt: skip
+
+
+def common_spec(
+    comm: Any, abouts: Mapping[str, Any], conv: Mapping[str, Any], settings: Mapping[str, Any], stats: Any
+) -> dict[str, Any]:
+    """The feature spec every rank's parts agree on (shapes and dtypes from their indexes), with the
+    shard encoding of each field; the slabs checked against it."""
+    local_spec = feature_spec(about_field_shapes(abouts), conv["features"], conv["labels"])
+    spec = feature_spec(
+        ((name, f["dtype"], f["shape"]) for rank_spec in comm.allgather(local_spec) for name, f in rank_spec.items()),
+        conv["features"],
+        conv["labels"],
+    )
+    spec = encoded_spec(spec, settings["encoding"], stats)
+    check_slabs(settings["slabs"], spec, settings["format"])
+    return spec
+
+
+def home_counts(comm: Any, local_homes: Mapping[int, int], files: int) -> np.ndarray:
+    """The records of every part file (framed parts that become shards whole), from every rank's."""
+    counts = np.zeros(files, np.int64)
+    for rank_homes in comm.allgather(local_homes):
+        for number, count in rank_homes.items():
+            counts[number] = count
+    return counts
+
+
+def plan_digest(comm: Any, settings: Mapping[str, Any], stats: Any, spec: Any, digests: list[str]) -> str:
+    """What the whole plan writes: the settings, statistics and spec, and every shard's digest in order."""
+    h = xxhash.xxh3_128(json.dumps([dict(settings), stats, spec], sort_keys=True).encode())
+    for d in (d for rank_digests in comm.allgather(digests) for d in rank_digests):
+        h.update(d.encode())
+    return h.hexdigest()
 
 
 def shard_digest(rows: np.ndarray) -> str:

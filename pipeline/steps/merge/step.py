@@ -80,30 +80,26 @@ def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_di
     return write_merge(plan_merge(config, convert_dir, comm), ingest_dir, out_dir, comm)
 
 
-def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
-    """Carry out the plan: this rank's shards (kept when a rerun finds them complete for the same plan),
-    where each record went (provenance), and on rank 0, last, metadata.json."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    settings, writer_class, spec, widths, names = plan.settings, plan.writer_class, plan.spec, plan.widths, plan.names
-    stats = plan.stats_doc["statistics"]
-    split_names, shard_splits, prefix = plan.split_names, plan.shard_splits, 1 if plan.split_names else 0
-    paths = MergedPaths(out_dir)
-    shards_dir = paths.shards
-
-    slabs = settings["slabs"]
-    files_of = {i: [slab_name(names[i], k, slabs) for k in range(slabs)] for i in plan.mine}
+def prepare_output(plan: MergePlan, paths: MergedPaths, comm: Any) -> None:
+    """Rank 0 clears what the plan will not keep of an earlier run, and the provenance; all ranks wait."""
     error = None
-    if rank == 0:
+    if comm.Get_rank() == 0:
+        slabs, names = plan.settings["slabs"], plan.names
         try:
             prepare_shard_dir(paths, plan.digest, {slab_name(n, k, slabs) for n in names for k in range(slabs)})
             shutil.rmtree(paths.provenance, ignore_errors=True)
             paths.provenance.mkdir(parents=True)
         except OSError as e:
-            error = Sim2dlError(f"cannot prepare {shards_dir}: {e}")
-    all_ok(comm, error if rank == 0 else None)
+            error = Sim2dlError(f"cannot prepare {paths.shards}: {e}")
+    all_ok(comm, error)
 
-    # 4. Write (or keep) this rank's shards.
-    mine = plan.mine
+
+def write_my_shards(
+    plan: MergePlan, files_of: Mapping[int, list[str]], shards_dir: Path, rank: int, size: int
+) -> tuple[dict[int, list[str]], list[int]]:
+    """Write this rank's shards (or keep those a rerun finds complete): each shard's file checksums, and
+    which shards were kept."""
+    mine, names = plan.mine, plan.names
     reused = [i for i in mine if all((shards_dir / f).exists() and index_path(shards_dir / f).exists()
                                      for f in files_of[i])]  # fmt: skip
     checksums = {i: [file_checksum(shards_dir / f) for f in files_of[i]] for i in reused}
@@ -112,32 +108,54 @@ def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> 
         for i in progress(to_write, len(to_write), "merge", rank, size, unit="shard"):
             home = plan.files.paths[plan.shard_rows(i)["home"][0]]
             checksums[i] = [link_shard(Path(home), shards_dir / names[i])]
-    else:
-        shard_rows = [plan.shard_rows(i) for i in to_write]  # views
-        home_files = [Path(p) for p in plan.files.paths]
-        batches = read_batches(home_files, len(shard_rows), lambda k: extents(shard_rows[k], spec))
-        for i, these, located in progress(
-            zip(to_write, shard_rows, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
-        ):
-            checksums[i] = write_shard(shards_dir / names[i], these, widths[1], located, spec, writer_class,
-                                       settings["compression"], stats, slabs)  # fmt: skip
-        del shard_rows
-    results = [
+        return checksums, reused
+    settings, spec, stats = plan.settings, plan.spec, plan.stats_doc["statistics"]
+    shard_rows = [plan.shard_rows(i) for i in to_write]  # views
+    home_files = [Path(p) for p in plan.files.paths]
+    batches = read_batches(home_files, len(shard_rows), lambda k: extents(shard_rows[k], spec))
+    for i, these, located in progress(
+        zip(to_write, shard_rows, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
+    ):
+        checksums[i] = write_shard(shards_dir / names[i], these, plan.widths[1], located, spec, plan.writer_class,
+                                   settings["compression"], stats, settings["slabs"])  # fmt: skip
+    return checksums, reused
+
+
+def shard_entries(
+    plan: MergePlan, files_of: Mapping[int, list[str]], checksums: Mapping[int, list[str]], shards_dir: Path
+) -> list[dict[str, Any]]:
+    """metadata.json's entry of each file of this rank's shards."""
+    settings, widths, split_names = plan.settings, plan.widths, plan.split_names
+    prefix = 1 if split_names else 0
+    return [
         {
             "file": file,
             "index": index_path(Path(file)).as_posix(),
             "records": len(plan.shard_rows(i)),
             "bytes": (shards_dir / file).stat().st_size,
             "checksum": checksum,
-            **({"split": split_names[shard_splits[i]]} if split_names else {}),
-            **({"slab": k} if slabs > 1 else {}),
+            **({"split": split_names[plan.shard_splits[i]]} if split_names else {}),
+            **({"slab": k} if settings["slabs"] > 1 else {}),
             "first_key": _key_value(plan.shard_rows(i)[0], settings["sort_by"], widths, prefix),
             "last_key": _key_value(plan.shard_rows(i)[-1], settings["sort_by"], widths, prefix),
         }
-        for i in mine
+        for i in plan.mine
         for k, (file, checksum) in enumerate(zip(files_of[i], checksums[i], strict=True))
     ]
+
+
+def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+    """Carry out the plan: this rank's shards (kept when a rerun finds them complete for the same plan),
+    where each record went (provenance), and on rank 0, last, metadata.json."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    paths = MergedPaths(out_dir)
+    slabs = plan.settings["slabs"]
+    files_of = {i: [slab_name(plan.names[i], k, slabs) for k in range(slabs)] for i in plan.mine}
+    prepare_output(plan, paths, comm)
+    checksums, reused = write_my_shards(plan, files_of, paths.shards, rank, size)
+    results = shard_entries(plan, files_of, checksums, paths.shards)
     held = [placements(plan.rows, plan.numbers, plan.my_shards)]
+    settings, writer_class, spec, split_names = plan.settings, plan.writer_class, plan.spec, plan.split_names
     total, n_shards = plan.total, plan.n_shards
     my_stems, first_part, n_parts, stats_doc, digest = (plan.my_stems, plan.first_part, len(plan.part_names),
                                                         plan.stats_doc, plan.digest)  # fmt: skip
