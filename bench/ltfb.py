@@ -6,8 +6,8 @@ Variants: `single` (1 trainer of 1 rank), `population_2`, `population_4` (T trai
 learning rate mutated by 0.8 / 1.25), `data_parallel_2`, `data_parallel_4` (1 trainer of T ranks: T x the
 global batch, the learning rate scaled by T as train does), `independent_2` (population_2 with exchange
 none: the same data split and perturbed rates, no tournaments: population_2 against it is what the
-exchange itself adds or costs; independent_2 against single is what splitting the data costs). Every variant scores every model on the same
-validation split after every round.
+exchange itself adds or costs; independent_2 against single is what splitting the data costs). Every
+variant scores every model on the same validation split after every round.
 
 - target: the single trainer's best validation loss x 1.05 (a level it reaches late in its budget).
 - effective_parallel_efficiency (LBANN's figure; goal >= 1.0 at T = 2 and 4): time for the single trainer

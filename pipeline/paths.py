@@ -14,7 +14,7 @@ is built from the same classes. A name is written once, here.
                                 staged.json listing under stage.target
     {workdir}/search/           run/, trials/NAME/, best.yaml, search.png      SearchPaths
     {workdir}/train/            checkpoints/, model/, metrics.*, summary.json, TrainPaths
-                                learning_curves.png, validation.png
+                                learning_curves.png, scores.png
     {workdir}/logs/STEP.log     each step's output, ending with its JSON summary
     {workdir}/report/           throughput.png
 
@@ -178,9 +178,10 @@ class TrainPaths:
         return self.root / "learning_curves.png"
 
     @property
-    def validation_figure(self) -> Path:
-        """The task's figure of the validation set: predicted vs true, a confusion matrix, or masks."""
-        return self.root / "validation.png"
+    def scores_figure(self) -> Path:
+        """The task's figure of the kept model on the split it is scored on (test where there is one, else
+        validation: summary.json's scored_on): predicted vs true, a confusion matrix, or masks."""
+        return self.root / "scores.png"
 
     @property
     def summary(self) -> Path:
@@ -300,8 +301,8 @@ class Layout:
         return TrainPaths(self.train).learning_curves
 
     @property
-    def validation_figure(self) -> Path:
-        return TrainPaths(self.train).validation_figure
+    def scores_figure(self) -> Path:
+        return TrainPaths(self.train).scores_figure
 
     @property
     def metrics(self) -> Path:

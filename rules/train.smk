@@ -8,7 +8,7 @@ rule train:
     output:
         summary=LAYOUT.train_summary,
         curves=report(LAYOUT.learning_curves, caption="../report/learning_curves.rst", category="Training"),
-        validation=report(LAYOUT.validation_figure, caption="../report/validation.rst", category="Training"),
+        scores=report(LAYOUT.scores_figure, caption="../report/scores.rst", category="Training"),
     log:
         step=LAYOUT.log("train"),
     params:

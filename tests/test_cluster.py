@@ -205,7 +205,7 @@ def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_
         assert summary["slurm"]["job_id"] in job_ids and summary["slurm"]["step_id"] not in (None, "batch")
         assert summary["slurm"]["ntasks"] == str(ranks)
     assert len({summaries[s][0]["slurm"]["job_id"] for s in ("simulate", "ingest", "convert", "merge")}) == 1
-    assert_report_holds(work, ["--configfile", str(path)], ["learning_curves.png", "validation.png", "throughput.png"])
+    assert_report_holds(work, ["--configfile", str(path)], ["learning_curves.png", "scores.png", "throughput.png"])
 
     staged = json.loads((workdir / "staged" / "summary.json").read_text())
     merged = json.loads((workdir / "merged" / "metadata.json").read_text())

@@ -253,7 +253,7 @@ def test_segmentation_trains_unet2d_and_its_metrics_match_numpy(tmp_path, climat
     run_cli(["train", "--config", str(path), "--out", str(out)], ranks=2, timeout=600)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["task"] == "segmentation" and summary["weights_identical_across_ranks"]
-    assert set(summary["iou"]) == {"background", "cyclone", "river"} and (out / "validation.png").exists()
+    assert set(summary["iou"]) == {"background", "cyclone", "river"} and (out / "scores.png").exists()
     features, masks = validation_arrays(data / "work" / "merged", "mask")
     model = tf.keras.models.load_model(str(out / "model"), compile=False)
     predicted = model.predict(features, verbose=0).argmax(-1)
@@ -327,7 +327,7 @@ def test_classification_with_a_user_model_file_through_the_workflow(tmp_path):
     f1 = f1_scores(confusion(labels, predicted, 3))
     present = np.isin(np.arange(3), np.concatenate([labels, predicted]))
     assert summary["macro_f1"] == pytest.approx(f1[present].mean(), abs=0.02)
-    assert (work / "train" / "validation.png").exists()
+    assert (work / "train" / "scores.png").exists()
     # The model file is an input of the train rule: changing it retrains.
     (tmp_path / "models.py").write_text(USER_MODELS.replace("units=8", "units=9"))
     dry = snakemake_configfile(path, tmp_path, "--dry-run")

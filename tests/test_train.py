@@ -2,7 +2,9 @@
 
 import json
 import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -37,7 +39,7 @@ def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     assert [h["epoch"] for h in history] == [1, 2, 3]
     assert history[-1]["loss"] < history[0]["loss"]
     assert all(0 <= h["input_wait_fraction"] < 1 and h["samples_per_s"] > 0 for h in history)
-    for name in ("metrics.csv", "learning_curves.png", "validation.png", "model/saved_model.pb"):
+    for name in ("metrics.csv", "learning_curves.png", "scores.png", "model/saved_model.pb"):
         assert (tmp_path / "train" / name).exists(), name
     assert set(summary["r2"]) == {"sigma_8", "n_s", "omega_m"} and summary["task"] == "regression"
     # R² against numpy: the saved model on the records train held out (the same hash of the sample id)
@@ -56,6 +58,8 @@ def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     predicted = tf.keras.models.load_model(str(tmp_path / "train" / "model"), compile=False).predict(x, verbose=0)
     r2 = 1 - ((predicted - y) ** 2).sum(0) / ((y - y.mean(0)) ** 2).sum(0)
     assert summary["validation_records"] == len(y)
+    # no test split: the scores are on the split that chose the kept epoch, and the summary says so
+    assert summary["scored_on"] == "validation" and "merge.splits: {train, validation, test}" in summary["scores_note"]
     assert [summary["r2"][name] for name in ("sigma_8", "n_s", "omega_m")] == pytest.approx(r2.tolist(), abs=1e-4)
 
 
@@ -176,11 +180,15 @@ def test_cosmoflow_model_refuses_variable_length_records(tmp_path, staged):
 
 
 @pytest.mark.parametrize("mode", ["replica", "sample"])
-def test_splits_train_on_train_and_validate_on_the_whole_validation_split(tmp_path, mode):
+def test_splits_train_on_train_validate_on_validation_and_score_on_a_test_split_nothing_selects_on(tmp_path, mode):
+    """merge.splits {train, validation, test}: training reads train, keep-best and patience read
+    validation, and the headline scores (network and baseline) are the test split's. Changing only the
+    test records (replica mode: the staged test shards replaced by a validation shard) changes the test
+    scores and nothing else: the same weights, the same kept epoch, the same validation loss."""
     config = small_cube_config(
         tmp_path,
-        train={**SMALL_TRAINING, "epochs": 1},
-        merge={"splits": {"train": 0.75, "validation": 0.25}, "shard_size_mb": 0.1},
+        train={**SMALL_TRAINING, "epochs": 2 if mode == "replica" else 1},
+        merge={"splits": {"train": 0.6, "validation": 0.2, "test": 0.2}, "shard_size_mb": 0.1},
         stage={"mode": mode, "samples_per_rank": 40},
     )
     path = write_config(tmp_path, config)
@@ -188,18 +196,41 @@ def test_splits_train_on_train_and_validate_on_the_whole_validation_split(tmp_pa
         run_cli([step, "--config", str(path)], ranks=2)
     meta = json.loads((tmp_path / "work" / "merged" / "metadata.json").read_text())
     splits = meta["splits"]
-    assert splits["train"]["records"] + splits["validation"]["records"] == 96 and splits["validation"]["shards"] >= 2
-    proc = run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train")], ranks=2, timeout=600)
-    start = next(json.loads(line) for line in proc.stderr.splitlines() if line.startswith('{"train"'))["train"]
-    summary = json.loads((tmp_path / "train" / "summary.json").read_text())
-    # every validation record once (its shards dealt to the ranks), none held out of the training files
+    assert sum(splits[name]["records"] for name in ("train", "validation", "test")) == 96
+    assert splits["validation"]["shards"] >= 2 and splits["test"]["records"] > 0
+
+    def trained(out):
+        proc = run_cli(["train", "--config", str(path), "--out", str(out)], ranks=2, timeout=600)
+        start = next(json.loads(line) for line in proc.stderr.splitlines() if line.startswith('{"train"'))["train"]
+        return start, json.loads((out / "summary.json").read_text())
+
+    start, summary = trained(tmp_path / "train")
+    # every validation and test record once (their shards dealt to the ranks), none held out of the training files
+    assert summary["scored_on"] == "test" and "scores_note" not in summary
     assert summary["validation_records"] == splits["validation"]["records"]
-    expected_train = 40 if mode == "sample" else None
-    if expected_train is not None:
-        assert start["train_records_per_rank"] == expected_train
-    else:
-        assert 0 < start["train_records_per_rank"] < splits["train"]["records"]
-    assert summary["weights_identical_across_ranks"]
+    assert summary["test_records"] == splits["test"]["records"]
+    assert set(summary["validation"]["r2"]) == set(summary["r2"]) == {"sigma_8", "n_s", "omega_m"}
+    assert set(summary["baseline"]["validation"]["r2"]) == set(summary["baseline"]["r2"])
+    if mode == "sample":
+        assert start["train_records_per_rank"] == 40
+        return
+    assert 0 < start["train_records_per_rank"] < splits["train"]["records"]
+    assert summary["weights_identical_across_ranks"] and (tmp_path / "train" / "scores.png").exists()
+    # only the test records change: every staged test shard becomes a copy of a validation shard
+    node_dir = Path(json.loads((tmp_path / "work" / "staged" / "summary.json").read_text())["node_dirs"][0])
+    staged_files = json.loads((node_dir / "staged.json").read_text())["files"]
+    tests = [name for name in staged_files if name.startswith("test/")]
+    source = next(name for name in staged_files if name.startswith("validation/"))
+    for name in tests:
+        shutil.copyfile(node_dir / source, node_dir / name)
+    _, changed = trained(tmp_path / "changed")
+    for key in ("weights_checksum", "val_loss", "kept", "validation"):
+        assert changed[key] == summary[key], key
+    assert changed["baseline"]["validation"] == summary["baseline"]["validation"]
+    assert changed["baseline"]["penalty"] == summary["baseline"]["penalty"]  # chosen within the training split
+    shard_records = next(s["records"] for s in meta["shards"] if s["file"].endswith(Path(source).name))
+    assert changed["test_records"] == len(tests) * shard_records
+    assert changed["r2"] != summary["r2"] and changed["baseline"]["r2"] != summary["baseline"]["r2"]
 
 
 def test_the_demo_recovers_sigma_8_at_every_batch_size_its_search_may_pick(tmp_path):

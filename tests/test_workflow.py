@@ -47,7 +47,7 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     trained = json.loads((tmp_path / "w" / "train" / "summary.json").read_text())
     assert trained["ranks"] == 2 and trained["weights_identical_across_ranks"]
 
-    assert_report_holds(tmp_path, overrides, ["learning_curves.png", "validation.png", "throughput.png"])
+    assert_report_holds(tmp_path, overrides, ["learning_curves.png", "scores.png", "throughput.png"])
     resolved = yaml.safe_load((tmp_path / "w" / "config.resolved.yaml").read_text())
     assert resolved["source"]["fields"]["density"]["shape"] == [32, 32, 32]  # the demo's own settings
     assert resolved["search"]["space"]["batch_size"] == {"type": "choice", "values": [8, 16]}
@@ -141,7 +141,7 @@ def test_each_setting_reruns_exactly_the_steps_that_read_it(tmp_path):
         layout.search_plot,
         layout.train_summary,
         layout.learning_curves,
-        layout.validation_figure,
+        layout.scores_figure,
         layout.throughput_plot,
     ]
     for path in outputs:  # in the workflow's order, so that their times are too

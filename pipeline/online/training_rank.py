@@ -53,7 +53,7 @@ from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import determinism, devices
 from pipeline.training.baseline import StreamingFit
 from pipeline.training.checkpoints import discard_foreign_checkpoints
-from pipeline.training.finish import add_baseline, validation_records
+from pipeline.training.finish import Scores, add_baseline
 from pipeline.training.kernel import (
     Best,
     CounterCheckpoint,
@@ -433,12 +433,11 @@ class TrainingRank:
             "task": task.name,
             "online": online_record,
             "ranks": self.size,
-            "val_loss": val_loss,
             "kept": {"keep": self.settings["keep"], "step": kept},
-            **task.metrics(evaluation),
+            # online training has validation runs and no test runs: its scores are on what chose the step
+            **Scores((val_loss, evaluation)).summary(task),
             "model": source.provenance(),
             "weights_checksum": weights_checksum(model),
-            "validation_records": validation_records(task, evaluation),
             "settings": dict(self.settings),
             "device": device,
             "devices": self.comm.allgather(device),
@@ -486,7 +485,6 @@ class TrainingRank:
             },
         }
 
-
     def write_outputs(self, summary: dict[str, Any], task: Task, model: Any, evaluation: Evaluation,
                       counts: Mapping[str, np.ndarray], produced: list[ProducerCounts]) -> None:  # fmt: skip
         from pipeline.online.tables import write_online_runs
@@ -499,7 +497,7 @@ class TrainingRank:
         write_json_atomic(paths.metrics, history)
         if history:
             learning_curves(history, task.loss_name, paths.learning_curves, x="step")
-        task.figure(evaluation, paths.validation_figure, summary["baseline"])
+        task.figure(evaluation, paths.scores_figure, summary["baseline"])
         summary["online"]["runs_table"] = str(write_online_runs(self.runs_table, paths.root, counts, produced))
         write_json_atomic(paths.summary, summary)
 

@@ -201,12 +201,7 @@ def step_argv(
     settings = {**settings, "gpus": bool(settings.get("gpus") and trains)}
     sim2dl = "sim2dl" if settings["runtime"] != "none" else str(Path(sys.executable).with_name("sim2dl"))
     launcher = mpi_launcher(mpi, tasks, gpus_per_task=config["slurm"]["gpus_per_task"] if trains else 0)
-    if (
-        not runtime_of(settings).inherits_fds
-        and launcher
-        and _is_hydra(launcher[0])
-        and "-pmi-port" not in launcher
-    ):
+    if not runtime_of(settings).inherits_fds and launcher and _is_hydra(launcher[0]) and "-pmi-port" not in launcher:
         # hydra hands each rank its PMI connection as an inherited fd, which does not reach a podman
         # container; over a port (PMI_PORT, passed by name) it does, with --network=host
         launcher.insert(1, "-pmi-port")

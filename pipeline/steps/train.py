@@ -56,7 +56,7 @@ from pipeline.formats.metadata import load_metadata
 from pipeline.paths import TrainPaths
 from pipeline.training import determinism, devices
 from pipeline.training.epochs import restore, run_epochs
-from pipeline.training.finish import Ranks, classical_baseline, finish
+from pipeline.training.finish import Ranks, Scores, classical_baseline, finish
 from pipeline.training.inputs import input_pipeline, rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population_run import train_population
@@ -94,10 +94,8 @@ def train(
     loss_fn = task.loss()
     train_step, predict = step_functions(keras_model, optimizer, loss_fn, autograph=model.source.built_in is None)
 
-    def validate() -> tuple[float, Evaluation]:
-        pipeline = input_pipeline(data.validation_files, meta, settings, task, model.input_shape, training=False,
-                                  shard=data.validation_shard, epoch_seed=0, fraction=data.fraction,
-                                  slab=slab, pieces=data.pieces)  # fmt: skip
+    def validate(split: str = "validation") -> tuple[float, Evaluation]:
+        pipeline = data.evaluation_input(split, meta, settings, task, model.input_shape, slab=slab)
         return evaluate(pipeline, task, predict, comm, counted=layout.spatial_rank == 0)
 
     if rank == 0:
@@ -119,7 +117,7 @@ def train(
     final = evaluation
     if kept.keep == "best" and kept.epoch is not None:
         final = kept.restore(keras_model, paths, history)  # None: the restored weights are validated again
-    final = final or validate()
+    scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
-    return finish(config, task, model, history, final, paths, ranks, kept, found)
+    return finish(config, task, model, history, scores, paths, ranks, kept, found)

@@ -284,11 +284,15 @@ class StreamingFit:
         """Fitted, then scored on the validation batches by the task's metrics (`combine(evaluation)`
         joins every rank's evaluation)."""
         predict, settings = self.fit(allreduce)
-        evaluation = self.task.evaluation()
-        for x, y in validation:
-            self.task.update(evaluation, predict(x), y, x)
-        return Baseline(method_name(self.task.name, self.spatial_dims), self.task.metrics(combine(evaluation)),
+        return Baseline(method_name(self.task.name, self.spatial_dims), self.metrics(predict, validation, combine),
                         settings)  # fmt: skip
+
+    def metrics(self, predict: Any, batches: Iterable[tuple[np.ndarray, np.ndarray]], combine: Any) -> dict[str, Any]:
+        """The task's metrics of the fitted `predict` over the batches (every rank's, joined by `combine`)."""
+        evaluation = self.task.evaluation()
+        for x, y in batches:
+            self.task.update(evaluation, predict(x), y, x)
+        return self.task.metrics(combine(evaluation))
 
 
 def fit_and_score(

@@ -20,7 +20,7 @@ import numpy as np
 
 from pipeline.paths import TrainPaths
 from pipeline.storage.fsutil import write_json_atomic
-from pipeline.training.baseline import fit_and_score as baseline_fit_and_score
+from pipeline.training.baseline import StreamingFit, method_name
 from pipeline.training.checksum import weights_checksum
 from pipeline.training.epochs import Kept
 from pipeline.training.inputs import RankData, input_pipeline
@@ -72,9 +72,11 @@ def validation_records(task: Task, evaluation: Evaluation) -> int:
 
 def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,
                        layout: SpatialLayout, comm: Any, asked: bool = True) -> dict[str, Any]:  # fmt: skip
-    """pipeline.training.baseline on this run's split: fitted on the training records, scored on the
-    validation records by the task's metrics; each rank streams its own share. Not under a spatial
-    split, where no rank holds whole samples; asked False: not at all (a search trial)."""
+    """pipeline.training.baseline on this run's split: fitted on the training records (its penalty chosen
+    by cross-validation within them), scored by the task's metrics on the test records where there is a
+    test split (its validation scores beside), else on the validation records; each rank streams its own
+    share. Not under a spatial split, where no rank holds whole samples; asked False: not at all (a
+    search trial)."""
     if not asked:
         return {"method": None, "skipped": "not asked for (sim2dl train --no-baseline: a search trial)"}
     if layout.split > 1:
@@ -82,22 +84,25 @@ def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task:
     settings, feature = config["train"], task.data.feature
     start = time.perf_counter()
 
-    def batches(files: list[Path], shard: tuple[int, int] | None, validation: bool) -> Any:
-        pipeline = input_pipeline(files, meta, settings, task, model.input_shape, training=False, shard=shard,
-                                  epoch_seed=0, fraction=data.fraction, pieces=data.pieces,
-                                  holdout=validation)  # fmt: skip
+    def arrays(pipeline: Any) -> Any:
         for x, y in pipeline:
             yield (x[feature] if isinstance(x, dict) else x).numpy(), y.numpy()
 
     shape = [1 if n is None else n for n in model.input_shape]
-    result = baseline_fit_and_score(
-        task, shape, batches(data.files, data.shard, False),
-        batches(data.validation_files, data.validation_shard, True),
-        spatial_dims(model.source, model.input_shape),
-        lambda arrays: [comm.allreduce(a) for a in arrays],
-        lambda evaluation: Evaluation.combine(comm.allgather(evaluation), task.max_examples),
-    )  # fmt: skip
-    return {"method": result.method, **result.metrics, **result.settings,
+    fitting = StreamingFit(task, shape, spatial_dims(model.source, model.input_shape))
+    training = input_pipeline(data.files, meta, settings, task, model.input_shape, training=False, shard=data.shard,
+                              epoch_seed=0, fraction=data.fraction, pieces=data.pieces, holdout=False)  # fmt: skip
+    for x, y in arrays(training):
+        fitting.add(x, y)
+    predict, fitted = fitting.fit(lambda sums: [comm.allreduce(a) for a in sums])
+
+    def scored(split: str) -> dict[str, Any]:
+        batches = arrays(data.evaluation_input(split, meta, settings, task, model.input_shape))
+        return fitting.metrics(predict, batches, lambda e: Evaluation.combine(comm.allgather(e), task.max_examples))
+
+    validation = scored("validation")
+    split_scores = {**scored("test"), "validation": validation} if data.test_files is not None else validation
+    return {"method": method_name(task.name, fitting.spatial_dims), **split_scores, **fitted,
             "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
 
 
@@ -110,6 +115,40 @@ def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
     whole, _ = build_model(settings, task.data.feature_shape, task)
     whole.set_weights(model.keras.get_weights())
     return whole
+
+
+SELECTED_ON_VALIDATION = (
+    "scored on the validation split, which also chose the kept epoch or round (train.keep, train.patience) and "
+    "a search's trials: optimistic; a test split (merge.splits: {train, validation, test}) gives scores that "
+    "no choice has seen"
+)
+
+
+@dataclass
+class Scores:
+    """The kept model's evaluations: on the validation split (what chose it) and on the test split (what
+    nothing chose; None without one). The headline scores are the test's where there is one."""
+
+    validation: tuple[float, Evaluation]
+    test: tuple[float, Evaluation] | None = None
+
+    @property
+    def headline(self) -> tuple[str, Evaluation]:
+        return ("test", self.test[1]) if self.test is not None else ("validation", self.validation[1])
+
+    def summary(self, task: Task) -> dict[str, Any]:
+        """summary.json's scores: val_loss (what a search reads), the headline metrics, which split they are
+        on, and the other split's beside them."""
+        split, headline = self.headline
+        doc: dict[str, Any] = {"val_loss": self.validation[0], "scored_on": split, **task.metrics(headline)}
+        doc["validation_records"] = validation_records(task, self.validation[1])
+        if self.test is not None:
+            doc["test_loss"] = self.test[0]
+            doc["test_records"] = validation_records(task, self.test[1])
+            doc["validation"] = task.metrics(self.validation[1])
+        else:
+            doc["scores_note"] = SELECTED_ON_VALIDATION
+        return doc
 
 
 @dataclass
@@ -125,7 +164,7 @@ class Ranks:
 
 
 def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequence[Mapping[str, Any]],
-           evaluation: tuple[float, Evaluation], paths: TrainPaths, ranks: Ranks, kept: Kept,
+           scores: Scores, paths: TrainPaths, ranks: Ranks, kept: Kept,
            baseline: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
            curves: Callable[[Path], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """The summary of the final evaluation (the task's metrics, with a check that every rank holds the same
@@ -134,17 +173,15 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
     (default: the history's)."""
     settings = config["train"]
     hvd, rank, size = ranks.hvd, ranks.rank, ranks.size
-    val_loss, result = evaluation
+    _, result = scores.headline
     summary = {
         "task": task.name,
         # the configured length, in the kept record's unit (a population's rounds; epochs are then unused)
         f"{kept.unit}s": settings["population"]["rounds"] if kept.unit == "round" else settings["epochs"],
         "ranks": size,
         "spatial": {"split": ranks.layout.split, "groups": ranks.layout.groups},
-        "val_loss": val_loss,
         "kept": kept.summary(history),
-        **task.metrics(result),
-        "validation_records": validation_records(task, result),
+        **scores.summary(task),
         "model": model.source.provenance(),
         "weights_checksum": weights_checksum(model.keras),
         "settings": dict(settings),  # what was trained (with search.enabled: the search's best merged in)
@@ -165,7 +202,7 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
             learning_curves(history, task.loss_name, paths.learning_curves)
         else:
             curves(paths.learning_curves)
-        task.figure(result, paths.validation_figure, baseline)
+        task.figure(result, paths.scores_figure, baseline)
         write_json_atomic(paths.summary, summary)
     hvd.join()
     return summary

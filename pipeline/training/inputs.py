@@ -252,8 +252,10 @@ def record_parsers(meta: Mapping[str, Any], task: Task, model_input: Sequence[in
 
 @dataclass
 class RankData:
-    """What one rank trains and validates on: its staged files (or its record shard of them), the hash
-    hold-out fraction (None with splits), and the steps per epoch every rank takes."""
+    """What one rank trains, validates and is tested on: its staged files (or its record shard of them),
+    the hash hold-out fraction (None with splits), and the steps per epoch every rank takes. The test
+    split (merge.splits' 'test') is None without one: nothing that chooses (keep-best, patience, a
+    search's trials, a population's tournaments) reads it; it is read once, to score the kept model."""
 
     files: list[Path]
     shard: tuple[int, int] | None
@@ -263,6 +265,21 @@ class RankData:
     records: int
     steps: int
     pieces: range | None = None  # the slab files of each shard it reads (merge.slabs), else whole records
+    test_files: list[Path] | None = None
+    test_shard: tuple[int, int] | None = None
+
+    def evaluation_input(self, split: str, meta: Mapping[str, Any], settings: Mapping[str, Any], task: Task,
+                         model_input: Sequence[int | None], slab: tuple[int, int] | None = None,
+                         cache: bool = False) -> Any:  # fmt: skip
+        """The batches of this rank's share of the validation or the test split, in order."""
+        if split == "test":
+            if self.test_files is None:
+                raise ValueError("no test split (merge.splits has no 'test')")
+            files, shard, fraction = self.test_files, self.test_shard, None
+        else:
+            files, shard, fraction = self.validation_files, self.validation_shard, self.fraction
+        return input_pipeline(files, meta, settings, task, model_input, training=False, shard=shard, epoch_seed=0,
+                              fraction=fraction, slab=slab, pieces=self.pieces, cache=cache)  # fmt: skip
 
 
 def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,
@@ -281,9 +298,13 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     local = data_rank(layout, topo.node_ranks, topo.node, listing["mode"], disjoint)
     pieces = slabs_read(meta["slabs"]["count"], layout.split, layout.spatial_rank) if "slabs" in meta else None
     first = pieces[0] if pieces else None
+    test_files: list[Path] | None = None
+    test_shard: tuple[int, int] | None = None
     if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
         files, shard = rank_files(listing, node_dir, *local, "train", first)
         validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation", first)
+        if "test" in meta["splits"]:
+            test_files, test_shard = rank_files(listing, node_dir, *local, "test", first)
         fraction = None
     else:  # one set of shards: validation records are held out by a hash of their sample ids
         files, shard = rank_files(listing, node_dir, *local, slab=first)
@@ -294,7 +315,8 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     if steps == 0:
         batch = settings["batch_size"]
         raise Sim2dlError(f"rank {layout.rank}: {n_train} training records, fewer than one batch of {batch}")
-    return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps, pieces)
+    return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps, pieces, test_files,
+                    test_shard)  # fmt: skip
 
 
 def data_rank(layout: SpatialLayout, node_ranks: Sequence[Sequence[int]], node: int, mode: str,

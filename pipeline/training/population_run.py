@@ -24,7 +24,7 @@ from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import topology
 from pipeline.training import determinism
 from pipeline.training.epochs import Kept, write_history
-from pipeline.training.finish import Ranks, classical_baseline, finish
+from pipeline.training.finish import Ranks, Scores, classical_baseline, finish
 from pipeline.training.inputs import rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
@@ -95,7 +95,8 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
 
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     assert outcome.evaluation is not None
-    return finish(config, task, model, outcome.history, outcome.evaluation, paths, ranks, kept, found,
+    return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,
+                  kept, found,
                   {"population": record}, curves)  # fmt: skip
 
 

@@ -95,13 +95,14 @@ class Trainer:
 
 @dataclass
 class Outcome:
-    """What the rounds leave: the kept model loaded into the model on every rank, its validation, the
-    state and the per-round rows for the learning curves."""
+    """What the rounds leave: the kept model loaded into the model on every rank, its validation (and
+    test) evaluation, the state and the per-round rows for the learning curves."""
 
     evaluation: tuple[float, Evaluation] | None
     kept: dict[str, Any]
     state: PopulationState
     history: list[dict[str, Any]]
+    test: tuple[float, Evaluation] | None = None  # the kept model on the test split (None: no test split)
 
 
 def population_paths(paths: TrainPaths) -> tuple[Path, Path]:
@@ -173,9 +174,7 @@ class Rounds:
         tournament = input_pipeline(data.files, self.meta, settings, self.task, shape, training=False,
                                     shard=data.shard, epoch_seed=0, fraction=data.fraction, holdout=False,
                                     tournament=(fraction, True), cache=cache)  # fmt: skip
-        validation = input_pipeline(data.validation_files, self.meta, settings, self.task, shape, training=False,
-                                    shard=data.validation_shard, epoch_seed=0, fraction=data.fraction,
-                                    cache=cache)  # fmt: skip
+        validation = data.evaluation_input("validation", self.meta, settings, self.task, shape, cache=cache)
         return tournament, validation
 
     def score(self, pipeline: Any, comm: Any) -> float:
@@ -192,7 +191,11 @@ class Rounds:
         kept_weights = self.kept_weights if self.kept_weights is not None else np.load(self.kept_file)
         exchange.unpack(self.variables(), kept_weights)
         final = evaluate(self.validation, self.task, self.predict, self.trainer.world)
-        return Outcome(final, self.best, self.state, self.history)
+        test = None
+        if self.data.test_files is not None:  # read once, for the kept model: no tournament or keep saw it
+            tested = self.data.evaluation_input("test", self.meta, self.settings, self.task, self.model.input_shape)
+            test = evaluate(tested, self.task, self.predict, self.trainer.world)
+        return Outcome(final, self.best, self.state, self.history, test)
 
     def one_round(self, round_number: int) -> bool:
         """Steps, tournament, validation of every model, the kept model, the record and the checkpoints of
