@@ -93,3 +93,47 @@ def test_the_ridge_baseline_is_the_same_on_normalised_fields_and_labels():
     mean, std = y.mean(axis=0), y.std(axis=0)
     normalised = predictions((x - x.mean()) / x.std(), (y - mean) / std)
     np.testing.assert_allclose(normalised * std + mean, raw, rtol=1e-6, atol=1e-8)
+
+
+def _regression_task(labels=2):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name="regression", per_pixel=False, outputs=lambda: labels,
+                           data=SimpleNamespace(label_names=[f"y{i}" for i in range(labels)]))  # fmt: skip
+
+
+def test_the_statistics_computed_in_the_model_are_the_baselines_numpy_statistics():
+    """train.hybrid's SummaryStatistics layer (TensorFlow ops, in float32) gives what the baseline's numpy
+    computes in float64, for 3-D fields with a channel axis, 2-D fields without one, and 1-D traces."""
+    from pipeline.training.models.hybrid import summary_statistics_layer
+
+    rng = np.random.default_rng(3)
+    for shape, dims in (((3, 16, 12, 10, 2), 3), ((4, 24, 20), 2), ((2, 50, 3), 1)):
+        x = np.exp(rng.normal(size=shape)).astype(np.float32)  # skewed, as densities are
+        expected = summary_statistics(x, dims)
+        layer = summary_statistics_layer(dims)
+        got = layer(x if x.ndim > dims + 1 else x[..., np.newaxis]).numpy()
+        assert got.shape == expected.shape, shape
+        np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4)
+
+
+def test_the_residual_model_starts_as_the_baseline_and_its_statistics_model_has_the_same_inputs():
+    """train.hybrid residual: before any step the model's predictions are the fitted ridge's on the same
+    samples (the head's output starts at zero); `statistics` builds a model of the same input."""
+    from pipeline.training.baseline import StreamingFit
+    from pipeline.training.classical import Classical
+    from pipeline.training.models import cosmoflow
+    from pipeline.training.models.hybrid import build_hybrid
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(40, 8, 8, 8, 1)).astype(np.float32) * rng.uniform(0.5, 2, size=(40, 1, 1, 1, 1))
+    y = np.c_[x.std(axis=(1, 2, 3, 4)), x.mean(axis=(1, 2, 3, 4))]
+    fitting = StreamingFit(_regression_task(), [8, 8, 8, 1], 3)
+    fitting.add(x, y)
+    predict, _ = fitting.fit(lambda arrays: arrays)
+    fitted = Classical(fitting, predict, {}, 0.0).for_model()
+    args = {"depth": 2, "width": 4, "dense": 8, "dropout": 0.0}
+    residual = build_hybrid(cosmoflow, (8, 8, 8, 1), 2, args, "residual", fitted)
+    np.testing.assert_allclose(residual(x, training=False).numpy(), predict(x), rtol=1e-3, atol=1e-3)
+    statistics = build_hybrid(cosmoflow, (8, 8, 8, 1), 2, args, "statistics", fitted)
+    assert statistics(x).shape == (40, 2) and statistics.input_shape == residual.input_shape

@@ -55,8 +55,9 @@ from typing import Any
 from pipeline.formats.metadata import load_metadata
 from pipeline.paths import TrainPaths
 from pipeline.training import determinism, devices
+from pipeline.training.classical import baseline_start, classical_baseline
 from pipeline.training.epochs import restore, run_epochs
-from pipeline.training.finish import Ranks, Scores, classical_baseline, finish
+from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.inputs import input_pipeline, rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population_run import train_population
@@ -86,13 +87,15 @@ def train(
     log.info(json.dumps({"rank": rank, "device": device}))
     paths = TrainPaths(out_dir)
     data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, layout)
+    model, classical, hybrid = baseline_start(config, meta, task, model, data, comm, layout.split)
     # this rank's planes: its slab files' (merge.slabs), or cut from whole records
     slab = layout.slab(int(model.input_shape[0])) if layout.split > 1 and data.pieces is None else None
     keras_model = model.keras
     optimizer = make_optimizer(settings, device["precision"])
     restored = restore(resume_key(settings, meta, model.source), paths, keras_model, optimizer, comm, rank)
     loss_fn = task.loss()
-    train_step, predict = step_functions(keras_model, optimizer, loss_fn, autograph=model.source.built_in is None)
+    train_step, predict = step_functions(keras_model, optimizer, loss_fn, autograph=model.source.built_in is None,
+                                         averaged_over=model.eval_transforms)  # fmt: skip
 
     def validate(split: str = "validation") -> tuple[float, Evaluation]:
         pipeline = data.evaluation_input(split, meta, settings, task, model.input_shape, slab=slab)
@@ -118,6 +121,6 @@ def train(
     if kept.keep == "best" and kept.epoch is not None:
         final = kept.restore(keras_model, paths, history)  # None: the restored weights are validated again
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
-    found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline)
+    found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
-    return finish(config, task, model, history, scores, paths, ranks, kept, found)
+    return finish(config, task, model, history, scores, paths, ranks, kept, found, {"hybrid": hybrid})

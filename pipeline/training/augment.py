@@ -109,6 +109,16 @@ def _apply_tf(sample: Any, t: Transform) -> Any:
     return tf.reverse(out, list(t.flips)) if t.flips else out
 
 
+def transform_batch(x: Any, t: Transform) -> Any:
+    """A whole batch under one transform (its spatial axes follow the batch axis)."""
+    import tensorflow as tf
+
+    k = len(t.order)
+    order = [0, *(a + 1 for a in t.order), *range(k + 1, x.shape.rank)]
+    out = tf.transpose(x, order) if t.order != tuple(range(k)) else x
+    return tf.reverse(out, [a + 1 for a in t.flips]) if t.flips else out
+
+
 def augment_batch(x: Any, y: Any, transforms: Sequence[Transform], seed: Any, moves_labels: bool) -> tuple[Any, Any]:
     """Each sample of a batch under one of `transforms`, drawn from a stateless stream seeded by `seed`
     (two int64s: the run's epoch seed and the batch's number), so a rerun draws the same. With

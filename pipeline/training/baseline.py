@@ -41,7 +41,7 @@ TINY = 1e-12
 # ---------------------------------------------------------------- statistics of samples
 
 
-def _spectrum_bins(shape: Sequence[int], bins: int) -> tuple[np.ndarray, np.ndarray]:
+def spectrum_bins(shape: Sequence[int], bins: int) -> tuple[np.ndarray, np.ndarray]:
     """For an rfftn of a field of `shape`: the order that sorts its modes by |k| bin, and where each bin
     starts in that order (k = 0 left out). |k| in units of the box's fundamental, bins log-spaced from 1 to
     the largest |k|."""
@@ -74,7 +74,7 @@ def summary_statistics(x: np.ndarray, spatial_dims: int, bins: int = BINS) -> np
     parts = [mean, np.log(var + TINY), skew, kurtosis]
     if spatial_dims in (2, 3):
         shape = x.shape[1 : 1 + spatial_dims]
-        order, starts = _spectrum_bins(shape, bins)
+        order, starts = spectrum_bins(shape, bins)
         axes = tuple(range(1, 1 + spatial_dims))
         power = np.abs(np.fft.rfftn(x, axes=axes)) ** 2 / np.prod(shape)
         modes = power.reshape(b, -1, c)[:, order]
@@ -254,29 +254,38 @@ class StreamingFit:
             RidgeSums(features, task.outputs()) if task.name == "regression"
             else DiscriminantSums(features, task.outputs())
         )  # fmt: skip
+        self.linear: tuple[np.ndarray, np.ndarray] | None = None
+        self.moments: tuple[np.ndarray, np.ndarray] | None = None
 
     def add(self, x: np.ndarray, y: np.ndarray) -> None:
         self.sums.add(features_of(self.task, x, self.spatial_dims), np.asarray(y, np.float64))
 
     def fit(self, allreduce: Any) -> tuple[Any, dict[str, Any]]:
         """(predict(x) -> outputs, the fitted settings) from the sums of every rank (`allreduce(list of
-        arrays)` adds them up)."""
+        arrays)` adds them up). After it, `linear` is the fitted map from statistics to outputs (weights
+        F x outputs, biases) and `moments` the statistics' mean and standard deviation over the records
+        (per-sample tasks; a network that starts from the baseline takes both, models/hybrid.py)."""
         task, spatial_dims = self.task, self.spatial_dims
         reduced = allreduce(self.sums.arrays())
         settings: dict[str, Any] = {}
         if task.name == "regression":
             penalties, theta = ridge_cross_validated(reduced)
             settings["penalty"] = dict(zip(task.data.label_names, penalties.tolist(), strict=True))
-
-            def predict(x: np.ndarray) -> np.ndarray:
-                f = features_of(task, x, spatial_dims)
-                return theta[0] + f @ theta[1:]
+            self.linear = (theta[1:], theta[0])
+            total = reduced[0].sum(axis=0)
+            n, sums, squares = total[0, 0], total[0, 1:], np.diag(total)[1:]
         else:
             weights, bias = discriminant_fit(reduced)
+            self.linear = (weights, bias)
+            count, class_sums, outer = reduced
+            n, sums, squares = count.sum(), class_sums.sum(axis=0), np.diag(outer)
+        mean = sums / max(n, 1)
+        self.moments = (mean, np.sqrt(np.maximum(squares / max(n, 1) - mean**2, 0)))
+        weights, bias = self.linear
 
-            def predict(x: np.ndarray) -> np.ndarray:
-                scores = features_of(task, x, spatial_dims) @ weights + bias
-                return scores.reshape(*x.shape[: 1 + spatial_dims], -1) if task.per_pixel else scores
+        def predict(x: np.ndarray) -> np.ndarray:
+            scores = features_of(task, x, spatial_dims) @ weights + bias
+            return scores.reshape(*x.shape[: 1 + spatial_dims], -1) if task.per_pixel else scores
 
         return predict, settings
 

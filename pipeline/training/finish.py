@@ -1,16 +1,14 @@
-"""How training ends: the classical baseline on the run's split (`classical_baseline`, for the ways of
-training that read staged shards; online training fits its own from its arrivals), set beside the
-network's scores with a warning where the network is below it (`add_baseline`, every way of training),
-and `finish`: the summary of the final evaluation, the saved model, the figures and summary.json.
-Memory: the baseline's sums and the task's validation sums; time: one streamed pass over the rank's
-training and validation records for the baseline.
+"""How training ends: the classical baseline's scores (pipeline.training.classical; online training fits
+its own from its arrivals) set beside the network's, with a warning where the network is below them
+(`add_baseline`, every way of training), the kept model's scores on validation and test (`Scores`), and
+`finish`: the summary, the saved model, the figures and summary.json. Memory: the task's evaluation sums;
+time: the model's save.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +18,9 @@ import numpy as np
 
 from pipeline.paths import TrainPaths
 from pipeline.storage.fsutil import write_json_atomic
-from pipeline.training.baseline import StreamingFit, method_name
 from pipeline.training.checksum import weights_checksum
 from pipeline.training.epochs import Kept
-from pipeline.training.inputs import RankData, input_pipeline
-from pipeline.training.models import build_model, spatial_dims
+from pipeline.training.models import build_model
 from pipeline.training.session import Model
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tasks import Evaluation, Task
@@ -68,42 +64,6 @@ def validation_records(task: Task, evaluation: Evaluation) -> int:
         return int(sums["n"][0])
     pixels = int(np.prod(task.output_shape(task.data.feature_shape)[:-1])) if task.per_pixel else 1
     return int(sums["confusion"].sum()) // pixels
-
-
-def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,
-                       layout: SpatialLayout, comm: Any, asked: bool = True) -> dict[str, Any]:  # fmt: skip
-    """pipeline.training.baseline on this run's split: fitted on the training records (its penalty chosen
-    by cross-validation within them), scored by the task's metrics on the test records where there is a
-    test split (its validation scores beside), else on the validation records; each rank streams its own
-    share. Not under a spatial split, where no rank holds whole samples; asked False: not at all (a
-    search trial)."""
-    if not asked:
-        return {"method": None, "skipped": "not asked for (sim2dl train --no-baseline: a search trial)"}
-    if layout.split > 1:
-        return {"method": None, "skipped": "train.spatial.split: no rank holds whole samples"}
-    settings, feature = config["train"], task.data.feature
-    start = time.perf_counter()
-
-    def arrays(pipeline: Any) -> Any:
-        for x, y in pipeline:
-            yield (x[feature] if isinstance(x, dict) else x).numpy(), y.numpy()
-
-    shape = [1 if n is None else n for n in model.input_shape]
-    fitting = StreamingFit(task, shape, spatial_dims(model.source, model.input_shape))
-    training = input_pipeline(data.files, meta, settings, task, model.input_shape, training=False, shard=data.shard,
-                              epoch_seed=0, fraction=data.fraction, pieces=data.pieces, holdout=False)  # fmt: skip
-    for x, y in arrays(training):
-        fitting.add(x, y)
-    predict, fitted = fitting.fit(lambda sums: [comm.allreduce(a) for a in sums])
-
-    def scored(split: str) -> dict[str, Any]:
-        batches = arrays(data.evaluation_input(split, meta, settings, task, model.input_shape))
-        return fitting.metrics(predict, batches, lambda e: Evaluation.combine(comm.allgather(e), task.max_examples))
-
-    validation = scored("validation")
-    split_scores = {**scored("test"), "validation": validation} if data.test_files is not None else validation
-    return {"method": method_name(task.name, fitting.spatial_dims), **split_scores, **fitted,
-            "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
 
 
 def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:

@@ -23,8 +23,9 @@ from pipeline.paths import TrainPaths
 from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import topology
 from pipeline.training import determinism
+from pipeline.training.classical import baseline_start, classical_baseline
 from pipeline.training.epochs import Kept, write_history
-from pipeline.training.finish import Ranks, Scores, classical_baseline, finish
+from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.inputs import rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
@@ -70,6 +71,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     paths = TrainPaths(out_dir)
     layout = SpatialLayout(1, size, rank)  # the ranks of a node share out its files: trainers read apart
     data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, layout, disjoint=True)
+    model, classical, hybrid = baseline_start(own, meta, task, model, data, comm, 1)  # one fit: every trainer's
     trainer = Trainer(comm, trainer_comm, population)
     if rank == 0:
         start = {"ranks": size, "trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
@@ -83,7 +85,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
                          lambda: make_optimizer(settings, device["precision"]))  # fmt: skip
     if rank == 0:
         write_history(out_dir, outcome.history)
-    found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline)
+    found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     kept = Kept(settings["keep"], (outcome.kept["round"], outcome.kept["val_loss"]), unit="round")
     kept.stopped_after = outcome.kept.get("stopped_after_round")
     record = population_record(population, settings, outcome, data, comm)
@@ -97,7 +99,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     assert outcome.evaluation is not None
     return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,
                   kept, found,
-                  {"population": record}, curves)  # fmt: skip
+                  {"population": record, "hybrid": hybrid}, curves)  # fmt: skip
 
 
 def population_record(population: Population, settings: Mapping[str, Any], outcome: Any, data: Any,

@@ -58,6 +58,7 @@ class Model:
     source: ModelSource
     input_shape: tuple[int | None, ...]
     transforms: Sequence[Transform] = ()  # train.augment's symmetries of a training sample
+    eval_transforms: Sequence[Transform] = ()  # train.augment_eval's: evaluation averages the outputs over them
 
 
 def prepare(
@@ -93,8 +94,9 @@ def prepare(
         check_split(meta.get("slabs", {}).get("count", 1), layout.split)
         split = spatial if layout.split > 1 else None
         transforms = augmentation(settings, task, model_source(settings["model"]), shape, layout.split)
+        averaged = evaluation_symmetries(settings, task, model_source(settings["model"]), shape, layout.split)
         keras_model, source = build_model(settings, task.data.feature_shape, task, split)
-        model = Model(keras_model, source, shape, transforms)
+        model = Model(keras_model, source, shape, transforms, averaged)
     except Sim2dlError as e:
         error = e
     all_ok(comm, error)
@@ -110,6 +112,22 @@ def augmentation(settings: Mapping[str, Any], task: Task, source: ModelSource, s
     if task.data.several:
         raise Sim2dlError("config key 'train.augment': a model of several inputs cannot be augmented (one feature)")
     return augment_plan(settings["augment"], shape[: spatial_dims(source, shape)], split)
+
+
+def evaluation_symmetries(settings: Mapping[str, Any], task: Task, source: ModelSource, shape: Sequence[int | None],
+                          split: int) -> list[Transform]:  # fmt: skip
+    """train.augment_eval's symmetries: train.augment's group, or with augmentation off every symmetry of the
+    input's spatial axes (symmetries: true)."""
+    if not settings["augment_eval"]:
+        return []
+    if task.per_pixel or task.data.several:
+        why = "a segmentation's outputs move with the field" if task.per_pixel else "a model of several inputs"
+        raise Sim2dlError(
+            f"config key 'train.augment_eval': test-time augmentation averages per-sample outputs ({why})"
+        )
+    spatial = shape[: spatial_dims(source, shape)]
+    group = augment_plan(settings["augment"], spatial, split) or augment_plan({"symmetries": True}, spatial, split)
+    return group
 
 
 def start_horovod(settings: Mapping[str, Any], comm: Any) -> tuple[SpatialLayout, Any]:

@@ -6,15 +6,18 @@ added across ranks. Memory: the model's activations for one batch; the task's va
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pipeline.training.augment import Transform, transform_batch
 from pipeline.training.optimizer import scale_loss, unscale_gradients
 from pipeline.training.tasks import Evaluation, Task
 
 
-def step_functions(model: Any, optimizer: Any, loss_fn: Any, autograph: bool) -> tuple[Any, Any]:
-    """(train_step(x, y, first) -> loss, predict(x, y) -> (outputs, loss)), as tf.functions. AutoGraph's
+def step_functions(model: Any, optimizer: Any, loss_fn: Any, autograph: bool,
+                   averaged_over: Sequence[Transform] = ()) -> tuple[Any, Any]:  # fmt: skip
+    """(train_step(x, y, first) -> loss, predict(x, y) -> (outputs, loss)), as tf.functions; averaged_over:
+    the symmetries whose outputs predict averages (train.augment_eval: test-time augmentation). AutoGraph's
     rewrite of the step and of all it calls was half of a small run's time (~10 s of 23, profiled); the
     built-in models have no Python control flow on tensors, so they are traced as written (autograph
     False); a user's model may have such flow: it keeps AutoGraph."""
@@ -36,7 +39,11 @@ def step_functions(model: Any, optimizer: Any, loss_fn: Any, autograph: bool) ->
 
     @tf.function(autograph=autograph)
     def predict(x: Any, y: Any) -> Any:
-        outputs = model(x, training=False)
+        if averaged_over:
+            outputs = tf.add_n([model(transform_batch(x, t), training=False) for t in averaged_over])
+            outputs = outputs / len(averaged_over)
+        else:
+            outputs = model(x, training=False)
         return outputs, loss_fn(y, outputs)
 
     return train_step, predict

@@ -134,7 +134,8 @@ class Rounds:
         trainer.world.barrier()
         self.checkpoint = CounterCheckpoint(paths.checkpoints / f"trainer-{trainer.number}", model.keras, optimizer,
                                             "round")  # fmt: skip
-        self.train_step, self.predict = step_functions(model.keras, optimizer, task.loss(), autograph=autograph)
+        self.train_step, self.predict = step_functions(model.keras, optimizer, task.loss(), autograph=autograph,
+                                                       averaged_over=model.eval_transforms)  # fmt: skip
         if "weight_decay" in self.population.mutate:  # a variable, so that the compiled step reads each round's
             optimizer.weight_decay = tf.Variable(float(self.settings["weight_decay"]), dtype=tf.float32,
                                                  trainable=False)  # fmt: skip

@@ -34,29 +34,37 @@ def pooled_head(levels: Sequence[Any], outputs: int, args: Mapping[str, Any], fl
     way down turns into extremes: a class that is the channel with the largest mean was learned to 0.73-0.89
     from the last level alone against 0.96-0.98 for a one-layer reference, tests/test_models.py), and the
     last level flattened where position matters (cosmoflow, as MLPerf's reference)."""
+    return joined_head(pooled_vectors(levels, flatten_last), outputs, args)
+
+
+def pooled_vectors(levels: Sequence[Any], flatten_last: bool = False) -> list[Any]:
+    """Every level's feature map averaged over its positions (and the last flattened): a trunk's vectors."""
     import tensorflow as tf
 
     layers = tf.keras.layers
     pooled = [layers.GlobalAveragePooling1D()(layers.Reshape((-1, x.shape[-1]))(x)) for x in levels]
     if flatten_last:
         pooled.append(layers.Flatten()(levels[-1]))
-    return joined_head(pooled, outputs, args)
+    return pooled
 
 
-def joined_head(pooled: Sequence[Any], outputs: int, args: Mapping[str, Any]) -> Any:
+def joined_head(pooled: Sequence[Any], outputs: int, args: Mapping[str, Any], zero_output: bool = False) -> Any:
     """The vectors joined, then dense_head (pooled_head's second half, also for a split model's means)."""
     import tensorflow as tf
 
     x = tf.keras.layers.Concatenate()(list(pooled)) if len(pooled) > 1 else pooled[0]
-    return dense_head(x, outputs, args)
+    return dense_head(x, outputs, args, zero_output)
 
 
-def dense_head(x: Any, outputs: int, args: Mapping[str, Any]) -> Any:
-    """A dense layer (leaky ReLU), dropout, and the raw outputs in float32."""
+def dense_head(x: Any, outputs: int, args: Mapping[str, Any], zero_output: bool = False) -> Any:
+    """A dense layer (leaky ReLU), dropout, and the raw outputs in float32; zero_output: the outputs'
+    weights start at zero (a residual on an offset: the untrained model is the offset)."""
     import tensorflow as tf
 
     layers = tf.keras.layers
     x = layers.Dense(args["dense"])(x)
     x = layers.LeakyReLU(0.3)(x)
     x = layers.Dropout(args["dropout"])(x)
+    if zero_output:
+        return layers.Dense(outputs, dtype="float32", kernel_initializer="zeros", bias_initializer="zeros")(x)
     return layers.Dense(outputs, dtype="float32")(x)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.training.models.base import ModelError, check_pooling, joined_head, pooled_head
+from pipeline.training.models.base import ModelError, check_pooling, joined_head, pooled_vectors
 
 NAME = "cosmoflow"
 SPATIAL_DIMS = 3
@@ -21,16 +21,23 @@ TASKS = ("regression", "classification")
 def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any]) -> Any:
     import tensorflow as tf
 
+    inputs = tf.keras.layers.Input(shape=tuple(input_shape))
+    return tf.keras.Model(inputs, joined_head(trunk(inputs, args), outputs, args), name=NAME)
+
+
+def trunk(inputs: Any, args: Mapping[str, Any]) -> list[Any]:
+    """The convolutions' vectors for a head: every level averaged over its positions, the last flattened."""
+    import tensorflow as tf
+
     layers = tf.keras.layers
-    check_input(input_shape, args)
-    inputs = layers.Input(shape=tuple(input_shape))
+    check_input(inputs.shape[1:], args)
     x, levels = inputs, []
     for level in range(args["depth"]):
         x = layers.Conv3D(args["width"] * 2**level, 3, padding="same")(x)
         x = layers.LeakyReLU(0.3)(x)
         levels.append(x)
         x = layers.MaxPool3D(2)(x)
-    return tf.keras.Model(inputs, pooled_head([*levels, x], outputs, args, flatten_last=True), name=NAME)
+    return pooled_vectors([*levels, x], flatten_last=True)
 
 
 def check_input(input_shape: Sequence[int | None], args: Mapping[str, Any]) -> None:

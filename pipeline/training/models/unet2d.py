@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.training.models.base import ModelError, check_pooling, pooled_head
+from pipeline.training.models.base import ModelError, check_pooling, pooled_head, pooled_vectors
 
 NAME = "unet2d"
 SPATIAL_DIMS = 2
@@ -26,27 +26,47 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
     import tensorflow as tf
 
     layers = tf.keras.layers
-    if len(input_shape) != 3 or None in input_shape:
-        raise ModelError(f"model 'unet2d' needs fixed-size (H, W, C) fields, the feature has {list(input_shape)}")
-    check_pooling(NAME, input_shape[:2], args["depth"], must_divide=task.per_pixel)
-
-    def block(x: Any, filters: int) -> Any:
-        for _ in range(2):
-            x = layers.Conv2D(filters, 3, padding="same")(x)
-            x = layers.LeakyReLU(0.3)(x)
-        return x
-
+    check_input(input_shape, args, task.per_pixel)
     inputs = layers.Input(shape=tuple(input_shape))
-    x, skips = inputs, []
-    for level in range(args["depth"]):
-        x = block(x, args["width"] * 2**level)
-        skips.append(x)
-        x = layers.MaxPool2D(2)(x)
-    x = block(x, args["width"] * 2 ** args["depth"])
+    x, skips = encoder(inputs, args)
     if not task.per_pixel:
         return tf.keras.Model(inputs, pooled_head([*skips, x], outputs, args), name=NAME)
     for level in reversed(range(args["depth"])):
         x = layers.Conv2DTranspose(args["width"] * 2**level, 2, strides=2)(x)
-        x = block(layers.Concatenate()([x, skips[level]]), args["width"] * 2**level)
+        x = _block(layers.Concatenate()([x, skips[level]]), args["width"] * 2**level)
     x = layers.Dropout(args["dropout"])(x)
     return tf.keras.Model(inputs, layers.Conv2D(outputs, 1, dtype="float32")(x), name=NAME)
+
+
+def trunk(inputs: Any, args: Mapping[str, Any]) -> list[Any]:
+    """The encoder's vectors for a head (classification, regression): every level averaged."""
+    check_input(inputs.shape[1:], args, False)
+    x, skips = encoder(inputs, args)
+    return pooled_vectors([*skips, x])
+
+
+def check_input(input_shape: Sequence[int | None], args: Mapping[str, Any], per_pixel: bool) -> None:
+    if len(input_shape) != 3 or None in input_shape:
+        raise ModelError(f"model 'unet2d' needs fixed-size (H, W, C) fields, the feature has {list(input_shape)}")
+    check_pooling(NAME, input_shape[:2], args["depth"], must_divide=per_pixel)
+
+
+def encoder(inputs: Any, args: Mapping[str, Any]) -> tuple[Any, list[Any]]:
+    """`depth` levels of two convolutions and pooling, then the bottom block: (its output, each level's)."""
+    import tensorflow as tf
+
+    x, skips = inputs, []
+    for level in range(args["depth"]):
+        x = _block(x, args["width"] * 2**level)
+        skips.append(x)
+        x = tf.keras.layers.MaxPool2D(2)(x)
+    return _block(x, args["width"] * 2 ** args["depth"]), skips
+
+
+def _block(x: Any, filters: int) -> Any:
+    import tensorflow as tf
+
+    for _ in range(2):
+        x = tf.keras.layers.Conv2D(filters, 3, padding="same")(x)
+        x = tf.keras.layers.LeakyReLU(0.3)(x)
+    return x

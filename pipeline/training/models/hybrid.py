@@ -1,0 +1,144 @@
+"""A network that starts where the classical baseline ends (train.hybrid): the baseline's per-sample
+statistics computed inside the model (`SummaryStatistics`, TensorFlow ops equal to
+pipeline.training.baseline.summary_statistics: per channel the mean, log variance, skewness, kurtosis
+and, for 2-D and 3-D fields, the log power spectrum in log-spaced |k| bins), standardised by the training
+split's moments and joined into the head beside the trunk's pooled levels; with `residual`, the
+baseline's fitted prediction (ridge values, or the linear discriminant's class scores as logits) is a
+fixed offset and the head's last layer starts at zero, so that the untrained model *is* the baseline and
+training learns what the statistics miss.
+
+    residual     offset + head(trunk levels, statistics), the head's output zero at the start
+    statistics   head(trunk levels, statistics): the statistics as inputs, no offset
+    none         the built-in as it is (the trunk's levels alone)
+
+A built-in takes part through its `trunk(inputs, args) -> pooled vectors` (cosmoflow, unet2d); the user's
+own model, a spatially split model and segmentation are left as they are. The saved model stands alone
+(the statistics, the standardisation and the offset are layers with constant weights), and a user's own
+model can reuse `SummaryStatistics`. Memory: the statistics add an FFT of the input per sample (n log n
+in its cells) and F values per sample; the offset F x outputs weights.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeline.training.baseline import BINS, TINY, spectrum_bins
+from pipeline.training.models.base import joined_head
+
+MODES = ("residual", "statistics", "none")
+
+
+@dataclass(frozen=True)
+class FittedBaseline:
+    """What the model needs of the fitted baseline: the statistics' moments over the training split (to
+    standardise them) and the linear map from statistics to outputs (ridge coefficients, or the
+    discriminant's weights and biases)."""
+
+    spatial_dims: int
+    mean: np.ndarray  # (F,)
+    scale: np.ndarray  # (F,), 1 where a statistic is constant
+    weights: np.ndarray  # (F, outputs)
+    bias: np.ndarray  # (outputs,)
+
+
+def summary_statistics_layer(spatial_dims: int, bins: int = BINS) -> Any:
+    """A Keras layer: (B, *spatial, C) -> (B, F), the baseline's statistics in float32."""
+    return _statistics_class()(spatial_dims, bins)
+
+
+@functools.cache
+def _statistics_class() -> type:
+    """The layer's class, defined once TensorFlow is imported (this module is imported without it)."""
+    import tensorflow as tf
+
+    @tf.keras.utils.register_keras_serializable(package="sim2dl")
+    class SummaryStatistics(tf.keras.layers.Layer):
+        """Per channel mean, log variance, skewness, excess kurtosis and (2-D, 3-D) the log isotropic
+        power spectrum in log-spaced |k| bins, as pipeline.training.baseline.summary_statistics."""
+
+        def __init__(self, spatial_dims: int, bins: int = BINS, **kwargs: Any) -> None:
+            super().__init__(dtype="float32", **{k: v for k, v in kwargs.items() if k != "dtype"})
+            self.spatial_dims, self.bins = spatial_dims, bins
+
+        def build(self, input_shape: Any) -> None:
+            spatial = [int(n) for n in input_shape[1 : 1 + self.spatial_dims]]
+            self.cells = float(np.prod(spatial))
+            if self.spatial_dims in (2, 3):
+                order, starts = spectrum_bins(spatial, self.bins)
+                segment = np.zeros(len(order), np.int32)
+                for b, start in enumerate(starts):
+                    segment[start:] = b
+                counts = np.diff(np.append(starts, len(order)))
+                self.order = tf.constant(order.astype(np.int32))
+                self.segment = tf.constant(segment)
+                self.counts = tf.constant(np.maximum(counts, 1).astype(np.float32))
+            super().build(input_shape)
+
+        def call(self, x: Any) -> Any:
+            x = tf.cast(x, tf.float32)
+            if len(x.shape) == self.spatial_dims + 1:
+                x = x[..., tf.newaxis]
+            channels = x.shape[-1]
+            flat = tf.reshape(x, (tf.shape(x)[0], -1, channels))
+            mean = tf.reduce_mean(flat, axis=1)
+            centred = flat - mean[:, tf.newaxis]
+            var = tf.reduce_mean(centred**2, axis=1)
+            scale = tf.where(var > 0, tf.sqrt(var), tf.ones_like(var))
+            skew = tf.reduce_mean(centred**3, axis=1) / scale**3
+            kurtosis = tf.reduce_mean(centred**4, axis=1) / scale**4 - 3.0
+            parts = [mean, tf.math.log(var + TINY), skew, kurtosis]
+            if self.spatial_dims in (2, 3):
+                last = self.spatial_dims + 1  # channels first: the FFT transforms the innermost axes
+                moved = tf.transpose(x, [0, last, *range(1, last)])
+                fft = tf.signal.rfft3d if self.spatial_dims == 3 else tf.signal.rfft2d
+                power = tf.abs(fft(moved)) ** 2 / self.cells
+                modes = tf.gather(tf.reshape(power, (tf.shape(x)[0], channels, -1)), self.order, axis=2)
+                sums = tf.math.unsorted_segment_sum(tf.transpose(modes, [2, 0, 1]), self.segment, self.bins)
+                spectrum = tf.transpose(sums, [1, 0, 2]) / self.counts[tf.newaxis, :, tf.newaxis]  # (B, bins, C)
+                parts.append(tf.reshape(tf.math.log(spectrum + TINY), (tf.shape(x)[0], self.bins * channels)))
+            return tf.concat(parts, axis=1)
+
+        def get_config(self) -> dict[str, Any]:
+            return {**super().get_config(), "spatial_dims": self.spatial_dims, "bins": self.bins}
+
+    return SummaryStatistics
+
+
+def hybrid_mode(mode: str, module: Any, task: Any, split: int) -> tuple[str, str | None]:
+    """(the mode that applies, why it is none where train.hybrid asked for more)."""
+    if mode == "none":
+        return "none", None
+    if module is None or not hasattr(module, "trunk"):
+        return "none", "the model is not a built-in with a trunk (cosmoflow, unet2d): it is used as it is"
+    if task.name not in ("regression", "classification"):
+        return "none", f"task {task.name}: the baseline's statistics are per sample"
+    if split > 1:
+        return "none", "train.spatial.split: no rank holds a whole sample to take its statistics of"
+    return mode, None
+
+
+def build_hybrid(
+    module: Any, input_shape: Sequence[int | None], outputs: int, args: Mapping[str, Any], mode: str,
+    fitted: FittedBaseline,
+) -> Any:  # fmt: skip
+    """The built-in `module`'s trunk with the baseline's statistics joined into its head, and with
+    mode 'residual' the baseline's prediction as the offset the head starts at zero from."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    inputs = layers.Input(shape=tuple(input_shape))
+    statistics = summary_statistics_layer(fitted.spatial_dims)(inputs)
+    standard = layers.Normalization(mean=fitted.mean, variance=fitted.scale**2, dtype="float32")(statistics)
+    pooled = module.trunk(inputs, args)
+    head = joined_head([*pooled, standard], outputs, args, zero_output=mode == "residual")
+    if mode != "residual":
+        return tf.keras.Model(inputs, head, name=f"{module.NAME}_statistics")
+    offset = layers.Dense(outputs, dtype="float32", trainable=False, name="baseline_offset")
+    prediction = offset(statistics)
+    offset.set_weights([fitted.weights.astype(np.float32), fitted.bias.astype(np.float32)])
+    return tf.keras.Model(inputs, layers.Add(dtype="float32")([prediction, head]), name=f"{module.NAME}_residual")
