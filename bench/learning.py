@@ -6,7 +6,9 @@ Two datasets, each trained by `sim2dl train` on the same staged shards and split
 - `residual` (the default): the baseline's statistics computed in the model and joined into the head, its
   fitted prediction the offset the network learns the residual of;
 - `statistics`: the statistics in the head, no offset;
-- `residual_augmented`: residual with `train.augment: {symmetries: true}`.
+- `residual_augmented`: residual with `train.augment: {symmetries: true}`;
+- `residual_augmented_tta`: and `train.augment_eval` (validation and test average the outputs over the
+  48 symmetries of a cube).
 Datasets: demo (config/config.yaml: 1,024 cubes of sim2dl's own log-normal family, 8 epochs, search off,
 merge.splits 0.8 / 0.1 / 0.1); nbody (160 boxes of a real particle-mesh N-body code, JaxPM via
 examples/nbody, config/presets/nbody-few.yaml: splits 0.7 / 0.15 / 0.15, 40 epochs of batch 8).
@@ -46,6 +48,7 @@ VARIANTS = {
     "residual": {"hybrid": "residual"},
     "statistics": {"hybrid": "statistics"},
     "residual_augmented": {"hybrid": "residual", "augment": {"symmetries": True}},
+    "residual_augmented_tta": {"hybrid": "residual", "augment": {"symmetries": True}, "augment_eval": True},
 }
 
 

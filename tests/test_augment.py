@@ -63,3 +63,27 @@ def test_each_sample_of_a_batch_gets_numpy_s_transform_and_a_mask_moves_with_its
     labels = rng.normal(size=(16, 3)).astype(np.float32)
     _, same = augment_batch(tf.constant(x), tf.constant(labels), transforms, seed, False)
     assert np.array_equal(same.numpy(), labels)
+
+
+def test_test_time_augmentation_averages_the_outputs_over_the_symmetries():
+    """train.augment_eval: predict's outputs are the mean of the model's over the group's transforms of
+    each sample (numpy's reference transforms), and its loss is that mean's."""
+    import tensorflow as tf
+
+    from pipeline.training.steps import step_functions
+
+    tf.keras.utils.set_random_seed(5)
+    inputs = tf.keras.layers.Input(shape=(4, 4, 4, 1))
+    outputs = tf.keras.layers.Dense(2)(tf.keras.layers.Flatten()(inputs))  # not invariant: the mean differs
+    model = tf.keras.Model(inputs, outputs)
+    group = plan({"symmetries": True}, (4, 4, 4))
+    assert len(group) == 48
+    loss = tf.keras.losses.MeanSquaredError()
+    _, predict = step_functions(model, None, loss, autograph=False, averaged_over=group)
+    x = np.random.default_rng(6).normal(size=(3, 4, 4, 4, 1)).astype(np.float32)
+    y = np.zeros((3, 2), np.float32)
+    averaged, averaged_loss = predict(x, y)
+    expected = np.mean([model(np.stack([apply_numpy(s, t) for s in x])).numpy() for t in group], axis=0)
+    np.testing.assert_allclose(averaged.numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(expected, model(x).numpy(), atol=1e-3)
+    assert float(averaged_loss) == pytest.approx(float(np.mean(expected**2)), rel=1e-5)
