@@ -5,6 +5,7 @@ Two datasets, each trained by `sim2dl train` on the same staged shards and split
 - `old_default`: train.hybrid none (the built-in alone, as before #55);
 - `residual` (the default): the baseline's statistics computed in the model and joined into the head, its
   fitted prediction the offset the network learns the residual of;
+- `offset`: the baseline's prediction as the offset, the head on the trunk alone;
 - `statistics`: the statistics in the head, no offset;
 - `residual_augmented`: residual with `train.augment: {symmetries: true}`;
 - `residual_augmented_tta`: and `train.augment_eval` (validation and test average the outputs over the
@@ -49,6 +50,7 @@ DATASETS = ("demo", "nbody", "nbody_small_cells")
 VARIANTS = {
     "old_default": {"hybrid": "none"},
     "residual": {"hybrid": "residual"},
+    "offset": {"hybrid": "offset"},
     "statistics": {"hybrid": "statistics"},
     "residual_augmented": {"hybrid": "residual", "augment": {"symmetries": True}},
     "residual_augmented_tta": {"hybrid": "residual", "augment": {"symmetries": True}, "augment_eval": True},
@@ -73,9 +75,9 @@ def train(path: Path, name: str, settings: dict[str, Any]) -> dict[str, Any]:
             "fit_seconds": summary["hybrid"].get("fit_seconds", 0.0), "step_seconds": step_seconds}  # fmt: skip
 
 
-def compare(work: Path, config: dict[str, Any]) -> dict[str, Any]:
-    path = prepared(work, config)
-    runs = {name: train(path, name, settings) for name, settings in VARIANTS.items()}
+def compare(work: Path, config: dict[str, Any], variants: list[str]) -> dict[str, Any]:
+    path = work / "config.yaml" if (work / "staged").exists() else prepared(work, config)  # --keep: again
+    runs = {name: train(path, name, VARIANTS[name]) for name in ["old_default", "residual", *variants]}
     baseline = runs["old_default"]["baseline_r2"]
     labels = sorted(baseline)
     return {
@@ -116,19 +118,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", choices=DATASETS, help="one dataset")
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        choices=list(VARIANTS),
+        default=list(VARIANTS),
+        help="beside old_default and residual (default: all)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the prepared data (and train from it again)")
     args = parser.parse_args()
     work = OUT / "learning"
-    shutil.rmtree(work, ignore_errors=True)
+    variants = [v for v in args.variants if v not in ("old_default", "residual")]
     result: dict[str, Any] = {"benchmark": "learning", "quick": args.quick}
     if args.only in (None, "demo"):
-        result["demo"] = compare(work / "demo", demo_config(256 if args.quick else 1024, 2 if args.quick else 8))
+        result["demo"] = compare(
+            work / "demo", demo_config(256 if args.quick else 1024, 2 if args.quick else 8), variants
+        )
     if args.only in (None, "nbody"):
-        result["nbody"] = compare(work / "nbody", nbody_config(48 if args.quick else 160, 4 if args.quick else 40))
+        result["nbody"] = compare(
+            work / "nbody", nbody_config(48 if args.quick else 160, 4 if args.quick else 40), variants
+        )
     if args.only == "nbody_small_cells":  # by name only: 400 boxes of simulation
         result["nbody_small_cells"] = compare(
             work / "small", nbody_config(48 if args.quick else 400, 4 if args.quick else 30, box=64.0)
         )
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
     emit(result)
 
 

@@ -198,15 +198,19 @@ def test_training_split_over_two_ranks_follows_the_unsplit_loss_curve(tmp_path, 
     only if the slabs join up right; a split run from them, each rank reading only its slab's files, gives
     the split run from whole records to 6 digits (the same computation on the same batches). All three
     augment with the symmetries a split allows (train.augment: axes 1 and 2, the split axis 0 stays): each
-    rank transforms its slab as the unsplit run transforms the whole sample, drawing the same."""
+    rank transforms its slab as the unsplit run transforms the whole sample, drawing the same. The unsplit
+    run is the built-in alone (train.hybrid none), as a split model is: no rank holds a whole sample to
+    take the baseline's statistics of."""
     _, slab_data = slab_shards
     augment = {"permute": [1, 2], "flips": [1, 2]}
-    train_run(tmp_path / "whole", staged_small, ranks=1, data=slab_data, augment=augment)
+    train_run(tmp_path / "whole", staged_small, ranks=1, data=slab_data, augment=augment, hybrid="none")
     train_run(tmp_path / "split", staged_small, ranks=2, spatial={"split": 2}, augment=augment)
     train_run(tmp_path / "slabs-split", staged_small, ranks=2, data=slab_data, spatial={"split": 2}, augment=augment)
     whole = json.loads((tmp_path / "whole" / "train" / "summary.json").read_text())
     split = json.loads((tmp_path / "split" / "train" / "summary.json").read_text())
     assert split["spatial"] == {"split": 2, "groups": 1} and split["weights_identical_across_ranks"]
+    assert split["hybrid"] == {"mode": "none", "why": "train.spatial.split: no rank holds a whole sample to take "
+                               "its statistics of"}  # fmt: skip
     assert split["validation_records"] == whole["validation_records"]  # each record counted once
     runs = ("whole", "split", "slabs-split")
     curves = [json.loads((tmp_path / run / "train" / "metrics.json").read_text()) for run in runs]

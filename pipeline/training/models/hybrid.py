@@ -8,6 +8,7 @@ fixed offset and the head's last layer starts at zero, so that the untrained mod
 training learns what the statistics miss.
 
     residual     offset + head(trunk levels, statistics), the head's output zero at the start
+    offset       offset + head(trunk levels): the baseline's prediction, the trunk alone learns what it misses
     statistics   head(trunk levels, statistics): the statistics as inputs, no offset
     none         the built-in as it is (the trunk's levels alone)
 
@@ -30,7 +31,7 @@ import numpy as np
 from pipeline.training.baseline import BINS, TINY, spectrum_bins
 from pipeline.training.models.base import joined_head
 
-MODES = ("residual", "statistics", "none")
+MODES = ("residual", "offset", "statistics", "none")
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,9 @@ def build_hybrid(
     statistics = summary_statistics_layer(fitted.spatial_dims)(inputs)
     standard = layers.Normalization(mean=fitted.mean, variance=fitted.scale**2, dtype="float32")(statistics)
     pooled = module.trunk(inputs, args)
-    head = joined_head([*pooled, standard], outputs, args, zero_output=mode == "residual")
-    if mode != "residual":
+    joined = pooled if mode == "offset" else [*pooled, standard]
+    head = joined_head(joined, outputs, args, zero_output=mode in ("residual", "offset"))
+    if mode == "statistics":
         return tf.keras.Model(inputs, head, name=f"{module.NAME}_statistics")
     offset = layers.Dense(outputs, dtype="float32", trainable=False, name="baseline_offset")
     prediction = offset(statistics)
