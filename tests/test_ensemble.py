@@ -26,7 +26,8 @@ with open(ledger, "a") as f:
     f.write(run + "\\n")
 tries = os.path.join(os.path.dirname(ledger), run + ".tries")
 attempt = int(open(tries).read()) + 1 if os.path.exists(tries) else 1
-open(tries, "w").write(str(attempt))
+open(tries + ".tmp", "w").write(str(attempt))
+os.replace(tries + ".tmp", tries)  # atomic: a run killed here leaves the count whole (as sim2dl asks of a simulator)
 print("attempt", attempt, "of", run, kind)
 if kind == "fail_once" and attempt == 1:
     sys.exit(3)
@@ -176,8 +177,11 @@ def test_faults_are_retried_recorded_with_their_reasons_and_nothing_is_lost(tmp_
 
 
 def test_killed_anywhere_a_rerun_runs_only_what_did_not_complete(tmp_path):
+    """The kill may land anywhere, also inside the test's simulator while it counts its attempts (written
+    atomically: a count cut short made every later attempt of that run fail, and the ledger counted them);
+    the runs' time limit is far above a slow run's 0.4 s, so a start-up slowed by other work is no retry."""
     space = {"kind": {"type": "choice", "values": ["slow"]}, "x": {"type": "uniform", "low": 0, "high": 1}}
-    config = ensemble_config(tmp_path, ["slow"], runs=16, design="random", space=space)
+    config = ensemble_config(tmp_path, ["slow"], runs=16, design="random", space=space, run_timeout_s=60)
     path = write_config(tmp_path, config)
     job = start_cli(["simulate", "--config", str(path)], 2)
     raw = tmp_path / "work" / "raw"
@@ -195,7 +199,7 @@ def test_killed_anywhere_a_rerun_runs_only_what_did_not_complete(tmp_path):
     # The same table as an uninterrupted run's, apart from times.
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    fresh_config = ensemble_config(fresh, ["slow"], runs=16, design="random", space=space)
+    fresh_config = ensemble_config(fresh, ["slow"], runs=16, design="random", space=space, run_timeout_s=60)
     run_cli(["simulate", "--config", str(write_config(fresh, fresh_config))], ranks=2, timeout=120)
 
     def timeless(rows):
