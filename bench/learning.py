@@ -128,6 +128,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the prepared data (and train from it again)")
     args = parser.parse_args()
     work = OUT / "learning"
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
     variants = [v for v in args.variants if v not in ("old_default", "residual")]
     result: dict[str, Any] = {"benchmark": "learning", "quick": args.quick}
     if args.only in (None, "demo"):
@@ -139,9 +141,8 @@ def main() -> None:
             work / "nbody", nbody_config(48 if args.quick else 160, 4 if args.quick else 40), variants
         )
     if args.only == "nbody_small_cells":  # by name only: 400 boxes of simulation
-        result["nbody_small_cells"] = compare(
-            work / "small", nbody_config(48 if args.quick else 400, 4 if args.quick else 30, box=64.0)
-        )
+        small = nbody_config(48 if args.quick else 400, 4 if args.quick else 30, box=64.0)
+        result["nbody_small_cells"] = compare(work / "small", small, variants)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     emit(result)
