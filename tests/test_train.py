@@ -276,7 +276,7 @@ def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_r
     assert baseline["method"].startswith("ridge regression on per-channel mean") and set(baseline["r2"]) == set(
         summary["r2"])  # fmt: skip
     assert baseline["r2"]["sigma_8"] > 0.5  # the power spectrum knows σ8 of these cubes
-    below = [n for n, r2 in summary["r2"].items() if r2 < baseline["r2"][n]]
+    below = [n for n, r2 in summary["r2"].items() if r2 < baseline["r2"][n] - 0.02]  # finish.BELOW_MARGIN
     assert sorted(summary["below_baseline"]) == sorted(below)
     assert below and "the network scores below the classical baseline" in proc.stderr
     # keep: last, the same checkpoint (which epoch is kept is not a training setting; the epochs trained):
