@@ -613,6 +613,20 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
             },
         ),
         (
+            [
+                "splits: train, validation (chooses the kept epoch) and test (scored on, chosen on by nothing);",
+                "split_by file: every sample of a file in one split"
+                if decided.samples_along is not None
+                else "split_by sample: each file is one sample",
+            ],
+            {
+                "merge": {
+                    "splits": {"train": 0.8, "validation": 0.1, "test": 0.1},
+                    "split_by": "file" if decided.samples_along is not None else "sample",
+                }
+            },
+        ),
+        (
             [f"model: for the feature's shape {flow(None if shape is None else list(shape))}"],
             {"train": {"task": chosen.task, "model": model, "depth": depth}},
         ),

@@ -303,7 +303,7 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     if "splits" in meta:  # merge wrote the splits apart: no validation record is read in a training pass
         files, shard = rank_files(listing, node_dir, *local, "train", first)
         validation_files, validation_shard = rank_files(listing, node_dir, *local, "validation", first)
-        if "test" in meta["splits"]:
+        if meta["splits"].get("test", {}).get("records"):  # an empty test split scores nothing: as none
             test_files, test_shard = rank_files(listing, node_dir, *local, "test", first)
         fraction = None
     else:  # one set of shards: validation records are held out by a hash of their sample ids
