@@ -49,13 +49,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
 
     settings = config["train"]
     meta = load_metadata(merged_dir)
-    error, population = None, None
-    try:
-        population = check_population(config, comm.Get_size(), meta)
-    except Sim2dlError as e:
-        error = e
-    all_ok(comm, error)
-    assert population is not None
+    population = checked_population(config, meta, comm)
     determinism.before_horovod(settings)
     rank, size = comm.Get_rank(), comm.Get_size()
     number = population.trainer_of(rank)
@@ -98,8 +92,19 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     assert outcome.evaluation is not None
     return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,
-                  kept, found,
-                  {"population": record, "hybrid": hybrid}, curves)  # fmt: skip
+                  kept, found, {"population": record, "hybrid": hybrid}, curves)  # fmt: skip
+
+
+def checked_population(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any) -> Population:
+    """train.population checked against the job and the data on every rank alike (an error once, all exit)."""
+    error, population = None, None
+    try:
+        population = check_population(config, comm.Get_size(), meta)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    assert population is not None
+    return population
 
 
 def population_record(population: Population, settings: Mapping[str, Any], outcome: Any, data: Any,

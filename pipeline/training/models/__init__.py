@@ -132,8 +132,6 @@ def build_model(
     With several features (task.data.several) your own builder gets {name: shape} and the model a dict.
     spatial: (SpatialLayout, Horovod process set) with train.spatial.split > 1: the built-in's split
     model, which takes this rank's slab of each sample."""
-    import tensorflow as tf
-
     source = model_source(settings["model"])
     shape: Any = input_shape(source, feature_shape)
     module = source.built_in
@@ -162,6 +160,14 @@ def build_model(
         model = builder(shape, task.outputs(), **(settings.get("model_args") or {}))
     except Exception as e:
         raise Sim2dlError(f"model builder {source.where} raised {type(e).__name__}: {e}") from e
+    check_user_model(model, source, shape, task, several)
+    return model, source
+
+
+def check_user_model(model: Any, source: ModelSource, shape: Any, task: Any, several: bool) -> None:
+    """The user's model is a tf.keras.Model that takes the feature's shape and gives the task's output."""
+    import tensorflow as tf
+
     if not isinstance(model, tf.keras.Model):
         raise Sim2dlError(
             f"model builder {source.where} returned {type(model).__name__}, not a tf.keras.Model "
@@ -187,7 +193,6 @@ def build_model(
             f"model builder {source.where}: the model's output shape is {list(produced)}, task '{task.name}' "
             f"needs {list(expected)} ({'class logits per pixel' if task.per_pixel else 'raw outputs'})"
         )
-    return model, source
 
 
 def spatial_dims(source: ModelSource, shape: Sequence[int | None]) -> int:
