@@ -386,9 +386,10 @@ def test_online_training_simulates_on_one_node_and_trains_on_another(cluster):
 
 def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoing_work(cluster):
     work = cluster.shared / "retry"
-    # 400 epochs of 0.03 s: long enough to be cancelled and interrupted mid-way (a cancel or Ctrl-C takes
-    # effect within a second or two), short enough to finish quickly on the rerun
-    config = small_config(work, train={**SMALL_TRAIN, "epochs": 400})
+    # 4,000 epochs of 0.03 s: long enough to be cancelled and interrupted mid-way (a cancel or Ctrl-C takes
+    # effect within a second or two; at 400 a fresh-clone run finished before its interruption landed); the
+    # rerun trains only a few epochs more than were done
+    config = small_config(work, train={**SMALL_TRAIN, "epochs": 4000})
     workdir = work / "work"
     run = Workflow(cluster, work, config)
     try:
@@ -416,7 +417,7 @@ def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoi
     assert not (workdir / "train" / "summary.json").exists(), (interrupted_at, log[-5000:])
 
     # The rerun trains a few epochs more than were done (a shorter run of the same settings resumes the
-    # same checkpoint; only train reads train.epochs), not the rest of the 400.
+    # same checkpoint; only train reads train.epochs), not the rest of the 4,000.
     epochs = interrupted_at + 3
     settings = yaml.safe_load(config.read_text())
     config.write_text(yaml.safe_dump({**settings, "train": {**settings["train"], "epochs": epochs}}))

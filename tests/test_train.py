@@ -290,3 +290,14 @@ def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_r
     assert again.returncode == 0
     repeated = json.loads((tmp_path / "again" / "train" / "summary.json").read_text())
     assert repeated["weights_checksum"] == summary["weights_checksum"]
+
+
+def test_an_empty_training_or_validation_split_is_a_config_error_naming_the_key():
+    """A few files split by file can leave a split empty: an error before any data is read, not a crash."""
+    from pipeline import Sim2dlError
+    from pipeline.training.session import check_settings
+
+    meta = {"format": "tfrecord", "counts": {"records": 150},
+            "splits": {"train": {"records": 150}, "validation": {"records": 0}, "test": {"records": 0}}}  # fmt: skip
+    with pytest.raises(Sim2dlError, match=r"'merge.splits': the validation split holds none of the 150 records"):
+        check_settings({"learning_rate": 0.001}, meta, None)

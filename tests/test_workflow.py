@@ -24,6 +24,7 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
         "--config",
         f"workdir={tmp_path / 'w'}",
         "simulate={samples: 40}",
+        "train={batch_size: 8}",  # 40 cubes in the demo's three splits: about 16 training records a rank
         "merge={shard_size_mb: 1}",
         f"stage={{target: {tmp_path / 'local'}}}",  # not the shared default below /tmp
         "search={enabled: false}",  # search, and train on its best configuration: test_search

@@ -37,6 +37,13 @@ def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_n
         raise Sim2dlError(
             f"config key 'merge.splits': training needs the splits {missing} (have {sorted(meta['splits'])})"
         )
+    empty = [n for n in ("train", "validation") if "splits" in meta and not meta["splits"][n]["records"]]
+    if empty:
+        raise Sim2dlError(
+            f"config key 'merge.splits': the {empty[0]} split holds none of the {meta['counts']['records']} "
+            "records (each file or sample goes to a split by a hash: with few inputs, raise its fraction, or "
+            "split by sample rather than by file)"
+        )
     task = make_task(settings, data_spec(meta, label_names))
     task.check()
     return task
