@@ -56,7 +56,7 @@ def baseline_start(config: Mapping[str, Any], meta: Mapping[str, Any], task: Tas
         return model, None, {"mode": "none", **({"why": why} if why else {})}
     classical = fit_classical(config, meta, task, model, data, comm)
     started = start_from_baseline(config["train"], task, model, classical, mode)
-    statistics = int(classical.fitting.moments[0].size) if classical.fitting.moments is not None else 0
+    statistics = int(classical.for_model().mean.size)
     return started, classical, {"mode": mode, "statistics": statistics, "fit_seconds": round(classical.seconds, 3)}
 
 

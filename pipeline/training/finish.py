@@ -62,8 +62,8 @@ def _score_pairs(task: Task, summary: Mapping[str, Any], baseline: Mapping[str, 
     return f"{key} {summary[key]:.3f} < {baseline[key]:.3f}"
 
 
-def validation_records(task: Task, evaluation: Evaluation) -> int:
-    """How many validation records an evaluation counts."""
+def evaluated_records(task: Task, evaluation: Evaluation) -> int:
+    """How many records (of the validation or the test split) an evaluation counts."""
     sums = evaluation.sums
     if "n" in sums:
         return int(sums["n"][0])
@@ -106,10 +106,10 @@ class Scores:
         on, and the other split's beside them."""
         split, headline = self.headline
         doc: dict[str, Any] = {"val_loss": self.validation[0], "scored_on": split, **task.metrics(headline)}
-        doc["validation_records"] = validation_records(task, self.validation[1])
+        doc["validation_records"] = evaluated_records(task, self.validation[1])
         if self.test is not None:
             doc["test_loss"] = self.test[0]
-            doc["test_records"] = validation_records(task, self.test[1])
+            doc["test_records"] = evaluated_records(task, self.test[1])
             doc["validation"] = task.metrics(self.validation[1])
         else:
             doc["scores_note"] = SELECTED_ON_VALIDATION

@@ -96,12 +96,13 @@ def prepare(
         from pipeline.training.models import input_shape, model_source
 
         layout = spatial[0]
-        shape = input_shape(model_source(settings["model"]), task.data.feature_shape)
+        named = model_source(settings["model"])
+        shape = input_shape(named, task.data.feature_shape)
         check_spatial(layout.split, layout.size, shape, settings["model"], True)
         check_split(meta.get("slabs", {}).get("count", 1), layout.split)
         split = spatial if layout.split > 1 else None
-        transforms = augmentation(settings, task, model_source(settings["model"]), shape, layout.split)
-        averaged = evaluation_symmetries(settings, task, model_source(settings["model"]), shape, layout.split)
+        transforms = augmentation(settings, task, named, shape, layout.split)
+        averaged = evaluation_symmetries(settings, task, named, shape, layout.split)
         keras_model, source = build_model(settings, task.data.feature_shape, task, split)
         model = Model(keras_model, source, shape, transforms, averaged)
     except Sim2dlError as e:
@@ -133,8 +134,7 @@ def evaluation_symmetries(settings: Mapping[str, Any], task: Task, source: Model
             f"config key 'train.augment_eval': test-time augmentation averages per-sample outputs ({why})"
         )
     spatial = shape[: spatial_dims(source, shape)]
-    group = augment_plan(settings["augment"], spatial, split) or augment_plan({"symmetries": True}, spatial, split)
-    return group
+    return augment_plan(settings["augment"], spatial, split) or augment_plan({"symmetries": True}, spatial, split)
 
 
 def start_horovod(settings: Mapping[str, Any], comm: Any) -> tuple[SpatialLayout, Any]:

@@ -65,6 +65,4 @@ def dense_head(x: Any, outputs: int, args: Mapping[str, Any], zero_output: bool 
     x = layers.Dense(args["dense"])(x)
     x = layers.LeakyReLU(0.3)(x)
     x = layers.Dropout(args["dropout"])(x)
-    if zero_output:
-        return layers.Dense(outputs, dtype="float32", kernel_initializer="zeros", bias_initializer="zeros")(x)
-    return layers.Dense(outputs, dtype="float32")(x)
+    return layers.Dense(outputs, dtype="float32", kernel_initializer="zeros" if zero_output else "glorot_uniform")(x)

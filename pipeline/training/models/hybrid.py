@@ -31,8 +31,6 @@ import numpy as np
 from pipeline.training.baseline import BINS, TINY, spectrum_bins
 from pipeline.training.models.base import joined_head
 
-MODES = ("residual", "offset", "statistics", "none")
-
 
 @dataclass(frozen=True)
 class FittedBaseline:
