@@ -46,7 +46,7 @@ from common import OUT, REPO, emit, prepared, sim2dl
 NBODY = REPO / "examples" / "nbody"
 
 
-DATASETS = ("demo", "nbody", "nbody_small_cells")
+DATASETS = ("demo", "nbody", "laser", "nbody_small_cells")
 VARIANTS = {
     "old_default": {"hybrid": "none"},
     "residual": {"hybrid": "residual"},
@@ -114,6 +114,34 @@ def nbody_config(runs: int, epochs: int, box: float | None = None) -> dict[str, 
     return config
 
 
+def laser_config(runs: int, epochs: int) -> dict[str, Any]:
+    """An openPMD field set (examples/laser: a laser pulse's E field as a PIC code's diagnostic holds it, 4
+    snapshots per run) over a Sobol design of (a0, waist, duration), the labels the series' attributes."""
+    return {
+        "workdir": "unused",
+        "simulate": {
+            "enabled": True,
+            "command": [sys.executable, str(REPO / "examples" / "laser" / "simulate.py"), "--a0", "{a0}",
+                        "--waist", "{waist}", "--duration", "{duration}", "--seed", "{seed}", "--out", "{out}"],
+            "runs": runs, "design": "sobol", "seed": 55,
+            "space": {"a0": {"type": "uniform", "low": 0.5, "high": 4.0},
+                      "waist": {"type": "uniform", "low": 3.0, "high": 8.0},
+                      "duration": {"type": "uniform", "low": 8.0, "high": 20.0}},
+        },
+        "source": {
+            "glob": "**/openpmd.h5", "format": "openpmd", "samples_along": "iteration", "sample_id": None,
+            "fields": {"E": {"path": "meshes/E", "dtype": "float32", "shape": [64, 96, 3]},
+                       **{name: {"attr": name} for name in ("a0", "waist", "duration")}},
+        },
+        "convert": {"features": ["E"], "labels": ["a0", "waist", "duration"], "dtype": "float32",
+                    "normalise": ["E", "a0", "waist", "duration"]},
+        "merge": {"format": "tfrecord", "shard_size_mb": 8, "split_by": "file",
+                  "splits": {"train": 0.7, "validation": 0.15, "test": 0.15}},
+        "train": {"model": "unet2d", "epochs": epochs, "batch_size": 16, "learning_rate": 0.001, "keep": "best"},
+        "search": {"enabled": False},
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -139,6 +167,10 @@ def main() -> None:
     if args.only in (None, "nbody"):
         result["nbody"] = compare(
             work / "nbody", nbody_config(48 if args.quick else 160, 4 if args.quick else 40), variants
+        )
+    if args.only in (None, "laser"):
+        result["laser"] = compare(
+            work / "laser", laser_config(48 if args.quick else 300, 4 if args.quick else 30), variants
         )
     if args.only == "nbody_small_cells":  # by name only: 400 boxes of simulation
         small = nbody_config(48 if args.quick else 400, 4 if args.quick else 30, box=64.0)
