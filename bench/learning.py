@@ -46,7 +46,7 @@ from common import OUT, REPO, emit, prepared, sim2dl
 NBODY = REPO / "examples" / "nbody"
 
 
-DATASETS = ("demo", "nbody", "laser", "nbody_small_cells")
+DATASETS = ("demo", "nbody", "laser", "classes", "nbody_small_cells")
 VARIANTS = {
     "old_default": {"hybrid": "none"},
     "residual": {"hybrid": "residual"},
@@ -142,6 +142,34 @@ def laser_config(runs: int, epochs: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def compare_classes(work: Path, quick: bool) -> dict[str, Any]:
+    """Classification and segmentation against their discriminant baselines: the Pythia preset (a real
+    event generator, 24 runs of 100 events, the process from the particle lists) and the climate preset
+    (768 fields, a class per pixel), each trained once as configured (the default hybrid), on test."""
+    result = {}
+    for name, preset in (("pythia", "pythia-events.yaml"), ("climate", "climate-segmentation.yaml")):
+        config = yaml.safe_load((REPO / "config" / "presets" / preset).read_text())
+        if name == "pythia":
+            config["simulate"]["command"][0] = sys.executable
+            config["simulate"]["runs"] = 12 if quick else 24
+        else:
+            config["simulate"]["samples"] = 192 if quick else 768
+        config["train"]["epochs"] = 2 if quick else config["train"]["epochs"]
+        path = work / name / "config.yaml" if (work / name / "staged").exists() else prepared(work / name, config)
+        out = path.parent / "default"
+        shutil.rmtree(out, ignore_errors=True)
+        sim2dl("train", "--config", str(path), "--out", str(out))
+        summary = json.loads((out / "summary.json").read_text())
+        key = "accuracy" if summary["task"] == "classification" else "mean_iou"
+        baseline = summary["baseline"].get(key)  # None where no baseline applies (its `why` says so)
+        result[name] = {"scored_on": summary["scored_on"], key: round(summary[key], 3),
+                        f"baseline_{key}": None if baseline is None else round(baseline, 3),
+                        "vs_baseline": None if baseline is None else round(summary[key] - baseline, 3),
+                        "baseline_method": summary["baseline"].get("method") or summary["baseline"].get("why"),
+                        "hybrid": summary["hybrid"]}  # fmt: skip
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -172,6 +200,8 @@ def main() -> None:
         result["laser"] = compare(
             work / "laser", laser_config(48 if args.quick else 300, 4 if args.quick else 30), variants
         )
+    if args.only in (None, "classes"):
+        result["classes"] = compare_classes(work / "classes", args.quick)
     if args.only == "nbody_small_cells":  # by name only: 400 boxes of simulation
         small = nbody_config(48 if args.quick else 400, 4 if args.quick else 30, box=64.0)
         result["nbody_small_cells"] = compare(work / "small", small, variants)
