@@ -170,6 +170,11 @@ class TrainPaths:
         return self.root / "metrics.json"
 
     @property
+    def tensorboard(self) -> Path:
+        """TensorBoard's event files (train.tensorboard): a run directory per trainer under it."""
+        return self.root / "tensorboard"
+
+    @property
     def metrics_table(self) -> Path:
         return self.root / "metrics.csv"
 

@@ -209,3 +209,32 @@ def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples:
     config["train"]["online"].update({"source": source, "steps": 12, "validate_every_steps": 4, "statistics_runs": 2,
                                       "buffer": {"capacity": 32, "watermark": 8}, **online})  # fmt: skip
     return make_config(tmp_path, **config)
+
+
+def board_events(run_dir: Path) -> dict[str, Any]:
+    """A TensorBoard run directory read back with TensorBoard's own reader: {'scalars': {tag: {step:
+    value}}, 'text': {tag: [text]}, 'hparams': the HParams plugin's session start info or None}."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+    from tensorboard.util import tensor_util
+
+    events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    events.Reload()
+    plugins = events.ActivePlugins()
+
+    def content(plugin: str) -> dict[str, bytes]:
+        return events.PluginTagToContent(plugin) if plugin in plugins else {}
+
+    scalars = {tag: {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)}
+               for tag in content("scalars")}  # fmt: skip
+    text = {tag: [tensor_util.make_ndarray(e.tensor_proto).item().decode() for e in events.Tensors(tag)]
+            for tag in content("text")}  # fmt: skip
+    hparams = None
+    for raw in content("hparams").values():
+        data = plugin_data_pb2.HParamsPluginData.FromString(raw)
+        if data.HasField("session_start_info"):
+            start = data.session_start_info
+            hparams = {"group": start.group_name,
+                       "values": {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
+                                  for k, v in start.hparams.items()}}  # fmt: skip
+    return {"scalars": scalars, "text": text, "hparams": hparams}

@@ -19,7 +19,7 @@ from pipeline.online.buffer import BufferField, ReplayBuffer, replay
 
 from .conftest import env, run_cli, write_config
 from .helpers import ONLINE_CUBE as SIZE
-from .helpers import online_config
+from .helpers import board_events, online_config
 
 # ---------------------------------------------------------------- the buffer
 
@@ -314,6 +314,13 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     history = json.loads((work / "train" / "metrics.json").read_text())
     rates = [row["learning_rate"] for row in history]
     assert rates[-1] < max(rates)  # the cosine after the warm-up
+    # TensorBoard: a point per validation, at its step, of the history and of the buffer while it fills
+    board = board_events(work / "train" / "tensorboard" / "online")["scalars"]
+    steps = [row["step"] for row in history]
+    assert board["val_loss"] == pytest.approx({row["step"]: row["val_loss"] for row in history}, rel=1e-5)
+    assert board["arrived"] == {row["step"]: row["arrived"] for row in history}
+    assert sorted(board["buffer/fill"]) == sorted(board["validation/r2/params[0]"]) == steps
+    assert all(0 < v <= 1 for v in board["buffer/fill"].values()) and board["buffer/reuse"][steps[-1]] > 0
     # a longer run continues from the checkpoint: the completed runs are read again from their files
     config["train"]["online"]["steps"] = 16
     resumed = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)

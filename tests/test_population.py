@@ -13,7 +13,7 @@ from pipeline import Sim2dlError
 from pipeline.training.population import Population, PopulationState, check
 
 from .conftest import kill_tree, run_cli, run_snakemake, start_cli, write_config
-from .helpers import doc_blocks
+from .helpers import board_events, doc_blocks
 
 
 def population_settings(**changes):
@@ -143,6 +143,15 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
     assert summary["kept"]["rounds_trained"] == 3 and summary["kept"]["round"] == record["kept"]["round"]
     history = json.loads((tmp_path / "whole" / "train" / "metrics.json").read_text())
     assert [row["round"] for row in history] == [1, 2, 3]
+    # TensorBoard: a run per trainer, a point per round (its losses, the rate it carries), adoptions as text
+    for t in (0, 1):
+        board = board_events(tmp_path / "whole" / "train" / "tensorboard" / f"trainer-{t}")
+        assert board["scalars"]["val_loss"] == pytest.approx({r["round"]: r["val_loss"][t] for r in rounds})
+        assert board["scalars"]["learning_rate"] == pytest.approx(
+            {r["round"]: r["hyperparameters"][t]["learning_rate"] for r in rounds})  # fmt: skip
+        adopted = [r["round"] for r in rounds if r["adopted"][t] is not None]
+        assert len(board["text"].get("adoptions", [])) == len(adopted)
+        assert all(f"trainer {t} adopted" in line for line in board["text"].get("adoptions", []))
     # each trainer's records are named, and no record is read by two trainers: a file both list is
     # dealt out (every n-th record from a different k-th)
     shares = [{name: every for files, every in ranks for name in files} for ranks in record["trainer_shares"]]

@@ -20,6 +20,7 @@ from pipeline.steps.search import (
 )
 
 from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
+from .helpers import board_events
 
 
 @pytest.fixture
@@ -140,6 +141,14 @@ def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, d
     # a trial is scored by its validation loss: no classical baseline pass in it (sim2dl train --no-baseline)
     trial_summaries = [json.loads(p.read_text()) for p in (out / "trials").glob("*/train/summary.json")]
     assert len(trial_summaries) == 4 and all(t["baseline"]["method"] is None for t in trial_summaries)
+    # TensorBoard: each trial a run, its curves beside its hyperparameters (the HParams table's row)
+    for trial in trials:
+        name = "trial-" + "-".join(str(i) for i in trial["config_id"]) + f"-b{trial['budget']:g}"
+        board = board_events(out / "trials" / name / "train" / "tensorboard" / "train")
+        assert board["hparams"]["values"]["learning_rate"] == pytest.approx(trial["config"]["learning_rate"])
+        assert board["hparams"]["values"]["budget"] == trial["budget"]
+        assert board["scalars"]["hparams/val_loss"] == pytest.approx({0: trial["loss"]})
+        assert sorted(board["scalars"]["val_loss"]) == list(range(1, round(trial["budget"]) + 1))
     # The workflow's hand-off (rules/train.smk): train with best.yaml on top trains that configuration.
     args = ["train", "--config", str(path), "--overrides", str(out / "best.yaml"), "--out", str(tmp_path / "train")]
     trained = json.loads(run_cli(args, ranks=1, timeout=600).stdout.strip().splitlines()[-1])

@@ -11,6 +11,7 @@ import pytest
 from pipeline.storage.fsutil import file_checksum
 
 from .conftest import REPO, SMALL_TRAINING, kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
+from .helpers import board_events
 
 
 def train(tmp_path, staged, ranks=2, check=True, **settings):
@@ -279,6 +280,19 @@ def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_r
     below = [n for n, r2 in summary["r2"].items() if r2 < baseline["r2"][n] - 0.02]  # finish.BELOW_MARGIN
     assert sorted(summary["below_baseline"]) == sorted(below)
     assert below and "the network scores below the classical baseline" in proc.stderr
+    # TensorBoard (train.tensorboard, on by default), read back with its own reader: a point per epoch of
+    # every history column and of each label's validation R², the baseline as a line over the epochs
+    board = board_events(tmp_path / "train" / "tensorboard" / "train")["scalars"]
+    epochs = [row["epoch"] for row in history]
+    for column in ("loss", "val_loss", "learning_rate", "samples_per_s", "input_wait_fraction"):
+        assert board[column] == pytest.approx({row["epoch"]: row[column] for row in history}, rel=1e-5), column
+    assert sorted(board["validation/r2/sigma_8"]) == epochs
+    validation = summary.get("validation", summary)  # the headline scores are validation's without a test split
+    assert board["validation/r2/sigma_8"][best["epoch"]] == pytest.approx(validation["r2"]["sigma_8"])
+    line = baseline.get("validation", baseline)["r2"]["omega_m"]
+    assert board["baseline/r2/omega_m"] == pytest.approx({1: line, epochs[-1]: line})
+    if "test_loss" in summary:  # the test split's scores once, at the last epoch
+        assert board["test/r2/sigma_8"] == pytest.approx({epochs[-1]: summary["r2"]["sigma_8"]})
     # keep: last, the same checkpoint (which epoch is kept is not a training setting; the epochs trained):
     # the last epoch's
     train(tmp_path, staged, **{**noisy, "epochs": len(history)}, keep="last")

@@ -49,6 +49,7 @@ from pipeline.online import messages
 from pipeline.online.buffer import BufferField, ReplayBuffer
 from pipeline.online.producer import ProducerCounts
 from pipeline.paths import TrainPaths
+from pipeline.reporting.board import Board
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import determinism, devices
 from pipeline.training.baseline import StreamingFit
@@ -162,6 +163,7 @@ class TrainingRank:
         self.raw_task: Task | None = None  # the task without normalisation: the baseline's
         self.baseline: StreamingFit | None = None
         self.add_channel = False
+        self.board = Board.of(self.settings, self.paths.tensorboard / "online", self.rank == 0)
 
     def prior_statistics(self) -> dict[str, Any] | None:
         source = self.online["statistics"]
@@ -411,7 +413,15 @@ class TrainingRank:
         if self.rank == 0:
             session.checkpoint.save(self.state.step)
             log.info(json.dumps(row))
+            self.board.row(row["step"], {**row, **self.buffer_state()}, session.task.metrics(evaluation[1]))
         return evaluation
+
+    def buffer_state(self) -> dict[str, Any]:
+        """This rank's replay buffer as TensorBoard shows it: how full, the runs heard from, and the draws
+        per sample that arrived (reuse)."""
+        buffer = self.train_buffer
+        return {"buffer/fill": len(buffer) / buffer.capacity, "buffer/runs_arrived": int((buffer.added > 0).sum()),
+                "buffer/reuse": float(buffer.drawn.sum()) / max(buffer.arrivals, 1)}  # fmt: skip
 
     def counts(self) -> dict[str, np.ndarray]:
         """Per run, over every training rank: samples added, dropped by a buffer, draws; validation samples."""
@@ -454,6 +464,7 @@ class TrainingRank:
             errors = [e for p in produced for e in p.errors]
             summary["online"]["errors"] = errors
             self.write_outputs(summary, task, model, evaluation, counts, produced)
+        self.board.close()
         return summary
 
     def online_record(self, counts: Mapping[str, np.ndarray], seconds: float) -> dict[str, Any]:

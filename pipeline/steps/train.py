@@ -54,6 +54,7 @@ from typing import Any
 
 from pipeline.formats.metadata import load_metadata
 from pipeline.paths import TrainPaths
+from pipeline.reporting.board import Board
 from pipeline.training import determinism, devices
 from pipeline.training.classical import baseline_start, classical_baseline
 from pipeline.training.epochs import restore, run_epochs
@@ -113,8 +114,13 @@ def train(
     iterator = iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True,
                                    shard=data.shard, epoch_seed=seed, fraction=data.fraction, slab=slab,
                                    pieces=data.pieces, transforms=model.transforms))  # fmt: skip
-    history, evaluation, kept = run_epochs(settings, data.steps, layout.groups, layout.split, model.keras,
-                                           optimizer, train_step, iterator, validate, restored, paths)  # fmt: skip
+    board = Board.of(settings, paths.tensorboard / "train", rank == 0)
+
+    def report(row: dict[str, Any], scored: tuple[float, Evaluation]) -> None:
+        board.row(row["epoch"], row, task.metrics(scored[1]))
+
+    history, evaluation, kept = run_epochs(settings, data.steps, layout.groups, layout.split, model.keras, optimizer,
+                                           train_step, iterator, validate, restored, paths, report)  # fmt: skip
     # The final evaluation: the kept epoch's (train.keep), else the last epoch's, unless a resumed run had
     # no epoch left.
     final = evaluation
@@ -123,4 +129,6 @@ def train(
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
-    return finish(config, task, model, history, scores, paths, ranks, kept, found, {"hybrid": hybrid})
+    summary = finish(config, task, model, history, scores, paths, ranks, kept, found, {"hybrid": hybrid})
+    board.finished(history, "epoch", task.metrics(scores.test[1]) if scores.test else None, found)
+    return summary

@@ -38,11 +38,14 @@ log = logging.getLogger(__name__)
 
 def run_epochs(settings: Mapping[str, Any], steps: int, groups: int, split: int, model: Any, optimizer: Any,
                train_step: Any, iterator: Any, validate: Callable[[], tuple[float, Evaluation]],
-               restored: Restored, paths: TrainPaths) -> tuple[list[dict[str, Any]], Any, Kept]:  # fmt: skip
+               restored: Restored, paths: TrainPaths,
+               report: Callable[[dict[str, Any], Any], None] = lambda row, evaluation: None,
+               ) -> tuple[list[dict[str, Any]], Any, Kept]:  # fmt: skip
     """The epochs from the restored one to train.epochs (or until train.patience stops them), each a window
     of the training kernel: returns the history, the last epoch's validation (None if no epoch was left)
     and what train.keep kept. groups: the data-parallel groups (the learning rate scales with them);
-    split: ranks sharing a sample."""
+    split: ranks sharing a sample; report: called on rank 0 with each epoch's row and validation (the
+    TensorBoard writer)."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
@@ -80,6 +83,7 @@ def run_epochs(settings: Mapping[str, Any], steps: int, groups: int, split: int,
                     if old != paths.best_weights(epoch + 1):
                         old.unlink(missing_ok=True)
             log.info(json.dumps(row))
+            report(row, evaluation)
         if kept.patience_over(epoch + 1, settings["patience"]):
             # every rank sees the same validation losses, so every rank stops after the same epoch
             log.info("sim2dl train: no lower validation loss for %d epochs (train.patience): stopping after epoch %d",

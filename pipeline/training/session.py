@@ -51,9 +51,10 @@ def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_n
 
 def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource) -> str:
     """What a checkpoint must match to be resumed: the data, the model's code and every setting except the
-    epoch count, threads, device and which epoch is kept (so a longer run continues a shorter one, also on
-    a GPU, but a new learning rate or model starts afresh)."""
-    kept = {k: v for k, v in settings.items() if k not in ("epochs", "threads", "device", "keep", "patience")}
+    epoch count, threads, device, which epoch is kept and what is logged (so a longer run continues a shorter
+    one, also on a GPU, but a new learning rate or model starts afresh)."""
+    unlearnt = ("epochs", "threads", "device", "keep", "patience", "tensorboard")
+    kept = {k: v for k, v in settings.items() if k not in unlearnt}
     return json.dumps({"data": meta["plan_digest"], "train": kept, "model": source.provenance()}, sort_keys=True)
 
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.paths import TrainPaths
+from pipeline.reporting.board import Board
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import exchange
 from pipeline.training.checkpoints import discard_foreign_checkpoints
@@ -141,6 +142,8 @@ class Rounds:
                                                  trainable=False)  # fmt: skip
         self.restore()
         self.tournament_set, self.validation = self.held_out()
+        self.boards = [Board.of(self.settings, paths.tensorboard / f"trainer-{number}", trainer.rank == 0)
+                       for number in range(self.population.trainers)]  # fmt: skip  # one run per trainer
 
     def variables(self) -> list[Any]:
         return exchange.state_variables(self.model.keras, self.optimizer)  # (slots appear after a step)
@@ -189,6 +192,8 @@ class Rounds:
         self.trainer.world.barrier()
         if self.best is None:
             raise Sim2dlError("train.population: no round was trained")
+        for board in self.boards:
+            board.close()
         kept_weights = self.kept_weights if self.kept_weights is not None else np.load(self.kept_file)
         exchange.unpack(self.variables(), kept_weights)
         final = evaluate(self.validation, self.task, self.predict, self.trainer.world)
@@ -301,6 +306,19 @@ class Rounds:
                                                 "kept": self.best})  # fmt: skip
             log.info(json.dumps({"round": row["round"], "val_loss": row["val_loss"], "adopted": row["adopted"],
                                  "round_cost": round(row["round_cost"], 4)}))  # fmt: skip
+            self.watch(row)
+
+    def watch(self, row: Mapping[str, Any]) -> None:
+        """The round in each trainer's TensorBoard run: its losses, the hyperparameters it carries, the
+        population's throughput, and an adoption as a text event."""
+        shared = {k: row[k] for k in ("samples_per_s", "input_wait_fraction", "round_cost")}
+        for number, board in enumerate(self.boards):
+            board.row(row["round"], {"loss": row["train_loss"][number], "val_loss": row["val_loss"][number],
+                                     **row["hyperparameters"][number], **shared})  # fmt: skip
+            adopted = row["adopted"][number]
+            if adopted is not None:
+                board.text(row["round"], "adoptions", f"round {row['round']}: trainer {number} adopted the model "
+                           f"(weights and optimizer state) of trainer {adopted}")  # fmt: skip
 
 
 def _tournament(trainer: Trainer, round_number: int, own: np.ndarray, variables: Callable[[], list],

@@ -1,0 +1,122 @@
+"""TensorBoard event files of a training run (train.tensorboard), written as it runs so that
+`tensorboard --logdir results/` shows a run while it runs: one writer per run directory (a trainer, a
+search trial), on the rank that writes the run's files.
+
+What goes in: every window's history row as scalars (loss, val_loss, the learning rate, samples/s, the
+input-wait share, and what else the loop counts), the validation metrics per label flattened to tags
+(`validation/r2/sigma_8`), the classical baseline as a constant line per label (its value at the first
+and the last step), text events (a population's adoptions), and a search trial's hyperparameters and
+final loss for the HParams plugin. Each row is flushed, so a reader sees every finished window; an event
+file is a sequence of length- and CRC-framed records, which TensorBoard's reader reads up to the last whole
+record (a partial one at the end is waited for, not an error).
+
+Memory: TensorFlow's writer queue (flushed per row); time: microseconds per scalar.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+SCORES = ("r2", "accuracy", "macro_f1", "mean_iou")  # a baseline record's scores (its other keys are settings)
+
+
+def flat_scalars(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Nested metrics as TensorBoard tags: {'r2': {'sigma_8': 0.9}} -> {'PREFIX/r2/sigma_8': 0.9}; numbers
+    only (None, text and lists are left out; a non-finite value is kept: TensorBoard shows it)."""
+    flat: dict[str, float] = {}
+    for key, value in values.items():
+        tag = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flat_scalars(value, tag))
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int | float):
+            flat[tag] = float(value)
+    return flat
+
+
+class Board:
+    """One run directory's event writer; a no-op where `directory` is None (train.tensorboard off, or a
+    rank that does not write)."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self.writer = None
+        if directory is not None:
+            import tensorflow as tf
+
+            directory.mkdir(parents=True, exist_ok=True)
+            self.writer = tf.summary.create_file_writer(str(directory), max_queue=1000, flush_millis=60_000)
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any], directory: Path, writes: bool) -> Board:
+        """The run's board where train.tensorboard is on and this rank writes the run's files."""
+        return cls(directory if settings.get("tensorboard", True) and writes else None)
+
+    def scalars(self, step: int, values: Mapping[str, Any], prefix: str = "") -> None:
+        if self.writer is None:
+            return
+        import tensorflow as tf
+
+        with self.writer.as_default():
+            for tag, value in flat_scalars(values, prefix).items():
+                tf.summary.scalar(tag, value, step=step)
+
+    def row(self, step: int, row: Mapping[str, Any], validation: Mapping[str, Any] | None = None,
+            skip: tuple[str, ...] = ("epoch", "round", "step", "time", "seconds")) -> None:  # fmt: skip
+        """A window's history row (its unit and wall clock left out) and its validation metrics, flushed."""
+        self.scalars(step, {k: v for k, v in row.items() if k not in skip})
+        if validation:
+            self.scalars(step, validation, "validation")
+        self.flush()
+
+    def constant(self, first: int, last: int, values: Mapping[str, Any], prefix: str) -> None:
+        """values as horizontal lines from step `first` to `last` (the baseline beside the curves)."""
+        for step in sorted({first, last}):
+            self.scalars(step, values, prefix)
+        self.flush()
+
+    def text(self, step: int, tag: str, text: str) -> None:
+        if self.writer is None:
+            return
+        import tensorflow as tf
+
+        with self.writer.as_default():
+            tf.summary.text(tag, text, step=step)
+        self.flush()
+
+    def hparams(self, values: Mapping[str, Any], trial_id: str, metrics: Mapping[str, float]) -> None:
+        """A search trial's hyperparameters (HParams plugin) and its final metrics at step 0 (the plugin's
+        table reads a run's last value of each metric tag)."""
+        if self.writer is None:
+            return
+        from tensorboard.plugins.hparams import api as hp
+
+        with self.writer.as_default():
+            hp.hparams({k: v for k, v in values.items() if isinstance(v, bool | int | float | str)}, trial_id=trial_id)
+        self.scalars(0, {k: v for k, v in metrics.items() if isinstance(v, int | float) and math.isfinite(v)})
+        self.flush()
+
+    def finished(self, history: Sequence[Mapping[str, Any]], unit: str, test: Mapping[str, Any] | None,
+                 baseline: Mapping[str, Any]) -> None:  # fmt: skip
+        """The end of a run: the test split's scores at its last unit, the classical baseline's validation
+        scores as constant lines over the run (`baseline/...`), and the file closed."""
+        if history:
+            first, last = history[0][unit], history[-1][unit]
+            if test:
+                self.scalars(last, test, "test")
+            scores = baseline.get("validation", baseline) if baseline.get("method") else {}
+            self.constant(first, last, {k: v for k, v in scores.items() if k in SCORES}, "baseline")
+        self.close()
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
