@@ -388,6 +388,37 @@ def inspect_main(argv: list[str]) -> int:
     return 0
 
 
+@reports_errors("sim2dl status")
+def status_main(argv: list[str]) -> int:
+    """`sim2dl status WORKDIR`: where a workflow stands, from the files its steps write."""
+    from pipeline.reporting import status
+
+    parser = argparse.ArgumentParser(prog="sim2dl status", description=status.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("workdir", type=Path, help="the workflow's directory (the config's workdir)")
+    parser.add_argument("--json", action="store_true", help="print the state as one JSON object")
+    parser.add_argument("--watch", type=float, nargs="?", const=10.0, metavar="SECONDS",
+                        help="print it again every SECONDS (default 10) until interrupted")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.watch is not None and args.watch <= 0:
+        parser.error("--watch needs a positive number of seconds")
+    try:
+        while True:
+            try:
+                state = status.campaign_status(args.workdir)
+            except FileNotFoundError as e:
+                raise Sim2dlError(str(e)) from None
+            text = json.dumps(state) if args.json else status.render(state)
+            if args.watch is not None and not args.json and sys.stdout.isatty():
+                text = "\033[H\033[2J" + text  # the terminal cleared: the state in place
+            print(text, flush=True)
+            if args.watch is None:
+                return 0
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
 def _load_or_demo(prog: str, args: argparse.Namespace) -> dict[str, Any]:
     """The --config file, or else the demo config, saying so: these commands read only the container
     and stage sections, and `make image` builds the image the demo config names."""
@@ -415,6 +446,10 @@ TOOLS: dict[str, tuple[str, Any]] = {
     "image": ("build, push or pull the image, collect the host MPI, print the reference (image --help)", image_main),
     "doctor": ("check runtime, image, host MPI and node-local storage before a long job", doctor_main),
     "inspect": ("look at existing simulation output and write a starter config (inspect --help)", inspect_main),
+    "status": (
+        "where a workflow stands: steps, runs, records, training's progress (status WORKDIR [--watch])",
+        status_main,
+    ),
 }
 
 

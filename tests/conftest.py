@@ -105,7 +105,7 @@ def start_cli(args: list[str], ranks: int, log: Path | None = None) -> subproces
 
 
 def run_cli(
-    args: list[str], ranks: int = 1, check: bool = True, timeout: float = 300, cwd: Path | None = None
+    args: list[str], ranks: int | None = 1, check: bool = True, timeout: float = 300, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run `sim2dl ARGS` under a real `mpiexec -n RANKS` (in `cwd`, default the current directory)."""
     cmd = cli_command(args, ranks)

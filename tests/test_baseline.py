@@ -3,6 +3,7 @@ the explicit design matrix, cross-validation picks a sensible penalty, the power
 mode, the discriminant separates separable classes, and the sums of ranks' shares add up to the whole."""
 
 import numpy as np
+import pytest
 
 from pipeline.training.baseline import (
     PENALTIES,
@@ -115,6 +116,15 @@ def test_the_statistics_computed_in_the_model_are_the_baselines_numpy_statistics
         got = layer(x if x.ndim > dims + 1 else x[..., np.newaxis]).numpy()
         assert got.shape == expected.shape, shape
         np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4)
+    # traces padded with zero steps to their batch's longest: the statistics of the real steps only, the
+    # same for a trace alone as in a batch (its length, log 20, the last statistic)
+    traces = np.exp(rng.normal(size=(3, 40, 4))).astype(np.float32)
+    traces[0, 20:] = traces[1, 33:] = 0.0
+    padded = summary_statistics(traces, 1)
+    alone = summary_statistics(traces[:1, :20], 1)
+    np.testing.assert_allclose(padded[0], alone[0], rtol=1e-12)
+    assert padded[0, -1] == pytest.approx(np.log(20.0)) and padded[1, -1] == pytest.approx(np.log(33.0))
+    np.testing.assert_allclose(summary_statistics_layer(1)(traces).numpy(), padded, rtol=2e-4, atol=2e-4)
 
 
 def test_the_residual_model_starts_as_the_baseline_and_its_statistics_model_has_the_same_inputs():

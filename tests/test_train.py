@@ -78,6 +78,23 @@ def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
     done = len(json.loads(metrics.read_text()))
     assert 2 <= done < 6, "training was not interrupted between epochs"
     assert not (out / "summary.json").exists()
+    # `sim2dl status` on the workflow stopped half way: the data steps done (the session's, linked in), no
+    # search, training interrupted at its last epoch of 6, its best validation loss, the time it would take
+    work = tmp_path / "work"
+    work.mkdir()
+    for step in ("raw", "ingest", "convert", "merged", "staged"):
+        (work / step).symlink_to(Path(config["workdir"]) / step)
+    (work / "train").symlink_to(out)
+    shown = run_cli(["status", str(work), "--json"], ranks=None)  # no MPI: beside a running job
+    steps = {s["step"]: s for s in json.loads(shown.stdout)["steps"]}
+    assert [s["state"] for s in steps.values()] == ["done"] * 5 + ["not started", "running"]
+    history = json.loads(metrics.read_text())
+    assert steps["merge"]["records"] == json.loads((work / "merged" / "metadata.json").read_text())["counts"]["records"]
+    train_state = steps["train"]
+    assert (train_state["unit"], train_state["at"], train_state["of"]) == ("epoch", done, 6)
+    assert train_state["best_val_loss"] == min(h["val_loss"] for h in history) and train_state["eta_s"] > 0
+    text = run_cli(["status", str(work)], ranks=None).stdout
+    assert f"epoch {done}/6, best val_loss" in text and "left" in text and "tensorboard --logdir" in text
 
     rerun = run_cli(["train", "--config", str(path), "--out", str(out)], ranks=2, timeout=600)
     start = json.loads(next(line for line in rerun.stderr.splitlines() if line.startswith('{"train"')))

@@ -66,6 +66,7 @@ from pipeline.training.kernel import (
 )
 from pipeline.training.models import build_model, input_shape, model_source, spatial_dims
 from pipeline.training.optimizer import make_optimizer
+from pipeline.training.session import record_start
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
 
@@ -325,6 +326,8 @@ class TrainingRank:
         step at all returns an error for every rank to raise."""
         session = self.start()
         steps, every = self.online["steps"], self.online["validate_every_steps"]
+        if self.rank == 0:  # what `sim2dl status` reads the run's length from
+            record_start(self.paths, {"ranks": self.size, "online_steps": steps, "resume_from_step": self.state.step})
         epochs = self.settings["epochs"]
         rate = schedule(self.settings, self.size, epochs, steps / epochs)
         batches, kept = self.batches(session), Best(self.settings["keep"])

@@ -103,9 +103,9 @@ def train(
         return evaluate(pipeline, task, predict, comm, counted=layout.spatial_rank == 0)
 
     if rank == 0:
-        start = {"ranks": size, "spatial_split": layout.split, "steps_per_epoch": data.steps,
-                 "train_records_per_rank": data.records, "resume_from_epoch": restored.start_epoch,
-                 "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
+        start = {"ranks": size, "spatial_split": layout.split, "epochs": settings["epochs"],
+                 "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
+                 "resume_from_epoch": restored.start_epoch, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
         log.info(json.dumps({"train": start}))
         record_start(paths, start)
     # One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is

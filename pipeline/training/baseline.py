@@ -3,8 +3,10 @@ the same train/validation split, so that a network's score is read against it.
 
 - regression: ridge regression on per-sample summary statistics (per channel the mean, log variance,
   skewness and excess kurtosis; for 2-D and 3-D fields also the log isotropic power spectrum in BINS
-  log-spaced bins of |k|), features standardised, intercept unpenalised, the penalty chosen per label by
-  FOLDS-fold cross-validation on the training split;
+  log-spaced bins of |k|; for 1-D traces the moments over the trace's real steps, a batch's zero padding
+  left out as the sequence model leaves it, and the log of their number: a multiplicity), features
+  standardised, intercept unpenalised, the penalty chosen per label by FOLDS-fold cross-validation on the
+  training split;
 - classification: a linear discriminant (LDA) on the same statistics;
 - segmentation: a per-pixel linear discriminant on the channels.
 
@@ -65,13 +67,20 @@ def summary_statistics(x: np.ndarray, spatial_dims: int, bins: int = BINS) -> np
         x = x[..., np.newaxis]
     b, c = x.shape[0], x.shape[-1]
     flat = x.reshape(b, -1, c)
-    mean = flat.mean(axis=1)
-    centred = flat - mean[:, np.newaxis]
-    var = (centred**2).mean(axis=1)
+    if spatial_dims == 1:  # a trace's real steps: a step whose channels are all zero is a batch's padding
+        real = np.any(flat != 0, axis=2, keepdims=True).astype(np.float64)
+        steps = np.maximum(real.sum(axis=1), 1.0)  # (b, 1)
+    else:
+        real, steps = np.ones((1, 1, 1)), np.full((b, 1), float(flat.shape[1]))
+    mean = (flat * real).sum(axis=1) / steps
+    centred = (flat - mean[:, np.newaxis]) * real
+    var = (centred**2).sum(axis=1) / steps
     scale = np.where(var > 0, np.sqrt(var), 1.0)
-    skew = (centred**3).mean(axis=1) / scale**3
-    kurtosis = (centred**4).mean(axis=1) / scale**4 - 3.0
+    skew = (centred**3).sum(axis=1) / steps / scale**3
+    kurtosis = (centred**4).sum(axis=1) / steps / scale**4 - 3.0
     parts = [mean, np.log(var + TINY), skew, kurtosis]
+    if spatial_dims == 1:
+        parts.append(np.log(steps))
     if spatial_dims in (2, 3):
         shape = x.shape[1 : 1 + spatial_dims]
         order, starts = spectrum_bins(shape, bins)
@@ -226,7 +235,11 @@ class Baseline:
 
 
 def method_name(task_name: str, spatial_dims: int) -> str:
-    spectrum = f" and the log power spectrum ({BINS} log-spaced |k| bins)" if spatial_dims in (2, 3) else ""
+    spectrum = {
+        2: f" and the log power spectrum ({BINS} log-spaced |k| bins)",
+        3: f" and the log power spectrum ({BINS} log-spaced |k| bins)",
+        1: " over the real steps, and the log number of steps",
+    }.get(spatial_dims, "")
     statistics = f"per-channel mean, log variance, skewness, kurtosis{spectrum}"
     return {
         "regression": f"ridge regression on {statistics}; penalty by {FOLDS}-fold cross-validation per label",

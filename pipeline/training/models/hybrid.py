@@ -12,7 +12,7 @@ training learns what the statistics miss.
     statistics   head(trunk levels, statistics): the statistics as inputs, no offset
     none         the built-in as it is (the trunk's levels alone)
 
-A built-in takes part through its `trunk(inputs, args) -> pooled vectors` (cosmoflow, unet2d); the user's
+A built-in takes part through its `trunk(inputs, args) -> pooled vectors` (cosmoflow, unet2d, sequence); the user's
 own model, a spatially split model and segmentation are left as they are. The saved model stands alone
 (the statistics, the standardisation and the offset are layers with constant weights), and a user's own
 model can reuse `SummaryStatistics`. Memory: the statistics add an FFT of the input per sample (n log n
@@ -65,9 +65,9 @@ def _statistics_class() -> type:
             self.spatial_dims, self.bins = spatial_dims, bins
 
         def build(self, input_shape: Any) -> None:
-            spatial = [int(n) for n in input_shape[1 : 1 + self.spatial_dims]]
-            self.cells = float(np.prod(spatial))
             if self.spatial_dims in (2, 3):
+                spatial = [int(n) for n in input_shape[1 : 1 + self.spatial_dims]]
+                self.cells = float(np.prod(spatial))
                 # each bin's mean as one product: a (modes, bins) matrix of 1/count where a mode is in the bin
                 order, starts = spectrum_bins(spatial, self.bins)
                 counts = np.diff(np.append(starts, len(order)))
@@ -84,15 +84,28 @@ def _statistics_class() -> type:
                 x = x[..., tf.newaxis]
             channels = x.shape[-1]
             flat = tf.reshape(x, (tf.shape(x)[0], -1, channels))
-            mean = tf.reduce_mean(flat, axis=1)
-            centred = flat - mean[:, tf.newaxis]
+            if self.spatial_dims == 1:  # a trace's real steps only (all-zero steps are a batch's padding)
+                real = tf.cast(tf.reduce_any(tf.not_equal(flat, 0), axis=2, keepdims=True), tf.float32)
+                steps = tf.maximum(tf.reduce_sum(real, axis=1), 1.0)
+
+                def average(v: Any) -> Any:
+                    return tf.reduce_sum(v, axis=1) / steps
+
+                mean = average(flat * real)
+                centred = (flat - mean[:, tf.newaxis]) * real
+            else:
+                average = functools.partial(tf.reduce_mean, axis=1)
+                mean = average(flat)
+                centred = flat - mean[:, tf.newaxis]
             squared = centred * centred  # products, not powers: tf.pow is ten times slower on the CPU
-            var = tf.reduce_mean(squared, axis=1)
+            var = average(squared)
             scale = tf.where(var > 0, tf.sqrt(var), tf.ones_like(var))
             scale2 = scale * scale
-            skew = tf.reduce_mean(squared * centred, axis=1) / (scale2 * scale)
-            kurtosis = tf.reduce_mean(squared * squared, axis=1) / (scale2 * scale2) - 3.0
+            skew = average(squared * centred) / (scale2 * scale)
+            kurtosis = average(squared * squared) / (scale2 * scale2) - 3.0
             parts = [mean, tf.math.log(var + TINY), skew, kurtosis]
+            if self.spatial_dims == 1:
+                parts.append(tf.math.log(steps))
             if self.spatial_dims in (2, 3):
                 last = self.spatial_dims + 1  # channels first: the FFT transforms the innermost axes
                 moved = tf.transpose(x, [0, last, *range(1, last)])
@@ -115,7 +128,7 @@ def hybrid_mode(mode: str, module: Any, task: Any, split: int) -> tuple[str, str
     if mode == "none":
         return "none", None
     if module is None or not hasattr(module, "trunk"):
-        return "none", "the model is not a built-in with a trunk (cosmoflow, unet2d): it is used as it is"
+        return "none", "the model is not a built-in with a trunk (cosmoflow, unet2d, sequence): it is used as it is"
     if task.name not in ("regression", "classification"):
         return "none", f"task {task.name}: the baseline's statistics are per sample"
     if split > 1:

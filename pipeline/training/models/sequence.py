@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.training.models.base import ModelError, dense_head
+from pipeline.training.models.base import ModelError, joined_head
 
 NAME = "sequence"
 SPATIAL_DIMS = 1
@@ -22,10 +22,22 @@ SUM_UNIT = 100.0  # steps: keeps the summed features O(1) at the start of traini
 def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any]) -> Any:
     import tensorflow as tf
 
-    layers = tf.keras.layers
+    check_input(input_shape)
+    inputs = tf.keras.layers.Input(shape=(None, input_shape[1]))
+    return tf.keras.Model(inputs, joined_head(trunk(inputs, args), outputs, args), name=NAME)
+
+
+def check_input(input_shape: Sequence[int | None]) -> None:
     if len(input_shape) != 2 or input_shape[1] is None:
         raise ModelError(f"model 'sequence' needs (length, channels) records, the feature has {list(input_shape)}")
-    inputs = layers.Input(shape=(None, input_shape[1]))
+
+
+def trunk(inputs: Any, args: Mapping[str, Any]) -> list[Any]:
+    """The convolutions pooled over the real steps: their mean and their sum / SUM_UNIT (a head's vectors)."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    check_input(inputs.shape[1:])
     real = tf.cast(tf.reduce_any(tf.not_equal(inputs, 0), axis=-1, keepdims=True), "float32")  # (batch, steps, 1)
     x = inputs
     for level in range(args["depth"]):
@@ -36,5 +48,4 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
         x = x * tf.cast(real, x.dtype)
     total = tf.reduce_sum(tf.cast(x, "float32"), axis=1)
     mean = total / tf.maximum(tf.reduce_sum(real, axis=1), 1.0)
-    pooled = layers.Concatenate()([mean, total / SUM_UNIT])
-    return tf.keras.Model(inputs, dense_head(pooled, outputs, args), name=NAME)
+    return [mean, total / SUM_UNIT]
