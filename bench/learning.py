@@ -1,7 +1,8 @@
 """Benchmark: what the built-in network learns beside the classical baseline, scored on a test split no
 choice has seen (issue #55: networks that earn their place).
 
-Two datasets, each trained by `sim2dl train` on the same staged shards and splits (2 ranks), in variants:
+Regression datasets, each trained by `sim2dl train` on the same staged shards and splits (2 ranks), in
+variants:
 - `old_default`: train.hybrid none (the built-in alone, as before #55);
 - `residual` (the default): the baseline's statistics computed in the model and joined into the head, its
   fitted prediction the offset the network learns the residual of;
@@ -14,13 +15,18 @@ Datasets: demo (config/config.yaml: 1,024 cubes of sim2dl's own log-normal famil
 merge.splits 0.8 / 0.1 / 0.1); nbody (160 boxes of a real particle-mesh N-body code, JaxPM via
 examples/nbody, config/presets/nbody-few.yaml: splits 0.7 / 0.15 / 0.15, 40 epochs of batch 8); and by
 name only (`--only nbody_small_cells`) 400 of the same code's boxes of 32³ cells over 64 Mpc/h (2 Mpc/h
-cells, deep in the non-linear regime, where the field holds more than its power spectrum), 30 epochs.
+cells, deep in the non-linear regime, where the field holds more than its power spectrum), 30 epochs;
+laser (an openPMD field set: examples/laser's E field of a laser pulse as a PIC diagnostic holds it, 300
+runs x 4 snapshots of 64 x 96 x 3, labels a0, waist and duration, `unet2d`, 30 epochs: the isotropic
+spectrum cannot tell the pulse's waist from its length, a convolution can). `classes`: classification
+(the Pythia preset) and segmentation (the climate preset) against their discriminant baselines, trained
+once each as configured (accuracy, mean IoU; goal: the network >= the baseline).
 Per variant and label: the network's test R² and the ridge baseline's on the same test records
 (summary.json's `baseline`, fitted on the training split). Goals: the default network >= baseline - 0.02
 on every label (`default_vs_baseline`: the smallest difference); the fit's and the statistics' cost:
 `baseline_fit_share` (the pass that fits the baseline before training, over the run's time) and
 `step_cost` (a training step's time per sample, the epochs' median, residual / old_default; goal <= 1.1).
-`--quick`: 256 demo cubes and 48 boxes, fewer epochs (the figures then say little about learning).
+`--quick`: 256 demo cubes, 48 boxes, 48 laser runs, 12 Pythia runs and 192 climate fields, fewer epochs (the figures then say little about learning).
 
 Its own file, not bench/train.py: that one measures throughput; this one measures what is learnt and
 takes its own half hour.
