@@ -26,7 +26,8 @@ Per variant and label: the network's test R² and the ridge baseline's on the sa
 on every label (`default_vs_baseline`: the smallest difference); the fit's and the statistics' cost:
 `baseline_fit_share` (the pass that fits the baseline before training, over the run's time) and
 `step_cost` (a training step's time per sample, the epochs' median, residual / old_default; goal <= 1.1).
-`--quick`: 256 demo cubes, 48 boxes, 48 laser runs, 12 Pythia runs and 192 climate fields, fewer epochs (the figures then say little about learning).
+`--quick`: 256 demo cubes, 48 boxes, 48 laser runs, 12 Pythia runs and 192 climate fields, fewer epochs
+(the figures then say little about learning).
 
 Its own file, not bench/train.py: that one measures throughput; this one measures what is learnt and
 takes its own half hour.
