@@ -191,7 +191,13 @@ def test_killed_anywhere_a_rerun_runs_only_what_did_not_complete(tmp_path):
     kill_tree(job)
     before = {p.name for p in raw.glob("0*/run-*")}
     assert 4 <= len(before) < 16 and not (raw / "simulate.json").exists()
+    # `sim2dl status` on the killed farm: its runs counted from the run directories and logs
+    stopped = json.loads(run_cli(["status", str(raw.parent), "--json"], ranks=None).stdout)["steps"][0]
+    assert stopped["state"] == "running" and stopped["runs"]["design"] == 16
+    assert stopped["runs"]["ok"] == len(before) and stopped["runs"]["running"] == len(list(raw.glob("0*/.run-*")))
     run_cli(["simulate", "--config", str(path)], ranks=2, timeout=120)
+    done = json.loads(run_cli(["status", str(raw.parent), "--json"], ranks=None).stdout)["steps"][0]
+    assert done == {"step": "simulate", "state": "done", "runs": {"design": 16, "ok": 16}}
     ledger = (tmp_path / "ledger" / "runs.txt").read_text().split()
     assert sorted(set(ledger)) == [f"run-{i:06d}" for i in range(16)]
     assert all(ledger.count(run) == 1 for run in before)  # completed runs never ran again

@@ -196,8 +196,10 @@ def _details(step: Mapping[str, Any]) -> str:
             text += f", best val_loss {step['best_val_loss']:.4g} ({step['unit']} {step['best_' + step['unit']]})"
         if step["state"] != DONE and step.get("eta_s") is not None:
             text += f", {_duration(step['seconds_per_unit'])} per {step['unit']}, about {_duration(step['eta_s'])} left"
+        if step["state"] != DONE and step.get("since_last_s") is not None:  # a stopped job's last row ages
+            text += f" (last {step['unit']} {_duration(step['since_last_s'])} ago)"
         if step.get("scores"):
-            text += f"; on {step['scored_on']}: " + json.dumps(step["scores"], separators=(", ", ": "))
+            text += f"; on {step['scored_on']}: " + _scores(step["scores"])
         return text
     if name == "search":
         best = step["best_val_loss"]
@@ -205,6 +207,17 @@ def _details(step: Mapping[str, Any]) -> str:
             "trials"] else ""  # fmt: skip
     shown = {k: v for k, v in step.items() if k not in ("step", "state")}
     return ", ".join(f"{k} {v}" for k, v in shown.items())
+
+
+def _scores(scores: Mapping[str, Any]) -> str:
+    """{'r2': {'sigma_8': 0.99312}} -> 'r2 sigma_8 0.993'; {'accuracy': 0.9} -> 'accuracy 0.900'."""
+    parts = []
+    for metric, value in scores.items():
+        if isinstance(value, Mapping):
+            parts.append(f"{metric} " + ", ".join(f"{k} {v:.3f}" for k, v in value.items() if v is not None))
+        elif value is not None:
+            parts.append(f"{metric} {value:.3f}")
+    return "; ".join(parts)
 
 
 def render(status: Mapping[str, Any]) -> str:
