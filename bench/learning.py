@@ -10,7 +10,9 @@ variants:
 - `statistics`: the statistics in the head, no offset;
 - `residual_augmented`: residual with `train.augment: {symmetries: true}`;
 - `residual_augmented_tta`: and `train.augment_eval` (validation and test average the outputs over the
-  48 symmetries of a cube).
+  48 symmetries of a cube);
+- `residual_bf16`: residual with `train.mixed_precision` (bfloat16 compute on the CPU): whether it keeps
+  the scores (parity) and what it saves (`train_seconds`).
 Datasets: demo (config/config.yaml: 1,024 cubes of sim2dl's own log-normal family, 8 epochs, search off,
 merge.splits 0.8 / 0.1 / 0.1); nbody (160 boxes of a real particle-mesh N-body code, JaxPM via
 examples/nbody, config/presets/nbody-few.yaml: splits 0.7 / 0.15 / 0.15, 40 epochs of batch 8); and by
@@ -61,6 +63,7 @@ VARIANTS = {
     "statistics": {"hybrid": "statistics"},
     "residual_augmented": {"hybrid": "residual", "augment": {"symmetries": True}},
     "residual_augmented_tta": {"hybrid": "residual", "augment": {"symmetries": True}, "augment_eval": True},
+    "residual_bf16": {"hybrid": "residual", "mixed_precision": True},
 }
 
 
