@@ -27,7 +27,9 @@ Per variant and label: the network's test R² and the ridge baseline's on the sa
 (summary.json's `baseline`, fitted on the training split). Goals: the default network >= baseline - 0.02
 on every label (`default_vs_baseline`: the smallest difference); the fit's and the statistics' cost:
 `baseline_fit_share` (the pass that fits the baseline before training, over the run's time) and
-`step_cost` (a training step's time per sample, the epochs' median, residual / old_default; goal <= 1.1).
+`step_cost` (a training step's time per sample, the epochs' median, residual / old_default), and the
+same measured in one process on fixed batches (`step_cost.*.ratio`, steady where the epochs' medians move
+by 10-20 % between runs on a shared VM; goal <= 1.1).
 `--quick`: 256 demo cubes, 48 boxes, 48 laser runs, 12 Pythia runs and 192 climate fields, fewer epochs
 (the figures then say little about learning).
 
@@ -55,7 +57,7 @@ from common import OUT, REPO, emit, prepared, sim2dl
 NBODY = REPO / "examples" / "nbody"
 
 
-DATASETS = ("demo", "nbody", "laser", "classes", "nbody_small_cells")
+DATASETS = ("step_cost", "demo", "nbody", "laser", "classes", "nbody_small_cells")
 VARIANTS = {
     "old_default": {"hybrid": "none"},
     "residual": {"hybrid": "residual"},
@@ -180,6 +182,60 @@ def compare_classes(work: Path, quick: bool) -> dict[str, Any]:
     return result
 
 
+def step_costs(steps: int = 40, repetitions: int = 5) -> dict[str, Any]:
+    """A training step's time in milliseconds with the hybrid residual model against its built-in alone, in
+    this process (no MPI), interleaved repetitions and their medians: the demo's cube (cosmoflow, a batch
+    of 16 of 32³) and the laser set's field (unet2d, 16 of 64 x 96 x 3). The statistics (moments and an FFT
+    per sample) and the offset are the difference; goal: ratio <= 1.1."""
+    import tensorflow as tf
+
+    from pipeline.training.baseline import summary_statistics
+    from pipeline.training.models import cosmoflow, unet2d
+    from pipeline.training.models.base import joined_head
+    from pipeline.training.models.hybrid import FittedBaseline, build_hybrid
+
+    def step_function(model: Any) -> Any:
+        optimizer = tf.keras.optimizers.Adam(1e-3)
+
+        @tf.function
+        def step(x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(x, training=True) - y) ** 2)
+            weights = model.trainable_variables
+            optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
+            return loss
+
+        return step
+
+    args = {"depth": 3, "width": 8, "dense": 64, "dropout": 0.0}
+    result = {}
+    for name, module, shape, dims in (("cube_32", cosmoflow, (32, 32, 32, 1), 3), ("laser_64x96x3", unet2d,
+                                                                                     (64, 96, 3), 2)):  # fmt: skip
+        rng = np.random.default_rng(0)
+        x = rng.lognormal(size=(16, *shape)).astype(np.float32)
+        y = rng.normal(size=(16, 3)).astype(np.float32)
+        features = summary_statistics(x[:1], dims).shape[1]
+        fitted = FittedBaseline(dims, np.zeros(features), np.ones(features), np.zeros((features, 3)), np.zeros(3))
+        inputs = tf.keras.layers.Input(shape=shape)
+        plain = tf.keras.Model(inputs, joined_head(module.trunk(inputs, args), 3, args))
+        functions = {"none": step_function(plain),
+                     "residual": step_function(build_hybrid(module, shape, 3, args, "residual", fitted))}  # fmt: skip
+        times: dict[str, list[float]] = {k: [] for k in functions}
+        for function in functions.values():
+            for _ in range(5):  # traced and warm
+                function(x, y)
+        for _ in range(repetitions):
+            for key, function in functions.items():
+                start = time.perf_counter()
+                for _ in range(steps):
+                    function(x, y)
+                times[key].append((time.perf_counter() - start) / steps)
+        medians = {k: float(np.median(v)) for k, v in times.items()}
+        result[name] = {"none_ms": round(medians["none"] * 1e3, 2), "residual_ms": round(medians["residual"] * 1e3, 2),
+                        "ratio": round(medians["residual"] / medians["none"], 3)}  # fmt: skip
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -198,6 +254,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     variants = [v for v in args.variants if v not in ("old_default", "residual")]
     result: dict[str, Any] = {"benchmark": "learning", "quick": args.quick}
+    if args.only in (None, "step_cost"):
+        result["step_cost"] = step_costs(10 if args.quick else 40, 3 if args.quick else 5)
     if args.only in (None, "demo"):
         result["demo"] = compare(
             work / "demo", demo_config(256 if args.quick else 1024, 2 if args.quick else 8), variants
