@@ -88,7 +88,7 @@ def cmd_train(args: argparse.Namespace, config: dict[str, Any], view: dict[str, 
 
     lay = cfg.layout(config)
     merged, staged, out = args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train
-    return train(view, merged, staged, out, comm, baseline=not args.no_baseline)
+    return train(view, merged, staged, out, comm, baseline=not args.no_baseline, trial=args.trial)
 
 
 def cmd_online(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
@@ -220,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
                 "--no-baseline",
                 action="store_true",
                 help="skip the classical baseline (a search trial: only its validation loss counts)",
+            )
+            p.add_argument(
+                "--trial",
+                type=json.loads,
+                metavar="JSON",
+                help="a search trial's {id, hyperparameters}: written for TensorBoard's HParams dashboard",
             )
         if name == "search":
             p.add_argument(

@@ -147,7 +147,7 @@ def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, d
         board = board_events(out / "trials" / name / "train" / "tensorboard" / "train")
         assert board["hparams"]["values"]["learning_rate"] == pytest.approx(trial["config"]["learning_rate"])
         assert board["hparams"]["values"]["budget"] == trial["budget"]
-        assert board["scalars"]["hparams/val_loss"] == pytest.approx({0: trial["loss"]})
+        assert board["scalars"]["hparams/val_loss"] == pytest.approx({round(trial["budget"]): trial["loss"]})
         assert sorted(board["scalars"]["val_loss"]) == list(range(1, round(trial["budget"]) + 1))
     # The workflow's hand-off (rules/train.smk): train with best.yaml on top trains that configuration.
     args = ["train", "--config", str(path), "--overrides", str(out / "best.yaml"), "--out", str(tmp_path / "train")]

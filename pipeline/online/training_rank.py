@@ -164,7 +164,7 @@ class TrainingRank:
         self.raw_task: Task | None = None  # the task without normalisation: the baseline's
         self.baseline: StreamingFit | None = None
         self.add_channel = False
-        self.board = Board.of(self.settings, self.paths.tensorboard / "online", self.rank == 0)
+        self.board = Board(None)  # opened in start(), once TensorFlow may be imported
 
     def prior_statistics(self) -> dict[str, Any] | None:
         source = self.online["statistics"]
@@ -301,6 +301,7 @@ class TrainingRank:
 
         hvd.init(comm=self.comm)
         device = devices.apply(settings, hvd.local_rank(), hvd.local_size())
+        self.board = Board.of(settings, self.paths.tensorboard / "online", self.rank == 0)
         determinism.seed_and_fix(settings)
         task = make_task(settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
         task.check()

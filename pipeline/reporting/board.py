@@ -15,7 +15,6 @@ Memory: TensorFlow's writer queue (flushed per row); time: microseconds per scal
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,16 +87,15 @@ class Board:
             tf.summary.text(tag, text, step=step)
         self.flush()
 
-    def hparams(self, values: Mapping[str, Any], trial_id: str, metrics: Mapping[str, float]) -> None:
-        """A search trial's hyperparameters (HParams plugin) and its final metrics at step 0 (the plugin's
-        table reads a run's last value of each metric tag)."""
+    def hparams(self, values: Mapping[str, Any], trial_id: str) -> None:
+        """A search trial's hyperparameters (HParams plugin: the run's row in its table, beside the metric
+        tags the run writes)."""
         if self.writer is None:
             return
         from tensorboard.plugins.hparams import api as hp
 
         with self.writer.as_default():
             hp.hparams({k: v for k, v in values.items() if isinstance(v, bool | int | float | str)}, trial_id=trial_id)
-        self.scalars(0, {k: v for k, v in metrics.items() if isinstance(v, int | float) and math.isfinite(v)})
         self.flush()
 
     def finished(self, history: Sequence[Mapping[str, Any]], unit: str, test: Mapping[str, Any] | None,

@@ -38,7 +38,6 @@ import yaml
 from pipeline import Sim2dlError
 from pipeline.config import deep_merge
 from pipeline.paths import SearchPaths, TrainPaths
-from pipeline.reporting.board import Board
 from pipeline.runtime.launch import mpi_launcher
 from pipeline.runtime.processes import kill_tree, with_parent_death_signal
 from pipeline.storage.fsutil import write_text_atomic
@@ -241,6 +240,8 @@ def run_trial(
             "--stage-summary",
             str(data.staged),
             "--no-baseline",  # a trial is scored by its validation loss alone
+            "--trial",  # its hyperparameters beside its curves, for TensorBoard's HParams table
+            json.dumps({"id": trial_dir.name, "hyperparameters": {**plain(config), "budget": budget}}),
         ]
     )
     start = time.perf_counter()
@@ -261,13 +262,8 @@ def run_trial(
             ) from None
     if proc.returncode != 0:
         raise Sim2dlError(f"trial failed with exit code {proc.returncode} (see {trial_dir}/log.txt)")
-    paths = TrainPaths(trial_dir / "train")
-    summary = json.loads(paths.summary.read_text())
+    summary = json.loads(TrainPaths(trial_dir / "train").summary.read_text())
     metrics = {k: summary[k] for k in ("r2", "accuracy", "macro_f1", "mean_iou") if k in summary}
-    # the trial's hyperparameters beside its curves, for TensorBoard's HParams table (one row per trial)
-    board = Board.of(trial_config["train"], paths.tensorboard / "train", writes=True)
-    board.hparams({**plain(config), "budget": budget}, trial_dir.name, {"hparams/val_loss": summary["val_loss"]})
-    board.close()
     return {"loss": float(summary["val_loss"]), "info": {**metrics, "seconds": time.perf_counter() - start}}
 
 

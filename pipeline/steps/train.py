@@ -70,10 +70,12 @@ log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the st
 
 
 def train(
-    config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any, baseline: bool = True
-) -> dict[str, Any]:
+    config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any, baseline: bool = True,
+    trial: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Set up (settings and model checked, Horovod, this rank's data), restore, run the epochs, finish.
-    baseline False: no classical baseline (search trials, which only need the validation loss)."""
+    baseline False: no classical baseline (search trials, which only need the validation loss); trial: a
+    search trial's {id, hyperparameters}, written beside its curves for TensorBoard's HParams dashboard."""
     settings = config["train"]
     devices.hide_gpus_if_cpu(settings)  # before TensorFlow is imported
     if settings["population"]["enabled"]:
@@ -115,6 +117,8 @@ def train(
                                    shard=data.shard, epoch_seed=seed, fraction=data.fraction, slab=slab,
                                    pieces=data.pieces, transforms=model.transforms))  # fmt: skip
     board = Board.of(settings, paths.tensorboard / "train", rank == 0)
+    if trial is not None:
+        board.hparams(trial["hyperparameters"], str(trial["id"]))
 
     def report(row: dict[str, Any], scored: tuple[float, Evaluation]) -> None:
         board.row(row["epoch"], row, task.metrics(scored[1]))
@@ -130,5 +134,7 @@ def train(
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     summary = finish(config, task, model, history, scores, paths, ranks, kept, found, {"hybrid": hybrid})
+    if trial is not None:  # the trial's result, the HParams table's metric
+        board.scalars(history[-1]["epoch"] if history else 0, {"hparams/val_loss": summary["val_loss"]})
     board.finished(history, "epoch", task.metrics(scores.test[1]) if scores.test else None, found)
     return summary
