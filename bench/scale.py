@@ -88,7 +88,14 @@ def input_list(root: Path, files: int) -> Path:
     return path
 
 
-def config(work: Path, root: Path, listed: Path, family: str) -> Path:
+# --quick's shards: 2 MB (about 7,000 tiny records), so that every rank writes full-size shards from the
+# smallest size on. With 16 MB shards merge's peak at 20,000 records holds one 6 MB shard and at 200,000
+# 16 MB ones: the slope then measured the shard buffers filling up to their size (a constant of the shard
+# size, reached once), about 400 MB "per million records", not a cost per record.
+QUICK_SHARD_MB = 2
+
+
+def config(work: Path, root: Path, listed: Path, family: str, shard_mb: float = 16) -> Path:
     fields = (
         {"density": {"path": "density", "dtype": "float32", "shape": [4, 4, 4]}}
         if family == "cube"
@@ -107,7 +114,7 @@ def config(work: Path, root: Path, listed: Path, family: str) -> Path:
         },
         "ingest": {"max_reject_fraction": 0.0},
         "convert": {"features": [feature], "labels": ["params"], "normalise": [feature, "params"]},
-        "merge": {"shard_size_mb": 16, "sort_by": "sort_key" if family == "cube" else "length"},
+        "merge": {"shard_size_mb": shard_mb, "sort_by": "sort_key" if family == "cube" else "length"},
     }
     path = work / "config.yaml"
     work.mkdir(parents=True, exist_ok=True)
@@ -385,7 +392,7 @@ def main() -> None:
         for n in sizes:
             work = root / f"work-{n}"
             shutil.rmtree(work, ignore_errors=True)
-            config_path = config(work, root, input_list(root, n), args.family)
+            config_path = config(work, root, input_list(root, n), args.family, QUICK_SHARD_MB if args.quick else 16)
             results[n] = {step: run_step(step, config_path, 2) for step in ("ingest", "convert", "merge")}
             results[n]["metadata"] = {"bytes": (work / "merged" / "metadata.json").stat().st_size}
             if n == sizes[-1]:
