@@ -505,9 +505,13 @@ def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_
     stage = {"mode": "replica", "target": "/tmp/sim2dl-fault"}
     config = small_cube_config(work, stage=stage, search={"enabled": False}, merge={"shard_size_mb": 0.1},
                                train={"epochs": 300, "batch_size": 8, "depth": 2, "width": 4, "dense": 16},
-                               slurm={"unavailable_nodes_timeout_s": 10})  # fmt: skip
+                               slurm={"unavailable_nodes_timeout_s": 10},
+                               launch={"startup_timeout_s": 120})  # fmt: skip
     # 300 epochs: more than the jobs below live; the rerun asks for fewer (a longer or shorter run of
-    # the same settings resumes the same checkpoint).
+    # the same settings resumes the same checkpoint). launch.startup_timeout_s 120: once (1 of 3 fresh-clone
+    # runs) the retried stage job's ranks, on the nodes still up, waited in MPI_Init's PMI exchange for 10
+    # minutes after node3's loss; a start-up killed after 2 minutes and started again is what the
+    # operator would do, within the wait below.
     path = work / "config.yaml"
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config))
