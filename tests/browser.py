@@ -34,6 +34,7 @@ class Browser:
             [executable, "--headless=new", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
              f"--user-data-dir={profile}", "about:blank"],
             close_fds=False, preexec_fn=descriptors, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": str(profile)},  # its scratch directories go with the profile
         )  # fmt: skip
         os.close(to_browser)
         os.close(from_browser)
@@ -73,7 +74,11 @@ class Browser:
         return text
 
     def close(self) -> None:
-        self.process.kill()
-        self.process.wait()
+        try:
+            self.call("Browser.close")  # chromium's own shutdown: it removes what it made
+            self.process.wait(timeout=30)
+        except (OSError, RuntimeError, subprocess.TimeoutExpired):
+            self.process.kill()
+            self.process.wait()
         os.close(self._to)
         os.close(self._from)
