@@ -51,9 +51,14 @@ class Board:
             self.writer = tf.summary.create_file_writer(str(directory), max_queue=1000, flush_millis=60_000)
 
     @classmethod
-    def of(cls, settings: Mapping[str, Any], directory: Path, writes: bool) -> Board:
-        """The run's board where train.tensorboard is on and this rank writes the run's files."""
-        return cls(directory if settings.get("tensorboard", True) and writes else None)
+    def of(cls, settings: Mapping[str, Any], directory: Path, writes: bool,
+           trial: Mapping[str, Any] | None = None) -> Board:  # fmt: skip
+        """The run's board where train.tensorboard is on and this rank writes the run's files; trial: a
+        search trial's {id, hyperparameters}, written first (the HParams dashboard's row)."""
+        board = cls(directory if settings.get("tensorboard", True) and writes else None)
+        if trial is not None:
+            board.hparams(trial["hyperparameters"], str(trial["id"]))
+        return board
 
     def scalars(self, step: int, values: Mapping[str, Any], prefix: str = "") -> None:
         if self.writer is None:
@@ -99,9 +104,12 @@ class Board:
         self.flush()
 
     def finished(self, history: Sequence[Mapping[str, Any]], unit: str, test: Mapping[str, Any] | None,
-                 baseline: Mapping[str, Any]) -> None:  # fmt: skip
-        """The end of a run: the test split's scores at its last unit, the classical baseline's validation
-        scores as constant lines over the run (`baseline/...`), and the file closed."""
+                 baseline: Mapping[str, Any], final: Mapping[str, Any] | None = None) -> None:  # fmt: skip
+        """The end of a run: the test split's scores and `final` (a search trial's result) at its last unit,
+        the classical baseline's validation scores as constant lines over the run (`baseline/...`), and
+        the file closed."""
+        if final:
+            self.scalars(history[-1][unit] if history else 0, final)
         if history:
             first, last = history[0][unit], history[-1][unit]
             if test:

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -62,7 +61,7 @@ from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.inputs import input_pipeline, rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population_run import train_population
-from pipeline.training.session import prepare, record_start, resume_key, start_horovod
+from pipeline.training.session import announce_start, prepare, resume_key, start_horovod
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation
 
@@ -96,8 +95,7 @@ def train(
     keras_model = model.keras
     optimizer = make_optimizer(settings, device["precision"])
     restored = restore(resume_key(settings, meta, model.source), paths, keras_model, optimizer, comm, rank)
-    loss_fn = task.loss()
-    train_step, predict = step_functions(keras_model, optimizer, loss_fn, autograph=model.source.built_in is None,
+    train_step, predict = step_functions(keras_model, optimizer, task.loss(), autograph=model.source.built_in is None,
                                          averaged_over=model.eval_transforms)  # fmt: skip
 
     def validate(split: str = "validation") -> tuple[float, Evaluation]:
@@ -105,20 +103,16 @@ def train(
         return evaluate(pipeline, task, predict, comm, counted=layout.spatial_rank == 0)
 
     if rank == 0:
-        start = {"ranks": size, "spatial_split": layout.split, "epochs": settings["epochs"],
-                 "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
-                 "resume_from_epoch": restored.start_epoch, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
-        log.info(json.dumps({"train": start}))
-        record_start(paths, start)
+        announce_start(paths, {"ranks": size, "spatial_split": layout.split, "epochs": settings["epochs"],
+                               "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
+                               "resume_from_epoch": restored.start_epoch})  # fmt: skip
     # One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
     # reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay).
     seed = settings["seed"] * 1000 + restored.start_epoch
     iterator = iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True,
                                    shard=data.shard, epoch_seed=seed, fraction=data.fraction, slab=slab,
                                    pieces=data.pieces, transforms=model.transforms))  # fmt: skip
-    board = Board.of(settings, paths.tensorboard / "train", rank == 0)
-    if trial is not None:
-        board.hparams(trial["hyperparameters"], str(trial["id"]))
+    board = Board.of(settings, paths.tensorboard / "train", rank == 0, trial)
 
     def report(row: dict[str, Any], scored: tuple[float, Evaluation]) -> None:
         board.row(row["epoch"], row, task.metrics(scored[1]))
@@ -126,15 +120,12 @@ def train(
     history, evaluation, kept = run_epochs(settings, data.steps, layout.groups, layout.split, model.keras, optimizer,
                                            train_step, iterator, validate, restored, paths, report)  # fmt: skip
     # The final evaluation: the kept epoch's (train.keep), else the last epoch's, unless a resumed run had
-    # no epoch left.
-    final = evaluation
-    if kept.keep == "best" and kept.epoch is not None:
-        final = kept.restore(keras_model, paths, history)  # None: the restored weights are validated again
+    # no epoch left (None: the restored weights are validated again).
+    final = kept.restore(keras_model, paths, history) if kept.keep == "best" and kept.epoch is not None else evaluation
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     summary = finish(config, task, model, history, scores, paths, ranks, kept, found, {"hybrid": hybrid})
-    if trial is not None:  # the trial's result, the HParams table's metric
-        board.scalars(history[-1]["epoch"] if history else 0, {"hparams/val_loss": summary["val_loss"]})
-    board.finished(history, "epoch", task.metrics(scores.test[1]) if scores.test else None, found)
+    board.finished(history, "epoch", task.metrics(scores.test[1]) if scores.test else None, found,
+                   {"hparams/val_loss": summary["val_loss"]} if trial else None)  # fmt: skip  # a trial's metric
     return summary

@@ -235,12 +235,9 @@ class Baseline:
 
 
 def method_name(task_name: str, spatial_dims: int) -> str:
-    spectrum = {
-        2: f" and the log power spectrum ({BINS} log-spaced |k| bins)",
-        3: f" and the log power spectrum ({BINS} log-spaced |k| bins)",
-        1: " over the real steps, and the log number of steps",
-    }.get(spatial_dims, "")
-    statistics = f"per-channel mean, log variance, skewness, kurtosis{spectrum}"
+    spectrum = f" and the log power spectrum ({BINS} log-spaced |k| bins)"
+    extra = {2: spectrum, 3: spectrum, 1: " over the real steps, and the log number of steps"}.get(spatial_dims, "")
+    statistics = f"per-channel mean, log variance, skewness, kurtosis{extra}"
     return {
         "regression": f"ridge regression on {statistics}; penalty by {FOLDS}-fold cross-validation per label",
         "classification": f"linear discriminant (LDA, shrinkage {SHRINKAGE}) on {statistics}",

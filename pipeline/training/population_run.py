@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from pipeline.training.inputs import rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
 from pipeline.training.population import check as check_population
-from pipeline.training.session import prepare, record_start, resume_key
+from pipeline.training.session import announce_start, prepare, resume_key
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tournament import Trainer, run_rounds
 
@@ -68,11 +67,10 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     model, classical, hybrid = baseline_start(own, meta, task, model, data, comm, 1)  # one fit: every trainer's
     trainer = Trainer(comm, trainer_comm, population)
     if rank == 0:
-        start = {"ranks": size, "trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
-                 "rounds": population.rounds, "steps_per_round": population.steps_per_round,
-                 "train_records_per_rank": data.records, "slurm_job": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
-        log.info(json.dumps({"train": start}))
-        record_start(paths, start)
+        announce_start(paths, {"ranks": size, "trainers": population.trainers,
+                               "ranks_per_trainer": population.ranks_per_trainer, "rounds": population.rounds,
+                               "steps_per_round": population.steps_per_round,
+                               "train_records_per_rank": data.records})  # fmt: skip
     key_settings = {**settings, "population": {k: v for k, v in settings["population"].items() if k != "rounds"}}
     outcome = run_rounds(config, meta, task, model, data, trainer, paths,
                          resume_key(key_settings, meta, model.source), model.source.built_in is None,

@@ -8,6 +8,8 @@ any data is touched: a config error is reported once and every rank exits. Memor
 from __future__ import annotations
 
 import json
+import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +26,8 @@ from pipeline.training.augment import plan as augment_plan
 from pipeline.training.models import BUILT_IN, ModelSource, build_model, spatial_dims
 from pipeline.training.spatial.layout import SpatialLayout, check_spatial
 from pipeline.training.tasks import Task, data_spec, make_task
+
+log = logging.getLogger(__name__)
 
 
 def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_names: Sequence[str] | None) -> Task:
@@ -160,6 +164,13 @@ def label_names(meta: Mapping[str, Any]) -> list[str] | None:
     names = meta.get("component_names", {}).get(labels[0]) if len(labels) == 1 else None
     shape = meta["feature_spec"][labels[0]]["shape"] if names else None
     return list(names) if names and shape and shape[-1] == len(names) else None
+
+
+def announce_start(paths: TrainPaths, start: Mapping[str, Any]) -> None:
+    """A start of training (with its Slurm job) in the log and in train/attempts.jsonl. Rank 0."""
+    start = {**start, "slurm_job": os.environ.get("SLURM_JOB_ID")}
+    log.info(json.dumps({"train": start}))
+    record_start(paths, start)
 
 
 def record_start(paths: TrainPaths, start: Mapping[str, Any]) -> None:

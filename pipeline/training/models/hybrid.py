@@ -68,59 +68,77 @@ def _statistics_class() -> type:
             if self.spatial_dims in (2, 3):
                 spatial = [int(n) for n in input_shape[1 : 1 + self.spatial_dims]]
                 self.cells = float(np.prod(spatial))
-                # each bin's mean as one product: a (modes, bins) matrix of 1/count where a mode is in the bin
-                order, starts = spectrum_bins(spatial, self.bins)
-                counts = np.diff(np.append(starts, len(order)))
-                modes = int(np.prod(spatial[:-1])) * (spatial[-1] // 2 + 1)
-                average = np.zeros((modes, self.bins), np.float32)
-                for b in range(self.bins):
-                    average[order[starts[b] : starts[b] + counts[b]], b] = 1.0 / max(counts[b], 1)
-                self.average = tf.constant(average)
+                self.average = tf.constant(_bin_averages(spatial, self.bins))
             super().build(input_shape)
 
         def call(self, x: Any) -> Any:
             x = tf.cast(x, tf.float32)
             if len(x.shape) == self.spatial_dims + 1:
                 x = x[..., tf.newaxis]
-            channels = x.shape[-1]
-            flat = tf.reshape(x, (tf.shape(x)[0], -1, channels))
-            if self.spatial_dims == 1:  # a trace's real steps only (all-zero steps are a batch's padding)
-                real = tf.cast(tf.reduce_any(tf.not_equal(flat, 0), axis=2, keepdims=True), tf.float32)
-                steps = tf.maximum(tf.reduce_sum(real, axis=1), 1.0)
-
-                def average(v: Any) -> Any:
-                    return tf.reduce_sum(v, axis=1) / steps
-
-                mean = average(flat * real)
-                centred = (flat - mean[:, tf.newaxis]) * real
-            else:
-                average = functools.partial(tf.reduce_mean, axis=1)
-                mean = average(flat)
-                centred = flat - mean[:, tf.newaxis]
-            squared = centred * centred  # products, not powers: tf.pow is ten times slower on the CPU
-            var = average(squared)
-            scale = tf.where(var > 0, tf.sqrt(var), tf.ones_like(var))
-            scale2 = scale * scale
-            skew = average(squared * centred) / (scale2 * scale)
-            kurtosis = average(squared * squared) / (scale2 * scale2) - 3.0
-            parts = [mean, tf.math.log(var + TINY), skew, kurtosis]
-            if self.spatial_dims == 1:
-                parts.append(tf.math.log(steps))
+            flat = tf.reshape(x, (tf.shape(x)[0], -1, x.shape[-1]))
+            parts = _moments(flat, traces=self.spatial_dims == 1)
             if self.spatial_dims in (2, 3):
-                last = self.spatial_dims + 1  # channels first: the FFT transforms the innermost axes
-                moved = tf.transpose(x, [0, last, *range(1, last)])
-                fft = tf.signal.rfft3d if self.spatial_dims == 3 else tf.signal.rfft2d
-                transformed = fft(moved)
-                power = (tf.math.real(transformed) ** 2 + tf.math.imag(transformed) ** 2) / self.cells
-                spectrum = tf.reshape(power, (-1, self.average.shape[0])) @ self.average  # (B * C, bins)
-                spectrum = tf.transpose(tf.reshape(spectrum, (-1, channels, self.bins)), [0, 2, 1])  # (B, bins, C)
-                parts.append(tf.reshape(tf.math.log(spectrum + TINY), (tf.shape(x)[0], self.bins * channels)))
+                parts.append(_log_spectrum(x, self.spatial_dims, self.average, self.cells))
             return tf.concat(parts, axis=1)
 
         def get_config(self) -> dict[str, Any]:
             return {**super().get_config(), "spatial_dims": self.spatial_dims, "bins": self.bins}
 
     return SummaryStatistics
+
+
+def _bin_averages(spatial: Sequence[int], bins: int) -> np.ndarray:
+    """Each |k| bin's mean as one product: a (modes of an rfftn, bins) matrix of 1/count where a mode is in
+    the bin."""
+    order, starts = spectrum_bins(spatial, bins)
+    counts = np.diff(np.append(starts, len(order)))
+    modes = int(np.prod(spatial[:-1])) * (spatial[-1] // 2 + 1)
+    average = np.zeros((modes, bins), np.float32)
+    for b in range(bins):
+        average[order[starts[b] : starts[b] + counts[b]], b] = 1.0 / max(counts[b], 1)
+    return average
+
+
+def _moments(flat: Any, traces: bool) -> list[Any]:
+    """(B, cells, C) -> per channel mean, log variance, skewness, kurtosis; traces: over each trace's real
+    steps only (all-zero steps are a batch's padding), and the log number of them."""
+    import tensorflow as tf
+
+    if traces:
+        real = tf.cast(tf.reduce_any(tf.not_equal(flat, 0), axis=2, keepdims=True), tf.float32)
+        steps = tf.maximum(tf.reduce_sum(real, axis=1), 1.0)
+
+        def average(v: Any) -> Any:
+            return tf.reduce_sum(v, axis=1) / steps
+
+        mean = average(flat * real)
+        centred = (flat - mean[:, tf.newaxis]) * real
+    else:
+        average = functools.partial(tf.reduce_mean, axis=1)
+        mean = average(flat)
+        centred = flat - mean[:, tf.newaxis]
+    squared = centred * centred  # products, not powers: tf.pow is ten times slower on the CPU
+    var = average(squared)
+    scale = tf.where(var > 0, tf.sqrt(var), tf.ones_like(var))
+    scale2 = scale * scale
+    skew = average(squared * centred) / (scale2 * scale)
+    kurtosis = average(squared * squared) / (scale2 * scale2) - 3.0
+    parts = [mean, tf.math.log(var + TINY), skew, kurtosis]
+    return [*parts, tf.math.log(steps)] if traces else parts
+
+
+def _log_spectrum(x: Any, spatial_dims: int, average: Any, cells: float) -> Any:
+    """(B, *spatial, C) -> (B, bins x C): the log power spectrum in the |k| bins of `average`."""
+    import tensorflow as tf
+
+    channels, bins = x.shape[-1], average.shape[1]
+    last = spatial_dims + 1  # channels first: the FFT transforms the innermost axes
+    moved = tf.transpose(x, [0, last, *range(1, last)])
+    transformed = (tf.signal.rfft3d if spatial_dims == 3 else tf.signal.rfft2d)(moved)
+    power = (tf.math.real(transformed) ** 2 + tf.math.imag(transformed) ** 2) / cells
+    spectrum = tf.reshape(power, (-1, average.shape[0])) @ average  # (B * C, bins)
+    spectrum = tf.transpose(tf.reshape(spectrum, (-1, channels, bins)), [0, 2, 1])  # (B, bins, C)
+    return tf.reshape(tf.math.log(spectrum + TINY), (tf.shape(x)[0], bins * channels))
 
 
 def hybrid_mode(mode: str, module: Any, task: Any, split: int) -> tuple[str, str | None]:
