@@ -45,6 +45,7 @@ batch of events, ingest.batch_mb, never a column), and the baseline's peak RSS (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -54,6 +55,7 @@ from typing import Any
 
 import yaml
 
+from pipeline.formats.shards.base import SHARD_INDEX_SUFFIX
 from pipeline.steps.simulate import sample_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -369,11 +371,166 @@ def events(rows: int, keep: bool) -> None:
     }))  # fmt: skip
 
 
+READ_EPOCH = """
+import json, resource, sys, time
+from pathlib import Path
+merged, reader, files = Path(sys.argv[1]), sys.argv[2], [Path(p) for p in sys.argv[3:]]
+start, count = time.perf_counter(), 0
+if reader == "tf.data":
+    from pipeline.formats.metadata import load_metadata
+    from pipeline.training.tfdata import parse_batch, raw_records
+    spec = load_metadata(merged)["feature_spec"]
+    dataset = raw_records(merged, files=files or None).batch(1024).map(lambda r: parse_batch(r, spec))
+    for batch in dataset:
+        count += int(next(iter(batch.values())).shape[0])
+else:
+    from pipeline.formats.shards.shard_reader import ShardReader
+    for batch in ShardReader(merged).batches(1024):
+        count += len(next(iter(batch.values())))
+print(json.dumps({"records": count, "seconds": round(time.perf_counter() - start, 3),
+                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+"""
+
+
+def read_epoch(merged: Path, reader: str, files: list[Path]) -> dict[str, Any]:
+    """One pass over the shards in a process of its own (its peak memory is the reader's): tf.data over
+    the staged copies, or the numpy reader (ShardReader) over the merged directory."""
+    import subprocess
+
+    from common import bench_env
+
+    cmd = [sys.executable, "-c", READ_EPOCH, str(merged), reader, *map(str, files)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=bench_env()).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def shard_files(merged: Path) -> list[Path]:
+    meta = json.loads((merged / "metadata.json").read_text())
+    return [merged / "shards" / s["file"] for s in meta["shards"]]
+
+
+def shards_checksum(merged: Path) -> str:
+    """One checksum of every shard's bytes, in metadata.json's order."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    for path in shard_files(merged):
+        with open(path, "rb") as f:
+            while chunk := f.read(8 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def finished_shards(merged: Path) -> dict[str, tuple[int, int, int]]:
+    """The shards a merge has finished (the shard and its index renamed into place), with their inode and
+    modification time."""
+    shards = merged / "shards"
+    if not shards.is_dir():
+        return {}
+    done = {}
+    for path in shards.iterdir():
+        if not path.name.startswith(".") and not path.name.endswith(SHARD_INDEX_SUFFIX):
+            index = path.with_name(path.name + SHARD_INDEX_SUFFIX)
+            with contextlib.suppress(FileNotFoundError):
+                done[path.name] = (path.stat().st_ino, path.stat().st_mtime_ns, index.stat().st_ino)
+    return done
+
+
+def killed_merge(config_path: Path, merged: Path, shards: int) -> dict[str, Any]:
+    """Merge killed with SIGKILL (every rank and mpiexec) once about half its shards are written, then
+    rerun: the rerun's wall time, the shards it kept, and whether any finished shard was written again."""
+    import signal
+    import subprocess
+    import time
+
+    from common import BIN, bench_env
+
+    shutil.rmtree(merged)
+    cmd = [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), "merge", "--config", str(config_path)]
+    proc = subprocess.Popen(cmd, env=bench_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    start = time.perf_counter()
+    while len(finished_shards(merged)) < shards // 2 and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_after = time.perf_counter() - start
+    before = finished_shards(merged)
+    started = time.perf_counter()
+    resumed = run_step("merge", config_path, 2)
+    wall = time.perf_counter() - started
+    after = finished_shards(merged)
+    rewritten = sorted(name for name, stamp in before.items() if after.get(name) != stamp)
+    return {"killed_after_s": round(killed_after, 3), "finished_shards_at_kill": len(before),
+            "resume_wall_s": round(wall, 3), "resume_seconds": resumed["seconds"],
+            "reused_shards": resumed["reused_shards"], "rewritten_finished_shards": len(rewritten)}  # fmt: skip
+
+
+def stage_config(config_path: Path, work: Path) -> None:
+    doc = yaml.safe_load(config_path.read_text())
+    doc["stage"] = {"target": str(work / "local")}
+    config_path.write_text(yaml.safe_dump(doc))
+
+
+def run_size(root: Path, n: int, family: str, quick: bool, checks: bool) -> dict[str, Any]:
+    """Every step at one size; with `checks`, merge again with 2 ranks and with 1 (the same bytes?) and
+    killed half way then resumed."""
+    work = root / f"work-{n}"
+    shutil.rmtree(work, ignore_errors=True)
+    config_path = config(work, root, input_list(root, n), family, QUICK_SHARD_MB if quick else 16)
+    stage_config(config_path, work)
+    result: dict[str, Any] = {step: run_step(step, config_path, 2) for step in ("ingest", "convert", "merge")}
+    merged = work / "merged"
+    meta = json.loads((merged / "metadata.json").read_text())
+    result["metadata"] = {"bytes": (merged / "metadata.json").stat().st_size, "shards": meta["counts"]["shards"],
+                          "shard_bytes": sum(s["bytes"] for s in meta["shards"])}  # fmt: skip
+    result["stage"] = run_step("stage", config_path, 2)
+    staged = json.loads((Path(result["stage"]["node_dirs"][0]) / "staged.json").read_text())
+    staged_files = [Path(result["stage"]["node_dirs"][0]) / f for f in staged["files"]]
+    result["read"] = {r: read_epoch(merged, r, staged_files if r == "tf.data" else []) for r in ("tf.data", "numpy")}
+    for r in result["read"].values():
+        assert r["records"] == n, r
+    shutil.rmtree(work / "local")
+    if checks:
+        checksum = shards_checksum(merged)
+        shutil.rmtree(merged)
+        result["merge_rerun"] = run_step("merge", config_path, 2)
+        rerun_same = shards_checksum(merged) == checksum
+        shutil.rmtree(merged)
+        result["merge_1_rank"] = run_step("merge", config_path, 1)
+        one_rank_same = shards_checksum(merged) == checksum
+        result["merge_killed"] = killed_merge(config_path, merged, meta["counts"]["shards"])
+        result["checksums"] = {"shards_xxh3": checksum, "rerun_identical": rerun_same,
+                               "one_rank_identical": one_rank_same,
+                               "resumed_identical": shards_checksum(merged) == checksum}  # fmt: skip
+    shutil.rmtree(work)
+    return result
+
+
+STEPS = ("ingest", "convert", "merge", "stage")
+
+
+def disk_used(path: Path) -> tuple[int, int]:
+    """Bytes and inodes in use on the file system holding `path`."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_files - st.f_ffree
+
+
+def file_system(path: Path) -> str:
+    """The type and mount options of the file system holding `path` (from /proc/mounts)."""
+    best = ("", "?")
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, mount, kind, options, *_ = line.split()
+        if str(path.resolve()).startswith(mount) and len(mount) >= len(best[0]):
+            best = (mount, f"{kind} ({options})")
+    return best[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20k, 80k and 200k files: a few minutes")
     parser.add_argument("--layouts", action="store_true", help="many samples per file beside one per file")
-    parser.add_argument("--sizes", type=int, nargs="+", help="numbers of files (default 50k 200k 1M)")
+    parser.add_argument("--sizes", type=int, nargs="+", help="numbers of files (default 1M 3M 10M)")
     parser.add_argument("--family", choices=("cube", "trace"), default="cube")
     parser.add_argument("--keep", action="store_true", help="keep the inputs in bench/out")
     parser.add_argument("--events", action="store_true", help="a file of 10^7 hit rows as event-indexed tables")
@@ -384,61 +541,91 @@ def main() -> None:
     if args.layouts:
         layouts(200_000 if args.quick else 1_000_000, args.keep)
         return
-    sizes = sorted(args.sizes or ([20_000, 80_000, 200_000] if args.quick else [50_000, 200_000, 1_000_000]))
+    sizes = sorted(args.sizes or ([20_000, 80_000, 200_000] if args.quick else [1_000_000, 3_000_000, 10_000_000]))
+    checked = max(n for n in sizes if n <= 1_000_000) if min(sizes) <= 1_000_000 else sizes[0]
     root = OUT / f"scale-{args.family}"
-    results: dict[int, dict[str, dict[str, Any]]] = {}
+    results: dict[int, dict[str, Any]] = {}
+    import time
+
     try:
+        root.mkdir(parents=True, exist_ok=True)
+        before = disk_used(root)
+        started = time.perf_counter()
         simulate(root, sizes[-1], args.family)
+        simulate_seconds = time.perf_counter() - started
+        raw_disk = [after - earlier for after, earlier in zip(disk_used(root), before, strict=True)]
         for n in sizes:
-            work = root / f"work-{n}"
-            shutil.rmtree(work, ignore_errors=True)
-            config_path = config(work, root, input_list(root, n), args.family, QUICK_SHARD_MB if args.quick else 16)
-            results[n] = {step: run_step(step, config_path, 2) for step in ("ingest", "convert", "merge")}
-            results[n]["metadata"] = {"bytes": (work / "merged" / "metadata.json").stat().st_size}
-            if n == sizes[-1]:
-                shutil.rmtree(work / "merged")
-                results[n]["merge_1_rank"] = run_step("merge", config_path, 1)
+            results[n] = run_size(root, n, args.family, args.quick, n == checked)
             print(json.dumps({"files": n, **results[n]}), flush=True)
-            shutil.rmtree(work)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(summary(results, sizes, checked, args.family, simulate_seconds, raw_disk)))
+
+
+def summary(results: dict[int, dict[str, Any]], sizes: list[int], checked: int, family: str,
+            simulate_seconds: float, raw_disk: list[int]) -> dict[str, Any]:  # fmt: skip
     small, large = sizes[0], sizes[-1]
     per_step = {}
-    for step in ("ingest", "convert", "merge"):
+    for step in STEPS:
         rss = [results[n][step]["peak_rss_mb_per_rank"] for n in sizes]
         per_record = [results[n][step]["seconds"] / n for n in sizes]
+        by_rank = results[large][step]["peak_rss_mb_by_rank"]
         per_step[step] = {
             "seconds": [results[n][step]["seconds"] for n in sizes],
             "us_per_record": [round(1e6 * t, 2) for t in per_record],
             "peak_rss_mb_per_rank": rss,
+            "peak_rss_mb_by_rank_at_largest": by_rank,
+            "rank0_vs_others": round(by_rank[0] / max(by_rank[1:]), 3),
             "rss_mb_per_million_records": round((rss[-1] - rss[0]) / ((large - small) / 1e6), 1),
             "time_per_record_growth": round(per_record[-1] / per_record[0], 3),
         }
-    merge_1 = results[large]["merge_1_rank"]["seconds"]
-    print(
-        json.dumps(
-            {
-                "benchmark": "scale",
-                "family": args.family,
-                "files": sizes,
-                "ranks": 2,
-                "steps": per_step,
-                "rss_mb_per_million_records": max(s["rss_mb_per_million_records"] for s in per_step.values()),
-                "time_per_record_growth": max(s["time_per_record_growth"] for s in per_step.values()),
-                "merge_seconds_1_rank": merge_1,
-                "merge_speedup_2_ranks": round(merge_1 / results[large]["merge"]["seconds"], 3),
-                "metadata_json_bytes": [results[n]["metadata"]["bytes"] for n in sizes],
-                "targets": {
-                    "rss_mb_per_million_records": "<= 100",
-                    "time_per_record_growth": "<= 1.25",
-                    "merge_speedup_2_ranks": ">= 1.6",
-                    "metadata_json_bytes": "flat",
-                },
-                "cpus": os.cpu_count(),
-            }
-        )
-    )
+    for reader in ("tf.data", "numpy"):
+        runs = [results[n]["read"][reader] for n in sizes]
+        per_step[f"read_{reader}"] = {
+            "seconds": [r["seconds"] for r in runs],
+            "records_per_s": [round(n / r["seconds"]) for n, r in zip(sizes, runs, strict=True)],
+            "peak_rss_mb": [r["peak_rss_mb"] for r in runs],
+            "rss_mb_per_million_records": round((runs[-1]["peak_rss_mb"] - runs[0]["peak_rss_mb"])
+                                                / ((large - small) / 1e6), 1),
+            "time_per_record_growth": round(runs[-1]["seconds"] / large / (runs[0]["seconds"] / small), 3),
+        }  # fmt: skip
+    checks = results[checked]
+    data_steps = ("ingest", "convert", "merge")
+    return {
+        "benchmark": "scale",
+        "family": family,
+        "files": sizes,
+        "ranks": 2,
+        "simulate_seconds": round(simulate_seconds, 1),
+        "raw_gb_on_disk": round(raw_disk[0] / 1e9, 2),
+        "raw_inodes": raw_disk[1],
+        "file_system": file_system(OUT),
+        "steps": per_step,
+        "wall_seconds_largest": round(sum(results[large][s]["seconds"] for s in STEPS)
+                                      + sum(results[large]["read"][r]["seconds"] for r in ("tf.data", "numpy")), 1),
+        "rss_mb_per_million_records": max(per_step[s]["rss_mb_per_million_records"] for s in data_steps),
+        "time_per_record_growth": max(per_step[s]["time_per_record_growth"] for s in data_steps),
+        "rank0_vs_others": max(per_step[s]["rank0_vs_others"] for s in data_steps),
+        "metadata_json_bytes": [results[n]["metadata"]["bytes"] for n in sizes],
+        "shards": [results[n]["metadata"]["shards"] for n in sizes],
+        "shard_gb": [round(results[n]["metadata"]["shard_bytes"] / 1e9, 3) for n in sizes],
+        "checks_at": checked,
+        "checksums": checks["checksums"],
+        "merge_seconds_1_rank": checks["merge_1_rank"]["seconds"],
+        "merge_speedup_2_ranks": round(checks["merge_1_rank"]["seconds"] / checks["merge"]["seconds"], 3),
+        "merge_killed": checks["merge_killed"],
+        "targets": {
+            "rss_mb_per_million_records": "<= 100",
+            "time_per_record_growth": "<= 1.25",
+            "rank0_vs_others": "<= 1.5",
+            "merge_speedup_2_ranks": ">= 1.6",
+            "metadata_json_bytes": "flat",
+            "checksums": "identical",
+            "merge_killed.rewritten_finished_shards": "0",
+        },
+        "cpus": os.cpu_count(),
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -509,11 +509,12 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.flush()
             comm.Abort(1)
         raise
-    # The largest peak resident memory of any rank, in MB (Linux reports ru_maxrss in KiB).
-    peak_rss_mb = max(comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)) * 1024 / MB
+    # Every rank's peak resident memory, in MB (Linux reports ru_maxrss in KiB), and the largest.
+    peaks = [round(kib * 1024 / MB, 1) for kib in comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)]
     if rank == 0:
         summary = {"step": args.step, "ranks": size, "seconds": round(time.perf_counter() - start, 3), **summary}
-        summary["peak_rss_mb_per_rank"] = round(peak_rss_mb, 1)
+        summary["peak_rss_mb_per_rank"] = max(peaks)
+        summary["peak_rss_mb_by_rank"] = peaks
         summary["mpi_library"] = mpi_library()
         if "SIM2DL_IMAGE" in os.environ:  # set by `sim2dl launch` in every container it starts
             summary["image"] = os.environ["SIM2DL_IMAGE"]

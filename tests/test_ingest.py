@@ -180,16 +180,48 @@ def test_two_ranks_give_the_same_manifest_and_parts_as_one(tmp_path, bad_inputs)
     root, _ = bad_inputs
     config = make_config(tmp_path, ingest={"max_reject_fraction": 0.9}, merge={"shard_size_mb": 0.02})
     config_path = write_config(tmp_path, config)
-    for ranks in (1, 2):
+    for ranks in (1, 3):  # one flat directory: 3 ranks walk it together, each keeping the names hashed to it
         run_cli(
             ["ingest", "--config", str(config_path), "--source", str(root), "--out", str(tmp_path / f"r{ranks}")],
             ranks=ranks,
         )
-    assert read_rows(tmp_path / "r1" / "manifest") == read_rows(tmp_path / "r2" / "manifest")
+    assert read_rows(tmp_path / "r1" / "manifest") == read_rows(tmp_path / "r3" / "manifest")
+    listed = (tmp_path / "r3" / "inputs.txt").read_text().splitlines()
+    assert listed == sorted(p.name for p in root.iterdir()) == (tmp_path / "r1" / "inputs.txt").read_text().splitlines()
     parts = sorted(p.name for p in (tmp_path / "r1" / "parts").iterdir())
-    assert len(parts) > 4 and parts == sorted(p.name for p in (tmp_path / "r2" / "parts").iterdir())
+    assert len(parts) > 4 and parts == sorted(p.name for p in (tmp_path / "r3" / "parts").iterdir())
     for name in parts:
-        assert (tmp_path / "r1" / "parts" / name).read_bytes() == (tmp_path / "r2" / "parts" / name).read_bytes()
+        assert (tmp_path / "r1" / "parts" / name).read_bytes() == (tmp_path / "r3" / "parts" / name).read_bytes()
+
+
+@pytest.mark.parametrize(
+    "pattern", ["**/*.h5", "*/*.h5", "run-*/out/*.h5", "data/**/*.h5", "*.h5", "**/*.zarr", "**/out/*", "**"]
+)
+def test_the_walk_cut_into_pieces_finds_what_glob_finds_each_once(tmp_path, pattern):
+    """The pieces ranks walk apart (directories below the root, the pattern's rest below each) match
+    together exactly what one glob over the tree matches, however far the walk was cut, and a piece
+    walked by several ranks is split among them by name."""
+    import glob
+
+    from pipeline.steps.ingest.listing import piece_matches, walk_pieces
+
+    tree = ["a.h5", ".hidden.h5", "run-1/out/x.h5", "run-1/out/y.txt", "run-2/out/z.h5", "run-2/deep/er/w.h5",
+            "data/q.h5", "data/1/2/r.h5", ".dot/run-3/out/s.h5", "store.zarr/.zarray", "data/more.zarr/0"]  # fmt: skip
+    for name in tree:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    expected = sorted(
+        os.fsencode(n) for n in glob.iglob(pattern, root_dir=tmp_path, recursive=True, include_hidden=True)
+        if (tmp_path / n).is_file() or n.endswith(".zarr")
+    )  # fmt: skip
+    assert expected
+    for wanted in (1, 4, 100):
+        pieces = walk_pieces(tmp_path, pattern, wanted)
+        found = [m for prefix, rest in pieces for m in piece_matches(tmp_path, prefix, rest, 0, 1)]
+        assert sorted(found) == expected, (wanted, pieces)
+    shared = [m for share in range(3) for m in piece_matches(tmp_path, "", pattern, share, 3)]
+    assert sorted(shared) == expected
+    assert len(walk_pieces(tmp_path, "**/*.h5", 4)) >= 4  # cut one level down: the root's directories
 
 
 def test_field_mapping_for_real_layouts(tmp_path, serial):

@@ -136,6 +136,33 @@ def exchange(comm: Any, items: np.ndarray, destinations: np.ndarray) -> np.ndarr
     return received
 
 
+def sample_sort(comm: Any, items: np.ndarray, key: str | None = None) -> np.ndarray:
+    """Items (plain, or structured and sorted by field `key`) sorted across ranks: rank r ends with the r-th
+    stretch of the global order (stretches differ in length). Sorts `items` in place first; the peak is
+    the items sent plus those received."""
+    items.sort(**({"order": key} if key else {}))
+    size = comm.Get_size()
+    if size == 1:
+        return items
+    keys = items[key] if key else items
+    picks = np.linspace(0, len(items) - 1, min(len(items), 16 * size)).astype(np.int64) if len(items) else []
+    samples = np.sort(np.concatenate(comm.allgather(keys[picks])))
+    splitters = samples[(np.arange(1, size) * len(samples)) // size] if len(samples) else samples
+    received = exchange(comm, items, np.searchsorted(splitters, keys, side="right"))
+    received.sort(**({"order": key} if key else {}))
+    return received
+
+
+def gather_range(comm: Any, items: np.ndarray, first: int, wanted: range) -> np.ndarray:
+    """The items numbered `wanted` (a range of global numbers) on every rank, where this rank holds the
+    numbers from `first` on, in order, and the ranks' holdings follow each other; ranges may overlap."""
+    ranges = comm.allgather((wanted.start, wanted.stop))
+    held = len(items)
+    picks = [np.arange(min(max(lo - first, 0), held), min(max(hi - first, 0), held)) for lo, hi in ranges]
+    destinations = np.concatenate([np.full(len(p), r) for r, p in enumerate(picks)]).astype(np.int64)
+    return exchange(comm, items[np.concatenate(picks).astype(np.int64)], destinations)
+
+
 def all_ok(comm: Any, error: BaseException | None) -> None:
     """Collective error check: if any rank failed, every rank raises (so none hangs in a collective).
 

@@ -1,13 +1,18 @@
-"""ingest's listing of the inputs: the sorted file names (found by source.glob under source.path, or read
-from source.list) held as one numpy bytes array per chunk and written to the manifest's listing file, from
-which every rank reads its block. Memory: the names of one chunk (or of a rank's block); time: linear in
-the names, one sort."""
+"""ingest's listing of the inputs, held across ranks: a glob's matches found by walking pieces of the tree
+in parallel and sorted across ranks (a sample sort), or a list file's lines read by every rank from its
+block of the file's bytes; every rank writes its stretch of the listing file in place. The names are one
+fixed-width numpy bytes array per rank, never a Python object per file. Memory per rank: its stretch of
+the names (twice, while they are exchanged) and, on rank 0, the walk's pieces (the directories of the
+levels expanded); time: linear in the names, a directory level listed by rank 0, one parallel sort."""
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import glob
 import os
 import shutil
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -19,10 +24,11 @@ from pipeline.config import input_list
 from pipeline.formats.parts import clear_parts
 from pipeline.formats.readers import is_input_directory
 from pipeline.paths import IngestPaths
-from pipeline.runtime.mpi import owner_ranks
+from pipeline.runtime.mpi import all_ok, exclusive_sum, owner_ranks, sample_sort
 from pipeline.storage.fsutil import atomic_path
 
 LISTING_CHUNK = 65_536  # names turned into one array at a time while listing
+WALK_PIECES_PER_RANK = 8  # the walk is cut into at least this many pieces per rank where the tree allows
 
 
 class Listing(Sequence[str]):
@@ -64,68 +70,149 @@ def collect(names: Iterable[bytes]) -> np.ndarray:
     return np.concatenate([c.astype(f"S{width}") for c in chunks]) if chunks else np.array([], "S1")
 
 
-def find_inputs(root: Path, pattern: str) -> np.ndarray:
-    """The names (relative to `root`, bytes) of the files matching `pattern`, sorted; streamed from the
-    directory walk."""
-    if not root.is_dir():
-        raise Sim2dlError(f"source directory {root} does not exist (config key 'source.path')")
-
-    def matches() -> Iterator[bytes]:
-        for name in glob.iglob(pattern, root_dir=root, recursive=True, include_hidden=True):
-            path = os.path.join(root, name)
-            # Dangling symlinks are kept: they are input files that cannot be read, and must be reported.
-            if os.path.isfile(path) or os.path.islink(path) or is_input_directory(path):
-                yield os.fsencode(name)
-
-    names = collect(matches())
-    if not len(names):
-        raise Sim2dlError(f"no files match '{pattern}' under {root} (config keys 'source.path', 'source.glob')")
-    names.sort()
-    return names
+def pattern_parts(pattern: str) -> tuple[str, ...]:
+    return tuple(part for part in pattern.split("/") if part not in ("", "."))
 
 
-def read_input_list(path: Path) -> np.ndarray:
-    """The inputs named in a list file, one per line (relative to source.path, or absolute), in the
-    file's order; blank lines and lines starting with '#' are skipped."""
+def subdirectories(directory: str) -> list[str]:
+    """The sorted names of a directory's subdirectories (symlinks to directories too, as glob's ** takes
+    them); none if it cannot be read (glob, too, skips what it cannot read)."""
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(e.name for e in entries if e.is_dir())
+    except OSError:
+        return []
+
+
+def expand_piece(root: Path, prefix: str, parts: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]] | None:
+    """A piece of the walk one directory level further down: the pieces whose matches are its matches
+    (each exactly once); None when its next part names the matches themselves (left to glob)."""
+    if len(parts) < 2:
+        return None
+    head, rest = parts[0], parts[1:]
+    here = os.path.join(root, prefix)
+    if head == "**":  # zero directories, or one more directory and ** again
+        return [(prefix, rest), *((os.path.join(prefix, d), parts) for d in subdirectories(here))]
+    if not glob.has_magic(head):
+        return [(os.path.join(prefix, head), rest)] if os.path.isdir(os.path.join(here, head)) else []
+    return [(os.path.join(prefix, d), rest) for d in subdirectories(here) if fnmatch.fnmatchcase(d, head)]
+
+
+def walk_pieces(root: Path, pattern: str, wanted: int) -> list[tuple[str, str]]:
+    """The glob's walk cut into pieces (a directory below root, the rest of the pattern below it) whose
+    matches together are the pattern's, each once: whole directory levels are expanded until there are
+    `wanted` pieces or none can be expanded. Only directories are listed here (the last level, the files,
+    is left to the ranks), so the pieces are few: the directories of the levels expanded."""
+    pieces = [("", pattern_parts(pattern))]
+    while len(pieces) < wanted:
+        expanded = [expand_piece(root, prefix, parts) for prefix, parts in pieces]
+        if all(e is None for e in expanded):
+            break
+        pieces = [q for piece, e in zip(pieces, expanded, strict=True) for q in (e if e is not None else [piece])]
+    return [(prefix, "/".join(parts)) for prefix, parts in pieces]
+
+
+def piece_matches(root: Path, prefix: str, rest: str, share: int, shares: int) -> Iterator[bytes]:
+    """The names (relative to root) of one piece's matches: a glob of `rest` in the piece's directory,
+    those whose name hashes to `share` of `shares` (a piece walked by several ranks)."""
+    for name in glob.iglob(rest, root_dir=os.path.join(root, prefix), recursive=True, include_hidden=True):
+        relative = os.fsencode(os.path.join(prefix, name))
+        if shares > 1 and zlib.crc32(relative) % shares != share:
+            continue
+        path = os.path.join(root, prefix, name)
+        # Dangling symlinks are kept: they are input files that cannot be read, and must be reported.
+        if os.path.isfile(path) or os.path.islink(path) or is_input_directory(path):
+            yield relative
+
+
+def find_my_inputs(comm: Any, root: Path, pattern: str) -> np.ndarray:
+    """This rank's share of the names (relative to root, bytes, unsorted) of the files matching `pattern`:
+    rank 0 cuts the walk into pieces (walk_pieces), every rank walks its own. Fewer pieces than ranks
+    (a flat directory): each piece is walked by several ranks, each keeping the names that hash to it."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    pieces, error = None, None
+    if rank == 0:
+        if not root.is_dir():
+            error = Sim2dlError(f"source directory {root} does not exist (config key 'source.path')")
+        else:
+            pieces = walk_pieces(root, pattern, WALK_PIECES_PER_RANK * size)
+    all_ok(comm, error)
+    pieces = comm.bcast(pieces, root=0)
+    shares = -(-size // max(len(pieces), 1))  # 1 unless there are fewer pieces than ranks
+    tasks = [(prefix, rest, share) for prefix, rest in pieces for share in range(shares)]
+    mine = tasks[rank::size]
+    return collect(m for prefix, rest, share in mine for m in piece_matches(root, prefix, rest, share, shares))
+
+
+def read_my_lines(comm: Any, path: Path) -> np.ndarray:
+    """This rank's inputs of a list file, one per line (relative to source.path, or absolute; blank lines
+    and lines starting with '#' skipped): the lines that begin in its block of the file's bytes."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    names, error = np.array([], "S1"), None
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as e:
-        raise Sim2dlError(f"cannot read the input list {path} (config key 'source.list'): {e.strerror}") from None
+        error = Sim2dlError(f"cannot read the input list {path} (config key 'source.list'): {e.strerror}")
+    all_ok(comm, error)
     with f:
-        names = collect(n for n in (line.strip() for line in f) if n and not n.startswith(b"#"))
-    if not len(names):
-        raise Sim2dlError(f"the input list {path} names no files (config key 'source.list')")
+        length = os.fstat(f.fileno()).st_size
+        start, stop = rank * length // size, (rank + 1) * length // size
+
+        def lines() -> Iterator[bytes]:
+            position = start
+            if start:  # a line that began in the block before belongs to the rank before
+                f.seek(start - 1)
+                position += len(f.readline()) - 1
+            while position < stop:
+                line = f.readline()
+                if not line:
+                    break
+                position += len(line)
+                yield line.strip()
+
+        names = collect(n for n in lines() if n and not n.startswith(b"#"))
     return names
 
 
-def write_listing(path: Path, names: np.ndarray) -> np.ndarray:
-    """Write the names one per line; returns the byte offset of every line start (and of the end)."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        for start in range(0, len(names), LISTING_CHUNK):
-            f.write(b"\n".join(names[start : start + LISTING_CHUNK].tolist()) + b"\n")
-    lengths = np.char.str_len(names).astype(np.int64) + 1
-    return np.concatenate([[0], np.cumsum(lengths)])
-
-
-def read_listing(path: Path, start: int, stop: int) -> np.ndarray:
-    """The names on the lines between byte offsets start and stop of a listing."""
-
-    def lines() -> Iterator[bytes]:
-        with open(path, "rb") as f:
-            f.seek(start)
-            position = start
-            while position < stop:
-                line = f.readline()
-                position += len(line)
-                yield line.rstrip(b"\n")
-
-    return collect(lines())
-
-
-def list_inputs(root: Path, source: Mapping[str, Any]) -> np.ndarray:
-    """Rank 0: the inputs' names (a glob's sorted, a list's in its order)."""
+def list_my_inputs(comm: Any, root: Path, source: Mapping[str, Any]) -> tuple[np.ndarray, int, int]:
+    """Every rank's stretch of the inputs' names (a glob's sorted across ranks, a list's in its order):
+    the names, the number of the first, and the number of inputs in all. No rank holds them all."""
     listed = input_list(source, root)
-    return read_input_list(listed) if listed else find_inputs(root, source["glob"])
+    names = read_my_lines(comm, listed) if listed else find_my_inputs(comm, root, source["glob"])
+    width = max(comm.allgather(names.dtype.itemsize))
+    names = names.astype(f"S{width}")
+    if not listed:
+        names = sample_sort(comm, names)
+    counts = comm.allgather(len(names))
+    total, first = sum(counts), sum(counts[: comm.Get_rank()])
+    error = None
+    if not total and comm.Get_rank() == 0:
+        error = Sim2dlError(
+            f"the input list {listed} names no files (config key 'source.list')"
+            if listed
+            else f"no files match '{source['glob']}' under {root} (config keys 'source.path', 'source.glob')"
+        )
+    all_ok(comm, error)
+    return names, first, total
+
+
+def write_listing(comm: Any, path: Path, names: np.ndarray) -> None:
+    """Every rank writes its names, one per line, at their place in one file (a temporary renamed over
+    `path` by rank 0 once all have written)."""
+    lines_bytes = int(np.char.str_len(names).sum()) + len(names) if len(names) else 0
+    offset = exclusive_sum(comm, lines_bytes)
+    with contextlib.ExitStack() as stack:
+        temporary = stack.enter_context(atomic_path(path)) if comm.Get_rank() == 0 else None
+        temporary = comm.bcast(temporary, root=0)
+        error = None
+        try:
+            with open(temporary, "r+b") as f:
+                f.seek(offset)
+                for start in range(0, len(names), LISTING_CHUNK):
+                    f.write(b"\n".join(names[start : start + LISTING_CHUNK].tolist()) + b"\n")
+        except OSError as e:
+            error = Sim2dlError(f"cannot write the listing {path}: {e.strerror}")
+        all_ok(comm, error)
 
 
 def paths_of(comm: Any, indices: np.ndarray, starts: np.ndarray, mine: Listing) -> list[str]:
@@ -140,15 +227,17 @@ def paths_of(comm: Any, indices: np.ndarray, starts: np.ndarray, mine: Listing) 
     return [by_index[i] for i in indices.tolist()]
 
 
-def start_listing(root: Path, source: Mapping[str, Any], paths: IngestPaths) -> tuple[np.ndarray, np.ndarray]:
-    """Rank 0: list the inputs into inputs.txt and clear what an earlier run left; returns the names and
-    the byte offset of every line of the listing."""
-    names = list_inputs(root, source)
-    paths.root.mkdir(parents=True, exist_ok=True)
-    clear_parts(paths.parts)
-    shutil.rmtree(paths.manifest, ignore_errors=True)
-    paths.summary.unlink(missing_ok=True)
-    return names, write_listing(paths.inputs, names)
+def start_listing(comm: Any, root: Path, source: Mapping[str, Any], paths: IngestPaths) -> tuple[np.ndarray, int, int]:
+    """List the inputs into inputs.txt (every rank its stretch) once rank 0 has cleared what an earlier run
+    left; returns this rank's stretch of the names, the number of its first, and the number of inputs."""
+    if comm.Get_rank() == 0:
+        paths.root.mkdir(parents=True, exist_ok=True)
+        clear_parts(paths.parts)
+        shutil.rmtree(paths.manifest, ignore_errors=True)
+        paths.summary.unlink(missing_ok=True)
+    names, first, total = list_my_inputs(comm, root, source)
+    write_listing(comm, paths.inputs, names)
+    return names, first, total
 
 
 class SampleNames(Sequence[str]):

@@ -1,9 +1,11 @@
 """ingest: scan many small simulation files, validate each, and pack the good ones into a few parts.
 
-Listing: rank 0 streams the matches of `source.glob` below `source.path` (or reads `source.list`, a
-file naming one input per line, as LBANN/Merlin sample lists do) into one compact array, sorts it (a
-glob's matches only: a list keeps its order) and writes it to `inputs.txt`; every rank then reads only
-its own block of lines from that file. Nothing is broadcast per file.
+Listing (listing.py): no rank holds the whole listing. For `source.glob` under `source.path`, rank 0 cuts
+the directory walk into pieces (a directory and the rest of the pattern), every rank walks its own pieces,
+and the names are sorted across ranks (a sample sort); a `source.list` file (one input per line, as
+LBANN/Merlin sample lists) is read by every rank from its block of the file's bytes, in the list's order.
+Every rank writes its stretch of `inputs.txt` in place, then gets its block of whole parts (an all-to-all
+of names between neighbours).
 
 Each file is read exactly once in the whole workflow, whole, `ingest.prefetch` files ahead by
 `ingest.read_threads` background threads (with O_DIRECT unless `ingest.direct_io` is off): its declared
@@ -21,15 +23,16 @@ file in input order keeps the id. The rejects list (CSV) gives one reason per re
 goes on past bad files and fails only when the rejected fraction exceeds `ingest.max_reject_fraction`.
 `summary.json` (counts), written last, marks the step complete.
 
-Memory per rank: rank 0 holds the listing as one byte array (about the relative paths' length per file,
-plus 8 bytes); every rank holds its block of the listing, 24 bytes per accepted record for the duplicate
-check, and one part's manifest rows at a time. Time: one pass over the files, split evenly across ranks.
+Memory per rank: its stretch of the listing (about the relative paths' length per file, the longest
+path's length per file while sorting: the names are fixed-width bytes) and its block of it, 24 bytes per
+accepted record for the duplicate check, and one part's manifest rows at a time; the same on rank 0 as
+on the others. Time: one pass over the files and one sort of their names, split evenly across ranks.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +50,8 @@ from pipeline.formats.shards import WRITERS
 from pipeline.formats.shards.base import Framing
 from pipeline.paths import IngestPaths
 from pipeline.reporting.progress import progress, progress_bar
-from pipeline.runtime.mpi import all_ok, block
-from pipeline.steps.ingest.listing import (
-    Listing,
-    SampleNames,
-    read_listing,
-    start_listing,
-)
+from pipeline.runtime.mpi import all_ok, block, gather_range
+from pipeline.steps.ingest.listing import Listing, SampleNames, start_listing
 from pipeline.steps.ingest.manifest import (
     HASHED,
     ManifestPiece,
@@ -81,21 +79,38 @@ def shape_text(arrays: Mapping[str, np.ndarray]) -> str:
     return ";".join(f"{name}={'x'.join(map(str, a.shape)) or 'scalar'}" for name, a in arrays.items())
 
 
-def part_files(files: Sequence[str | Path], shard_bytes: int, ranks: int, sample: int = 64) -> int:
-    """Files per part: about one shard's worth at the median size of up to `sample` evenly spaced files.
-    Parts are consecutive runs of the sorted file list, the same for any number of ranks, so parts (and
-    the shards that can be parts as they are) do not depend on how many ranks ingested them, unless
-    that would give fewer than PARTS_PER_RANK parts per rank: then parts are smaller, so that every rank
-    has work and none has much more than another."""
+PART_SIZE_SAMPLE = 64  # files whose median size sets the files per part
+
+
+def sampled_files(files: int, sample: int = PART_SIZE_SAMPLE) -> np.ndarray:
+    """The numbers of up to `sample` evenly spaced files of `files`."""
+    return np.arange(0, files, max(1, files // sample))[:sample]
+
+
+def file_sizes(paths: Iterable[str | Path]) -> list[int]:
     sizes = []
-    for path in files[:: max(1, len(files) // sample)][:sample]:
+    for path in paths:
         try:
             sizes.append(os.stat(path).st_size)
         except OSError:
             continue  # reported when its turn comes
+    return sizes
+
+
+def files_per_part(sizes: Sequence[int], files: int, shard_bytes: int, ranks: int) -> int:
+    """Files per part: about one shard's worth at the median of `sizes` (sampled_files' sizes). Parts are
+    consecutive runs of the sorted file list, the same for any number of ranks, so parts (and the shards
+    that can be parts as they are) do not depend on how many ranks ingested them, unless that would give
+    fewer than PARTS_PER_RANK parts per rank: then parts are smaller, so that every rank has work and none
+    has much more than another."""
     median = int(np.median(sizes)) if sizes else 0
-    balanced = len(files) // (PARTS_PER_RANK * ranks)  # gives at least PARTS_PER_RANK parts per rank
+    balanced = files // (PARTS_PER_RANK * ranks)  # gives at least PARTS_PER_RANK parts per rank
     return max(1, min(shard_bytes // max(median, 1), balanced))
+
+
+def part_files(files: Sequence[str | Path], shard_bytes: int, ranks: int) -> int:
+    """files_per_part of a list of files."""
+    return files_per_part(file_sizes(files[i] for i in sampled_files(len(files))), len(files), shard_bytes, ranks)
 
 
 def reads_contents(path: Path, format_name: str) -> bool:
@@ -117,17 +132,7 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
     paths = IngestPaths(out_dir)
 
-    # Rank 0 lists the inputs into inputs.txt and tells each rank which lines are its own.
-    plan: list[tuple[int, int, int, int, int]] | None = None  # per rank: first file, byte range, chunk, chunks
-    error: BaseException | None = None
-    if rank == 0:
-        try:
-            plan = listing_plan(root, source, paths, shard_bytes, size)
-        except Sim2dlError as e:
-            error = e
-    all_ok(comm, error if rank == 0 else None)
-    first, byte_start, byte_stop, chunk, chunks = comm.scatter(plan, root=0)
-    mine = Listing(root, read_listing(paths.inputs, byte_start, byte_stop))
+    mine, first, chunk, chunks = plan_listing(comm, root, source, paths, shard_bytes)
     starts = np.array(comm.allgather(first), np.int64)  # rank r holds files [starts[r], starts[r + 1])
     paths.manifest.mkdir(parents=True, exist_ok=True)
 
@@ -182,20 +187,20 @@ def pack_files(
     return hashed[:accepted], rejects, (len(mine), accepted, rejected)
 
 
-def listing_plan(
-    root: Path, source: Mapping[str, Any], paths: IngestPaths, shard_bytes: int, size: int
-) -> list[tuple[int, int, int, int, int]]:
-    """Rank 0: list the inputs into inputs.txt; per rank, its first file, the byte range of its lines in
-    inputs.txt, the files per part and the number of parts (each rank a block of whole parts)."""
-    names, offsets = start_listing(root, source, paths)
-    chunk = part_files(Listing(root, names), shard_bytes, size)
-    chunks = -(-len(names) // chunk)
-    plan = []
-    for r in range(size):
-        chunk_range = block(range(chunks), r, size)  # a range, possibly empty
-        first, stop = (min(len(names), c * chunk) for c in (chunk_range.start, chunk_range.stop))
-        plan.append((first, int(offsets[first]), int(offsets[stop]), chunk, chunks))
-    return plan
+def plan_listing(
+    comm: Any, root: Path, source: Mapping[str, Any], paths: IngestPaths, shard_bytes: int
+) -> tuple[Listing, int, int, int]:
+    """List the inputs into inputs.txt (every rank a stretch) and give each rank a block of whole parts:
+    its files, the number of its first, the files per part and the number of parts."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    names, held, total = start_listing(comm, root, source, paths)
+    here = Listing(root, names)
+    sizes = file_sizes(here[int(i) - held] for i in sampled_files(total) if held <= i < held + len(names))
+    chunk = files_per_part([s for rank_sizes in comm.allgather(sizes) for s in rank_sizes], total, shard_bytes, size)
+    chunks = -(-total // chunk)
+    chunk_range = block(range(chunks), rank, size)  # a range, possibly empty
+    first, stop = (min(total, c * chunk) for c in (chunk_range.start, chunk_range.stop))
+    return Listing(root, gather_range(comm, names, held, range(first, stop))), first, chunk, chunks
 
 
 def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
@@ -206,28 +211,26 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
     shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
     paths = IngestPaths(out_dir)
-    offsets: np.ndarray | None = None
     opener: FileOpener | None = None
     error: BaseException | None = None
     try:
         opener = FileOpener(root, source, fields)
-        if rank == 0:
-            _, offsets = start_listing(root, source, paths)
     except Sim2dlError as e:
         error = e
     all_ok(comm, error)
     assert opener is not None
-    offsets = comm.bcast(offsets, root=0)
-    n_files = len(offsets) - 1
+    names, held, n_files = start_listing(comm, root, source, paths)
 
     def lines(files: range) -> Listing:
-        return Listing(root, read_listing(paths.inputs, int(offsets[files.start]), int(offsets[files.stop])))
+        return Listing(root, gather_range(comm, names, held, files))
 
-    surveyed = block(range(n_files), rank, size)
-    plan, categories = plan_samples(comm, opener, lines(surveyed), surveyed.start, n_files, shard_bytes)
+    surveyed = lines(block(range(n_files), rank, size))
+    first_file = lines(range(1 if rank == 0 else 0))  # the first input, on rank 0: its fields' description
+    plan, categories = plan_samples(comm, opener, surveyed, rank * n_files // size, n_files, shard_bytes)
     numbers = plan.rank_samples(rank)
     files = plan.files_of(numbers)
     listing, file_starts = lines(files), plan.starts
+    del names, surveyed
     starts = np.array(comm.allgather(numbers.start), np.int64)  # rank r: sample numbers [starts[r], starts[r + 1])
     paths.manifest.mkdir(parents=True, exist_ok=True)
     framing, about = part_framing(config, shard_bytes)
@@ -246,8 +249,7 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     writer.parts.close()
     bar.close()
     names = SampleNames(listing, file_starts, files.start, numbers.start)
-    first = Path(lines(range(0, 1))[0]) if rank == 0 and n_files else None
-    described = field_descriptions(first, source["format"], fields) if first else {}
+    described = field_descriptions(Path(first_file[0]), source["format"], fields) if len(first_file) else {}
     extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, **described}
     counts = (len(numbers), writer.accepted, writer.rejected)
     hashed = writer.hashed[: writer.accepted]

@@ -22,7 +22,7 @@ from pipeline.formats.parts import Part, list_parts, read_about
 from pipeline.formats.shards import WRITERS, ShardWriter, encoding_errors
 from pipeline.formats.slabs import check_slabs
 from pipeline.paths import ConvertPaths
-from pipeline.runtime.mpi import block, exchange, exclusive_sum
+from pipeline.runtime.mpi import block, exchange, exclusive_sum, sample_sort
 
 NUMERIC_KEYS = {"sort_key": "length", "length": "length", "bytes": "bytes"}  # sort_by -> meta column
 
@@ -215,20 +215,6 @@ def local_rows(
     return (np.concatenate(chunks) if chunks else np.zeros(0, dtype)), home_counts
 
 
-def sample_sort(comm: Any, rows: np.ndarray) -> np.ndarray:
-    """Rows sorted by key across ranks: rank r ends with the r-th stretch of the global order."""
-    rows.sort(order="key")  # in place: keys are unique (sample ids are)
-    size = comm.Get_size()
-    if size == 1:
-        return rows
-    picks = np.linspace(0, len(rows) - 1, min(len(rows), 16 * size)).astype(np.int64) if len(rows) else []
-    samples = np.sort(np.concatenate(comm.allgather(rows["key"][picks])))
-    splitters = samples[(np.arange(1, size) * len(samples)) // size] if len(samples) else samples
-    received = exchange(comm, rows, np.searchsorted(splitters, rows["key"], side="right"))
-    received.sort(order="key")
-    return received
-
-
 def previous_row(comm: Any, rows: np.ndarray) -> tuple[np.void | None, bool]:
     """The row just before this rank's first in the global order (None on the rank holding the global
     start), and whether this rank holds the global end."""
@@ -394,7 +380,7 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
         raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
 
     # 2. The global order; 3. shards, each on the rank where it begins.
-    rows = sample_sort(comm, rows)
+    rows = sample_sort(comm, rows, "key")  # keys are unique (sample ids are)
     starts = None if framed is None else home_starts(comm, rows, home_counts(comm, local_homes, len(files.paths)))
     whole = starts is not None
     if starts is None:
