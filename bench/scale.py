@@ -1,24 +1,34 @@
 """Bookkeeping at scale: per-step time per record and peak memory per rank as the number of files grows.
 
-Tiny files (the simulator's 4^3 cubes: the point is bookkeeping, not bytes) at three sizes, through
-ingest, convert and merge with 2 ranks, and merge again with 1 rank at the largest size. Each step runs
-as `mpiexec -n R sim2dl STEP` and reports its own wall time (start-up excluded) and the largest peak RSS
-of its ranks (`peak_rss_mb_per_rank` in its JSON summary).
+Tiny files (the simulator's 4^3 cubes: the point is bookkeeping, not bytes) at three sizes (10^6, 3x10^6,
+10^7; --quick 20k, 80k, 200k) through ingest, convert, merge and stage with 2 ranks, then one epoch read
+back (tf.data over the staged copies, and the numpy reader over the merged directory, each in a process of
+its own). Each step runs as `mpiexec -n R sim2dl STEP` and reports its own wall time (start-up excluded)
+and every rank's peak RSS (`peak_rss_mb_by_rank` in its JSON summary). At the largest size no more than
+10^6 (the checked size), merge runs three more times: again with 2 ranks and with 1 (the shards' bytes
+must be identical: one xxh3 checksum over all of them), and killed with SIGKILL once half its shards are
+written, then rerun (its wall time, the shards it kept, and no finished shard written again).
 
 How the inputs are made: `sim2dl simulate` with 2 ranks, once, at the largest size (4^3 cubes; with
 `--family trace`, variable-length records of 10 to 40 steps, which merge sorts by length as etalumis
 did). The simulator writes every file after its first from that file's HDF5 image with the data and id
-bytes replaced (pipeline.steps.simulate.Templates, byte-identical to h5py's files): about 10,000 files a
-second here, against about 1,100 through h5py. Each smaller size is the first N files, named in a
-`source.list` file (one path per line), so the input lists are exercised too.
+bytes replaced (pipeline.steps.simulate.Templates, byte-identical to h5py's files). The largest size is
+every file, found by a glob (the ranks walk the tree apart); each smaller size is the first N files,
+named in a `source.list` file (one path per line, read by the ranks from their blocks of its bytes).
+A file is 6,220 bytes (HDF5's own structures around 268 bytes of data): 10^7 of them take 80 GB on
+ext4 with 4 KB blocks, more than this machine's disk, so the full run's bench/out was a loop-mounted
+btrfs image with zstd compression (`raw_gb_on_disk`, `file_system`).
 
 Figures (last line, one JSON object):
 - rss_mb_per_million_records: the largest per-step slope of peak RSS per rank (MB per million records,
   between the smallest and largest size); target <= 100.
 - time_per_record_growth: the largest per-step ratio of seconds per record at the largest size to the
   smallest; target <= 1.25.
-- merge_speedup_2_ranks: merge time with 1 rank / with 2 at the largest size; target >= 1.6.
-- metadata_json_bytes at each size: must not grow with records.
+- rank0_vs_others: the largest per-step ratio of rank 0's peak RSS to the other ranks' at the largest
+  size; target <= 1.5 (no rank holds the whole listing).
+- merge_speedup_2_ranks: merge time with 1 rank / with 2 at the checked size; target >= 1.6.
+- checksums: the shards identical on a rerun, with 1 rank, and after the killed merge's resume.
+- metadata_json_bytes at each size: a few hundred bytes per shard, nothing per record.
 
 With `--layouts`: the same records (4^3 cubes and 3 parameters, equal bytes) as they come from real
 simulations with many samples per file (HDF5 with a leading axis, chunked 1,024 samples, read with
@@ -97,7 +107,9 @@ def input_list(root: Path, files: int) -> Path:
 QUICK_SHARD_MB = 2
 
 
-def config(work: Path, root: Path, listed: Path, family: str, shard_mb: float = 16) -> Path:
+def config(work: Path, root: Path, listed: Path | None, family: str, shard_mb: float = 16) -> Path:
+    """The data steps' config: the inputs named by the list file `listed`, or (None) every file found by
+    a glob (the ranks walk the tree apart)."""
     fields = (
         {"density": {"path": "density", "dtype": "float32", "shape": [4, 4, 4]}}
         if family == "cube"
@@ -110,7 +122,7 @@ def config(work: Path, root: Path, listed: Path, family: str, shard_mb: float = 
         "simulate": {"enabled": False},
         "source": {
             "path": str(root / "raw"),
-            "list": str(listed),
+            **({"list": str(listed)} if listed else {"glob": "**/*.h5"}),
             "sample_id": {"attr": "sample_id"},
             "fields": fields,
         },
@@ -472,12 +484,13 @@ def stage_config(config_path: Path, work: Path) -> None:
     config_path.write_text(yaml.safe_dump(doc))
 
 
-def run_size(root: Path, n: int, family: str, quick: bool, checks: bool) -> dict[str, Any]:
-    """Every step at one size; with `checks`, merge again with 2 ranks and with 1 (the same bytes?) and
-    killed half way then resumed."""
+def run_size(root: Path, n: int, family: str, quick: bool, checks: bool, every: bool) -> dict[str, Any]:
+    """Every step at one size (`every`: all the files there, found by a glob; else the first n, listed);
+    with `checks`, merge again with 2 ranks and with 1 (the same bytes?) and killed half way then resumed."""
     work = root / f"work-{n}"
     shutil.rmtree(work, ignore_errors=True)
-    config_path = config(work, root, input_list(root, n), family, QUICK_SHARD_MB if quick else 16)
+    listed = None if every else input_list(root, n)
+    config_path = config(work, root, listed, family, QUICK_SHARD_MB if quick else 16)
     stage_config(config_path, work)
     result: dict[str, Any] = {step: run_step(step, config_path, 2) for step in ("ingest", "convert", "merge")}
     merged = work / "merged"
@@ -555,7 +568,7 @@ def main() -> None:
         simulate_seconds = time.perf_counter() - started
         raw_disk = [after - earlier for after, earlier in zip(disk_used(root), before, strict=True)]
         for n in sizes:
-            results[n] = run_size(root, n, args.family, args.quick, n == checked)
+            results[n] = run_size(root, n, args.family, args.quick, n == checked, n == sizes[-1])
             print(json.dumps({"files": n, **results[n]}), flush=True)
     finally:
         if not args.keep:
