@@ -12,13 +12,21 @@ simulator runs, and its memory with many runs.
   as much as of the farm, reported beside the tmpfs one.
 - runs_per_s_vs_snakemake_jobs: the same against one Snakemake job per run (--cores 2), as a workflow
   without the farm would run them (measured on fewer runs: Snakemake's DAG grows with the jobs).
-- peak_rss_mb_per_rank at `runs` runs (100,000 in full mode): bounded (a few arrays per rank).
+- scaling (`--scaling`, or after the comparisons in full mode): the farm alone at 10^4, 10^5 and 10^6 trivial
+  runs on tmpfs (--quick: 2,000 and 10,000): runs/s, every rank's peak RSS (flat: no rank holds the design
+  or the outcomes of all runs: rank 0 writes the runs table a block of 65,536 runs at a time), the runs
+  table's bytes and the seconds to read it back (Parquet, pyarrow), the most entries in one directory; at
+  the largest size xargs beside it (`runs_per_s_vs_xargs_at_largest`), and the farm killed with SIGKILL at
+  60 % of its runs then rerun: the rerun's wall time, the seconds it spent before its first new run
+  (`seconds_to_first_new_run`: finding the completed runs), and no completed run run again (every run
+  directory that existed at the kill has the same inode after the rerun).
 Times exclude interpreter start-up alike: sim2dl's is the farm's own `seconds_running`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,12 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import yaml
-from common import BIN, bench_env, emit, parse_size, sim2dl
+from common import BIN, OUT, bench_env, emit, sim2dl
 
 TOUCH = shutil.which("touch") or "/usr/bin/touch"
 
 
-def farm(work: Path, runs: int) -> dict:
+def farm_config(work: Path, runs: int) -> Path:
     config = {
         "workdir": str(work),
         "simulate": {
@@ -52,7 +60,91 @@ def farm(work: Path, runs: int) -> dict:
     path = work / "config.yaml"
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config))
-    return json.loads(sim2dl("simulate", "--config", str(path)).strip().splitlines()[-1])
+    return path
+
+
+def farm(work: Path, runs: int) -> dict:
+    return json.loads(sim2dl("simulate", "--config", str(farm_config(work, runs))).strip().splitlines()[-1])
+
+
+def run_dirs(raw: Path) -> dict[str, int]:
+    """Every completed run's directory (name: inode)."""
+    found = {}
+    for group in os.scandir(raw):
+        if group.is_dir() and group.name.isdigit():
+            for entry in os.scandir(group.path):
+                if not entry.name.startswith("."):
+                    found[entry.name] = entry.inode()
+    return found
+
+
+def most_entries(raw: Path) -> int:
+    """The most entries in one directory below raw (run groups, logs)."""
+    return max(len(os.listdir(d)) for d, _, _ in os.walk(raw))
+
+
+def killed_farm(work: Path, runs: int, at: float = 0.6) -> dict[str, Any]:
+    """The farm killed (SIGKILL: mpiexec, ranks, workers, the running commands) once `at` of its runs are
+    complete, then rerun."""
+    import signal
+
+    path = farm_config(work, runs)
+    raw = work / "raw"
+    cmd = [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), "simulate", "--config", str(path)]
+    proc = subprocess.Popen(cmd, env=bench_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    groups = -(-runs // 1000)
+    while proc.poll() is None:  # a group directory holds 1,000 runs: the groups begun, less the last, are full
+        begun = len(list(raw.glob("[0-9]" * 5))) if raw.is_dir() else 0
+        if begun - 1 >= at * groups:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = run_dirs(raw)
+    started = time.perf_counter()
+    resumed = json.loads(sim2dl("simulate", "--config", str(path)).strip().splitlines()[-1])
+    wall = time.perf_counter() - started
+    after = run_dirs(raw)
+    rerun = sum(1 for name, inode in before.items() if after.get(name) != inode)
+    return {"runs": runs, "complete_at_kill": len(before), "resume_wall_s": round(wall, 2),
+            "resume_seconds_running": resumed["seconds_running"],
+            "seconds_to_first_new_run": resumed.get("seconds_to_first_new_run"),
+            "ok_after_resume": resumed["ok"], "completed_runs_run_again": rerun}  # fmt: skip
+
+
+def scaling(root: Path, sizes: list[int]) -> dict[str, Any]:
+    """The farm at each size on tmpfs, xargs and a killed farm at the largest (see the module doc)."""
+    import pyarrow.parquet as pq
+
+    figures: dict[str, Any] = {}
+    for n in sizes:
+        work = root / f"farm-{n}"
+        sim = farm(work, n)
+        table = work / "raw" / "runs.parquet"
+        started = time.perf_counter()
+        rows = pq.read_table(table).num_rows
+        figures[str(n)] = {"runs_per_s": round(n / sim["seconds_running"], 1), "ok": sim["ok"],
+                           "peak_rss_mb_by_rank": sim["peak_rss_mb_by_rank"],
+                           "runs_table_bytes": table.stat().st_size,
+                           "runs_table_read_s": round(time.perf_counter() - started, 3), "rows": rows,
+                           "most_entries_per_dir": most_entries(work / "raw")}  # fmt: skip
+        print(json.dumps({"runs": n, **figures[str(n)]}), flush=True)
+        settle(work)
+    largest = sizes[-1]
+    xargs_rate = largest / xargs(root / "xargs", largest)
+    settle(root / "xargs")
+    killed = killed_farm(root / "killed", largest)
+    settle(root / "killed")
+    peaks = [max(figures[str(n)]["peak_rss_mb_by_rank"]) for n in sizes]
+    return {
+        "sizes": figures,
+        "peak_rss_mb_per_rank": peaks,
+        "rss_mb_per_million_runs": round((peaks[-1] - peaks[0]) / ((largest - sizes[0]) / 1e6), 1),
+        "xargs_runs_per_s_at_largest": round(xargs_rate, 1),
+        "runs_per_s_vs_xargs_at_largest": round(figures[str(largest)]["runs_per_s"] / xargs_rate, 3),
+        "killed_at_60_percent": killed,
+    }
 
 
 def xargs(work: Path, runs: int) -> float:
@@ -111,10 +203,37 @@ def ratios(farm_rates: list[float], xargs_rates: list[float]) -> dict[str, Any]:
 
 
 def main() -> None:
-    n, keep, work = parse_size(__doc__, "ensemble")
-    quick = n == 2000
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2,000 runs compared; the farm at 2,000 and 10,000")
+    parser.add_argument("--scaling", action="store_true", help="only the farm at 10^4, 10^5 and 10^6 runs")
+    parser.add_argument("--keep", action="store_true", help="keep the disk variant's runs in bench/out")
+    args = parser.parse_args()
+    quick, only_scaling, keep = args.quick, args.scaling, args.keep
     runs = 2000 if quick else 20000
+    work = OUT / f"ensemble-{runs}"
     shutil.rmtree(work, ignore_errors=True)
+    result: dict[str, Any] = {"benchmark": "ensemble", "ranks": 2, "command": "touch {out}/done"}
+    if not only_scaling:
+        result.update(comparisons(work, runs, quick))
+    ram = Path(tempfile.mkdtemp(prefix="sim2dl-bench-ensemble-", dir="/dev/shm"))
+    try:
+        result["scaling"] = scaling(ram, [2000, 10000] if quick else [10_000, 100_000, 1_000_000])
+    finally:
+        shutil.rmtree(ram, ignore_errors=True)
+    result["rss_mb_per_million_runs"] = result["scaling"]["rss_mb_per_million_runs"]
+    result["runs_per_s_vs_xargs_at_largest"] = result["scaling"]["runs_per_s_vs_xargs_at_largest"]
+    result["completed_runs_run_again"] = result["scaling"]["killed_at_60_percent"]["completed_runs_run_again"]
+    result["targets"] = {"runs_per_s_vs_xargs": ">= 0.8", "runs_per_s_vs_xargs_at_largest": ">= 0.8",
+                         "rss_mb_per_million_runs": "flat (<= 20)", "completed_runs_run_again": "0"}  # fmt: skip
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
+    emit(result)
+
+
+def comparisons(work: Path, runs: int, quick: bool) -> dict[str, Any]:
+    """The farm against xargs (tmpfs and disk) and one Snakemake job per run."""
     ram = Path(tempfile.mkdtemp(prefix="sim2dl-bench-ensemble-", dir="/dev/shm"))
     try:
         ram_farm, ram_xargs = compare(ram, runs)
@@ -123,31 +242,18 @@ def main() -> None:
     disk_farm, disk_xargs = compare(work, runs)
     snake_runs = 100 if quick else 400
     snake_s = snakemake_jobs(work / "snakemake", snake_runs)
-    many = 10000 if quick else 100000
     settle(work / "snakemake")
-    big = farm(work / "many", many)
     on_ram = ratios(ram_farm, ram_xargs)
     on_disk = ratios(disk_farm, disk_xargs)
-    result = {
-        "benchmark": "ensemble",
-        "ranks": 2,
+    return {
         "runs": runs,
-        "command": "touch {out}/done",
         **on_ram,
         "runs_per_s_vs_xargs_disk": on_disk["runs_per_s_vs_xargs"],
         "disk": on_disk,
         "snakemake_jobs": snake_runs,
         "snakemake_runs_per_s": round(snake_runs / snake_s, 1),
         "runs_per_s_vs_snakemake_jobs": round(on_disk["farm_runs_per_s"] / (snake_runs / snake_s), 1),  # both on disk
-        "many_runs": many,
-        "many_runs_ok": big["ok"],
-        "many_runs_per_s": round(many / big["seconds_running"], 1),
-        "peak_rss_mb_per_rank": big["peak_rss_mb_per_rank"],
-        "targets": {"runs_per_s_vs_xargs": ">= 0.8"},
     }
-    if not keep:
-        shutil.rmtree(work)
-    emit(result)
 
 
 if __name__ == "__main__":

@@ -122,19 +122,32 @@ def serial() -> SerialComm:
 
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL a launched job and every process below it (MPI proxies may sit in their own process
-    groups), and wait until all are gone, so the test sees the state the kill left behind."""
+    groups) at one instant, as Slurm kills a job's cgroup, and wait until all are gone, so the test sees
+    the state the kill left behind. The tree is stopped first (SIGSTOP, until no new process appears):
+    killed one by one, a process could start another (the next run of a farm) after the list was made."""
     import psutil
 
     try:
         parent = psutil.Process(proc.pid)
     except psutil.NoSuchProcess:  # ended and already reaped
         return
-    victims = [parent, *parent.children(recursive=True)]
-    for p in victims:
+    victims: dict[int, psutil.Process] = {}
+    found = [parent]
+    while found:
+        for p in found:
+            victims[p.pid] = p
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.suspend()
+        below = []
+        for p in list(victims.values()):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                below += p.children(recursive=True)
+        found = [p for p in below if p.pid not in victims]
+    for p in victims.values():
         with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
     proc.wait()
-    psutil.wait_procs(victims, timeout=30)
+    psutil.wait_procs(list(victims.values()), timeout=30)
 
 
 # What MPICH leaves behind when a job aborts or is killed, which several tests do on purpose: the

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -94,21 +95,55 @@ def test_designs_cover_the_space_and_are_drawn_once_from_the_seed(design):
     }
     settings = {"runs": 64, "design": design, "space": space, "seed": 7}
     plan = EnsemblePlan.draw(settings)
-    table = plan.table.to_pydict()
+    table = whole(plan).to_pydict()
     assert table["run"][:2] == ["run-000000", "run-000001"] and len(set(table["seed"])) == 64
     assert min(table["omega_m"]) >= 0.2 and max(table["omega_m"]) < 0.4
     assert min(table["sigma8"]) >= 0.6 and max(table["sigma8"]) < 1.0
     assert set(table["steps"]) == {1, 2, 3, 4} and set(table["process"]) == {"qcd", "ttbar", "zll"}
-    assert EnsemblePlan.draw(settings).table.equals(plan.table)  # the same seed, the same design
+    assert whole(EnsemblePlan.draw(settings)).equals(whole(plan))  # the same seed, the same design
     assert EnsemblePlan.draw({**settings, "seed": 8}).digest != plan.digest
     if design != "random":  # space-filling: each quarter of a range holds a quarter of the points
         quarters = np.histogram(table["omega_m"], bins=4, range=(0.2, 0.4))[0]
         assert quarters.min() >= 12
 
 
+def whole(plan: EnsemblePlan) -> pa.Table:
+    return pa.concat_tables(plan.blocks())
+
+
+@pytest.mark.parametrize("design", ["random", "sobol", "lhs", "grid"])
+def test_the_design_made_a_block_at_a_time_is_the_whole_design(design, monkeypatch):
+    """No rank holds the whole design: blocks are made when asked (random and Sobol designs jump ahead to a
+    block's first point), and they are the rows of the design drawn at once, whatever the block size."""
+    from itertools import product
+
+    from scipy.stats import qmc
+
+    import pipeline.simulators.ensemble as ensemble
+
+    space = {"a": {"type": "uniform", "low": 0, "high": 1}, "n": {"type": "int", "low": 1, "high": 9},
+             "kind": {"type": "choice", "values": ["x", "y", "z"]}}  # fmt: skip
+    settings = {"runs": 300, "design": design, "space": space, "seed": 5}
+    monkeypatch.setattr(ensemble, "DESIGN_BLOCK", 7)
+    blocked = EnsemblePlan.draw(settings)
+    rows = blocked.rows(0, len(blocked))
+    assert [r["run"] for r in blocked.rows(5, 16)] == [f"run-{i:06d}" for i in range(5, 16)]  # across blocks
+    assert blocked.rows(200, 203) == rows[200:203]
+    monkeypatch.setattr(ensemble, "DESIGN_BLOCK", 65_536)
+    assert whole(EnsemblePlan.draw(settings)).to_pylist() == rows
+    if design == "grid":
+        levels = ensemble.grid_levels(space, 300)
+        assert [(r["a"], r["n"], r["kind"]) for r in rows] == list(product(*levels.values()))
+        return
+    at_once = {"random": lambda: np.random.default_rng(5).random((300, 3)),
+               "sobol": lambda: qmc.Sobol(3, scramble=True, seed=5).random(300),
+               "lhs": lambda: qmc.LatinHypercube(3, seed=5).random(300)}[design]()  # fmt: skip
+    np.testing.assert_array_equal([r["a"] for r in rows], at_once[:, 0])
+
+
 def test_a_grid_is_the_cross_product_within_the_run_count():
     space = {"a": {"type": "uniform", "low": 0, "high": 1}, "b": {"type": "choice", "values": ["x", "y"]}}
-    table = EnsemblePlan.draw({"runs": 10, "design": "grid", "space": space, "seed": 1}).table.to_pydict()
+    table = whole(EnsemblePlan.draw({"runs": 10, "design": "grid", "space": space, "seed": 1})).to_pydict()
     assert len(table["run"]) == 10 and sorted(set(table["a"])) == pytest.approx(np.linspace(0, 1, 5).tolist())
     assert sorted(zip(table["a"], table["b"], strict=True)) == sorted(
         (a, b) for a in np.linspace(0, 1, 5) for b in ("x", "y")

@@ -80,6 +80,11 @@ class Worker:
     def __init__(self) -> None:
         self.running: subprocess.Popen[bytes] | None = None
         self.log_dirs: set[Path] = set()  # made already
+        self.rank = os.getppid()
+        # The rank's death (SIGTERM, by the parent-death signal) while a run is being started: that run
+        # is killed once it is known. Without this, a run forked in that instant outlived the kill and
+        # ran again on the rerun: one more than the one in flight.
+        self.starting = self.dying = False
 
     def start(self, argv: list[str], cwd: Path, log: IO[bytes]) -> subprocess.Popen[bytes] | None:
         log.write(f"{ATTEMPT}{json.dumps(argv)}\n".encode())
@@ -99,10 +104,16 @@ class Worker:
 
     def attempt(self, run: dict[str, Any], partial: Path, log: IO[bytes]) -> tuple[int, int, str]:
         """(status, exit code, reason) of one execution."""
+        if os.getppid() != self.rank:  # the rank is gone: start nothing more
+            os._exit(1)
+        self.starting = True
         proc = self.start(run["argv"], partial, log)
+        self.running, self.starting = proc, False
+        if self.dying:
+            self.kill_running()
+            os._exit(1)
         if proc is None:
             return FAILED, 127, f"cannot start {run['argv'][0]}"
-        self.running = proc
         code = wait(proc, run["timeout_s"])
         self.running = None
         if code is None:
@@ -123,7 +134,7 @@ class Worker:
         if log_path.parent not in self.log_dirs:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             self.log_dirs.add(log_path.parent)
-        start = time.perf_counter()
+        start, started = time.perf_counter(), time.monotonic()
         status, code, reason = FAILED, -1, "no attempt"
         with open(log_path, "wb") as log:  # every attempt of this execution in one log
             for tries in range(1, run["retries"] + 2):
@@ -140,19 +151,26 @@ class Worker:
                     if final.exists():  # a directory sim2dl never completed (no outcome in its log): replaced
                         shutil.rmtree(final)
                     os.rename(partial, final)
-                    return {**outcome, "status": OK, "reason": ""}
+                    return {**outcome, "status": OK, "reason": "", "started": started}
         shutil.rmtree(partial, ignore_errors=True)
         seconds = time.perf_counter() - start
-        failed = {"attempts": run["retries"] + 1, "seconds": seconds, "exit_code": code, "status": status}
+        failed = {"attempts": run["retries"] + 1, "seconds": seconds, "exit_code": code, "status": status,
+                  "started": started}  # fmt: skip
         return {**failed, "reason": f"{reason} (log: {log_path})"}
+
+    def kill_running(self) -> None:
+        if self.running is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.running.pid, signal.SIGKILL)
 
     def serve(self, requests: IO[str], replies: IO[str]) -> None:
         """Chunks of runs until the rank closes the pipe; dies with the rank, killing the running command."""
 
         def rank_died(signum: int, frame: Any) -> None:
-            if self.running is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.running.pid, signal.SIGKILL)
+            if self.starting:  # attempt kills the run it is starting, then exits
+                self.dying = True
+                return
+            self.kill_running()
             os._exit(1)
 
         signal.signal(signal.SIGTERM, rank_died)

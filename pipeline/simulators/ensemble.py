@@ -29,6 +29,7 @@ ranks, plus one message per chunk.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -37,9 +38,8 @@ import shutil
 import string
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -101,19 +101,28 @@ def check_command(settings: Mapping[str, Any]) -> None:
         raise Sim2dlError(f"config key 'simulate.command': program '{program}' not found or not executable")
 
 
-def unit_design(kind: str, runs: int, dims: int, seed: int) -> np.ndarray:
-    """runs x dims points in [0, 1)."""
+def unit_design(kind: str, runs: int, dims: int, seed: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+    """Points [start, stop) of a design of `runs` points in [0, 1)^dims, the same as those rows of the whole
+    design: random and Sobol designs jump to `start` (PCG64's advance, Sobol's fast_forward), so a block
+    costs its own points only; a Latin hypercube is one permutation per dimension of all `runs` points,
+    drawn whole."""
     from scipy.stats import qmc
 
+    stop = runs if stop is None else stop
     if kind == "random":
-        return np.random.default_rng(seed).random((runs, dims))
+        generator = np.random.default_rng(seed)
+        generator.bit_generator.advance(start * dims)  # one 64-bit draw per double
+        return generator.random((stop - start, dims))
     if kind == "sobol":
         import warnings
 
         with warnings.catch_warnings():  # a run count that is not a power of 2 loses some balance: fine
             warnings.simplefilter("ignore", UserWarning)
-            return qmc.Sobol(dims, scramble=True, seed=seed).random(runs)
-    return qmc.LatinHypercube(dims, seed=seed).random(runs)
+            sobol = qmc.Sobol(dims, scramble=True, seed=seed)
+            if start:  # scipy's fast_forward(0) fails
+                sobol.fast_forward(start)
+            return sobol.random(stop - start)
+    return qmc.LatinHypercube(dims, seed=seed).random(runs)[start:stop]
 
 
 def scale(unit: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
@@ -131,9 +140,10 @@ def scale(unit: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
     return np.minimum(np.floor(low + unit * (high - low + 1)), high).astype(np.int64)  # int
 
 
-def grid_values(space: Mapping[str, Mapping[str, Any]], runs: int) -> dict[str, np.ndarray]:
-    """The cross product: every value of each choice and int range (ints as long as they fit), and k
-    evenly spaced values of each continuous range, k the largest with the product <= runs."""
+def grid_levels(space: Mapping[str, Mapping[str, Any]], runs: int) -> dict[str, list[Any]]:
+    """The cross product's values of each parameter: every value of each choice and int range (ints as
+    long as they fit), and k evenly spaced values of each continuous range, k the largest with the
+    product <= runs."""
     discrete = {n: list(s["values"]) for n, s in space.items() if s["type"] == "choice"}
     fixed = int(np.prod([len(v) for v in discrete.values()])) if discrete else 1
     continuous = [n for n in space if n not in discrete]
@@ -152,47 +162,93 @@ def grid_values(space: Mapping[str, Mapping[str, Any]], runs: int) -> dict[str, 
             levels[name] = np.linspace(spec["low"], spec["high"], k).tolist()
     if fixed > runs:
         raise Sim2dlError(f"config key 'simulate.runs': a grid of the choices alone has {fixed} points (> {runs})")
-    points = list(product(*levels.values()))
-    return {name: np.array([p[i] for p in points], dtype=object) for i, name in enumerate(levels)}
+    return levels
 
 
-def run_names(runs: int) -> list[str]:
-    width = max(6, len(str(runs - 1)))
-    return [f"run-{i:0{width}d}" for i in range(runs)]
+def grid_rows(levels: Mapping[str, list[Any]], start: int, stop: int) -> dict[str, list[Any]]:
+    """Points [start, stop) of the cross product, in itertools.product's order (the last varies fastest)."""
+    places = np.unravel_index(np.arange(start, stop), [len(v) for v in levels.values()])
+    return {
+        name: [values[i] for i in place.tolist()] for (name, values), place in zip(levels.items(), places, strict=True)
+    }
+
+
+def column_type(spec: Mapping[str, Any], levels: list[Any] | None) -> pa.DataType:
+    """A parameter's column type, the same in every block: from all the values it can take."""
+    if levels is not None:
+        return pa.array(levels).type
+    if spec["type"] == "choice":
+        return pa.array(list(spec["values"])).type
+    return pa.int64() if spec["type"] == "int" else pa.float64()
+
+
+DESIGN_BLOCK = 65_536  # runs of the design made at a time: a row group of the runs table
+
+
+def run_name(index: int, runs: int) -> str:
+    return f"run-{index:0{max(6, len(str(runs - 1)))}d}"
 
 
 @dataclass
 class EnsemblePlan:
-    """The design: a row per run (its id, each parameter, its seed), and the digest that identifies it."""
+    """The design: a row per run (its id, each parameter, its seed), and the digest that identifies it.
+    Made a block of DESIGN_BLOCK rows at a time, whenever asked (the same rows every time), so that no
+    rank holds the whole design."""
 
-    table: pa.Table
+    settings: dict[str, Any]  # runs, design, space, seed
     digest: str
+    runs: int
+    schema: pa.Schema
+    levels: dict[str, list[Any]] | None  # a grid's
+    _cached: tuple[int, pa.Table] | None = None
 
     @staticmethod
     def draw(settings: Mapping[str, Any]) -> EnsemblePlan:
-        space = settings["space"]
         keyed = {k: settings[k] for k in ("runs", "design", "space", "seed")}
         digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
-        if settings["design"] == "grid":
-            columns = grid_values(space, settings["runs"])
-        else:
-            unit = unit_design(settings["design"], settings["runs"], len(space), settings["seed"])
-            columns = {name: scale(unit[:, i], spec) for i, (name, spec) in enumerate(space.items())}
-        runs = len(next(iter(columns.values())))
-        seeds = (settings["seed"] * 100_003 + np.arange(runs, dtype=np.int64)) % SEED_MODULUS + 1
-        arrays = {"run": pa.array(run_names(runs))}
-        for name, values in columns.items():
-            arrays[name] = pa.array(values.tolist())
-        arrays["seed"] = pa.array(seeds)
-        table = pa.table(arrays).replace_schema_metadata({"sim2dl_design": digest})
-        return EnsemblePlan(table, digest)
+        space = keyed["space"]
+        levels = grid_levels(space, keyed["runs"]) if keyed["design"] == "grid" else None
+        runs = int(np.prod([len(v) for v in levels.values()])) if levels is not None else keyed["runs"]
+        fields = [pa.field("run", pa.string())]
+        fields += [pa.field(n, column_type(spec, levels[n] if levels else None)) for n, spec in space.items()]
+        schema = pa.schema([*fields, pa.field("seed", pa.int64())], metadata={"sim2dl_design": digest})
+        return EnsemblePlan(keyed, digest, runs, schema, levels)
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return self.runs
+
+    def block(self, k: int) -> pa.Table:
+        """Rows [k * DESIGN_BLOCK, (k + 1) * DESIGN_BLOCK) of the design (the last block may be shorter)."""
+        if self._cached is not None and self._cached[0] == k:
+            return self._cached[1]
+        start, stop = k * DESIGN_BLOCK, min(self.runs, (k + 1) * DESIGN_BLOCK)
+        space, seed = self.settings["space"], self.settings["seed"]
+        if self.levels is not None:
+            columns: dict[str, Any] = grid_rows(self.levels, start, stop)
+        else:
+            unit = unit_design(self.settings["design"], self.runs, len(space), seed, start, stop)
+            columns = {name: scale(unit[:, i], spec) for i, (name, spec) in enumerate(space.items())}
+        seeds = (seed * 100_003 + np.arange(start, stop, dtype=np.int64)) % SEED_MODULUS + 1
+        arrays = [pa.array([run_name(i, self.runs) for i in range(start, stop)], pa.string())]
+        arrays += [pa.array(columns[f.name], f.type) for f in self.schema if f.name not in ("run", "seed")]
+        table = pa.Table.from_arrays([*arrays, pa.array(seeds)], schema=self.schema)
+        self._cached = (k, table)
+        return table
+
+    def blocks(self) -> Iterator[pa.Table]:
+        for k in range(-(-self.runs // DESIGN_BLOCK)):
+            yield self.block(k)
 
     def rows(self, start: int, stop: int) -> list[dict[str, Any]]:
         """Runs [start, stop) as {column: value} (one conversion per chunk, not one per value)."""
-        return self.table.slice(start, stop - start).to_pylist()
+        rows: list[dict[str, Any]] = []
+        while start < stop:
+            k = start // DESIGN_BLOCK
+            first = k * DESIGN_BLOCK
+            taken = min(stop, first + DESIGN_BLOCK) - start
+            rows += self.block(k).slice(start - first, taken).to_pylist()
+            start += taken
+        return rows
 
 
 def arguments(command: Sequence[str], row: Mapping[str, Any], out: Path) -> list[str]:
@@ -275,8 +331,14 @@ class RankOutcomes:
     def __init__(self) -> None:
         self.chunks: list[dict[str, np.ndarray]] = []
         self.reasons: dict[int, str] = {}
+        self.began = time.monotonic()
+        self.first_new_run_s: float | None = None  # from the farm's start to this rank's first run executed
 
     def add(self, start: int, outcomes: Sequence[Mapping[str, Any]]) -> None:
+        if self.first_new_run_s is None:
+            started = [o["started"] for o in outcomes if "started" in o]  # runs not complete before
+            if started:
+                self.first_new_run_s = min(started) - self.began  # CLOCK_MONOTONIC: one clock per machine
         self.chunks.append({
             "index": np.arange(start, start + len(outcomes), dtype=np.int64),
             "status": np.array([o["status"] for o in outcomes], np.uint8),
@@ -357,27 +419,59 @@ def prepare_design(plan: EnsemblePlan, root: Path) -> None:
         for group in root.glob("[0-9][0-9][0-9][0-9][0-9]"):
             shutil.rmtree(group)
         shutil.rmtree(paths.run_logs, ignore_errors=True)
-    write_table(plan.table, paths.runs)
+    with atomic_path(paths.runs) as tmp, pq.ParquetWriter(tmp, plan.schema) as writer:
+        for block in plan.blocks():
+            writer.write_table(block)
 
 
-def write_table(table: pa.Table, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+OUTCOME_SCHEMA = [("status", pa.string()), ("attempts", pa.uint16()), ("seconds", pa.float32()),
+                  ("exit_code", pa.int32()), ("reason", pa.string())]  # fmt: skip
 
 
-def runs_table(plan: EnsemblePlan, parts: Sequence[dict[str, np.ndarray]], reasons: Mapping[int, str]) -> pa.Table:
-    """The design with each run's outcome: status, attempts, seconds, exit_code, reason."""
-    merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = np.argsort(merged["index"], kind="stable")
-    if not np.array_equal(merged["index"][order], np.arange(len(plan))):
-        raise Sim2dlError("simulate: the ranks' runs do not cover the design exactly once (internal error)")
-    table = plan.table
-    status = merged["status"][order]
-    table = table.append_column("status", pa.array(np.array(STATUSES, dtype=object)[status].tolist()))
-    for name in ("attempts", "seconds", "exit_code"):
-        table = table.append_column(name, pa.array(merged[name][order]))
-    reason = [reasons.get(i, "") for i in range(len(plan))] if reasons else [""] * len(plan)
-    return table.append_column("reason", pa.array(reason, pa.string()))
+def outcome_columns(block: Mapping[str, np.ndarray], reasons: Mapping[int, str], start: int) -> list[pa.Array]:
+    """A block's outcome columns from its runs' arrays (in run order) and its failed runs' reasons."""
+    status = pc.take(pa.array(STATUSES), pa.array(block["status"]))  # a few strings, taken per run
+    why = np.zeros(len(block["index"]), np.int32)
+    texts = [""]
+    for i, text in sorted(reasons.items()):
+        why[i - start] = len(texts)
+        texts.append(text)
+    return [status, pa.array(block["attempts"]), pa.array(block["seconds"]), pa.array(block["exit_code"]),
+            pc.take(pa.array(texts, pa.string()), pa.array(why))]  # fmt: skip
+
+
+def write_runs_table(plan: EnsemblePlan, mine: RankOutcomes, path: Path, comm: Any) -> tuple[np.ndarray, list]:
+    """The design with each run's outcome (status, attempts, seconds, exit_code, reason), written by rank 0 a
+    block of the design at a time: every rank sends the outcomes it holds of that block. Returns, on rank 0,
+    the number of runs per status and the first three failed runs' (index, reason)."""
+    arrays = mine.arrays()
+    order = np.argsort(arrays["index"], kind="stable")
+    arrays = {k: v[order] for k, v in arrays.items()}
+    counts, first_failed = np.zeros(len(STATUSES), np.int64), []
+    schema = pa.schema([*plan.schema, *(pa.field(n, t) for n, t in OUTCOME_SCHEMA)], metadata=plan.schema.metadata)
+    with contextlib.ExitStack() as stack:
+        writer = None
+        if comm.Get_rank() == 0:
+            writer = stack.enter_context(pq.ParquetWriter(stack.enter_context(atomic_path(path)), schema))
+        for k in range(-(-len(plan) // DESIGN_BLOCK)):
+            start, stop = k * DESIGN_BLOCK, min(len(plan), (k + 1) * DESIGN_BLOCK)
+            lo, hi = np.searchsorted(arrays["index"], [start, stop])
+            reasons_here = {i: r for i, r in mine.reasons.items() if start <= i < stop}
+            gathered = comm.gather(({n: a[lo:hi] for n, a in arrays.items()}, reasons_here), root=0)
+            if writer is None:
+                continue
+            block = {n: np.concatenate([g[0][n] for g in gathered]) for n in arrays}
+            order = np.argsort(block["index"], kind="stable")
+            block = {n: a[order] for n, a in block.items()}
+            if not np.array_equal(block["index"], np.arange(start, stop)):
+                raise Sim2dlError("simulate: the ranks' runs do not cover the design exactly once (internal error)")
+            reasons = {i: r for g in gathered for i, r in g[1].items()}
+            first_failed += sorted(reasons.items())[: 3 - len(first_failed)]
+            counts += np.bincount(block["status"], minlength=len(STATUSES))
+            design = plan.block(k)
+            columns = [*design.columns, *outcome_columns(block, reasons, start)]
+            writer.write_table(pa.Table.from_arrays(columns, schema=schema))
+    return counts, first_failed
 
 
 def run_ensemble(
@@ -406,24 +500,21 @@ def run_ensemble(
     comm.barrier()
     start = time.perf_counter()
     mine = farm(plan, settings, root, comm, hooks)
-    parts = comm.gather(mine.arrays(), root=0)
-    reasons = comm.gather(mine.reasons, root=0)
+    counts, first_failed = write_runs_table(plan, mine, RawPaths(root).runs, comm)
+    first_new = [t for t in comm.gather(mine.first_new_run_s, root=0) or [] if t is not None]
     summary: dict[str, Any] = {}
     if rank == 0:
-        assert parts is not None and reasons is not None
-        all_reasons = {k: v for r in reasons for k, v in r.items()}
-        table = runs_table(plan, parts, all_reasons)
-        write_table(table, RawPaths(root).runs)
-        counted = pc.value_counts(table["status"]).to_pylist()  # a few statuses, not a value per run
-        counts = {s: 0 for s in STATUSES} | {c["values"]: c["counts"] for c in counted}
-        summary = {"runs": len(plan), **counts, "seconds_running": round(time.perf_counter() - start, 3),
-                   "design": settings["design"], "runs_table": str(RawPaths(root).runs)}  # fmt: skip
+        summary = {"runs": len(plan), **dict(zip(STATUSES, counts.tolist(), strict=True)),
+                   "seconds_running": round(time.perf_counter() - start, 3), "design": settings["design"],
+                   "runs_table": str(RawPaths(root).runs)}  # fmt: skip
+        if first_new:  # a resumed farm: how long it took to find the first run to do
+            summary["seconds_to_first_new_run"] = round(min(first_new), 3)
         write_json_atomic(RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings))})
     summary = comm.bcast(summary, root=0)
     error = None
     failed = summary["runs"] - summary["ok"]
     if rank == 0 and failed > settings["max_failed_fraction"] * summary["runs"]:
-        first = [f"{plan.table['run'][i].as_py()}: {why}" for i, why in sorted(all_reasons.items())[:3]]
+        first = [f"{run_name(i, len(plan))}: {why}" for i, why in first_failed]
         error = Sim2dlError(
             f"{failed} of {summary['runs']} runs did not succeed (more than simulate.max_failed_fraction "
             f"{settings['max_failed_fraction']}); the first: " + "; ".join(first) + f" (all in {RawPaths(root).runs})"
