@@ -2,10 +2,11 @@
 farm), with retries, time limits and resume; the design's parameters become the runs table, which ingest
 reads as labels.
 
-Plan (pure, `EnsemblePlan`): the design is drawn once from simulate.seed (random, Sobol, Latin hypercube
-via scipy.stats.qmc, or a grid) over simulate.space, one row per run: `run` (run-000000, ...), each
-parameter, `seed`. It is written first, as {raw}/runs.parquet, with a digest of the design settings: a
-rerun with the same design keeps it (and the runs already done), a changed design starts afresh.
+Plan (pure, `EnsemblePlan`): the design is drawn from simulate.seed (random, Sobol, Latin hypercube via
+scipy.stats.qmc, or a grid) over simulate.space, one row per run: `run` (run-000000, ...), each
+parameter, `seed`. It is written first, as {raw}/runs.parquet (a row group per block), with a digest of
+the design settings: a rerun with the same design keeps it (and the runs already done), a changed design
+starts afresh.
 
 Execute (`run_ensemble`): rank 0 hands out runs in chunks that shrink as the queue empties (guided
 self-scheduling: dynamic balancing when runs differ in length, few messages when they are short); every
@@ -22,9 +23,12 @@ reason. Runs already complete (their directory exists, their log ends with their
 again, so a rerun after a kill -9 or scancel executes only what did not complete and ends with the same
 runs table.
 
-Memory: the design table on rank 0 (a few numbers per run, Arrow columns); per rank numpy arrays of its
-runs' outcomes (about 20 bytes per run) and the reasons of failed runs only. Time: the runs' own time /
-ranks, plus one message per chunk.
+Memory: no rank holds the whole design or every outcome. The design is made a block of DESIGN_BLOCK runs
+at a time, when a rank needs its rows (the same rows every time: random and Sobol designs jump ahead to
+the block; a Latin hypercube draws its whole unit design, 8 bytes per run and parameter, once per
+block); every rank holds numpy arrays of its own runs' outcomes (about 20 bytes per run it ran) and the
+reasons of its failed runs; rank 0 writes the runs table a block at a time from what every rank sends of
+it. Time: the runs' own time / ranks, plus one message per chunk and one gather per block.
 """
 
 from __future__ import annotations
@@ -324,12 +328,18 @@ def serve(queue: Queue, comm: Any, workers: int, bar: Any) -> None:
             finished += 1
 
 
+OUTCOME_ROW = np.dtype([("index", np.int64), ("status", np.uint8), ("attempts", np.uint16), ("seconds", np.float32),
+                        ("exit_code", np.int32)])  # fmt: skip
+
+
 class RankOutcomes:
-    """This rank's runs and their outcomes: numpy arrays per chunk (about 20 bytes per run, no Python
-    object per run), and the reasons of failed runs only."""
+    """This rank's runs and their outcomes: one structured array grown by doubling (about 20 bytes per run
+    it ran, no Python object per run), in run order (the queue hands out rising ranges, and a rank works
+    through its chunks in turn), and the reasons of failed runs only."""
 
     def __init__(self) -> None:
-        self.chunks: list[dict[str, np.ndarray]] = []
+        self.rows = np.empty(1024, OUTCOME_ROW)
+        self.count = 0
         self.reasons: dict[int, str] = {}
         self.began = time.monotonic()
         self.first_new_run_s: float | None = None  # from the farm's start to this rank's first run executed
@@ -339,19 +349,20 @@ class RankOutcomes:
             started = [o["started"] for o in outcomes if "started" in o]  # runs not complete before
             if started:
                 self.first_new_run_s = min(started) - self.began  # CLOCK_MONOTONIC: one clock per machine
-        self.chunks.append({
-            "index": np.arange(start, start + len(outcomes), dtype=np.int64),
-            "status": np.array([o["status"] for o in outcomes], np.uint8),
-            "attempts": np.array([o["attempts"] for o in outcomes], np.uint16),
-            "seconds": np.array([o["seconds"] for o in outcomes], np.float32),
-            "exit_code": np.array([o["exit_code"] for o in outcomes], np.int32),
-        })  # fmt: skip
+        if self.count + len(outcomes) > len(self.rows):
+            grown = np.empty(max(2 * len(self.rows), self.count + len(outcomes)), OUTCOME_ROW)
+            grown[: self.count] = self.rows[: self.count]
+            self.rows = grown
+        added = self.rows[self.count : self.count + len(outcomes)]
+        added["index"] = np.arange(start, start + len(outcomes))
+        for name in ("status", "attempts", "seconds", "exit_code"):
+            added[name] = [o[name] for o in outcomes]
+        self.count += len(outcomes)
         self.reasons.update({start + i: o["reason"] for i, o in enumerate(outcomes) if o["reason"]})
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        names = {"index": np.int64, "status": np.uint8, "attempts": np.uint16, "seconds": np.float32,
-                 "exit_code": np.int32}  # fmt: skip
-        return {n: np.concatenate([c[n] for c in self.chunks] or [np.zeros(0, t)]) for n, t in names.items()}
+    def held(self) -> np.ndarray:
+        """The outcomes so far, in run order."""
+        return self.rows[: self.count]
 
 
 @dataclass
@@ -428,15 +439,20 @@ OUTCOME_SCHEMA = [("status", pa.string()), ("attempts", pa.uint16()), ("seconds"
                   ("exit_code", pa.int32()), ("reason", pa.string())]  # fmt: skip
 
 
-def outcome_columns(block: Mapping[str, np.ndarray], reasons: Mapping[int, str], start: int) -> list[pa.Array]:
-    """A block's outcome columns from its runs' arrays (in run order) and its failed runs' reasons."""
-    status = pc.take(pa.array(STATUSES), pa.array(block["status"]))  # a few strings, taken per run
-    why = np.zeros(len(block["index"]), np.int32)
+def outcome_columns(block: np.ndarray, reasons: Mapping[int, str], start: int) -> list[pa.Array]:
+    """A block's outcome columns from its runs' rows (OUTCOME_ROW, in run order) and its failed runs'
+    reasons."""
+
+    def column(name: str) -> pa.Array:
+        return pa.array(np.ascontiguousarray(block[name]))
+
+    status = pc.take(pa.array(STATUSES), column("status"))  # a few strings, taken per run
+    why = np.zeros(len(block), np.int32)
     texts = [""]
     for i, text in sorted(reasons.items()):
         why[i - start] = len(texts)
         texts.append(text)
-    return [status, pa.array(block["attempts"]), pa.array(block["seconds"]), pa.array(block["exit_code"]),
+    return [status, column("attempts"), column("seconds"), column("exit_code"),
             pc.take(pa.array(texts, pa.string()), pa.array(why))]  # fmt: skip
 
 
@@ -444,9 +460,9 @@ def write_runs_table(plan: EnsemblePlan, mine: RankOutcomes, path: Path, comm: A
     """The design with each run's outcome (status, attempts, seconds, exit_code, reason), written by rank 0 a
     block of the design at a time: every rank sends the outcomes it holds of that block. Returns, on rank 0,
     the number of runs per status and the first three failed runs' (index, reason)."""
-    arrays = mine.arrays()
-    order = np.argsort(arrays["index"], kind="stable")
-    arrays = {k: v[order] for k, v in arrays.items()}
+    held = mine.held()
+    if len(held) > 1 and (np.diff(held["index"]) < 0).any():  # not in run order (chunks are handed out rising)
+        held = np.sort(held, order="index")
     counts, first_failed = np.zeros(len(STATUSES), np.int64), []
     schema = pa.schema([*plan.schema, *(pa.field(n, t) for n, t in OUTCOME_SCHEMA)], metadata=plan.schema.metadata)
     with contextlib.ExitStack() as stack:
@@ -455,14 +471,13 @@ def write_runs_table(plan: EnsemblePlan, mine: RankOutcomes, path: Path, comm: A
             writer = stack.enter_context(pq.ParquetWriter(stack.enter_context(atomic_path(path)), schema))
         for k in range(-(-len(plan) // DESIGN_BLOCK)):
             start, stop = k * DESIGN_BLOCK, min(len(plan), (k + 1) * DESIGN_BLOCK)
-            lo, hi = np.searchsorted(arrays["index"], [start, stop])
+            lo, hi = np.searchsorted(held["index"], [start, stop])
             reasons_here = {i: r for i, r in mine.reasons.items() if start <= i < stop}
-            gathered = comm.gather(({n: a[lo:hi] for n, a in arrays.items()}, reasons_here), root=0)
+            gathered = comm.gather((held[lo:hi], reasons_here), root=0)
             if writer is None:
                 continue
-            block = {n: np.concatenate([g[0][n] for g in gathered]) for n in arrays}
-            order = np.argsort(block["index"], kind="stable")
-            block = {n: a[order] for n, a in block.items()}
+            block = np.concatenate([g[0] for g in gathered])
+            block = block[np.argsort(block["index"], kind="stable")]
             if not np.array_equal(block["index"], np.arange(start, stop)):
                 raise Sim2dlError("simulate: the ranks' runs do not cover the design exactly once (internal error)")
             reasons = {i: r for g in gathered for i, r in g[1].items()}
