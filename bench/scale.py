@@ -567,7 +567,8 @@ def main() -> None:
         simulate(root, sizes[-1], args.family)
         simulate_seconds = time.perf_counter() - started
         raw_disk = [after - earlier for after, earlier in zip(disk_used(root), before, strict=True)]
-        for n in sizes:
+        # the largest size first, then the smallest: the two the figures compare, should a long run be cut short
+        for n in [sizes[-1], sizes[0], *sizes[1:-1]]:
             results[n] = run_size(root, n, args.family, args.quick, n == checked, n == sizes[-1])
             print(json.dumps({"files": n, **results[n]}), flush=True)
     finally:
