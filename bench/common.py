@@ -58,10 +58,29 @@ def bench_env() -> dict[str, str]:
     return env
 
 
+def mpi_argv(ranks: int, *command: str | Path, options: tuple[str, ...] = ()) -> list[str]:
+    return [str(BIN / "mpiexec"), "-n", str(ranks), *options, *(str(c) for c in command)]
+
+
 def mpi(ranks: int, *command: str | Path, options: tuple[str, ...] = ()) -> str:
     """Run `command` as an MPI job of `ranks` ranks with the venv's launcher; returns its stdout."""
-    argv = [str(BIN / "mpiexec"), "-n", str(ranks), *options, *(str(c) for c in command)]
+    argv = mpi_argv(ranks, *command, options=options)
     return subprocess.run(argv, check=True, env=bench_env(), capture_output=True, text=True).stdout
+
+
+def sim2dl_killed(*args: str | Path, when: Any, ranks: int = 2, poll_s: float = 0.05) -> float:
+    """`sim2dl ARGS` under MPI, killed with SIGKILL (mpiexec, every rank and whatever they started: its
+    own session) once `when()` is true or it ends; returns the seconds until the kill."""
+    import signal
+
+    proc = subprocess.Popen(mpi_argv(ranks, BIN / "sim2dl", *args), env=bench_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    start = time.perf_counter()
+    while proc.poll() is None and not when():
+        time.sleep(poll_s)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return time.perf_counter() - start
 
 
 def sim2dl(*args: str | Path, ranks: int = 2, options: tuple[str, ...] = ()) -> str:

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import yaml
-from common import BIN, OUT, bench_env, emit, sim2dl
+from common import BIN, OUT, bench_env, emit, sim2dl, sim2dl_killed
 
 TOUCH = shutil.which("touch") or "/usr/bin/touch"
 
@@ -86,21 +86,14 @@ def most_entries(raw: Path) -> int:
 def killed_farm(work: Path, runs: int, at: float = 0.6) -> dict[str, Any]:
     """The farm killed (SIGKILL: mpiexec, ranks, workers, the running commands) once `at` of its runs are
     complete, then rerun."""
-    import signal
-
     path = farm_config(work, runs)
     raw = work / "raw"
-    cmd = [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), "simulate", "--config", str(path)]
-    proc = subprocess.Popen(cmd, env=bench_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
     groups = -(-runs // 1000)
-    while proc.poll() is None:  # a group directory holds 1,000 runs: the groups begun, less the last, are full
-        begun = len(list(raw.glob("[0-9]" * 5))) if raw.is_dir() else 0
-        if begun - 1 >= at * groups:
-            break
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+
+    def begun_groups() -> int:  # a group directory holds 1,000 runs: the groups begun, less the last, are full
+        return len(list(raw.glob("[0-9]" * 5))) if raw.is_dir() else 0
+
+    sim2dl_killed("simulate", "--config", path, when=lambda: begun_groups() - 1 >= at * groups, poll_s=0.2)
     before = run_dirs(raw)
     started = time.perf_counter()
     resumed = json.loads(sim2dl("simulate", "--config", str(path)).strip().splitlines()[-1])

@@ -451,22 +451,13 @@ def finished_shards(merged: Path) -> dict[str, tuple[int, int, int]]:
 def killed_merge(config_path: Path, merged: Path, shards: int) -> dict[str, Any]:
     """Merge killed with SIGKILL (every rank and mpiexec) once about half its shards are written, then
     rerun: the rerun's wall time, the shards it kept, and whether any finished shard was written again."""
-    import signal
-    import subprocess
     import time
 
-    from common import BIN, bench_env
+    from common import sim2dl_killed
 
     shutil.rmtree(merged)
-    cmd = [str(BIN / "mpiexec"), "-n", "2", str(BIN / "sim2dl"), "merge", "--config", str(config_path)]
-    proc = subprocess.Popen(cmd, env=bench_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
-    start = time.perf_counter()
-    while len(finished_shards(merged)) < shards // 2 and proc.poll() is None:
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    killed_after = time.perf_counter() - start
+    killed_after = sim2dl_killed("merge", "--config", config_path,
+                                 when=lambda: len(finished_shards(merged)) >= shards // 2)  # fmt: skip
     before = finished_shards(merged)
     started = time.perf_counter()
     resumed = run_step("merge", config_path, 2)
