@@ -68,6 +68,16 @@ from pipeline.training.tasks import Evaluation
 log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
 
 
+def training_batches(data: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task: Any, model: Any,
+                     slab: Any, start_epoch: int) -> Any:  # fmt: skip
+    """One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
+    reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay)."""
+    seed = settings["seed"] * 1000 + start_epoch
+    return iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True, shard=data.shard,
+                               epoch_seed=seed, fraction=data.fraction, slab=slab, pieces=data.pieces,
+                               transforms=model.transforms))  # fmt: skip
+
+
 def train(
     config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any, baseline: bool = True,
     trial: Mapping[str, Any] | None = None,
@@ -106,12 +116,7 @@ def train(
         announce_start(paths, {"ranks": size, "spatial_split": layout.split, "epochs": settings["epochs"],
                                "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
                                "resume_from_epoch": restored.start_epoch})  # fmt: skip
-    # One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
-    # reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay).
-    seed = settings["seed"] * 1000 + restored.start_epoch
-    iterator = iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True,
-                                   shard=data.shard, epoch_seed=seed, fraction=data.fraction, slab=slab,
-                                   pieces=data.pieces, transforms=model.transforms))  # fmt: skip
+    iterator = training_batches(data, meta, settings, task, model, slab, restored.start_epoch)
     board = Board.of(settings, paths.tensorboard / "train", rank == 0, trial)
 
     def report(row: dict[str, Any], scored: tuple[float, Evaluation]) -> None:
