@@ -111,6 +111,32 @@ def whole(plan: EnsemblePlan) -> pa.Table:
     return pa.concat_tables(plan.blocks())
 
 
+def test_a_ranks_outcomes_go_to_an_unlinked_file_and_come_back_a_stretch_at_a_time(tmp_path, monkeypatch):
+    """A rank holds a chunk of outcomes, not every run it ran: rows are appended to an unlinked file (nothing
+    left in the directory) and read back for rising stops, the reads crossing their own size; a chunk
+    handed out below a finished one is an error, not a silently unordered table."""
+    import pipeline.simulators.ensemble as ensemble
+
+    monkeypatch.setattr(ensemble, "DESIGN_BLOCK", 4)  # rows read back per file read
+    mine = ensemble.RankOutcomes(tmp_path)
+    chunks = [(0, 3), (3, 4), (10, 6), (20, 1)]  # rising, with other ranks' runs between them
+    for start, count in chunks:
+        mine.add(start, [{"status": i % 3, "attempts": 1 + i % 2, "seconds": i / 10, "exit_code": i % 3,
+                          "reason": f"r{i}" if i % 3 else ""} for i in range(start, start + count)])  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(Sim2dlError, match="handed out after"):
+        mine.add(15, [{"status": 0, "attempts": 1, "seconds": 0, "exit_code": 0, "reason": ""}])
+    mine.rewind()
+    stretches = [mine.take_until(stop) for stop in (2, 5, 10, 16, 21, 30)]
+    expected = [range(0, 2), range(2, 5), range(5, 7), range(10, 16), range(20, 21), range(0)]
+    assert [list(s["index"]) for s in stretches] == [list(e) for e in expected]
+    rows = np.concatenate(stretches)
+    assert list(rows["status"]) == [i % 3 for i in rows["index"]]
+    assert list(rows["attempts"]) == [1 + i % 2 for i in rows["index"]]
+    assert mine.reasons == {i: f"r{i}" for i in rows["index"] if i % 3}
+    mine.close()
+
+
 @pytest.mark.parametrize("design", ["random", "sobol", "lhs", "grid"])
 def test_the_design_made_a_block_at_a_time_is_the_whole_design(design, monkeypatch):
     """No rank holds the whole design: blocks are made when asked (random and Sobol designs jump ahead to a

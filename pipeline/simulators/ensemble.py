@@ -26,9 +26,11 @@ runs table.
 Memory: no rank holds the whole design or every outcome. The design is made a block of DESIGN_BLOCK runs
 at a time, when a rank needs its rows (the same rows every time: random and Sobol designs jump ahead to
 the block; a Latin hypercube draws its whole unit design, 8 bytes per run and parameter, once per
-block); every rank holds numpy arrays of its own runs' outcomes (about 20 bytes per run it ran) and the
-reasons of its failed runs; rank 0 writes the runs table a block at a time from what every rank sends of
-it. Time: the runs' own time / ranks, plus one message per chunk and one gather per block.
+block); every rank appends its runs' outcomes (24 bytes per run) to an unlinked file beside the runs as
+each chunk completes, holding a chunk's and the reasons of its failed runs; rank 0 writes the runs table a
+block at a time from what every rank reads back and sends of it. So a rank's memory is a block's (about
+10 MB at 65,536 runs), whatever the number of runs; disk: 24 bytes per run until the table is written.
+Time: the runs' own time / ranks, plus one message per chunk and one gather per block.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import logging
 import os
 import shutil
 import string
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -333,36 +336,61 @@ OUTCOME_ROW = np.dtype([("index", np.int64), ("status", np.uint8), ("attempts", 
 
 
 class RankOutcomes:
-    """This rank's runs and their outcomes: one structured array grown by doubling (about 20 bytes per run
-    it ran, no Python object per run), in run order (the queue hands out rising ranges, and a rank works
-    through its chunks in turn), and the reasons of failed runs only."""
+    """This rank's runs and their outcomes, in run order (the queue hands out rising ranges, and a rank works
+    through its chunks in turn): each chunk's rows (OUTCOME_ROW, 24 bytes per run) appended to a file as the
+    chunk completes, an unlinked temporary beside the runs (gone with the process, however it ends), so that
+    a rank holds a chunk, not every run it ran; and the reasons of failed runs (few: a farm with many
+    failures stops at simulate.max_failed_fraction). After the farm the rows are read back in rising
+    stretches (`take_until`), a block of the runs table at a time."""
 
-    def __init__(self) -> None:
-        self.rows = np.empty(1024, OUTCOME_ROW)
+    def __init__(self, spill_dir: Path) -> None:
+        self.file = tempfile.TemporaryFile(dir=spill_dir, prefix=".outcomes-")  # noqa: SIM115 (closed by close())
         self.count = 0
+        self.next_index = 0  # the lowest run index the next chunk may start at
+        self.pending = np.empty(0, OUTCOME_ROW)  # read back, not yet taken
         self.reasons: dict[int, str] = {}
         self.began = time.monotonic()
         self.first_new_run_s: float | None = None  # from the farm's start to this rank's first run executed
 
     def add(self, start: int, outcomes: Sequence[Mapping[str, Any]]) -> None:
+        if start < self.next_index:
+            raise Sim2dlError(f"simulate: run {start} handed out after run {self.next_index - 1} (internal error)")
         if self.first_new_run_s is None:
             started = [o["started"] for o in outcomes if "started" in o]  # runs not complete before
             if started:
                 self.first_new_run_s = min(started) - self.began  # CLOCK_MONOTONIC: one clock per machine
-        if self.count + len(outcomes) > len(self.rows):
-            grown = np.empty(max(2 * len(self.rows), self.count + len(outcomes)), OUTCOME_ROW)
-            grown[: self.count] = self.rows[: self.count]
-            self.rows = grown
-        added = self.rows[self.count : self.count + len(outcomes)]
-        added["index"] = np.arange(start, start + len(outcomes))
+        rows = np.empty(len(outcomes), OUTCOME_ROW)
+        rows["index"] = np.arange(start, start + len(outcomes))
         for name in ("status", "attempts", "seconds", "exit_code"):
-            added[name] = [o[name] for o in outcomes]
+            rows[name] = [o[name] for o in outcomes]
+        self.file.write(rows.tobytes())
         self.count += len(outcomes)
+        self.next_index = start + len(outcomes)
         self.reasons.update({start + i: o["reason"] for i, o in enumerate(outcomes) if o["reason"]})
 
-    def held(self) -> np.ndarray:
-        """The outcomes so far, in run order."""
-        return self.rows[: self.count]
+    def rewind(self) -> None:
+        """Writing is over: `take_until` reads from the first row."""
+        self.file.seek(0)
+        self.pending = np.empty(0, OUTCOME_ROW)
+
+    def take_until(self, stop: int) -> np.ndarray:
+        """The rows not yet taken of runs below `stop` (called with rising stops after `rewind`)."""
+        taken = []
+        while True:
+            if not len(self.pending):
+                data = self.file.read(DESIGN_BLOCK * OUTCOME_ROW.itemsize)
+                if not data:
+                    break
+                self.pending = np.frombuffer(data, OUTCOME_ROW)
+            cut = int(np.searchsorted(self.pending["index"], stop))
+            taken.append(self.pending[:cut])
+            self.pending = self.pending[cut:]
+            if len(self.pending):
+                break
+        return np.concatenate(taken) if taken else np.empty(0, OUTCOME_ROW)
+
+    def close(self) -> None:
+        self.file.close()
 
 
 @dataclass
@@ -382,7 +410,7 @@ def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any,
          hooks: FarmHooks | None = None) -> RankOutcomes:  # fmt: skip
     rank, size = comm.Get_rank(), comm.Get_size()
     hooks = hooks or FarmHooks()
-    outcomes = RankOutcomes()
+    outcomes = RankOutcomes(root)
     queue = Queue(len(plan), size, hooks.max_chunk) if rank == 0 else None
     server = None
     bar = progress_bar(len(plan), "simulate", rank, size, unit="run", every_rank=True)
@@ -430,7 +458,9 @@ def prepare_design(plan: EnsemblePlan, root: Path) -> None:
         for group in root.glob("[0-9][0-9][0-9][0-9][0-9]"):
             shutil.rmtree(group)
         shutil.rmtree(paths.run_logs, ignore_errors=True)
-    with atomic_path(paths.runs) as tmp, pq.ParquetWriter(tmp, plan.schema) as writer:
+    # No dictionary encoding: run names, seeds and drawn values are unique (a dictionary per column only
+    # costs memory: 40 MB more at 65,536-row blocks, measured)
+    with atomic_path(paths.runs) as tmp, pq.ParquetWriter(tmp, plan.schema, use_dictionary=False) as writer:
         for block in plan.blocks():
             writer.write_table(block)
 
@@ -460,20 +490,18 @@ def write_runs_table(plan: EnsemblePlan, mine: RankOutcomes, path: Path, comm: A
     """The design with each run's outcome (status, attempts, seconds, exit_code, reason), written by rank 0 a
     block of the design at a time: every rank sends the outcomes it holds of that block. Returns, on rank 0,
     the number of runs per status and the first three failed runs' (index, reason)."""
-    held = mine.held()
-    if len(held) > 1 and (np.diff(held["index"]) < 0).any():  # not in run order (chunks are handed out rising)
-        held = np.sort(held, order="index")
+    mine.rewind()
     counts, first_failed = np.zeros(len(STATUSES), np.int64), []
     schema = pa.schema([*plan.schema, *(pa.field(n, t) for n, t in OUTCOME_SCHEMA)], metadata=plan.schema.metadata)
     with contextlib.ExitStack() as stack:
         writer = None
         if comm.Get_rank() == 0:
-            writer = stack.enter_context(pq.ParquetWriter(stack.enter_context(atomic_path(path)), schema))
+            writer = stack.enter_context(pq.ParquetWriter(stack.enter_context(atomic_path(path)), schema,
+                                                          use_dictionary=["status", "reason"]))  # fmt: skip
         for k in range(-(-len(plan) // DESIGN_BLOCK)):
             start, stop = k * DESIGN_BLOCK, min(len(plan), (k + 1) * DESIGN_BLOCK)
-            lo, hi = np.searchsorted(held["index"], [start, stop])
             reasons_here = {i: r for i, r in mine.reasons.items() if start <= i < stop}
-            gathered = comm.gather((held[lo:hi], reasons_here), root=0)
+            gathered = comm.gather((mine.take_until(stop), reasons_here), root=0)
             if writer is None:
                 continue
             block = np.concatenate([g[0] for g in gathered])
@@ -515,7 +543,8 @@ def run_ensemble(
     comm.barrier()
     start = time.perf_counter()
     mine = farm(plan, settings, root, comm, hooks)
-    counts, first_failed = write_runs_table(plan, mine, RawPaths(root).runs, comm)
+    with contextlib.closing(mine):
+        counts, first_failed = write_runs_table(plan, mine, RawPaths(root).runs, comm)
     first_new = [t for t in comm.gather(mine.first_new_run_s, root=0) or [] if t is not None]
     summary: dict[str, Any] = {}
     if rank == 0:
