@@ -14,7 +14,7 @@ simulator runs, and its memory with many runs.
   without the farm would run them (measured on fewer runs: Snakemake's DAG grows with the jobs).
 - scaling (`--scaling`, or after the comparisons in full mode): the farm alone at 10^4, 10^5 and 10^6 trivial
   runs on tmpfs (--quick: 2,000 and 10,000): runs/s, every rank's peak RSS (flat: no rank holds the design
-  or the outcomes of all runs: rank 0 writes the runs table a block of 65,536 runs at a time), the runs
+  or the outcomes of all runs: rank 0 writes the runs table a block of 16,384 runs at a time), the runs
   table's bytes and the seconds to read it back (Parquet, pyarrow), the most entries in one directory; at
   the largest size xargs beside it (`runs_per_s_vs_xargs_at_largest`), and the farm killed with SIGKILL at
   60 % of its runs then rerun: the rerun's wall time, the seconds it spent before its first new run
