@@ -28,8 +28,8 @@ at a time, when a rank needs its rows (the same rows every time: random and Sobo
 the block; a Latin hypercube draws its whole unit design, 8 bytes per run and parameter, once per
 block); every rank appends its runs' outcomes (24 bytes per run) to an unlinked file beside the runs as
 each chunk completes, holding a chunk's and the reasons of its failed runs; rank 0 writes the runs table a
-block at a time from what every rank reads back and sends of it. So a rank's memory is a block's (about
-a few MB at 16,384 runs), whatever the number of runs; disk: 24 bytes per run until the table is written.
+block at a time from what every rank reads back and sends of it. So a rank's memory is a block's (a few MB
+at 16,384 runs), whatever the number of runs; disk: 24 bytes per run until the table is written.
 Time: the runs' own time / ranks, plus one message per chunk and one gather per block.
 """
 
@@ -347,7 +347,6 @@ class RankOutcomes:
 
     def __init__(self, spill_dir: Path) -> None:
         self.file = tempfile.TemporaryFile(dir=spill_dir, prefix=".outcomes-")  # noqa: SIM115 (closed by close())
-        self.count = 0
         self.next_index = 0  # the lowest run index the next chunk may start at
         self.pending = np.empty(0, OUTCOME_ROW)  # read back, not yet taken
         self.reasons: dict[int, str] = {}
@@ -366,7 +365,6 @@ class RankOutcomes:
         for name in ("status", "attempts", "seconds", "exit_code"):
             rows[name] = [o[name] for o in outcomes]
         self.file.write(rows.tobytes())
-        self.count += len(outcomes)
         self.next_index = start + len(outcomes)
         self.reasons.update({start + i: o["reason"] for i, o in enumerate(outcomes) if o["reason"]})
 
