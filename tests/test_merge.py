@@ -236,6 +236,41 @@ def test_parts_ingested_in_order_become_shards_without_a_copy(tmp_path):
     assert b"".join(s.read_bytes() for s in slow) == b"".join(s.read_bytes() for s in shards)
 
 
+def test_split_records_framed_by_ingest_are_copied_as_they_are(tmp_path):
+    """With splits no ingest part is a shard (its records go to three), but convert left them unchanged:
+    merge copies each framed record's bytes as ingest wrote them (runs of them, no decode or encode). Each
+    split's stream must be byte for byte what writing the records one by one gives (another shard size,
+    for which ingest framed nothing), with indexes that frame every record and checksums of the files."""
+    import os
+
+    splits = {"train": 0.6, "validation": 0.2, "test": 0.2}
+    unchanged = {"log1p": [], "normalise": []}
+    config_path, work = prepare(tmp_path, convert=unchanged, merge={"shard_size_mb": 1, "splits": splits})
+    summary = merge_cli(config_path, work / "merged", ranks=2)
+    meta = json.loads((work / "merged" / "metadata.json").read_text())
+    assert summary["shards_made"] == {"linked": 0, "copied": len(meta["shards"]), "encoded": 0}
+    parts = {os.stat(p).st_ino for p in (work / "ingest" / "parts").glob("*.bin")}
+    shards = [work / "merged" / "shards" / s["file"] for s in meta["shards"]]
+    assert not any(os.stat(s).st_ino in parts for s in shards)
+    assert [s["checksum"] for s in meta["shards"]] == [file_checksum(s) for s in shards]
+    for info, shard in zip(meta["shards"], shards, strict=True):
+        index = np.loadtxt(work / "merged" / "shards" / info["index"], dtype=np.int64, ndmin=2)
+        assert (index[1:, 0] == index[:-1].sum(axis=1)).all() and index[:, 1].sum() == shard.stat().st_size
+
+    encoded_config = write_config(
+        tmp_path, make_config(tmp_path, convert=unchanged, merge={"shard_size_mb": 0.7, "splits": splits})
+    )
+    encoded = merge_cli(encoded_config, work / "encoded", ranks=1)
+    assert encoded["shards_made"]["copied"] == 0 and encoded["shards_made"]["encoded"] == encoded["shards"]
+    encoded_meta = json.loads((work / "encoded" / "metadata.json").read_text())
+    for split in splits:
+        ours = [s for s, info in zip(shards, meta["shards"], strict=True) if info["split"] == split]
+        theirs = [work / "encoded" / "shards" / s["file"] for s in encoded_meta["shards"] if s["split"] == split]
+        assert ours and b"".join(s.read_bytes() for s in ours) == b"".join(s.read_bytes() for s in theirs)
+    ids = [r["sample_id"].decode() for r in tfrecord_dataset(work / "merged").as_numpy_iterator()]
+    assert len(ids) == len(set(ids)) == 48
+
+
 def test_splits_by_parent_hash_in_their_own_directories_same_for_any_rank_count(tmp_path):
     from pipeline.data.splits import split_numbers
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -105,3 +106,28 @@ def file_checksum(path: Path | str, chunk_bytes: int = 8 << 20) -> str:
         while n := f.readinto(buffer):
             checksum.update(view[:n])
     return checksum.text()
+
+
+def copy_range(source: int, target: int, offset: int, count: int) -> None:
+    """`count` bytes of the file open as `source` from `offset` appended to `target`, in the kernel where
+    it can (copy_file_range: no trip through user memory; a reflink on file systems that share extents),
+    else read and written in bounded pieces (another file system on an old kernel, or one without it)."""
+    done = 0
+    try:
+        while done < count:
+            n = os.copy_file_range(source, target, count - done, offset + done)
+            if n == 0:
+                raise OSError(f"copy_file_range: end of file {count - done} bytes early")
+            done += n
+        return
+    except OSError as e:
+        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF):
+            raise
+    while done < count:
+        data = os.pread(source, min(count - done, 8 << 20), offset + done)
+        if not data:
+            raise OSError(f"read of {count} bytes at {offset} ended {count - done} bytes early")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(target, view) :]
+        done += len(data)

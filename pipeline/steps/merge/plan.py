@@ -90,6 +90,8 @@ def row_dtype(key_width: int, spec: Mapping[str, Mapping[str, Any]]) -> np.dtype
         ("nbytes", "<i8"),
         ("home", "<i4"),  # the home's file number (-1: none) and the record's number in it
         ("home_record", "<i4"),
+        ("frame", "<i8"),  # the framed record's byte offset and length in its home (copied as it is)
+        ("frame_length", "<i4"),
     ]
     for k, field in enumerate(spec.values()):
         columns += [(f"file{k}", "<i4"), (f"offset{k}", "<i8")]
@@ -145,10 +147,12 @@ class Files:
         self.number = {p: k for k, p in enumerate(self.paths)}
 
 
-def homes(part: Part, names: Sequence[str], framing: str, shard_bytes: int) -> tuple[str, np.ndarray, int] | None:
+def homes(
+    part: Part, names: Sequence[str], framing: str, shard_bytes: int
+) -> tuple[str, np.ndarray, np.ndarray, int] | None:
     """The framed ingest part holding this part's records exactly as a shard would (every field of the
-    record, and no other, referenced there unchanged), with each record's number in it (-1: not there)
-    and how many records it holds; None if the part's records have no such home."""
+    record, and no other, referenced there unchanged), with each record's number in it (-1: not there),
+    its frame there (offset, length) and how many records it holds; None if the records have no such home."""
     if not len(part) or sorted(part.fields) != sorted(names):
         return None
     columns = [part.fields[n] for n in names]
@@ -165,7 +169,10 @@ def homes(part: Part, names: Sequence[str], framing: str, shard_bytes: int) -> t
     found = np.ones(len(part), bool) if len(home) else np.zeros(len(part), bool)
     for name, column in zip(names, columns, strict=True):
         found &= home.fields[name].offsets[at] == column.offsets
-    return home_bin, np.where(found, at, -1), len(home)
+    if home.frames is None:
+        return None
+    frames = home.frames[at] if len(home) else np.zeros((len(part), 2), np.int64)
+    return home_bin, np.where(found, at, -1), frames, len(home)
 
 
 def local_rows(
@@ -196,10 +203,11 @@ def local_rows(
         rows["home"], rows["home_record"] = -1, -1
         found = homes(part, names, *framed) if framed else None
         if found is not None:
-            home_file, at, count = found
+            home_file, at, frames, count = found
             number = files.number.get(home_file, -1)
             if number >= 0:  # a home is one of the files the records lie in (it is their only one)
                 rows["home"], rows["home_record"] = np.where(at >= 0, number, -1), at
+                rows["frame"], rows["frame_length"] = frames[:, 0], frames[:, 1]
                 home_counts[number] = count
         for f, (name, field) in enumerate(spec.items()):
             column = part.fields[name]
@@ -307,7 +315,7 @@ def shard_names(shard_splits: Sequence[int], split_names: Sequence[str], writer:
 class MergePlan:
     """What this rank writes, as all ranks agreed it: its rows (sorted, cut into its shards), every
     shard's name and split, and the digest of the whole plan (a rerun with the same digest keeps the
-    shards already written). Memory: this rank's rows, about 100 bytes per record of its shards."""
+    shards already written). Memory: this rank's rows, about 110 bytes per record of its shards."""
 
     settings: Mapping[str, Any]
     writer_class: type[ShardWriter]
@@ -372,7 +380,9 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
                  and settings["slabs"] == 1)  # fmt: skip
     split_names = sorted(settings["splits"])
     fractions = [settings["splits"][name] for name in split_names]
-    framed = (writer_class.format, shard_bytes) if unchanged and not split_names else None
+    # With splits a part's records go to several shards: no part is a shard, but each record can still be
+    # copied framed as it is (write.copy_framed_shard) instead of decoded and encoded again.
+    framed = (writer_class.format, shard_bytes) if unchanged else None
     rows, local_homes = local_rows(my_stems, first_part, files, spec, settings["sort_by"], widths, framed, fractions,
                                    settings["split_by"])  # fmt: skip
     total = sum(comm.allgather(len(rows)))

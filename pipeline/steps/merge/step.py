@@ -28,14 +28,16 @@ plan (a digest of every shard's records) and writes the rest.
 A record's home is the framed ingest part (pipeline.formats.parts) that holds it byte for byte as a shard of
 this format and size would, when convert left it unchanged. When the sorted records are exactly the
 homes' records, whole and in order, each part is hard-linked as its shard: the same bytes as writing it
-record by record (a test compares them), none read or written.
+record by record (a test compares them), none read or written. With merge.splits a part's records go to
+several shards: records with a home are then copied framed as they are, a run of adjacent ones at a time
+(copy_file_range), neither decoded nor encoded (the same bytes again, tested).
 
 Outputs: the shards with their `.idx` indexes (DALI's TFRecord index format), `provenance/` (Parquet,
 a row per record: shard, record, sample id, source file; written by the ranks holding the records'
 parts), and `metadata.json`, written last, about the dataset as a whole (feature spec, encoding, counts,
 statistics, a checksum per shard), whose size does not grow with the records.
 
-Memory per rank: a row of about 40 bytes plus the sample id per record of its share, twice while the
+Memory per rank: a row of about 52 bytes plus the sample id per record of its share, twice while the
 all-to-all runs, and the compact indexes of its own parts; buffers of a shard or two. Time: the sort and
 the writing are split across ranks; the scans exchange a few numbers per rank.
 
@@ -56,7 +58,7 @@ from pipeline.formats.parts import read_batches
 from pipeline.formats.shards.base import index_path
 from pipeline.formats.slabs import slab_name
 from pipeline.paths import IngestPaths, MergedPaths
-from pipeline.reporting.progress import progress
+from pipeline.reporting.progress import progress_bar
 from pipeline.runtime.mpi import all_ok
 from pipeline.steps.merge.metadata import metadata
 from pipeline.steps.merge.plan import (
@@ -65,6 +67,7 @@ from pipeline.steps.merge.plan import (
 )
 from pipeline.steps.merge.write import (
     _key_value,
+    copy_framed_shard,
     extents,
     link_shard,
     placements,
@@ -96,29 +99,36 @@ def prepare_output(plan: MergePlan, paths: MergedPaths, comm: Any) -> None:
 
 def write_my_shards(
     plan: MergePlan, files_of: Mapping[int, list[str]], shards_dir: Path, rank: int, size: int
-) -> tuple[dict[int, list[str]], list[int]]:
+) -> tuple[dict[int, list[str]], dict[str, int]]:
     """Write this rank's shards (or keep those a rerun finds complete): each shard's file checksums, and
-    which shards were kept."""
+    how many shards were made each way: reused (complete from a rerun), linked (a framed ingest part as it
+    is), copied (records framed by ingest, copied as they are) or encoded (record by record)."""
     mine, names = plan.mine, plan.names
     reused = [i for i in mine if all((shards_dir / f).exists() and index_path(shards_dir / f).exists()
                                      for f in files_of[i])]  # fmt: skip
     checksums = {i: [file_checksum(shards_dir / f) for f in files_of[i]] for i in reused}
     to_write = [i for i in mine if i not in checksums]
-    if plan.whole:  # every shard is a framed part already
-        for i in progress(to_write, len(to_write), "merge", rank, size, unit="shard"):
-            home = plan.files.paths[plan.shard_rows(i)["home"][0]]
-            checksums[i] = [link_shard(Path(home), shards_dir / names[i])]
-        return checksums, reused
-    settings, spec, stats = plan.settings, plan.spec, plan.stats_doc["statistics"]
-    shard_rows = [plan.shard_rows(i) for i in to_write]  # views
-    home_files = [Path(p) for p in plan.files.paths]
-    batches = read_batches(home_files, len(shard_rows), lambda k: extents(shard_rows[k], spec))
-    for i, these, located in progress(
-        zip(to_write, shard_rows, batches, strict=True), len(to_write), "merge", rank, size, unit="shard"
-    ):
-        checksums[i] = write_shard(shards_dir / names[i], these, plan.widths[1], located, spec, plan.writer_class,
-                                   settings["compression"], stats, settings["slabs"])  # fmt: skip
-    return checksums, reused
+    framed = [i for i in to_write if len(plan.shard_rows(i)) and (plan.shard_rows(i)["home"] >= 0).all()]
+    encoded = [i for i in to_write if i not in set(framed)]
+    ways = {"reused": len(reused), "linked": len(framed) if plan.whole else 0,
+            "copied": 0 if plan.whole else len(framed), "encoded": len(encoded)}  # fmt: skip
+    with progress_bar(len(to_write), "merge", rank, size, unit="shard") as bar:
+        for i in framed:
+            rows, shard = plan.shard_rows(i), shards_dir / names[i]
+            if plan.whole:  # the shard is a framed part already
+                checksums[i] = [link_shard(Path(plan.files.paths[rows["home"][0]]), shard)]
+            else:
+                checksums[i] = [copy_framed_shard(shard, rows, plan.files.paths)]
+            bar.update(1)
+        settings, spec, stats = plan.settings, plan.spec, plan.stats_doc["statistics"]
+        shard_rows = [plan.shard_rows(i) for i in encoded]  # views
+        home_files = [Path(p) for p in plan.files.paths]
+        batches = read_batches(home_files, len(shard_rows), lambda k: extents(shard_rows[k], spec))
+        for i, these, located in zip(encoded, shard_rows, batches, strict=True):
+            checksums[i] = write_shard(shards_dir / names[i], these, plan.widths[1], located, spec, plan.writer_class,
+                                       settings["compression"], stats, settings["slabs"])  # fmt: skip
+            bar.update(1)
+    return checksums, ways
 
 
 def shard_entries(
@@ -152,7 +162,7 @@ def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> 
     slabs = plan.settings["slabs"]
     files_of = {i: [slab_name(plan.names[i], k, slabs) for k in range(slabs)] for i in plan.mine}
     prepare_output(plan, paths, comm)
-    checksums, reused = write_my_shards(plan, files_of, paths.shards, rank, size)
+    checksums, ways = write_my_shards(plan, files_of, paths.shards, rank, size)
     results = shard_entries(plan, files_of, checksums, paths.shards)
     held = [placements(plan.rows, plan.numbers, plan.my_shards)]
     settings, writer_class, spec, split_names = plan.settings, plan.writer_class, plan.spec, plan.split_names
@@ -162,8 +172,10 @@ def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> 
     del plan  # the rows: provenance then holds only where each record went
     write_provenance(comm, held, my_stems, first_part, n_parts, paths.provenance)
     gathered = comm.gather(results, root=0)
-    reused_total = sum(comm.allgather(len(reused)))
-    summary = {"records": total, "shards": n_shards, "reused_shards": reused_total, "slabs": slabs}
+    all_ways = comm.allgather(ways)
+    made = {way: sum(w[way] for w in all_ways) for way in ways}
+    summary = {"records": total, "shards": n_shards, "reused_shards": made.pop("reused"), "shards_made": made,
+               "slabs": slabs}  # fmt: skip
     if rank == 0:
         assert gathered is not None
         shard_info = [r for rank_results in gathered for r in rank_results]

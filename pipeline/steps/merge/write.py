@@ -1,7 +1,9 @@
 """merge's writing: each rank writes its shards from the plan's rows, a chunk of records at a time (records
-gathered from their homes by byte ranges, normalised, and framed by the shard format), or links a whole
-part that already is a shard; then the provenance of its records. Memory: WRITE_CHUNK records' objects and
-their bytes; time: the records' bytes read and written once."""
+gathered from their homes by byte ranges, normalised, and framed by the shard format), or copies records
+that ingest framed already as they are (runs of them, in the kernel), or links a whole part that already
+is a shard; then the provenance of its records. Memory: WRITE_CHUNK records' objects and their bytes (a
+copy: three numbers per run of records); time: the records' bytes read and written once (a copy: once
+in the kernel, and read once more for the checksum, from the page cache)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from pipeline.runtime.mpi import exchange, owner_ranks
 from pipeline.steps.merge.plan import (
     NUMERIC_KEYS,
 )
-from pipeline.storage.fsutil import atomic_path, file_checksum, remove_stale_temporaries
+from pipeline.storage.fsutil import atomic_path, copy_range, file_checksum, remove_stale_temporaries
 
 
 def sample_ids(rows: np.ndarray, id_width: int) -> list[str]:
@@ -114,11 +116,42 @@ def write_shard(
             raise
         for writer, final, slab_index in zip(writers, finals, index, strict=True):
             writer.close()
-            with atomic_path(index_path(final)) as idx_tmp, open(idx_tmp, "w") as f:
-                for first in range(0, len(slab_index), WRITE_CHUNK):
-                    f.write("".join(f"{o} {n}\n" for o, n in slab_index[first : first + WRITE_CHUNK].tolist()))
+            write_index(final, slab_index)
     # the files are renamed in order as the stack closes (last in, first out): slab 0's last
     return [writer.checksum or file_checksum(final) for writer, final in zip(writers, finals, strict=True)]
+
+
+def write_index(shard: Path, frames: np.ndarray) -> None:
+    """A shard's index atomically: a line per record, its framed bytes' offset and length."""
+    with atomic_path(index_path(shard)) as tmp, open(tmp, "w") as f:
+        for first in range(0, len(frames), WRITE_CHUNK):
+            f.write("".join(f"{o} {n}\n" for o, n in frames[first : first + WRITE_CHUNK].tolist()))
+
+
+def framed_runs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows' framed records as runs of adjacent bytes: each run's home file number, offset, length."""
+    home, start = rows["home"].astype(np.int64), rows["frame"]
+    length = rows["frame_length"].astype(np.int64)
+    joins = (home[1:] == home[:-1]) & (start[1:] == start[:-1] + length[:-1])
+    first = np.flatnonzero(np.concatenate([[True], ~joins])) if len(rows) else np.zeros(0, np.int64)
+    return home[first], start[first], np.add.reduceat(length, first) if len(rows) else length
+
+
+def copy_framed_shard(path: Path, rows: np.ndarray, home_files: Sequence[str]) -> str:
+    """Write one shard whose records all lie framed in their homes exactly as this shard holds them (merge
+    changes nothing of them): their bytes copied run by run, the index from their lengths; the index
+    first, the shard's rename last, as write_shard. Returns the shard's checksum."""
+    runs = framed_runs(rows)
+    lengths = rows["frame_length"].astype(np.int64)
+    with ExitStack() as opened, atomic_path(path) as tmp:
+        sources: dict[int, int] = {}
+        with open(tmp, "wb", buffering=0) as out:
+            for number, offset, count in zip(*(r.tolist() for r in runs), strict=True):
+                if number not in sources:
+                    sources[number] = opened.enter_context(open(home_files[number], "rb", buffering=0)).fileno()
+                copy_range(sources[number], out.fileno(), offset, count)
+        write_index(path, np.stack([np.cumsum(lengths) - lengths, lengths], axis=1))
+        return file_checksum(tmp)
 
 
 def link_shard(home: Path, path: Path) -> str:
@@ -133,8 +166,7 @@ def link_shard(home: Path, path: Path) -> str:
             os.link(home, tmp)
         except OSError:  # another file system, or one without hard links: same bytes, copied
             shutil.copyfile(home, tmp)
-        with atomic_path(index_path(path)) as idx_tmp:
-            idx_tmp.write_text("".join(f"{offset} {length}\n" for offset, length in part.frames.tolist()))
+        write_index(path, part.frames)
     return part.about["checksum"]
 
 
