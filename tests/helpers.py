@@ -11,6 +11,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+import yaml
 
 from pipeline.formats.metadata import load_metadata
 from pipeline.formats.shards import shard_format
@@ -192,7 +193,6 @@ def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples:
     cubes, a small network and 12 steps."""
     import sys
 
-    import yaml
 
     [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "online:" in text]
     config = yaml.safe_load(text)
@@ -238,3 +238,27 @@ def board_events(run_dir: Path) -> dict[str, Any]:
                        "values": {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
                                   for k, v in start.hparams.items()}}  # fmt: skip
     return {"scalars": scalars, "text": text, "hparams": hparams}
+
+
+def docs_block(needle: str) -> dict:
+    texts = [text for _, mark, text in doc_blocks() if mark == "run" and needle in text]
+    assert len(texts) == 1, needle
+    return yaml.safe_load(texts[0])
+
+
+def inspected(tmp_path: Path, data: Path) -> dict:
+    """`sim2dl inspect DATA --write` as a user runs it; the config it wrote."""
+    out = tmp_path / "inspected.yaml"
+    proc = run_cli(["inspect", str(data), "--write", str(out)], ranks=1)
+    assert "wrote" in proc.stdout, proc.stdout
+    return yaml.safe_load(out.read_text())
+
+
+def run_written_config(tmp_path: Path, config: dict) -> dict:
+    """ingest, convert and merge on 2 ranks with the config inspect wrote (only the workdir moved)."""
+    config = {**config, "workdir": str(tmp_path / "work"), "search": {"enabled": False}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    for step in ("ingest", "convert", "merge"):
+        run_cli([step, "--config", str(path)], ranks=2)
+    return json.loads((tmp_path / "work" / "merged" / "metadata.json").read_text())

@@ -14,14 +14,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-import yaml
 
 from pipeline import Sim2dlError
 from pipeline.data.deposit import deposit
 from pipeline.formats.readers import READERS, SampleError
 
 from .conftest import make_config, run_cli, write_config
-from .helpers import doc_blocks
+from .helpers import docs_block, inspected, run_written_config
 
 E_UNIT_SI = 2.5  # V/m per stored unit
 POSITION_UNIT_SI = 1e-6  # stored positions in micrometres
@@ -106,7 +105,12 @@ def test_every_encoding_reads_each_iteration_in_si_with_components_in_order(tmp_
             count = f.shape("meshes/E")[0]
             e_field = f.read("meshes/E", (slice(0, count),))
             assert e_field.shape == (count, *CELLS, 3)
-            assert f.attributes("meshes/E") == {"units": "kg m s^-3 A^-1", "component_names": ["x", "y", "z"]}
+            attributes = dict(f.attributes("meshes/E"))
+            geometry = attributes.pop("geometry")
+            assert attributes == {"units": "kg m s^-3 A^-1", "component_names": ["x", "y", "z"]}
+            assert geometry["geometry"] == "cartesian" and geometry["axes"] == ["x", "y"]
+            assert geometry["grid_spacing_m"] == [POSITION_UNIT_SI] * 2 and geometry["data_order"] == "C"
+            assert "layout" not in geometry and set(geometry["position"]) == {"x", "y", "z"}
             assert f.dims("meshes/E")[0] == "iteration"
             for k in range(count):
                 step = int(f.read("iteration", (slice(k, k + 1),))[0])
@@ -124,12 +128,6 @@ def test_every_encoding_reads_each_iteration_in_si_with_components_in_order(tmp_
                 with pytest.raises(SampleError, match="changes shape between iterations"):
                     f.read("particles/electrons/position", (slice(0, count),))
     assert sorted(seen) == iterations
-
-
-def docs_block(needle: str) -> dict:
-    texts = [text for _, mark, text in doc_blocks() if mark == "run" and needle in text]
-    assert len(texts) == 1, needle
-    return yaml.safe_load(texts[0])
 
 
 def run_data_steps(tmp_path: Path, block: dict, data: Path) -> tuple[dict, list[dict]]:
@@ -167,7 +165,7 @@ def test_the_docs_openpmd_series_is_ingested_per_iteration_and_its_particles_dep
     iterations = [0, 10, 20, 30, 40, 50]
     write_series(str(data / "openpmd_%06T.h5"), iterations)
     (data / "openpmd_000060.h5").write_bytes(b"not an HDF5 file" * 64)
-    block = docs_block("format: openpmd")
+    block = docs_block("particles/electrons/position")
     meta, rejects = run_data_steps(tmp_path, block, data)
     assert meta["counts"]["records"] == 6, meta["counts"]
     assert [Path(r["path"]).name for r in rejects] == ["openpmd_000060.h5"], rejects
@@ -362,24 +360,6 @@ def test_h5py_netcdf4_and_openpmd_api_read_in_one_process(tmp_path):
         with READERS["adios2"].open(tmp_path / "d.bp") as f:
             np.testing.assert_array_equal(f.read("U", (slice(1, 2),))[0], gray_scott_step(0.5, 1)[0])
     shutil.rmtree(tmp_path / "d.bp")
-
-
-def inspected(tmp_path: Path, data: Path) -> dict:
-    """`sim2dl inspect DATA --write` as a user runs it; the config it wrote."""
-    out = tmp_path / "inspected.yaml"
-    proc = run_cli(["inspect", str(data), "--write", str(out)], ranks=1)
-    assert "wrote" in proc.stdout, proc.stdout
-    return yaml.safe_load(out.read_text())
-
-
-def run_written_config(tmp_path: Path, config: dict) -> dict:
-    """ingest, convert and merge on 2 ranks with the config inspect wrote (only the workdir moved)."""
-    config = {**config, "workdir": str(tmp_path / "work"), "search": {"enabled": False}}
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(config))
-    for step in ("ingest", "convert", "merge"):
-        run_cli([step, "--config", str(path)], ranks=2)
-    return json.loads((tmp_path / "work" / "merged" / "metadata.json").read_text())
 
 
 def test_inspect_recognises_a_variable_based_openpmd_series_and_its_config_runs(tmp_path):

@@ -41,6 +41,7 @@ import yaml
 
 from pipeline import Sim2dlError
 from pipeline import config as cfg
+from pipeline.formats.fields.column import RUN_DIRECTORY, RUNS_TABLES, run_directory
 from pipeline.formats.readers import BY_SUFFIX, READERS, SampleError, is_input_directory
 from pipeline.formats.readers.base import ArrayInfo, Contents, Conventions, Reader
 from pipeline.storage.fsutil import write_text_atomic
@@ -463,12 +464,15 @@ def is_small(shape: tuple[int | None, ...] | None, field: Field) -> bool:
     return int(np.prod(shape)) <= SMALL_VECTOR if shape else field.values <= SMALL_VECTOR
 
 
-def choose_model(shape: tuple[int | None, ...] | None) -> tuple[str, int]:
+def choose_model(shape: tuple[int | None, ...] | None, plane: bool = False) -> tuple[str, int]:
     """A built-in model for one sample's feature shape, and a depth its pooling allows (at most 3):
-    (length, channels) traces -> sequence; 2-D fields (H, W) or (H, W, C) with few channels -> unet2d;
+    (length, channels) traces -> sequence; 2-D fields (H, W) or (H, W, C) with few channels, or any
+    channels where the reader says the array is a plane (`plane`: a thetaMode mesh's modes) -> unet2d;
     3-D volumes -> cosmoflow; anything else -> dense."""
     if shape is None:
         return "sequence", 3
+    if plane and len(shape) == 3 and None not in shape:
+        return "unet2d", max(1, min(3, int(np.log2(min(shape[:2])))))
     fixed = [d for d in shape if d is not None]
     if len(shape) == 2 and (None in shape or min(fixed) < 8):
         return "sequence", 3
@@ -495,6 +499,8 @@ class StarterChoice:
     task: str = "regression"
     deposit: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    plane: bool = False  # the first feature is a plane with channels last (Conventions.planes)
+    labels_table: dict[str, Any] | None = None  # source.labels_table: an ensemble's runs table
 
 
 def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
@@ -524,6 +530,7 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     conventions = common_conventions(result)
     if conventions is not None:  # what the format says of itself (readers' describe): it decides where it speaks
         follow_conventions(chosen, conventions, decided.sample_shapes)
+    follow_runs_table(chosen, result)
     skipped = [f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in decided.usable]
     return emit(result, decided, starter_sections(result, decided, chosen, conventions, workdir, candidates, skipped))
 
@@ -568,6 +575,7 @@ def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: 
         chosen.labels = [names.get(label, label) for label in conventions.labels if label in known]
         chosen.class_labels = []
     chosen.notes = list(conventions.notes)
+    chosen.plane = any(names.get(path) == chosen.features[0] for path in conventions.planes)
     offered = {name: spec for name, spec in deposit.items() if name not in chosen.features}
     if offered:  # grids the format allows but the config does not use: said, not computed
         chosen.notes.append(f"particles onto a grid, to use as a feature: convert.deposit: {flow(offered)}")
@@ -577,7 +585,7 @@ def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: 
 def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conventions: Conventions | None, workdir: str,
                      candidates: list[str], skipped: list[str]) -> Sections:  # fmt: skip
     """The starter config's sections, each with the comment lines above it."""
-    model, depth = choose_model(chosen.first_shape)
+    model, depth = choose_model(chosen.first_shape, chosen.plane)
     shape = chosen.first_shape
     features, labels, deposit = chosen.features, chosen.labels, chosen.deposit
     vectors = [label for label in labels if chosen.fields.get(label, {}).get("shape")]  # statistics per channel
@@ -654,10 +662,49 @@ def source_section(result: Survey, decided: Any, chosen: StarterChoice, conventi
                 **({"format": conventions.format} if conventions is not None and conventions.format else {}),
                 "samples_along": decided.samples_along,
                 "sample_id": None if decided.sample_id is None else {"attr": decided.sample_id},
+                **({"labels_table": chosen.labels_table} if chosen.labels_table else {}),
                 "fields": chosen.fields,
             }
         },
     )
+
+
+def runs_table(result: Survey) -> tuple[str, list[str]] | None:
+    """An ensemble's runs table at the inspected directory's top (RUNS_TABLES) when every inspected file
+    lies in a run's directory: its name and its numeric columns other than the run's key and seed (the
+    design's parameters, a run's inputs); None where there is none."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    root = result.source.root
+    found = next((root / name for name in RUNS_TABLES if (root / name).is_file()), None)
+    if found is None or any(run_directory(f.relative_to(root)) is None for f in result.files):
+        return None
+    try:
+        schema = pq.read_schema(found) if found.suffix == ".parquet" else pacsv.read_csv(found).schema
+    except (OSError, pa.ArrowInvalid):
+        return None
+    numeric = [f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
+    return found.name, [name for name in numeric if name not in ("run", "seed")]
+
+
+def follow_runs_table(chosen: StarterChoice, result: Survey) -> None:
+    """An ensemble's parameters are what a user learns back from its output: the runs table's columns
+    become the labels (source.labels_table, each row matched by the run's directory)."""
+    table = runs_table(result)
+    if table is None or not table[1]:
+        return
+    name, columns = table
+    chosen.labels_table = {"path": name, "key": "run", "match": RUN_DIRECTORY}
+    for column in columns:
+        chosen.fields[column if column not in chosen.fields else f"{column}_run"] = {"column": column}
+    chosen.labels = [column if chosen.fields.get(column) == {"column": column} else f"{column}_run"
+                     for column in columns]  # fmt: skip
+    chosen.class_labels = []
+    chosen.task = "regression"
+    chosen.notes.append(f"labels: the ensemble's parameters, the columns {', '.join(columns)} of {name} (a row per "
+                        "run, matched by the run's directory in each file's path)")  # fmt: skip
 
 
 def conventions_deposit(conventions: Conventions, names: dict[str, str]) -> dict[str, Any]:

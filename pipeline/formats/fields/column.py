@@ -8,6 +8,7 @@ Python object per row); a lookup is a binary search."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,16 @@ import pyarrow.parquet as pq
 from pipeline import Sim2dlError
 from pipeline.formats.fields.base import FileInfo, ValueSource
 from pipeline.formats.readers.base import FieldSpec, SampleError
+
+RUN_DIRECTORY = "run_directory"  # labels_table.match: the ensemble run's directory in the file's path
+RUN_NAME = re.compile(r"run-[0-9]+")  # an ensemble run's directory (pipeline.simulators.ensemble names them)
+RUNS_TABLES = ("runs.parquet", "runs.csv")  # what an ensemble writes beside its runs (or a user, as a CSV)
+
+
+def run_directory(relative: str | Path) -> str | None:
+    """The innermost directory of a file's relative path named like an ensemble's run, or None."""
+    runs = [part for part in Path(relative).parts[:-1] if RUN_NAME.fullmatch(part)]
+    return runs[-1] if runs else None
 
 
 def table_settings(source: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pipeline import Sim2dlError
-from pipeline.formats.readers.base import COMPONENT_NAMES, FieldSpec, Reader, SampleError
+from pipeline.formats.readers.base import COMPONENT_NAMES, GEOMETRY, FieldSpec, Reader, SampleError
 from pipeline.formats.readers.bp import BPReader
 from pipeline.formats.readers.hdf5 import HDF5Reader
 from pipeline.formats.readers.netcdf import NetCDFReader
@@ -48,8 +49,9 @@ def is_input_directory(path: str | Path) -> bool:
 
 def field_descriptions(path: Path, format_name: str, fields: list[FieldSpec]) -> dict[str, dict[str, Any]]:
     """What one file says about the fields' arrays, for metadata.json: {"units": {field: CF units},
-    "component_names": {field: [names along the last axis]}} (the attribute `component_names`, a list or
-    comma-separated text). Empty where the file cannot be opened or the format has no attributes."""
+    "component_names": {field: [names along the last axis]}, "geometry": {field: a mesh's geometry}} (the
+    attribute `component_names`, a list or comma-separated text; `geometry`, openPMD's meshes). Empty where
+    the file cannot be opened or the format has no attributes."""
     found: dict[str, dict[str, Any]] = {"units": {}, COMPONENT_NAMES: {}}
     try:
         with reader_for(path, format_name).open(path) as opened:
@@ -58,9 +60,12 @@ def field_descriptions(path: Path, format_name: str, fields: list[FieldSpec]) ->
                     encoding = opened.encoding(field.path)
                     if encoding is not None and encoding.units:
                         found["units"][field.name] = encoding.units
-                    names = opened.attributes(field.path).get(COMPONENT_NAMES)
+                    attributes = opened.attributes(field.path)
+                    names = attributes.get(COMPONENT_NAMES)
                     if names is not None:
                         found[COMPONENT_NAMES][field.name] = component_list(names)
+                    if isinstance(attributes.get(GEOMETRY), Mapping):
+                        found.setdefault(GEOMETRY, {})[field.name] = dict(attributes[GEOMETRY])
     except (SampleError, OSError):
         pass
     return found

@@ -30,6 +30,7 @@ class MissingArray(SampleError):
 
 EMPTY = "empty file (0 bytes)"
 COMPONENT_NAMES = "component_names"  # an array's attribute: names of the entries along its last axis
+GEOMETRY = "geometry"  # an array's attribute: a mesh's geometry, axes, grid and layout (a mapping; openPMD)
 
 
 def unreadable(e: OSError) -> SampleError:
@@ -162,6 +163,7 @@ class Conventions:
     labels: tuple[str, ...] = ()  # the fields (of `fields`, or arrays' paths) that are the labels; () inspect's choice
     features: tuple[str, ...] = ()  # the features (deposit names or arrays' paths); () inspect's choice
     notes: tuple[str, ...] = ()  # more lines for the config's header (what else could be mapped, and how)
+    planes: tuple[str, ...] = ()  # arrays whose sample is a 2-D plane with channels last (a 2-D model's input)
 
 
 class OpenFile(ABC):

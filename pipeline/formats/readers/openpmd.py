@@ -7,11 +7,20 @@ iteration per ADIOS2 step). `source.format: openpmd` (the suffix alone says HDF5
 Every array has the input's iterations as its first axis, named `iteration`, so
 `source.samples_along: iteration` makes each iteration a sample. A field's `path` names:
 - `meshes/NAME`: a mesh record; a vector record's components stacked as the last axis in the order x,
-  y, z (then r, t, then any other name alphabetically; `component_names` in metadata.json);
+  y, z (then r, t, then any other name alphabetically; a thetaMode record's r, t, z; `component_names` in
+  metadata.json);
 - `particles/SPECIES/RECORD`: a particle record, a `[null]` (scalar) or `[null, k]` (vector) field per
   iteration, its length the species' count in that iteration (`position` is joined with
   `positionOffset`, as the standard defines a particle's position);
 - `time`, `dt` (in seconds: times `timeUnitSI`) and `iteration` (the iteration's number).
+
+A mesh's geometry is honoured: `cartesian` meshes are read as stored (their axes in numpy order, which
+`dataOrder: F` reverses against `axisLabels`); `thetaMode` meshes (FBPIC, WarpX RZ: azimuthal modes over an
+(r, z) plane) in the layout the path asks for, r before z whatever `axisLabels`' order: `meshes/E` their
+modes as channels over the plane, `meshes/E@theta=0.5` the plane at an angle, `meshes/E@cartesian` a 3-D
+volume (thetamode.py); `cylindrical` and `spherical` meshes are refused by name. Each mesh's geometry,
+axes, grid (`gridSpacing`, `gridGlobalOffset`, `gridUnitSI`) and components' `position` (staggering) are
+recorded (metadata.json's `geometry`).
 Values are in SI: each component times its `unitSI`; constant components are filled; the record's
 `unitDimension` is recorded as its units (e.g. `kg m s^-3 A^-1`). Series attributes are `{attr: NAME}`
 fields and sample ids.
@@ -38,6 +47,7 @@ import numpy as np
 
 from pipeline.formats.readers.base import (
     COMPONENT_NAMES,
+    GEOMETRY,
     Contents,
     Conventions,
     FieldSpec,
@@ -51,14 +61,29 @@ from pipeline.formats.readers.base import (
     scalar_text,
 )
 from pipeline.formats.readers.bp import forget_profile
+from pipeline.formats.readers.thetamode import (
+    Layout,
+    array_axes,
+    as_cartesian,
+    as_modes,
+    as_plane,
+    check_modes,
+    layout_channels,
+    modes_count,
+    r_first,
+    radii,
+    split_layout,
+)
 
 ITERATION = "iteration"  # the name of every array's first axis (source.samples_along)
 # iterations parsed when read, not all at open; ADIOS2 engines without their per-open profile file in /tmp
 SERIES_OPTIONS = json.dumps({"defer_iteration_parsing": True, "adios2": {"engine": {"parameters": {"Profile": "Off"}}}})
 PER_ITERATION = ("time", "dt", ITERATION)  # scalars of each iteration
 COMPONENT_ORDER = ("x", "y", "z", "r", "t")
+CYLINDRICAL_ORDER = ("r", "t", "z")  # a thetaMode vector's components
 # openPMD's unitDimension: powers of (L, M, T, I, theta, N, J), as SI units
 SI_BASE = ("m", "kg", "s", "A", "K", "mol", "cd")
+READ_GEOMETRIES = ("cartesian", "thetaMode")
 
 
 def units_text(dimension: list[float]) -> str:
@@ -73,9 +98,14 @@ def units_text(dimension: list[float]) -> str:
     return " ".join(parts)
 
 
-def component_order(names: list[str]) -> list[str]:
-    known = [c for c in COMPONENT_ORDER if c in names]
-    return known + sorted(n for n in names if n not in COMPONENT_ORDER)
+def geometry_parameters(mesh: Any) -> str:
+    """A mesh's `geometryParameters` ('' where it has none: the attribute is optional)."""
+    return str(mesh.get_attribute("geometryParameters")) if "geometryParameters" in mesh.attributes else ""
+
+
+def component_order(names: list[str], order: tuple[str, ...] = COMPONENT_ORDER) -> list[str]:
+    known = [c for c in order if c in names]
+    return known + sorted(n for n in names if n not in order)
 
 
 def _open(path: Path) -> Any:
@@ -135,8 +165,9 @@ class OpenPMDFile(OpenFile):
         return 0 if samples_along in (ITERATION, 0) else super().along(field, samples_along)
 
     def _record(self, array: str, iteration: int) -> tuple[Any, bool]:
-        """(the record, whether it is a particle position to join with positionOffset)."""
-        parts = array.strip("/").split("/")
+        """(the record, whether it is a particle position to join with positionOffset); a mesh's layout
+        (`@...`, thetamode.py) is not part of the record's path."""
+        parts = split_layout(array)[0].strip("/").split("/")
         try:
             it = self._iteration(iteration)
             if parts[0] == "meshes" and len(parts) == 2:
@@ -159,7 +190,9 @@ class OpenPMDFile(OpenFile):
     def _components(self, record: Any) -> list[tuple[str, Any]]:
         if record.scalar:
             return [("", record[next(iter(record))])]
-        return [(name, record[name]) for name in component_order(list(record))]
+        geometry = getattr(record, "geometry", None)
+        order = CYLINDRICAL_ORDER if geometry is not None and geometry.name == "thetaMode" else COMPONENT_ORDER
+        return [(name, record[name]) for name in component_order(list(record), order)]
 
     def _iteration_shape(self, array: str, iteration: int) -> tuple[int, ...]:
         if array in PER_ITERATION:
@@ -170,7 +203,33 @@ class OpenPMDFile(OpenFile):
         if len(shapes) > 1:
             raise SampleError(f"iteration {iteration}: the components of '{array}' disagree in shape: {sorted(shapes)}")
         shape = shapes.pop()
-        return shape if record.scalar else (*shape, len(components))
+        layout = self._layout(array, record)
+        if layout is None:
+            return shape if record.scalar else (*shape, len(components))
+        axes = array_axes(record.axis_labels, str(record.data_order))
+        _, nr, nz = r_first(np.empty((shape[0], *shape[1:]), bool), axes, array).shape
+        if layout.kind == "modes":
+            return (nr, nz, len(components) * shape[0])
+        return (2 * nr, nz, len(components)) if layout.kind == "plane" else (2 * nr, 2 * nr, nz, len(components))
+
+    def _layout(self, array: str, record: Any) -> Layout | None:
+        """How a mesh is read: None as stored (Cartesian meshes, particles), or its thetaMode layout;
+        SampleError for a geometry sim2dl does not read, or a layout asked of a Cartesian mesh."""
+        path, layout = split_layout(array)
+        geometry = getattr(record, "geometry", None)
+        if geometry is None:  # a particle record
+            if path != array:
+                raise SampleError(f"'{array}': a layout (@...) applies to thetaMode meshes, not to particles")
+            return None
+        name = geometry.name
+        if name not in READ_GEOMETRIES:
+            raise SampleError(f"'{path}' is in {name} geometry, which sim2dl does not read (it reads cartesian and "
+                              "thetaMode meshes); it is never treated as Cartesian")  # fmt: skip
+        if name == "cartesian":
+            if path != array:
+                raise SampleError(f"'{array}': a layout (@...) applies to thetaMode meshes; '{path}' is Cartesian")
+            return None
+        return layout
 
     def shape(self, array: str) -> tuple[int, ...]:
         if array not in self._shapes:
@@ -191,8 +250,16 @@ class OpenPMDFile(OpenFile):
         units = units_text(list(record.unit_dimension))
         if units:
             found["units"] = units
-        if not record.scalar:
-            found[COMPONENT_NAMES] = [name for name, _ in self._components(record)]
+        layout = self._layout(array, record)
+        names = [name for name, _ in self._components(record)]
+        if layout is not None:
+            modes = int(self._components(record)[0][1].shape[0])
+            found[COMPONENT_NAMES] = layout_channels(layout, names if not record.scalar else [""], modes)
+        elif not record.scalar:
+            found[COMPONENT_NAMES] = names
+        geometry = self.geometry(array)
+        if geometry is not None:
+            found[GEOMETRY] = geometry
         return found
 
     def stored_dtype(self, array: str) -> np.dtype:
@@ -227,7 +294,55 @@ class OpenPMDFile(OpenFile):
                 loaded.append(in_si(values, rc.unit_SI))
             else:  # positions in float64: an offset of many cells plus a fraction of one keeps its precision
                 loaded.append(in_si(values, rc.unit_SI, np.float64) + in_si(shift, offset.unit_SI, np.float64))
+        layout = self._layout(array, record)
+        if layout is not None:
+            names = [name for name, _ in self._components(record)]
+            return self._in_layout(array, record, dict(zip(names, loaded, strict=True)), layout)
         return loaded[0] if record.scalar else np.stack(loaded, axis=-1)
+
+    def _in_layout(self, array: str, record: Any, components: dict[str, np.ndarray], layout: Layout) -> np.ndarray:
+        """A thetaMode record's components (modes, a, b) in its layout (thetamode.py)."""
+        axes = array_axes(record.axis_labels, str(record.data_order))
+        declared = modes_count(geometry_parameters(record))
+        rz = {}
+        for name, values in components.items():
+            check_modes(values, declared, array)
+            rz[name] = r_first(values, axes, array)
+        if layout.kind == "modes":
+            return as_modes(rz)
+        if layout.kind == "plane":
+            return as_plane(rz, layout.theta)
+        r_axis = axes.index("r")
+        position = float(self._components(record)[0][1].position[r_axis])
+        r = radii(next(iter(rz.values())).shape[1], record.grid_spacing[r_axis] * record.grid_unit_SI,
+                  record.grid_global_offset[r_axis] * record.grid_unit_SI, position)  # fmt: skip
+        return as_cartesian(rz, r)
+
+    def geometry(self, array: str) -> dict[str, Any] | None:
+        """A mesh's geometry as metadata.json records it (None for particles and per-iteration scalars):
+        its geometry and parameters, the stored array's axes (numpy order) and dataOrder, the layout read,
+        the grid in SI (spacing and offset in the stored axes' order) and each component's position."""
+        if array in PER_ITERATION or split_layout(array)[0].startswith("particles/"):
+            return None
+        record, _ = self._record(array, self.iterations[0])
+        self._layout(array, record)  # refuses what is not read
+        layout = split_layout(array)[1]
+        order = str(record.data_order)
+        axes = array_axes(record.axis_labels, order)
+
+        def stored(values: Any) -> list[float]:  # in the stored array's numpy order, as `axes`
+            return list(values)[::-1] if order.upper() == "F" else list(values)
+
+        found = {
+            "geometry": record.geometry.name, "geometry_parameters": geometry_parameters(record),
+            "axes": list(axes), "data_order": order,
+            "grid_spacing_m": [h * record.grid_unit_SI for h in stored(record.grid_spacing)],
+            "grid_global_offset_m": [o * record.grid_unit_SI for o in stored(record.grid_global_offset)],
+            "position": {name or "scalar": stored(rc.position) for name, rc in self._components(record)},
+        }  # fmt: skip
+        if record.geometry.name == "thetaMode":
+            found["layout"] = {"kind": layout.kind, **({"theta": layout.theta} if layout.kind == "plane" else {})}
+        return found
 
     def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
         picked = self.iterations[index[0] if index else slice(None)]
@@ -254,15 +369,18 @@ class OpenPMDFile(OpenFile):
     # -- what the series holds (inspect) ---------------------------------------------------------------
 
     def conventions(self) -> Conventions:
-        """One sample per iteration; time as the label; each species' positions (and weighting) with the
-        deposit that would grid them onto the first mesh's grid (its extent from gridSpacing, gridUnitSI
-        and gridGlobalOffset), for inspect to offer."""
+        """One sample per iteration; time as the label; each thetaMode mesh named with its layout (a plane
+        of modes as channels, which a 2-D model reads) and the other two; each species' positions (and
+        weighting) with the deposit that would grid them onto the first Cartesian mesh's grid (its extent
+        from gridSpacing, gridUnitSI and gridGlobalOffset), for inspect to offer."""
         deposit: dict[str, dict[str, Any]] = {}
         it = self._iteration(self.iterations[0]) if self.iterations else None
         meshes = list(it.meshes) if it is not None else []
-        if it is not None and meshes:
-            mesh = it.meshes[meshes[0]]
-            shape = self._iteration_shape(f"meshes/{meshes[0]}", self.iterations[0])[: len(mesh.grid_spacing)]
+        theta = [name for name in meshes if it.meshes[name].geometry.name == "thetaMode"] if it is not None else []
+        cartesian = [name for name in meshes if it.meshes[name].geometry.name == "cartesian"] if it is not None else []
+        if it is not None and cartesian:
+            mesh = it.meshes[cartesian[0]]
+            shape = self._iteration_shape(f"meshes/{cartesian[0]}", self.iterations[0])[: len(mesh.grid_spacing)]
             unit = mesh.grid_unit_SI
             box = [float(n * h * unit) for n, h in zip(shape, mesh.grid_spacing, strict=False)]
             origin = [float(o * unit) for o in mesh.grid_global_offset][: len(box)]
@@ -274,9 +392,25 @@ class OpenPMDFile(OpenFile):
                         "weights": f"particles/{species}/weighting" if "weighting" in records else None,
                         "shape": list(shape), "box": box, "origin": origin, "scheme": "cic",
                     }  # fmt: skip
+        notes = tuple(self._theta_note(f"meshes/{name}") for name in theta)
         return Conventions(
             "openPMD: one sample per iteration, values in SI", format="openpmd", samples_along=ITERATION,
-            labels=("time",), deposit=deposit,
+            labels=("time",), deposit=deposit, notes=notes, planes=tuple(f"meshes/{name}" for name in theta),
+        )  # fmt: skip
+
+    def _theta_note(self, path: str) -> str:
+        """What inspect says of a thetaMode mesh: its geometry, the layout it maps, and the other two."""
+        record, _ = self._record(path, self.iterations[0])
+        nr, nz, channels = self._iteration_shape(path, self.iterations[0])
+        names = [name for name, _ in self._components(record)]
+        components = len(names)
+        volume_mb = 4 * nr * nr * nz * components * 4 / 1e6
+        return (
+            f"{path}: thetaMode geometry ({geometry_parameters(record) or 'modes'}; axisLabels "
+            f"{list(record.axis_labels)}), mapped as its modes over the (r, z) plane: ({nr}, {nz}, {channels}), "
+            f"channels {', '.join(layout_channels(Layout(), names, channels // components))}; "
+            f"{path}@theta=0 is the field on the x-z plane ({2 * nr}, {nz}, {components}), {path}@cartesian a 3-D "
+            f"volume ({2 * nr}, {2 * nr}, {nz}, {components}: {volume_mb:.1f} MB a sample as float32)"
         )  # fmt: skip
 
     def record_paths(self) -> list[str]:

@@ -25,7 +25,6 @@ metadata pass and one data pass over the files, split across ranks.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from pipeline import MB, Sim2dlError
 from pipeline.config import labels_table_file
 from pipeline.formats.fields import Categories, FileInfo, LabelsTable, ValueSource, numeric_value, value_sources
 from pipeline.formats.fields.categories import class_text, sorted_classes
-from pipeline.formats.fields.column import table_settings
+from pipeline.formats.fields.column import RUN_DIRECTORY, run_directory, table_settings
 from pipeline.formats.parts import PARTS_PER_RANK
 from pipeline.formats.readers import FieldSpec, SampleError, reader_for
 from pipeline.formats.readers.base import EMPTY, OpenFile, as_text, readable_size, resolve_missing
@@ -264,10 +263,6 @@ class FileSamples:
         return found
 
 
-RUN_DIRECTORY = "run_directory"  # labels_table.match: the ensemble run's directory in the file's path
-RUN_NAME = re.compile(r"run-[0-9]+")
-
-
 class FileOpener:
     """Opens inputs as FileSamples: the readers, value sources and labels table of one ingest run."""
 
@@ -292,10 +287,10 @@ class FileOpener:
         if self.match is None:
             return info.file_id
         if self.match == RUN_DIRECTORY:
-            runs = [part for part in Path(info.relative).parts[:-1] if RUN_NAME.fullmatch(part)]
-            if not runs:
+            run = run_directory(info.relative)
+            if run is None:
                 raise SampleError(f"no directory of {info.relative} is named like a run (run-NNNNNN)")
-            return runs[-1]
+            return run
         return class_text(self.values[self.match].raw(info))
 
     def relative(self, path: str) -> str:

@@ -63,8 +63,8 @@ def metadata(
 
 
 def ingested_extras(ingested: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
-    """What ingest learned of the sources that a reader of the shards needs: class names, units and
-    component names of the fields in the spec."""
+    """What ingest learned of the sources that a reader of the shards needs: class names, units,
+    component names and mesh geometry of the fields in the spec."""
     doc: dict[str, Any] = {}
     if ingested.get("classes"):
         doc["classes"] = ingested["classes"]  # categorical fields: class names in id order
@@ -74,6 +74,9 @@ def ingested_extras(ingested: Mapping[str, Any], spec: Mapping[str, Any]) -> dic
     names = {name: n for name, n in ingested.get("component_names", {}).items() if name in spec}
     if names:
         doc["component_names"] = names  # the entries along a field's last axis (e.g. a label's parameters)
+    geometry = {name: g for name, g in ingested.get("geometry", {}).items() if name in spec}
+    if geometry:
+        doc["geometry"] = geometry  # a mesh's geometry, axes, grid and layout (openPMD)
     return doc
 
 
