@@ -10,7 +10,7 @@ CORES ?= 2
 ROOT_APT := scripts/apt_ensure.sh
 RUN := PATH="$(BIN):$$PATH" TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2
 
-.PHONY: env demo test test-fast lint bench image clean-demo
+.PHONY: env demo test test-fast lint bench bench-check image clean-demo
 
 env: $(STAMP)
 
@@ -56,6 +56,12 @@ image: env
 bench: env
 	for b in bench/[a-z]*.py; do [ $$b = bench/common.py ] || $(RUN) $(BIN)/python $$b --quick || exit 1; done
 	$(RUN) $(BIN)/python bench/scale.py --layouts --quick
+
+# Each quick benchmark's headline figures against bench/recorded.json (the last recorded, with the noise band
+# of each, from repeated runs): names every figure that moved beyond its band, fails where one got worse.
+# BENCH="merge read" checks those; RECORD=1 records them anew (3 runs each). Not part of `make test`.
+bench-check: env
+	$(RUN) $(BIN)/python bench/check.py $(if $(RECORD),--record) $(BENCH)
 
 clean-demo:
 	rm -rf results/demo

@@ -7,6 +7,8 @@
 the sync, and the speedup they give, are reported too.
 Also the peak resident memory of ingest, as a slope per 100,000 input files.
 Targets: speedup_vs_naive >= 2, fraction_of_read_floor >= 0.3.
+(b) runs on the demo's config, with its three splits (train, validation, test), and again without splits
+(`without_splits`), where ingest's framed parts become the shards as they are (hard links).
 """
 
 from __future__ import annotations
@@ -45,6 +47,17 @@ def run_sim2dl(config: Path, work: Path, settle_seconds: float) -> dict[str, flo
         shutil.rmtree(work / step, ignore_errors=True)
     stdout = mpi(RANKS, BIN / "python", Path(__file__).parent / "_steps.py", config, str(settle_seconds))
     return json.loads(stdout.strip().splitlines()[-1])
+
+
+def without_splits(config: Path) -> Path:
+    """The same config with no merge.splits (every record in one set of shards)."""
+    import yaml
+
+    doc = yaml.safe_load(config.read_text())
+    doc["merge"]["splits"] = {}
+    path = config.with_name("config-without-splits.yaml")
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 def ingest_peak_rss_mb(config: Path, source: Path, out: Path) -> float:
@@ -102,15 +115,18 @@ def main() -> None:
     naive_dir = work / "naive"
     shutil.rmtree(naive_dir, ignore_errors=True)
     # Each variant runs REPEATS times, interleaved, and the median counts: this VM's disk is noisy.
-    naive_times, sim2dl_runs, floor_times = [], [], []
+    naive_times, sim2dl_runs, floor_times, unsplit_runs = [], [], [], []
+    unsplit = without_splits(config)
     for _ in range(REPEATS):
         naive_times.append(naive_tfrecords(files, naive_dir, RANKS, settle_seconds))
         shutil.rmtree(naive_dir)
         sim2dl_runs.append(run_sim2dl(config, work, settle_seconds))
         floor_times.append(read_floor_seconds(files, settle_seconds))
+        unsplit_runs.append(run_sim2dl(unsplit, work, settle_seconds))
     t_naive = statistics.median(t for _, t in naive_times)
     t_naive_written = statistics.median(t for t, _ in naive_times)
     steps = sorted(sim2dl_runs, key=lambda r: r["total"])[REPEATS // 2]
+    unsplit_steps = sorted(unsplit_runs, key=lambda r: r["total"])[REPEATS // 2]
     t_floor = statistics.median(floor_times)
     rss_slope, rss_full = memory_slope(config, files, work)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
@@ -130,6 +146,12 @@ def main() -> None:
         "speedup_vs_naive": round(t_naive / steps["total"], 3),
         "fraction_of_read_floor": round(t_floor / steps["total"], 3),
         "speedup_vs_naive_before_sync": round(t_naive_written / steps["written"], 3),
+        "without_splits": {
+            "seconds": round(unsplit_steps["total"], 3),
+            "merge_seconds": round(unsplit_steps["merge"], 3),
+            "speedup_vs_naive": round(t_naive / unsplit_steps["total"], 3),
+            "fraction_of_read_floor": round(t_floor / unsplit_steps["total"], 3),
+        },
         "rss_mb_per_100k_files": round(rss_slope, 1),
         "ingest_peak_rss_mb": round(rss_full, 1),
         "repeats": REPEATS,
@@ -137,6 +159,7 @@ def main() -> None:
             "naive": [round(t, 3) for _, t in naive_times],
             "sim2dl": [round(r["total"], 3) for r in sim2dl_runs],
             "read_floor": [round(t, 3) for t in floor_times],
+            "sim2dl_without_splits": [round(r["total"], 3) for r in unsplit_runs],
         },
         "targets": {"speedup_vs_naive": ">= 2", "fraction_of_read_floor": ">= 0.3"},
     }

@@ -140,12 +140,16 @@ def main() -> None:
         .map(parse_shards, num_parallel_calls=autotune)
         .prefetch(autotune)
     )
+    # The profile of (c): the same pipeline up to the records' bytes in batches, without the parse (what
+    # the reads, the framing and the interleave cost: the rest of (c)'s time is the parse and its copies).
+    records_only = raw_records(work / "merged", parallel_reads=4).batch(BATCH).map(lambda r: (r, r)).prefetch(autotune)
 
     # REPEATS interleaved rounds, medians: this VM's disk is noisy.
     variants = (
         ("hdf5_files", hdf5, files),
         ("tfrecord_per_sample", one_per_file, naive_files),
         ("merged_shards", merged, shards),
+        ("merged_shards_records_only", records_only, shards),
         ("merged_shards_numpy_reader", NumpyBatches(work / "merged", ("density", "params")), shards),
     )
     seconds: dict[str, list[float]] = {name: [] for name, _, _ in variants}
@@ -192,6 +196,19 @@ def main() -> None:
         "numpy_reader_fraction_of_parallel_read_floor": round(
             parallel_floor * (n - BATCH) / n / results["merged_shards_numpy_reader"]["seconds"], 3
         ),
+        # where (c)'s time goes, as fractions of it: reading and framing the records (their bytes in
+        # batches, no parse), and the parse of the Examples into tensors (the rest)
+        "tfdata_profile": {
+            "records_only_fraction_of_parallel_read_floor": round(
+                parallel_floor * (n - BATCH) / n / results["merged_shards_records_only"]["seconds"], 3
+            ),
+            "read_and_framing_share": round(
+                results["merged_shards_records_only"]["seconds"] / results["merged_shards"]["seconds"], 3
+            ),
+            "parse_share": round(
+                1 - results["merged_shards_records_only"]["seconds"] / results["merged_shards"]["seconds"], 3
+            ),
+        },
         "targets": {"shard_speedup_vs_hdf5": ">= 10", "fraction_of_read_floor": ">= 0.9"},
     }
     if not keep:

@@ -19,7 +19,7 @@ from pipeline.formats.readers import READERS, SampleError, field_descriptions
 from pipeline.formats.readers.base import FieldSpec
 
 from .conftest import REPO
-from .helpers import inspected, run_written_config
+from .helpers import docs_block, inspected, run_written_config
 
 FBPIC = REPO / "tests" / "data" / "fbpic"
 RUN = FBPIC / "run-000001" / "diags" / "hdf5"
@@ -208,23 +208,20 @@ def test_inspect_names_the_geometry_proposes_a_2d_model_and_the_runs_parameters_
         np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
-def test_the_docs_wakefield_config_learns_from_fbpic_output_in_the_modes_and_the_plane_layouts(tmp_path):
+def test_the_docs_wakefield_config_learns_from_fbpic_output_in_the_plane_layout(tmp_path):
     """docs/configuration.md's laser-wakefield block, its source pointed at FBPIC's files (the test's runs:
-    iteration 40, the runs table as CSV): ingest, convert and merge on 2 ranks, E as modes and as the
-    plane at θ = 0 (what the table says it is), each record with its run's a0 and density."""
-    from .helpers import docs_block
-
+    iteration 40, the runs table as CSV), E read as the plane at θ = 0: ingest, convert and merge on 2
+    ranks, each record with its layout, channels and run (the modes layout goes through the same steps in
+    the inspect test above)."""
     block = docs_block("examples/wakefield/simulate.py")
     assert block["simulate"]["command"][:2] == ["examples/wakefield/.venv/bin/python", "examples/wakefield/simulate.py"]
     assert (REPO / "examples" / "wakefield" / "setup.sh").exists()
-    source = {**block["source"], "path": str(FBPIC), "glob": "**/diags/hdf5/data00000040.h5",
+    assert block["source"]["fields"]["E"]["path"] == "meshes/E" and block["train"]["model"] == "unet2d"
+    fields = {**block["source"]["fields"], "E": {"path": "meshes/E@theta=0", "dtype": "float32", "shape": [48, 128, 3]}}
+    source = {**block["source"], "path": str(FBPIC), "glob": "**/diags/hdf5/data00000040.h5", "fields": fields,
               "labels_table": {"path": "runs.csv", "key": "run", "match": "run_directory"}}  # fmt: skip
-    for name, path, shape in (("modes", "meshes/E", [24, 128, 9]), ("plane", "meshes/E@theta=0", [48, 128, 3])):
-        fields = {**source["fields"], "E": {**source["fields"]["E"], "path": path, "shape": shape}}
-        config = {**block, "workdir": str(tmp_path / name), "simulate": {"enabled": False},
-                  "source": {**source, "fields": fields}, "merge": {"format": "hdf5", "splits": {}}}  # fmt: skip
-        (tmp_path / name).mkdir()
-        meta = run_written_config(tmp_path / name, config)
-        assert meta["counts"]["records"] == 2 and meta["feature_spec"]["E"]["shape"] == shape
-        assert meta["geometry"]["E"]["layout"]["kind"] == name
-        assert meta["component_names"]["E"][:2] == (["r_m0", "r_m1_re"] if name == "modes" else ["x", "y"])
+    config = {**block, "simulate": {"enabled": False}, "source": source, "merge": {"format": "hdf5", "splits": {}}}
+    meta = run_written_config(tmp_path, config)
+    assert meta["counts"]["records"] == 2 and meta["feature_spec"]["E"]["shape"] == [48, 128, 3]
+    assert meta["geometry"]["E"]["layout"] == {"kind": "plane", "theta": 0.0}
+    assert meta["component_names"]["E"] == ["x", "y", "z"]

@@ -81,8 +81,9 @@ def encoded_spec(
     return {name: {**field, "encoding": encodings.get(name, "bytes")} for name, field in spec.items()}
 
 
-def row_dtype(key_width: int, spec: Mapping[str, Mapping[str, Any]]) -> np.dtype:
-    """One row per record: the sort key, where it came from, its size, its home, where its fields lie."""
+def row_dtype(key_width: int, spec: Mapping[str, Mapping[str, Any]], framed: bool = False) -> np.dtype:
+    """One row per record: the sort key, where it came from, its size, its home, where its fields lie
+    (and, where records may have homes, `framed`, where the record lies framed in its home)."""
     columns = [
         ("key", f"S{key_width}"),
         ("part", "<i4"),  # the converted part (its number in name order) and the record in it
@@ -90,9 +91,9 @@ def row_dtype(key_width: int, spec: Mapping[str, Mapping[str, Any]]) -> np.dtype
         ("nbytes", "<i8"),
         ("home", "<i4"),  # the home's file number (-1: none) and the record's number in it
         ("home_record", "<i4"),
-        ("frame", "<i8"),  # the framed record's byte offset and length in its home (copied as it is)
-        ("frame_length", "<i4"),
     ]
+    if framed:  # the framed record's byte offset and length in its home (copied as it is)
+        columns += [("frame", "<i8"), ("frame_length", "<i4")]
     for k, field in enumerate(spec.values()):
         columns += [(f"file{k}", "<i4"), (f"offset{k}", "<i8")]
         columns += [(f"dim{k}_{axis}", "<i4") for axis, d in enumerate(field["shape"]) if d is None]
@@ -189,7 +190,7 @@ def local_rows(
     """The rows of this rank's parts (unsorted; each part opened in turn and let go), and the record count
     of each home file seen."""
     prefix = 1 if fractions else 0
-    dtype = row_dtype(prefix + (sum(widths) if sort_by not in NUMERIC_KEYS else 8 + widths[1]), spec)
+    dtype = row_dtype(prefix + (sum(widths) if sort_by not in NUMERIC_KEYS else 8 + widths[1]), spec, bool(framed))
     chunks, home_counts = [], {}
     names = list(spec)
     for k, stem in enumerate(stems):
@@ -315,7 +316,8 @@ def shard_names(shard_splits: Sequence[int], split_names: Sequence[str], writer:
 class MergePlan:
     """What this rank writes, as all ranks agreed it: its rows (sorted, cut into its shards), every
     shard's name and split, and the digest of the whole plan (a rerun with the same digest keeps the
-    shards already written). Memory: this rank's rows, about 110 bytes per record of its shards."""
+    shards already written). Memory: this rank's rows, about 100 bytes per record of its shards (12 more
+    where ingest's framed records may be copied)."""
 
     settings: Mapping[str, Any]
     writer_class: type[ShardWriter]

@@ -37,9 +37,10 @@ a row per record: shard, record, sample id, source file; written by the ranks ho
 parts), and `metadata.json`, written last, about the dataset as a whole (feature spec, encoding, counts,
 statistics, a checksum per shard), whose size does not grow with the records.
 
-Memory per rank: a row of about 52 bytes plus the sample id per record of its share, twice while the
-all-to-all runs, and the compact indexes of its own parts; buffers of a shard or two. Time: the sort and
-the writing are split across ranks; the scans exchange a few numbers per rank.
+Memory per rank: a row of about 40 bytes (52 where records may be copied framed) plus the sample id per
+record of its share, twice while the all-to-all runs, and the compact indexes of its own parts; buffers
+of a shard or two. Time: the sort and the writing are split across ranks; the scans exchange a few
+numbers per rank.
 
 Modules: plan.py (steps 1-3, a pure object per rank), write.py (shards, links, provenance), metadata.py
 (metadata.json); this one runs them.
