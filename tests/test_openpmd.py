@@ -510,3 +510,28 @@ def test_a_root_jagged_branch_over_max_rows_is_drawn_per_entry(tmp_path):
     np.testing.assert_array_equal(entries[0], [0.0, 1.0, 2.0])
     assert all(np.all(np.diff(e) > 0) for e in entries)  # rows kept in their order, none twice
     np.testing.assert_array_equal(entries[2], again[1])  # the entry's own draw, whatever range read it
+
+
+def test_inspect_takes_a_series_numeric_attributes_as_its_labels_and_the_config_runs(tmp_path):
+    """examples/laser/simulate.py records each run's parameters as series attributes (as simulators do
+    beside their output): inspect maps them as {attr: NAME} fields and makes them the labels (not the
+    series' bookkeeping attributes, nor time); the written config carries every run's values to the shards."""
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    data = tmp_path / "runs"
+    runs = {0: (1.5, 5.0, 18.0), 1: (2.5, 6.0, 22.0), 2: (3.5, 7.0, 26.0)}
+    for k, (a0, waist, duration) in runs.items():
+        subprocess.run([sys.executable, str(REPO / "examples" / "laser" / "simulate.py"), "--a0", str(a0), "--waist",
+                        str(waist), "--duration", str(duration), "--seed", str(k), "--out", str(data / f"run-{k}")],
+                       check=True, capture_output=True)  # fmt: skip
+    config = inspected(tmp_path, data)
+    assert config["convert"]["labels"] == ["a0", "duration", "waist"]
+    assert config["source"]["fields"]["a0"] == {"attr": "a0"} and "date" not in config["source"]["fields"]
+    meta = run_written_config(tmp_path, {**config, "merge": {**config["merge"], "splits": {}, "format": "hdf5"}})
+    stats = meta["statistics"]
+    found = merged_records(tmp_path / "work" / "merged" / "metadata.json", "a0")
+    a0 = sorted({round(float(v) * stats["a0"]["std"] + stats["a0"]["mean"], 4) for v in found["a0"]})
+    assert a0 == [1.5, 2.5, 3.5] and meta["counts"]["records"] == len(found["a0"]) > 3

@@ -84,6 +84,10 @@ CYLINDRICAL_ORDER = ("r", "t", "z")  # a thetaMode vector's components
 # openPMD's unitDimension: powers of (L, M, T, I, theta, N, J), as SI units
 SI_BASE = ("m", "kg", "s", "A", "K", "mol", "cd")
 READ_GEOMETRIES = ("cartesian", "thetaMode")
+# the standard's own root attributes: bookkeeping, never a run's parameter
+STANDARD_ATTRIBUTES = {"openPMD", "openPMDextension", "basePath", "meshesPath", "particlesPath", "iterationEncoding",
+                       "iterationFormat", "author", "software", "softwareVersion", "softwareDependencies", "machine",
+                       "date", "comment"}  # fmt: skip
 
 
 def units_text(dimension: list[float]) -> str:
@@ -393,10 +397,27 @@ class OpenPMDFile(OpenFile):
                         "shape": list(shape), "box": box, "origin": origin, "scheme": "cic",
                     }  # fmt: skip
         notes = tuple(self._theta_note(f"meshes/{name}") for name in theta)
+        parameters = self.parameters()
+        if parameters:
+            notes += (f"labels: the series' numeric attributes {', '.join(parameters)} (a run's parameters, as a "
+                      "simulator writes them beside its output)",)  # fmt: skip
         return Conventions(
             "openPMD: one sample per iteration, values in SI", format="openpmd", samples_along=ITERATION,
-            labels=("time",), deposit=deposit, notes=notes, planes=tuple(f"meshes/{name}" for name in theta),
+            fields={name: {"attr": name} for name in parameters}, labels=tuple(parameters) or ("time",),
+            deposit=deposit, notes=notes, planes=tuple(f"meshes/{name}" for name in theta),
         )  # fmt: skip
+
+    def parameters(self) -> list[str]:
+        """The series' numeric scalar attributes beyond the standard's own: what a simulator records of its
+        run (a0, a waist, a density), the labels a user learns back."""
+        found = []
+        for name in sorted(self.series.attributes):
+            if name in STANDARD_ATTRIBUTES:
+                continue
+            value = np.asarray(self.series.get_attribute(name))
+            if value.size == 1 and value.dtype.kind in "iuf":
+                found.append(name)
+        return found
 
     def _theta_note(self, path: str) -> str:
         """What inspect says of a thetaMode mesh: its geometry, the layout it maps, and the other two."""
