@@ -139,7 +139,9 @@ def test_warpx_z_r_order_and_fortran_data_order_read_as_the_same_r_z_layouts(tmp
         group = f[f"data/{ITERATION}/fields/E"]
         group.attrs["dataOrder"], group.attrs["axisLabels"] = np.bytes_("F"), np.array([b"z", b"r"])
         group.attrs["gridSpacing"] = group.attrs["gridSpacing"][::-1]
+        group.attrs["gridGlobalOffset"] = group.attrs["gridGlobalOffset"][::-1]
     np.testing.assert_array_equal(read(fortran, "meshes/E"), fbpic_modes)
+    np.testing.assert_array_equal(read(fortran, "meshes/E@cartesian"), read(fbpic_file(), "meshes/E@cartesian"))
     with READERS["openpmd"].open(fortran) as f:
         geometry = f.attributes("meshes/E")["geometry"]
     assert geometry["axes"] == ["r", "z"] and geometry["data_order"] == "F"

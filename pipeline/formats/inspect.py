@@ -682,7 +682,7 @@ def runs_table(result: Survey) -> tuple[str, list[str]] | None:
     if found is None or any(run_directory(f.relative_to(root)) is None for f in result.files):
         return None
     try:
-        schema = pq.read_schema(found) if found.suffix == ".parquet" else pacsv.read_csv(found).schema
+        schema = pq.read_schema(found) if found.suffix == ".parquet" else pacsv.open_csv(found).schema  # not its rows
     except (OSError, pa.ArrowInvalid):
         return None
     numeric = [f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]

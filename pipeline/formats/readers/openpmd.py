@@ -68,11 +68,13 @@ from pipeline.formats.readers.thetamode import (
     as_modes,
     as_plane,
     check_modes,
+    in_array_order,
     layout_channels,
     modes_count,
     r_first,
     radii,
     split_layout,
+    transposed,
 )
 
 ITERATION = "iteration"  # the name of every array's first axis (source.samples_along)
@@ -211,7 +213,7 @@ class OpenPMDFile(OpenFile):
         if layout is None:
             return shape if record.scalar else (*shape, len(components))
         axes = array_axes(record.axis_labels, str(record.data_order))
-        _, nr, nz = r_first(np.empty((shape[0], *shape[1:]), bool), axes, array).shape
+        nr, nz = shape[2:0:-1] if transposed(axes, array) else shape[1:]
         if layout.kind == "modes":
             return (nr, nz, len(components) * shape[0])
         return (2 * nr, nz, len(components)) if layout.kind == "plane" else (2 * nr, 2 * nr, nz, len(components))
@@ -316,11 +318,11 @@ class OpenPMDFile(OpenFile):
             return as_modes(rz)
         if layout.kind == "plane":
             return as_plane(rz, layout.theta)
-        r_axis = axes.index("r")
-        position = float(self._components(record)[0][1].position[r_axis])
-        r = radii(next(iter(rz.values())).shape[1], record.grid_spacing[r_axis] * record.grid_unit_SI,
-                  record.grid_global_offset[r_axis] * record.grid_unit_SI, position)  # fmt: skip
-        return as_cartesian(rz, r)
+        order, r_axis = str(record.data_order), axes.index("r")  # per-axis attributes in numpy order, as axes
+        position = float(in_array_order(self._components(record)[0][1].position, order)[r_axis])
+        spacing, offset = (in_array_order(v, order)[r_axis] * record.grid_unit_SI
+                           for v in (record.grid_spacing, record.grid_global_offset))  # fmt: skip
+        return as_cartesian(rz, radii(next(iter(rz.values())).shape[1], spacing, offset, position))
 
     def geometry(self, array: str) -> dict[str, Any] | None:
         """A mesh's geometry as metadata.json records it (None for particles and per-iteration scalars):
@@ -332,17 +334,12 @@ class OpenPMDFile(OpenFile):
         self._layout(array, record)  # refuses what is not read
         layout = split_layout(array)[1]
         order = str(record.data_order)
-        axes = array_axes(record.axis_labels, order)
-
-        def stored(values: Any) -> list[float]:  # in the stored array's numpy order, as `axes`
-            return list(values)[::-1] if order.upper() == "F" else list(values)
-
         found = {
             "geometry": record.geometry.name, "geometry_parameters": geometry_parameters(record),
-            "axes": list(axes), "data_order": order,
-            "grid_spacing_m": [h * record.grid_unit_SI for h in stored(record.grid_spacing)],
-            "grid_global_offset_m": [o * record.grid_unit_SI for o in stored(record.grid_global_offset)],
-            "position": {name or "scalar": stored(rc.position) for name, rc in self._components(record)},
+            "axes": list(array_axes(record.axis_labels, order)), "data_order": order,
+            "grid_spacing_m": [h * record.grid_unit_SI for h in in_array_order(record.grid_spacing, order)],
+            "grid_global_offset_m": [o * record.grid_unit_SI for o in in_array_order(record.grid_global_offset, order)],
+            "position": {name or "scalar": in_array_order(rc.position, order) for name, rc in self._components(record)},
         }  # fmt: skip
         if record.geometry.name == "thetaMode":
             found["layout"] = {"kind": layout.kind, **({"theta": layout.theta} if layout.kind == "plane" else {})}
@@ -373,7 +370,8 @@ class OpenPMDFile(OpenFile):
     # -- what the series holds (inspect) ---------------------------------------------------------------
 
     def conventions(self) -> Conventions:
-        """One sample per iteration; time as the label; each thetaMode mesh named with its layout (a plane
+        """One sample per iteration; as labels the series' numeric attributes (a run's parameters), else
+        time; each thetaMode mesh named with its layout (a plane
         of modes as channels, which a 2-D model reads) and the other two; each species' positions (and
         weighting) with the deposit that would grid them onto the first Cartesian mesh's grid (its extent
         from gridSpacing, gridUnitSI and gridGlobalOffset), for inspect to offer."""

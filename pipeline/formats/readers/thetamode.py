@@ -73,19 +73,28 @@ def modes_count(geometry_parameters: str) -> int | None:
     return None
 
 
+def in_array_order(per_axis: Sequence, data_order: str) -> list:
+    """A per-axis attribute (axisLabels, gridSpacing, gridGlobalOffset, a component's position) in the
+    stored array's numpy order: `dataOrder: F` lists them fastest axis first, reversed."""
+    values = list(per_axis)
+    return values[::-1] if data_order.upper() == "F" else values
+
+
 def array_axes(axis_labels: Sequence[str], data_order: str) -> tuple[str, ...]:
-    """The labels of the stored array's axes in their numpy order (`dataOrder: F` lists them reversed)."""
-    labels = tuple(str(label) for label in axis_labels)
-    return labels[::-1] if data_order.upper() == "F" else labels
+    """The labels of the stored array's axes in their numpy order."""
+    return tuple(str(label) for label in in_array_order(axis_labels, data_order))
+
+
+def transposed(axes: Sequence[str], where: str) -> bool:
+    """Whether a component's (modes, a, b) axes are (z, r), not (r, z); SampleError where they are neither."""
+    if tuple(axes) in (("r", "z"), ("z", "r")):
+        return tuple(axes) == ("z", "r")
+    raise SampleError(f"{where}: thetaMode axes {list(axes)} are not r and z")
 
 
 def r_first(values: np.ndarray, axes: Sequence[str], where: str) -> np.ndarray:
     """A component's (modes, a, b) values as (modes, r, z), from its axes' labels."""
-    if tuple(axes) == ("r", "z"):
-        return values
-    if tuple(axes) == ("z", "r"):
-        return values.transpose(0, 2, 1)
-    raise SampleError(f"{where}: thetaMode axes {list(axes)} are not r and z")
+    return values.transpose(0, 2, 1) if transposed(axes, where) else values
 
 
 def check_modes(values: np.ndarray, declared: int | None, where: str) -> None:

@@ -110,7 +110,8 @@ def write_my_shards(
     checksums = {i: [file_checksum(shards_dir / f) for f in files_of[i]] for i in reused}
     to_write = [i for i in mine if i not in checksums]
     framed = [i for i in to_write if len(plan.shard_rows(i)) and (plan.shard_rows(i)["home"] >= 0).all()]
-    encoded = [i for i in to_write if i not in set(framed)]
+    copyable = set(framed)
+    encoded = [i for i in to_write if i not in copyable]
     ways = {"reused": len(reused), "linked": len(framed) if plan.whole else 0,
             "copied": 0 if plan.whole else len(framed), "encoded": len(encoded)}  # fmt: skip
     with progress_bar(len(to_write), "merge", rank, size, unit="shard") as bar:
