@@ -22,6 +22,7 @@ from typing import Any
 from pipeline import MB, CollectiveError, Sim2dlError
 from pipeline import config as cfg
 from pipeline.runtime.mpi import mpi_library, world
+from pipeline.runtime.runtimes import runtime_of
 from pipeline.runtime.startup import announce_started
 from pipeline.steps import load as checked_load
 from pipeline.steps import validated
@@ -284,7 +285,7 @@ def launch_main(argv: list[str]) -> int:
     # the ranks' start-up barrier reports with this token (pipeline.runtime.startup): every runtime gets it
     # as a container variable, a launch without a container through the environment
     token = secrets.token_hex(8) if not args.dry_run else "TOKEN"
-    if config["container"]["runtime"] != "none":
+    if runtime_of(config["container"]).contained:
         config["container"]["env"] = {**config["container"]["env"], TOKEN_ENV: token}
     command = step_argv(config, args.mpi, args.tasks, step_args, data_dirs, Path.cwd())
     print("sim2dl launch: " + shlex.join(command), file=sys.stderr, flush=True)
@@ -351,7 +352,7 @@ def image_main(argv: list[str]) -> int:
     elif args.action == "pull":
         from pipeline.runtime.doctor import check_image
 
-        if args.missing and (settings["runtime"] == "none" or check_image(settings).status in ("ok", "skip")):
+        if args.missing and (not runtime_of(settings).contained or check_image(settings).status in ("ok", "skip")):
             result = {"pulled": None, "image": image.image_reference(settings)}
         else:
             result = registry.pull(settings, registry.configured_reference(settings, args.ref))

@@ -170,3 +170,57 @@ def test_overriding_one_rules_tasks_keeps_the_others(tmp_path: Path) -> None:
     expected = {"simulate": 2, "ingest": 2, "convert": 2, "merge": 2, "stage": 3, "search": 2, "train": 2}
     expected["throughput"] = 1  # a figure, one rank
     assert {step: int(n) for n, step in found} == expected, done.stdout
+
+
+# ------------------------------------------------------------------- what only a task or a runtime knows
+
+
+def name_branches(path: Path, names: set[str], near: str = "") -> list[str]:
+    """Where the module compares with one of `names` (==, !=, in, not in: a string constant on either side
+    or in a tuple, list or set there), looks one up as a key (`summary["r2"]`), keys a dict literal by one
+    or lists one (a module-level table of scores); `near`: only comparisons whose source mentions it."""
+    source = path.read_text()
+    tree = ast.parse(source, filename=str(path))
+    found = []
+
+    def constants(node: ast.AST) -> set[str]:
+        items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+        return {n.value for n in items if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            hit = set().union(*(constants(n) for n in [node.left, *node.comparators])) & names
+            if hit and near in (ast.get_source_segment(source, node) or ""):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} compares with {sorted(hit)}")
+        elif isinstance(node, ast.Subscript) and not near and constants(node.slice) & names:
+            found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} looks up {sorted(constants(node.slice))}")
+        elif isinstance(node, ast.Dict) and not near and constants(ast.Tuple([k for k in node.keys if k])) & names:
+            found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} keys a table by a task or score")
+        elif isinstance(node, ast.Tuple | ast.List | ast.Set) and not near and constants(node) & names:
+            found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} lists {sorted(constants(node) & names)}")
+    declared = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                and [getattr(t, "id", None) for t in n.targets] == ["TASKS"]}  # fmt: skip
+    lines = {getattr(n, "lineno", 0) for n in ast.walk(tree) if id(n) in declared}
+    return [f for f in found if int(f.split(":")[1].split()[0]) not in lines]
+
+
+def test_no_module_outside_the_tasks_branches_on_a_task_or_its_scores() -> None:
+    """A task is one file (pipeline/training/tasks/): its name and its score names appear in no comparison
+    or key lookup elsewhere, so a new task (the surrogate) touches no other module. A built-in model's
+    TASKS (which tasks it does) is the model's own knowledge, read through the task object."""
+    from pipeline.training.tasks import TASKS
+
+    names = set(TASKS) | {score for task in TASKS.values() for score in task.scores}
+    tasks = PACKAGE / "training" / "tasks"
+    leaks = [hit for path in modules() if tasks not in path.parents for hit in name_branches(path, names)]
+    assert not leaks, "task knowledge outside pipeline/training/tasks/:\n" + "\n".join(leaks)
+    assert name_branches(tasks / "regression.py", names)  # the check sees a task's own lookups
+
+
+def test_no_module_outside_the_runtimes_branches_on_the_runtime_none() -> None:
+    """What running without a container means is NoRuntime's (pipeline/runtime/runtimes/none.py:
+    `contained`, `program`), not a test of container.runtime against "none" elsewhere."""
+    runtimes = PACKAGE / "runtime" / "runtimes"
+    outside = [path for path in modules() if runtimes not in path.parents]
+    leaks = [hit for path in outside for hit in name_branches(path, {"none"}, "runtime")]
+    assert not leaks, "tests of the runtime's name outside pipeline/runtime/runtimes/:\n" + "\n".join(leaks)

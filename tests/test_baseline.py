@@ -97,10 +97,11 @@ def test_the_ridge_baseline_is_the_same_on_normalised_fields_and_labels():
 
 
 def _regression_task(labels=2):
-    from types import SimpleNamespace
+    from pipeline.training.tasks.base import DataSpec, LabelField
+    from pipeline.training.tasks.regression import Regression
 
-    return SimpleNamespace(name="regression", per_pixel=False, outputs=lambda: labels,
-                           data=SimpleNamespace(label_names=[f"y{i}" for i in range(labels)]))  # fmt: skip
+    names = tuple(f"y{i}" for i in range(labels))
+    return Regression({}, DataSpec("x", (None,), (LabelField("y", (labels,), "float32"),), names))
 
 
 def test_the_statistics_computed_in_the_model_are_the_baselines_numpy_statistics():

@@ -19,8 +19,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-SCORES = ("r2", "accuracy", "macro_f1", "mean_iou")  # a baseline record's scores (its other keys are settings)
-
 
 def flat_scalars(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
     """Nested metrics as TensorBoard tags: {'r2': {'sigma_8': 0.9}} -> {'PREFIX/r2/sigma_8': 0.9}; numbers
@@ -104,10 +102,11 @@ class Board:
         self.flush()
 
     def finished(self, history: Sequence[Mapping[str, Any]], unit: str, test: Mapping[str, Any] | None,
-                 baseline: Mapping[str, Any], final: Mapping[str, Any] | None = None) -> None:  # fmt: skip
+                 baseline: Mapping[str, Any], score_names: Sequence[str],
+                 final: Mapping[str, Any] | None = None) -> None:  # fmt: skip
         """The end of a run: the test split's scores and `final` (a search trial's result) at its last unit,
-        the classical baseline's validation scores as constant lines over the run (`baseline/...`), and
-        the file closed."""
+        the classical baseline's validation scores (`score_names`: the task's; its record's other keys are
+        settings) as constant lines over the run (`baseline/...`), and the file closed."""
         if final:
             self.scalars(history[-1][unit] if history else 0, final)
         if history:
@@ -115,7 +114,7 @@ class Board:
             if test:
                 self.scalars(last, test, "test")
             scores = baseline.get("validation", baseline) if baseline.get("method") else {}
-            self.constant(first, last, {k: v for k, v in scores.items() if k in SCORES}, "baseline")
+            self.constant(first, last, {k: v for k, v in scores.items() if k in score_names}, "baseline")
         self.close()
 
     def flush(self) -> None:

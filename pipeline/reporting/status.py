@@ -145,6 +145,11 @@ def training_progress(history: Sequence[Mapping[str, Any]], unit: str, total: in
     return record
 
 
+def headline_scores(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A training summary's headline scores, by the names its task gave (`score_names`)."""
+    return {k: summary[k] for k in summary.get("score_names", ()) if k in summary}
+
+
 def train_step(layout: Layout, now: float) -> dict[str, Any]:
     paths = TrainPaths(layout.train)
     record: dict[str, Any] = {"step": "train", "state": _state(paths.root, paths.summary)}
@@ -158,7 +163,7 @@ def train_step(layout: Layout, now: float) -> dict[str, Any]:
     record.update(training_progress(history, unit, total, now), attempts=len(starts))
     if summary is not None:
         record["scored_on"] = summary.get("scored_on")
-        record["scores"] = {k: summary[k] for k in ("r2", "accuracy", "mean_iou") if k in summary}
+        record["scores"] = headline_scores(summary)
         record["below_baseline"] = summary.get("below_baseline")
     if paths.tensorboard.is_dir():
         record["tensorboard"] = str(paths.tensorboard)

@@ -59,8 +59,8 @@ def _run(argv: list[str], timeout: float = 120, env: Mapping[str, str] | None = 
 
 def check_runtime(settings: Mapping[str, Any]) -> Check:
     runtime = runtime_of(settings)
-    if runtime.name == "none":
-        return Check("runtime", "ok", "none: steps run in this environment (no container)")
+    if not runtime.contained:
+        return Check("runtime", "ok", f"{runtime.name}: steps run in this environment (no container)")
     binary = runtime.binary
     path = shutil.which(binary)
     if path is None:
@@ -85,7 +85,7 @@ def pull_fix(settings: Mapping[str, Any]) -> str:
 
 def check_image(settings: Mapping[str, Any]) -> Check:
     runtime = runtime_of(settings)
-    if runtime.name == "none":
+    if not runtime.contained:
         return Check("image", "skip", "no container runtime")
     present, detail = runtime.has_image(image_reference(settings), lambda argv: _run(argv, timeout=60))
     if present is None:
@@ -102,7 +102,8 @@ def host_library(settings: Mapping[str, Any]) -> Path | None:
 
 def check_host_mpi(settings: Mapping[str, Any]) -> tuple[Check, str | None]:
     host = settings["host_mpi"]
-    if settings["runtime"] == "none":
+    contained = runtime_of(settings).contained
+    if not contained:
         code, out = _run([sys.executable, "-c", INSIDE_PROBE], timeout=60)
         if code != 0:
             return Check("host MPI", "fail", f"mpi4py cannot load an MPI library: {out[-300:]}", "make env"), None
@@ -126,7 +127,7 @@ def check_host_mpi(settings: Mapping[str, Any]) -> tuple[Check, str | None]:
     if abi != "MPICH":
         return Check("host MPI", "fail", detail, "the image is MPICH-ABI (libmpi.so.12): bind an MPICH-ABI MPI "
                      "(Cray MPICH, MPICH, Intel MPI, MVAPICH), or set host_mpi.enabled: false"), version  # fmt: skip
-    status = "ok" if host["enabled"] or settings["runtime"] == "none" else "warn"
+    status = "ok" if host["enabled"] or not contained else "warn"
     fix = "" if status == "ok" else "set container.host_mpi.enabled: true so ranks use it (full network speed)"
     return Check("host MPI", status, detail, fix), version
 
@@ -136,7 +137,7 @@ def probe_where_ranks_run(settings: Mapping[str, Any], code: str, cwd: Path, **e
     binds, environment and switches (the image's python3), or in this environment without one."""
     from pipeline.runtime.launch import container_argv, prepare_mount_points
 
-    python = "python3" if settings["runtime"] != "none" else sys.executable
+    python = runtime_of(settings).program("python3")
     with tempfile.TemporaryDirectory() as scratch:
         prepare_mount_points(settings, [Path(scratch)], cwd)
         argv = container_argv(settings, [python, "-c", code], [Path(scratch)], cwd)
@@ -145,7 +146,7 @@ def probe_where_ranks_run(settings: Mapping[str, Any], code: str, cwd: Path, **e
 
 def check_inside(settings: Mapping[str, Any], host_version: str | None, cwd: Path) -> Check:
     """Run the MPI probe in the container as a rank would start (same binds and environment)."""
-    if settings["runtime"] == "none":
+    if not runtime_of(settings).contained:
         return Check("MPI inside", "skip", "no container runtime")
     try:
         code, out = probe_where_ranks_run(settings, INSIDE_PROBE, cwd)
@@ -241,7 +242,7 @@ def doctor(config: Mapping[str, Any], cwd: Path | None = None) -> list[Check]:
     checks = [check_runtime(settings), check_image(settings)]
     host, host_version = check_host_mpi(settings)
     checks.append(host)
-    if settings["runtime"] == "none" or (checks[0].status == "ok" and checks[1].status == "ok"):
+    if not runtime_of(settings).contained or (checks[0].status == "ok" and checks[1].status == "ok"):
         checks.append(check_inside(settings, host_version, cwd or Path.cwd()))
         checks.append(check_gpus(config, cwd or Path.cwd()))
     else:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 from pipeline import Sim2dlError
 from pipeline.runtime.container_image import image_reference
 from pipeline.runtime.runtimes import RUNTIMES as RUNTIME_TABLE
-from pipeline.runtime.runtimes import Container, runtime_of
+from pipeline.runtime.runtimes import Container, NoRuntime, runtime_of
 
 # charliecloud and podman give every rank its own user namespace: MPICH's single-copy transfers (CMA,
 # process_vm_readv) and UCX's /proc/PID/fd shared-memory links are refused between ranks there, and
@@ -148,7 +147,7 @@ def container_argv(
     with `data_dirs` and the working directory `cwd` at the same paths inside: the runtime's own
     (pipeline/runtime/runtimes/, one file each)."""
     runtime = runtime_of(settings)
-    if runtime.name == "none":
+    if not runtime.contained:
         return list(command)
     return runtime.argv(container_of(settings, data_dirs, cwd), command)
 
@@ -196,10 +195,10 @@ def step_argv(
     simulator's image itself (containers do not nest)."""
     settings = config["container"]
     if step_args[:1] == ["simulate"] and config["simulate"].get("command") and config["simulate"].get("image"):
-        settings = {**settings, "runtime": "none"}
+        settings = {**settings, "runtime": NoRuntime.name}
     trains = bool(step_args) and step_args[0] in GPU_STEPS
     settings = {**settings, "gpus": bool(settings.get("gpus") and trains)}
-    sim2dl = "sim2dl" if settings["runtime"] != "none" else str(Path(sys.executable).with_name("sim2dl"))
+    sim2dl = runtime_of(settings).program("sim2dl")
     launcher = mpi_launcher(mpi, tasks, gpus_per_task=config["slurm"]["gpus_per_task"] if trains else 0)
     if not runtime_of(settings).inherits_fds and launcher and _is_hydra(launcher[0]) and "-pmi-port" not in launcher:
         # hydra hands each rank its PMI connection as an inherited fd, which does not reach a podman

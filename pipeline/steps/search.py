@@ -38,6 +38,7 @@ import yaml
 from pipeline import Sim2dlError
 from pipeline.config import deep_merge
 from pipeline.paths import SearchPaths, TrainPaths
+from pipeline.reporting.status import headline_scores
 from pipeline.runtime.launch import mpi_launcher
 from pipeline.runtime.processes import kill_tree, with_parent_death_signal
 from pipeline.storage.fsutil import write_text_atomic
@@ -263,7 +264,7 @@ def run_trial(
     if proc.returncode != 0:
         raise Sim2dlError(f"trial failed with exit code {proc.returncode} (see {trial_dir}/log.txt)")
     summary = json.loads(TrainPaths(trial_dir / "train").summary.read_text())
-    metrics = {k: summary[k] for k in ("r2", "accuracy", "macro_f1", "mean_iou") if k in summary}
+    metrics = headline_scores(summary)
     return {"loss": float(summary["val_loss"]), "info": {**metrics, "seconds": time.perf_counter() - start}}
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline import config as cfg
+from pipeline.reporting.status import headline_scores
 from pipeline.steps import validated
 from pipeline.storage.fsutil import write_text_atomic
 
@@ -80,6 +81,17 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise Sim2dlError(f"cannot read {path}: {e}") from None
 
 
+def score_columns(scores: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary's headline scores as table columns: a score per label becomes one column per label
+    (r2_sigma_8), numbers rounded to 4 places; anything else (a list, text) is left out."""
+    columns: dict[str, Any] = {}
+    for name, value in scores.items():
+        for key, v in value.items() if isinstance(value, Mapping) else [("", value)]:
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                columns[f"{name}_{key}" if key else name] = round(v, 4)
+    return columns
+
+
 def summarise(config: Mapping[str, Any]) -> dict[str, Any]:
     """summary.csv and summary.png in the sweep's workdir: one row per point."""
     points = point_configs(config)
@@ -94,7 +106,7 @@ def summarise(config: Mapping[str, Any]) -> dict[str, Any]:
             row[key] = cfg.get_dotted(point, key)
         row.update(
             val_loss=round(trained["val_loss"], 6),
-            **{f"r2_{k}": round(v, 4) for k, v in trained["r2"].items()},
+            **score_columns(headline_scores(trained)),
             train_seconds=trained.get("seconds"),
             shards=meta["counts"]["shards"],
             records=meta["counts"]["records"],

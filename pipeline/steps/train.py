@@ -131,6 +131,6 @@ def train(
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     summary = finish(config, task, model, history, scores, paths, ranks, kept, found, {"hybrid": hybrid})
-    board.finished(history, "epoch", task.metrics(scores.test[1]) if scores.test else None, found,
+    board.finished(history, "epoch", task.metrics(scores.test[1]) if scores.test else None, found, task.scores,
                    {"hparams/val_loss": summary["val_loss"]} if trial else None)  # fmt: skip  # a trial's metric
     return summary

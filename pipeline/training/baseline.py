@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -95,6 +95,30 @@ def summary_statistics(x: np.ndarray, spatial_dims: int, bins: int = BINS) -> np
     return np.concatenate(parts, axis=1)
 
 
+# ---------------------------------------------------------------- what a task's baseline fits
+
+
+@dataclass
+class Fitted:
+    """A fitted linear baseline: scores = features @ weights + bias; the features' count, sums and sums of
+    squares over the training records (their moments); what the fit chose."""
+
+    linear: tuple[np.ndarray, np.ndarray]
+    feature_sums: tuple[Any, np.ndarray, np.ndarray]
+    settings: dict[str, Any]
+
+
+class BaselineSums(Protocol):
+    """The sufficient statistics a task's baseline accumulates (a task's `baseline_sums`): added to a batch
+    at a time, their arrays added across ranks, then fitted."""
+
+    def add(self, f: np.ndarray, y: np.ndarray) -> None: ...
+
+    def arrays(self) -> list[np.ndarray]: ...
+
+    def fitted(self, reduced: Sequence[np.ndarray]) -> Fitted: ...
+
+
 # ---------------------------------------------------------------- ridge regression from sufficient statistics
 
 
@@ -104,6 +128,7 @@ class RidgeSums:
 
     features: int
     labels: int
+    names: Sequence[str] = ()  # the labels' names, for the penalty chosen per label
     folds: int = FOLDS
     aa: np.ndarray = field(init=False)
     ay: np.ndarray = field(init=False)
@@ -129,6 +154,14 @@ class RidgeSums:
 
     def arrays(self) -> list[np.ndarray]:
         return [self.aa, self.ay, self.yy]
+
+    def fitted(self, reduced: Sequence[np.ndarray]) -> Fitted:
+        """Ridge with the penalty chosen per label by cross-validation, from every rank's sums."""
+        penalties, theta = ridge_cross_validated(reduced)
+        total = reduced[0].sum(axis=0)
+        names = self.names or [str(i) for i in range(self.labels)]
+        return Fitted((theta[1:], theta[0]), (total[0, 0], total[0, 1:], np.diag(total)[1:]),
+                      {"penalty": dict(zip(names, penalties.tolist(), strict=True))})  # fmt: skip
 
 
 def ridge_fit(aa: np.ndarray, ay: np.ndarray, penalty: float) -> np.ndarray:
@@ -200,6 +233,11 @@ class DiscriminantSums:
     def arrays(self) -> list[np.ndarray]:
         return [self.count, self.total, self.outer]
 
+    def fitted(self, reduced: Sequence[np.ndarray]) -> Fitted:
+        """The discriminant from every rank's sums (nothing chosen: no settings)."""
+        count, class_sums, outer = reduced
+        return Fitted(discriminant_fit(reduced), (count.sum(), class_sums.sum(axis=0), np.diag(outer)), {})
+
 
 def discriminant_fit(sums: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(weights F x K, biases K): class scores f W + b of LDA with a shared covariance shrunk towards its
@@ -234,15 +272,11 @@ class Baseline:
     settings: dict[str, Any]
 
 
-def method_name(task_name: str, spatial_dims: int) -> str:
+def method_name(task: Any, spatial_dims: int) -> str:
+    """The task's baseline in words, with the statistics it is fitted on."""
     spectrum = f" and the log power spectrum ({BINS} log-spaced |k| bins)"
     extra = {2: spectrum, 3: spectrum, 1: " over the real steps, and the log number of steps"}.get(spatial_dims, "")
-    statistics = f"per-channel mean, log variance, skewness, kurtosis{extra}"
-    return {
-        "regression": f"ridge regression on {statistics}; penalty by {FOLDS}-fold cross-validation per label",
-        "classification": f"linear discriminant (LDA, shrinkage {SHRINKAGE}) on {statistics}",
-        "segmentation": f"per-pixel linear discriminant (LDA, shrinkage {SHRINKAGE}) on the channels",
-    }[task_name]
+    return task.baseline_method(f"per-channel mean, log variance, skewness, kurtosis{extra}")
 
 
 def features_of(task: Any, x: np.ndarray, spatial_dims: int) -> np.ndarray:
@@ -260,10 +294,7 @@ class StreamingFit:
     def __init__(self, task: Any, sample_shape: Sequence[int], spatial_dims: int) -> None:
         self.task, self.spatial_dims = task, spatial_dims
         features = features_of(task, np.zeros((1, *sample_shape)), spatial_dims).shape[1]
-        self.sums: RidgeSums | DiscriminantSums = (
-            RidgeSums(features, task.outputs()) if task.name == "regression"
-            else DiscriminantSums(features, task.outputs())
-        )  # fmt: skip
+        self.sums: BaselineSums = task.baseline_sums(features)
         self.linear: tuple[np.ndarray, np.ndarray] | None = None
         self.moments: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -276,19 +307,9 @@ class StreamingFit:
         F x outputs, biases) and `moments` the statistics' mean and standard deviation over the records
         (per-sample tasks; a network that starts from the baseline takes both, models/hybrid.py)."""
         task, spatial_dims = self.task, self.spatial_dims
-        reduced = allreduce(self.sums.arrays())
-        settings: dict[str, Any] = {}
-        if task.name == "regression":
-            penalties, theta = ridge_cross_validated(reduced)
-            settings["penalty"] = dict(zip(task.data.label_names, penalties.tolist(), strict=True))
-            self.linear = (theta[1:], theta[0])
-            total = reduced[0].sum(axis=0)
-            n, sums, squares = total[0, 0], total[0, 1:], np.diag(total)[1:]
-        else:
-            weights, bias = discriminant_fit(reduced)
-            self.linear = (weights, bias)
-            count, class_sums, outer = reduced
-            n, sums, squares = count.sum(), class_sums.sum(axis=0), np.diag(outer)
+        fitted = self.sums.fitted(allreduce(self.sums.arrays()))
+        self.linear, settings = fitted.linear, fitted.settings
+        n, sums, squares = fitted.feature_sums
         mean = sums / max(n, 1)
         self.moments = (mean, np.sqrt(np.maximum(squares / max(n, 1) - mean**2, 0)))
         weights, bias = self.linear
@@ -303,7 +324,7 @@ class StreamingFit:
         """Fitted, then scored on the validation batches by the task's metrics (`combine(evaluation)`
         joins every rank's evaluation)."""
         predict, settings = self.fit(allreduce)
-        return Baseline(method_name(self.task.name, self.spatial_dims), self.metrics(predict, validation, combine),
+        return Baseline(method_name(self.task, self.spatial_dims), self.metrics(predict, validation, combine),
                         settings)  # fmt: skip
 
     def metrics(self, predict: Any, batches: Iterable[tuple[np.ndarray, np.ndarray]], combine: Any) -> dict[str, Any]:

@@ -106,7 +106,7 @@ def score_classical(classical: Classical, config: Mapping[str, Any], meta: Mappi
 
     validation = scored("validation")
     split_scores = {**scored("test"), "validation": validation} if data.test_files is not None else validation
-    return {"method": method_name(task.name, classical.fitting.spatial_dims), **split_scores, **classical.settings,
+    return {"method": method_name(task, classical.fitting.spatial_dims), **split_scores, **classical.settings,
             "seconds": round(classical.seconds + time.perf_counter() - start, 3)}  # fmt: skip
 
 

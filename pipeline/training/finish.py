@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from pipeline.paths import TrainPaths
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training.checksum import weights_checksum
@@ -34,15 +32,9 @@ BELOW_MARGIN = 0.02
 
 
 def below_baseline(task: Task, summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
-    """The labels (regression) or the score (classification: accuracy, segmentation: mean IoU) on which
-    the network scores below the baseline by more than BELOW_MARGIN."""
-    if baseline.get("method") is None:
-        return []
-    if task.name == "regression":
-        return [n for n, v in summary["r2"].items() if v is not None and baseline["r2"].get(n) is not None
-                and v < baseline["r2"][n] - BELOW_MARGIN]  # fmt: skip
-    key = "accuracy" if task.name == "classification" else "mean_iou"
-    return [key] if summary[key] < baseline[key] - BELOW_MARGIN else []
+    """The scores (regression: the labels' R²) on which the network is below the baseline by more than
+    BELOW_MARGIN."""
+    return task.below_baseline(summary, baseline, BELOW_MARGIN) if baseline.get("method") is not None else []
 
 
 def add_baseline(summary: dict[str, Any], task: Task, baseline: Mapping[str, Any], warn: bool) -> None:
@@ -52,23 +44,7 @@ def add_baseline(summary: dict[str, Any], task: Task, baseline: Mapping[str, Any
     if summary["below_baseline"] and warn:
         log.warning("sim2dl train: warning: the network scores below the classical baseline (%s) by more than "
                     "%s on %s: %s", baseline["method"], BELOW_MARGIN, ", ".join(summary["below_baseline"]),
-                    _score_pairs(task, summary, baseline))  # fmt: skip
-
-
-def _score_pairs(task: Task, summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
-    if task.name == "regression":
-        return ", ".join(f"{n} R² {summary['r2'][n]:.3f} < {baseline['r2'][n]:.3f}" for n in summary["below_baseline"])
-    key = summary["below_baseline"][0]
-    return f"{key} {summary[key]:.3f} < {baseline[key]:.3f}"
-
-
-def evaluated_records(task: Task, evaluation: Evaluation) -> int:
-    """How many records (of the validation or the test split) an evaluation counts."""
-    sums = evaluation.sums
-    if "n" in sums:
-        return int(sums["n"][0])
-    pixels = int(np.prod(task.output_shape(task.data.feature_shape)[:-1])) if task.per_pixel else 1
-    return int(sums["confusion"].sum()) // pixels
+                    task.compared(summary["below_baseline"], summary, baseline))  # fmt: skip
 
 
 def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
@@ -105,11 +81,12 @@ class Scores:
         """summary.json's scores: val_loss (what a search reads), the headline metrics, which split they are
         on, and the other split's beside them."""
         split, headline = self.headline
-        doc: dict[str, Any] = {"val_loss": self.validation[0], "scored_on": split, **task.metrics(headline)}
-        doc["validation_records"] = evaluated_records(task, self.validation[1])
+        doc: dict[str, Any] = {"val_loss": self.validation[0], "scored_on": split, "score_names": list(task.scores),
+                               **task.metrics(headline)}  # fmt: skip
+        doc["validation_records"] = task.evaluated_records(self.validation[1])
         if self.test is not None:
             doc["test_loss"] = self.test[0]
-            doc["test_records"] = evaluated_records(task, self.test[1])
+            doc["test_records"] = task.evaluated_records(self.test[1])
             doc["validation"] = task.metrics(self.validation[1])
         else:
             doc["scores_note"] = SELECTED_ON_VALIDATION

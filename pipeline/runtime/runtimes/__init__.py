@@ -20,7 +20,7 @@ from pipeline.runtime.runtimes.shifter import Shifter
 RUNTIMES: dict[str, Runtime] = {r.name: r for r in (NoRuntime(), Shifter(), Apptainer(), Singularity(), Charliecloud(),
                                                     Podman(), PodmanHpc(), Enroot(), Sarus())}  # fmt: skip
 
-__all__ = ["RUNTIMES", "Container", "Plan", "Runtime", "runtime_of"]
+__all__ = ["RUNTIMES", "Container", "NoRuntime", "Plan", "Runtime", "runtime_of"]
 
 
 def runtime_of(settings: Mapping[str, Any]) -> Runtime:

@@ -78,11 +78,17 @@ class Runtime:
     injects_mpi: ClassVar[bool] = False  # the runtime's own MPI flag applies (container.host_mpi.enabled)
     binds_host_mpi: ClassVar[bool] = True  # host_mpi.paths are bound and its environment set (not Shifter's)
     inherits_fds: ClassVar[bool] = True  # a rank gets the launcher's inherited fds (hydra's PMI_FD; not podman)
+    contained: ClassVar[bool] = True  # steps run in a container (an image to check, a host MPI to bind)
     makes_mount_points: ClassVar[bool] = False  # bind destinations must exist in the image beforehand
     srun_plugin: ClassVar[bool] = False  # under srun, a Slurm plugin starts the containers (srun_argv)
 
     def argv(self, container: Container, command: Sequence[str]) -> list[str]:
         raise NotImplementedError
+
+    def program(self, name: str) -> str:
+        """How a step names a program of the environment it runs in (`sim2dl`, `python3`): the image's,
+        found on its PATH."""
+        return name
 
     def srun_argv(self, container: Container, launcher: Sequence[str], command: Sequence[str]) -> list[str]:
         """With srun_plugin: the launcher's options that start the containers, then the command."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,11 @@ class NoRuntime(Runtime):
     name = "none"
     binary = ""
     install_hint = ""
+    contained = False
+
+    def program(self, name: str) -> str:
+        """This environment's own (beside its python: a step must not pick another from PATH)."""
+        return sys.executable if name.startswith("python") else str(Path(sys.executable).with_name(name))
 
     def argv(self, container: Container, command: Sequence[str]) -> list[str]:
         return list(command)

@@ -147,8 +147,8 @@ def hybrid_mode(mode: str, module: Any, task: Any, split: int) -> tuple[str, str
         return "none", None
     if module is None or not hasattr(module, "trunk"):
         return "none", "the model is not a built-in with a trunk (cosmoflow, unet2d, sequence): it is used as it is"
-    if task.name not in ("regression", "classification"):
-        return "none", f"task {task.name}: the baseline's statistics are per sample"
+    if task.per_pixel:
+        return "none", f"task {task.name}: an output per pixel, and the baseline's statistics are per sample"
     if split > 1:
         return "none", "train.spatial.split: no rank holds a whole sample to take its statistics of"
     return mode, None

@@ -5,7 +5,14 @@ layer's size, the loss on the model's raw outputs, and the validation metrics an
     classification.py  one class id per sample: cross-entropy, accuracy, macro-F1, confusion matrix
     segmentation.py    a class id per pixel: per-pixel cross-entropy, IoU per class, mean IoU, masks
 
-Adding a task: a module with a Task subclass, registered in TASKS, and its name in the schema's train.task.
+A task owns everything that depends on which task it is: its headline score names (`scores`, which
+summary.json lists as `score_names` for `sim2dl status`, a search, a sweep's table and TensorBoard), the
+comparison with the classical baseline (`below_baseline`, `compared`), the baseline's sums and method
+(`baseline_sums`, `baseline_method`), and how many records an evaluation counts. No module outside this
+folder branches on a task's name or its scores (tests/test_architecture.py holds that).
+
+Adding a task: a module with a Task subclass, registered in TASKS, its name in the schema's train.task, and
+in the TASKS of each built-in model that does it.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
+from pipeline.training.baseline import SHRINKAGE, BaselineSums, DiscriminantSums
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,10 @@ class Task:
     per_pixel = False  # an output per pixel of the feature (segmentation) instead of one per sample
     loss_name = "cross-entropy"
     max_examples = 0  # examples kept for the figure (all ranks together)
+    # summary.json's headline scores (higher is better): what `sim2dl status`, a search's trials, a sweep's
+    # table and TensorBoard's baseline lines show, read by these names from summary.json's `score_names`
+    scores: tuple[str, ...] = ()
+    # the classical baseline (pipeline.training.baseline): what it fits to the statistics
 
     def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:
         self.settings, self.data = settings, data
@@ -134,6 +139,31 @@ class Task:
         """The validation figure; `baseline`: the classical baseline's scores (pipeline.training.baseline),
         shown beside the network's."""
         raise NotImplementedError
+
+    # ---- the network against the classical baseline, and what the scores count
+    def below_baseline(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
+        """The scores on which the network is below the baseline by more than `margin`."""
+        return [k for k in self.scores if summary.get(k) is not None and baseline.get(k) is not None
+                and summary[k] < baseline[k] - margin]  # fmt: skip
+
+    def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+        """The scores in `below`, the network's beside the baseline's, for a warning."""
+        return ", ".join(f"{k} {summary[k]:.3f} < {baseline[k]:.3f}" for k in below)
+
+    def evaluated_records(self, evaluation: Evaluation) -> int:
+        """How many records (of the validation or the test split) an evaluation counts."""
+        pixels = int(np.prod(self.output_shape(self.data.feature_shape)[:-1])) if self.per_pixel else 1
+        return int(evaluation.sums["confusion"].sum()) // pixels
+
+    def baseline_method(self, statistics: str) -> str:
+        """The classical baseline's method in words (`statistics`: what it is fitted on)."""
+        where = "per-pixel " if self.per_pixel else ""
+        on = "the channels" if self.per_pixel else statistics
+        return f"{where}linear discriminant (LDA, shrinkage {SHRINKAGE}) on {on}"
+
+    def baseline_sums(self, features: int) -> BaselineSums:
+        """The classical baseline's sufficient statistics for `features` inputs per record (or pixel)."""
+        return DiscriminantSums(features, self.outputs())
 
     # ---- shared by the tasks on class ids
     def single_integer_label(self) -> LabelField:

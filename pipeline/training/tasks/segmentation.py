@@ -29,6 +29,7 @@ def iou_scores(matrix: np.ndarray) -> np.ndarray:
 
 class Segmentation(Task):
     name = "segmentation"
+    scores = ("mean_iou",)
     per_pixel = True
     loss_name = "per-pixel cross-entropy"
     max_examples = EXAMPLES
