@@ -85,7 +85,13 @@ Words with one meaning each:
     placement      which node and rank holds or reads which shard (stage, train)
     trainer        a group of consecutive ranks training one model of a population (train.population,
                    training/tournament.py); online training's ranks that train are training ranks
-                   (online/training_rank.py; its summary's `trainers` and `*_per_trainer` count them)
+                   (online/training_rank.py; its summary's `training_ranks` and `*_per_training_rank`)
+    step           one of the workflow's steps (simulate, ingest, ... train: steps/, rules/); in training,
+                   an optimizer step is a training step (one batch: training/steps.py compiles it, the
+                   kernel's run_steps runs a window of them, train.online.steps counts them); an ADIOS2
+                   stream's step is a stream step (online/stream.py)
+    kept record    train.keep's record of the lowest validation loss (training/kernel.py `Kept`), one for
+                   every way of training, in its unit: epoch (offline), round (a population), step (online)
     conventions    what a reader recognises in a file beyond its arrays (readers/base.py), for inspect
     image          a container image; the bytes of one input file are its contents
     template       the places of fields in an HDF5 file that files of the same shape share (readers/hdf5.py)

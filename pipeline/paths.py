@@ -150,10 +150,10 @@ class TrainPaths:
     def model(self) -> Path:
         return self.root / "model"
 
-    def best_weights(self, epoch: int) -> Path:
-        """The weights of the epoch with the lowest validation loss so far (train.keep: best), beside the
-        checkpoints: a resumed run keeps the best of the epochs before it."""
-        return self.checkpoints / f"best-epoch-{epoch:05d}.h5"
+    def best_weights(self, at: int, unit: str = "epoch") -> Path:
+        """The weights of the unit (epoch, online step) with the lowest validation loss so far (train.keep:
+        best), beside the checkpoints: a resumed run keeps the best of those before it."""
+        return self.checkpoints / f"best-{unit}-{at:05d}.h5"
 
     @property
     def attempts(self) -> Path:

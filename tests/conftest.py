@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import inspect
 import json
 import os
 import shutil
@@ -16,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -241,23 +241,72 @@ CI = os.environ.get("CI") == "true"
 #   site      what a site has: Slurm (the virtual cluster), container runtimes, a registry
 SITE_MODULES = {"test_cluster", "test_container", "test_registry"}
 WORKFLOW_MODULES = {"test_workflow", "test_search", "test_scale"}
+# What a test runs, found from what it calls: the launches themselves, and every function or fixture of the
+# tests that reaches one, through helpers and fixtures (a fixture is reached by naming it as a parameter).
+LAUNCHES = {"workflow": ("snakemake",), "mpi": ("MPIEXEC",)}  # the launcher every MPI run of the tests names
+
+
+def _test_functions() -> dict[str, tuple[set[str], str]]:
+    """Every function of tests/*.py (module level and in classes; nested ones belong to theirs), as
+    'module:name': the functions it calls, passes on or takes as fixtures (resolved as Python and pytest
+    would: its own module's, else the shared conftest's and helpers'), and its source."""
+    import ast
+
+    parsed, defined = {}, {}
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        source = path.read_text()
+        tree = ast.parse(source)
+        outer = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        outer += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, ast.FunctionDef)]
+        parsed[path.stem] = (source, outer)
+        defined[path.stem] = {f.name for f in outer}
+    shared = [m for m in ("conftest", "helpers") if m in defined]
+
+    def resolve(module: str, name: str) -> str | None:
+        owner = next((m for m in (module, *shared) if name in defined[m]), None)
+        return f"{owner}:{name}" if owner else None
+
+    found: dict[str, tuple[set[str], str]] = {}
+    for module, (source, outer) in parsed.items():
+        for function in outer:
+            fixtures = {a.arg for a in function.args.args}
+            local = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            names = {getattr(n.func, "attr", "") for n in ast.walk(function) if isinstance(n, ast.Call)}
+            # a helper called or passed on (to a fixture's factory, a lambda), unless a local name shadows it
+            names |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            names = fixtures | (names - local - fixtures)
+            called = {r for n in names if (r := resolve(module, n)) and r != f"{module}:{function.name}"}
+            found[f"{module}:{function.name}"] = (called, ast.get_source_segment(source, function) or "")
+    return found
+
+
+def _reaching(functions: dict[str, tuple[set[str], str]], words: Sequence[str]) -> set[str]:
+    """The functions whose own code holds one of `words`, and every function that reaches one of them."""
+    reach = {name for name, (_, source) in functions.items() if any(w in source for w in words)}
+    while True:
+        more = {name for name, (called, _) in functions.items() if called & reach} - reach
+        if not more:
+            return reach
+        reach |= more
+
+
+_REACH: dict[str, set[str]] = {}
 
 
 def tier(item: pytest.Item) -> str:
-    """A test's tier, from its module, else from what its own code runs."""
+    """A test's tier: site by its module; else workflow or mpi when it, its fixtures or its helpers
+    (transitively) run snakemake or launch MPI; else unit."""
     module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-    source = inspect.getsource(item.function) if hasattr(item, "function") else ""
     if module in SITE_MODULES:
         return "site"
-    if module in WORKFLOW_MODULES or "snakemake" in source:
+    if not _REACH:
+        functions = _test_functions()
+        _REACH.update({t: _reaching(functions, words) for t, words in LAUNCHES.items()})
+    names = {getattr(item, "originalname", item.name), *getattr(item, "fixturenames", ())}
+    uses = {f"{m}:{n}" for n in names for m in (module, "conftest", "helpers")}
+    if module in WORKFLOW_MODULES or uses & _REACH["workflow"]:
         return "workflow"
-    fixtures = set(getattr(item, "fixturenames", ()))
-    if any(call in source for call in ("run_cli(", "start_cli(", "MPIEXEC")) or fixtures & MPI_FIXTURES:
-        return "mpi"
-    return "unit"
-
-
-MPI_FIXTURES = {"climate", "staged", "host_mpi", "image"}  # fixtures that launch MPI steps
+    return "mpi" if uses & _REACH["mpi"] else "unit"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

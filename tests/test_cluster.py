@@ -396,7 +396,9 @@ def test_online_training_simulates_on_one_node_and_trains_on_another(cluster):
     runs = [json.loads(line) for line in (cluster.shared / "job.out").read_text().splitlines()
             if line.startswith("{") and '"hosts"' in line]  # fmt: skip
     hosts = runs[-1]["hosts"]
-    assert len(hosts["producers"]) == len(hosts["trainers"]) == 1 and hosts["producers"] != hosts["trainers"]
+    assert (
+        len(hosts["producers"]) == len(hosts["training_ranks"]) == 1 and hosts["producers"] != hosts["training_ranks"]
+    )
 
 
 def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoing_work(cluster):

@@ -100,7 +100,7 @@ def test_online_config_errors_name_the_key(tmp_path):
 
     config = online_config(tmp_path)
     roles, held_fields = check(config, 3)
-    assert roles.producers == 1 and roles.trainers == 2
+    assert roles.producers == 1 and roles.training_ranks == 2
     assert held_fields["density"].shape == (SIZE,) * 3 and held_fields["params"].shape == (3,)
     with pytest.raises(Sim2dlError, match=r"'train.online.producers'.*leaves none to train"):
         check(config, 1)
@@ -115,6 +115,14 @@ def test_online_config_errors_name_the_key(tmp_path):
     high = online_config(tmp_path, buffer={"capacity": 4, "watermark": 8})
     with pytest.raises(Sim2dlError, match=r"'train.online.buffer.watermark'"):
         check(high, 2)
+    # what online training cannot honour is refused by its key, not ignored
+    for key, value, message in [("augment", {"flips": [0]}, r"'train.augment.flips': online training does not"),
+                                ("augment_eval", True, r"'train.augment_eval'"),
+                                ("population", {"enabled": True}, r"'train.population.enabled'")]:  # fmt: skip
+        refused = online_config(tmp_path)
+        refused["train"][key] = {**refused["train"][key], **value} if isinstance(value, dict) else value
+        with pytest.raises(Sim2dlError, match=message):
+            check(refused, 2)
 
 
 # ---------------------------------------------------------------- the SST reader against a real writer
@@ -321,11 +329,19 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     assert board["arrived"] == {row["step"]: row["arrived"] for row in history}
     assert sorted(board["buffer/fill"]) == sorted(board["validation/r2/params[0]"]) == steps
     assert all(0 < v <= 1 for v in board["buffer/fill"].values()) and board["buffer/reuse"][steps[-1]] > 0
-    # a longer run continues from the checkpoint: the completed runs are read again from their files
+    assert (work / "train" / "metrics.csv").read_text().count("\n") == len(history) + 1  # every window, as train's
+    # a longer run continues from the checkpoint: the completed runs are read again from their files, the
+    # history goes on from the checkpoint's rows and the best-model record from their best
     config["train"]["online"]["steps"] = 16
     resumed = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
     again = json.loads(resumed.stdout.strip().splitlines()[-1])["online"]
     assert (again["resumed_from_step"], again["steps"]) == (12, 16) and again["samples"]["arrived"] == 42
+    continued = json.loads((work / "train" / "metrics.json").read_text())
+    assert [row["step"] for row in continued] == [4, 8, 12, 16] and continued[:3] == history
+    kept, _ = online_record(tmp_path)
+    best = min(continued, key=lambda row: (row["val_loss"], row["step"]))
+    assert (kept["kept"]["unit"], kept["kept"]["best_step"], kept["kept"]["steps_trained"]) == ("step", best["step"], 4)
+    assert kept["steps"] == 16 and kept["hosts"] and kept["spatial"] == {"split": 1, "groups": 1}  # one training rank
 
 
 def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks(tmp_path):

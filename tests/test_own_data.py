@@ -61,7 +61,7 @@ def tfrecord_sums(metadata_path: Path, label: str) -> tuple[int, np.ndarray, lis
     count, total, ids = 0, np.zeros(meta["feature_spec"][label]["shape"]), []
     for record in tf.data.TFRecordDataset(files):
         example = tf.train.Example.FromString(record.numpy()).features.feature
-        value = np.frombuffer(example[label].bytes_list.value[0], dtype="<f4").astype(np.float64)
+        value = np.frombuffer(example[label].bytes_list.value[0], dtype="<f4").astype(np.float64).reshape(total.shape)
         if stats is not None:
             value = value * np.asarray(stats["std"]) + np.asarray(stats["mean"])
         total += value
@@ -146,7 +146,7 @@ def test_inspect_describes_every_format_and_what_differs(tmp_path):
 
 def test_cosmoflow_layout_inspected_split_into_subvolumes_and_trained(tmp_path):
     data = tmp_path / "cosmoUniverse"
-    counts, labels = write_cosmoflow(data, 24)
+    _, labels = write_cosmoflow(data, 24)
     printed = sim2dl_inspect(str(data), "--write", str(tmp_path / "cosmoflow.yaml"))
     assert re.search(r"full +int16 +\(16, 16, 16, 4\)", printed) and re.search(r"unitPar +float32 +\(4,\)", printed)
     config = yaml.safe_load((tmp_path / "cosmoflow.yaml").read_text())
@@ -168,7 +168,12 @@ def test_cosmoflow_layout_inspected_split_into_subvolumes_and_trained(tmp_path):
     np.testing.assert_allclose(label_sum, 8 * labels, rtol=1e-5)  # every sub-volume carries its file's label
     trained = json.loads((workdir / "train" / "summary.json").read_text())
     assert trained["ranks"] == 2 and trained["epochs"] == 2 and np.isfinite(trained["val_loss"])
-    assert counts > 0
+    # the sub-volumes tile each cube: log(1 + counts) summed over every record is the files' own
+    _, transformed, _ = tfrecord_sums(workdir / "merged" / "metadata.json", "full")
+    written = sum(
+        float(np.log1p(h5py.File(f, "r")["full"][...].astype(np.float64)).sum()) for f in data.rglob("*.hdf5")
+    )
+    assert transformed.sum() == pytest.approx(written, rel=1e-4)
 
 
 def test_npz_layout_runs_the_whole_workflow_from_the_written_config_unedited(tmp_path):

@@ -126,11 +126,15 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
         for t in (0, 1):
             scores = r["tournament_loss"][t]
             assert (r["adopted"][t] == 1 - t) == (scores["partner"] < scores["own"])
-            assert r["seconds"]["steps"] > 0 and r["round_cost"] >= 0
-    # the lineage is the adoptions' record: every adoption in a row appears in the adopter's lineage
+            seconds = r["seconds"]
+            assert seconds["steps"] > 0 and r["round_cost"] == pytest.approx(
+                (seconds["tournament"] + seconds["exchange"]) / seconds["steps"])  # fmt: skip
+    # the lineage is the adoptions' record: every adoption in a row appears in the adopter's lineage, and a
+    # trainer that adopted in the last round carries that adoption in its lineage
     adoptions = {(r["round"], t) for r in rounds for t in (0, 1) if r["adopted"][t] is not None}
     last = {(a["round"], a["by"]) for x in record["lineage"] for a in x["adoptions"]}
-    assert last <= adoptions and (not adoptions or last)
+    assert last <= adoptions
+    assert {(3, t) for t in (0, 1) if rounds[-1]["adopted"][t] is not None} <= last
     # the kept model: the lowest validation loss of any trainer in any round, and the summary scores it
     best = min((v, r["round"], t) for r in rounds for t, v in enumerate(r["val_loss"]))
     assert (record["kept"]["round"], record["kept"]["trainer"]) == (best[1], best[2])
@@ -170,11 +174,17 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
     kill_tree(proc)
     done = json.loads(state.read_text())["round"]
     assert 1 <= done < 3 and not (out / "train" / "summary.json").exists()
+    before = json.loads((out / "train" / "metrics.json").read_text())  # written every round
+    assert [row["round"] for row in before] == list(range(1, done + 1))
     rerun = train(out, staged)
     assert f"resumes after round {done}" in rerun.stderr
     resumed = summary_of(out)
     assert [r["adopted"] for r in resumed["population"]["rounds"]] == [r["adopted"] for r in rounds]
     assert resumed["weights_checksum"] == summary["weights_checksum"]
+    # the history and the kept record continue across the kill as if it had not happened
+    continued = json.loads((out / "train" / "metrics.json").read_text())
+    assert continued[:done] == before and [row["round"] for row in continued] == [1, 2, 3]
+    assert resumed["kept"] == summary["kept"] and resumed["population"]["kept"] == record["kept"]
 
 
 @pytest.mark.mpi

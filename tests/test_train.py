@@ -98,10 +98,15 @@ def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
 
     rerun = run_cli(["train", "--config", str(path), "--out", str(out)], ranks=2, timeout=600)
     start = json.loads(next(line for line in rerun.stderr.splitlines() if line.startswith('{"train"')))
-    assert start["train"]["resume_from_epoch"] >= done - 1 >= 1  # a checkpoint per epoch; the last may be cut
-    history = json.loads(metrics.read_text())
-    assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5, 6]
-    assert json.loads((out / "summary.json").read_text())["weights_identical_across_ranks"]
+    resumed_from = start["train"]["resume_from_epoch"]
+    assert resumed_from >= done - 1 >= 1  # a checkpoint per epoch; the last may be cut
+    continued = json.loads(metrics.read_text())
+    assert [h["epoch"] for h in continued] == [1, 2, 3, 4, 5, 6]
+    assert continued[:resumed_from] == history[:resumed_from]  # the history goes on from the checkpoint's rows
+    summary = json.loads((out / "summary.json").read_text())
+    best = min(continued, key=lambda h: (h["val_loss"], h["epoch"]))  # the kept record over both runs' epochs
+    assert (summary["kept"]["best_epoch"], summary["kept"]["epochs_trained"]) == (best["epoch"], 6)
+    assert summary["weights_identical_across_ranks"]
 
 
 @pytest.mark.parametrize(

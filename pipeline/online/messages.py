@@ -1,13 +1,13 @@
-"""The messages between the ranks that run the ensemble (producers) and the ranks that train (trainers) in
+"""The messages between the ranks that run the ensemble (producers) and the ranks that train (training ranks) in
 one online-training job: MPI point-to-point on the job's communicator, nothing on the file system.
 
-- SAMPLE: (run, number, validation, arrays) to the trainer that owns it: `owner(run, number, trainers)`,
-  fixed by the sample alone, so that which trainer trains on what does not depend on timing;
+- SAMPLE: (run, number, validation, arrays) to the training rank that owns it: `owner(run, number, training_ranks)`,
+  fixed by the sample alone, so that which training rank trains on what does not depend on timing;
 - DONE: a producer has no more runs: its per-run counts (read, refused) and its refusals' reasons.
 
-A standard-mode send of a large message waits until the trainer receives it, and trainers receive
-between steps: a producer is never more than a step ahead of the slowest trainer that owns its samples,
-and nothing queues without bound (the trainer's replay buffer is the only store).
+A standard-mode send of a large message waits until the training rank receives it, and training ranks receive
+between steps: a producer is never more than a step ahead of the slowest training rank that owns its samples,
+and nothing queues without bound (the training rank's replay buffer is the only store).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from __future__ import annotations
 SAMPLE, DONE = 81, 82
 
 
-def owner(run: int, number: int, trainers: int) -> int:
-    """The trainer (0..trainers-1) a run's sample goes to: consecutive samples of a run to consecutive
-    trainers, each run starting one further along (so short runs spread evenly too)."""
-    return (run + number) % trainers
+def owner(run: int, number: int, training_ranks: int) -> int:
+    """The training rank (0..training_ranks-1) a run's sample goes to: consecutive samples of a run to
+    consecutive training ranks, each run starting one further along (so short runs spread evenly too)."""
+    return (run + number) % training_ranks
 
 
 def is_validation(run: int, every: int) -> bool:

@@ -1,5 +1,5 @@
 """The producer side of online training: the ensemble (pipeline.simulators.ensemble) run on the producer
-ranks, with a hook that sends each run's samples to the trainers as soon as the run completes
+ranks, with a hook that sends each run's samples to the training ranks as soon as the run completes
 (source: runs, read from the run's directory after the farm's rename marks it complete), or as each step
 of its SST stream arrives (source: stream: a thread per running run reads the stream while the simulator
 writes it). Runs are handed out one at a time, so a run's samples go out when it ends, not when a chunk
@@ -8,7 +8,7 @@ of runs does.
 A run whose simulator fails is the ensemble's failed run (retried as today); with a stream, the steps it
 delivered before it died are kept and the retry's steps of the same numbers are skipped (a seeded
 simulator repeats them). Counts per run (samples sent, refused, steps the writer dropped) and the reasons
-of refused samples go to the trainers' rank 0 at the end (DONE).
+of refused samples go to the first training rank at the end (DONE).
 
 Memory: per producer a run's samples one at a time, and 12 bytes per run of the design. Time: the
 ensemble's, plus one read of each sample, overlapped with the next run.
@@ -48,12 +48,12 @@ class ProducerCounts:
 
 
 class Producer:
-    """Sends samples of runs to the trainers (world ranks first_trainer..first_trainer+trainers-1)."""
+    """Sends samples of runs to the training ranks (world ranks first..first+training_ranks-1)."""
 
-    def __init__(self, config: Mapping[str, Any], world: Any, first_trainer: int, trainers: int, runs: int,
+    def __init__(self, config: Mapping[str, Any], world: Any, first_training_rank: int, training_ranks: int, runs: int,
                  rows: Any) -> None:  # fmt: skip
         self.config, self.world = config, world
-        self.first_trainer, self.trainers = first_trainer, trainers
+        self.first_training_rank, self.training_ranks = first_training_rank, training_ranks
         self.online = config["train"]["online"]
         self.reader = RunReader(config)
         self.rows = rows  # run index -> its design row (dict)
@@ -63,10 +63,10 @@ class Producer:
         self.delivered: dict[int, int] = {}  # stream: run -> steps delivered (a retry skips them)
 
     def send(self, run: int, number: int, sample: Mapping[str, np.ndarray]) -> None:
-        trainer = self.first_trainer + messages.owner(run, number, self.trainers)
+        owner = self.first_training_rank + messages.owner(run, number, self.training_ranks)
         validation = messages.is_validation(run, self.online["validation_every_run"])
         with self.lock:
-            self.world.send((run, number, validation, dict(sample)), dest=trainer, tag=messages.SAMPLE)
+            self.world.send((run, number, validation, dict(sample)), dest=owner, tag=messages.SAMPLE)
         self.counts.sent[run] += 1
 
     def refuse(self, run: int, refused: Refused) -> None:
@@ -146,8 +146,8 @@ class Producer:
             self.send(run, step * len(result) + k, sample)
 
     def finish(self) -> None:
-        """Tell every trainer this producer is done, with its counts (to the first trainer)."""
-        for t in range(self.trainers):
+        """Tell every training rank this producer is done, with its counts (to the first one)."""
+        for t in range(self.training_ranks):
             payload = self.counts if t == 0 else None
             with self.lock:
-                self.world.send(payload, dest=self.first_trainer + t, tag=messages.DONE)
+                self.world.send(payload, dest=self.first_training_rank + t, tag=messages.DONE)

@@ -50,14 +50,14 @@ from pipeline.online.buffer import BufferField, ReplayBuffer
 from pipeline.online.producer import ProducerCounts
 from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
-from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import determinism, devices
 from pipeline.training.baseline import StreamingFit
 from pipeline.training.checkpoints import discard_foreign_checkpoints
-from pipeline.training.finish import Scores, add_baseline
+from pipeline.training.epochs import load_history, restore_kept, save_window
+from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.kernel import (
-    Best,
     CounterCheckpoint,
+    Kept,
     Window,
     average_unlearned_state,
     run_steps,
@@ -66,12 +66,16 @@ from pipeline.training.kernel import (
 )
 from pipeline.training.models import build_model, input_shape, model_source, spatial_dims
 from pipeline.training.optimizer import make_optimizer
-from pipeline.training.session import record_start
+from pipeline.training.session import Model, apply_threads, record_start
+from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
 
 log = logging.getLogger(__name__)
 WAIT_POLL_S = 0.002
+# summary.json's hybrid: online training builds the model before any sample arrives, and the baseline is fitted
+# from the arrivals as they come
+ONLINE_HYBRID = {"mode": "none", "why": "online training: the model is built before the baseline's samples arrive"}
 
 
 # ---------------------------------------------------------------- statistics from the first arrivals
@@ -108,7 +112,7 @@ class RankState:
 
 
 @dataclass
-class Session:
+class Started:
     """What a training rank trains with: Horovod, the task, the model and where its code came from, the
     optimizer, the checkpoint, the compiled step and prediction, whether the model's input adds a
     channel axis, the device record."""
@@ -286,12 +290,12 @@ class TrainingRank:
         max_examples = self.baseline.task.max_examples
         result = self.baseline.score(parts, lambda arrays: [self.comm.allreduce(a) for a in arrays],
                                      lambda e: Evaluation.combine(self.comm.allgather(e), max_examples))  # fmt: skip
+        seconds = round(time.perf_counter() - started, 3)
         return {"method": result.method, **result.metrics, **result.settings,
-                "fitted_on": "the training arrivals of every trainer", "seconds": round(time.perf_counter() - started,
-                                                                                        3)}  # fmt: skip
+                "fitted_on": "the training arrivals of every training rank", "seconds": seconds}  # fmt: skip
 
     # ---- the loop
-    def start(self) -> Session:
+    def start(self) -> Started:
         """Horovod on the training ranks' communicator, the device, the task, the model and its optimizer, and
         the latest checkpoint of the same key restored."""
         settings = self.settings
@@ -300,6 +304,7 @@ class TrainingRank:
         import horovod.tensorflow as hvd
 
         hvd.init(comm=self.comm)
+        apply_threads(settings)
         device = devices.apply(settings, hvd.local_rank(), hvd.local_size())
         self.board = Board.of(settings, self.paths.tensorboard / "online", self.rank == 0)
         determinism.seed_and_fix(settings)
@@ -318,7 +323,9 @@ class TrainingRank:
         checkpoint = CounterCheckpoint(self.paths.checkpoints, model, optimizer, "step")
         self.state.step = self.state.resumed_from = checkpoint.restore_latest()
         train_step, predict = step_functions(model, optimizer, task.loss(), source.built_in is None)
-        return Session(hvd, task, model, source, optimizer, checkpoint, train_step, predict, add_channel, device)
+        history = load_history(self.paths.root) if self.state.step else []
+        self.state.history = [row for row in history if row["step"] <= self.state.step]  # up to the checkpoint
+        return Started(hvd, task, model, source, optimizer, checkpoint, train_step, predict, add_channel, device)
 
     def run(self) -> dict[str, Any]:
         """Windows of steps between validations (the training kernel's: train's learning-rate schedule
@@ -331,7 +338,8 @@ class TrainingRank:
             record_start(self.paths, {"ranks": self.size, "online_steps": steps, "resume_from_step": self.state.step})
         epochs = self.settings["epochs"]
         rate = schedule(self.settings, self.size, epochs, steps / epochs)
-        batches, kept = self.batches(session), Best(self.settings["keep"])
+        # train.keep's record continues a resumed run's history; train.patience counts validations
+        batches, kept = self.batches(session), Kept.resumed(self.settings["keep"], self.state.history, "step")
         final = None
         while self.state.step < steps:
             begin = self.state.step
@@ -343,17 +351,19 @@ class TrainingRank:
                 final = self.end_window(session, window, kept)
             if window.steps < count:  # the samples ended (self.state.stopped says why)
                 break
+            if kept.patience_over(self.state.step, self.settings["patience"] * every):
+                self.state.stopped = (f"no lower validation loss for {self.settings['patience']} validations "
+                                      "(train.patience)")  # fmt: skip
+                break
         while self.producing:  # every producer must be heard from before the job ends (their final counts)
             self.receive(block_s=0.05)
         if self.state.step == 0:
             return {"error": f"online training took no step: {self.state.stopped}"}
-        if kept.keep == "best" and kept.weights is not None:
-            session.model.set_weights(kept.weights)
-            final = kept.evaluation
-        return self.finish(session, final or self.validate(session), kept.at if kept.keep == "best" else None,
-                           time.perf_counter() - self.began)  # fmt: skip
+        if kept.keep == "best" and kept.at is not None:
+            final = restore_kept(kept, session.model, self.paths, self.state.history)
+        return self.finish(session, final or self.validate(session), kept, time.perf_counter() - self.began)
 
-    def batches(self, session: Session) -> Iterator[tuple[Any, Any]]:
+    def batches(self, session: Started) -> Iterator[tuple[Any, Any]]:
         """Batches as the arrivals allow, every training rank in lockstep. While the simulations run, a step waits
         until every training rank holds max(watermark, batch_size) samples (and, before the first, samples of
         statistics_runs runs); once they are over, a step draws what is held, a short batch counted in the
@@ -365,7 +375,7 @@ class TrainingRank:
             self.receive()
             ready, finished, exhausted = self.agree(self.ready(watermark), self.train_buffer.exhausted())
             if finished and exhausted:
-                self.state.stopped = ("the simulations ended and a trainer's buffer has nothing left to draw"
+                self.state.stopped = ("the simulations ended and a training rank's buffer has nothing left to draw"
                                       + (" (max_reuse)" if self.comm.allreduce(self.train_buffer.arrivals) else
                                          ": no training sample arrived"))  # fmt: skip
                 return
@@ -384,7 +394,7 @@ class TrainingRank:
             drawn += 1
             yield self.batch_tensors(batch, session.task, session.add_channel)
 
-    def validate(self, session: Session) -> tuple[float, Evaluation]:
+    def validate(self, session: Started) -> tuple[float, Evaluation]:
         """The loss and evaluation over every training rank's validation buffer."""
         buffer, batch = self.validation_buffer, self.settings["batch_size"]
         parts = ({n: a[k : min(len(buffer), k + batch)] for n, a in buffer.data.items()}
@@ -392,9 +402,10 @@ class TrainingRank:
         tensors = (self.batch_tensors(p, session.task, session.add_channel) for p in parts)
         return evaluate(tensors, session.task, session.predict, self.comm)
 
-    def end_window(self, session: Session, window: Window, kept: Best) -> tuple[float, Evaluation]:
-        """Validation, the window's history row, train.keep's record and a checkpoint; returns the
-        validation. The wait for the first step is not input wait (it is the time to the first step)."""
+    def end_window(self, session: Started, window: Window, kept: Kept) -> tuple[float, Evaluation]:
+        """Validation, the window's history row, train.keep's record and a checkpoint (the history first, then
+        the best weights, as the train step writes them); returns the validation. The wait for the first step
+        is not input wait (it is the time to the first step)."""
         if self.state.before_first_step:
             window.waited -= self.state.before_first_step
             window.seconds -= self.state.before_first_step
@@ -413,9 +424,9 @@ class TrainingRank:
                "seconds": window.seconds, "time": time.time()}  # fmt: skip
         self.state.history.append(row)
         self.state.waited += window.waited
-        kept.consider(self.state.step, evaluation[0], session.model.get_weights, evaluation)
+        improved = kept.consider(self.state.step, evaluation[0], session.model.get_weights, evaluation)
         if self.rank == 0:
-            session.checkpoint.save(self.state.step)
+            save_window(self.paths, self.state.history, session.model, session.checkpoint, kept, improved)
             log.info(json.dumps(row))
             self.board.row(row["step"], {**row, **self.buffer_state()}, session.task.metrics(evaluation[1]))
         return evaluation
@@ -433,41 +444,45 @@ class TrainingRank:
         mine["validation"] = self.validation_buffer.counts(self.runs)["added"]
         return {k: self.comm.allreduce(v) for k, v in mine.items()}
 
-    def finish(self, session: Session, final: tuple[float, Evaluation], kept: int | None,
+    def finish(self, session: Started, final: tuple[float, Evaluation], kept: Kept,
                seconds: float) -> dict[str, Any]:  # fmt: skip
-        from pipeline.training.checksum import weights_checksum
+        """The training kernel's ending (pipeline.training.finish, as every mode's), with online's extras: its
+        record of the arrivals and buffers, the per-run table, and the arrival logs."""
+        from pipeline.reporting.plots import learning_curves
 
-        model, source, device = session.model, session.source, session.device
         counts = self.counts()
-        val_loss, evaluation = final
         # the task again, with the frozen statistics: metrics and the figure in the labels' own units
         task = make_task(self.settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
-        online_record = self.online_record(counts, seconds)
-        summary = {
-            "task": task.name,
-            "online": online_record,
-            "ranks": self.size,
-            "kept": {"keep": self.settings["keep"], "step": kept},
-            # online training has validation runs and no test runs: its scores are on what chose the step
-            **Scores((val_loss, evaluation)).summary(task),
-            "model": source.provenance(),
-            "weights_checksum": weights_checksum(model),
-            "settings": dict(self.settings),
-            "device": device,
-            "devices": self.comm.allgather(device),
-        }
-        add_baseline(summary, task, self.score_baseline(), warn=self.rank == 0)
-        checksums = self.comm.allgather(summary["weights_checksum"])
-        summary["weights_identical_across_ranks"] = len(set(checksums)) == 1
+        extra: dict[str, Any] = {"online": self.online_record(counts, seconds), "hybrid": ONLINE_HYBRID}
         if self.record:  # the order samples arrived in between draws: replaying it gives the same batches
             write_arrivals(self.paths.root / f"arrivals-rank-{self.rank:05d}.npy", self.train_buffer.log)
         if self.rank == 0:
+            from pipeline.online.tables import write_online_runs
+
             produced = self.state.producer_counts
-            summary["online"]["refused"] = sum(len(p.reasons) for p in produced)
-            summary["online"]["stream_dropped_steps"] = int(sum(int(p.dropped.sum()) for p in produced))
-            errors = [e for p in produced for e in p.errors]
-            summary["online"]["errors"] = errors
-            self.write_outputs(summary, task, model, evaluation, counts, produced)
+            extra["online"]["refused"] = sum(len(p.reasons) for p in produced)
+            extra["online"]["stream_dropped_steps"] = int(sum(int(p.dropped.sum()) for p in produced))
+            extra["online"]["errors"] = [e for p in produced for e in p.errors]
+            self.paths.root.mkdir(parents=True, exist_ok=True)
+            extra["online"]["runs_table"] = str(write_online_runs(self.runs_table, self.paths.root, counts, produced))
+        model = Model(session.model, session.source, input_shape(session.source, task.data.feature_shape))
+        ranks = Ranks(session.hvd, self.rank, self.size, session.device, SpatialLayout(1, self.size, self.rank),
+                      self.comm)  # fmt: skip
+        history = self.state.history
+        # online training has validation runs and no test runs: its scores are on what chose the step
+        summary = finish(
+            self.config,
+            task,
+            model,
+            history,
+            Scores(final),
+            self.paths,
+            ranks,
+            kept,
+            self.score_baseline(),
+            extra,
+            lambda path: learning_curves(history, task.loss_name, path, x="step") if history else None,
+        )
         self.board.close()
         return summary
 
@@ -489,8 +504,8 @@ class TrainingRank:
             "statistics_from": self.online["statistics"],
             "buffer": {
                 **self.online["buffer"],
-                "bytes_per_trainer": self.train_buffer.nbytes,
-                "validation_bytes_per_trainer": self.validation_buffer.nbytes,
+                "bytes_per_training_rank": self.train_buffer.nbytes,
+                "validation_bytes_per_training_rank": self.validation_buffer.nbytes,
             },
             "samples": {
                 "arrived": int(counts["added"].sum()),
@@ -499,22 +514,6 @@ class TrainingRank:
                 "validation": int(counts["validation"].sum()),
             },
         }
-
-    def write_outputs(self, summary: dict[str, Any], task: Task, model: Any, evaluation: Evaluation,
-                      counts: Mapping[str, np.ndarray], produced: list[ProducerCounts]) -> None:  # fmt: skip
-        from pipeline.online.tables import write_online_runs
-        from pipeline.reporting.plots import learning_curves
-
-        paths = self.paths
-        paths.root.mkdir(parents=True, exist_ok=True)
-        model.save(str(paths.model))
-        history = self.state.history
-        write_json_atomic(paths.metrics, history)
-        if history:
-            learning_curves(history, task.loss_name, paths.learning_curves, x="step")
-        task.figure(evaluation, paths.scores_figure, summary["baseline"])
-        summary["online"]["runs_table"] = str(write_online_runs(self.runs_table, paths.root, counts, produced))
-        write_json_atomic(paths.summary, summary)
 
 
 def write_arrivals(path: Path, log: Any) -> None:

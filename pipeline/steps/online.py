@@ -5,8 +5,8 @@ other ranks, which train on them as they arrive (pipeline.online). Nothing betwe
 training is written to the file system: no ingest, convert, merge or stage (source: runs reads each run's
 own output files once, when the run completes; source: stream reads the simulator's ADIOS2 SST stream).
 
-One allocation, not two jobs that find each other: the producers and the trainers are ranks of one MPI
-job, so they start and end together, a failure of either ends both (no trainer left waiting for a
+One allocation, not two jobs that find each other: the producers and the training ranks are ranks of one MPI
+job, so they start and end together, a failure of either ends both (no training rank left waiting for a
 simulation job that died, no simulation job left running for nobody), Slurm places them with one request
 (srun's ranks fill the nodes in order: producers first), and the samples move by MPI over the job's
 interconnect rather than through a rendezvous service.
@@ -41,7 +41,7 @@ class Roles:
     size: int
 
     @property
-    def trainers(self) -> int:
+    def training_ranks(self) -> int:
         return self.size - self.producers
 
     def is_producer(self, rank: int) -> bool:
@@ -56,6 +56,20 @@ def roles(config: Mapping[str, Any], size: int) -> Roles:
     return Roles(producers, size)
 
 
+def refused_online(train: Mapping[str, Any]) -> None:
+    """What online training cannot honour, refused by its key rather than ignored: symmetries drawn per
+    sample (the buffer's samples are drawn again and again as they are), test-time averaging, a population."""
+    augment = train["augment"]
+    asked = [k for k in ("symmetries", "permute", "flips") if augment.get(k)]
+    if asked:
+        raise Sim2dlError(f"config key 'train.augment.{asked[0]}': online training does not augment (train on staged "
+                          "data for symmetries, or set it off)")  # fmt: skip
+    if train["augment_eval"]:
+        raise Sim2dlError("config key 'train.augment_eval': online training does not average over symmetries")
+    if train["population"]["enabled"]:
+        raise Sim2dlError("config key 'train.population.enabled': online training trains one model")
+
+
 def check(config: Mapping[str, Any], size: int, container: Mapping[str, Any] | None = None) -> tuple[Roles, dict]:
     """Every config error before any run: the roles, the simulator's command, the fields, the shapes."""
     from pipeline.online.arrivals import check as check_fields
@@ -68,6 +82,7 @@ def check(config: Mapping[str, Any], size: int, container: Mapping[str, Any] | N
                           "(train.online needs simulate.command)")  # fmt: skip
     if config["train"]["spatial"]["split"] > 1:
         raise Sim2dlError("config key 'train.spatial.split': online training takes whole samples (split 1)")
+    refused_online(config["train"])
     if online["buffer"]["watermark"] > online["buffer"]["capacity"]:
         raise Sim2dlError(f"config key 'train.online.buffer.watermark': {online['buffer']['watermark']} is more "
                           f"than the buffer's capacity {online['buffer']['capacity']}")  # fmt: skip
@@ -113,7 +128,7 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
     sub = comm.Split(0 if role.is_producer(rank) else 1, rank)
     result: dict[str, Any] = {}
     if role.is_producer(rank):
-        producer = Producer(config, comm, role.producers, role.trainers, len(plan),
+        producer = Producer(config, comm, role.producers, role.training_ranks, len(plan),
                             lambda run: plan.rows(run, run + 1)[0])  # fmt: skip
         streamed = settings["source"] == "stream"
         hooks = FarmHooks(max_chunk=1, before=producer.before_stream if streamed else None,
@@ -127,11 +142,11 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
         training = TrainingRank(config, held_fields, comm, sub, role.producers, len(plan), out_dir,
                                 RawPaths(raw_root).runs)  # fmt: skip
         result = training.run()
-    # the trainers' summary to every rank (rank 0, a producer, prints it), with the ensemble's counts
+    # the training ranks' summary to every rank (rank 0, a producer, prints it), with the ensemble's counts
     hosts = comm.allgather(socket.gethostname())
     summary = comm.bcast(result if rank == role.producers else None, root=role.producers)
     if "error" in summary:  # on every rank: the job ends with the error, no summary and no model written
         raise Sim2dlError(f"config key 'train.online': {summary['error']}")
     ensemble = comm.bcast(result.get("ensemble") if rank == 0 else None, root=0)
-    placed = {"producers": hosts[: role.producers], "trainers": hosts[role.producers :]}
+    placed = {"producers": hosts[: role.producers], "training_ranks": hosts[role.producers :]}
     return {**summary, "ensemble": ensemble, "hosts": placed}

@@ -56,7 +56,7 @@ from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.training import determinism, devices
 from pipeline.training.classical import baseline_start, classical_baseline
-from pipeline.training.epochs import restore, run_epochs
+from pipeline.training.epochs import restore, restore_kept, run_epochs
 from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.inputs import input_pipeline, rank_data
 from pipeline.training.optimizer import make_optimizer
@@ -126,7 +126,9 @@ def train(
                                            train_step, iterator, validate, restored, paths, report)  # fmt: skip
     # The final evaluation: the kept epoch's (train.keep), else the last epoch's, unless a resumed run had
     # no epoch left (None: the restored weights are validated again).
-    final = kept.restore(keras_model, paths, history) if kept.keep == "best" and kept.epoch is not None else evaluation
+    final = (
+        restore_kept(kept, keras_model, paths, history) if kept.keep == "best" and kept.at is not None else evaluation
+    )
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)

@@ -23,10 +23,9 @@ from pipeline.paths import TrainPaths
 from pipeline.storage.fsutil import write_json_atomic, write_text_atomic
 from pipeline.training.checkpoints import discard_foreign_checkpoints
 from pipeline.training.kernel import (
-    Best,
     CounterCheckpoint,
+    Kept,
     average_unlearned_state,
-    best_unit,
     run_steps,
     schedule,  # fmt: skip
     window_row,
@@ -56,7 +55,7 @@ def run_epochs(settings: Mapping[str, Any], steps: int, groups: int, split: int,
     def over_ranks(op: Any) -> Callable[[float], float]:
         return lambda value: float(hvd.allreduce(tf.constant(value, tf.float64), op=op))
 
-    evaluation, kept = None, Kept(settings["keep"], best_unit(history, "epoch"))
+    evaluation, kept = None, Kept.resumed(settings["keep"], history, "epoch")
     for epoch in range(restored.start_epoch, settings["epochs"]):
         window = run_steps(train_step, optimizer, iterator, steps, lambda step, e=epoch: rate(e, step),
                            first=epoch == restored.start_epoch)  # fmt: skip
@@ -70,18 +69,7 @@ def run_epochs(settings: Mapping[str, Any], steps: int, groups: int, split: int,
         history.append(row)
         improved = kept.consider(epoch + 1, row["val_loss"], model.get_weights, evaluation)
         if rank == 0:
-            # History first: a kill between the two leaves the older checkpoint, whose resume truncates the
-            # history back to it (the other order would lose this epoch's row for good). The best weights
-            # before the checkpoint, and older best weights removed only after it: a resume finds the file
-            # of the best epoch its history names.
-            write_history(paths.root, history)
-            if improved and kept.keep == "best":
-                save_weights_atomic(model, paths.best_weights(epoch + 1))
-            restored.checkpoint.save(epoch + 1)
-            if improved:
-                for old in paths.checkpoints.glob("best-epoch-*.h5"):
-                    if old != paths.best_weights(epoch + 1):
-                        old.unlink(missing_ok=True)
+            save_window(paths, history, model, restored.checkpoint, kept, improved)
             log.info(json.dumps(row))
             report(row, evaluation)
         if kept.patience_over(epoch + 1, settings["patience"]):
@@ -111,44 +99,39 @@ def restore(key: str, paths: TrainPaths, model: Any, optimizer: Any, comm: Any, 
     return Restored(checkpoint, start_epoch, history)
 
 
-@dataclass
-class Kept(Best):
-    """train.keep over epochs (or a population's rounds: unit): the kernel's record, restored into the
-    model at the end and summarised in its unit."""
+def save_window(paths: TrainPaths, history: Sequence[Mapping[str, Any]], model: Any, checkpoint: CounterCheckpoint,
+                kept: Kept, improved: bool) -> None:  # fmt: skip
+    """The end of a window on the rank that writes (every mode's): the history, the best weights where this
+    window improved them (train.keep: best), the checkpoint, older best weights removed. History first: a
+    kill between the two leaves the older checkpoint, whose resume truncates the history back to it (the
+    other order would lose this window's row for good). The best weights before the checkpoint, and older
+    best weights removed only after it: a resume finds the file of the best unit its history names."""
+    at = history[-1][kept.unit]
+    write_history(paths.root, history)
+    if improved and kept.keep == "best":
+        save_weights_atomic(model, paths.best_weights(at, kept.unit))
+    checkpoint.save(at)
+    if improved:
+        for old in paths.checkpoints.glob(f"best-{kept.unit}-*.h5"):
+            if old != paths.best_weights(at, kept.unit):
+                old.unlink(missing_ok=True)
 
-    unit: str = "epoch"
 
-    @property
-    def epoch(self) -> int | None:
-        return self.at
-
-    def is_last(self, history: Sequence[Mapping[str, Any]]) -> bool:
-        return bool(history) and self.epoch == history[-1]["epoch"]
-
-    def restore(self, model: Any, paths: TrainPaths, history: Sequence[Mapping[str, Any]]) -> tuple | None:
-        """Put the best epoch's weights back into the model; returns its evaluation when this run made it
-        (None: validate again). Nothing to load when the best epoch is the model's last (a resumed run
-        with no epoch left)."""
-        if self.weights is None and self.is_last(history):
-            return None
-        if self.weights is not None:
-            model.set_weights(self.weights)
-            return self.evaluation
-        path = paths.best_weights(self.epoch)
-        if not path.exists():
-            raise Sim2dlError(f"{path} is missing: the best epoch's weights (train.keep: best); rerun train afresh "
-                              f"(remove {paths.checkpoints})")  # fmt: skip
-        model.load_weights(str(path))
+def restore_kept(kept: Kept, model: Any, paths: TrainPaths, history: Sequence[Mapping[str, Any]]) -> tuple | None:
+    """Put the best unit's weights back into the model (from memory, else the file save_window wrote);
+    returns its evaluation when this run made it (None: validate again). Nothing to load when the best unit
+    is the model's last (a resumed run with nothing left to train)."""
+    if kept.weights is None and kept.is_last(history):
         return None
-
-    def summary(self, history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """The kept unit (best: the lowest validation loss; last: the last one trained), the best one, how
-        many were trained and where train.patience stopped, named in the unit (epoch, or round)."""
-        unit = self.unit
-        last = history[-1][unit] if history else None
-        return {"keep": self.keep, unit: self.epoch if self.keep == "best" else last, f"best_{unit}": self.epoch,
-                "best_val_loss": self.best[1] if self.best else None, f"{unit}s_trained": len(history),
-                f"stopped_early_after_{unit}": self.stopped_after}  # fmt: skip
+    if kept.weights is not None:
+        model.set_weights(kept.weights)
+        return kept.evaluation
+    path = paths.best_weights(kept.at, kept.unit)
+    if not path.exists():
+        raise Sim2dlError(f"{path} is missing: the best {kept.unit}'s weights (train.keep: best); rerun train afresh "
+                          f"(remove {paths.checkpoints})")  # fmt: skip
+    model.load_weights(str(path))
+    return None
 
 
 def save_weights_atomic(model: Any, path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from pipeline.paths import TrainPaths
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training.checksum import weights_checksum
-from pipeline.training.epochs import Kept
+from pipeline.training.kernel import Kept
 from pipeline.training.models import build_model
 from pipeline.training.session import Model
 from pipeline.training.spatial.layout import SpatialLayout
@@ -93,6 +93,13 @@ class Scores:
         return doc
 
 
+def configured_length(settings: Mapping[str, Any], unit: str) -> int:
+    """How many units train's settings ask for."""
+    return {"round": settings["population"]["rounds"], "step": settings["online"]["steps"]}.get(
+        unit, settings["epochs"]
+    )
+
+
 @dataclass
 class Ranks:
     """Where this process stands: Horovod, its rank among `size`, and the device it computes on."""
@@ -118,8 +125,9 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
     _, result = scores.headline
     summary = {
         "task": task.name,
-        # the configured length, in the kept record's unit (a population's rounds; epochs are then unused)
-        f"{kept.unit}s": settings["population"]["rounds"] if kept.unit == "round" else settings["epochs"],
+        # the configured length, in the kept record's unit (a population's rounds, online steps; epochs are then
+        # spread over them or unused)
+        f"{kept.unit}s": configured_length(settings, kept.unit),
         "ranks": size,
         "spatial": {"split": ranks.layout.split, "groups": ranks.layout.groups},
         "kept": kept.summary(history),

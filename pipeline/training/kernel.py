@@ -11,9 +11,10 @@ validation, and this module holds what a window is:
   every rank validates and saves the same model;
 - `window_row`: the window's history row (loss, samples/s, input-wait share, seconds), reduced over ranks;
 - `CounterCheckpoint`: a TF checkpoint of model, optimizer and a counter (epochs, rounds or steps done);
-- `Best`: train.keep's record of the lowest validation loss so far and the weights at it.
+- `Kept`: train.keep's record (every mode's, in its unit) of the lowest validation loss so far and the
+  weights at it.
 
-Memory: one copy of the model's weights in `Best` (train.keep: best); time: the steps, plus one allreduce
+Memory: one copy of the model's weights in `Kept` (train.keep: best); time: the steps, plus one allreduce
 per non-trained variable and a few scalars per window.
 """
 
@@ -138,21 +139,30 @@ def comparable(loss: float) -> float:
 
 def best_unit(history: Sequence[Mapping[str, Any]], unit: str) -> tuple[int, float] | None:
     """(unit, validation loss) of the history's first row with the lowest finite validation loss (None:
-    no finite one): a resumed run's Best."""
+    no finite one): a resumed run's Kept."""
     finite = [(row[unit], row["val_loss"]) for row in history if math.isfinite(row["val_loss"])]
     return min(finite, key=lambda e: (e[1], e[0])) if finite else None
 
 
 @dataclass
-class Best:
-    """train.keep's record: the unit (epoch, round, step) of the lowest finite validation loss so far, and
-    with keep: best the weights and evaluation at it when this run made them."""
+class Kept:
+    """train.keep's record, one for every mode: in its `unit` (epoch offline, round in a population, step
+    online) the one of the lowest finite validation loss so far (`best`), with keep: best the weights and
+    evaluation at it when this run made them, where train.patience stopped, and `details`: what else
+    names the kept model (a population's trainer, lineage and hyperparameters)."""
 
     keep: str
     best: tuple[int, float] | None = None  # (unit, validation loss)
+    unit: str = "epoch"
     weights: Any = None
     evaluation: Any = None
     stopped_after: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def resumed(cls, keep: str, history: Sequence[Mapping[str, Any]], unit: str) -> Kept:
+        """The record a resumed run continues: the best of the history's rows (weights on disk, if any)."""
+        return cls(keep, best_unit(history, unit), unit)
 
     @property
     def at(self) -> int | None:
@@ -181,3 +191,15 @@ class Best:
             self.stopped_after = at
             return True
         return False
+
+    def is_last(self, history: Sequence[Mapping[str, Any]]) -> bool:
+        return bool(history) and self.at == history[-1][self.unit]
+
+    def summary(self, history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """summary.json's `kept`, named in the unit: the kept one (best: the lowest validation loss; last: the
+        last one trained), the best one, how many were trained and where train.patience stopped."""
+        unit = self.unit
+        last = history[-1][unit] if history else None
+        return {"keep": self.keep, "unit": unit, unit: self.at if self.keep == "best" else last,
+                f"best_{unit}": self.at, "best_val_loss": self.val_loss, f"{unit}s_trained": len(history),
+                f"stopped_early_after_{unit}": self.stopped_after}  # fmt: skip

@@ -23,7 +23,6 @@ from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import topology
 from pipeline.training import determinism
 from pipeline.training.classical import baseline_start, classical_baseline
-from pipeline.training.epochs import Kept, write_history
 from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.inputs import rank_data
 from pipeline.training.optimizer import make_optimizer
@@ -75,17 +74,14 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     outcome = run_rounds(config, meta, task, model, data, trainer, paths,
                          resume_key(key_settings, meta, model.source), model.source.built_in is None,
                          lambda: make_optimizer(settings, device["precision"]))  # fmt: skip
-    if rank == 0:
-        write_history(out_dir, outcome.history)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
-    kept = Kept(settings["keep"], (outcome.kept["round"], outcome.kept["val_loss"]), unit="round")
-    kept.stopped_after = outcome.kept.get("stopped_after_round")
+    kept = outcome.kept
     record = population_record(population, settings, outcome, data, comm)
 
     def curves(path: Path) -> None:
         from pipeline.reporting.plots import population_curves
 
-        population_curves(outcome.state.rounds, outcome.kept, task.loss_name, path)
+        population_curves(outcome.state.rounds, kept.details, task.loss_name, path)
 
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     assert outcome.evaluation is not None
@@ -114,7 +110,8 @@ def population_record(population: Population, settings: Mapping[str, Any], outco
     shares = _by_trainer(comm.allgather([[f.name for f in data.files], data.shard]), population)
     return {"trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
             "exchange": population.exchange, "rounds_trained": len(outcome.state.rounds),
-            "kept": outcome.kept, "initial_hyperparameters": population.hyperparameters(settings),
+            "kept": {**outcome.kept.details, "stopped_after_round": outcome.kept.stopped_after},
+            "initial_hyperparameters": population.hyperparameters(settings),
             **outcome.state.to_json(),
             "trainer_hosts": [sorted(set(h)) for h in _by_trainer(comm.allgather(socket.gethostname()), population)],
             "trainer_files": [sorted({n for files, _ in ranks for n in files}) for ranks in shares],

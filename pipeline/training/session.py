@@ -87,12 +87,8 @@ def prepare(
     before rank 0's message is out). node_local: this rank's (rank, count) among the job's ranks on its
     node, where Horovod sees fewer (a population's trainer). Returns the task, the model and the device's
     record."""
-    import tensorflow as tf
-
     settings = config["train"]
-    if settings["threads"]:
-        tf.config.threading.set_intra_op_parallelism_threads(settings["threads"])
-        tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
+    apply_threads(settings)
     error, task, model, device = None, None, None, {}
     try:
         device = devices.apply(settings, *(node_local or (hvd.local_rank(), hvd.local_size())))
@@ -115,6 +111,15 @@ def prepare(
     all_ok(comm, error)
     assert task is not None and model is not None
     return task, model, device
+
+
+def apply_threads(settings: Mapping[str, Any]) -> None:
+    """train.threads: TensorFlow's intra- and inter-op threads (0: TensorFlow's choice)."""
+    import tensorflow as tf
+
+    if settings["threads"]:
+        tf.config.threading.set_intra_op_parallelism_threads(settings["threads"])
+        tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
 
 
 def augmentation(settings: Mapping[str, Any], task: Task, source: ModelSource, shape: Sequence[int | None],

@@ -49,13 +49,13 @@ from pipeline.reporting.board import Board
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import exchange
 from pipeline.training.checkpoints import discard_foreign_checkpoints
+from pipeline.training.epochs import write_history
 from pipeline.training.inputs import RankData, input_pipeline
 from pipeline.training.kernel import (
-    Best,
     CounterCheckpoint,
+    Kept,
     Window,
     average_unlearned_state,
-    best_unit,
     comparable,
     run_steps,  # fmt: skip
     schedule,
@@ -100,7 +100,7 @@ class Outcome:
     test) evaluation, the state and the per-round rows for the learning curves."""
 
     evaluation: tuple[float, Evaluation] | None
-    kept: dict[str, Any]
+    kept: Kept  # in rounds; its details: the kept model's round, trainer, lineage and hyperparameters
     state: PopulationState
     history: list[dict[str, Any]]
     test: tuple[float, Evaluation] | None = None  # the kept model on the test split (None: no test split)
@@ -156,15 +156,16 @@ class Rounds:
         self.start = saved["round"] if saved else 0
         self.state = (PopulationState.from_json(saved["state"]) if saved
                       else PopulationState.start(self.population, self.settings))  # fmt: skip
-        self.best: dict[str, Any] | None = saved["kept"] if saved else None
         if self.start and not self.checkpoint.restore_number(self.start):
             raise Sim2dlError(f"{self.checkpoint.directory}: no checkpoint of round {self.start} (population.json's "
                               f"last round): rerun train afresh (remove {paths.checkpoints})")  # fmt: skip
         if self.start:
             log.info("sim2dl train: %s resumes after round %d", trainer.describe(trainer.number), self.start)
-        self.kept_weights = np.load(self.kept_file) if self.best and self.kept_file.exists() else None
         self.history = _history(self.state)
-        self.record = Best(self.settings["keep"], best_unit(self.history, "round"))  # the lowest of any round
+        # the lowest validation loss of any round; details: the kept model (keep: last, the last round's best)
+        self.kept = Kept.resumed(self.settings["keep"], self.history, "round")
+        self.kept.details = saved["kept"] if saved else {}
+        self.kept_weights = np.load(self.kept_file) if self.kept.details and self.kept_file.exists() else None
 
     def held_out(self) -> tuple[Any, Any]:
         """The trainer's tournament set and the rank's share of the validation split: read every round
@@ -190,7 +191,7 @@ class Rounds:
             if not self.one_round(round_number):
                 break
         self.trainer.world.barrier()
-        if self.best is None:
+        if not self.kept.details:
             raise Sim2dlError("train.population: no round was trained")
         for board in self.boards:
             board.close()
@@ -201,7 +202,7 @@ class Rounds:
         if self.data.test_files is not None:  # read once, for the kept model: no tournament or keep saw it
             tested = self.data.evaluation_input("test", self.meta, self.settings, self.task, self.model.input_shape)
             test = evaluate(tested, self.task, self.predict, self.trainer.world)
-        return Outcome(final, self.best, self.state, self.history, test)
+        return Outcome(final, self.kept, self.state, self.history, test)
 
     def one_round(self, round_number: int) -> bool:
         """Steps, tournament, validation of every model, the kept model, the record and the checkpoints of
@@ -223,9 +224,7 @@ class Rounds:
         self.state.rounds.append(row)
         self.history.append(_history_row(row))
         self.save(round_number, changed, row)
-        if self.record.patience_over(round_number + 1, self.settings["patience"]):
-            assert self.best is not None
-            self.best["stopped_after_round"] = round_number + 1
+        if self.kept.patience_over(round_number + 1, self.settings["patience"]):
             log.info("sim2dl train: no lower validation loss for %d rounds (train.patience): stopping",
                      self.settings["patience"])  # fmt: skip
             return False
@@ -268,10 +267,10 @@ class Rounds:
         """The model kept: the lowest validation loss over rounds (train.keep: best), or this round's best;
         whether it changed."""
         leader = min(range(self.population.trainers), key=lambda t: (comparable(val_losses[t]), t))
-        improved = self.record.consider(round_number + 1, val_losses[leader], lambda: None)
-        changed = improved or self.settings["keep"] == "last" or self.best is None
+        improved = self.kept.consider(round_number + 1, val_losses[leader], lambda: None)
+        changed = improved or self.settings["keep"] == "last" or not self.kept.details
         if changed:
-            self.best = {"round": round_number + 1, "trainer": leader, "val_loss": val_losses[leader],
+            self.kept.details = {"round": round_number + 1, "trainer": leader, "val_loss": val_losses[leader],
                          "lineage": self.state.lineage[leader].to_json(),
                          "hyperparameters": self.state.hyperparameters[leader]}  # fmt: skip
             self.kept_weights = models[leader]
@@ -303,7 +302,8 @@ class Rounds:
             if changed:
                 _save_array(self.kept_file, self.kept_weights)
             write_json_atomic(self.state_file, {"round": round_number + 1, "state": self.state.to_json(),
-                                                "kept": self.best})  # fmt: skip
+                                                "kept": self.kept.details})  # fmt: skip
+            write_history(self.paths.root, self.history)  # metrics.json and .csv every round, as every mode
             log.info(json.dumps({"round": row["round"], "val_loss": row["val_loss"], "adopted": row["adopted"],
                                  "round_cost": round(row["round_cost"], 4)}))  # fmt: skip
             self.watch(row)
