@@ -27,7 +27,7 @@ import pytest
 from scipy.ndimage import gaussian_filter
 
 from pipeline.config import validate
-from pipeline.training.models import BUILT_IN, cosmoflow, dense, sequence, unet2d
+from pipeline.training.models import BUILT_IN, cosmoflow, decoder, dense, sequence, unet2d
 from pipeline.training.models.base import ARGS
 
 EPOCHS, BATCH, LEARNING_RATE = 8, 16, 0.001
@@ -83,6 +83,17 @@ def nonlinear_function(rng: np.random.Generator, inputs: int = 16):
     return x.astype("float32"), ((y - y.mean()) / y.std())[:, None].astype("float32")
 
 
+def moving_blobs(rng: np.random.Generator, side: int = 16):
+    """A forward surrogate's data: 3 parameters (a blob's centre and width) and the (side, side) field they
+    make, flattened as the task's outputs; and the field's shape, for the decoder's head."""
+    p = rng.uniform(-1, 1, size=(SAMPLES, 3))
+    grid = np.linspace(-1, 1, side)
+    gy, gx = np.meshgrid(grid, grid, indexing="ij")
+    width = 0.25 + 0.15 * (p[:, 2, None, None] + 1)
+    y = np.exp(-((gx - 0.6 * p[:, 0, None, None]) ** 2 + (gy - 0.6 * p[:, 1, None, None]) ** 2) / (2 * width**2))
+    return p.astype("float32"), ((y - y.mean()) / y.std()).reshape(SAMPLES, -1).astype("float32")
+
+
 def threshold_masks(rng: np.random.Generator, shape: tuple[int, int, int] = (48, 64, 4)):
     """Correlated noise fields and a 3-class mask that is a threshold of two of their channels: a pixel's
     class is a function of that pixel alone (a 1x1 convolution could learn it exactly)."""
@@ -135,6 +146,7 @@ class Case:
     data: Callable  # rng -> (x, y)
     score: Callable  # (outputs, y) -> float, higher is better
     classes: int = 0  # 0: regression
+    output_shapes: tuple = ()  # the outputs' shapes, for a head per output (a surrogate's decoder)
 
     @property
     def id(self) -> str:
@@ -151,6 +163,8 @@ CASES = [
     Case(unet2d, "segmentation", threshold_masks, mean_iou, 3),
     Case(dense, "regression", nonlinear_function, r2),
     Case(dense, "classification", lambda rng: largest_mean_channel(rng, (16,)), accuracy, 3),
+    Case(decoder, "surrogate", moving_blobs, r2, output_shapes=((16, 16),)),
+    Case(decoder, "regression", nonlinear_function, r2),
 ]
 
 
@@ -207,7 +221,9 @@ def compare(case: Case, seed: int = 0) -> tuple[float, float]:
     minimal = fit_and_score(reference(spatial, shape, outputs, per_pixel, summed=case.data is pulses), case, train,
                             held_out)  # fmt: skip
     tf.keras.utils.set_random_seed(seed)
-    built = case.model.build(shape, outputs, SimpleNamespace(per_pixel=per_pixel), default_args())
+    labels = [SimpleNamespace(shape=o, size=int(np.prod(o))) for o in case.output_shapes]
+    task = SimpleNamespace(per_pixel=per_pixel, data=SimpleNamespace(labels=labels))
+    built = case.model.build(shape, outputs, task, default_args())
     return fit_and_score(built, case, train, held_out), minimal
 
 

@@ -140,7 +140,7 @@ def meta_for(config: Mapping[str, Any], held_fields: Mapping[str, BufferField], 
     for name, f in config["source"]["fields"].items():
         if f.get("categorical") and "column" in f:
             classes[name] = [str(v) for v in config["simulate"]["space"][f["column"]]["values"]]
-    return {"feature_spec": spec, "statistics": dict(stats), "classes": classes}
+    return {"feature_spec": spec, "statistics": dict(stats), "classes": classes, "log1p": list(convert["log1p"])}
 
 
 class TrainingRank:

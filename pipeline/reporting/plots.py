@@ -64,6 +64,52 @@ def predicted_vs_true(predicted: np.ndarray, true: np.ndarray, names: Sequence[s
     _save(fig, path)
 
 
+def surrogate_examples(
+    true: Mapping[str, np.ndarray],
+    predicted: Mapping[str, np.ndarray],
+    scores: Mapping[str, float],
+    baseline: Mapping[str, float],
+    path: Path,
+) -> None:
+    """A row per example and output: a field's truth, prediction and difference side by side (one colour
+    scale for truth and prediction), a vector's truth and prediction as lines; each output's VRMSE beside
+    the emulator's in its column's title."""
+    names = list(true)
+    examples = len(next(iter(true.values()))) if names else 0
+    columns = sum(3 if true[n].ndim >= 3 else 1 for n in names)
+    fig, axes = plt.subplots(max(examples, 1), max(columns, 1), figsize=(2.6 * max(columns, 1), 2.4 * max(examples, 1)),
+                             squeeze=False, layout="constrained")  # fmt: skip
+    for row in range(examples):
+        column = 0
+        for name in names:
+            t, p = true[name][row], predicted[name][row]
+            score = f"VRMSE {scores.get(name, float('nan')):.3f}"
+            if baseline.get(name) is not None:
+                score += f" (emulator {baseline[name]:.3f})"
+            if t.ndim >= 2:
+                t2, p2 = t.reshape(t.shape[0], t.shape[1], -1)[..., 0], p.reshape(p.shape[0], p.shape[1], -1)[..., 0]
+                low, high = float(min(t2.min(), p2.min())), float(max(t2.max(), p2.max()))
+                for k, (image, label) in enumerate([(t2, "true"), (p2, "predicted"), (p2 - t2, "difference")]):
+                    ax = axes[row, column + k]
+                    limits = {"vmin": low, "vmax": high} if k < 2 else {"cmap": "RdBu_r"}
+                    shown = ax.imshow(image, origin="lower", **limits)
+                    fig.colorbar(shown, ax=ax, shrink=0.8)
+                    ax.set_xticks([]), ax.set_yticks([])
+                    if row == 0:
+                        ax.set_title(f"{name}: {label}" + (f"\n{score}" if k == 0 else ""), fontsize=8)
+                column += 3
+            else:
+                ax = axes[row, column]
+                ax.plot(np.ravel(t), "k-", label="true")
+                ax.plot(np.ravel(p), "C1--", label="predicted")
+                if row == 0:
+                    ax.set_title(f"{name}\n{score}", fontsize=8)
+                    ax.legend(fontsize=7)
+                column += 1
+    fig.suptitle("Surrogate on held-out samples (their own units)")
+    _save(fig, path)
+
+
 def confusion_matrix(matrix: np.ndarray, classes: Sequence[str], title: str, path: Path) -> None:
     """Rows: true class, columns: predicted; colour is the share of the row (recall), text the count."""
     k = len(classes)

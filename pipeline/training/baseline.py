@@ -184,7 +184,7 @@ def ridge_fit(aa: np.ndarray, ay: np.ndarray, penalty: float) -> np.ndarray:
 
 def squared_error(theta: np.ndarray, aa: np.ndarray, ay: np.ndarray, yy: np.ndarray) -> np.ndarray:
     """Σ (y - a θ)² per label over the records summed in aa, ay, yy."""
-    return yy - 2 * np.einsum("fl,fl->l", theta, ay) + np.einsum("fl,fg,gl->l", theta, aa, theta)
+    return yy - 2 * np.einsum("fl,fl->l", theta, ay) + np.einsum("fl,fl->l", theta, aa @ theta)
 
 
 def ridge_cross_validated(sums: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -200,8 +200,81 @@ def ridge_cross_validated(sums: Sequence[np.ndarray]) -> tuple[np.ndarray, np.nd
             theta = ridge_fit(total_aa - aa[k], total_ay - ay[k], penalty)
             errors[i] += squared_error(theta, aa[k], ay[k], yy[k])
     best = errors.argmin(axis=0)
-    theta = np.stack([ridge_fit(total_aa, total_ay, PENALTIES[b])[:, j] for j, b in enumerate(best)], axis=1)
+    theta = np.empty_like(total_ay)
+    for b in np.unique(best):  # one fit per penalty chosen (a surrogate's outputs are thousands of labels)
+        theta[:, best == b] = ridge_fit(total_aa, total_ay[:, best == b], PENALTIES[b])
     return PENALTIES[best], theta
+
+
+# ---------------------------------------------------------------- the emulator: PCA and kernel ridge
+
+
+RFF_SCALES = (0.5, 1.0, 2.0)  # RBF length scales in units of the (normalised) parameters
+RFF_PER_SCALE = 64
+RFF_SEED = 20261127
+PCA_MAX_OUTPUTS = 4096  # outputs beyond this: no PCA truncation (its covariance would be outputs² x 8 bytes)
+PCA_VARIANCE = 1 - 1e-4  # components kept: this share of the outputs' variance
+
+
+def random_fourier_features(x: np.ndarray) -> np.ndarray:
+    """(B, len(RFF_SCALES) x RFF_PER_SCALE): sqrt(2 / m) cos(x W / l + b) with W ~ N(0, 1), b ~ U(0, 2 pi)
+    fixed by RFF_SEED: a linear model on them approximates kernel ridge with an RBF kernel of length l
+    (Rahimi & Recht 2007), fitted from sufficient statistics like every other baseline here."""
+    rng = np.random.default_rng([RFF_SEED, x.shape[1]])
+    parts = []
+    for scale in RFF_SCALES:
+        w = rng.standard_normal((x.shape[1], RFF_PER_SCALE))
+        b = rng.uniform(0, 2 * np.pi, RFF_PER_SCALE)
+        parts.append(np.sqrt(2.0 / RFF_PER_SCALE) * np.cos(x @ w / scale + b))
+    return np.concatenate(parts, axis=1)
+
+
+@dataclass
+class EmulatorSums(RidgeSums):
+    """The classical emulator of a surrogate: ridge from the parameters' features to every output (the
+    penalty per output by cross-validation, RidgeSums' folds), and the outputs' sum and sum of outer
+    products for their principal components. The prediction is projected onto the components that hold
+    PCA_VARIANCE of the outputs' variance: PCA of the outputs with a kernel ridge per retained component
+    (the same predictions, as ridge is linear in its targets), folded into one linear map."""
+
+    total: np.ndarray = field(init=False)
+    outer: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        pca = self.labels <= PCA_MAX_OUTPUTS
+        self.total = np.zeros(self.labels)
+        self.outer = np.zeros((self.labels, self.labels) if pca else (0, 0))
+
+    def add(self, f: np.ndarray, y: np.ndarray) -> None:
+        super().add(f, y)
+        self.total += y.sum(axis=0)
+        if self.outer.size:
+            self.outer += y.T @ y
+
+    def arrays(self) -> list[np.ndarray]:
+        return [*super().arrays(), self.total, self.outer]
+
+    def fitted(self, reduced: Sequence[np.ndarray]) -> Fitted:
+        aa, ay, yy, total, outer = reduced
+        penalties, theta = ridge_cross_validated([aa, ay, yy])
+        n = aa.sum(axis=0)[0, 0]
+        weights, bias = theta[1:], theta[0]
+        components = None
+        if outer.size and n > 1:
+            mean = total / n
+            values, vectors = np.linalg.eigh(outer / n - np.outer(mean, mean))
+            values, vectors = values[::-1].clip(0), vectors[:, ::-1]
+            share = np.cumsum(values) / max(values.sum(), TINY)
+            components = int(min(np.searchsorted(share, PCA_VARIANCE) + 1, n - 1, len(values)))
+            keep = vectors[:, :components]
+            projection = keep @ keep.T
+            weights, bias = weights @ projection, bias @ projection + mean - mean @ projection
+        sums = aa.sum(axis=0)
+        settings = {"components": components, "outputs": self.labels, "features": self.features,
+                    "penalty": {"median": float(np.median(penalties)), "min": float(penalties.min()),
+                                "max": float(penalties.max())}}  # fmt: skip
+        return Fitted((weights, bias), (sums[0, 0], sums[0, 1:], np.diag(sums)[1:]), settings)
 
 
 # ---------------------------------------------------------------- linear discriminants
@@ -280,11 +353,15 @@ def method_name(task: Any, spatial_dims: int) -> str:
 
 
 def features_of(task: Any, x: np.ndarray, spatial_dims: int) -> np.ndarray:
-    """The baseline's inputs for a batch: per-sample statistics, or per pixel the channels."""
-    if task.per_pixel:
-        channels = x if x.ndim == spatial_dims + 2 else x[..., np.newaxis]
-        return channels.reshape(-1, channels.shape[-1]).astype(np.float64)
-    return summary_statistics(x, spatial_dims)
+    """The baseline's inputs for a batch, as the task takes them (per-sample statistics, per pixel the
+    channels, a surrogate's parameters and their Fourier features)."""
+    return task.baseline_features(x, spatial_dims)
+
+
+def channels_per_pixel(x: np.ndarray, spatial_dims: int) -> np.ndarray:
+    """(B x pixels, C): every pixel's channels (a missing channel axis added)."""
+    channels = x if x.ndim == spatial_dims + 2 else x[..., np.newaxis]
+    return channels.reshape(-1, channels.shape[-1]).astype(np.float64)
 
 
 class StreamingFit:

@@ -49,13 +49,14 @@ def add_baseline(summary: dict[str, Any], task: Task, baseline: Mapping[str, Any
 
 def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
     """The model to save: the trained one, or under spatial parallelism the unsplit model with its
-    weights (same variables, same order), which takes whole samples."""
+    weights (same variables, same order), which takes whole samples; as the task exports it (a surrogate's
+    in physical units)."""
     settings = config["train"]
     if settings["spatial"]["split"] == 1:
-        return model.keras
+        return task.exported(model.keras)
     whole, _ = build_model(settings, task.data.feature_shape, task)
     whole.set_weights(model.keras.get_weights())
-    return whole
+    return task.exported(whole)
 
 
 SELECTED_ON_VALIDATION = (

@@ -43,6 +43,8 @@ def metadata(
         },
         "normalisation": "x -> (x - mean) / std with the statistics below, applied to the listed fields",
         "statistics": stats_doc["statistics"],
+        # convert's log1p, applied before the normalisation (what a surrogate's saved model undoes)
+        "log1p": list(stats_doc.get("settings", {}).get("log1p", [])),
         "statistics_from": stats_doc.get("statistics_from", {"split": None}),
         # integer labels: {min, max, counts per split} (what train checks classes and weights against)
         "class_counts": stats_doc.get("class_counts", {}),

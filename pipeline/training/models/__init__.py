@@ -4,6 +4,7 @@
     sequence.py   1D CNN for traces of any length   (regression, classification)
     unet2d.py     2-D encoder-decoder for (H, W, C) (segmentation, classification, regression)
     dense.py      MLP on the flattened input         (regression, classification)
+    decoder.py    parameters to fields and vectors   (surrogate, regression)
 
 A built-in module has NAME, SPATIAL_DIMS (a feature with that many axes gets a channel axis; None: any),
 TASKS, and build(input_shape, outputs, task, args), args being train.depth/width/dense/dropout with
@@ -31,10 +32,10 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.storage.fsutil import file_checksum
-from pipeline.training.models import cosmoflow, dense, sequence, unet2d
+from pipeline.training.models import cosmoflow, decoder, dense, sequence, unet2d
 from pipeline.training.models.base import ARGS, ModelError
 
-BUILT_IN: dict[str, ModuleType] = {m.NAME: m for m in (cosmoflow, sequence, unet2d, dense)}
+BUILT_IN: dict[str, ModuleType] = {m.NAME: m for m in (cosmoflow, sequence, unet2d, dense, decoder)}
 
 __all__ = ["BUILT_IN", "ModelSource", "build_model", "input_shape", "model_source"]
 

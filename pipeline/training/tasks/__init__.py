@@ -4,6 +4,8 @@ layer's size, the loss on the model's raw outputs, and the validation metrics an
     regression.py      the labels' values: MSE, R² per label, predicted vs true in the labels' units
     classification.py  one class id per sample: cross-entropy, accuracy, macro-F1, confusion matrix
     segmentation.py    a class id per pixel: per-pixel cross-entropy, IoU per class, mean IoU, masks
+    surrogate.py       the simulator's outputs from its inputs: weighted MSE, VRMSE per output, the
+                       emulator (PCA + kernel ridge) beside it, a saved model in physical units
 
 A task owns everything that depends on which task it is: its headline score names (`scores`, which
 summary.json lists as `score_names` for `sim2dl status`, a search, a sweep's table and TensorBoard), the
@@ -25,8 +27,9 @@ from pipeline.training.tasks.base import DataSpec, Evaluation, Task, data_spec
 from pipeline.training.tasks.classification import Classification
 from pipeline.training.tasks.regression import Regression
 from pipeline.training.tasks.segmentation import Segmentation
+from pipeline.training.tasks.surrogate import Surrogate
 
-TASKS: dict[str, type[Task]] = {t.name: t for t in (Regression, Classification, Segmentation)}
+TASKS: dict[str, type[Task]] = {t.name: t for t in (Regression, Classification, Segmentation, Surrogate)}
 
 __all__ = ["TASKS", "DataSpec", "Evaluation", "Task", "data_spec", "make_task"]
 

@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.training.baseline import SHRINKAGE, BaselineSums, DiscriminantSums
+from pipeline.training.baseline import (
+    SHRINKAGE,
+    BaselineSums,
+    DiscriminantSums,
+    channels_per_pixel,
+    summary_statistics,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +58,8 @@ class DataSpec:
     splits_with_records: Mapping[str, int] = field(default_factory=dict)
     # every feature by name, in the config's order: your own model gets them as a dict of inputs
     feature_shapes: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
+    feature_statistics: Mapping[str, Any] = field(default_factory=dict)  # convert's, of normalised features
+    log1p: tuple[str, ...] = ()  # fields convert stored as log(1 + x)
 
     @property
     def several(self) -> bool:
@@ -74,7 +82,9 @@ def data_spec(meta: Mapping[str, Any], label_names: Sequence[str] | None = None)
             name for f in fields for name in ([f.name] if f.size == 1 else [f"{f.name}[{i}]" for i in range(f.size)])
         ]
     shapes = {name: tuple(spec[name]["shape"]) for name in features}
-    return DataSpec(features[0], shapes[features[0]], fields, tuple(label_names), feature_shapes=shapes)
+    return DataSpec(features[0], shapes[features[0]], fields, tuple(label_names), feature_shapes=shapes,
+                    feature_statistics={n: stats[n] for n in features if n in stats},
+                    log1p=tuple(meta.get("log1p", ())))  # fmt: skip
 
 
 @dataclass
@@ -164,6 +174,14 @@ class Task:
     def baseline_sums(self, features: int) -> BaselineSums:
         """The classical baseline's sufficient statistics for `features` inputs per record (or pixel)."""
         return DiscriminantSums(features, self.outputs())
+
+    def baseline_features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        """The baseline's inputs for a batch: per-sample statistics, or per pixel the channels."""
+        return channels_per_pixel(x, spatial_dims) if self.per_pixel else summary_statistics(x, spatial_dims)
+
+    def exported(self, model: Any) -> Any:
+        """The model as it is saved (a task may wrap it to take and give values in their own units)."""
+        return model
 
     # ---- shared by the tasks on class ids
     def single_integer_label(self) -> LabelField:

@@ -1,0 +1,191 @@
+"""surrogate: a model that stands in for the simulator. Its inputs are the features (a forward surrogate's
+design parameters, e.g. a runs table's columns), its outputs the label fields (fields and vectors, several
+at once): parameters to outputs. The loss is each output's mean squared error (normalised units) weighted
+by train.surrogate.weights (default 1 each, so a 1,024-pixel field and a 10-entry vector count alike).
+
+Scores are The Well's VRMSE per output, in physical units (convert's normalisation and log1p undone): per
+sample sqrt(mean((prediction - truth)^2) / (var(truth) + 1e-7)) over the output's entries, averaged over the
+samples; predicting each sample's mean scores about 1. Lower is better. The classical emulator beside it
+(pipeline.training.baseline, `EmulatorSums`): PCA of the outputs and kernel ridge regression from the
+parameters per retained component. The saved model answers in physical units: it takes the parameters as
+the simulator does and gives each output by name, in its units and shape (`exported`).
+
+Evaluation: per output the sum of the samples' VRMSE and the count, and the first EXAMPLES samples for the
+figure (truth, prediction and their difference side by side). Memory: a few sums per output, EXAMPLES
+samples; time: linear in the outputs' entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import Sim2dlError
+from pipeline.training.baseline import FOLDS, BaselineSums, EmulatorSums, random_fourier_features
+from pipeline.training.tasks.base import Evaluation, LabelField
+from pipeline.training.tasks.regression import Regression
+
+EXAMPLES = 4
+VARIANCE_FLOOR = 1e-7  # The Well's epsilon: a constant truth scores sqrt(mean error² / 1e-7)
+RELATIVE_MARGIN = 0.1  # a network VRMSE this much above the emulator's is below the baseline
+
+
+class Surrogate(Regression):
+    name = "surrogate"
+    loss_name = "weighted mean squared error of the outputs (normalised units)"
+    max_examples = EXAMPLES
+    scores = ("vrmse",)
+
+    # ---- before training
+    def check(self) -> None:
+        fractional = [f.name for f in self.data.labels if f.integer]
+        if fractional:
+            raise Sim2dlError(f"config key 'convert.labels': a surrogate's outputs are values, '{fractional[0]}' "
+                              "holds integers (class ids are classification's or segmentation's)")  # fmt: skip
+        if any(None in f.shape for f in self.data.labels):
+            shaped = next(f for f in self.data.labels if None in f.shape)
+            raise Sim2dlError(f"config key 'convert.labels': a surrogate's output '{shaped.name}' has a variable "
+                              f"shape {list(shaped.shape)}: give it a fixed one (crop)")  # fmt: skip
+        unknown = sorted(set(self.weights_setting()) - {f.name for f in self.data.labels})
+        if unknown:
+            raise Sim2dlError(f"config key 'train.surrogate.weights': {unknown} are not outputs (convert.labels: "
+                              f"{[f.name for f in self.data.labels]})")  # fmt: skip
+
+    def weights_setting(self) -> Mapping[str, float]:
+        return (self.settings.get("surrogate") or {}).get("weights") or {}
+
+    def blocks(self) -> list[tuple[LabelField, slice]]:
+        """Each output and its entries in the model's flat output."""
+        out, start = [], 0
+        for f in self.data.labels:
+            out.append((f, slice(start, start + f.size)))
+            start += f.size
+        return out
+
+    # ---- the loss
+    def loss(self) -> Any:
+        import tensorflow as tf
+
+        weights = self.weights_setting()
+        labels = self.data.labels
+        per_entry = np.concatenate([np.full(f.size, float(weights.get(f.name, 1.0)) / f.size) for f in labels])
+        scale = tf.constant(per_entry / per_entry.sum(), tf.float32)  # sum_f w_f mse_f / sum_f w_f
+
+        def weighted_mse(labels: Any, outputs: Any) -> Any:
+            return tf.reduce_mean(tf.reduce_sum(scale * tf.square(tf.cast(outputs, tf.float32) - labels), axis=-1))
+
+        return weighted_mse
+
+    # ---- evaluation (numpy)
+    def physical(self, values: np.ndarray) -> dict[str, np.ndarray]:
+        """The model's flat outputs (normalised units) as each output in its own units and shape: convert's
+        normalisation (per channel along the last axis where it was per channel) and log1p undone."""
+        out = {}
+        for f, entries in self.blocks():
+            block = values[:, entries].astype(np.float64).reshape(len(values), *f.shape)
+            if f.statistics is not None:
+                mean, std = (np.asarray(f.statistics[k], np.float64) for k in ("mean", "std"))
+                block = block * np.where(std > 0, std, 1.0) + mean
+            if f.name in self.data.log1p:
+                block = np.expm1(block)
+            out[f.name] = block
+        return out
+
+    def evaluation(self) -> Evaluation:
+        k, outputs = len(self.data.labels), self.outputs()
+        return Evaluation({"n": np.zeros(1), "vrmse": np.zeros(k)},
+                          {"predicted": np.zeros((0, outputs)), "true": np.zeros((0, outputs))})  # fmt: skip
+
+    def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+        predicted, true = self.physical(outputs), self.physical(labels)
+        for i, f in enumerate(self.data.labels):
+            evaluation.sums["vrmse"][i] += vrmse(predicted[f.name], true[f.name]).sum()
+        evaluation.sums["n"] += len(labels)
+        room = self.max_examples - len(evaluation.examples["true"])
+        if room > 0:
+            for name, value in (("predicted", outputs), ("true", labels)):
+                evaluation.examples[name] = np.concatenate([evaluation.examples[name], value[:room]])
+
+    def metrics(self, evaluation: Evaluation) -> dict[str, Any]:
+        n = evaluation.sums["n"][0]
+        if not n:
+            return {"vrmse": {}}
+        scores = evaluation.sums["vrmse"] / n
+        return {"vrmse": {f.name: float(v) for f, v in zip(self.data.labels, scores, strict=True)},
+                "vrmse_mean": float(scores.mean())}  # fmt: skip
+
+    def evaluated_records(self, evaluation: Evaluation) -> int:
+        return int(evaluation.sums["n"][0])
+
+    # ---- against the classical emulator
+    def below_baseline(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
+        """The outputs whose VRMSE is above the emulator's by more than RELATIVE_MARGIN of it (VRMSE is a
+        relative error already, so the margin is too)."""
+        theirs = baseline.get("vrmse") or {}
+        return [n for n, v in summary["vrmse"].items()
+                if theirs.get(n) is not None and v > theirs[n] * (1 + RELATIVE_MARGIN)]  # fmt: skip
+
+    def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+        return ", ".join(f"{n} VRMSE {summary['vrmse'][n]:.3f} > {baseline['vrmse'][n]:.3f}" for n in below)
+
+    def baseline_method(self, statistics: str) -> str:
+        return (
+            f"PCA of the outputs and kernel ridge regression per component (an RBF kernel by random Fourier "
+            f"features at three length scales, and linear terms; penalty by {FOLDS}-fold cross-validation)"
+        )
+
+    def baseline_features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        """The emulator's inputs: the parameters (normalised by convert where listed) and random Fourier
+        features of them."""
+        flat = np.asarray(x, np.float64).reshape(len(x), -1)
+        return np.concatenate([flat, random_fourier_features(flat)], axis=1)
+
+    def baseline_sums(self, features: int) -> BaselineSums:
+        return EmulatorSums(features, self.outputs())
+
+    # ---- the saved model and the figure
+    def exported(self, model: Any) -> Any:
+        """The model as a user calls it: the features in their own units in (convert's normalisation applied
+        inside), each output by name in its units and shape out (normalisation and log1p undone)."""
+        import tensorflow as tf
+
+        layers = tf.keras.layers
+        shape = self.data.feature_shape
+        inputs = layers.Input(shape=tuple(shape), name=self.data.feature)
+        x = inputs
+        stats = self.data.feature_statistics.get(self.data.feature)
+        if stats is not None:
+            mean, std = (np.asarray(stats[k], np.float32) for k in ("mean", "std"))
+            x = layers.Rescaling(1.0 / np.where(std > 0, std, 1.0), offset=-mean / np.where(std > 0, std, 1.0))(x)
+        if len(model.input_shape) == len(shape) + 2:  # the model adds a channel axis
+            x = layers.Reshape((*shape, 1))(x)
+        flat = model(x)
+        outputs = {}
+        for f, entries in self.blocks():
+            y = layers.Reshape(f.shape)(flat[:, entries])
+            if f.statistics is not None:
+                mean, std = (np.asarray(f.statistics[k], np.float32) for k in ("mean", "std"))
+                y = layers.Rescaling(np.where(std > 0, std, 1.0), offset=mean)(y)
+            if f.name in self.data.log1p:
+                y = layers.Lambda(tf.math.expm1)(y)
+            outputs[f.name] = layers.Activation("linear", dtype="float32", name=f.name)(y)
+        return tf.keras.Model(inputs, outputs, name=f"{model.name}_physical")
+
+    def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
+        from pipeline.reporting.plots import surrogate_examples
+
+        scores = self.metrics(evaluation)["vrmse"]
+        theirs = (baseline or {}).get("vrmse") or {}
+        surrogate_examples(self.physical(evaluation.examples["true"]), self.physical(evaluation.examples["predicted"]),
+                           scores, theirs, path)  # fmt: skip
+
+
+def vrmse(predicted: np.ndarray, true: np.ndarray) -> np.ndarray:
+    """Per sample (first axis): sqrt(mean((predicted - true)^2) / (var(true) + 1e-7)) over its entries."""
+    axes = tuple(range(1, true.ndim))
+    error = np.mean((predicted - true) ** 2, axis=axes) if axes else (predicted - true) ** 2
+    spread = np.var(true, axis=axes) if axes else np.zeros(len(true))
+    return np.sqrt(error / (spread + VARIANCE_FLOOR))
