@@ -27,7 +27,7 @@ import pytest
 from scipy.ndimage import gaussian_filter
 
 from pipeline.config import validate
-from pipeline.training.models import BUILT_IN, cosmoflow, decoder, dense, sequence, unet2d
+from pipeline.training.models import BUILT_IN, cosmoflow, decoder, dense, fno, sequence, unet2d
 from pipeline.training.models.base import ARGS
 
 EPOCHS, BATCH, LEARNING_RATE = 8, 16, 0.001
@@ -94,6 +94,16 @@ def moving_blobs(rng: np.random.Generator, side: int = 16):
     return p.astype("float32"), ((y - y.mean()) / y.std()).reshape(SAMPLES, -1).astype("float32")
 
 
+def advected_fields(rng: np.random.Generator, side: int = 16):
+    """A next state's data: smooth periodic fields (H, W, 1) and the same fields moved by 3 pixels along W
+    (around the periodic edge), smoothed and squared in part, flattened as the task's outputs."""
+    x = np.stack([gaussian_filter(rng.normal(size=(side, side)), sigma=2, mode="wrap") for _ in range(SAMPLES)])
+    x = x / x.std()
+    moved = gaussian_filter(np.roll(x, 3, axis=2), sigma=(0, 1, 1), mode="wrap")
+    y = moved + 0.3 * moved**2
+    return x[..., None].astype("float32"), ((y - y.mean()) / y.std()).reshape(SAMPLES, -1).astype("float32")
+
+
 def threshold_masks(rng: np.random.Generator, shape: tuple[int, int, int] = (48, 64, 4)):
     """Correlated noise fields and a 3-class mask that is a threshold of two of their channels: a pixel's
     class is a function of that pixel alone (a 1x1 convolution could learn it exactly)."""
@@ -146,7 +156,8 @@ class Case:
     data: Callable  # rng -> (x, y)
     score: Callable  # (outputs, y) -> float, higher is better
     classes: int = 0  # 0: regression
-    output_shapes: tuple = ()  # the outputs' shapes, for a head per output (a surrogate's decoder)
+    output_shapes: tuple = ()  # the outputs' shapes, for a head per output (a surrogate's)
+    options: tuple = ()  # the model's own model_args (OPTIONS) set for the case
 
     @property
     def id(self) -> str:
@@ -164,6 +175,8 @@ CASES = [
     Case(dense, "regression", nonlinear_function, r2),
     Case(dense, "classification", lambda rng: largest_mean_channel(rng, (16,)), accuracy, 3),
     Case(decoder, "surrogate", moving_blobs, r2, output_shapes=((16, 16),)),
+    Case(unet2d, "surrogate", advected_fields, r2, output_shapes=((16, 16),), options=(("periodic", True),)),
+    Case(fno, "surrogate", advected_fields, r2, output_shapes=((16, 16),), options=(("modes", 6),)),
     Case(decoder, "regression", nonlinear_function, r2),
 ]
 
@@ -221,9 +234,9 @@ def compare(case: Case, seed: int = 0) -> tuple[float, float]:
     minimal = fit_and_score(reference(spatial, shape, outputs, per_pixel, summed=case.data is pulses), case, train,
                             held_out)  # fmt: skip
     tf.keras.utils.set_random_seed(seed)
-    labels = [SimpleNamespace(shape=o, size=int(np.prod(o))) for o in case.output_shapes]
-    task = SimpleNamespace(per_pixel=per_pixel, data=SimpleNamespace(labels=labels))
-    built = case.model.build(shape, outputs, task, default_args())
+    task = SimpleNamespace(per_pixel=per_pixel, output_fields=lambda: list(case.output_shapes))
+    args = {**default_args(), **getattr(case.model, "OPTIONS", {}), **dict(case.options)}
+    built = case.model.build(shape, outputs, task, args)
     return fit_and_score(built, case, train, held_out), minimal
 
 

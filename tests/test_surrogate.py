@@ -16,6 +16,7 @@ from pipeline.training.tasks.base import DataSpec, LabelField
 from pipeline.training.tasks.surrogate import Surrogate, vrmse
 
 from .conftest import REPO, run_cli, write_config
+from .helpers import docs_block
 
 
 def test_vrmse_is_the_wells_per_sample_ratio_and_the_mean_scores_one():
@@ -89,6 +90,25 @@ def test_the_emulator_equals_an_independent_ridge_and_pca_on_the_same_features(m
     assert 0 < k < outputs.shape[1]
 
 
+def test_the_fourier_layer_equals_its_numpy_reference():
+    """SpectralConv2D (tf.signal on NCHW around NHWC, complex weights for the low and the high modes along H)
+    computes what numpy's rfft2 / irfft2 compute with the same weights, to float32 precision; a field that
+    holds only modes above `modes` comes out zero."""
+    import tensorflow as tf
+
+    from pipeline.training.models.fno import spectral_conv_layer, spectral_conv_reference
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 16, 12, 3)).astype(np.float32)
+    layer = spectral_conv_layer()(5, 4)
+    out = layer(tf.constant(x)).numpy()
+    weights = layer.real.numpy() + 1j * layer.imag.numpy()
+    np.testing.assert_allclose(out, spectral_conv_reference(x.astype(np.float64), weights, 4), rtol=1e-4, atol=1e-5)
+    grid = np.arange(16)[:, None] * np.ones((1, 12))
+    high = np.cos(2 * np.pi * 6 * grid / 16)[None, ..., None].repeat(3, axis=-1).astype(np.float32)  # mode 6 > 4
+    assert np.abs(layer(tf.constant(high)).numpy()).max() < 1e-5
+
+
 def test_the_reaction_simulator_solves_its_equation():
     """Without growth, advection-diffusion conserves the mass and moves the field by v t (a Fourier shift
     blurred by exp(-kappa k² t)); with growth and no transport, each point follows the logistic curve."""
@@ -103,15 +123,18 @@ def test_the_reaction_simulator_solves_its_equation():
     np.testing.assert_allclose(grown, u0 * np.exp(2.0) / (1 + u0 * (np.exp(2.0) - 1)), rtol=1e-9, atol=1e-12)
 
 
-def test_the_forward_surrogate_preset_trains_and_answers_a_new_design_point_in_physical_units(tmp_path):
-    """config/presets/surrogate-forward.yaml at a test's size on 2 ranks: VRMSE per output on the test split
-    beside the emulator's, and the saved model, called on parameters nobody simulated, gives the state and
-    the mass in their own units and shapes, close to what the simulator then computes."""
+def test_the_docs_forward_surrogate_trains_and_answers_a_new_design_point_in_physical_units(tmp_path):
+    """docs/training.md's forward surrogate (config/presets/surrogate-forward.yaml's) at a test's size on 2
+    ranks: VRMSE per output on the test split beside the emulator's, and the saved model, called on
+    parameters nobody simulated, gives the state and the mass in their own units and shapes, close to
+    what the simulator then computes."""
     import tensorflow as tf
 
     from pipeline.steps import validated
 
-    config = yaml.safe_load((REPO / "config" / "presets" / "surrogate-forward.yaml").read_text())
+    config = docs_block("task: surrogate")
+    preset = yaml.safe_load((REPO / "config" / "presets" / "surrogate-forward.yaml").read_text())
+    assert all(validated(preset)[k] == validated(config)[k] for k in ("simulate", "source", "convert", "train"))
     config["workdir"] = str(tmp_path / "work")
     config["simulate"]["samples"] = 160
     config["stage"] = {"target": str(tmp_path / "local")}

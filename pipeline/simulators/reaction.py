@@ -9,10 +9,10 @@ trajectories of states for a next-state surrogate). Non-linear (the logistic gro
 fronts form and merge), yet smooth in its parameters.
 
 Solved by operator splitting per time step: advection and diffusion exactly in Fourier space, then the
-logistic growth exactly at every point. Fields: params (vx, vy, kappa, r: float32[4]), state (the field at
-t_end: size x size), mass (the mean concentration at each snapshot: float32[snapshots]) and trajectory
-(snapshots x size x size, evenly spaced in time, the last at t_end). Time: steps x an FFT of size² per
-sample; memory: the trajectory.
+logistic growth exactly at every point. Fields: params (vx, vy, kappa, r: float32[4]), initial (the field
+at t = 0: size x size), state (the field at t_end), mass (the mean concentration at each snapshot:
+float32[snapshots]) and trajectory (snapshots x size x size, evenly spaced in time, the last at t_end).
+Time: steps x an FFT of size² per sample; memory: the trajectory.
 """
 
 from __future__ import annotations
@@ -75,9 +75,11 @@ def make(config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, np.nd
     else:
         count = int(rng.integers(2, 5))
         centres = np.column_stack([rng.uniform(0, 1, (count, 2)), rng.uniform(0.04, 0.1, count)])
-    trajectory = solve(blobs(size, centres), params, settings["t_end"], settings["steps"], settings["snapshots"])
+    initial = blobs(size, centres)
+    trajectory = solve(initial, params, settings["t_end"], settings["steps"], settings["snapshots"])
     return {
         "params": params.astype(np.float32),
+        "initial": initial.astype(np.float32),
         "state": trajectory[-1].astype(np.float32),
         "mass": trajectory.mean(axis=(1, 2)).astype(np.float32),
         "trajectory": trajectory.astype(np.float32),

@@ -2,12 +2,15 @@
 
     cosmoflow.py  3D CNN for cubes                  (regression, classification)
     sequence.py   1D CNN for traces of any length   (regression, classification)
-    unet2d.py     2-D encoder-decoder for (H, W, C) (segmentation, classification, regression)
+    unet2d.py     2-D encoder-decoder for (H, W, C) (segmentation, classification, regression, surrogate;
+                  model_args periodic: true for periodic padding)
     dense.py      MLP on the flattened input         (regression, classification)
     decoder.py    parameters to fields and vectors   (surrogate, regression)
+    fno.py        Fourier neural operator, 2-D fields to fields on the same grid (surrogate)
 
 A built-in module has NAME, SPATIAL_DIMS (a feature with that many axes gets a channel axis; None: any),
-TASKS, and build(input_shape, outputs, task, args), args being train.depth/width/dense/dropout with
+TASKS, OPTIONS (its own model_args and their defaults; optional), and
+build(input_shape, outputs, task, args), args being train.depth/width/dense/dropout with
 train.model_args on top; one that can be split across ranks (train.spatial.split) also has
 build_split(input_shape, outputs, task, args, layout, process_set) (pipeline.training.spatial). Adding
 one: a module here, registered in BUILT_IN.
@@ -32,10 +35,10 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.storage.fsutil import file_checksum
-from pipeline.training.models import cosmoflow, decoder, dense, sequence, unet2d
+from pipeline.training.models import cosmoflow, decoder, dense, fno, sequence, unet2d
 from pipeline.training.models.base import ARGS, ModelError
 
-BUILT_IN: dict[str, ModuleType] = {m.NAME: m for m in (cosmoflow, sequence, unet2d, dense, decoder)}
+BUILT_IN: dict[str, ModuleType] = {m.NAME: m for m in (cosmoflow, sequence, unet2d, dense, decoder, fno)}
 
 __all__ = ["BUILT_IN", "ModelSource", "build_model", "input_shape", "model_source"]
 
@@ -116,14 +119,17 @@ def input_shape(source: ModelSource, feature_shape: Sequence[int | None]) -> tup
 
 
 def built_in_args(source: ModelSource, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """train's depth, width, dense and dropout, the model's own options (OPTIONS: name -> default), and
+    train.model_args over both."""
     extra = dict(settings.get("model_args") or {})
-    unknown = sorted(set(extra) - set(ARGS))
+    options = dict(getattr(source.built_in, "OPTIONS", {}))
+    unknown = sorted(set(extra) - set(ARGS) - set(options))
     if unknown:
         raise Sim2dlError(
             f"config key 'train.model_args': {unknown} are not arguments of the built-in model '{source.name}' "
-            f"(it takes {list(ARGS)})"
+            f"(it takes {[*ARGS, *options]})"
         )
-    return {**{k: settings[k] for k in ARGS}, **extra}
+    return {**{k: settings[k] for k in ARGS}, **options, **extra}
 
 
 def build_model(

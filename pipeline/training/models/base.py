@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 ARGS = ("depth", "width", "dense", "dropout")  # train.* settings every built-in takes (model_args override)
 
 
@@ -66,3 +68,31 @@ def dense_head(x: Any, outputs: int, args: Mapping[str, Any], zero_output: bool 
     x = layers.LeakyReLU(0.3)(x)
     x = layers.Dropout(args["dropout"])(x)
     return layers.Dense(outputs, dtype="float32", kernel_initializer="zeros" if zero_output else "glorot_uniform")(x)
+
+
+def field_heads(x: Any, shapes: Sequence[Sequence[int]], args: Mapping[str, Any]) -> Any:
+    """A surrogate's flat outputs from a (B, H, W, F) feature map: per output field on the same grid a 1x1
+    convolution to its channels, flattened; per other output (a vector, another grid) a pooled dense head.
+    Joined in the outputs' order (the task's flat layout: each output's entries in turn)."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    grid = tuple(x.shape[1:3])
+    heads = []
+    for shape in shapes:
+        if len(shape) >= 2 and tuple(shape[:2]) == grid:
+            channels = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+            heads.append(layers.Flatten()(layers.Conv2D(channels, 1)(x)))
+        else:
+            heads.append(dense_head(layers.GlobalAveragePooling2D()(x), int(np.prod(shape or (1,))), args))
+    joined = layers.Concatenate()(heads) if len(heads) > 1 else heads[0]
+    return layers.Activation("linear", dtype="float32")(joined)
+
+
+def periodic_pad(x: Any, width: int) -> Any:
+    """Pad a (B, H, W, C) map by `width` on each side with the opposite edge's values (a periodic domain:
+    a 3x3 convolution with width 1 and padding 'valid' then sees across the boundary)."""
+    import tensorflow as tf
+
+    x = tf.concat([x[:, -width:], x, x[:, :width]], axis=1)
+    return tf.concat([x[:, :, -width:], x, x[:, :, :width]], axis=2)

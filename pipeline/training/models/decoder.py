@@ -32,15 +32,13 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
     layers = tf.keras.layers
     if None in input_shape:
         raise ModelError(f"model 'decoder' needs fixed-size inputs, the feature has shape {list(input_shape)}")
-    fields = getattr(getattr(task, "data", None), "labels", None) or []
-    if sum(f.size for f in fields) != outputs:  # a task whose outputs are not its label fields' entries
-        fields = []
+    fields = task.output_fields()  # a surrogate's outputs; [] for one vector (regression)
     inputs = layers.Input(shape=tuple(input_shape))
     x = layers.Flatten()(inputs)
     for _ in range(max(args["depth"], 1)):
         x = layers.LeakyReLU(0.3)(layers.Dense(args["dense"])(x))
         x = layers.Dropout(args["dropout"])(x)
-    heads = [field_head(x, f.shape, args) for f in fields] or [layers.Dense(outputs)(x)]
+    heads = [field_head(x, shape, args) for shape in fields] or [layers.Dense(outputs)(x)]
     joined = layers.Concatenate()(heads) if len(heads) > 1 else heads[0]
     return tf.keras.Model(inputs, layers.Activation("linear", dtype="float32")(joined), name=NAME)
 

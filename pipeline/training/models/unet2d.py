@@ -1,7 +1,9 @@
 """unet2d: a small 2-D encoder-decoder for (H, W, C) fields, DeepCAM-like in spirit: `depth` levels of
 two 3x3 convolutions (leaky ReLU) and pooling, widening by 2 per level, then transposed convolutions back
-up with skip connections. Segmentation: a 1x1 convolution to per-pixel class logits; classification or
-regression: the pooled head on every encoder level (base.pooled_head). H and W must be divisible by
+up with skip connections. Segmentation: a 1x1 convolution to per-pixel class logits; a surrogate's
+outputs: a head per output field on the last map (base.field_heads); classification or regression: the
+pooled head on every encoder level (base.pooled_head). model_args `periodic: true` pads every convolution
+periodically (fields on a periodic domain: no artificial boundary). H and W must be divisible by
 2^depth (the skips join equal shapes).
 
 No batch normalisation (measured in tests/test_models.py): with a rank's batch of 16 it makes every feature
@@ -15,26 +17,37 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.training.models.base import ModelError, check_pooling, pooled_head, pooled_vectors
+from pipeline.training.models.base import (
+    ModelError,
+    check_pooling,
+    field_heads,
+    periodic_pad,
+    pooled_head,
+    pooled_vectors,
+)
 
 NAME = "unet2d"
 SPATIAL_DIMS = 2
-TASKS = ("segmentation", "classification", "regression")
+TASKS = ("segmentation", "classification", "regression", "surrogate")
+OPTIONS = {"periodic": False}  # model_args: periodic padding for fields on a periodic domain
 
 
 def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any]) -> Any:
     import tensorflow as tf
 
     layers = tf.keras.layers
-    check_input(input_shape, args, task.per_pixel)
+    fields = task.output_fields()  # a surrogate's outputs: a head per field on the decoder's last map
+    check_input(input_shape, args, task.per_pixel or bool(fields))
     inputs = layers.Input(shape=tuple(input_shape))
     x, skips = encoder(inputs, args)
-    if not task.per_pixel:
+    if not task.per_pixel and not fields:
         return tf.keras.Model(inputs, pooled_head([*skips, x], outputs, args), name=NAME)
     for level in reversed(range(args["depth"])):
         x = layers.Conv2DTranspose(args["width"] * 2**level, 2, strides=2)(x)
-        x = _block(layers.Concatenate()([x, skips[level]]), args["width"] * 2**level)
+        x = _block(layers.Concatenate()([x, skips[level]]), args["width"] * 2**level, args.get("periodic", False))
     x = layers.Dropout(args["dropout"])(x)
+    if fields:
+        return tf.keras.Model(inputs, field_heads(x, fields, args), name=NAME)
     return tf.keras.Model(inputs, layers.Conv2D(outputs, 1, dtype="float32")(x), name=NAME)
 
 
@@ -55,18 +68,24 @@ def encoder(inputs: Any, args: Mapping[str, Any]) -> tuple[Any, list[Any]]:
     """`depth` levels of two convolutions and pooling, then the bottom block: (its output, each level's)."""
     import tensorflow as tf
 
-    x, skips = inputs, []
+    x, skips, periodic = inputs, [], args.get("periodic", False)
     for level in range(args["depth"]):
-        x = _block(x, args["width"] * 2**level)
+        x = _block(x, args["width"] * 2**level, periodic)
         skips.append(x)
         x = tf.keras.layers.MaxPool2D(2)(x)
-    return _block(x, args["width"] * 2 ** args["depth"]), skips
+    return _block(x, args["width"] * 2 ** args["depth"], periodic), skips
 
 
-def _block(x: Any, filters: int) -> Any:
+def _block(x: Any, filters: int, periodic: bool = False) -> Any:
+    """Two 3x3 convolutions (leaky ReLU), zero-padded, or periodically padded on a periodic domain."""
     import tensorflow as tf
 
     for _ in range(2):
-        x = tf.keras.layers.Conv2D(filters, 3, padding="same")(x)
+        if periodic:
+            x = tf.keras.layers.Conv2D(filters, 3, padding="valid")(
+                tf.keras.layers.Lambda(periodic_pad, arguments={"width": 1})(x)
+            )
+        else:
+            x = tf.keras.layers.Conv2D(filters, 3, padding="same")(x)
         x = tf.keras.layers.LeakyReLU(0.3)(x)
     return x

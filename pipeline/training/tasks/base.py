@@ -127,6 +127,11 @@ class Task:
         """The model's output shape without the batch axis."""
         return (self.outputs(),)
 
+    def output_fields(self) -> list[tuple[int, ...]]:
+        """The shapes of the outputs a model gives a head each, flattened and joined in order (a surrogate's
+        label fields); [] for one output vector (or per-pixel logits)."""
+        return []
+
     # ---- the input pipeline and the loss (TensorFlow)
     def label_tensor(self, values: Sequence[Any], batched: bool) -> Any:
         raise NotImplementedError

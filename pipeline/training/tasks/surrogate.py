@@ -31,6 +31,7 @@ from pipeline.training.tasks.regression import Regression
 EXAMPLES = 4
 VARIANCE_FLOOR = 1e-7  # The Well's epsilon: a constant truth scores sqrt(mean error² / 1e-7)
 RELATIVE_MARGIN = 0.1  # a network VRMSE this much above the emulator's is below the baseline
+LINEAR_INPUTS = 1024  # a field in: the linear baseline's inputs, at most (its sums grow as their square)
 
 
 class Surrogate(Regression):
@@ -53,6 +54,9 @@ class Surrogate(Regression):
         if unknown:
             raise Sim2dlError(f"config key 'train.surrogate.weights': {unknown} are not outputs (convert.labels: "
                               f"{[f.name for f in self.data.labels]})")  # fmt: skip
+
+    def output_fields(self) -> list[tuple[int, ...]]:
+        return [tuple(int(d) for d in f.shape) for f in self.data.labels]
 
     def weights_setting(self) -> Mapping[str, float]:
         return (self.settings.get("surrogate") or {}).get("weights") or {}
@@ -94,15 +98,35 @@ class Surrogate(Regression):
             out[f.name] = block
         return out
 
+    def persisted(self) -> list[LabelField]:
+        """The outputs a state-to-state surrogate could answer by persistence: those of the input's shape."""
+        shape = tuple(self.data.feature_shape)
+        return [f for f in self.data.labels if not self.from_parameters and tuple(f.shape) in (shape, shape[:-1])]
+
     def evaluation(self) -> Evaluation:
         k, outputs = len(self.data.labels), self.outputs()
-        return Evaluation({"n": np.zeros(1), "vrmse": np.zeros(k)},
-                          {"predicted": np.zeros((0, outputs)), "true": np.zeros((0, outputs))})  # fmt: skip
+        sums = {"n": np.zeros(1), "vrmse": np.zeros(k), "persistence": np.zeros(k)}
+        return Evaluation(sums, {"predicted": np.zeros((0, outputs)), "true": np.zeros((0, outputs))})
+
+    def input_field(self, features: np.ndarray) -> np.ndarray:
+        """The input field in its own units (convert's normalisation undone), the model's channel axis dropped."""
+        x = np.asarray(features, np.float64).reshape(len(features), *self.data.feature_shape)
+        stats = self.data.feature_statistics.get(self.data.feature)
+        if stats is not None:
+            std = np.asarray(stats["std"], np.float64)
+            x = x * np.where(std > 0, std, 1.0) + np.asarray(stats["mean"], np.float64)
+        return np.expm1(x) if self.data.feature in self.data.log1p else x
 
     def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
         predicted, true = self.physical(outputs), self.physical(labels)
         for i, f in enumerate(self.data.labels):
             evaluation.sums["vrmse"][i] += vrmse(predicted[f.name], true[f.name]).sum()
+        persisted = self.persisted()
+        if persisted:  # the classical floor of a next state: the state as it was
+            state = self.input_field(features)
+            for f in persisted:
+                i = self.data.labels.index(f)
+                evaluation.sums["persistence"][i] += vrmse(state.reshape(true[f.name].shape), true[f.name]).sum()
         evaluation.sums["n"] += len(labels)
         room = self.max_examples - len(evaluation.examples["true"])
         if room > 0:
@@ -114,8 +138,15 @@ class Surrogate(Regression):
         if not n:
             return {"vrmse": {}}
         scores = evaluation.sums["vrmse"] / n
-        return {"vrmse": {f.name: float(v) for f, v in zip(self.data.labels, scores, strict=True)},
-                "vrmse_mean": float(scores.mean())}  # fmt: skip
+        out: dict[str, Any] = {
+            "vrmse": {f.name: float(v) for f, v in zip(self.data.labels, scores, strict=True)},
+            "vrmse_mean": float(scores.mean()),
+        }
+        persisted = self.persisted()
+        if persisted:
+            kept = evaluation.sums["persistence"] / n
+            out["persistence_vrmse"] = {f.name: float(kept[self.data.labels.index(f)]) for f in persisted}
+        return out
 
     def evaluated_records(self, evaluation: Evaluation) -> int:
         return int(evaluation.sums["n"][0])
@@ -131,17 +162,29 @@ class Surrogate(Regression):
     def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
         return ", ".join(f"{n} VRMSE {summary['vrmse'][n]:.3f} > {baseline['vrmse'][n]:.3f}" for n in below)
 
+    @property
+    def from_parameters(self) -> bool:
+        """A forward surrogate (a vector of parameters in), not a field in (a state to a later one)."""
+        return len(self.data.feature_shape) == 1
+
     def baseline_method(self, statistics: str) -> str:
+        if self.from_parameters:
+            return (
+                "PCA of the outputs and kernel ridge regression per component (an RBF kernel by random Fourier "
+                f"features at three length scales, and linear terms; penalty by {FOLDS}-fold cross-validation)"
+            )
         return (
-            f"PCA of the outputs and kernel ridge regression per component (an RBF kernel by random Fourier "
-            f"features at three length scales, and linear terms; penalty by {FOLDS}-fold cross-validation)"
+            f"a linear map from the input field (block-averaged to at most {LINEAR_INPUTS} values) onto the "
+            f"outputs' principal components (ridge, penalty by {FOLDS}-fold cross-validation)"
         )
 
     def baseline_features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
         """The emulator's inputs: the parameters (normalised by convert where listed) and random Fourier
-        features of them."""
-        flat = np.asarray(x, np.float64).reshape(len(x), -1)
-        return np.concatenate([flat, random_fourier_features(flat)], axis=1)
+        features of them; or a field in, its values block-averaged to at most LINEAR_INPUTS."""
+        if self.from_parameters:
+            flat = np.asarray(x, np.float64).reshape(len(x), -1)
+            return np.concatenate([flat, random_fourier_features(flat)], axis=1)
+        return block_averaged(np.asarray(x, np.float64), LINEAR_INPUTS).reshape(len(x), -1)
 
     def baseline_sums(self, features: int) -> BaselineSums:
         return EmulatorSums(features, self.outputs())
@@ -181,6 +224,16 @@ class Surrogate(Regression):
         theirs = (baseline or {}).get("vrmse") or {}
         surrogate_examples(self.physical(evaluation.examples["true"]), self.physical(evaluation.examples["predicted"]),
                            scores, theirs, path)  # fmt: skip
+
+
+def block_averaged(x: np.ndarray, most: int) -> np.ndarray:
+    """x (B, H, W[, C]) averaged over 2 x 2 blocks of its first two spatial axes until it holds at most
+    `most` values per sample (an odd edge row or column dropped)."""
+    while int(np.prod(x.shape[1:])) > most and min(x.shape[1:3]) >= 2:
+        h, w = x.shape[1] // 2 * 2, x.shape[2] // 2 * 2
+        x = x[:, :h, :w]
+        x = x.reshape(x.shape[0], h // 2, 2, w // 2, 2, *x.shape[3:]).mean(axis=(2, 4))
+    return x
 
 
 def vrmse(predicted: np.ndarray, true: np.ndarray) -> np.ndarray:
