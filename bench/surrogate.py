@@ -14,6 +14,11 @@ Figures: `vrmse.<output>.<model>.<runs>`; `network_over_emulator.<output>` at th
 the network is better); `crossing.<output>`: the smallest size from which the network is below the
 emulator (None: never). Without --quick, also the preset's demo end to end (`snakemake --configfile
 config/presets/surrogate-forward.yaml`, 2 cores): `demo_seconds` (goal <= 180 after set-up).
+Next state (config/presets/surrogate-next-state.yaml's data, in one process): `next.vrmse.<model>` one step
+ahead for fno2d and unet2d (periodic) beside `next.vrmse.persistence` and `next.vrmse.linear` (the task's
+classical baseline); `next.rollout.<model>` the VRMSE per step of a rollout over the test trajectories,
+`next.rollout.persistence` beside it; goals: one step <= 0.5 x persistence's and below the linear model's
+(`next.network_over_persistence`, `next.network_over_linear`), below persistence at every rollout step.
 `--quick`: 32 and 128 runs, fewer steps; the workflow is not run.
 """
 
@@ -109,6 +114,77 @@ def emulator(task: Any, x: np.ndarray, y: np.ndarray) -> Any:
     return lambda z: task.baseline_features(z, 0) @ weights + bias, fitted.settings
 
 
+NEXT_RUNS, NEXT_TEST_RUNS, NEXT_STEPS, QUICK_NEXT_STEPS = 256, 64, 2000, 400
+
+
+def next_state(steps: int) -> dict[str, Any]:
+    """config/presets/surrogate-next-state.yaml's data in one process: trajectories of 10 states with fixed
+    physics from random blobs; one state in, the next out (the task's windows). fno2d and unet2d (periodic)
+    trained alike; one-step VRMSE beside persistence and the linear baseline; a rollout over each test
+    trajectory's 9 steps from its first state, beside persistence's."""
+    import tensorflow as tf
+    import yaml
+
+    from pipeline.simulators import reaction
+    from pipeline.steps import validated
+    from pipeline.training.baseline import EmulatorSums
+    from pipeline.training.models import fno, unet2d
+    from pipeline.training.tasks.base import DataSpec
+    from pipeline.training.tasks.next_state import NextState
+
+    preset = yaml.safe_load((REPO / "config" / "presets" / "surrogate-next-state.yaml").read_text())
+    settings = validated(preset)["simulate"]
+
+    def trajectories(count: int, offset: int) -> np.ndarray:
+        return np.stack(
+            [reaction.make(settings, np.random.default_rng(offset + i))["trajectory"] for i in range(count)]
+        )
+
+    train, test = trajectories(NEXT_RUNS, 0), trajectories(NEXT_TEST_RUNS, 10**6)
+    mean, std = float(train.mean()), float(train.std())
+    data = DataSpec(
+        "trajectory", train.shape[1:], (), (), feature_statistics={"trajectory": {"mean": mean, "std": std}}
+    )
+    task = NextState({"next_state": {"inputs": 1, "outputs": 1}}, data)
+    x, y = (np.concatenate(v) for v in zip(*[[w.numpy() for w in task.windows(tf.constant((t - mean) / std), None)]
+                                              for t in np.array_split(train, 8)], strict=True))  # fmt: skip
+    x_test, y_test = task.windows(tf.constant((test - mean) / std), None)
+    x_test, y_test = x_test.numpy(), y_test.numpy()
+    figures: dict[str, Any] = {"next.train_runs": NEXT_RUNS, "next.test_runs": NEXT_TEST_RUNS}
+
+    def one_step(predicted: np.ndarray) -> float:
+        evaluation = task.evaluation()
+        task.update(evaluation, predicted, y_test, x_test)
+        return task.metrics(evaluation)
+
+    features = task.baseline_features(x, 2)
+    sums = EmulatorSums(features.shape[1], y.shape[1])
+    sums.add(features, y.astype(np.float64))
+    weights, bias = sums.fitted(sums.arrays()).linear
+    linear = one_step(task.baseline_features(x_test, 2) @ weights + bias)
+    figures["next.vrmse.linear"] = round(linear["vrmse"]["trajectory"], 4)
+    figures["next.vrmse.persistence"] = round(linear["persistence_vrmse"]["trajectory"], 4)
+    args = {"depth": 3, "width": 16, "dense": 64, "dropout": 0.0}
+    for name, module, options in (("fno2d", fno, {"modes": 8}), ("unet2d", unet2d, {"periodic": True})):
+        tf.keras.utils.set_random_seed(0)
+        model = module.build(task.model_feature_shape, task.outputs(), task, {**args, **options})
+        model.compile(tf.keras.optimizers.Adam(tf.keras.optimizers.schedules.CosineDecay(0.002, steps)), task.loss())
+        start = time.perf_counter()
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).repeat().batch(BATCH),
+                  steps_per_epoch=steps, epochs=1, verbose=0)  # fmt: skip
+        figures[f"next.seconds.{name}"] = round(time.perf_counter() - start, 1)
+        figures[f"next.vrmse.{name}"] = round(one_step(model.predict(x_test, verbose=0))["vrmse"]["trajectory"], 4)
+        rolled = task.rollout_summary([task.rollout(lambda z, m=model: m.predict(z, verbose=0), [(test - mean) / std])])
+        figures[f"next.rollout.{name}"] = [round(v, 3) for v in rolled["vrmse_per_step"]]
+        figures[f"next.rollout.{name}.below_persistence_at_every_step"] = rolled["below_persistence_at_every_step"]
+        figures[f"next.spectrum_relative_error.{name}"] = [round(v, 3) for v in rolled["spectrum_relative_error"]]
+        figures["next.rollout.persistence"] = [round(v, 3) for v in rolled["persistence_vrmse_per_step"]]
+    best = min(figures["next.vrmse.fno2d"], figures["next.vrmse.unet2d"])
+    figures["next.network_over_persistence"] = round(best / figures["next.vrmse.persistence"], 3)
+    figures["next.network_over_linear"] = round(best / figures["next.vrmse.linear"], 3)
+    return figures
+
+
 def demo_seconds(work: Path) -> float:
     """The preset's workflow end to end (snakemake, 2 cores), in a fresh workdir."""
     import yaml
@@ -159,6 +235,7 @@ def main() -> None:
         # the smallest size from which the network stays below the emulator (None: it never does)
         from_here = [n for k, n in enumerate(sizes) if all(a < b for a, b in zip(net[k:], emu[k:], strict=True))]
         figures[f"crossing.{output}"] = from_here[0] if from_here else None
+    figures.update(next_state(QUICK_NEXT_STEPS if args.quick else NEXT_STEPS))
     if not args.quick:
         figures["demo_seconds"] = round(demo_seconds(work), 1)
     shutil.rmtree(work, ignore_errors=True)

@@ -5,6 +5,7 @@ ranks, whose saved model answers a new design point in physical units."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -159,3 +160,54 @@ def test_the_docs_forward_surrogate_trains_and_answers_a_new_design_point_in_phy
     # would be centred on 0 with unit spread), within a few per cent for most entries
     relative = np.abs(answered["mass"].numpy() / mass - 1)
     assert np.median(relative) < 0.05 and relative.max() < 0.5, relative
+
+
+def next_state_task(steps: int = 6, k: int = 2, m: int = 1, horizon: int = 0) -> Any:
+    from pipeline.training.tasks.next_state import NextState
+
+    data = DataSpec("trajectory", (steps, 8, 8), (), (), feature_statistics={"trajectory": {"mean": 1.0, "std": 2.0}})
+    return NextState({"next_state": {"inputs": k, "outputs": m, "horizon": horizon}}, data)
+
+
+def test_next_state_windows_stay_within_a_trajectory_and_keep_time_order():
+    """Every window of a batch of trajectories: k consecutive states of one trajectory in (as channels),
+    the m that follow in that same trajectory out; no window mixes two records."""
+    import tensorflow as tf
+
+    task = next_state_task(steps=6, k=2, m=2)
+    # state t of trajectory b holds the value 100 b + t everywhere: a window says where it came from
+    x = np.stack([np.stack([np.full((8, 8), 100 * b + t) for t in range(6)]) for b in range(3)]).astype(np.float32)
+    inputs, targets = task.windows(tf.constant(x), tf.zeros([3, 0]))
+    assert inputs.shape == (3 * 3, 8, 8, 2) and targets.shape == (3 * 3, 8 * 8 * 2)
+    assert task.samples_per_record() == 3 and task.model_feature_shape == (8, 8, 2)
+    ins = inputs.numpy()[:, 0, 0]
+    outs = targets.numpy().reshape(-1, 8, 8, 2)[:, 0, 0]
+    for window_in, window_out in zip(ins, outs, strict=True):
+        record, first = divmod(int(window_in[0]), 100)
+        assert list(window_in) == [100 * record + first, 100 * record + first + 1]
+        assert list(window_out) == [100 * record + first + 2, 100 * record + first + 3]
+
+
+def test_the_rollout_feeds_the_model_its_own_outputs_and_scores_against_persistence():
+    """A model that steps the state exactly scores 0 at every step of the rollout; persistence's curve is
+    VRMSE(first state, each later state) in physical units; a model that adds a constant drifts by one more
+    each step (it was fed its own outputs)."""
+    task = next_state_task(steps=6, k=1)
+    rng = np.random.default_rng(4)
+    base = rng.normal(size=(2, 8, 8))
+    trajectories = np.stack([base * (1 + 0.5 * t) for t in range(6)], axis=1)  # (B, T, H, W): each step x 1.5
+
+    def exact(x: np.ndarray) -> np.ndarray:  # normalised units: physical = 2 x + 1, the next = 1.5 ... stepped
+        state = x[..., 0] * 2 + 1
+        t = np.round((state / base - 1) / 0.5).mean(axis=(1, 2))
+        return (((base * (1 + 0.5 * (t[:, None, None] + 1))) - 1) / 2).reshape(len(x), -1)
+
+    normalised = (trajectories - 1) / 2
+    joined = task.rollout_summary([task.rollout(exact, [normalised])])
+    assert joined["steps"] == 5 and np.allclose(joined["vrmse_per_step"], 0, atol=1e-9)
+    expected = [vrmse(trajectories[:, 0], trajectories[:, s]).mean() for s in range(1, 6)]
+    np.testing.assert_allclose(joined["persistence_vrmse_per_step"], expected, rtol=1e-9)
+
+    drift = task.rollout_summary([task.rollout(lambda x: (x + 0.5).reshape(len(x), -1), [normalised])])
+    errors = [vrmse(trajectories[:, 0] + (s + 1), trajectories[:, s + 1]).mean() for s in range(5)]
+    np.testing.assert_allclose(drift["vrmse_per_step"], errors, rtol=1e-6)  # the model sees float32

@@ -311,13 +311,13 @@ class TrainingRank:
         task = make_task(settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
         task.check()
         source = model_source(settings["model"])
-        shape = input_shape(source, task.data.feature_shape)
-        self.add_channel = add_channel = len(shape) == len(task.data.feature_shape) + 1
+        shape = input_shape(source, task.model_feature_shape)
+        self.add_channel = add_channel = len(shape) == len(task.model_feature_shape) + 1
         if not task.data.several:  # the baseline's sums, added to as the training samples arrive
             self.raw_task = make_task(settings, data_spec(meta_for(self.config, self.held_fields, {})))
             self.baseline = StreamingFit(self.raw_task, [1 if n is None else n for n in shape],
                                          spatial_dims(source, shape))  # fmt: skip
-        model, source = build_model(settings, task.data.feature_shape, task)
+        model, source = build_model(settings, task.model_feature_shape, task)
         optimizer = make_optimizer(settings, device["precision"])
         self.discard_other_checkpoints(source)
         checkpoint = CounterCheckpoint(self.paths.checkpoints, model, optimizer, "step")
@@ -465,7 +465,7 @@ class TrainingRank:
             extra["online"]["errors"] = [e for p in produced for e in p.errors]
             self.paths.root.mkdir(parents=True, exist_ok=True)
             extra["online"]["runs_table"] = str(write_online_runs(self.runs_table, self.paths.root, counts, produced))
-        model = Model(session.model, session.source, input_shape(session.source, task.data.feature_shape))
+        model = Model(session.model, session.source, input_shape(session.source, task.model_feature_shape))
         ranks = Ranks(session.hvd, self.rank, self.size, session.device, SpatialLayout(1, self.size, self.rank),
                       self.comm)  # fmt: skip
         history = self.state.history

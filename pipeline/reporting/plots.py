@@ -110,6 +110,33 @@ def surrogate_examples(
     _save(fig, path)
 
 
+def rollout_curves(rollout: Mapping[str, Any], name: str, path: Path) -> None:
+    """An autoregressive rollout: VRMSE per step (the network's and persistence's), then truth, prediction
+    and difference for the first test trajectory at a few steps (the first channel)."""
+    examples = rollout.get("examples") or {}
+    shown = len(examples.get("steps", []))
+    fig, axes = plt.subplots(1 + shown, 3, figsize=(10, 3.0 * (1 + shown)), squeeze=False, layout="constrained")
+    steps = np.arange(1, rollout["steps"] + 1)
+    ax = axes[0, 0]
+    ax.plot(steps, rollout["vrmse_per_step"], "o-", label="network")
+    ax.plot(steps, rollout["persistence_vrmse_per_step"], "s--", label="persistence")
+    ax.set(xlabel="step of the rollout", ylabel="VRMSE", title=f"{name}: rollout over {rollout['trajectories']} "
+           "trajectories")  # fmt: skip
+    ax.legend()
+    for spare in axes[0, 1:]:
+        spare.axis("off")
+    for row in range(shown):
+        t, p = examples["true"][row][..., 0], examples["predicted"][row][..., 0]
+        low, high = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
+        for k, (image, label) in enumerate([(t, "true"), (p, "predicted"), (p - t, "difference")]):
+            ax = axes[1 + row, k]
+            limits = {"vmin": low, "vmax": high} if k < 2 else {"cmap": "RdBu_r"}
+            fig.colorbar(ax.imshow(image, origin="lower", **limits), ax=ax, shrink=0.8)
+            ax.set_xticks([]), ax.set_yticks([])
+            ax.set_title(f"step {int(examples['steps'][row])}: {label}", fontsize=9)
+    _save(fig, path)
+
+
 def confusion_matrix(matrix: np.ndarray, classes: Sequence[str], title: str, path: Path) -> None:
     """Rows: true class, columns: predicted; colour is the share of the row (recall), text the count."""
     k = len(classes)

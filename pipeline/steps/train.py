@@ -61,6 +61,7 @@ from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.inputs import input_pipeline, rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population_run import train_population
+from pipeline.training.rollout import rollout_record
 from pipeline.training.session import announce_start, prepare, resume_key, start_horovod
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation
@@ -98,7 +99,9 @@ def train(
     rank, size = hvd.rank(), hvd.size()
     log.info(json.dumps({"rank": rank, "device": device}))
     paths = TrainPaths(out_dir)
-    data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, layout)
+    data = rank_data(
+        config, meta, merged_dir, stage_summary, paths, comm, layout, samples_per_record=task.samples_per_record()
+    )
     model, classical, hybrid = baseline_start(config, meta, task, model, data, comm, layout.split)
     # this rank's planes: its slab files' (merge.slabs), or cut from whole records
     slab = layout.slab(int(model.input_shape[0])) if layout.split > 1 and data.pieces is None else None
@@ -132,7 +135,19 @@ def train(
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
-    summary = finish(config, task, model, history, scores, paths, ranks, kept, found, {"hybrid": hybrid})
+    rolled = rollout_record(task, model, data, meta, settings, comm, paths)  # a next state's, run on itself
+    summary = finish(
+        config,
+        task,
+        model,
+        history,
+        scores,
+        paths,
+        ranks,
+        kept,
+        found,
+        {"hybrid": hybrid, **({"rollout": rolled} if rolled else {})},
+    )
     board.finished(history, "epoch", task.metrics(scores.test[1]) if scores.test else None, found, task.scores,
                    {"hparams/val_loss": summary["val_loss"]} if trial else None)  # fmt: skip  # a trial's metric
     return summary

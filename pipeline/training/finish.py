@@ -54,7 +54,7 @@ def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
     settings = config["train"]
     if settings["spatial"]["split"] == 1:
         return task.exported(model.keras)
-    whole, _ = build_model(settings, task.data.feature_shape, task)
+    whole, _ = build_model(settings, task.model_feature_shape, task)
     whole.set_weights(model.keras.get_weights())
     return task.exported(whole)
 

@@ -96,6 +96,7 @@ def input_pipeline(
     holdout: bool | None = None,
     tournament: tuple[float, bool] | None = None,
     cache: bool = False,
+    windowed: bool = True,
 ) -> Any:
     """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
     added where it has one more axis), labels as the task wants them. fraction: the share of records held
@@ -110,7 +111,8 @@ def input_pipeline(
     tournament: (fraction, side) of the training records held out again as a population trainer's
     tournament set (pipeline.data.splits.holdout_tournament): side True reads only them, False skips them.
     cache: keep the records that pass the hold-outs in memory (serialized) after the first pass, so a
-    held-out set read again and again (a population's tournament and validation sets) is read once."""
+    held-out set read again and again (a population's tournament and validation sets) is read once.
+    windowed: False reads whole records where the task cuts several samples from each (a rollout)."""
     pieces = pieces or range(1)  # whole records: one file per shard
     ds = shard_records(files, pieces, settings, training=training, shard=shard, epoch_seed=epoch_seed)
     ds = held_out(ds, fraction, (not training) if holdout is None else holdout, tournament)
@@ -120,7 +122,7 @@ def input_pipeline(
         # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
         ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
     return batches(ds, meta, settings, task, model_input, training=training, epoch_seed=epoch_seed, slab=slab,
-                   transforms=transforms)  # fmt: skip
+                   transforms=transforms, windowed=windowed)  # fmt: skip
 
 
 def shard_records(files: Sequence[Path], pieces: range, settings: Mapping[str, Any], *, training: bool,
@@ -173,17 +175,27 @@ def held_out(ds: Any, fraction: float | None, validation_side: bool, tournament:
 
 def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task: Task,
             model_input: Sequence[int | None], *, training: bool, epoch_seed: int, slab: tuple[int, int] | None,
-            transforms: Sequence[Transform]) -> Any:  # fmt: skip
+            transforms: Sequence[Transform], windowed: bool = True) -> Any:  # fmt: skip
     """Records parsed into batches of (features, labels) (one vectorised parse per batch where every
-    field has a fixed shape, else bucketed by length), augmented for training, prefetched."""
+    field has a fixed shape, else bucketed by length), cut into the task's samples where a record holds
+    several (task.windowed, unless `windowed` is False: whole records, a rollout's trajectories), augmented
+    for training, prefetched."""
     import tensorflow as tf
 
+    windows = task.windowed and windowed
     data = task.data
     feature = data.feature
     parse_batch, parse_one = record_parsers(meta, task, model_input, slab)
     batch = settings["batch_size"]
     if all(fixed(meta["feature_spec"][n]) for n in (list(data.feature_shapes) or [feature])):
-        ds = ds.batch(batch, drop_remainder=training).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(batch, drop_remainder=training and not windows).map(
+            parse_batch, num_parallel_calls=tf.data.AUTOTUNE
+        )
+        if windows:  # several samples per record (a trajectory's windows), shuffled across records
+            ds = ds.map(task.windows, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+            if training:
+                ds = ds.shuffle(batch * task.samples_per_record() * 4, seed=epoch_seed, reshuffle_each_iteration=True)
+            ds = ds.batch(batch, drop_remainder=training)
         if training and transforms:
             moves_labels = task.per_pixel
 
@@ -212,14 +224,14 @@ def record_parsers(meta: Mapping[str, Any], task: Task, model_input: Sequence[in
     import tensorflow as tf
 
     data = task.data
-    feature, labels = data.feature, [f.name for f in data.labels]
+    feature, labels = data.feature, task.record_labels()
     features = list(data.feature_shapes) or [feature]
     spec = meta["feature_spec"]
     description = feature_description(spec, (*features, *labels))
     field = spec[feature]
     thickness = (field["shape"][0] // meta["slabs"]["count"]) if "slabs" in meta else None
     slab_field = {**field, "shape": [thickness, *field["shape"][1:]]}  # a slab file's planes of the feature
-    add_channel = not data.several and len(model_input) == len(data.feature_shape) + 1
+    add_channel = not data.several and len(model_input) == len(task.model_feature_shape) + 1
 
     def features_and_labels(parsed: Any, batched: bool, others: Sequence[Any]) -> Any:
         y = task.label_tensor([decode_field(parsed, n, spec[n], batched) for n in labels], batched)
@@ -270,7 +282,7 @@ class RankData:
 
     def evaluation_input(self, split: str, meta: Mapping[str, Any], settings: Mapping[str, Any], task: Task,
                          model_input: Sequence[int | None], slab: tuple[int, int] | None = None,
-                         cache: bool = False) -> Any:  # fmt: skip
+                         cache: bool = False, windowed: bool = True) -> Any:  # fmt: skip
         """The batches of this rank's share of the validation or the test split, in order."""
         if split == "test":
             if self.test_files is None:
@@ -279,11 +291,13 @@ class RankData:
         else:
             files, shard, fraction = self.validation_files, self.validation_shard, self.fraction
         return input_pipeline(files, meta, settings, task, model_input, training=False, shard=shard, epoch_seed=0,
-                              fraction=fraction, slab=slab, pieces=self.pieces, cache=cache)  # fmt: skip
+                              fraction=fraction, slab=slab, pieces=self.pieces, cache=cache,
+                              windowed=windowed)  # fmt: skip
 
 
 def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,
-              paths: TrainPaths, comm: Any, layout: SpatialLayout, disjoint: bool = False) -> RankData:  # fmt: skip
+              paths: TrainPaths, comm: Any, layout: SpatialLayout, disjoint: bool = False,
+              samples_per_record: int = 1) -> RankData:  # fmt: skip
     """The staged files this rank reads (staging again if this node's copies are gone), and the steps
     per epoch: the fewest any rank's records allow. The ranks of a spatial set read the same records.
     disjoint: no two ranks read the same records, also where every node holds every file (a
@@ -311,7 +325,7 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
         validation_files, validation_shard = files, shard
         fraction = settings["validation_fraction"]
     n_train, _ = count_records(files, fraction, shard)
-    steps = int(comm.allreduce(n_train, op=_mpi_min())) // settings["batch_size"]
+    steps = int(comm.allreduce(n_train, op=_mpi_min())) * samples_per_record // settings["batch_size"]
     if steps == 0:
         batch = settings["batch_size"]
         raise Sim2dlError(f"rank {layout.rank}: {n_train} training records, fewer than one batch of {batch}")

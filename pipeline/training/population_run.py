@@ -62,7 +62,17 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     log.info(json.dumps({"rank": rank, "trainer": number, "device": device}))
     paths = TrainPaths(out_dir)
     layout = SpatialLayout(1, size, rank)  # the ranks of a node share out its files: trainers read apart
-    data = rank_data(config, meta, merged_dir, stage_summary, paths, comm, layout, disjoint=True)
+    data = rank_data(
+        config,
+        meta,
+        merged_dir,
+        stage_summary,
+        paths,
+        comm,
+        layout,
+        disjoint=True,
+        samples_per_record=task.samples_per_record(),
+    )
     model, classical, hybrid = baseline_start(own, meta, task, model, data, comm, 1)  # one fit: every trainer's
     trainer = Trainer(comm, trainer_comm, population)
     if rank == 0:

@@ -98,13 +98,13 @@ def prepare(
 
         layout = spatial[0]
         named = model_source(settings["model"])
-        shape = input_shape(named, task.data.feature_shape)
+        shape = input_shape(named, task.model_feature_shape)
         check_spatial(layout.split, layout.size, shape, settings["model"], True)
         check_split(meta.get("slabs", {}).get("count", 1), layout.split)
         split = spatial if layout.split > 1 else None
         transforms = augmentation(settings, task, named, shape, layout.split)
         averaged = evaluation_symmetries(settings, task, named, shape, layout.split)
-        keras_model, source = build_model(settings, task.data.feature_shape, task, split)
+        keras_model, source = build_model(settings, task.model_feature_shape, task, split)
         model = Model(keras_model, source, shape, transforms, averaged)
     except Sim2dlError as e:
         error = e

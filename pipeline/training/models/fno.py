@@ -21,7 +21,7 @@ from pipeline.training.models.base import ModelError, field_heads
 
 NAME = "fno2d"
 SPATIAL_DIMS = 2
-TASKS = ("surrogate",)
+TASKS = ("surrogate", "next_state")
 OPTIONS = {"modes": 12}  # model_args: Fourier modes kept per axis (at most H/2 and W/2 + 1)
 
 

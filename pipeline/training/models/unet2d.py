@@ -28,7 +28,7 @@ from pipeline.training.models.base import (
 
 NAME = "unet2d"
 SPATIAL_DIMS = 2
-TASKS = ("segmentation", "classification", "regression", "surrogate")
+TASKS = ("segmentation", "classification", "regression", "surrogate", "next_state")
 OPTIONS = {"periodic": False}  # model_args: periodic padding for fields on a periodic domain
 
 

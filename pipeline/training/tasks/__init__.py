@@ -6,6 +6,8 @@ layer's size, the loss on the model's raw outputs, and the validation metrics an
     segmentation.py    a class id per pixel: per-pixel cross-entropy, IoU per class, mean IoU, masks
     surrogate.py       the simulator's outputs from its inputs: weighted MSE, VRMSE per output, the
                        emulator (PCA + kernel ridge) beside it, a saved model in physical units
+    next_state.py      k states of a trajectory to the next m (windows within a record), persistence
+                       and a linear baseline beside it, an autoregressive rollout
 
 A task owns everything that depends on which task it is: its headline score names (`scores`, which
 summary.json lists as `score_names` for `sim2dl status`, a search, a sweep's table and TensorBoard), the
@@ -25,11 +27,12 @@ from typing import Any
 from pipeline import Sim2dlError
 from pipeline.training.tasks.base import DataSpec, Evaluation, Task, data_spec
 from pipeline.training.tasks.classification import Classification
+from pipeline.training.tasks.next_state import NextState
 from pipeline.training.tasks.regression import Regression
 from pipeline.training.tasks.segmentation import Segmentation
 from pipeline.training.tasks.surrogate import Surrogate
 
-TASKS: dict[str, type[Task]] = {t.name: t for t in (Regression, Classification, Segmentation, Surrogate)}
+TASKS: dict[str, type[Task]] = {t.name: t for t in (Regression, Classification, Segmentation, Surrogate, NextState)}
 
 __all__ = ["TASKS", "DataSpec", "Evaluation", "Task", "data_spec", "make_task"]
 
@@ -38,4 +41,6 @@ def make_task(settings: Mapping[str, Any], data: DataSpec) -> Task:
     name = settings.get("task", "regression")
     if name not in TASKS:
         raise Sim2dlError(f"config key 'train.task': unknown task '{name}' (choose one of {sorted(TASKS)})")
+    if TASKS[name].needs_labels and not data.labels:
+        raise Sim2dlError(f"config key 'convert.labels': task '{name}' needs at least one label field (have none)")
     return TASKS[name](settings, data)

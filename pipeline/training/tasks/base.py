@@ -70,8 +70,8 @@ def data_spec(meta: Mapping[str, Any], label_names: Sequence[str] | None = None)
     spec = meta["feature_spec"]
     features = [n for n, f in spec.items() if f["role"] == "feature"]
     labels = [n for n, f in spec.items() if f["role"] == "label"]
-    if not features or not labels:
-        raise Sim2dlError(f"train needs a feature and at least one label field (have {features} and {labels})")
+    if not features:
+        raise Sim2dlError(f"train needs a feature field (convert.features; the fields are {sorted(spec)})")
     stats, classes, counts = meta.get("statistics", {}), meta.get("classes", {}), meta.get("class_counts", {})
     fields = tuple(
         LabelField(n, tuple(spec[n]["shape"]), spec[n]["dtype"], stats.get(n), classes.get(n), counts.get(n))
@@ -111,6 +111,9 @@ class Task:
     # summary.json's headline scores (higher is better): what `sim2dl status`, a search's trials, a sweep's
     # table and TensorBoard's baseline lines show, read by these names from summary.json's `score_names`
     scores: tuple[str, ...] = ()
+    needs_labels = True  # False: the targets come from the feature itself (a next state)
+    rolls_out = False  # True: after training, `rollout` runs the model on its own outputs (a next state)
+    windowed = False  # True: a record gives several samples (`windows`), cut after the parse
     # the classical baseline (pipeline.training.baseline): what it fits to the statistics
 
     def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:
@@ -132,7 +135,36 @@ class Task:
         label fields); [] for one output vector (or per-pixel logits)."""
         return []
 
+    @property
+    def model_feature_shape(self) -> tuple[int | None, ...]:
+        """The shape of one sample as the model takes it (before a built-in's channel axis): the feature's."""
+        return tuple(self.data.feature_shape)
+
+    def samples_per_record(self) -> int:
+        """Training samples one record gives (a trajectory's windows); the steps per epoch count them."""
+        return 1
+
     # ---- the input pipeline and the loss (TensorFlow)
+    def record_labels(self) -> list[str]:
+        """The label fields parsed from each record."""
+        return [f.name for f in self.data.labels]
+
+    def rollout(self, predict: Any, batches: Any) -> dict[str, Any]:
+        """With `rolls_out`: this rank's rollout of `predict` from each trajectory of `batches`."""
+        raise NotImplementedError
+
+    @staticmethod
+    def rollout_summary(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """Every rank's rollout joined."""
+        raise NotImplementedError
+
+    def rollout_figure(self, rollout: Mapping[str, Any], path: Path) -> None:
+        raise NotImplementedError
+
+    def windows(self, x: Any, y: Any) -> tuple[Any, Any]:
+        """With `windowed`: a batch of parsed records as a batch of samples (several per record)."""
+        raise NotImplementedError
+
     def label_tensor(self, values: Sequence[Any], batched: bool) -> Any:
         raise NotImplementedError
 

@@ -196,8 +196,9 @@ class Surrogate(Regression):
         import tensorflow as tf
 
         layers = tf.keras.layers
-        shape = self.data.feature_shape
-        inputs = layers.Input(shape=tuple(shape), name=self.data.feature)
+        shape = self.model_feature_shape
+        clash = self.data.feature in {f.name for f in self.data.labels}  # a next state's input and output
+        inputs = layers.Input(shape=tuple(shape), name=f"{self.data.feature}_now" if clash else self.data.feature)
         x = inputs
         stats = self.data.feature_statistics.get(self.data.feature)
         if stats is not None:

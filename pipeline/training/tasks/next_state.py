@@ -1,0 +1,195 @@
+"""next_state: a surrogate that steps a simulation forward: from k states to the next m. A record holds one
+trajectory (the feature: time x H x W, or time x H x W x channels: several fields stacked by convert), so
+pairs are cut within a run and never across two, and a split keeps every window of a trajectory together
+(merge splits records). Each record gives every window of k + m consecutive states (`windows`, after the
+parse, shuffled across records): the k states as channels in, the m next as channels out. Settings:
+train.next_state {inputs: k, outputs: m, horizon: the rollout's steps (0: to the trajectory's end)}.
+
+Scored as the forward surrogate is (tasks/surrogate.py: VRMSE per sample in physical units; the output is
+named after the feature), one step ahead on the validation and test windows, beside persistence (the last
+input state held: `persistence_vrmse`) and the classical baseline (a linear map from the block-averaged
+input states onto the next states' principal components). After training, `rollout` runs the kept model
+autoregressively from each test trajectory's first k states to the horizon: VRMSE per step (the curve and
+`train/rollout.png`), persistence's per step beside it, and the relative error of the isotropic power
+spectrum in three log-spaced k bands at the horizon (The Well's binned spectral error).
+
+Memory: the windows of a batch of trajectories; a rollout holds a batch of trajectories and per step a
+few sums. Time: the model once per step of the horizon for each test trajectory.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import Sim2dlError
+from pipeline.training.tasks.base import DataSpec, LabelField
+from pipeline.training.tasks.surrogate import Surrogate, vrmse
+
+SPECTRUM_BANDS = 3
+
+
+class NextState(Surrogate):
+    name = "next_state"
+    loss_name = "mean squared error of the next states (normalised units)"
+    needs_labels = False
+    windowed = True
+    rolls_out = True
+
+    def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:
+        own = settings.get("next_state") or {}
+        self.k, self.m = int(own.get("inputs", 1)), int(own.get("outputs", 1))
+        self.horizon_setting = int(own.get("horizon", 0))
+        self.trajectory_shape = tuple(data.feature_shape)
+        shape = self.trajectory_shape
+        channels = int(np.prod(shape[3:])) if len(shape) > 3 else 1
+        self.channels = channels
+        # the output: the m next states as channels, named after the trajectory, in its units
+        stats = data.feature_statistics.get(data.feature)
+        target = LabelField(data.feature, (*shape[1:3], self.m * channels), "float32", stats)
+        super().__init__(settings, replace(data, labels=(target,), label_names=(data.feature,)))
+
+    # ---- before training
+    def check(self) -> None:
+        shape = self.trajectory_shape
+        if len(shape) not in (3, 4) or None in shape:
+            raise Sim2dlError(f"config key 'convert.features': next_state needs a trajectory of fixed shape "
+                              f"(time, H, W[, channels]), '{self.data.feature}' has {list(shape)}")  # fmt: skip
+        if shape[0] < self.k + self.m:
+            raise Sim2dlError(f"config key 'train.next_state': {self.k} inputs and {self.m} outputs need "
+                              f"{self.k + self.m} states, the trajectory holds {shape[0]}")  # fmt: skip
+        stats = self.data.feature_statistics.get(self.data.feature)
+        if stats is not None and np.size(stats["mean"]) > 1:
+            raise Sim2dlError(f"config key 'convert.per_channel': the trajectory '{self.data.feature}' needs one "
+                              "mean and std (a state's values are compared across time steps)")  # fmt: skip
+
+    @property
+    def model_feature_shape(self) -> tuple[int | None, ...]:
+        return (*self.trajectory_shape[1:3], self.k * self.channels)
+
+    def samples_per_record(self) -> int:
+        return self.trajectory_shape[0] - self.k - self.m + 1
+
+    def record_labels(self) -> list[str]:
+        return []
+
+    def label_tensor(self, values: Any, batched: bool) -> Any:
+        import tensorflow as tf
+
+        return tf.zeros([0])  # the targets are cut from the feature (`windows`)
+
+    def windows(self, x: Any, y: Any) -> tuple[Any, Any]:
+        """(B, T, H, W[, C]) trajectories -> every window: (B x n, H, W, k C) inputs, (B x n, H W m C) targets."""
+        import tensorflow as tf
+
+        height, width = self.trajectory_shape[1:3]
+        states = tf.reshape(x, [-1, self.trajectory_shape[0], height, width, self.channels])
+        count = self.samples_per_record()
+        inputs = tf.stack([states[:, t : t + self.k] for t in range(count)], axis=1)  # (B, n, k, H, W, C)
+        targets = tf.stack([states[:, t + self.k : t + self.k + self.m] for t in range(count)], axis=1)
+        inputs = tf.reshape(tf.transpose(inputs, [0, 1, 3, 4, 2, 5]), [-1, height, width, self.k * self.channels])
+        targets = tf.transpose(targets, [0, 1, 3, 4, 2, 5])
+        return inputs, tf.reshape(targets, [-1, height * width * self.m * self.channels])
+
+    # ---- evaluation: persistence holds the last input state for each of the m steps
+    def persisted(self) -> list[LabelField]:
+        return list(self.data.labels)
+
+    def input_field(self, features: np.ndarray) -> np.ndarray:
+        """The last input state, in physical units, repeated for each of the m outputs."""
+        shape = self.model_feature_shape
+        x = np.asarray(features, np.float64).reshape(len(features), *shape)[..., -self.channels :]
+        x = np.concatenate([x] * self.m, axis=-1)
+        return self.physical_states(x)
+
+    def physical_states(self, x: np.ndarray) -> np.ndarray:
+        """States in normalised units to physical ones (the trajectory's normalisation and log1p undone)."""
+        stats = self.data.feature_statistics.get(self.data.feature)
+        if stats is not None:
+            std = float(np.asarray(stats["std"]))
+            x = x * (std if std > 0 else 1.0) + float(np.asarray(stats["mean"]))
+        return np.expm1(x) if self.data.feature in self.data.log1p else x
+
+    # ---- the rollout
+    def horizon(self) -> int:
+        available = self.trajectory_shape[0] - self.k
+        return min(self.horizon_setting, available) if self.horizon_setting else available
+
+    def rollout(self, predict: Callable[[np.ndarray], np.ndarray], batches: Any) -> dict[str, Any]:
+        """The model fed its own outputs from each trajectory's first k states (normalised units in and out,
+        scored in physical units): VRMSE per step of the horizon, persistence's beside it, and the
+        relative error of the power spectrum at the horizon per k band. `batches`: whole trajectories."""
+        steps, c = self.horizon(), self.channels
+        sums = {"network": np.zeros(steps), "persistence": np.zeros(steps)}
+        spectra = {"true": 0.0, "predicted": 0.0}
+        count = 0
+        examples: dict[str, np.ndarray] = {}
+        for trajectories in batches:
+            states = np.asarray(trajectories, np.float64).reshape(len(trajectories), self.trajectory_shape[0],
+                                                                  *self.trajectory_shape[1:3], c)  # fmt: skip
+            window = [states[:, t] for t in range(self.k)]  # each (B, H, W, C); joined as channels t C + c
+            last = states[:, self.k - 1]
+            predicted_steps = []
+            while len(predicted_steps) < steps:
+                x = np.concatenate(window[-self.k :], axis=-1).astype(np.float32)
+                out = np.asarray(predict(x), np.float64).reshape(len(states), *states.shape[2:4], self.m, c)
+                for j in range(self.m):
+                    predicted_steps.append(out[..., j, :])
+                    window.append(out[..., j, :])
+            for s in range(steps):
+                truth = self.physical_states(states[:, self.k + s])
+                sums["network"][s] += vrmse(self.physical_states(predicted_steps[s]), truth).sum()
+                sums["persistence"][s] += vrmse(self.physical_states(last), truth).sum()
+            final_true = self.physical_states(states[:, self.k + steps - 1])
+            final_predicted = self.physical_states(predicted_steps[steps - 1])
+            spectra["true"] = spectra["true"] + band_power(final_true).sum(axis=0)
+            spectra["predicted"] = spectra["predicted"] + band_power(final_predicted).sum(axis=0)
+            if not examples:
+                shown = sorted({0, steps // 2, steps - 1})
+                examples = {
+                    "steps": np.array(shown) + 1,
+                    "true": np.stack([self.physical_states(states[0, self.k + s]) for s in shown]),
+                    "predicted": np.stack([self.physical_states(predicted_steps[s][0]) for s in shown]),
+                }
+            count += len(states)
+        return {"steps": steps, "trajectories": count, "sums": sums, "spectra": spectra, "examples": examples}
+
+    @staticmethod
+    def rollout_summary(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """Every rank's rollout joined: the curves averaged over all trajectories, the spectra added."""
+        parts = [p for p in parts if p and p["trajectories"]]
+        if not parts:
+            return {}
+        count = sum(p["trajectories"] for p in parts)
+        network = sum(p["sums"]["network"] for p in parts) / count
+        persistence = sum(p["sums"]["persistence"] for p in parts) / count
+        true = sum(p["spectra"]["true"] for p in parts)
+        predicted = sum(p["spectra"]["predicted"] for p in parts)
+        relative = np.abs(predicted / np.maximum(true, 1e-30) - 1).mean(axis=-1)
+        return {"steps": parts[0]["steps"], "trajectories": count, "vrmse_per_step": network.tolist(),
+                "persistence_vrmse_per_step": persistence.tolist(),
+                "below_persistence_at_every_step": bool(np.all(network < persistence)),
+                "spectrum_relative_error": relative.tolist(), "examples": parts[0]["examples"]}  # fmt: skip
+
+    def rollout_figure(self, rollout: Mapping[str, Any], path: Path) -> None:
+        from pipeline.reporting.plots import rollout_curves
+
+        rollout_curves(rollout, self.data.feature, path)
+
+
+def band_power(states: np.ndarray) -> np.ndarray:
+    """(B, SPECTRUM_BANDS, C): each sample's isotropic power summed in log-spaced bands of |k| (1 to the
+    largest), per channel."""
+    height, width = states.shape[1:3]
+    power = np.abs(np.fft.rfft2(states, axes=(1, 2))) ** 2
+    ky = np.fft.fftfreq(height, 1 / height)[:, None]
+    kx = np.fft.rfftfreq(width, 1 / width)[None, :]
+    k = np.sqrt(ky**2 + kx**2)
+    edges = np.logspace(0, np.log10(k.max() * (1 + 1e-9)), SPECTRUM_BANDS + 1)
+    bands = [(k >= low) & (k < high) for low, high in itertools.pairwise(edges)]
+    return np.stack([power[:, band].sum(axis=1) for band in bands], axis=1)
