@@ -113,6 +113,15 @@ HEADLINES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
             "bohb_budget_to_match_random": LOWER,
         },
     ),
+    "surrogate": (
+        ("bench/surrogate.py", "--quick"),
+        {
+            "vrmse.state.network.128": LOWER,
+            "network_over_emulator.state": LOWER,
+            "next.vrmse.fno2d": LOWER,
+            "next.network_over_persistence": LOWER,
+        },
+    ),
     "ltfb": (
         ("bench/ltfb.py", "--quick"),
         {

@@ -5,6 +5,7 @@ ranks, whose saved model answers a new design point in physical units."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -211,3 +212,64 @@ def test_the_rollout_feeds_the_model_its_own_outputs_and_scores_against_persiste
     drift = task.rollout_summary([task.rollout(lambda x: (x + 0.5).reshape(len(x), -1), [normalised])])
     errors = [vrmse(trajectories[:, 0] + (s + 1), trajectories[:, s + 1]).mean() for s in range(5)]
     np.testing.assert_allclose(drift["vrmse_per_step"], errors, rtol=1e-6)  # the model sees float32
+
+
+def write_the_well(path: Path, alpha: float, trajectories: int = 3, steps: int = 6, side: int = 8) -> np.ndarray:
+    """One file of The Well's HDF5 layout (its data-format document): a parameter setting's trajectories,
+    t0_fields (B x T x H x W) and t1_fields (... x D), dimensions, boundary conditions and the root
+    attributes naming the parameters. Returns the scalar field written."""
+    import h5py
+
+    rng = np.random.default_rng(int(alpha * 100))
+    u = rng.normal(size=(trajectories, steps, side, side)).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        f.attrs.update({"dataset_name": "toy_diffusion", "grid_type": "cartesian", "n_spatial_dims": 2,
+                        "n_trajectories": trajectories, "simulation_parameters": ["alpha"]})  # fmt: skip
+        f.attrs["alpha"] = alpha
+        dims = f.create_group("dimensions")
+        dims.attrs["spatial_dims"] = ["x", "y"]
+        dims["time"] = np.linspace(0, 1, steps)
+        for axis in ("x", "y"):
+            dims[axis] = np.linspace(0, 1, side)
+            dims[axis].attrs.update({"sample_varying": False, "time_varying": False})
+        bc = f.create_group("boundary_conditions").create_group("x_periodic")
+        bc.attrs.update({"bc_type": "PERIODIC", "associated_dims": ["x"], "sample_varying": False,
+                         "time_varying": False})  # fmt: skip
+        bc["mask"] = np.zeros(side, bool)
+        t0 = f.create_group("t0_fields")
+        t0.attrs["field_names"] = ["u"]
+        t0["u"] = u
+        t0["u"].attrs.update({"dim_varying": [True, True], "sample_varying": True, "time_varying": True})
+        t1 = f.create_group("t1_fields")
+        t1.attrs["field_names"] = ["velocity"]
+        t1["velocity"] = rng.normal(size=(trajectories, steps, side, side, 2)).astype(np.float32)
+        t1["velocity"].attrs.update({"dim_varying": [True, True], "sample_varying": True, "time_varying": True})
+        f.create_group("t2_fields").attrs["field_names"] = []
+        f.create_group("scalars").attrs["field_names"] = []
+    return u
+
+
+def test_the_wells_layout_gives_a_record_per_trajectory_with_its_parameters(tmp_path, serial):
+    """Files written to The Well's format read with samples_along 0: a record per trajectory (its whole
+    time series of every field, t0 and t1 side by side), the file's parameter from its root attribute;
+    every trajectory of every file, unchanged, and none split across records."""
+    from .helpers import data_half, layout_config
+    from .helpers import records_by_id as merged_records
+
+    root = tmp_path / "well"
+    root.mkdir()
+    written = {alpha: write_the_well(root / f"toy_alpha_{alpha}.hdf5", alpha) for alpha in (0.5, 1.5)}
+    source = {"glob": "*.hdf5", "samples_along": 0,
+              "fields": {"u": {"path": "t0_fields/u", "dtype": "float32", "shape": [6, 8, 8]},
+                         "velocity": {"path": "t1_fields/velocity", "dtype": "float32", "shape": [6, 8, 8, 2]},
+                         "alpha": {"attr": "alpha", "dtype": "float32"}}}  # fmt: skip
+    config = layout_config(tmp_path, source, ["u"], ["alpha", "velocity"])
+    summary, meta = data_half(config, root, tmp_path, serial)
+    assert summary["accepted"] == 6 and meta["counts"]["records"] == 6
+    records = merged_records(tmp_path / "work" / "merged")
+    for alpha, u in written.items():
+        for b in range(3):
+            [record] = [r for sid, r in records.items() if sid == f"toy_alpha_{alpha}#{b}"]
+            np.testing.assert_array_equal(record["u"], u[b])
+            assert record["velocity"].shape == (6, 8, 8, 2)
+            assert float(record["alpha"]) == pytest.approx(alpha)

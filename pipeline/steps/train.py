@@ -135,7 +135,7 @@ def train(
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
-    rolled = rollout_record(task, model, data, meta, settings, comm, paths)  # a next state's, run on itself
+    rolled = rollout_record(task, model, data, meta, settings, comm)  # a next state's, run on itself
     summary = finish(
         config,
         task,

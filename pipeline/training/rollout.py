@@ -1,7 +1,7 @@
 """After training, a task that rolls out (a next state: tasks/next_state.py) runs the kept model on its own
 outputs from each trajectory of the test split (else the validation split) to its horizon; every rank rolls
-out its share, the curves are joined over all ranks, and rank 0 draws `train/rollout.png`. Memory: a batch of
-trajectories; time: the model once per step of the horizon per trajectory.
+out its share, the curves are joined over all ranks, and the task's figure (train/scores.png) shows them.
+Memory: a batch of trajectories; time: the model once per step of the horizon per trajectory.
 """
 
 from __future__ import annotations
@@ -9,14 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.paths import TrainPaths
 from pipeline.training.inputs import RankData
 from pipeline.training.session import Model
 from pipeline.training.tasks import Task
 
 
 def rollout_record(task: Task, model: Model, data: RankData, meta: Mapping[str, Any], settings: Mapping[str, Any],
-                   comm: Any, paths: TrainPaths) -> dict[str, Any]:  # fmt: skip
+                   comm: Any) -> dict[str, Any]:  # fmt: skip
     """summary.json's `rollout` (the curves, per step; {} where the task does not roll out)."""
     if not task.rolls_out:
         return {}
@@ -30,6 +29,5 @@ def rollout_record(task: Task, model: Model, data: RankData, meta: Mapping[str, 
     joined = task.rollout_summary(comm.allgather(mine))
     if not joined:
         return {}
-    if comm.Get_rank() == 0:
-        task.rollout_figure(joined, paths.root / "rollout.png")
+    task.rolled_out = joined  # the task's figure (train/scores.png, in the report) shows it
     return {"split": split, **{k: v for k, v in joined.items() if k != "examples"}}

@@ -158,9 +158,6 @@ class Task:
         """Every rank's rollout joined."""
         raise NotImplementedError
 
-    def rollout_figure(self, rollout: Mapping[str, Any], path: Path) -> None:
-        raise NotImplementedError
-
     def windows(self, x: Any, y: Any) -> tuple[Any, Any]:
         """With `windowed`: a batch of parsed records as a batch of samples (several per record)."""
         raise NotImplementedError

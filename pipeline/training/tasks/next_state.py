@@ -10,7 +10,7 @@ named after the feature), one step ahead on the validation and test windows, bes
 input state held: `persistence_vrmse`) and the classical baseline (a linear map from the block-averaged
 input states onto the next states' principal components). After training, `rollout` runs the kept model
 autoregressively from each test trajectory's first k states to the horizon: VRMSE per step (the curve and
-`train/rollout.png`), persistence's per step beside it, and the relative error of the isotropic power
+train/scores.png), persistence's per step beside it, and the relative error of the isotropic power
 spectrum in three log-spaced k bands at the horizon (The Well's binned spectral error).
 
 Memory: the windows of a batch of trajectories; a rollout holds a batch of trajectories and per step a
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.training.tasks.base import DataSpec, LabelField
+from pipeline.training.tasks.base import DataSpec, Evaluation, LabelField
 from pipeline.training.tasks.surrogate import Surrogate, vrmse
 
 SPECTRUM_BANDS = 3
@@ -46,6 +46,7 @@ class NextState(Surrogate):
         self.k, self.m = int(own.get("inputs", 1)), int(own.get("outputs", 1))
         self.horizon_setting = int(own.get("horizon", 0))
         self.trajectory_shape = tuple(data.feature_shape)
+        self.rolled_out: dict[str, Any] = {}  # the rollout, once training/rollout.py ran it
         shape = self.trajectory_shape
         channels = int(np.prod(shape[3:])) if len(shape) > 3 else 1
         self.channels = channels
@@ -176,10 +177,14 @@ class NextState(Surrogate):
                 "below_persistence_at_every_step": bool(np.all(network < persistence)),
                 "spectrum_relative_error": relative.tolist(), "examples": parts[0]["examples"]}  # fmt: skip
 
-    def rollout_figure(self, rollout: Mapping[str, Any], path: Path) -> None:
+    def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
+        """The rollout (its curves and fields at a few steps) once it ran, else the one-step examples."""
+        if not self.rolled_out:
+            return super().figure(evaluation, path, baseline)
         from pipeline.reporting.plots import rollout_curves
 
-        rollout_curves(rollout, self.data.feature, path)
+        rollout_curves(self.rolled_out, self.data.feature, path)
+        return None
 
 
 def band_power(states: np.ndarray) -> np.ndarray:
