@@ -163,6 +163,10 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
         (n, k), (m, j) = shares[0][name], shares[1][name]
         assert n == m and k != j, (name, shares)
     assert sum(record["trainer_records"]) > 0
+    # the members' disagreement, as an uncertainty estimate: two members differ after their own steps
+    spread = record["disagreement"]
+    assert spread["members"] == 2 and spread["records"] > 0 and spread["mean_member_std"] > 0
+    assert -1 <= spread["rank_correlation_with_error"] <= 1
 
     # the same config killed after its first round and run again: the same rounds and the same weights
     out = tmp_path / "killed"

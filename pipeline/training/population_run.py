@@ -121,6 +121,7 @@ def population_record(population: Population, settings: Mapping[str, Any], outco
     return {"trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
             "exchange": population.exchange, "rounds_trained": len(outcome.state.rounds),
             "kept": {**outcome.kept.details, "stopped_after_round": outcome.kept.stopped_after},
+            "disagreement": outcome.disagreement,
             "initial_hyperparameters": population.hyperparameters(settings),
             **outcome.state.to_json(),
             "trainer_hosts": [sorted(set(h)) for h in _by_trainer(comm.allgather(socket.gethostname()), population)],

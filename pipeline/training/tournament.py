@@ -27,7 +27,9 @@ validation split, the round is checkpointed, and the next begins.
 Memory: the model, its optimizer and T packed copies of them at validation (plus the kept one), and the
 rank's tournament and validation records (serialized, read once) where they total at most 1 GiB; time per
 round: steps_per_round steps, two (pairwise) or one tournament pass over the trainer's tournament set, T
-passes over the rank's share of the validation split, and the transfers.
+passes over the rank's share of the validation split, and the transfers. At the end, the members'
+disagreement (`disagreement`): T + 1 passes over at most DISAGREEMENT_RECORDS test records per rank, whose
+outputs it holds (records x outputs x (T + 1) floats).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task
 
 log = logging.getLogger(__name__)
+DISAGREEMENT_RECORDS = 4096  # per rank: the records the members' disagreement is measured on, at most
 
 CACHE_BYTES = 1 << 30  # held-out sets up to this size per rank are kept in memory after their first read
 
@@ -104,6 +107,7 @@ class Outcome:
     state: PopulationState
     history: list[dict[str, Any]]
     test: tuple[float, Evaluation] | None = None  # the kept model on the test split (None: no test split)
+    disagreement: dict[str, Any] | None = None  # the members' spread as an uncertainty estimate
 
 
 def population_paths(paths: TrainPaths) -> tuple[Path, Path]:
@@ -162,6 +166,7 @@ class Rounds:
         if self.start:
             log.info("sim2dl train: %s resumes after round %d", trainer.describe(trainer.number), self.start)
         self.history = _history(self.state)
+        self.trained: np.ndarray | None = None  # this trainer's model after its last steps (see one_round)
         # the lowest validation loss of any round; details: the kept model (keep: last, the last round's best)
         self.kept = Kept.resumed(self.settings["keep"], self.history, "round")
         self.kept.details = saved["kept"] if saved else {}
@@ -195,14 +200,51 @@ class Rounds:
             raise Sim2dlError("train.population: no round was trained")
         for board in self.boards:
             board.close()
+        # the members as their last steps left them, before the last tournament made some copies of others
+        last = self.trained if self.trained is not None else exchange.pack(self.variables())
+        members = exchange.broadcast_models(self.trainer.world, self.trainer.leaders, last)
         kept_weights = self.kept_weights if self.kept_weights is not None else np.load(self.kept_file)
         exchange.unpack(self.variables(), kept_weights)
         final = evaluate(self.validation, self.task, self.predict, self.trainer.world)
         test = None
+        split = "validation"
         if self.data.test_files is not None:  # read once, for the kept model: no tournament or keep saw it
             tested = self.data.evaluation_input("test", self.meta, self.settings, self.task, self.model.input_shape)
             test = evaluate(tested, self.task, self.predict, self.trainer.world)
-        return Outcome(final, self.kept, self.state, self.history, test)
+            split = "test"
+        spread = self.disagreement(members, kept_weights, split)
+        return Outcome(final, self.kept, self.state, self.history, test, spread)
+
+    def disagreement(self, members: list[np.ndarray], kept: np.ndarray, split: str) -> dict[str, Any]:
+        """The members' disagreement as an uncertainty estimate, on the test split (else validation): per
+        record the standard deviation of the members' outputs (normalised units, averaged over the outputs)
+        and the kept model's squared error; their means and the rank correlation between them (above 0: the
+        population disagrees more where the kept model is wrong). At most DISAGREEMENT_RECORDS per rank."""
+        pipeline = self.data.evaluation_input(split, self.meta, self.settings, self.task, self.model.input_shape)
+        batches = []
+        for x, y in pipeline:
+            batches.append((x, y.numpy()))
+            if sum(len(b[1]) for b in batches) >= DISAGREEMENT_RECORDS:
+                break
+        outputs = []
+        for weights in [*members, kept]:
+            exchange.unpack(self.variables(), weights)
+            outputs.append(np.concatenate([self.predict(x, y)[0].numpy() for x, y in batches]) if batches else None)
+        exchange.unpack(self.variables(), kept)
+        mine = np.zeros((0, 2))
+        if batches:
+            labels = np.concatenate([y for _, y in batches]).reshape(len(outputs[-1]), -1)
+            spread = np.stack([o.reshape(len(labels), -1) for o in outputs[:-1]]).std(axis=0).mean(axis=1)
+            error = ((outputs[-1].reshape(len(labels), -1) - labels) ** 2).mean(axis=1)
+            mine = np.column_stack([spread, error])
+        both = np.concatenate(self.trainer.world.allgather(mine))
+        if len(both) < 3:
+            return {"split": split, "records": len(both)}
+        ranks = np.argsort(np.argsort(both, axis=0), axis=0).astype(np.float64)
+        correlation = float(np.corrcoef(ranks[:, 0], ranks[:, 1])[0, 1])
+        return {"split": split, "records": len(both), "members": len(members),
+                "mean_member_std": float(both[:, 0].mean()), "kept_mean_squared_error": float(both[:, 1].mean()),
+                "rank_correlation_with_error": correlation}  # fmt: skip
 
     def one_round(self, round_number: int) -> bool:
         """Steps, tournament, validation of every model, the kept model, the record and the checkpoints of
@@ -211,6 +253,7 @@ class Rounds:
         window, clock = self.steps(round_number)
         started = time.perf_counter()
         own = exchange.pack(self.variables())
+        self.trained = own  # this trainer's model before the tournament: what the members' disagreement uses
         adopted, scores, moved = _tournament(trainer, round_number, own, self.variables,
                                              lambda: self.score(self.tournament_set, trainer.comm))  # fmt: skip
         clock["tournament"] = time.perf_counter() - started - moved
