@@ -273,3 +273,28 @@ def test_the_wells_layout_gives_a_record_per_trajectory_with_its_parameters(tmp_
             np.testing.assert_array_equal(record["u"], u[b])
             assert record["velocity"].shape == (6, 8, 8, 2)
             assert float(record["alpha"]) == pytest.approx(alpha)
+
+
+def test_inspect_recognises_the_wells_layout_and_proposes_a_next_state_config(tmp_path, serial):
+    """`sim2dl inspect` on files of The Well's format: a sample per trajectory, the first t0 field the feature,
+    no labels, train.task next_state with fno2d, split by trajectory; its config validates and reads every
+    trajectory."""
+    from pipeline.formats.inspect import inspect
+
+    from .helpers import data_half
+
+    root = tmp_path / "well"
+    root.mkdir()
+    for alpha in (0.5, 1.5, 2.5):
+        write_the_well(root / f"toy_alpha_{alpha}.hdf5", alpha, trajectories=4)
+    text, config = inspect(str(root), write=tmp_path / "well.yaml")
+    assert "The Well's layout" in text and config is not None
+    assert config["source"]["samples_along"] == 0 and config["source"]["fields"]["u"]["path"] == "t0_fields/u"
+    assert config["convert"]["features"] == ["u"] and config["convert"]["labels"] == []
+    assert config["train"]["task"] == "next_state" and config["train"]["model"] == "fno2d"
+    assert config["merge"]["split_by"] == "sample" and config["source"]["fields"]["alpha"] == {"attr": "alpha"}
+    from pipeline.steps import validated
+
+    config = validated({**config, "workdir": str(tmp_path / "work")})
+    summary, meta = data_half(config, root, tmp_path, serial)
+    assert summary["accepted"] == 12 and meta["feature_spec"]["u"]["shape"] == [6, 8, 8]

@@ -411,6 +411,12 @@ def decide(result: Survey) -> Decisions:
     if coordinates:
         lines.append(f"left out: {', '.join(coordinates)}: coordinate variables (named as their dimension, "
                      "CF bounds or coordinates, dimension scales)")  # fmt: skip
+    conventions = common_conventions(result)
+    if conventions is not None and conventions.arrays is not None:  # the format says which arrays hold samples
+        others = [f.path for f in usable if f.path not in conventions.arrays]
+        usable = tuple(f for f in usable if f.path in conventions.arrays)
+        if others:
+            lines.append(f"left out: {', '.join(others)}: not samples by the format's layout")
     tables = tuple(propose_tables([f for f in result.fields if f.in_files == len(result.files)]))
     if tables:
         used = {path for table in tables for path in table.uses}
@@ -500,6 +506,7 @@ class StarterChoice:
     deposit: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     plane: bool = False  # the first feature is a plane with channels last (Conventions.planes)
+    model: dict[str, Any] = field(default_factory=dict)  # the format's model settings (Conventions.model)
     labels_table: dict[str, Any] | None = None  # source.labels_table: an ensemble's runs table
 
 
@@ -566,14 +573,17 @@ def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: 
     deposit = conventions_deposit(conventions, names)
     picked = [f if f in deposit else names[f] for f in conventions.features if f in deposit or f in names]
     if picked:
-        first_path = next(path for path, name in names.items() if name == chosen.features[0])
         chosen.unused = [n for n in chosen.unused + chosen.features if n not in picked]
         chosen.features = picked
+        first_path = next((path for path, name in names.items() if name == picked[0]), None)
         chosen.first_shape = tuple(deposit[picked[0]]["shape"]) if picked[0] in deposit else shapes[first_path]
     if conventions.labels:
         known = conventions.fields.keys() | names.keys()
         chosen.labels = [names.get(label, label) for label in conventions.labels if label in known]
         chosen.class_labels = []
+    if conventions.task is not None:  # a trajectory: the targets are its own later states
+        chosen.task, chosen.model = conventions.task, dict(conventions.model or {})
+        chosen.labels, chosen.class_labels = [], []
     chosen.notes = list(conventions.notes)
     chosen.plane = any(names.get(path) == chosen.features[0] for path in conventions.planes)
     offered = {name: spec for name, spec in deposit.items() if name not in chosen.features}
@@ -620,25 +630,25 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
                 }
             },
         ),
-        (
-            [
-                "splits: train, validation (chooses the kept epoch) and test (scored on, chosen on by nothing);",
-                "split_by file: every sample of a file in one split"
-                if decided.samples_along is not None
-                else "split_by sample: each file is one sample",
-            ],
-            {
-                "merge": {
-                    "splits": {"train": 0.8, "validation": 0.1, "test": 0.1},
-                    "split_by": "file" if decided.samples_along is not None else "sample",
-                }
-            },
-        ),
+        merge_section(decided, conventions),
         (
             [f"model: for the feature's shape {flow(None if shape is None else list(shape))}"],
-            {"train": {"task": chosen.task, "model": model, "depth": depth}},
+            {"train": {"task": chosen.task, "model": model, "depth": depth, **chosen.model}},
         ),
     ]
+
+
+def merge_section(decided: Any, conventions: Conventions | None) -> tuple[list[str], dict[str, Any]]:
+    """The starter config's merge section: three splits, by file where files hold several samples, or as
+    the format's layout says (The Well's: by trajectory)."""
+    split_by = (conventions and conventions.split_by) or ("file" if decided.samples_along is not None else "sample")
+    why = {"file": "split_by file: every sample of a file in one split",
+           "sample": "split_by sample: each sample on its own" if decided.samples_along is not None
+           else "split_by sample: each file is one sample"}[split_by]  # fmt: skip
+    return (
+        ["splits: train, validation (chooses the kept epoch) and test (scored on, chosen on by nothing);", why],
+        {"merge": {"splits": {"train": 0.8, "validation": 0.1, "test": 0.1}, "split_by": split_by}},
+    )
 
 
 def source_section(result: Survey, decided: Any, chosen: StarterChoice, conventions: Conventions | None,

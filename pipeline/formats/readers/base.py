@@ -164,6 +164,12 @@ class Conventions:
     features: tuple[str, ...] = ()  # the features (deposit names or arrays' paths); () inspect's choice
     notes: tuple[str, ...] = ()  # more lines for the config's header (what else could be mapped, and how)
     planes: tuple[str, ...] = ()  # arrays whose sample is a 2-D plane with channels last (a 2-D model's input)
+    # a trajectory per sample (time first, then a 2-D grid): the task the layout is for and its model, with no
+    # labels (the targets are the feature's own later states); None: inspect's choice
+    task: str | None = None
+    model: dict[str, Any] | None = None  # train's model settings for that task (model, model_args)
+    split_by: str | None = None  # merge.split_by the layout calls for (None: by file where files hold several)
+    arrays: tuple[str, ...] | None = None  # the only arrays that hold samples (the rest: a grid's axes, ...)
 
 
 class OpenFile(ABC):

@@ -278,7 +278,7 @@ class HDF5Reader(Reader):
                 raise SampleError(f"cannot list the datasets: {e}") from None
             texts = {name: scalar_text(value) for name, value in f.attrs.items()}
             texts = {name: text for name, text in texts.items() if text is not None}
-            return Contents(tuple(arrays), texts, gadget_conventions(f))
+            return Contents(tuple(arrays), texts, the_well_conventions(f) or gadget_conventions(f))
 
     def read_contents(
         self, contents: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
@@ -333,6 +333,40 @@ class HDF5Reader(Reader):
             raise SampleError(f"corrupt HDF5 structure: {e}") from None
         finally:
             file_id.close()
+
+
+def the_well_conventions(f: h5py.File) -> Conventions | None:
+    """The Well's layout (PolymathicAI; its data-format document): `t0_fields/NAME` of trajectories x time x
+    grid, the parameters in root attributes named by `simulation_parameters`. A sample per trajectory, its
+    first scalar field's whole time series the feature of a next-state surrogate (windows of it: the task
+    cuts them), the parameters mapped (not used: a next state is predicted from the states)."""
+    fields = f.get("t0_fields")
+    if not isinstance(fields, h5py.Group) or "n_spatial_dims" not in f.attrs:
+        return None
+    scalars = [name for name in fields if isinstance(fields[name], h5py.Dataset) and fields[name].ndim >= 4]
+    if not scalars:
+        return None
+    first = f"t0_fields/{scalars[0]}"
+    dims = int(f.attrs["n_spatial_dims"])
+    parameters = [str(p.decode() if isinstance(p, bytes) else p) for p in f.attrs.get("simulation_parameters", [])]
+    mapped = {p: {"attr": p} for p in parameters if p in f.attrs and np.asarray(f.attrs[p]).size == 1}
+    vectors = [f"t1_fields/{n}" for n in f.get("t1_fields", {})]
+    grid = fields[scalars[0]].shape[2:]
+    notes = [f"The Well: {f.attrs.get('dataset_name', '?')}, {dims}-D {f.attrs.get('grid_type', '?')} grid; "
+             "a record per trajectory, split by trajectory (its windows stay together)"]  # fmt: skip
+    if len(scalars) > 1 or vectors:
+        notes.append(f"more fields of the same trajectories: {', '.join([*scalars[1:], *vectors])} (stack them as "
+                     "channels with convert.stack where their shapes are equal)")  # fmt: skip
+    if mapped:
+        notes.append(f"parameters mapped but not used by a next state: {', '.join(mapped)} (per file)")
+    model = None
+    if dims == 2:
+        model = {"model": "fno2d", "model_args": {"modes": max(1, min(12, grid[0] // 2, grid[1] // 2 + 1))}}
+    return Conventions(
+        f"The Well's layout: {first} holds trajectories x time x grid: one sample per trajectory, a next state",
+        samples_along=0, fields=mapped, features=(first,), notes=tuple(notes), task="next_state", model=model,
+        split_by="sample", arrays=tuple(f"t0_fields/{n}" for n in scalars) + tuple(vectors),
+    )  # fmt: skip
 
 
 GADGET_GRID = 32  # cells per axis of the grid inspect proposes for a snapshot's particles
