@@ -386,7 +386,9 @@ def test_a_campaign_smaller_than_the_watermark_trains_on_what_arrived(tmp_path):
     summary, runs = online_record(tmp_path)
     online = summary["online"]
     assert online["samples"]["arrived"] == 5 and online["samples"]["validation"] == 1
-    assert online["stopped"] == "the simulations ended and a trainer's buffer has nothing left to draw (max_reuse)"
+    assert (
+        online["stopped"] == "the simulations ended and a training rank's buffer has nothing left to draw (max_reuse)"
+    )
     # 5 samples x 2 uses = 10 draws: two full batches of 4, then the 2 left in one or two short ones
     assert online["steps"] in (3, 4) and online["samples"]["draws"] == 10
     assert online["short_batches"] == online["steps"] - 2
