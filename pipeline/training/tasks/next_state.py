@@ -29,7 +29,7 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.training.tasks.base import DataSpec, Evaluation, LabelField
-from pipeline.training.tasks.surrogate import Surrogate, vrmse
+from pipeline.training.tasks.surrogate import Surrogate, in_own_units, vrmse
 
 SPECTRUM_BANDS = 3
 
@@ -110,11 +110,8 @@ class NextState(Surrogate):
 
     def physical_states(self, x: np.ndarray) -> np.ndarray:
         """States in normalised units to physical ones (the trajectory's normalisation and log1p undone)."""
-        stats = self.data.feature_statistics.get(self.data.feature)
-        if stats is not None:
-            std = float(np.asarray(stats["std"]))
-            x = x * (std if std > 0 else 1.0) + float(np.asarray(stats["mean"]))
-        return np.expm1(x) if self.data.feature in self.data.log1p else x
+        feature = self.data.feature
+        return in_own_units(x, self.data.feature_statistics.get(feature), feature in self.data.log1p)
 
     # ---- the rollout
     def horizon(self) -> int:
@@ -134,7 +131,7 @@ class NextState(Surrogate):
             states = np.asarray(trajectories, np.float64).reshape(len(trajectories), self.trajectory_shape[0],
                                                                   *self.trajectory_shape[1:3], c)  # fmt: skip
             window = [states[:, t] for t in range(self.k)]  # each (B, H, W, C); joined as channels t C + c
-            last = states[:, self.k - 1]
+            last = self.physical_states(states[:, self.k - 1])  # persistence's answer at every step
             predicted_steps = []
             while len(predicted_steps) < steps:
                 x = np.concatenate(window[-self.k :], axis=-1).astype(np.float32)
@@ -145,7 +142,7 @@ class NextState(Surrogate):
             for s in range(steps):
                 truth = self.physical_states(states[:, self.k + s])
                 sums["network"][s] += vrmse(self.physical_states(predicted_steps[s]), truth).sum()
-                sums["persistence"][s] += vrmse(self.physical_states(last), truth).sum()
+                sums["persistence"][s] += vrmse(last, truth).sum()
             final_true = self.physical_states(states[:, self.k + steps - 1])
             final_predicted = self.physical_states(predicted_steps[steps - 1])
             spectra["true"] = spectra["true"] + band_power(final_true).sum(axis=0)

@@ -90,12 +90,7 @@ class Surrogate(Regression):
         out = {}
         for f, entries in self.blocks():
             block = values[:, entries].astype(np.float64).reshape(len(values), *f.shape)
-            if f.statistics is not None:
-                mean, std = (np.asarray(f.statistics[k], np.float64) for k in ("mean", "std"))
-                block = block * np.where(std > 0, std, 1.0) + mean
-            if f.name in self.data.log1p:
-                block = np.expm1(block)
-            out[f.name] = block
+            out[f.name] = in_own_units(block, f.statistics, f.name in self.data.log1p)
         return out
 
     def persisted(self) -> list[LabelField]:
@@ -111,11 +106,8 @@ class Surrogate(Regression):
     def input_field(self, features: np.ndarray) -> np.ndarray:
         """The input field in its own units (convert's normalisation undone), the model's channel axis dropped."""
         x = np.asarray(features, np.float64).reshape(len(features), *self.data.feature_shape)
-        stats = self.data.feature_statistics.get(self.data.feature)
-        if stats is not None:
-            std = np.asarray(stats["std"], np.float64)
-            x = x * np.where(std > 0, std, 1.0) + np.asarray(stats["mean"], np.float64)
-        return np.expm1(x) if self.data.feature in self.data.log1p else x
+        feature = self.data.feature
+        return in_own_units(x, self.data.feature_statistics.get(feature), feature in self.data.log1p)
 
     def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
         predicted, true = self.physical(outputs), self.physical(labels)
@@ -225,6 +217,15 @@ class Surrogate(Regression):
         theirs = (baseline or {}).get("vrmse") or {}
         surrogate_examples(self.physical(evaluation.examples["true"]), self.physical(evaluation.examples["predicted"]),
                            scores, theirs, path)  # fmt: skip
+
+
+def in_own_units(x: np.ndarray, statistics: Mapping[str, Any] | None, log1p: bool) -> np.ndarray:
+    """Values in convert's units back in their own: the normalisation undone (per channel along the last
+    axis where it was per channel; a zero std left as 1), then log1p."""
+    if statistics is not None:
+        mean, std = (np.asarray(statistics[k], np.float64) for k in ("mean", "std"))
+        x = x * np.where(std > 0, std, 1.0) + mean
+    return np.expm1(x) if log1p else x
 
 
 def block_averaged(x: np.ndarray, most: int) -> np.ndarray:
