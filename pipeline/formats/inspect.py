@@ -399,6 +399,18 @@ def field_dtypes() -> set[str]:
     return {dtype for dtype in spec["properties"]["dtype"]["enum"] if dtype}
 
 
+def sample_arrays(result: Survey, usable: tuple[Field, ...], lines: list[str]) -> tuple[Field, ...]:
+    """The arrays that hold samples: all usable ones, unless the format's conventions name them (The Well's
+    fields, not its grid's axes); the others are said in `lines`."""
+    conventions = common_conventions(result)
+    if conventions is None or conventions.arrays is None:
+        return usable
+    others = [f.path for f in usable if f.path not in conventions.arrays]
+    if others:
+        lines.append(f"left out: {', '.join(others)}: not samples by the format's layout")
+    return tuple(f for f in usable if f.path in conventions.arrays)
+
+
 def decide(result: Survey) -> Decisions:
     coordinates = [f.path for f in result.fields if f.coordinate]
     dtypes = field_dtypes()
@@ -411,12 +423,7 @@ def decide(result: Survey) -> Decisions:
     if coordinates:
         lines.append(f"left out: {', '.join(coordinates)}: coordinate variables (named as their dimension, "
                      "CF bounds or coordinates, dimension scales)")  # fmt: skip
-    conventions = common_conventions(result)
-    if conventions is not None and conventions.arrays is not None:  # the format says which arrays hold samples
-        others = [f.path for f in usable if f.path not in conventions.arrays]
-        usable = tuple(f for f in usable if f.path in conventions.arrays)
-        if others:
-            lines.append(f"left out: {', '.join(others)}: not samples by the format's layout")
+    usable = sample_arrays(result, usable, lines)
     tables = tuple(propose_tables([f for f in result.fields if f.in_files == len(result.files)]))
     if tables:
         used = {path for table in tables for path in table.uses}
