@@ -35,13 +35,22 @@ DEMO_CONFIG = REPO / "config" / "config.yaml"  # in a source checkout only
 # a config holding only these keys, so reading any other key fails at once, in the tests too.
 MASK_SUFFIX = "_mask"  # source.fields.NAME.missing: mask adds the uint8 field NAME_mask (1: missing)
 SHARD_FORMAT_SETTINGS = ("merge.format", "merge.compression", "merge.shard_size_mb")
+SPLIT_SETTINGS = ("merge.splits", "merge.split_by")
 STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "simulate": ("simulate", "source.path"),
-    # Parts are framed, and sized, as merge will write shards; the first feature gives a record's length.
-    "ingest": ("source", "ingest", "convert.features", "convert.stack", "convert.deposit", *SHARD_FORMAT_SETTINGS),
+    # Parts are framed, sized and split as merge will write shards; the first feature gives a record's length.
+    "ingest": (
+        "source",
+        "ingest",
+        "convert.features",
+        "convert.stack",
+        "convert.deposit",
+        *SHARD_FORMAT_SETTINGS,
+        *SPLIT_SETTINGS,
+    ),
     # Normalisation statistics come from the training split alone (pipeline.data.splits).
     # (or, without splits, from the records train does not hold out: train.validation_fraction)
-    "convert": ("convert", "merge.splits", "merge.split_by", "train.validation_fraction"),
+    "convert": ("convert", *SPLIT_SETTINGS, "train.validation_fraction"),
     "merge": ("convert", "merge"),
     "stage": ("stage",),
     # Stages again itself where node-local copies are gone; the simulator's label names for the plots.

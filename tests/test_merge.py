@@ -236,26 +236,37 @@ def test_parts_ingested_in_order_become_shards_without_a_copy(tmp_path):
     assert b"".join(s.read_bytes() for s in slow) == b"".join(s.read_bytes() for s in shards)
 
 
-def test_split_records_framed_by_ingest_are_copied_as_they_are(tmp_path):
-    """With splits no ingest part is a shard (its records go to three), but convert left them unchanged:
-    merge copies each framed record's bytes as ingest wrote them (runs of them, no decode or encode). Each
-    split's stream must be byte for byte what writing the records one by one gives (another shard size,
-    for which ingest framed nothing), with indexes that frame every record and checksums of the files."""
+def test_split_records_framed_by_ingest_are_linked_or_copied_as_they_are(tmp_path):
+    """With splits ingest writes each split's records of a chunk to a part of its own, and convert left
+    them unchanged: merge links the training split's parts as its shards (they hold about half a shard or
+    more) and copies the smaller splits' framed records as ingest wrote them (runs of them, no decode or
+    encode) into shards of full size. Each split's stream must be byte for byte what writing the records
+    one by one gives (another shard size, for which ingest framed nothing), with indexes that frame every
+    record and checksums of the files."""
     import os
 
-    splits = {"train": 0.6, "validation": 0.2, "test": 0.2}
+    splits = {"train": 0.8, "validation": 0.1, "test": 0.1}
     unchanged = {"log1p": [], "normalise": []}
-    config_path, work = prepare(tmp_path, convert=unchanged, merge={"shard_size_mb": 1, "splits": splits})
+    config_path, work = prepare(tmp_path, convert=unchanged, merge={"shard_size_mb": 0.6, "splits": splits})
+    parts = {split: {os.stat(p).st_ino for p in (work / "ingest" / "parts").glob(f"*-{split}.bin")} for split in splits}
+    assert all(parts.values()) and not list((work / "ingest" / "parts").glob("part-?????-of-?????.bin"))
     summary = merge_cli(config_path, work / "merged", ranks=2)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
-    assert summary["shards_made"] == {"linked": 0, "copied": len(meta["shards"]), "encoded": 0}
-    parts = {os.stat(p).st_ino for p in (work / "ingest" / "parts").glob("*.bin")}
     shards = [work / "merged" / "shards" / s["file"] for s in meta["shards"]]
-    assert not any(os.stat(s).st_ino in parts for s in shards)
+    by_split = {split: [s for s, info in zip(shards, meta["shards"], strict=True) if info["split"] == split]
+                for split in splits}  # fmt: skip
+    assert {os.stat(s).st_ino for s in by_split["train"]} == parts["train"]
+    assert not any(os.stat(s).st_ino in parts[split] for split in ("validation", "test") for s in by_split[split])
+    assert len(by_split["validation"]) < len(parts["validation"]) and len(by_split["test"]) < len(parts["test"])
+    copied = len(by_split["validation"]) + len(by_split["test"])
+    assert summary["shards_made"] == {"linked": len(parts["train"]), "copied": copied, "encoded": 0}
     assert [s["checksum"] for s in meta["shards"]] == [file_checksum(s) for s in shards]
     for info, shard in zip(meta["shards"], shards, strict=True):
         index = np.loadtxt(work / "merged" / "shards" / info["index"], dtype=np.int64, ndmin=2)
         assert (index[1:, 0] == index[:-1].sum(axis=1)).all() and index[:, 1].sum() == shard.stat().st_size
+    merge_cli(config_path, work / "one_rank", ranks=1)  # the same shards, linked and copied alike, from one rank
+    one_rank = json.loads((work / "one_rank" / "metadata.json").read_text())["shards"]
+    assert [(s["file"], s["checksum"]) for s in one_rank] == [(s["file"], s["checksum"]) for s in meta["shards"]]
 
     encoded_config = write_config(
         tmp_path, make_config(tmp_path, convert=unchanged, merge={"shard_size_mb": 0.7, "splits": splits})
@@ -264,9 +275,8 @@ def test_split_records_framed_by_ingest_are_copied_as_they_are(tmp_path):
     assert encoded["shards_made"]["copied"] == 0 and encoded["shards_made"]["encoded"] == encoded["shards"]
     encoded_meta = json.loads((work / "encoded" / "metadata.json").read_text())
     for split in splits:
-        ours = [s for s, info in zip(shards, meta["shards"], strict=True) if info["split"] == split]
         theirs = [work / "encoded" / "shards" / s["file"] for s in encoded_meta["shards"] if s["split"] == split]
-        assert ours and b"".join(s.read_bytes() for s in ours) == b"".join(s.read_bytes() for s in theirs)
+        assert b"".join(s.read_bytes() for s in by_split[split]) == b"".join(s.read_bytes() for s in theirs)
     ids = [r["sample_id"].decode() for r in tfrecord_dataset(work / "merged").as_numpy_iterator()]
     assert len(ids) == len(set(ids)) == 48
 

@@ -104,8 +104,9 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def accepted_records(manifest_piece: Path) -> np.ndarray:
+def accepted_records(manifest_piece: Path, part_name: str) -> np.ndarray:
     """The record numbers, in an ingest part, of the part's accepted files (duplicates are not), from the
-    part's manifest piece."""
-    table = pq.read_table(manifest_piece, columns=["record", "status"])
-    return table.filter(pc.equal(table["status"], "accepted"))["record"].to_numpy().astype(np.int64)
+    manifest piece of its chunk (which may hold the records of several parts: one per split)."""
+    table = pq.read_table(manifest_piece, columns=["record", "status", "part"])
+    accepted = pc.and_(pc.equal(table["status"], "accepted"), pc.equal(table["part"], part_name))
+    return table.filter(accepted)["record"].to_numpy().astype(np.int64)

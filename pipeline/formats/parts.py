@@ -23,6 +23,7 @@ import itertools
 import json
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from pipeline.storage.directio import AppendWriter, Extents, read_batches  # noq
 from pipeline.storage.fsutil import Checksum, atomic_path, remove_stale_temporaries
 
 INDEX_SUFFIX = ".jsonl"
+CHUNK_NAME = re.compile(r"part-\d+-of-\d+")
 PARTS_PER_RANK = 4  # ingest writes at least this many parts per rank: ranks differ by at most one part of work
 
 
@@ -314,6 +316,20 @@ def read_about(path_stem: Path) -> dict[str, Any]:
 
 def part_stem(directory: Path, rank: int, size: int) -> Path:
     return directory / f"part-{rank:05d}-of-{size:05d}"
+
+
+def split_part_stem(chunk_stem: Path, split: str) -> Path:
+    """The part of one split's records of an ingest chunk (see ingest's PartSequence)."""
+    return chunk_stem.with_name(f"{chunk_stem.name}-{split}")
+
+
+def chunk_name(part_name: str) -> str:
+    """The ingest chunk a part's records came from (its manifest piece's name): the part's own name, or
+    that of the chunk it holds one split of."""
+    match = CHUNK_NAME.match(part_name)
+    if match is None:
+        raise ValueError(f"not a part's name: {part_name}")
+    return match.group(0)
 
 
 def list_parts(directory: Path) -> list[Path]:

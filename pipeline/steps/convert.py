@@ -29,7 +29,7 @@ from pipeline.data.splits import SampleSplits
 from pipeline.data.statistics import RunningStats
 from pipeline.data.tables import REJECT_COLUMNS, Reject, accepted_records, write_csv
 from pipeline.data.transforms import missing_masks, transform
-from pipeline.formats.parts import Part, PartWriter, clear_parts, list_parts
+from pipeline.formats.parts import Part, PartWriter, chunk_name, clear_parts, list_parts
 from pipeline.formats.readers import SampleError
 from pipeline.paths import ConvertPaths, IngestPaths
 from pipeline.reporting.progress import progress_bar
@@ -177,7 +177,7 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     names = [stem.name for stem in list_parts(ingest.parts)]
     categorical = categorical_fields(ingest)
     splits = SampleSplits(config["merge"], config["train"]["validation_fraction"])
-    mine = {name: accepted_records(ingest.manifest_piece(name)) for name in block(names, rank, size)}
+    mine = {name: accepted_records(ingest.manifest_piece(chunk_name(name)), name) for name in block(names, rank, size)}
     inputs = sum(comm.allgather(sum(len(records) for records in mine.values())))
     if not inputs:
         raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")

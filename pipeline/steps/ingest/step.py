@@ -13,7 +13,9 @@ fields are parsed from those bytes, checked (names, shapes, dtypes, finite value
 part, so no later step touches the small files again. A part holds a run of consecutive files, about one
 shard's worth, the same for any number of ranks as long as each rank gets several (ranks take
 consecutive runs; see `part_files`); records are framed as the shard format writes them when it can, so
-merge can make a part a shard as it is.
+merge can make a part a shard as it is. With `merge.splits` and framed records, each split's records of a
+run go to a part of their own (`part-K-of-N-SPLIT`), the run sized so that the largest split's part is
+about a shard: merge then links the training split's parts instead of copying every record.
 
 The manifest lists every input file (accepted or rejected, with the reason) as Parquet, one file per
 part, written by the rank that ingested it (pipeline.data.tables). Duplicate sample ids are found without
@@ -25,8 +27,9 @@ goes on past bad files and fails only when the rejected fraction exceeds `ingest
 
 Memory per rank: its stretch of the listing (about the relative paths' length per file, the longest
 path's length per file while sorting: the names are fixed-width bytes) and its block of it, 24 bytes per
-accepted record for the duplicate check, and one part's manifest rows at a time; the same on rank 0 as
-on the others. Time: one pass over the files and one sort of their names, split evenly across ranks.
+accepted record for the duplicate check, and one run's manifest rows at a time, with a part open per
+split (two write buffers each); the same on rank 0 as on the others. Time: one pass over the files and
+one sort of their names, split evenly across ranks.
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ import numpy as np
 from pipeline import MB, Sim2dlError, gc_paused
 from pipeline.config import primary_field
 from pipeline.data.records import read_one, validate_sample
+from pipeline.data.splits import SplitPlan
 from pipeline.data.tables import Reject
 from pipeline.formats.fields import Categories
-from pipeline.formats.parts import PARTS_PER_RANK, PartWriter, part_stem
+from pipeline.formats.parts import PARTS_PER_RANK, PartWriter, part_stem, split_part_stem
 from pipeline.formats.readers import FieldSpec, SampleError, field_descriptions, reader_for
 from pipeline.formats.readers.base import resolve_missing
 from pipeline.formats.shards import WRITERS
@@ -129,15 +133,13 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     rank, size = comm.Get_rank(), comm.Get_size()
     source, settings = config["source"], config["ingest"]
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
-    shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
     paths = IngestPaths(out_dir)
+    framing, about, splits, part_bytes = part_layout(config)
 
-    mine, first, chunk, chunks = plan_listing(comm, root, source, paths, shard_bytes)
+    mine, first, chunk, chunks = plan_listing(comm, root, source, paths, part_bytes)
     starts = np.array(comm.allgather(first), np.int64)  # rank r holds files [starts[r], starts[r + 1])
     paths.manifest.mkdir(parents=True, exist_ok=True)
-
-    framing, about = part_framing(config, shard_bytes)
-    parts = PartSequence(paths, chunk, chunks, framing, about)
+    parts = PartSequence(paths, chunk, chunks, framing, about, splits)
     hashed, rejects, counts = pack_files(config, root, mine, first, parts, fields, rank, size)
     described = field_descriptions(Path(mine[0]), source["format"], fields) if rank == 0 and len(mine) else {}
     return conclude(comm, paths, hashed, starts, mine, counts, rejects, settings, chunk, chunks,
@@ -163,7 +165,7 @@ def pack_files(
             settings["read_threads"],
         )
         for number, (path, contents) in enumerate(progress(files, len(mine), "ingest", rank, size), first):
-            part, piece = parts.at(number)
+            piece = parts.at(number)
             try:
                 arrays, sample_id, nbytes = read_one(path, contents, root, source, fields, settings["check_finite"])
             except SampleError as e:
@@ -172,6 +174,7 @@ def pack_files(
                 rejected += 1
                 continue
             length = record_length(arrays, primary_field(config["convert"]))
+            part = parts.part(sample_id, None)
             record = part.append(arrays, {"sample_id": sample_id, "source": str(path), "length": length,
                                           "bytes": nbytes})  # fmt: skip
             piece.add(path=str(path), bytes=nbytes, sample_id=sample_id, shape=shape_text(arrays), length=length,
@@ -188,15 +191,15 @@ def pack_files(
 
 
 def plan_listing(
-    comm: Any, root: Path, source: Mapping[str, Any], paths: IngestPaths, shard_bytes: int
+    comm: Any, root: Path, source: Mapping[str, Any], paths: IngestPaths, part_bytes: int
 ) -> tuple[Listing, int, int, int]:
-    """List the inputs into inputs.txt (every rank a stretch) and give each rank a block of whole parts:
-    its files, the number of its first, the files per part and the number of parts."""
+    """List the inputs into inputs.txt (every rank a stretch) and give each rank a block of whole chunks
+    of about `part_bytes`: its files, the number of its first, the files per chunk and the number of chunks."""
     rank, size = comm.Get_rank(), comm.Get_size()
     names, held, total = start_listing(comm, root, source, paths)
     here = Listing(root, names)
     sizes = file_sizes(here[int(i) - held] for i in sampled_files(total) if held <= i < held + len(names))
-    chunk = files_per_part([s for rank_sizes in comm.allgather(sizes) for s in rank_sizes], total, shard_bytes, size)
+    chunk = files_per_part([s for rank_sizes in comm.allgather(sizes) for s in rank_sizes], total, part_bytes, size)
     chunks = -(-total // chunk)
     chunk_range = block(range(chunks), rank, size)  # a range, possibly empty
     first, stop = (min(total, c * chunk) for c in (chunk_range.start, chunk_range.stop))
@@ -209,8 +212,8 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     rank, size = comm.Get_rank(), comm.Get_size()
     source, settings = config["source"], config["ingest"]
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
-    shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
     paths = IngestPaths(out_dir)
+    framing, about, splits, part_bytes = part_layout(config)
     opener: FileOpener | None = None
     error: BaseException | None = None
     try:
@@ -226,15 +229,14 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
 
     surveyed = lines(block(range(n_files), rank, size))
     first_file = lines(range(1 if rank == 0 else 0))  # the first input, on rank 0: its fields' description
-    plan, categories = plan_samples(comm, opener, surveyed, rank * n_files // size, n_files, shard_bytes)
+    plan, categories = plan_samples(comm, opener, surveyed, rank * n_files // size, n_files, part_bytes)
     numbers = plan.rank_samples(rank)
     files = plan.files_of(numbers)
     listing, file_starts = lines(files), plan.starts
     del names, surveyed
     starts = np.array(comm.allgather(numbers.start), np.int64)  # rank r: sample numbers [starts[r], starts[r + 1])
     paths.manifest.mkdir(parents=True, exist_ok=True)
-    framing, about = part_framing(config, shard_bytes)
-    writer = SampleRecords(PartSequence(paths, plan.per_part, plan.parts, framing, about), len(numbers),
+    writer = SampleRecords(PartSequence(paths, plan.per_part, plan.parts, framing, about, splits), len(numbers),
                            primary_field(config["convert"]))  # fmt: skip
     bar = progress_bar(len(numbers), "ingest", rank, size, unit="sample")
     try:
@@ -268,13 +270,14 @@ class SampleRecords:
         self.rejects: list[Reject] = []
 
     def reject(self, number: int, path: str, index: int | None, sample_id: str, reason: str) -> None:
-        _, piece = self.parts.at(number)
+        piece = self.parts.at(number)
         piece.add(path=path, bytes=0, sample_id=sample_id, index=index, status="rejected", reason=reason)
         self.rejects.append(Reject(path, sample_id, reason))
         self.rejected += 1
 
     def accept(self, number: int, path: str, index: int | None, sample_id: str, arrays: dict[str, np.ndarray]) -> None:
-        part, piece = self.parts.at(number)
+        piece = self.parts.at(number)
+        part = self.parts.part(sample_id, index)
         length = record_length(arrays, self.primary)
         nbytes = sum(a.nbytes for a in arrays.values())
         meta = {"sample_id": sample_id, "source": path, "index": -1 if index is None else index, "length": length,
@@ -358,39 +361,62 @@ def sample_arrays(
     return arrays
 
 
-def part_framing(config: Mapping[str, Any], shard_bytes: int) -> tuple[Framing | None, dict[str, Any]]:
-    """How ingest frames its records (as merge will write them, when it can) and what a part's index says of it."""
+def part_layout(config: Mapping[str, Any]) -> tuple[Framing | None, dict[str, Any], SplitPlan, int]:
+    """How ingest frames its records (as merge will write them, when it can), what a part's index says of
+    it, the splits (merge.splits) and about how many bytes of inputs a chunk holds: a shard's worth, or
+    with parts per split (see PartSequence) enough that the largest split's part is about a shard."""
+    shard_bytes = int(config["merge"]["shard_size_mb"] * MB)
     writer_class = WRITERS[config["merge"]["format"]]
     framing = writer_class.framed_record if config["merge"]["compression"] == "none" else None
-    return framing, ({"framing": writer_class.format, "shard_bytes": shard_bytes} if framing else {})
+    about = {"framing": writer_class.format, "shard_bytes": shard_bytes} if framing else {}
+    splits = SplitPlan(config["merge"])
+    return framing, about, splits, int(shard_bytes / splits.largest) if splits and framing else shard_bytes
 
 
 class PartSequence:
-    """The parts a rank writes, one after another: part k holds numbers [k * chunk, (k + 1) * chunk) (files,
-    or samples), with its manifest piece written when the part is complete."""
+    """The parts a rank writes, one chunk after another: chunk k holds numbers [k * chunk, (k + 1) * chunk)
+    (files, or samples), with one manifest piece written when the chunk is complete. With merge.splits and
+    framed records, each split's records of a chunk go to a part of their own (named after the chunk and
+    the split), so that merge can make the parts of a split its shards as they are instead of copying
+    every record out of parts that mix splits (issue 67); otherwise a chunk is one part."""
 
-    def __init__(self, paths: IngestPaths, chunk: int, chunks: int, framing: Framing | None, about: dict[str, Any]):
+    def __init__(
+        self, paths: IngestPaths, chunk: int, chunks: int, framing: Framing | None, about: dict[str, Any],
+        splits: SplitPlan,
+    ) -> None:  # fmt: skip
         self.paths, self.chunk, self.chunks, self.framing, self.about = paths, chunk, chunks, framing, about
-        self.part: PartWriter | None = None
+        self.splits = splits if splits and framing is not None else None
+        self.stem: Path | None = None  # the current chunk's
+        self.parts: dict[int, PartWriter] = {}  # split number (0 without splits) -> its part
         self.piece: ManifestPiece | None = None
 
-    def at(self, number: int) -> tuple[PartWriter, ManifestPiece]:
-        """The part and manifest piece for `number`, starting the next part at a chunk boundary."""
-        if self.part is None or number % self.chunk == 0:
+    def at(self, number: int) -> ManifestPiece:
+        """The manifest piece for `number`, starting the next chunk at a chunk boundary."""
+        if self.piece is None or number % self.chunk == 0:
             self.close()
-            stem = part_stem(self.paths.parts, number // self.chunk, self.chunks)
-            self.part = PartWriter(stem, self.framing, self.about)
-            self.piece = ManifestPiece(self.paths.manifest_piece(stem.name))
-        assert self.piece is not None
-        return self.part, self.piece
+            self.stem = part_stem(self.paths.parts, number // self.chunk, self.chunks)
+            self.piece = ManifestPiece(self.paths.manifest_piece(self.stem.name))
+        return self.piece
+
+    def part(self, sample_id: str, index: int | None) -> PartWriter:
+        """The current chunk's part for a record (its split's), started when first needed."""
+        assert self.stem is not None
+        split = 0 if self.splits is None else self.splits.record_split(sample_id, index)
+        if split not in self.parts:
+            stem = self.stem if self.splits is None else split_part_stem(self.stem, self.splits.names[split])
+            self.parts[split] = PartWriter(stem, self.framing, self.about)
+        return self.parts[split]
 
     def close(self) -> None:
-        if self.part is not None:
-            self.part.close()
-            self.piece.write()  # type: ignore[union-attr]
-            self.part = self.piece = None
+        if self.piece is not None:
+            if not self.parts:  # every file of the chunk rejected: an empty part still stands for it
+                self.parts[0] = PartWriter(self.stem, self.framing, self.about)  # type: ignore[arg-type]
+            for part in self.parts.values():
+                part.close()
+            self.piece.write()
+            self.parts, self.piece = {}, None
 
     def abort(self) -> None:
-        if self.part is not None:
-            self.part.abort()
-            self.part = self.piece = None
+        for part in self.parts.values():
+            part.abort()
+        self.parts, self.piece = {}, None

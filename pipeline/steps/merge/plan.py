@@ -233,20 +233,39 @@ def previous_row(comm: Any, rows: np.ndarray) -> tuple[np.void | None, bool]:
     return previous, all(not len(r) for r in lasts[rank + 1 :])
 
 
-def home_starts(comm: Any, rows: np.ndarray, home_counts: np.ndarray) -> np.ndarray | None:
-    """Where each home begins, if the (globally sorted) rows are every home's records, whole and in
-    order; None (on every rank) if they are not."""
+def home_starts(
+    comm: Any, rows: np.ndarray, home_counts: np.ndarray, n_splits: int, keyed: bool, shard_bytes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where each home begins among the (globally sorted) rows, and which splits are their homes as they
+    are (the same on every rank): a split whose rows are every one of its homes' records, whole and in
+    order (ingest wrote a part per split), and whose homes hold on average half a shard, or half what the
+    largest split's hold where ingest cut parts smaller than a shard (a small dataset: PARTS_PER_RANK), so
+    that linking makes no small shards: a split of a tenth of the records, say, is copied into shards of
+    full size."""
     previous, holds_end = previous_row(comm, rows)
-    home, at = rows["home"], rows["home_record"]
+    held = np.empty(1, rows.dtype)
+    if previous is not None:
+        held[0] = previous
+    home, at, splits = rows["home"], rows["home_record"], row_splits(rows, keyed)
     before_home = np.concatenate([[-1 if previous is None else previous["home"]], home[:-1]]).astype(np.int64)
     before_at = np.concatenate([[-1 if previous is None else previous["home_record"]], at[:-1]]).astype(np.int64)
+    before_split = np.concatenate([[-1 if previous is None else row_splits(held, keyed)[0]], splits[:-1]])
     finished = (before_home < 0) | (before_at == home_counts[np.maximum(before_home, 0)] - 1)
-    starts = (at == 0) & finished
-    continues = (home == before_home) & (at == before_at + 1)
-    ok = bool((home >= 0).all() and (starts | continues).all())
-    if ok and holds_end and len(rows):
-        ok = bool(at[-1] == home_counts[home[-1]] - 1)
-    return starts if all(comm.allgather(ok)) else None
+    new_split = splits != before_split
+    starts = (at == 0) & (finished | new_split)
+    continues = (home == before_home) & (at == before_at + 1) & ~new_split
+    broken = np.zeros(n_splits, bool)
+    broken[splits[(home < 0) | ~(starts | continues)]] = True
+    broken[before_split[new_split & ~finished & (before_split >= 0)]] = True  # a split ends in a home cut short
+    if holds_end and len(rows) and at[-1] != home_counts[home[-1]] - 1:
+        broken[splits[-1]] = True
+    nbytes = np.zeros(n_splits, np.int64)
+    np.add.at(nbytes, splits, rows["nbytes"].astype(np.int64))
+    homes = np.bincount(splits[starts], minlength=n_splits)
+    broken, nbytes, homes = (np.sum(comm.allgather(a), axis=0) for a in (broken, nbytes, homes))
+    mean = nbytes / np.maximum(homes, 1)
+    small = mean < min(shard_bytes, mean.max()) / 2  # (without splits never: every part is linked, as before)
+    return starts, (broken == 0) & (homes > 0) & ~small
 
 
 def size_starts(comm: Any, rows: np.ndarray, shard_bytes: int, n_splits: int, keyed: bool) -> np.ndarray:
@@ -337,7 +356,7 @@ class MergePlan:
     shard_splits: list[int]
     names: list[str]
     digest: str
-    whole: bool
+    linked: list[bool]  # per split: its shards are framed ingest parts as they are (see home_starts)
     total: int
 
     @property
@@ -346,6 +365,10 @@ class MergePlan:
 
     def shard_rows(self, i: int) -> np.ndarray:
         return self.rows[self.my_shards[i - self.first_shard]]  # a view
+
+    def is_linked(self, i: int) -> bool:
+        """Whether shard i is a framed ingest part as it is."""
+        return self.linked[self.shard_splits[i]]
 
 
 def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> MergePlan:
@@ -393,10 +416,13 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
 
     # 2. The global order; 3. shards, each on the rank where it begins.
     rows = sample_sort(comm, rows, "key")  # keys are unique (sample ids are)
-    starts = None if framed is None else home_starts(comm, rows, home_counts(comm, local_homes, len(files.paths)))
-    whole = starts is not None
-    if starts is None:
-        starts = size_starts(comm, rows, shard_bytes, max(len(split_names), 1), bool(split_names))
+    n_splits, keyed = max(len(split_names), 1), bool(split_names)
+    starts = size_starts(comm, rows, shard_bytes, n_splits, keyed)
+    linked = np.zeros(n_splits, bool)
+    if framed is not None:
+        counts = home_counts(comm, local_homes, len(files.paths))
+        at_homes, linked = home_starts(comm, rows, counts, n_splits, keyed, shard_bytes)
+        starts = np.where(linked[row_splits(rows, keyed)], at_homes, starts)
     rows, numbers, first_shard, n_shards = gather_shards(comm, rows, starts)
     cuts = np.flatnonzero(np.diff(numbers)) + 1
     edges = [0, *cuts.tolist(), len(rows)] if len(rows) else [0]
@@ -407,7 +433,7 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
     names = shard_names(shard_splits, split_names, writer_class)
     return MergePlan(settings, writer_class, spec, stats_doc, widths, files, part_names, my_stems, first_part,
                      split_names, rows, numbers, my_shards, first_shard, n_shards, shard_splits, names, digest,
-                     whole, total)  # fmt: skip
+                     linked.tolist(), total)  # fmt: skip
 
 
 def common_spec(

@@ -26,10 +26,13 @@ temporary file, checksummed, indexed and renamed; a rerun keeps shards already c
 plan (a digest of every shard's records) and writes the rest.
 
 A record's home is the framed ingest part (pipeline.formats.parts) that holds it byte for byte as a shard of
-this format and size would, when convert left it unchanged. When the sorted records are exactly the
-homes' records, whole and in order, each part is hard-linked as its shard: the same bytes as writing it
-record by record (a test compares them), none read or written. With merge.splits a part's records go to
-several shards: records with a home are then copied framed as they are, a run of adjacent ones at a time
+this format and size would, when convert left it unchanged. Where a split's sorted records are exactly
+its homes' records, whole and in order, each of those parts is hard-linked as its shard: the same bytes
+as writing it record by record (a test compares them), none read or written. With merge.splits ingest
+writes each split's records of a chunk to a part of its own, so the training split's parts are linked;
+a split whose parts are small (a tenth of the records: under half of a shard, or of what the largest
+split's parts hold) would make small shards, so its records, and those of parts that mix splits (written
+before), are copied framed as they are into shards of full size, a run of adjacent ones at a time
 (copy_file_range), neither decoded nor encoded (the same bytes again, tested).
 
 Outputs: the shards with their `.idx` indexes (DALI's TFRecord index format), `provenance/` (Parquet,
@@ -112,13 +115,13 @@ def write_my_shards(
     framed = [i for i in to_write if len(plan.shard_rows(i)) and (plan.shard_rows(i)["home"] >= 0).all()]
     copyable = set(framed)
     encoded = [i for i in to_write if i not in copyable]
-    ways = {"reused": len(reused), "linked": len(framed) if plan.whole else 0,
-            "copied": 0 if plan.whole else len(framed), "encoded": len(encoded)}  # fmt: skip
+    linked = sum(plan.is_linked(i) for i in framed)
+    ways = {"reused": len(reused), "linked": linked, "copied": len(framed) - linked, "encoded": len(encoded)}
     with progress_bar(len(to_write), "merge", rank, size, unit="shard") as bar:
         for i in framed:
             rows, shard = plan.shard_rows(i), shards_dir / names[i]
-            if plan.whole:  # the shard is a framed part already
-                checksums[i] = [link_shard(Path(plan.files.paths[rows["home"][0]]), shard)]
+            if plan.is_linked(i):  # the shard is a framed part already
+                checksums[i] = [link_shard(Path(plan.files.paths[rows["home"][0]]), shard, rows)]
             else:
                 checksums[i] = [copy_framed_shard(shard, rows, plan.files.paths)]
             bar.update(1)

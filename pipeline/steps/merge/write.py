@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from pipeline.data.tables import PROVENANCE_SCHEMA, parquet_writer
 from pipeline.data.transforms import normalise
-from pipeline.formats.parts import Part
+from pipeline.formats.parts import Part, read_about
 from pipeline.formats.shards import ShardWriter
 from pipeline.formats.shards.base import SHARD_INDEX_SUFFIX, index_path
 from pipeline.formats.slabs import slab_arrays, slab_name, sliced_fields
@@ -154,20 +154,19 @@ def copy_framed_shard(path: Path, rows: np.ndarray, home_files: Sequence[str]) -
         return file_checksum(tmp)
 
 
-def link_shard(home: Path, path: Path) -> str:
-    """Make a framed ingest part (its .bin: `home`) the shard at `path` without copying it: a hard link,
-    or a copy where the file system cannot link. The index first, the shard's rename last, as
-    write_shard. Returns the shard's checksum (computed when the part was written)."""
-    part = Part(home.with_suffix(""))
-    assert part.frames is not None
+def link_shard(home: Path, path: Path, rows: np.ndarray) -> str:
+    """Make a framed ingest part (its .bin: `home`, whose records `rows` are, whole and in order) the shard
+    at `path` without copying it: a hard link, or a copy where the file system cannot link. The index
+    (from the rows' frames) first, the shard's rename last, as write_shard. Returns the shard's checksum,
+    computed when the part was written (read from its index's last line, not the records)."""
     with atomic_path(path) as tmp:
         tmp.unlink()
         try:
             os.link(home, tmp)
         except OSError:  # another file system, or one without hard links: same bytes, copied
             shutil.copyfile(home, tmp)
-        write_index(path, part.frames)
-    return part.about["checksum"]
+        write_index(path, np.stack([rows["frame"], rows["frame_length"]], axis=1).astype(np.int64))
+    return read_about(home.with_suffix(""))["checksum"]
 
 
 def _key_value(row: np.void, sort_by: str, widths: tuple[int, int], prefix: int) -> Any:
