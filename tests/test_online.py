@@ -330,6 +330,8 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     assert board["arrived"] == {row["step"]: row["arrived"] for row in history}
     assert sorted(board["buffer/fill"]) == sorted(board["validation/r2/params[0]"]) == steps
     assert all(0 < v <= 1 for v in board["buffer/fill"].values()) and board["buffer/reuse"][steps[-1]] > 0
+    line = summary["baseline"]["r2"]["params[0]"]  # the baseline's line over the run, as the train step's
+    assert board["baseline/r2/params[0]"] == pytest.approx({steps[0]: line, steps[-1]: line})
     assert (work / "train" / "metrics.csv").read_text().count("\n") == len(history) + 1  # every window, as train's
     # a longer run continues from the checkpoint: the completed runs are read again from their files, the
     # history goes on from the checkpoint's rows and the best-model record from their best

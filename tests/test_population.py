@@ -156,6 +156,12 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
         adopted = [r["round"] for r in rounds if r["adopted"][t] is not None]
         assert len(board["text"].get("adoptions", [])) == len(adopted)
         assert all(f"trainer {t} adopted" in line for line in board["text"].get("adoptions", []))
+    # the kept model's run: the test split's scores at the last round, the baseline as a line over the rounds
+    kept_board = board_events(tmp_path / "whole" / "train" / "tensorboard" / "population")["scalars"]
+    line = summary["baseline"].get("validation", summary["baseline"])["r2"]["sigma_8"]
+    assert kept_board["baseline/r2/sigma_8"] == pytest.approx({1: line, 3: line})
+    if "test_loss" in summary:
+        assert kept_board["test/r2/sigma_8"] == pytest.approx({3: summary["r2"]["sigma_8"]})
     # each trainer's records are named, and no record is read by two trainers: a file both list is
     # dealt out (every n-th record from a different k-th)
     shares = [{name: every for files, every in ranks for name in files} for ranks in record["trainer_shares"]]

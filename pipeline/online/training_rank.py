@@ -64,9 +64,9 @@ from pipeline.training.kernel import (
     schedule,
     window_row,
 )
-from pipeline.training.models import build_model, input_shape, model_source, spatial_dims
+from pipeline.training.models import input_shape, spatial_dims
 from pipeline.training.optimizer import make_optimizer
-from pipeline.training.session import Model, apply_threads, record_start
+from pipeline.training.session import Model, prepare, record_start, resume_key
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
@@ -186,14 +186,19 @@ class TrainingRank:
             raise Sim2dlError(f"config key 'train.online.statistics': {path} has no statistics of {missing}")
         return stats
 
-    def discard_other_checkpoints(self, source: Any) -> None:
-        """Checkpoints of other settings (all of train's but the step count), fields or model code are
-        removed, so that training starts afresh; a longer run continues a shorter one."""
-        kept = {k: v for k, v in self.settings.items() if k != "online"}
-        online = {k: v for k, v in self.online.items() if k != "steps"}
-        held_fields = {n: [list(f.shape), f.dtype.name] for n, f in self.held_fields.items()}
-        key = json.dumps({"train": kept, "online": online, "fields": held_fields, "model": source.provenance()},
-                         sort_keys=True, default=str)  # fmt: skip
+    def key_settings(self) -> dict[str, Any]:
+        """train's settings as they decide whether a checkpoint continues: all but online.steps (a longer
+        run continues a shorter one) and what resume_key leaves out for every mode."""
+        return {**self.settings, "online": {k: v for k, v in self.online.items() if k != "steps"}}
+
+    def fields_digest(self) -> dict[str, Any]:
+        """What stands for the merged data's plan digest in resume_key: the fields as they arrive."""
+        held = {n: [list(f.shape), f.dtype.name] for n, f in self.held_fields.items()}
+        return {"plan_digest": json.dumps(held, sort_keys=True)}
+
+    def discard_other_checkpoints(self, key: str) -> None:
+        """Checkpoints of another resume key (settings, fields or model code) are removed, so that
+        training starts afresh."""
         if self.rank == 0:
             discard_foreign_checkpoints(self.paths.checkpoints, key)
         self.comm.barrier()
@@ -304,22 +309,18 @@ class TrainingRank:
         import horovod.tensorflow as hvd
 
         hvd.init(comm=self.comm)
-        apply_threads(settings)
-        device = devices.apply(settings, hvd.local_rank(), hvd.local_size())
         self.board = Board.of(settings, self.paths.tensorboard / "online", self.rank == 0)
-        determinism.seed_and_fix(settings)
-        task = make_task(settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
-        task.check()
-        source = model_source(settings["model"])
-        shape = input_shape(source, task.model_feature_shape)
+        meta = meta_for(self.config, self.held_fields, self.stats or {})
+        layout = (SpatialLayout(1, self.size, self.rank), None)
+        task, built, device = prepare(self.config, meta, self.comm, hvd, layout, staged=False)
+        model, source, shape = built.keras, built.source, built.input_shape
         self.add_channel = add_channel = len(shape) == len(task.model_feature_shape) + 1
         if not task.data.several:  # the baseline's sums, added to as the training samples arrive
             self.raw_task = make_task(settings, data_spec(meta_for(self.config, self.held_fields, {})))
             self.baseline = StreamingFit(self.raw_task, [1 if n is None else n for n in shape],
                                          spatial_dims(source, shape))  # fmt: skip
-        model, source = build_model(settings, task.model_feature_shape, task)
         optimizer = make_optimizer(settings, device["precision"])
-        self.discard_other_checkpoints(source)
+        self.discard_other_checkpoints(resume_key(self.key_settings(), self.fields_digest(), source))
         checkpoint = CounterCheckpoint(self.paths.checkpoints, model, optimizer, "step")
         self.state.step = self.state.resumed_from = checkpoint.restore_latest()
         train_step, predict = step_functions(model, optimizer, task.loss(), source.built_in is None)
@@ -482,8 +483,8 @@ class TrainingRank:
             self.score_baseline(),
             extra,
             lambda path: learning_curves(history, task.loss_name, path, x="step") if history else None,
+            self.board,
         )
-        self.board.close()
         return summary
 
     def online_record(self, counts: Mapping[str, np.ndarray], seconds: float) -> dict[str, Any]:

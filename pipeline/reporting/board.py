@@ -42,6 +42,7 @@ class Board:
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
         self.writer = None
+        self.trial = False  # a search trial's run: its final loss goes to the HParams plugin
         if directory is not None:
             import tensorflow as tf
 
@@ -54,6 +55,7 @@ class Board:
         """The run's board where train.tensorboard is on and this rank writes the run's files; trial: a
         search trial's {id, hyperparameters}, written first (the HParams dashboard's row)."""
         board = cls(directory if settings.get("tensorboard", True) and writes else None)
+        board.trial = trial is not None
         if trial is not None:
             board.hparams(trial["hyperparameters"], str(trial["id"]))
         return board
@@ -102,13 +104,13 @@ class Board:
         self.flush()
 
     def finished(self, history: Sequence[Mapping[str, Any]], unit: str, test: Mapping[str, Any] | None,
-                 baseline: Mapping[str, Any], score_names: Sequence[str],
-                 final: Mapping[str, Any] | None = None) -> None:  # fmt: skip
-        """The end of a run: the test split's scores and `final` (a search trial's result) at its last unit,
-        the classical baseline's validation scores (`score_names`: the task's; its record's other keys are
+                 baseline: Mapping[str, Any], score_names: Sequence[str], val_loss: float) -> None:  # fmt: skip
+        """The end of a run (any mode: `unit` names its history's epoch, round or step): the test split's
+        scores at its last unit, and a search trial's final `val_loss` (the HParams plugin's metric), the
+        classical baseline's validation scores (`score_names`: the task's; its record's other keys are
         settings) as constant lines over the run (`baseline/...`), and the file closed."""
-        if final:
-            self.scalars(history[-1][unit] if history else 0, final)
+        if self.trial:
+            self.scalars(history[-1][unit] if history else 0, {"hparams/val_loss": val_loss})
         if history:
             first, last = history[0][unit], history[-1][unit]
             if test:

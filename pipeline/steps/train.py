@@ -137,7 +137,4 @@ def train(
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     rolled = rollout_record(task, model, data, meta, settings, comm)  # a next state's, run on itself
     extra = {"hybrid": hybrid, **({"rollout": rolled} if rolled else {})}
-    summary = finish(config, task, model, history, scores, paths, ranks, kept, found, extra)
-    board.finished(history, "epoch", task.metrics(scores.test[1]) if scores.test else None, found, task.scores,
-                   {"hparams/val_loss": summary["val_loss"]} if trial else None)  # fmt: skip  # a trial's metric
-    return summary
+    return finish(config, task, model, history, scores, paths, ranks, kept, found, extra, board=board)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.paths import TrainPaths
+from pipeline.reporting.board import Board
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training.checksum import weights_checksum
 from pipeline.training.kernel import Kept
@@ -116,11 +117,12 @@ class Ranks:
 def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequence[Mapping[str, Any]],
            scores: Scores, paths: TrainPaths, ranks: Ranks, kept: Kept,
            baseline: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
-           curves: Callable[[Path], None] | None = None) -> dict[str, Any]:  # fmt: skip
+           curves: Callable[[Path], None] | None = None, board: Board | None = None) -> dict[str, Any]:  # fmt: skip
     """The summary of the final evaluation (the task's metrics, with a check that every rank holds the same
     weights, the device each rank used and where the model's code came from), and on rank 0 the model, the
     figures and summary.json. extra: more of the summary; curves: draws the learning curves' figure
-    (default: the history's)."""
+    (default: the history's); board: the run's TensorBoard writer, given the test scores and the baseline's
+    lines over the run (Board.finished) and closed."""
     settings = config["train"]
     hvd, rank, size = ranks.hvd, ranks.rank, ranks.size
     _, result = scores.headline
@@ -155,5 +157,8 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
             curves(paths.learning_curves)
         task.figure(result, paths.scores_figure, baseline)
         write_json_atomic(paths.summary, summary)
+    if board is not None:
+        test = task.metrics(scores.test[1]) if scores.test else None
+        board.finished(history, kept.unit, test, baseline, task.scores, summary["val_loss"])
     hvd.join()
     return summary

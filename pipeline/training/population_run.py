@@ -19,6 +19,7 @@ import numpy as np
 from pipeline import Sim2dlError
 from pipeline.formats.metadata import load_metadata
 from pipeline.paths import TrainPaths
+from pipeline.reporting.board import Board
 from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import topology
 from pipeline.training import determinism
@@ -95,8 +96,9 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
 
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     assert outcome.evaluation is not None
+    board = Board.of(settings, paths.tensorboard / "population", rank == 0)  # the kept model's scores, the baseline
     return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,
-                  kept, found, {"population": record, "hybrid": hybrid}, curves)  # fmt: skip
+                  kept, found, {"population": record, "hybrid": hybrid}, curves, board)  # fmt: skip
 
 
 def checked_population(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any) -> Population:

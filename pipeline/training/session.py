@@ -30,10 +30,22 @@ from pipeline.training.tasks import Task, data_spec, make_task
 log = logging.getLogger(__name__)
 
 
-def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_names: Sequence[str] | None) -> Task:
-    """The task for the dataset, its labels checked; errors name the key or field and what was found."""
+def check_settings(
+    settings: Mapping[str, Any], meta: Mapping[str, Any], label_names: Sequence[str] | None, staged: bool = True
+) -> Task:
+    """The task for the dataset, its labels checked (and, `staged`, the shards training reads: online
+    training has none); errors name the key or field and what was found."""
     if not 0 < settings["learning_rate"] < 1:
         raise Sim2dlError(f"config key 'train.learning_rate': {settings['learning_rate']} is not in (0, 1)")
+    if staged:
+        check_staged(meta)
+    task = make_task(settings, data_spec(meta, label_names))
+    task.check()
+    return task
+
+
+def check_staged(meta: Mapping[str, Any]) -> None:
+    """The merged dataset is one training reads: TFRecord shards with a training and a validation split."""
     if not shard_format(meta["format"]).trainable:
         raise Sim2dlError(f"train reads TFRecord shards, not {meta['format']}: set merge.format to tfrecord")
     missing = sorted({"train", "validation"} - set(meta.get("splits", {"train": 0, "validation": 0})))
@@ -48,9 +60,6 @@ def check_settings(settings: Mapping[str, Any], meta: Mapping[str, Any], label_n
             "records (each file or sample goes to a split by a hash: with few inputs, raise its fraction, or "
             "split by sample rather than by file)"
         )
-    task = make_task(settings, data_spec(meta, label_names))
-    task.check()
-    return task
 
 
 def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource) -> str:
@@ -80,20 +89,22 @@ def prepare(
     hvd: Any,
     spatial: tuple[SpatialLayout, Any],
     node_local: tuple[int, int] | None = None,
+    staged: bool = True,
 ) -> tuple[Task, Model, dict]:
     """This rank's device chosen (and the precision policy for it), seeds set, the settings and labels
     checked and the model built and checked, on every rank alike: a configuration error is reported once
     by rank 0 and every rank exits before any data is touched (no MPI_Abort, which can tear down the job
     before rank 0's message is out). node_local: this rank's (rank, count) among the job's ranks on its
-    node, where Horovod sees fewer (a population's trainer). Returns the task, the model and the device's
-    record."""
+    node, where Horovod sees fewer (a population's trainer). `staged`: the data are merged shards (every
+    mode's but online training's, whose `meta` describes the fields as they arrive). Returns the task, the
+    model and the device's record."""
     settings = config["train"]
     apply_threads(settings)
     error, task, model, device = None, None, None, {}
     try:
         device = devices.apply(settings, *(node_local or (hvd.local_rank(), hvd.local_size())))
         determinism.seed_and_fix(settings)
-        task = check_settings(settings, meta, label_names(meta))
+        task = check_settings(settings, meta, label_names(meta), staged)
         from pipeline.training.models import input_shape, model_source
 
         layout = spatial[0]
