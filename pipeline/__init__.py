@@ -21,17 +21,18 @@ config checks); cli.py.
         train.py        merged/, staged -> train/: model, metrics, summary, figures
         online.py       the ensemble and training in one MPI job (train.online) -> raw/, train/
         throughput.py, sweep.py   figures of finished runs
+        inspect.py      `sim2dl inspect`: what existing files hold, and a starter config (the readers'
+                        conventions and events.py's tables say what a layout is; the models which fits)
     formats/        what files hold
         readers/        input formats (HDF5, NetCDF, NumPy, ROOT, Zarr, ADIOS2 BP: bp.py, openPMD:
                         openpmd.py), one file each behind `Reader` (each says what it recognises: a
                         its `Conventions` for inspect); cf.py decodes CF fill values and packing, events.py
-                        event-indexed tables
+                        event-indexed tables (and which of a file's tables inspect proposes as events)
         fields/         values that are not arrays of a file (attributes, run tables, path groups), classes
         shards/         shard formats, one home each (`ShardFormat`: writer, index, reading, verification,
                         tf.data records): tfrecord/, hdf5.py; shard_reader.py reads shards without TensorFlow
         parts.py        ingest's parts of framed records;  metadata.py  metadata.json, read without TensorFlow
         slabs.py        slab shards (merge.slabs): names and checks of a shard's per-depth-slab files
-        inspect.py      `sim2dl inspect`: what existing files hold, and a starter config
     data/           rules about samples several steps share: splits.py (which split a record is in),
                     transforms.py (convert's array transforms, merge's normalisation), deposit.py
                     (particles onto grids: NGP/CIC/TSC, convert.deposit), tables.py (manifest,

@@ -380,7 +380,7 @@ def doctor_main(argv: list[str]) -> int:
 @reports_errors("sim2dl inspect")
 def inspect_main(argv: list[str]) -> int:
     """`sim2dl inspect`: what a few of the files hold, and a starter config for them."""
-    from pipeline.formats import inspect as inspection
+    from pipeline.steps import inspect as inspection
 
     parser = argparse.ArgumentParser(prog="sim2dl inspect", description=inspection.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip

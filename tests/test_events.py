@@ -131,7 +131,7 @@ def test_inspect_proposes_index_tables_and_event_ids_and_its_config_reads_every_
     config with columns and ragged_by / group_by / key, and that config ingests every event."""
     pandas = pytest.importorskip("pandas")
     from pipeline import config as cfg
-    from pipeline.formats.inspect import inspect
+    from pipeline.steps.inspect import inspect
 
     km3 = tmp_path / "km3"
     km3.mkdir()

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from pipeline.data.tables import read_csv, read_rows
-from pipeline.formats.inspect import decide, inspect, survey
 from pipeline.formats.readers import FieldSpec
 from pipeline.formats.shards.shard_reader import ShardReader
 from pipeline.steps.ingest.samples import FileOpener, SamplePlan
 from pipeline.steps.ingest.step import ingest
+from pipeline.steps.inspect import decide, inspect, survey
 
 from .conftest import run_cli, snakemake_configfile, write_config
 from .helpers import CMIP_SOURCE, MODELS, data_half, layout_config, records_by_id, ta_values, write_cmip_like

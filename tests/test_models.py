@@ -272,3 +272,27 @@ def test_sequence_pools_real_steps_only_so_padding_changes_nothing():
     np.testing.assert_allclose(alone, in_batch, rtol=1e-5, atol=1e-6)
     twice = model(np.concatenate([trace, trace], axis=1)).numpy()
     assert not np.allclose(alone, twice, rtol=1e-3), "the model cannot tell a trace from two of it"
+
+
+@pytest.mark.parametrize(
+    ("shape", "plane", "proposed"),
+    [
+        (None, False, ("sequence", 3)),  # the rank differs between files: traces
+        ((None, 4), False, ("sequence", 3)),  # (length, channels) of any length
+        ((100, 4), False, ("sequence", 3)),  # under 8 along one axis: a trace, not an image
+        ((64, 64), False, ("unet2d", 3)),
+        ((8, 32, 3), False, ("unet2d", 3)),
+        ((4, 4, 4), False, ("unet2d", 2)),  # 4 channels: a small 2-D field; pooling allows depth 2
+        ((32, 32, 40), False, ("cosmoflow", 3)),  # 40 channels are a third axis
+        ((32, 32, 40), True, ("unet2d", 3)),  # unless the reader says the array is a plane (thetaMode's modes)
+        ((16, 16, 16, 2), False, ("cosmoflow", 3)),
+        ((10,), False, ("dense", 2)),
+        ((2, 3, 4, 5, 6), False, ("dense", 2)),
+    ],
+)
+def test_inspect_proposes_the_model_whose_own_rule_takes_the_shape_first(shape, plane, proposed):
+    """sim2dl inspect's model for a sample shape comes from the models (each one's proposed_depth, asked
+    in turn); these are the choices inspect made when it named the models itself."""
+    from pipeline.training.models import propose
+
+    assert propose(shape, plane) == proposed

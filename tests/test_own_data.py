@@ -18,7 +18,7 @@ import yaml
 
 from pipeline import Sim2dlError
 from pipeline import config as cfg
-from pipeline.formats.inspect import inspect, survey
+from pipeline.steps.inspect import inspect, survey
 
 from .conftest import REPO, env, run_snakemake, snakemake_configfile
 from .helpers import write_cosmoflow

@@ -116,7 +116,7 @@ def test_inspect_never_crashes_and_every_config_it_writes_validates(tmp_path):
     names what the file holds; never a traceback."""
     from pipeline import Sim2dlError
     from pipeline import config as cfg
-    from pipeline.formats.inspect import inspect
+    from pipeline.steps.inspect import inspect
 
     written, refused = [], {}
     for k, path in enumerate(real_files()):
@@ -142,7 +142,7 @@ def test_inspect_reports_tables_fill_values_and_writes_yaml_that_holds_any_attri
     """Global attributes with ': ', '#', quotes and newlines (CMIP6's source attribute) stay inside the
     YAML's comments and values; a compound table is shown with its columns; fill values are reported."""
     from pipeline import config as cfg
-    from pipeline.formats.inspect import inspect
+    from pipeline.steps.inspect import inspect
 
     text = "seaIce: FESOM 1.4, CIESM (2019): # not a comment\n  'quoted' \"and\" more: {x: [1]}"
     root = tmp_path / "runs"

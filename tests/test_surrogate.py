@@ -279,7 +279,7 @@ def test_inspect_recognises_the_wells_layout_and_proposes_a_next_state_config(tm
     """`sim2dl inspect` on files of The Well's format: a sample per trajectory, the first t0 field the feature,
     no labels, train.task next_state with fno2d, split by trajectory; its config validates and reads every
     trajectory."""
-    from pipeline.formats.inspect import inspect
+    from pipeline.steps.inspect import inspect
 
     from .helpers import data_half
 

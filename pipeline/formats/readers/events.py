@@ -22,12 +22,19 @@ Memory per open file: 16 bytes per event (starts, counts) and, for group_by/key,
 (8 bytes each); never a whole column: sorted id columns are scanned `SCAN_ROWS` rows at a time, and a range
 of events reads only the rows that hold it. Time: one pass over each id column per file opened, and one
 hyperslab per column per range of events.
+
+`sim2dl inspect` asks this module which of a file's tables hold events (`propose_tables`: a group of
+columns beside its `_indices`, else the largest table with an event id column, and the other tables
+with that column keyed by it) and how to name them in a starter config (`starter_tables`), so that the
+knowledge of this layout is in one file; it sees the surveyed arrays' names, kinds, shapes and columns.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -217,3 +224,108 @@ def keyed_samples(
         else:
             values.append(part.mean(axis=0))
     return values
+
+
+# ---------------------------------------------------------------- what `sim2dl inspect` proposes of tables
+
+
+class SurveyedArray(Protocol):
+    """An array as `sim2dl inspect` saw it across files (pipeline.steps.inspect.Field)."""
+
+    path: str
+    kind: str
+    shape: tuple[int | None, ...] | None
+    columns: tuple[tuple[str, str], ...] | None
+    values: int
+
+    @property
+    def numeric(self) -> bool: ...
+
+
+EVENT_ID_COLUMNS = ("group_id", "event_id", "eventid", "evt_id", "event", "event_number", "eventnumber")
+
+
+@dataclass(frozen=True)
+class TableField:
+    """A field proposed from tables: columns with one sample per event (ragged_by, group_by) or a per-event
+    value keyed by the event id (key)."""
+
+    name: str
+    spec: dict[str, Any]
+    uses: tuple[str, ...]  # the arrays and tables it reads (not mapped on their own)
+    rows: int
+    why: str
+
+    @property
+    def events(self) -> bool:
+        return "key" not in self.spec
+
+
+def numeric_column(dtype: str) -> bool:
+    try:
+        return np.dtype(dtype).kind in "biuf"
+    except TypeError:  # a subarray ('float64[3]') or nested column: not proposed
+        return False
+
+
+def table_spec(path: str, columns: Sequence[str], **how: Any) -> dict[str, Any]:
+    shape = [None] if len(columns) == 1 else [None, len(columns)]
+    spec: dict[str, Any] = {"path": path, "columns": list(columns), **how}
+    return spec if "key" in how else {**spec, "shape": shape}
+
+
+def propose_tables(fields: Sequence[SurveyedArray]) -> list[TableField]:
+    """Event-indexed tables in the files: a group of 1-D columns beside an index table (GROUP/_indices:
+    ragged_by); else the largest compound table with an event id column (group_by); and, beside either,
+    the other tables with that id column, keyed by it (their first row per event)."""
+    proposals: list[TableField] = []
+    for index in fields:
+        group, _, leaf = index.path.rpartition("/")
+        if leaf != "_indices" or not group or index.kind != "table" or len(index.columns or ()) < 2:
+            continue
+        columns = [f for f in fields if f.path.rpartition("/")[0] == group and f is not index and f.numeric
+                   and f.shape is not None and len(f.shape) == 1]  # fmt: skip
+        if columns:
+            names = [f.path.rpartition("/")[2] for f in columns]
+            why = f"'{index.path}' indexes the rows of {group}'s columns: one sample per (start, count) row"
+            spec = table_spec(group, names, ragged_by=index.path)
+            proposals.append(TableField(group, spec, (index.path, *(f.path for f in columns)), columns[0].values, why))
+    with_ids = []
+    for table in fields:
+        if table.kind != "table" or table.path.endswith("/_indices") or not table.shape:
+            continue
+        columns = dict(table.columns or ())
+        id_column = next((c for c in columns if c.lower() in EVENT_ID_COLUMNS and numeric_column(columns[c])), None)
+        values = [c for c, dtype in columns.items() if c not in (id_column, "index") and numeric_column(dtype)]
+        if id_column is not None and values:
+            with_ids.append((table, id_column, values))
+    if not proposals and with_ids:
+        table, id_column, values = max(with_ids, key=lambda t: t[0].shape[0] if t[0].shape else 0)
+        why = f"column '{id_column}' of '{table.path}' names the event of each row (sorted): one sample per event"
+        spec = table_spec(table.path, values, group_by=id_column)
+        proposals.append(TableField(table.path, spec, (table.path,), table.values, why))
+    if proposals:
+        used = {path for p in proposals for path in p.uses}
+        for table, id_column, values in with_ids:
+            if table.path not in used:
+                why = f"'{table.path}' has rows per event ('{id_column}'): its first row of each event"
+                spec = table_spec(table.path, values, key=id_column, reduce="first")
+                proposals.append(TableField(table.path, spec, (table.path,), table.values, why))
+    return proposals
+
+
+def starter_tables(tables: Sequence[TableField]) -> tuple[dict[str, Any], str, list[str]]:
+    """A starter config's fields for proposed tables, named after their tables (pandas' KEY/table after
+    its key), the feature (the events' table with the most rows) and the labels (the keyed tables)."""
+    fields: dict[str, Any] = {}
+    for table in tables:
+        name = re.sub(r"\W+", "_", table.name.rstrip("/").split("/")[-1]).strip("_") or "table"
+        if name == "table" and "/" in table.name:  # pandas' KEY/table: the key names it
+            name = re.sub(r"\W+", "_", table.name.split("/")[-2]) or "table"
+        while name in fields:
+            name += "_"
+        fields[name] = table.spec
+    events = [(name, t) for name, t in zip(fields, tables, strict=False) if t.events]
+    feature = max(events, key=lambda pair: pair[1].rows)[0]
+    labels = [name for name, t in zip(fields, tables, strict=False) if not t.events]
+    return fields, feature, labels

@@ -9,7 +9,8 @@
     fno.py        Fourier neural operator, 2-D fields to fields on the same grid (surrogate)
 
 A built-in module has NAME, SPATIAL_DIMS (a feature with that many axes gets a channel axis; None: any),
-TASKS, OPTIONS (its own model_args and their defaults; optional), and
+TASKS, OPTIONS (its own model_args and their defaults; optional), proposed_depth(shape, plane) where
+`sim2dl inspect` may propose it (the depth for a sample of that shape, else None; PROPOSED_IN_ORDER), and
 build(input_shape, outputs, task, args), args being train.depth/width/dense/dropout with
 train.model_args on top; one that can be split across ranks (train.spatial.split) also has
 build_split(input_shape, outputs, task, args, layout, process_set) (pipeline.training.spatial). Adding
@@ -40,7 +41,21 @@ from pipeline.training.models.base import ARGS, ModelError
 
 BUILT_IN: dict[str, ModuleType] = {m.NAME: m for m in (cosmoflow, sequence, unet2d, dense, decoder, fno)}
 
-__all__ = ["BUILT_IN", "ModelSource", "build_model", "input_shape", "model_source"]
+# sim2dl inspect asks these in turn for a starter config's model (each module's proposed_depth)
+PROPOSED_IN_ORDER: tuple[ModuleType, ...] = (sequence, unet2d, cosmoflow, dense)
+
+__all__ = ["BUILT_IN", "ModelSource", "build_model", "input_shape", "model_source", "propose"]
+
+
+def propose(shape: tuple[int | None, ...] | None, plane: bool = False) -> tuple[str, int]:
+    """A built-in model for one sample's feature shape (None: its rank differs between files; `plane`: the
+    reader says the array is a 2-D plane with channels last), and a depth its pooling allows: the first
+    model in PROPOSED_IN_ORDER whose proposed_depth takes the shape (dense takes any)."""
+    for module in PROPOSED_IN_ORDER:
+        depth = module.proposed_depth(shape, plane)
+        if depth is not None:
+            return module.NAME, depth
+    raise AssertionError("dense takes any shape")
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ an input is large enough for the model's pooling."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -96,3 +97,8 @@ def periodic_pad(x: Any, width: int) -> Any:
 
     x = tf.concat([x[:, -width:], x, x[:, :width]], axis=1)
     return tf.concat([x[:, :, -width:], x, x[:, :, :width]], axis=2)
+
+
+def pooling_depth(sides: Sequence[int]) -> int:
+    """A depth (1 to 3) that halving the smallest of `sides` allows: sim2dl inspect's starter choice."""
+    return max(1, min(3, int(math.log2(min(sides)))))

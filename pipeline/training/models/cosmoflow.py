@@ -11,11 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.training.models.base import ModelError, check_pooling, joined_head, pooled_vectors
+from pipeline.training.models.base import ModelError, check_pooling, joined_head, pooled_vectors, pooling_depth
 
 NAME = "cosmoflow"
 SPATIAL_DIMS = 3
 TASKS = ("regression", "classification")
+
+
+def proposed_depth(shape: tuple[int | None, ...] | None, plane: bool) -> int | None:
+    """sim2dl inspect's starter choice (models.propose): 3-D volumes, with or without channels."""
+    if shape is None or None in shape or len(shape) not in (3, 4):
+        return None
+    return pooling_depth(shape[:3])
 
 
 def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any]) -> Any:

@@ -13,6 +13,11 @@ SPATIAL_DIMS = None  # any shape: flattened
 TASKS = ("regression", "classification")
 
 
+def proposed_depth(shape: tuple[int | None, ...] | None, plane: bool) -> int | None:
+    """sim2dl inspect's starter choice (models.propose) where no other model's is: anything, flattened."""
+    return 2
+
+
 def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any]) -> Any:
     import tensorflow as tf
 

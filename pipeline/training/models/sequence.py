@@ -16,6 +16,17 @@ from pipeline.training.models.base import ModelError, joined_head
 NAME = "sequence"
 SPATIAL_DIMS = 1
 TASKS = ("regression", "classification")
+
+
+def proposed_depth(shape: tuple[int | None, ...] | None, plane: bool) -> int | None:
+    """sim2dl inspect's starter choice (models.propose): traces of any length (None: the rank differs
+    between files), or (length, channels) with a varying axis or under 8 along one."""
+    if shape is None:
+        return 3
+    fixed = [d for d in shape if d is not None]
+    return 3 if len(shape) == 2 and not plane and (None in shape or min(fixed) < 8) else None
+
+
 SUM_UNIT = 100.0  # steps: keeps the summed features O(1) at the start of training for traces of hundreds of steps
 
 

@@ -24,11 +24,24 @@ from pipeline.training.models.base import (
     periodic_pad,
     pooled_head,
     pooled_vectors,
+    pooling_depth,
 )
 
 NAME = "unet2d"
 SPATIAL_DIMS = 2
 TASKS = ("segmentation", "classification", "regression", "surrogate", "next_state")
+
+
+def proposed_depth(shape: tuple[int | None, ...] | None, plane: bool) -> int | None:
+    """sim2dl inspect's starter choice (models.propose): 2-D fields (H, W), (H, W, C) with up to 16
+    channels, or any channels where the reader says the array is a plane (a thetaMode mesh's modes)."""
+    if shape is None or None in shape:
+        return None
+    if len(shape) == 2 or (len(shape) == 3 and (plane or shape[2] <= 16)):
+        return pooling_depth(shape[:2])
+    return None
+
+
 OPTIONS = {"periodic": False}  # model_args: periodic padding for fields on a periodic domain
 
 

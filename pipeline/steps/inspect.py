@@ -18,7 +18,9 @@ whose values differ between files are listed as candidate categorical labels (th
 values becomes the label when no array is one). What a format's conventions say (a `Conventions` from its
 reader: ROOT's entries, ADIOS2's steps and openPMD's iterations as samples, openPMD's `source.format`, a
 Gadget snapshot's particles deposited onto a grid with its Header's cosmology as labels) decides where
-it speaks; inspect itself has no branch per format.
+it speaks, event-indexed tables are proposed by the events reader (readers/events.py), and the model by
+the built-in models themselves (each one's `proposed_depth`, asked in turn: training/models); inspect
+itself has no branch per format or model.
 
 Memory and time: listing stops after `MAX_LISTED` matches (a directory of millions of files is not
 walked whole; the files inspected are spread over those listed), and only the files inspected are
@@ -44,7 +46,9 @@ from pipeline import config as cfg
 from pipeline.formats.fields.column import RUN_DIRECTORY, RUNS_TABLES, run_directory
 from pipeline.formats.readers import BY_SUFFIX, READERS, SampleError, is_input_directory
 from pipeline.formats.readers.base import ArrayInfo, Contents, Conventions, Reader
+from pipeline.formats.readers.events import TableField, propose_tables, starter_tables
 from pipeline.storage.fsutil import write_text_atomic
+from pipeline.training.models import propose
 
 MAX_LISTED = 10_000  # matches listed before the files to open are chosen
 # Dimension names that say "one sample per index" (lowercase)
@@ -269,78 +273,6 @@ class Decisions:
     tables: tuple[TableField, ...] = ()  # event-indexed tables proposed (readers/events.py)
 
 
-EVENT_ID_COLUMNS = ("group_id", "event_id", "eventid", "evt_id", "event", "event_number", "eventnumber")
-
-
-@dataclass(frozen=True)
-class TableField:
-    """A field proposed from tables: columns with one sample per event (ragged_by, group_by) or a per-event
-    value keyed by the event id (key)."""
-
-    name: str
-    spec: dict[str, Any]
-    uses: tuple[str, ...]  # the arrays and tables it reads (not mapped on their own)
-    rows: int
-    why: str
-
-    @property
-    def events(self) -> bool:
-        return "key" not in self.spec
-
-
-def numeric_column(dtype: str) -> bool:
-    try:
-        return np.dtype(dtype).kind in "biuf"
-    except TypeError:  # a subarray ('float64[3]') or nested column: not proposed
-        return False
-
-
-def table_spec(path: str, columns: Sequence[str], **how: Any) -> dict[str, Any]:
-    shape = [None] if len(columns) == 1 else [None, len(columns)]
-    spec: dict[str, Any] = {"path": path, "columns": list(columns), **how}
-    return spec if "key" in how else {**spec, "shape": shape}
-
-
-def propose_tables(fields: Sequence[Field]) -> list[TableField]:
-    """Event-indexed tables in the files: a group of 1-D columns beside an index table (GROUP/_indices:
-    ragged_by); else the largest compound table with an event id column (group_by); and, beside either,
-    the other tables with that id column, keyed by it (their first row per event)."""
-    proposals: list[TableField] = []
-    for index in fields:
-        group, _, leaf = index.path.rpartition("/")
-        if leaf != "_indices" or not group or index.kind != "table" or len(index.columns or ()) < 2:
-            continue
-        columns = [f for f in fields if f.path.rpartition("/")[0] == group and f is not index and f.numeric
-                   and f.shape is not None and len(f.shape) == 1]  # fmt: skip
-        if columns:
-            names = [f.path.rpartition("/")[2] for f in columns]
-            why = f"'{index.path}' indexes the rows of {group}'s columns: one sample per (start, count) row"
-            spec = table_spec(group, names, ragged_by=index.path)
-            proposals.append(TableField(group, spec, (index.path, *(f.path for f in columns)), columns[0].values, why))
-    with_ids = []
-    for table in fields:
-        if table.kind != "table" or table.path.endswith("/_indices") or not table.shape:
-            continue
-        columns = dict(table.columns or ())
-        id_column = next((c for c in columns if c.lower() in EVENT_ID_COLUMNS and numeric_column(columns[c])), None)
-        values = [c for c, dtype in columns.items() if c not in (id_column, "index") and numeric_column(dtype)]
-        if id_column is not None and values:
-            with_ids.append((table, id_column, values))
-    if not proposals and with_ids:
-        table, id_column, values = max(with_ids, key=lambda t: t[0].shape[0] if t[0].shape else 0)
-        why = f"column '{id_column}' of '{table.path}' names the event of each row (sorted): one sample per event"
-        spec = table_spec(table.path, values, group_by=id_column)
-        proposals.append(TableField(table.path, spec, (table.path,), table.values, why))
-    if proposals:
-        used = {path for p in proposals for path in p.uses}
-        for table, id_column, values in with_ids:
-            if table.path not in used:
-                why = f"'{table.path}' has rows per event ('{id_column}'): its first row of each event"
-                spec = table_spec(table.path, values, key=id_column, reduce="first")
-                proposals.append(TableField(table.path, spec, (table.path,), table.values, why))
-    return proposals
-
-
 def _lengths_along(result: Survey, path: str, position: int) -> list[int]:
     """The length of one axis of an array in each inspected file."""
     return [a.shape[position] for c in result.contents for a in c.arrays if a.path == path and len(a.shape) > position]
@@ -477,26 +409,6 @@ def is_small(shape: tuple[int | None, ...] | None, field: Field) -> bool:
     return int(np.prod(shape)) <= SMALL_VECTOR if shape else field.values <= SMALL_VECTOR
 
 
-def choose_model(shape: tuple[int | None, ...] | None, plane: bool = False) -> tuple[str, int]:
-    """A built-in model for one sample's feature shape, and a depth its pooling allows (at most 3):
-    (length, channels) traces -> sequence; 2-D fields (H, W) or (H, W, C) with few channels, or any
-    channels where the reader says the array is a plane (`plane`: a thetaMode mesh's modes) -> unet2d;
-    3-D volumes -> cosmoflow; anything else -> dense."""
-    if shape is None:
-        return "sequence", 3
-    if plane and len(shape) == 3 and None not in shape:
-        return "unet2d", max(1, min(3, int(np.log2(min(shape[:2])))))
-    fixed = [d for d in shape if d is not None]
-    if len(shape) == 2 and (None in shape or min(fixed) < 8):
-        return "sequence", 3
-    if len(shape) == 2 or (len(shape) == 3 and shape[2] is not None and shape[2] <= 16 and None not in shape):
-        spatial = shape[:2]
-        return "unet2d", max(1, min(3, int(np.log2(min(spatial)))))
-    if len(shape) in (3, 4) and None not in shape:
-        return "cosmoflow", max(1, min(3, int(np.log2(min(shape[:3])))))
-    return "dense", 2
-
-
 @dataclass
 class StarterChoice:
     """What the starter config maps: every field, the feature(s) and labels chosen, what is left unused,
@@ -602,7 +514,7 @@ def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: 
 def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conventions: Conventions | None, workdir: str,
                      candidates: list[str], skipped: list[str]) -> Sections:  # fmt: skip
     """The starter config's sections, each with the comment lines above it."""
-    model, depth = choose_model(chosen.first_shape, chosen.plane)
+    model, depth = propose(chosen.first_shape, chosen.plane)
     shape = chosen.first_shape
     features, labels, deposit = chosen.features, chosen.labels, chosen.deposit
     vectors = [label for label in labels if chosen.fields.get(label, {}).get("shape")]  # statistics per channel
@@ -768,19 +680,9 @@ def emit(result: Survey, decided: Decisions, sections: Sections) -> tuple[str, d
 
 
 def table_config(result: Survey, decided: Decisions, workdir: str) -> tuple[str, dict[str, Any]]:
-    """A starter config for event-indexed tables: the table with the most rows as the feature (one sample
-    per event), the keyed tables as labels, per-file arrays mapped beside them."""
-    fields: dict[str, Any] = {}
-    for table in decided.tables:
-        name = re.sub(r"\W+", "_", table.name.rstrip("/").split("/")[-1]).strip("_") or "table"
-        if name == "table" and "/" in table.name:  # pandas' KEY/table: the key names it
-            name = re.sub(r"\W+", "_", table.name.split("/")[-2]) or "table"
-        while name in fields:
-            name += "_"
-        fields[name] = table.spec
-    events = [(name, t) for name, t in zip(fields, decided.tables, strict=False) if t.events]
-    feature = max(events, key=lambda pair: pair[1].rows)[0]
-    labels = [name for name, t in zip(fields, decided.tables, strict=False) if not t.events]
+    """A starter config for event-indexed tables (readers/events.py's starter_tables: its fields, the
+    feature and the labels), per-file arrays mapped beside them."""
+    fields, feature, labels = starter_tables(decided.tables)
     skipped = [f"{f.path} ({'per file, not per event' if f in decided.usable else why_left_out(f, len(result.files))})"
                for f in result.fields if not any(f.path in t.uses for t in decided.tables)]  # fmt: skip
     sections: Sections = [
