@@ -18,7 +18,7 @@ from pipeline.training.tasks.base import DataSpec, LabelField
 from pipeline.training.tasks.surrogate import Surrogate, vrmse
 
 from .conftest import REPO, run_cli, write_config
-from .helpers import docs_block
+from .helpers import doc_blocks, docs_block
 
 
 def test_vrmse_is_the_wells_per_sample_ratio_and_the_mean_scores_one():
@@ -163,11 +163,16 @@ def test_the_docs_forward_surrogate_trains_and_answers_a_new_design_point_in_phy
     assert np.median(relative) < 0.05 and relative.max() < 0.5, relative
 
 
-def next_state_task(steps: int = 6, k: int = 2, m: int = 1, horizon: int = 0) -> Any:
+def next_state_task(steps: int = 6, k: int = 2, m: int = 1, horizon: int = 0, parameters: int = 0) -> Any:
+    """A next state on (steps, 8, 8) trajectories; `parameters`: a run's parameter vector of that length
+    given as channels (train.next_state.condition), normalised by convert with mean 3 and std 0.5."""
     from pipeline.training.tasks.next_state import NextState
 
-    data = DataSpec("trajectory", (steps, 8, 8), (), (), feature_statistics={"trajectory": {"mean": 1.0, "std": 2.0}})
-    return NextState({"next_state": {"inputs": k, "outputs": m, "horizon": horizon}}, data)
+    labels = (LabelField("params", (parameters,), "float32", {"mean": 3.0, "std": 0.5}),) if parameters else ()
+    data = DataSpec("trajectory", (steps, 8, 8), labels, ("params",) if parameters else (),
+                    feature_statistics={"trajectory": {"mean": 1.0, "std": 2.0}})  # fmt: skip
+    own = {"inputs": k, "outputs": m, "horizon": horizon, "condition": bool(parameters)}
+    return NextState({"next_state": own}, data)
 
 
 def test_next_state_windows_stay_within_a_trajectory_and_keep_time_order():
@@ -204,14 +209,112 @@ def test_the_rollout_feeds_the_model_its_own_outputs_and_scores_against_persiste
         return (((base * (1 + 0.5 * (t[:, None, None] + 1))) - 1) / 2).reshape(len(x), -1)
 
     normalised = (trajectories - 1) / 2
-    joined = task.rollout_summary([task.rollout(exact, [normalised])])
+    no_labels = np.zeros((2, 0))
+    joined = task.rollout_summary([task.rollout(exact, [(normalised, no_labels)])])
     assert joined["steps"] == 5 and np.allclose(joined["vrmse_per_step"], 0, atol=1e-9)
     expected = [vrmse(trajectories[:, 0], trajectories[:, s]).mean() for s in range(1, 6)]
     np.testing.assert_allclose(joined["persistence_vrmse_per_step"], expected, rtol=1e-9)
 
-    drift = task.rollout_summary([task.rollout(lambda x: (x + 0.5).reshape(len(x), -1), [normalised])])
+    drift = task.rollout_summary([task.rollout(lambda x: (x + 0.5).reshape(len(x), -1), [(normalised, no_labels)])])
     errors = [vrmse(trajectories[:, 0] + (s + 1), trajectories[:, s + 1]).mean() for s in range(5)]
     np.testing.assert_allclose(drift["vrmse_per_step"], errors, rtol=1e-6)  # the model sees float32
+
+
+def test_a_runs_parameters_are_constant_channels_in_every_window_and_rollout_step_and_the_saved_model_takes_them(
+    tmp_path,
+):
+    """train.next_state.condition: each record's parameters (normalised by convert) are channels after the
+    k states, the same in every window of that record and at every step of its rollout; persistence still
+    holds the last state (not a parameter channel); the saved model takes the states and the parameters in
+    their own units as two inputs. Without normalised, vector labels the key is refused by name."""
+    import re
+
+    import tensorflow as tf
+
+    from pipeline import Sim2dlError
+    from pipeline.training.tasks.next_state import NextState
+
+    task = next_state_task(steps=5, k=2, m=1, parameters=3)
+    task.check()
+    assert task.record_labels() == ["params"] and task.model_feature_shape == (8, 8, 2 + 3)
+    x = np.stack([np.stack([np.full((8, 8), 100 * b + t) for t in range(5)]) for b in range(2)]).astype(np.float32)
+    params = np.array([[1, 2, 3], [4, 5, 6]], np.float32)  # normalised, as the shards hold them
+    labels = task.label_tensor([tf.constant(params)], batched=True)
+    inputs, targets = task.windows(tf.constant(x), labels)
+    assert inputs.shape == (2 * 3, 8, 8, 5) and targets.shape == (2 * 3, 64)
+    for window in inputs.numpy():
+        record = int(window[0, 0, 0]) // 100
+        np.testing.assert_array_equal(window[..., 2:], np.broadcast_to(params[record], (8, 8, 3)))
+    last = task.input_field(inputs.numpy().reshape(6, -1))  # persistence: the second state, physical units
+    np.testing.assert_allclose(last[..., 0], inputs.numpy()[..., 1] * 2 + 1)
+
+    seen = []
+
+    def step(states: np.ndarray) -> np.ndarray:  # holds the state; records what it was given
+        seen.append(states[..., 2:].copy())
+        return states[..., 1].reshape(len(states), -1)
+
+    task.rollout(step, [(x, params)])
+    assert len(seen) == 3 and all(np.array_equal(s, np.broadcast_to(params[:, None, None, :], s.shape)) for s in seen)
+
+    state_in = tf.keras.layers.Input((8, 8, 5))
+    network = tf.keras.Model(state_in, tf.keras.layers.Flatten()(state_in[..., 1:2] + state_in[..., 4:5]))
+    saved = task.exported(network)
+    out = saved({"trajectory_now": tf.constant(np.full((1, 8, 8, 2), 3.0, np.float32)),
+                 "params": tf.constant([[3.0, 3.0, 3.5]])})["trajectory"].numpy()  # fmt: skip
+    # the state 3 is 1 in normalised units, the last parameter 3.5 is 1: the network gives 2, which is 5
+    np.testing.assert_allclose(out, np.full((1, 8, 8, 1), 5.0), rtol=1e-6)
+
+    field = LabelField("mask", (8, 8), "float32", {"mean": 0.0, "std": 1.0})  # a field, not a vector
+    refused = [((), "train.next_state.condition"), ((LabelField("params", (3,), "float32"),), "convert.normalise"),
+               ((field,), "train.next_state.condition")]  # fmt: skip
+    for labels, key in refused:
+        data = DataSpec("trajectory", (5, 8, 8), labels, ())
+        with pytest.raises(Sim2dlError, match=re.escape(f"config key '{key}'")):
+            NextState({"next_state": {"condition": True}}, data).check()
+
+
+def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_end_to_end(tmp_path):
+    """The next-state preset with physics drawn per run (growth and drift), each run's parameters given as
+    channels (docs/training.md's `condition` block), trained as a population of two trainers on 2 ranks
+    through the workflow's steps: the summary scores one step on the test runs beside persistence and the
+    linear model, rolls the kept model out over the trajectories, and reports the members' disagreement;
+    the saved model takes a state and the parameters in their own units, and its next state depends on
+    the parameters (a faster growth, more mass)."""
+    import tensorflow as tf
+
+    from pipeline.steps import validated
+
+    config = yaml.safe_load((REPO / "config" / "presets" / "surrogate-next-state.yaml").read_text())
+    [conditioned] = [yaml.safe_load(text) for _, _, text in doc_blocks() if "condition: true" in text]
+    config["convert"].update(conditioned["convert"])
+    config["train"].update(conditioned["train"], width=8, depth=2, model_args={"modes": 4}, batch_size=8)
+    config["train"]["population"] = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 6}
+    config["simulate"].update(samples=64)
+    config["simulate"]["reaction"].update(size=16, steps=40, snapshots=6, t_end=0.5, growth=[0.5, 6.0])
+    config["source"]["fields"] = {"trajectory": {"path": "trajectory", "dtype": "float32", "shape": [6, 16, 16]},
+                                  "params": {"path": "params", "dtype": "float32", "shape": [4]}}  # fmt: skip
+    config.update(workdir=str(tmp_path / "work"), stage={"target": str(tmp_path / "local")})
+    path = write_config(tmp_path, validated(config))
+    for step in ("simulate", "ingest", "convert", "merge", "stage", "train"):
+        run_cli([step, "--config", str(path)], ranks=2, timeout=600)
+    summary = json.loads((tmp_path / "work" / "train" / "summary.json").read_text())
+    assert summary["task"] == "next_state" and summary["scored_on"] == "test" and summary["rounds"] == 2
+    assert summary["persistence_vrmse"]["trajectory"] > 0 and summary["baseline"]["vrmse"]["trajectory"] > 0
+    rollout = summary["rollout"]
+    assert rollout["steps"] == 5 and len(rollout["vrmse_per_step"]) == len(rollout["persistence_vrmse_per_step"]) == 5
+    assert rollout["trajectories"] * 5 == summary["test_records"] > 0  # the test runs, each of 5 windows
+    assert summary["population"]["disagreement"]["records"] == summary["test_records"]
+
+    model = tf.keras.models.load_model(str(tmp_path / "work" / "train" / "model"), compile=False)
+    settings = validated(config)["simulate"]
+    run = reaction.make(settings, np.random.default_rng(10**6))
+    state = run["trajectory"][:1][..., None]  # (1, 16, 16, 1): the first state, its own units
+    slow, fast = run["params"].copy(), run["params"].copy()
+    slow[3], fast[3] = 0.5, 6.0  # the growth rate, the drift kept
+    answers = [model({"trajectory_now": state, "params": p[None]})["trajectory"].numpy() for p in (slow, fast)]
+    assert answers[0].shape == (1, 16, 16, 1) and np.isfinite(answers).all()
+    assert answers[1].mean() > answers[0].mean()  # more growth in one step: the parameters reach the network
 
 
 def write_the_well(path: Path, alpha: float, trajectories: int = 3, steps: int = 6, side: int = 8) -> np.ndarray:

@@ -151,8 +151,9 @@ class PopulationState:
                    list(data["rounds"]))  # fmt: skip
 
 
-def check(config: Mapping[str, Any], ranks: int, meta: Mapping[str, Any]) -> Population:
-    """train.population against the job and the data, before any data is read: errors name the key."""
+def check(config: Mapping[str, Any], ranks: int, meta: Mapping[str, Any], samples_per_record: int = 1) -> Population:
+    """train.population against the job and the data, before any data is read: errors name the key.
+    samples_per_record: the training samples the task cuts from a record (a trajectory's windows)."""
     settings = config["train"]
     population = Population.of(settings, ranks)
     key = "config key 'train.population"
@@ -172,10 +173,11 @@ def check(config: Mapping[str, Any], ranks: int, meta: Mapping[str, Any]) -> Pop
         raise Sim2dlError(f"{key}' with 'train.spatial.split': {settings['spatial']['split']}: a trainer cannot be "
                           f"spatially split (set one of them off)")  # fmt: skip
     expected = tournament_records(population, settings, meta)
-    if expected is not None and expected < settings["batch_size"]:
+    if expected is not None and expected * samples_per_record < settings["batch_size"]:
+        windows = f" ({samples_per_record} samples each)" if samples_per_record > 1 else ""
         raise Sim2dlError(
             f"{key}.tournament_fraction': {population.tournament_fraction} of a trainer's share of "
-            f"the training records is about {expected:.0f} records, fewer than one batch of "
+            f"the training records is about {expected:.0f} records{windows}, fewer than one batch of "
             f"{settings['batch_size']}: raise it or lower train.batch_size"
         )
     return population

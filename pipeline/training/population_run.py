@@ -29,8 +29,10 @@ from pipeline.training.inputs import rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
 from pipeline.training.population import check as check_population
+from pipeline.training.rollout import rollout_record
 from pipeline.training.session import announce_start, prepare, resume_key
 from pipeline.training.spatial.layout import SpatialLayout
+from pipeline.training.tasks import data_spec, make_task
 from pipeline.training.tournament import Trainer, run_rounds
 
 log = logging.getLogger(__name__)
@@ -97,15 +99,18 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     assert outcome.evaluation is not None
     board = Board.of(settings, paths.tensorboard / "population", rank == 0)  # the kept model's scores, the baseline
+    rolled = rollout_record(task, model, data, meta, settings, comm)  # the kept model's, as the train step's
+    extra = {"population": record, "hybrid": hybrid, **({"rollout": rolled} if rolled else {})}
     return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,
-                  kept, found, {"population": record, "hybrid": hybrid}, curves, board)  # fmt: skip
+                  kept, found, extra, curves, board)  # fmt: skip
 
 
 def checked_population(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any) -> Population:
     """train.population checked against the job and the data on every rank alike (an error once, all exit)."""
     error, population = None, None
     try:
-        population = check_population(config, comm.Get_size(), meta)
+        per_record = make_task(config["train"], data_spec(meta)).samples_per_record()  # a trajectory's windows
+        population = check_population(config, comm.Get_size(), meta, per_record)
     except Sim2dlError as e:
         error = e
     all_ok(comm, error)

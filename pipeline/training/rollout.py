@@ -25,7 +25,7 @@ def rollout_record(task: Task, model: Model, data: RankData, meta: Mapping[str, 
     def predict(x: Any) -> Any:
         return model.keras(x, training=False).numpy()
 
-    mine = task.rollout(predict, (x.numpy() for x, _ in batches))
+    mine = task.rollout(predict, ((x.numpy(), y.numpy()) for x, y in batches))
     joined = task.rollout_summary(comm.allgather(mine))
     if not joined:
         return {}

@@ -3,7 +3,10 @@ trajectory (the feature: time x H x W, or time x H x W x channels: several field
 pairs are cut within a run and never across two, and a split keeps every window of a trajectory together
 (merge splits records). Each record gives every window of k + m consecutive states (`windows`, after the
 parse, shuffled across records): the k states as channels in, the m next as channels out. Settings:
-train.next_state {inputs: k, outputs: m, horizon: the rollout's steps (0: to the trajectory's end)}.
+train.next_state {inputs: k, outputs: m, horizon: the rollout's steps (0: to the trajectory's end),
+condition}. With `condition`, the record's labels (the run's parameters: convert.labels, normalised by
+convert) are constant channels after the states, in every window and every step of a rollout, so that
+one network steps runs of different physics (PDEBench's way of giving an FNO or a U-Net its parameters).
 
 Scored as the forward surrogate is (tasks/surrogate.py: VRMSE per sample in physical units; the output is
 named after the feature), one step ahead on the validation and test windows, beside persistence (the last
@@ -29,7 +32,7 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.training.tasks.base import DataSpec, Evaluation, LabelField
-from pipeline.training.tasks.surrogate import Surrogate, in_own_units, vrmse
+from pipeline.training.tasks.surrogate import Surrogate, in_own_units, normalised, vrmse
 
 SPECTRUM_BANDS = 3
 
@@ -45,6 +48,9 @@ class NextState(Surrogate):
         own = settings.get("next_state") or {}
         self.k, self.m = int(own.get("inputs", 1)), int(own.get("outputs", 1))
         self.horizon_setting = int(own.get("horizon", 0))
+        # the run's parameters as constant channels (train.next_state.condition): convert's label fields
+        self.conditions = tuple(data.labels) if own.get("condition") else ()
+        self.condition_width = sum(int(np.prod(f.shape)) for f in self.conditions if None not in f.shape)
         self.trajectory_shape = tuple(data.feature_shape)
         self.rolled_out: dict[str, Any] = {}  # the rollout, once training/rollout.py ran it
         shape = self.trajectory_shape
@@ -64,28 +70,51 @@ class NextState(Surrogate):
         if shape[0] < self.k + self.m:
             raise Sim2dlError(f"config key 'train.next_state': {self.k} inputs and {self.m} outputs need "
                               f"{self.k + self.m} states, the trajectory holds {shape[0]}")  # fmt: skip
+        self.check_conditions()
         stats = self.data.feature_statistics.get(self.data.feature)
         if stats is not None and np.size(stats["mean"]) > 1:
             raise Sim2dlError(f"config key 'convert.per_channel': the trajectory '{self.data.feature}' needs one "
                               "mean and std (a state's values are compared across time steps)")  # fmt: skip
 
+    def check_conditions(self) -> None:
+        """train.next_state.condition: labels to give, each a fixed vector (a run's parameters) that
+        convert normalised (a parameter of 1e-3 would be a channel of near zeros)."""
+        if not self.settings.get("next_state", {}).get("condition"):
+            return
+        if not self.conditions:
+            raise Sim2dlError("config key 'train.next_state.condition': there are no convert.labels to give the "
+                              "model (list the run's parameters there)")  # fmt: skip
+        for f in self.conditions:
+            if None in f.shape or len(f.shape) > 1 or f.integer:
+                raise Sim2dlError(f"config key 'train.next_state.condition': '{f.name}' is not a vector of values "
+                                  f"({f.dtype} {list(f.shape)}): a run's parameters are")  # fmt: skip
+            if f.statistics is None:
+                raise Sim2dlError(f"config key 'convert.normalise': the parameters '{f.name}' given as channels "
+                                  "(train.next_state.condition) must be normalised: list them there")  # fmt: skip
+
     @property
     def model_feature_shape(self) -> tuple[int | None, ...]:
-        return (*self.trajectory_shape[1:3], self.k * self.channels)
+        return (*self.trajectory_shape[1:3], self.k * self.channels + self.condition_width)
 
     def samples_per_record(self) -> int:
         return self.trajectory_shape[0] - self.k - self.m + 1
 
     def record_labels(self) -> list[str]:
-        return []
+        return [f.name for f in self.conditions]  # the targets are cut from the feature (`windows`)
 
     def label_tensor(self, values: Any, batched: bool) -> Any:
+        """The record's parameters (B, P) where the model is given them, else nothing."""
         import tensorflow as tf
 
-        return tf.zeros([0])  # the targets are cut from the feature (`windows`)
+        if not self.conditions:
+            return tf.zeros([0])
+        flat = [tf.reshape(v, [-1, int(np.prod(f.shape))] if batched else [int(np.prod(f.shape))])
+                for v, f in zip(values, self.conditions, strict=True)]  # fmt: skip
+        return tf.cast(tf.concat(flat, -1), tf.float32)
 
     def windows(self, x: Any, y: Any) -> tuple[Any, Any]:
-        """(B, T, H, W[, C]) trajectories -> every window: (B x n, H, W, k C) inputs, (B x n, H W m C) targets."""
+        """(B, T, H, W[, C]) trajectories -> every window: (B x n, H, W, k C [+ P]) inputs (the record's P
+        parameters as constant channels last, with `condition`), (B x n, H W m C) targets."""
         import tensorflow as tf
 
         height, width = self.trajectory_shape[1:3]
@@ -94,8 +123,18 @@ class NextState(Surrogate):
         inputs = tf.stack([states[:, t : t + self.k] for t in range(count)], axis=1)  # (B, n, k, H, W, C)
         targets = tf.stack([states[:, t + self.k : t + self.k + self.m] for t in range(count)], axis=1)
         inputs = tf.reshape(tf.transpose(inputs, [0, 1, 3, 4, 2, 5]), [-1, height, width, self.k * self.channels])
+        if self.conditions:  # each record's parameters beside every one of its windows
+            planes = tf.repeat(tf.cast(y, inputs.dtype), count, axis=0)[:, None, None, :]
+            inputs = tf.concat([inputs, tf.tile(planes, [1, height, width, 1])], axis=-1)
         targets = tf.transpose(targets, [0, 1, 3, 4, 2, 5])
         return inputs, tf.reshape(targets, [-1, height * width * self.m * self.channels])
+
+    def planes(self, conditions: np.ndarray, like: np.ndarray) -> list[np.ndarray]:
+        """The parameters (B, P) as constant channels of states shaped `like` (B, H, W, C): [] without."""
+        if not self.conditions:
+            return []
+        values = np.asarray(conditions, like.dtype).reshape(len(like), 1, 1, -1)
+        return [np.broadcast_to(values, (*like.shape[:3], values.shape[-1]))]
 
     # ---- evaluation: persistence holds the last input state for each of the m steps
     def persisted(self) -> list[LabelField]:
@@ -104,7 +143,8 @@ class NextState(Surrogate):
     def input_field(self, features: np.ndarray) -> np.ndarray:
         """The last input state, in physical units, repeated for each of the m outputs."""
         shape = self.model_feature_shape
-        x = np.asarray(features, np.float64).reshape(len(features), *shape)[..., -self.channels :]
+        last = slice((self.k - 1) * self.channels, self.k * self.channels)  # before any parameters' channels
+        x = np.asarray(features, np.float64).reshape(len(features), *shape)[..., last]
         x = np.concatenate([x] * self.m, axis=-1)
         return self.physical_states(x)
 
@@ -112,6 +152,23 @@ class NextState(Surrogate):
         """States in normalised units to physical ones (the trajectory's normalisation and log1p undone)."""
         feature = self.data.feature
         return in_own_units(x, self.data.feature_statistics.get(feature), feature in self.data.log1p)
+
+    def exported_input(self, model: Any, shape: tuple[int | None, ...] | None = None) -> tuple[Any, Any]:
+        """With `condition`, two inputs: the k states and the run's parameters (each in its own units), the
+        parameters normalised and tiled as channels after the states."""
+        if not self.conditions:
+            return super().exported_input(model)
+        import tensorflow as tf
+
+        layers = tf.keras.layers
+        height, width = self.trajectory_shape[1:3]
+        states, x = super().exported_input(model, (height, width, self.k * self.channels))
+        given = [layers.Input(shape=(int(np.prod(f.shape)),), name=f.name) for f in self.conditions]
+        normal = [normalised(p, f.statistics) for p, f in zip(given, self.conditions, strict=True)]
+        joined = normal[0] if len(normal) == 1 else layers.Concatenate()(normal)
+        # (B, P) -> (B, H, W, P) by layers a saved model keeps (no Lambda: its closure is not saved)
+        planes = layers.UpSampling2D(size=(height, width))(layers.Reshape((1, 1, self.condition_width))(joined))
+        return [states, *given], layers.Concatenate(axis=-1)([x, planes])
 
     # ---- the rollout
     def horizon(self) -> int:
@@ -121,20 +178,22 @@ class NextState(Surrogate):
     def rollout(self, predict: Callable[[np.ndarray], np.ndarray], batches: Any) -> dict[str, Any]:
         """The model fed its own outputs from each trajectory's first k states (normalised units in and out,
         scored in physical units): VRMSE per step of the horizon, persistence's beside it, and the
-        relative error of the power spectrum at the horizon per k band. `batches`: whole trajectories."""
+        relative error of the power spectrum at the horizon per k band. `batches`: whole trajectories and
+        their records' labels (the parameters given as channels at every step, with `condition`)."""
         steps, c = self.horizon(), self.channels
         sums = {"network": np.zeros(steps), "persistence": np.zeros(steps)}
         spectra = {"true": 0.0, "predicted": 0.0}
         count = 0
         examples: dict[str, np.ndarray] = {}
-        for trajectories in batches:
+        for trajectories, conditions in batches:
             states = np.asarray(trajectories, np.float64).reshape(len(trajectories), self.trajectory_shape[0],
                                                                   *self.trajectory_shape[1:3], c)  # fmt: skip
+            planes = self.planes(conditions, states[:, 0])
             window = [states[:, t] for t in range(self.k)]  # each (B, H, W, C); joined as channels t C + c
             last = self.physical_states(states[:, self.k - 1])  # persistence's answer at every step
             predicted_steps = []
             while len(predicted_steps) < steps:
-                x = np.concatenate(window[-self.k :], axis=-1).astype(np.float32)
+                x = np.concatenate([*window[-self.k :], *planes], axis=-1).astype(np.float32)
                 out = np.asarray(predict(x), np.float64).reshape(len(states), *states.shape[2:4], self.m, c)
                 for j in range(self.m):
                     predicted_steps.append(out[..., j, :])

@@ -188,16 +188,7 @@ class Surrogate(Regression):
         import tensorflow as tf
 
         layers = tf.keras.layers
-        shape = self.model_feature_shape
-        clash = self.data.feature in {f.name for f in self.data.labels}  # a next state's input and output
-        inputs = layers.Input(shape=tuple(shape), name=f"{self.data.feature}_now" if clash else self.data.feature)
-        x = inputs
-        stats = self.data.feature_statistics.get(self.data.feature)
-        if stats is not None:
-            mean, std = (np.asarray(stats[k], np.float32) for k in ("mean", "std"))
-            x = layers.Rescaling(1.0 / np.where(std > 0, std, 1.0), offset=-mean / np.where(std > 0, std, 1.0))(x)
-        if len(model.input_shape) == len(shape) + 2:  # the model adds a channel axis
-            x = layers.Reshape((*shape, 1))(x)
+        inputs, x = self.exported_input(model)
         flat = model(x)
         outputs = {}
         for f, entries in self.blocks():
@@ -210,6 +201,21 @@ class Surrogate(Regression):
             outputs[f.name] = layers.Activation("linear", dtype="float32", name=f.name)(y)
         return tf.keras.Model(inputs, outputs, name=f"{model.name}_physical")
 
+    def exported_input(self, model: Any, shape: tuple[int | None, ...] | None = None) -> tuple[Any, Any]:
+        """The saved model's input (the feature in its own units, of `shape`: the model's by default) and
+        what the network gets of it (normalised as convert did, with a channel axis where the model adds
+        one)."""
+        import tensorflow as tf
+
+        layers = tf.keras.layers
+        shape = self.model_feature_shape if shape is None else shape
+        clash = self.data.feature in {f.name for f in self.data.labels}  # a next state's input and output
+        inputs = layers.Input(shape=tuple(shape), name=f"{self.data.feature}_now" if clash else self.data.feature)
+        x = normalised(inputs, self.data.feature_statistics.get(self.data.feature))
+        if len(model.input_shape) == len(shape) + 2:  # the model adds a channel axis
+            x = layers.Reshape((*shape, 1))(x)
+        return inputs, x
+
     def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
         from pipeline.reporting.plots import surrogate_examples
 
@@ -217,6 +223,17 @@ class Surrogate(Regression):
         theirs = (baseline or {}).get("vrmse") or {}
         surrogate_examples(self.physical(evaluation.examples["true"]), self.physical(evaluation.examples["predicted"]),
                            scores, theirs, path)  # fmt: skip
+
+
+def normalised(x: Any, statistics: Mapping[str, Any] | None) -> Any:
+    """A Keras tensor normalised as convert normalised its field (unchanged without statistics)."""
+    if statistics is None:
+        return x
+    import tensorflow as tf
+
+    mean, std = (np.asarray(statistics[k], np.float32) for k in ("mean", "std"))
+    std = np.where(std > 0, std, 1.0).astype(np.float32)
+    return tf.keras.layers.Rescaling(1.0 / std, offset=-mean / std)(x)
 
 
 def in_own_units(x: np.ndarray, statistics: Mapping[str, Any] | None, log1p: bool) -> np.ndarray:
