@@ -333,6 +333,11 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     line = summary["baseline"]["r2"]["params[0]"]  # the baseline's line over the run, as the train step's
     assert board["baseline/r2/params[0]"] == pytest.approx({steps[0]: line, steps[-1]: line})
     assert (work / "train" / "metrics.csv").read_text().count("\n") == len(history) + 1  # every window, as train's
+    from pipeline.paths import Layout
+    from pipeline.reporting.status import train_step
+
+    state = train_step(Layout(work), time.time())  # `sim2dl status`: the start record's unit and length
+    assert (state["unit"], state["at"], state["of"]) == ("step", steps[-1], 12)
     # a longer run continues from the checkpoint: the completed runs are read again from their files, the
     # history goes on from the checkpoint's rows and the best-model record from their best
     config["train"]["online"]["steps"] = 16

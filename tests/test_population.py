@@ -147,6 +147,12 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
     assert summary["kept"]["rounds_trained"] == 3 and summary["kept"]["round"] == record["kept"]["round"]
     history = json.loads((tmp_path / "whole" / "train" / "metrics.json").read_text())
     assert [row["round"] for row in history] == [1, 2, 3]
+    # `sim2dl status` reads the unit and the length from the start record, as for every mode
+    from pipeline.paths import Layout
+    from pipeline.reporting.status import train_step
+
+    state = train_step(Layout(tmp_path / "whole"), time.time())
+    assert (state["unit"], state["at"], state["of"], state["state"]) == ("round", 3, 3, "done")
     # TensorBoard: a run per trainer, a point per round (its losses, the rate it carries), adoptions as text
     for t in (0, 1):
         board = board_events(tmp_path / "whole" / "train" / "tensorboard" / f"trainer-{t}")

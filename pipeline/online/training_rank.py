@@ -336,7 +336,8 @@ class TrainingRank:
         session = self.start()
         steps, every = self.online["steps"], self.online["validate_every_steps"]
         if self.rank == 0:  # what `sim2dl status` reads the run's length from
-            record_start(self.paths, {"ranks": self.size, "online_steps": steps, "resume_from_step": self.state.step})
+            record_start(self.paths, {"unit": "step", "length": steps, "ranks": self.size, "online_steps": steps,
+                                      "resume_from_step": self.state.step})  # fmt: skip
         epochs = self.settings["epochs"]
         rate = schedule(self.settings, self.size, epochs, steps / epochs)
         # train.keep's record continues a resumed run's history; train.patience counts validations

@@ -157,9 +157,10 @@ def train_step(layout: Layout, now: float) -> dict[str, Any]:
     starts = _lines(paths.attempts)
     start = starts[-1] if starts else {}
     history = _json(paths.metrics) or []
-    unit = next((u for u in ("round", "step", "epoch") if history and u in history[0]), None)
+    # every mode's start record names its unit and length (attempts written before they did: inferred)
+    unit = start.get("unit") or next((u for u in ("round", "step", "epoch") if history and u in history[0]), None)
     unit = unit or ("round" if "rounds" in start else "step" if "online_steps" in start else "epoch")
-    total = start.get({"round": "rounds", "step": "online_steps", "epoch": "epochs"}[unit])
+    total = start.get("length", start.get({"round": "rounds", "step": "online_steps", "epoch": "epochs"}[unit]))
     record.update(training_progress(history, unit, total, now), attempts=len(starts))
     if summary is not None:
         record["scored_on"] = summary.get("scored_on")

@@ -116,7 +116,8 @@ def train(
         return evaluate(pipeline, task, predict, comm, counted=layout.spatial_rank == 0)
 
     if rank == 0:
-        announce_start(paths, {"ranks": size, "spatial_split": layout.split, "epochs": settings["epochs"],
+        announce_start(paths, {"unit": "epoch", "length": settings["epochs"], "ranks": size,
+                               "spatial_split": layout.split, "epochs": settings["epochs"],
                                "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
                                "resume_from_epoch": restored.start_epoch})  # fmt: skip
     iterator = training_batches(data, meta, settings, task, model, slab, restored.start_epoch)

@@ -79,7 +79,8 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     model, classical, hybrid = baseline_start(own, meta, task, model, data, comm, 1)  # one fit: every trainer's
     trainer = Trainer(comm, trainer_comm, population)
     if rank == 0:
-        announce_start(paths, {"ranks": size, "trainers": population.trainers,
+        announce_start(paths, {"unit": "round", "length": population.rounds, "ranks": size,
+                               "trainers": population.trainers,
                                "ranks_per_trainer": population.ranks_per_trainer, "rounds": population.rounds,
                                "steps_per_round": population.steps_per_round,
                                "train_records_per_rank": data.records})  # fmt: skip

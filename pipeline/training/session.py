@@ -183,7 +183,8 @@ def label_names(meta: Mapping[str, Any]) -> list[str] | None:
 
 
 def announce_start(paths: TrainPaths, start: Mapping[str, Any]) -> None:
-    """A start of training (with its Slurm job) in the log and in train/attempts.jsonl. Rank 0."""
+    """A start of training (with its Slurm job) in the log and in train/attempts.jsonl: every mode's names
+    its `unit` (epoch, round, step) and `length` (how many), which `sim2dl status` reads. Rank 0."""
     start = {**start, "slurm_job": os.environ.get("SLURM_JOB_ID")}
     log.info(json.dumps({"train": start}))
     record_start(paths, start)
