@@ -141,14 +141,19 @@ BY_HAND = {
 }
 
 
-def figure(result: Mapping[str, Any], path: str) -> float | None:
-    """The number at a dotted path of a benchmark's JSON (None where it has none)."""
-    value: Any = result
-    for key in path.split("."):
-        if not isinstance(value, Mapping) or key not in value:
-            return None
-        value = value[key]
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def figure(result: Any, path: str) -> float | None:
+    """The number at a dotted path of a benchmark's JSON (None where it has none). A key may hold dots
+    itself (bench/surrogate.py's flat 'vrmse.state.network.128'): the longest key that matches is taken."""
+    if not path:
+        return float(result) if isinstance(result, (int, float)) and not isinstance(result, bool) else None
+    if not isinstance(result, Mapping):
+        return None
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        key = ".".join(parts[:cut])
+        if key in result:
+            return figure(result[key], ".".join(parts[cut:]))
+    return None
 
 
 def run_benchmark(argv: Sequence[str]) -> tuple[dict[str, Any] | None, float, str]:
@@ -226,9 +231,13 @@ def record(names: Sequence[str], repeats: int) -> int:
                 break
             runs.append(result)
             seconds.append(wall)
-        if len(runs) == repeats:
+        figures = recorded_figures(runs, better) if len(runs) == repeats else {}
+        if len(runs) == repeats and not figures:  # a record that compares nothing would pass every check
+            print(f"{name}: none of its headline figures {sorted(better)} is in its output", file=sys.stderr)
+            failed.append(name)
+        elif figures:
             benchmarks[name] = {"argv": list(argv), "wall_seconds": [round(s, 1) for s in seconds],
-                                "figures": recorded_figures(runs, better)}  # fmt: skip
+                                "figures": figures}  # fmt: skip
     document = {
         "about": "bench/check.py --record: headline figures of the quick benchmarks, medians of repeated runs "
         "with their noise bands (half-widths)",

@@ -174,7 +174,8 @@ def next_state(steps: int) -> dict[str, Any]:
                   steps_per_epoch=steps, epochs=1, verbose=0)  # fmt: skip
         figures[f"next.seconds.{name}"] = round(time.perf_counter() - start, 1)
         figures[f"next.vrmse.{name}"] = round(one_step(model.predict(x_test, verbose=0))["vrmse"]["trajectory"], 4)
-        rolled = task.rollout_summary([task.rollout(lambda z, m=model: m.predict(z, verbose=0), [(test - mean) / std])])
+        runs = [((test - mean) / std, np.zeros((len(test), 0)))]  # whole trajectories, no parameters given
+        rolled = task.rollout_summary([task.rollout(lambda z, m=model: m.predict(z, verbose=0), runs)])
         figures[f"next.rollout.{name}"] = [round(v, 3) for v in rolled["vrmse_per_step"]]
         figures[f"next.rollout.{name}.below_persistence_at_every_step"] = rolled["below_persistence_at_every_step"]
         figures[f"next.spectrum_relative_error.{name}"] = [round(v, 3) for v in rolled["spectrum_relative_error"]]

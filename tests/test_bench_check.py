@@ -82,3 +82,17 @@ def test_a_failing_benchmark_fails_the_check_and_an_unknown_name_is_refused(chec
     with pytest.raises(SystemExit):
         module.main()
     assert "no benchmark nosuch" in capsys.readouterr().err
+
+
+def test_a_key_holding_dots_is_found_and_a_benchmark_with_no_headline_figure_is_not_recorded(check, capsys):
+    """A benchmark may print flat keys with dots in them ('vrmse.state.network.128'): the headline path finds
+    them; one whose output holds none of its headline figures fails the recording (a record of nothing
+    would pass every later check)."""
+    module, _ = check
+    assert module.figure({"vrmse.state": {"n.128": 0.3}, "a": {"b": 2}}, "vrmse.state.n.128") == 0.3
+    assert module.figure({"a": {"b": 2}}, "a.b") == 2.0 and module.figure({"a": {"b": 2}}, "a.c") is None
+    module.RECORD.unlink(missing_ok=True)
+    (module.REPO / "values.json").write_text("\n".join(json.dumps({"other": 1.0}) for _ in range(3)))
+    assert module.record(["tiny"], 3) == 1
+    assert "none of its headline figures" in capsys.readouterr().err
+    assert "tiny" not in json.loads(module.RECORD.read_text())["benchmarks"]
