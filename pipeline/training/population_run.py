@@ -53,12 +53,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     population = checked_population(config, meta, comm)
     determinism.before_horovod(settings)
     rank, size = comm.Get_rank(), comm.Get_size()
-    number = population.trainer_of(rank)
-    trainer_comm = comm.Split(number, rank)
-    hvd.init(comm=trainer_comm)
-    node = topology(comm, 0)  # the real nodes: a GPU per rank of a node, whatever its trainer
-    on_node = node.node_ranks[node.node]
-    local = (on_node.index(rank), len(on_node))
+    number, trainer_comm, local = trainer_world(comm, population, hvd)
     own = {**config, "train": {**settings, "seed": settings["seed"] + INIT_SEED_STEP * number}}
     own_layout = SpatialLayout(1, trainer_comm.Get_size(), trainer_comm.Get_rank())
     task, model, device = prepare(own, meta, comm, hvd, (own_layout, None), local)
@@ -104,6 +99,19 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     extra = {"population": record, "hybrid": hybrid, **({"rollout": rolled} if rolled else {})}
     return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,
                   kept, found, extra, curves, board)  # fmt: skip
+
+
+def trainer_world(comm: Any, population: Population, hvd: Any) -> tuple[int, Any, tuple[int, int]]:
+    """This rank's trainer: its number, its communicator (Horovod initialised on it: the trainer's ranks,
+    consecutive) and the rank's (place, count) among its node's ranks, whatever their trainers (a GPU per
+    rank of a real node)."""
+    rank = comm.Get_rank()
+    number = population.trainer_of(rank)
+    trainer_comm = comm.Split(number, rank)
+    hvd.init(comm=trainer_comm)
+    node = topology(comm, 0)
+    on_node = node.node_ranks[node.node]
+    return number, trainer_comm, (on_node.index(rank), len(on_node))
 
 
 def checked_population(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any) -> Population:

@@ -224,6 +224,28 @@ def local_rows(
     return (np.concatenate(chunks) if chunks else np.zeros(0, dtype)), home_counts
 
 
+def split_of(row: np.void | None, keyed: bool) -> int:
+    """One row's split number (row_splits'); -1 for no row (the global start)."""
+    if row is None:
+        return -1
+    held = np.empty(1, row.dtype)
+    held[0] = row
+    return int(row_splits(held, keyed)[0])
+
+
+def shard_starts(
+    comm: Any, rows: np.ndarray, shard_bytes: int, n_splits: int, keyed: bool, counts: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where each shard begins among the (globally sorted) rows, and which splits' shards are framed
+    ingest parts as they are: a split's homes (home_starts, where `counts` gives every home's records),
+    else cuts by size (size_starts)."""
+    starts = size_starts(comm, rows, shard_bytes, n_splits, keyed)
+    if counts is None:
+        return starts, np.zeros(n_splits, bool)
+    at_homes, linked = home_starts(comm, rows, counts, n_splits, keyed, shard_bytes)
+    return np.where(linked[row_splits(rows, keyed)], at_homes, starts), linked
+
+
 def previous_row(comm: Any, rows: np.ndarray) -> tuple[np.void | None, bool]:
     """The row just before this rank's first in the global order (None on the rank holding the global
     start), and whether this rank holds the global end."""
@@ -243,13 +265,10 @@ def home_starts(
     that linking makes no small shards: a split of a tenth of the records, say, is copied into shards of
     full size."""
     previous, holds_end = previous_row(comm, rows)
-    held = np.empty(1, rows.dtype)
-    if previous is not None:
-        held[0] = previous
     home, at, splits = rows["home"], rows["home_record"], row_splits(rows, keyed)
     before_home = np.concatenate([[-1 if previous is None else previous["home"]], home[:-1]]).astype(np.int64)
     before_at = np.concatenate([[-1 if previous is None else previous["home_record"]], at[:-1]]).astype(np.int64)
-    before_split = np.concatenate([[-1 if previous is None else row_splits(held, keyed)[0]], splits[:-1]])
+    before_split = np.concatenate([[split_of(previous, keyed)], splits[:-1]])
     finished = (before_home < 0) | (before_at == home_counts[np.maximum(before_home, 0)] - 1)
     new_split = splits != before_split
     starts = (at == 0) & (finished | new_split)
@@ -285,11 +304,8 @@ def size_starts(comm: Any, rows: np.ndarray, shard_bytes: int, n_splits: int, ke
     before_row = np.cumsum(nbytes) - nbytes
     before_in_split = earlier[splits] + before_row - before_row[np.searchsorted(splits, splits, side="left")]
     bins = np.floor(before_in_split * per_byte[splits])
-    first_bin, first_split = -1.0, -1
+    first_bin, first_split = -1.0, split_of(previous, keyed)
     if previous is not None:
-        held = np.empty(1, rows.dtype)
-        held[0] = previous
-        first_split = int(row_splits(held, keyed)[0])
         first_bin = np.floor((earlier[first_split] - int(previous["nbytes"])) * per_byte[first_split])
     previous_bins = np.concatenate([[first_bin], bins[:-1]])
     previous_splits = np.concatenate([[first_split], splits[:-1]])
@@ -405,7 +421,7 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
                  and settings["slabs"] == 1)  # fmt: skip
     split_names = sorted(settings["splits"])
     fractions = [settings["splits"][name] for name in split_names]
-    # With splits a part's records go to several shards: no part is a shard, but each record can still be
+    # Records framed by ingest and left unchanged: a split's parts linked as its shards, or each record
     # copied framed as it is (write.copy_framed_shard) instead of decoded and encoded again.
     framed = (writer_class.format, shard_bytes) if unchanged else None
     rows, local_homes = local_rows(my_stems, first_part, files, spec, settings["sort_by"], widths, framed, fractions,
@@ -416,13 +432,8 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
 
     # 2. The global order; 3. shards, each on the rank where it begins.
     rows = sample_sort(comm, rows, "key")  # keys are unique (sample ids are)
-    n_splits, keyed = max(len(split_names), 1), bool(split_names)
-    starts = size_starts(comm, rows, shard_bytes, n_splits, keyed)
-    linked = np.zeros(n_splits, bool)
-    if framed is not None:
-        counts = home_counts(comm, local_homes, len(files.paths))
-        at_homes, linked = home_starts(comm, rows, counts, n_splits, keyed, shard_bytes)
-        starts = np.where(linked[row_splits(rows, keyed)], at_homes, starts)
+    counts = None if framed is None else home_counts(comm, local_homes, len(files.paths))
+    starts, linked = shard_starts(comm, rows, shard_bytes, max(len(split_names), 1), bool(split_names), counts)
     rows, numbers, first_shard, n_shards = gather_shards(comm, rows, starts)
     cuts = np.flatnonzero(np.diff(numbers)) + 1
     edges = [0, *cuts.tolist(), len(rows)] if len(rows) else [0]
