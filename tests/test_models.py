@@ -239,7 +239,7 @@ def compare(case: Case, seed: int = 0) -> tuple[float, float]:
     minimal = fit_and_score(reference(spatial, shape, outputs, per_pixel, summed=case.data is pulses), case, train,
                             held_out)  # fmt: skip
     tf.keras.utils.set_random_seed(seed)
-    task = SimpleNamespace(per_pixel=per_pixel, output_fields=lambda: list(case.output_shapes))
+    task = SimpleNamespace(per_pixel=per_pixel, output_fields=lambda: list(case.output_shapes), vector_width=0)
     args = {**default_args(), **getattr(case.model, "OPTIONS", {}), **dict(case.options)}
     built = case.model.build(shape, outputs, task, args)
     return fit_and_score(built, case, train, held_out), minimal

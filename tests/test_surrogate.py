@@ -163,15 +163,16 @@ def test_the_docs_forward_surrogate_trains_and_answers_a_new_design_point_in_phy
     assert np.median(relative) < 0.05 and relative.max() < 0.5, relative
 
 
-def next_state_task(steps: int = 6, k: int = 2, m: int = 1, horizon: int = 0, parameters: int = 0) -> Any:
+def next_state_task(steps: int = 6, k: int = 2, m: int = 1, horizon: int = 0, parameters: int = 0,
+                    condition: bool | str = True) -> Any:  # fmt: skip
     """A next state on (steps, 8, 8) trajectories; `parameters`: a run's parameter vector of that length
-    given as channels (train.next_state.condition), normalised by convert with mean 3 and std 0.5."""
+    given by `condition` (train.next_state.condition), normalised by convert with mean 3 and std 0.5."""
     from pipeline.training.tasks.next_state import NextState
 
     labels = (LabelField("params", (parameters,), "float32", {"mean": 3.0, "std": 0.5}),) if parameters else ()
     data = DataSpec("trajectory", (steps, 8, 8), labels, ("params",) if parameters else (),
                     feature_statistics={"trajectory": {"mean": 1.0, "std": 2.0}})  # fmt: skip
-    own = {"inputs": k, "outputs": m, "horizon": horizon, "condition": bool(parameters)}
+    own = {"inputs": k, "outputs": m, "horizon": horizon, "condition": condition if parameters else False}
     return NextState({"next_state": own}, data)
 
 
@@ -274,19 +275,55 @@ def test_a_runs_parameters_are_constant_channels_in_every_window_and_rollout_ste
             NextState({"next_state": {"condition": True}}, data).check()
 
 
+@pytest.mark.parametrize("model", ["fno2d", "unet2d"])
+def test_a_conditioning_vector_modulates_every_block_and_is_not_convolved(model):
+    """train.next_state.condition: vector: the built-in reads the parameters' channels as one vector (at
+    one pixel) that scales and shifts each block's features (FiLM). Untrained, the modulation is the
+    identity, so the output does not depend on the parameters at all (they are not convolved as channels:
+    as channels they would change it); with the modulation's kernels set, it does, and only through them."""
+    import tensorflow as tf
+
+    from pipeline.training.models import build_model
+
+    task = next_state_task(steps=5, k=2, m=1, parameters=3, condition="vector")
+    task.check()
+    assert task.model_feature_shape == (8, 8, 2 + 3) and task.vector_width == 3
+    settings = {"model": model, "depth": 2, "width": 8, "dense": 16, "dropout": 0.0, "model_args": {"modes": 3}}
+    if model == "unet2d":
+        settings["model_args"] = {}
+    network, _ = build_model(settings, task.model_feature_shape, task)
+    rng = np.random.default_rng(1)
+    states = rng.normal(size=(2, 8, 8, 2)).astype(np.float32)
+
+    def answer(params: list[float]) -> np.ndarray:
+        planes = np.broadcast_to(np.asarray(params, np.float32), (2, 8, 8, 3))
+        return network(tf.constant(np.concatenate([states, planes], axis=-1))).numpy()
+
+    np.testing.assert_allclose(answer([0, 0, 0]), answer([5, -3, 2]), atol=1e-6)
+    modulation = [w for w in network.weights if "dense" in w.name and "kernel" in w.name and not np.any(w.numpy())]
+    assert len(modulation) >= 2 * 2  # a scale and a shift per block
+    for w in modulation:
+        w.assign(rng.normal(scale=0.3, size=w.shape))
+    assert np.abs(answer([0, 0, 0]) - answer([5, -3, 2])).max() > 1e-3
+    as_channels, _ = build_model(settings, task.model_feature_shape, next_state_task(steps=5, k=2, m=1, parameters=3))
+    first = next(w for w in as_channels.weights if "conv" in w.name and "kernel" in w.name)
+    assert first.shape[-2] == 2 + 3  # as channels: convolved with the states
+
+
 def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_end_to_end(tmp_path):
     """The next-state preset with physics drawn per run (growth and drift), each run's parameters given as
-    channels (docs/training.md's `condition` block), trained as a population of two trainers on 2 ranks
-    through the workflow's steps: the summary scores one step on the test runs beside persistence and the
-    linear model, rolls the kept model out over the trajectories, and reports the members' disagreement;
-    the saved model takes a state and the parameters in their own units, and its next state depends on
-    the parameters (a faster growth, more mass)."""
+    a conditioning vector (FiLM: docs/training.md's `condition: vector` block), trained as a population of
+    two trainers on 2 ranks through the workflow's steps: the summary scores one step on the test runs
+    beside persistence and the linear model, rolls the kept model out over the trajectories, and reports
+    the members' disagreement (per output in its own units, beside the kept model's error); the saved model
+    takes a state and the parameters in their own units, and its next state depends on the parameters (a
+    faster growth, more mass)."""
     import tensorflow as tf
 
     from pipeline.steps import validated
 
     config = yaml.safe_load((REPO / "config" / "presets" / "surrogate-next-state.yaml").read_text())
-    [conditioned] = [yaml.safe_load(text) for _, _, text in doc_blocks() if "condition: true" in text]
+    [conditioned] = [yaml.safe_load(text) for _, _, text in doc_blocks() if "condition: vector" in text]
     config["convert"].update(conditioned["convert"])
     config["train"].update(conditioned["train"], width=8, depth=2, model_args={"modes": 4}, batch_size=8)
     config["train"]["population"] = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 6}
@@ -304,7 +341,17 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
     rollout = summary["rollout"]
     assert rollout["steps"] == 5 and len(rollout["vrmse_per_step"]) == len(rollout["persistence_vrmse_per_step"]) == 5
     assert rollout["trajectories"] * 5 == summary["test_records"] > 0  # the test runs, each of 5 windows
-    assert summary["population"]["disagreement"]["records"] == summary["test_records"]
+    spread = summary["population"]["disagreement"]
+    assert spread["records"] == summary["test_records"]
+    # in the states' own units: convert's std times the normalised figures (the mean cancels in both)
+    from pipeline.paths import Layout
+
+    std = json.loads(Layout(tmp_path / "work").metadata.read_text())["statistics"]["trajectory"]["std"]
+    in_units = spread["by_output"]["trajectory"]
+    assert std != pytest.approx(1, abs=0.1) and in_units["member_std"] > 0
+    assert in_units["member_std"] == pytest.approx(spread["mean_member_std"] * std, rel=1e-4)
+    assert in_units["kept_rmse"] == pytest.approx(np.sqrt(spread["kept_mean_squared_error"]) * std, rel=1e-4)
+    assert in_units["std_over_rmse"] == pytest.approx(in_units["member_std"] / in_units["kept_rmse"])
 
     model = tf.keras.models.load_model(str(tmp_path / "work" / "train" / "model"), compile=False)
     settings = validated(config)["simulate"]

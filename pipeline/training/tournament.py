@@ -29,7 +29,7 @@ rank's tournament and validation records (serialized, read once) where they tota
 round: steps_per_round steps, two (pairwise) or one tournament pass over the trainer's tournament set, T
 passes over the rank's share of the validation split, and the transfers. At the end, the members'
 disagreement (`disagreement`): T + 1 passes over at most DISAGREEMENT_RECORDS test records per rank, whose
-outputs it holds (records x outputs x (T + 1) floats).
+outputs it holds (records x outputs x (T + 1) floats; a surrogate's per output in its own units too).
 """
 
 from __future__ import annotations
@@ -219,7 +219,9 @@ class Rounds:
         """The members' disagreement as an uncertainty estimate, on the test split (else validation): per
         record the standard deviation of the members' outputs (normalised units, averaged over the outputs)
         and the kept model's squared error; their means and the rank correlation between them (above 0: the
-        population disagrees more where the kept model is wrong). At most DISAGREEMENT_RECORDS per rank."""
+        population disagrees more where the kept model is wrong); where the task's outputs have units (a
+        surrogate's), per output the members' standard deviation beside the kept model's root mean squared
+        error in those units. At most DISAGREEMENT_RECORDS per rank."""
         pipeline = self.data.evaluation_input(split, self.meta, self.settings, self.task, self.model.input_shape)
         batches = []
         for x, y in pipeline:
@@ -231,20 +233,32 @@ class Rounds:
             exchange.unpack(self.variables(), weights)
             outputs.append(np.concatenate([self.predict(x, y)[0].numpy() for x, y in batches]) if batches else None)
         exchange.unpack(self.variables(), kept)
-        mine = np.zeros((0, 2))
+        mine, by_output = np.zeros((0, 2)), {}
         if batches:
             labels = np.concatenate([y for _, y in batches]).reshape(len(outputs[-1]), -1)
-            spread = np.stack([o.reshape(len(labels), -1) for o in outputs[:-1]]).std(axis=0).mean(axis=1)
-            error = ((outputs[-1].reshape(len(labels), -1) - labels) ** 2).mean(axis=1)
+            flat = np.stack([o.reshape(len(labels), -1) for o in outputs])
+            spread = flat[:-1].std(axis=0).mean(axis=1)
+            error = ((flat[-1] - labels) ** 2).mean(axis=1)
             mine = np.column_stack([spread, error])
+            by_output = self.task.disagreement_by_output(flat[:-1], flat[-1], labels)
         both = np.concatenate(self.trainer.world.allgather(mine))
+        gathered = self.trainer.world.allgather(by_output)
         if len(both) < 3:
             return {"split": split, "records": len(both)}
         ranks = np.argsort(np.argsort(both, axis=0), axis=0).astype(np.float64)
         correlation = float(np.corrcoef(ranks[:, 0], ranks[:, 1])[0, 1])
-        return {"split": split, "records": len(both), "members": len(members),
-                "mean_member_std": float(both[:, 0].mean()), "kept_mean_squared_error": float(both[:, 1].mean()),
-                "rank_correlation_with_error": correlation}  # fmt: skip
+        summary = {"split": split, "records": len(both), "members": len(members),
+                   "mean_member_std": float(both[:, 0].mean()), "kept_mean_squared_error": float(both[:, 1].mean()),
+                   "rank_correlation_with_error": correlation}  # fmt: skip
+        names = next((list(g) for g in gathered if g), [])
+        if names:  # in each output's own units: how far apart the members are against how far off the kept one is
+            summary["by_output"] = {}
+            for name in names:
+                rows = np.concatenate([g[name] for g in gathered if g])
+                std, rmse = float(rows[:, 0].mean()), float(np.sqrt((rows[:, 1] ** 2).mean()))
+                summary["by_output"][name] = {"member_std": std, "kept_rmse": rmse,
+                                              "std_over_rmse": std / rmse if rmse else None}  # fmt: skip
+        return summary
 
     def one_round(self, round_number: int) -> bool:
         """Steps, tournament, validation of every model, the kept model, the record and the checkpoints of

@@ -90,6 +90,36 @@ def field_heads(x: Any, shapes: Sequence[Sequence[int]], args: Mapping[str, Any]
     return layers.Activation("linear", dtype="float32")(joined)
 
 
+def conditioned(inputs: Any, width: int, args: Mapping[str, Any]) -> tuple[Any, Any]:
+    """A (B, H, W, C + P) input whose last `width` channels are a vector constant over the grid (a run's
+    parameters: task.vector_width) as the fields (B, H, W, C) and the vector's embedding (B, dense): one
+    dense layer (GELU) on the P values read at one pixel. Without them: (inputs, None)."""
+    if not width:
+        return inputs, None
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    fields = inputs[..., :-width]  # sliced by Keras' own op layers, which a saved model keeps
+    vector = inputs[:, 0, 0, -width:]
+    return fields, layers.Dense(args["dense"], activation="gelu")(vector)
+
+
+def film(x: Any, embedding: Any) -> Any:
+    """Feature-wise linear modulation (FiLM, Perez et al., AAAI 2018): each channel of a (B, H, W, F) map
+    scaled and shifted by amounts learnt from the conditioning vector's embedding. The scale starts at 1
+    and the shift at 0 (zero kernels), so an untrained block is unmodulated. Unchanged without one."""
+    if embedding is None:
+        return x
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    channels = int(x.shape[-1])
+    scale = layers.Dense(channels, kernel_initializer="zeros", bias_initializer="ones")(embedding)
+    shift = layers.Dense(channels, kernel_initializer="zeros")(embedding)
+    scaled = layers.Multiply()([x, layers.Reshape((1, 1, channels))(scale)])
+    return layers.Add()([scaled, layers.Reshape((1, 1, channels))(shift)])
+
+
 def periodic_pad(x: Any, width: int) -> Any:
     """Pad a (B, H, W, C) map by `width` on each side with the opposite edge's values (a periodic domain:
     a 3x3 convolution with width 1 and padding 'valid' then sees across the boundary)."""

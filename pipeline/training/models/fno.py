@@ -2,7 +2,9 @@
 1x1 convolution lifts the input's channels to `width`, then `depth` blocks of a spectral convolution (the
 lowest `modes` x `modes` Fourier modes of each channel mixed by learnt complex weights, the rest
 dropped) plus a 1x1 convolution, GELU between blocks; then a head per output field (base.field_heads). A
-spectral convolution is global and periodic: the operator sees the whole domain in one layer.
+spectral convolution is global and periodic: the operator sees the whole domain in one layer. Given a
+conditioning vector (task.vector_width: a run's parameters), every block's output is modulated by it
+(base.film) and the parameters are not convolved as channels.
 
 No maintained TensorFlow/Keras FNO exists (neuraloperator and PhysicsNeMo are PyTorch); this one is
 checked against a numpy FFT reference (tests/test_surrogate.py). tf.signal's 2-D FFTs transform the last two
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.training.models.base import ModelError, field_heads
+from pipeline.training.models.base import ModelError, conditioned, field_heads, film
 
 NAME = "fno2d"
 SPATIAL_DIMS = 2
@@ -93,9 +95,11 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
         raise ModelError("model 'fno2d' maps fields to fields: the task has no output fields (train.task: surrogate)")
     spectral = spectral_conv_layer()
     inputs = layers.Input(shape=tuple(input_shape))
-    x = layers.Conv2D(args["width"], 1)(inputs)
+    states, embedding = conditioned(inputs, task.vector_width, args)  # a run's parameters: FiLM per block
+    x = layers.Conv2D(args["width"], 1)(states)
     for block in range(max(args["depth"], 1)):
         x = layers.Add()([spectral(args["width"], modes)(x), layers.Conv2D(args["width"], 1)(x)])
+        x = film(x, embedding)
         if block < args["depth"] - 1:
             x = layers.Activation("gelu")(x)
     x = layers.Activation("gelu")(layers.Conv2D(args["dense"], 1)(x))

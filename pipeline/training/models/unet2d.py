@@ -4,7 +4,8 @@ up with skip connections. Segmentation: a 1x1 convolution to per-pixel class log
 outputs: a head per output field on the last map (base.field_heads); classification or regression: the
 pooled head on every encoder level (base.pooled_head). model_args `periodic: true` pads every convolution
 periodically (fields on a periodic domain: no artificial boundary). H and W must be divisible by
-2^depth (the skips join equal shapes).
+2^depth (the skips join equal shapes). Given a conditioning vector (task.vector_width: a run's
+parameters), every block is modulated by it (base.film) and the parameters are not convolved as channels.
 
 No batch normalisation (measured in tests/test_models.py): with a rank's batch of 16 it makes every feature
 relative to the batch it came in, so a class given by a field's absolute mean was learned to accuracy 0.73
@@ -20,7 +21,9 @@ from typing import Any
 from pipeline.training.models.base import (
     ModelError,
     check_pooling,
+    conditioned,
     field_heads,
+    film,
     periodic_pad,
     pooled_head,
     pooled_vectors,
@@ -52,12 +55,14 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
     fields = task.output_fields()  # a surrogate's outputs: a head per field on the decoder's last map
     check_input(input_shape, args, task.per_pixel or bool(fields))
     inputs = layers.Input(shape=tuple(input_shape))
-    x, skips = encoder(inputs, args)
+    fields_in, embedding = conditioned(inputs, task.vector_width, args)  # a run's parameters: FiLM per block
+    x, skips = encoder(fields_in, args, embedding)
     if not task.per_pixel and not fields:
         return tf.keras.Model(inputs, pooled_head([*skips, x], outputs, args), name=NAME)
     for level in reversed(range(args["depth"])):
         x = layers.Conv2DTranspose(args["width"] * 2**level, 2, strides=2)(x)
         x = _block(layers.Concatenate()([x, skips[level]]), args["width"] * 2**level, args.get("periodic", False))
+        x = film(x, embedding)
     x = layers.Dropout(args["dropout"])(x)
     if fields:
         return tf.keras.Model(inputs, field_heads(x, fields, args), name=NAME)
@@ -77,16 +82,17 @@ def check_input(input_shape: Sequence[int | None], args: Mapping[str, Any], per_
     check_pooling(NAME, input_shape[:2], args["depth"], must_divide=per_pixel)
 
 
-def encoder(inputs: Any, args: Mapping[str, Any]) -> tuple[Any, list[Any]]:
-    """`depth` levels of two convolutions and pooling, then the bottom block: (its output, each level's)."""
+def encoder(inputs: Any, args: Mapping[str, Any], embedding: Any = None) -> tuple[Any, list[Any]]:
+    """`depth` levels of two convolutions and pooling, then the bottom block: (its output, each level's);
+    each block modulated by the conditioning vector's `embedding` where there is one (base.film)."""
     import tensorflow as tf
 
     x, skips, periodic = inputs, [], args.get("periodic", False)
     for level in range(args["depth"]):
-        x = _block(x, args["width"] * 2**level, periodic)
+        x = film(_block(x, args["width"] * 2**level, periodic), embedding)
         skips.append(x)
         x = tf.keras.layers.MaxPool2D(2)(x)
-    return _block(x, args["width"] * 2 ** args["depth"], periodic), skips
+    return film(_block(x, args["width"] * 2 ** args["depth"], periodic), embedding), skips
 
 
 def _block(x: Any, filters: int, periodic: bool = False) -> Any:

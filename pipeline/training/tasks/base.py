@@ -114,6 +114,9 @@ class Task:
     needs_labels = True  # False: the targets come from the feature itself (a next state)
     rolls_out = False  # True: after training, `rollout` runs the model on its own outputs (a next state)
     windowed = False  # True: a record gives several samples (`windows`), cut after the parse
+    # the last channels of a sample that are a vector constant over the grid (a run's parameters), which a
+    # built-in model reads as one vector to modulate its features by (models/base.film), not as channels
+    vector_width = 0
     # the classical baseline (pipeline.training.baseline): what it fits to the statistics
 
     def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:
@@ -212,6 +215,13 @@ class Task:
     def baseline_features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
         """The baseline's inputs for a batch: per-sample statistics, or per pixel the channels."""
         return channels_per_pixel(x, spatial_dims) if self.per_pixel else summary_statistics(x, spatial_dims)
+
+    def disagreement_by_output(self, members: np.ndarray, kept: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+        """A population's disagreement per output in the outputs' own units: per output name, per record
+        (the members' standard deviation, the kept model's root mean squared error), each averaged over the
+        output's entries. members (T, N, outputs), kept and labels (N, outputs), in the model's units.
+        {} where the outputs have no units of their own (class logits)."""
+        return {}
 
     def exported(self, model: Any) -> Any:
         """The model as it is saved (a task may wrap it to take and give values in their own units)."""

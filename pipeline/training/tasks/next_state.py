@@ -6,7 +6,9 @@ parse, shuffled across records): the k states as channels in, the m next as chan
 train.next_state {inputs: k, outputs: m, horizon: the rollout's steps (0: to the trajectory's end),
 condition}. With `condition`, the record's labels (the run's parameters: convert.labels, normalised by
 convert) are constant channels after the states, in every window and every step of a rollout, so that
-one network steps runs of different physics (PDEBench's way of giving an FNO or a U-Net its parameters).
+one network steps runs of different physics (PDEBench's way of giving an FNO or a U-Net its parameters);
+`condition: vector` has a built-in model read those channels as one vector that scales and shifts the
+features of every block (FiLM) instead of convolving them (`vector_width`).
 
 Scored as the forward surrogate is (tasks/surrogate.py: VRMSE per sample in physical units; the output is
 named after the feature), one step ahead on the validation and test windows, beside persistence (the last
@@ -35,6 +37,8 @@ from pipeline.training.tasks.base import DataSpec, Evaluation, LabelField
 from pipeline.training.tasks.surrogate import Surrogate, in_own_units, normalised, vrmse
 
 SPECTRUM_BANDS = 3
+# train.next_state.condition: how the model is given a run's parameters (true: as channels, as before)
+CONDITIONS = {False: None, True: "channels", "channels": "channels", "vector": "vector"}
 
 
 class NextState(Surrogate):
@@ -48,9 +52,12 @@ class NextState(Surrogate):
         own = settings.get("next_state") or {}
         self.k, self.m = int(own.get("inputs", 1)), int(own.get("outputs", 1))
         self.horizon_setting = int(own.get("horizon", 0))
-        # the run's parameters as constant channels (train.next_state.condition): convert's label fields
-        self.conditions = tuple(data.labels) if own.get("condition") else ()
+        # the run's parameters (train.next_state.condition): convert's label fields, as constant channels
+        # after the states; `vector`: which a built-in model reads as one vector (FiLM) instead
+        self.condition = CONDITIONS[own.get("condition", False)]
+        self.conditions = tuple(data.labels) if self.condition else ()
         self.condition_width = sum(int(np.prod(f.shape)) for f in self.conditions if None not in f.shape)
+        self.vector_width = self.condition_width if self.condition == "vector" else 0
         self.trajectory_shape = tuple(data.feature_shape)
         self.rolled_out: dict[str, Any] = {}  # the rollout, once training/rollout.py ran it
         shape = self.trajectory_shape
@@ -79,7 +86,7 @@ class NextState(Surrogate):
     def check_conditions(self) -> None:
         """train.next_state.condition: labels to give, each a fixed vector (a run's parameters) that
         convert normalised (a parameter of 1e-3 would be a channel of near zeros)."""
-        if not self.settings.get("next_state", {}).get("condition"):
+        if not self.condition:
             return
         if not self.conditions:
             raise Sim2dlError("config key 'train.next_state.condition': there are no convert.labels to give the "

@@ -143,6 +143,21 @@ class Surrogate(Regression):
     def evaluated_records(self, evaluation: Evaluation) -> int:
         return int(evaluation.sums["n"][0])
 
+    def disagreement_by_output(self, members: np.ndarray, kept: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+        """Per output, per record: the members' standard deviation and the kept model's root mean squared
+        error, in the output's own units (convert's normalisation and log1p undone), averaged over its
+        entries."""
+        each = [self.physical(m) for m in members]
+        mine, truth = self.physical(kept), self.physical(labels)
+        out = {}
+        for f in self.data.labels:
+            axes = tuple(range(1, truth[f.name].ndim))
+            spread = np.stack([e[f.name] for e in each]).std(axis=0)
+            spread = spread.mean(axis=axes) if axes else spread
+            error = (mine[f.name] - truth[f.name]) ** 2
+            out[f.name] = np.column_stack([spread, np.sqrt(error.mean(axis=axes) if axes else error)])
+        return out
+
     # ---- against the classical emulator
     def below_baseline(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
         """The outputs whose VRMSE is above the emulator's by more than RELATIVE_MARGIN of it (VRMSE is a
