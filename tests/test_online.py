@@ -118,8 +118,7 @@ def test_online_config_errors_name_the_key(tmp_path):
     # what online training cannot honour is refused by its key, not ignored
     for key, value, message in [("augment", {"flips": [0]}, r"'train.augment.flips': online training does not"),
                                 ("augment_eval", True, r"'train.augment_eval'"),
-                                ("population", {"enabled": True}, r"'train.population.enabled'"),
-                                ("task", "next_state", r"'train.task': online training takes one sample")]:  # fmt: skip
+                                ("population", {"enabled": True}, r"'train.population.enabled'")]:  # fmt: skip
         refused = online_config(tmp_path)
         refused["train"][key] = {**refused["train"][key], **value} if isinstance(value, dict) else value
         with pytest.raises(Sim2dlError, match=message):

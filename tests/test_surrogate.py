@@ -364,6 +364,49 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
     assert answers[1].mean() > answers[0].mean()  # more growth in one step: the parameters reach the network
 
 
+def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
+    """docs/training.md's online surrogate block, smaller: one producer runs the reaction simulator over a
+    design of physics, one rank trains fno2d (FiLM-conditioned) on each run's whole trajectory as it
+    arrives, cut into windows per batch; the held-out runs score one step beside persistence and the
+    linear model and are rolled out; the saved model steps a state given the parameters in their units."""
+    import sys
+
+    import tensorflow as tf
+
+    from .conftest import make_config
+    from .helpers import docs_block
+
+    config = docs_block("reaction_run")
+    del config["workdir"]
+    command = config["simulate"]["command"]
+    for flag, value in (("--size", "16"), ("--steps", "20"), ("--snapshots", "6"), ("--t-end", "0.5")):
+        command[command.index(flag) + 1] = value
+    command[0] = sys.executable
+    config["simulate"].update(runs=16, run_timeout_s=60)
+    config["source"]["fields"]["trajectory"]["shape"] = [6, 16, 16]
+    config["train"].update(batch_size=4, depth=2, width=8, dense=16, model_args={"modes": 4})
+    config["train"]["online"].update(steps=12, validate_every_steps=4, validation_every_run=4, statistics_runs=2,
+                                     buffer={"capacity": 16, "watermark": 4, "max_reuse": 0})  # fmt: skip
+    config = make_config(tmp_path, **config)
+    proc = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    online = summary["online"]
+    assert summary["task"] == "next_state" and online["steps"] == 12 and online["refused"] == 0
+    # a run is one trajectory: 12 trained on, every 4th of the 16 held out; each gives 5 windows
+    assert (online["samples"]["arrived"], online["samples"]["validation"]) == (12, 4)
+    assert summary["validation_records"] == 4 * 5 and set(online["statistics"]) == {"trajectory", "params"}
+    assert summary["persistence_vrmse"]["trajectory"] > 0 and summary["baseline"]["vrmse"]["trajectory"] > 0
+    rollout = summary["rollout"]
+    assert (rollout["split"], rollout["steps"], rollout["trajectories"]) == ("validation", 5, 4)
+    assert len(rollout["vrmse_per_step"]) == len(rollout["persistence_vrmse_per_step"]) == 5
+    train = tmp_path / "work" / "train"
+    assert (train / "scores.png").stat().st_size and (train / "learning_curves.png").stat().st_size
+    model = tf.keras.models.load_model(str(train / "model"), compile=False)
+    state = np.full((1, 16, 16, 1), 0.5, np.float32)
+    answer = model({"trajectory_now": state, "params": np.array([[0.1, 0.1, 0.002, 3.0]], np.float32)})
+    assert answer["trajectory"].shape == (1, 16, 16, 1) and np.isfinite(answer["trajectory"].numpy()).all()
+
+
 def write_the_well(path: Path, alpha: float, trajectories: int = 3, steps: int = 6, side: int = 8) -> np.ndarray:
     """One file of The Well's HDF5 layout (its data-format document): a parameter setting's trajectories,
     t0_fields (B x T x H x W) and t1_fields (... x D), dimensions, boundary conditions and the root

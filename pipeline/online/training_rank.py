@@ -186,6 +186,12 @@ class TrainingRank:
             raise Sim2dlError(f"config key 'train.online.statistics': {path} has no statistics of {missing}")
         return stats
 
+    def pending_statistics(self) -> dict[str, Any]:
+        """convert.normalise's fields before their statistics are frozen (at the first step): mean 0 and
+        std 1 for the task's checks and the model's building (the task is made again with the frozen ones
+        to score and save the model; the batches are normalised with those)."""
+        return {name: {"mean": 0.0, "std": 1.0} for name in self.config["convert"]["normalise"]}
+
     def key_settings(self) -> dict[str, Any]:
         """train's settings as they decide whether a checkpoint continues: all but online.steps (a longer
         run continues a shorter one) and what resume_key leaves out for every mode."""
@@ -259,16 +265,21 @@ class TrainingRank:
         self.comm.Allreduce(flags, high, op=_mpi("MAX"))
         return bool(low[0]), bool(low[1]), bool(high[2])
 
-    def batch_tensors(self, batch: Mapping[str, np.ndarray], task: Task, add_channel: bool) -> tuple[Any, Any]:
-        """A batch of samples as the model takes it: normalised with the frozen statistics."""
+    def batch_tensors(self, batch: Mapping[str, np.ndarray], task: Task, add_channel: bool, whole: bool = False,
+                      normalised: bool = True) -> tuple[Any, Any]:  # fmt: skip
+        """A batch of samples as the model takes it: normalised with the frozen statistics; a next state's
+        trajectories cut into their windows (whole: not cut, a rollout's)."""
         import tensorflow as tf
 
-        batch = normalise(batch, self.stats or {})
+        if normalised:
+            batch = normalise(batch, self.stats or {})
         feature = task.data.feature
         x = batch[feature].astype(np.float32)
         if add_channel:
             x = x[..., np.newaxis]
-        y = task.label_tensor([batch[f.name] for f in task.data.labels], True)
+        y = task.label_tensor([batch[name] for name in task.record_labels()], True)
+        if task.windowed and not whole:
+            return task.windows(tf.constant(x), y)
         return tf.constant(x), y
 
     def raw_arrays(self, batch: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -276,11 +287,8 @@ class TrainingRank:
         first step, and the baseline's fit and R² do not change under convert's per-channel affine
         normalisation: its features are standardised and its labels fitted linearly)."""
         assert self.raw_task is not None
-        x = batch[self.raw_task.data.feature].astype(np.float32)
-        if self.add_channel:
-            x = x[..., np.newaxis]
-        y = self.raw_task.label_tensor([batch[f.name] for f in self.raw_task.data.labels], True)
-        return x, np.asarray(y)
+        x, y = self.batch_tensors(batch, self.raw_task, self.add_channel, normalised=False)
+        return np.asarray(x), np.asarray(y)
 
     def score_baseline(self) -> dict[str, Any]:
         """The classical baseline fitted from the sums over every training rank's training arrivals, scored on
@@ -289,9 +297,8 @@ class TrainingRank:
             return {"method": None, "skipped": "the model takes several features"}
         from pipeline.training.tasks import Evaluation
 
-        started, buffer, batch = time.perf_counter(), self.validation_buffer, self.settings["batch_size"]
-        parts = (self.raw_arrays({n: a[k : min(len(buffer), k + batch)] for n, a in buffer.data.items()})
-                 for k in range(0, len(buffer), batch))  # fmt: skip
+        started = time.perf_counter()
+        parts = (self.raw_arrays(p) for p in self.validation_batches())
         max_examples = self.baseline.task.max_examples
         result = self.baseline.score(parts, lambda arrays: [self.comm.allreduce(a) for a in arrays],
                                      lambda e: Evaluation.combine(self.comm.allgather(e), max_examples))  # fmt: skip
@@ -310,7 +317,7 @@ class TrainingRank:
 
         hvd.init(comm=self.comm)
         self.board = Board.of(settings, self.paths.tensorboard / "online", self.rank == 0)
-        meta = meta_for(self.config, self.held_fields, self.stats or {})
+        meta = meta_for(self.config, self.held_fields, self.stats or self.pending_statistics())
         layout = (SpatialLayout(1, self.size, self.rank), None)
         task, built, device = prepare(self.config, meta, self.comm, hvd, layout, staged=False)
         model, source, shape = built.keras, built.source, built.input_shape
@@ -396,13 +403,27 @@ class TrainingRank:
             drawn += 1
             yield self.batch_tensors(batch, session.task, session.add_channel)
 
+    def validation_batches(self) -> Iterator[dict[str, np.ndarray]]:
+        """This rank's validation buffer in batches of batch_size samples, in order."""
+        buffer, batch = self.validation_buffer, self.settings["batch_size"]
+        for k in range(0, len(buffer), batch):
+            yield {n: a[k : min(len(buffer), k + batch)] for n, a in buffer.data.items()}
+
     def validate(self, session: Started) -> tuple[float, Evaluation]:
         """The loss and evaluation over every training rank's validation buffer."""
-        buffer, batch = self.validation_buffer, self.settings["batch_size"]
-        parts = ({n: a[k : min(len(buffer), k + batch)] for n, a in buffer.data.items()}
-                 for k in range(0, len(buffer), batch))  # fmt: skip
-        tensors = (self.batch_tensors(p, session.task, session.add_channel) for p in parts)
+        tensors = (self.batch_tensors(p, session.task, session.add_channel) for p in self.validation_batches())
         return evaluate(tensors, session.task, session.predict, self.comm)
+
+    def rollout(self, session: Started, task: Task) -> dict[str, Any]:
+        """A next state's kept model rolled out on every training rank's validation runs, whole (online
+        training has no test runs); {} for a task that does not roll out."""
+        if not task.rolls_out:
+            return {}
+        from pipeline.training.rollout import rolled_out
+
+        tensors = (self.batch_tensors(p, task, session.add_channel, whole=True) for p in self.validation_batches())
+        return rolled_out(task, session.model, ((x.numpy(), np.asarray(y)) for x, y in tensors), self.comm,
+                          "validation")  # fmt: skip
 
     def end_window(self, session: Started, window: Window, kept: Kept) -> tuple[float, Evaluation]:
         """Validation, the window's history row, train.keep's record and a checkpoint (the history first, then
@@ -456,6 +477,9 @@ class TrainingRank:
         # the task again, with the frozen statistics: metrics and the figure in the labels' own units
         task = make_task(self.settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
         extra: dict[str, Any] = {"online": self.online_record(counts, seconds), "hybrid": ONLINE_HYBRID}
+        rolled = self.rollout(session, task)  # a next state's kept model, run on its own outputs
+        if rolled:
+            extra["rollout"] = rolled
         if self.record:  # the order samples arrived in between draws: replaying it gives the same batches
             write_arrivals(self.paths.root / f"arrivals-rank-{self.rank:05d}.npy", self.train_buffer.log)
         if self.rank == 0:

@@ -31,7 +31,6 @@ from typing import Any
 from pipeline import Sim2dlError
 from pipeline.paths import RawPaths
 from pipeline.runtime.mpi import all_ok
-from pipeline.training.tasks import TASKS
 
 
 @dataclass(frozen=True)
@@ -69,9 +68,6 @@ def refused_online(train: Mapping[str, Any]) -> None:
         raise Sim2dlError("config key 'train.augment_eval': online training does not average over symmetries")
     if train["population"]["enabled"]:
         raise Sim2dlError("config key 'train.population.enabled': online training trains one model")
-    if TASKS[train["task"]].windowed:  # its buffers hold samples, not the records a task cuts windows from
-        raise Sim2dlError(f"config key 'train.task': online training takes one sample per arrival; task "
-                          f"'{train['task']}' cuts several from each record (train on staged shards)")  # fmt: skip
 
 
 def check(config: Mapping[str, Any], size: int, container: Mapping[str, Any] | None = None) -> tuple[Roles, dict]:
