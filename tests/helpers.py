@@ -193,7 +193,7 @@ def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples:
     cubes, a small network and 12 steps."""
     import sys
 
-    [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "online:" in text]
+    [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "online:" in text and "cube_run" in text]
     config = yaml.safe_load(text)
     del config["workdir"]  # make_config's, below tmp_path
     command = config["simulate"]["command"]
