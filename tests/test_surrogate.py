@@ -374,7 +374,7 @@ def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
     import tensorflow as tf
 
     from .conftest import make_config
-    from .helpers import docs_block
+    from .helpers import board_events, docs_block
 
     config = docs_block("reaction_run")
     del config["workdir"]
@@ -401,6 +401,11 @@ def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
     assert len(rollout["vrmse_per_step"]) == len(rollout["persistence_vrmse_per_step"]) == 5
     train = tmp_path / "work" / "train"
     assert (train / "scores.png").stat().st_size and (train / "learning_curves.png").stat().st_size
+    # TensorBoard: the one-step VRMSE at every validation, the emulator's as a line over the run
+    board = board_events(train / "tensorboard" / "online")["scalars"]
+    assert sorted(board["validation/vrmse/trajectory"]) == [4, 8, 12]
+    line = summary["baseline"]["vrmse"]["trajectory"]
+    assert board["baseline/vrmse/trajectory"] == pytest.approx({4: line, 12: line})
     model = tf.keras.models.load_model(str(train / "model"), compile=False)
     state = np.full((1, 16, 16, 1), 0.5, np.float32)
     answer = model({"trajectory_now": state, "params": np.array([[0.1, 0.1, 0.002, 3.0]], np.float32)})

@@ -108,8 +108,9 @@ class Task:
     per_pixel = False  # an output per pixel of the feature (segmentation) instead of one per sample
     loss_name = "cross-entropy"
     max_examples = 0  # examples kept for the figure (all ranks together)
-    # summary.json's headline scores (higher is better): what `sim2dl status`, a search's trials, a sweep's
-    # table and TensorBoard's baseline lines show, read by these names from summary.json's `score_names`
+    # summary.json's headline scores (accuracy, R²: higher is better; a surrogate's VRMSE: lower): what
+    # `sim2dl status`, a search's trials, a sweep's table and TensorBoard's baseline lines show, by the names
+    # in summary.json's `score_names`
     scores: tuple[str, ...] = ()
     needs_labels = True  # False: the targets come from the feature itself (a next state)
     rolls_out = False  # True: after training, `rollout` runs the model on its own outputs (a next state)
