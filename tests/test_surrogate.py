@@ -5,7 +5,6 @@ ranks, whose saved model answers a new design point in physical units."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from pipeline.training.tasks.surrogate import Surrogate, vrmse
 
 from .conftest import REPO, run_cli, write_config
 from .helpers import doc_blocks, docs_block
+from .the_well import write_the_well
 
 
 def test_vrmse_is_the_wells_per_sample_ratio_and_the_mean_scores_one():
@@ -410,41 +410,6 @@ def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
     state = np.full((1, 16, 16, 1), 0.5, np.float32)
     answer = model({"trajectory_now": state, "params": np.array([[0.1, 0.1, 0.002, 3.0]], np.float32)})
     assert answer["trajectory"].shape == (1, 16, 16, 1) and np.isfinite(answer["trajectory"].numpy()).all()
-
-
-def write_the_well(path: Path, alpha: float, trajectories: int = 3, steps: int = 6, side: int = 8) -> np.ndarray:
-    """One file of The Well's HDF5 layout (its data-format document): a parameter setting's trajectories,
-    t0_fields (B x T x H x W) and t1_fields (... x D), dimensions, boundary conditions and the root
-    attributes naming the parameters. Returns the scalar field written."""
-    import h5py
-
-    rng = np.random.default_rng(int(alpha * 100))
-    u = rng.normal(size=(trajectories, steps, side, side)).astype(np.float32)
-    with h5py.File(path, "w") as f:
-        f.attrs.update({"dataset_name": "toy_diffusion", "grid_type": "cartesian", "n_spatial_dims": 2,
-                        "n_trajectories": trajectories, "simulation_parameters": ["alpha"]})  # fmt: skip
-        f.attrs["alpha"] = alpha
-        dims = f.create_group("dimensions")
-        dims.attrs["spatial_dims"] = ["x", "y"]
-        dims["time"] = np.linspace(0, 1, steps)
-        for axis in ("x", "y"):
-            dims[axis] = np.linspace(0, 1, side)
-            dims[axis].attrs.update({"sample_varying": False, "time_varying": False})
-        bc = f.create_group("boundary_conditions").create_group("x_periodic")
-        bc.attrs.update({"bc_type": "PERIODIC", "associated_dims": ["x"], "sample_varying": False,
-                         "time_varying": False})  # fmt: skip
-        bc["mask"] = np.zeros(side, bool)
-        t0 = f.create_group("t0_fields")
-        t0.attrs["field_names"] = ["u"]
-        t0["u"] = u
-        t0["u"].attrs.update({"dim_varying": [True, True], "sample_varying": True, "time_varying": True})
-        t1 = f.create_group("t1_fields")
-        t1.attrs["field_names"] = ["velocity"]
-        t1["velocity"] = rng.normal(size=(trajectories, steps, side, side, 2)).astype(np.float32)
-        t1["velocity"].attrs.update({"dim_varying": [True, True], "sample_varying": True, "time_varying": True})
-        f.create_group("t2_fields").attrs["field_names"] = []
-        f.create_group("scalars").attrs["field_names"] = []
-    return u
 
 
 def test_the_wells_layout_gives_a_record_per_trajectory_with_its_parameters(tmp_path, serial):
