@@ -27,7 +27,7 @@ import pytest
 from scipy.ndimage import gaussian_filter
 
 from pipeline.config import validate
-from pipeline.training.models import BUILT_IN, cosmoflow, decoder, dense, fno, sequence, unet2d
+from pipeline.training.models import BUILT_IN, cosmoflow, decoder, dense, fno, fno3d, sequence, unet2d
 from pipeline.training.models.base import ARGS
 
 EPOCHS, BATCH, LEARNING_RATE = 8, 16, 0.001
@@ -104,6 +104,16 @@ def advected_fields(rng: np.random.Generator, side: int = 16):
     return x[..., None].astype("float32"), ((y - y.mean()) / y.std()).reshape(SAMPLES, -1).astype("float32")
 
 
+def advected_cubes(rng: np.random.Generator, side: int = 12):
+    """advected_fields in 3-D: smooth periodic cubes (D, H, W, 1) and the same cubes moved by 2 voxels
+    along W, smoothed and squared in part, flattened as the task's outputs (fewer samples: cubes)."""
+    x = np.stack([gaussian_filter(rng.normal(size=(side,) * 3), sigma=2, mode="wrap") for _ in range(SAMPLES // 2)])
+    x = x / x.std()
+    moved = gaussian_filter(np.roll(x, 2, axis=3), sigma=(0, 1, 1, 1), mode="wrap")
+    y = moved + 0.3 * moved**2
+    return x[..., None].astype("float32"), ((y - y.mean()) / y.std()).reshape(len(x), -1).astype("float32")
+
+
 def threshold_masks(rng: np.random.Generator, shape: tuple[int, int, int] = (48, 64, 4)):
     """Correlated noise fields and a 3-class mask that is a threshold of two of their channels: a pixel's
     class is a function of that pixel alone (a 1x1 convolution could learn it exactly)."""
@@ -177,6 +187,7 @@ CASES = [
     Case(decoder, "surrogate", moving_blobs, r2, output_shapes=((16, 16),)),
     Case(unet2d, "surrogate", advected_fields, r2, output_shapes=((16, 16),), options=(("periodic", True),)),
     Case(fno, "surrogate", advected_fields, r2, output_shapes=((16, 16),), options=(("modes", 6),)),
+    Case(fno3d, "surrogate", advected_cubes, r2, output_shapes=((12, 12, 12),), options=(("modes", 4),)),
     Case(decoder, "regression", nonlinear_function, r2),
 ]
 

@@ -92,22 +92,25 @@ def test_the_emulator_equals_an_independent_ridge_and_pca_on_the_same_features(m
     assert 0 < k < outputs.shape[1]
 
 
-def test_the_fourier_layer_equals_its_numpy_reference():
-    """SpectralConv2D (tf.signal on NCHW around NHWC, complex weights for the low and the high modes along H)
-    computes what numpy's rfft2 / irfft2 compute with the same weights, to float32 precision; a field that
-    holds only modes above `modes` comes out zero."""
+@pytest.mark.parametrize("grid", [(16, 12), (8, 12, 10)], ids=["2d", "3d"])
+def test_the_fourier_layer_equals_its_numpy_reference(grid):
+    """SpectralConv (tf.signal on the channels-first map around channels-last, complex weights for the low
+    and the high modes along every axis but the last) computes what numpy's rfftn / irfftn compute with the
+    same weights, to float32 precision, on 2-D and 3-D grids; a field that holds only modes above `modes`
+    comes out zero."""
     import tensorflow as tf
 
     from pipeline.training.models.fno import spectral_conv_layer, spectral_conv_reference
 
     rng = np.random.default_rng(3)
-    x = rng.normal(size=(2, 16, 12, 3)).astype(np.float32)
-    layer = spectral_conv_layer()(5, 4)
+    x = rng.normal(size=(2, *grid, 3)).astype(np.float32)
+    layer = spectral_conv_layer(len(grid))(5, 3)
     out = layer(tf.constant(x)).numpy()
     weights = layer.real.numpy() + 1j * layer.imag.numpy()
-    np.testing.assert_allclose(out, spectral_conv_reference(x.astype(np.float64), weights, 4), rtol=1e-4, atol=1e-5)
-    grid = np.arange(16)[:, None] * np.ones((1, 12))
-    high = np.cos(2 * np.pi * 6 * grid / 16)[None, ..., None].repeat(3, axis=-1).astype(np.float32)  # mode 6 > 4
+    assert weights.shape == (2 ** (len(grid) - 1), 3, 5, *[3] * len(grid))
+    np.testing.assert_allclose(out, spectral_conv_reference(x.astype(np.float64), weights, 3), rtol=1e-4, atol=1e-5)
+    first = np.arange(grid[0]).reshape(-1, *[1] * (len(grid) - 1)) * np.ones(grid)
+    high = np.cos(2 * np.pi * 4 * first / grid[0])[None, ..., None].repeat(3, axis=-1).astype(np.float32)  # 4 > 3
     assert np.abs(layer(tf.constant(high)).numpy()).max() < 1e-5
 
 

@@ -71,21 +71,23 @@ def dense_head(x: Any, outputs: int, args: Mapping[str, Any], zero_output: bool 
     return layers.Dense(outputs, dtype="float32", kernel_initializer="zeros" if zero_output else "glorot_uniform")(x)
 
 
-def field_heads(x: Any, shapes: Sequence[Sequence[int]], args: Mapping[str, Any]) -> Any:
-    """A surrogate's flat outputs from a (B, H, W, F) feature map: per output field on the same grid a 1x1
-    convolution to its channels, flattened; per other output (a vector, another grid) a pooled dense head.
-    Joined in the outputs' order (the task's flat layout: each output's entries in turn)."""
+def field_heads(x: Any, shapes: Sequence[Sequence[int]], args: Mapping[str, Any], dims: int = 2) -> Any:
+    """A surrogate's flat outputs from a (B, *grid, F) feature map of `dims` grid axes: per output field on
+    the same grid a 1x1 convolution to its channels, flattened; per other output (a vector, another grid) a
+    pooled dense head. Joined in the outputs' order (the task's flat layout: each output's entries in turn)."""
     import tensorflow as tf
 
     layers = tf.keras.layers
-    grid = tuple(x.shape[1:3])
+    grid = tuple(x.shape[1 : 1 + dims])
+    pointwise = {2: layers.Conv2D, 3: layers.Conv3D}[dims]
+    pooled = {2: layers.GlobalAveragePooling2D, 3: layers.GlobalAveragePooling3D}[dims]
     heads = []
     for shape in shapes:
-        if len(shape) >= 2 and tuple(shape[:2]) == grid:
-            channels = int(np.prod(shape[2:])) if len(shape) > 2 else 1
-            heads.append(layers.Flatten()(layers.Conv2D(channels, 1)(x)))
+        if len(shape) >= dims and tuple(shape[:dims]) == grid:
+            channels = int(np.prod(shape[dims:])) if len(shape) > dims else 1
+            heads.append(layers.Flatten()(pointwise(channels, 1)(x)))
         else:
-            heads.append(dense_head(layers.GlobalAveragePooling2D()(x), int(np.prod(shape or (1,))), args))
+            heads.append(dense_head(pooled()(x), int(np.prod(shape or (1,))), args))
     joined = layers.Concatenate()(heads) if len(heads) > 1 else heads[0]
     return layers.Activation("linear", dtype="float32")(joined)
 
