@@ -370,8 +370,9 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
 def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
     """docs/training.md's online surrogate block, smaller: one producer runs the reaction simulator over a
     design of physics, one rank trains fno2d (FiLM-conditioned) on each run's whole trajectory as it
-    arrives, cut into windows per batch; the held-out runs score one step beside persistence and the
-    linear model and are rolled out; the saved model steps a state given the parameters in their units."""
+    arrives (a step: one window of each of batch_size trajectories); the held-out runs score one step
+    beside persistence and the linear model and are rolled out; the saved model steps a state given the
+    parameters in their units."""
     import sys
 
     import tensorflow as tf
@@ -397,6 +398,7 @@ def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
     assert summary["task"] == "next_state" and online["steps"] == 12 and online["refused"] == 0
     # a run is one trajectory: 12 trained on, every 4th of the 16 held out; each gives 5 windows
     assert (online["samples"]["arrived"], online["samples"]["validation"]) == (12, 4)
+    assert online["samples"]["draws"] == 12 * 4  # a step: batch_size windows, one of each of 4 trajectories
     assert summary["validation_records"] == 4 * 5 and set(online["statistics"]) == {"trajectory", "params"}
     assert summary["persistence_vrmse"]["trajectory"] > 0 and summary["baseline"]["vrmse"]["trajectory"] > 0
     rollout = summary["rollout"]

@@ -16,6 +16,10 @@ The steps run in windows of the training kernel (pipeline.training.kernel) betwe
 learning-rate schedule with train.epochs spread evenly over train.online.steps (warm-up over the first
 warmup_epochs / epochs of the steps, then the cosine to zero at the last step).
 
+A next state's samples are whole trajectories (a run's file): a step draws batch_size of them and trains
+on one window of each (so batch_size counts windows, as on staged shards), validation and the baseline
+take every window, and after training the kept model is rolled out on the validation runs.
+
 Normalisation: the statistics of convert.normalise's fields (per channel where convert.per_channel says)
 come from the samples that arrived before the first step (every training rank's, merged), are frozen there,
 saved in the summary and applied to every batch; or `train.online.statistics` names a convert stats.json
@@ -401,7 +405,20 @@ class TrainingRank:
             batch = self.train_buffer.draw(batch_size, drawn, record=self.record)
             self.state.short_batches += len(next(iter(batch.values()))) < batch_size
             drawn += 1
-            yield self.batch_tensors(batch, session.task, session.add_channel)
+            x, y = self.batch_tensors(batch, session.task, session.add_channel)
+            yield self.one_window_each(x, y, session.task, drawn) if session.task.windowed else (x, y)
+
+    def one_window_each(self, x: Any, y: Any, task: Task, step: int) -> tuple[Any, Any]:
+        """Of each drawn trajectory's windows (consecutive in `windows`' output), one, at a start drawn from a
+        generator seeded by (train.seed, rank, step): a step trains on batch_size windows, as on staged
+        shards, each of a different run (a resumed step draws the same)."""
+        import tensorflow as tf
+
+        per_record = task.samples_per_record()
+        count = int(x.shape[0]) // per_record
+        starts = np.random.default_rng([self.settings["seed"], self.rank, step]).integers(0, per_record, count)
+        chosen = np.arange(count) * per_record + starts
+        return tf.gather(x, chosen), tf.gather(y, chosen)
 
     def validation_batches(self) -> Iterator[dict[str, np.ndarray]]:
         """This rank's validation buffer in batches of batch_size samples, in order."""
