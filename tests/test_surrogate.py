@@ -167,15 +167,17 @@ def test_the_docs_forward_surrogate_trains_and_answers_a_new_design_point_in_phy
 
 
 def next_state_task(steps: int = 6, k: int = 2, m: int = 1, horizon: int = 0, parameters: int = 0,
-                    condition: bool | str = True) -> Any:  # fmt: skip
-    """A next state on (steps, 8, 8) trajectories; `parameters`: a run's parameter vector of that length
-    given by `condition` (train.next_state.condition), normalised by convert with mean 3 and std 0.5."""
+                    condition: bool | str = True, grid: tuple[int, ...] = (8, 8)) -> Any:  # fmt: skip
+    """A next state on (steps, *grid) trajectories (a 3-D grid: train.next_state.spatial_dims 3);
+    `parameters`: a run's parameter vector of that length given by `condition`
+    (train.next_state.condition), normalised by convert with mean 3 and std 0.5."""
     from pipeline.training.tasks.next_state import NextState
 
     labels = (LabelField("params", (parameters,), "float32", {"mean": 3.0, "std": 0.5}),) if parameters else ()
-    data = DataSpec("trajectory", (steps, 8, 8), labels, ("params",) if parameters else (),
+    data = DataSpec("trajectory", (steps, *grid), labels, ("params",) if parameters else (),
                     feature_statistics={"trajectory": {"mean": 1.0, "std": 2.0}})  # fmt: skip
-    own = {"inputs": k, "outputs": m, "horizon": horizon, "condition": condition if parameters else False}
+    own = {"inputs": k, "outputs": m, "horizon": horizon, "condition": condition if parameters else False,
+           "spatial_dims": len(grid)}  # fmt: skip
     return NextState({"next_state": own}, data)
 
 
@@ -311,6 +313,49 @@ def test_a_conditioning_vector_modulates_every_block_and_is_not_convolved(model)
     as_channels, _ = build_model(settings, task.model_feature_shape, next_state_task(steps=5, k=2, m=1, parameters=3))
     first = next(w for w in as_channels.weights if "conv" in w.name and "kernel" in w.name)
     assert first.shape[-2] == 2 + 3  # as channels: convolved with the states
+
+
+def test_a_next_state_of_cubes_windows_rolls_out_scores_its_spectrum_and_saves_a_model_of_cubes():
+    """train.next_state.spatial_dims: 3: trajectories of (time, D, H, W) cubes give windows of k cubes as
+    channels (never across records), the parameters as channels over the cube; a model that steps exactly
+    rolls out at VRMSE 0; the power spectrum is binned over |k| in 3-D (a single Fourier mode lands in its
+    band); fno3d takes the windows with FiLM, and the saved model takes a cube and the parameters."""
+    import tensorflow as tf
+
+    from pipeline.training.models import build_model
+    from pipeline.training.tasks.next_state import SPECTRUM_BANDS, band_power
+
+    grid = (4, 6, 8)
+    task = next_state_task(steps=5, k=2, m=1, parameters=2, condition="vector", grid=grid)
+    task.check()
+    assert task.model_feature_shape == (*grid, 2 + 2) and task.samples_per_record() == 3
+    x = np.stack([np.stack([np.full(grid, 100 * b + t) for t in range(5)]) for b in range(2)]).astype(np.float32)
+    params = np.array([[1, 2], [3, 4]], np.float32)
+    inputs, targets = task.windows(tf.constant(x), task.label_tensor([tf.constant(params)], batched=True))
+    assert inputs.shape == (2 * 3, *grid, 4) and targets.shape == (2 * 3, 4 * 6 * 8)
+    for window, target in zip(inputs.numpy(), targets.numpy(), strict=True):
+        record, first = divmod(int(window[0, 0, 0, 0]), 100)
+        assert np.all(window[..., 0] == 100 * record + first) and np.all(window[..., 1] == 100 * record + first + 1)
+        assert np.all(target == 100 * record + first + 2)
+        np.testing.assert_array_equal(window[..., 2:], np.broadcast_to(params[record], (*grid, 2)))
+
+    def exact(states: np.ndarray) -> np.ndarray:  # the next state of trajectories whose t-th state is t
+        return (states[..., 1] + 1).reshape(len(states), -1)
+
+    ramp = np.stack([np.full(grid, t, np.float64) for t in range(5)])[None].repeat(2, axis=0)
+    rolled = task.rollout_summary([task.rollout(exact, [(ramp + np.arange(2)[:, None, None, None, None], params)])])
+    assert rolled["steps"] == 3 and np.allclose(rolled["vrmse_per_step"], 0)
+
+    cube = np.cos(2 * np.pi * 3 * np.arange(8) / 8)[None, None, :, None] * np.ones((1, *grid, 1))  # |k| = 3
+    power = band_power(cube)
+    assert power.shape == (1, SPECTRUM_BANDS, 1) and np.count_nonzero(power > 1e-9) == 1
+
+    settings = {"model": "fno3d", "depth": 1, "width": 4, "dense": 8, "dropout": 0.0, "model_args": {"modes": 2}}
+    network, _ = build_model(settings, task.model_feature_shape, task)
+    assert network(inputs).shape == (6, 4 * 6 * 8)
+    saved = task.exported(network)
+    answer = saved({"trajectory_now": tf.zeros((1, *grid, 2)), "params": tf.constant([[3.0, 3.0]])})["trajectory"]
+    assert answer.shape == (1, *grid, 1)
 
 
 def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_end_to_end(tmp_path):

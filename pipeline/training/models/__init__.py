@@ -7,7 +7,7 @@
     dense.py      MLP on the flattened input         (regression, classification)
     decoder.py    parameters to fields and vectors   (surrogate, regression)
     fno.py        Fourier neural operator, 2-D fields to fields on the same grid (surrogate, next_state)
-    fno3d.py      the same on 3-D fields (D, H, W[, C])  (surrogate)
+    fno3d.py      the same on 3-D fields (D, H, W[, C])  (surrogate, next_state)
 
 A built-in module has NAME, SPATIAL_DIMS (a feature with that many axes gets a channel axis; None: any),
 TASKS, OPTIONS (its own model_args and their defaults; optional), proposed_depth(shape, plane) where

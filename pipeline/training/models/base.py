@@ -93,8 +93,8 @@ def field_heads(x: Any, shapes: Sequence[Sequence[int]], args: Mapping[str, Any]
 
 
 def conditioned(inputs: Any, width: int, args: Mapping[str, Any]) -> tuple[Any, Any]:
-    """A (B, H, W, C + P) input whose last `width` channels are a vector constant over the grid (a run's
-    parameters: task.vector_width) as the fields (B, H, W, C) and the vector's embedding (B, dense): one
+    """A (B, *grid, C + P) input whose last `width` channels are a vector constant over the grid (a run's
+    parameters: task.vector_width) as the fields (B, *grid, C) and the vector's embedding (B, dense): one
     dense layer (GELU) on the P values read at one pixel. Without them: (inputs, None)."""
     if not width:
         return inputs, None
@@ -102,12 +102,12 @@ def conditioned(inputs: Any, width: int, args: Mapping[str, Any]) -> tuple[Any, 
 
     layers = tf.keras.layers
     fields = inputs[..., :-width]  # sliced by Keras' own op layers, which a saved model keeps
-    vector = inputs[:, 0, 0, -width:]
+    vector = inputs[(slice(None), *[0] * (len(inputs.shape) - 2), slice(-width, None))]
     return fields, layers.Dense(args["dense"], activation="gelu")(vector)
 
 
 def film(x: Any, embedding: Any) -> Any:
-    """Feature-wise linear modulation (FiLM, Perez et al., AAAI 2018): each channel of a (B, H, W, F) map
+    """Feature-wise linear modulation (FiLM, Perez et al., AAAI 2018): each channel of a (B, *grid, F) map
     scaled and shifted by amounts learnt from the conditioning vector's embedding. The scale starts at 1
     and the shift at 0 (zero kernels), so an untrained block is unmodulated. Unchanged without one."""
     if embedding is None:
@@ -116,10 +116,11 @@ def film(x: Any, embedding: Any) -> Any:
 
     layers = tf.keras.layers
     channels = int(x.shape[-1])
+    point = (*[1] * (len(x.shape) - 2), channels)  # broadcast over the grid
     scale = layers.Dense(channels, kernel_initializer="zeros", bias_initializer="ones")(embedding)
     shift = layers.Dense(channels, kernel_initializer="zeros")(embedding)
-    scaled = layers.Multiply()([x, layers.Reshape((1, 1, channels))(scale)])
-    return layers.Add()([scaled, layers.Reshape((1, 1, channels))(shift)])
+    scaled = layers.Multiply()([x, layers.Reshape(point)(scale)])
+    return layers.Add()([scaled, layers.Reshape(point)(shift)])
 
 
 def periodic_pad(x: Any, width: int) -> Any:

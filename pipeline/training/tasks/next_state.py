@@ -1,14 +1,15 @@
 """next_state: a surrogate that steps a simulation forward: from k states to the next m. A record holds one
-trajectory (the feature: time x H x W, or time x H x W x channels: several fields stacked by convert), so
-pairs are cut within a run and never across two, and a split keeps every window of a trajectory together
-(merge splits records). Each record gives every window of k + m consecutive states (`windows`, after the
-parse, shuffled across records): the k states as channels in, the m next as channels out. Settings:
-train.next_state {inputs: k, outputs: m, horizon: the rollout's steps (0: to the trajectory's end),
-condition}. With `condition`, the record's labels (the run's parameters: convert.labels, normalised by
-convert) are constant channels after the states, in every window and every step of a rollout, so that
-one network steps runs of different physics (PDEBench's way of giving an FNO or a U-Net its parameters);
-`condition: vector` has a built-in model read those channels as one vector that scales and shifts the
-features of every block (FiLM) instead of convolving them (`vector_width`).
+trajectory (the feature: time x H x W, or time x H x W x channels: several fields stacked by convert; with
+train.next_state.spatial_dims: 3, time x D x H x W[ x channels]), so pairs are cut within a run and never
+across two, and a split keeps every window of a trajectory together (merge splits records). Each record
+gives every window of k + m consecutive states (`windows`, after the parse, shuffled across records): the
+k states as channels in, the m next as channels out. Settings: train.next_state {inputs: k, outputs: m,
+horizon: the rollout's steps (0: to the trajectory's end), condition, spatial_dims}. With `condition`,
+the record's labels (the run's parameters: convert.labels, normalised by convert) are constant channels
+after the states, in every window and every step of a rollout, so that one network steps runs of
+different physics (PDEBench's way of giving an FNO or a U-Net its parameters); `condition: vector` has a
+built-in model read those channels as one vector that scales and shifts the features of every block
+(FiLM) instead of convolving them (`vector_width`).
 
 Scored as the forward surrogate is (tasks/surrogate.py: VRMSE per sample in physical units; the output is
 named after the feature), one step ahead on the validation and test windows, beside persistence (the last
@@ -61,19 +62,23 @@ class NextState(Surrogate):
         self.trajectory_shape = tuple(data.feature_shape)
         self.rolled_out: dict[str, Any] = {}  # the rollout, once training/rollout.py ran it
         shape = self.trajectory_shape
-        channels = int(np.prod(shape[3:])) if len(shape) > 3 else 1
+        self.spatial = int(own.get("spatial_dims", 2))  # a state's grid axes after time: (H, W) or (D, H, W)
+        self.grid = tuple(shape[1 : 1 + self.spatial])
+        channels = int(np.prod(shape[1 + self.spatial :])) if len(shape) > 1 + self.spatial else 1
         self.channels = channels
         # the output: the m next states as channels, named after the trajectory, in its units
         stats = data.feature_statistics.get(data.feature)
-        target = LabelField(data.feature, (*shape[1:3], self.m * channels), "float32", stats)
+        target = LabelField(data.feature, (*self.grid, self.m * channels), "float32", stats)
         super().__init__(settings, replace(data, labels=(target,), label_names=(data.feature,)))
 
     # ---- before training
     def check(self) -> None:
         shape = self.trajectory_shape
-        if len(shape) not in (3, 4) or None in shape:
+        if len(shape) not in (1 + self.spatial, 2 + self.spatial) or None in shape:
+            grid = "H, W" if self.spatial == 2 else "D, H, W"
             raise Sim2dlError(f"config key 'convert.features': next_state needs a trajectory of fixed shape "
-                              f"(time, H, W[, channels]), '{self.data.feature}' has {list(shape)}")  # fmt: skip
+                              f"(time, {grid}[, channels]) (train.next_state.spatial_dims: {self.spatial}), "
+                              f"'{self.data.feature}' has {list(shape)}")  # fmt: skip
         if shape[0] < self.k + self.m:
             raise Sim2dlError(f"config key 'train.next_state': {self.k} inputs and {self.m} outputs need "
                               f"{self.k + self.m} states, the trajectory holds {shape[0]}")  # fmt: skip
@@ -101,7 +106,7 @@ class NextState(Surrogate):
 
     @property
     def model_feature_shape(self) -> tuple[int | None, ...]:
-        return (*self.trajectory_shape[1:3], self.k * self.channels + self.condition_width)
+        return (*self.grid, self.k * self.channels + self.condition_width)
 
     def samples_per_record(self) -> int:
         return self.trajectory_shape[0] - self.k - self.m + 1
@@ -120,28 +125,30 @@ class NextState(Surrogate):
         return tf.cast(tf.concat(flat, -1), tf.float32)
 
     def windows(self, x: Any, y: Any) -> tuple[Any, Any]:
-        """(B, T, H, W[, C]) trajectories -> every window: (B x n, H, W, k C [+ P]) inputs (the record's P
-        parameters as constant channels last, with `condition`), (B x n, H W m C) targets."""
+        """(B, T, *grid[, C]) trajectories -> every window: (B x n, *grid, k C [+ P]) inputs (the record's P
+        parameters as constant channels last, with `condition`), (B x n, grid size x m C) targets."""
         import tensorflow as tf
 
-        height, width = self.trajectory_shape[1:3]
-        states = tf.reshape(x, [-1, self.trajectory_shape[0], height, width, self.channels])
+        grid, d = list(self.grid), self.spatial
+        states = tf.reshape(x, [-1, self.trajectory_shape[0], *grid, self.channels])
         count = self.samples_per_record()
-        inputs = tf.stack([states[:, t : t + self.k] for t in range(count)], axis=1)  # (B, n, k, H, W, C)
+        inputs = tf.stack([states[:, t : t + self.k] for t in range(count)], axis=1)  # (B, n, k, *grid, C)
         targets = tf.stack([states[:, t + self.k : t + self.k + self.m] for t in range(count)], axis=1)
-        inputs = tf.reshape(tf.transpose(inputs, [0, 1, 3, 4, 2, 5]), [-1, height, width, self.k * self.channels])
+        steps_after_grid = [0, 1, *range(3, 3 + d), 2, 3 + d]  # (B, n, *grid, k, C): a window's states as channels
+        inputs = tf.reshape(tf.transpose(inputs, steps_after_grid), [-1, *grid, self.k * self.channels])
         if self.conditions:  # each record's parameters beside every one of its windows
-            planes = tf.repeat(tf.cast(y, inputs.dtype), count, axis=0)[:, None, None, :]
-            inputs = tf.concat([inputs, tf.tile(planes, [1, height, width, 1])], axis=-1)
-        targets = tf.transpose(targets, [0, 1, 3, 4, 2, 5])
-        return inputs, tf.reshape(targets, [-1, height * width * self.m * self.channels])
+            each = tf.repeat(tf.cast(y, inputs.dtype), count, axis=0)
+            planes = tf.reshape(each, [-1, *[1] * d, self.condition_width])
+            inputs = tf.concat([inputs, tf.tile(planes, [1, *grid, 1])], axis=-1)
+        targets = tf.transpose(targets, steps_after_grid)
+        return inputs, tf.reshape(targets, [-1, int(np.prod(grid)) * self.m * self.channels])
 
     def planes(self, conditions: np.ndarray, like: np.ndarray) -> list[np.ndarray]:
-        """The parameters (B, P) as constant channels of states shaped `like` (B, H, W, C): [] without."""
+        """The parameters (B, P) as constant channels of states shaped `like` (B, *grid, C): [] without."""
         if not self.conditions:
             return []
-        values = np.asarray(conditions, like.dtype).reshape(len(like), 1, 1, -1)
-        return [np.broadcast_to(values, (*like.shape[:3], values.shape[-1]))]
+        values = np.asarray(conditions, like.dtype).reshape(len(like), *[1] * self.spatial, -1)
+        return [np.broadcast_to(values, (*like.shape[: 1 + self.spatial], values.shape[-1]))]
 
     # ---- evaluation: persistence holds the last input state for each of the m steps
     def persisted(self) -> list[LabelField]:
@@ -168,13 +175,14 @@ class NextState(Surrogate):
         import tensorflow as tf
 
         layers = tf.keras.layers
-        height, width = self.trajectory_shape[1:3]
-        states, x = super().exported_input(model, (height, width, self.k * self.channels))
+        states, x = super().exported_input(model, (*self.grid, self.k * self.channels))
         given = [layers.Input(shape=(int(np.prod(f.shape)),), name=f.name) for f in self.conditions]
         normal = [normalised(p, f.statistics) for p, f in zip(given, self.conditions, strict=True)]
         joined = normal[0] if len(normal) == 1 else layers.Concatenate()(normal)
-        # (B, P) -> (B, H, W, P) by layers a saved model keeps (no Lambda: its closure is not saved)
-        planes = layers.UpSampling2D(size=(height, width))(layers.Reshape((1, 1, self.condition_width))(joined))
+        # (B, P) -> (B, *grid, P) by layers a saved model keeps (no Lambda: its closure is not saved)
+        upsampling = {2: layers.UpSampling2D, 3: layers.UpSampling3D}[self.spatial]
+        point = layers.Reshape((*[1] * self.spatial, self.condition_width))(joined)
+        planes = upsampling(size=self.grid)(point)
         return [states, *given], layers.Concatenate(axis=-1)([x, planes])
 
     # ---- the rollout
@@ -194,14 +202,14 @@ class NextState(Surrogate):
         examples: dict[str, np.ndarray] = {}
         for trajectories, conditions in batches:
             states = np.asarray(trajectories, np.float64).reshape(len(trajectories), self.trajectory_shape[0],
-                                                                  *self.trajectory_shape[1:3], c)  # fmt: skip
+                                                                  *self.grid, c)  # fmt: skip
             planes = self.planes(conditions, states[:, 0])
-            window = [states[:, t] for t in range(self.k)]  # each (B, H, W, C); joined as channels t C + c
+            window = [states[:, t] for t in range(self.k)]  # each (B, *grid, C); joined as channels t C + c
             last = self.physical_states(states[:, self.k - 1])  # persistence's answer at every step
             predicted_steps = []
             while len(predicted_steps) < steps:
                 x = np.concatenate([*window[-self.k :], *planes], axis=-1).astype(np.float32)
-                out = np.asarray(predict(x), np.float64).reshape(len(states), *states.shape[2:4], self.m, c)
+                out = np.asarray(predict(x), np.float64).reshape(len(states), *self.grid, self.m, c)
                 for j in range(self.m):
                     predicted_steps.append(out[..., j, :])
                     window.append(out[..., j, :])
@@ -252,12 +260,12 @@ class NextState(Surrogate):
 
 def band_power(states: np.ndarray) -> np.ndarray:
     """(B, SPECTRUM_BANDS, C): each sample's isotropic power summed in log-spaced bands of |k| (1 to the
-    largest), per channel."""
-    height, width = states.shape[1:3]
-    power = np.abs(np.fft.rfft2(states, axes=(1, 2))) ** 2
-    ky = np.fft.fftfreq(height, 1 / height)[:, None]
-    kx = np.fft.rfftfreq(width, 1 / width)[None, :]
-    k = np.sqrt(ky**2 + kx**2)
+    largest), per channel; states (B, *grid, C) on a 2-D or 3-D grid."""
+    grid = states.shape[1:-1]
+    axes = tuple(range(1, 1 + len(grid)))
+    power = np.abs(np.fft.rfftn(states, axes=axes)) ** 2
+    wavenumbers = [np.fft.fftfreq(n, 1 / n) for n in grid[:-1]] + [np.fft.rfftfreq(grid[-1], 1 / grid[-1])]
+    k = np.sqrt(sum(w**2 for w in np.meshgrid(*wavenumbers, indexing="ij")))
     edges = np.logspace(0, np.log10(k.max() * (1 + 1e-9)), SPECTRUM_BANDS + 1)
     bands = [(k >= low) & (k < high) for low, high in itertools.pairwise(edges)]
     return np.stack([power[:, band].sum(axis=1) for band in bands], axis=1)
