@@ -315,7 +315,7 @@ def test_a_conditioning_vector_modulates_every_block_and_is_not_convolved(model)
     assert first.shape[-2] == 2 + 3  # as channels: convolved with the states
 
 
-def test_a_next_state_of_cubes_windows_rolls_out_scores_its_spectrum_and_saves_a_model_of_cubes():
+def test_a_next_state_of_cubes_windows_rolls_out_scores_its_spectrum_and_saves_a_model_of_cubes(tmp_path):
     """train.next_state.spatial_dims: 3: trajectories of (time, D, H, W) cubes give windows of k cubes as
     channels (never across records), the parameters as channels over the cube; a model that steps exactly
     rolls out at VRMSE 0; the power spectrum is binned over |k| in 3-D (a single Fourier mode lands in its
@@ -345,6 +345,9 @@ def test_a_next_state_of_cubes_windows_rolls_out_scores_its_spectrum_and_saves_a
     ramp = np.stack([np.full(grid, t, np.float64) for t in range(5)])[None].repeat(2, axis=0)
     rolled = task.rollout_summary([task.rollout(exact, [(ramp + np.arange(2)[:, None, None, None, None], params)])])
     assert rolled["steps"] == 3 and np.allclose(rolled["vrmse_per_step"], 0)
+    task.rolled_out = rolled
+    task.figure(None, tmp_path / "scores.png")  # the rollout's figure: the cubes' middle planes
+    assert (tmp_path / "scores.png").stat().st_size
 
     cube = np.cos(2 * np.pi * 3 * np.arange(8) / 8)[None, None, :, None] * np.ones((1, *grid, 1))  # |k| = 3
     power = band_power(cube)

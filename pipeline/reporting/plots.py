@@ -110,9 +110,16 @@ def surrogate_examples(
     _save(fig, path)
 
 
+def middle_plane(field: np.ndarray) -> np.ndarray:
+    """A field's plane to draw: a 2-D field as it is, a cube's middle slice along its first axis."""
+    while field.ndim > 2:
+        field = field[field.shape[0] // 2]
+    return field
+
+
 def rollout_curves(rollout: Mapping[str, Any], name: str, path: Path) -> None:
     """An autoregressive rollout: VRMSE per step (the network's and persistence's), then truth, prediction
-    and difference for the first test trajectory at a few steps (the first channel)."""
+    and difference for the first test trajectory at a few steps (the first channel; a cube's middle plane)."""
     examples = rollout.get("examples") or {}
     shown = len(examples.get("steps", []))
     fig, axes = plt.subplots(1 + shown, 3, figsize=(10, 3.0 * (1 + shown)), squeeze=False, layout="constrained")
@@ -126,7 +133,7 @@ def rollout_curves(rollout: Mapping[str, Any], name: str, path: Path) -> None:
     for spare in axes[0, 1:]:
         spare.axis("off")
     for row in range(shown):
-        t, p = examples["true"][row][..., 0], examples["predicted"][row][..., 0]
+        t, p = middle_plane(examples["true"][row][..., 0]), middle_plane(examples["predicted"][row][..., 0])
         low, high = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
         for k, (image, label) in enumerate([(t, "true"), (p, "predicted"), (p - t, "difference")]):
             ax = axes[1 + row, k]
