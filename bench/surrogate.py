@@ -19,6 +19,8 @@ ahead for fno2d and unet2d (periodic) beside `next.vrmse.persistence` and `next.
 classical baseline); `next.rollout.<model>` the VRMSE per step of a rollout over the test trajectories,
 `next.rollout.persistence` beside it; goals: one step <= 0.5 x persistence's and below the linear model's
 (`next.network_over_persistence`, `next.network_over_linear`), below persistence at every rollout step.
+Runs of different physics (the growth rate drawn per run): `conditioned.vrmse.<none|channels|vector>` and
+`conditioned.rollout_last.<...>`, fno2d given no parameters, the parameters as channels, or as FiLM's vector.
 `--quick`: 32 and 128 runs, fewer steps; the workflow is not run.
 """
 
@@ -186,6 +188,64 @@ def next_state(steps: int) -> dict[str, Any]:
     return figures
 
 
+def conditioned(steps: int) -> dict[str, Any]:
+    """Runs of different physics: the next-state preset's simulator with the growth rate drawn per run (0.5
+    to 6), so that the states alone do not say how fast the next one grows. fno2d (as in next_state) trained
+    alike without the parameters, with them as constant channels, and as FiLM's conditioning vector
+    (train.next_state.condition: false / channels / vector); one-step VRMSE on the test windows and the
+    rollout's VRMSE at its last step, beside persistence's."""
+    import tensorflow as tf
+    import yaml
+
+    from pipeline.simulators import reaction
+    from pipeline.steps import validated
+    from pipeline.training.models import fno
+    from pipeline.training.tasks.base import DataSpec, LabelField
+    from pipeline.training.tasks.next_state import NextState
+
+    preset = yaml.safe_load((REPO / "config" / "presets" / "surrogate-next-state.yaml").read_text())
+    preset["simulate"]["reaction"]["growth"] = [0.5, 6.0]
+    settings = validated(preset)["simulate"]
+
+    def runs(count: int, offset: int) -> tuple[np.ndarray, np.ndarray]:
+        made = [reaction.make(settings, np.random.default_rng(offset + i)) for i in range(count)]
+        return np.stack([r["trajectory"] for r in made]), np.stack([r["params"] for r in made])
+
+    (train, params), (test, test_params) = runs(NEXT_RUNS, 0), runs(NEXT_TEST_RUNS, 10**6)
+    mean, std = float(train.mean()), float(train.std())
+    p_mean, p_std = params.mean(axis=0), np.where(params.std(axis=0) > 0, params.std(axis=0), 1.0)
+    label = LabelField("params", (4,), "float32", {"mean": p_mean.tolist(), "std": p_std.tolist()})
+    data = DataSpec("trajectory", train.shape[1:], (label,), ("params",),
+                    feature_statistics={"trajectory": {"mean": mean, "std": std}})  # fmt: skip
+    states, test_states = (train - mean) / std, (test - mean) / std
+    given, test_given = (((p - p_mean) / p_std).astype(np.float32) for p in (params, test_params))
+    figures: dict[str, Any] = {}
+    for condition in (False, "channels", "vector"):
+        name = condition or "none"
+        task = NextState({"next_state": {"inputs": 1, "outputs": 1, "condition": condition}}, data)
+        windows = [task.windows(tf.constant(t), task.label_tensor([tf.constant(g)], True))
+                   for t, g in zip(np.array_split(states, 8), np.array_split(given, 8), strict=True)]  # fmt: skip
+        x, y = (np.concatenate([w[k].numpy() for w in windows]) for k in (0, 1))
+        test_labels = task.label_tensor([tf.constant(test_given)], True)
+        x_test, y_test = (v.numpy() for v in task.windows(tf.constant(test_states), test_labels))
+        tf.keras.utils.set_random_seed(0)
+        model = fno.build(task.model_feature_shape, task.outputs(), task,
+                          {"depth": 3, "width": 16, "dense": 64, "dropout": 0.0, "modes": 8})  # fmt: skip
+        model.compile(tf.keras.optimizers.Adam(tf.keras.optimizers.schedules.CosineDecay(0.002, steps)), task.loss())
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).repeat().batch(BATCH),
+                  steps_per_epoch=steps, epochs=1, verbose=0)  # fmt: skip
+        evaluation = task.evaluation()
+        task.update(evaluation, model.predict(x_test, verbose=0), y_test, x_test)
+        scored = task.metrics(evaluation)
+        figures[f"conditioned.vrmse.{name}"] = round(scored["vrmse"]["trajectory"], 4)
+        figures["conditioned.vrmse.persistence"] = round(scored["persistence_vrmse"]["trajectory"], 4)
+        rolled = task.rollout_summary([task.rollout(lambda z, m=model: m.predict(z, verbose=0),
+                                                    [(test_states, test_given)])])  # fmt: skip
+        figures[f"conditioned.rollout_last.{name}"] = round(rolled["vrmse_per_step"][-1], 3)
+        figures["conditioned.rollout_last.persistence"] = round(rolled["persistence_vrmse_per_step"][-1], 3)
+    return figures
+
+
 def demo_seconds(work: Path) -> float:
     """The preset's workflow end to end (snakemake, 2 cores), in a fresh workdir."""
     import yaml
@@ -237,6 +297,7 @@ def main() -> None:
         from_here = [n for k, n in enumerate(sizes) if all(a < b for a, b in zip(net[k:], emu[k:], strict=True))]
         figures[f"crossing.{output}"] = from_here[0] if from_here else None
     figures.update(next_state(QUICK_NEXT_STEPS if args.quick else NEXT_STEPS))
+    figures.update(conditioned(QUICK_NEXT_STEPS if args.quick else NEXT_STEPS))
     if not args.quick:
         figures["demo_seconds"] = round(demo_seconds(work), 1)
     shutil.rmtree(work, ignore_errors=True)
