@@ -375,7 +375,8 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
     from pipeline.steps import validated
 
     config = yaml.safe_load((REPO / "config" / "presets" / "surrogate-next-state.yaml").read_text())
-    [conditioned] = [yaml.safe_load(text) for _, _, text in doc_blocks() if "condition: vector" in text]
+    [conditioned] = [yaml.safe_load(text) for _, mark, text in doc_blocks()
+                     if mark == "reference" and "condition: vector" in text]  # fmt: skip
     config["convert"].update(conditioned["convert"])
     config["train"].update(conditioned["train"], width=8, depth=2, model_args={"modes": 4}, batch_size=8)
     config["train"]["population"] = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 6}
