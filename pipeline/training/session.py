@@ -100,9 +100,11 @@ def prepare(
     model and the device's record."""
     settings = config["train"]
     apply_threads(settings)
+    local_rank, local_size = node_local or (hvd.local_rank(), hvd.local_size())
+    limit_blas_threads(local_size)
     error, task, model, device = None, None, None, {}
     try:
-        device = devices.apply(settings, *(node_local or (hvd.local_rank(), hvd.local_size())))
+        device = devices.apply(settings, local_rank, local_size)
         determinism.seed_and_fix(settings)
         task = check_settings(settings, meta, label_names(meta), staged)
         from pipeline.training.models import input_shape, model_source
@@ -131,6 +133,18 @@ def apply_threads(settings: Mapping[str, Any]) -> None:
     if settings["threads"]:
         tf.config.threading.set_intra_op_parallelism_threads(settings["threads"])
         tf.config.threading.set_inter_op_parallelism_threads(settings["threads"])
+
+
+def limit_blas_threads(ranks_on_node: int) -> None:
+    """numpy's BLAS threads (OpenBLAS, as numpy's wheels ship it) per rank: the cores the launcher bound
+    this rank to, or where it bound none, its share of the node's. Left alone, every rank's BLAS starts a
+    thread per core, and the ranks' threads spinning on the same cores made the classical baseline's fit
+    ten times slower at random (2.4 s or 24 s, the forward surrogate's emulator, 2 ranks on 2 cores)."""
+    from threadpoolctl import threadpool_limits
+
+    node = os.cpu_count() or 1
+    bound = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else node
+    threadpool_limits(bound if bound < node else max(1, node // max(ranks_on_node, 1)), user_api="blas")
 
 
 def augmentation(settings: Mapping[str, Any], task: Task, source: ModelSource, shape: Sequence[int | None],
