@@ -199,6 +199,11 @@ def test_next_state_windows_stay_within_a_trajectory_and_keep_time_order():
         record, first = divmod(int(window_in[0]), 100)
         assert list(window_in) == [100 * record + first, 100 * record + first + 1]
         assert list(window_out) == [100 * record + first + 2, 100 * record + first + 3]
+    # one window per record at a given start (online training's draw): the same as that one of all of them
+    one_in, one_out = task.windows(tf.constant(x), tf.zeros([3, 0]), np.array([2, 0, 1]))
+    chosen = np.arange(3) * 3 + [2, 0, 1]
+    np.testing.assert_array_equal(one_in.numpy(), inputs.numpy()[chosen])
+    np.testing.assert_array_equal(one_out.numpy(), targets.numpy()[chosen])
 
 
 def test_the_rollout_feeds_the_model_its_own_outputs_and_scores_against_persistence():

@@ -405,20 +405,15 @@ class TrainingRank:
             batch = self.train_buffer.draw(batch_size, drawn, record=self.record)
             self.state.short_batches += len(next(iter(batch.values()))) < batch_size
             drawn += 1
-            x, y = self.batch_tensors(batch, session.task, session.add_channel)
+            x, y = self.batch_tensors(batch, session.task, session.add_channel, whole=True)
             yield self.one_window_each(x, y, session.task, drawn) if session.task.windowed else (x, y)
 
     def one_window_each(self, x: Any, y: Any, task: Task, step: int) -> tuple[Any, Any]:
-        """Of each drawn trajectory's windows (consecutive in `windows`' output), one, at a start drawn from a
-        generator seeded by (train.seed, rank, step): a step trains on batch_size windows, as on staged
-        shards, each of a different run (a resumed step draws the same)."""
-        import tensorflow as tf
-
-        per_record = task.samples_per_record()
-        count = int(x.shape[0]) // per_record
-        starts = np.random.default_rng([self.settings["seed"], self.rank, step]).integers(0, per_record, count)
-        chosen = np.arange(count) * per_record + starts
-        return tf.gather(x, chosen), tf.gather(y, chosen)
+        """Of each drawn trajectory, one window (only that one cut), at a start drawn from a generator seeded
+        by (train.seed, rank, step): a step trains on batch_size windows, as on staged shards, each of a
+        different run (a resumed step draws the same)."""
+        rng = np.random.default_rng([self.settings["seed"], self.rank, step])
+        return task.windows(x, y, rng.integers(0, task.samples_per_record(), int(x.shape[0])))
 
     def validation_batches(self) -> Iterator[dict[str, np.ndarray]]:
         """This rank's validation buffer in batches of batch_size samples, in order."""

@@ -162,8 +162,9 @@ class Task:
         """Every rank's rollout joined."""
         raise NotImplementedError
 
-    def windows(self, x: Any, y: Any) -> tuple[Any, Any]:
-        """With `windowed`: a batch of parsed records as a batch of samples (several per record)."""
+    def windows(self, x: Any, y: Any, starts: Any = None) -> tuple[Any, Any]:
+        """With `windowed`: a batch of parsed records as a batch of samples (several per record; `starts`:
+        one per record, the one at that start)."""
         raise NotImplementedError
 
     def label_tensor(self, values: Sequence[Any], batched: bool) -> Any:

@@ -124,16 +124,23 @@ class NextState(Surrogate):
                 for v, f in zip(values, self.conditions, strict=True)]  # fmt: skip
         return tf.cast(tf.concat(flat, -1), tf.float32)
 
-    def windows(self, x: Any, y: Any) -> tuple[Any, Any]:
+    def windows(self, x: Any, y: Any, starts: Any = None) -> tuple[Any, Any]:
         """(B, T, *grid[, C]) trajectories -> every window: (B x n, *grid, k C [+ P]) inputs (the record's P
-        parameters as constant channels last, with `condition`), (B x n, grid size x m C) targets."""
+        parameters as constant channels last, with `condition`), (B x n, grid size x m C) targets; with
+        `starts` (B,), only the window of each record at its start (n = 1: online training's draw)."""
         import tensorflow as tf
 
         grid, d = list(self.grid), self.spatial
         states = tf.reshape(x, [-1, self.trajectory_shape[0], *grid, self.channels])
-        count = self.samples_per_record()
-        inputs = tf.stack([states[:, t : t + self.k] for t in range(count)], axis=1)  # (B, n, k, *grid, C)
-        targets = tf.stack([states[:, t + self.k : t + self.k + self.m] for t in range(count)], axis=1)
+        if starts is None:
+            count = self.samples_per_record()
+            inputs = tf.stack([states[:, t : t + self.k] for t in range(count)], axis=1)  # (B, n, k, *grid, C)
+            targets = tf.stack([states[:, t + self.k : t + self.k + self.m] for t in range(count)], axis=1)
+        else:
+            count = 1
+            steps = tf.cast(starts, tf.int32)[:, None] + tf.range(self.k + self.m)
+            span = tf.gather(states, steps, batch_dims=1)[:, None]  # (B, 1, k + m, *grid, C)
+            inputs, targets = span[:, :, : self.k], span[:, :, self.k :]
         steps_after_grid = [0, 1, *range(3, 3 + d), 2, 3 + d]  # (B, n, *grid, k, C): a window's states as channels
         inputs = tf.reshape(tf.transpose(inputs, steps_after_grid), [-1, *grid, self.k * self.channels])
         if self.conditions:  # each record's parameters beside every one of its windows
