@@ -151,11 +151,10 @@ class Surrogate(Regression):
         mine, truth = self.physical(kept), self.physical(labels)
         out = {}
         for f in self.data.labels:
-            axes = tuple(range(1, truth[f.name].ndim))
-            spread = np.stack([e[f.name] for e in each]).std(axis=0)
-            spread = spread.mean(axis=axes) if axes else spread
-            error = (mine[f.name] - truth[f.name]) ** 2
-            out[f.name] = np.column_stack([spread, np.sqrt(error.mean(axis=axes) if axes else error)])
+            axes = tuple(range(1, truth[f.name].ndim))  # none for a scalar output: the mean leaves it as it is
+            spread = np.stack([e[f.name] for e in each]).std(axis=0).mean(axis=axes)
+            error = ((mine[f.name] - truth[f.name]) ** 2).mean(axis=axes)
+            out[f.name] = np.column_stack([spread, np.sqrt(error)])
         return out
 
     # ---- against the classical emulator
