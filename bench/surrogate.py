@@ -91,6 +91,17 @@ def scores(task: Any, predicted: np.ndarray, y: np.ndarray) -> dict[str, float]:
     return task.metrics(evaluation)["vrmse"]
 
 
+def fitted(model: Any, loss: Any, x: np.ndarray, y: np.ndarray, steps: int, seed: int = 0) -> Any:
+    """Every network here is trained alike: Adam at 0.002 with a cosine decay over `steps` steps of BATCH
+    samples, shuffled by `seed`."""
+    import tensorflow as tf
+
+    model.compile(tf.keras.optimizers.Adam(tf.keras.optimizers.schedules.CosineDecay(0.002, steps)), loss)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=seed).repeat().batch(BATCH)
+    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+    return model
+
+
 def network(task: Any, x: np.ndarray, y: np.ndarray, steps: int, seed: int) -> Any:
     import tensorflow as tf
 
@@ -98,11 +109,7 @@ def network(task: Any, x: np.ndarray, y: np.ndarray, steps: int, seed: int) -> A
 
     tf.keras.utils.set_random_seed(seed)
     model = decoder.build((4,), y.shape[1], task, {"depth": 3, "width": 16, "dense": 128, "dropout": 0.0})
-    rate = tf.keras.optimizers.schedules.CosineDecay(0.002, steps)
-    model.compile(tf.keras.optimizers.Adam(rate), task.loss())
-    data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=seed).repeat().batch(BATCH)
-    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
-    return model
+    return fitted(model, task.loss(), x, y, steps, seed)
 
 
 def emulator(task: Any, x: np.ndarray, y: np.ndarray) -> Any:
@@ -117,6 +124,25 @@ def emulator(task: Any, x: np.ndarray, y: np.ndarray) -> Any:
 
 
 NEXT_RUNS, NEXT_TEST_RUNS, NEXT_STEPS, QUICK_NEXT_STEPS = 256, 64, 2000, 400
+
+
+def cut(task: Any, states: np.ndarray, given: np.ndarray | None = None, chunks: int = 1) -> tuple[np.ndarray, ...]:
+    """Every window (inputs, targets) of normalised trajectories, with their runs' normalised parameters
+    where the task is given them, cut `chunks` trajectories' worth at a time (TensorFlow's copies bounded)."""
+    import tensorflow as tf
+
+    pieces = []
+    for part in np.array_split(np.arange(len(states)), chunks):
+        labels = None if given is None else task.label_tensor([tf.constant(given[part])], True)
+        pieces.append([w.numpy() for w in task.windows(tf.constant(states[part]), labels)])
+    return tuple(np.concatenate(p) for p in zip(*pieces, strict=True))
+
+
+def one_step(task: Any, predicted: np.ndarray, y: np.ndarray, x: np.ndarray) -> dict[str, Any]:
+    """The task's scores of one step ahead (VRMSE, persistence's) on these windows."""
+    evaluation = task.evaluation()
+    task.update(evaluation, predicted, y, x)
+    return task.metrics(evaluation)
 
 
 def next_state(steps: int) -> dict[str, Any]:
@@ -148,34 +174,26 @@ def next_state(steps: int) -> dict[str, Any]:
         "trajectory", train.shape[1:], (), (), feature_statistics={"trajectory": {"mean": mean, "std": std}}
     )
     task = NextState({"next_state": {"inputs": 1, "outputs": 1}}, data)
-    x, y = (np.concatenate(v) for v in zip(*[[w.numpy() for w in task.windows(tf.constant((t - mean) / std), None)]
-                                              for t in np.array_split(train, 8)], strict=True))  # fmt: skip
-    x_test, y_test = task.windows(tf.constant((test - mean) / std), None)
-    x_test, y_test = x_test.numpy(), y_test.numpy()
+    x, y = cut(task, (train - mean) / std, chunks=8)
+    x_test, y_test = cut(task, (test - mean) / std)
     figures: dict[str, Any] = {"next.train_runs": NEXT_RUNS, "next.test_runs": NEXT_TEST_RUNS}
-
-    def one_step(predicted: np.ndarray) -> float:
-        evaluation = task.evaluation()
-        task.update(evaluation, predicted, y_test, x_test)
-        return task.metrics(evaluation)
 
     features = task.baseline_features(x, 2)
     sums = EmulatorSums(features.shape[1], y.shape[1])
     sums.add(features, y.astype(np.float64))
     weights, bias = sums.fitted(sums.arrays()).linear
-    linear = one_step(task.baseline_features(x_test, 2) @ weights + bias)
+    linear = one_step(task, task.baseline_features(x_test, 2) @ weights + bias, y_test, x_test)
     figures["next.vrmse.linear"] = round(linear["vrmse"]["trajectory"], 4)
     figures["next.vrmse.persistence"] = round(linear["persistence_vrmse"]["trajectory"], 4)
     args = {"depth": 3, "width": 16, "dense": 64, "dropout": 0.0}
     for name, module, options in (("fno2d", fno, {"modes": 8}), ("unet2d", unet2d, {"periodic": True})):
         tf.keras.utils.set_random_seed(0)
         model = module.build(task.model_feature_shape, task.outputs(), task, {**args, **options})
-        model.compile(tf.keras.optimizers.Adam(tf.keras.optimizers.schedules.CosineDecay(0.002, steps)), task.loss())
         start = time.perf_counter()
-        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).repeat().batch(BATCH),
-                  steps_per_epoch=steps, epochs=1, verbose=0)  # fmt: skip
+        fitted(model, task.loss(), x, y, steps)
         figures[f"next.seconds.{name}"] = round(time.perf_counter() - start, 1)
-        figures[f"next.vrmse.{name}"] = round(one_step(model.predict(x_test, verbose=0))["vrmse"]["trajectory"], 4)
+        scored = one_step(task, model.predict(x_test, verbose=0), y_test, x_test)
+        figures[f"next.vrmse.{name}"] = round(scored["vrmse"]["trajectory"], 4)
         runs = [((test - mean) / std, np.zeros((len(test), 0)))]  # whole trajectories, no parameters given
         rolled = task.rollout_summary([task.rollout(lambda z, m=model: m.predict(z, verbose=0), runs)])
         figures[f"next.rollout.{name}"] = [round(v, 3) for v in rolled["vrmse_per_step"]]
@@ -223,20 +241,13 @@ def conditioned(steps: int) -> dict[str, Any]:
     for condition in (False, "channels", "vector"):
         name = condition or "none"
         task = NextState({"next_state": {"inputs": 1, "outputs": 1, "condition": condition}}, data)
-        windows = [task.windows(tf.constant(t), task.label_tensor([tf.constant(g)], True))
-                   for t, g in zip(np.array_split(states, 8), np.array_split(given, 8), strict=True)]  # fmt: skip
-        x, y = (np.concatenate([w[k].numpy() for w in windows]) for k in (0, 1))
-        test_labels = task.label_tensor([tf.constant(test_given)], True)
-        x_test, y_test = (v.numpy() for v in task.windows(tf.constant(test_states), test_labels))
+        x, y = cut(task, states, given, chunks=8)
+        x_test, y_test = cut(task, test_states, test_given)
         tf.keras.utils.set_random_seed(0)
         model = fno.build(task.model_feature_shape, task.outputs(), task,
                           {"depth": 3, "width": 16, "dense": 64, "dropout": 0.0, "modes": 8})  # fmt: skip
-        model.compile(tf.keras.optimizers.Adam(tf.keras.optimizers.schedules.CosineDecay(0.002, steps)), task.loss())
-        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).repeat().batch(BATCH),
-                  steps_per_epoch=steps, epochs=1, verbose=0)  # fmt: skip
-        evaluation = task.evaluation()
-        task.update(evaluation, model.predict(x_test, verbose=0), y_test, x_test)
-        scored = task.metrics(evaluation)
+        fitted(model, task.loss(), x, y, steps)
+        scored = one_step(task, model.predict(x_test, verbose=0), y_test, x_test)
         figures[f"conditioned.vrmse.{name}"] = round(scored["vrmse"]["trajectory"], 4)
         figures["conditioned.vrmse.persistence"] = round(scored["persistence_vrmse"]["trajectory"], 4)
         rolled = task.rollout_summary([task.rollout(lambda z, m=model: m.predict(z, verbose=0),
