@@ -71,6 +71,17 @@ onstart:
         slurm_watch.start(Path(workflow.workdir_init), config["slurm"]["unavailable_nodes_timeout_s"])
 
 
+# Ended well: the scores beside their baselines, and where the summary, the figures and the report are
+# (pipeline/reporting/status.py: outcome), so that a run says what it gave, not only "9 of 9 steps".
+onsuccess:
+    from pipeline.reporting.status import outcome
+
+    for r in RUNS:
+        said = outcome(r.layout.workdir)
+        if said:
+            print(said)
+
+
 # Ended in error (Ctrl-C included): no job of this workflow stays in the queue (Snakemake can miss one).
 onerror:
     if submits_to_slurm():

@@ -4,9 +4,10 @@ The `reaction` family of config/presets/surrogate-forward.yaml (Fisher-KPP advec
 from fixed blobs; parameters vx, vy, kappa, r; outputs the final 32 x 32 state and the mass at 10 times).
 For each number of training runs (32 ... 512; the same 256 test runs for every size, drawn apart), in
 one process and on the same normalised data:
-- the network: the preset's `decoder` (depth 3, width 16, dense 128), Adam at the preset's rate with a
-  cosine decay, the task's loss (each output's mean squared error, weighted alike), a fixed number of
-  steps whatever the size (so a small set is seen for many epochs, as a user would train it);
+- the network: the preset's `decoder` (depth 3, width 16, dense 128), trained by the product's training
+  kernel (the train step's optimizer, compiled Horovod step and cosine schedule: `fitted`) on the task's
+  loss (each output's mean squared error, weighted alike), a fixed number of steps whatever the size (so
+  a small set is seen for many epochs, as a user would train it);
 - the emulator: sim2dl's classical baseline for surrogates (baseline.EmulatorSums: PCA of the outputs and
   kernel ridge on random Fourier features of the parameters, penalty by 5-fold cross-validation).
 Both scored by the task's VRMSE per output in physical units (tasks/surrogate.py) on the test runs.
@@ -92,13 +93,28 @@ def scores(task: Any, predicted: np.ndarray, y: np.ndarray) -> dict[str, float]:
 
 
 def fitted(model: Any, loss: Any, x: np.ndarray, y: np.ndarray, steps: int, seed: int = 0) -> Any:
-    """Every network here is trained alike: Adam at 0.002 with a cosine decay over `steps` steps of BATCH
-    samples, shuffled by `seed`."""
+    """Every network here is trained alike, by the product's training kernel as the train step drives it:
+    the train step's optimizer (pipeline.training.optimizer: Adam at the presets' 0.002), its compiled
+    data-parallel step (pipeline.training.steps: Horovod, here one rank) and its learning-rate schedule
+    (pipeline.training.kernel: train.decay cosine over the run, no warm-up), `steps` steps of BATCH
+    samples shuffled by `seed`. Only where the batches come from differs: arrays in memory, the same for
+    every model and size, instead of staged shards."""
+    import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    model.compile(tf.keras.optimizers.Adam(tf.keras.optimizers.schedules.CosineDecay(0.002, steps)), loss)
+    from pipeline.steps import validated
+    from pipeline.training.kernel import run_steps, schedule
+    from pipeline.training.optimizer import make_optimizer
+    from pipeline.training.steps import step_functions
+
+    hvd.init()
+    settings = validated({"train": {"learning_rate": 0.002, "batch_size": BATCH, "decay": "cosine",
+                                    "warmup_epochs": 0}})["train"]  # fmt: skip
+    optimizer = make_optimizer(settings, "float32")
+    train_step, _ = step_functions(model, optimizer, loss, autograph=False)
     data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=seed).repeat().batch(BATCH)
-    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+    rate = schedule(settings, 1, 1, steps)  # the run is one unit of `steps` steps
+    run_steps(train_step, optimizer, iter(data), steps, lambda step: rate(0, step), first=True)
     return model
 
 

@@ -506,8 +506,11 @@ def main(argv: list[str] | None = None) -> int:
         if size > 1:  # a bug on one rank must not leave the others waiting in a collective forever
             import traceback
 
-            traceback.print_exc()
+            # the whole traceback in one write, and a moment for mpiexec to pass it on before the abort
+            # tears the job down (seen: a step log ending at "Traceback (most recent call last):")
+            sys.stderr.write(f"sim2dl {args.step}: rank {rank} of {size} failed:\n{traceback.format_exc()}")
             sys.stderr.flush()
+            time.sleep(ABORT_DELAY_S)
             comm.Abort(1)
         raise
     # Every rank's peak resident memory, in MB (Linux reports ru_maxrss in KiB), and the largest.

@@ -246,10 +246,11 @@ def docs_block(needle: str) -> dict:
 
 
 def inspected(tmp_path: Path, data: Path) -> dict:
-    """`sim2dl inspect DATA --write` as a user runs it; the config it wrote."""
+    """`sim2dl inspect DATA --write` as a user runs it; the config it wrote (what it printed: inspect.txt)."""
     out = tmp_path / "inspected.yaml"
     proc = run_cli(["inspect", str(data), "--write", str(out)], ranks=1)
     assert "wrote" in proc.stdout, proc.stdout
+    (tmp_path / "inspect.txt").write_text(proc.stdout)
     return yaml.safe_load(out.read_text())
 
 

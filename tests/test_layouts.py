@@ -475,3 +475,68 @@ def test_splits_by_file_keep_a_files_samples_together(tmp_path, serial, split_by
         assert meta["split_assignment"].startswith("xxh3_64(file id")
     else:
         assert shared  # 24 samples of 3 files hashed one by one: some file is in both
+
+
+def test_a_channels_first_field_is_stored_fields_last_from_every_read_path(tmp_path, serial):
+    """source.fields.NAME.channel_axis: arrays written channels first, as PyTorch-world datasets and many
+    solvers write them, (N, time, field, y, x) in one file read along axis 0 and (field, y, x) a file each,
+    become records with the fields last, (time, y, x, field) and (y, x, field), value for value; a shape
+    is declared as stored; a channel axis outside it, or on a value that is not an array, is refused by
+    key."""
+    import h5py
+
+    from pipeline import Sim2dlError
+    from pipeline.formats.readers.base import check_source_fields
+
+    from .helpers import data_half, layout_config, records_by_id
+
+    rng = np.random.default_rng(5)
+    many = rng.normal(size=(3, 4, 2, 6, 5)).astype(np.float32)  # (N, time, field, y, x)
+    root = tmp_path / "data"
+    root.mkdir()
+    with h5py.File(root / "trajectories.h5", "w") as f:
+        f["fields"] = many
+    source = {
+        "glob": "*.h5",
+        "samples_along": 0,
+        "fields": {"state": {"path": "fields", "dtype": "float32", "shape": [4, 2, 6, 5], "channel_axis": 1}},
+    }
+    config = layout_config(tmp_path, source, ["state"], [], merge={"splits": {}})  # fmt: skip
+    _, meta = data_half(config, root, tmp_path, serial)
+    assert meta["feature_spec"]["state"]["shape"] == [4, 6, 5, 2]
+    records = sorted(records_by_id(tmp_path / "work" / "merged").items())
+    assert len(records) == 3
+    for (_, record), stored in zip(records, many, strict=True):
+        np.testing.assert_array_equal(np.asarray(record["state"]), np.moveaxis(stored, 1, -1))
+
+    single = tmp_path / "single"
+    single.mkdir()
+    for i in range(2):
+        np.save(single / f"s{i}.npy", many[i, 0])  # (field, y, x)
+    source = {"glob": "*.npy", "fields": {"state": {"path": ".", "dtype": "float32", "channel_axis": 0}}}
+    config = layout_config(tmp_path / "one", source, ["state"], [], merge={"splits": {}})
+    (tmp_path / "one").mkdir()
+    _, meta = data_half(config, single, tmp_path / "one", serial)
+    assert meta["feature_spec"]["state"]["shape"] == [6, 5, 2]
+    for name, record in records_by_id(tmp_path / "one" / "work" / "merged").items():
+        i = int(str(name)[-1])
+        np.testing.assert_array_equal(np.asarray(record["state"]), np.moveaxis(many[i, 0], 0, -1))
+
+    # inspect proposes the move where a short axis stands before a grid's longer ones
+    first = tmp_path / "fields-first"
+    first.mkdir()
+    for i in range(3):
+        with h5py.File(first / f"s{i}.h5", "w") as f:
+            f["fields"] = rng.normal(size=(3, 32, 24)).astype(np.float32)
+            f["params"] = np.array([i, 2 * i], np.float32)
+    _, proposed = inspect(str(first), write=tmp_path / "first.yaml")
+    assert proposed["source"]["fields"]["fields"] == {"path": "fields", "dtype": "float32", "shape": [3, 32, 24],
+                                                      "channel_axis": 0}  # fmt: skip
+    assert proposed["train"]["model"] == "unet2d"  # chosen for (32, 24, 3): fields last
+
+    bad = {"fields": {"state": {"path": "fields", "shape": [2, 6], "channel_axis": 2}}}
+    with pytest.raises(Sim2dlError, match=r"source\.fields\.state\.channel_axis.*not an axis"):
+        check_source_fields(bad, config["convert"])
+    bad = {"labels_table": "runs.csv", "fields": {"state": {"column": "a", "channel_axis": 0}}}
+    with pytest.raises(Sim2dlError, match=r"source\.fields\.state\.channel_axis.*only an array"):
+        check_source_fields(bad, config["convert"])

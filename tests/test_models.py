@@ -27,7 +27,7 @@ import pytest
 from scipy.ndimage import gaussian_filter
 
 from pipeline.config import validate
-from pipeline.training.models import BUILT_IN, cosmoflow, decoder, dense, fno, fno3d, sequence, unet2d
+from pipeline.training.models import BUILT_IN, cosmoflow, decoder, dense, fno, fno1d, fno3d, sequence, unet2d
 from pipeline.training.models.base import ARGS
 
 EPOCHS, BATCH, LEARNING_RATE = 8, 16, 0.001
@@ -114,6 +114,16 @@ def advected_cubes(rng: np.random.Generator, side: int = 12):
     return x[..., None].astype("float32"), ((y - y.mean()) / y.std()).reshape(len(x), -1).astype("float32")
 
 
+def advected_lines(rng: np.random.Generator, side: int = 64):
+    """advected_fields on a line: smooth periodic profiles (X, 1) and the same moved by 5 points around
+    the periodic edge, smoothed and squared in part, flattened as the task's outputs."""
+    x = np.stack([gaussian_filter(rng.normal(size=side), sigma=3, mode="wrap") for _ in range(SAMPLES)])
+    x = x / x.std()
+    moved = gaussian_filter(np.roll(x, 5, axis=1), sigma=(0, 1), mode="wrap")
+    y = moved + 0.3 * moved**2
+    return x[..., None].astype("float32"), ((y - y.mean()) / y.std()).reshape(SAMPLES, -1).astype("float32")
+
+
 def threshold_masks(rng: np.random.Generator, shape: tuple[int, int, int] = (48, 64, 4)):
     """Correlated noise fields and a 3-class mask that is a threshold of two of their channels: a pixel's
     class is a function of that pixel alone (a 1x1 convolution could learn it exactly)."""
@@ -188,6 +198,7 @@ CASES = [
     Case(unet2d, "surrogate", advected_fields, r2, output_shapes=((16, 16),), options=(("periodic", True),)),
     Case(fno, "surrogate", advected_fields, r2, output_shapes=((16, 16),), options=(("modes", 6),)),
     Case(fno3d, "surrogate", advected_cubes, r2, output_shapes=((12, 12, 12),), options=(("modes", 4),)),
+    Case(fno1d, "surrogate", advected_lines, r2, output_shapes=((64,),), options=(("modes", 12),)),
     Case(decoder, "regression", nonlinear_function, r2),
 ]
 

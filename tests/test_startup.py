@@ -97,3 +97,42 @@ def test_a_start_up_that_hangs_is_killed_after_its_time_out_and_tried_again(tmp_
     assert proc.returncode == 0, proc.stderr
     assert calls.read_text().strip() == "2"
     assert "MPI start-up failed (no rank reached the start-up barrier within the time-out)" in proc.stderr
+
+
+RANK_FAILS = """
+import sys
+
+from mpi4py import MPI
+
+from pipeline import cli
+
+
+def load_failing_on_rank_1(*args, **kwargs):
+    if MPI.COMM_WORLD.Get_rank() == 1:
+        def deeper(n):
+            return deeper(n - 1) if n else ()[0]  # a bug: IndexError, 20 frames down
+        deeper(20)
+    MPI.COMM_WORLD.barrier()  # rank 0 waits in a collective, as a step's ranks do when another fails
+
+
+cli.checked_load = load_failing_on_rank_1
+sys.exit(cli.main(["ingest", "--config", "unused.yaml"]))
+"""
+
+
+def test_a_bug_on_one_rank_reaches_the_step_log_whole_before_the_job_is_aborted(tmp_path):
+    """A rank that raises something other than sim2dl's own errors (a bug) ends the whole job, and its
+    traceback reaches the step's log whole, as Snakemake collects it (stdout and stderr to one file),
+    naming the rank, before MPI_Abort tears the job down (seen: a log ending at "Traceback (most recent
+    call last):")."""
+    script, log = tmp_path / "fails.py", tmp_path / "step.log"
+    script.write_text(RANK_FAILS)
+    with open(log, "wb") as out:
+        proc = subprocess.run([MPIEXEC, "-n", "2", str(Path(MPIEXEC).parent / "python"), str(script)], env=env(),
+                              stdout=out, stderr=subprocess.STDOUT, timeout=120, cwd=tmp_path)  # fmt: skip
+    text = log.read_text()
+    assert proc.returncode != 0
+    assert "sim2dl ingest: rank 1 of 2 failed:" in text, text
+    # every frame, the repeated ones as Python folds them, and the exception's line last
+    assert "in deeper" in text and "repeated 18 more times" in text, text
+    assert "IndexError: tuple index out of range" in text, text

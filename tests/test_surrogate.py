@@ -18,7 +18,7 @@ from pipeline.training.tasks.base import DataSpec, LabelField
 from pipeline.training.tasks.surrogate import Surrogate, vrmse
 
 from .conftest import REPO, run_cli, write_config
-from .helpers import doc_blocks, docs_block
+from .helpers import doc_blocks, docs_block, records_by_id
 from .the_well import write_the_well
 
 
@@ -93,15 +93,36 @@ def test_the_emulator_equals_an_independent_ridge_and_pca_on_the_same_features(m
     assert 0 < k < outputs.shape[1]
 
 
-@pytest.mark.parametrize("grid", [(16, 12), (8, 12, 10)], ids=["2d", "3d"])
+def spectral_conv_by_modes(x: np.ndarray, weights: np.ndarray, modes: int) -> np.ndarray:
+    """The Fourier layer written mode by mode, sharing nothing with pipeline/training/models/fno.py: the
+    full complex FFT of each channel; every kept wavenumber (|index| < modes along each axis, 0 <= index <
+    modes along the last) mixed across channels by the weight of its block (the blocks ordered by the sign
+    of the index along the axes before the last, the first axis slowest) at its offset in that block; the
+    other modes zero; then the Hermitian-symmetric spectrum's real inverse."""
+    batch, *grid, _ = x.shape
+    dims = len(grid)
+    spectrum = np.fft.fftn(x, axes=tuple(range(1, 1 + dims)))
+    out = np.zeros((batch, *grid, weights.shape[2]), complex)
+    for index in np.ndindex(*[2 * modes] * (dims - 1), modes):
+        signed = [i if i < modes else i - 2 * modes for i in index[:-1]] + [index[-1]]  # -modes .. modes-1
+        block = sum((s < 0) << (dims - 2 - a) for a, s in enumerate(signed[:-1]))
+        offset = [s if s >= 0 else s + modes for s in signed[:-1]] + [signed[-1]]
+        place = tuple(s % n for s, n in zip(signed, grid, strict=True))
+        mixing = weights[(block, slice(None), slice(None), *offset)]  # (in, out)
+        out[(slice(None), *place)] = spectrum[(slice(None), *place)] @ mixing
+    # the real FFT keeps the last axis' non-negative half: the inverse takes only that half of `out`
+    return np.fft.irfftn(out[..., : grid[-1] // 2 + 1, :], s=grid, axes=tuple(range(1, 1 + dims)))
+
+
+@pytest.mark.parametrize("grid", [(20,), (16, 12), (8, 12, 10)], ids=["1d", "2d", "3d"])
 def test_the_fourier_layer_equals_its_numpy_reference(grid):
     """SpectralConv (tf.signal on the channels-first map around channels-last, complex weights for the low
     and the high modes along every axis but the last) computes what numpy's rfftn / irfftn compute with the
-    same weights, to float32 precision, on 2-D and 3-D grids; a field that holds only modes above `modes`
+    same weights, to float32 precision, on 1-D, 2-D and 3-D grids; a field that holds only modes above `modes`
     comes out zero."""
     import tensorflow as tf
 
-    from pipeline.training.models.fno import spectral_conv_layer, spectral_conv_reference
+    from pipeline.training.models.fno import spectral_conv_layer
 
     rng = np.random.default_rng(3)
     x = rng.normal(size=(2, *grid, 3)).astype(np.float32)
@@ -109,7 +130,7 @@ def test_the_fourier_layer_equals_its_numpy_reference(grid):
     out = layer(tf.constant(x)).numpy()
     weights = layer.real.numpy() + 1j * layer.imag.numpy()
     assert weights.shape == (2 ** (len(grid) - 1), 3, 5, *[3] * len(grid))
-    np.testing.assert_allclose(out, spectral_conv_reference(x.astype(np.float64), weights, 3), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out, spectral_conv_by_modes(x.astype(np.float64), weights, 3), rtol=1e-4, atol=1e-5)
     first = np.arange(grid[0]).reshape(-1, *[1] * (len(grid) - 1)) * np.ones(grid)
     high = np.cos(2 * np.pi * 4 * first / grid[0])[None, ..., None].repeat(3, axis=-1).astype(np.float32)  # 4 > 3
     assert np.abs(layer(tf.constant(high)).numpy()).max() < 1e-5
@@ -357,7 +378,12 @@ def test_a_next_state_of_cubes_windows_rolls_out_scores_its_spectrum_and_saves_a
 
     cube = np.cos(2 * np.pi * 3 * np.arange(8) / 8)[None, None, :, None] * np.ones((1, *grid, 1))  # |k| = 3
     power = band_power(cube)
-    assert power.shape == (1, SPECTRUM_BANDS, 1) and np.count_nonzero(power > 1e-9) == 1
+    # the bands' edges: log-spaced from |k| = 1 to the grid's largest, sqrt(2² + 3² + 4²) = 5.39: 1, 1.75,
+    # 3.07, 5.39, so |k| = 3 is the middle band's
+    assert power.shape == (1, SPECTRUM_BANDS, 1) and power[0, 1, 0] > 1e-9
+    assert np.count_nonzero(power > 1e-9) == 1
+    lowest = np.cos(2 * np.pi * np.arange(6) / 6)[None, None, :, None, None] * np.ones((1, *grid, 1))  # |k| = 1
+    assert np.flatnonzero(band_power(lowest)[0, :, 0] > 1e-9).tolist() == [0]
 
     settings = {"model": "fno3d", "depth": 1, "width": 4, "dense": 8, "dropout": 0.0, "model_args": {"modes": 2}}
     network, _ = build_model(settings, task.model_feature_shape, task)
@@ -384,7 +410,8 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
                      if mark == "reference" and "condition: vector" in text]  # fmt: skip
     config["convert"].update(conditioned["convert"])
     config["train"].update(conditioned["train"], width=8, depth=2, model_args={"modes": 4}, batch_size=8)
-    config["train"]["population"] = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 6}
+    config["train"]["population"] = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 50}
+    config["train"]["learning_rate"] = 0.005  # enough to step below persistence
     config["simulate"].update(samples=64)
     config["simulate"]["reaction"].update(size=16, steps=40, snapshots=6, t_end=0.5, growth=[0.5, 6.0])
     config["source"]["fields"] = {"trajectory": {"path": "trajectory", "dtype": "float32", "shape": [6, 16, 16]},
@@ -395,9 +422,11 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
         run_cli([step, "--config", str(path)], ranks=2, timeout=600)
     summary = json.loads((tmp_path / "work" / "train" / "summary.json").read_text())
     assert summary["task"] == "next_state" and summary["scored_on"] == "test" and summary["rounds"] == 2
-    assert summary["persistence_vrmse"]["trajectory"] > 0 and summary["baseline"]["vrmse"]["trajectory"] > 0
+    assert summary["vrmse"]["trajectory"] < summary["persistence_vrmse"]["trajectory"]
+    assert summary["baseline"]["vrmse"]["trajectory"] > 0
     rollout = summary["rollout"]
     assert rollout["steps"] == 5 and len(rollout["vrmse_per_step"]) == len(rollout["persistence_vrmse_per_step"]) == 5
+    assert rollout["below_persistence_at_every_step"]
     assert rollout["trajectories"] * 5 == summary["test_records"] > 0  # the test runs, each of 5 windows
     spread = summary["population"]["disagreement"]
     assert spread["records"] == summary["test_records"]
@@ -454,45 +483,59 @@ def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
     from .helpers import board_events
 
     config = online_reaction_config(tmp_path)
+    # the run's parameters as the design gives them: scalar columns of the runs table, each normalised on
+    # its own (convert.per_channel: a scalar is one channel), given to the model as one vector
+    parameters = ["vx", "vy", "kappa", "r"]
+    config["source"]["fields"] = {"trajectory": config["source"]["fields"]["trajectory"],
+                                  **{p: {"column": p} for p in parameters}}  # fmt: skip
+    config["convert"].update(labels=parameters, normalise=["trajectory", *parameters], per_channel=parameters)
+    config["train"]["online"].update(steps=600, validate_every_steps=200)  # enough to step below persistence
+    config["train"]["learning_rate"] = 0.005
     proc = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     online = summary["online"]
-    assert summary["task"] == "next_state" and online["steps"] == 12 and online["refused"] == 0
+    assert summary["task"] == "next_state" and online["steps"] == 600 and online["refused"] == 0
     # a run is one trajectory: 12 trained on, every 4th of the 16 held out; each gives 5 windows
     assert (online["samples"]["arrived"], online["samples"]["validation"]) == (12, 4)
-    assert online["samples"]["draws"] == 12 * 4  # a step: batch_size windows, one of each of 4 trajectories
+    assert online["samples"]["draws"] == 600 * 4  # a step: batch_size windows, one of each of 4 trajectories
     # scored at the kept step, on the validation runs arrived by then (timing): whole runs of 5 windows each
-    assert summary["validation_records"] in (5, 10, 15, 20) and set(online["statistics"]) == {"trajectory", "params"}
-    assert summary["persistence_vrmse"]["trajectory"] > 0 and summary["baseline"]["vrmse"]["trajectory"] > 0
+    assert summary["validation_records"] in (5, 10, 15, 20) and set(online["statistics"]) == {"trajectory", *parameters}
+    assert summary["vrmse"]["trajectory"] < summary["persistence_vrmse"]["trajectory"]  # 0.21 against 0.29
+    assert summary["baseline"]["vrmse"]["trajectory"] > 0
     rollout = summary["rollout"]
     assert (rollout["split"], rollout["steps"], rollout["trajectories"]) == ("validation", 5, 4)
     assert len(rollout["vrmse_per_step"]) == len(rollout["persistence_vrmse_per_step"]) == 5
+    assert rollout["below_persistence_at_every_step"]
     train = tmp_path / "work" / "train"
     assert (train / "scores.png").stat().st_size and (train / "learning_curves.png").stat().st_size
     # TensorBoard: the one-step VRMSE at every validation, the emulator's as a line over the run
     board = board_events(train / "tensorboard" / "online")["scalars"]
-    assert sorted(board["validation/vrmse/trajectory"]) == [4, 8, 12]
+    assert sorted(board["validation/vrmse/trajectory"]) == [200, 400, 600]
     line = summary["baseline"]["vrmse"]["trajectory"]
-    assert board["baseline/vrmse/trajectory"] == pytest.approx({4: line, 12: line})
+    assert board["baseline/vrmse/trajectory"] == pytest.approx({200: line, 600: line})
     model = tf.keras.models.load_model(str(train / "model"), compile=False)
     state = np.full((1, 16, 16, 1), 0.5, np.float32)
-    answer = model({"trajectory_now": state, "params": np.array([[0.1, 0.1, 0.002, 3.0]], np.float32)})
+    given = dict(zip(parameters, np.array([[0.1], [0.1], [0.002], [3.0]], np.float32), strict=True))
+    answer = model({"trajectory_now": state, **given})
     assert answer["trajectory"].shape == (1, 16, 16, 1) and np.isfinite(answer["trajectory"].numpy()).all()
 
 
 def test_a_forward_surrogate_trains_online_as_melissa_trains_its_surrogates(tmp_path):
     """The same ensemble with each run's final state and mass as the outputs of its parameters (Melissa's
-    use: a surrogate from parameters to fields trained while the runs complete): VRMSE per output on the
-    held-out runs beside the emulator's, and the saved model answers parameters in the outputs' units."""
+    use: a surrogate from parameters to fields trained while the runs complete), the parameters taken from
+    the design (the runs table's columns, stacked into one vector), not from the files: VRMSE per output
+    on the held-out runs beside the emulator's, and the saved model answers parameters in the outputs'
+    units."""
     import tensorflow as tf
 
     config = online_reaction_config(tmp_path)
     command = config["simulate"]["command"]
     command[command.index("--initial") + 1] = "fixed"  # the same blobs: the outputs follow the parameters
-    config["source"]["fields"] = {"params": {"path": "params", "dtype": "float32", "shape": [4]},
+    config["source"]["fields"] = {**{p: {"column": p} for p in ("vx", "vy", "kappa", "r")},
                                   "state": {"path": "state", "dtype": "float32", "shape": [16, 16]},
                                   "mass": {"path": "mass", "dtype": "float32", "shape": [6]}}  # fmt: skip
-    config["convert"].update(features=["params"], labels=["state", "mass"], normalise=["params", "state", "mass"],
+    config["convert"].update(stack={"params": ["vx", "vy", "kappa", "r"]}, features=["params"],
+                             labels=["state", "mass"], normalise=["params", "state", "mass"],
                              per_channel=["params", "mass"])  # fmt: skip
     config["train"].update(task="surrogate", model="decoder", model_args={}, learning_rate=0.003)
     config["train"]["online"].update(steps=48, validate_every_steps=16)  # a decoder's steps are cheap
@@ -540,8 +583,9 @@ def test_the_wells_layout_gives_a_record_per_trajectory_with_its_parameters(tmp_
 
 def test_inspect_recognises_the_wells_layout_and_proposes_a_next_state_config(tmp_path, serial):
     """`sim2dl inspect` on files of The Well's format: a sample per trajectory, the first t0 field the feature,
-    no labels, train.task next_state with fno2d, split by trajectory; its config validates and reads every
-    trajectory."""
+    the simulation's parameter (a root attribute) its label given as a conditioning vector, train.task
+    next_state with fno2d, split by trajectory; the layout's lines in the terminal too; its config
+    validates and reads every trajectory."""
     from pipeline.steps.inspect import inspect
 
     from .helpers import data_half
@@ -551,13 +595,198 @@ def test_inspect_recognises_the_wells_layout_and_proposes_a_next_state_config(tm
     for alpha in (0.5, 1.5, 2.5):
         write_the_well(root / f"toy_alpha_{alpha}.hdf5", alpha, trajectories=4)
     text, config = inspect(str(root), write=tmp_path / "well.yaml")
-    assert "The Well's layout" in text and config is not None
+    assert "layout: The Well's layout" in text and config is not None
+    assert "  The Well: " in text and "given to the next state as a conditioning vector" in text  # not only in the file
     assert config["source"]["samples_along"] == 0 and config["source"]["fields"]["u"]["path"] == "t0_fields/u"
-    assert config["convert"]["features"] == ["u"] and config["convert"]["labels"] == []
+    assert config["convert"]["features"] == ["u"] and config["convert"]["labels"] == ["alpha"]
     assert config["train"]["task"] == "next_state" and config["train"]["model"] == "fno2d"
+    assert config["train"]["next_state"]["condition"] == "vector" and "alpha" in config["convert"]["normalise"]
     assert config["merge"]["split_by"] == "sample" and config["source"]["fields"]["alpha"] == {"attr": "alpha"}
     from pipeline.steps import validated
 
     config = validated({**config, "workdir": str(tmp_path / "work")})
     summary, meta = data_half(config, root, tmp_path, serial)
     assert summary["accepted"] == 12 and meta["feature_spec"]["u"]["shape"] == [6, 8, 8]
+
+
+def design_output(a0: float, ne: float, width: float, grid: int = 16) -> dict[str, np.ndarray]:
+    """What the stand-in code of an existing ensemble writes for one run: a field and a vector, smooth in its
+    three parameters."""
+    x = np.linspace(0, 1, grid, endpoint=False)
+    field = a0 * np.sin(2 * np.pi * x)[None, :] + ne * width * np.cos(2 * np.pi * x)[:, None]
+    return {"field": field.astype(np.float32), "totals": np.array([a0 + ne, a0 * width, ne], np.float32)}
+
+
+def test_a_forward_surrogate_takes_a_runs_table_attributes_and_path_groups_stacked_as_its_design(tmp_path):
+    """Existing ensemble output with its runs table: the design's parameters are a runs table's column
+    (a0), a global attribute (ne) and a path group (width), stacked into one vector (convert.stack) as a
+    forward surrogate's input; every record's vector is its run's parameters; the saved model, given a
+    design point nobody ran, answers the field and the vector in their units close to what the code
+    writes."""
+    import h5py
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import tensorflow as tf
+
+    rng = np.random.default_rng(21)
+    data = tmp_path / "ensemble"
+    runs = {"run": [], "a0": []}
+    for i in range(96):
+        a0, ne, width = rng.uniform(1, 3), rng.uniform(0.5, 1.5), rng.choice([1.0, 1.5, 2.0])
+        folder = data / f"width{width:.1f}" / f"run-{i:06d}"
+        folder.mkdir(parents=True)
+        with h5py.File(folder / "out.h5", "w") as f:
+            f.attrs["ne"] = ne
+            for name, value in design_output(a0, ne, width).items():
+                f[name] = value
+        runs["run"].append(f"run-{i:06d}")
+        runs["a0"].append(a0)
+    pq.write_table(pa.table(runs), data / "runs.parquet")
+    config = {
+        "workdir": str(tmp_path / "work"),
+        "source": {"path": str(data), "glob": "**/out.h5", "sample_id": None,
+                   "labels_table": {"path": "runs.parquet", "key": "run", "match": "run_directory"},
+                   "path_pattern": r"width(?P<width>[0-9.]+)/",
+                   "fields": {"a0": {"column": "a0"}, "ne": {"attr": "ne"}, "width": {"path_group": "width"},
+                              "field": {"path": "field", "dtype": "float32", "shape": [16, 16]},
+                              "totals": {"path": "totals", "dtype": "float32", "shape": [3]}}},
+        "convert": {"stack": {"design": ["a0", "ne", "width"]}, "features": ["design"],
+                    "labels": ["field", "totals"], "dtype": "float32", "normalise": ["design", "field", "totals"],
+                    "per_channel": ["design", "totals"]},
+        "merge": {"splits": {"train": 0.75, "validation": 0.125, "test": 0.125}},
+        "stage": {"target": str(tmp_path / "local")},
+        "search": {"enabled": False},
+        "train": {"task": "surrogate", "model": "decoder", "depth": 2, "width": 8, "dense": 64, "epochs": 40,
+                  "batch_size": 8, "learning_rate": 0.003},
+    }  # fmt: skip
+    path = write_config(tmp_path, config)
+    for step in ("ingest", "convert", "merge", "stage", "train"):
+        run_cli([step, "--config", str(path)], ranks=2, timeout=600)
+    merged = tmp_path / "work" / "merged"
+    meta = json.loads((merged / "metadata.json").read_text())
+    assert meta["feature_spec"]["design"]["shape"] == [3] and meta["component_names"]["design"] == ["a0", "ne", "width"]
+    stats = meta["statistics"]
+
+    def own_units(record: dict, name: str) -> np.ndarray:
+        return np.asarray(record[name]) * np.asarray(stats[name]["std"]) + np.asarray(stats[name]["mean"])
+
+    records = records_by_id(merged)
+    assert len(records) == 96
+    for record in records.values():  # the stacked vector is the run's parameters: what its file was made of
+        expected = design_output(*own_units(record, "design"))["totals"]
+        np.testing.assert_allclose(own_units(record, "totals"), expected, rtol=1e-4, atol=1e-4)
+    summary = json.loads((tmp_path / "work" / "train" / "summary.json").read_text())
+    assert set(summary["vrmse"]) == {"field", "totals"} and summary["vrmse"]["totals"] < 0.3, summary["vrmse"]
+
+    model = tf.keras.models.load_model(str(tmp_path / "work" / "train" / "model"), compile=False)
+    point = np.array([[2.1, 0.8, 1.5]], np.float32)  # nobody ran it
+    answered, expected = model(point), design_output(*point[0])
+    assert answered["field"].shape == (1, 16, 16) and answered["totals"].shape == (1, 3)
+    np.testing.assert_allclose(answered["totals"].numpy()[0], expected["totals"], rtol=0.15)
+    assert np.sqrt(np.mean((answered["field"].numpy()[0] - expected["field"]) ** 2)) < 0.3 * expected["field"].std()
+
+
+def test_a_state_of_two_fields_is_scored_and_normalised_per_field():
+    """A state stacked from two fields (u near 1, v near 0.2: convert.stack's members name them), each with
+    its own mean and std over time and space (convert.per_channel): one-step VRMSE, persistence's and the
+    rollout's are The Well's per sample, field and step, computed here independently; scoring the channels
+    jointly would put the gap between the fields' means into var(truth) and flatter persistence. Per
+    channel on a trajectory with no field axis is refused by name."""
+    from pipeline.training.tasks.next_state import NextState
+
+    rng = np.random.default_rng(7)
+    steps, grid = 4, (8, 8)
+    u = 1 + 0.05 * rng.normal(size=(3, steps, *grid)).cumsum(axis=1)
+    v = 0.2 + 0.02 * rng.normal(size=(3, steps, *grid)).cumsum(axis=1)
+    states = np.stack([u, v], axis=-1)  # (B, T, H, W, 2) in physical units
+    stats = {"mean": [1.0, 0.2], "std": [0.05, 0.02], "per_channel": True}
+    data = DataSpec("state", (steps, *grid, 2), (), (), feature_statistics={"state": stats},
+                    component_names={"state": ["u", "v"]})  # fmt: skip
+    task = NextState({"next_state": {"inputs": 1, "outputs": 2}}, data)
+    task.check()
+    normal = (states - np.array(stats["mean"])) / np.array(stats["std"])
+    x = normal[:, 0]  # one window per trajectory: state 0 in, states 1 and 2 out (channels t C + c)
+    targets = np.concatenate([normal[:, 1], normal[:, 2]], axis=-1).reshape(3, -1)
+    outputs = targets + 0.1 * rng.normal(size=targets.shape)
+    evaluation = task.evaluation()
+    task.update(evaluation, outputs, targets, x.reshape(3, -1))
+    scores = task.metrics(evaluation)
+
+    def well(predicted: np.ndarray, true: np.ndarray) -> float:  # per sample, over the grid
+        per_sample = [np.sqrt(((p - t) ** 2).mean() / (t.var() + 1e-7)) for p, t in zip(predicted, true, strict=True)]
+        return float(np.mean(per_sample))
+
+    predicted = outputs.reshape(3, *grid, 2, 2) * np.array(stats["std"]) + np.array(stats["mean"])  # (.., step, field)
+    for c, name in enumerate(["u", "v"]):
+        expected = np.mean([well(predicted[..., s, c], states[:, 1 + s, ..., c]) for s in range(2)])
+        assert scores["vrmse"][name] == pytest.approx(expected, rel=1e-9)
+        held = np.mean([well(states[:, 0, ..., c], states[:, 1 + s, ..., c]) for s in range(2)])
+        assert scores["persistence_vrmse"][name] == pytest.approx(held, rel=1e-9)
+    assert scores["vrmse_mean"] == pytest.approx(np.mean(list(scores["vrmse"].values())))
+    joint = np.mean([well(states[:, 0], states[:, 1 + s]) for s in range(2)])  # both fields as one
+    assert joint < 0.2 * scores["persistence_vrmse_mean"]  # the means' gap in the variance flatters it
+
+    # the rollout, per field: an exact stepper scores 0 on each, persistence as computed above per step
+    def exact(window: np.ndarray) -> np.ndarray:
+        found = [int(np.argmin([np.abs(window[b] - normal[b, t]).max() for t in range(steps)])) for b in range(3)]
+        return np.stack([np.concatenate([normal[b, t + 1], normal[b, min(t + 2, steps - 1)]], axis=-1)
+                         for b, t in enumerate(found)]).reshape(3, -1)  # fmt: skip
+
+    rolled = task.rollout_summary([task.rollout(exact, [(normal, np.zeros((3, 0)))])])
+    assert set(rolled["by_field"]["vrmse_per_step"]) == {"u", "v"} and np.allclose(rolled["vrmse_per_step"], 0)
+    for c, name in enumerate(["u", "v"]):
+        curve = [well(states[:, 0, ..., c], states[:, s, ..., c]) for s in range(1, steps)]
+        np.testing.assert_allclose(rolled["by_field"]["persistence_vrmse_per_step"][name], curve, rtol=1e-9)
+
+    by_column = {"state": {"mean": [0.0] * 8, "std": [1.0] * 8}}
+    flat = DataSpec("state", (steps, *grid), (), (), feature_statistics=by_column)
+    with pytest.raises(Exception, match=r"per_channel.*no axis of fields"):
+        NextState({"next_state": {}}, flat).check()
+
+
+def test_inspect_proposes_a_next_state_for_a_run_per_file_and_its_parameters_as_a_vector(tmp_path, serial):
+    """A PDE code's output as plain files, a run each: `t` (a 1-D time coordinate, no calendar) whose
+    length is the leading axis of `fields`, stored channels first (time, field, y, x), and the run's
+    parameter in an attribute. inspect proposes a trajectory per file (not a sample per step), the field
+    axis moved last and normalised per field, the parameter as a conditioning vector; a NetCDF trajectory
+    with a `time` dimension alike; the configs validate and read every run whole."""
+    import h5py
+    import netCDF4
+
+    from pipeline.steps import validated
+    from pipeline.steps.inspect import inspect
+
+    from .helpers import data_half
+
+    root = tmp_path / "pde"
+    for i, du in enumerate((0.1, 0.2, 0.3)):
+        (root / f"run-{i:06d}").mkdir(parents=True)
+        with h5py.File(root / f"run-{i:06d}" / "out.h5", "w") as f:
+            f["t"] = np.linspace(0, 1, 11)
+            f["fields"] = np.random.default_rng(i).normal(size=(11, 2, 16, 12)).astype(np.float32)
+            f.attrs["Du"] = du
+    text, config = inspect(str(root), write=tmp_path / "pde.yaml")
+    assert "a file is one run's trajectory: fields [11, 2, 16, 12] has t's 11 steps first" in text
+    fields = config["source"]["fields"]
+    assert config["source"]["samples_along"] is None and "t" not in fields
+    assert fields["fields"] == {"path": "fields", "dtype": "float32", "shape": [11, 2, 16, 12], "channel_axis": 1}
+    assert fields["Du"] == {"attr": "Du"} and config["convert"]["labels"] == ["Du"]
+    assert config["convert"]["per_channel"] == ["fields"] and config["train"]["task"] == "next_state"
+    assert config["train"]["model"] == "fno2d" and config["train"]["next_state"]["condition"] == "vector"
+    config = validated({**config, "workdir": str(tmp_path / "work")})
+    summary, meta = data_half(config, root, tmp_path, serial)
+    assert summary["accepted"] == 3 and meta["feature_spec"]["fields"]["shape"] == [11, 16, 12, 2]
+    assert len(meta["statistics"]["fields"]["mean"]) == 2  # one mean and std per field
+
+    nc = tmp_path / "nc"
+    nc.mkdir()
+    for i in range(2):
+        with netCDF4.Dataset(nc / f"run{i}.nc", "w") as f:
+            for name, n in (("time", 9), ("y", 8), ("x", 8)):
+                f.createDimension(name, n)
+            f.createVariable("time", "f8", ("time",))[:] = np.arange(9) * 0.5
+            f.createVariable("u", "f4", ("time", "y", "x"))[:] = np.random.default_rng(i).normal(size=(9, 8, 8))
+    text, config = inspect(str(nc), write=tmp_path / "nc.yaml")
+    assert config["source"]["samples_along"] is None and config["train"]["task"] == "next_state", text
+    assert config["convert"]["features"] == ["u"] and config["convert"]["labels"] == []
+    assert "next_state" in config["train"] and "condition" not in config["train"]["next_state"]

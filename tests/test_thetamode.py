@@ -187,6 +187,8 @@ def test_inspect_names_the_geometry_proposes_a_2d_model_and_the_runs_parameters_
     text = (tmp_path / "inspected.yaml").read_text()
     assert "meshes/E: thetaMode geometry (m=2;imag=+; axisLabels ['r', 'z'])" in text
     assert "meshes/E@theta=0 is the field on the x-z plane (48, 128, 3)" in text
+    printed = (tmp_path / "inspect.txt").read_text()  # in the terminal too, not only in the file's comments
+    assert "layout: openPMD" in printed and "meshes/E: thetaMode geometry (m=2;imag=+" in printed
     config["merge"] = {**config["merge"], "splits": {}, "format": "hdf5"}
     meta = run_written_config(tmp_path, config)
     assert meta["counts"]["records"] == 4 and meta["geometry"]["E"]["layout"] == {"kind": "modes"}

@@ -47,6 +47,11 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     assert listing["files"] == [s["file"] for s in meta["shards"]]
     trained = json.loads((tmp_path / "w" / "train" / "summary.json").read_text())
     assert trained["ranks"] == 2 and trained["weights_identical_across_ranks"]
+    # the run ends saying what it gave: each score beside its baseline, where the results are
+    said = log[log.index(f"sim2dl: regression of {tmp_path / 'w'}, scored on test") :]
+    for name, value in trained["r2"].items():
+        assert f"r2 {name}: {value:.3g}  (baseline {trained['baseline']['r2'][name]:.3g})" in said, said
+    assert f"summary: {tmp_path / 'w' / 'train' / 'summary.json'}" in said and "scores.png" in said
 
     assert_report_holds(tmp_path, overrides, ["learning_curves.png", "scores.png", "throughput.png"])
     resolved = yaml.safe_load((tmp_path / "w" / "config.resolved.yaml").read_text())

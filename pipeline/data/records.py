@@ -20,11 +20,11 @@ from pipeline.storage.directio import ContentsOrError
 def validate_sample(
     arrays: Mapping[str, np.ndarray], fields: Sequence[FieldSpec], check_finite: bool
 ) -> dict[str, np.ndarray]:
-    """The sample's arrays checked and cast to each field's declared dtype (`cast_to`); SampleError names
-    the field and the reason."""
+    """The sample's arrays with each field's channel axis moved last (a field's `channel_axis`), checked
+    and cast to its declared dtype (`cast_to`); SampleError names the field and the reason."""
     checked = dict(arrays)
     for field in fields:
-        array = arrays[field.name]
+        checked[field.name] = array = field.fields_last(arrays[field.name])
         if field.dtype is not None and array.dtype != np.dtype(field.dtype):
             checked[field.name] = array = cast_to(array, np.dtype(field.dtype), field.name)
         if field.shape is not None and (

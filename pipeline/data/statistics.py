@@ -25,11 +25,12 @@ class RunningStats:
 
     def update(self, x: np.ndarray, missing: np.ndarray | None = None) -> None:
         """Add the values of x, leaving out those `missing` marks (per channel: a position with any
-        channel missing)."""
-        x = x.reshape(-1, x.shape[-1]) if self.per_channel else x.reshape(-1)
+        channel missing). A scalar per channel is one channel: its statistics are the overall ones."""
+        by_channel = self.per_channel and np.ndim(x) > 0
+        x = x.reshape(-1, x.shape[-1]) if by_channel else np.reshape(x, -1)
         if missing is not None:
             missing = missing.astype(bool, copy=False)
-            missing = missing.reshape(-1, missing.shape[-1]).any(axis=1) if self.per_channel else missing.reshape(-1)
+            missing = missing.reshape(-1, missing.shape[-1]).any(axis=1) if by_channel else missing.reshape(-1)
             x = x[~missing]
         x = x.astype(np.float64, copy=False)
         n = x.shape[0]

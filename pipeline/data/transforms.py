@@ -68,6 +68,12 @@ def transform(
     return [{**{n: per_feature[n][k] for n in per_feature}, **labels} for k in range(pieces)]
 
 
+def stack_component_names(convert: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, list[str]]:
+    """A convert.stack's entries along its last axis are its members, in order (metadata.json's
+    component_names: what a surrogate scores and names per field)."""
+    return {name: list(members) for name, members in (convert.get("stack") or {}).items() if name in spec}
+
+
 def stacked(arrays: Mapping[str, np.ndarray], stacks: Mapping[str, Sequence[str]]) -> Mapping[str, np.ndarray]:
     """The record's fields with each convert.stack added: its members stacked along a new last axis (their
     common dtype); SampleError when the members' shapes differ in this sample."""

@@ -48,7 +48,7 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.data.statistics import RunningStats
-from pipeline.data.transforms import normalise
+from pipeline.data.transforms import normalise, stack_component_names
 from pipeline.online import messages
 from pipeline.online.buffer import BufferField, ReplayBuffer
 from pipeline.online.producer import ProducerCounts
@@ -144,7 +144,8 @@ def meta_for(config: Mapping[str, Any], held_fields: Mapping[str, BufferField], 
     for name, f in config["source"]["fields"].items():
         if f.get("categorical") and "column" in f:
             classes[name] = [str(v) for v in config["simulate"]["space"][f["column"]]["values"]]
-    return {"feature_spec": spec, "statistics": dict(stats), "classes": classes, "log1p": list(convert["log1p"])}
+    return {"feature_spec": spec, "statistics": dict(stats), "classes": classes, "log1p": list(convert["log1p"]),
+            "component_names": stack_component_names(convert, spec)}  # fmt: skip
 
 
 class TrainingRank:

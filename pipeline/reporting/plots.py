@@ -125,21 +125,35 @@ def rollout_curves(rollout: Mapping[str, Any], name: str, path: Path) -> None:
     fig, axes = plt.subplots(1 + shown, 3, figsize=(10, 3.0 * (1 + shown)), squeeze=False, layout="constrained")
     steps = np.arange(1, rollout["steps"] + 1)
     ax = axes[0, 0]
-    ax.plot(steps, rollout["vrmse_per_step"], "o-", label="network")
-    ax.plot(steps, rollout["persistence_vrmse_per_step"], "s--", label="persistence")
+    fields = (rollout.get("by_field") or {}).get("vrmse_per_step") or {}
+    mean = " (mean of the fields)" if len(fields) > 1 else ""
+    ax.plot(steps, rollout["vrmse_per_step"], "o-", label="network" + mean)
+    ax.plot(steps, rollout["persistence_vrmse_per_step"], "s--", label="persistence" + mean)
     ax.set(xlabel="step of the rollout", ylabel="VRMSE", title=f"{name}: rollout over {rollout['trajectories']} "
            "trajectories")  # fmt: skip
-    ax.legend()
-    for spare in axes[0, 1:]:
+    ax.legend(fontsize=8)
+    if len(fields) > 1:  # each field apart: the network's and persistence's curves
+        ax = axes[0, 1]
+        persisted = rollout["by_field"]["persistence_vrmse_per_step"]
+        for i, (field, curve) in enumerate(fields.items()):
+            ax.plot(steps, curve, "o-", color=f"C{i}", label=f"{field}: network")
+            ax.plot(steps, persisted[field], "s--", color=f"C{i}", alpha=0.6, label=f"{field}: persistence")
+        ax.set(xlabel="step of the rollout", ylabel="VRMSE", title="per field")
+        ax.legend(fontsize=7)
+    for spare in axes[0, 1 + (len(fields) > 1) :]:
         spare.axis("off")
     for row in range(shown):
         t, p = middle_plane(examples["true"][row][..., 0]), middle_plane(examples["predicted"][row][..., 0])
         low, high = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
         for k, (image, label) in enumerate([(t, "true"), (p, "predicted"), (p - t, "difference")]):
             ax = axes[1 + row, k]
-            limits = {"vmin": low, "vmax": high} if k < 2 else {"cmap": "RdBu_r"}
-            fig.colorbar(ax.imshow(image, origin="lower", **limits), ax=ax, shrink=0.8)
-            ax.set_xticks([]), ax.set_yticks([])
+            if image.ndim == 1:  # a state on a line: its values along it
+                ax.plot(image, "k-" if k == 0 else "C1-" if k == 1 else "C3-")
+                ax.set_ylim(*((low, high) if k < 2 else ax.get_ylim()))
+            else:
+                limits = {"vmin": low, "vmax": high} if k < 2 else {"cmap": "RdBu_r"}
+                fig.colorbar(ax.imshow(image, origin="lower", **limits), ax=ax, shrink=0.8)
+                ax.set_xticks([]), ax.set_yticks([])
             ax.set_title(f"step {int(examples['steps'][row])}: {label}", fontsize=9)
     _save(fig, path)
 

@@ -236,3 +236,55 @@ def render(status: Mapping[str, Any]) -> str:
     if "tensorboard" in train:
         lines.append(f"  watch it: tensorboard --logdir {train['tensorboard']}")
     return "\n".join(lines)
+
+
+def _value(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, int | float) else str(value)
+
+
+def score_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Each headline score, per output where it has several, beside the classical baseline's and, for a
+    next state, persistence's (the floors a result has to beat)."""
+    baseline = summary.get("baseline") or {}
+    lines = []
+    for metric in summary.get("score_names", ()):
+        ours, theirs, held = summary.get(metric), baseline.get(metric), summary.get(f"persistence_{metric}")
+        named = ours.items() if isinstance(ours, Mapping) else [(None, ours)]
+        for name, value in named:
+            if value is None:
+                continue
+            beside = []
+            for label, other in (("baseline", theirs), ("persistence", held)):
+                found = other.get(name) if isinstance(other, Mapping) else other if name is None else None
+                if found is not None:
+                    beside.append(f"{label} {_value(found)}")
+            where = f"{metric} {name}" if name is not None else metric
+            lines.append(f"  {where}: {_value(value)}" + (f"  ({', '.join(beside)})" if beside else ""))
+    rollout = summary.get("rollout") or {}
+    if rollout.get("vrmse_per_step"):
+        last, held = rollout["vrmse_per_step"][-1], rollout["persistence_vrmse_per_step"][-1]
+        every = "below persistence at every step" if rollout.get("below_persistence_at_every_step") else (
+            "not below persistence at every step")  # fmt: skip
+        lines.append(f"  rollout of {rollout['steps']} steps on {rollout.get('split')}: VRMSE {_value(last)} at the "
+                     f"last (persistence {_value(held)}), {every}")  # fmt: skip
+    if summary.get("below_baseline"):
+        lines.append(f"  below the baseline on: {', '.join(map(str, summary['below_baseline']))}")
+    return lines
+
+
+def outcome(workdir: Path) -> str:
+    """What a finished workflow gave, as `make demo` ends with it: training's headline scores on the split
+    they were scored on, each beside its baseline, and where the summary, the figures and the report are
+    ("" where training has not finished)."""
+    paths = TrainPaths(Layout(workdir).train)
+    summary = _json(paths.summary)
+    if summary is None:
+        return ""
+    lines = [f"sim2dl: {summary.get('task', 'training')} of {workdir}, scored on {summary.get('scored_on')} "
+             f"({summary.get(str(summary.get('scored_on')) + '_records', '?')} records):", *score_lines(summary),
+             f"  summary: {paths.summary}"]  # fmt: skip
+    figures = sorted(paths.root.glob("*.png"))
+    if figures:
+        lines.append(f"  figures: {', '.join(str(f) for f in figures)}")
+    lines.append("  report: snakemake --report report.html, with this run's --configfile and --config")
+    return "\n".join(lines)

@@ -49,11 +49,15 @@ from pipeline.formats.readers.base import ArrayInfo, Contents, Conventions, Read
 from pipeline.formats.readers.events import TableField, propose_tables, starter_tables
 from pipeline.storage.fsutil import write_text_atomic
 from pipeline.training.models import propose
+from pipeline.training.models.fno import proposed_for_states
 
 MAX_LISTED = 10_000  # matches listed before the files to open are chosen
 # Dimension names that say "one sample per index" (lowercase)
 SAMPLE_AXIS_WORDS = ("time", "event", "events", "entry", "entries", "sample", "samples", "member", "ensemble",
                      "realization", "realisation", "record", "records")  # fmt: skip
+# the last name of a 1-D array that is a run's time coordinate (its length a trajectory's leading axis)
+TIME_WORDS = ("time", "times", "t", "tsteps", "step", "steps", "snapshot", "snapshots", "t-coordinate")
+FIELD_AXIS = 8  # an axis this short beside a grid's longer ones holds fields (u, v, ...), not grid points
 SMALL_VECTOR = 64  # an array of at most this many values, one axis at most, is a label
 ID_WORDS = ("sample_id", "id", "uuid", "name", "key")  # attribute names tried first, in this order
 
@@ -271,6 +275,7 @@ class Decisions:
     sample_id: str | None  # the id attribute, or None: the file's relative path
     lines: tuple[str, ...]
     tables: tuple[TableField, ...] = ()  # event-indexed tables proposed (readers/events.py)
+    trajectory: str | None = None  # a file is one run's trajectory: this array (time first), a next state
 
 
 def _lengths_along(result: Survey, path: str, position: int) -> list[int]:
@@ -313,6 +318,31 @@ def choose_samples_along(result: Survey, usable: Sequence[Field]) -> tuple[int |
         return None, {}, (f"axis 0 (length {lengths[0]}) is shared by every array but has the same length in every "
                           "file: if it indexes samples, set source.samples_along: 0")  # fmt: skip
     return None, {}, "the arrays do not share a leading axis of varying length (a file is one sample)"
+
+
+def trajectory(result: Survey, usable: Sequence[Field]) -> tuple[Field, Field] | None:
+    """A file that holds one run's trajectory: the largest array's leading axis is the run's time (a 1-D
+    coordinate named like time, TIME_WORDS, or the dimension they share, of the same length), the same in
+    every inspected file, with a 2-D or 3-D grid (and maybe fields) after it; not calendar time (CF units
+    "... since DATE": a climate archive's time steps are its samples). The array and the time coordinate."""
+    times = [f for f in result.fields if f.shape is not None and len(f.shape) == 1 and f.shape[0] is not None
+             and f.path.rsplit("/", 1)[-1].lower() in TIME_WORDS and "since" not in f.encoding]  # fmt: skip
+    if not times or common_conventions(result) is not None:
+        return None
+    grids = [f for f in usable if f.shape is not None and None not in f.shape and 3 <= len(f.shape) <= 5]
+    for f in sorted(grids, key=lambda f: -f.values):
+        for t in times:
+            if f.shape[0] == t.shape[0] and (f.dims is None or t.dims is None or f.dims[0] == t.dims[0]):
+                return f, t
+    return None
+
+
+def channels_first(shape: Sequence[int]) -> int | None:
+    """The axis of a trajectory's state (time first) that is a short field axis before the grid, (time,
+    field, y, x[, z]), or None where the fields are last or there is one."""
+    if len(shape) >= 4 and shape[1] <= FIELD_AXIS and min(shape[2:]) > FIELD_AXIS:
+        return 1
+    return None
 
 
 def label_candidates(result: Survey, sample_id: str | None) -> dict[str, list[str]]:
@@ -366,11 +396,18 @@ def decide(result: Survey) -> Decisions:
         return Decisions(usable, None, shapes, {}, None, None, tuple(lines), tables)
     if not usable:
         return Decisions(usable, None, {}, {}, None, result.sample_id, tuple(lines))
-    axis, along, why = choose_samples_along(result, usable)
-    if axis is None:
-        lines.append(f"samples_along: none, a file is one sample: {why}")
+    run = trajectory(result, usable)
+    if run is not None:  # the time coordinate is the states' axis, not a label
+        states, time = run
+        usable = tuple(f for f in usable if f.path != time.path)
+        axis, along = None, {}
+        lines.append(f"samples_along: none, a file is one run's trajectory: {states.path} {list(states.shape)} has "
+                     f"{time.path}'s {time.shape[0]} steps first, then its grid, in every file: a next state "
+                     "(one sample per step instead: source.samples_along: 0)")  # fmt: skip
     else:
-        lines.append(f"samples_along: {axis!r}, one sample per index: {why}")
+        axis, along, why = choose_samples_along(result, usable)
+        lines.append(f"samples_along: none, a file is one sample: {why}" if axis is None
+                     else f"samples_along: {axis!r}, one sample per index: {why}")  # fmt: skip
     shapes: dict[str, tuple[int | None, ...] | None] = {}
     for f in usable:
         if f.kind == "jagged":  # a variable number of rows per entry, each of the array's trailing axes
@@ -399,7 +436,10 @@ def decide(result: Survey) -> Decisions:
         lines.append("sample id: the file's relative path (no id attribute has a different value in every file)")
     else:
         lines.append(f"sample id: attribute {sample_id!r} (a different value in every file)")
-    return Decisions(usable, axis, shapes, candidates, class_label, sample_id, tuple(lines))
+    if run is not None:
+        class_label = None  # a run's attributes are its parameters, given to the next state (follow_trajectory)
+    return Decisions(usable, axis, shapes, candidates, class_label, sample_id, tuple(lines),
+                     trajectory=None if run is None else run[0].path)  # fmt: skip
 
 
 def is_small(shape: tuple[int | None, ...] | None, field: Field) -> bool:
@@ -427,6 +467,8 @@ class StarterChoice:
     plane: bool = False  # the first feature is a plane with channels last (Conventions.planes)
     model: dict[str, Any] = field(default_factory=dict)  # the format's model settings (Conventions.model)
     labels_table: dict[str, Any] | None = None  # source.labels_table: an ensemble's runs table
+    per_channel: list[str] = field(default_factory=list)  # more fields normalised per channel (a state's fields)
+    stack: dict[str, list[str]] = field(default_factory=dict)  # convert.stack: a state's fields as channels
 
 
 def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
@@ -457,6 +499,11 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     if conventions is not None:  # what the format says of itself (readers' describe): it decides where it speaks
         follow_conventions(chosen, conventions, decided.sample_shapes)
     follow_runs_table(chosen, result)
+    if decided.trajectory is not None:
+        follow_trajectory(chosen, decided, run_parameters(result))
+        candidates = [c for c in candidates if c.split(":")[0] not in chosen.labels]  # mapped as parameters
+    elif conventions is None:
+        follow_fields_first(chosen)
     skipped = [f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in decided.usable]
     return emit(result, decided, starter_sections(result, decided, chosen, conventions, workdir, candidates, skipped))
 
@@ -490,19 +537,29 @@ def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: 
     names = chosen.names
     chosen.fields.update(conventions.fields)
     deposit = conventions_deposit(conventions, names)
-    picked = [f if f in deposit else names[f] for f in conventions.features if f in deposit or f in names]
+    chosen.stack = {name: [names[m] for m in members] for name, members in conventions.stack.items()
+                    if all(m in names for m in members)}  # fmt: skip
+    made = {**deposit, **chosen.stack}
+    picked = [f if f in made else names[f] for f in conventions.features if f in made or f in names]
     if picked:
         chosen.unused = [n for n in chosen.unused + chosen.features if n not in picked]
+        chosen.unused = [n for n in chosen.unused if not any(n in members for members in chosen.stack.values())]
         chosen.features = picked
         first_path = next((path for path, name in names.items() if name == picked[0]), None)
-        chosen.first_shape = tuple(deposit[picked[0]]["shape"]) if picked[0] in deposit else shapes[first_path]
+        if picked[0] in chosen.stack:  # the members' shape, their fields last
+            member = next(path for path, name in names.items() if name == chosen.stack[picked[0]][0])
+            chosen.first_shape = (*shapes[member], len(chosen.stack[picked[0]]))
+        else:
+            chosen.first_shape = tuple(deposit[picked[0]]["shape"]) if picked[0] in deposit else shapes[first_path]
+    chosen.per_channel = [names.get(p, p) for p in conventions.per_channel]
     if conventions.labels:
         known = conventions.fields.keys() | names.keys()
         chosen.labels = [names.get(label, label) for label in conventions.labels if label in known]
         chosen.class_labels = []
-    if conventions.task is not None:  # a trajectory: the targets are its own later states
+    if conventions.task is not None:  # a trajectory: the targets are its own later states (labels: its parameters)
         chosen.task, chosen.model = conventions.task, dict(conventions.model or {})
-        chosen.labels, chosen.class_labels = [], []
+        chosen.labels = chosen.labels if conventions.labels and chosen.model.get("next_state") else []
+        chosen.class_labels = []
     chosen.notes = list(conventions.notes)
     chosen.plane = any(names.get(path) == chosen.features[0] for path in conventions.planes)
     offered = {name: spec for name, spec in deposit.items() if name not in chosen.features}
@@ -540,11 +597,12 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
             {
                 "convert": {
                     **({"deposit": deposit} if deposit else {}),
+                    **({"stack": chosen.stack} if chosen.stack else {}),
                     "features": features,
                     "labels": labels + chosen.class_labels,
                     "log1p": list(deposit) if deposit else [],
                     "normalise": features + labels,
-                    "per_channel": vectors,
+                    "per_channel": chosen.per_channel + vectors,
                     "split": None,
                 }
             },
@@ -634,6 +692,66 @@ def follow_runs_table(chosen: StarterChoice, result: Survey) -> None:
     chosen.task = "regression"
     chosen.notes.append(f"labels: the ensemble's parameters, the columns {', '.join(columns)} of {name} (a row per "
                         "run, matched by the run's directory in each file's path)")  # fmt: skip
+
+
+def follow_fields_first(chosen: StarterChoice) -> None:
+    """A feature stored fields first, (field, y, x[, z]): a short axis before a grid's longer ones is moved
+    last (channel_axis 0), as sim2dl keeps fields."""
+    shape = chosen.first_shape
+    if shape is None or None in shape or not 3 <= len(shape) <= 4:
+        return
+    if shape[0] <= FIELD_AXIS < min(shape[1:]):
+        name = chosen.features[0]
+        chosen.fields[name]["channel_axis"] = 0
+        chosen.first_shape = (*shape[1:], shape[0])
+        chosen.notes.append(f"{name}: its axis 0 (length {shape[0]}) holds fields, stored before the grid: "
+                            "channel_axis moves it last")  # fmt: skip
+
+
+def run_parameters(result: Survey) -> list[str]:
+    """The numeric global attributes in every inspected file whose values differ between them: a run's
+    parameters (Du, alpha, a Reynolds number)."""
+    if len(result.contents) < 2:
+        return []
+    common = set.intersection(*(set(c.numbers) for c in result.contents))
+    return sorted(name for name in common if len({c.numbers[name] for c in result.contents}) > 1)
+
+
+def follow_trajectory(chosen: StarterChoice, decided: Any, attributes: Sequence[str]) -> None:
+    """A file is one run's trajectory: its states the feature of a next state (a short field axis before
+    the grid moved last, each field normalised on its own), and what differs per run (the runs table's
+    columns, numeric attributes that differ between files) its parameters, given as a conditioning vector."""
+    name = chosen.names[decided.trajectory]
+    shape = list(decided.sample_shapes[decided.trajectory])
+    axis = channels_first(shape)
+    if axis is not None:
+        chosen.fields[name]["channel_axis"] = axis
+        shape = [*shape[:axis], *shape[axis + 1 :], shape[axis]]
+        chosen.notes.append(f"{name}: its axis {axis} (length {shape[-1]}) holds fields, stored before the grid: "
+                            "channel_axis moves it last")  # fmt: skip
+    fields_last = len(shape) == 5 or (len(shape) == 4 and shape[-1] <= FIELD_AXIS)
+    grid = shape[1:-1] if fields_last else shape[1:]
+    parameters = [label for label in chosen.labels if chosen.fields.get(label, {}).get("column")]
+    for attribute in attributes:
+        field_name = re.sub(r"\W+", "_", attribute).strip("_") or "attribute"
+        field_name = field_name if field_name not in chosen.fields else f"{field_name}_attr"
+        chosen.fields.pop(field_name, None)
+        chosen.fields[field_name] = {"attr": attribute}
+        parameters.append(field_name)
+    chosen.unused = [n for n in chosen.unused + chosen.features + chosen.labels if n != name and n not in parameters]
+    chosen.features, chosen.labels, chosen.class_labels = [name], parameters, []
+    chosen.first_shape = tuple(shape)
+    chosen.per_channel = [name] if fields_last else []
+    chosen.task = "next_state"
+    own: dict[str, Any] = {"inputs": 1, "outputs": 1, "horizon": 0}
+    if parameters:
+        own["condition"] = "vector"
+    if len(grid) == 3:
+        own["spatial_dims"] = 3
+    chosen.model = {**proposed_for_states(grid), "next_state": own}
+    chosen.notes.append(f"a next state of {name}: windows of each run's states, split by run"
+                        + (f"; each run's {', '.join(parameters)} given as a conditioning vector" if parameters
+                           else ""))  # fmt: skip
 
 
 def conventions_deposit(conventions: Conventions, names: dict[str, str]) -> dict[str, Any]:
@@ -785,6 +903,9 @@ def report(result: Survey) -> str:
             notes.append(f"in {f.in_files} of {n} files")
         lines.append(f"  {f.path:<{width}}  {f.dtype or '?':<8}  {shape:<24}  {'; '.join(notes)}".rstrip())
     lines.append("")
+    conventions = common_conventions(result)
+    if conventions is not None:  # what the format says of itself: its layout, its mesh's geometry
+        lines += [f"layout: {conventions.why}", *(f"  {note}" for note in conventions.notes)]
     lines += decide(result).lines
     for path, reason in result.unreadable.items():
         lines.append(f"unreadable: {path}: {reason}")

@@ -87,10 +87,19 @@ class FieldSpec:
     reduce: str = "first"  # first | sum | mean | count (with key)
     max_rows: int | None = None  # a sample's first axis at most this long (None: any)
     over_max_rows: str = "reject"  # reject | sample (seeded, rows kept in order)
+    # the axis of a sample's array, as stored, that indexes its fields (channels first: (field, y, x) or
+    # (time, field, y, x)); moved last as every later step has them. `shape` is the shape after the move.
+    channel_axis: int | None = None
 
     @classmethod
     def from_config(cls, name: str, spec: Mapping[str, Any]) -> FieldSpec:
-        shape = spec.get("shape")
+        shape, channel_axis = spec.get("shape"), spec.get("channel_axis")
+        if shape is not None and channel_axis is not None:  # declared as stored: the shape after the move
+            if not -len(shape) <= channel_axis < len(shape):
+                raise Sim2dlError(f"config key 'source.fields.{name}.channel_axis': {channel_axis} is not an axis "
+                                  f"of its shape {list(shape)}")  # fmt: skip
+            axis = channel_axis % len(shape)
+            shape = [*shape[:axis], *shape[axis + 1 :], shape[axis]]
         kind = next(k for k in FIELD_KINDS if k in spec)
         classes = spec.get("classes")
         return cls(
@@ -99,8 +108,12 @@ class FieldSpec:
             spec.get("missing", "reject"), spec.get("fill_value"),
             None if spec.get("columns") is None else tuple(spec["columns"]), spec.get("ragged_by"),
             spec.get("group_by"), spec.get("key"), spec.get("reduce", "first"), spec.get("max_rows"),
-            spec.get("over_max_rows", "reject"),
+            spec.get("over_max_rows", "reject"), channel_axis,
         )  # fmt: skip
+
+    def fields_last(self, array: np.ndarray) -> np.ndarray:
+        """One sample's array as stored, its channel axis (if declared) moved last."""
+        return array if self.channel_axis is None or array.ndim == 0 else np.moveaxis(array, self.channel_axis, -1)
 
     @property
     def events(self) -> bool:
@@ -146,6 +159,7 @@ class Contents:
     arrays: tuple[ArrayInfo, ...]
     attributes: dict[str, str]
     conventions: Conventions | None = None  # what the reader recognised beyond the arrays (a format's conventions)
+    numbers: dict[str, float] = field(default_factory=dict)  # scalar numeric global attributes (a run's parameters)
 
 
 @dataclass(frozen=True)
@@ -170,6 +184,8 @@ class Conventions:
     model: dict[str, Any] | None = None  # train's model settings for that task (model, model_args)
     split_by: str | None = None  # merge.split_by the layout calls for (None: by file where files hold several)
     arrays: tuple[str, ...] | None = None  # the only arrays that hold samples (the rest: a grid's axes, ...)
+    stack: dict[str, list[str]] = field(default_factory=dict)  # convert.stack of arrays' paths (a state's fields)
+    per_channel: tuple[str, ...] = ()  # features (paths or stack names) whose fields are normalised apart
 
 
 class OpenFile(ABC):
@@ -422,6 +438,16 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
+def scalar_numbers(attributes: Mapping[str, Any]) -> dict[str, float]:
+    """The global attributes that are one real number each (a run's parameters: Du, Reynolds, alpha)."""
+    numbers = {}
+    for name, value in attributes.items():
+        array = np.asarray(value)
+        if array.size == 1 and array.dtype.kind in "iuf":
+            numbers[str(name)] = float(array.reshape(()))
+    return numbers
+
+
 def scalar_text(value: Any) -> str | None:
     """An attribute's value as text if it could be a sample id (a string or an integer), else None."""
     array = np.asarray(value)
@@ -437,8 +463,9 @@ def scalar_text(value: Any) -> str | None:
 
 
 def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
-    """Categorical fields hold class ids (never transformed); a feature is an array in the file; a
-    labels_table or path_pattern is needed by the fields that read one."""
+    """Categorical fields hold class ids (never transformed); a labels_table or path_pattern is needed by
+    the fields that read one. A feature may be any field: a forward surrogate's design is a runs table's
+    columns, attributes or path groups (stacked by convert.stack into one vector)."""
     fields = {name: FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()}
     for name, members in conv["stack"].items():  # a stack is in the files when its members are
         fields[name] = FieldSpec(
@@ -462,9 +489,10 @@ def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> N
                 f"config key 'convert.{key}': {wrong} are categorical or masks (class ids and masks stay as they are)"
             )
     check_tables(source, fields)
-    not_arrays = [name for name in conv["features"] if not fields[name].in_file]
-    if not_arrays:
-        raise Sim2dlError(f"config key 'convert.features': {not_arrays} are not arrays in the files (path)")
+    moved = [name for name, spec in fields.items() if spec.channel_axis is not None and not spec.in_file]
+    if moved:
+        raise Sim2dlError(f"config key 'source.fields.{moved[0]}.channel_axis': only an array in the files (path) "
+                          "has axes to move")  # fmt: skip
     for kind, needs in (("column", "labels_table"), ("path_group", "path_pattern")):
         users = [name for name, spec in fields.items() if spec.kind == kind]
         if users and not source[needs]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import h5py
@@ -40,9 +40,18 @@ from pipeline.formats.readers.base import (
     as_array,
     as_text,
     resolve_missing,
+    scalar_numbers,
     scalar_text,
 )
 from pipeline.formats.readers.cf import cf_attributes
+from pipeline.formats.readers.pdebench import (
+    SEEDS,
+    field_conventions,
+    in_every_group,
+    numbered_groups,
+    seed_conventions,
+    stacked_read,
+)
 
 _FILE_ACCESS = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
 _FILE_ACCESS.set_fapl_core(backing_store=False)
@@ -192,12 +201,22 @@ class HDF5File(OpenFile):
             raise SampleError(f"cannot open as HDF5 (truncated or corrupt?): {e}") from None
 
     def _dataset(self, array: str) -> h5py.Dataset:
-        node = self.file.get(array)
+        node = self._in_groups(array)[0] if array.startswith(SEEDS) else self.file.get(array)
         if not isinstance(node, h5py.Dataset):
             raise MissingArray(f"no dataset '{array}'")
         return node
 
+    def _in_groups(self, array: str) -> list[h5py.Dataset]:
+        """`*/REST`: the dataset REST of every numbered group (PDEBench's seeds: readers/pdebench.py)."""
+        found = in_every_group(self.file, array)
+        if found is None:
+            raise MissingArray(f"no dataset '{array[len(SEEDS) :]}' in every numbered group ('{array}')")
+        return found
+
     def shape(self, array: str) -> tuple[int, ...]:
+        if array.startswith(SEEDS):  # the groups are the first axis
+            found = self._in_groups(array)
+            return (len(found), *found[0].shape)
         return tuple(self._dataset(array).shape)
 
     def attributes(self, array: str) -> dict[str, object]:
@@ -208,6 +227,8 @@ class HDF5File(OpenFile):
 
     def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
         try:
+            if array.startswith(SEEDS):
+                return stacked_read(self._in_groups(array), index)
             return np.asarray(self._dataset(array)[index] if index else self._dataset(array)[()])
         except (OSError, TypeError, ValueError) as e:
             raise SampleError(f"cannot read dataset '{array}' (corrupt?): {e}") from None
@@ -266,19 +287,35 @@ class HDF5Reader(Reader):
             raise SampleError(f"cannot open as HDF5 (truncated or corrupt?): {e}") from None
         with f:
             arrays: list[ArrayInfo] = []
+            groups = numbered_groups(f)  # a group per seed: described once, as */NAME with the groups first
 
             def visit(name: str, node: object) -> None:
                 # PyTables keeps its column indexes in _i_TABLE groups: bookkeeping, not data
                 if isinstance(node, h5py.Dataset) and not any(part.startswith("_i_") for part in name.split("/")):
                     arrays.append(describe_dataset(name, node))
 
+            def visit_seed(name: str, node: object) -> None:
+                if isinstance(node, h5py.Dataset):
+                    info = describe_dataset(SEEDS + name, node)
+                    arrays.append(replace(info, shape=(len(groups), *info.shape)))
+
             try:
-                f.visititems(visit)
+                for name, node in f.items():
+                    if name in groups:
+                        continue
+                    if isinstance(node, h5py.Group):
+                        node.visititems(lambda rest, item, top=name: visit(f"{top}/{rest}", item))
+                    else:
+                        visit(name, node)
+                if groups:
+                    f[groups[0]].visititems(visit_seed)
             except (OSError, KeyError, RuntimeError) as e:  # a broken external link, a damaged group
                 raise SampleError(f"cannot list the datasets: {e}") from None
             texts = {name: scalar_text(value) for name, value in f.attrs.items()}
             texts = {name: text for name, text in texts.items() if text is not None}
-            return Contents(tuple(arrays), texts, the_well_conventions(f) or gadget_conventions(f))
+            conventions = (the_well_conventions(f) or seed_conventions(f) or field_conventions(f)
+                           or gadget_conventions(f))  # fmt: skip
+            return Contents(tuple(arrays), texts, conventions, scalar_numbers(f.attrs))
 
     def read_contents(
         self, contents: np.ndarray, path: Path, fields: Sequence[FieldSpec], id_attr: str | None
@@ -339,7 +376,7 @@ def the_well_conventions(f: h5py.File) -> Conventions | None:
     """The Well's layout (PolymathicAI; its data-format document): `t0_fields/NAME` of trajectories x time x
     grid, the parameters in root attributes named by `simulation_parameters`. A sample per trajectory, its
     first scalar field's whole time series the feature of a next-state surrogate (windows of it: the task
-    cuts them), the parameters mapped (not used: a next state is predicted from the states)."""
+    cuts them), the parameters its labels, given to the model as a conditioning vector."""
     fields = f.get("t0_fields")
     if not isinstance(fields, h5py.Group) or "n_spatial_dims" not in f.attrs:
         return None
@@ -358,14 +395,18 @@ def the_well_conventions(f: h5py.File) -> Conventions | None:
         notes.append(f"more fields of the same trajectories: {', '.join([*scalars[1:], *vectors])} (stack them as "
                      "channels with convert.stack where their shapes are equal)")  # fmt: skip
     if mapped:
-        notes.append(f"parameters mapped but not used by a next state: {', '.join(mapped)} (per file)")
+        notes.append(f"the simulation's parameters {', '.join(mapped)} (per file) given to the next state as a "
+                     "conditioning vector")  # fmt: skip
     model = None
     if dims == 2:
         model = {"model": "fno2d", "model_args": {"modes": max(1, min(12, grid[0] // 2, grid[1] // 2 + 1))}}
+        if mapped:
+            model["next_state"] = {"inputs": 1, "outputs": 1, "condition": "vector"}
     return Conventions(
         f"The Well's layout: {first} holds trajectories x time x grid: one sample per trajectory, a next state",
-        samples_along=0, fields=mapped, features=(first,), notes=tuple(notes), task="next_state", model=model,
-        split_by="sample", arrays=tuple(f"t0_fields/{n}" for n in scalars) + tuple(vectors),
+        samples_along=0, fields=mapped, labels=tuple(mapped), features=(first,), notes=tuple(notes),
+        task="next_state", model=model, split_by="sample",
+        arrays=tuple(f"t0_fields/{n}" for n in scalars) + tuple(vectors),
     )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from pipeline.formats.readers.base import (
     Reader,
     SampleError,
     array_info,
+    scalar_numbers,
     scalar_text,
 )
 from pipeline.formats.readers.cf import cf_attributes
@@ -120,4 +121,6 @@ class NetCDFReader(Reader):
                     arrays.append(info)
                 groups += [(f"{prefix}{name}/", sub) for name, sub in group.groups.items()]
             texts = {name: scalar_text(ds.getncattr(name)) for name in ds.ncattrs()}
-            return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None})
+            numbers = scalar_numbers({name: ds.getncattr(name) for name in ds.ncattrs()})
+            return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None},
+                            numbers=numbers)  # fmt: skip

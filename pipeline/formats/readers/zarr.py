@@ -13,7 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.formats.readers.base import Contents, MissingArray, OpenFile, Reader, SampleError, array_info, scalar_text
+from pipeline.formats.readers.base import (
+    Contents,
+    MissingArray,
+    OpenFile,
+    Reader,
+    SampleError,
+    array_info,
+    scalar_numbers,
+    scalar_text,
+)
 from pipeline.formats.readers.cf import cf_attributes
 
 
@@ -124,4 +133,5 @@ class ZarrReader(Reader):
             for name, a in arrays
         )
         texts = {name: scalar_text(value) for name, value in dict(store.attrs).items()}
-        return Contents(infos, {name: text for name, text in texts.items() if text is not None})
+        return Contents(infos, {name: text for name, text in texts.items() if text is not None},
+                        numbers=scalar_numbers(dict(store.attrs)))  # fmt: skip

@@ -8,6 +8,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.data.tables import PROVENANCE_SCHEMA
+from pipeline.data.transforms import stack_component_names
 from pipeline.formats.shards import ShardWriter
 from pipeline.formats.slabs import sliced_fields
 
@@ -59,14 +60,16 @@ def metadata(
     }
     if "samples" in ingested:  # many samples per file: accepted and rejected count samples
         doc["counts"]["samples_found"] = ingested["samples"]
-    doc.update(ingested_extras(ingested, spec))
+    doc.update(ingested_extras(ingested, spec, stats_doc))
     doc.update(layout_sections(settings, spec, shard_info, split_names))
     return doc
 
 
-def ingested_extras(ingested: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+def ingested_extras(
+    ingested: Mapping[str, Any], spec: Mapping[str, Any], stats_doc: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What ingest learned of the sources that a reader of the shards needs: class names, units,
-    component names and mesh geometry of the fields in the spec."""
+    component names (a convert.stack's: its members) and mesh geometry of the fields in the spec."""
     doc: dict[str, Any] = {}
     if ingested.get("classes"):
         doc["classes"] = ingested["classes"]  # categorical fields: class names in id order
@@ -74,6 +77,7 @@ def ingested_extras(ingested: Mapping[str, Any], spec: Mapping[str, Any]) -> dic
     if units:
         doc["units"] = units  # CF units of the values as read (before convert's log1p and normalisation)
     names = {name: n for name, n in ingested.get("component_names", {}).items() if name in spec}
+    names.update(stack_component_names((stats_doc or {}).get("settings", {}), spec))
     if names:
         doc["component_names"] = names  # the entries along a field's last axis (e.g. a label's parameters)
     geometry = {name: g for name, g in ingested.get("geometry", {}).items() if name in spec}

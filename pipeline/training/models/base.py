@@ -79,8 +79,10 @@ def field_heads(x: Any, shapes: Sequence[Sequence[int]], args: Mapping[str, Any]
 
     layers = tf.keras.layers
     grid = tuple(x.shape[1 : 1 + dims])
-    pointwise = {2: layers.Conv2D, 3: layers.Conv3D}[dims]
-    pooled = {2: layers.GlobalAveragePooling2D, 3: layers.GlobalAveragePooling3D}[dims]
+    pointwise = {1: layers.Conv1D, 2: layers.Conv2D, 3: layers.Conv3D}[dims]
+    pooled = {1: layers.GlobalAveragePooling1D, 2: layers.GlobalAveragePooling2D, 3: layers.GlobalAveragePooling3D}[
+        dims
+    ]
     heads = []
     for shape in shapes:
         if len(shape) >= dims and tuple(shape[:dims]) == grid:

@@ -19,8 +19,6 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from pipeline.training.models.base import ModelError, conditioned, field_heads, film
 
 NAME = "fno2d"
@@ -46,8 +44,8 @@ def spectral_conv_layer(dims: int = 2) -> type:
     imported lazily)."""
     import tensorflow as tf
 
-    forward = {2: tf.signal.rfft2d, 3: rfft3d}[dims]
-    inverse = {2: tf.signal.irfft2d, 3: irfft3d}[dims]
+    forward = {1: tf.signal.rfft, 2: tf.signal.rfft2d, 3: rfft3d}[dims]
+    inverse = {1: tf.signal.irfft, 2: tf.signal.irfft2d, 3: irfft3d}[dims]
     letters = AXES[:dims]
 
     class SpectralConv(tf.keras.layers.Layer):
@@ -108,20 +106,6 @@ def irfft3d(spectrum: Any, fft_length: Sequence[int]) -> Any:
     return tf.signal.irfft(half, fft_length=[fft_length[-1]])
 
 
-def spectral_conv_reference(x: np.ndarray, weights: np.ndarray, modes: int) -> np.ndarray:
-    """What SpectralConv computes, in numpy: x (B, *grid, C) with 2 or 3 grid axes, weights
-    (2^(dims-1), C, O, modes, ...) complex."""
-    dims = x.ndim - 2
-    sizes, letters = list(x.shape[1:-1]), AXES[:dims]
-    axes = tuple(range(2, 2 + dims))
-    spectrum = np.fft.rfftn(np.moveaxis(x, -1, 1), axes=axes)
-    out = np.zeros((x.shape[0], weights.shape[2], *sizes[:-1], sizes[-1] // 2 + 1), complex)
-    for k, corner in enumerate(corners(dims)):
-        index = (slice(None), slice(None), *[slice(s, s + modes) for s in block_starts(sizes, corner, modes)])
-        out[index] = np.einsum(f"bi{letters},io{letters}->bo{letters}", spectrum[index], weights[k])
-    return np.moveaxis(np.fft.irfftn(out, s=sizes, axes=axes), 1, -1)
-
-
 def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any]) -> Any:
     return build_operator(input_shape, task, args, SPATIAL_DIMS, NAME)
 
@@ -132,7 +116,7 @@ def build_operator(input_shape: Sequence[int | None], task: Any, args: Mapping[s
     import tensorflow as tf
 
     layers = tf.keras.layers
-    axes = "(D, H, W, C)" if dims == 3 else "(H, W, C)"
+    axes = {1: "(X, C)", 2: "(H, W, C)", 3: "(D, H, W, C)"}[dims]
     if len(input_shape) != dims + 1 or None in input_shape:
         raise ModelError(f"model '{name}' needs fixed-size {axes} fields, the feature has {list(input_shape)}")
     sizes = [int(n) for n in input_shape[:dims]]
@@ -143,7 +127,7 @@ def build_operator(input_shape: Sequence[int | None], task: Any, args: Mapping[s
     fields = task.output_fields()
     if not fields:
         raise ModelError(f"model '{name}' maps fields to fields: the task has no output fields (train.task: surrogate)")
-    spectral, pointwise = spectral_conv_layer(dims), {2: layers.Conv2D, 3: layers.Conv3D}[dims]
+    spectral, pointwise = spectral_conv_layer(dims), {1: layers.Conv1D, 2: layers.Conv2D, 3: layers.Conv3D}[dims]
     inputs = layers.Input(shape=tuple(input_shape))
     states, embedding = conditioned(inputs, task.vector_width, args)  # a run's parameters: FiLM per block
     x = pointwise(args["width"], 1)(states)
@@ -154,3 +138,11 @@ def build_operator(input_shape: Sequence[int | None], task: Any, args: Mapping[s
             x = layers.Activation("gelu")(x)
     x = layers.Activation("gelu")(pointwise(args["dense"], 1)(x))
     return tf.keras.Model(inputs, field_heads(x, fields, args, dims), name=name)
+
+
+def proposed_for_states(grid: Sequence[int]) -> dict[str, Any]:
+    """train's model settings `sim2dl inspect` proposes for states on a 1-D, 2-D or 3-D grid (a next state):
+    the Fourier operator of that many axes, with as many modes as the grid allows up to the default."""
+    most = min([n // 2 for n in grid[:-1]] + [grid[-1] // 2 + 1])
+    name = {1: "fno1d", 2: NAME, 3: "fno3d"}[len(grid)]
+    return {"model": name, "model_args": {"modes": max(1, min(OPTIONS["modes"], most))}}

@@ -60,6 +60,8 @@ class DataSpec:
     feature_shapes: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
     feature_statistics: Mapping[str, Any] = field(default_factory=dict)  # convert's, of normalised features
     log1p: tuple[str, ...] = ()  # fields convert stored as log(1 + x)
+    # the names of the entries along a field's last axis (a stack's members, a vector record's components)
+    component_names: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     @property
     def several(self) -> bool:
@@ -84,7 +86,8 @@ def data_spec(meta: Mapping[str, Any], label_names: Sequence[str] | None = None)
     shapes = {name: tuple(spec[name]["shape"]) for name in features}
     return DataSpec(features[0], shapes[features[0]], fields, tuple(label_names), feature_shapes=shapes,
                     feature_statistics={n: stats[n] for n in features if n in stats},
-                    log1p=tuple(meta.get("log1p", ())))  # fmt: skip
+                    log1p=tuple(meta.get("log1p", ())),
+                    component_names=dict(meta.get("component_names", {})))  # fmt: skip
 
 
 @dataclass

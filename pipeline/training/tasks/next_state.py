@@ -66,16 +66,17 @@ class NextState(Surrogate):
         self.grid = tuple(shape[1 : 1 + self.spatial])
         channels = int(np.prod(shape[1 + self.spatial :])) if len(shape) > 1 + self.spatial else 1
         self.channels = channels
+        self.field_names = field_names(data.feature, channels, data.component_names.get(data.feature))
         # the output: the m next states as channels, named after the trajectory, in its units
         stats = data.feature_statistics.get(data.feature)
-        target = LabelField(data.feature, (*self.grid, self.m * channels), "float32", stats)
+        target = LabelField(data.feature, (*self.grid, self.m * channels), "float32", tiled(stats, self.m))
         super().__init__(settings, replace(data, labels=(target,), label_names=(data.feature,)))
 
     # ---- before training
     def check(self) -> None:
         shape = self.trajectory_shape
         if len(shape) not in (1 + self.spatial, 2 + self.spatial) or None in shape:
-            grid = "H, W" if self.spatial == 2 else "D, H, W"
+            grid = {1: "X", 2: "H, W", 3: "D, H, W"}[self.spatial]
             raise Sim2dlError(f"config key 'convert.features': next_state needs a trajectory of fixed shape "
                               f"(time, {grid}[, channels]) (train.next_state.spatial_dims: {self.spatial}), "
                               f"'{self.data.feature}' has {list(shape)}")  # fmt: skip
@@ -84,9 +85,12 @@ class NextState(Surrogate):
                               f"{self.k + self.m} states, the trajectory holds {shape[0]}")  # fmt: skip
         self.check_conditions()
         stats = self.data.feature_statistics.get(self.data.feature)
-        if stats is not None and np.size(stats["mean"]) > 1:
-            raise Sim2dlError(f"config key 'convert.per_channel': the trajectory '{self.data.feature}' needs one "
-                              "mean and std (a state's values are compared across time steps)")  # fmt: skip
+        per_field = len(shape) == 2 + self.spatial and np.size(stats["mean"] if stats else 0) == self.channels
+        if stats is not None and np.size(stats["mean"]) > 1 and not per_field:
+            raise Sim2dlError(f"config key 'convert.per_channel': the trajectory '{self.data.feature}' {list(shape)} "
+                              "has no axis of fields after its grid, so per channel would give each column of the "
+                              "grid its own scale: normalise it as a whole (a stack of fields, time x grid x fields, "
+                              "takes one mean and std per field over time and space)")  # fmt: skip
 
     def check_conditions(self) -> None:
         """train.next_state.condition: labels to give, each a fixed vector (a run's parameters) that
@@ -157,17 +161,51 @@ class NextState(Surrogate):
         values = np.asarray(conditions, like.dtype).reshape(len(like), *[1] * self.spatial, -1)
         return [np.broadcast_to(values, (*like.shape[: 1 + self.spatial], values.shape[-1]))]
 
-    # ---- evaluation: persistence holds the last input state for each of the m steps
+    # ---- evaluation: per field (each channel of a state), and persistence holds the last input state
     def persisted(self) -> list[LabelField]:
         return list(self.data.labels)
+
+    def evaluation(self) -> Evaluation:
+        fields, outputs = len(self.field_names), self.outputs()
+        sums = {"n": np.zeros(1), "vrmse": np.zeros(fields), "persistence": np.zeros(fields)}
+        return Evaluation(sums, {"predicted": np.zeros((0, outputs)), "true": np.zeros((0, outputs))})
+
+    def field_vrmse(self, predicted: np.ndarray, true: np.ndarray) -> np.ndarray:
+        """(B, fields): The Well's VRMSE per sample, field and step (over the grid), averaged over the m
+        steps; predicted and true (B, *grid, m C) in physical units. Scoring the channels jointly would put
+        the gap between the fields' means into var(truth) and flatter every figure."""
+        shape = (len(true), *self.grid, self.m, self.channels)
+        grid = tuple(range(1, 1 + self.spatial))
+        return vrmse(predicted.reshape(shape), true.reshape(shape), over=grid).mean(axis=1)
+
+    def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+        feature = self.data.feature
+        predicted, true = self.physical(outputs)[feature], self.physical(labels)[feature]
+        evaluation.sums["vrmse"] += self.field_vrmse(predicted, true).sum(axis=0)
+        evaluation.sums["persistence"] += self.field_vrmse(self.input_field(features), true).sum(axis=0)
+        evaluation.sums["n"] += len(labels)
+        self.keep_examples(evaluation, outputs, labels)
+
+    def metrics(self, evaluation: Evaluation) -> dict[str, Any]:
+        """VRMSE and persistence's per field (by the stack's members or the format's component names; the
+        trajectory's name where it holds one field) and their means."""
+        n = evaluation.sums["n"][0]
+        if not n:
+            return {"vrmse": {}}
+        scores, kept = evaluation.sums["vrmse"] / n, evaluation.sums["persistence"] / n
+        return {"vrmse": dict(zip(self.field_names, scores.tolist(), strict=True)), "vrmse_mean": float(scores.mean()),
+                "persistence_vrmse": dict(zip(self.field_names, kept.tolist(), strict=True)),
+                "persistence_vrmse_mean": float(kept.mean())}  # fmt: skip
 
     def input_field(self, features: np.ndarray) -> np.ndarray:
         """The last input state, in physical units, repeated for each of the m outputs."""
         shape = self.model_feature_shape
         last = slice((self.k - 1) * self.channels, self.k * self.channels)  # before any parameters' channels
         x = np.asarray(features, np.float64).reshape(len(features), *shape)[..., last]
-        x = np.concatenate([x] * self.m, axis=-1)
-        return self.physical_states(x)
+        return np.concatenate([self.physical_states(x)] * self.m, axis=-1)
+
+    def input_statistics(self) -> Mapping[str, Any] | None:
+        return tiled(self.data.feature_statistics.get(self.data.feature), self.k)  # the k input states
 
     def physical_states(self, x: np.ndarray) -> np.ndarray:
         """States in normalised units to physical ones (the trajectory's normalisation and log1p undone)."""
@@ -187,9 +225,9 @@ class NextState(Surrogate):
         normal = [normalised(p, f.statistics) for p, f in zip(given, self.conditions, strict=True)]
         joined = normal[0] if len(normal) == 1 else layers.Concatenate()(normal)
         # (B, P) -> (B, *grid, P) by layers a saved model keeps (no Lambda: its closure is not saved)
-        upsampling = {2: layers.UpSampling2D, 3: layers.UpSampling3D}[self.spatial]
+        upsampling = {1: layers.UpSampling1D, 2: layers.UpSampling2D, 3: layers.UpSampling3D}[self.spatial]
         point = layers.Reshape((*[1] * self.spatial, self.condition_width))(joined)
-        planes = upsampling(size=self.grid)(point)
+        planes = upsampling(size=self.grid[0] if self.spatial == 1 else self.grid)(point)
         return [states, *given], layers.Concatenate(axis=-1)([x, planes])
 
     # ---- the rollout
@@ -203,7 +241,8 @@ class NextState(Surrogate):
         relative error of the power spectrum at the horizon per k band. `batches`: whole trajectories and
         their records' labels (the parameters given as channels at every step, with `condition`)."""
         steps, c = self.horizon(), self.channels
-        sums = {"network": np.zeros(steps), "persistence": np.zeros(steps)}
+        grid = tuple(range(1, 1 + self.spatial))
+        sums = {"network": np.zeros((steps, c)), "persistence": np.zeros((steps, c))}  # per step and field
         spectra = {"true": 0.0, "predicted": 0.0}
         count = 0
         examples: dict[str, np.ndarray] = {}
@@ -222,8 +261,8 @@ class NextState(Surrogate):
                     window.append(out[..., j, :])
             for s in range(steps):
                 truth = self.physical_states(states[:, self.k + s])
-                sums["network"][s] += vrmse(self.physical_states(predicted_steps[s]), truth).sum()
-                sums["persistence"][s] += vrmse(last, truth).sum()
+                sums["network"][s] += vrmse(self.physical_states(predicted_steps[s]), truth, over=grid).sum(axis=0)
+                sums["persistence"][s] += vrmse(last, truth, over=grid).sum(axis=0)
             final_true = self.physical_states(states[:, self.k + steps - 1])
             final_predicted = self.physical_states(predicted_steps[steps - 1])
             spectra["true"] = spectra["true"] + band_power(final_true).sum(axis=0)
@@ -238,31 +277,62 @@ class NextState(Surrogate):
             count += len(states)
         return {"steps": steps, "trajectories": count, "sums": sums, "spectra": spectra, "examples": examples}
 
-    @staticmethod
-    def rollout_summary(parts: list[dict[str, Any]]) -> dict[str, Any]:
-        """Every rank's rollout joined: the curves averaged over all trajectories, the spectra added."""
+    def rollout_summary(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """Every rank's rollout joined: the curves averaged over all trajectories, the spectra added; each
+        per field and the fields' mean (the headline curves)."""
         parts = [p for p in parts if p and p["trajectories"]]
         if not parts:
             return {}
         count = sum(p["trajectories"] for p in parts)
-        network = sum(p["sums"]["network"] for p in parts) / count
+        network = sum(p["sums"]["network"] for p in parts) / count  # (steps, fields)
         persistence = sum(p["sums"]["persistence"] for p in parts) / count
-        true = sum(p["spectra"]["true"] for p in parts)
+        true = sum(p["spectra"]["true"] for p in parts)  # (bands, fields)
         predicted = sum(p["spectra"]["predicted"] for p in parts)
-        relative = np.abs(predicted / np.maximum(true, 1e-30) - 1).mean(axis=-1)
-        return {"steps": parts[0]["steps"], "trajectories": count, "vrmse_per_step": network.tolist(),
-                "persistence_vrmse_per_step": persistence.tolist(),
-                "below_persistence_at_every_step": bool(np.all(network < persistence)),
-                "spectrum_relative_error": relative.tolist(), "examples": parts[0]["examples"]}  # fmt: skip
+        relative = np.abs(predicted / np.maximum(true, 1e-30) - 1)
+
+        def by_field(values: np.ndarray) -> dict[str, list[float]]:
+            return {name: values[:, i].tolist() for i, name in enumerate(self.field_names)}
+
+        return {"steps": parts[0]["steps"], "trajectories": count, "vrmse_per_step": network.mean(axis=1).tolist(),
+                "persistence_vrmse_per_step": persistence.mean(axis=1).tolist(),
+                "below_persistence_at_every_step": bool(np.all(network.mean(axis=1) < persistence.mean(axis=1))),
+                "spectrum_relative_error": relative.mean(axis=1).tolist(),
+                "by_field": {"vrmse_per_step": by_field(network), "persistence_vrmse_per_step": by_field(persistence),
+                             "spectrum_relative_error": by_field(relative)},
+                "examples": parts[0]["examples"]}  # fmt: skip
 
     def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
-        """The rollout (its curves and fields at a few steps) once it ran, else the one-step examples."""
+        """The rollout (its curves per field and fields at a few steps) once it ran, else the one-step
+        examples (titled with the fields' mean VRMSE)."""
         if not self.rolled_out:
-            return super().figure(evaluation, path, baseline)
+            from pipeline.reporting.plots import surrogate_examples
+
+            mean = {self.data.feature: self.metrics(evaluation).get("vrmse_mean", float("nan"))}
+            theirs = {self.data.feature: (baseline or {})["vrmse_mean"]} if (baseline or {}).get("vrmse_mean") else {}
+            surrogate_examples(self.physical(evaluation.examples["true"]),
+                               self.physical(evaluation.examples["predicted"]), mean, theirs, path)  # fmt: skip
+            return None
         from pipeline.reporting.plots import rollout_curves
 
         rollout_curves(self.rolled_out, self.data.feature, path)
         return None
+
+
+def field_names(feature: str, channels: int, named: Any) -> tuple[str, ...]:
+    """A state's fields by name: a stack's members or the format's component names, else the trajectory's
+    name (one field) or name[c]."""
+    if named is not None and len(named) == channels and channels > 1:
+        return tuple(str(n) for n in named)
+    return (feature,) if channels == 1 else tuple(f"{feature}[{c}]" for c in range(channels))
+
+
+def tiled(statistics: Mapping[str, Any] | None, times: int) -> Mapping[str, Any] | None:
+    """convert's statistics of a state for `times` states joined along the channels: per-field means and
+    stds repeated (one mean and std stay as they are)."""
+    if statistics is None or np.size(statistics["mean"]) == 1:
+        return statistics
+    repeated = {k: np.tile(np.asarray(statistics[k], np.float64), times).tolist() for k in ("mean", "std")}
+    return {**statistics, **repeated}
 
 
 def band_power(states: np.ndarray) -> np.ndarray:

@@ -120,6 +120,10 @@ class Surrogate(Regression):
                 i = self.data.labels.index(f)
                 evaluation.sums["persistence"][i] += vrmse(state.reshape(true[f.name].shape), true[f.name]).sum()
         evaluation.sums["n"] += len(labels)
+        self.keep_examples(evaluation, outputs, labels)
+
+    def keep_examples(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray) -> None:
+        """The first max_examples samples for the figure (normalised units)."""
         room = self.max_examples - len(evaluation.examples["true"])
         if room > 0:
             for name, value in (("predicted", outputs), ("true", labels)):
@@ -225,10 +229,14 @@ class Surrogate(Regression):
         shape = self.model_feature_shape if shape is None else shape
         clash = self.data.feature in {f.name for f in self.data.labels}  # a next state's input and output
         inputs = layers.Input(shape=tuple(shape), name=f"{self.data.feature}_now" if clash else self.data.feature)
-        x = normalised(inputs, self.data.feature_statistics.get(self.data.feature))
+        x = normalised(inputs, self.input_statistics())
         if len(model.input_shape) == len(shape) + 2:  # the model adds a channel axis
             x = layers.Reshape((*shape, 1))(x)
         return inputs, x
+
+    def input_statistics(self) -> Mapping[str, Any] | None:
+        """convert's statistics of the model's input as the saved model takes it."""
+        return self.data.feature_statistics.get(self.data.feature)
 
     def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
         from pipeline.reporting.plots import surrogate_examples
@@ -269,9 +277,10 @@ def block_averaged(x: np.ndarray, most: int) -> np.ndarray:
     return x
 
 
-def vrmse(predicted: np.ndarray, true: np.ndarray) -> np.ndarray:
-    """Per sample (first axis): sqrt(mean((predicted - true)^2) / (var(true) + 1e-7)) over its entries."""
-    axes = tuple(range(1, true.ndim))
+def vrmse(predicted: np.ndarray, true: np.ndarray, over: tuple[int, ...] | None = None) -> np.ndarray:
+    """Per sample (first axis): sqrt(mean((predicted - true)^2) / (var(true) + 1e-7)) over its entries, or
+    over the axes `over` (a state's grid: one value per sample, step and field, as The Well scores)."""
+    axes = tuple(range(1, true.ndim)) if over is None else over
     error = np.mean((predicted - true) ** 2, axis=axes) if axes else (predicted - true) ** 2
     spread = np.var(true, axis=axes) if axes else np.zeros(len(true))
     return np.sqrt(error / (spread + VARIANCE_FLOOR))
