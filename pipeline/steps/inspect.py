@@ -469,6 +469,7 @@ class StarterChoice:
     labels_table: dict[str, Any] | None = None  # source.labels_table: an ensemble's runs table
     per_channel: list[str] = field(default_factory=list)  # more fields normalised per channel (a state's fields)
     stack: dict[str, list[str]] = field(default_factory=dict)  # convert.stack: a state's fields as channels
+    task_settings: dict[str, Any] = field(default_factory=dict)  # train.<task>'s own section
 
 
 def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
@@ -558,7 +559,8 @@ def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: 
         chosen.class_labels = []
     if conventions.task is not None:  # a trajectory: the targets are its own later states (labels: its parameters)
         chosen.task, chosen.model = conventions.task, dict(conventions.model or {})
-        chosen.labels = chosen.labels if conventions.labels and chosen.model.get("next_state") else []
+        chosen.task_settings = dict(conventions.task_settings)
+        chosen.labels = chosen.labels if conventions.labels and chosen.task_settings.get("condition") else []
         chosen.class_labels = []
     chosen.notes = list(conventions.notes)
     chosen.plane = any(names.get(path) == chosen.features[0] for path in conventions.planes)
@@ -610,7 +612,15 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
         merge_section(decided, conventions),
         (
             [f"model: for the feature's shape {flow(None if shape is None else list(shape))}"],
-            {"train": {"task": chosen.task, "model": model, "depth": depth, **chosen.model}},
+            {
+                "train": {
+                    "task": chosen.task,
+                    "model": model,
+                    "depth": depth,
+                    **chosen.model,
+                    **({chosen.task: chosen.task_settings} if chosen.task_settings else {}),
+                }
+            },
         ),
     ]
 
@@ -748,7 +758,7 @@ def follow_trajectory(chosen: StarterChoice, decided: Any, attributes: Sequence[
         own["condition"] = "vector"
     if len(grid) == 3:
         own["spatial_dims"] = 3
-    chosen.model = {**proposed_for_states(grid), "next_state": own}
+    chosen.model, chosen.task_settings = proposed_for_states(grid), own
     chosen.notes.append(f"a next state of {name}: windows of each run's states, split by run"
                         + (f"; each run's {', '.join(parameters)} given as a conditioning vector" if parameters
                            else ""))  # fmt: skip

@@ -186,6 +186,7 @@ class Conventions:
     arrays: tuple[str, ...] | None = None  # the only arrays that hold samples (the rest: a grid's axes, ...)
     stack: dict[str, list[str]] = field(default_factory=dict)  # convert.stack of arrays' paths (a state's fields)
     per_channel: tuple[str, ...] = ()  # features (paths or stack names) whose fields are normalised apart
+    task_settings: dict[str, Any] = field(default_factory=dict)  # train.<task>: what the layout calls for
 
 
 class OpenFile(ABC):

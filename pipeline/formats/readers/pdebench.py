@@ -38,18 +38,15 @@ def numbered_groups(f: h5py.File) -> list[str]:
     return sorted(names, key=int) if len(names) >= 2 else []
 
 
-def fno_model(grid: tuple[int, ...]) -> dict[str, Any] | None:
+def fno_model(grid: tuple[int, ...]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """A next state's model settings for a 1-D, 2-D or 3-D grid (fno1d, fno2d or fno3d, its modes within
-    the grid), else None."""
-    if len(grid) == 1:
-        modes = max(1, min(16, grid[0] // 2 + 1))
-        return {"model": "fno1d", "model_args": {"modes": modes}, "next_state": {"spatial_dims": 1}}
+    the grid; None for another) and the task's settings the grid calls for (its spatial_dims)."""
+    if not 1 <= len(grid) <= 3:
+        return None, {}
     most = min([n // 2 for n in grid[:-1]] + [grid[-1] // 2 + 1])
-    if len(grid) == 3:
-        return {"model": "fno3d", "model_args": {"modes": max(1, min(8, most))}, "next_state": {"spatial_dims": 3}}
-    if len(grid) != 2:
-        return None
-    return {"model": "fno2d", "model_args": {"modes": max(1, min(12, most))}}
+    name, default = {1: ("fno1d", 16), 2: ("fno2d", 12), 3: ("fno3d", 8)}[len(grid)]
+    settings = {} if len(grid) == 2 else {"spatial_dims": len(grid)}
+    return {"model": name, "model_args": {"modes": max(1, min(default, most))}}, settings
 
 
 def settings_text(text: Any) -> str:
@@ -79,7 +76,7 @@ def seed_conventions(f: h5py.File) -> Conventions | None:
     settings = settings_text(f[groups[0]].attrs.get("config", ""))
     if settings:
         notes.append(f"the runs' settings (the groups' YAML `config`, sim): {settings}")
-    model = fno_model(grid)
+    model, settings = fno_model(grid)
     if model is None:
         notes.append(f"no built-in next-state model for a {len(grid)}-D grid here: give your own (train.model)")
     feature = f"{SEEDS}data"
@@ -87,6 +84,7 @@ def seed_conventions(f: h5py.File) -> Conventions | None:
         f"PDEBench's layout, a group per seed: {feature} holds every seed's trajectory: one sample per seed",
         samples_along=0, features=(feature,), notes=tuple(notes), task="next_state" if model else None,
         model=model, split_by="sample", arrays=(feature,), per_channel=(feature,) if fields_last else (),
+        task_settings=settings,
     )  # fmt: skip
 
 
@@ -109,7 +107,7 @@ def field_conventions(f: h5py.File) -> Conventions | None:
     notes = [f"PDEBench: {', '.join(fields)} of {list(first.shape)} (trajectories, time, "
              f"{' x '.join(map(str, grid))} grid); a record per trajectory, split by trajectory; the parameters are "
              "in the file's name"]  # fmt: skip
-    model = fno_model(grid)
+    model, settings = fno_model(grid)
     if model is None:
         notes.append(f"no built-in next-state model for a {len(grid)}-D grid here: give your own (train.model)")
     features = ("state",) if stack else (fields[0],)
@@ -117,6 +115,7 @@ def field_conventions(f: h5py.File) -> Conventions | None:
         f"PDEBench's layout, an array per field: {', '.join(fields)} hold trajectories x time x grid: one sample "
         "per trajectory", samples_along=0, features=features, notes=tuple(notes), task="next_state" if model else None,
         model=model, split_by="sample", arrays=tuple(fields), stack=stack, per_channel=features if stack else (),
+        task_settings=settings,
     )  # fmt: skip
 
 
