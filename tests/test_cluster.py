@@ -411,7 +411,9 @@ def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoi
     run = Workflow(cluster, work, config)
     try:
         # 1. A failing job (cancelled by Slurm mid-training) is resubmitted and resumes from its checkpoint.
-        run.until(lambda: epochs_done(workdir) >= 2, "two epochs of the first attempt")
+        # three epochs' rows: the second's checkpoint is then surely written (a row comes before its
+        # checkpoint, and a cancel landing between them resumed from epoch 1 under load, 2026-11-28)
+        run.until(lambda: epochs_done(workdir) >= 3, "three epochs of the first attempt")
         running_jobs = cluster.jobs("R")
         assert len(running_jobs) == 1, running_jobs  # the train job
         cluster.slurm("scancel", running_jobs[0])
