@@ -45,7 +45,7 @@ from pipeline import Sim2dlError
 from pipeline import config as cfg
 from pipeline.formats.fields.column import RUN_DIRECTORY, RUNS_TABLES, run_directory
 from pipeline.formats.readers import BY_SUFFIX, READERS, SampleError, is_input_directory
-from pipeline.formats.readers.base import ArrayInfo, Contents, Conventions, Reader
+from pipeline.formats.readers.base import FIELD_AXIS, ArrayInfo, Contents, Conventions, Reader, fields_last_shape
 from pipeline.formats.readers.events import TableField, propose_tables, starter_tables
 from pipeline.storage.fsutil import write_text_atomic
 from pipeline.training.models import propose
@@ -57,7 +57,6 @@ SAMPLE_AXIS_WORDS = ("time", "event", "events", "entry", "entries", "sample", "s
                      "realization", "realisation", "record", "records")  # fmt: skip
 # the last name of a 1-D array that is a run's time coordinate (its length a trajectory's leading axis)
 TIME_WORDS = ("time", "times", "t", "tsteps", "step", "steps", "snapshot", "snapshots", "t-coordinate")
-FIELD_AXIS = 8  # an axis this short beside a grid's longer ones holds fields (u, v, ...), not grid points
 SMALL_VECTOR = 64  # an array of at most this many values, one axis at most, is a label
 ID_WORDS = ("sample_id", "id", "uuid", "name", "key")  # attribute names tried first, in this order
 
@@ -337,12 +336,37 @@ def trajectory(result: Survey, usable: Sequence[Field]) -> tuple[Field, Field] |
     return None
 
 
-def channels_first(shape: Sequence[int]) -> int | None:
-    """The axis of a trajectory's state (time first) that is a short field axis before the grid, (time,
-    field, y, x[, z]), or None where the fields are last or there is one."""
-    if len(shape) >= 4 and shape[1] <= FIELD_AXIS and min(shape[2:]) > FIELD_AXIS:
-        return 1
-    return None
+def sample_layout(
+    result: Survey, usable: tuple[Field, ...], run: tuple[Field, Field] | None
+) -> tuple[tuple[Field, ...], int | str | None, dict[str, int], str]:
+    """The arrays that hold samples, the sample axis (None: a file is one sample), the axis's position in
+    each array along it, and the line that says why: a run's trajectory per file (its time coordinate is
+    then the states' axis, not a label), else choose_samples_along's choice."""
+    if run is not None:
+        states, time = run
+        said = (f"samples_along: none, a file is one run's trajectory: {states.path} {list(states.shape)} has "
+                f"{time.path}'s {time.shape[0]} steps first, then its grid, in every file: a next state (one "
+                "sample per step instead: source.samples_along: 0)")  # fmt: skip
+        return tuple(f for f in usable if f.path != time.path), None, {}, said
+    axis, along, why = choose_samples_along(result, usable)
+    said = (f"samples_along: none, a file is one sample: {why}" if axis is None
+            else f"samples_along: {axis!r}, one sample per index: {why}")  # fmt: skip
+    return usable, axis, along, said
+
+
+def fields_before_grid(shape: Sequence[int], axis: int) -> bool:
+    """Whether `axis` of a fixed shape is a short field axis standing before a grid's longer axes: (field,
+    y, x) at 0, (time, field, y, x[, z]) at 1."""
+    return len(shape) - axis >= 3 and shape[axis] <= FIELD_AXIS < min(shape[axis + 1 :])
+
+
+def move_fields_last(chosen: StarterChoice, name: str, shape: Sequence[int], axis: int) -> tuple[int, ...]:
+    """Map `name`'s axis `axis` (its fields, stored before the grid) to be moved last (channel_axis), with
+    a note; the shape of a sample as sim2dl then holds it."""
+    chosen.fields[name]["channel_axis"] = axis
+    chosen.notes.append(f"{name}: its axis {axis} (length {shape[axis]}) holds fields, stored before the grid: "
+                        "channel_axis moves it last")  # fmt: skip
+    return fields_last_shape(shape, axis)
 
 
 def label_candidates(result: Survey, sample_id: str | None) -> dict[str, list[str]]:
@@ -397,17 +421,8 @@ def decide(result: Survey) -> Decisions:
     if not usable:
         return Decisions(usable, None, {}, {}, None, result.sample_id, tuple(lines))
     run = trajectory(result, usable)
-    if run is not None:  # the time coordinate is the states' axis, not a label
-        states, time = run
-        usable = tuple(f for f in usable if f.path != time.path)
-        axis, along = None, {}
-        lines.append(f"samples_along: none, a file is one run's trajectory: {states.path} {list(states.shape)} has "
-                     f"{time.path}'s {time.shape[0]} steps first, then its grid, in every file: a next state "
-                     "(one sample per step instead: source.samples_along: 0)")  # fmt: skip
-    else:
-        axis, along, why = choose_samples_along(result, usable)
-        lines.append(f"samples_along: none, a file is one sample: {why}" if axis is None
-                     else f"samples_along: {axis!r}, one sample per index: {why}")  # fmt: skip
+    usable, axis, along, said = sample_layout(result, usable, run)
+    lines.append(said)
     shapes: dict[str, tuple[int | None, ...] | None] = {}
     for f in usable:
         if f.kind == "jagged":  # a variable number of rows per entry, each of the array's trailing axes
@@ -708,14 +723,8 @@ def follow_fields_first(chosen: StarterChoice) -> None:
     """A feature stored fields first, (field, y, x[, z]): a short axis before a grid's longer ones is moved
     last (channel_axis 0), as sim2dl keeps fields."""
     shape = chosen.first_shape
-    if shape is None or None in shape or not 3 <= len(shape) <= 4:
-        return
-    if shape[0] <= FIELD_AXIS < min(shape[1:]):
-        name = chosen.features[0]
-        chosen.fields[name]["channel_axis"] = 0
-        chosen.first_shape = (*shape[1:], shape[0])
-        chosen.notes.append(f"{name}: its axis 0 (length {shape[0]}) holds fields, stored before the grid: "
-                            "channel_axis moves it last")  # fmt: skip
+    if shape is not None and None not in shape and 3 <= len(shape) <= 4 and fields_before_grid(shape, 0):
+        chosen.first_shape = move_fields_last(chosen, chosen.features[0], shape, 0)
 
 
 def run_parameters(result: Survey) -> list[str]:
@@ -732,13 +741,9 @@ def follow_trajectory(chosen: StarterChoice, decided: Any, attributes: Sequence[
     the grid moved last, each field normalised on its own), and what differs per run (the runs table's
     columns, numeric attributes that differ between files) its parameters, given as a conditioning vector."""
     name = chosen.names[decided.trajectory]
-    shape = list(decided.sample_shapes[decided.trajectory])
-    axis = channels_first(shape)
-    if axis is not None:
-        chosen.fields[name]["channel_axis"] = axis
-        shape = [*shape[:axis], *shape[axis + 1 :], shape[axis]]
-        chosen.notes.append(f"{name}: its axis {axis} (length {shape[-1]}) holds fields, stored before the grid: "
-                            "channel_axis moves it last")  # fmt: skip
+    shape = tuple(decided.sample_shapes[decided.trajectory])
+    if len(shape) >= 4 and fields_before_grid(shape, 1):
+        shape = move_fields_last(chosen, name, shape, 1)
     fields_last = len(shape) == 5 or (len(shape) == 4 and shape[-1] <= FIELD_AXIS)
     grid = shape[1:-1] if fields_last else shape[1:]
     parameters = [label for label in chosen.labels if chosen.fields.get(label, {}).get("column")]

@@ -98,8 +98,7 @@ class FieldSpec:
             if not -len(shape) <= channel_axis < len(shape):
                 raise Sim2dlError(f"config key 'source.fields.{name}.channel_axis': {channel_axis} is not an axis "
                                   f"of its shape {list(shape)}")  # fmt: skip
-            axis = channel_axis % len(shape)
-            shape = [*shape[:axis], *shape[axis + 1 :], shape[axis]]
+            shape = list(fields_last_shape(shape, channel_axis))
         kind = next(k for k in FIELD_KINDS if k in spec)
         classes = spec.get("classes")
         return cls(
@@ -437,6 +436,15 @@ def as_text(value: Any) -> str:
     if isinstance(value, np.ndarray) and value.shape == ():
         return as_text(value.item())
     return str(value)
+
+
+FIELD_AXIS = 8  # an axis this short beside a grid's longer ones holds fields (u, v, c), not grid points
+
+
+def fields_last_shape(shape: Sequence[Any], axis: int) -> tuple[Any, ...]:
+    """A shape with its axis `axis` (the fields') moved last, as FieldSpec.fields_last moves an array."""
+    axis %= len(shape)
+    return (*shape[:axis], *shape[axis + 1 :], shape[axis])
 
 
 def scalar_numbers(attributes: Mapping[str, Any]) -> dict[str, float]:

@@ -199,6 +199,7 @@ class HDF5File(OpenFile):
             self.file = h5py.File(path, "r")
         except OSError as e:
             raise SampleError(f"cannot open as HDF5 (truncated or corrupt?): {e}") from None
+        self._grouped: dict[str, list[h5py.Dataset]] = {}  # `*/REST` arrays: their datasets, once found
 
     def _dataset(self, array: str) -> h5py.Dataset:
         node = self._in_groups(array)[0] if array.startswith(SEEDS) else self.file.get(array)
@@ -207,10 +208,14 @@ class HDF5File(OpenFile):
         return node
 
     def _in_groups(self, array: str) -> list[h5py.Dataset]:
-        """`*/REST`: the dataset REST of every numbered group (PDEBench's seeds: readers/pdebench.py)."""
-        found = in_every_group(self.file, array)
+        """`*/REST`: the dataset REST of every numbered group (PDEBench's seeds: readers/pdebench.py),
+        found once per open file (a batch's shape and read would each list the root's groups again)."""
+        found = self._grouped.get(array)
         if found is None:
-            raise MissingArray(f"no dataset '{array[len(SEEDS) :]}' in every numbered group ('{array}')")
+            found = in_every_group(self.file, array)
+            if found is None:
+                raise MissingArray(f"no dataset '{array[len(SEEDS) :]}' in every numbered group ('{array}')")
+            self._grouped[array] = found
         return found
 
     def shape(self, array: str) -> tuple[int, ...]:

@@ -23,12 +23,11 @@ import h5py
 import numpy as np
 import yaml
 
-from pipeline.formats.readers.base import Conventions
+from pipeline.formats.readers.base import FIELD_AXIS, Conventions
 
 SEEDS = "*/"  # an array path's prefix: the array in every numbered group, stacked as axis 0
 NUMBERED = re.compile(r"\d+")
 COORDINATE_SUFFIX = "-coordinate"  # x-coordinate, y-coordinate, t-coordinate
-FIELD_AXIS = 8  # a last axis at most this long holds fields (c), not grid points
 
 
 def numbered_groups(f: h5py.File) -> list[str]:
