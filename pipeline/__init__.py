@@ -3,7 +3,7 @@
 The folders are the tiers; a module imports only from its own tier or the tiers below it, and no step
 imports another step (tests/test_architecture.py reads the imports to hold this). From the bottom:
 the package and paths.py; storage/; reporting/; config.py (the schema and its own rules); runtime/;
-formats/; staging/; data/; simulators/; training/; online/; steps/ (whose package holds the tiers'
+formats/; staging/; data/; design/; simulators/; training/; online/; steps/ (whose package holds the tiers'
 config checks); cli.py.
 
     cli.py, config.py,     the spine: the `sim2dl` command (one subcommand per step, and the tools launch,
@@ -36,7 +36,7 @@ config checks); cli.py.
     data/           rules about samples several steps share: splits.py (which split a record is in),
                     transforms.py (convert's array transforms, merge's normalisation), deposit.py
                     (particles onto grids: NGP/CIC/TSC, convert.deposit), tables.py (manifest,
-                    provenance, rejects)
+                    provenance, rejects), scores.py (VRMSE)
     training/       models/ (Keras builders, one file each), tasks/ (regression, classification,
                     segmentation, one file each), tfdata.py (tf.data over shards), devices.py (a GPU
                     or the CPU per rank, precision), determinism.py (the same weights twice),
@@ -51,7 +51,12 @@ config checks); cli.py.
                     arrivals.py (reading a run's files or stream steps), stream.py (ADIOS2 SST), messages.py,
                     buffer.py (replay buffers), training_rank.py (the ranks that train), tables.py (its
                     runs table)
-    simulators/     built-in simulator families (one file each), ensemble.py (your simulator over MPI)
+    simulators/     built-in simulator families (one file each; *_run.py: one run as a program, as a user's
+                    simulator is), ensemble.py (your simulator over MPI), adaptive.py (its runs chosen in
+                    rounds: simulate.adaptive)
+    design/         where the simulator runs next: space.py (designs, the unit cube, candidates),
+                    emulator.py (a GP per principal component), batch.py (batches that do not cluster),
+                    acquisitions/ (one file per way of choosing, behind `Acquisition`)
     runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
                     ranks, staged directories), launch.py (a step's argument vector: launcher and
                     container), runtimes/ (one file per container runtime: its argument vector, image

@@ -183,6 +183,7 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     overlap = set(conv["features"]) & set(conv["labels"])
     if overlap:
         raise Sim2dlError(f"config key 'convert.labels': {sorted(overlap)} also listed in convert.features")
+    check_adaptive(config["simulate"], config["train"]["online"]["enabled"])
     trace = config["simulate"]["trace"]
     if trace["min_length"] > trace["max_length"]:
         raise Sim2dlError("config key 'simulate.trace': min_length is larger than max_length")
@@ -193,6 +194,32 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     merge = config["merge"]
     if merge["splits"] and abs(sum(merge["splits"].values()) - 1) > 1e-6:
         raise Sim2dlError(f"config key 'merge.splits': the fractions {merge['splits']} do not sum to 1")
+
+
+def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
+    """simulate.adaptive: an ensemble of the user's simulator, offline, that learns named outputs."""
+    adaptive = sim["adaptive"]
+    if not adaptive["enabled"]:
+        return
+    if not sim["command"]:
+        raise Sim2dlError(
+            "config key 'simulate.adaptive.enabled': an adaptive design runs simulate.command over "
+            "simulate.space (the built-in families draw their own parameters)"
+        )
+    if online:
+        raise Sim2dlError(
+            "config keys 'simulate.adaptive.enabled' and 'train.online.enabled': online training "
+            "does not choose its runs yet: set one of them to false"
+        )
+    if not adaptive["outputs"]:
+        raise Sim2dlError(
+            "config key 'simulate.adaptive.outputs': name the arrays of a run's file the emulator learns (e.g. [state])"
+        )
+    if adaptive["initial"] > adaptive["budget"]:
+        raise Sim2dlError(
+            f"config key 'simulate.adaptive.budget': {adaptive['budget']} is below the initial "
+            f"design's {adaptive['initial']} runs"
+        )
 
 
 def check_deposits(conv: Mapping[str, Any], fields: set[str]) -> None:

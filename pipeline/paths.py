@@ -45,6 +45,42 @@ class RawPaths:
         """Each ensemble run's stdout and stderr: logs/GROUP/RUN.log."""
         return self.root / "logs"
 
+    @property
+    def adaptive(self) -> AdaptivePaths:
+        """An adaptive design's rounds (simulate.adaptive)."""
+        return AdaptivePaths(self.root / "adaptive")
+
+
+@dataclass(frozen=True)
+class AdaptivePaths:
+    """Per round: its design (written before any of its runs: the checkpoint a rerun resumes from), its runs
+    with their outcomes, and the outputs of its runs that succeeded; the rounds' figures and the design and
+    error figures."""
+
+    root: Path
+
+    def design(self, round_index: int) -> Path:
+        return self.root / f"round-{round_index:03d}.design.parquet"
+
+    def runs(self, round_index: int) -> Path:
+        return self.root / f"round-{round_index:03d}.runs.parquet"
+
+    def outputs(self, round_index: int) -> Path:
+        return self.root / f"round-{round_index:03d}.outputs.npz"
+
+    @property
+    def rounds(self) -> Path:
+        """A row per round: runs, validation error, the acquisition's statistics, seconds."""
+        return self.root / "rounds.json"
+
+    @property
+    def design_figure(self) -> Path:
+        return self.root / "design.png"
+
+    @property
+    def error_figure(self) -> Path:
+        return self.root / "error.png"
+
 
 @dataclass(frozen=True)
 class IngestPaths:

@@ -101,6 +101,7 @@ TIERS = [
     ["pipeline.formats"],
     ["pipeline.staging"],
     ["pipeline.data"],
+    ["pipeline.design"],
     ["pipeline.simulators"],
     ["pipeline.training"],
     ["pipeline.online"],

@@ -285,3 +285,36 @@ def population_curves(rounds: Sequence[Mapping[str, Any]], kept: Mapping[str, An
     else:
         ax_side.set(xlabel="round", ylabel=f"training {loss_name}", title="Training loss")
     _save(fig, path)
+
+
+def adaptive_figures(runs: Any, names: Sequence[str], rounds: Sequence[Mapping[str, Any]], design_path: Path,
+                     error_path: Path) -> None:  # fmt: skip
+    """An adaptive design (pipeline/simulators/adaptive.py): its runs over the first two parameters,
+    coloured by round, failed runs as crosses; and the emulator's validation error against the number of
+    runs it was fitted on (each adaptive round's fit)."""
+    table = runs.to_pydict()
+    x = np.asarray(table[names[0]], float)
+    y = np.asarray(table[names[1]], float) if len(names) > 1 else np.zeros(len(x))
+    rounds_of = np.asarray(table["round"])
+    ok = np.array([s == "ok" for s in table["status"]])
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    shown = ax.scatter(x[ok], y[ok], c=rounds_of[ok], cmap="viridis", s=18, vmin=0, vmax=max(1, rounds_of.max()))
+    if (~ok).any():
+        ax.scatter(x[~ok], y[~ok], c="red", marker="x", s=30, label="failed (never proposed again)")
+        ax.legend(loc="best", fontsize=8)
+    fig.colorbar(shown, ax=ax, label="round (0: the space-filling start)")
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(names[1] if len(names) > 1 else "")
+    ax.set_title(f"{len(x)} runs, chosen in {int(rounds_of.max()) + 1} rounds")
+    _save(fig, design_path)
+    fitted = [r for r in rounds if "validation_vrmse_mean" in r]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    if fitted:
+        counts = [r["fitted_on"] for r in fitted]
+        ax.plot(counts, [r["validation_vrmse_mean"] for r in fitted], "o-", label="leave-one-out VRMSE (mean)")
+        ax.set_yscale("log")
+        ax.legend()
+    ax.set_xlabel("runs the emulator was fitted on")
+    ax.set_ylabel("validation VRMSE")
+    ax.set_title("the emulator's error as the design grows")
+    _save(fig, error_path)

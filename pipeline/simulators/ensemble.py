@@ -56,6 +56,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import Sim2dlError
+from pipeline.design.space import scale, unit_design
 from pipeline.paths import RawPaths
 from pipeline.reporting.progress import progress_bar
 from pipeline.runtime.launch import simulator_argv
@@ -106,45 +107,6 @@ def check_command(settings: Mapping[str, Any]) -> None:
     found = shutil.which(program) if "/" not in program else (program if os.access(program, os.X_OK) else None)
     if found is None:
         raise Sim2dlError(f"config key 'simulate.command': program '{program}' not found or not executable")
-
-
-def unit_design(kind: str, runs: int, dims: int, seed: int, start: int = 0, stop: int | None = None) -> np.ndarray:
-    """Points [start, stop) of a design of `runs` points in [0, 1)^dims, the same as those rows of the whole
-    design: random and Sobol designs jump to `start` (PCG64's advance, Sobol's fast_forward), so a block
-    costs its own points only; a Latin hypercube is one permutation per dimension of all `runs` points,
-    drawn whole."""
-    from scipy.stats import qmc
-
-    stop = runs if stop is None else stop
-    if kind == "random":
-        generator = np.random.default_rng(seed)
-        generator.bit_generator.advance(start * dims)  # one 64-bit draw per double
-        return generator.random((stop - start, dims))
-    if kind == "sobol":
-        import warnings
-
-        with warnings.catch_warnings():  # a run count that is not a power of 2 loses some balance: fine
-            warnings.simplefilter("ignore", UserWarning)
-            sobol = qmc.Sobol(dims, scramble=True, seed=seed)
-            if start:  # scipy's fast_forward(0) fails
-                sobol.fast_forward(start)
-            return sobol.random(stop - start)
-    return qmc.LatinHypercube(dims, seed=seed).random(runs)[start:stop]
-
-
-def scale(unit: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
-    """Points in [0, 1) -> values of the distribution (the search.space format)."""
-    kind = spec["type"]
-    if kind == "choice":
-        values = list(spec["values"])
-        picked = np.minimum((unit * len(values)).astype(np.int64), len(values) - 1)
-        return np.array(values, dtype=object if any(isinstance(v, str) for v in values) else None)[picked]
-    low, high = float(spec["low"]), float(spec["high"])
-    if kind == "uniform":
-        return low + unit * (high - low)
-    if kind == "log-uniform":
-        return np.exp(np.log(low) + unit * (np.log(high) - np.log(low)))
-    return np.minimum(np.floor(low + unit * (high - low + 1)), high).astype(np.int64)  # int
 
 
 def grid_levels(space: Mapping[str, Mapping[str, Any]], runs: int) -> dict[str, list[Any]]:
@@ -210,6 +172,7 @@ class EnsemblePlan:
     schema: pa.Schema
     levels: dict[str, list[Any]] | None  # a grid's
     _cached: tuple[int, pa.Table] | None = None
+    first: int = 0  # the index of its first run among all runs (an adaptive design's later rounds: > 0)
 
     @staticmethod
     def draw(settings: Mapping[str, Any]) -> EnsemblePlan:
@@ -283,7 +246,7 @@ def run_tasks(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, start
     """What the run worker needs of runs [start, stop): the command with its placeholders filled in
     ({out}: the temporary directory it writes into), its directories and log, its retries and limit."""
     tasks = []
-    for index, row in enumerate(plan.rows(start, stop), start):
+    for index, row in enumerate(plan.rows(start, stop), plan.first + start):
         final, partial, log_file = run_paths(root.resolve(), row["run"], index, settings["files_per_dir"])
         argv = arguments(settings["command"], row, partial)
         if settings["image"]:

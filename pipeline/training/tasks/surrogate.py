@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
+from pipeline.data.scores import vrmse
 from pipeline.training.baseline import FOLDS, BaselineSums, EmulatorSums, random_fourier_features
 from pipeline.training.tasks.base import Evaluation, LabelField
 from pipeline.training.tasks.regression import Regression
 
 EXAMPLES = 4
-VARIANCE_FLOOR = 1e-7  # The Well's epsilon: a constant truth scores sqrt(mean error² / 1e-7)
 RELATIVE_MARGIN = 0.1  # a network VRMSE this much above the emulator's is below the baseline
 LINEAR_INPUTS = 1024  # a field in: the linear baseline's inputs, at most (its sums grow as their square)
 
@@ -275,12 +275,3 @@ def block_averaged(x: np.ndarray, most: int) -> np.ndarray:
         x = x[:, :h, :w]
         x = x.reshape(x.shape[0], h // 2, 2, w // 2, 2, *x.shape[3:]).mean(axis=(2, 4))
     return x
-
-
-def vrmse(predicted: np.ndarray, true: np.ndarray, over: tuple[int, ...] | None = None) -> np.ndarray:
-    """Per sample (first axis): sqrt(mean((predicted - true)^2) / (var(true) + 1e-7)) over its entries, or
-    over the axes `over` (a state's grid: one value per sample, step and field, as The Well scores)."""
-    axes = tuple(range(1, true.ndim)) if over is None else over
-    error = np.mean((predicted - true) ** 2, axis=axes) if axes else (predicted - true) ** 2
-    spread = np.var(true, axis=axes) if axes else np.zeros(len(true))
-    return np.sqrt(error / (spread + VARIANCE_FLOOR))

@@ -1,0 +1,49 @@
+"""What every way of choosing the next runs implements (`Acquisition`), and what it is given (`Context`).
+
+Memory and time: per acquisition (its file's docstring).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeline.design.emulator import Emulator
+
+
+@dataclass
+class Context:
+    """One round's state, in the unit cube."""
+
+    done: np.ndarray  # runs with outputs (ok): points x dims
+    avoid: np.ndarray  # every point run or chosen before, failed runs' included: never proposed again
+    emulator: Emulator  # fitted on `done` and their outputs
+    pool: np.ndarray  # the round's candidates (space.candidate_pool)
+    spacing: float  # a batch's minimum spacing
+    round_index: int  # 1 for the first adaptive round
+    rounds: int  # adaptive rounds planned (for schedules)
+    runs_so_far: int  # runs chosen so far, failed included (the space-filling design's continuation)
+    design: str  # the initial design's kind (sobol, lhs, random)
+    seed: int
+    settings: dict[str, Any]  # simulate.adaptive
+
+    @property
+    def rng(self) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.round_index, 7])
+
+
+@dataclass
+class Choice:
+    points: np.ndarray  # batch x dims, unit cube
+    values: np.ndarray  # the acquisition's value at each when it was chosen
+
+
+class Acquisition(ABC):
+    name: str
+
+    @abstractmethod
+    def choose(self, context: Context, batch: int) -> Choice:
+        """Up to `batch` new points, none within context.spacing of context.avoid nor of each other."""

@@ -1,0 +1,70 @@
+"""A batch that does not cluster. Two rules, both from the literature the issue cites:
+
+- `spaced_best`: the candidates in order of their score, each taken only when it lies at least `spacing`
+  (unit cube) from every point already run, being run or chosen for this batch (libEnsemble's exclusion
+  radius; the minimum distance Ren et al. found the reliable methods keep);
+- `believer_best`: the emulator's posterior variance, the batch taken one point at a time, each chosen
+  point believed (kriging believer, Ginsbourger et al. 2010): its fantasised observation conditions every
+  component's posterior covariance over the pool (a rank-one update; a GP's variance does not depend on
+  the values believed), so the next point is chosen by what the batch will already have taught; with the
+  same minimum spacing.
+
+Memory: batch x pool per component (believer); time: batch x components x pool x runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pipeline.design.space import distances
+
+
+def open_candidates(pool: np.ndarray, taken: np.ndarray, spacing: float) -> np.ndarray:
+    """Which candidates lie at least `spacing` from every taken point."""
+    if not len(taken):
+        return np.ones(len(pool), bool)
+    return distances(pool, taken).min(axis=1) >= spacing
+
+
+def spaced_best(scores: np.ndarray, pool: np.ndarray, batch: int, spacing: float, taken: np.ndarray) -> list[int]:
+    """Up to `batch` candidates by falling score (ties by position), each at least `spacing` from the taken
+    points and the others chosen."""
+    allowed = open_candidates(pool, taken, spacing)
+    chosen: list[int] = []
+    for i in np.argsort(-scores, kind="stable"):
+        if len(chosen) == batch:
+            break
+        if allowed[i]:
+            chosen.append(int(i))
+            allowed &= distances(pool, pool[i : i + 1])[:, 0] >= spacing
+    return chosen
+
+
+def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float,
+                  taken: np.ndarray) -> tuple[list[int], list[float]]:  # fmt: skip
+    """Up to `batch` candidates by the largest posterior variance (summed over the components), each
+    believed before the next is chosen; returns them and the variance each had when chosen. `posterior`:
+    emulator.Posterior over the pool. The believed points condition each component's covariance as a
+    pivoted Cholesky factorisation does: column m, less its projections on the earlier chosen columns."""
+    variances = [v.copy() for v in posterior.variances()]
+    factors: list[list[np.ndarray]] = [[] for _ in variances]  # per component, the chosen columns, scaled
+    allowed = open_candidates(pool, taken, spacing)
+    chosen: list[int] = []
+    values: list[float] = []
+    for _ in range(batch):
+        if not allowed.any():
+            break
+        total = np.sum(variances, axis=0)
+        i = int(np.argmax(np.where(allowed, total, -np.inf)))
+        chosen.append(i)
+        values.append(float(total[i]))
+        for c, column in enumerate(posterior.columns(i)):
+            for earlier in factors[c]:
+                column = column - earlier * earlier[i]
+            factor = column / np.sqrt(max(column[i], 1e-300))
+            factors[c].append(factor)
+            variances[c] = np.maximum(variances[c] - factor**2, 0.0)
+        allowed &= distances(pool, pool[i : i + 1])[:, 0] >= spacing
+    return chosen, values

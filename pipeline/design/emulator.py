@@ -1,0 +1,153 @@
+"""The surrogate the rounds of an adaptive design choose with: the runs' outputs (each run's arrays,
+flattened side by side) standardised per output, reduced to principal components, and a Gaussian process
+per component from the design's parameters (in the unit cube): scikit-learn's GaussianProcessRegressor
+with an anisotropic Matérn 5/2 kernel, a constant scale and a white-noise term, hyperparameters by
+marginal likelihood. The same emulator the issue names: its posterior variance says where it knows least.
+
+What it answers, at points of the unit cube:
+- `predict`: the outputs in their units;
+- `variance`: the posterior variance summed over the components (standardised units: the variance of the
+  reconstructed outputs, as the components are orthonormal), with `posterior` for a batch's fantasies;
+- `loo`: each run's prediction by the other runs (exact leave-one-out for the fitted hyperparameters:
+  y_i - [K^-1 y]_i / [K^-1]_ii per component): the validation error and each run's loss, at no refit.
+
+Memory: runs x output entries (the runs' outputs), runs² per component; time: components x a few
+Cholesky factorisations of runs x runs per hyperparameter step (O(runs³)): hundreds to a few thousand
+runs, which is what adaptive design is for.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.linalg import cho_solve
+
+from pipeline.data.scores import vrmse
+
+SPREAD_FLOOR = 1e-12  # an output that never changes is scaled by 1, not divided by 0
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The outputs learned, as slices of a run's flattened row: name -> (start, stop, shape)."""
+
+    layout: dict[str, tuple[int, int, tuple[int, ...]]]
+
+    @staticmethod
+    def of(shapes: Mapping[str, Sequence[int]]) -> Outputs:
+        layout, start = {}, 0
+        for name, shape in shapes.items():
+            stop = start + int(np.prod(shape, dtype=np.int64))
+            layout[name] = (start, stop, tuple(int(s) for s in shape))
+            start = stop
+        return Outputs(layout)
+
+    @property
+    def width(self) -> int:
+        return max((stop for _, stop, _ in self.layout.values()), default=0)
+
+    def row(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.asarray(arrays[name], np.float64).ravel() for name in self.layout])
+
+    def vrmse(self, predicted: np.ndarray, true: np.ndarray) -> dict[str, np.ndarray]:
+        """Per output, each run's VRMSE over the output's entries (The Well's, the surrogate task's)."""
+        return {name: vrmse(predicted[:, a:b], true[:, a:b]) for name, (a, b, _) in self.layout.items()}
+
+
+class Emulator:
+    def __init__(self, outputs: Outputs, seed: int, max_components: int = 12, explained: float = 0.999,
+                 restarts: int = 0) -> None:  # fmt: skip
+        self.outputs, self.seed = outputs, seed
+        self.max_components, self.explained, self.restarts = max_components, explained, restarts
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> Emulator:
+        from sklearn.decomposition import PCA
+        from sklearn.exceptions import ConvergenceWarning
+
+        if len(x) < 3:
+            raise ValueError(f"an emulator needs at least 3 runs with outputs (have {len(x)})")
+        self.x, self.y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        self.mean = self.y.mean(axis=0)
+        self.scale = np.empty(self.outputs.width)
+        for a, b, _ in self.outputs.layout.values():  # each output weighs the same, whatever its size
+            self.scale[a:b] = max(float((self.y[:, a:b] - self.mean[a:b]).std()), SPREAD_FLOOR)
+        z = (self.y - self.mean) / self.scale
+        most = max(1, min(self.max_components, len(x) - 1, z.shape[1]))
+        pca = PCA(n_components=most, svd_solver="full").fit(z)
+        kept = int(np.searchsorted(np.cumsum(pca.explained_variance_ratio_), self.explained) + 1)
+        self.components = pca.components_[: min(kept, most)]
+        coefficients = z @ self.components.T
+        self.processes = []
+        with warnings.catch_warnings():
+            # A length scale at its bound is what a jump between runs looks like to a smooth kernel: expected
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            for c in range(len(self.components)):
+                self.processes.append(self._fit_component(x, coefficients[:, c], c))
+        return self
+
+    def _fit_component(self, x: np.ndarray, coefficients: np.ndarray, c: int) -> Any:
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+        smooth = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.full(x.shape[1], 0.3), (1e-2, 1e1), nu=2.5)
+        process = GaussianProcessRegressor(smooth + WhiteKernel(1e-6, (1e-10, 1e-1)), normalize_y=True,
+                                           n_restarts_optimizer=self.restarts, random_state=self.seed + c)  # fmt: skip
+        return process.fit(x, coefficients)
+
+    def coefficients(self, x: np.ndarray) -> np.ndarray:
+        return np.column_stack([p.predict(x) for p in self.processes])
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The outputs at `x`, in their units (points x width)."""
+        return (self.coefficients(x) @ self.components) * self.scale + self.mean
+
+    def variance(self, x: np.ndarray) -> np.ndarray:
+        """The posterior variance at each point, summed over the components (standardised outputs)."""
+        return np.sum([p.predict(x, return_std=True)[1] ** 2 for p in self.processes], axis=0)
+
+    def posterior(self, x: np.ndarray) -> Posterior:
+        """Each component's posterior over the points, for fantasies (kriging believer)."""
+        return Posterior(self.processes, x)
+
+    def loo(self) -> np.ndarray:
+        """Each run's outputs as the other runs predict them (exact leave-one-out per component, the
+        hyperparameters as fitted on all runs), in their units."""
+        columns = []
+        for p in self.processes:
+            inverse = cho_solve((p.L_, True), np.eye(len(self.x)))
+            alpha = p.alpha_.ravel()
+            normalised = (p.y_train_.ravel() - alpha / np.diag(inverse)) * p._y_train_std + p._y_train_mean
+            columns.append(normalised)
+        return (np.column_stack(columns) @ self.components) * self.scale + self.mean
+
+    def loo_vrmse(self) -> dict[str, np.ndarray]:
+        """Each run's leave-one-out VRMSE per output: the validation error that costs no runs."""
+        return self.outputs.vrmse(self.loo(), self.y)
+
+
+class Posterior:
+    """The components' posterior over a pool of points: each point's variance, and the covariance of the
+    pool with any one of its points (a column, O(pool x runs) per component) computed when asked, not the
+    pool x pool matrix: k(x, x') - k(x, X) K^-1 k(X, x'), scaled as the component's y."""
+
+    def __init__(self, processes: Sequence[Any], x: np.ndarray) -> None:
+        self.x = x
+        self.parts = []
+        for p in processes:
+            cross = p.kernel_(x, p.X_train_)  # pool x runs
+            solved = cho_solve((p.L_, True), cross.T)  # K^-1 k(X, pool): runs x pool
+            scale = float(p._y_train_std) ** 2
+            variance = (p.kernel_.diag(x) - np.einsum("ij,ji->i", cross, solved)) * scale
+            self.parts.append((p, cross, solved, scale, np.maximum(variance, 0.0)))
+
+    def variances(self) -> list[np.ndarray]:
+        return [part[4] for part in self.parts]
+
+    def columns(self, i: int) -> list[np.ndarray]:
+        """Each component's posterior covariance between every point and point i."""
+        return [(p.kernel_(self.x, self.x[i : i + 1])[:, 0] - cross @ solved[:, i]) * scale
+                for p, cross, solved, scale, _ in self.parts]  # fmt: skip

@@ -1,0 +1,403 @@
+"""adaptive: an ensemble whose runs are chosen in rounds by a surrogate of the runs so far
+(simulate.adaptive), not all drawn before the first finishes.
+
+Round 0 is the space-filling design (simulate.design) of `initial` runs. Every later round fits the
+emulator (pipeline/design/emulator.py: a Gaussian process per principal component of the runs'
+`outputs`) on every run that succeeded, scores a candidate pool (`pool` scrambled Sobol points) by the
+acquisition (pipeline/design/acquisitions/) and runs the `batch` it picks, none within `min_spacing` of
+each other nor of any earlier run (failed runs included: their points are never proposed again). It stops
+at `budget` runs, after `rounds` adaptive rounds, or when the emulator's validation error (leave-one-out
+VRMSE, mean over the outputs) reaches `target_error`.
+
+One step, not a Snakemake checkpoint per round: the farm keeps its ranks across rounds (on Slurm a job per
+round would wait in the queue for every batch of minutes-long runs), and rounds are many where checkpoints
+re-evaluate the DAG each time. Ingest, convert, merge and training then run once on every run that
+succeeded (the runs table), as for any ensemble.
+
+Checkpoints: a round's design is written (atomically) before any of its runs, its runs table (design and
+outcomes) and the outputs of its successful runs after them; a rerun reads them back, repeats no completed
+run (the farm skips them), and chooses the same points (every choice is a function of the seed and the
+runs before it). A changed design (space, seed, initial design, acquisition, batch, ...) starts afresh; a
+larger budget, more rounds or another target continue. The runs table (runs.parquet) is every round's,
+with `round`, `acquisition`, `acquisition_value` and `uncertainty` (the emulator's posterior standard
+deviation at the point when it was chosen, standardised outputs).
+
+Memory: rank 0 holds the runs' points and outputs (runs x output entries) and the emulator (runs² per
+component); the other ranks one round's design. Time per round: the batch's runs / ranks, plus the fit
+(O(runs³) per component) and the choice (pool² per component): meant for hundreds to a few thousand runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import Sim2dlError
+from pipeline.design.acquisitions import ACQUISITIONS, Context
+from pipeline.design.emulator import Emulator, Outputs
+from pipeline.design.space import candidate_pool, default_spacing, parameter_columns, unit_design, unit_points
+from pipeline.formats.readers import reader_for
+from pipeline.formats.readers.base import SampleError
+from pipeline.paths import AdaptivePaths, RawPaths
+from pipeline.runtime.mpi import all_ok
+from pipeline.simulators.ensemble import (
+    DESIGN_BLOCK,
+    SEED_MODULUS,
+    STATUSES,
+    check_command,
+    column_type,
+    farm,
+    resolved_command,
+    run_name,
+    run_paths,
+    write_runs_table,
+)
+from pipeline.storage.fsutil import atomic_path, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+INITIAL = "initial"  # the acquisition column of round 0
+ROUND_KEY = b"sim2dl_round"  # a design's metadata: the statistics of its choosing
+DIGEST_KEYS = ("space", "seed", "design", "command")
+ADAPTIVE_DIGEST_KEYS = ("initial", "batch", "acquisition", "pool", "outputs", "files", "sigma", "committee",
+                        "min_spacing")  # fmt: skip
+# (budget, rounds and target_error are not in it: raising them continues the design)
+
+
+@dataclass
+class RoundPlan:
+    """One round's runs as the farm takes a plan (ensemble.EnsemblePlan's interface): a table of rows."""
+
+    table: pa.Table
+    first: int
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.table.schema
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def block(self, k: int) -> pa.Table:
+        return self.table.slice(k * DESIGN_BLOCK, DESIGN_BLOCK)
+
+    def rows(self, start: int, stop: int) -> list[dict[str, Any]]:
+        return self.table.slice(start, stop - start).to_pylist()
+
+
+def design_digest(settings: Mapping[str, Any]) -> str:
+    keyed = {k: settings[k] for k in DIGEST_KEYS} | {k: settings["adaptive"][k] for k in ADAPTIVE_DIGEST_KEYS}
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_adaptive(settings: Mapping[str, Any]) -> None:
+    adaptive = settings["adaptive"]
+    if adaptive["acquisition"] not in ACQUISITIONS:
+        raise Sim2dlError(f"config key 'simulate.adaptive.acquisition': '{adaptive['acquisition']}' is not one of "
+                          f"{sorted(ACQUISITIONS)}")  # fmt: skip
+
+
+def round_table(settings: Mapping[str, Any], unit: np.ndarray, first: int, round_index: int, acquisition: str,
+                values: np.ndarray, uncertainty: np.ndarray, digest: str) -> pa.Table:  # fmt: skip
+    """A round's design: run names and seeds continuing the earlier rounds', each parameter, the round and
+    what chose it."""
+    space, budget = settings["space"], settings["adaptive"]["budget"]
+    indices = np.arange(first, first + len(unit), dtype=np.int64)
+    columns = parameter_columns(unit, space) if len(unit) else {n: np.zeros(0) for n in space}
+    fields = [pa.field("run", pa.string())]
+    fields += [pa.field(n, column_type(spec, None)) for n, spec in space.items()]
+    fields += [pa.field("seed", pa.int64()), pa.field("round", pa.int32()), pa.field("acquisition", pa.string()),
+               pa.field("acquisition_value", pa.float64()), pa.field("uncertainty", pa.float64())]  # fmt: skip
+    schema = pa.schema(fields, metadata={"sim2dl_design": digest})
+    seeds = (settings["seed"] * 100_003 + indices) % SEED_MODULUS + 1
+    arrays = [pa.array([run_name(int(i), budget) for i in indices], pa.string())]
+    arrays += [pa.array(columns[f.name], f.type) for f in fields[1 : 1 + len(space)]]
+    arrays += [pa.array(seeds), pa.array(np.full(len(unit), round_index, np.int32)),
+               pa.array([acquisition] * len(unit), pa.string()), pa.array(np.asarray(values, np.float64)),
+               pa.array(np.asarray(uncertainty, np.float64))]  # fmt: skip
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+@dataclass
+class History:
+    """What rank 0 knows of the rounds so far."""
+
+    points: list[np.ndarray] = field(default_factory=list)  # every round's points (unit cube)
+    ok: list[np.ndarray] = field(default_factory=list)  # per round: which of its runs succeeded
+    outputs: list[np.ndarray] = field(default_factory=list)  # per round: its successful runs' outputs
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    layout: Outputs | None = None
+
+    @property
+    def runs(self) -> int:
+        return sum(len(p) for p in self.points)
+
+    def done(self) -> tuple[np.ndarray, np.ndarray]:
+        x = np.concatenate([p[k] for p, k in zip(self.points, self.ok, strict=True)])
+        return x, np.concatenate(self.outputs)
+
+    def all_points(self, dims: int) -> np.ndarray:
+        return np.concatenate(self.points) if self.points else np.zeros((0, dims))
+
+    def failed_points(self, dims: int) -> np.ndarray:
+        failed = [p[~k] for p, k in zip(self.points, self.ok, strict=True)]
+        return np.concatenate(failed) if failed else np.zeros((0, dims))
+
+
+def read_outputs(run_dir: Path, settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The arrays simulate.adaptive.outputs names, from the run's file (simulate.adaptive.files)."""
+    adaptive = settings["adaptive"]
+    files = sorted(p for p in run_dir.glob(adaptive["files"]) if p.is_file())
+    if not files:
+        raise Sim2dlError(f"config key 'simulate.adaptive.files': no file '{adaptive['files']}' in {run_dir}, "
+                          "which succeeded")  # fmt: skip
+    path = files[0]
+    try:
+        with reader_for(path, "auto").open(path) as opened:
+            return {name: np.asarray(opened.decoded(name, opened.read(name, ())), np.float64)
+                    for name in adaptive["outputs"]}  # fmt: skip
+    except SampleError as e:
+        raise Sim2dlError(f"config key 'simulate.adaptive.outputs': {path}: {e}") from None
+
+
+def round_outputs(table: pa.Table, first: int, root: Path, settings: Mapping[str, Any],
+                  history: History) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(which runs succeeded, their outputs) of a finished round, read from their files."""
+    ok = np.array([s == "ok" for s in table.column("status").to_pylist()], bool)
+    rows = []
+    for i, name in enumerate(table.column("run").to_pylist()):
+        if not ok[i]:
+            continue
+        arrays = read_outputs(run_paths(root, name, first + i, settings["files_per_dir"])[0], settings)
+        if history.layout is None:
+            history.layout = Outputs.of({n: a.shape for n, a in arrays.items()})
+        shapes = {n: a.shape for n, a in arrays.items()}
+        expected = {n: s for n, (_, _, s) in history.layout.layout.items()}
+        if shapes != expected:
+            raise Sim2dlError(f"simulate.adaptive.outputs: run {name} wrote shapes {shapes}, the first run {expected}")
+        rows.append(history.layout.row(arrays))
+    width = history.layout.width if history.layout else 0
+    return ok, np.array(rows).reshape(len(rows), width)
+
+
+def unit_of(table: pa.Table, space: Mapping[str, Any]) -> np.ndarray:
+    return unit_points({n: table.column(n).to_numpy(zero_copy_only=False) for n in space}, space)
+
+
+def load_history(paths: AdaptivePaths, settings: Mapping[str, Any]) -> History:
+    """The rounds a previous run of the step completed (their runs tables and outputs)."""
+    history = History()
+    if paths.rounds.exists():
+        history.rounds = json.loads(paths.rounds.read_text())
+    r = 0
+    while paths.runs(r).exists() and paths.outputs(r).exists():
+        table = pq.read_table(paths.runs(r))
+        history.points.append(unit_of(table, settings["space"]))
+        with np.load(paths.outputs(r)) as saved:
+            history.ok.append(saved["ok"])
+            history.outputs.append(saved["outputs"])
+            if history.layout is None and "layout" in saved:
+                history.layout = Outputs({n: (int(a), int(b), tuple(s)) for n, (a, b, s) in
+                                          json.loads(str(saved["layout"])).items()})  # fmt: skip
+        r += 1
+    history.rounds = [row for row in history.rounds if row["round"] < r]
+    return history
+
+
+def choose(settings: Mapping[str, Any], history: History, round_index: int,
+           digest: str) -> tuple[pa.Table | None, dict]:  # fmt: skip
+    """The design of round `round_index` (rank 0), or None when the design is complete; and the round's
+    statistics so far."""
+    adaptive, space = settings["adaptive"], settings["space"]
+    dims = len(space)
+    budget = adaptive["budget"]
+    if round_index == 0:
+        unit = unit_design(settings["design"], min(adaptive["initial"], budget), dims, settings["seed"])
+        nan = np.full(len(unit), np.nan)
+        return round_table(settings, unit, 0, 0, INITIAL, nan, nan, digest), {"round": 0, "acquisition": INITIAL}
+    stats: dict[str, Any] = {"round": round_index, "acquisition": adaptive["acquisition"]}
+    x, y = history.done()
+    if len(x) < 3:
+        raise Sim2dlError(f"simulate.adaptive: only {len(x)} runs succeeded in rounds 0-{round_index - 1}; the "
+                          "emulator needs 3 (see the runs table's reasons)")  # fmt: skip
+    started = time.perf_counter()
+    emulator = Emulator(history.layout, settings["seed"]).fit(x, y)
+    stats["seconds_fitting"] = round(time.perf_counter() - started, 4)
+    stats["fitted_on"] = len(x)
+    validation = {n: float(v.mean()) for n, v in emulator.loo_vrmse().items()}
+    stats["validation_vrmse"] = validation
+    stats["validation_vrmse_mean"] = float(np.mean(list(validation.values())))
+    planned = adaptive["rounds"]
+    if planned is None:
+        planned = -(-(budget - adaptive["initial"]) // adaptive["batch"])
+    batch = min(adaptive["batch"], budget - history.runs)
+    target = adaptive["target_error"]
+    stop = None
+    if batch <= 0:
+        stop = "budget"
+    elif adaptive["rounds"] is not None and round_index > adaptive["rounds"]:
+        stop = "rounds"
+    elif target is not None and stats["validation_vrmse_mean"] <= target:
+        stop = "target_error"
+    if stop:
+        return None, {**stats, "stopped": stop, "runs": history.runs, "runs_ok": len(x)}
+    started = time.perf_counter()
+    spacing = adaptive["min_spacing"] if adaptive["min_spacing"] is not None else default_spacing(budget, dims)
+    context = Context(done=x, avoid=history.all_points(dims), emulator=emulator,
+                      pool=candidate_pool(adaptive["pool"], dims, settings["seed"], round_index), spacing=spacing,
+                      round_index=round_index, rounds=max(1, planned), runs_so_far=history.runs,
+                      design=settings["design"], seed=settings["seed"], settings=dict(adaptive))  # fmt: skip
+    choice = ACQUISITIONS[adaptive["acquisition"]].choose(context, batch)
+    uncertainty = np.sqrt(emulator.variance(choice.points)) if len(choice.points) else np.zeros(0)
+    stats["seconds_choosing"] = round(time.perf_counter() - started, 4)
+    if not len(choice.points):
+        return None, {**stats, "stopped": "no candidate left at min_spacing", "runs": history.runs, "runs_ok": len(x)}
+    values = choice.values
+    stats["acquisition_value"] = {"min": float(values.min()), "mean": float(values.mean()), "max": float(values.max())}
+    stats["uncertainty_mean"] = float(uncertainty.mean())
+    table = round_table(settings, choice.points, history.runs, round_index, adaptive["acquisition"], values,
+                        uncertainty, digest)  # fmt: skip
+    return table, stats
+
+
+def prepare(paths: AdaptivePaths, root: Path, digest: str) -> None:
+    """A design made with other settings is removed, with its runs (as ensemble.prepare_design does)."""
+    first = paths.design(0)
+    if not first.exists():
+        return
+    if (pq.read_schema(first).metadata or {}).get(b"sim2dl_design", b"").decode() == digest:
+        return
+    log.warning("sim2dl simulate: the adaptive design changed since %s was written: its runs are removed", first)
+    shutil.rmtree(paths.root)
+    for group in root.glob("[0-9][0-9][0-9][0-9][0-9]"):
+        shutil.rmtree(group)
+    shutil.rmtree(RawPaths(root).run_logs, ignore_errors=True)
+
+
+def write_table(path: Path, table: pa.Table) -> None:
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def finish_round(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], history: History, r: int,
+                 first: int, stats: dict[str, Any]) -> None:  # fmt: skip
+    """Rank 0, after a round's farm: its outputs, the whole runs table, the rounds' figures."""
+    table = pq.read_table(paths.runs(r))
+    ok, outputs = round_outputs(table, first, root, settings, history)
+    shapes = history.layout.layout.items() if history.layout else []
+    layout = json.dumps({n: [a, b, list(s)] for n, (a, b, s) in shapes})
+    with atomic_path(paths.outputs(r)) as tmp, open(tmp, "wb") as f:
+        np.savez(f, ok=ok, outputs=outputs, layout=np.array(layout))
+    history.points.append(unit_of(table, settings["space"]))
+    history.ok.append(ok)
+    history.outputs.append(outputs)
+    statuses = table.column("status").to_pylist()
+    stats.update({"runs": history.runs, "runs_ok": int(sum(len(x) for x in history.outputs)), "new_runs": len(table),
+                  **{f"new_{s}": statuses.count(s) for s in STATUSES}})  # fmt: skip
+    history.rounds.append(stats)
+    write_json_atomic(paths.rounds, history.rounds)
+    every = pa.concat_tables([pq.read_table(paths.runs(k)) for k in range(r + 1)], promote_options="permissive")
+    write_table(RawPaths(root).runs, every)
+
+
+def figures(paths: AdaptivePaths, settings: Mapping[str, Any], history: History) -> None:
+    from pipeline.reporting.plots import adaptive_figures
+
+    table = pq.read_table(RawPaths(paths.root.parent).runs)
+    adaptive_figures(table, list(settings["space"]), history.rounds, paths.design_figure, paths.error_figure)
+
+
+def run_adaptive(settings: Mapping[str, Any], root: Path, comm: Any,
+                 container: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The rounds: choose (rank 0), run across the ranks, read back; returns the summary (also written)."""
+    rank = comm.Get_rank()
+    settings = {**settings, "container": container or {}}
+    error = None
+    try:
+        check_command(settings)
+        check_adaptive(settings)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    settings = {**settings, "command": resolved_command(settings["command"])}
+    paths = RawPaths(root).adaptive
+    digest = design_digest(settings)
+    history = History()
+    if rank == 0:
+        paths.root.mkdir(parents=True, exist_ok=True)
+        prepare(paths, root, digest)
+        paths.root.mkdir(parents=True, exist_ok=True)
+        history = load_history(paths, settings)
+    comm.barrier()
+    started = time.perf_counter()
+    r, final = 0, {}
+    while True:
+        table, stats, complete, error = None, {}, False, None
+        if rank == 0:
+            try:
+                complete = paths.runs(r).exists() and paths.outputs(r).exists()
+                if paths.design(r).exists():
+                    table = pq.read_table(paths.design(r))
+                    stats = json.loads((table.schema.metadata or {}).get(ROUND_KEY, b"{}"))
+                else:
+                    table, stats = choose(settings, history, r, digest)
+                    if table is not None:
+                        metadata = {**table.schema.metadata, ROUND_KEY: json.dumps(stats).encode()}
+                        write_table(paths.design(r), table.replace_schema_metadata(metadata))
+            except Sim2dlError as e:
+                error = e
+        all_ok(comm, error)
+        table, complete = comm.bcast((table, complete), root=0)
+        if table is None:
+            final = stats
+            break
+        if not complete:
+            first = int(table.column("run").to_pylist()[0].split("-")[1]) if len(table) else 0
+            plan = RoundPlan(table, first)
+            began = time.perf_counter()
+            mine = farm(plan, settings, root, comm)
+            with contextlib.closing(mine):
+                write_runs_table(plan, mine, paths.runs(r), comm)
+            error = None
+            if rank == 0:
+                stats["seconds_simulating"] = round(time.perf_counter() - began, 3)
+                try:
+                    finish_round(paths, root, settings, history, r, first, stats)
+                except Sim2dlError as e:
+                    error = e
+            all_ok(comm, error)
+        r += 1
+    summary: dict[str, Any] = {}
+    if rank == 0:
+        every = pq.read_table(RawPaths(root).runs, columns=["status"]).column("status").to_pylist()
+        counts = {s: every.count(s) for s in STATUSES}
+        figures(paths, settings, history)
+        summary = {"runs": len(every), **counts, "rounds": r, "stopped": final.get("stopped"),
+                   "validation_vrmse_mean": final.get("validation_vrmse_mean"),
+                   "acquisition": settings["adaptive"]["acquisition"], "design": settings["design"],
+                   "seconds_running": round(time.perf_counter() - started, 3), "runs_table": str(RawPaths(root).runs),
+                   "rounds_table": str(paths.rounds)}  # fmt: skip
+        history.rounds.append({**final, "round": r, "final": True})
+        write_json_atomic(paths.rounds, history.rounds)
+        write_json_atomic(RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings, default=str))})
+    summary = comm.bcast(summary, root=0)
+    failed = summary["runs"] - summary["ok"]
+    error = None
+    if rank == 0 and failed > settings["max_failed_fraction"] * summary["runs"]:
+        error = Sim2dlError(f"{failed} of {summary['runs']} runs did not succeed (more than "
+                            f"simulate.max_failed_fraction {settings['max_failed_fraction']}): their reasons are in "
+                            f"{RawPaths(root).runs}")  # fmt: skip
+    all_ok(comm, error)
+    return summary

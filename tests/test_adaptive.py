@@ -1,0 +1,300 @@
+"""Adaptive design (simulate.adaptive): the candidates and choices reproducible by seed, a batch's spacing,
+the emulator's variance and leave-one-out against independent computations, the believer against a
+refitted GP, and the loop under real mpiexec on the built-in bistable simulator: end to end, failed runs
+recorded and never proposed again, a kill mid-round resumed exactly."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipeline import Sim2dlError
+from pipeline import config as cfg
+from pipeline.design.acquisitions import ACQUISITIONS, Context
+from pipeline.design.acquisitions.breed import bred_share
+from pipeline.design.batch import believer_best
+from pipeline.design.emulator import Emulator, Outputs
+from pipeline.design.space import candidate_pool, distances, parameter_columns, to_unit, unit_points
+from pipeline.simulators.bistable_run import solve
+
+from .conftest import REPO, kill_tree, run_cli, start_cli
+
+SPACE = {"level": {"type": "uniform", "low": 0.05, "high": 0.6}, "a": {"type": "uniform", "low": 0.1, "high": 0.45}}
+OUTPUTS = Outputs.of({"state": (16, 16), "mass": (10,)})
+
+
+def simulated(unit: np.ndarray) -> np.ndarray:
+    columns = parameter_columns(unit, SPACE)
+    rows = []
+    for level, a in zip(columns["level"], columns["a"], strict=True):
+        state, mass = solve(level, a, size=16, steps=60)
+        rows.append(OUTPUTS.row({"state": state, "mass": mass}))
+    return np.array(rows)
+
+
+@pytest.fixture(scope="module")
+def fitted() -> Emulator:
+    x = candidate_pool(20, 2, 3, 0)
+    return Emulator(OUTPUTS, seed=3).fit(x, simulated(x))
+
+
+def context(emulator: Emulator, round_index: int = 1, seed: int = 3, spacing: float = 0.08) -> Context:
+    return Context(done=emulator.x, avoid=emulator.x, emulator=emulator, pool=candidate_pool(256, 2, seed, round_index),
+                   spacing=spacing, round_index=round_index, rounds=4, runs_so_far=len(emulator.x), design="sobol",
+                   seed=seed, settings={"sigma": 0.05, "committee": 4})  # fmt: skip
+
+
+# ---------------------------------------------------------------- the pure core
+
+
+def test_unit_coordinates_round_trip_every_kind_of_parameter():
+    space = {"u": {"type": "uniform", "low": -1, "high": 3}, "l": {"type": "log-uniform", "low": 1e-4, "high": 1e-1},
+             "i": {"type": "int", "low": 2, "high": 6}, "c": {"type": "choice", "values": ["x", "y", "z"]}}  # fmt: skip
+    unit = candidate_pool(64, 4, 1, 0)
+    values = parameter_columns(unit, space)
+    back = unit_points(values, space)
+    assert np.allclose(back[:, :2], unit[:, :2])  # continuous: exactly back
+    # an int or a choice comes back at its slot's middle, within half a slot of where it was drawn
+    assert np.all(np.abs(back[:, 2] - unit[:, 2]) <= 0.5 / 5 + 1e-12)
+    assert np.all(np.abs(back[:, 3] - unit[:, 3]) <= 0.5 / 3 + 1e-12)
+    assert np.allclose(to_unit(np.array([1e-4, 1e-1]), space["l"]), [0, 1])
+
+
+@pytest.mark.parametrize("name", sorted(ACQUISITIONS))
+def test_candidates_and_choices_are_reproducible_by_seed(fitted, name):
+    assert np.array_equal(candidate_pool(128, 2, 3, 2), candidate_pool(128, 2, 3, 2))
+    assert not np.array_equal(candidate_pool(128, 2, 3, 2), candidate_pool(128, 2, 3, 3))
+    assert not np.array_equal(candidate_pool(128, 2, 3, 2), candidate_pool(128, 2, 4, 2))
+    first = ACQUISITIONS[name].choose(context(fitted), 6)
+    again = ACQUISITIONS[name].choose(context(fitted), 6)
+    assert len(first.points) == 6
+    assert np.array_equal(first.points, again.points) and np.array_equal(first.values, again.values)
+    other = ACQUISITIONS[name].choose(context(fitted, seed=11), 6)
+    assert not np.array_equal(first.points, other.points)
+
+
+@pytest.mark.parametrize("name", ["variance", "committee", "breed"])
+def test_a_batch_keeps_its_minimum_spacing(fitted, name):
+    spacing = 0.12
+    choice = ACQUISITIONS[name].choose(context(fitted, spacing=spacing), 8)
+    inside = distances(choice.points, choice.points)[~np.eye(len(choice.points), dtype=bool)]
+    assert len(choice.points) == 8 and inside.min() >= spacing
+    assert distances(choice.points, fitted.x).min() >= spacing
+    assert np.all((choice.points >= 0) & (choice.points < 1))
+
+
+def test_the_emulators_variance_equals_an_independent_computation(fitted):
+    """Each component: k(x, x) - k(x, X) (K + noise)^-1 k(X, x), scaled as its y, from the fitted
+    hyperparameters written out (Matérn 5/2, anisotropic), summed; against the emulator and Posterior."""
+    x = candidate_pool(50, 2, 9, 0)
+    total = np.zeros(len(x))
+    for process in fitted.processes:
+        params = process.kernel_.get_params()
+        amplitude, scales, noise = (
+            params["k1__k1__constant_value"],
+            params["k1__k2__length_scale"],
+            params["k2__noise_level"],
+        )
+
+        def matern(a, b, amplitude=amplitude, scales=scales):
+            r = np.sqrt(5) * np.sqrt((((a[:, None, :] - b[None, :, :]) / scales) ** 2).sum(-1))
+            return amplitude * (1 + r + r**2 / 3) * np.exp(-r)
+
+        train = fitted.x
+        gram = matern(train, train) + noise * np.eye(len(train))
+        cross = matern(x, train)
+        prior = amplitude + noise
+        total += (prior - np.einsum("ij,ji->i", cross, np.linalg.solve(gram, cross.T))) * process._y_train_std**2
+    assert np.allclose(fitted.variance(x), total, rtol=1e-6, atol=1e-9)
+    assert np.allclose(np.sum(fitted.posterior(x).variances(), axis=0), total, rtol=1e-6, atol=1e-9)
+
+
+def test_a_believed_point_conditions_the_variance_as_a_refitted_gp_would(fitted):
+    """Kriging believer: after choosing a point, the variance left equals that of each component's GP
+    refitted (same kernel, no optimiser) with the point added, whatever value it is believed to take."""
+    from sklearn.base import clone
+
+    pool = candidate_pool(64, 2, 5, 1)
+    chosen, values = believer_best(fitted.posterior(pool), pool, 2, 0.0, np.zeros((0, 2)))
+    first, second = chosen
+    assert np.isclose(values[0], fitted.variance(pool[first : first + 1])[0], rtol=1e-6)
+    refit = 0.0
+    for process in fitted.processes:
+        frozen = clone(process).set_params(kernel=process.kernel_, optimizer=None, normalize_y=False)
+        x = np.vstack([fitted.x, pool[first]])
+        frozen.fit(x, np.zeros(len(x)))  # a GP's variance does not depend on the values
+        refit += frozen.predict(pool[second : second + 1], return_std=True)[1][0] ** 2 * process._y_train_std**2
+    assert np.isclose(values[1], refit, rtol=1e-5)
+
+
+def test_leave_one_out_equals_a_refit_without_the_run(fitted):
+    from sklearn.base import clone
+
+    loo = fitted.loo()
+    z = ((fitted.y - fitted.mean) / fitted.scale) @ fitted.components.T
+    for i in (0, 7):
+        keep = np.arange(len(fitted.x)) != i
+        coefficients = []
+        for c, process in enumerate(fitted.processes):
+            frozen = clone(process).set_params(kernel=process.kernel_, optimizer=None)
+            # normalize_y refits the mean and spread without run i: undo to compare with the closed form
+            frozen.set_params(normalize_y=False)
+            normalised = (z[:, c] - process._y_train_mean) / process._y_train_std
+            frozen.fit(fitted.x[keep], normalised[keep])
+            coefficients.append(frozen.predict(fitted.x[i : i + 1])[0] * process._y_train_std + process._y_train_mean)
+        expected = (np.array(coefficients) @ fitted.components) * fitted.scale + fitted.mean
+        assert np.allclose(loo[i], expected, rtol=1e-6, atol=1e-8)
+
+
+def test_breeds_share_rises_as_melissa_schedules_it():
+    assert bred_share(1, 10) == pytest.approx(0.15) and bred_share(10, 10) == pytest.approx(0.75)
+    assert bred_share(5, 9) == pytest.approx(0.45) and bred_share(12, 10) == pytest.approx(0.75)
+
+
+def test_adaptive_config_errors_name_the_key():
+    base = {"simulate": {"adaptive": {"enabled": True, "outputs": ["state"]}}}
+    with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.enabled"):
+        cfg.validate(json.loads(json.dumps(base)))
+    with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.outputs"):
+        cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "adaptive": {"enabled": True}}})
+    with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.budget"):
+        adaptive = {"enabled": True, "outputs": ["state"], "initial": 20, "budget": 10}
+        cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "adaptive": adaptive}})
+
+
+# ---------------------------------------------------------------- the loop, under mpiexec
+
+# The bistable simulator with a ledger of the runs it started (each run appends its name first).
+LEDGER_RUN = """
+import sys, time
+from pipeline.simulators import bistable_run
+ledger, pause, run, *argv = sys.argv[1:]
+with open(ledger, "a") as f:
+    f.write(run + "\\n")
+time.sleep(float(pause))
+bistable_run.main(argv)
+"""
+
+
+def adaptive_config(tmp_path: Path, pause: float = 0.0, **adaptive) -> Path:
+    script = tmp_path / "ledger_run.py"
+    script.write_text(LEDGER_RUN)
+    preset = yaml.safe_load((REPO / "config" / "presets" / "adaptive-fronts.yaml").read_text())
+    simulate = preset["simulate"]
+    simulate["command"] = [sys.executable, str(script), str(tmp_path / "ledger.txt"), str(pause), "{run}",
+                           "--out", "{out}", "--level", "{level}", "--a", "{a}", "--size", "16",
+                           "--steps", "60"]  # fmt: skip
+    simulate["adaptive"] = {**simulate["adaptive"], "initial": 8, "batch": 4, "budget": 20, "pool": 256, **adaptive}
+    simulate["max_failed_fraction"] = 1.0
+    preset["workdir"] = str(tmp_path / "work")
+    preset["source"]["fields"]["state"]["shape"] = [16, 16]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    return path
+
+
+def runs(tmp_path: Path) -> list[dict]:
+    return pq.read_table(tmp_path / "work" / "raw" / "runs.parquet").to_pylist()
+
+
+def comparable(rows: list[dict]) -> list[dict]:
+    """Rows without their times, NaN (round 0's acquisition value) as None: equal when the runs are."""
+    return [{k: None if isinstance(v, float) and np.isnan(v) else v for k, v in r.items() if k != "seconds"}
+            for r in rows]  # fmt: skip
+
+
+def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
+    path = adaptive_config(tmp_path, acquisition="variance")
+    proc = run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["runs"] == 20 and summary["ok"] == 20 and summary["stopped"] == "budget"
+    rows = runs(tmp_path)
+    assert [r["run"] for r in rows] == [f"run-{i:06d}" for i in range(20)]
+    assert [r["round"] for r in rows] == [0] * 8 + [1] * 4 + [2] * 4 + [3] * 4
+    assert all(r["acquisition"] == "initial" and np.isnan(r["uncertainty"]) for r in rows[:8])
+    chosen = rows[8:]
+    assert all(r["acquisition"] == "variance" and r["acquisition_value"] > 0 and r["uncertainty"] > 0 for r in chosen)
+    # each run's file holds what its row says it was run with
+    import h5py
+
+    for r in rows[::5]:
+        with h5py.File(next((tmp_path / "work" / "raw").glob(f"0*/{r['run']}/bistable.h5")), "r") as f:
+            assert np.allclose(f["params"][()], [r["level"], r["a"]], rtol=1e-6)
+    rounds = json.loads((tmp_path / "work" / "raw" / "adaptive" / "rounds.json").read_text())
+    fitted = [r for r in rounds if "validation_vrmse_mean" in r]
+    assert [r["fitted_on"] for r in fitted] == [8, 12, 16, 20]
+    assert all(set(r["validation_vrmse"]) == {"state"} for r in fitted)
+    assert rounds[-1]["final"] and rounds[-1]["stopped"] == "budget"
+    for name in ("design.png", "error.png"):
+        assert (tmp_path / "work" / "raw" / "adaptive" / name).stat().st_size > 1000
+    ledger = (tmp_path / "ledger.txt").read_text().split()
+    assert sorted(ledger) == [r["run"] for r in rows]  # each run ran once
+    # a rerun repeats nothing; a larger budget continues the same design
+    run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
+    assert len((tmp_path / "ledger.txt").read_text().split()) == 20
+    more = yaml.safe_load(path.read_text())
+    more["simulate"]["adaptive"]["budget"] = 24
+    path.write_text(yaml.safe_dump(more))
+    run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
+    again = runs(tmp_path)
+    assert (
+        len(again) == 24
+        and comparable(again[:20]) == comparable(rows)
+        and (tmp_path / "ledger.txt").read_text().split()[20:] == [f"run-{i:06d}" for i in range(20, 24)]
+    )
+
+
+def test_failed_runs_are_recorded_and_never_proposed_again(tmp_path):
+    path = adaptive_config(tmp_path, acquisition="breed", min_spacing=0.05)
+    config = yaml.safe_load(path.read_text())
+    config["simulate"]["command"] += ["--fail-above", "0.38"]
+    config["simulate"]["retries"] = 0
+    path.write_text(yaml.safe_dump(config))
+    run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
+    rows = runs(tmp_path)
+    failed = [r for r in rows if r["status"] != "ok"]
+    assert failed and all(r["a"] > 0.38 and "exit" in r["reason"] for r in failed)
+    assert all(r["status"] == "ok" for r in rows if r["a"] <= 0.38)
+    unit = unit_points({n: np.array([r[n] for r in rows]) for n in SPACE}, SPACE)
+    for i, row in enumerate(rows):
+        if row["round"] == 0:
+            continue
+        earlier_failed = [j for j in range(i) if rows[j]["status"] != "ok" and rows[j]["round"] < row["round"]]
+        if earlier_failed:
+            assert distances(unit[i : i + 1], unit[earlier_failed]).min() >= 0.05
+    saved = np.load(tmp_path / "work" / "raw" / "adaptive" / "round-000.outputs.npz")
+    round0 = [r for r in rows if r["round"] == 0]
+    assert saved["ok"].tolist() == [r["status"] == "ok" for r in round0]
+    assert len(saved["outputs"]) == sum(saved["ok"])  # never counted as data
+
+
+def test_a_kill_mid_round_resumes_with_the_same_choices_and_no_run_repeated(tmp_path):
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    path = adaptive_config(killed, pause=0.4, acquisition="committee")
+    job = start_cli(["simulate", "--config", str(path)], 2)
+    raw = killed / "work" / "raw"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not list(raw.glob("0*/run-00001[2-5]")):
+        time.sleep(0.02)  # the first of round 2's runs (12..15) is complete
+    kill_tree(job)
+    adaptive = raw / "adaptive"
+    assert (adaptive / "round-002.design.parquet").exists() and not (adaptive / "round-002.runs.parquet").exists()
+    completed_before = {p.name for p in raw.glob("0*/run-*")}
+    run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    run_cli(["simulate", "--config", str(adaptive_config(fresh, acquisition="committee"))], ranks=2, timeout=300)
+
+    assert comparable(runs(killed)) == comparable(runs(fresh))  # the same choices, the same outcomes
+    ledger = (killed / "ledger.txt").read_text().split()
+    assert sorted(set(ledger)) == [f"run-{i:06d}" for i in range(20)]
+    assert all(ledger.count(run) == 1 for run in completed_before)  # completed runs never ran again
+    assert len(ledger) - 20 <= 2  # at most the runs in flight at the kill (one per rank) ran twice
