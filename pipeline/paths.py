@@ -274,6 +274,16 @@ class Layout:
         return RawPaths(self.raw).summary
 
     @property
+    def design_figure(self) -> Path:
+        """An adaptive design's runs coloured by round (simulate.adaptive)."""
+        return RawPaths(self.raw).adaptive.design_figure
+
+    @property
+    def design_error_figure(self) -> Path:
+        """An adaptive design's validation error against its runs."""
+        return RawPaths(self.raw).adaptive.error_figure
+
+    @property
     def ingest(self) -> Path:
         return self.workdir / "ingest"
 

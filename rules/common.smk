@@ -82,6 +82,15 @@ RUN = {str(r.layout.workdir): r for r in RUNS}
 
 # Rules are patterns over the run's workdir: one DAG holds every point of a sweep.
 LAYOUT = sim2dl_config.Layout(Path("{workdir}"))
+# An adaptive design's figures, for the report (rules/simulate.smk says when)
+ADAPTIVE_FIGURES = (
+    {
+        "design": report(LAYOUT.design_figure, caption="../report/adaptive_design.rst", category="Design"),
+        "error": report(LAYOUT.design_error_figure, caption="../report/adaptive_error.rst", category="Design"),
+    }
+    if all(r.config["simulate"]["enabled"] and r.config["simulate"]["adaptive"]["enabled"] for r in RUNS)
+    else {}
+)
 
 
 def run_config(wildcards):

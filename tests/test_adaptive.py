@@ -236,6 +236,8 @@ def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
         assert (tmp_path / "work" / "raw" / "adaptive" / name).stat().st_size > 1000
     ledger = (tmp_path / "ledger.txt").read_text().split()
     assert sorted(ledger) == [r["run"] for r in rows]  # each run ran once
+    shown = json.loads(run_cli(["status", str(tmp_path / "work"), "--json"], ranks=None).stdout)["steps"][0]
+    assert shown["round"] == {"round": 4, "runs": 20, "validation_vrmse": round(fitted[-1]["validation_vrmse_mean"], 4)}
     # a rerun repeats nothing; a larger budget continues the same design
     run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
     assert len((tmp_path / "ledger.txt").read_text().split()) == 20

@@ -98,6 +98,12 @@ def data_steps(layout: Layout) -> list[dict[str, Any]]:
             simulate["state"] = RUNNING
     elif (summary := _json(layout.simulate_summary)) is not None:
         simulate["samples"] = summary.get("samples")
+    rounds = _json(RawPaths(raw).adaptive.rounds)
+    if rounds:  # an adaptive design: its last round, and the emulator's validation error then
+        fitted = [r for r in rounds if "validation_vrmse_mean" in r]
+        simulate["round"] = {"round": rounds[-1]["round"], "runs": rounds[-1].get("runs")}
+        if fitted:
+            simulate["round"]["validation_vrmse"] = round(fitted[-1]["validation_vrmse_mean"], 4)
     ingested = _json(layout.ingest_summary) or {}
     converted = _json(layout.stats) or {}
     meta = _json(layout.metadata) or {}
@@ -192,8 +198,14 @@ def _details(step: Mapping[str, Any]) -> str:
     name = step["step"]
     if name == "simulate" and "runs" in step:
         runs = step["runs"]
-        return f"{sum(v for k, v in runs.items() if k != 'design')} of {runs['design']} runs: " + ", ".join(
+        text = f"{sum(v for k, v in runs.items() if k != 'design')} of {runs['design']} runs: " + ", ".join(
             f"{v} {k.replace('_', ' ')}" for k, v in runs.items() if k != "design")  # fmt: skip
+        if "round" in step:
+            at = step["round"]
+            text += f"; round {at['round']}"
+            if "validation_vrmse" in at:
+                text += f", validation VRMSE {at['validation_vrmse']}"
+        return text
     if name == "train":
         if not step.get("at"):
             return ""
