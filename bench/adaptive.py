@@ -86,7 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     initial, batch = 16, 8
     budget, tests = (40, 96) if args.quick else (96, 256)
-    acquisitions = ["space_filling", "variance", "committee", "breed"]
+    acquisitions = ["space_filling", "integrated_variance", "variance", "committee", "breed"]
     work = OUT / f"adaptive-{'quick' if args.quick else 'full'}"
     shutil.rmtree(work, ignore_errors=True)
     adaptive_common = {"initial": initial, "batch": batch, "budget": budget, "outputs": ["state"], "files": "*.h5",
@@ -98,7 +98,7 @@ def main() -> None:
         settings = {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}}
         test_raw = run_simulate(work / simulator / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
         test_x, test_y = outputs_of(test_raw, settings)
-        names = acquisitions if simulator == "bistable" else [CONTROL, "variance", "breed"]
+        names = acquisitions if simulator == "bistable" else [CONTROL, "integrated_variance", "variance"]
         curves: dict[str, Any] = {}
         for name in names:
             by_seed = []

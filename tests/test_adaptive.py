@@ -80,7 +80,7 @@ def test_candidates_and_choices_are_reproducible_by_seed(fitted, name):
     assert not np.array_equal(first.points, other.points)
 
 
-@pytest.mark.parametrize("name", ["variance", "committee", "breed"])
+@pytest.mark.parametrize("name", ["integrated_variance", "variance", "committee", "breed"])
 def test_a_batch_keeps_its_minimum_spacing(fitted, name):
     spacing = 0.12
     choice = ACQUISITIONS[name].choose(context(fitted, spacing=spacing), 8)
@@ -132,6 +132,31 @@ def test_a_believed_point_conditions_the_variance_as_a_refitted_gp_would(fitted)
         frozen.fit(x, np.zeros(len(x)))  # a GP's variance does not depend on the values
         refit += frozen.predict(pool[second : second + 1], return_std=True)[1][0] ** 2 * process._y_train_std**2
     assert np.isclose(values[1], refit, rtol=1e-5)
+
+
+def test_a_points_integrated_variance_reduction_is_what_a_refitted_gp_takes_off(fitted):
+    """ALC: the value of the first chosen point is the fall of the variance summed over the reference
+    points when a GP with the same kernel is refitted with it; the second's, given the first believed."""
+    from sklearn.base import clone
+
+    pool = candidate_pool(64, 2, 5, 1)
+    references = np.arange(32)
+    chosen, values = believer_best(fitted.posterior(pool), pool, 2, 0.0, np.zeros((0, 2)), references)
+
+    def summed_variance(extra: list[int]) -> float:
+        total = 0.0
+        for process in fitted.processes:
+            frozen = clone(process).set_params(kernel=process.kernel_, optimizer=None, normalize_y=False)
+            x = np.vstack([fitted.x, pool[extra]]) if extra else fitted.x
+            frozen.fit(x, np.zeros(len(x)))
+            total += (frozen.predict(pool[references], return_std=True)[1] ** 2).sum() * process._y_train_std**2
+        return total
+
+    assert np.isclose(values[0], summed_variance([]) - summed_variance(chosen[:1]), rtol=1e-4)
+    assert np.isclose(values[1], summed_variance(chosen[:1]) - summed_variance(chosen), rtol=1e-4)
+    # and it is not the largest variance's choice: that one sits on the cube's boundary
+    largest, _ = believer_best(fitted.posterior(pool), pool, 1, 0.0, np.zeros((0, 2)))
+    assert values[0] >= summed_variance([]) - summed_variance(largest) - 1e-12
 
 
 def test_leave_one_out_equals_a_refit_without_the_run(fitted):

@@ -7,9 +7,14 @@
   point believed (kriging believer, Ginsbourger et al. 2010): its fantasised observation conditions every
   component's posterior covariance over the pool (a rank-one update; a GP's variance does not depend on
   the values believed), so the next point is chosen by what the batch will already have taught; with the
-  same minimum spacing.
+  same minimum spacing. By the largest variance (`reduce=False`), or by the largest reduction of the
+  variance summed over reference points (`reduce=True`: integrated variance reduction, ALC in Gramacy &
+  Lee's terms): a point's value is sum_r cov(r, x)² / var(x), what observing x would take off the
+  variance at the references; the largest variance alone sits at the cube's faces and corners, where
+  the emulator is least sure and the test points are fewest.
 
-Memory: batch x pool per component (believer); time: batch x components x pool x runs.
+Memory: batch x pool per component (believer), references x pool with them; time: batch x components x
+pool x (runs + references).
 """
 
 from __future__ import annotations
@@ -42,13 +47,15 @@ def spaced_best(scores: np.ndarray, pool: np.ndarray, batch: int, spacing: float
     return chosen
 
 
-def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float,
-                  taken: np.ndarray) -> tuple[list[int], list[float]]:  # fmt: skip
-    """Up to `batch` candidates by the largest posterior variance (summed over the components), each
-    believed before the next is chosen; returns them and the variance each had when chosen. `posterior`:
+def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float, taken: np.ndarray,
+                  references: np.ndarray | None = None) -> tuple[list[int], list[float]]:  # fmt: skip
+    """Up to `batch` candidates, each believed before the next is chosen: by the largest posterior variance
+    (summed over the components), or with `references` (indices into the pool) by the largest reduction of
+    the variance summed over those points; returns them and the value each had when chosen. `posterior`:
     emulator.Posterior over the pool. The believed points condition each component's covariance as a
     pivoted Cholesky factorisation does: column m, less its projections on the earlier chosen columns."""
     variances = [v.copy() for v in posterior.variances()]
+    shared = None if references is None else posterior.among(references)  # cov(references, pool)
     factors: list[list[np.ndarray]] = [[] for _ in variances]  # per component, the chosen columns, scaled
     allowed = open_candidates(pool, taken, spacing)
     chosen: list[int] = []
@@ -56,15 +63,21 @@ def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float,
     for _ in range(batch):
         if not allowed.any():
             break
-        total = np.sum(variances, axis=0)
-        i = int(np.argmax(np.where(allowed, total, -np.inf)))
+        if shared is None:
+            value = np.sum(variances, axis=0)
+        else:
+            value = np.sum([(c**2).sum(axis=0) / np.maximum(v, 1e-300) for c, v in zip(shared, variances, strict=True)],
+                           axis=0)  # fmt: skip
+        i = int(np.argmax(np.where(allowed, value, -np.inf)))
         chosen.append(i)
-        values.append(float(total[i]))
+        values.append(float(value[i]))
         for c, column in enumerate(posterior.columns(i)):
             for earlier in factors[c]:
                 column = column - earlier * earlier[i]
             factor = column / np.sqrt(max(column[i], 1e-300))
             factors[c].append(factor)
             variances[c] = np.maximum(variances[c] - factor**2, 0.0)
+            if shared is not None:
+                shared[c] = shared[c] - np.outer(factor[references], factor)
         allowed &= distances(pool, pool[i : i + 1])[:, 0] >= spacing
     return chosen, values

@@ -147,6 +147,12 @@ class Posterior:
     def variances(self) -> list[np.ndarray]:
         return [part[4] for part in self.parts]
 
+    def among(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Each component's posterior covariance between the points `rows` (indices) and every point
+        (len(rows) x points)."""
+        return [(p.kernel_(self.x[rows], self.x) - cross[rows] @ solved) * scale
+                for p, cross, solved, scale, _ in self.parts]  # fmt: skip
+
     def columns(self, i: int) -> list[np.ndarray]:
         """Each component's posterior covariance between every point and point i."""
         return [(p.kernel_(self.x, self.x[i : i + 1])[:, 0] - cross @ solved[:, i]) * scale
