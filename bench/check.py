@@ -122,6 +122,16 @@ HEADLINES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
             "next.network_over_persistence": LOWER,
         },
     ),
+    # seeded designs and fits: the same figures every run (the choosing's share of a round is timed: in
+    # docs/benchmarks.md, not here)
+    "adaptive": (
+        ("bench/adaptive.py", "--quick"),
+        {
+            "curves.bistable.integrated_variance.mean.40": LOWER,
+            "curves.bistable.space_filling.mean.40": LOWER,
+            "worst_over_control.reaction.integrated_variance": LOWER,
+        },
+    ),
     "ltfb": (
         ("bench/ltfb.py", "--quick"),
         {
