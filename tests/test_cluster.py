@@ -140,8 +140,11 @@ def slurm_snakemake(cluster: Cluster, work: Path, *args: str, timeout: float = 1
 # MPI start-up on these few nodes takes seconds; Slurm 22.05's pmi2 plugin now and then breaks a split
 # PMI-1 request and leaves the ranks waiting in MPI_Init instead of aborting (seen in the logs: "request not
 # begin with 'cmd='", then no CPU for 10 minutes): killed after this long, the start-up is retried by
-# `sim2dl launch` (launch.startup_retries) within the tests' waits, as an operator would.
-CLUSTER_LAUNCH = {"startup_timeout_s": 90}
+# `sim2dl launch` (launch.startup_retries) within the tests' waits, as an operator would. Four retries, not
+# the default two: the same plugin also corrupts a request outright, and the ranks abort at once (UCX
+# "Destination is unreachable"); three such starts in a row failed a placement job of the fresh-clone run of
+# stop 78, each costing seconds.
+CLUSTER_LAUNCH = {"startup_timeout_s": 90, "startup_retries": 4}
 
 
 def small_config(work: Path, **sections: Any) -> Path:
