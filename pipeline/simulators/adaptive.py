@@ -56,10 +56,9 @@ from pipeline.simulators.ensemble import (
     DESIGN_BLOCK,
     SEED_MODULUS,
     STATUSES,
-    check_command,
+    checked_settings,
     column_type,
     farm,
-    resolved_command,
     run_name,
     run_paths,
     write_runs_table,
@@ -319,24 +318,45 @@ def figures(paths: AdaptivePaths, settings: Mapping[str, Any], history: History)
     adaptive_figures(table, list(settings["space"]), history.rounds, paths.design_figure, paths.error_figure)
 
 
+def round_design(paths: AdaptivePaths, settings: Mapping[str, Any], history: History, r: int,
+                 digest: str) -> tuple[pa.Table | None, dict[str, Any]]:  # fmt: skip
+    """Rank 0: round r's design as written before (a rerun), or chosen now and written before any of its
+    runs; None when the design is complete. With the statistics of its choosing (kept in its metadata)."""
+    if paths.design(r).exists():
+        table = pq.read_table(paths.design(r))
+        return table, json.loads((table.schema.metadata or {}).get(ROUND_KEY, b"{}"))
+    table, stats = choose(settings, history, r, digest)
+    if table is not None:
+        metadata = {**table.schema.metadata, ROUND_KEY: json.dumps(stats).encode()}
+        write_table(paths.design(r), table.replace_schema_metadata(metadata))
+    return table, stats
+
+
+def summarise(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], history: History, rounds: int,
+              final: dict[str, Any], seconds: float) -> dict[str, Any]:  # fmt: skip
+    """Rank 0, after the last round: the figures, the final row of rounds.json, the step's summary."""
+    every = pq.read_table(RawPaths(root).runs, columns=["status"]).column("status").to_pylist()
+    figures(paths, settings, history)
+    summary = {"runs": len(every), **{s: every.count(s) for s in STATUSES}, "rounds": rounds,
+               "stopped": final.get("stopped"), "validation_vrmse_mean": final.get("validation_vrmse_mean"),
+               "acquisition": settings["adaptive"]["acquisition"], "design": settings["design"],
+               "seconds_running": round(seconds, 3), "runs_table": str(RawPaths(root).runs),
+               "rounds_table": str(paths.rounds)}  # fmt: skip
+    history.rounds.append({**final, "round": rounds, "final": True})
+    write_json_atomic(paths.rounds, history.rounds)
+    write_json_atomic(RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings, default=str))})
+    return summary
+
+
 def run_adaptive(settings: Mapping[str, Any], root: Path, comm: Any,
                  container: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """The rounds: choose (rank 0), run across the ranks, read back; returns the summary (also written)."""
     rank = comm.Get_rank()
-    settings = {**settings, "container": container or {}}
-    error = None
-    try:
-        check_command(settings)
-        check_adaptive(settings)
-    except Sim2dlError as e:
-        error = e
-    all_ok(comm, error)
-    settings = {**settings, "command": resolved_command(settings["command"])}
+    settings = checked_settings(settings, container, comm, check_adaptive)
     paths = RawPaths(root).adaptive
     digest = design_digest(settings)
     history = History()
     if rank == 0:
-        paths.root.mkdir(parents=True, exist_ok=True)
         prepare(paths, root, digest)
         paths.root.mkdir(parents=True, exist_ok=True)
         history = load_history(paths, settings)
@@ -348,14 +368,7 @@ def run_adaptive(settings: Mapping[str, Any], root: Path, comm: Any,
         if rank == 0:
             try:
                 complete = paths.runs(r).exists() and paths.outputs(r).exists()
-                if paths.design(r).exists():
-                    table = pq.read_table(paths.design(r))
-                    stats = json.loads((table.schema.metadata or {}).get(ROUND_KEY, b"{}"))
-                else:
-                    table, stats = choose(settings, history, r, digest)
-                    if table is not None:
-                        metadata = {**table.schema.metadata, ROUND_KEY: json.dumps(stats).encode()}
-                        write_table(paths.design(r), table.replace_schema_metadata(metadata))
+                table, stats = round_design(paths, settings, history, r, digest)
             except Sim2dlError as e:
                 error = e
         all_ok(comm, error)
@@ -379,19 +392,7 @@ def run_adaptive(settings: Mapping[str, Any], root: Path, comm: Any,
                     error = e
             all_ok(comm, error)
         r += 1
-    summary: dict[str, Any] = {}
-    if rank == 0:
-        every = pq.read_table(RawPaths(root).runs, columns=["status"]).column("status").to_pylist()
-        counts = {s: every.count(s) for s in STATUSES}
-        figures(paths, settings, history)
-        summary = {"runs": len(every), **counts, "rounds": r, "stopped": final.get("stopped"),
-                   "validation_vrmse_mean": final.get("validation_vrmse_mean"),
-                   "acquisition": settings["adaptive"]["acquisition"], "design": settings["design"],
-                   "seconds_running": round(time.perf_counter() - started, 3), "runs_table": str(RawPaths(root).runs),
-                   "rounds_table": str(paths.rounds)}  # fmt: skip
-        history.rounds.append({**final, "round": r, "final": True})
-        write_json_atomic(paths.rounds, history.rounds)
-        write_json_atomic(RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings, default=str))})
+    summary = summarise(paths, root, settings, history, r, final, time.perf_counter() - started) if rank == 0 else {}
     summary = comm.bcast(summary, root=0)
     failed = summary["runs"] - summary["ok"]
     error = None

@@ -491,14 +491,7 @@ def run_ensemble(
     container: the config's container section (for simulate.image); hooks: a consumer of runs as they
     complete (online training)."""
     rank = comm.Get_rank()
-    settings = {**settings, "container": container or {}}
-    error = None
-    try:
-        check_command(settings)
-    except Sim2dlError as e:
-        error = e
-    all_ok(comm, error)  # every rank stops at once; the message is printed once
-    settings = {**settings, "command": resolved_command(settings["command"])}
+    settings = checked_settings(settings, container, comm)
     plan = EnsemblePlan.draw(settings)
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
@@ -528,6 +521,23 @@ def run_ensemble(
         )
     all_ok(comm, error)
     return summary
+
+
+def checked_settings(settings: Mapping[str, Any], container: Mapping[str, Any] | None, comm: Any,
+                     check: Any = None) -> dict[str, Any]:  # fmt: skip
+    """The simulate settings a farm runs with (the container section beside them, the command resolved),
+    once the command and `check` (more checks of the settings, or None) pass on every rank: every rank
+    stops at once on an error, and the message is printed once."""
+    settings = {**settings, "container": container or {}}
+    error = None
+    try:
+        check_command(settings)
+        if check is not None:
+            check(settings)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    return {**settings, "command": resolved_command(settings["command"])}
 
 
 def resolved_command(command: Sequence[str]) -> list[str]:
