@@ -57,11 +57,12 @@ bench: env
 	for b in bench/[a-z]*.py; do [ $$b = bench/common.py ] || $(RUN) $(BIN)/python $$b --quick || exit 1; done
 	$(RUN) $(BIN)/python bench/scale.py --layouts --quick
 
-# Each quick benchmark's headline figures against bench/recorded.json (the last recorded, with the noise band
-# of each, from repeated runs): names every figure that moved beyond its band, fails where one got worse.
-# BENCH="merge read" checks those; RECORD=1 records them anew (3 runs each). Not part of `make test`.
+# The quick benchmarks a change touched, run alternately on a base commit (BASE=, default the commit
+# bench/recorded.json was made at) and on the working tree, each headline figure compared as a ratio
+# (bench/check.py says how). BENCH="merge read" runs those whatever changed; RECORD=1 records them anew into
+# bench/recorded.json (3 runs each: history and the docs' tables). Not part of `make test`.
 bench-check: env
-	$(RUN) $(BIN)/python bench/check.py $(if $(RECORD),--record) $(BENCH)
+	$(RUN) $(BIN)/python bench/check.py $(if $(RECORD),--record) $(if $(BASE),--base $(BASE)) $(BENCH)
 
 clean-demo:
 	rm -rf results/demo

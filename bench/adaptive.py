@@ -19,7 +19,8 @@ most the control's at N, as a fraction of N; null where it never is), `worst_ove
 (the largest ratio to the control at any budget), and `choosing_fraction` (seconds choosing / seconds of
 the round: fitting, choosing and running, summed over the rounds of the variance designs).
 
-    python bench/adaptive.py [--quick]     (quick: budgets to 40, 96 test runs; full: to 96, 256)
+    python bench/adaptive.py [--quick] [--acquisitions space_filling,integrated_variance]
+    (quick: budgets to 40, 96 test runs; full: to 96, 256; --acquisitions: only these, the control always)
 """
 
 from __future__ import annotations
@@ -83,10 +84,15 @@ def outputs_of(raw: Path, settings: dict[str, Any]) -> tuple[np.ndarray, np.ndar
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--acquisitions", help="comma-separated: only these (and the control), e.g. for the check")
     args = parser.parse_args()
     initial, batch = 16, 8
     budget, tests = (40, 96) if args.quick else (96, 256)
     acquisitions = ["space_filling", "integrated_variance", "variance", "committee", "breed"]
+    only = {CONTROL, *args.acquisitions.split(",")} if args.acquisitions else None
+    if only and only - set(acquisitions):
+        unknown = ", ".join(sorted(only - set(acquisitions)))
+        parser.error(f"--acquisitions: no {unknown} (known: {', '.join(acquisitions)})")
     work = OUT / f"adaptive-{'quick' if args.quick else 'full'}"
     shutil.rmtree(work, ignore_errors=True)
     adaptive_common = {"initial": initial, "batch": batch, "budget": budget, "outputs": ["state"], "files": "*.h5",
@@ -99,6 +105,7 @@ def main() -> None:
         test_raw = run_simulate(work / simulator / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
         test_x, test_y = outputs_of(test_raw, settings)
         names = acquisitions if simulator == "bistable" else [CONTROL, "integrated_variance", "variance"]
+        names = [n for n in names if only is None or n in only]
         curves: dict[str, Any] = {}
         for name in names:
             by_seed = []

@@ -1,50 +1,83 @@
-"""The benchmark check (`make bench-check`): every quick benchmark run (those this machine class runs without
-set-up of its own: BY_HAND names the others and why), each headline figure compared with the one last
-recorded in bench/recorded.json, and every figure that moved beyond its own noise band named.
+"""The benchmark check (`make bench-check`): the quick benchmarks of a base commit and of the working tree,
+run alternately on this machine, each headline figure compared as a ratio of the two, with the noise taken
+from this run's own repeats, as airspeed velocity's `asv continuous` compares two commits.
 
-    python bench/check.py                 # every quick benchmark, compared with the record
-    python bench/check.py merge read      # only these (a change to a step: its benchmark)
-    python bench/check.py --record        # run each REPEATS times; record medians and bands
-    python bench/check.py --record merge  # re-record these, keep the others' figures
+    python bench/check.py                     # the benchmarks the change since the base touches
+    python bench/check.py merge read          # these, whatever changed
+    python bench/check.py --base HEAD~3 merge # against another base (default: the record's commit)
+    python bench/check.py --against-record    # one run each, against bench/recorded.json (absolute figures)
+    python bench/check.py --record merge      # run REPEATS times; record medians and bands (history, docs)
 
-A figure's band comes from repeated runs: half the spread of the recorded runs plus twice their standard
-deviation, and at least MIN_RELATIVE_BAND of the median (a figure whose runs agreed to the digit still
-moves a little on this kind of machine). A figure beyond its band is named as better or worse by the
-direction its HEADLINES entry gives; the check fails (exit 1) when any figure got worse, or a benchmark
-failed. An improvement is named too: record it (`--record NAME`) once it is meant to stay.
+Side by side. The base commit is checked out in a scratch worktree (`git worktree add`, removed after);
+its own bench scripts run its own code (bench/common.py's PYTHONPATH is the tree the script is in) with
+this venv's Python. Each benchmark runs `pairs` times on each side, alternated (base, head, head, base, ...)
+so that drift of the machine falls on both. A figure is named worse or better when both hold:
+- the ratio of the medians is beyond FACTOR (1.10, asv continuous's default factor) in that direction;
+- the two sides' runs differ: Student's two-sample t-test at 5 % (the test pyperf's `compare_to` applies),
+  or, where both sides' runs agreed to the digit (seeded figures), any difference; a benchmark with one
+  pair has no test, and the factor alone decides (only seeded benchmarks run one pair).
+The check fails (exit 1) when a figure got worse, went missing, or the working tree's benchmark failed. A
+benchmark the base does not have, or whose base run failed (its script may predate the command line), is
+listed as not compared.
 
-Benchmarks stay out of `make test`: they time things, and a test must not. Each benchmark prints one JSON
-object as its last line; HEADLINES says which of its figures are headline ones (dotted paths into it).
-Time: the benchmarks' own (each under about a minute in quick mode), times REPEATS when recording.
+Which benchmarks run by default: those whose code changed since the base. A benchmark depends on its own
+script, the bench modules it imports, the pipeline modules it imports or names (`-m pipeline.x`), its
+steps' modules (`steps`: `sim2dl STEP` runs pipeline/steps/STEP), every pipeline module those import,
+transitively (read from the working tree's sources), and the presets it reads; SHARED paths touch all.
+
+Time: each benchmark's wall time times 2 x pairs; PAIRS below keep every benchmark of the check under 20
+minutes on 2 cores, base included (from bench/recorded.json's wall times; tests/test_bench_check.py
+checks it). Memory: the benchmarks' own, one at a time.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
 import datetime
 import json
 import math
+import os
 import platform
+import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, bench_env
+from common import REPO
 
 RECORD = REPO / "bench" / "recorded.json"
 REPEATS = 3
 MIN_RELATIVE_BAND = 0.03
+FACTOR = 1.10
+ALPHA = 0.05
+BUDGET_SECONDS = 20 * 60  # per benchmark, base included
 HIGHER, LOWER = "higher", "lower"  # which way a figure is better
+# changes to these touch every benchmark: the schema and default config every step reads, the packages
+SHARED = ("pipeline/schema.yaml", "config/config.yaml", "requirements/constraints.txt")
 
-# benchmark -> (its quick command line after `python`, {figure's dotted path: which way is better})
-HEADLINES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
-    "merge": (
+
+@dataclass(frozen=True)
+class Benchmark:
+    argv: tuple[str, ...]  # its quick command line after `python`, from the tree's root
+    figures: dict[str, str]  # headline figure's dotted path -> which way is better
+    steps: tuple[str, ...] = ()  # the `sim2dl STEP`s its figures time (not those that only make its inputs)
+    pairs: int = 3  # alternated base/head runs side by side (1: seeded figures only)
+    presets: tuple[str, ...] = field(default=())  # config/presets files it reads
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "merge": Benchmark(
         ("bench/merge.py", "--quick"),
         {
             "speedup_vs_naive": HIGHER,
@@ -56,8 +89,9 @@ HEADLINES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
             "without_splits.merge_seconds": LOWER,
             "ingest_peak_rss_mb": LOWER,
         },
+        steps=("ingest", "convert", "merge"),
     ),
-    "read": (
+    "read": Benchmark(
         ("bench/read.py", "--quick"),
         {
             "shard_speedup_vs_hdf5": HIGHER,
@@ -65,8 +99,9 @@ HEADLINES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
             "fraction_of_parallel_read_floor": HIGHER,
             "numpy_reader_fraction_of_read_floor": HIGHER,
         },
+        steps=("ingest", "convert", "merge"),
     ),
-    "stage": (
+    "stage": Benchmark(
         ("bench/stage.py", "--quick"),
         {
             "nodes_2.time_vs_naive": LOWER,
@@ -74,15 +109,14 @@ HEADLINES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
             "nodes_2.source_read_ratio": LOWER,
             "nodes_4.source_read_ratio": LOWER,
         },
+        steps=("stage",),
     ),
-    "exascale": (
+    "exascale": Benchmark(
         ("bench/exascale.py", "--quick"),
-        {
-            "vs_viewer.h5_file_based": HIGHER,
-            "vs_viewer.bp5_variable_based": HIGHER,
-        },
+        {"vs_viewer.h5_file_based": HIGHER, "vs_viewer.bp5_variable_based": HIGHER},
+        steps=("ingest",),
     ),
-    "train": (
+    "train": Benchmark(
         ("bench/train.py", "--quick"),
         {
             "scaling_efficiency_2": HIGHER,
@@ -90,30 +124,30 @@ HEADLINES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
             "samples_per_s_2_ranks": HIGHER,
             "segmentation.samples_per_s_2_ranks": HIGHER,
         },
+        steps=("ingest", "convert", "merge", "stage", "train"),
+        pairs=2,
+        presets=("climate-segmentation.yaml",),
     ),
-    "ensemble": (
+    "ensemble": Benchmark(
         ("bench/ensemble.py", "--quick"),
-        {
-            "runs_per_s_vs_xargs": HIGHER,
-            "runs_per_s_vs_xargs_at_largest": HIGHER,
-        },
+        {"runs_per_s_vs_xargs": HIGHER, "runs_per_s_vs_xargs_at_largest": HIGHER},
+        steps=("simulate",),
     ),
-    "online": (
+    "online": Benchmark(
         ("bench/online.py", "--quick"),
         {
             "seconds_to_first_step.online_runs": LOWER,
             "online_vs_offline_to_target.online_runs": LOWER,
             "online_vs_offline_to_target.online_stream": LOWER,
         },
+        steps=("simulate", "train", "online"),
     ),
-    "search": (
+    "search": Benchmark(
         ("bench/search.py", "--quick"),
-        {
-            "bohb_best_loss": LOWER,
-            "bohb_budget_to_match_random": LOWER,
-        },
+        {"bohb_best_loss": LOWER, "bohb_budget_to_match_random": LOWER},
+        pairs=1,  # seeded: the same figures every run
     ),
-    "surrogate": (
+    "surrogate": Benchmark(
         ("bench/surrogate.py", "--quick"),
         {
             "vrmse.state.network.128": LOWER,
@@ -121,24 +155,31 @@ HEADLINES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
             "next.vrmse.fno2d": LOWER,
             "next.network_over_persistence": LOWER,
         },
+        pairs=1,  # seeded
+        presets=("surrogate-forward.yaml", "surrogate-next-state.yaml"),
     ),
-    # seeded designs and fits: the same figures every run (the choosing's share of a round is timed: in
-    # docs/benchmarks.md, not here)
-    "adaptive": (
-        ("bench/adaptive.py", "--quick"),
+    # seeded designs and fits (the choosing's share of a round is timed: in docs/benchmarks.md, not here);
+    # the headline acquisition and the control only, so that both sides fit in the check's 20 minutes
+    "adaptive": Benchmark(
+        ("bench/adaptive.py", "--quick", "--acquisitions", "integrated_variance"),
         {
             "curves.bistable.integrated_variance.mean.40": LOWER,
             "curves.bistable.space_filling.mean.40": LOWER,
             "worst_over_control.reaction.integrated_variance": LOWER,
         },
+        steps=("simulate",),
+        pairs=1,
+        presets=("adaptive-fronts.yaml",),
     ),
-    "ltfb": (
+    "ltfb": Benchmark(
         ("bench/ltfb.py", "--quick"),
         {
             "effective_parallel_efficiency.2.by_seconds": HIGHER,
             "best_val_loss.population_2": LOWER,
             "best_val_loss.population_4": LOWER,
         },
+        steps=("train", "search"),
+        pairs=2,
     ),
 }
 # Quick benchmarks this check leaves to be run by hand, and why: each needs what a 2-core machine of this
@@ -166,10 +207,17 @@ def figure(result: Any, path: str) -> float | None:
     return None
 
 
-def run_benchmark(argv: Sequence[str]) -> tuple[dict[str, Any] | None, float, str]:
-    """(its last line's JSON, or None where it failed; its wall seconds; the tail of its output)."""
+def run_benchmark(argv: Sequence[str], tree: Path | None = None) -> tuple[dict[str, Any] | None, float, str]:
+    """Run `python ARGV` in `tree` (default this one): (its last line's JSON, or None where it failed;
+    its wall seconds; the tail of its output)."""
+    tree = tree or REPO
+    # the tree's own code: its bench modules put their folder first, and PYTHONPATH puts its pipeline before
+    # the venv's editable install of this one
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+           "PYTHONPATH": str(tree)}  # fmt: skip
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, *argv], cwd=REPO, env=bench_env(), capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, *argv], cwd=tree, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     lines = proc.stdout.strip().splitlines()
     tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
@@ -181,8 +229,211 @@ def run_benchmark(argv: Sequence[str]) -> tuple[dict[str, Any] | None, float, st
         return None, seconds, tail
 
 
+def values_of(runs: Sequence[Mapping[str, Any]], path: str) -> list[float]:
+    return [v for v in (figure(r, path) for r in runs) if v is not None and math.isfinite(v)]
+
+
+# ---------------------------------------------------------------------------------------------- side by side
+
+
+def differ(base: Sequence[float], head: Sequence[float]) -> bool:
+    """Whether two sides' runs differ beyond their noise (see the module doc)."""
+    if len(base) < 2 or len(head) < 2:
+        return True  # nothing to test with: the factor alone decides
+    if len(set(base)) == 1 and len(set(head)) == 1:
+        return base[0] != head[0]
+    from scipy import stats
+
+    return bool(stats.ttest_ind(base, head).pvalue < ALPHA)
+
+
+def verdict(base: Sequence[float], head: Sequence[float], better: str, factor: float = FACTOR) -> dict[str, Any]:
+    """One figure's comparison: medians, the ratio head/base, this run's noise (the larger relative half-spread
+    of the two sides) and the verdict: within, better or worse."""
+    b, h = statistics.median(base), statistics.median(head)
+    row: dict[str, Any] = {"base": b, "head": h, "base_runs": list(base), "head_runs": list(head)}
+    row["noise"] = max((max(v) - min(v)) / 2 / abs(statistics.median(v)) if statistics.median(v) else 0.0
+                       for v in (base, head))  # fmt: skip
+    if b == h:
+        return {**row, "ratio": 1.0, "verdict": "within"}
+    if b == 0:
+        gain = math.inf if (h > 0) == (better == HIGHER) else 0.0
+        row["ratio"] = math.inf
+    else:
+        row["ratio"] = h / b
+        gain = row["ratio"] if better == HIGHER else (1 / row["ratio"] if row["ratio"] else math.inf)
+    if 1 / factor < gain < factor or not differ(base, head):
+        return {**row, "verdict": "within"}
+    return {**row, "verdict": "better" if gain > 1 else "worse"}
+
+
+def git(*args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"git {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def changed_paths(base: str) -> set[str]:
+    """Paths of the working tree that differ from `base`: committed since, staged, unstaged and untracked."""
+    tracked = git("diff", "--name-only", base).splitlines()
+    untracked = git("ls-files", "--others", "--exclude-standard").splitlines()
+    return {p for p in (*tracked, *untracked) if p}
+
+
+_DOTTED = re.compile(r"\bpipeline(?:\.[A-Za-z_]\w*)+")
+
+
+def module_path(name: str, root: Path = REPO) -> str | None:
+    """The file of a module 'a.b.c' below root, relative ('a/b/c.py' or 'a/b/c/__init__.py'), or None."""
+    base = name.replace(".", "/")
+    for candidate in (f"{base}.py", f"{base}/__init__.py"):
+        if (root / candidate).is_file():
+            return candidate
+    return None
+
+
+def references(path: Path, top_level: bool = False) -> set[str]:
+    """The modules a Python file imports (lazily too, unless `top_level`), bare names included (bench modules
+    import each other so); a bench script's or a YAML file's `pipeline.x` strings too (`-m pipeline.x`)."""
+    text = path.read_text()
+    names = set(_DOTTED.findall(text)) if path.suffix != ".py" or path.parts[-2:-1] == ("bench",) else set()
+    if path.suffix != ".py":
+        return names
+    tree = ast.parse(text)
+    for node in tree.body if top_level else ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def step_module(step: str) -> str:
+    return f"pipeline.steps.{step}.step" if step in ("ingest", "merge") else f"pipeline.steps.{step}"
+
+
+def dependencies(benchmark: Benchmark, root: Path = REPO) -> set[str]:
+    """Every repository path the benchmark's figures depend on (see the module doc), relative to root. The
+    CLI counts with its top-level imports only: it imports every step, lazily, and a benchmark runs some."""
+    todo = [benchmark.argv[0], *(f"config/presets/{p}" for p in benchmark.presets)]
+    todo += [p for step in benchmark.steps if (p := module_path(step_module(step), root))]
+    seen: set[str] = set()
+    if benchmark.steps:
+        seen.add("pipeline/cli.py")
+        todo += [p for m in references(root / "pipeline" / "cli.py", top_level=True) if (p := module_path(m, root))]
+    while todo:
+        path = todo.pop()
+        if path in seen or not (root / path).is_file():
+            continue
+        seen.add(path)
+        for module in references(root / path):
+            parts = module.split(".")
+            # a package's __init__ runs on import of anything below it; bench modules import each other bare
+            candidates = [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+            if len(parts) == 1:
+                candidates.append(f"bench.{module}")
+            todo += [p for c in candidates if (p := module_path(c, root))]
+    return seen | set(SHARED)
+
+
+def touched(changed: set[str], root: Path = REPO) -> dict[str, list[str]]:
+    """Benchmark -> the changed paths it depends on, for every benchmark some change touches."""
+    found = {}
+    for name, benchmark in BENCHMARKS.items():
+        hits = sorted(changed & dependencies(benchmark, root))
+        if hits:
+            found[name] = hits
+    return found
+
+
+@contextlib.contextmanager
+def base_tree(rev: str) -> Iterator[Path]:
+    """The base commit checked out in a scratch worktree, removed afterwards."""
+    where = Path(tempfile.mkdtemp(prefix="sim2dl-bench-base-"))
+    git("worktree", "add", "--detach", "--force", str(where / "tree"), rev)
+    try:
+        yield where / "tree"
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=REPO, capture_output=True)
+
+
+def planned_seconds(name: str, pairs: int) -> float | None:
+    """The check's time for one benchmark, both sides, from its recorded wall time (None: never recorded with
+    this command line)."""
+    recorded = json.loads(RECORD.read_text())["benchmarks"].get(name, {}) if RECORD.exists() else {}
+    if tuple(recorded.get("argv", ())) != BENCHMARKS[name].argv:
+        return None
+    return 2 * pairs * statistics.median(recorded["wall_seconds"])
+
+
+def side_by_side(names: Sequence[str], base: str, pairs: int | None, factor: float) -> int:
+    """Run each benchmark alternately on the base and the working tree and compare (see the module doc)."""
+    report: dict[str, Any] = {"base": base, "moved": [], "worse": [], "failed": [], "not_compared": {}}
+    with base_tree(base) as tree:
+        for name in names:
+            benchmark = BENCHMARKS[name]
+            n = pairs or benchmark.pairs
+            if not (tree / benchmark.argv[0]).is_file():
+                report["not_compared"][name] = f"the base has no {benchmark.argv[0]}"
+                result, wall, tail = run_benchmark(benchmark.argv)
+                if result is None:
+                    print(f"{name}: FAILED after {wall:.0f} s\n{tail}", file=sys.stderr)
+                    report["failed"].append(name)
+                continue
+            runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
+            walls: dict[str, list[float]] = {"base": [], "head": []}
+            broken = None
+            for k in range(n):
+                for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
+                    result, wall, tail = run_benchmark(benchmark.argv, tree if side == "base" else REPO)
+                    print(f"{name} {side} run {k + 1}/{n}: {wall:.0f} s{'' if result else ' FAILED'}", file=sys.stderr)
+                    if result is None:
+                        broken = (side, tail)
+                        break
+                    runs[side].append(result)
+                    walls[side].append(wall)
+                if broken:
+                    break
+            if broken:
+                side, tail = broken
+                print(tail, file=sys.stderr)
+                if side == "head":
+                    report["failed"].append(name)
+                else:
+                    report["not_compared"][name] = "its run on the base failed (it may predate this command line)"
+                continue
+            for path, better in benchmark.figures.items():
+                label = f"{name}.{path}"
+                base_values, head_values = values_of(runs["base"], path), values_of(runs["head"], path)
+                if not head_values:
+                    print(f"  {path}: missing from the working tree's result", file=sys.stderr)
+                    report["worse"].append(label)
+                    continue
+                if not base_values:
+                    print(f"  {path}: {statistics.median(head_values):.4g} (not in the base's result)", file=sys.stderr)
+                    continue
+                row = verdict(base_values, head_values, better, factor)
+                print(f"  {path}: {row['head']:.4g} against the base's {row['base']:.4g}: x{row['ratio']:.3f} "
+                      f"(noise ±{row['noise']:.1%}) {row['verdict']}", file=sys.stderr)  # fmt: skip
+                if row["verdict"] != "within":
+                    report["moved"].append(label)
+                if row["verdict"] == "worse":
+                    report["worse"].append(label)
+            wall = {side: statistics.median(seconds) for side, seconds in walls.items()}
+            print(f"  wall: base {wall['base']:.0f} s, head {wall['head']:.0f} s", file=sys.stderr)
+    print(json.dumps(report))
+    return 1 if report["worse"] or report["failed"] else 0
+
+
+# ------------------------------------------------------------------------------ the record (history, docs)
+
+
 def band(runs: Sequence[float]) -> float:
-    """A figure's noise band (half-width) from its repeated runs (see the module doc)."""
+    """A recorded figure's noise band (half-width): half the spread of the recorded runs plus twice their
+    standard deviation, and at least MIN_RELATIVE_BAND of the median."""
     middle = statistics.median(runs)
     spread = (max(runs) - min(runs)) / 2
     deviation = statistics.stdev(runs) if len(runs) > 1 else 0.0
@@ -193,7 +444,7 @@ def recorded_figures(runs: Sequence[Mapping[str, Any]], better: Mapping[str, str
     """Each headline figure's median, band, direction and runs, from a benchmark's repeated results."""
     figures = {}
     for path, way in better.items():
-        values = [v for v in (figure(r, path) for r in runs) if v is not None and math.isfinite(v)]
+        values = values_of(runs, path)
         if values:
             figures[path] = {"value": statistics.median(values), "band": band(values), "better": way,
                              "runs": values}  # fmt: skip
@@ -219,9 +470,10 @@ def compare(recorded: Mapping[str, Any], result: Mapping[str, Any]) -> list[dict
 
 
 def machine() -> dict[str, Any]:
-    import os
-
     return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+QUIET: dict[str, Any] = {"cwd": REPO, "capture_output": True, "text": True}
 
 
 def record(names: Sequence[str], repeats: int) -> int:
@@ -230,10 +482,10 @@ def record(names: Sequence[str], repeats: int) -> int:
     benchmarks = dict(previous["benchmarks"])
     failed = []
     for name in names:
-        argv, better = HEADLINES[name]
+        benchmark = BENCHMARKS[name]
         runs, seconds = [], []
         for k in range(repeats):
-            result, wall, tail = run_benchmark(argv)
+            result, wall, tail = run_benchmark(benchmark.argv)
             print(f"{name} run {k + 1}/{repeats}: {wall:.0f} s{'' if result else ' FAILED'}", file=sys.stderr)
             if result is None:
                 print(tail, file=sys.stderr)
@@ -241,18 +493,18 @@ def record(names: Sequence[str], repeats: int) -> int:
                 break
             runs.append(result)
             seconds.append(wall)
-        figures = recorded_figures(runs, better) if len(runs) == repeats else {}
+        figures = recorded_figures(runs, benchmark.figures) if len(runs) == repeats else {}
         if len(runs) == repeats and not figures:  # a record that compares nothing would pass every check
-            print(f"{name}: none of its headline figures {sorted(better)} is in its output", file=sys.stderr)
+            print(f"{name}: none of its headline figures {sorted(benchmark.figures)} is in its output", file=sys.stderr)
             failed.append(name)
         elif figures:
-            benchmarks[name] = {"argv": list(argv), "wall_seconds": [round(s, 1) for s in seconds],
+            benchmarks[name] = {"argv": list(benchmark.argv), "wall_seconds": [round(s, 1) for s in seconds],
                                 "figures": figures}  # fmt: skip
     document = {
         "about": "bench/check.py --record: headline figures of the quick benchmarks, medians of repeated runs "
         "with their noise bands (half-widths)",
         "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": git_commit(),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], **QUIET).stdout.strip(),
         "machine": machine(),
         "repeats": repeats,
         "benchmarks": dict(sorted(benchmarks.items())),
@@ -262,8 +514,9 @@ def record(names: Sequence[str], repeats: int) -> int:
     return 1 if failed else 0
 
 
-def check(names: Sequence[str]) -> int:
-    """Run each benchmark once and compare its headline figures with the record."""
+def against_record(names: Sequence[str]) -> int:
+    """Run each benchmark once and compare its headline figures with the record (absolute figures: holds on
+    the machine that recorded them, not across machines of the class)."""
     if not RECORD.exists():
         raise SystemExit(f"no {RECORD.relative_to(REPO)}: run `python bench/check.py --record` first")
     recorded = json.loads(RECORD.read_text())["benchmarks"]
@@ -275,7 +528,7 @@ def check(names: Sequence[str]) -> int:
         if name not in recorded:
             unrecorded.append(name)
             continue
-        result, wall, tail = run_benchmark(HEADLINES[name][0])
+        result, wall, tail = run_benchmark(BENCHMARKS[name].argv)
         if result is None:
             print(f"{name}: FAILED after {wall:.0f} s\n{tail}", file=sys.stderr)
             failed.append(name)
@@ -297,26 +550,47 @@ def check(names: Sequence[str]) -> int:
     return 1 if worse or failed else 0
 
 
-def git_commit() -> str:
-    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    return proc.stdout.strip()
+def default_base() -> str:
+    if not RECORD.exists():
+        raise SystemExit(f"no {RECORD.relative_to(REPO)} to take the base commit from: say --base REV")
+    return json.loads(RECORD.read_text())["commit"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", help=f"benchmarks (default: all of {', '.join(HEADLINES)}; "
-                        f"not {', '.join(BY_HAND)}: see BY_HAND)")  # fmt: skip
+    parser.add_argument("names", nargs="*", help=f"benchmarks (default: those the change touches, of "
+                        f"{', '.join(BENCHMARKS)}; not {', '.join(BY_HAND)}: see BY_HAND)")  # fmt: skip
+    parser.add_argument("--base", help="the commit to compare with (default: the one bench/recorded.json was made at)")
+    parser.add_argument("--pairs", type=int, help="alternated runs on each side (default: each benchmark's own)")
+    parser.add_argument("--factor", type=float, default=FACTOR, help=f"the least ratio named ({FACTOR})")
+    parser.add_argument("--against-record", action="store_true", help="one run each against bench/recorded.json")
     parser.add_argument("--record", action="store_true", help="run each REPEATS times and record the figures")
     parser.add_argument("--repeats", type=int, default=REPEATS, help=f"runs per benchmark when recording ({REPEATS})")
     args = parser.parse_args()
-    unknown = sorted(set(args.names) - set(HEADLINES))
+    unknown = sorted(set(args.names) - set(BENCHMARKS))
     if unknown:
         why = "; ".join(f"{name} is run by hand: it needs {BY_HAND[name]}" for name in unknown if name in BY_HAND)
-        parser.error(
-            f"no benchmark {', '.join(unknown)} in the check (known: {', '.join(HEADLINES)}){'; ' + why if why else ''}"
-        )
-    names = args.names or list(HEADLINES)
-    return record(names, args.repeats) if args.record else check(names)
+        known = ", ".join(BENCHMARKS)
+        parser.error(f"no benchmark {', '.join(unknown)} in the check (known: {known}){'; ' + why if why else ''}")
+    if args.record:
+        return record(args.names or list(BENCHMARKS), args.repeats)
+    if args.against_record:
+        return against_record(args.names or list(BENCHMARKS))
+    base = git("rev-parse", "--short", args.base or default_base())
+    names = args.names
+    if not names:
+        hits = touched(changed_paths(base))
+        for name in BENCHMARKS:
+            print(f"{name}: {'touched by ' + ', '.join(hits[name][:4]) if name in hits else 'untouched'}"
+                  f"{' ...' if len(hits.get(name, ())) > 4 else ''}", file=sys.stderr)  # fmt: skip
+        names = list(hits)
+    planned = [planned_seconds(n, args.pairs or BENCHMARKS[n].pairs) for n in names]
+    print(f"side by side with {base}: {', '.join(names) or 'nothing to run'} (about "
+          f"{sum(p or 0 for p in planned) / 60:.0f} min)", file=sys.stderr)  # fmt: skip
+    if not names:
+        print(json.dumps({"base": base, "moved": [], "worse": [], "failed": [], "not_compared": {}}))
+        return 0
+    return side_by_side(names, base, args.pairs, args.factor)
 
 
 if __name__ == "__main__":

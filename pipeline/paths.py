@@ -74,6 +74,11 @@ class AdaptivePaths:
         return self.root / "rounds.json"
 
     @property
+    def tensorboard(self) -> Path:
+        """The rounds' rows as TensorBoard scalars (step: the round)."""
+        return self.root / "tensorboard"
+
+    @property
     def design_figure(self) -> Path:
         return self.root / "design.png"
 

@@ -25,6 +25,7 @@ from pipeline.design.space import candidate_pool, distances, parameter_columns, 
 from pipeline.simulators.bistable_run import solve
 
 from .conftest import REPO, kill_tree, run_cli, start_cli
+from .helpers import board_events
 
 SPACE = {"level": {"type": "uniform", "low": 0.05, "high": 0.6}, "a": {"type": "uniform", "low": 0.1, "high": 0.45}}
 OUTPUTS = Outputs.of({"state": (16, 16), "mass": (10,)})
@@ -257,6 +258,11 @@ def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
     assert [r["fitted_on"] for r in fitted] == [8, 12, 16, 20]
     assert all(set(r["validation_vrmse"]) == {"state"} for r in fitted)
     assert rounds[-1]["final"] and rounds[-1]["stopped"] == "budget"
+    # TensorBoard: a point per round (the last: the final fit, which stopped the loop), read with its reader
+    board = board_events(tmp_path / "work" / "raw" / "adaptive" / "tensorboard")["scalars"]
+    assert board["runs"] == {0: 8, 1: 12, 2: 16, 3: 20, 4: 20}
+    assert board["validation_vrmse_mean"] == pytest.approx({r["round"]: r["validation_vrmse_mean"] for r in fitted})
+    assert board["validation_vrmse/state"] == board["validation_vrmse_mean"] and 1 in board["acquisition_value/max"]
     for name in ("design.png", "error.png"):
         assert (tmp_path / "work" / "raw" / "adaptive" / name).stat().st_size > 1000
     ledger = (tmp_path / "ledger.txt").read_text().split()

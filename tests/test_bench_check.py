@@ -1,24 +1,35 @@
-"""bench/check.py (`make bench-check`): figures recorded from repeated runs with their noise bands, and a later
-run's figures compared with them. A tiny benchmark (a script printing the JSON line the test sets) stands in
-for the real ones, which time things and stay out of the test suite."""
+"""bench/check.py (`make bench-check`): a base commit and the working tree side by side (the verdict's rules,
+which benchmarks a change touches, and a planted slowdown in a real step named worse by the real merge
+benchmark, small); and the record (history): figures recorded from repeated runs with their noise bands, a
+later run's figures compared with them, with a tiny benchmark (a script printing the JSON line the test
+sets) standing in for the real ones."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shutil
+import subprocess
 import sys
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, env
+
+
+def load_check(monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_check", REPO / "bench" / "check.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    monkeypatch.setitem(sys.modules, "bench_check", module)  # where its dataclass looks its annotations up
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture
 def check(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("bench_check", REPO / "bench" / "check.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
-    spec.loader.exec_module(module)
+    module = load_check(monkeypatch)
     values = tmp_path / "values.json"  # what the tiny benchmark prints: one run's figures a line, in turn
     script = tmp_path / "tiny.py"
     script.write_text(
@@ -28,9 +39,8 @@ def check(tmp_path, monkeypatch):
         "print('noise before the last line'); print(lines[0])\n"
     )
     monkeypatch.setattr(module, "RECORD", tmp_path / "recorded.json")
-    monkeypatch.setattr(module, "HEADLINES", {
-        "tiny": ((str(script),), {"speedup": module.HIGHER, "steps.merge_s": module.LOWER, "absent": module.HIGHER}),
-    })  # fmt: skip
+    figures = {"speedup": module.HIGHER, "steps.merge_s": module.LOWER, "absent": module.HIGHER}
+    monkeypatch.setattr(module, "BENCHMARKS", {"tiny": module.Benchmark((str(script),), figures)})
     monkeypatch.setattr(module, "REPO", tmp_path)
 
     def runs(*figures):
@@ -59,14 +69,14 @@ def test_a_figure_beyond_its_band_is_named_and_only_a_worse_one_fails(check, cap
     assert band == pytest.approx(2.0 * module.MIN_RELATIVE_BAND)  # runs that agreed: the least band
     capsys.readouterr()
     runs((2.05, 0.505))  # within both bands
-    assert module.check(["tiny"]) == 0
+    assert module.against_record(["tiny"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"moved": [], "worse": [], "failed": [],
                                                                    "unrecorded": []}  # fmt: skip
     runs((2.5, 0.50))  # faster: named, not a failure
-    assert module.check(["tiny"]) == 0
+    assert module.against_record(["tiny"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["moved"] == ["tiny.speedup"]
     runs((2.0, 0.79))  # the merge step slower: named and failed, as the regression of issue 67 would have been
-    assert module.check(["tiny"]) == 1
+    assert module.against_record(["tiny"]) == 1
     out = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert out["moved"] == out["worse"] == ["tiny.steps.merge_s"]
 
@@ -76,7 +86,7 @@ def test_a_failing_benchmark_fails_the_check_and_an_unknown_name_is_refused(chec
     runs((2.0, 0.5), (2.0, 0.5), (2.0, 0.5))
     module.record(["tiny"], 3)
     runs()  # no line to print: the benchmark fails
-    assert module.check(["tiny"]) == 1
+    assert module.against_record(["tiny"]) == 1
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["failed"] == ["tiny"]
     monkeypatch.setattr(sys, "argv", ["check.py", "nosuch"])
     with pytest.raises(SystemExit):
@@ -96,3 +106,87 @@ def test_a_key_holding_dots_is_found_and_a_benchmark_with_no_headline_figure_is_
     assert module.record(["tiny"], 3) == 1
     assert "none of its headline figures" in capsys.readouterr().err
     assert "tiny" not in json.loads(module.RECORD.read_text())["benchmarks"]
+
+
+def test_side_by_side_names_a_figure_only_beyond_the_factor_and_the_noise_of_this_run(monkeypatch):
+    module = load_check(monkeypatch)
+    verdict = module.verdict
+    # timing figures: 5 % apart (within the factor), 20 % apart with tight runs (worse, and better the other way)
+    assert verdict([1.00, 1.02, 0.99], [1.05, 1.04, 1.06], module.LOWER)["verdict"] == "within"
+    assert verdict([1.00, 1.02, 0.99], [1.20, 1.22, 1.21], module.LOWER)["verdict"] == "worse"
+    assert verdict([1.00, 1.02, 0.99], [1.20, 1.22, 1.21], module.HIGHER)["verdict"] == "better"
+    # 20 % apart in the medians, but the runs overlap: the t-test finds no difference, so nothing is named
+    noisy = verdict([1.0, 1.6, 0.7], [1.2, 0.8, 1.5], module.LOWER)
+    assert noisy["ratio"] == pytest.approx(1.2) and noisy["verdict"] == "within"
+    assert noisy["noise"] == pytest.approx(0.45)
+    # seeded figures (every run the same): any difference beyond the factor is real; one pair: the factor decides
+    assert verdict([0.30, 0.30], [0.34, 0.34], module.LOWER)["verdict"] == "worse"
+    assert verdict([0.30], [0.32], module.LOWER)["verdict"] == "within"
+    assert verdict([0.30], [0.40], module.LOWER, factor=1.2)["verdict"] == "worse"
+    assert verdict([0.0, 0.0], [0.0, 0.0], module.HIGHER)["verdict"] == "within"
+
+
+def test_a_change_touches_the_benchmarks_whose_code_imports_it(monkeypatch):
+    """Which benchmarks run by default: from the working tree's imports, a change to merge's step touches the
+    benchmarks that run merge and no other; a shared file touches all; docs touch none."""
+    module = load_check(monkeypatch)
+    merge = set(module.touched({"pipeline/steps/merge/step.py"}))
+    assert {"merge", "read", "train"} <= merge
+    assert not merge & {"stage", "search", "surrogate", "adaptive", "exascale", "ensemble"}
+    design = set(module.touched({"pipeline/design/batch.py"}))
+    assert "adaptive" in design and not design & {"merge", "read", "stage", "exascale", "surrogate"}
+    assert set(module.touched({"config/presets/adaptive-fronts.yaml"})) == {"adaptive"}
+    assert set(module.touched({"bench/common.py"})) == set(module.BENCHMARKS)
+    assert set(module.touched({"pipeline/schema.yaml"})) == set(module.BENCHMARKS)
+    assert module.touched({"docs/benchmarks.md", "README.md"}) == {}
+
+
+def test_every_benchmark_of_the_check_fits_its_time_base_included(monkeypatch):
+    module = load_check(monkeypatch)
+    for name, benchmark in module.BENCHMARKS.items():
+        planned = module.planned_seconds(name, benchmark.pairs)
+        assert planned is not None, f"{name}: no recorded wall time for {benchmark.argv}"
+        assert planned <= module.BUDGET_SECONDS, (name, planned)
+
+
+PLANT = "SIM2DL_PLANTED_SLOWDOWN_S"
+
+
+def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_nothing(tmp_path, monkeypatch):
+    """The real merge benchmark (200 files) on a scratch copy of this tree, committed as the base, against its
+    working tree, where ingest sleeps when the test sets an environment variable: unset, the two sides run
+    the same code and nothing is named worse; set, the ingest figures are."""
+    repo = tmp_path / "repo"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()  # fmt: skip
+    for name in files:
+        if (REPO / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, repo / name)
+    git = ["git", "-c", "user.name=sim2dl", "-c", "user.email=sim2dl@localhost"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "base"]):
+        subprocess.run([*git, *command], cwd=repo, check=True, capture_output=True)
+    step = repo / "pipeline" / "steps" / "ingest" / "step.py"
+    plant = f"\\1    import os, time\\n    time.sleep(float(os.environ.get({PLANT!r}, 0)))\\n"
+    planted, count = re.subn(r"(\ndef ingest\(.*?\) -> .*?:\n)", plant, step.read_text(), count=1, flags=re.S)
+    assert count == 1
+    step.write_text(planted)
+    argv = ("bench/merge.py", "--files", "200")
+
+    def run(extra: dict[str, str]) -> tuple[int, dict]:
+        code = (
+            "import sys; sys.path.insert(0, 'bench'); import check\n"
+            f"check.BENCHMARKS = {{'merge': check.Benchmark({argv!r}, check.BENCHMARKS['merge'].figures)}}\n"
+            "raise SystemExit(check.side_by_side(['merge'], 'HEAD', 2, check.FACTOR))\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                              env={**env(), **extra}, timeout=600)  # fmt: skip
+        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1]) | {"log": proc.stderr}
+
+    code, unchanged = run({})
+    assert code == 0 and unchanged["worse"] == [] and unchanged["failed"] == [], unchanged["log"]
+    code, planted = run({PLANT: "1.5"})
+    assert code == 1, planted["log"]
+    assert "merge.sim2dl.steps_seconds.ingest" in planted["worse"], planted["log"]
+    assert not [f for f in planted["worse"] if "convert" in f or f.endswith("steps_seconds.merge")], planted["log"]
+    assert not list((repo / "..").glob("sim2dl-bench-base-*"))

@@ -10,6 +10,9 @@ final loss for the HParams plugin. Each row is flushed, so a reader sees every f
 file is a sequence of length- and CRC-framed records, which TensorBoard's reader reads up to the last whole
 record (a partial one at the end is waited for, not an error).
 
+`ScalarLog` writes scalars alone without TensorFlow (TensorBoard's own event file writer, as PyTorch's
+SummaryWriter does): for steps that do not train, such as an adaptive design's rounds.
+
 Memory: TensorFlow's writer queue (flushed per row); time: microseconds per scalar.
 """
 
@@ -33,6 +36,30 @@ def flat_scalars(values: Mapping[str, Any], prefix: str = "") -> dict[str, float
         elif isinstance(value, int | float):
             flat[tag] = float(value)
     return flat
+
+
+class ScalarLog:
+    """Scalars into a TensorBoard run directory without TensorFlow: one event file per writer, each call
+    flushed (a reader sees every finished step)."""
+
+    def __init__(self, directory: Path) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.writer = EventFileWriter(str(directory))
+
+    def scalars(self, step: int, values: Mapping[str, Any], prefix: str = "") -> None:
+        import time
+
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        summary = Summary(value=[Summary.Value(tag=t, simple_value=v) for t, v in flat_scalars(values, prefix).items()])
+        self.writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 class Board:

@@ -307,8 +307,19 @@ def finish_round(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], 
                   **{f"new_{s}": statuses.count(s) for s in STATUSES}})  # fmt: skip
     history.rounds.append(stats)
     write_json_atomic(paths.rounds, history.rounds)
+    log_round(paths, stats, r)
     every = pa.concat_tables([pq.read_table(paths.runs(k)) for k in range(r + 1)], promote_options="permissive")
     write_table(RawPaths(root).runs, every)
+
+
+def log_round(paths: AdaptivePaths, stats: Mapping[str, Any], r: int) -> None:
+    """A round's row as TensorBoard scalars (runs, validation error per output, the acquisition's statistics,
+    seconds), step r: `tensorboard --logdir` beside the trainings."""
+    from pipeline.reporting.board import ScalarLog
+
+    board = ScalarLog(paths.tensorboard)
+    board.scalars(r, {k: v for k, v in stats.items() if k not in ("round", "final")})
+    board.close()
 
 
 def figures(paths: AdaptivePaths, settings: Mapping[str, Any], history: History) -> None:
@@ -344,6 +355,7 @@ def summarise(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], his
                "rounds_table": str(paths.rounds)}  # fmt: skip
     history.rounds.append({**final, "round": rounds, "final": True})
     write_json_atomic(paths.rounds, history.rounds)
+    log_round(paths, {**final, "runs": len(every)}, rounds)
     write_json_atomic(RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings, default=str))})
     return summary
 
