@@ -150,12 +150,21 @@ def test_every_benchmark_of_the_check_fits_its_time_base_included(monkeypatch):
 
 
 PLANT = "SIM2DL_PLANTED_SLOWDOWN_S"
+# A benchmark of one real step, small: `sim2dl ingest` of the session's small cubes (one rank), its seconds.
+INGEST_BENCHMARK = """import json, shutil, subprocess, sys
+shutil.rmtree(sys.argv[2], ignore_errors=True)
+proc = subprocess.run(["sim2dl", "ingest", "--config", sys.argv[1], "--out", sys.argv[2]], capture_output=True,
+                      text=True, check=True)
+print(json.dumps({"ingest_seconds": json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]}))
+"""
 
 
-def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_nothing(tmp_path, monkeypatch):
-    """The real merge benchmark (200 files) on a scratch copy of this tree, committed as the base, against its
-    working tree, where ingest sleeps when the test sets an environment variable: unset, the two sides run
-    the same code and nothing is named worse; set, the ingest figures are."""
+def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_nothing(tmp_path, small_cubes):
+    """bench/check.py side by side in a scratch copy of this tree, committed as the base, with a benchmark of
+    the real ingest step; in the copy's working tree ingest sleeps when the test sets an environment
+    variable. Unset, the two sides run the same code and nothing is named worse; set, ingest's seconds
+    are, and the check fails."""
+    cubes, _ = small_cubes
     repo = tmp_path / "repo"
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
                            text=True, check=True).stdout.split()  # fmt: skip
@@ -163,6 +172,7 @@ def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_noth
         if (REPO / name).is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, repo / name)
+    (repo / "bench" / "ingest_small.py").write_text(INGEST_BENCHMARK)
     git = ["git", "-c", "user.name=sim2dl", "-c", "user.email=sim2dl@localhost"]
     for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "base"]):
         subprocess.run([*git, *command], cwd=repo, check=True, capture_output=True)
@@ -171,22 +181,22 @@ def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_noth
     planted, count = re.subn(r"(\ndef ingest\(.*?\) -> .*?:\n)", plant, step.read_text(), count=1, flags=re.S)
     assert count == 1
     step.write_text(planted)
-    argv = ("bench/merge.py", "--files", "200")
+    argv = ("bench/ingest_small.py", str(cubes / "config.yaml"), str(tmp_path / "ingested"))
 
     def run(extra: dict[str, str]) -> tuple[int, dict]:
         code = (
             "import sys; sys.path.insert(0, 'bench'); import check\n"
-            f"check.BENCHMARKS = {{'merge': check.Benchmark({argv!r}, check.BENCHMARKS['merge'].figures)}}\n"
-            "raise SystemExit(check.side_by_side(['merge'], 'HEAD', 2, check.FACTOR))\n"
+            f"check.BENCHMARKS = {{'ingest': check.Benchmark({argv!r}, {{'ingest_seconds': check.LOWER}})}}\n"
+            "raise SystemExit(check.side_by_side(['ingest'], 'HEAD', 3, check.FACTOR))\n"
         )
         proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
                               env={**env(), **extra}, timeout=600)  # fmt: skip
         return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1]) | {"log": proc.stderr}
 
     code, unchanged = run({})
-    assert code == 0 and unchanged["worse"] == [] and unchanged["failed"] == [], unchanged["log"]
-    code, planted = run({PLANT: "1.5"})
-    assert code == 1, planted["log"]
-    assert "merge.sim2dl.steps_seconds.ingest" in planted["worse"], planted["log"]
-    assert not [f for f in planted["worse"] if "convert" in f or f.endswith("steps_seconds.merge")], planted["log"]
-    assert not list((repo / "..").glob("sim2dl-bench-base-*"))
+    assert code == 0 and unchanged["worse"] == unchanged["failed"] == [], unchanged["log"]
+    code, planted = run({PLANT: "1"})
+    assert code == 1 and planted["worse"] == ["ingest.ingest_seconds"], planted["log"]
+    assert "(noise" in planted["log"]
+    worktrees = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)
+    assert worktrees.stdout.count("worktree ") == 1  # the base's scratch worktree is gone

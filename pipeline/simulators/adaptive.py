@@ -22,8 +22,8 @@ larger budget, more rounds or another target continue. The runs table (runs.parq
 with `round`, `acquisition`, `acquisition_value` and `uncertainty` (the emulator's posterior standard
 deviation at the point when it was chosen, standardised outputs).
 
-Memory: rank 0 holds the runs' points and outputs (runs x output entries) and the emulator (runs² per
-component); the other ranks one round's design. Time per round: the batch's runs / ranks, plus the fit
+Memory: rank 0 holds the runs' points and outputs (runs x output entries), their runs table (Arrow columns:
+rewritten whole after each round, never read back) and the emulator (runs² per component); the other ranks one round's design. Time per round: the batch's runs / ranks, plus the fit
 (O(runs³) per component) and the choice (pool² per component): meant for hundreds to a few thousand runs.
 """
 
@@ -138,6 +138,7 @@ class History:
     outputs: list[np.ndarray] = field(default_factory=list)  # per round: its successful runs' outputs
     rounds: list[dict[str, Any]] = field(default_factory=list)
     layout: Outputs | None = None
+    tables: list[pa.Table] = field(default_factory=list)  # per round: its runs table (the whole one: concatenated)
 
     @property
     def runs(self) -> int:
@@ -203,6 +204,7 @@ def load_history(paths: AdaptivePaths, settings: Mapping[str, Any]) -> History:
     r = 0
     while paths.runs(r).exists() and paths.outputs(r).exists():
         table = pq.read_table(paths.runs(r))
+        history.tables.append(table)
         history.points.append(unit_of(table, settings["space"]))
         with np.load(paths.outputs(r)) as saved:
             history.ok.append(saved["ok"])
@@ -299,6 +301,7 @@ def finish_round(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], 
     layout = json.dumps({n: [a, b, list(s)] for n, (a, b, s) in shapes})
     with atomic_path(paths.outputs(r)) as tmp, open(tmp, "wb") as f:
         np.savez(f, ok=ok, outputs=outputs, layout=np.array(layout))
+    history.tables.append(table)
     history.points.append(unit_of(table, settings["space"]))
     history.ok.append(ok)
     history.outputs.append(outputs)
@@ -308,8 +311,7 @@ def finish_round(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], 
     history.rounds.append(stats)
     write_json_atomic(paths.rounds, history.rounds)
     log_round(paths, stats, r)
-    every = pa.concat_tables([pq.read_table(paths.runs(k)) for k in range(r + 1)], promote_options="permissive")
-    write_table(RawPaths(root).runs, every)
+    write_table(RawPaths(root).runs, pa.concat_tables(history.tables, promote_options="permissive"))
 
 
 def log_round(paths: AdaptivePaths, stats: Mapping[str, Any], r: int) -> None:
