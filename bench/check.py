@@ -480,6 +480,8 @@ def record(names: Sequence[str], repeats: int) -> int:
     """Run each benchmark `repeats` times and write its figures into the record (others kept)."""
     previous = json.loads(RECORD.read_text()) if RECORD.exists() else {"benchmarks": {}}
     benchmarks = dict(previous["benchmarks"])
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **QUIET).stdout.strip()
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     failed = []
     for name in names:
         benchmark = BENCHMARKS[name]
@@ -499,14 +501,13 @@ def record(names: Sequence[str], repeats: int) -> int:
             failed.append(name)
         elif figures:
             benchmarks[name] = {"argv": list(benchmark.argv), "wall_seconds": [round(s, 1) for s in seconds],
-                                "figures": figures}  # fmt: skip
+                                "commit": commit, "recorded": now, "repeats": repeats, "figures": figures}  # fmt: skip
     document = {
         "about": "bench/check.py --record: headline figures of the quick benchmarks, medians of repeated runs "
-        "with their noise bands (half-widths)",
-        "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], **QUIET).stdout.strip(),
+        "with their noise bands (half-widths); each benchmark's commit, time and repeats beside it",
+        "recorded": now,
+        "commit": commit,  # the latest recording's: the side-by-side check's default base
         "machine": machine(),
-        "repeats": repeats,
         "benchmarks": dict(sorted(benchmarks.items())),
     }
     RECORD.write_text(json.dumps(document, indent=1) + "\n")

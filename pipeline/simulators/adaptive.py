@@ -23,8 +23,9 @@ with `round`, `acquisition`, `acquisition_value` and `uncertainty` (the emulator
 deviation at the point when it was chosen, standardised outputs).
 
 Memory: rank 0 holds the runs' points and outputs (runs x output entries), their runs table (Arrow columns:
-rewritten whole after each round, never read back) and the emulator (runs² per component); the other ranks one round's design. Time per round: the batch's runs / ranks, plus the fit
-(O(runs³) per component) and the choice (pool² per component): meant for hundreds to a few thousand runs.
+rewritten whole after each round, never read back) and the emulator (runs² per component); the other ranks
+one round's design. Time per round: the batch's runs / ranks, plus the fit (O(runs³) per component) and the
+choice (pool² per component): meant for hundreds to a few thousand runs.
 """
 
 from __future__ import annotations
