@@ -42,6 +42,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -558,6 +559,8 @@ def default_base() -> str:
 
 
 def main() -> int:
+    # a check stopped by SIGTERM (a job's time limit, kill) still removes the base's worktree
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"benchmarks (default: those the change touches, of "
                         f"{', '.join(BENCHMARKS)}; not {', '.join(BY_HAND)}: see BY_HAND)")  # fmt: skip
