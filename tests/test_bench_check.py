@@ -198,5 +198,6 @@ def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_noth
     code, planted = run({PLANT: "1"})
     assert code == 1 and planted["worse"] == ["ingest.ingest_seconds"], planted["log"]
     assert "(noise" in planted["log"]
+    print(unchanged["log"], planted["log"])  # the verdicts (pytest -rP shows them)
     worktrees = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)
     assert worktrees.stdout.count("worktree ") == 1  # the base's scratch worktree is gone
