@@ -55,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO
+from common import REPO, bench_env
 
 RECORD = REPO / "bench" / "recorded.json"
 REPEATS = 3
@@ -214,9 +214,7 @@ def run_benchmark(argv: Sequence[str], tree: Path | None = None) -> tuple[dict[s
     tree = tree or REPO
     # the tree's own code: its bench modules put their folder first, and PYTHONPATH puts its pipeline before
     # the venv's editable install of this one
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-           "PYTHONPATH": str(tree)}  # fmt: skip
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    env = {**bench_env(), "PYTHONPATH": str(tree)}
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, *argv], cwd=tree, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -268,9 +266,10 @@ def verdict(base: Sequence[float], head: Sequence[float], better: str, factor: f
     return {**row, "verdict": "better" if gain > 1 else "worse"}
 
 
-def git(*args: str) -> str:
+def git(*args: str, strict: bool = True) -> str:
+    """git's output in this repository; an error ends the check, unless not `strict` (then: empty)."""
     proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
-    if proc.returncode:
+    if proc.returncode and strict:
         raise SystemExit(f"git {' '.join(args)}: {proc.stderr.strip()}")
     return proc.stdout.strip()
 
@@ -474,14 +473,11 @@ def machine() -> dict[str, Any]:
     return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()}
 
 
-QUIET: dict[str, Any] = {"cwd": REPO, "capture_output": True, "text": True}
-
-
 def record(names: Sequence[str], repeats: int) -> int:
     """Run each benchmark `repeats` times and write its figures into the record (others kept)."""
     previous = json.loads(RECORD.read_text()) if RECORD.exists() else {"benchmarks": {}}
     benchmarks = dict(previous["benchmarks"])
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **QUIET).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD", strict=False)
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     failed = []
     for name in names:

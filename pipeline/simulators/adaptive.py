@@ -139,11 +139,15 @@ class History:
     outputs: list[np.ndarray] = field(default_factory=list)  # per round: its successful runs' outputs
     rounds: list[dict[str, Any]] = field(default_factory=list)
     layout: Outputs | None = None
-    tables: list[pa.Table] = field(default_factory=list)  # per round: its runs table (the whole one: concatenated)
+    tables: list[pa.Table] = field(default_factory=list)  # per round: its runs table
 
     @property
     def runs(self) -> int:
         return sum(len(p) for p in self.points)
+
+    def table(self) -> pa.Table:
+        """The whole runs table: every round's, in order."""
+        return pa.concat_tables(self.tables, promote_options="permissive")
 
     def done(self) -> tuple[np.ndarray, np.ndarray]:
         x = np.concatenate([p[k] for p, k in zip(self.points, self.ok, strict=True)])
@@ -312,7 +316,7 @@ def finish_round(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], 
     history.rounds.append(stats)
     write_json_atomic(paths.rounds, history.rounds)
     log_round(paths, stats, r)
-    write_table(RawPaths(root).runs, pa.concat_tables(history.tables, promote_options="permissive"))
+    write_table(RawPaths(root).runs, history.table())
 
 
 def log_round(paths: AdaptivePaths, stats: Mapping[str, Any], r: int) -> None:
@@ -328,8 +332,7 @@ def log_round(paths: AdaptivePaths, stats: Mapping[str, Any], r: int) -> None:
 def figures(paths: AdaptivePaths, settings: Mapping[str, Any], history: History) -> None:
     from pipeline.reporting.plots import adaptive_figures
 
-    table = pq.read_table(RawPaths(paths.root.parent).runs)
-    adaptive_figures(table, list(settings["space"]), history.rounds, paths.design_figure, paths.error_figure)
+    adaptive_figures(history.table(), list(settings["space"]), history.rounds, paths.design_figure, paths.error_figure)
 
 
 def round_design(paths: AdaptivePaths, settings: Mapping[str, Any], history: History, r: int,
@@ -349,7 +352,7 @@ def round_design(paths: AdaptivePaths, settings: Mapping[str, Any], history: His
 def summarise(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], history: History, rounds: int,
               final: dict[str, Any], seconds: float) -> dict[str, Any]:  # fmt: skip
     """Rank 0, after the last round: the figures, the final row of rounds.json, the step's summary."""
-    every = pq.read_table(RawPaths(root).runs, columns=["status"]).column("status").to_pylist()
+    every = history.table().column("status").to_pylist()
     figures(paths, settings, history)
     summary = {"runs": len(every), **{s: every.count(s) for s in STATUSES}, "rounds": rounds,
                "stopped": final.get("stopped"), "validation_vrmse_mean": final.get("validation_vrmse_mean"),
