@@ -155,13 +155,25 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
 MPI_LEFTOVERS = ("/tmp/hydra_hwloc_xmlfile_*", "/dev/shm/mpich_shm_*")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def remove_mpi_leftovers():
-    """Remove the MPI leftovers this session created (those of other jobs, running or not, are kept)."""
-    before = {p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern)}
-    yield
+_LEFTOVERS_BEFORE: set[str] = set()
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _LEFTOVERS_BEFORE.update(p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove the MPI leftovers this session created (those of other jobs, running or not, are kept). Under
+    pytest-xdist only the controller does, once every worker has finished: a worker that finished first
+    would otherwise remove the segments of the other's job starting up."""
+    if _is_xdist_worker(session.config):
+        return
     in_use = _mapped_files()
-    for leftover in {p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern)} - before - in_use:
+    for leftover in {p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern)} - _LEFTOVERS_BEFORE - in_use:
         with contextlib.suppress(OSError):
             os.unlink(leftover)
 
@@ -310,8 +322,17 @@ def tier(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's tier as its marker; the site tier first. Under `make test` (pytest-xdist, --dist loadgroup)
+    each test module is one unit of work and the site tier one more: it shares the image and the cluster,
+    and much of its time waits on Slurm, the network and the disk, so one worker runs it from the start
+    while the others take the modules of the other tiers one at a time (two modules on one worker's 2 cores
+    at once would only slow both: their MPI ranks are CPU-bound)."""
     for item in items:
-        item.add_marker(getattr(pytest.mark, tier(item)))
+        item_tier = tier(item)
+        item.add_marker(getattr(pytest.mark, item_tier))
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
+        item.add_marker(pytest.mark.xdist_group("site" if item_tier == "site" else module))
+    items.sort(key=lambda item: item.get_closest_marker("site") is None)  # stable: file order otherwise
 
 
 TOOLS = ["debootstrap=debootstrap", "bwrap=bubblewrap", "ch-run=charliecloud", "mpiexec.mpich=mpich"]
