@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.storage.fsutil import file_checksum
 
-from .conftest import REPO, SMALL_TRAINING, kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
+from .conftest import SMALL_TRAINING, kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
 from .helpers import board_events
 
 
