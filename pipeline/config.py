@@ -196,8 +196,13 @@ def check_consistency(config: Mapping[str, Any]) -> None:
         raise Sim2dlError(f"config key 'merge.splits': the fractions {merge['splits']} do not sum to 1")
 
 
+# What the trainers choose by with train.online (pipeline/online/choosing.py; space_filling: nothing, the control)
+ONLINE_ACQUISITIONS = ("breed", "space_filling")
+
+
 def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
-    """simulate.adaptive: an ensemble of the user's simulator, offline, that learns named outputs."""
+    """simulate.adaptive: an ensemble of the user's simulator whose runs are chosen: offline in rounds by an
+    emulator of named outputs, or online by the trainers."""
     adaptive = sim["adaptive"]
     if not adaptive["enabled"]:
         return
@@ -206,12 +211,12 @@ def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
             "config key 'simulate.adaptive.enabled': an adaptive design runs simulate.command over "
             "simulate.space (the built-in families draw their own parameters)"
         )
-    if online:
+    if online and adaptive["acquisition"] not in ONLINE_ACQUISITIONS:
         raise Sim2dlError(
-            "config keys 'simulate.adaptive.enabled' and 'train.online.enabled': online training "
-            "does not choose its runs yet: set one of them to false"
+            f"config key 'simulate.adaptive.acquisition': with train.online the trainers choose by "
+            f"{' or '.join(ONLINE_ACQUISITIONS)} (the model's loss at arrival), not {adaptive['acquisition']}"
         )
-    if not adaptive["outputs"]:
+    if not online and not adaptive["outputs"]:
         raise Sim2dlError(
             "config key 'simulate.adaptive.outputs': name the arrays of a run's file the emulator learns (e.g. [state])"
         )

@@ -50,6 +50,10 @@ class RawPaths:
         """An adaptive design's rounds (simulate.adaptive)."""
         return AdaptivePaths(self.root / "adaptive")
 
+    def online_choices(self, digest: str) -> Path:
+        """The runs the trainers chose online (simulate.adaptive with train.online), journaled per design."""
+        return self.root / f"online_choices-{digest}.jsonl"
+
 
 @dataclass(frozen=True)
 class AdaptivePaths:

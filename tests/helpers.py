@@ -188,12 +188,15 @@ def doc_blocks() -> list[tuple[str, str, str]]:
 ONLINE_CUBE = 8  # online tests' cubes: 8³, so the network and the FFTs stay small
 
 
-def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples: int = 6, **online) -> dict:
-    """docs/training.md's online-training config, at a test's size: cubes of ONLINE_CUBE³, `runs` runs of `samples`
-    cubes, a small network and 12 steps."""
+def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples: int = 6, chosen: bool = False,
+                  **online) -> dict:  # fmt: skip
+    """docs/training.md's online-training config (chosen: docs/ensembles.md's, whose trainers choose the
+    runs), at a test's size: cubes of ONLINE_CUBE³, `runs` runs of `samples` cubes, a small network and 12
+    steps."""
     import sys
 
-    [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "online:" in text and "cube_run" in text]
+    [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "online:" in text and "cube_run" in text
+              and ("adaptive:" in text) == chosen]  # fmt: skip
     config = yaml.safe_load(text)
     del config["workdir"]  # make_config's, below tmp_path
     command = config["simulate"]["command"]

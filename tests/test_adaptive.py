@@ -5,6 +5,7 @@ recorded and never proposed again, a kill mid-round resumed exactly."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -331,3 +332,132 @@ def test_a_kill_mid_round_resumes_with_the_same_choices_and_no_run_repeated(tmp_
     assert sorted(set(ledger)) == [f"run-{i:06d}" for i in range(20)]
     assert all(ledger.count(run) == 1 for run in completed_before)  # completed runs never ran again
     assert len(ledger) - 20 <= 2  # at most the runs in flight at the kill (one per rank) ran twice
+
+
+# ---------------------------------------------------------------- online: the trainers choose
+
+
+def test_the_chosen_share_rises_as_breed_s_and_the_draw_depends_on_seed_and_run_alone():
+    from pipeline.online.choosing import chosen_share, takes_choice
+
+    shares = [chosen_share(i, 8, 40) for i in range(40)]
+    assert shares[:8] == [0.0] * 8 and shares[8] == pytest.approx(0.15) and shares[39] == pytest.approx(0.75)
+    assert all(b > a for a, b in itertools.pairwise(shares[8:]))
+    draws = [takes_choice(5, i, 0.5) for i in range(400)]
+    assert draws == [takes_choice(5, i, 0.5) for i in range(400)] and 150 < sum(draws) < 250
+    assert draws != [takes_choice(6, i, 0.5) for i in range(400)] and not any(
+        takes_choice(5, i, 0.0) for i in range(50)
+    )
+
+
+class FakeWorld:
+    """The two messages the design queue exchanges, held in lists: what a test of the pure hand-out needs."""
+
+    def __init__(self, choices: list) -> None:
+        self.choices, self.sent = list(choices), []
+
+    def Iprobe(self, source: int, tag: int) -> bool:
+        return bool(self.choices)
+
+    def recv(self, source: int, tag: int):
+        return self.choices.pop(0)
+
+    def send(self, payload, dest: int, tag: int) -> None:
+        self.sent.append((payload, dest, tag))
+
+
+def test_the_design_queue_is_bounded_keeps_its_spacing_journals_and_a_rerun_hands_out_the_same(tmp_path):
+    from pipeline.online import messages
+    from pipeline.online.choosing import DesignQueue, chosen_share, takes_choice
+    from pipeline.simulators.ensemble import CHOSEN, CONTINUED, EnsemblePlan
+
+    adaptive = {"initial": 4, "queue": 3, "sigma": 0.05, "min_spacing": 0.001}
+    settings = {"runs": 24, "design": "sobol", "space": SPACE, "seed": 9, "adaptive": adaptive,
+                "choosing": {"acquisition": "breed", **adaptive}}  # fmt: skip
+    rng = np.random.default_rng(0)
+    offered = [list(rng.random((5, 2))), [float(v) for v in rng.random(5)]]
+    # the queue keeps the last 3; the first of those is within min_spacing of run 0's point: skipped
+    offered[0][2] = EnsemblePlan.draw(settings).unit_points(0, 1)[0] + 0.0005
+    journal = tmp_path / "online_choices.jsonl"
+
+    def hand_out_all(choices: list) -> tuple[EnsemblePlan, FakeWorld]:
+        plan = EnsemblePlan.draw(settings)
+        world = FakeWorld(choices)
+        queue = DesignQueue(settings, world, 1, journal, validation_every=5)
+        queue.restore(plan)
+        for index in range(len(plan)):
+            queue(plan, index, index + 1)
+        return plan, world
+
+    plan, world = hand_out_all([offered])
+    chosen = np.flatnonzero(~np.isnan(plan.chosen[:, 0]))
+    wanted = [i for i in range(24) if i % 5 != 4 and takes_choice(9, i, chosen_share(i, 4, 24))]
+    # the queue held the last 3 offered (bounded), the first of them taken at the first run that wanted
+    # one; every chosen run wanted one, none in the space-filling start nor held out for validation
+    assert list(chosen) == wanted[:2] and len(wanted) > 2 and wanted[0] >= 4
+    assert np.array_equal(plan.chosen[chosen], np.array(offered[0][3:]))
+    table = plan.block(0)
+    assert [table["acquisition"][i].as_py() for i in range(24)] == [CHOSEN if i in chosen else CONTINUED
+                                                                    for i in range(24)]  # fmt: skip
+    assert table["acquisition_value"].to_pylist()[chosen[0]] == offered[1][3]
+    handed = [payload for payload, dest, tag in world.sent if tag == messages.HANDED]
+    assert [run for run, _ in handed] == list(range(24))
+    points = np.array([point for _, point in handed])
+    for i in chosen:  # each chosen point min_spacing away from every run handed out before it
+        assert distances(points[i : i + 1], points[:i]).min() >= 0.001
+    assert [json.loads(line)["run"] for line in journal.read_text().splitlines()] == list(chosen)
+    # a rerun (the trainers offering nothing yet) hands the journaled runs the same points
+    again, _ = hand_out_all([])
+    assert np.array_equal(again.chosen, plan.chosen, equal_nan=True)
+    assert again.block(0).equals(plan.block(0))
+
+
+def test_online_the_trainers_choose_as_runs_complete_on_two_ranks_and_a_rerun_keeps_the_choices(tmp_path):
+    """docs/ensembles.md's online block, 1 producer and 1 training rank: the runs table says which runs the
+    trainers chose (Breed on the loss at arrival), their points are the journal's, spaced from every earlier
+    run; validation runs and the start stay space-filling; the choices are in TensorBoard; a rerun repeats no
+    run and keeps every choice."""
+    from .helpers import online_config
+
+    config = online_config(tmp_path, samples=2, chosen=True, steps=200, validate_every_steps=2, statistics_runs=1,
+                           buffer={"capacity": 32, "watermark": 4, "max_reuse": 64})  # fmt: skip
+    assert config["simulate"]["adaptive"]["acquisition"] == "breed"  # docs/ensembles.md's block, smaller:
+    config["simulate"]["adaptive"].update({"initial": 6, "budget": 36, "queue": 6, "min_spacing": 0.02})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_cli(["online", "--config", str(path)], ranks=2, timeout=600)
+    raw = Path(cfg.source_dir(config))
+    runs = pq.read_table(raw / "runs.parquet").to_pylist()
+    assert len(runs) == 36 and all(r["status"] == "ok" for r in runs)
+    chosen = [i for i, r in enumerate(runs) if r["acquisition"] == "breed"]
+    assert chosen, "no run took the trainers' choice"
+    assert all(i >= 6 and i % 5 != 4 for i in chosen)  # not the start, not a validation run
+    assert all(r["acquisition"] == "space_filling" and r["acquisition_value"] is None
+               for i, r in enumerate(runs) if i not in chosen)  # fmt: skip
+    assert all(runs[i]["acquisition_value"] > 0 for i in chosen)  # a parent's loss at arrival
+    [journal] = raw.glob("online_choices-*.jsonl")
+    entries = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert [e["run"] for e in entries] == chosen
+    space = yaml.safe_load(path.read_text())["simulate"]["space"]  # in the order the file gives (the design's)
+    for entry in entries:  # the run's parameters are the journaled point's (its row, its command's arguments)
+        row = runs[entry["run"]]
+        assert [row[name] for name in space] == pytest.approx(
+            [
+                spec["low"] + u * (spec["high"] - spec["low"])
+                for u, spec in zip(entry["point"], space.values(), strict=True)
+            ]
+        )
+    unit = np.array([[(r[n] - s["low"]) / (s["high"] - s["low"]) for n, s in space.items()] for r in runs])
+    for i in chosen:
+        assert distances(unit[i : i + 1], unit[:i]).min() >= 0.02
+    board = board_events(tmp_path / "work" / "train" / "tensorboard" / "online")["scalars"]
+    assert board["choice/queue"] and max(board["choice/parents"].values()) >= 2
+    summary = json.loads((tmp_path / "work" / "train" / "summary.json").read_text())
+    assert summary["online"]["steps"] > 0 and summary["online"]["runs_table"]
+    # a rerun: every run complete, none repeated; the chosen runs keep their points
+    logs = {p: p.stat().st_mtime_ns for p in (raw / "logs").rglob("*.log")}
+    run_cli(["online", "--config", str(path)], ranks=2, timeout=600)
+    again = pq.read_table(raw / "runs.parquet").to_pylist()
+    assert [{k: r[k] for k in (*space, "acquisition", "acquisition_value")} for r in again[: len(runs)]] == [
+        {k: r[k] for k in (*space, "acquisition", "acquisition_value")} for r in runs]  # fmt: skip
+    assert {p: p.stat().st_mtime_ns for p in (raw / "logs").rglob("*.log")} == logs

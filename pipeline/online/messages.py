@@ -3,7 +3,11 @@ one online-training job: MPI point-to-point on the job's communicator, nothing o
 
 - SAMPLE: (run, number, validation, arrays) to the training rank that owns it: `owner(run, number, training_ranks)`,
   fixed by the sample alone, so that which training rank trains on what does not depend on timing;
-- DONE: a producer has no more runs: its per-run counts (read, refused) and its refusals' reasons.
+- DONE: a producer has no more runs: its per-run counts (read, refused) and its refusals' reasons;
+- HANDED: (run, point) from the producers' first rank to the first training rank as it hands a run out
+  (online choosing, pipeline.online.choosing), its point in the unit cube;
+- CHOICES: (points, values), the trainers' next choices, from the first training rank to the producers' first
+  rank; None: no more (its last message).
 
 A standard-mode send of a large message waits until the training rank receives it, and training ranks receive
 between steps: a producer is never more than a step ahead of the slowest training rank that owns its samples,
@@ -12,7 +16,7 @@ and nothing queues without bound (the training rank's replay buffer is the only 
 
 from __future__ import annotations
 
-SAMPLE, DONE = 81, 82
+SAMPLE, DONE, HANDED, CHOICES = 81, 82, 83, 84
 
 
 def owner(run: int, number: int, training_ranks: int) -> int:

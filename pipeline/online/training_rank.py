@@ -51,6 +51,7 @@ from pipeline.data.statistics import RunningStats
 from pipeline.data.transforms import normalise, stack_component_names
 from pipeline.online import messages
 from pipeline.online.buffer import BufferField, ReplayBuffer
+from pipeline.online.choosing import Chooser
 from pipeline.online.producer import ProducerCounts
 from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
@@ -150,8 +151,11 @@ def meta_for(config: Mapping[str, Any], held_fields: Mapping[str, BufferField], 
 
 class TrainingRank:
     def __init__(self, config: Mapping[str, Any], held_fields: Mapping[str, BufferField], world: Any, comm: Any,
-                 producers: int, runs: int, out_dir: Path, runs_table: Path) -> None:  # fmt: skip
+                 producers: int, runs: int, out_dir: Path, runs_table: Path,
+                 chooser: Chooser | None = None) -> None:  # fmt: skip
         self.config, self.held_fields, self.world, self.comm = config, dict(held_fields), world, comm
+        self.chooser = chooser  # online choosing: the losses at arrival, and on the first training rank the choice
+        self.score_arrival: Any = None  # sample -> the model's loss on it (from the first step, when choosing)
         self.settings = config["train"]
         self.online = self.settings["online"]
         self.producers, self.runs = producers, runs
@@ -229,15 +233,22 @@ class TrainingRank:
                 continue
             tag, source = status.Get_tag(), status.Get_source()
             payload = self.world.recv(source=source, tag=tag)
+            if tag == messages.HANDED:
+                self.chooser.handed(*payload)
+                continue
             if tag == messages.DONE:
                 self.state.done_producers += 1
                 if payload is not None:
                     self.state.producer_counts.append(payload)
+                if source == 0 and self.chooser is not None:  # the design queue's rank takes no more choices
+                    self.chooser.close()
                 continue
             run, number, validation, sample = payload
             if validation:
                 self.validation_buffer.add(sample, run, number)
             else:
+                if self.score_arrival is not None:
+                    self.chooser.arrived(run, self.score_arrival(sample))
                 if self.stats is None:
                     for name, m in self.moments.items():
                         m.update(sample[name])
@@ -399,6 +410,8 @@ class TrainingRank:
             if self.stats is None:  # the first step: statistics of what arrived so far, frozen
                 self.stats = frozen_statistics(self.moments, self.comm)
                 self.state.arrivals_at_first_step = int(self.comm.allreduce(self.train_buffer.arrivals))
+            if self.chooser is not None and self.score_arrival is None:
+                self.score_arrival = lambda sample: self.loss_on(session, sample)
             if self.state.first_step_time is None:  # waiting until here is the time to the first step
                 self.state.first_step_time = time.perf_counter() - self.began
                 self.state.first_step_at = time.time()
@@ -415,6 +428,11 @@ class TrainingRank:
         different run (a resumed step draws the same)."""
         rng = np.random.default_rng([self.settings["seed"], self.rank, step])
         return task.windows(x, y, rng.integers(0, task.samples_per_record(), int(x.shape[0])))
+
+    def loss_on(self, session: Started, sample: Mapping[str, np.ndarray]) -> float:
+        """The model's loss on one sample as it is now (a next state's: over the sample's windows)."""
+        x, y = self.batch_tensors({n: a[np.newaxis] for n, a in sample.items()}, session.task, session.add_channel)
+        return float(session.predict(x, y)[1])
 
     def validation_batches(self) -> Iterator[dict[str, np.ndarray]]:
         """This rank's validation buffer in batches of batch_size samples, in order."""
@@ -461,10 +479,11 @@ class TrainingRank:
         self.state.history.append(row)
         self.state.waited += window.waited
         improved = kept.consider(self.state.step, evaluation[0], session.model.get_weights, evaluation)
+        choice = (self.chooser.choose() if self.chooser is not None else None) or {}
         if self.rank == 0:
             save_window(self.paths, self.state.history, session.model, session.checkpoint, kept, improved)
             log.info(json.dumps(row))
-            self.board.row(row["step"], {**row, **self.buffer_state()}, session.task.metrics(evaluation[1]))
+            self.board.row(row["step"], {**row, **self.buffer_state(), **choice}, session.task.metrics(evaluation[1]))
         return evaluation
 
     def buffer_state(self) -> dict[str, Any]:

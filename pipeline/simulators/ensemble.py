@@ -70,6 +70,9 @@ STATUSES = ("ok", "failed", "timed_out")  # by pipeline.runtime.run_worker's sta
 BUILT_IN_PLACEHOLDERS = ("out", "run", "seed")
 MAX_CHUNK = 64  # runs per hand-out at most: bounds the imbalance at the end when runs are long
 REQUEST, REPLY = 71, 72  # MPI tags of the farm's messages
+# The acquisition column of a design whose runs are chosen as they are handed out: the design's own point
+# (its space-filling continuation), or a point the trainers chose (Breed's loss-based resampling)
+CONTINUED, CHOSEN = "space_filling", "breed"
 SEED_MODULUS = 900_000_000  # per-run seeds in [1, 9e8]: what Pythia's Random:seed and most generators accept
 
 
@@ -173,18 +176,47 @@ class EnsemblePlan:
     levels: dict[str, list[Any]] | None  # a grid's
     _cached: tuple[int, pa.Table] | None = None
     first: int = 0  # the index of its first run among all runs (an adaptive design's later rounds: > 0)
+    # Runs chosen as they are handed out (online choosing, settings["choosing"]): their points in the unit
+    # cube (NaN: the design's own point) and the acquisition's value; 8 bytes per run and parameter.
+    chosen: np.ndarray | None = None
+    chosen_value: np.ndarray | None = None
 
     @staticmethod
     def draw(settings: Mapping[str, Any]) -> EnsemblePlan:
         keyed = {k: settings[k] for k in ("runs", "design", "space", "seed")}
+        if settings.get("choosing"):  # another way of choosing is another design
+            keyed["choosing"] = settings["choosing"]
         digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
         space = keyed["space"]
         levels = grid_levels(space, keyed["runs"]) if keyed["design"] == "grid" else None
         runs = int(np.prod([len(v) for v in levels.values()])) if levels is not None else keyed["runs"]
         fields = [pa.field("run", pa.string())]
         fields += [pa.field(n, column_type(spec, levels[n] if levels else None)) for n, spec in space.items()]
-        schema = pa.schema([*fields, pa.field("seed", pa.int64())], metadata={"sim2dl_design": digest})
-        return EnsemblePlan(keyed, digest, runs, schema, levels)
+        fields.append(pa.field("seed", pa.int64()))
+        plan = EnsemblePlan(keyed, digest, runs, pa.schema(fields), levels)
+        if "choosing" in keyed:
+            if levels is not None:
+                raise Sim2dlError("config key 'simulate.design': a grid's runs cannot be chosen (use sobol)")
+            fields += [pa.field("acquisition", pa.string()), pa.field("acquisition_value", pa.float64())]
+            plan.chosen = np.full((runs, len(space)), np.nan)
+            plan.chosen_value = np.full(runs, np.nan)
+        plan.schema = pa.schema(fields, metadata={"sim2dl_design": digest})
+        return plan
+
+    def choose(self, index: int, point: np.ndarray, value: float) -> None:
+        """Run `index` takes this point of the unit cube instead of the design's (online choosing)."""
+        assert self.chosen is not None and self.chosen_value is not None
+        self.chosen[index], self.chosen_value[index] = point, value
+        self._cached = None
+
+    def unit_points(self, start: int, stop: int) -> np.ndarray:
+        """Runs [start, stop) as points of the unit cube, chosen ones included."""
+        unit = unit_design(self.settings["design"], self.runs, len(self.settings["space"]), self.settings["seed"],
+                           start, stop)  # fmt: skip
+        if self.chosen is not None:
+            mine = ~np.isnan(self.chosen[start:stop, 0])
+            unit[mine] = self.chosen[start:stop][mine]
+        return unit
 
     def __len__(self) -> int:
         return self.runs
@@ -198,12 +230,18 @@ class EnsemblePlan:
         if self.levels is not None:
             columns: dict[str, Any] = grid_rows(self.levels, start, stop)
         else:
-            unit = unit_design(self.settings["design"], self.runs, len(space), seed, start, stop)
+            unit = self.unit_points(start, stop)
             columns = {name: scale(unit[:, i], spec) for i, (name, spec) in enumerate(space.items())}
         seeds = (seed * 100_003 + np.arange(start, stop, dtype=np.int64)) % SEED_MODULUS + 1
         arrays = [pa.array([run_name(i, self.runs) for i in range(start, stop)], pa.string())]
-        arrays += [pa.array(columns[f.name], f.type) for f in self.schema if f.name not in ("run", "seed")]
-        table = pa.Table.from_arrays([*arrays, pa.array(seeds)], schema=self.schema)
+        arrays += [pa.array(columns[name], self.schema.field(name).type) for name in space]
+        arrays.append(pa.array(seeds))
+        if self.chosen_value is not None:
+            value = self.chosen_value[start:stop]
+            unchosen = np.isnan(value)  # null: no acquisition value (the design's own point)
+            arrays += [pa.array(np.where(unchosen, CONTINUED, CHOSEN).tolist(), pa.string()),
+                       pa.array(value, pa.float64(), mask=unchosen)]  # fmt: skip
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
         self._cached = (k, table)
         return table
 
@@ -273,7 +311,7 @@ class Queue:
             return start, self.next
 
 
-def serve(queue: Queue, comm: Any, workers: int, bar: Any) -> None:
+def serve(hand_out: Any, comm: Any, workers: int, bar: Any) -> None:
     """Rank 0's thread: answer every other rank's requests until each has been told there is no more. A
     rank asks again when its last chunk is done: that chunk's runs advance the progress bar, so that it
     counts every rank's work (tqdm's updates hold a lock)."""
@@ -289,7 +327,7 @@ def serve(queue: Queue, comm: Any, workers: int, bar: Any) -> None:
         source = status.Get_source()
         comm.recv(source=source, tag=REQUEST)
         bar.update(given.pop(source, 0))
-        chunk = queue.take()
+        chunk = hand_out()
         comm.send(chunk, dest=source, tag=REPLY)
         given[source] = chunk[1] - chunk[0]
         if chunk[0] == chunk[1]:
@@ -367,6 +405,9 @@ class FarmHooks:
     before: Any = None  # (start, tasks) -> None
     after: Any = None  # (start, tasks, outcomes) -> None
     may_be_empty: bool = False
+    # On the farm's rank 0, as it hands out runs [start, stop): chooses their points (plan.choose), before
+    # any rank builds their tasks; (plan, start, stop) -> None (online choosing)
+    choose: Any = None
 
 
 def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any,
@@ -375,18 +416,33 @@ def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any,
     hooks = hooks or FarmHooks()
     outcomes = RankOutcomes(root)
     queue = Queue(len(plan), size, hooks.max_chunk) if rank == 0 else None
+    lock = threading.Lock()
+
+    def hand_out() -> tuple[int, int, Any]:
+        """The next chunk, with the points chosen for its runs (None when nothing is chosen)."""
+        assert queue is not None
+        with lock:
+            start, stop = queue.take()
+            if hooks.choose is None or start == stop:
+                return start, stop, None
+            hooks.choose(plan, start, stop)
+            return start, stop, (plan.chosen[start:stop].copy(), plan.chosen_value[start:stop].copy())
+
     server = None
     bar = progress_bar(len(plan), "simulate", rank, size, unit="run", every_rank=True)
     if rank == 0 and size > 1:
-        server = threading.Thread(target=serve, args=(queue, comm, size - 1, bar), daemon=True)
+        server = threading.Thread(target=serve, args=(hand_out, comm, size - 1, bar), daemon=True)
         server.start()
     worker = RunWorker()
     while True:
         if queue is not None:
-            start, stop = queue.take()
+            start, stop, chosen = hand_out()
         else:
             comm.send(None, dest=0, tag=REQUEST)
-            start, stop = comm.recv(source=0, tag=REPLY)
+            start, stop, chosen = comm.recv(source=0, tag=REPLY)
+            if chosen is not None:  # rank 0 chose these runs' points: this rank's plan takes them
+                for index, (point, value) in enumerate(zip(*chosen, strict=True), start):
+                    plan.choose(index, point, value)
         if start == stop:
             break
         tasks = run_tasks(plan, settings, root, start, stop)
@@ -486,13 +542,15 @@ def run_ensemble(
     comm: Any,
     container: Mapping[str, Any] | None = None,
     hooks: FarmHooks | None = None,
+    plan: EnsemblePlan | None = None,
 ) -> dict[str, Any]:
     """Draw (or keep) the design, run what is not complete across the ranks, write the runs table.
     container: the config's container section (for simulate.image); hooks: a consumer of runs as they
-    complete (online training)."""
+    complete (online training); plan: the design drawn from these settings already (a consumer's, whose
+    chosen runs the farm fills in)."""
     rank = comm.Get_rank()
     settings = checked_settings(settings, container, comm)
-    plan = EnsemblePlan.draw(settings)
+    plan = plan or EnsemblePlan.draw(settings)
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
         prepare_design(plan, root)

@@ -93,6 +93,20 @@ def check(config: Mapping[str, Any], size: int, container: Mapping[str, Any] | N
     return roles(config, size), held_fields(config)
 
 
+def design_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """simulate's settings as the producers run them. With simulate.adaptive, `budget` runs (simulate.runs
+    is not used) and, unless its acquisition is the space-filling control, the trainers choose where
+    (pipeline.online.choosing)."""
+    simulate = dict(config["simulate"])
+    adaptive = simulate["adaptive"]
+    if not adaptive["enabled"]:  # (its settings are checked with the config: pipeline.config.check_adaptive)
+        return simulate
+    simulate["runs"] = adaptive["budget"]
+    if adaptive["acquisition"] != "space_filling":
+        simulate["choosing"] = {k: adaptive[k] for k in ("acquisition", "initial", "queue", "sigma", "min_spacing")}
+    return simulate
+
+
 def check_supply(config: Mapping[str, Any], runs: int) -> None:
     """A design too small to hold a run out for validation, or to leave one to train on, is a config error
     before any run starts (a smaller campaign than the buffer's watermark trains on what arrived)."""
@@ -110,6 +124,7 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
            container: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run the ensemble on the producer ranks and train on the others; every rank returns the training
     summary (with the ensemble's counts)."""
+    from pipeline.online.choosing import Chooser, DesignQueue
     from pipeline.online.producer import Producer
     from pipeline.online.training_rank import TrainingRank
     from pipeline.simulators.ensemble import EnsemblePlan, FarmHooks, run_ensemble
@@ -117,9 +132,9 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
     rank, size = comm.Get_rank(), comm.Get_size()
     error = None
     settings = config["train"]["online"]
-    simulate = config["simulate"]
     try:
         role, held_fields = check(config, size, container)
+        simulate = design_settings(config)
         plan = EnsemblePlan.draw(simulate)
         check_supply(config, len(plan))
     except Sim2dlError as e:
@@ -127,20 +142,29 @@ def online(config: Mapping[str, Any], raw_root: Path, out_dir: Path, comm: Any,
     all_ok(comm, error)
     sub = comm.Split(0 if role.is_producer(rank) else 1, rank)
     result: dict[str, Any] = {}
+    choosing = plan.chosen is not None
     if role.is_producer(rank):
         producer = Producer(config, comm, role.producers, role.training_ranks, len(plan),
                             lambda run: plan.rows(run, run + 1)[0])  # fmt: skip
         streamed = settings["source"] == "stream"
+        queue = None
+        if choosing and rank == 0:  # the farm's hand-out takes the trainers' choices
+            queue = DesignQueue(simulate, comm, role.producers, RawPaths(raw_root).online_choices(plan.digest),
+                                settings["validation_every_run"])  # fmt: skip
+            queue.restore(plan)
         hooks = FarmHooks(max_chunk=1, before=producer.before_stream if streamed else None,
                           after=producer.after_stream if streamed else producer.after_runs,
-                          may_be_empty=streamed)  # fmt: skip
+                          may_be_empty=streamed, choose=queue)  # fmt: skip
         try:
-            result = {"ensemble": run_ensemble(simulate, raw_root, sub, container, hooks)}
+            result = {"ensemble": run_ensemble(simulate, raw_root, sub, container, hooks, plan)}
         finally:
             producer.finish()
+            if queue is not None:
+                queue.close()
     else:
+        chooser = Chooser(simulate, sub, comm, producer=0) if choosing else None
         training = TrainingRank(config, held_fields, comm, sub, role.producers, len(plan), out_dir,
-                                RawPaths(raw_root).runs)  # fmt: skip
+                                RawPaths(raw_root).runs, chooser)  # fmt: skip
         result = training.run()
     # the training ranks' summary to every rank (rank 0, a producer, prints it), with the ensemble's counts
     hosts = comm.allgather(socket.gethostname())

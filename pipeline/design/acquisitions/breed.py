@@ -27,25 +27,40 @@ def bred_share(round_index: int, rounds: int) -> float:
     return FIRST_SHARE + (LAST_SHARE - FIRST_SHARE) * min(1.0, (round_index - 1) / (rounds - 1))
 
 
+def bred_children(
+    parents: np.ndarray,
+    losses: np.ndarray,
+    taken: np.ndarray,
+    spacing: float,
+    sigma: float,
+    wanted: int,
+    rng: np.random.Generator,
+) -> tuple[list[np.ndarray], list[float], np.ndarray]:
+    """Up to `wanted` children of `parents` (points x dims, unit cube), each parent drawn in proportion to its
+    loss, none outside the cube nor within `spacing` of `taken` or of each other. Returns the children, their
+    values (the parent's loss) and `taken` with the children added."""
+    weights = losses / losses.sum() if losses.sum() > 0 else np.full(len(losses), 1 / len(losses))
+    points, values = [], []
+    for _ in range(wanted):
+        for _ in range(TRIES):
+            parent = int(rng.choice(len(weights), p=weights))
+            child = parents[parent] + rng.normal(0.0, sigma, parents.shape[1])
+            if np.all((child >= 0) & (child < 1)) and open_candidates(child[None], taken, spacing)[0]:
+                points.append(child)
+                values.append(float(losses[parent]))
+                taken = np.vstack([taken, child[None]])
+                break
+    return points, values, taken
+
+
 class Breed(Acquisition):
     name = "breed"
 
     def choose(self, context: Context, batch: int) -> Choice:
-        rng = context.rng
         losses = np.mean(list(context.emulator.loo_vrmse().values()), axis=0)
-        weights = losses / losses.sum() if losses.sum() > 0 else np.full(len(losses), 1 / len(losses))
         wanted = round(bred_share(context.round_index, context.rounds) * batch)
-        points, values = [], []
-        taken = context.avoid
-        for _ in range(wanted):
-            for _ in range(TRIES):
-                parent = int(rng.choice(len(weights), p=weights))
-                child = context.done[parent] + rng.normal(0.0, context.settings["sigma"], context.done.shape[1])
-                if np.all((child >= 0) & (child < 1)) and open_candidates(child[None], taken, context.spacing)[0]:
-                    points.append(child)
-                    values.append(float(losses[parent]))
-                    taken = np.vstack([taken, child[None]])
-                    break
+        points, values, taken = bred_children(context.done, losses, context.avoid, context.spacing,
+                                              context.settings["sigma"], wanted, context.rng)  # fmt: skip
         spread = distances(context.pool, taken).min(axis=1, initial=np.inf)  # maximin: the farthest first
         rest = spaced_best(spread, context.pool, batch - len(points), context.spacing, taken)
         points += list(context.pool[rest])
