@@ -32,13 +32,13 @@ demo: env
 # that test skips (and fails under CI=true).
 TORCH_CPU := torch==2.13.0+cpu
 
-# TEST_WORKERS: pytest-xdist workers (tests/conftest.py, pytest_collection_modifyitems, says how they share
+# TEST_WORKERS: pytest-xdist workers (tests/conftest.py, pytest_xdist_make_scheduler, says how they share
 # the work); 1 runs the suite in one process.
 TEST_WORKERS ?= 2
 test: env
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_CPU)" -c requirements/constraints.txt 2>/dev/null || echo "no CPU build of torch to install: the PyTorch reader test will not run"
 	$(RUN) $(BIN)/ruff check .
-	$(RUN) $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
+	$(RUN) $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # Before each commit: the unit and mpi tiers (tests/conftest.py says which test is in which tier).
 test-fast: env

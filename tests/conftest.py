@@ -322,17 +322,27 @@ def tier(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test's tier as its marker; the site tier first. Under `make test` (pytest-xdist, --dist loadgroup)
-    each test module is one unit of work and the site tier one more: it shares the image and the cluster,
-    and much of its time waits on Slurm, the network and the disk, so one worker runs it from the start
-    while the others take the modules of the other tiers one at a time (two modules on one worker's 2 cores
-    at once would only slow both: their MPI ranks are CPU-bound)."""
+    """Each test's tier as its marker; the site tier first (see pytest_xdist_make_scheduler)."""
     for item in items:
-        item_tier = tier(item)
-        item.add_marker(getattr(pytest.mark, item_tier))
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
-        item.add_marker(pytest.mark.xdist_group("site" if item_tier == "site" else module))
+        item.add_marker(getattr(pytest.mark, tier(item)))
     items.sort(key=lambda item: item.get_closest_marker("site") is None)  # stable: file order otherwise
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `make test` (pytest-xdist): each test module is one unit of work and the site tier one more,
+    sent to a worker first. The site tier shares the image and the cluster, and much of its time waits on
+    Slurm, the network and the disk, so one worker runs it from the start while the others take the other
+    modules one at a time (two MPI modules at once on one worker's 2 cores only slow each other). A
+    scheduler rather than xdist_group marks: pytest-xdist 3.8 renames the grouped tests' node ids in a way
+    pytest 9 ignores."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "site" if Path(module).stem in SITE_MODULES else module
+
+    return TierScheduling(config, log)
 
 
 TOOLS = ["debootstrap=debootstrap", "bwrap=bubblewrap", "ch-run=charliecloud", "mpiexec.mpich=mpich"]

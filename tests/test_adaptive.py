@@ -412,20 +412,25 @@ def test_the_design_queue_is_bounded_keeps_its_spacing_journals_and_a_rerun_hand
     assert again.block(0).equals(plan.block(0))
 
 
-def test_online_the_trainers_choose_as_runs_complete_on_two_ranks_and_a_rerun_keeps_the_choices(tmp_path):
-    """docs/ensembles.md's online block, 1 producer and 1 training rank: the runs table says which runs the
-    trainers chose (Breed on the loss at arrival), their points are the journal's, spaced from every earlier
-    run; validation runs and the start stay space-filling; the choices are in TensorBoard; a rerun repeats no
-    run and keeps every choice."""
+def test_online_the_trainers_choose_as_runs_complete_and_a_rerun_on_two_ranks_keeps_the_choices(tmp_path):
+    """docs/ensembles.md's online block, 2 producers (the farm hands chosen runs to the other producer too)
+    and 1 training rank: the runs table says which runs the trainers chose (Breed on the loss at arrival),
+    their points are the journal's, spaced from every earlier run; validation runs and the start stay
+    space-filling; the choices are in TensorBoard. A rerun on 2 ranks (1 producer) repeats no run and keeps
+    every choice."""
     from .helpers import online_config
 
     config = online_config(tmp_path, samples=2, chosen=True, steps=200, validate_every_steps=2, statistics_runs=1,
                            buffer={"capacity": 32, "watermark": 4, "max_reuse": 64})  # fmt: skip
     assert config["simulate"]["adaptive"]["acquisition"] == "breed"  # docs/ensembles.md's block, smaller:
     config["simulate"]["adaptive"].update({"initial": 6, "budget": 36, "queue": 6, "min_spacing": 0.02})
+    config["train"]["online"]["producers"] = 2
+    flag = tmp_path / "work" / "train" / "metrics.json"
+    config["simulate"]["command"] = [sys.executable, str(REPO / "tests" / "programs" / "after_first_validation.py"),
+                                     str(flag), "{run}", "6", "--", *config["simulate"]["command"]]  # fmt: skip
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    run_cli(["online", "--config", str(path)], ranks=2, timeout=600)
+    run_cli(["online", "--config", str(path)], ranks=3, timeout=600)
     raw = Path(cfg.source_dir(config))
     runs = pq.read_table(raw / "runs.parquet").to_pylist()
     assert len(runs) == 36 and all(r["status"] == "ok" for r in runs)
@@ -447,6 +452,12 @@ def test_online_the_trainers_choose_as_runs_complete_on_two_ranks_and_a_rerun_ke
                 for u, spec in zip(entry["point"], space.values(), strict=True)
             ]
         )
+    import h5py
+
+    for i in chosen:  # the simulator ran at the chosen point, whichever producer ran it
+        [cube] = sorted(raw.glob(f"*/{runs[i]['run']}/cube_00000.h5"))
+        with h5py.File(cube) as f:
+            assert f["params"][()] == pytest.approx([runs[i][n] for n in ("sigma_8", "n_s", "omega_m")], rel=1e-6)
     unit = np.array([[(r[n] - s["low"]) / (s["high"] - s["low"]) for n, s in space.items()] for r in runs])
     for i in chosen:
         assert distances(unit[i : i + 1], unit[:i]).min() >= 0.02
@@ -456,6 +467,8 @@ def test_online_the_trainers_choose_as_runs_complete_on_two_ranks_and_a_rerun_ke
     assert summary["online"]["steps"] > 0 and summary["online"]["runs_table"]
     # a rerun: every run complete, none repeated; the chosen runs keep their points
     logs = {p: p.stat().st_mtime_ns for p in (raw / "logs").rglob("*.log")}
+    config["train"]["online"]["producers"] = 1
+    path.write_text(yaml.safe_dump(config))
     run_cli(["online", "--config", str(path)], ranks=2, timeout=600)
     again = pq.read_table(raw / "runs.parquet").to_pylist()
     assert [{k: r[k] for k in (*space, "acquisition", "acquisition_value")} for r in again[: len(runs)]] == [

@@ -155,6 +155,7 @@ class Chooser:
         self.scored = np.zeros(self.runs, np.int32) if self.first else None
         self.rounds = 0
         self.closed = False
+        self.sending: Any = None  # the last choices' send, until the producers' first rank takes them
 
     def handed(self, run: int, point: np.ndarray) -> None:
         assert self.points is not None
@@ -170,6 +171,8 @@ class Chooser:
         self.new_losses = []
         if not self.first or self.closed:
             return None
+        if self.sending is not None and not self.sending.Test():  # not taken yet (no hand-out since): skip
+            return None
         assert self.points is not None and self.loss_sum is not None and self.scored is not None
         for run, loss in (pair for part in gathered for pair in part):
             self.loss_sum[run] += loss
@@ -184,8 +187,9 @@ class Chooser:
         points, values, _ = bred_children(self.points[parents], losses, handed, self.spacing,
                                           self.adaptive["sigma"], self.adaptive["queue"], rng)  # fmt: skip
         order = np.argsort(values)[::-1]  # the children of the worst-learned runs first
-        self.world.send(([points[i] for i in order], [values[i] for i in order]), dest=self.producer,
-                        tag=messages.CHOICES)  # fmt: skip
+        # not waiting: a large message is delivered only when the producers' first rank hands out its next run
+        self.sending = self.world.isend(([points[i] for i in order], [values[i] for i in order]), dest=self.producer,
+                                        tag=messages.CHOICES)  # fmt: skip
         return {"choice/queue": len(points), "choice/parents": len(parents),
                 "choice/loss_at_arrival_mean": float(losses.mean()),
                 "choice/loss_at_arrival_max": float(losses.max())}  # fmt: skip
@@ -194,4 +198,6 @@ class Chooser:
         """The first training rank, once the producers' first rank is done: its queue takes no more."""
         if self.first and not self.closed:
             self.closed = True
-            self.world.send(None, dest=self.producer, tag=messages.CHOICES)
+            self.world.send(None, dest=self.producer, tag=messages.CHOICES)  # it is receiving until this
+            if self.sending is not None:
+                self.sending.wait()
