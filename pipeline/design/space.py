@@ -96,3 +96,8 @@ def default_spacing(budget: int, dims: int) -> float:
     """A quarter of the spacing of `budget` points spread evenly over the unit cube: close enough that a
     batch can gather where the acquisition points, far enough that it never chooses one point twice."""
     return 0.25 * budget ** (-1.0 / max(dims, 1))
+
+
+def min_spacing(adaptive: Mapping[str, Any], budget: int, dims: int) -> float:
+    """simulate.adaptive.min_spacing, or where it is null the default for `budget` runs."""
+    return adaptive["min_spacing"] if adaptive["min_spacing"] is not None else default_spacing(budget, dims)

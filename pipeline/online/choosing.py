@@ -39,27 +39,20 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.design.acquisitions.breed import FIRST_SHARE, LAST_SHARE, bred_children
-from pipeline.design.space import default_spacing, distances
+from pipeline.design.acquisitions.breed import bred_children, bred_share
+from pipeline.design.space import distances, min_spacing
 from pipeline.online import messages
 
 
 def chosen_share(index: int, initial: int, runs: int) -> float:
     """The share of runs that take a chosen point at run `index`: 0 in the space-filling start, then
-    Breed's schedule from 0.15 to 0.75 over the remaining runs."""
-    if index < initial:
-        return 0.0
-    later = max(runs - initial - 1, 1)
-    return FIRST_SHARE + (LAST_SHARE - FIRST_SHARE) * min(1.0, (index - initial) / later)
+    Breed's schedule (bred_share, from 0.15 to 0.75) with each later run as a round."""
+    return bred_share(index - initial + 1, runs - initial) if index >= initial else 0.0
 
 
 def takes_choice(seed: int, index: int, share: float) -> bool:
     """Whether run `index` takes a chosen point, drawn from (seed, index) alone."""
     return share > 0 and float(np.random.default_rng([seed, index, 11]).random()) < share
-
-
-def spacing_of(adaptive: Mapping[str, Any], runs: int, dims: int) -> float:
-    return adaptive["min_spacing"] if adaptive["min_spacing"] is not None else default_spacing(runs, dims)
 
 
 class DesignQueue:
@@ -72,9 +65,8 @@ class DesignQueue:
         self.world, self.chooser, self.journal = world, chooser, journal
         self.validation_every = validation_every
         self.queue: collections.deque[tuple[np.ndarray, float]] = collections.deque(maxlen=self.adaptive["queue"])
-        self.spacing = spacing_of(self.adaptive, self.runs, len(settings["space"]))
+        self.spacing = min_spacing(self.adaptive, self.runs, len(settings["space"]))
         self.handed: np.ndarray | None = None  # runs x dims: the unit points of the runs handed out (NaN: not yet)
-        self.chosen_runs = 0
 
     def restore(self, plan: Any) -> None:
         """The choices journaled by an earlier attempt of this design, into the plan."""
@@ -121,7 +113,6 @@ class DesignQueue:
                     plan.choose(index, *picked)
             point = plan.unit_points(index, index + 1)[0]
             self.handed[index] = point
-            self.chosen_runs += not np.isnan(plan.chosen[index, 0])
             self.world.send((index, point), dest=self.chooser, tag=messages.HANDED)
 
     def record(self, index: int, point: np.ndarray, value: float) -> None:
@@ -149,7 +140,7 @@ class Chooser:
         self.first = comm.Get_rank() == 0
         self.new_losses: list[tuple[int, float]] = []  # this window's arrivals scored (run, loss)
         dims = len(simulate["space"])
-        self.spacing = spacing_of(self.adaptive, self.runs, dims)
+        self.spacing = min_spacing(self.adaptive, self.runs, dims)
         self.points = np.full((self.runs, dims), np.nan) if self.first else None  # the runs handed out
         self.loss_sum = np.zeros(self.runs) if self.first else None
         self.scored = np.zeros(self.runs, np.int32) if self.first else None

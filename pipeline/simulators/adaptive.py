@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from pipeline import Sim2dlError
 from pipeline.design.acquisitions import ACQUISITIONS, Context
 from pipeline.design.emulator import Emulator, Outputs
-from pipeline.design.space import candidate_pool, default_spacing, parameter_columns, unit_design, unit_points
+from pipeline.design.space import candidate_pool, min_spacing, parameter_columns, unit_design, unit_points
 from pipeline.formats.readers import reader_for
 from pipeline.formats.readers.base import SampleError
 from pipeline.paths import AdaptivePaths, RawPaths
@@ -260,7 +260,7 @@ def choose(settings: Mapping[str, Any], history: History, round_index: int,
     if stop:
         return None, {**stats, "stopped": stop, "runs": history.runs, "runs_ok": len(x)}
     started = time.perf_counter()
-    spacing = adaptive["min_spacing"] if adaptive["min_spacing"] is not None else default_spacing(budget, dims)
+    spacing = min_spacing(adaptive, budget, dims)
     context = Context(done=x, avoid=history.all_points(dims), emulator=emulator,
                       pool=candidate_pool(adaptive["pool"], dims, settings["seed"], round_index), spacing=spacing,
                       round_index=round_index, rounds=max(1, planned), runs_so_far=history.runs,
