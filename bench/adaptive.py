@@ -19,7 +19,18 @@ most the control's at N, as a fraction of N; null where it never is), `worst_ove
 (the largest ratio to the control at any budget), and `choosing_fraction` (seconds choosing / seconds of
 the round: fitting, choosing and running, summed over the rounds of the variance designs).
 
-    python bench/adaptive.py [--quick] [--acquisitions space_filling,integrated_variance]
+`--online`: instead, online choosing (docs/ensembles.md, "Online: the trainers choose as the runs
+complete") against its control, on the bistable preset: `sim2dl online` on 2 ranks (1 simulating, 1
+training the preset's forward surrogate) with `acquisition: breed` and with `space_filling`, the same
+budget (64 runs quick, 96 full) and seeds, each kept model then called on the test runs' parameters
+(physical units in and out, as a user calls it) and scored by VRMSE against their states. Validation runs
+(every 5th) are the design's own points either way, and training ends when the runs have ended and every
+sample was drawn `max_reuse` times, so both arms train on as many samples for as many steps. Figures:
+`online.test_vrmse.{breed,space_filling}` (mean over the seeds, and `by_seed`), `online.breed_over_control`
+(goal: <= 1.0), `online.chosen_runs` (mean runs breed chose). Arrivals depend on timing, so the online
+figures are not seeded: their spread is in `by_seed`.
+
+    python bench/adaptive.py [--quick] [--acquisitions space_filling,integrated_variance] [--online]
     (quick: budgets to 40, 96 test runs; full: to 96, 256; --acquisitions: only these, the control always)
 """
 
@@ -81,11 +92,73 @@ def outputs_of(raw: Path, settings: dict[str, Any]) -> tuple[np.ndarray, np.ndar
     return x, np.array([layout.row(r) for r in rows])
 
 
+def online_test_vrmse(work: Path, seed: int, acquisition: str, budget: int, test_raw: Path,
+                      test_y: np.ndarray) -> tuple[float, int]:  # fmt: skip
+    """`sim2dl online` on the adaptive preset with this acquisition; (the kept model's mean test VRMSE of the
+    state, runs chosen)."""
+    import tensorflow as tf
+
+    preset = yaml.safe_load((REPO / "config" / "presets" / "adaptive-fronts.yaml").read_text())
+    config = {**preset, "workdir": str(work)}
+    config.pop("merge")  # online holds out every 5th run, no split
+    config["simulate"] = {**preset["simulate"], "seed": seed, "max_failed_fraction": 0.0,
+                          "adaptive": {"enabled": True, "acquisition": acquisition, "initial": 16, "budget": budget,
+                                       "queue": 8}}  # fmt: skip
+    config["source"] = {**preset["source"], "glob": "*.h5"}  # a run's own directory
+    config["train"] = {**preset["train"], "seed": seed,
+                       "online": {"enabled": True, "producers": 1, "steps": 2000, "validate_every_steps": 20,
+                                  "validation_every_run": 5, "statistics_runs": 8,
+                                  "buffer": {"capacity": 1024, "watermark": 16, "max_reuse": 40}}}  # fmt: skip
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    sim2dl("online", "--config", str(path))
+    model = tf.keras.models.load_model(str(work / "train" / "model"), compile=False)
+    table = pq.read_table(test_raw / "runs.parquet").to_pydict()
+    design = np.stack([table["level"], table["a"]], axis=1).astype(np.float32)  # convert.stack's order
+    state = np.asarray(model(design)["state"]).reshape(len(design), -1)
+    layout = Outputs.of({"state": (state.shape[1],)})
+    runs = pq.read_table(work / "raw" / "runs.parquet")  # the control's table has no acquisition column
+    chosen = runs.column("acquisition").to_pylist().count("breed") if "acquisition" in runs.column_names else 0
+    return float(layout.vrmse(state, test_y)["state"].mean()), chosen
+
+
+def online_choosing(work: Path, quick: bool) -> dict[str, Any]:
+    """Online breed against its space-filling control on the bistable simulator (the module's `--online`)."""
+    budget, tests = (64, 96) if quick else (96, 256)
+    spec = simulators()["bistable"]
+    test_raw = run_simulate(work / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
+    _, test_y = outputs_of(test_raw, {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}})
+    errors: dict[str, list[float]] = {CONTROL: [], "breed": []}
+    chosen = []
+    for seed in SEEDS:
+        for name in errors:
+            error, count = online_test_vrmse(work / f"online-{name}-{seed}", seed, name, budget, test_raw, test_y)
+            errors[name].append(error)
+            if name == "breed":
+                chosen.append(count)
+            print(f"online {name} seed {seed}: {error:.4f} ({count} chosen)", file=sys.stderr, flush=True)
+    mean = {name: float(np.mean(e)) for name, e in errors.items()}
+    return {"budget": budget, "test_runs": tests, "seeds": list(SEEDS),
+            "test_vrmse": {name: {"mean": round(mean[name], 4), "by_seed": np.round(e, 4).tolist()}
+                           for name, e in errors.items()},
+            "breed_over_control": round(mean["breed"] / mean[CONTROL], 3),
+            "chosen_runs": round(float(np.mean(chosen)), 1)}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--acquisitions", help="comma-separated: only these (and the control), e.g. for the check")
+    parser.add_argument("--online", action="store_true", help="online choosing against its control instead")
     args = parser.parse_args()
+    if args.online:
+        work = OUT / "adaptive-online"
+        shutil.rmtree(work, ignore_errors=True)
+        result = {"online": online_choosing(work, args.quick)}
+        shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps(result))
+        return
     initial, batch = 16, 8
     budget, tests = (40, 96) if args.quick else (96, 256)
     acquisitions = ["space_filling", "integrated_variance", "variance", "committee", "breed"]

@@ -191,6 +191,8 @@ BY_HAND = {
     "spatial": "about 15 GB of memory for its unsplit 128^3 baseline",
     "cluster": "a virtual Slurm cluster (scripts/vcluster.sh, root)",
     "scale": "10^5..10^7 files: minutes to hours (--quick: 200,000 files)",
+    "adaptive-online": "more runs than the check's 20 minutes hold (`bench/adaptive.py --quick --online`, 7 "
+    "minutes): its arrivals depend on timing, and its seeds spread beyond the check's factor",
 }
 
 
