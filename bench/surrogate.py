@@ -150,7 +150,7 @@ def cut(task: Any, states: np.ndarray, given: np.ndarray | None = None, chunks: 
     pieces = []
     for part in np.array_split(np.arange(len(states)), chunks):
         labels = None if given is None else task.label_tensor([tf.constant(given[part])], True)
-        pieces.append([w.numpy() for w in task.windows(tf.constant(states[part]), labels)])
+        pieces.append([w.numpy() for w in task.samples(tf.constant(states[part]), labels)])
     return tuple(np.concatenate(p) for p in zip(*pieces, strict=True))
 
 

@@ -261,7 +261,9 @@ def compare(case: Case, seed: int = 0) -> tuple[float, float]:
     minimal = fit_and_score(reference(spatial, shape, outputs, per_pixel, summed=case.data is pulses), case, train,
                             held_out)  # fmt: skip
     tf.keras.utils.set_random_seed(seed)
-    task = SimpleNamespace(per_pixel=per_pixel, output_fields=lambda: list(case.output_shapes), vector_width=0)
+    on_grid = (*shape[: len(shape) - 1], outputs) if per_pixel else (outputs,)  # logits per pixel, or a vector
+    task = SimpleNamespace(output_shape=lambda _: on_grid, output_fields=lambda: list(case.output_shapes),
+                           vector_width=0)  # fmt: skip
     args = {**default_args(), **getattr(case.model, "OPTIONS", {}), **dict(case.options)}
     built = case.model.build(shape, outputs, task, args)
     return fit_and_score(built, case, train, held_out), minimal
@@ -287,7 +289,7 @@ def test_sequence_pools_real_steps_only_so_padding_changes_nothing():
     import tensorflow as tf
 
     tf.keras.utils.set_random_seed(0)
-    model = sequence.build((None, 2), 1, SimpleNamespace(per_pixel=False), default_args())
+    model = sequence.build((None, 2), 1, SimpleNamespace(), default_args())
     trace = np.random.default_rng(0).normal(size=(1, 40, 2)).astype("float32")
     padded = np.concatenate([trace, np.zeros((1, 88, 2), "float32")], axis=1)
     alone, in_batch = model(trace).numpy(), model(padded).numpy()

@@ -211,7 +211,7 @@ def test_next_state_windows_stay_within_a_trajectory_and_keep_time_order():
     task = next_state_task(steps=6, k=2, m=2)
     # state t of trajectory b holds the value 100 b + t everywhere: a window says where it came from
     x = np.stack([np.stack([np.full((8, 8), 100 * b + t) for t in range(6)]) for b in range(3)]).astype(np.float32)
-    inputs, targets = task.windows(tf.constant(x), tf.zeros([3, 0]))
+    inputs, targets = task.samples(tf.constant(x), tf.zeros([3, 0]))
     assert inputs.shape == (3 * 3, 8, 8, 2) and targets.shape == (3 * 3, 8 * 8 * 2)
     assert task.samples_per_record() == 3 and task.model_feature_shape == (8, 8, 2)
     ins = inputs.numpy()[:, 0, 0]
@@ -221,7 +221,7 @@ def test_next_state_windows_stay_within_a_trajectory_and_keep_time_order():
         assert list(window_in) == [100 * record + first, 100 * record + first + 1]
         assert list(window_out) == [100 * record + first + 2, 100 * record + first + 3]
     # one window per record at a given start (online training's draw): the same as that one of all of them
-    one_in, one_out = task.windows(tf.constant(x), tf.zeros([3, 0]), np.array([2, 0, 1]))
+    one_in, one_out = task.samples(tf.constant(x), tf.zeros([3, 0]), np.array([2, 0, 1]))
     chosen = np.arange(3) * 3 + [2, 0, 1]
     np.testing.assert_array_equal(one_in.numpy(), inputs.numpy()[chosen])
     np.testing.assert_array_equal(one_out.numpy(), targets.numpy()[chosen])
@@ -273,7 +273,7 @@ def test_a_runs_parameters_are_constant_channels_in_every_window_and_rollout_ste
     x = np.stack([np.stack([np.full((8, 8), 100 * b + t) for t in range(5)]) for b in range(2)]).astype(np.float32)
     params = np.array([[1, 2, 3], [4, 5, 6]], np.float32)  # normalised, as the shards hold them
     labels = task.label_tensor([tf.constant(params)], batched=True)
-    inputs, targets = task.windows(tf.constant(x), labels)
+    inputs, targets = task.samples(tf.constant(x), labels)
     assert inputs.shape == (2 * 3, 8, 8, 5) and targets.shape == (2 * 3, 64)
     for window in inputs.numpy():
         record = int(window[0, 0, 0]) // 100
@@ -358,7 +358,7 @@ def test_a_next_state_of_cubes_windows_rolls_out_scores_its_spectrum_and_saves_a
     assert task.model_feature_shape == (*grid, 2 + 2) and task.samples_per_record() == 3
     x = np.stack([np.stack([np.full(grid, 100 * b + t) for t in range(5)]) for b in range(2)]).astype(np.float32)
     params = np.array([[1, 2], [3, 4]], np.float32)
-    inputs, targets = task.windows(tf.constant(x), task.label_tensor([tf.constant(params)], batched=True))
+    inputs, targets = task.samples(tf.constant(x), task.label_tensor([tf.constant(params)], batched=True))
     assert inputs.shape == (2 * 3, *grid, 4) and targets.shape == (2 * 3, 4 * 6 * 8)
     for window, target in zip(inputs.numpy(), targets.numpy(), strict=True):
         record, first = divmod(int(window[0, 0, 0, 0]), 100)

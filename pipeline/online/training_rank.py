@@ -294,9 +294,7 @@ class TrainingRank:
         if add_channel:
             x = x[..., np.newaxis]
         y = task.label_tensor([batch[name] for name in task.record_labels()], True)
-        if task.windowed and not whole:
-            return task.windows(tf.constant(x), y)
-        return tf.constant(x), y
+        return (tf.constant(x), y) if whole else task.samples(tf.constant(x), y)
 
     def raw_arrays(self, batch: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """A batch as the classical baseline takes it: not normalised (statistics are frozen only at the
@@ -420,14 +418,14 @@ class TrainingRank:
             self.state.short_batches += len(next(iter(batch.values()))) < batch_size
             drawn += 1
             x, y = self.batch_tensors(batch, session.task, session.add_channel, whole=True)
-            yield self.one_window_each(x, y, session.task, drawn) if session.task.windowed else (x, y)
+            yield self.one_sample_each(x, y, session.task, drawn)
 
-    def one_window_each(self, x: Any, y: Any, task: Task, step: int) -> tuple[Any, Any]:
-        """Of each drawn trajectory, one window (only that one cut), at a start drawn from a generator seeded
-        by (train.seed, rank, step): a step trains on batch_size windows, as on staged shards, each of a
-        different run (a resumed step draws the same)."""
+    def one_sample_each(self, x: Any, y: Any, task: Task, step: int) -> tuple[Any, Any]:
+        """Of each drawn record, one of the task's samples (only that one cut: a trajectory's window), at a
+        start drawn from a generator seeded by (train.seed, rank, step): a step trains on batch_size
+        samples, as on staged shards, each of a different run (a resumed step draws the same)."""
         rng = np.random.default_rng([self.settings["seed"], self.rank, step])
-        return task.windows(x, y, rng.integers(0, task.samples_per_record(), int(x.shape[0])))
+        return task.samples(x, y, rng.integers(0, task.samples_per_record(), int(x.shape[0])))
 
     def loss_on(self, session: Started, sample: Mapping[str, np.ndarray]) -> float:
         """The model's loss on one sample as it is now (a next state's: over the sample's windows)."""
@@ -445,16 +443,17 @@ class TrainingRank:
         tensors = (self.batch_tensors(p, session.task, session.add_channel) for p in self.validation_batches())
         return evaluate(tensors, session.task, session.predict, self.comm)
 
-    def rollout(self, session: Started, task: Task) -> dict[str, Any]:
-        """A next state's kept model rolled out on every training rank's validation runs, whole (online
-        training has no test runs); {} for a task that does not roll out."""
-        if not task.rolls_out:
-            return {}
-        from pipeline.training.rollout import rolled_out
+    def after_training(self, session: Started, task: Task) -> dict[str, Any]:
+        """The task's use of the kept model (Task.after_training: a next state's rollout) on every training
+        rank's validation runs, whole (online training has no test runs)."""
 
-        tensors = (self.batch_tensors(p, task, session.add_channel, whole=True) for p in self.validation_batches())
-        return rolled_out(task, session.model, ((x.numpy(), np.asarray(y)) for x, y in tensors), self.comm,
-                          "validation")  # fmt: skip
+        def records() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for part in self.validation_batches():
+                x, y = self.batch_tensors(part, task, session.add_channel, whole=True)
+                yield x.numpy(), np.asarray(y)
+
+        return task.after_training(lambda x: session.model(x, training=False).numpy(), records, self.comm,
+                                   "validation")  # fmt: skip
 
     def end_window(self, session: Started, window: Window, kept: Kept) -> tuple[float, Evaluation]:
         """Validation, the window's history row, train.keep's record and a checkpoint (the history first, then
@@ -509,9 +508,7 @@ class TrainingRank:
         # the task again, with the frozen statistics: metrics and the figure in the labels' own units
         task = make_task(self.settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
         extra: dict[str, Any] = {"online": self.online_record(counts, seconds), "hybrid": ONLINE_HYBRID}
-        rolled = self.rollout(session, task)  # a next state's kept model, run on its own outputs
-        if rolled:
-            extra["rollout"] = rolled
+        extra.update(self.after_training(session, task))  # a next state's kept model, run on its own outputs
         if self.record:  # the order samples arrived in between draws: replaying it gives the same batches
             write_arrivals(self.paths.root / f"arrivals-rank-{self.rank:05d}.npy", self.train_buffer.log)
         if self.rank == 0:

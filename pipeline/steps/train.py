@@ -55,13 +55,13 @@ from pipeline.formats.metadata import load_metadata
 from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.training import determinism, devices
+from pipeline.training.after_training import after_training
 from pipeline.training.classical import baseline_start, classical_baseline
 from pipeline.training.epochs import restore, restore_kept, run_epochs
 from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.inputs import input_pipeline, rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population_run import train_population
-from pipeline.training.rollout import rollout_record
 from pipeline.training.session import announce_start, prepare, resume_key, start_horovod
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation
@@ -136,6 +136,5 @@ def train(
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
-    rolled = rollout_record(task, model, data, meta, settings, comm)  # a next state's, run on itself
-    extra = {"hybrid": hybrid, **({"rollout": rolled} if rolled else {})}
+    extra = {"hybrid": hybrid, **after_training(task, model, data, meta, settings, comm)}  # a next state's rollout
     return finish(config, task, model, history, scores, paths, ranks, kept, found, extra, board=board)

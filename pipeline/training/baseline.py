@@ -393,7 +393,7 @@ class StreamingFit:
 
         def predict(x: np.ndarray) -> np.ndarray:
             scores = features_of(task, x, spatial_dims) @ weights + bias
-            return scores.reshape(*x.shape[: 1 + spatial_dims], -1) if task.per_pixel else scores
+            return task.baseline_outputs(scores, x, spatial_dims)
 
         return predict, settings
 

@@ -22,7 +22,7 @@ from pipeline.formats.shards import shard_format
 from pipeline.formats.shards.tfrecord.tfdata import READ_BUFFER_BYTES, decode_field, feature_description
 from pipeline.formats.slabs import sibling, slab_of, slabs_read
 from pipeline.paths import StagedPaths, TrainPaths
-from pipeline.training.augment import Transform, augment_batch
+from pipeline.training.augment import Transform
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tasks import Task
 
@@ -96,7 +96,7 @@ def input_pipeline(
     holdout: bool | None = None,
     tournament: tuple[float, bool] | None = None,
     cache: bool = False,
-    windowed: bool = True,
+    whole: bool = False,
 ) -> Any:
     """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
     added where it has one more axis), labels as the task wants them. fraction: the share of records held
@@ -112,7 +112,7 @@ def input_pipeline(
     tournament set (pipeline.data.splits.holdout_tournament): side True reads only them, False skips them.
     cache: keep the records that pass the hold-outs in memory (serialized) after the first pass, so a
     held-out set read again and again (a population's tournament and validation sets) is read once.
-    windowed: False reads whole records where the task cuts several samples from each (a rollout)."""
+    whole: the records as they are, not cut into the task's samples (Task.samples: a rollout's trajectories)."""
     pieces = pieces or range(1)  # whole records: one file per shard
     ds = shard_records(files, pieces, settings, training=training, shard=shard, epoch_seed=epoch_seed)
     ds = held_out(ds, fraction, (not training) if holdout is None else holdout, tournament)
@@ -122,7 +122,7 @@ def input_pipeline(
         # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
         ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
     return batches(ds, meta, settings, task, model_input, training=training, epoch_seed=epoch_seed, slab=slab,
-                   transforms=transforms, windowed=windowed)  # fmt: skip
+                   transforms=transforms, whole=whole)  # fmt: skip
 
 
 def shard_records(files: Sequence[Path], pieces: range, settings: Mapping[str, Any], *, training: bool,
@@ -175,33 +175,30 @@ def held_out(ds: Any, fraction: float | None, validation_side: bool, tournament:
 
 def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task: Task,
             model_input: Sequence[int | None], *, training: bool, epoch_seed: int, slab: tuple[int, int] | None,
-            transforms: Sequence[Transform], windowed: bool = True) -> Any:  # fmt: skip
+            transforms: Sequence[Transform], whole: bool = False) -> Any:  # fmt: skip
     """Records parsed into batches of (features, labels) (one vectorised parse per batch where every
-    field has a fixed shape, else bucketed by length), cut into the task's samples where a record holds
-    several (task.windowed, unless `windowed` is False: whole records, a rollout's trajectories), augmented
-    for training, prefetched."""
+    field has a fixed shape, else bucketed by length), cut into the task's samples (Task.samples; whole:
+    not cut, a rollout's trajectories), augmented for training, prefetched."""
     import tensorflow as tf
 
-    windows = task.windowed and windowed
+    several = not whole and task.samples_per_record() > 1  # a record's samples are batched again
     data = task.data
     feature = data.feature
-    parse_batch, parse_one = record_parsers(meta, task, model_input, slab)
+    parse_batch, parse_one = record_parsers(meta, task, model_input, slab, cut=not whole)
     batch = settings["batch_size"]
     if all(fixed(meta["feature_spec"][n]) for n in (list(data.feature_shapes) or [feature])):
-        ds = ds.batch(batch, drop_remainder=training and not windows).map(
+        ds = ds.batch(batch, drop_remainder=training and not several).map(
             parse_batch, num_parallel_calls=tf.data.AUTOTUNE
         )
-        if windows:  # several samples per record (a trajectory's windows), shuffled across records
-            ds = ds.map(task.windows, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+        if several:  # a trajectory's windows: shuffled across records
+            ds = ds.unbatch()
             if training:
                 ds = ds.shuffle(batch * task.samples_per_record() * 4, seed=epoch_seed, reshuffle_each_iteration=True)
             ds = ds.batch(batch, drop_remainder=training)
         if training and transforms:
-            moves_labels = task.per_pixel
 
             def symmetries(xy: Any, number: Any) -> Any:
-                return augment_batch(*xy, transforms, tf.stack([tf.constant(epoch_seed, tf.int64), number]),
-                                     moves_labels)  # fmt: skip
+                return task.augmented(*xy, transforms, tf.stack([tf.constant(epoch_seed, tf.int64), number]))
 
             ds = tf.data.Dataset.zip((ds, tf.data.Dataset.counter())).map(
                 symmetries, num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
@@ -217,10 +214,11 @@ def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task:
 
 
 def record_parsers(meta: Mapping[str, Any], task: Task, model_input: Sequence[int | None],
-                   slab: tuple[int, int] | None) -> tuple[Any, Any]:  # fmt: skip
+                   slab: tuple[int, int] | None, cut: bool = False) -> tuple[Any, Any]:  # fmt: skip
     """(parse a batch of records, parse one record) into (features, labels): features shaped as the
     model's input (a channel axis added where it has one more axis; slab: the planes kept; slab shards'
-    planes joined), labels as the task wants them."""
+    planes joined), labels as the task wants them; cut: a batch's records cut into the task's samples
+    (Task.samples)."""
     import tensorflow as tf
 
     data = task.data
@@ -250,7 +248,8 @@ def record_parsers(meta: Mapping[str, Any], task: Task, model_input: Sequence[in
 
     def parse_batch(first: Any, *more: Any) -> Any:
         others = [tf.io.parse_example(r, only_feature) for r in more]
-        return features_and_labels(tf.io.parse_example(first, description), True, others)
+        parsed = features_and_labels(tf.io.parse_example(first, description), True, others)
+        return task.samples(*parsed) if cut else parsed
 
     def parse_one(first: Any, *more: Any) -> Any:
         others = [tf.io.parse_single_example(r, only_feature) for r in more]
@@ -282,7 +281,7 @@ class RankData:
 
     def evaluation_input(self, split: str, meta: Mapping[str, Any], settings: Mapping[str, Any], task: Task,
                          model_input: Sequence[int | None], slab: tuple[int, int] | None = None,
-                         cache: bool = False, windowed: bool = True) -> Any:  # fmt: skip
+                         cache: bool = False, whole: bool = False) -> Any:  # fmt: skip
         """The batches of this rank's share of the validation or the test split, in order."""
         if split == "test":
             if self.test_files is None:
@@ -292,7 +291,7 @@ class RankData:
             files, shard, fraction = self.validation_files, self.validation_shard, self.fraction
         return input_pipeline(files, meta, settings, task, model_input, training=False, shard=shard, epoch_seed=0,
                               fraction=fraction, slab=slab, pieces=self.pieces, cache=cache,
-                              windowed=windowed)  # fmt: skip
+                              whole=whole)  # fmt: skip
 
 
 def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,

@@ -23,13 +23,13 @@ from pipeline.reporting.board import Board
 from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import topology
 from pipeline.training import determinism
+from pipeline.training.after_training import after_training
 from pipeline.training.classical import baseline_start, classical_baseline
 from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.inputs import rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
 from pipeline.training.population import check as check_population
-from pipeline.training.rollout import rollout_record
 from pipeline.training.session import announce_start, prepare, resume_key
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tasks import data_spec, make_task
@@ -95,8 +95,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     assert outcome.evaluation is not None
     board = Board.of(settings, paths.tensorboard / "population", rank == 0)  # the kept model's scores, the baseline
-    rolled = rollout_record(task, model, data, meta, settings, comm)  # the kept model's, as the train step's
-    extra = {"population": record, "hybrid": hybrid, **({"rollout": rolled} if rolled else {})}
+    extra = {"population": record, "hybrid": hybrid, **after_training(task, model, data, meta, settings, comm)}
     return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,
                   kept, found, extra, curves, board)  # fmt: skip
 

@@ -163,8 +163,8 @@ def evaluation_symmetries(settings: Mapping[str, Any], task: Task, source: Model
     input's spatial axes (symmetries: true)."""
     if not settings["augment_eval"]:
         return []
-    if task.per_pixel or task.data.several:
-        why = "a segmentation's outputs move with the field" if task.per_pixel else "a model of several inputs"
+    why = task.test_time_augmentation_refused()
+    if why:
         raise Sim2dlError(
             f"config key 'train.augment_eval': test-time augmentation averages per-sample outputs ({why})"
         )

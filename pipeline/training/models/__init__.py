@@ -215,7 +215,7 @@ def check_user_model(model: Any, source: ModelSource, shape: Any, task: Any, sev
     if tuple(produced) != expected:
         raise Sim2dlError(
             f"model builder {source.where}: the model's output shape is {list(produced)}, task '{task.name}' "
-            f"needs {list(expected)} ({'class logits per pixel' if task.per_pixel else 'raw outputs'})"
+            f"needs {list(expected)} ({task.outputs_in_words()})"
         )
 
 

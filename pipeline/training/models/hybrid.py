@@ -147,8 +147,9 @@ def hybrid_mode(mode: str, module: Any, task: Any, split: int) -> tuple[str, str
         return "none", None
     if module is None or not hasattr(module, "trunk"):
         return "none", "the model is not a built-in with a trunk (cosmoflow, unet2d, sequence): it is used as it is"
-    if task.per_pixel:
-        return "none", f"task {task.name}: an output per pixel, and the baseline's statistics are per sample"
+    refused = task.hybrid_refused()
+    if refused:
+        return "none", refused
     if split > 1:
         return "none", "train.spatial.split: no rank holds a whole sample to take its statistics of"
     return mode, None

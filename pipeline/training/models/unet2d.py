@@ -53,11 +53,12 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
 
     layers = tf.keras.layers
     fields = task.output_fields()  # a surrogate's outputs: a head per field on the decoder's last map
-    check_input(input_shape, args, task.per_pixel or bool(fields))
+    per_pixel = len(task.output_shape(input_shape)) > 1  # logits on the grid (segmentation)
+    check_input(input_shape, args, per_pixel or bool(fields))
     inputs = layers.Input(shape=tuple(input_shape))
     fields_in, embedding = conditioned(inputs, task.vector_width, args)  # a run's parameters: FiLM per block
     x, skips = encoder(fields_in, args, embedding)
-    if not task.per_pixel and not fields:
+    if not per_pixel and not fields:
         return tf.keras.Model(inputs, pooled_head([*skips, x], outputs, args), name=NAME)
     for level in reversed(range(args["depth"])):
         x = layers.Conv2DTranspose(args["width"] * 2**level, 2, strides=2)(x)

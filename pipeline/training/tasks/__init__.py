@@ -11,9 +11,16 @@ layer's size, the loss on the model's raw outputs, and the validation metrics an
 
 A task owns everything that depends on which task it is: its headline score names (`scores`, which
 summary.json lists as `score_names` for `sim2dl status`, a search, a sweep's table and TensorBoard), the
-comparison with the classical baseline (`below_baseline`, `compared`), the baseline's sums and method
-(`baseline_sums`, `baseline_method`), and how many records an evaluation counts. No module outside this
-folder branches on a task's name or its scores (tests/test_architecture.py holds that).
+comparison with the classical baseline (`below_baseline`, `compared`), the baseline's sums, method,
+inputs and outputs (`baseline_sums`, `baseline_method`, `baseline_features`, `baseline_outputs`), and how
+many records an evaluation counts. What the pipeline needs of a task is a hook every task answers (Task's
+defaults: a record is one sample, a label per sample), not a flag one task sets and others test:
+- `samples`, `samples_per_record`: cutting a record into training samples (a trajectory's windows);
+- `augmented`: a batch under train.augment's symmetries (a mask moves with its field);
+- `after_training`: the task's own use of the kept model (a next state's rollout), entries of summary.json;
+- `test_time_augmentation_refused`, `hybrid_refused`, `outputs_in_words`: what a setting cannot do here.
+No module outside this folder branches on a task's name or its scores, nor reads an attribute only one task
+has (tests/test_architecture.py holds both; the reads left: its FLAG_READS_LEFT).
 
 Adding a task: a module with a Task subclass, registered in TASKS, its name in the schema's train.task, and
 in the TASKS of each built-in model that does it.

@@ -9,7 +9,7 @@ per regression label) plus a bounded number of examples for its figure, never a 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,6 @@ from pipeline.training.baseline import (
     SHRINKAGE,
     BaselineSums,
     DiscriminantSums,
-    channels_per_pixel,
     summary_statistics,
 )
 
@@ -108,7 +107,6 @@ class Task:
     """A task: subclasses say how many outputs, check the labels, shape them, and evaluate."""
 
     name = ""
-    per_pixel = False  # an output per pixel of the feature (segmentation) instead of one per sample
     loss_name = "cross-entropy"
     max_examples = 0  # examples kept for the figure (all ranks together)
     # summary.json's headline scores (accuracy, R²: higher is better; a surrogate's VRMSE: lower): what
@@ -116,8 +114,6 @@ class Task:
     # in summary.json's `score_names`
     scores: tuple[str, ...] = ()
     needs_labels = True  # False: the targets come from the feature itself (a next state)
-    rolls_out = False  # True: after training, `rollout` runs the model on its own outputs (a next state)
-    windowed = False  # True: a record gives several samples (`windows`), cut after the parse
     # the last channels of a sample that are a vector constant over the grid (a run's parameters), which a
     # built-in model reads as one vector to modulate its features by (models/base.film), not as channels
     vector_width = 0
@@ -156,19 +152,11 @@ class Task:
         """The label fields parsed from each record."""
         return [f.name for f in self.data.labels]
 
-    def rollout(self, predict: Any, batches: Any) -> dict[str, Any]:
-        """With `rolls_out`: this rank's rollout of `predict` from each trajectory of `batches`."""
-        raise NotImplementedError
-
-    @staticmethod
-    def rollout_summary(parts: list[dict[str, Any]]) -> dict[str, Any]:
-        """Every rank's rollout joined."""
-        raise NotImplementedError
-
-    def windows(self, x: Any, y: Any, starts: Any = None) -> tuple[Any, Any]:
-        """With `windowed`: a batch of parsed records as a batch of samples (several per record; `starts`:
-        one per record, the one at that start)."""
-        raise NotImplementedError
+    def samples(self, x: Any, y: Any, starts: Any = None) -> tuple[Any, Any]:
+        """A batch of parsed records (tensors) as the batch of samples the model trains on: a record is one
+        sample, as it is, unless the task cuts several from it (a next state: a trajectory's windows,
+        samples_per_record() of them); `starts`: one per record, only the sample at that start."""
+        return x, y
 
     def label_tensor(self, values: Sequence[Any], batched: bool) -> Any:
         raise NotImplementedError
@@ -192,6 +180,17 @@ class Task:
         shown beside the network's."""
         raise NotImplementedError
 
+    # ---- after training
+    def after_training(self, predict: Callable[[np.ndarray], np.ndarray],
+                       records: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], comm: Any,
+                       split: str) -> dict[str, Any]:  # fmt: skip
+        """What the task does with the kept model once training has ended (a next state's rollout), before
+        its figure is drawn: `predict` is the model on a batch of inputs (normalised, as it trains);
+        `records()` reads this rank's whole records of `split` (the test split, else the validation's) as
+        (inputs, labels) batches, the task's own samples not cut from them; every rank of `comm` calls it
+        alike. Returns entries for summary.json ({}: nothing)."""
+        return {}
+
     # ---- the network against the classical baseline, and what the scores count
     def below_baseline(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
         """The scores on which the network is below the baseline by more than `margin`."""
@@ -204,22 +203,43 @@ class Task:
 
     def evaluated_records(self, evaluation: Evaluation) -> int:
         """How many records (of the validation or the test split) an evaluation counts."""
-        pixels = int(np.prod(self.output_shape(self.data.feature_shape)[:-1])) if self.per_pixel else 1
-        return int(evaluation.sums["confusion"].sum()) // pixels
+        return int(evaluation.sums["confusion"].sum())
 
     def baseline_method(self, statistics: str) -> str:
         """The classical baseline's method in words (`statistics`: what it is fitted on)."""
-        where = "per-pixel " if self.per_pixel else ""
-        on = "the channels" if self.per_pixel else statistics
-        return f"{where}linear discriminant (LDA, shrinkage {SHRINKAGE}) on {on}"
+        return f"linear discriminant (LDA, shrinkage {SHRINKAGE}) on {statistics}"
 
     def baseline_sums(self, features: int) -> BaselineSums:
         """The classical baseline's sufficient statistics for `features` inputs per record (or pixel)."""
         return DiscriminantSums(features, self.outputs())
 
     def baseline_features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
-        """The baseline's inputs for a batch: per-sample statistics, or per pixel the channels."""
-        return channels_per_pixel(x, spatial_dims) if self.per_pixel else summary_statistics(x, spatial_dims)
+        """The baseline's inputs for a batch: per-sample statistics (a row per sample)."""
+        return summary_statistics(x, spatial_dims)
+
+    def baseline_outputs(self, scores: np.ndarray, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        """The baseline's scores (a row per baseline_features row) shaped as the model's outputs for `x`."""
+        return scores
+
+    def hybrid_refused(self) -> str | None:
+        """Why train.hybrid cannot start this task's network from the classical baseline (None: it can)."""
+        return None
+
+    # ---- what the pipeline asks of the task's outputs elsewhere
+    def augmented(self, x: Any, y: Any, transforms: Sequence[Any], seed: Any) -> tuple[Any, Any]:
+        """A training batch under train.augment's symmetries (pipeline.training.augment), each sample's
+        drawn from a stream seeded by `seed`: the field moves, a label per sample does not."""
+        from pipeline.training.augment import augment_batch
+
+        return augment_batch(x, y, transforms, seed, moves_labels=False)
+
+    def test_time_augmentation_refused(self) -> str | None:
+        """Why train.augment_eval cannot average this task's outputs over symmetries (None: it can)."""
+        return "a model of several inputs" if self.data.several else None
+
+    def outputs_in_words(self) -> str:
+        """What the model's outputs are, for an error about their shape."""
+        return "raw outputs"
 
     def disagreement_by_output(self, members: np.ndarray, kept: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
         """A population's disagreement per output in the outputs' own units: per output name, per record

@@ -26,7 +26,7 @@ few sums. Time: the model once per step of the horizon for each test trajectory.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,6 @@ class NextState(Surrogate):
     name = "next_state"
     loss_name = "mean squared error of the next states (normalised units)"
     needs_labels = False
-    windowed = True
-    rolls_out = True
 
     def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:
         own = settings.get("next_state") or {}
@@ -60,7 +58,7 @@ class NextState(Surrogate):
         self.condition_width = sum(int(np.prod(f.shape)) for f in self.conditions if None not in f.shape)
         self.vector_width = self.condition_width if self.condition == "vector" else 0
         self.trajectory_shape = tuple(data.feature_shape)
-        self.rolled_out: dict[str, Any] = {}  # the rollout, once training/rollout.py ran it
+        self.rolled_out: dict[str, Any] = {}  # the rollout, once after_training ran it: the figure shows it
         shape = self.trajectory_shape
         self.spatial = int(own.get("spatial_dims", 2))  # a state's grid axes after time: (H, W) or (D, H, W)
         self.grid = tuple(shape[1 : 1 + self.spatial])
@@ -128,7 +126,7 @@ class NextState(Surrogate):
                 for v, f in zip(values, self.conditions, strict=True)]  # fmt: skip
         return tf.cast(tf.concat(flat, -1), tf.float32)
 
-    def windows(self, x: Any, y: Any, starts: Any = None) -> tuple[Any, Any]:
+    def samples(self, x: Any, y: Any, starts: Any = None) -> tuple[Any, Any]:
         """(B, T, *grid[, C]) trajectories -> every window: (B x n, *grid, k C [+ P]) inputs (the record's P
         parameters as constant channels last, with `condition`), (B x n, grid size x m C) targets; with
         `starts` (B,), only the window of each record at its start (n = 1: online training's draw)."""
@@ -231,6 +229,17 @@ class NextState(Surrogate):
         return [states, *given], layers.Concatenate(axis=-1)([x, planes])
 
     # ---- the rollout
+    def after_training(self, predict: Callable[[np.ndarray], np.ndarray],
+                       records: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], comm: Any,
+                       split: str) -> dict[str, Any]:  # fmt: skip
+        """The kept model rolled out on its own outputs from every rank's whole trajectories of `split`,
+        joined over the ranks: summary.json's `rollout` (the curves per step), and the figure's."""
+        joined = self.rollout_summary(comm.allgather(self.rollout(predict, records())))
+        if not joined:
+            return {}
+        self.rolled_out = joined
+        return {"rollout": {"split": split, **{k: v for k, v in joined.items() if k != "examples"}}}
+
     def horizon(self) -> int:
         available = self.trajectory_shape[0] - self.k
         return min(self.horizon_setting, available) if self.horizon_setting else available

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
+from pipeline.training.baseline import SHRINKAGE, channels_per_pixel
 from pipeline.training.tasks.base import Evaluation, Task, confusion
 
 EXAMPLES = 4
@@ -30,7 +31,6 @@ def iou_scores(matrix: np.ndarray) -> np.ndarray:
 class Segmentation(Task):
     name = "segmentation"
     scores = ("mean_iou",)
-    per_pixel = True
     loss_name = "per-pixel cross-entropy"
     max_examples = EXAMPLES
 
@@ -55,6 +55,34 @@ class Segmentation(Task):
 
     def output_shape(self, input_shape: Sequence[int | None]) -> tuple[int | None, ...]:
         return (*self.spatial_shape(), self.outputs())
+
+    # ---- an output per pixel: what moves with the field, and the baseline per pixel
+    def outputs_in_words(self) -> str:
+        return "class logits per pixel"
+
+    def augmented(self, x: Any, y: Any, transforms: Sequence[Any], seed: Any) -> tuple[Any, Any]:
+        from pipeline.training.augment import augment_batch
+
+        return augment_batch(x, y, transforms, seed, moves_labels=True)  # the mask moves with the field
+
+    def test_time_augmentation_refused(self) -> str | None:
+        return "a segmentation's outputs move with the field"
+
+    def evaluated_records(self, evaluation: Evaluation) -> int:
+        pixels = int(np.prod(self.output_shape(self.data.feature_shape)[:-1]))
+        return int(evaluation.sums["confusion"].sum()) // pixels
+
+    def baseline_method(self, statistics: str) -> str:
+        return f"per-pixel linear discriminant (LDA, shrinkage {SHRINKAGE}) on the channels"
+
+    def baseline_features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        return channels_per_pixel(x, spatial_dims)  # a row per pixel
+
+    def baseline_outputs(self, scores: np.ndarray, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        return scores.reshape(*x.shape[: 1 + spatial_dims], -1)
+
+    def hybrid_refused(self) -> str | None:
+        return f"task {self.name}: an output per pixel, and the baseline's statistics are per sample"
 
     def label_tensor(self, values: Sequence[Any], batched: bool) -> Any:
         import tensorflow as tf
