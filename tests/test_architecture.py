@@ -229,7 +229,7 @@ def test_no_module_outside_the_runtimes_branches_on_the_runtime_none() -> None:
 
 def task_flags() -> set[str]:
     """What one task is, read as a flag: the base Task's flags that a task sets (a bool, or a number it
-    overrides, as `vector_width`), and every public attribute or method only a task's own class has."""
+    overrides, as `needs_labels`), and every public attribute or method only a task's own class has."""
     import inspect
 
     from pipeline.training.tasks import TASKS, Task
@@ -259,12 +259,7 @@ def flag_reads(source: str, flags: set[str], where: str) -> list[str]:
 
 # Reads of one task's flags outside pipeline/training/tasks/ still to be turned into the tasks' hooks
 # (issue #75), by file and flag: the count may only fall. A new one fails the test.
-FLAG_READS_LEFT = {
-    # a run's parameters as a vector beside the fields (a next state's train.next_state.condition: vector):
-    # to become part of the model input's description a task gives
-    ("pipeline/training/models/unet2d.py", "vector_width"): 1,
-    ("pipeline/training/models/fno.py", "vector_width"): 1,
-}
+FLAG_READS_LEFT: dict[tuple[str, str], int] = {}
 
 
 def test_no_module_outside_the_tasks_reads_one_tasks_flags_beyond_those_left() -> None:
@@ -272,8 +267,9 @@ def test_no_module_outside_the_tasks_reads_one_tasks_flags_beyond_those_left() -
     rollout), not a flag only one task sets that other modules test. The reads left (FLAG_READS_LEFT) only
     fall; a planted branch on a flag is caught."""
     flags = task_flags()
-    assert {"needs_labels", "vector_width", "rolled_out", "horizon"} <= flags, flags
-    assert not {"after_training", "samples", "samples_per_record", "loss"} & flags  # hooks every task answers
+    assert {"needs_labels", "rolled_out", "horizon", "latent"} <= flags, flags
+    hooks = {"after_training", "samples", "samples_per_record", "loss", "vector_channels", "bottleneck"}
+    assert not hooks & flags  # hooks every task answers
     tasks = PACKAGE / "training" / "tasks"
     counts: dict[tuple[str, str], int] = {}
     for path in modules():

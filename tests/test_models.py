@@ -27,7 +27,18 @@ import pytest
 from scipy.ndimage import gaussian_filter
 
 from pipeline.config import validate
-from pipeline.training.models import BUILT_IN, cosmoflow, decoder, dense, fno, fno1d, fno3d, sequence, unet2d
+from pipeline.training.models import (
+    BUILT_IN,
+    autoencoder,
+    cosmoflow,
+    decoder,
+    dense,
+    fno,
+    fno1d,
+    fno3d,
+    sequence,
+    unet2d,
+)
 from pipeline.training.models.base import ARGS
 
 EPOCHS, BATCH, LEARNING_RATE = 8, 16, 0.001
@@ -94,6 +105,12 @@ def moving_blobs(rng: np.random.Generator, side: int = 16):
     return p.astype("float32"), ((y - y.mean()) / y.std()).reshape(SAMPLES, -1).astype("float32")
 
 
+def blob_fields(rng: np.random.Generator):
+    """An autoencoder's data: moving_blobs' fields as the input, and as the target (flat)."""
+    _, y = moving_blobs(rng)
+    return y.reshape(SAMPLES, 16, 16), y
+
+
 def advected_fields(rng: np.random.Generator, side: int = 16):
     """A next state's data: smooth periodic fields (H, W, 1) and the same fields moved by 3 pixels along W
     (around the periodic edge), smoothed and squared in part, flattened as the task's outputs."""
@@ -151,11 +168,14 @@ def mean_iou(outputs: np.ndarray, y: np.ndarray, classes: int = 3) -> float:
 
 
 # ---- the references: one convolution (or hidden layer), averaged, a small dense layer
-def reference(spatial_dims: int, input_shape: tuple, outputs: int, per_pixel: bool = False, summed: bool = False):
+def reference(spatial_dims: int, input_shape: tuple, outputs: int, per_pixel: bool = False, summed: bool = False,
+              latent: int | None = None):  # fmt: skip
     import tensorflow as tf
 
     layers = tf.keras.layers
     inputs = tf.keras.Input(input_shape)
+    if latent is not None:  # a linear autoencoder: PCA's family of reconstructions
+        return tf.keras.Model(inputs, layers.Dense(outputs)(layers.Dense(latent)(layers.Flatten()(inputs))))
     if spatial_dims == 0:
         x = layers.Dense(32, activation="relu")(layers.Flatten()(inputs))
         return tf.keras.Model(inputs, layers.Dense(outputs)(x))
@@ -178,6 +198,7 @@ class Case:
     classes: int = 0  # 0: regression
     output_shapes: tuple = ()  # the outputs' shapes, for a head per output (a surrogate's)
     options: tuple = ()  # the model's own model_args (OPTIONS) set for the case
+    latent: int | None = None  # an autoencoder's latent (task.bottleneck())
 
     @property
     def id(self) -> str:
@@ -200,6 +221,7 @@ CASES = [
     Case(fno3d, "surrogate", advected_cubes, r2, output_shapes=((12, 12, 12),), options=(("modes", 4),)),
     Case(fno1d, "surrogate", advected_lines, r2, output_shapes=((64,),), options=(("modes", 12),)),
     Case(decoder, "regression", nonlinear_function, r2),
+    Case(autoencoder, "autoencoder", blob_fields, r2, output_shapes=((16, 16, 1),), latent=3),
 ]
 
 
@@ -258,12 +280,12 @@ def compare(case: Case, seed: int = 0) -> tuple[float, float]:
     shape = (None, 1) if isinstance(x, list) else x.shape[1:]
     tf.keras.utils.set_random_seed(seed)
     spatial = case.model.SPATIAL_DIMS or 0
-    minimal = fit_and_score(reference(spatial, shape, outputs, per_pixel, summed=case.data is pulses), case, train,
-                            held_out)  # fmt: skip
+    minimal = fit_and_score(reference(spatial, shape, outputs, per_pixel, summed=case.data is pulses,
+                                      latent=case.latent), case, train, held_out)  # fmt: skip
     tf.keras.utils.set_random_seed(seed)
     on_grid = (*shape[: len(shape) - 1], outputs) if per_pixel else (outputs,)  # logits per pixel, or a vector
     task = SimpleNamespace(output_shape=lambda _: on_grid, output_fields=lambda: list(case.output_shapes),
-                           vector_width=0)  # fmt: skip
+                           vector_channels=lambda: 0, bottleneck=lambda: case.latent)  # fmt: skip
     args = {**default_args(), **getattr(case.model, "OPTIONS", {}), **dict(case.options)}
     built = case.model.build(shape, outputs, task, args)
     return fit_and_score(built, case, train, held_out), minimal

@@ -319,7 +319,7 @@ def test_a_conditioning_vector_modulates_every_block_and_is_not_convolved(model)
 
     task = next_state_task(steps=5, k=2, m=1, parameters=3, condition="vector")
     task.check()
-    assert task.model_feature_shape == (8, 8, 2 + 3) and task.vector_width == 3
+    assert task.model_feature_shape == (8, 8, 2 + 3) and task.vector_channels() == 3
     settings = {"model": model, "depth": 2, "width": 8, "dense": 16, "dropout": 0.0, "model_args": {"modes": 3}}
     if model == "unet2d":
         settings["model_args"] = {}

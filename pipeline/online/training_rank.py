@@ -74,7 +74,7 @@ from pipeline.training.optimizer import make_optimizer
 from pipeline.training.session import Model, prepare, record_start, resume_key
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.steps import evaluate, step_functions
-from pipeline.training.tasks import Evaluation, Task, data_spec, make_task
+from pipeline.training.tasks import Evaluation, Task, TrainedModel, data_spec, make_task
 
 log = logging.getLogger(__name__)
 WAIT_POLL_S = 0.002
@@ -445,15 +445,16 @@ class TrainingRank:
 
     def after_training(self, session: Started, task: Task) -> dict[str, Any]:
         """The task's use of the kept model (Task.after_training: a next state's rollout) on every training
-        rank's validation runs, whole (online training has no test runs)."""
+        rank's validation runs, whole (online training has no test runs; a sample's id is its run's)."""
+        batch = self.settings["batch_size"]
 
-        def records() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            for part in self.validation_batches():
+        def records() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+            for k, part in enumerate(self.validation_batches()):
                 x, y = self.batch_tensors(part, task, session.add_channel, whole=True)
-                yield x.numpy(), np.asarray(y)
+                runs = self.validation_buffer.run[k * batch : k * batch + len(x)]
+                yield x.numpy(), np.asarray(y), np.array([f"run-{r:06d}".encode() for r in runs])
 
-        return task.after_training(lambda x: session.model(x, training=False).numpy(), records, self.comm,
-                                   "validation")  # fmt: skip
+        return task.after_training(TrainedModel(session.model, records, self.comm, "validation", self.paths.root))
 
     def end_window(self, session: Started, window: Window, kept: Kept) -> tuple[float, Evaluation]:
         """Validation, the window's history row, train.keep's record and a checkpoint (the history first, then

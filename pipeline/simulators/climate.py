@@ -3,8 +3,12 @@ sea-level pressure anomaly, wind u, wind v and moisture over a smooth noisy back
 tropical-cyclone-like vortices (a pressure low with tangential winds, radius drawn per vortex) and
 0..rivers atmospheric-river-like bands of moisture, and a (size, size) uint8 mask: 0 background,
 1 cyclone, 2 atmospheric river (cyclones win where they overlap). Most pixels are background, as in
-climate masks. Fields: fields, mask, cyclones (the number of vortices, int64). Time: a few FFTs of
-size² per sample.
+climate masks. Fields: fields, mask, cyclones (the number of vortices, int64), anomaly (int64: 1 where
+the output was corrupted). With `anomalies` (a share of the samples), a sample's output is corrupted as an
+instrument or I/O fault corrupts it: a block of an eighth of the grid per side stuck at one value in one
+channel, and SPIKES isolated pixels of SPIKE_SIGMAS standard deviations (no NaN: the anomaly must be found,
+not filtered): local faults, a few dozen of thousands of values. The corruption is drawn after everything
+else, so a sample's clean fields do not depend on it. Time: a few FFTs of size² per sample.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import numpy as np
 NAME = "climate"
 CHANNELS = ("pressure", "wind_u", "wind_v", "moisture")
 CLASSES = ("background", "cyclone", "river")
+SPIKES = 8
+SPIKE_SIGMAS = 6.0
 
 
 def smooth_noise(rng: np.random.Generator, size: int, channels: int, scale: float) -> np.ndarray:
@@ -55,4 +61,22 @@ def make(config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, np.nd
         fields[..., 1] += -speed * dy / r
         fields[..., 2] += speed * dx / r
         mask[r < 1.5 * radius] = 1
-    return {"fields": fields.astype(np.float32), "mask": mask, "cyclones": np.int64(cyclones)}
+    anomaly = settings.get("anomalies", 0) > 0 and rng.random() < settings["anomalies"]
+    if anomaly:
+        corrupt(fields, rng)
+    return {"fields": fields.astype(np.float32), "mask": mask, "cyclones": np.int64(cyclones),
+            "anomaly": np.int64(anomaly)}  # fmt: skip
+
+
+def corrupt(fields: np.ndarray, rng: np.random.Generator) -> None:
+    """In place: a block of one channel stuck at that channel's largest value, and SPIKES spikes of
+    ±SPIKE_SIGMAS of the channel's standard deviation at random pixels of random channels."""
+    size, channels = fields.shape[0], fields.shape[-1]
+    side = max(size // 8, 1)
+    row, column = rng.integers(0, size - side + 1, size=2)
+    channel = int(rng.integers(0, channels))
+    fields[row : row + side, column : column + side, channel] = fields[..., channel].max()
+    spread = fields.std(axis=(0, 1))
+    for _ in range(SPIKES):
+        y, x, c = int(rng.integers(0, size)), int(rng.integers(0, size)), int(rng.integers(0, channels))
+        fields[y, x, c] += rng.choice([-1.0, 1.0]) * SPIKE_SIGMAS * spread[c]

@@ -136,5 +136,5 @@ def train(
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
-    extra = {"hybrid": hybrid, **after_training(task, model, data, meta, settings, comm)}  # a next state's rollout
+    extra = {"hybrid": hybrid, **after_training(task, model, data, meta, settings, comm, paths.root)}  # a rollout
     return finish(config, task, model, history, scores, paths, ranks, kept, found, extra, board=board)

@@ -7,22 +7,24 @@ the task's (a batch of records at a time).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.training.inputs import RankData
 from pipeline.training.session import Model
-from pipeline.training.tasks import Task
+from pipeline.training.tasks import Task, TrainedModel
 
 
 def after_training(task: Task, model: Model, data: RankData, meta: Mapping[str, Any], settings: Mapping[str, Any],
-                   comm: Any) -> dict[str, Any]:  # fmt: skip
-    """The task's entries for summary.json from the kept model ({} for most tasks)."""
+                   comm: Any, out: Path) -> dict[str, Any]:  # fmt: skip
+    """The task's entries for summary.json from the kept model ({} for most tasks); `out`: the run's
+    directory, where the task may write its own files."""
     split = "test" if data.test_files is not None else "validation"
 
-    def records() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def records() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         batches = data.evaluation_input(split, meta, settings, task, model.input_shape, whole=True)
-        return ((x.numpy(), y.numpy()) for x, y in batches)
+        return ((x.numpy(), y.numpy(), ids.numpy()) for x, y, ids in batches)
 
-    return task.after_training(lambda x: model.keras(x, training=False).numpy(), records, comm, split)
+    return task.after_training(TrainedModel(model.keras, records, comm, split, out))

@@ -277,6 +277,108 @@ class EmulatorSums(RidgeSums):
         return Fitted((weights, bias), (sums[0, 0], sums[0, 1:], np.diag(sums)[1:]), settings)
 
 
+# ---------------------------------------------------------------- principal components: an autoencoder's baseline
+
+
+SKETCH_OVERSAMPLING = 16  # a sketch's columns beyond twice the components (Tropp et al. 2017 take 2k + 1 at least)
+SKETCH_SEED = 20261128
+
+
+class Projection:
+    """The weights of a PCA reconstruction, x -> x V V', kept as V (D x k) rather than the D x D matrix:
+    `x @ projection` is (x V) V' (numpy defers the product to it)."""
+
+    __array_ufunc__ = None  # `ndarray @ Projection` calls __rmatmul__
+
+    def __init__(self, components: np.ndarray) -> None:
+        self.components = components
+
+    def __rmatmul__(self, x: np.ndarray) -> np.ndarray:
+        return (x @ self.components) @ self.components.T
+
+
+@dataclass
+class PcaSums:
+    """Principal components of the samples (an autoencoder's classical baseline: `components` of them, the
+    same number as its latent): the samples' sum and, for up to PCA_MAX_OUTPUTS entries, the sum of their
+    outer products (exact: the covariance's eigenvectors); beyond, a single-pass Nyström sketch of the
+    covariance, the sum of y (y' Ω) for a fixed Gaussian Ω of 2 components + SKETCH_OVERSAMPLING columns
+    (Tropp, Yurtsever, Udell & Cevher 2017, "Fixed-rank approximation of a positive-semidefinite matrix
+    from streaming data"): sums, so ranks add them. The features are the samples themselves (flat); the
+    fit reconstructs them, x -> mean + (x - mean) V V'. After `fitted`, `mean` and `components` (D x k)
+    hold the fit (an autoencoder's task compares its latents with the coefficients).
+    Memory: D² (exact) or D x (2k + 16) doubles; time per batch: B D² or B D (2k + 16)."""
+
+    features: int
+    components: int
+    total: np.ndarray = field(init=False)
+    outer: np.ndarray = field(init=False)
+    omega: np.ndarray | None = field(init=False)
+    count: int = 0
+    mean: np.ndarray | None = None
+    basis: np.ndarray | None = None  # D x components, once fitted
+
+    def __post_init__(self) -> None:
+        self.total = np.zeros(self.features)
+        if self.exact:
+            self.omega, self.outer = None, np.zeros((self.features, self.features))
+        else:
+            columns = min(self.features, 2 * self.components + SKETCH_OVERSAMPLING)
+            rng = np.random.default_rng([SKETCH_SEED, self.features])
+            self.omega = rng.standard_normal((self.features, columns))
+            self.outer = np.zeros((self.features, columns))
+
+    @property
+    def exact(self) -> bool:
+        return self.features <= PCA_MAX_OUTPUTS
+
+    def add(self, f: np.ndarray, y: np.ndarray) -> None:
+        """f: the samples flat (B, D); y (the same samples, the task's targets) is not needed again."""
+        f = np.asarray(f, np.float64)
+        self.total += f.sum(axis=0)
+        self.outer += f.T @ f if self.omega is None else f.T @ (f @ self.omega)
+        self.count += len(f)
+
+    def arrays(self) -> list[np.ndarray]:
+        return [np.array([float(self.count)]), self.total, self.outer]
+
+    def fitted(self, reduced: Sequence[np.ndarray]) -> Fitted:
+        count, total, outer = reduced
+        n = max(float(count[0]), 1.0)
+        mean = total / n
+        k = int(min(self.components, self.features, max(n - 1, 1)))
+        if self.omega is None:
+            values, vectors = np.linalg.eigh(outer / n - np.outer(mean, mean))
+            basis, values = vectors[:, ::-1][:, :k], values[::-1].clip(0)
+        else:
+            basis, values = nystrom(outer / n - np.outer(mean, mean @ self.omega), self.omega, k)
+        self.mean, self.basis = mean, basis
+        explained = float(values[:k].sum() / max(values.sum(), TINY)) if self.omega is None else None
+        settings = {"components": k, "pca": "exact covariance" if self.omega is None else
+                    f"Nyström sketch of {self.omega.shape[1]} columns"}  # fmt: skip
+        if explained is not None:
+            settings["explained_variance"] = round(explained, 6)
+        squares = np.diag(outer) if self.omega is None else np.zeros(self.features)
+        return Fitted((Projection(basis), mean - (mean @ basis) @ basis.T), (n, total, squares), settings)
+
+    def coefficients(self, f: np.ndarray) -> np.ndarray:
+        """The fitted components' coefficients of samples (B, D): (B, k)."""
+        assert self.mean is not None and self.basis is not None
+        return (np.asarray(f, np.float64) - self.mean) @ self.basis
+
+
+def nystrom(sketch: np.ndarray, omega: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top-k eigenvectors (D x k) and the eigenvalues (largest first) of a positive-semidefinite matrix A
+    from its sketch A Ω alone (Tropp et al. 2017, Algorithm 3: shifted for stability)."""
+    shift = np.sqrt(sketch.shape[0]) * np.finfo(np.float64).eps * max(np.linalg.norm(sketch), TINY)
+    shifted = sketch + shift * omega
+    core = omega.T @ shifted
+    lower = np.linalg.cholesky((core + core.T) / 2)
+    factor = np.linalg.solve(lower, shifted.T).T  # shifted L^-T: the factor F with A ≈ F F'
+    vectors, singular, _ = np.linalg.svd(factor, full_matrices=False)
+    return vectors[:, :k], np.maximum(singular**2 - shift, 0)
+
+
 # ---------------------------------------------------------------- linear discriminants
 
 

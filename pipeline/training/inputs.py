@@ -184,7 +184,7 @@ def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task:
     several = not whole and task.samples_per_record() > 1  # a record's samples are batched again
     data = task.data
     feature = data.feature
-    parse_batch, parse_one = record_parsers(meta, task, model_input, slab, cut=not whole)
+    parse_batch, parse_one = record_parsers(meta, task, model_input, slab, whole=whole)
     batch = settings["batch_size"]
     if all(fixed(meta["feature_spec"][n]) for n in (list(data.feature_shapes) or [feature])):
         ds = ds.batch(batch, drop_remainder=training and not several).map(
@@ -205,7 +205,7 @@ def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task:
     else:
         # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
         ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
-            lambda x, y: tf.shape(x[feature] if data.several else x)[0],
+            lambda x, *_: tf.shape(x[feature] if data.several else x)[0],
             bucket_boundaries=settings["length_buckets"],
             bucket_batch_sizes=[batch] * (len(settings["length_buckets"]) + 1),
             drop_remainder=training,
@@ -214,18 +214,18 @@ def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task:
 
 
 def record_parsers(meta: Mapping[str, Any], task: Task, model_input: Sequence[int | None],
-                   slab: tuple[int, int] | None, cut: bool = False) -> tuple[Any, Any]:  # fmt: skip
+                   slab: tuple[int, int] | None, whole: bool = False) -> tuple[Any, Any]:  # fmt: skip
     """(parse a batch of records, parse one record) into (features, labels): features shaped as the
     model's input (a channel axis added where it has one more axis; slab: the planes kept; slab shards'
-    planes joined), labels as the task wants them; cut: a batch's records cut into the task's samples
-    (Task.samples)."""
+    planes joined), labels as the task wants them, a batch's records cut into the task's samples
+    (Task.samples); whole: the records not cut, and their sample ids third (features, labels, ids)."""
     import tensorflow as tf
 
     data = task.data
     feature, labels = data.feature, task.record_labels()
     features = list(data.feature_shapes) or [feature]
     spec = meta["feature_spec"]
-    description = feature_description(spec, (*features, *labels))
+    description = feature_description(spec, (*features, *labels))  # with the sample id
     field = spec[feature]
     thickness = (field["shape"][0] // meta["slabs"]["count"]) if "slabs" in meta else None
     slab_field = {**field, "shape": [thickness, *field["shape"][1:]]}  # a slab file's planes of the feature
@@ -248,12 +248,15 @@ def record_parsers(meta: Mapping[str, Any], task: Task, model_input: Sequence[in
 
     def parse_batch(first: Any, *more: Any) -> Any:
         others = [tf.io.parse_example(r, only_feature) for r in more]
-        parsed = features_and_labels(tf.io.parse_example(first, description), True, others)
-        return task.samples(*parsed) if cut else parsed
+        parsed = tf.io.parse_example(first, description)
+        x, y = features_and_labels(parsed, True, others)
+        return (x, y, parsed["sample_id"]) if whole else task.samples(x, y)
 
     def parse_one(first: Any, *more: Any) -> Any:
         others = [tf.io.parse_single_example(r, only_feature) for r in more]
-        return features_and_labels(tf.io.parse_single_example(first, description), False, others)
+        parsed = tf.io.parse_single_example(first, description)
+        x, y = features_and_labels(parsed, False, others)
+        return (x, y, parsed["sample_id"]) if whole else (x, y)
 
     return parse_batch, parse_one
 

@@ -95,7 +95,11 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     assert outcome.evaluation is not None
     board = Board.of(settings, paths.tensorboard / "population", rank == 0)  # the kept model's scores, the baseline
-    extra = {"population": record, "hybrid": hybrid, **after_training(task, model, data, meta, settings, comm)}
+    extra = {
+        "population": record,
+        "hybrid": hybrid,
+        **after_training(task, model, data, meta, settings, comm, paths.root),
+    }
     return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,
                   kept, found, extra, curves, board)  # fmt: skip
 

@@ -9,6 +9,7 @@
     fno.py        Fourier neural operator, 2-D fields to fields on the same grid (surrogate, next_state)
     fno3d.py      the same on 3-D fields (D, H, W[, C])  (surrogate, next_state)
     fno1d.py      the same on 1-D fields (X[, C])        (surrogate, next_state)
+    autoencoder.py  2-D or 3-D fields through a latent vector and back  (autoencoder)
 
 A built-in module has NAME, SPATIAL_DIMS (a feature with that many axes gets a channel axis; None: any),
 TASKS, OPTIONS (its own model_args and their defaults; optional), proposed_depth(shape, plane) where
@@ -38,10 +39,12 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.storage.fsutil import file_checksum
-from pipeline.training.models import cosmoflow, decoder, dense, fno, fno1d, fno3d, sequence, unet2d
+from pipeline.training.models import autoencoder, cosmoflow, decoder, dense, fno, fno1d, fno3d, sequence, unet2d
 from pipeline.training.models.base import ARGS, ModelError
 
-BUILT_IN: dict[str, ModuleType] = {m.NAME: m for m in (cosmoflow, sequence, unet2d, dense, decoder, fno, fno3d, fno1d)}
+BUILT_IN: dict[str, ModuleType] = {
+    m.NAME: m for m in (cosmoflow, sequence, unet2d, dense, decoder, fno, fno3d, fno1d, autoencoder)
+}
 
 # sim2dl inspect asks these in turn for a starter config's model (each module's proposed_depth)
 PROPOSED_IN_ORDER: tuple[ModuleType, ...] = (sequence, unet2d, cosmoflow, dense)

@@ -96,7 +96,7 @@ def field_heads(x: Any, shapes: Sequence[Sequence[int]], args: Mapping[str, Any]
 
 def conditioned(inputs: Any, width: int, args: Mapping[str, Any]) -> tuple[Any, Any]:
     """A (B, *grid, C + P) input whose last `width` channels are a vector constant over the grid (a run's
-    parameters: task.vector_width) as the fields (B, *grid, C) and the vector's embedding (B, dense): one
+    parameters: task.vector_channels()) as the fields (B, *grid, C) and the vector's embedding (B, dense): one
     dense layer (GELU) on the P values read at one pixel. Without them: (inputs, None)."""
     if not width:
         return inputs, None

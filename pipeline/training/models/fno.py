@@ -3,7 +3,7 @@
 lowest `modes` Fourier modes along each axis of each channel mixed by learnt complex weights, the rest
 dropped) plus a 1x1 convolution, GELU between blocks; then a head per output field (base.field_heads). A
 spectral convolution is global and periodic: the operator sees the whole domain in one layer. Given a
-conditioning vector (task.vector_width: a run's parameters), every block's output is modulated by it
+conditioning vector (task.vector_channels(): a run's parameters), every block's output is modulated by it
 (base.film) and the parameters are not convolved as channels. fno3d.py is the same operator on cubes
 (`build_operator` and the layer take the number of spatial axes).
 
@@ -129,7 +129,7 @@ def build_operator(input_shape: Sequence[int | None], task: Any, args: Mapping[s
         raise ModelError(f"model '{name}' maps fields to fields: the task has no output fields (train.task: surrogate)")
     spectral, pointwise = spectral_conv_layer(dims), {1: layers.Conv1D, 2: layers.Conv2D, 3: layers.Conv3D}[dims]
     inputs = layers.Input(shape=tuple(input_shape))
-    states, embedding = conditioned(inputs, task.vector_width, args)  # a run's parameters: FiLM per block
+    states, embedding = conditioned(inputs, task.vector_channels(), args)  # a run's parameters: FiLM per block
     x = pointwise(args["width"], 1)(states)
     for block in range(max(args["depth"], 1)):
         x = layers.Add()([spectral(args["width"], modes)(x), pointwise(args["width"], 1)(x)])

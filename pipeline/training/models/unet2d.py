@@ -4,7 +4,7 @@ up with skip connections. Segmentation: a 1x1 convolution to per-pixel class log
 outputs: a head per output field on the last map (base.field_heads); classification or regression: the
 pooled head on every encoder level (base.pooled_head). model_args `periodic: true` pads every convolution
 periodically (fields on a periodic domain: no artificial boundary). H and W must be divisible by
-2^depth (the skips join equal shapes). Given a conditioning vector (task.vector_width: a run's
+2^depth (the skips join equal shapes). Given a conditioning vector (task.vector_channels(): a run's
 parameters), every block is modulated by it (base.film) and the parameters are not convolved as channels.
 
 No batch normalisation (measured in tests/test_models.py): with a rank's batch of 16 it makes every feature
@@ -56,7 +56,7 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
     per_pixel = len(task.output_shape(input_shape)) > 1  # logits on the grid (segmentation)
     check_input(input_shape, args, per_pixel or bool(fields))
     inputs = layers.Input(shape=tuple(input_shape))
-    fields_in, embedding = conditioned(inputs, task.vector_width, args)  # a run's parameters: FiLM per block
+    fields_in, embedding = conditioned(inputs, task.vector_channels(), args)  # a run's parameters: FiLM per block
     x, skips = encoder(fields_in, args, embedding)
     if not per_pixel and not fields:
         return tf.keras.Model(inputs, pooled_head([*skips, x], outputs, args), name=NAME)

@@ -8,6 +8,8 @@ layer's size, the loss on the model's raw outputs, and the validation metrics an
                        emulator (PCA + kernel ridge) beside it, a saved model in physical units
     next_state.py      k states of a trajectory to the next m (windows within a record), persistence
                        and a linear baseline beside it, an autoregressive rollout
+    autoencoder.py     fields in, the same fields out through a latent: reconstruction VRMSE per field,
+                       PCA beside it, latents as Parquet, k-means and anomaly scores after training
 
 A task owns everything that depends on which task it is: its headline score names (`scores`, which
 summary.json lists as `score_names` for `sim2dl status`, a search, a sweep's table and TensorBoard), the
@@ -32,16 +34,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline import Sim2dlError
-from pipeline.training.tasks.base import DataSpec, Evaluation, Task, data_spec
+from pipeline.training.tasks.autoencoder import Autoencoder
+from pipeline.training.tasks.base import DataSpec, Evaluation, Task, TrainedModel, data_spec
 from pipeline.training.tasks.classification import Classification
 from pipeline.training.tasks.next_state import NextState
 from pipeline.training.tasks.regression import Regression
 from pipeline.training.tasks.segmentation import Segmentation
 from pipeline.training.tasks.surrogate import Surrogate
 
-TASKS: dict[str, type[Task]] = {t.name: t for t in (Regression, Classification, Segmentation, Surrogate, NextState)}
+TASKS: dict[str, type[Task]] = {
+    t.name: t for t in (Regression, Classification, Segmentation, Surrogate, NextState, Autoencoder)
+}
 
-__all__ = ["TASKS", "DataSpec", "Evaluation", "Task", "data_spec", "make_task"]
+__all__ = ["TASKS", "DataSpec", "Evaluation", "Task", "TrainedModel", "data_spec", "make_task"]
 
 
 def make_task(settings: Mapping[str, Any], data: DataSpec) -> Task:

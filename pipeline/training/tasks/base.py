@@ -103,6 +103,24 @@ class Evaluation:
         return Evaluation(sums, examples)
 
 
+@dataclass
+class TrainedModel:
+    """The kept model as a task's after_training gets it. `model`: the Keras model (inputs normalised as it
+    trains, raw outputs); `records()`: this rank's whole records of `split` (the test split, else the
+    validation's) as (inputs, labels, sample ids) batches, the task's own samples not cut from them, read
+    only if the task asks; `out`: the directory the task may write its own files to (None: nowhere)."""
+
+    model: Any
+    records: Callable[[], Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+    comm: Any
+    split: str
+    out: Path | None = None
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The model on a batch of inputs (normalised, as it trains)."""
+        return np.asarray(self.model(x, training=False))
+
+
 class Task:
     """A task: subclasses say how many outputs, check the labels, shape them, and evaluate."""
 
@@ -114,9 +132,6 @@ class Task:
     # in summary.json's `score_names`
     scores: tuple[str, ...] = ()
     needs_labels = True  # False: the targets come from the feature itself (a next state)
-    # the last channels of a sample that are a vector constant over the grid (a run's parameters), which a
-    # built-in model reads as one vector to modulate its features by (models/base.film), not as channels
-    vector_width = 0
     # the classical baseline (pipeline.training.baseline): what it fits to the statistics
 
     def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:
@@ -181,15 +196,22 @@ class Task:
         raise NotImplementedError
 
     # ---- after training
-    def after_training(self, predict: Callable[[np.ndarray], np.ndarray],
-                       records: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], comm: Any,
-                       split: str) -> dict[str, Any]:  # fmt: skip
-        """What the task does with the kept model once training has ended (a next state's rollout), before
-        its figure is drawn: `predict` is the model on a batch of inputs (normalised, as it trains);
-        `records()` reads this rank's whole records of `split` (the test split, else the validation's) as
-        (inputs, labels) batches, the task's own samples not cut from them; every rank of `comm` calls it
-        alike. Returns entries for summary.json ({}: nothing)."""
+    def after_training(self, trained: TrainedModel) -> dict[str, Any]:
+        """What the task does with the kept model once training has ended (a next state's rollout, an
+        autoencoder's latents), before its figure is drawn; every rank calls it alike. Returns entries
+        for summary.json ({}: nothing)."""
         return {}
+
+    def vector_channels(self) -> int:
+        """How many of a sample's last channels are a vector constant over the grid (a run's parameters),
+        which a built-in model reads as one vector to modulate its features by (models/base.film), not as
+        channels; 0: none."""
+        return 0
+
+    def bottleneck(self) -> int | None:
+        """The width of the vector a built-in model passes every sample through (an autoencoder's latent);
+        None: the model's own."""
+        return None
 
     # ---- the network against the classical baseline, and what the scores count
     def below_baseline(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:

@@ -9,7 +9,7 @@ the record's labels (the run's parameters: convert.labels, normalised by convert
 after the states, in every window and every step of a rollout, so that one network steps runs of
 different physics (PDEBench's way of giving an FNO or a U-Net its parameters); `condition: vector` has a
 built-in model read those channels as one vector that scales and shifts the features of every block
-(FiLM) instead of convolving them (`vector_width`).
+(FiLM) instead of convolving them (`vector_channels`).
 
 Scored as the forward surrogate is (tasks/surrogate.py: VRMSE per sample in physical units; the output is
 named after the feature), one step ahead on the validation and test windows, beside persistence (the last
@@ -26,7 +26,7 @@ few sums. Time: the model once per step of the horizon for each test trajectory.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.training.tasks.base import DataSpec, Evaluation, LabelField
+from pipeline.training.tasks.base import DataSpec, Evaluation, LabelField, TrainedModel
 from pipeline.training.tasks.surrogate import Surrogate, in_own_units, normalised, vrmse
 
 SPECTRUM_BANDS = 3
@@ -56,7 +56,6 @@ class NextState(Surrogate):
         self.condition = CONDITIONS[own.get("condition", False)]
         self.conditions = tuple(data.labels) if self.condition else ()
         self.condition_width = sum(int(np.prod(f.shape)) for f in self.conditions if None not in f.shape)
-        self.vector_width = self.condition_width if self.condition == "vector" else 0
         self.trajectory_shape = tuple(data.feature_shape)
         self.rolled_out: dict[str, Any] = {}  # the rollout, once after_training ran it: the figure shows it
         shape = self.trajectory_shape
@@ -109,6 +108,9 @@ class NextState(Surrogate):
     @property
     def model_feature_shape(self) -> tuple[int | None, ...]:
         return (*self.grid, self.k * self.channels + self.condition_width)
+
+    def vector_channels(self) -> int:
+        return self.condition_width if self.condition == "vector" else 0
 
     def samples_per_record(self) -> int:
         return self.trajectory_shape[0] - self.k - self.m + 1
@@ -229,16 +231,15 @@ class NextState(Surrogate):
         return [states, *given], layers.Concatenate(axis=-1)([x, planes])
 
     # ---- the rollout
-    def after_training(self, predict: Callable[[np.ndarray], np.ndarray],
-                       records: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], comm: Any,
-                       split: str) -> dict[str, Any]:  # fmt: skip
-        """The kept model rolled out on its own outputs from every rank's whole trajectories of `split`,
+    def after_training(self, trained: TrainedModel) -> dict[str, Any]:
+        """The kept model rolled out on its own outputs from every rank's whole trajectories of the split,
         joined over the ranks: summary.json's `rollout` (the curves per step), and the figure's."""
-        joined = self.rollout_summary(comm.allgather(self.rollout(predict, records())))
+        batches = ((x, y) for x, y, _ in trained.records())
+        joined = self.rollout_summary(trained.comm.allgather(self.rollout(trained.predict, batches)))
         if not joined:
             return {}
         self.rolled_out = joined
-        return {"rollout": {"split": split, **{k: v for k, v in joined.items() if k != "examples"}}}
+        return {"rollout": {"split": trained.split, **{k: v for k, v in joined.items() if k != "examples"}}}
 
     def horizon(self) -> int:
         available = self.trajectory_shape[0] - self.k

@@ -215,7 +215,7 @@ class Surrogate(Regression):
                 mean, std = (np.asarray(f.statistics[k], np.float32) for k in ("mean", "std"))
                 y = layers.Rescaling(np.where(std > 0, std, 1.0), offset=mean)(y)
             if f.name in self.data.log1p:
-                y = layers.Lambda(tf.math.expm1)(y)
+                y = expm1_layer()(y)
             outputs[f.name] = layers.Activation("linear", dtype="float32", name=f.name)(y)
         return tf.keras.Model(inputs, outputs, name=f"{model.name}_physical")
 
@@ -245,6 +245,16 @@ class Surrogate(Regression):
         theirs = (baseline or {}).get("vrmse") or {}
         surrogate_examples(self.physical(evaluation.examples["true"]), self.physical(evaluation.examples["predicted"]),
                            scores, theirs, path)  # fmt: skip
+
+
+def expm1_layer() -> Any:
+    """A layer undoing convert's log1p, exp(t) - 1, of Keras' own layers: a Lambda of tf.math.expm1 cannot be
+    written to a SavedModel's JSON config (the op's signature is not serialisable), nor a closure over the
+    tensorflow module copied. Below t ~ 1e-3 it loses a few of float32's digits against expm1."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    return tf.keras.Sequential([layers.Activation("exponential"), layers.Rescaling(1.0, offset=-1.0)])
 
 
 def normalised(x: Any, statistics: Mapping[str, Any] | None) -> Any:
