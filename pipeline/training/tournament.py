@@ -349,8 +349,9 @@ class Rounds:
                 "round_cost": (seconds["tournament"] + seconds["exchange"]) / max(seconds["steps"], 1e-9)}  # fmt: skip
 
     def save(self, round_number: int, changed: bool, row: Mapping[str, Any]) -> None:
-        """Checkpoints: every trainer's first rank, then the population's state (a kill between them
-        resumes the previous round, whose checkpoints are still kept)."""
+        """Checkpoints: every trainer's first rank, then the history, then the population's state (a kill
+        between them resumes the previous round, whose checkpoints are still kept, and rewrites its history
+        from the state; a state on disk never names a round whose history row is not)."""
         trainer = self.trainer
         if trainer.comm.Get_rank() == 0:
             self.checkpoint.save(round_number + 1, numbered=True)
@@ -358,9 +359,9 @@ class Rounds:
         if trainer.rank == 0:
             if changed:
                 _save_array(self.kept_file, self.kept_weights)
+            write_history(self.paths.root, self.history)  # metrics.json and .csv every round, as every mode
             write_json_atomic(self.state_file, {"round": round_number + 1, "state": self.state.to_json(),
                                                 "kept": self.kept.details})  # fmt: skip
-            write_history(self.paths.root, self.history)  # metrics.json and .csv every round, as every mode
             log.info(json.dumps({"round": row["round"], "val_loss": row["val_loss"], "adopted": row["adopted"],
                                  "round_cost": round(row["round_cost"], 4)}))  # fmt: skip
             self.watch(row)
