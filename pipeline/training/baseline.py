@@ -216,6 +216,13 @@ PCA_MAX_OUTPUTS = 4096  # outputs beyond this: no PCA truncation (its covariance
 PCA_VARIANCE = 1 - 1e-4  # components kept: this share of the outputs' variance
 
 
+def principal_components(covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The covariance's eigenvalues (largest first, rounding's negatives clipped to 0) and eigenvectors
+    (columns, in that order)."""
+    values, vectors = np.linalg.eigh(covariance)
+    return values[::-1].clip(0), vectors[:, ::-1]
+
+
 def random_fourier_features(x: np.ndarray) -> np.ndarray:
     """(B, len(RFF_SCALES) x RFF_PER_SCALE): sqrt(2 / m) cos(x W / l + b) with W ~ N(0, 1), b ~ U(0, 2 pi)
     fixed by RFF_SEED: a linear model on them approximates kernel ridge with an RBF kernel of length l
@@ -263,8 +270,7 @@ class EmulatorSums(RidgeSums):
         components = None
         if outer.size and n > 1:
             mean = total / n
-            values, vectors = np.linalg.eigh(outer / n - np.outer(mean, mean))
-            values, vectors = values[::-1].clip(0), vectors[:, ::-1]
+            values, vectors = principal_components(outer / n - np.outer(mean, mean))
             share = np.cumsum(values) / max(values.sum(), TINY)
             components = int(min(np.searchsorted(share, PCA_VARIANCE) + 1, n - 1, len(values)))
             keep = vectors[:, :components]
@@ -348,8 +354,8 @@ class PcaSums:
         mean = total / n
         k = int(min(self.components, self.features, max(n - 1, 1)))
         if self.omega is None:
-            values, vectors = np.linalg.eigh(outer / n - np.outer(mean, mean))
-            basis, values = vectors[:, ::-1][:, :k], values[::-1].clip(0)
+            values, vectors = principal_components(outer / n - np.outer(mean, mean))
+            basis = vectors[:, :k]
         else:
             basis, values = nystrom(outer / n - np.outer(mean, mean @ self.omega), self.omega, k)
         self.mean, self.basis = mean, basis

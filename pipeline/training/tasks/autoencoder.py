@@ -39,7 +39,7 @@ from pipeline.data.scores import vrmse
 from pipeline.training.baseline import BaselineSums, PcaSums
 from pipeline.training.tasks.base import DataSpec, Evaluation, LabelField, TrainedModel
 from pipeline.training.tasks.next_state import field_names
-from pipeline.training.tasks.surrogate import Surrogate, expm1_layer, normalised
+from pipeline.training.tasks.surrogate import Surrogate, normalised
 
 CLUSTER_SAMPLE = 20000  # records the clustering and the anomaly AUC are computed on, at most
 CLUSTER_SEED = 0
@@ -181,13 +181,7 @@ class Autoencoder(Surrogate):
         inputs = layers.Input(shape=self.sample_shape, name=self.data.feature)
         x = normalised(inputs, self.input_statistics())
         flat = model(x)
-        target = self.data.labels[0]
-        y = layers.Reshape(self.sample_shape)(flat)
-        if target.statistics is not None:
-            mean, std = (np.asarray(target.statistics[k], np.float32) for k in ("mean", "std"))
-            y = layers.Rescaling(np.where(std > 0, std, 1.0), offset=mean)(y)
-        if self.data.feature in self.data.log1p:
-            y = expm1_layer()(y)
+        y = self.own_units_layers(layers.Reshape(self.sample_shape)(flat), self.data.labels[0])
         outputs = {"reconstruction": layers.Activation("linear", dtype="float32", name="reconstruction")(y)}
         encoder = latent_model(model)
         if encoder is not None:

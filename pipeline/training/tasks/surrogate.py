@@ -210,14 +210,19 @@ class Surrogate(Regression):
         flat = model(x)
         outputs = {}
         for f, entries in self.blocks():
-            y = layers.Reshape(f.shape)(flat[:, entries])
-            if f.statistics is not None:
-                mean, std = (np.asarray(f.statistics[k], np.float32) for k in ("mean", "std"))
-                y = layers.Rescaling(np.where(std > 0, std, 1.0), offset=mean)(y)
-            if f.name in self.data.log1p:
-                y = expm1_layer()(y)
+            y = self.own_units_layers(layers.Reshape(f.shape)(flat[:, entries]), f)
             outputs[f.name] = layers.Activation("linear", dtype="float32", name=f.name)(y)
         return tf.keras.Model(inputs, outputs, name=f"{model.name}_physical")
+
+    def own_units_layers(self, y: Any, output: LabelField) -> Any:
+        """A Keras tensor of `output` in the model's units, in its own: convert's normalisation and log1p
+        undone by layers a saved model keeps (in_own_units' inverse steps)."""
+        import tensorflow as tf
+
+        if output.statistics is not None:
+            mean, std = (np.asarray(output.statistics[k], np.float32) for k in ("mean", "std"))
+            y = tf.keras.layers.Rescaling(np.where(std > 0, std, 1.0), offset=mean)(y)
+        return expm1_layer()(y) if output.name in self.data.log1p else y
 
     def exported_input(self, model: Any, shape: tuple[int | None, ...] | None = None) -> tuple[Any, Any]:
         """The saved model's input (the feature in its own units, of `shape`: the model's by default) and
