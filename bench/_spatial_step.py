@@ -32,7 +32,7 @@ def main() -> None:
     from pipeline.training.spatial.layers import init_horovod
 
     comm = MPI.COMM_WORLD
-    layout, process_set = init_horovod(split, comm.Get_size(), comm.Get_rank())
+    layout, process_set = init_horovod(split, comm)
     shape = tuple(dims)
     args = {"depth": 3, "width": 8, "dense": 64, "dropout": 0.0}  # the demo's cosmoflow
     tf.keras.utils.set_random_seed(1)

@@ -197,8 +197,9 @@ class TrainPaths:
 
     def best_weights(self, at: int, unit: str = "epoch") -> Path:
         """The weights of the unit (epoch, online step) with the lowest validation loss so far (train.keep:
-        best), beside the checkpoints: a resumed run keeps the best of those before it."""
-        return self.checkpoints / f"best-{unit}-{at:05d}.h5"
+        best), beside the checkpoints: a resumed run keeps the best of those before it. Packed as every
+        mode's kept weights are (pipeline.training.checkpoints.save_packed)."""
+        return self.checkpoints / f"best-{unit}-{at:05d}.npy"
 
     @property
     def attempts(self) -> Path:

@@ -218,6 +218,32 @@ def test_no_module_outside_the_tasks_branches_on_a_task_or_its_scores() -> None:
     assert name_branches(tasks / "regression.py", names)  # the check sees a task's own lookups
 
 
+def task_names_written(path: Path, names: set[str]) -> list[str]:
+    """Where a module writes a task's name as a string of its own (a value, an argument), but in a model's
+    TASKS (the tasks it does) or its NAME (a model may share a task's name: the autoencoder)."""
+    tree = ast.parse(path.read_text())
+    registered = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                  and {getattr(t, "id", None) for t in n.targets} & {"TASKS", "NAME"}
+                  for c in ast.walk(n.value)}  # fmt: skip
+    where = path.relative_to(PACKAGE.parent) if PACKAGE in path.parents else path.name
+    return [f"{where}:{node.lineno} writes {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in registered]  # fmt: skip
+
+
+def test_no_module_outside_the_tasks_writes_a_tasks_name(tmp_path: Path) -> None:
+    """What a reader or `sim2dl inspect` proposes is a kind of data (`trajectory`), and the task that takes
+    it says so (Task.proposed_for, tasks.task_for): no module outside the tasks writes a task's name, so a
+    new task that takes a kind of data is found without touching them. A planted proposal is caught."""
+    from pipeline.training.tasks import TASKS
+
+    names, tasks = set(TASKS), PACKAGE / "training" / "tasks"
+    written = [hit for path in modules() if tasks not in path.parents for hit in task_names_written(path, names)]
+    assert not written, "a task's name written outside pipeline/training/tasks/:\n" + "\n".join(written)
+    planted = tmp_path / "planted.py"
+    planted.write_text('TASKS = ("regression",)\nNAME = "autoencoder"\nchosen = {"task": "next_state"}\n')
+    assert task_names_written(planted, names) == ["planted.py:3 writes 'next_state'"]
+
+
 def test_no_module_outside_the_runtimes_branches_on_the_runtime_none() -> None:
     """What running without a container means is NoRuntime's (pipeline/runtime/runtimes/none.py:
     `contained`, `program`), not a test of container.runtime against "none" elsewhere."""

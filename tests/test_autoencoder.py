@@ -196,6 +196,19 @@ def test_the_anomaly_preset_writes_latents_and_its_clustering_and_anomaly_scores
     answer = model(np.zeros((1, size, size, 4), np.float32))
     assert answer["reconstruction"].shape == (1, size, size, 4) and answer["latent"].shape == (1, 8)
 
+    # a population of two trainers, and without the baseline as a search's trials train (--no-baseline): the
+    # same task's latents and scores, of the kept trainer's model, no PCA column
+    population = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 4, "tournament_fraction": 0.3}
+    preset["train"]["population"] = population  # tournament_fraction: a batch of each trainer's records
+    run_cli(["train", "--config", str(write_config(tmp_path, preset)), "--no-baseline"], ranks=2, timeout=600)
+    summary = json.loads((out / "summary.json").read_text())
+    found = summary["autoencoder"]
+    assert summary["population"]["trainers"] == 2 and summary["population"]["rounds_trained"] == 2
+    assert summary["baseline"]["method"] is None and len(summary["vrmse"]) == 4
+    table = pq.read_table(out / "latents.parquet").to_pandas()
+    assert len(table) == found["records"] == meta["splits"]["test"]["records"] and table["pca_error"].isna().all()
+    assert -1 <= found["clustering"]["ari_latent"] <= 1 and 0 <= found["anomaly"]["roc_auc_network"] <= 1
+
 
 def test_an_autoencoder_of_cubes_trains_online_while_the_ensemble_runs(tmp_path):
     """The online mode with the autoencoder task on 3-D fields (train.autoencoder.spatial_dims: 3): one
@@ -219,3 +232,35 @@ def test_an_autoencoder_of_cubes_trains_online_while_the_ensemble_runs(tmp_path)
     assert len(table) == found["records"] and all(len(v) == 4 for v in table["latent"])
     assert all(i.startswith("run-") for i in table["sample_id"])
     assert summary["online"]["samples"]["arrived"] > 0
+
+
+def test_a_design_parameter_binned_is_the_classes_the_clusters_are_scored_against():
+    """train.autoencoder.cluster_bins: a real-valued label (a design's parameter) in equal-count bins is the
+    class the k-means clusters are scored against; the ARI equals scikit-learn's on bins made by hand. A real
+    label without bins is a config error naming the key."""
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import adjusted_rand_score
+
+    from pipeline import Sim2dlError
+    from pipeline.training.tasks.base import LabelField
+
+    rng = np.random.default_rng(3)
+    width = rng.uniform(0.1, 0.18, 400)  # the family's third parameter
+    latents = np.column_stack([width * 50 + rng.normal(0, 0.1, 400), rng.normal(0, 0.2, 400)])  # sorted by width
+    shape = (GRID, GRID)
+    label = LabelField("width", (1,), "float32")
+    data = DataSpec("field", shape, (label,), ("width",), feature_shapes={"field": shape})
+    settings = {"task": "autoencoder", "autoencoder": {"latent": 2, "cluster_label": "width", "cluster_bins": 4}}
+    task = make_task(settings, data)
+    task.check()
+    found = task.scored({"labels": width[:, None], "latent": latents, "pca": None, "error": None, "pca_error": None})
+    quartiles = np.quantile(width, [0.25, 0.5, 0.75])
+    truth = np.searchsorted(quartiles, width, side="right")
+    assert np.bincount(truth).tolist() == [100, 100, 100, 100]
+    expected = adjusted_rand_score(truth, KMeans(4, n_init=10, random_state=0).fit_predict(latents))
+    clustering = found["clustering"]
+    assert clustering["clusters"] == 4 and clustering["bin_edges"] == pytest.approx(quartiles.tolist())
+    assert clustering["ari_latent"] == pytest.approx(expected, abs=1e-12) and clustering["ari_latent"] > 0.3
+    unbinned = make_task({**settings, "autoencoder": {"latent": 2, "cluster_label": "width"}}, data)
+    with pytest.raises(Sim2dlError, match=r"train\.autoencoder\.cluster_label.*cluster_bins"):
+        unbinned.check()

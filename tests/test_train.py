@@ -268,8 +268,8 @@ def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_r
     assert "(train.patience): stopping after epoch" in proc.stderr
     assert summary["kept"]["epoch"] == summary["kept"]["best_epoch"] == best["epoch"], summary["kept"]
     assert summary["val_loss"] == pytest.approx(best["val_loss"], rel=1e-5)
-    assert list((tmp_path / "train" / "checkpoints").glob("best-epoch-*.h5")) == [
-        tmp_path / "train" / "checkpoints" / f"best-epoch-{best['epoch']:05d}.h5"]  # fmt: skip
+    assert list((tmp_path / "train" / "checkpoints").glob("best-epoch-*.npy")) == [
+        tmp_path / "train" / "checkpoints" / f"best-epoch-{best['epoch']:05d}.npy"]  # fmt: skip
     baseline = summary["baseline"]
     assert baseline["method"].startswith("ridge regression on per-channel mean") and set(baseline["r2"]) == set(
         summary["r2"])  # fmt: skip

@@ -55,13 +55,17 @@ from pipeline.online.choosing import Chooser
 from pipeline.online.producer import ProducerCounts
 from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
-from pipeline.training import determinism, devices
 from pipeline.training.baseline import StreamingFit
-from pipeline.training.checkpoints import discard_foreign_checkpoints
-from pipeline.training.epochs import load_history, restore_kept, save_window
+from pipeline.training.checkpoints import (
+    CounterCheckpoint,
+    packed_weights,
+    restore,
+    restore_kept,
+    resume_key,
+    save_window,
+)
 from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.kernel import (
-    CounterCheckpoint,
     Kept,
     Window,
     average_unlearned_state,
@@ -71,7 +75,7 @@ from pipeline.training.kernel import (
 )
 from pipeline.training.models import input_shape, spatial_dims
 from pipeline.training.optimizer import make_optimizer
-from pipeline.training.session import Model, prepare, record_start, resume_key
+from pipeline.training.session import Model, prepare, record_start, start_horovod
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task, TrainedModel, data_spec, make_task
@@ -201,22 +205,10 @@ class TrainingRank:
         to score and save the model; the batches are normalised with those)."""
         return {name: {"mean": 0.0, "std": 1.0} for name in self.config["convert"]["normalise"]}
 
-    def key_settings(self) -> dict[str, Any]:
-        """train's settings as they decide whether a checkpoint continues: all but online.steps (a longer
-        run continues a shorter one) and what resume_key leaves out for every mode."""
-        return {**self.settings, "online": {k: v for k, v in self.online.items() if k != "steps"}}
-
-    def fields_digest(self) -> dict[str, Any]:
+    def fields_digest(self) -> str:
         """What stands for the merged data's plan digest in resume_key: the fields as they arrive."""
         held = {n: [list(f.shape), f.dtype.name] for n, f in self.held_fields.items()}
-        return {"plan_digest": json.dumps(held, sort_keys=True)}
-
-    def discard_other_checkpoints(self, key: str) -> None:
-        """Checkpoints of another resume key (settings, fields or model code) are removed, so that
-        training starts afresh."""
-        if self.rank == 0:
-            discard_foreign_checkpoints(self.paths.checkpoints, key)
-        self.comm.barrier()
+        return json.dumps(held, sort_keys=True)
 
     # ---- arrivals
     def receive(self, block_s: float = 0.0) -> int:
@@ -325,11 +317,9 @@ class TrainingRank:
         """Horovod on the training ranks' communicator, the device, the task, the model and its optimizer, and
         the latest checkpoint of the same key restored."""
         settings = self.settings
-        devices.hide_gpus_if_cpu(settings)
-        determinism.before_horovod(settings)
+        start_horovod(settings, self.comm)  # first: no GPU visible with train.device cpu
         import horovod.tensorflow as hvd
 
-        hvd.init(comm=self.comm)
         self.board = Board.of(settings, self.paths.tensorboard / "online", self.rank == 0)
         meta = meta_for(self.config, self.held_fields, self.stats or self.pending_statistics())
         layout = (SpatialLayout(1, self.size, self.rank), None)
@@ -341,12 +331,12 @@ class TrainingRank:
             self.baseline = StreamingFit(self.raw_task, [1 if n is None else n for n in shape],
                                          spatial_dims(source, shape))  # fmt: skip
         optimizer = make_optimizer(settings, device["precision"])
-        self.discard_other_checkpoints(resume_key(self.key_settings(), self.fields_digest(), source))
-        checkpoint = CounterCheckpoint(self.paths.checkpoints, model, optimizer, "step")
-        self.state.step = self.state.resumed_from = checkpoint.restore_latest()
+        restored = restore(resume_key(settings, self.fields_digest(), source, "step"), self.paths, model, optimizer,
+                           self.comm, "step")  # fmt: skip
+        self.state.step = self.state.resumed_from = restored.done
+        self.state.history = restored.history
         train_step, predict = step_functions(model, optimizer, task.loss(), source.built_in is None)
-        history = load_history(self.paths.root) if self.state.step else []
-        self.state.history = [row for row in history if row["step"] <= self.state.step]  # up to the checkpoint
+        checkpoint = restored.checkpoint
         return Started(hvd, task, model, source, optimizer, checkpoint, train_step, predict, add_channel, device)
 
     def run(self) -> dict[str, Any]:
@@ -466,22 +456,18 @@ class TrainingRank:
             self.state.before_first_step = 0.0
         average_unlearned_state(session.model)
         evaluation = self.validate(session)
-        reduced = window_row(window, self.settings["batch_size"], 1,
-                             lambda v: float(np.mean(self.comm.allgather(v))),
-                             lambda v: float(sum(self.comm.allgather(v))))  # fmt: skip
-        row = {"step": self.state.step, "loss": reduced["loss"], "val_loss": evaluation[0],
-               "samples_per_s": reduced["samples_per_s"], "input_wait_fraction": reduced["input_wait_fraction"],
-               "learning_rate": float(session.optimizer.learning_rate.numpy()),
-               "short_batches": int(self.comm.allreduce(self.state.short_batches)),
-               "arrived": int(self.comm.allreduce(self.train_buffer.arrivals)),
-               "validation_samples": int(self.comm.allreduce(len(self.validation_buffer))),
-               "seconds": window.seconds, "time": time.time()}  # fmt: skip
+        row = window_row("step", self.state.step, window, evaluation[0], self.settings["batch_size"], 1,
+                         lambda v: float(np.mean(self.comm.allgather(v))), lambda v: float(sum(self.comm.allgather(v))),
+                         learning_rate=float(session.optimizer.learning_rate.numpy()),
+                         short_batches=int(self.comm.allreduce(self.state.short_batches)),
+                         arrived=int(self.comm.allreduce(self.train_buffer.arrivals)),
+                         validation_samples=int(self.comm.allreduce(len(self.validation_buffer))))  # fmt: skip
         self.state.history.append(row)
         self.state.waited += window.waited
-        improved = kept.consider(self.state.step, evaluation[0], session.model.get_weights, evaluation)
+        improved = kept.consider(self.state.step, evaluation[0], lambda: packed_weights(session.model), evaluation)
         choice = (self.chooser.choose() if self.chooser is not None else None) or {}
         if self.rank == 0:
-            save_window(self.paths, self.state.history, session.model, session.checkpoint, kept, improved)
+            save_window(self.paths, self.state.history, session.checkpoint, kept, improved)
             log.info(json.dumps(row))
             self.board.row(row["step"], {**row, **self.buffer_state(), **choice}, session.task.metrics(evaluation[1]))
         return evaluation

@@ -50,6 +50,7 @@ from pipeline.formats.readers.events import TableField, propose_tables, starter_
 from pipeline.storage.fsutil import write_text_atomic
 from pipeline.training.models import propose
 from pipeline.training.models.fno import proposed_for_states
+from pipeline.training.tasks import task_for
 
 MAX_LISTED = 10_000  # matches listed before the files to open are chosen
 # Dimension names that say "one sample per index" (lowercase)
@@ -476,7 +477,7 @@ class StarterChoice:
     class_labels: list[str]
     unused: list[str]
     first_shape: tuple[int, ...] | None
-    task: str = "regression"
+    task: str = ""  # train.task: the task proposed for what the files hold (tasks.task_for)
     deposit: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     plane: bool = False  # the first feature is a plane with channels last (Conventions.planes)
@@ -510,7 +511,7 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
         else:
             candidates.append(f"{name}: {flow(spec)}   (a candidate label)")
     chosen.class_labels = [attribute_names[decided.class_label]] if decided.class_label else []
-    chosen.task = "classification" if decided.class_label and not chosen.labels else "regression"
+    chosen.task = task_for("classes" if decided.class_label and not chosen.labels else "values")
     conventions = common_conventions(result)
     if conventions is not None:  # what the format says of itself (readers' describe): it decides where it speaks
         follow_conventions(chosen, conventions, decided.sample_shapes)
@@ -572,8 +573,8 @@ def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: 
         known = conventions.fields.keys() | names.keys()
         chosen.labels = [names.get(label, label) for label in conventions.labels if label in known]
         chosen.class_labels = []
-    if conventions.task is not None:  # a trajectory: the targets are its own later states (labels: its parameters)
-        chosen.task, chosen.model = conventions.task, dict(conventions.model or {})
+    if conventions.kind is not None:  # a trajectory: the targets are its own later states (labels: its parameters)
+        chosen.task, chosen.model = task_for(conventions.kind), dict(conventions.model or {})
         chosen.task_settings = dict(conventions.task_settings)
         chosen.labels = chosen.labels if conventions.labels and chosen.task_settings.get("condition") else []
         chosen.class_labels = []
@@ -714,7 +715,7 @@ def follow_runs_table(chosen: StarterChoice, result: Survey) -> None:
     chosen.labels = [column if chosen.fields.get(column) == {"column": column} else f"{column}_run"
                      for column in columns]  # fmt: skip
     chosen.class_labels = []
-    chosen.task = "regression"
+    chosen.task = task_for("values")
     chosen.notes.append(f"labels: the ensemble's parameters, the columns {', '.join(columns)} of {name} (a row per "
                         "run, matched by the run's directory in each file's path)")  # fmt: skip
 
@@ -757,7 +758,7 @@ def follow_trajectory(chosen: StarterChoice, decided: Any, attributes: Sequence[
     chosen.features, chosen.labels, chosen.class_labels = [name], parameters, []
     chosen.first_shape = tuple(shape)
     chosen.per_channel = [name] if fields_last else []
-    chosen.task = "next_state"
+    chosen.task = task_for("trajectory")
     own: dict[str, Any] = {"inputs": 1, "outputs": 1, "horizon": 0}
     if parameters:
         own["condition"] = "vector"

@@ -54,15 +54,15 @@ from typing import Any
 from pipeline.formats.metadata import load_metadata
 from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
-from pipeline.training import determinism, devices
 from pipeline.training.after_training import after_training
+from pipeline.training.checkpoints import restore, restore_kept, resume_key
 from pipeline.training.classical import baseline_start, classical_baseline
-from pipeline.training.epochs import restore, restore_kept, run_epochs
+from pipeline.training.epochs import run_epochs
 from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.inputs import input_pipeline, rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population_run import train_population
-from pipeline.training.session import announce_start, prepare, resume_key, start_horovod
+from pipeline.training.session import announce_start, prepare, start_horovod
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation
 
@@ -87,14 +87,12 @@ def train(
     baseline False: no classical baseline (search trials, which only need the validation loss); trial: a
     search trial's {id, hyperparameters}, written beside its curves for TensorBoard's HParams dashboard."""
     settings = config["train"]
-    devices.hide_gpus_if_cpu(settings)  # before TensorFlow is imported
     if settings["population"]["enabled"]:
         return train_population(config, merged_dir, stage_summary, out_dir, comm, baseline)
+    meta = load_metadata(merged_dir)
+    layout, process_set = start_horovod(settings, comm)  # first: no GPU visible with train.device cpu
     import horovod.tensorflow as hvd
 
-    meta = load_metadata(merged_dir)
-    determinism.before_horovod(settings)
-    layout, process_set = start_horovod(settings, comm)
     task, model, device = prepare(config, meta, comm, hvd, (layout, process_set))
     rank, size = hvd.rank(), hvd.size()
     log.info(json.dumps({"rank": rank, "device": device}))
@@ -107,7 +105,8 @@ def train(
     slab = layout.slab(int(model.input_shape[0])) if layout.split > 1 and data.pieces is None else None
     keras_model = model.keras
     optimizer = make_optimizer(settings, device["precision"])
-    restored = restore(resume_key(settings, meta, model.source), paths, keras_model, optimizer, comm, rank)
+    key = resume_key(settings, meta["plan_digest"], model.source, "epoch")
+    restored = restore(key, paths, keras_model, optimizer, comm, "epoch")
     train_step, predict = step_functions(keras_model, optimizer, task.loss(), autograph=model.source.built_in is None,
                                          averaged_over=model.eval_transforms)  # fmt: skip
 
@@ -119,8 +118,8 @@ def train(
         announce_start(paths, {"unit": "epoch", "length": settings["epochs"], "ranks": size,
                                "spatial_split": layout.split, "epochs": settings["epochs"],
                                "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
-                               "resume_from_epoch": restored.start_epoch})  # fmt: skip
-    iterator = training_batches(data, meta, settings, task, model, slab, restored.start_epoch)
+                               "resume_from_epoch": restored.done})  # fmt: skip
+    iterator = training_batches(data, meta, settings, task, model, slab, restored.done)
     board = Board.of(settings, paths.tensorboard / "train", rank == 0, trial)
 
     def report(row: dict[str, Any], scored: tuple[float, Evaluation]) -> None:

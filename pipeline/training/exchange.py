@@ -34,7 +34,7 @@ def unpack(variables: Sequence[Any], buffer: np.ndarray) -> None:
     """Assign the values of a buffer `pack` made of variables of the same shapes and dtypes."""
     offset = 0
     for v in variables:
-        dtype = np.dtype(v.dtype.as_numpy_dtype)
+        dtype = np.dtype(getattr(v.dtype, "as_numpy_dtype", v.dtype))  # a tf.Variable's, or a Keras variable's name
         size = int(np.prod(v.shape)) * dtype.itemsize
         v.assign(buffer[offset : offset + size].view(dtype).reshape(v.shape))
         offset += size

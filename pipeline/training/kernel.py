@@ -9,10 +9,13 @@ validation, and this module holds what a window is:
 - `run_steps`: the step loop (the rate set, the time blocked in `next()` measured as input wait, the step);
 - `average_unlearned_state`: batch-norm moving statistics averaged over a data-parallel group's ranks, so
   every rank validates and saves the same model;
-- `window_row`: the window's history row (loss, samples/s, input-wait share, seconds), reduced over ranks;
-- `CounterCheckpoint`: a TF checkpoint of model, optimizer and a counter (epochs, rounds or steps done);
+- `history_row`: a row of the history, every mode's (a population's from its round's record), and
+  `window_row`: a window's, its columns reduced over the ranks;
 - `Kept`: train.keep's record (every mode's, in its unit) of the lowest validation loss so far and the
   weights at it.
+
+What a run leaves on disk to resume from (checkpoints, the history files, the kept weights) is
+pipeline.training.checkpoints, every mode's too.
 
 Memory: one copy of the model's weights in `Kept` (train.keep: best); time: the steps, plus one allreduce
 per non-trained variable and a few scalars per window.
@@ -24,7 +27,6 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,51 +87,27 @@ def average_unlearned_state(model: Any) -> None:
             variable.assign(hvd.allreduce(variable, op=hvd.Average))
 
 
-def window_row(window: Window, batch_size: int, split: int, mean: Callable[[float], float],
-               total: Callable[[float], float]) -> dict[str, Any]:  # fmt: skip
-    """The window's history columns over the ranks (mean and total reduce a rank's value over them): the
-    mean step loss, samples/s of the whole job (ranks sharing a sample under a spatial split count once),
-    the share of the window spent waiting for input, the rank's seconds."""
+def history_row(unit: str, at: int, loss: float, val_loss: float, samples_per_s: float, input_wait_fraction: float,
+                seconds: float, at_time: float | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """A row of the history (metrics.json, the learning curves, TensorBoard), every mode's: the unit done,
+    the mean training loss, the validation loss, samples/s of the whole job, the share of the window spent
+    waiting for input, the mode's own columns (`extra`), the window's seconds and the wall clock at its end
+    (validation included; at_time: when it was, else now)."""
+    return {unit: at, "loss": loss, "val_loss": val_loss, "samples_per_s": samples_per_s,
+            "input_wait_fraction": input_wait_fraction, **extra, "seconds": seconds,
+            "time": time.time() if at_time is None else at_time}  # fmt: skip
+
+
+def window_row(unit: str, at: int, window: Window, val_loss: float, batch_size: int, split: int,
+               mean: Callable[[float], float], total: Callable[[float], float],
+               **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """A window's history row, its columns reduced over the ranks (mean and total reduce a rank's value
+    over them): the mean step loss, samples/s of the whole job (ranks sharing a sample under a spatial
+    split count once), the share of the window spent waiting for input, the rank's seconds."""
     seconds = max(window.seconds, 1e-9)
     own_loss = float(np.mean(window.losses)) if window.losses else math.nan
-    return {
-        "loss": mean(own_loss),
-        "samples_per_s": total(window.steps * batch_size / seconds / split),
-        "input_wait_fraction": mean(window.waited / seconds),
-        "seconds": window.seconds,
-    }
-
-
-class CounterCheckpoint:
-    """A TF checkpoint of the model, its optimizer and a counter of the units done (`name`: epoch, round
-    or step), the last two kept. TF writes the data first and its `checkpoint` state file last, so an
-    interrupted save leaves the previous checkpoint valid."""
-
-    def __init__(self, directory: Path, model: Any, optimizer: Any, name: str) -> None:
-        import tensorflow as tf
-
-        self.directory = directory
-        self.counter = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **{name: self.counter})
-        self.manager = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=2)
-
-    def restore_latest(self) -> int:
-        """The latest checkpoint restored (if any): the units it had done (0 without one)."""
-        if self.manager.latest_checkpoint:
-            self.checkpoint.restore(self.manager.latest_checkpoint)
-        return int(self.counter.numpy())
-
-    def restore_number(self, number: int) -> bool:
-        """The checkpoint saved as `number` restored; False if there is none."""
-        wanted = [c for c in self.manager.checkpoints if c.endswith(f"ckpt-{number}")]
-        if wanted:
-            self.checkpoint.restore(wanted[0])  # the optimizer's slots are restored as the first step creates them
-        return bool(wanted)
-
-    def save(self, done: int, numbered: bool = False) -> None:
-        """Saved with the counter at `done` (call on one rank); numbered: the checkpoint's number is `done`."""
-        self.counter.assign(done)
-        self.manager.save(checkpoint_number=done if numbered else None)
+    return history_row(unit, at, mean(own_loss), val_loss, total(window.steps * batch_size / seconds / split),
+                       mean(window.waited / seconds), window.seconds, **extra)  # fmt: skip
 
 
 def comparable(loss: float) -> float:

@@ -22,15 +22,15 @@ from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import topology
-from pipeline.training import determinism
 from pipeline.training.after_training import after_training
+from pipeline.training.checkpoints import resume_key
 from pipeline.training.classical import baseline_start, classical_baseline
 from pipeline.training.finish import Ranks, Scores, finish
 from pipeline.training.inputs import rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
 from pipeline.training.population import check as check_population
-from pipeline.training.session import announce_start, prepare, resume_key
+from pipeline.training.session import announce_start, prepare, start_horovod
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tasks import data_spec, make_task
 from pipeline.training.tournament import Trainer, run_rounds
@@ -46,14 +46,13 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     world per trainer (hvd.init on the trainer's communicator: its ranks, consecutive), each trainer's
     model from its own seed, the rounds (pipeline.training.tournament), then the kept model finished as
     one trainer's would be (the baseline on the same split, the summary with the population's record)."""
-    import horovod.tensorflow as hvd
-
     settings = config["train"]
     meta = load_metadata(merged_dir)
     population = checked_population(config, meta, comm)
-    determinism.before_horovod(settings)
     rank, size = comm.Get_rank(), comm.Get_size()
-    number, trainer_comm, local = trainer_world(comm, population, hvd)
+    number, trainer_comm, local = trainer_world(comm, population, settings)  # Horovod started
+    import horovod.tensorflow as hvd
+
     own = {**config, "train": {**settings, "seed": settings["seed"] + INIT_SEED_STEP * number}}
     own_layout = SpatialLayout(1, trainer_comm.Get_size(), trainer_comm.Get_rank())
     task, model, device = prepare(own, meta, comm, hvd, (own_layout, None), local)
@@ -79,9 +78,8 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
                                "ranks_per_trainer": population.ranks_per_trainer, "rounds": population.rounds,
                                "steps_per_round": population.steps_per_round,
                                "train_records_per_rank": data.records})  # fmt: skip
-    key_settings = {**settings, "population": {k: v for k, v in settings["population"].items() if k != "rounds"}}
-    outcome = run_rounds(config, meta, task, model, data, trainer, paths,
-                         resume_key(key_settings, meta, model.source), model.source.built_in is None,
+    key = resume_key(settings, meta["plan_digest"], model.source, "round")
+    outcome = run_rounds(config, meta, task, model, data, trainer, paths, key, model.source.built_in is None,
                          lambda: make_optimizer(settings, device["precision"]))  # fmt: skip
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     kept = outcome.kept
@@ -104,14 +102,14 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
                   kept, found, extra, curves, board)  # fmt: skip
 
 
-def trainer_world(comm: Any, population: Population, hvd: Any) -> tuple[int, Any, tuple[int, int]]:
+def trainer_world(comm: Any, population: Population, settings: Mapping[str, Any]) -> tuple[int, Any, tuple[int, int]]:
     """This rank's trainer: its number, its communicator (Horovod initialised on it: the trainer's ranks,
     consecutive) and the rank's (place, count) among its node's ranks, whatever their trainers (a GPU per
     rank of a real node)."""
     rank = comm.Get_rank()
     number = population.trainer_of(rank)
     trainer_comm = comm.Split(number, rank)
-    hvd.init(comm=trainer_comm)
+    start_horovod(settings, trainer_comm)
     node = topology(comm, 0)
     on_node = node.node_ranks[node.node]
     return number, trainer_comm, (on_node.index(rank), len(on_node))

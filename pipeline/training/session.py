@@ -62,15 +62,6 @@ def check_staged(meta: Mapping[str, Any]) -> None:
         )
 
 
-def resume_key(settings: Mapping[str, Any], meta: Mapping[str, Any], source: ModelSource) -> str:
-    """What a checkpoint must match to be resumed: the data, the model's code and every setting except the
-    epoch count, threads, device, which epoch is kept and what is logged (so a longer run continues a shorter
-    one, also on a GPU, but a new learning rate or model starts afresh)."""
-    unlearnt = ("epochs", "threads", "device", "keep", "patience", "tensorboard")
-    kept = {k: v for k, v in settings.items() if k not in unlearnt}
-    return json.dumps({"data": meta["plan_digest"], "train": kept, "model": source.provenance()}, sort_keys=True)
-
-
 @dataclass
 class Model:
     """The model, where its code came from, and the input shape it takes."""
@@ -173,18 +164,22 @@ def evaluation_symmetries(settings: Mapping[str, Any], task: Task, source: Model
 
 
 def start_horovod(settings: Mapping[str, Any], comm: Any) -> tuple[SpatialLayout, Any]:
-    """hvd.init, with one Horovod process set per spatial set under train.spatial.split (a split that does
-    not divide the ranks is a config error on every rank, before Horovod starts). Returns this rank's
-    layout and its spatial set."""
+    """Every mode's start of Horovod on `comm` (the job's ranks offline, a trainer's in a population, the
+    training ranks online): no GPU visible where train.device is cpu, the determinism settings Horovod
+    reads, then hvd.init, with one Horovod process set per spatial set under train.spatial.split (a split
+    that does not divide the ranks is a config error on every rank, before Horovod starts). Returns this
+    rank's layout and its spatial set."""
     from pipeline.training.spatial.layers import init_horovod
 
+    devices.hide_gpus_if_cpu(settings)
+    determinism.before_horovod(settings)
     split, error = settings["spatial"]["split"], None
     try:
         check_spatial(split, comm.Get_size(), None, settings["model"], True)
     except Sim2dlError as e:
         error = e
     all_ok(comm, error)
-    return init_horovod(split, comm.Get_size(), comm.Get_rank())
+    return init_horovod(split, comm)
 
 
 def label_names(meta: Mapping[str, Any]) -> list[str] | None:

@@ -50,16 +50,15 @@ from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import exchange
-from pipeline.training.checkpoints import discard_foreign_checkpoints
-from pipeline.training.epochs import write_history
+from pipeline.training.checkpoints import CounterCheckpoint, claim, load_packed, save_packed, write_history
 from pipeline.training.inputs import RankData, input_pipeline
 from pipeline.training.kernel import (
-    CounterCheckpoint,
     Kept,
     Window,
     average_unlearned_state,
     comparable,
-    run_steps,  # fmt: skip
+    history_row,
+    run_steps,
     schedule,
 )
 from pipeline.training.population import Population, PopulationState
@@ -134,7 +133,7 @@ class Rounds:
         self.trainer, self.paths, self.optimizer = trainer, paths, optimizer
         self.settings, self.population = config["train"], trainer.population
         self.state_file, self.kept_file = population_paths(paths)
-        if trainer.rank == 0 and discard_foreign_checkpoints(paths.checkpoints, resume_key):
+        if claim(paths.checkpoints, resume_key, trainer.world, trainer.rank == 0) and trainer.rank == 0:
             self.state_file.unlink(missing_ok=True)  # a state of other settings or data
         trainer.world.barrier()
         self.checkpoint = CounterCheckpoint(paths.checkpoints / f"trainer-{trainer.number}", model.keras, optimizer,
@@ -155,14 +154,12 @@ class Rounds:
     def restore(self) -> None:
         """The state of the last completed round (population.json) and this trainer's checkpoint of it, or
         a fresh start."""
-        trainer, paths = self.trainer, self.paths
+        trainer = self.trainer
         saved = json.loads(self.state_file.read_text()) if self.state_file.exists() else None
         self.start = saved["round"] if saved else 0
         self.state = (PopulationState.from_json(saved["state"]) if saved
                       else PopulationState.start(self.population, self.settings))  # fmt: skip
-        if self.start and not self.checkpoint.restore_number(self.start):
-            raise Sim2dlError(f"{self.checkpoint.directory}: no checkpoint of round {self.start} (population.json's "
-                              f"last round): rerun train afresh (remove {paths.checkpoints})")  # fmt: skip
+        self.checkpoint.restore(self.start)  # population.json's last round
         if self.start:
             log.info("sim2dl train: %s resumes after round %d", trainer.describe(trainer.number), self.start)
         self.history = _history(self.state)
@@ -170,7 +167,7 @@ class Rounds:
         # the lowest validation loss of any round; details: the kept model (keep: last, the last round's best)
         self.kept = Kept.resumed(self.settings["keep"], self.history, "round")
         self.kept.details = saved["kept"] if saved else {}
-        self.kept_weights = np.load(self.kept_file) if self.kept.details and self.kept_file.exists() else None
+        self.kept_weights = load_packed(self.kept_file) if self.kept.details and self.kept_file.exists() else None
 
     def held_out(self) -> tuple[Any, Any]:
         """The trainer's tournament set and the rank's share of the validation split: read every round
@@ -203,7 +200,7 @@ class Rounds:
         # the members as their last steps left them, before the last tournament made some copies of others
         last = self.trained if self.trained is not None else exchange.pack(self.variables())
         members = exchange.broadcast_models(self.trainer.world, self.trainer.leaders, last)
-        kept_weights = self.kept_weights if self.kept_weights is not None else np.load(self.kept_file)
+        kept_weights = self.kept_weights if self.kept_weights is not None else load_packed(self.kept_file)
         exchange.unpack(self.variables(), kept_weights)
         final = evaluate(self.validation, self.task, self.predict, self.trainer.world)
         test = None
@@ -346,7 +343,8 @@ class Rounds:
                 "val_loss": val_losses, "hyperparameters": [dict(h) for h in self.state.hyperparameters],
                 "seconds": {**seconds, "validation": validation_seconds}, "input_wait_fraction": wait,
                 "samples_per_s": samples / max(seconds["steps"], 1e-9),
-                "round_cost": (seconds["tournament"] + seconds["exchange"]) / max(seconds["steps"], 1e-9)}  # fmt: skip
+                "round_cost": (seconds["tournament"] + seconds["exchange"]) / max(seconds["steps"], 1e-9),
+                "time": time.time()}  # fmt: skip
 
     def save(self, round_number: int, changed: bool, row: Mapping[str, Any]) -> None:
         """Checkpoints: every trainer's first rank, then the history, then the population's state (a kill
@@ -358,7 +356,7 @@ class Rounds:
         trainer.world.barrier()
         if trainer.rank == 0:
             if changed:
-                _save_array(self.kept_file, self.kept_weights)
+                save_packed(self.kept_file, self.kept_weights)
             write_history(self.paths.root, self.history)  # metrics.json and .csv every round, as every mode
             write_json_atomic(self.state_file, {"round": round_number + 1, "state": self.state.to_json(),
                                                 "kept": self.kept.details})  # fmt: skip
@@ -448,12 +446,6 @@ def _history(state: PopulationState) -> list[dict[str, Any]]:
 def _history_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """A round as the learning curves' row: the population's mean training loss, its best validation loss."""
     finite = [v for v in row["val_loss"] if math.isfinite(v)]
-    return {"round": row["round"], "loss": float(np.mean(row["train_loss"])),
-            "val_loss": min(finite) if finite else math.nan, "samples_per_s": row["samples_per_s"],
-            "input_wait_fraction": row["input_wait_fraction"], "seconds": row["seconds"]["steps"]}  # fmt: skip
-
-
-def _save_array(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.npy")
-    np.save(tmp, array)
-    tmp.replace(path)
+    loss, best = float(np.mean(row["train_loss"])), min(finite) if finite else math.nan
+    return history_row("round", row["round"], loss, best, row["samples_per_s"], row["input_wait_fraction"],
+                       row["seconds"]["steps"], row.get("time"))  # fmt: skip

@@ -31,7 +31,7 @@ def relative(a: np.ndarray, b: np.ndarray) -> float:
 
 def main(split: int, out: str) -> None:
     comm = MPI.COMM_WORLD
-    layout, process_set = init_horovod(split, comm.Get_size(), comm.Get_rank())
+    layout, process_set = init_horovod(split, comm)
     tf.keras.utils.set_random_seed(7)
     whole = cosmoflow.build(SHAPE, 3, None, ARGS)
     parts = cosmoflow.build_split(SHAPE, 3, None, ARGS, layout, process_set)

@@ -177,15 +177,16 @@ class Conventions:
     features: tuple[str, ...] = ()  # the features (deposit names or arrays' paths); () inspect's choice
     notes: tuple[str, ...] = ()  # more lines for the config's header (what else could be mapped, and how)
     planes: tuple[str, ...] = ()  # arrays whose sample is a 2-D plane with channels last (a 2-D model's input)
-    # a trajectory per sample (time first, then a 2-D grid): the task the layout is for and its model, with no
-    # labels (the targets are the feature's own later states); None: inspect's choice
-    task: str | None = None
-    model: dict[str, Any] | None = None  # train's model settings for that task (model, model_args)
+    # what a sample is, for the task inspect proposes (the task that takes it: Task.proposed_for):
+    # `trajectory`: a run's states over time (time first, then the grid), with no labels (the targets are the
+    # feature's own later states); None: inspect's choice
+    kind: str | None = None
+    model: dict[str, Any] | None = None  # train's model settings for that kind's task (model, model_args)
     split_by: str | None = None  # merge.split_by the layout calls for (None: by file where files hold several)
     arrays: tuple[str, ...] | None = None  # the only arrays that hold samples (the rest: a grid's axes, ...)
     stack: dict[str, list[str]] = field(default_factory=dict)  # convert.stack of arrays' paths (a state's fields)
     per_channel: tuple[str, ...] = ()  # features (paths or stack names) whose fields are normalised apart
-    task_settings: dict[str, Any] = field(default_factory=dict)  # train.<task>: what the layout calls for
+    task_settings: dict[str, Any] = field(default_factory=dict)  # that task's own settings the layout calls for
 
 
 class OpenFile(ABC):

@@ -408,7 +408,7 @@ def the_well_conventions(f: h5py.File) -> Conventions | None:
     return Conventions(
         f"The Well's layout: {first} holds trajectories x time x grid: one sample per trajectory, a next state",
         samples_along=0, fields=mapped, labels=tuple(mapped), features=(first,), notes=tuple(notes),
-        task="next_state", model=model, split_by="sample",
+        kind="trajectory", model=model, split_by="sample",
         arrays=tuple(f"t0_fields/{n}" for n in scalars) + tuple(vectors),
         task_settings={"inputs": 1, "outputs": 1, "condition": "vector"} if mapped and model else {},
     )  # fmt: skip

@@ -81,7 +81,7 @@ def seed_conventions(f: h5py.File) -> Conventions | None:
     feature = f"{SEEDS}data"
     return Conventions(
         f"PDEBench's layout, a group per seed: {feature} holds every seed's trajectory: one sample per seed",
-        samples_along=0, features=(feature,), notes=tuple(notes), task="next_state" if model else None,
+        samples_along=0, features=(feature,), notes=tuple(notes), kind="trajectory" if model else None,
         model=model, split_by="sample", arrays=(feature,), per_channel=(feature,) if fields_last else (),
         task_settings=settings,
     )  # fmt: skip
@@ -112,7 +112,7 @@ def field_conventions(f: h5py.File) -> Conventions | None:
     features = ("state",) if stack else (fields[0],)
     return Conventions(
         f"PDEBench's layout, an array per field: {', '.join(fields)} hold trajectories x time x grid: one sample "
-        "per trajectory", samples_along=0, features=features, notes=tuple(notes), task="next_state" if model else None,
+        "per trajectory", samples_along=0, features=features, notes=tuple(notes), kind="trajectory" if model else None,
         model=model, split_by="sample", arrays=tuple(fields), stack=stack, per_channel=features if stack else (),
         task_settings=settings,
     )  # fmt: skip

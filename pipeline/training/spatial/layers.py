@@ -151,14 +151,15 @@ class SampleMean(SpatialLayer):
         return whole
 
 
-def init_horovod(split: int, size: int, rank: int) -> tuple[SpatialLayout, Any]:
-    """hvd.init with one process set per spatial set (every rank registers all of them, as Horovod's static
-    process sets require); returns this rank's layout and its spatial set (None without a split)."""
-    layout = SpatialLayout(split, size, rank)
+def init_horovod(split: int, comm: Any) -> tuple[SpatialLayout, Any]:
+    """hvd.init on comm's ranks, with one process set per spatial set (every rank registers all of them, as
+    Horovod's static process sets require; a split is of the whole job, comm its world); returns this
+    rank's layout and its spatial set (None without a split)."""
+    layout = SpatialLayout(split, comm.Get_size(), comm.Get_rank())
     if split == 1:
-        hvd.init()
+        hvd.init(comm=comm)
         return layout, None
-    if split == size:  # one set of every rank: Horovod's global set
+    if split == comm.Get_size():  # one set of every rank: Horovod's global set
         hvd.init()
         return layout, hvd.global_process_set
     sets = [hvd.ProcessSet(ranks) for ranks in layout.spatial_sets()]

@@ -20,7 +20,9 @@ defaults: a record is one sample, a label per sample), not a flag one task sets 
 - `samples`, `samples_per_record`: cutting a record into training samples (a trajectory's windows);
 - `augmented`: a batch under train.augment's symmetries (a mask moves with its field);
 - `after_training`: the task's own use of the kept model (a next state's rollout), entries of summary.json;
-- `test_time_augmentation_refused`, `hybrid_refused`, `outputs_in_words`: what a setting cannot do here.
+- `test_time_augmentation_refused`, `hybrid_refused`, `outputs_in_words`: what a setting cannot do here;
+- `proposed_for`: the kinds of data `sim2dl inspect` proposes the task for (`task_for`; readers say the
+  kind, `trajectory`, never a task's name).
 No module outside this folder branches on a task's name or its scores, nor reads an attribute only one task
 has (tests/test_architecture.py holds both; the reads left: its FLAG_READS_LEFT).
 
@@ -46,7 +48,15 @@ TASKS: dict[str, type[Task]] = {
     t.name: t for t in (Regression, Classification, Segmentation, Surrogate, NextState, Autoencoder)
 }
 
-__all__ = ["TASKS", "DataSpec", "Evaluation", "Task", "TrainedModel", "data_spec", "make_task"]
+__all__ = ["TASKS", "DataSpec", "Evaluation", "Task", "TrainedModel", "data_spec", "make_task", "task_for"]
+
+
+def task_for(kind: str) -> str:
+    """The task `sim2dl inspect` proposes for a kind of data (Task.proposed_for): the one task that takes it."""
+    takers = [name for name, task in TASKS.items() if kind in task.proposed_for]
+    if len(takers) != 1:
+        raise ValueError(f"data of kind {kind!r} is proposed to {len(takers)} tasks ({takers}), not one")
+    return takers[0]
 
 
 def make_task(settings: Mapping[str, Any], data: DataSpec) -> Task:

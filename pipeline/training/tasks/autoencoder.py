@@ -57,6 +57,7 @@ class Autoencoder(Surrogate):
         self.spatial = int(own.get("spatial_dims", 2))
         self.cluster_label, self.anomaly_label = own.get("cluster_label"), own.get("anomaly_label")
         self.score = own.get("anomaly_score", "mean")
+        self.cluster_bins = own.get("cluster_bins")  # a real-valued cluster label in this many equal-count bins
         self.carried = tuple(f for f in data.labels if f.name in (self.cluster_label, self.anomaly_label))
         self.sample_shape = tuple(data.feature_shape)
         shape = self.sample_shape
@@ -88,10 +89,14 @@ class Autoencoder(Surrogate):
             if wanted not in names:
                 raise Sim2dlError(f"config key 'train.autoencoder.{key}': '{wanted}' is not a label field "
                                   f"(convert.labels: {sorted(names)})")  # fmt: skip
-            if not names[wanted].integer or names[wanted].size != 1:
-                raise Sim2dlError(f"config key 'train.autoencoder.{key}': '{wanted}' must hold one integer per "
-                                  f"record (class ids; 1 for an anomaly), it is {names[wanted].dtype} "
-                                  f"{list(names[wanted].shape)}")  # fmt: skip
+            binned = key == "cluster_label" and self.cluster_bins is not None
+            if names[wanted].size != 1 or not (names[wanted].integer or binned):
+                what = "a value per record to bin (train.autoencoder.cluster_bins)" if binned else (
+                    "one integer per record (class ids; 1 for an anomaly)"
+                    + ("; a real value, a design's parameter, is binned with train.autoencoder.cluster_bins"
+                       if key == "cluster_label" else ""))  # fmt: skip
+                raise Sim2dlError(f"config key 'train.autoencoder.{key}': '{wanted}' must hold {what}, it is "
+                                  f"{names[wanted].dtype} {list(names[wanted].shape)}")  # fmt: skip
 
     def output_fields(self) -> list[tuple[int, ...]]:
         return [(*(int(d) for d in self.grid), self.channels)]
@@ -258,9 +263,14 @@ class Autoencoder(Surrogate):
             return out
         columns = [f.name for f in self.carried]
         if self.cluster_label is not None:
-            truth = labels[:, columns.index(self.cluster_label)].astype(np.int64)
+            truth = labels[:, columns.index(self.cluster_label)]
+            out["clustering"] = {"label": self.cluster_label}
+            if self.cluster_bins is not None:
+                truth, edges = equal_count_bins(truth, self.cluster_bins)
+                out["clustering"]["bin_edges"] = edges.tolist()
+            truth = truth.astype(np.int64)
             k = len(np.unique(truth))
-            out["clustering"] = {"label": self.cluster_label, "clusters": k}
+            out["clustering"]["clusters"] = k
             for name, values in (("latent", joined["latent"]), ("pca", joined["pca"])):
                 if values is not None and values.shape[1] and k > 1:
                     found = kmeans_clusters(values, k)
@@ -284,6 +294,15 @@ def anomaly_score(reconstructed: np.ndarray, flat: np.ndarray, how: str = "mean"
     record's spikes inflate, so its worst records would look best."""
     squared = (np.asarray(reconstructed, np.float64) - flat) ** 2
     return squared.max(axis=1) if how == "max" else squared.mean(axis=1)
+
+
+def equal_count_bins(values: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """A real value per record (a design's parameter) as a class id: `bins` bins holding about as many
+    records each (between the values' quantiles; tied values share a bin, so there may be fewer). Returns
+    the ids and the inner edges."""
+    values = np.asarray(values, np.float64)
+    edges = np.unique(np.quantile(values, np.arange(1, bins) / bins))
+    return np.searchsorted(edges, values, side="right"), edges
 
 
 def kmeans_clusters(values: np.ndarray, k: int) -> np.ndarray:

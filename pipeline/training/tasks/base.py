@@ -132,6 +132,10 @@ class Task:
     # in summary.json's `score_names`
     scores: tuple[str, ...] = ()
     needs_labels = True  # False: the targets come from the feature itself (a next state)
+    # the kinds of data `sim2dl inspect` proposes this task for (readers' Conventions.kind, and inspect's
+    # own finds): `values` (labels with values), `classes` (a categorical label and no other), `trajectory`
+    # (a record is a run's states over time); a kind is one task's (tasks.task_for)
+    proposed_for: tuple[str, ...] = ()
     # the classical baseline (pipeline.training.baseline): what it fits to the statistics
 
     def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:

@@ -25,6 +25,7 @@ def f1_scores(matrix: np.ndarray) -> np.ndarray:
 
 class Classification(Task):
     name = "classification"
+    proposed_for = ("classes",)
     scores = ("accuracy", "macro_f1")
 
     def check(self) -> None:

@@ -44,6 +44,7 @@ CONDITIONS = {False: None, True: "channels", "channels": "channels", "vector": "
 
 class NextState(Surrogate):
     name = "next_state"
+    proposed_for = ("trajectory",)
     loss_name = "mean squared error of the next states (normalised units)"
     needs_labels = False
 

@@ -18,6 +18,7 @@ from pipeline.training.tasks.base import Evaluation, Task
 
 class Regression(Task):
     name = "regression"
+    proposed_for = ("values",)
     loss_name = "mean squared error (normalised labels)"
     max_examples = 2000
     scores = ("r2",)
