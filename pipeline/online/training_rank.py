@@ -178,7 +178,6 @@ class TrainingRank:
         self.state = RankState()
         self.began = time.perf_counter()  # the job's start, near enough: time to the first step counts from here
         self.record = bool(self.settings["deterministic"])
-        self.raw_task: Task | None = None  # the task without normalisation: the baseline's
         self.baseline: StreamingFit | None = None
         self.add_channel = False
         self.board = Board(None)  # opened in start(), once TensorFlow may be imported
@@ -201,8 +200,9 @@ class TrainingRank:
 
     def pending_statistics(self) -> dict[str, Any]:
         """convert.normalise's fields before their statistics are frozen (at the first step): mean 0 and
-        std 1 for the task's checks and the model's building (the task is made again with the frozen ones
-        to score and save the model; the batches are normalised with those)."""
+        std 1 for the task's checks and the model's building, and the baseline's fit in the arrays' own units
+        (the task is made again with the frozen ones to score and save the model; the batches are normalised
+        with those): two builds, as the statistics are part of what a task is built from."""
         return {name: {"mean": 0.0, "std": 1.0} for name in self.config["convert"]["normalise"]}
 
     def fields_digest(self) -> str:
@@ -292,8 +292,8 @@ class TrainingRank:
         """A batch as the classical baseline takes it: not normalised (statistics are frozen only at the
         first step, and the baseline's fit and R² do not change under convert's per-channel affine
         normalisation: its features are standardised and its labels fitted linearly)."""
-        assert self.raw_task is not None
-        x, y = self.batch_tensors(batch, self.raw_task, self.add_channel, normalised=False)
+        assert self.baseline is not None
+        x, y = self.batch_tensors(batch, self.baseline.task, self.add_channel, normalised=False)
         return np.asarray(x), np.asarray(y)
 
     def score_baseline(self) -> dict[str, Any]:
@@ -306,11 +306,11 @@ class TrainingRank:
         started = time.perf_counter()
         parts = (self.raw_arrays(p) for p in self.validation_batches())
         max_examples = self.baseline.task.max_examples
-        result = self.baseline.score(parts, lambda arrays: [self.comm.allreduce(a) for a in arrays],
-                                     lambda e: Evaluation.combine(self.comm.allgather(e), max_examples))  # fmt: skip
-        seconds = round(time.perf_counter() - started, 3)
-        return {"method": result.method, **result.metrics, **result.settings,
-                "fitted_on": "the training arrivals of every training rank", "seconds": seconds}  # fmt: skip
+        predict, settings = self.baseline.fit(lambda arrays: [self.comm.allreduce(a) for a in arrays])
+        record = self.baseline.record(predict, settings, {"validation": parts},
+                                      lambda e: Evaluation.combine(self.comm.allgather(e), max_examples),
+                                      time.perf_counter() - started)  # fmt: skip
+        return {**record, "fitted_on": "the training arrivals of every training rank"}
 
     # ---- the loop
     def start(self) -> Started:
@@ -327,8 +327,9 @@ class TrainingRank:
         model, source, shape = built.keras, built.source, built.input_shape
         self.add_channel = add_channel = len(shape) == len(task.model_feature_shape) + 1
         if not task.data.several:  # the baseline's sums, added to as the training samples arrive
-            self.raw_task = make_task(settings, data_spec(meta_for(self.config, self.held_fields, {})))
-            self.baseline = StreamingFit(self.raw_task, [1 if n is None else n for n in shape],
+            # the task as built here, its statistics still the identity (pending_statistics): the arrays' own
+            # units, which the baseline takes
+            self.baseline = StreamingFit(task, [1 if n is None else n for n in shape],
                                          spatial_dims(source, shape))  # fmt: skip
         optimizer = make_optimizer(settings, device["precision"])
         restored = restore(resume_key(settings, self.fields_digest(), source, "step"), self.paths, model, optimizer,

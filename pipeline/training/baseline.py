@@ -27,7 +27,7 @@ class F sums. Time: one pass over the training and validation records with an FF
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -444,15 +444,6 @@ def discriminant_fit(sums: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray
 # ---------------------------------------------------------------- the baseline of a task
 
 
-@dataclass
-class Baseline:
-    """What the train step reports: the method, its scores by the task's metrics, and its settings."""
-
-    method: str
-    metrics: dict[str, Any]
-    settings: dict[str, Any]
-
-
 def method_name(task: Any, spatial_dims: int) -> str:
     """The task's baseline in words, with the statistics it is fitted on."""
     spectrum = f" and the log power spectrum ({BINS} log-spaced |k| bins)"
@@ -505,12 +496,19 @@ class StreamingFit:
 
         return predict, settings
 
-    def score(self, validation: Iterable[tuple[np.ndarray, np.ndarray]], allreduce: Any, combine: Any) -> Baseline:
-        """Fitted, then scored on the validation batches by the task's metrics (`combine(evaluation)`
-        joins every rank's evaluation)."""
-        predict, settings = self.fit(allreduce)
-        return Baseline(method_name(self.task, self.spatial_dims), self.metrics(predict, validation, combine),
-                        settings)  # fmt: skip
+    def record(self, predict: Any, settings: Mapping[str, Any],
+               splits: Mapping[str, Iterable[tuple[np.ndarray, np.ndarray]]], combine: Any,
+               seconds: float) -> dict[str, Any]:  # fmt: skip
+        """summary.json's `baseline`, every mode's (the train step's and online training's): the method, the
+        task's metrics on the first of `splits` (the test split where there is one) with each other split's
+        beside under its name, the fitted settings (a ridge penalty), the seconds. `combine(evaluation)`
+        joins every rank's evaluation."""
+        names = list(splits)
+        scores = self.metrics(predict, splits[names[0]], combine)
+        for name in names[1:]:
+            scores[name] = self.metrics(predict, splits[name], combine)
+        return {"method": method_name(self.task, self.spatial_dims), **scores, **settings,
+                "seconds": round(seconds, 3)}  # fmt: skip
 
     def metrics(self, predict: Any, batches: Iterable[tuple[np.ndarray, np.ndarray]], combine: Any) -> dict[str, Any]:
         """The task's metrics of the fitted `predict` over the batches (every rank's, joined by `combine`)."""
@@ -518,21 +516,3 @@ class StreamingFit:
         for x, y in batches:
             self.task.update(evaluation, predict(x), y, x)
         return self.task.metrics(combine(evaluation))
-
-
-def fit_and_score(
-    task: Any,
-    sample_shape: Sequence[int],
-    training: Iterable[tuple[np.ndarray, np.ndarray]],
-    validation: Iterable[tuple[np.ndarray, np.ndarray]],
-    spatial_dims: int,
-    allreduce: Any,
-    combine: Any,
-) -> Baseline:
-    """The baseline of `task` fitted on the training batches and scored on the validation batches, x of
-    sample_shape (a length may be 1 where samples vary). Each rank passes its own share:
-    `allreduce(list of arrays)` adds the sums over ranks, `combine(evaluation)` joins the evaluations."""
-    fitting = StreamingFit(task, sample_shape, spatial_dims)
-    for x, y in training:
-        fitting.add(x, y)
-    return fitting.score(validation, allreduce, combine)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.training.baseline import StreamingFit, method_name
+from pipeline.training.baseline import StreamingFit
 from pipeline.training.inputs import RankData, input_pipeline
 from pipeline.training.models import built_in_args, spatial_dims
 from pipeline.training.models.hybrid import FittedBaseline, build_hybrid, hybrid_mode
@@ -100,14 +100,13 @@ def score_classical(classical: Classical, config: Mapping[str, Any], meta: Mappi
     def combine(evaluation: Evaluation) -> Evaluation:
         return Evaluation.combine(comm.allgather(evaluation), task.max_examples)
 
-    def scored(split: str) -> dict[str, Any]:
+    def records(split: str) -> Any:
         pipeline = data.evaluation_input(split, meta, config["train"], task, model.input_shape)
-        return classical.fitting.metrics(classical.predict, arrays(pipeline, task.data.feature), combine)
+        return arrays(pipeline, task.data.feature)
 
-    validation = scored("validation")
-    split_scores = {**scored("test"), "validation": validation} if data.test_files is not None else validation
-    return {"method": method_name(task, classical.fitting.spatial_dims), **split_scores, **classical.settings,
-            "seconds": round(classical.seconds + time.perf_counter() - start, 3)}  # fmt: skip
+    splits = ["test", "validation"] if data.test_files is not None else ["validation"]
+    return classical.fitting.record(classical.predict, classical.settings, {s: records(s) for s in splits}, combine,
+                                    classical.seconds + time.perf_counter() - start)  # fmt: skip
 
 
 def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,
