@@ -38,12 +38,14 @@ config checks); cli.py.
                     (particles onto grids: NGP/CIC/TSC, convert.deposit), tables.py (manifest,
                     provenance, rejects), scores.py (VRMSE)
     training/       models/ (Keras builders, one file each), tasks/ (regression, classification,
-                    segmentation, one file each), tfdata.py (tf.data over shards), devices.py (a GPU
-                    or the CPU per rank, precision), determinism.py (the same weights twice),
-                    augment.py (symmetries of a sample, train.augment), baseline.py (the classical
-                    estimator beside every result), spatial/ (samples split across ranks: layout.py,
-                    layers.py with the halo exchange); the ways of training: kernel.py (the step loop,
-                    schedule, checkpoint, keep-best every way drives), session.py (set-up), inputs.py
+                    segmentation, surrogate, next_state, autoencoder, one file each), tfdata.py
+                    (tf.data over shards), devices.py (a GPU or the CPU per rank, precision),
+                    determinism.py (the same weights twice), augment.py (symmetries of a sample,
+                    train.augment), baseline.py (the classical estimator beside every result), spatial/
+                    (samples split across ranks: layout.py, layers.py with the halo exchange); the ways of
+                    training: kernel.py (the step loop, schedule, history rows, keep-best every way
+                    drives), checkpoints.py (what every way leaves to resume from: resume key,
+                    checkpoint, history, kept weights), session.py (set-up, Horovod's start), inputs.py
                     (each rank's records as tf.data), epochs.py (offline epochs), finish.py (baseline,
                     summary, saved model), population_run.py, tournament.py, population.py and
                     exchange.py (train.population), steps.py (the compiled step), optimizer.py
