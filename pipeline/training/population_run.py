@@ -46,13 +46,13 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     world per trainer (hvd.init on the trainer's communicator: its ranks, consecutive), each trainer's
     model from its own seed, the rounds (pipeline.training.tournament), then the kept model finished as
     one trainer's would be (the baseline on the same split, the summary with the population's record)."""
+    import horovod.tensorflow as hvd  # as the train step does, before Horovod's environment is set
+
     settings = config["train"]
     meta = load_metadata(merged_dir)
     population = checked_population(config, meta, comm)
     rank, size = comm.Get_rank(), comm.Get_size()
     number, trainer_comm, local = trainer_world(comm, population, settings)  # Horovod started
-    import horovod.tensorflow as hvd
-
     own = {**config, "train": {**settings, "seed": settings["seed"] + INIT_SEED_STEP * number}}
     own_layout = SpatialLayout(1, trainer_comm.Get_size(), trainer_comm.Get_rank())
     task, model, device = prepare(own, meta, comm, hvd, (own_layout, None), local)

@@ -157,7 +157,11 @@ def init_horovod(split: int, comm: Any) -> tuple[SpatialLayout, Any]:
     rank's layout and its spatial set (None without a split)."""
     layout = SpatialLayout(split, comm.Get_size(), comm.Get_rank())
     if split == 1:
-        hvd.init(comm=comm)
+        from mpi4py import MPI
+
+        # the job's world as Horovod's own default (as the train step always started it); a trainer's or the
+        # training ranks' communicator as given
+        hvd.init(comm=None if comm == MPI.COMM_WORLD else comm)
         return layout, None
     if split == comm.Get_size():  # one set of every rank: Horovod's global set
         hvd.init()
