@@ -91,8 +91,7 @@ def train(
     devices.hide_gpus_if_cpu(settings)  # before TensorFlow is imported (start_horovod's again: idempotent)
     if settings["population"]["enabled"]:
         return train_population(config, merged_dir, stage_summary, out_dir, comm, baseline)
-    # TensorFlow imported before start_horovod sets Horovod's environment, as before its one start: the
-    # other order measured 18 % fewer samples/s on 2 ranks (bench/train.py's cubes, 3 alternated pairs)
+    # imported before start_horovod sets Horovod's environment: the other order measured 18 % slower on 2 ranks
     import horovod.tensorflow as hvd
 
     meta = load_metadata(merged_dir)
