@@ -23,7 +23,7 @@ from pipeline import MB, CollectiveError, Sim2dlError
 from pipeline import config as cfg
 from pipeline.runtime.mpi import mpi_library, world
 from pipeline.runtime.runtimes import runtime_of
-from pipeline.runtime.startup import announce_started
+from pipeline.runtime.startup import announce_started, join_streams_if_asked
 from pipeline.steps import load as checked_load
 from pipeline.steps import validated
 
@@ -261,7 +261,7 @@ def launch_main(argv: list[str]) -> int:
     """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
     from pipeline.runtime.launch import data_directories, prepare_mount_points, srun_environment_conflicts, step_argv
     from pipeline.runtime.processes import with_parent_death_signal
-    from pipeline.runtime.startup import TOKEN_ENV, StartupPolicy, launch_with_retries
+    from pipeline.runtime.startup import ONE_STREAM_ENV, TOKEN_ENV, StartupPolicy, launch_with_retries, same_file
 
     parser = argparse.ArgumentParser(
         prog="sim2dl launch",
@@ -285,8 +285,11 @@ def launch_main(argv: list[str]) -> int:
     # the ranks' start-up barrier reports with this token (pipeline.runtime.startup): every runtime gets it
     # as a container variable, a launch without a container through the environment
     token = secrets.token_hex(8) if not args.dry_run else "TOKEN"
+    # output and errors to one file (a rule's step log): the ranks write both on one stream, relayed as one
+    one_stream = not args.dry_run and same_file(sys.stdout.fileno(), sys.stderr.fileno())
+    rank_env = {TOKEN_ENV: token, **({ONE_STREAM_ENV: "1"} if one_stream else {})}
     if runtime_of(config["container"]).contained:
-        config["container"]["env"] = {**config["container"]["env"], TOKEN_ENV: token}
+        config["container"]["env"] = {**config["container"]["env"], **rank_env}
     command = step_argv(config, args.mpi, args.tasks, step_args, data_dirs, Path.cwd())
     print("sim2dl launch: " + shlex.join(command), file=sys.stderr, flush=True)
     if args.dry_run:
@@ -302,7 +305,8 @@ def launch_main(argv: list[str]) -> int:
             raise Sim2dlError(f"cannot run {command[0]}: {e.strerror}") from e
     policy = StartupPolicy(retries=config["launch"]["startup_retries"], timeout_s=config["launch"]["startup_timeout_s"])
     try:
-        return launch_with_retries(with_parent_death_signal(command), token, policy, os.environ)
+        environ = {**os.environ, **rank_env}
+        return launch_with_retries(with_parent_death_signal(command), token, policy, environ, one_stream=one_stream)
     except OSError as e:
         raise Sim2dlError(f"cannot run {command[0]}: {e.strerror}") from e
 
@@ -477,6 +481,7 @@ ABORT_DELAY_S = 1.0
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    join_streams_if_asked()  # a rank of `sim2dl launch` writing to one file: one stream, in order
     _log_to_stderr()
     if argv[:1] and argv[0] in TOOLS:
         return TOOLS[argv[0]][1](argv[1:])

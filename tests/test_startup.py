@@ -136,3 +136,42 @@ def test_a_bug_on_one_rank_reaches_the_step_log_whole_before_the_job_is_aborted(
     # every frame, the repeated ones as Python folds them, and the exception's line last
     assert "in deeper" in text and "repeated 18 more times" in text, text
     assert "IndexError: tuple index out of range" in text, text
+
+
+INTERLEAVES = """
+import json
+import sys
+
+from mpi4py import MPI
+
+from pipeline.runtime.startup import announce_started, join_streams_if_asked
+
+join_streams_if_asked()  # what cli.main does first in every rank
+announce_started(MPI.COMM_WORLD)
+if MPI.COMM_WORLD.Get_rank() == 0:
+    for i in range(200):  # a step's log lines and progress (stderr) between its prints (stdout)
+        print(f"line {i}", file=sys.stderr if i % 2 else sys.stdout)
+    print(json.dumps({"step": "interleaves"}))
+"""
+
+
+def test_a_step_log_keeps_the_order_of_a_ranks_output_and_errors_and_ends_with_its_summary(tmp_path):
+    """A rule sends `sim2dl launch`'s output and errors to one file; the launcher forwards a rank's
+    stdout and stderr separately and launch relays stderr, so lines could swap (seen: a stage log ending
+    with the progress bar's last line after the JSON summary). Launched for real through `sim2dl launch`
+    (its launcher a wrapper running a rank program that interleaves the two streams), the file keeps the
+    order written."""
+    script = tmp_path / "interleaves.py"
+    script.write_text(INTERLEAVES)
+    launcher = tmp_path / "mpiexec-interleaves"
+    launcher.write_text(f'#!/bin/sh\nexec "{MPIEXEC}" -n 2 "{Path(MPIEXEC).parent / "python"}" "{script}"\n')
+    launcher.chmod(0o755)
+    path = write_config(tmp_path, make_config(tmp_path))
+    cmd = cli_command(["launch", "--mpi", str(launcher), "--tasks", "2", "--config", str(path), "simulate"], ranks=None)
+    log = tmp_path / "step.log"
+    with open(log, "wb") as out:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env(), cwd=tmp_path, timeout=120)
+    lines = log.read_text().splitlines()
+    assert proc.returncode == 0, lines
+    written = [line for line in lines if not line.startswith(("sim2dl launch: ", STARTED_PREFIX))]
+    assert written == [f"line {i}" for i in range(200)] + ['{"step": "interleaves"}']

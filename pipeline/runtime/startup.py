@@ -16,6 +16,12 @@ a launch that ends non-zero before the token appeared failed in start-up (retrie
 failed in the step (not retried here: the step resumes under Snakemake's own retry). A start-up that
 hangs (a rank stuck in MPI_Init) is killed after a time-out and counts as failed.
 
+One stream when the output goes to one file (a rule's `> step.log 2>&1`): the launcher forwards each
+rank's stdout and stderr separately, and the stderr passes through `sim2dl launch` on top, so a line
+written to stderr before the step's JSON summary could land in the file after it (seen: a stage log
+ending with the progress bar's last line). Then `sim2dl launch` asks the ranks (ONE_STREAM_ENV) to write
+their errors on their output stream, and relays that one stream itself: the file keeps the ranks' order.
+
 Memory: the last line of the launcher's stderr; time: what the step takes, plus a backoff per retry.
 """
 
@@ -33,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TOKEN_ENV = "SIM2DL_LAUNCH_TOKEN"
+ONE_STREAM_ENV = "SIM2DL_ONE_STREAM"
 STARTED_PREFIX = "sim2dl: MPI started: "
 
 # Lines of a failed start-up as Slurm, MPICH (hydra and ch4) and UCX print them; the first one seen names
@@ -55,6 +62,24 @@ def announce_started(comm: Any, environ: Mapping[str, str] | None = None) -> Non
     comm.barrier()
     if comm.Get_rank() == 0:
         print(f"{STARTED_PREFIX}{token} ({comm.Get_size()} ranks)", file=sys.stderr, flush=True)
+
+
+def same_file(fd_a: int, fd_b: int) -> bool:
+    """Whether two descriptors write to one file, pipe or terminal."""
+    a, b = os.fstat(fd_a), os.fstat(fd_b)
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def join_streams_if_asked(environ: Mapping[str, str] | None = None) -> bool:
+    """In a rank launched with ONE_STREAM_ENV: stderr becomes the output stream (line-buffered), so what
+    the rank writes reaches the launcher, and the file, in the order written."""
+    if (os.environ if environ is None else environ).get(ONE_STREAM_ENV) != "1":
+        return False
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(sys.stdout.fileno(), sys.stderr.fileno())
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    return True
 
 
 @dataclass
@@ -122,12 +147,23 @@ def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
 
 
 def run_once(
-    command: Sequence[str], token: str, timeout_s: float, environ: Mapping[str, str], out: Any
+    command: Sequence[str],
+    token: str,
+    timeout_s: float,
+    environ: Mapping[str, str],
+    out: Any,
+    one_stream: bool = False,
 ) -> tuple[int | None, StartupWatch]:
-    """One launch: stderr passed through to `out` as it comes, watched. Returns (exit code, or None when
-    start-up timed out and the launch was killed; the watch)."""
+    """One launch: stderr (with `one_stream`, stdout and stderr as one stream) passed through to `out` as
+    it comes, watched. Returns (exit code, or None when start-up timed out and the launch was killed; the
+    watch)."""
     watch = StartupWatch(token)
-    proc = subprocess.Popen(list(command), stderr=subprocess.PIPE, env=dict(environ))
+    if one_stream:
+        proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(environ))
+        stream = proc.stdout
+    else:
+        proc = subprocess.Popen(list(command), stderr=subprocess.PIPE, env=dict(environ))
+        stream = proc.stderr
     forward = {signal.SIGTERM: None, signal.SIGINT: None}
 
     def pass_on(signum: int, _frame: Any) -> None:  # a cancelled job or Ctrl-C reaches the ranks
@@ -137,8 +173,8 @@ def run_once(
     for signum in forward:
         forward[signum] = signal.signal(signum, pass_on)
     deadline = time.monotonic() + timeout_s
-    assert proc.stderr is not None
-    fd = proc.stderr.fileno()
+    assert stream is not None
+    fd = stream.fileno()
     timed_out = False
     try:
         while True:
@@ -155,7 +191,7 @@ def run_once(
             out.flush()
             watch.feed(chunk.decode(errors="replace"))
         # the rest of stderr (after a time-out, what the killed launcher printed)
-        rest = proc.stderr.read()
+        rest = stream.read()
         if rest:
             out.write(rest.decode(errors="replace"))
             out.flush()
@@ -165,7 +201,7 @@ def run_once(
     finally:
         for signum, handler in forward.items():
             signal.signal(signum, handler)
-        proc.stderr.close()
+        stream.close()
     return (None if timed_out else code), watch
 
 
@@ -176,14 +212,16 @@ def launch_with_retries(
     environ: Mapping[str, str],
     out: Any = None,
     sleep: Callable[[float], None] = time.sleep,
+    one_stream: bool = False,
 ) -> int:
     """Runs `command` until it gets through start-up, at most 1 + policy.retries times; returns its exit
     code (that of the last attempt). Every failed start-up is reported on `out` as one line naming the
-    node and the reason."""
+    node and the reason. `one_stream`: the command's stdout is relayed with its stderr (ONE_STREAM_ENV
+    set in `environ` by the caller)."""
     out = sys.stderr if out is None else out
     attempts = 1 + policy.retries
     for attempt in range(1, attempts + 1):
-        code, watch = run_once(command, token, policy.timeout_s, {**environ, TOKEN_ENV: token}, out)
+        code, watch = run_once(command, token, policy.timeout_s, {**environ, TOKEN_ENV: token}, out, one_stream)
         if code == 0 or watch.started:
             return code if code is not None else 1
         again = attempt < attempts
