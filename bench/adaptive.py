@@ -30,7 +30,16 @@ sample was drawn `max_reuse` times, so both arms train on as many samples for as
 (goal: <= 1.0), `online.chosen_runs` (mean runs breed chose). Arrivals depend on timing, so the online
 figures are not seeded: their spread is in `by_seed`.
 
-    python bench/adaptive.py [--quick] [--acquisitions space_filling,integrated_variance] [--online]
+`--bound`: instead, the most any choice of runs could gain on the bistable code with this emulator: the
+control (Sobol continued) against an oracle that puts every run after the 16 Sobol ones inside the band
+|level - a| < BAND, where the code's transition is (Sobol points in the band, known without any run), to
+64 runs, scored as above on the same random test runs. Both designs' runs are the simulator's own `solve`
+(what each `sim2dl simulate` run calls) in this process. Figures: `bound.test_vrmse.{control,band}` (budget
+-> mean over the seeds), `bound.band_area` (its share of the space), `bound.band_error_share` (the share of
+the control's summed test error at 64 runs that falls in the band), `bound.band_over_control` (at 32 and
+64 runs).
+
+    python bench/adaptive.py [--quick] [--acquisitions space_filling,integrated_variance] [--online] [--bound]
     (quick: budgets to 40, 96 test runs; full: to 96, 256; --acquisitions: only these, the control always)
 """
 
@@ -146,12 +155,68 @@ def online_choosing(work: Path, quick: bool) -> dict[str, Any]:
             "chosen_runs": round(float(np.mean(chosen)), 1)}  # fmt: skip
 
 
+BAND = 0.12  # |level - a| below this: the bistable code's transition (docs/ensembles.md, "When it pays")
+
+
+def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
+    """The control against every run after the initial ones placed in the transition band (`--bound`)."""
+    from pipeline.design.space import parameter_columns, unit_design
+    from pipeline.simulators.bistable_run import solve
+
+    initial, batch, budget, tests = 16, 8, 64, (96 if quick else 256)
+    spec = simulators()["bistable"]
+    test_raw = run_simulate(work / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
+    test_x, test_y = outputs_of(test_raw, {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}})
+    layout = Outputs.of({"state": (test_y.shape[1],)})
+
+    def in_band(unit: np.ndarray) -> np.ndarray:
+        columns = parameter_columns(unit, spec["space"])
+        return np.abs(columns["level"] - columns["a"]) < BAND
+
+    def run(unit: np.ndarray) -> np.ndarray:
+        columns = parameter_columns(unit, spec["space"])
+        return np.array([solve(level, a)[0].ravel() for level, a in zip(columns["level"], columns["a"], strict=True)])
+
+    budgets = list(range(initial, budget + 1, batch))
+    curves: dict[str, list[list[float]]] = {"control": [], "band": []}
+    shares = []
+    for seed in SEEDS:
+        control = unit_design("sobol", budget, 2, seed)
+        later = unit_design("sobol", 4096, 2, seed, start=budget)
+        band = np.vstack([control[:initial], later[in_band(later)][: budget - initial]])
+        designs = {"control": control, "band": band}
+        for name, x in designs.items():
+            y = run(x)
+            errors = [layout.vrmse(Emulator(layout, seed).fit(x[:n], y[:n]).predict(test_x), test_y)["state"]
+                      for n in budgets]  # fmt: skip
+            curves[name].append([float(e.mean()) for e in errors])
+            if name == "control":
+                shares.append(float(errors[-1][in_band(test_x)].sum() / errors[-1].sum()))
+            print(f"bound {name} seed {seed}: {np.round(curves[name][-1], 4).tolist()}", file=sys.stderr, flush=True)
+    mean = {name: np.mean(c, axis=0) for name, c in curves.items()}
+    at = {str(n): round(float(mean["band"][i] / mean["control"][i]), 3) for i, n in enumerate(budgets) if n in (32, 64)}
+    area = float(in_band(unit_design("sobol", 4096, 2, 0)).mean())
+    return {"budgets": budgets, "seeds": list(SEEDS), "band": BAND, "test_runs": tests,
+            "test_vrmse": {name: dict(zip(map(str, budgets), np.round(m, 4).tolist(), strict=True))
+                           for name, m in mean.items()},
+            "band_area": round(area, 3), "band_error_share": round(float(np.mean(shares)), 3),
+            "band_over_control": at}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--acquisitions", help="comma-separated: only these (and the control), e.g. for the check")
     parser.add_argument("--online", action="store_true", help="online choosing against its control instead")
+    parser.add_argument("--bound", action="store_true", help="the control against runs placed in the band instead")
     args = parser.parse_args()
+    if args.bound:
+        work = OUT / "adaptive-bound"
+        shutil.rmtree(work, ignore_errors=True)
+        result = {"bound": allocation_bound(work, args.quick)}
+        shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps(result))
+        return
     if args.online:
         work = OUT / "adaptive-online"
         shutil.rmtree(work, ignore_errors=True)
