@@ -6,10 +6,11 @@ exits, as srun then did. The same failure for real: tests/test_cluster.py and sc
 """
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
-from pipeline.runtime.startup import STARTED_PREFIX, StartupWatch
+from pipeline.runtime.startup import STARTED_PREFIX, StartupWatch, same_file
 
 from .conftest import MPIEXEC, cli_command, env, make_config, write_config
 
@@ -175,3 +176,17 @@ def test_a_step_log_keeps_the_order_of_a_ranks_output_and_errors_and_ends_with_i
     assert proc.returncode == 0, lines
     written = [line for line in lines if not line.startswith(("sim2dl launch: ", STARTED_PREFIX))]
     assert written == [f"line {i}" for i in range(200)] + ['{"step": "interleaves"}']
+
+
+def test_one_file_is_told_by_the_descriptors_not_their_numbers():
+    first, second = os.pipe(), os.pipe()
+    copy = os.dup(first[1])
+    try:
+        assert same_file(first[1], copy)  # `> log 2>&1`: two descriptors, one file
+        assert not same_file(first[1], second[1])
+        os.close(second[0])
+        os.close(second[1])
+        assert not same_file(first[1], second[1])  # a closed stream is not the same file
+    finally:
+        for fd in (*first, copy):
+            os.close(fd)

@@ -65,8 +65,11 @@ def announce_started(comm: Any, environ: Mapping[str, str] | None = None) -> Non
 
 
 def same_file(fd_a: int, fd_b: int) -> bool:
-    """Whether two descriptors write to one file, pipe or terminal."""
-    a, b = os.fstat(fd_a), os.fstat(fd_b)
+    """Whether two descriptors write to one file, pipe or terminal (not when either is closed)."""
+    try:
+        a, b = os.fstat(fd_a), os.fstat(fd_b)
+    except OSError:
+        return False
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
