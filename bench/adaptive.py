@@ -210,20 +210,14 @@ def main() -> None:
     parser.add_argument("--online", action="store_true", help="online choosing against its control instead")
     parser.add_argument("--bound", action="store_true", help="the control against runs placed in the band instead")
     args = parser.parse_args()
-    if args.bound:
-        work = OUT / "adaptive-bound"
-        shutil.rmtree(work, ignore_errors=True)
-        result = {"bound": allocation_bound(work, args.quick)}
-        shutil.rmtree(work, ignore_errors=True)
-        print(json.dumps(result))
-        return
-    if args.online:
-        work = OUT / "adaptive-online"
-        shutil.rmtree(work, ignore_errors=True)
-        result = {"online": online_choosing(work, args.quick)}
-        shutil.rmtree(work, ignore_errors=True)
-        print(json.dumps(result))
-        return
+    for name, measure in (("bound", allocation_bound), ("online", online_choosing)):
+        if getattr(args, name):  # another comparison instead of the acquisitions' curves
+            work = OUT / f"adaptive-{name}"
+            shutil.rmtree(work, ignore_errors=True)
+            result = {name: measure(work, args.quick)}
+            shutil.rmtree(work, ignore_errors=True)
+            print(json.dumps(result))
+            return
     initial, batch = 16, 8
     budget, tests = (40, 96) if args.quick else (96, 256)
     acquisitions = ["space_filling", "integrated_variance", "variance", "committee", "breed"]
