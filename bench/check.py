@@ -173,15 +173,18 @@ BENCHMARKS: dict[str, Benchmark] = {
         pairs=1,
         presets=("adaptive-fronts.yaml",),
     ),
+    # One pair: a run takes about 5 minutes (2 pairs: 21 minutes). Its validation losses repeat within 1 %
+    # from run to run, so the factor alone can judge them; the seconds-based efficiency spread 19 % between
+    # two runs of one commit (0.395, 0.326), beyond the factor, so it is not compared here: the kernel's
+    # speed is the train benchmark's samples/s (the same compiled step).
     "ltfb": Benchmark(
         ("bench/ltfb.py", "--quick"),
         {
-            "effective_parallel_efficiency.2.by_seconds": HIGHER,
             "best_val_loss.population_2": LOWER,
             "best_val_loss.population_4": LOWER,
         },
         steps=("train", "search"),
-        pairs=2,
+        pairs=1,
     ),
 }
 # Quick benchmarks this check leaves to be run by hand, and why: each needs what a 2-core machine of this
