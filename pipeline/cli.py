@@ -261,7 +261,7 @@ def launch_main(argv: list[str]) -> int:
     """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
     from pipeline.runtime.launch import data_directories, prepare_mount_points, srun_environment_conflicts, step_argv
     from pipeline.runtime.processes import with_parent_death_signal
-    from pipeline.runtime.startup import ONE_STREAM_ENV, TOKEN_ENV, StartupPolicy, launch_with_retries, same_file
+    from pipeline.runtime.startup import StartupPolicy, launch_with_retries, rank_environment, same_file
 
     parser = argparse.ArgumentParser(
         prog="sim2dl launch",
@@ -287,9 +287,8 @@ def launch_main(argv: list[str]) -> int:
     token = secrets.token_hex(8) if not args.dry_run else "TOKEN"
     # output and errors to one file (a rule's step log): the ranks write both on one stream, relayed as one
     one_stream = not args.dry_run and same_file(sys.stdout.fileno(), sys.stderr.fileno())
-    rank_env = {TOKEN_ENV: token, **({ONE_STREAM_ENV: "1"} if one_stream else {})}
-    if runtime_of(config["container"]).contained:
-        config["container"]["env"] = {**config["container"]["env"], **rank_env}
+    if runtime_of(config["container"]).contained:  # a launch without a container: launch_with_retries sets them
+        config["container"]["env"] = {**config["container"]["env"], **rank_environment(token, one_stream)}
     command = step_argv(config, args.mpi, args.tasks, step_args, data_dirs, Path.cwd())
     print("sim2dl launch: " + shlex.join(command), file=sys.stderr, flush=True)
     if args.dry_run:
@@ -305,8 +304,7 @@ def launch_main(argv: list[str]) -> int:
             raise Sim2dlError(f"cannot run {command[0]}: {e.strerror}") from e
     policy = StartupPolicy(retries=config["launch"]["startup_retries"], timeout_s=config["launch"]["startup_timeout_s"])
     try:
-        environ = {**os.environ, **rank_env}
-        return launch_with_retries(with_parent_death_signal(command), token, policy, environ, one_stream=one_stream)
+        return launch_with_retries(with_parent_death_signal(command), token, policy, os.environ, one_stream=one_stream)
     except OSError as e:
         raise Sim2dlError(f"cannot run {command[0]}: {e.strerror}") from e
 

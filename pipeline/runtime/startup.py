@@ -64,6 +64,11 @@ def announce_started(comm: Any, environ: Mapping[str, str] | None = None) -> Non
         print(f"{STARTED_PREFIX}{token} ({comm.Get_size()} ranks)", file=sys.stderr, flush=True)
 
 
+def rank_environment(token: str, one_stream: bool) -> dict[str, str]:
+    """What a launch tells its ranks: the start-up token, and whether to write on one stream."""
+    return {TOKEN_ENV: token, **({ONE_STREAM_ENV: "1"} if one_stream else {})}
+
+
 def same_file(fd_a: int, fd_b: int) -> bool:
     """Whether two descriptors write to one file, pipe or terminal (not when either is closed)."""
     try:
@@ -161,12 +166,9 @@ def run_once(
     it comes, watched. Returns (exit code, or None when start-up timed out and the launch was killed; the
     watch)."""
     watch = StartupWatch(token)
-    if one_stream:
-        proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(environ))
-        stream = proc.stdout
-    else:
-        proc = subprocess.Popen(list(command), stderr=subprocess.PIPE, env=dict(environ))
-        stream = proc.stderr
+    stdout, stderr = (subprocess.PIPE, subprocess.STDOUT) if one_stream else (None, subprocess.PIPE)
+    proc = subprocess.Popen(list(command), stdout=stdout, stderr=stderr, env=dict(environ))
+    stream = proc.stdout if one_stream else proc.stderr
     forward = {signal.SIGTERM: None, signal.SIGINT: None}
 
     def pass_on(signum: int, _frame: Any) -> None:  # a cancelled job or Ctrl-C reaches the ranks
@@ -219,12 +221,13 @@ def launch_with_retries(
 ) -> int:
     """Runs `command` until it gets through start-up, at most 1 + policy.retries times; returns its exit
     code (that of the last attempt). Every failed start-up is reported on `out` as one line naming the
-    node and the reason. `one_stream`: the command's stdout is relayed with its stderr (ONE_STREAM_ENV
-    set in `environ` by the caller)."""
+    node and the reason. `one_stream`: the ranks are asked (ONE_STREAM_ENV) to write on one stream, and
+    the command's stdout is relayed with its stderr."""
     out = sys.stderr if out is None else out
     attempts = 1 + policy.retries
     for attempt in range(1, attempts + 1):
-        code, watch = run_once(command, token, policy.timeout_s, {**environ, TOKEN_ENV: token}, out, one_stream)
+        environ_of_ranks = {**environ, **rank_environment(token, one_stream)}
+        code, watch = run_once(command, token, policy.timeout_s, environ_of_ranks, out, one_stream)
         if code == 0 or watch.started:
             return code if code is not None else 1
         again = attempt < attempts
