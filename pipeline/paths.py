@@ -13,7 +13,7 @@ is built from the same classes. A name is written once, here.
     {workdir}/staged/           summary.json; node-local copies and their      StagedPaths
                                 staged.json listing under stage.target
     {workdir}/search/           run/, trials/NAME/, best.yaml, search.png      SearchPaths
-    {workdir}/train/            checkpoints/, model/, metrics.*, summary.json, TrainPaths
+    {workdir}/train/            checkpoints/, model/, weights.npz, metrics.*, summary.json, TrainPaths
                                 learning_curves.png, scores.png
     {workdir}/logs/STEP.log     each step's output, ending with its JSON summary
     {workdir}/report/           throughput.png
@@ -194,6 +194,12 @@ class TrainPaths:
     @property
     def model(self) -> Path:
         return self.root / "model"
+
+    @property
+    def kept_weights(self) -> Path:
+        """The kept model's variables (pipeline.training.checkpoints.save_model_weights): what train.warm_start
+        starts a later run from."""
+        return self.root / "weights.npz"
 
     def best_weights(self, at: int, unit: str = "epoch") -> Path:
         """The weights of the unit (epoch, online step) with the lowest validation loss so far (train.keep:

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 
+from pipeline import Sim2dlError
 from pipeline.paths import TrainPaths
 from pipeline.runtime.mpi import SerialComm
 from pipeline.training import exchange
@@ -20,9 +21,11 @@ from pipeline.training.checkpoints import (
     restore,
     restore_kept,
     resume_key,
+    save_model_weights,
     save_packed,
     save_window,
 )
+from pipeline.training.checksum import weights_checksum
 from pipeline.training.kernel import Kept, history_row
 from pipeline.training.models import model_source
 
@@ -54,11 +57,11 @@ def test_a_longer_run_of_each_mode_continues_and_a_new_setting_starts_afresh(uni
         assert resume_key(changed(section, name, 1000), "digest", source, unit) != key
 
 
-def small_model(seed: int):
+def small_model(seed: int, width: int = 3):
     import keras
 
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.BatchNormalization(),
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(width), keras.layers.BatchNormalization(),
                               keras.layers.Dense(1)])  # fmt: skip
     optimizer = keras.optimizers.Adam(1e-2)
     model.compile(optimizer, "mse")
@@ -114,3 +117,49 @@ def test_packed_weights_are_exact_for_every_dtype(tmp_path) -> None:
         assert c.dtype == v.dtype and np.array_equal(c.numpy(), v.numpy())
     with pytest.raises(ValueError, match="not the same model"):
         exchange.unpack(copies[:2], np.load(path))
+
+
+def same_weights(model, other) -> bool:
+    return all(np.array_equal(a, b) for a, b in zip(model.get_weights(), other.get_weights(), strict=True))
+
+
+def test_a_fresh_run_warm_starts_from_a_finished_runs_kept_weights_and_a_resumed_run_does_not(tmp_path) -> None:
+    """train.warm_start: true takes this directory's kept weights (none yet: the initialisation stays), a
+    path another run's; a run with a checkpoint of its own key resumes it instead; another model is refused
+    naming the key and the variable."""
+    comm, key = SerialComm(), resume_key(SETTINGS, "digest", model_source("cosmoflow"), "epoch")
+    finished = TrainPaths(tmp_path / "finished")
+    trained, _ = small_model(0)
+    x = np.random.default_rng(0).normal(size=(32, 4))
+    trained.fit(x, x[:, :1], epochs=2, verbose=0)  # the batch norm's statistics (not trained) move too
+    save_model_weights(finished.kept_weights, trained)
+    assert not [p for p in finished.root.iterdir() if ".tmp" in p.name]
+
+    model, optimizer = small_model(1)
+    restored = restore(key, finished, model, optimizer, comm, "epoch", True)
+    assert same_weights(model, trained) and restored.done == 0
+    assert restored.warm_start == {"from": str(finished.kept_weights), "checksum": weights_checksum(trained)}
+
+    other = TrainPaths(tmp_path / "other")  # a path: another run's train directory, or its file
+    for named in (finished.root, finished.kept_weights):
+        model, optimizer = small_model(1)
+        assert restore(key, other, model, optimizer, comm, "epoch", str(named)).warm_start is not None
+        assert same_weights(model, trained)
+    for setting in (False, True):  # not asked, or asked before this directory has a finished run
+        model, optimizer = small_model(1)
+        assert restore(key, other, model, optimizer, comm, "epoch", setting).warm_start is None
+        assert same_weights(model, small_model(1)[0])
+
+    # a checkpoint of this run's own key: resumed, never overwritten by the warm start
+    model, optimizer = small_model(2)
+    restored = restore(key, finished, model, optimizer, comm, "epoch", True)
+    restored.checkpoint.save(1)
+    resumed, resumed_optimizer = small_model(3)
+    again = restore(key, finished, resumed, resumed_optimizer, comm, "epoch", True)
+    assert again.done == 1 and again.warm_start is None and same_weights(resumed, model)
+
+    with pytest.raises(Sim2dlError, match=r"'train.warm_start'.*missing"):
+        restore(key, other, *small_model(1), comm, "epoch", str(tmp_path / "nowhere"))
+    with pytest.raises(Sim2dlError, match=r"'train.warm_start'.*variable 0 .*float32\[4, 5\] in this model, "
+                                          r"float32\[4, 3\] there"):  # fmt: skip
+        restore(key, TrainPaths(tmp_path / "wider"), *small_model(1, width=5), comm, "epoch", str(finished.root))

@@ -99,10 +99,11 @@ def test_config_errors_name_the_key_before_any_data_is_read(changes, train, mess
     assert check(config_for({}), 4, meta).ranks_per_trainer == 2
 
 
-def train(tmp_path, staged, ranks=2, background=False, **population):
+def train(tmp_path, staged, ranks=2, background=False, warm_start=False, **population):
     _, config = staged
     tmp_path.mkdir(parents=True, exist_ok=True)
-    config = {**config, "train": {**config["train"], "population": population_settings(**population)}}
+    config = {**config, "train": {**config["train"], "warm_start": warm_start,
+                                  "population": population_settings(**population)}}  # fmt: skip
     args = ["train", "--config", str(write_config(tmp_path, config)), "--out", str(tmp_path / "train")]
     if background:
         return start_cli(args, ranks)
@@ -203,6 +204,12 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
     continued = json.loads((out / "train" / "metrics.json").read_text())
     assert continued[:done] == before[:done] and [row["round"] for row in continued] == [1, 2, 3]
     assert resumed["kept"] == summary["kept"] and resumed["population"]["kept"] == record["kept"]
+
+    # train.warm_start: a new population whose trainers all start from the kept model above
+    warm = train(tmp_path / "warm", staged, warm_start=str(tmp_path / "whole" / "train"), rounds=1)
+    started = summary_of(tmp_path / "warm")["warm_start"]
+    assert summary["warm_start"] is None and started["checksum"] == summary["weights_checksum"]
+    assert warm.stderr.count("(train.warm_start)") == 2  # each trainer's rank
 
 
 @pytest.mark.mpi

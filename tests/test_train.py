@@ -134,7 +134,8 @@ def test_config_errors_before_training_starts(tmp_path, staged, change, message)
 def test_the_same_config_trains_to_the_same_weights_twice_and_another_seed_does_not(tmp_path, staged):
     """train.deterministic (default): two runs of one config on 2 ranks give bit-identical weights (the
     second with train.device cpu, which hides GPUs and changes nothing else); another train.seed gives
-    other weights."""
+    other weights, and the same seed warm-started from the first run's kept model (train.warm_start)
+    starts from exactly those weights."""
 
     def trained(name, **settings):
         train(tmp_path / name, staged, epochs=1, **settings)
@@ -145,6 +146,11 @@ def test_the_same_config_trains_to_the_same_weights_twice_and_another_seed_does_
     assert first["val_loss"] == again["val_loss"]
     assert [d["cuda_visible_devices"] for d in again["devices"]] == ["", ""]
     assert other["weights_checksum"] != first["weights_checksum"]
+    assert first["warm_start"] is None and (tmp_path / "a" / "train" / "weights.npz").is_file()
+    # train.warm_start: the same seed's run, started from run a's kept model instead of its initialisation
+    warm = trained("w", seed=7, warm_start=str(tmp_path / "a" / "train"))
+    assert warm["warm_start"]["checksum"] == first["weights_checksum"]
+    assert warm["weights_checksum"] not in (first["weights_checksum"], other["weights_checksum"])
 
 
 def test_purged_node_local_files_are_staged_again(tmp_path, staged):

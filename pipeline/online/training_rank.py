@@ -114,6 +114,7 @@ class RankState:
     arrivals_at_first_step: int = 0
     first_step_time: float | None = None
     resumed_from: int = 0  # the checkpoint's step this run continued from
+    warm_start: dict[str, str] | None = None  # where a fresh run's weights came from (train.warm_start)
     first_step_at: float | None = None  # wall-clock time (time.time()): comparable across processes
     before_first_step: float = 0.0  # seconds the first window waited for its first step
     short_batches: int = 0  # steps on fewer than batch_size samples (after the simulations ended)
@@ -333,8 +334,9 @@ class TrainingRank:
                                          spatial_dims(source, shape))  # fmt: skip
         optimizer = make_optimizer(settings, device["precision"])
         restored = restore(resume_key(settings, self.fields_digest(), source, "step"), self.paths, model, optimizer,
-                           self.comm, "step")  # fmt: skip
+                           self.comm, "step", settings["warm_start"])  # fmt: skip
         self.state.step = self.state.resumed_from = restored.done
+        self.state.warm_start = restored.warm_start
         self.state.history = restored.history
         train_step, predict = step_functions(model, optimizer, task.loss(), source.built_in is None)
         checkpoint = restored.checkpoint
@@ -495,7 +497,8 @@ class TrainingRank:
         counts = self.counts()
         # the task again, with the frozen statistics: metrics and the figure in the labels' own units
         task = make_task(self.settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
-        extra: dict[str, Any] = {"online": self.online_record(counts, seconds), "hybrid": ONLINE_HYBRID}
+        extra: dict[str, Any] = {"online": self.online_record(counts, seconds), "hybrid": ONLINE_HYBRID,
+                                 "warm_start": self.state.warm_start}  # fmt: skip
         extra.update(self.after_training(session, task))  # a next state's kept model, run on its own outputs
         if self.record:  # the order samples arrived in between draws: replaying it gives the same batches
             write_arrivals(self.paths.root / f"arrivals-rank-{self.rank:05d}.npy", self.train_buffer.log)

@@ -109,7 +109,7 @@ def train(
     keras_model = model.keras
     optimizer = make_optimizer(settings, device["precision"])
     key = resume_key(settings, meta["plan_digest"], model.source, "epoch")
-    restored = restore(key, paths, keras_model, optimizer, comm, "epoch")
+    restored = restore(key, paths, keras_model, optimizer, comm, "epoch", settings["warm_start"])
     train_step, predict = step_functions(keras_model, optimizer, task.loss(), autograph=model.source.built_in is None,
                                          averaged_over=model.eval_transforms)  # fmt: skip
 
@@ -121,7 +121,7 @@ def train(
         announce_start(paths, {"unit": "epoch", "length": settings["epochs"], "ranks": size,
                                "spatial_split": layout.split, "epochs": settings["epochs"],
                                "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
-                               "resume_from_epoch": restored.done})  # fmt: skip
+                               "resume_from_epoch": restored.done, "warm_start": restored.warm_start})  # fmt: skip
     iterator = training_batches(data, meta, settings, task, model, slab, restored.done)
     board = Board.of(settings, paths.tensorboard / "train", rank == 0, trial)
 
@@ -138,5 +138,9 @@ def train(
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
-    extra = {"hybrid": hybrid, **after_training(task, model, data, meta, settings, comm, paths.root)}  # a rollout
+    extra = {
+        "hybrid": hybrid,
+        "warm_start": restored.warm_start,
+        **after_training(task, model, data, meta, settings, comm, paths.root),  # a rollout
+    }
     return finish(config, task, model, history, scores, paths, ranks, kept, found, extra, board=board)

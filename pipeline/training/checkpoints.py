@@ -13,6 +13,9 @@ population rounds, online steps), which differ only in their unit (epoch, round,
   the best unit's weights (train.keep: best) and a population's kept model alike.
 - `save_window`: the end of a window (history, best weights, checkpoint) in the order that survives a kill
   at any point, and `restore_kept`: the kept weights back into the model.
+- `save_model_weights` / `warm_start`: the finished run's kept model as its variables (`train/weights.npz`,
+  one array each, so a mismatch names the variable), and a later run of other data or settings started
+  from them instead of a fresh initialisation (train.warm_start: a continued design's next training).
 - The history files: metrics.json and metrics.csv.
 
 Memory: one packed copy of the weights where one is written or read; time: one write of them per window
@@ -36,6 +39,7 @@ from pipeline import Sim2dlError
 from pipeline.paths import TrainPaths
 from pipeline.storage.fsutil import atomic_path, write_json_atomic, write_text_atomic
 from pipeline.training import exchange
+from pipeline.training.checksum import weights_checksum
 
 log = logging.getLogger(__name__)
 
@@ -117,16 +121,67 @@ class Restored:
     checkpoint: CounterCheckpoint  # its counter: the units done
     done: int  # units done: the run continues after them
     history: list[dict[str, Any]]  # the history's rows up to them
+    warm_start: dict[str, str] | None = None  # where a fresh run's weights came from (train.warm_start)
 
 
-def restore(key: str, paths: TrainPaths, model: Any, optimizer: Any, comm: Any, unit: str) -> Restored:
+def restore(key: str, paths: TrainPaths, model: Any, optimizer: Any, comm: Any, unit: str,
+            warm: bool | str = False) -> Restored:  # fmt: skip
     """The latest checkpoint written under the same key (resume_key), if any, and the history up to it:
-    where an offline or online run continues (rank 0 of comm claims the directory)."""
+    where an offline or online run continues (rank 0 of comm claims the directory). Without one, the
+    weights `warm` names (train.warm_start), if any."""
     claim(paths.checkpoints, key, comm, comm.Get_rank() == 0)
     checkpoint = CounterCheckpoint(paths.checkpoints, model, optimizer, unit)
     done = checkpoint.restore()
     history = [row for row in load_history(paths.root) if row[unit] <= done] if done else []
-    return Restored(checkpoint, done, history)
+    return Restored(checkpoint, done, history, None if done else warm_start(warm, paths, model))
+
+
+def save_model_weights(path: Path, model: Any) -> None:
+    """The model's variables (trained and not, in the model's order) as .npz, an array each, written
+    beside and renamed into place: what a later run warm-starts from."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, *[np.asarray(v.numpy()) for v in model.weights])
+
+
+def warm_start_file(setting: bool | str, paths: TrainPaths) -> Path | None:
+    """The weights train.warm_start names: true, this train directory's (what its last finished run kept;
+    None before any has finished); a path, that train directory's or that file."""
+    if setting is False or setting is None:
+        return None
+    if setting is True:
+        return paths.kept_weights if paths.kept_weights.exists() else None
+    path = Path(setting)
+    path = TrainPaths(path).kept_weights if path.is_dir() else path
+    if not path.is_file():
+        raise Sim2dlError(f"config key 'train.warm_start': {setting}: no kept weights ({path} is missing: a train "
+                          f"directory has them once a training in it has finished)")  # fmt: skip
+    return path
+
+
+def warm_start(setting: bool | str, paths: TrainPaths, model: Any) -> dict[str, str] | None:
+    """The model's weights set from those train.warm_start names (`setting`), each variable checked
+    against its shape and dtype; returns where they came from and their checksum, or None (none named,
+    or `true` before any run finished: the initialisation stays). The optimizer and the schedule start
+    afresh."""
+    path = warm_start_file(setting, paths)
+    if path is None:
+        return None
+    with np.load(path) as stored:
+        arrays = [stored[f"arr_{i}"] for i in range(len(stored.files))]
+    variables = model.weights
+    if len(arrays) != len(variables):
+        raise Sim2dlError(f"config key 'train.warm_start': {path} holds {len(arrays)} variables, this model has "
+                          f"{len(variables)}: another model")  # fmt: skip
+    for i, (variable, array) in enumerate(zip(variables, arrays, strict=True)):
+        dtype = np.dtype(getattr(variable.dtype, "as_numpy_dtype", variable.dtype))
+        if tuple(variable.shape) != array.shape or dtype != array.dtype:
+            raise Sim2dlError(f"config key 'train.warm_start': {path}: variable {i} ({variable.name}) is "
+                              f"{dtype}{list(variable.shape)} in this model, {array.dtype}{list(array.shape)} there: "
+                              f"another model")  # fmt: skip
+    for variable, array in zip(variables, arrays, strict=True):
+        variable.assign(array)
+    log.info("sim2dl train: starting from the weights in %s (train.warm_start)", path)
+    return {"from": str(path), "checksum": weights_checksum(model)}
 
 
 def save_packed(path: Path, packed: np.ndarray) -> None:

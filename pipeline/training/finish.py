@@ -17,6 +17,7 @@ from typing import Any
 from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.storage.fsutil import write_json_atomic
+from pipeline.training.checkpoints import save_model_weights
 from pipeline.training.checksum import weights_checksum
 from pipeline.training.kernel import Kept
 from pipeline.training.models import build_model
@@ -149,6 +150,7 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
     summary["devices"] = ranks.comm.allgather(ranks.device)  # per rank: on what
     if rank == 0:
         whole_model(config, task, model).save(str(paths.model))
+        save_model_weights(paths.kept_weights, model.keras)  # what a later run warm-starts from
         from pipeline.reporting.plots import learning_curves
 
         if curves is None:

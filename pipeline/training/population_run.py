@@ -96,6 +96,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     extra = {
         "population": record,
         "hybrid": hybrid,
+        "warm_start": outcome.warm_start,
         **after_training(task, model, data, meta, settings, comm, paths.root),
     }
     return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,

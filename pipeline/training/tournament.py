@@ -50,7 +50,14 @@ from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training import exchange
-from pipeline.training.checkpoints import CounterCheckpoint, claim, load_packed, save_packed, write_history
+from pipeline.training.checkpoints import (
+    CounterCheckpoint,
+    claim,
+    load_packed,
+    save_packed,
+    warm_start,
+    write_history,
+)
 from pipeline.training.inputs import RankData, input_pipeline
 from pipeline.training.kernel import (
     Kept,
@@ -107,6 +114,7 @@ class Outcome:
     history: list[dict[str, Any]]
     test: tuple[float, Evaluation] | None = None  # the kept model on the test split (None: no test split)
     disagreement: dict[str, Any] | None = None  # the members' spread as an uncertainty estimate
+    warm_start: dict[str, str] | None = None  # where every trainer's first weights came from (train.warm_start)
 
 
 def population_paths(paths: TrainPaths) -> tuple[Path, Path]:
@@ -160,6 +168,8 @@ class Rounds:
         self.state = (PopulationState.from_json(saved["state"]) if saved
                       else PopulationState.start(self.population, self.settings))  # fmt: skip
         self.checkpoint.restore(self.start)  # population.json's last round
+        # a fresh population: every trainer from the same weights train.warm_start names, if any
+        self.warm_start = None if self.start else warm_start(self.settings["warm_start"], self.paths, self.model.keras)
         if self.start:
             log.info("sim2dl train: %s resumes after round %d", trainer.describe(trainer.number), self.start)
         self.history = _history(self.state)
@@ -210,7 +220,7 @@ class Rounds:
             test = evaluate(tested, self.task, self.predict, self.trainer.world)
             split = "test"
         spread = self.disagreement(members, kept_weights, split)
-        return Outcome(final, self.kept, self.state, self.history, test, spread)
+        return Outcome(final, self.kept, self.state, self.history, test, spread, self.warm_start)
 
     def disagreement(self, members: list[np.ndarray], kept: np.ndarray, split: str) -> dict[str, Any]:
         """The members' disagreement as an uncertainty estimate, on the test split (else validation): per
