@@ -69,7 +69,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import OUT, REPO, bench_env, sim2dl
+from bench.common import OUT, REPO, sim2dl, workflow
 from pipeline.design.emulator import Emulator, Outputs
 from pipeline.design.space import unit_points
 from pipeline.simulators.adaptive import read_outputs
@@ -87,6 +87,21 @@ REACTION = {
               "kappa": {"type": "uniform", "low": 0.001, "high": 0.005},
               "r": {"type": "uniform", "low": 0.5, "high": 6.0}},
 }  # fmt: skip
+
+
+# the choosing figures: which designs (simulator, acquisition) each sums over
+CHOOSING_FRACTIONS = {
+    "choosing_fraction": lambda simulator, name: name == "variance",
+    "choosing_fraction_preset": lambda simulator, name: simulator == "bistable" and name == PRESET_ACQUISITION,
+}
+
+
+def choosing_seconds(raw: Path) -> tuple[float, float]:
+    """(seconds choosing, seconds of the rounds: fitting, choosing and running) of a design's rounds."""
+    rows = [row for row in json.loads((raw / "adaptive" / "rounds.json").read_text())
+            if "seconds_choosing" in row and "seconds_simulating" in row]  # fmt: skip
+    choosing = sum(row["seconds_choosing"] for row in rows)
+    return choosing, choosing + sum(row["seconds_fitting"] + row["seconds_simulating"] for row in rows)
 
 
 def simulators() -> dict[str, dict[str, Any]]:
@@ -218,21 +233,14 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
 
 def continued_training(work: Path, quick: bool) -> dict[str, Any]:
     """A design continued from 64 to 96 runs, trained on from the 64 runs' model and afresh (`--warm-start`)."""
-    import subprocess
-
     preset = yaml.safe_load(PRESET.read_text())
-    env = {**bench_env(), "TF_USE_LEGACY_KERAS": "1"}  # as the Makefile runs the workflow
 
-    def workflow(workdir: Path, budget: int, seed: int, warm: bool, *options: str) -> dict[str, Any]:
+    def trained(workdir: Path, budget: int, seed: int, warm: bool, *options: str) -> dict[str, Any]:
         config = {**preset, "workdir": str(workdir), "stage": {"target": str(workdir.parent / f"local-{seed}")},
                   "simulate": {**preset["simulate"], "seed": seed,
                                "adaptive": {**preset["simulate"]["adaptive"], "budget": budget}},
                   "train": {**preset["train"], "seed": seed, "warm_start": warm}}  # fmt: skip
-        path = workdir.parent / f"{workdir.name}-{budget}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--cores", "2", "--configfile", str(path),
-                        *options], cwd=REPO, env=env, check=True, capture_output=True)  # fmt: skip
+        workflow(config, workdir.parent / f"{workdir.name}-{budget}.yaml", *options)
         summary = json.loads((workdir / "train" / "summary.json").read_text())
         history = json.loads((workdir / "train" / "metrics.json").read_text())
         return {"test_vrmse": summary["vrmse_mean"], "val_loss_at_40": history[39]["val_loss"],
@@ -241,11 +249,11 @@ def continued_training(work: Path, quick: bool) -> dict[str, Any]:
     by_seed: dict[str, dict[str, list[float]]] = {"warm": {}, "afresh": {}}
     for seed in SEEDS:
         warm_dir, afresh_dir = work / f"warm-{seed}", work / f"afresh-{seed}"
-        workflow(warm_dir, 64, seed, True)
-        warm = workflow(warm_dir, 96, seed, True)
+        trained(warm_dir, 64, seed, True)
+        warm = trained(warm_dir, 96, seed, True)
         assert warm["warm_start"] is not None, "the continued design's training did not warm-start"
         shutil.copytree(warm_dir, afresh_dir, symlinks=True)
-        afresh = workflow(afresh_dir, 96, seed, False, "--forcerun", "train")
+        afresh = trained(afresh_dir, 96, seed, False, "--forcerun", "train")
         for name, result in (("warm", warm), ("afresh", afresh)):
             for figure in ("test_vrmse", "val_loss_at_40"):
                 by_seed[name].setdefault(figure, []).append(round(float(result[figure]), 4))
@@ -288,7 +296,7 @@ def main() -> None:
                        "pool": 1024}  # fmt: skip
     result: dict[str, Any] = {"budgets": list(range(initial, budget + 1, batch)), "seeds": list(SEEDS),
                               "curves": {}, "runs_to_control_error": {}, "worst_over_control": {}}  # fmt: skip
-    seconds = {"variance": [0.0, 0.0], PRESET_ACQUISITION: [0.0, 0.0]}  # choosing, the whole rounds
+    seconds = {figure: [0.0, 0.0] for figure in CHOOSING_FRACTIONS}  # choosing, the whole rounds
     for simulator, spec in simulators().items():
         settings = {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}}
         test_raw = run_simulate(work / simulator / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
@@ -308,12 +316,11 @@ def main() -> None:
                     emulator = Emulator(layout, seed).fit(x[:n], y[:n])
                     errors.append(float(layout.vrmse(emulator.predict(test_x), test_y)["state"].mean()))
                 by_seed.append(errors)
-                for kind in {"variance", PRESET_ACQUISITION if simulator == "bistable" else None} & {name}:
-                    for row in json.loads((raw / "adaptive" / "rounds.json").read_text()):
-                        if "seconds_choosing" in row and "seconds_simulating" in row:
-                            seconds[kind][0] += row["seconds_choosing"]
-                            seconds[kind][1] += sum(row[k] for k in ("seconds_choosing", "seconds_fitting",
-                                                                     "seconds_simulating"))  # fmt: skip
+                counted = [figure for figure, counts in CHOOSING_FRACTIONS.items() if counts(simulator, name)]
+                if counted:
+                    spent = choosing_seconds(raw)
+                    for figure in counted:
+                        seconds[figure] = [a + b for a, b in zip(seconds[figure], spent, strict=True)]
                 print(f"{simulator} {name} seed {seed}: {[round(e, 4) for e in errors]}", file=sys.stderr, flush=True)
             mean = np.mean(by_seed, axis=0)
             curves[name] = {"mean": dict(zip(map(str, result["budgets"]), np.round(mean, 4).tolist(), strict=True)),
@@ -329,8 +336,7 @@ def main() -> None:
             )
             result["worst_over_control"].setdefault(simulator, {})[name] = round(float(np.max(mean / control)), 3)
         result["curves"][simulator] = curves
-    for figure, kind in (("choosing_fraction", "variance"), ("choosing_fraction_preset", PRESET_ACQUISITION)):
-        choosing, whole = seconds[kind]
+    for figure, (choosing, whole) in seconds.items():
         result[figure] = round(choosing / whole, 4) if whole else None
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result))

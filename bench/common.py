@@ -88,6 +88,17 @@ def sim2dl(*args: str | Path, ranks: int = 2, options: tuple[str, ...] = ()) -> 
     return mpi(ranks, BIN / "sim2dl", *args, options=options)
 
 
+def workflow(config: dict[str, Any], path: Path, *options: str) -> float:
+    """The workflow as a user runs it (`snakemake --cores 2 --configfile PATH`, from the repository) on
+    `config`, written to `path`; returns its seconds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    start = time.perf_counter()
+    subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--configfile", str(path), *options], cwd=REPO,
+                   env=bench_env(), check=True, capture_output=True)  # fmt: skip
+    return time.perf_counter() - start
+
+
 def prepared(work: Path, config: dict[str, Any]) -> Path:
     """The config below `work` (its workdir there, staging to work/local), simulated, ingested, converted,
     merged and staged with 2 ranks; returns the config file's path."""

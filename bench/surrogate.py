@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import BIN, OUT, REPO, bench_env
+from bench.common import OUT, REPO, workflow
 
 SIZES, QUICK_SIZES = (32, 64, 128, 256, 512), (32, 128)
 TEST_RUNS = 256
@@ -278,13 +277,7 @@ def demo_seconds(work: Path) -> float:
     import yaml
 
     preset = yaml.safe_load((REPO / "config" / "presets" / "surrogate-forward.yaml").read_text())
-    preset["workdir"] = str(work / "demo")
-    config = work / "surrogate-forward.yaml"
-    config.write_text(yaml.safe_dump(preset))
-    start = time.perf_counter()
-    subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--configfile", str(config)], cwd=REPO, env=bench_env(),
-                   check=True, capture_output=True)  # fmt: skip
-    return time.perf_counter() - start
+    return workflow({**preset, "workdir": str(work / "demo")}, work / "surrogate-forward.yaml")
 
 
 def main() -> None:

@@ -58,9 +58,9 @@ from pipeline.reporting.board import Board
 from pipeline.training.baseline import StreamingFit
 from pipeline.training.checkpoints import (
     CounterCheckpoint,
+    kept_evaluation,
     packed_weights,
     restore,
-    restore_kept,
     resume_key,
     save_window,
 )
@@ -375,8 +375,7 @@ class TrainingRank:
             self.receive(block_s=0.05)
         if self.state.step == 0:
             return {"error": f"online training took no step: {self.state.stopped}"}
-        if kept.keep == "best" and kept.at is not None:
-            final = restore_kept(kept, session.model, self.paths, self.state.history)
+        final = kept_evaluation(kept, session.model, self.paths, self.state.history, final)
         return self.finish(session, final or self.validate(session), kept, time.perf_counter() - self.began)
 
     def batches(self, session: Started) -> Iterator[tuple[Any, Any]]:

@@ -56,7 +56,7 @@ from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.training import devices
 from pipeline.training.after_training import after_training
-from pipeline.training.checkpoints import restore, restore_kept, resume_key
+from pipeline.training.checkpoints import kept_evaluation, restore, resume_key
 from pipeline.training.classical import baseline_start, classical_baseline
 from pipeline.training.epochs import run_epochs
 from pipeline.training.finish import Ranks, Scores, finish
@@ -130,11 +130,7 @@ def train(
 
     history, evaluation, kept = run_epochs(settings, data.steps, layout.groups, layout.split, model.keras, optimizer,
                                            train_step, iterator, validate, restored, paths, report)  # fmt: skip
-    # The final evaluation: the kept epoch's (train.keep), else the last epoch's, unless a resumed run had
-    # no epoch left (None: the restored weights are validated again).
-    final = (
-        restore_kept(kept, keras_model, paths, history) if kept.keep == "best" and kept.at is not None else evaluation
-    )
+    final = kept_evaluation(kept, keras_model, paths, history, evaluation)
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
     found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
     ranks = Ranks(hvd, rank, size, device, layout, comm)

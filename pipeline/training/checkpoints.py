@@ -173,7 +173,7 @@ def warm_start(setting: bool | str, paths: TrainPaths, model: Any) -> dict[str, 
         raise Sim2dlError(f"config key 'train.warm_start': {path} holds {len(arrays)} variables, this model has "
                           f"{len(variables)}: another model")  # fmt: skip
     for i, (variable, array) in enumerate(zip(variables, arrays, strict=True)):
-        dtype = np.dtype(getattr(variable.dtype, "as_numpy_dtype", variable.dtype))
+        dtype = exchange.numpy_dtype(variable)
         if tuple(variable.shape) != array.shape or dtype != array.dtype:
             raise Sim2dlError(f"config key 'train.warm_start': {path}: variable {i} ({variable.name}) is "
                               f"{dtype}{list(variable.shape)} in this model, {array.dtype}{list(array.shape)} there: "
@@ -233,6 +233,15 @@ def restore_kept(kept: Any, model: Any, paths: TrainPaths, history: Sequence[Map
                           f"(remove {paths.checkpoints})")  # fmt: skip
     exchange.unpack(model.weights, load_packed(path))
     return None
+
+
+def kept_evaluation(kept: Any, model: Any, paths: TrainPaths, history: Sequence[Mapping[str, Any]], last: Any) -> Any:
+    """The final evaluation (offline and online): the kept unit's (train.keep: best; its weights put back
+    into the model), else the last unit's `last`. None: validate the model as it is again (a resumed run
+    with nothing left to train)."""
+    if kept.keep == "best" and kept.at is not None:
+        return restore_kept(kept, model, paths, history)
+    return last
 
 
 def load_history(out_dir: Path) -> list[dict[str, Any]]:

@@ -30,11 +30,16 @@ def pack(variables: Sequence[Any]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
 
 
+def numpy_dtype(variable: Any) -> np.dtype:
+    """A variable's dtype as NumPy's: a tf.Variable's (as_numpy_dtype), or a Keras variable's name."""
+    return np.dtype(getattr(variable.dtype, "as_numpy_dtype", variable.dtype))
+
+
 def unpack(variables: Sequence[Any], buffer: np.ndarray) -> None:
     """Assign the values of a buffer `pack` made of variables of the same shapes and dtypes."""
     offset = 0
     for v in variables:
-        dtype = np.dtype(getattr(v.dtype, "as_numpy_dtype", v.dtype))  # a tf.Variable's, or a Keras variable's name
+        dtype = numpy_dtype(v)
         size = int(np.prod(v.shape)) * dtype.itemsize
         v.assign(buffer[offset : offset + size].view(dtype).reshape(v.shape))
         offset += size

@@ -30,9 +30,9 @@ from pipeline.training.inputs import rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
 from pipeline.training.population import check as check_population
-from pipeline.training.session import announce_start, prepare, start_horovod
+from pipeline.training.session import Model, announce_start, prepare, start_horovod
 from pipeline.training.spatial.layout import SpatialLayout
-from pipeline.training.tasks import data_spec, make_task
+from pipeline.training.tasks import Task, data_spec, make_task
 from pipeline.training.tournament import Trainer, run_rounds
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,7 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     meta = load_metadata(merged_dir)
     population = checked_population(config, meta, comm)
     rank, size = comm.Get_rank(), comm.Get_size()
-    number, trainer_comm, local = trainer_world(comm, population, settings)  # Horovod started
-    own = {**config, "train": {**settings, "seed": settings["seed"] + INIT_SEED_STEP * number}}
-    own_layout = SpatialLayout(1, trainer_comm.Get_size(), trainer_comm.Get_rank())
-    task, model, device = prepare(own, meta, comm, hvd, (own_layout, None), local)
+    number, trainer_comm, own, (task, model, device) = trainer_model(config, meta, comm, population, hvd)
     log.info(json.dumps({"rank": rank, "trainer": number, "device": device}))
     paths = TrainPaths(out_dir)
     layout = SpatialLayout(1, size, rank)  # the ranks of a node share out its files: trainers read apart
@@ -101,6 +98,17 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
     }
     return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,
                   kept, found, extra, curves, board)  # fmt: skip
+
+
+def trainer_model(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any, population: Population,
+                  hvd: Any) -> tuple[int, Any, dict[str, Any], tuple[Task, Model, dict[str, Any]]]:  # fmt: skip
+    """This rank's trainer (its number and communicator, Horovod started on it), the config with the
+    trainer's own seed, and its task, model and device (session.prepare), the model from that seed."""
+    settings = config["train"]
+    number, trainer_comm, local = trainer_world(comm, population, settings)
+    own = {**config, "train": {**settings, "seed": settings["seed"] + INIT_SEED_STEP * number}}
+    own_layout = SpatialLayout(1, trainer_comm.Get_size(), trainer_comm.Get_rank())
+    return number, trainer_comm, own, prepare(own, meta, comm, hvd, (own_layout, None), local)
 
 
 def trainer_world(comm: Any, population: Population, settings: Mapping[str, Any]) -> tuple[int, Any, tuple[int, int]]:
