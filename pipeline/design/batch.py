@@ -55,7 +55,11 @@ def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float, 
     emulator.Posterior over the pool. The believed points condition each component's covariance as a
     pivoted Cholesky factorisation does: column m, less its projections on the earlier chosen columns."""
     variances = [v.copy() for v in posterior.variances()]
-    shared = None if references is None else posterior.among(references)  # cov(references, pool)
+    # cov(references, pool) once; after each believed point it is shared - f_R f^T, never formed: only its
+    # squares summed over the references (`reach`) and what the next point's factor needs (`projected`),
+    # updated by one pass over `shared` (a matrix-vector product) instead of rewriting it every point
+    shared = None if references is None else posterior.among(references)
+    reach = None if shared is None else [(s**2).sum(axis=0) for s in shared]
     factors: list[list[np.ndarray]] = [[] for _ in variances]  # per component, the chosen columns, scaled
     allowed = open_candidates(pool, taken, spacing)
     chosen: list[int] = []
@@ -63,11 +67,10 @@ def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float, 
     for _ in range(batch):
         if not allowed.any():
             break
-        if shared is None:
+        if reach is None:
             value = np.sum(variances, axis=0)
         else:
-            value = np.sum([(c**2).sum(axis=0) / np.maximum(v, 1e-300) for c, v in zip(shared, variances, strict=True)],
-                           axis=0)  # fmt: skip
+            value = np.sum([r / np.maximum(v, 1e-300) for r, v in zip(reach, variances, strict=True)], axis=0)
         i = int(np.argmax(np.where(allowed, value, -np.inf)))
         chosen.append(i)
         values.append(float(value[i]))
@@ -75,9 +78,14 @@ def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float, 
             for earlier in factors[c]:
                 column = column - earlier * earlier[i]
             factor = column / np.sqrt(max(column[i], 1e-300))
-            factors[c].append(factor)
             variances[c] = np.maximum(variances[c] - factor**2, 0.0)
             if shared is not None:
-                shared[c] = shared[c] - np.outer(factor[references], factor)
+                # f_R^T (shared - sum_j f_R^j f^j^T) over the pool, then the sums of squares less this factor's
+                at = factor[references]
+                projected = at @ shared[c]
+                for earlier in factors[c]:
+                    projected -= (at @ earlier[references]) * earlier
+                reach[c] = np.maximum(reach[c] - 2 * factor * projected + factor**2 * (at @ at), 0.0)
+            factors[c].append(factor)
         allowed &= distances(pool, pool[i : i + 1])[:, 0] >= spacing
     return chosen, values

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -163,11 +164,31 @@ def gather_range(comm: Any, items: np.ndarray, first: int, wanted: range) -> np.
     return exchange(comm, items[np.concatenate(picks).astype(np.int64)], destinations)
 
 
+def wait_quietly(request: Any) -> None:
+    """Wait for an MPI request without spinning on a core: polls with a growing sleep (10 to 100 us).
+
+    MPI's blocking calls busy-poll, which is right with a core per rank; staging runs several ranks, each
+    with a reading, a sending and a receiving thread, and a rank waiting for rank 0's serial work (an
+    adaptive design's fit, a summary) would take a core from it. The cap is short because MPI moves data
+    between nodes only inside MPI calls (UCX over TCP sends a large message in pieces, one per progress
+    call): longer sleeps make staging across nodes several times slower (docs/benchmarks.md, design
+    measurements)."""
+    delay = 1e-5
+    while not request.Test():
+        time.sleep(delay)
+        delay = min(delay * 2, 1e-4)
+
+
 def all_ok(comm: Any, error: BaseException | None) -> None:
     """Collective error check: if any rank failed, every rank raises (so none hangs in a collective).
 
+    The ranks first meet at a barrier they wait for quietly (`wait_quietly`): this is where ranks wait
+    for each other's uneven work, often rank 0's alone, which a spinning rank would slow.
+
     With several ranks every rank raises the same CollectiveError (the first failing rank's message), so the
     CLI can print it once and all ranks exit normally instead of racing to print and abort."""
+    if comm.Get_size() > 1:
+        wait_quietly(comm.Ibarrier())
     messages = comm.allgather(None if error is None else str(error))
     failed = [(r, m) for r, m in enumerate(messages) if m is not None]
     if not failed:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
+from pipeline.runtime.mpi import wait_quietly
 from pipeline.runtime.placement import Topology
 from pipeline.staging.plan import MAX_CHUNK_BYTES, StagedFile, Transfer, chunk_messages
 from pipeline.storage.directio import PAGE, RangeReader, aligned_buffer, open_for_reading
@@ -25,19 +25,6 @@ from pipeline.storage.fsutil import Checksum, atomic_path
 Message = list[tuple[Path, int, int]]  # (file, offset, length) pieces sent as one chunk
 
 READ_AHEAD_BYTES = 32 << 20  # requested from storage ahead of the chunk being sent
-
-
-def wait_quietly(request: Any) -> None:
-    """Wait for an MPI request without spinning on a core: polls with a growing sleep (10 to 100 us).
-
-    MPI's blocking calls busy-poll, which is right with a core per rank; staging runs several ranks, each
-    with a reading, a sending and a receiving thread. The cap is short because MPI moves data between
-    nodes only inside MPI calls (UCX over TCP sends a large message in pieces, one per progress call):
-    longer sleeps make staging across nodes several times slower (docs/benchmarks.md, design measurements)."""
-    delay = 1e-5
-    while not request.Test():
-        time.sleep(delay)
-        delay = min(delay * 2, 1e-4)
 
 
 class SourceFiles:

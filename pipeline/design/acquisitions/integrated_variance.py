@@ -14,7 +14,7 @@ import numpy as np
 from pipeline.design.acquisitions.base import Acquisition, Choice, Context
 from pipeline.design.batch import believer_best
 
-REFERENCES = 256
+REFERENCES = 128
 
 
 class IntegratedVariance(Acquisition):
