@@ -190,3 +190,35 @@ def test_one_file_is_told_by_the_descriptors_not_their_numbers():
     finally:
         for fd in (*first, copy):
             os.close(fd)
+
+
+WAITS = """
+import json
+import time
+
+from mpi4py import MPI
+
+from pipeline.runtime.mpi import all_ok
+
+comm = MPI.COMM_WORLD
+if comm.Get_rank() == 0:
+    time.sleep(2.0)  # rank 0's serial work: an adaptive design's fit, a summary
+began_wall, began_cpu = time.perf_counter(), time.process_time()
+all_ok(comm, None)
+print(json.dumps({"rank": comm.Get_rank(), "wall": time.perf_counter() - began_wall,
+                  "cpu": time.process_time() - began_cpu}), flush=True)
+"""
+
+
+def test_a_rank_waiting_for_rank_0_at_the_error_check_leaves_the_core_to_it(tmp_path):
+    """MPI's blocking collectives spin: a rank that waited there for rank 0's fit took a core from it (the
+    adaptive preset's fits ran 11 x slower on 2 cores). all_ok waits at a barrier polled with a sleep: the
+    waiting rank's CPU time is a small share of its wait."""
+    script = tmp_path / "waits.py"
+    script.write_text(WAITS)
+    proc = subprocess.run([MPIEXEC, "-n", "2", str(Path(MPIEXEC).parent / "python"), str(script)], env=env(),
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    waited = next(row for row in map(json.loads, proc.stdout.splitlines()) if row["rank"] == 1)
+    assert waited["wall"] > 1.5, waited
+    assert waited["cpu"] < 0.25 * waited["wall"], waited
