@@ -41,6 +41,15 @@ control (Sobol continued) against an oracle that puts every run after the 16 Sob
 the control's summed test error at 64 runs that falls in the band), `bound.band_over_control` (at 32 and
 64 runs).
 
+`--bound-network`: instead, the same two designs (the control and the band oracle, 16 + 48 runs each, seeds
+1..3) scored by the trained network instead of the emulator: each design's first 32 and all 64 runs (the
+simulator's own command line, in this process) go through the preset's workflow (`snakemake`: ingest,
+convert, merge, stage, train the `decoder` surrogate for the preset's 100 epochs; the parameters read from
+each run's file, as no runs table is made), and the kept model is called on the test runs' parameters.
+Figures: `bound_network.test_vrmse.{control,band}.{32,64}` (mean and `by_seed`), `in_band` and
+`outside_band` (mean test VRMSE over the test runs inside and outside the band, at 64 runs),
+`band_over_control`. About 10 minutes, with or without --quick (which sets 96 test runs, else 256).
+
 `--warm-start`: instead, what train.warm_start gives a continued design: per seed, the preset's workflow
 (`snakemake --configfile`, its own seed) to 64 runs, then continued to 96 (`budget: 96`: the training
 starts from the 64 runs' kept model), and the same 96 runs trained afresh (a copy of the workdir,
@@ -50,7 +59,7 @@ after 40 of the 100 epochs), means over the seeds and `by_seed`, and `warm_start
 same with or without --quick (about 12 minutes on 2 cores).
 
     python bench/adaptive.py [--quick] [--acquisitions space_filling,integrated_variance] [--online] [--bound]
-                             [--warm-start]
+                             [--bound-network] [--warm-start]
     (quick: budgets to 40, 96 test runs; full: to 96, 256; --acquisitions: only these, the control always)
 """
 
@@ -186,6 +195,31 @@ def online_choosing(work: Path, quick: bool) -> dict[str, Any]:
 BAND = 0.12  # |level - a| below this: the bistable code's transition (docs/ensembles.md, "When it pays")
 
 
+def in_band(unit: np.ndarray) -> np.ndarray:
+    """Which points (unit cube) of the bistable code's space lie in its transition band |level - a| < BAND."""
+    from pipeline.design.space import parameter_columns
+
+    columns = parameter_columns(unit, simulators()["bistable"]["space"])
+    return np.abs(columns["level"] - columns["a"]) < BAND
+
+
+def bound_designs(seed: int, initial: int, budget: int) -> dict[str, np.ndarray]:
+    """The control (Sobol, `budget` points) and the band oracle (its first `initial`, then the next Sobol
+    points that fall in the band), unit cube."""
+    from pipeline.design.space import unit_design
+
+    control = unit_design("sobol", budget, 2, seed)
+    later = unit_design("sobol", 4096, 2, seed, start=budget)
+    return {"control": control, "band": np.vstack([control[:initial], later[in_band(later)][: budget - initial]])}
+
+
+def bistable_test_runs(work: Path, tests: int) -> tuple[np.ndarray, np.ndarray]:
+    """The random test runs of the bistable code, run by `sim2dl simulate`: (unit points, final states)."""
+    spec = simulators()["bistable"]
+    test_raw = run_simulate(work / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
+    return outputs_of(test_raw, {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}})
+
+
 def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
     """The control against every run after the initial ones placed in the transition band (`--bound`)."""
     from pipeline.design.space import parameter_columns, unit_design
@@ -193,13 +227,8 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
 
     initial, batch, budget, tests = 16, 8, 64, (96 if quick else 256)
     spec = simulators()["bistable"]
-    test_raw = run_simulate(work / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
-    test_x, test_y = outputs_of(test_raw, {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}})
+    test_x, test_y = bistable_test_runs(work, tests)
     layout = Outputs.of({"state": (test_y.shape[1],)})
-
-    def in_band(unit: np.ndarray) -> np.ndarray:
-        columns = parameter_columns(unit, spec["space"])
-        return np.abs(columns["level"] - columns["a"]) < BAND
 
     def run(unit: np.ndarray) -> np.ndarray:
         columns = parameter_columns(unit, spec["space"])
@@ -209,11 +238,7 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
     curves: dict[str, list[list[float]]] = {"control": [], "band": []}
     shares = []
     for seed in SEEDS:
-        control = unit_design("sobol", budget, 2, seed)
-        later = unit_design("sobol", 4096, 2, seed, start=budget)
-        band = np.vstack([control[:initial], later[in_band(later)][: budget - initial]])
-        designs = {"control": control, "band": band}
-        for name, x in designs.items():
+        for name, x in bound_designs(seed, initial, budget).items():
             y = run(x)
             errors = [layout.vrmse(Emulator(layout, seed).fit(x[:n], y[:n]).predict(test_x), test_y)["state"]
                       for n in budgets]  # fmt: skip
@@ -229,6 +254,60 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
                            for name, m in mean.items()},
             "band_area": round(area, 3), "band_error_share": round(float(np.mean(shares)), 3),
             "band_over_control": at}  # fmt: skip
+
+
+def network_bound(work: Path, quick: bool) -> dict[str, Any]:
+    """`--bound-network`: the bound's two designs, each trained by the preset's workflow (`snakemake`) into
+    its forward surrogate, whose kept model is scored on the test runs."""
+    import tensorflow as tf
+
+    from pipeline.design.space import parameter_columns
+    from pipeline.simulators.bistable_run import main as run_bistable
+
+    initial, budget, tests = 16, 64, (96 if quick else 256)
+    preset = yaml.safe_load(PRESET.read_text())
+    space = preset["simulate"]["space"]
+    test_x, test_y = bistable_test_runs(work, tests)
+    test_columns = parameter_columns(test_x, space)
+    test_params = np.stack([test_columns["level"], test_columns["a"]], axis=1).astype(np.float32)
+    layout = Outputs.of({"state": (test_y.shape[1],)})
+    band = in_band(test_x)
+    budgets = (budget // 2, budget)
+    errors: dict[str, dict[int, list[np.ndarray]]] = {"control": {}, "band": {}}
+    for seed in SEEDS:
+        for name, x in bound_designs(seed, initial, budget).items():
+            for n in budgets:
+                case = work / f"{name}-{seed}-{n}"
+                columns = parameter_columns(x[:n], space)
+                for i, (level, a) in enumerate(zip(columns["level"], columns["a"], strict=True)):
+                    run_bistable(["--out", str(case / "runs" / f"run-{i:04d}"), "--level", repr(float(level)),
+                                  "--a", repr(float(a))])  # fmt: skip
+                # the preset's workflow on these runs' files: the parameters from each file (no runs table)
+                config = {**preset, "workdir": str(case / "work"), "simulate": {"enabled": False},
+                          "source": {"path": str(case / "runs"), "glob": "**/*.h5",
+                                     "fields": {"params": {"path": "params", "dtype": "float32", "shape": [2]},
+                                                "state": preset["source"]["fields"]["state"]}},
+                          "convert": {"features": ["params"], "labels": ["state"], "normalise": ["params", "state"],
+                                      "per_channel": ["params"]},
+                          "train": {**preset["train"], "seed": seed, "warm_start": False}}  # fmt: skip
+                workflow(config, case / "config.yaml")
+                model = tf.keras.models.load_model(str(case / "work" / "train" / "model"), compile=False)
+                predicted = np.asarray(model(test_params)["state"]).reshape(len(test_params), -1)
+                errors[name].setdefault(n, []).append(layout.vrmse(predicted, test_y)["state"])
+                print(f"bound network {name} seed {seed} {n} runs: {errors[name][n][-1].mean():.4f}", file=sys.stderr,
+                      flush=True)  # fmt: skip
+                shutil.rmtree(case)
+
+    def mean(name: str, n: int, where: np.ndarray | None = None) -> float:
+        return round(float(np.mean([e.mean() if where is None else e[where].mean() for e in errors[name][n]])), 4)
+
+    return {"budgets": list(budgets), "seeds": list(SEEDS), "band": BAND, "test_runs": tests,
+            "test_vrmse": {name: {str(n): {"mean": mean(name, n),
+                                           "by_seed": [round(float(e.mean()), 4) for e in errors[name][n]]}
+                                  for n in budgets} for name in errors},
+            "in_band": {name: mean(name, budget, band) for name in errors},
+            "outside_band": {name: mean(name, budget, ~band) for name in errors},
+            "band_over_control": {str(n): round(mean("band", n) / mean("control", n), 3) for n in budgets}}  # fmt: skip
 
 
 def continued_training(work: Path, quick: bool) -> dict[str, Any]:
@@ -273,9 +352,11 @@ def main() -> None:
     parser.add_argument("--acquisitions", help="comma-separated: only these (and the control), e.g. for the check")
     parser.add_argument("--online", action="store_true", help="online choosing against its control instead")
     parser.add_argument("--bound", action="store_true", help="the control against runs placed in the band instead")
+    parser.add_argument("--bound-network", action="store_true", help="the same, scored by the trained surrogate")
     parser.add_argument("--warm-start", action="store_true", help="a continued design trained on against afresh")
     args = parser.parse_args()
-    for name, measure in (("bound", allocation_bound), ("online", online_choosing), ("warm_start", continued_training)):
+    for name, measure in (("bound", allocation_bound), ("bound_network", network_bound), ("online", online_choosing),
+                          ("warm_start", continued_training)):  # fmt: skip
         if getattr(args, name):  # another comparison instead of the acquisitions' curves
             work = OUT / f"adaptive-{name}"
             shutil.rmtree(work, ignore_errors=True)
