@@ -138,12 +138,10 @@ def outputs_of(raw: Path, settings: dict[str, Any]) -> tuple[np.ndarray, np.ndar
     return x, np.array([layout.row(r) for r in rows])
 
 
-def online_test_vrmse(work: Path, seed: int, acquisition: str, budget: int, test_raw: Path,
+def online_test_vrmse(work: Path, seed: int, acquisition: str, budget: int, test_params: np.ndarray,
                       test_y: np.ndarray) -> tuple[float, int]:  # fmt: skip
     """`sim2dl online` on the adaptive preset with this acquisition; (the kept model's mean test VRMSE of the
     state, runs chosen)."""
-    import tensorflow as tf
-
     preset = yaml.safe_load(PRESET.read_text())
     config = {**preset, "workdir": str(work)}
     config.pop("merge")  # online holds out every 5th run, no split
@@ -159,10 +157,7 @@ def online_test_vrmse(work: Path, seed: int, acquisition: str, budget: int, test
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     sim2dl("online", "--config", str(path))
-    model = tf.keras.models.load_model(str(work / "train" / "model"), compile=False)
-    table = pq.read_table(test_raw / "runs.parquet").to_pydict()
-    design = np.stack([table["level"], table["a"]], axis=1).astype(np.float32)  # convert.stack's order
-    state = np.asarray(model(design)["state"]).reshape(len(design), -1)
+    state = kept_model_states(work / "train", test_params)
     layout = Outputs.of({"state": (state.shape[1],)})
     runs = pq.read_table(work / "raw" / "runs.parquet")  # the control's table has no acquisition column
     chosen = runs.column("acquisition").to_pylist().count("breed") if "acquisition" in runs.column_names else 0
@@ -172,14 +167,12 @@ def online_test_vrmse(work: Path, seed: int, acquisition: str, budget: int, test
 def online_choosing(work: Path, quick: bool) -> dict[str, Any]:
     """Online breed against its space-filling control on the bistable simulator (the module's `--online`)."""
     budget, tests = (64, 96) if quick else (96, 256)
-    spec = simulators()["bistable"]
-    test_raw = run_simulate(work / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
-    _, test_y = outputs_of(test_raw, {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}})
+    _, test_y, test_params = bistable_test_runs(work, tests)
     errors: dict[str, list[float]] = {CONTROL: [], "breed": []}
     chosen = []
     for seed in SEEDS:
         for name in errors:
-            error, count = online_test_vrmse(work / f"online-{name}-{seed}", seed, name, budget, test_raw, test_y)
+            error, count = online_test_vrmse(work / f"online-{name}-{seed}", seed, name, budget, test_params, test_y)
             errors[name].append(error)
             if name == "breed":
                 chosen.append(count)
@@ -213,11 +206,23 @@ def bound_designs(seed: int, initial: int, budget: int) -> dict[str, np.ndarray]
     return {"control": control, "band": np.vstack([control[:initial], later[in_band(later)][: budget - initial]])}
 
 
-def bistable_test_runs(work: Path, tests: int) -> tuple[np.ndarray, np.ndarray]:
-    """The random test runs of the bistable code, run by `sim2dl simulate`: (unit points, final states)."""
+def bistable_test_runs(work: Path, tests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The random test runs of the bistable code, run by `sim2dl simulate`: (unit points, final states, the
+    parameters as the preset's surrogate takes them: level and a from the runs table, float32)."""
     spec = simulators()["bistable"]
     test_raw = run_simulate(work / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
-    return outputs_of(test_raw, {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}})
+    x, y = outputs_of(test_raw, {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}})
+    table = pq.read_table(test_raw / "runs.parquet").to_pydict()
+    return x, y, np.stack([table["level"], table["a"]], axis=1).astype(np.float32)  # convert.stack's order
+
+
+def kept_model_states(train_dir: Path, params: np.ndarray) -> np.ndarray:
+    """The final states a trained surrogate's kept model (train_dir/model) predicts at `params`, physical
+    units in and out as a user calls it (runs x entries)."""
+    import tensorflow as tf
+
+    model = tf.keras.models.load_model(str(train_dir / "model"), compile=False)
+    return np.asarray(model(params)["state"]).reshape(len(params), -1)
 
 
 def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
@@ -227,7 +232,7 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
 
     initial, batch, budget, tests = 16, 8, 64, (96 if quick else 256)
     spec = simulators()["bistable"]
-    test_x, test_y = bistable_test_runs(work, tests)
+    test_x, test_y, _ = bistable_test_runs(work, tests)
     layout = Outputs.of({"state": (test_y.shape[1],)})
 
     def run(unit: np.ndarray) -> np.ndarray:
@@ -259,17 +264,13 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
 def network_bound(work: Path, quick: bool) -> dict[str, Any]:
     """`--bound-network`: the bound's two designs, each trained by the preset's workflow (`snakemake`) into
     its forward surrogate, whose kept model is scored on the test runs."""
-    import tensorflow as tf
-
     from pipeline.design.space import parameter_columns
     from pipeline.simulators.bistable_run import main as run_bistable
 
     initial, budget, tests = 16, 64, (96 if quick else 256)
     preset = yaml.safe_load(PRESET.read_text())
     space = preset["simulate"]["space"]
-    test_x, test_y = bistable_test_runs(work, tests)
-    test_columns = parameter_columns(test_x, space)
-    test_params = np.stack([test_columns["level"], test_columns["a"]], axis=1).astype(np.float32)
+    test_x, test_y, test_params = bistable_test_runs(work, tests)
     layout = Outputs.of({"state": (test_y.shape[1],)})
     band = in_band(test_x)
     budgets = (budget // 2, budget)
@@ -291,8 +292,7 @@ def network_bound(work: Path, quick: bool) -> dict[str, Any]:
                                       "per_channel": ["params"]},
                           "train": {**preset["train"], "seed": seed, "warm_start": False}}  # fmt: skip
                 workflow(config, case / "config.yaml")
-                model = tf.keras.models.load_model(str(case / "work" / "train" / "model"), compile=False)
-                predicted = np.asarray(model(test_params)["state"]).reshape(len(test_params), -1)
+                predicted = kept_model_states(case / "work" / "train", test_params)
                 errors[name].setdefault(n, []).append(layout.vrmse(predicted, test_y)["state"])
                 print(f"bound network {name} seed {seed} {n} runs: {errors[name][n][-1].mean():.4f}", file=sys.stderr,
                       flush=True)  # fmt: skip

@@ -138,7 +138,7 @@ def test_a_believed_point_conditions_the_variance_as_a_refitted_gp_would(fitted)
 
 def test_a_points_integrated_variance_reduction_is_what_a_refitted_gp_takes_off(fitted):
     """ALC: the value of the first chosen point is the fall of the variance summed over the reference
-    points when a GP with the same kernel is refitted with it; the second's and third's, given those before
+    points when a GP with the same kernel is refitted with it; each later point's, given those before it
     believed (the sums of squares over the references are updated, never recomputed: this checks the
     updates, with every candidate a reference so that the believed points' covariances overlap)."""
     from sklearn.base import clone

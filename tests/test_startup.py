@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from pipeline.runtime.startup import STARTED_PREFIX, StartupWatch, same_file
 
@@ -121,6 +122,12 @@ sys.exit(cli.main(["ingest", "--config", "unused.yaml"]))
 """
 
 
+def python_on_two_ranks(script: Path, **output: Any) -> subprocess.CompletedProcess:
+    """`python SCRIPT` on 2 ranks of a real mpiexec, in the script's directory, with the tests' environment."""
+    return subprocess.run([MPIEXEC, "-n", "2", str(Path(MPIEXEC).parent / "python"), str(script)], env=env(),
+                          timeout=120, cwd=script.parent, **output)  # fmt: skip
+
+
 def test_a_bug_on_one_rank_reaches_the_step_log_whole_before_the_job_is_aborted(tmp_path):
     """A rank that raises something other than sim2dl's own errors (a bug) ends the whole job, and its
     traceback reaches the step's log whole, as Snakemake collects it (stdout and stderr to one file),
@@ -129,8 +136,7 @@ def test_a_bug_on_one_rank_reaches_the_step_log_whole_before_the_job_is_aborted(
     script, log = tmp_path / "fails.py", tmp_path / "step.log"
     script.write_text(RANK_FAILS)
     with open(log, "wb") as out:
-        proc = subprocess.run([MPIEXEC, "-n", "2", str(Path(MPIEXEC).parent / "python"), str(script)], env=env(),
-                              stdout=out, stderr=subprocess.STDOUT, timeout=120, cwd=tmp_path)  # fmt: skip
+        proc = python_on_two_ranks(script, stdout=out, stderr=subprocess.STDOUT)
     text = log.read_text()
     assert proc.returncode != 0
     assert "sim2dl ingest: rank 1 of 2 failed:" in text, text
@@ -216,8 +222,7 @@ def test_a_rank_waiting_for_rank_0_at_the_error_check_leaves_the_core_to_it(tmp_
     waiting rank's CPU time is a small share of its wait."""
     script = tmp_path / "waits.py"
     script.write_text(WAITS)
-    proc = subprocess.run([MPIEXEC, "-n", "2", str(Path(MPIEXEC).parent / "python"), str(script)], env=env(),
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    proc = python_on_two_ranks(script, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     waited = next(row for row in map(json.loads, proc.stdout.splitlines()) if row["rank"] == 1)
     assert waited["wall"] > 1.5, waited
