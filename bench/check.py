@@ -89,6 +89,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "without_splits.fraction_of_read_floor": HIGHER,
             "without_splits.merge_seconds": LOWER,
             "ingest_peak_rss_mb": LOWER,
+            "grown.seconds_vs_fresh": LOWER,
         },
         steps=("ingest", "convert", "merge"),
     ),

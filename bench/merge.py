@@ -12,6 +12,10 @@ validate, frame, write; the difference is waiting on the disk), convert, merge c
 Targets: speedup_vs_naive >= 2, fraction_of_read_floor >= 0.3.
 (b) runs on the demo's config, with its three splits (train, validation, test), and again without splits
 (`without_splits`), where ingest's framed parts become the shards as they are (hard links).
+`grown`: ingest over a listing that grew by a tenth (an ensemble continued: generation 1 reads only the
+new files, pipeline/steps/ingest/generations.py) against a fresh ingest of all the files, each `sim2dl
+ingest` on 2 ranks timing itself (start-up excluded), the inputs in the page cache for both (the work,
+not the disk); `grown.seconds_vs_fresh` (lower is better).
 """
 
 from __future__ import annotations
@@ -110,6 +114,42 @@ def memory_slope(config: Path, files: list[Path], work: Path) -> tuple[float, fl
     return max(0.0, (full - small) / (n_full - n_small) * 100_000), full
 
 
+GROWN_SHARE = 0.1  # the share of the files a continued ensemble adds
+
+
+def ingest_seconds(config: Path, source: Path, out: Path) -> dict:
+    """`sim2dl ingest` on RANKS ranks over `source` into `out`: its JSON summary (`seconds`: its own time)."""
+    return json.loads(mpi(RANKS, BIN / "sim2dl", "ingest", "--config", config, "--source", source, "--out",
+                          out).strip().splitlines()[-1])  # fmt: skip
+
+
+def grown_ingest(config: Path, files: list[Path], work: Path) -> dict[str, float]:
+    """A listing that grew by GROWN_SHARE of the files: ingest of the rest, then a rerun over all (timed:
+    it reads only the new ones), against a fresh ingest of all of them (timed); the files read once first,
+    so both find them in the page cache."""
+    tree, grown_out, fresh_out = work / "grown", work / "grown-ingest", work / "fresh-ingest"
+    for path in (tree, grown_out, fresh_out):
+        shutil.rmtree(path, ignore_errors=True)
+    tree.mkdir(parents=True)
+    ordered = sorted(files, key=lambda p: p.name)  # the listing's order: the added files come last
+    earlier = len(ordered) - int(len(ordered) * GROWN_SHARE)
+    for p in ordered:
+        p.read_bytes()
+    for p in ordered[:earlier]:
+        (tree / p.name).symlink_to(p)
+    ingest_seconds(config, tree, grown_out)
+    for p in ordered[earlier:]:
+        (tree / p.name).symlink_to(p)
+    grown = ingest_seconds(config, tree, grown_out)
+    assert grown["inputs_read"] == len(ordered) - earlier and grown["generations"] == 2, grown
+    fresh = ingest_seconds(config, tree, fresh_out)
+    assert fresh["inputs_read"] == len(ordered) and fresh["accepted"] == grown["accepted"], (fresh, grown)
+    for path in (tree, grown_out, fresh_out):
+        shutil.rmtree(path)
+    return {"files_added": len(ordered) - earlier, "seconds": grown["seconds"], "fresh_seconds": fresh["seconds"],
+            "seconds_vs_fresh": round(grown["seconds"] / fresh["seconds"], 3)}  # fmt: skip
+
+
 def main() -> None:
     n, keep, work = parse_size(__doc__, "merge")
     settle_seconds = SETTLE_SECONDS["quick" if "--quick" in sys.argv else "default"]
@@ -137,6 +177,7 @@ def main() -> None:
     warm = sorted((run_sim2dl(config, work, settle_seconds, warm=True) for _ in range(REPEATS)),
                   key=lambda r: r["total"])[REPEATS // 2]  # fmt: skip
     rss_slope, rss_full = memory_slope(config, files, work)
+    grown = grown_ingest(config, files, work)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     assert meta["counts"]["records"] == n, meta["counts"]
 
@@ -172,6 +213,7 @@ def main() -> None:
         },
         "rss_mb_per_100k_files": round(rss_slope, 1),
         "ingest_peak_rss_mb": round(rss_full, 1),
+        "grown": grown,
         "repeats": REPEATS,
         "all_seconds": {
             "naive": [round(t, 3) for _, t in naive_times],

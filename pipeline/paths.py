@@ -122,6 +122,12 @@ class IngestPaths:
         """Written last: the counts; marks the step complete."""
         return self.root / "summary.json"
 
+    @property
+    def generations(self) -> Path:
+        """What each ingest of a growing listing added (pipeline.steps.ingest.generations): not a
+        declared output, so it outlives a rerun's removal of them."""
+        return self.root / "generations.json"
+
 
 @dataclass(frozen=True)
 class ConvertPaths:

@@ -391,3 +391,83 @@ def test_dtype_casts_arrays_when_no_value_changes(values, dtype, lossy):
         told = rf"field 'x': dtype {values.dtype} cannot be cast to {dtype} .*{re.escape(lossy)}"
         with pytest.raises(SampleError, match=told):
             cast_to(values, np.dtype(dtype), "x")
+
+
+@pytest.mark.parametrize("reading", ["files", "samples"])
+def test_a_grown_listing_reads_only_its_new_files_and_ends_as_a_fresh_ingest_would(tmp_path, reading):
+    """A rerun over inputs that grew (an adaptive design continued) keeps the earlier parts as they are,
+    reads only the new files (generation 1, parts of its own), rejects a new file whose id an earlier file
+    holds, and ends with the manifest, rejects and counts that a fresh ingest of every file gives. An
+    earlier file changed, or other settings, start afresh. Either way ingest reads: a file per record, or
+    samples (a field from a file's attribute takes that path, as the adaptive preset's runs-table columns do)."""
+    import json
+
+    root = tmp_path / "src"
+
+    def cube(path: Path, sample_id: str, **arrays) -> None:
+        cube_file(path, sample_id, **arrays)
+        with h5py.File(path, "a") as f:
+            f.attrs["level"] = float(len(sample_id))
+
+    for i in range(10):
+        cube(root / f"a{i:02d}.h5", f"id{i}")
+    (root / "a99.h5").write_bytes(b"not hdf5")
+    fields = {"level": {"attr": "level", "dtype": "float32"}} if reading == "samples" else {}
+    source = make_config(tmp_path)["source"]
+    config = make_config(tmp_path, merge={"shard_size_mb": 0.3}, source={"fields": {**source["fields"], **fields}})
+    path = write_config(tmp_path, config)
+
+    def ingested(out: Path, config_path: Path = path) -> dict:
+        run_cli(["ingest", "--config", str(config_path), "--source", str(root), "--out", str(out)], ranks=2)
+        return json.loads((out / "summary.json").read_text())
+
+    def parts(out: Path) -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "parts").iterdir()}
+
+    out = tmp_path / "grown"
+    assert ingested(out)["generations"] == 1
+    before = parts(out)
+    for i in range(6):
+        cube(root / f"b{i:02d}.h5", "id3" if i == 2 else f"new{i}")
+    (root / "b04.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + os.urandom(100))
+    # what a run killed in its generation 1 left: removed before anything is written
+    (out / "parts" / "part-g0001-00007-of-00099.jsonl").write_text("{}\n")
+    (out / "manifest" / "part-g0001-00007-of-00099.parquet").write_bytes(b"partial")
+    grown = ingested(out)
+    assert grown["generations"] == 2 and grown["inputs_read"] == 6 and ("samples" in grown) == (reading == "samples")
+    after = parts(out)
+    assert {name: after[name] for name in before} == before  # the earlier parts, untouched
+    new = set(after) - set(before)
+    assert new and all(name.startswith("part-g0001-") and "of-00099" not in name for name in new)
+    assert not (out / "manifest" / "part-g0001-00007-of-00099.parquet").exists()
+
+    fresh = ingested(tmp_path / "fresh")
+    counts = ("inputs", "accepted", "rejected")
+    assert (
+        {k: grown[k] for k in counts} == {k: fresh[k] for k in counts} == {"inputs": 17, "accepted": 14, "rejected": 3}
+    )
+
+    def rows(out: Path) -> list[tuple]:
+        keys = ("path", "sample_id", "status", "reason", "shape", "length", "bytes")
+        return sorted(tuple(r[k] for k in keys) for r in read_rows(out / "manifest"))
+
+    assert rows(out) == rows(tmp_path / "fresh")
+    assert sorted(map(tuple, (r.values() for r in read_csv(out / "rejects.csv")))) == sorted(
+        map(tuple, (r.values() for r in read_csv(tmp_path / "fresh" / "rejects.csv"))))  # fmt: skip
+    duplicate = next(r for r in read_rows(out / "manifest") if r["path"].endswith("b02.h5"))
+    first_copy = f"{root / 'a03.h5'} (sample 0)" if reading == "samples" else str(root / "a03.h5")
+    assert duplicate["reason"] == f"duplicate sample id 'id3' (first seen in {first_copy})"
+    records = {Part(stem.with_suffix("")).meta(i)["sample_id"] for stem in (out / "parts").glob("*.jsonl")
+               for i in range(len(Part(stem.with_suffix(""))))}  # fmt: skip
+    assert records == {f"id{i}" for i in range(10)} | {f"new{i}" for i in (0, 1, 3, 5)} | {"id3"}
+
+    assert ingested(out)["inputs_read"] == 0  # nothing new: the same generations, nothing read
+    assert parts(out) == after and json.loads((out / "generations.json").read_text())["generations"][1]["stop"] == 17
+    cube(root / "a05.h5", "id5", density=np.zeros((32, 32, 32), "f4"))  # an earlier input changed
+    again = ingested(out)
+    assert (
+        again["generations"] == 1 and again["inputs_read"] == 17 and not any(n.startswith("part-g") for n in parts(out))
+    )
+    other = write_config(tmp_path, {**config, "ingest": {**config["ingest"], "check_finite": False}})
+    assert ingested(out, other)["inputs_read"] == 17  # other settings: afresh
+    assert ingested(out, other)["inputs_read"] == 0  # the same listing and settings: kept

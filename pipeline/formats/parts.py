@@ -36,7 +36,7 @@ from pipeline.storage.directio import AppendWriter, Extents, read_batches  # noq
 from pipeline.storage.fsutil import Checksum, atomic_path, remove_stale_temporaries
 
 INDEX_SUFFIX = ".jsonl"
-CHUNK_NAME = re.compile(r"part-\d+-of-\d+")
+CHUNK_NAME = re.compile(r"part-(?:g\d+-)?\d+-of-\d+")  # part-K-of-N, or part-gG-K-of-N
 PARTS_PER_RANK = 4  # ingest writes at least this many parts per rank: ranks differ by at most one part of work
 
 
@@ -314,8 +314,11 @@ def read_about(path_stem: Path) -> dict[str, Any]:
     return about
 
 
-def part_stem(directory: Path, rank: int, size: int) -> Path:
-    return directory / f"part-{rank:05d}-of-{size:05d}"
+def part_stem(directory: Path, number: int, parts: int, generation: int = 0) -> Path:
+    """Part `number` of `parts`; those of a later ingest generation (pipeline.steps.ingest.generations)
+    name it, so that they sort after the earlier generations' parts."""
+    grown = f"g{generation:04d}-" if generation else ""
+    return directory / f"part-{grown}{number:05d}-of-{parts:05d}"
 
 
 def split_part_stem(chunk_stem: Path, split: str) -> Path:

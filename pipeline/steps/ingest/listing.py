@@ -227,13 +227,17 @@ def paths_of(comm: Any, indices: np.ndarray, starts: np.ndarray, mine: Listing) 
     return [by_index[i] for i in indices.tolist()]
 
 
-def start_listing(comm: Any, root: Path, source: Mapping[str, Any], paths: IngestPaths) -> tuple[np.ndarray, int, int]:
+def start_listing(comm: Any, root: Path, source: Mapping[str, Any], paths: IngestPaths,
+                  clear: bool = True) -> tuple[np.ndarray, int, int]:  # fmt: skip
     """List the inputs into inputs.txt (every rank its stretch) once rank 0 has cleared what an earlier run
-    left; returns this rank's stretch of the names, the number of its first, and the number of inputs."""
+    left (with `clear`; else the caller keeps what it can: pipeline.steps.ingest.generations); returns this
+    rank's stretch of the names, the number of its first, and the number of inputs."""
     if comm.Get_rank() == 0:
         paths.root.mkdir(parents=True, exist_ok=True)
-        clear_parts(paths.parts)
-        shutil.rmtree(paths.manifest, ignore_errors=True)
+        if clear:
+            clear_parts(paths.parts)
+            shutil.rmtree(paths.manifest, ignore_errors=True)
+            paths.generations.unlink(missing_ok=True)
         paths.summary.unlink(missing_ok=True)
     names, first, total = list_my_inputs(comm, root, source)
     write_listing(comm, paths.inputs, names)

@@ -1,12 +1,15 @@
 """ingest's manifest and its conclusion: a Parquet piece per part (one row per input file or sample), duplicate
 sample ids found across ranks by hashes (an all-to-all of 24 bytes per record), and the summary with the
-reject threshold. Memory: one part's rows, and a hash per record of a rank's share; time: linear in the
-records."""
+reject threshold; over a grown listing, the kept generations' pieces read back (`read_kept`) so that new ids
+are checked against theirs and the counts and rejects cover every generation. Memory: one part's rows, and
+a hash per record of a rank's share (with a kept generation, also each kept record's name in a bytes
+array); time: linear in the records."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +19,9 @@ import xxhash
 
 from pipeline import CollectiveError, Sim2dlError
 from pipeline.data.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_csv, write_parquet
-from pipeline.formats.parts import part_stem
 from pipeline.paths import IngestPaths
-from pipeline.runtime.mpi import exchange, owner_ranks
+from pipeline.runtime.mpi import block, exchange, owner_ranks
+from pipeline.steps.ingest.generations import Generation
 from pipeline.steps.ingest.listing import (
     paths_of,
 )
@@ -67,6 +70,68 @@ def duplicates(comm: Any, hashed: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return exchange(comm, found, owner_ranks(starts, found["index"]))
 
 
+@dataclass
+class Kept:
+    """What one rank read of the kept generations' manifest pieces (a block of them, numbers
+    [starts[rank], starts[rank + 1])): the accepted records' id hashes with their numbers, what each
+    number is called in messages (as the ingest that made it named it; bytes), the rejects, and
+    (numbers, accepted, rejected)."""
+
+    hashed: np.ndarray
+    names: np.ndarray
+    starts: np.ndarray
+    rejects: list[Reject]
+    counts: tuple[int, int, int]
+
+    @staticmethod
+    def none(size: int) -> Kept:
+        return Kept(np.empty(0, HASHED), np.empty(0, "S1"), np.zeros(size, np.int64), [], (0, 0, 0))
+
+
+def read_kept(paths: IngestPaths, generations: Sequence[Generation], rank: int, size: int, samples: bool) -> Kept:
+    """This rank's block of the kept generations' manifest pieces (a row per number, in order): an
+    ingest that grew checks its new ids against these, and counts and lists them as its own. `samples`:
+    numbers are samples, named 'PATH (sample I)' as SampleNames names them."""
+    pieces = [(g, k) for g in generations for k in range(g.parts)]
+    end = generations[-1].stop if generations else 0
+    firsts = [block(pieces, r, size) for r in range(size)]
+    starts = np.array([b[0][0].first + b[0][1] * b[0][0].per_part if len(b) else end for b in firsts], np.int64)
+    starts = np.minimum.accumulate(starts[::-1])[::-1]  # a rank without pieces starts where the next does
+    hashed, names, rejects = [], [], []
+    for generation, k in firsts[rank]:
+        table = pq.read_table(paths.manifest_piece(generation.stem(paths.parts, k).name),
+                              columns=["path", "sample_id", "status", "reason", "index"]).to_pydict()  # fmt: skip
+        first = generation.first + k * generation.per_part
+        rows = [row for row, status in enumerate(table["status"]) if status == "accepted"]
+        piece = np.empty(len(rows), HASHED)
+        for j, row in enumerate(rows):
+            piece[j] = (*id_hash(table["sample_id"][row]), first + row)
+        hashed.append(piece)
+        called = (
+            f"{p} (sample {i or 0})" if samples else p for p, i in zip(table["path"], table["index"], strict=True)
+        )
+        names.append(np.array([os.fsencode(name) for name in called], "S"))
+        rejects += [Reject(table["path"][row], table["sample_id"][row] or "", table["reason"][row])
+                    for row, status in enumerate(table["status"]) if status != "accepted"]  # fmt: skip
+    together = np.concatenate(hashed) if hashed else np.empty(0, HASHED)
+    width = max((n.dtype.itemsize for n in names), default=1)
+    named = np.concatenate([n.astype(f"S{width}") for n in names]) if names else np.empty(0, "S1")
+    return Kept(together, named, starts, rejects, (len(named), len(together), len(named) - len(together)))
+
+
+class ByteNames(Sequence[str]):
+    """Names held as one bytes array, read as strings."""
+
+    def __init__(self, names: np.ndarray) -> None:
+        self.names = names
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: Any) -> Any:
+        return os.fsdecode(self.names[i])
+
+
 def conclude(
     comm: Any,
     paths: IngestPaths,
@@ -76,17 +141,22 @@ def conclude(
     counts: tuple[int, int, int],
     rejects: list[Reject],
     settings: Mapping[str, Any],
-    chunk: int,
-    chunks: int,
+    generation: Generation,
     extra: Mapping[str, Any],
+    kept: Kept | None = None,
 ) -> dict[str, Any]:
     """After every rank has written its parts: duplicate ids are rejected (the first in input order keeps
-    the id), the rejects list and summary.json are written, and the counts returned. `counts`: this rank's
-    (numbers held, accepted, rejected); numbers are files, or samples with `extra['samples']` set."""
-    found = duplicates(comm, hashed, starts)
-    firsts = paths_of(comm, found["first"], starts, names)
-    rejects += mark_duplicates(paths, found, firsts, chunk, chunks)
-    held, accepted, rejected = counts
+    the id, an earlier generation's included: `kept`), the rejects list and summary.json are written, and
+    the counts returned. `counts`: this rank's (numbers held, accepted, rejected); numbers are files, or
+    samples with `extra['samples']` set."""
+    kept = kept or Kept.none(comm.Get_size())
+    found = duplicates(comm, np.concatenate([kept.hashed, hashed]), starts)
+    earlier = found["first"] < generation.first
+    firsts = np.empty(len(found), object)
+    firsts[earlier] = paths_of(comm, found["first"][earlier], kept.starts, ByteNames(kept.names))
+    firsts[~earlier] = paths_of(comm, found["first"][~earlier], starts, names)
+    rejects += kept.rejects + mark_duplicates(paths, found, list(firsts), generation)
+    held, accepted, rejected = (c + k for c, k in zip(counts, kept.counts, strict=True))
     totals = np.array(comm.allgather((held, accepted - len(found), rejected + len(found)))).sum(axis=0)
     gathered = comm.gather(rejects, root=0)
     summary: dict[str, Any] = {"inputs": int(totals[0]), "accepted": int(totals[1]), "rejected": int(totals[2])}
@@ -96,7 +166,7 @@ def conclude(
         summary["inputs"] = extra["inputs"]
     if comm.Get_rank() == 0:
         assert gathered is not None
-        summary["error"] = finish(paths, gathered, summary, settings["max_reject_fraction"], chunk, chunks)
+        summary["error"] = finish(paths, gathered, summary, settings["max_reject_fraction"], generation)
     summary = comm.bcast(summary, root=0)
     if summary["error"]:  # every rank knows it: printed once, and no rank aborts the others
         raise CollectiveError(summary["error"], 0) if comm.Get_size() > 1 else Sim2dlError(summary["error"])
@@ -104,16 +174,17 @@ def conclude(
 
 
 def mark_duplicates(
-    paths: IngestPaths, found: np.ndarray, firsts: Sequence[str], chunk: int, chunks: int
+    paths: IngestPaths, found: np.ndarray, firsts: Sequence[str], generation: Generation
 ) -> list[Reject]:
-    """Mark the duplicates this rank holds as rejected in their parts' manifests (rewritten atomically);
-    returns their rejects rows."""
+    """Mark the duplicates this rank holds (all of this generation: an earlier one's were marked then) as
+    rejected in their parts' manifests (rewritten atomically); returns their rejects rows."""
     rejects = []
     by_piece: dict[int, list[tuple[int, str]]] = {}
     for index, first_path in zip(found["index"].tolist(), firsts, strict=True):
-        by_piece.setdefault(index // chunk, []).append((index % chunk, first_path))
+        number = index - generation.first
+        by_piece.setdefault(number // generation.per_part, []).append((number % generation.per_part, first_path))
     for number, rows in sorted(by_piece.items()):
-        path = paths.manifest_piece(part_stem(paths.parts, number, chunks).name)
+        path = paths.manifest_piece(generation.stem(paths.parts, number).name)
         columns = pq.read_table(path).to_pydict()
         for row, first_path in rows:
             sample_id = columns["sample_id"][row]
@@ -137,8 +208,7 @@ def finish(
     gathered: Sequence[Sequence[Reject]],
     counts: Mapping[str, int],
     max_reject_fraction: float,
-    chunk: int,
-    chunks: int,
+    generation: Generation,
 ) -> str | None:
     """Rank 0: the rejects list, then summary.json (last: it marks the step complete), and the error if
     too many files were rejected."""
@@ -154,5 +224,9 @@ def finish(
             f"ingest.max_reject_fraction={max_reject_fraction:g}; see {paths.rejects}:\n{shown}"
         )
     per_part = "samples_per_part" if "samples" in counts else "files_per_part"
-    write_json_atomic(paths.summary, {**counts, "parts": chunks, per_part: chunk})
+    # "parts" and "generations": every generation's (the caller's counts where it grew); per_part and
+    # inputs_read: what this run read (none where nothing was new)
+    read = generation.stop - generation.first
+    write_json_atomic(paths.summary, {"parts": generation.parts, "generations": 1, **counts,
+                                      per_part: generation.per_part, "inputs_read": read})  # fmt: skip
     return None

@@ -25,16 +25,23 @@ file in input order keeps the id. The rejects list (CSV) gives one reason per re
 goes on past bad files and fails only when the rejected fraction exceeds `ingest.max_reject_fraction`.
 `summary.json` (counts), written last, marks the step complete.
 
+A listing that grew since the last ingest (the same inputs first, new ones after: an ensemble continued)
+is read for its new inputs only, as generation g with parts of its own; what earlier generations made is
+kept, checked unchanged (pipeline/steps/ingest/generations.py).
+
 Memory per rank: its stretch of the listing (about the relative paths' length per file, the longest
 path's length per file while sorting: the names are fixed-width bytes) and its block of it, 24 bytes per
 accepted record for the duplicate check, and one run's manifest rows at a time, with a part open per
 split (two write buffers each); the same on rank 0 as on the others. Time: one pass over the files and
-one sort of their names, split evenly across ranks.
+one sort of their names, split evenly across ranks. Over a grown listing: one pass over the new files,
+a stat per kept file and one read of the kept manifest (its ids' hashes and names: 24 bytes and a path
+per kept record of the rank's block, a bytes array), split across ranks.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,7 +54,7 @@ from pipeline.data.records import read_one, validate_sample
 from pipeline.data.splits import SplitPlan
 from pipeline.data.tables import Reject
 from pipeline.formats.fields import Categories
-from pipeline.formats.parts import PARTS_PER_RANK, PartWriter, part_stem, split_part_stem
+from pipeline.formats.parts import PARTS_PER_RANK, PartWriter, split_part_stem
 from pipeline.formats.readers import FieldSpec, SampleError, field_descriptions, reader_for
 from pipeline.formats.readers.base import resolve_missing
 from pipeline.formats.shards import WRITERS
@@ -55,12 +62,23 @@ from pipeline.formats.shards.base import Framing
 from pipeline.paths import IngestPaths
 from pipeline.reporting.progress import progress, progress_bar
 from pipeline.runtime.mpi import all_ok, block, gather_range
+from pipeline.steps.ingest.generations import (
+    Generation,
+    candidates,
+    clear_others,
+    last_changes,
+    new_generation,
+    settings_digest,
+    unchanged,
+    write_generations,
+)
 from pipeline.steps.ingest.listing import Listing, SampleNames, start_listing
 from pipeline.steps.ingest.manifest import (
     HASHED,
     ManifestPiece,
     conclude,
     id_hash,
+    read_kept,
     size_or_zero,
 )
 from pipeline.steps.ingest.samples import (
@@ -127,7 +145,9 @@ def reads_contents(path: Path, format_name: str) -> bool:
 
 @gc_paused()
 def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
-    """Scan `root`, validate and pack files across ranks; every rank writes the manifest of its parts."""
+    """Scan `root`, validate and pack files across ranks; every rank writes the manifest of its parts.
+    Inputs an earlier ingest already packed (a listing that grew: pipeline.steps.ingest.generations) are
+    kept as they are, not read again."""
     if reads_samples(config["source"]):
         return ingest_samples(config, root, out_dir, comm)
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -135,15 +155,54 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
     paths = IngestPaths(out_dir)
     framing, about, splits, part_bytes = part_layout(config)
+    digest = settings_digest(config, root)
 
-    mine, first, chunk, chunks = plan_listing(comm, root, source, paths, part_bytes)
+    started = time.time_ns()
+    names, held, total = start_listing(comm, root, source, paths, clear=False)
+    kept, described = kept_generations(comm, paths, digest, Listing(root, names), held, total)
+    first_new = kept[-1].stop if kept else 0
+    mine, first, chunk, chunks = plan_listing(comm, root, names, held, total, first_new, part_bytes)
+    del names  # the rank's stretch of the listing: its block (mine) is what it reads
+    generation = Generation(len(kept), first_new, total, first_new, total, chunk, chunks, 0, "", started)
     starts = np.array(comm.allgather(first), np.int64)  # rank r holds files [starts[r], starts[r + 1])
-    paths.manifest.mkdir(parents=True, exist_ok=True)
-    parts = PartSequence(paths, chunk, chunks, framing, about, splits)
+    parts = PartSequence(paths, generation, framing, about, splits)
     hashed, rejects, counts = pack_files(config, root, mine, first, parts, fields, rank, size)
-    described = field_descriptions(Path(mine[0]), source["format"], fields) if rank == 0 and len(mine) else {}
-    return conclude(comm, paths, hashed, starts, mine, counts, rejects, settings, chunk, chunks,
-                    described)  # fmt: skip
+    if not kept and rank == 0 and len(mine):
+        described = field_descriptions(Path(mine[0]), source["format"], fields)
+    extra = {**described, "parts": sum(g.parts for g in kept) + chunks, "generations": len(kept) + (chunks > 0)}
+    summary = conclude(comm, paths, hashed, starts, mine, counts, rejects, settings, generation, extra,
+                       read_kept(paths, kept, rank, size, samples=False))  # fmt: skip
+    if rank == 0:
+        grown = [new_generation(kept, paths.inputs, total, total, chunk, chunks, started)] if chunks else []
+        write_generations(paths, digest, [*kept, *grown], described)
+    return summary
+
+
+def kept_generations(
+    comm: Any, paths: IngestPaths, digest: str, names: Listing, held: int, total: int
+) -> tuple[list[Generation], dict[str, Any]]:
+    """On every rank: the earlier generations kept (pipeline.steps.ingest.generations: the same settings,
+    a listing that begins with theirs, no input changed since they read it) and their description; rank 0
+    removes the parts of any other. Every rank checks its stretch of the listing (`names`, from `held`)."""
+    rank = comm.Get_rank()
+    error = None
+    found: tuple[list[Generation], dict[str, Any]] = ([], {})
+    if rank == 0:
+        try:
+            found = candidates(paths, digest, total)
+        except OSError as e:
+            error = Sim2dlError(f"ingest: cannot read what an earlier ingest left in {paths.root}: {e}")
+    all_ok(comm, error)
+    generations, described = comm.bcast(found, root=0)
+    latest = np.array(comm.allgather(last_changes(generations, names, held)), np.int64)
+    kept = unchanged(generations, latest.max(axis=0).tolist()) if generations else []
+    if rank == 0:
+        try:
+            clear_others(paths, kept)
+        except OSError as e:
+            error = Sim2dlError(f"ingest: cannot clear what an earlier ingest left in {paths.root}: {e}")
+    all_ok(comm, error)
+    return kept, described if kept else {}
 
 
 def pack_files(
@@ -191,29 +250,35 @@ def pack_files(
 
 
 def plan_listing(
-    comm: Any, root: Path, source: Mapping[str, Any], paths: IngestPaths, part_bytes: int
+    comm: Any, root: Path, names: np.ndarray, held: int, total: int, first_new: int, part_bytes: int
 ) -> tuple[Listing, int, int, int]:
-    """List the inputs into inputs.txt (every rank a stretch) and give each rank a block of whole chunks
-    of about `part_bytes`: its files, the number of its first, the files per chunk and the number of chunks."""
+    """Give each rank a block of whole chunks of about `part_bytes` of the inputs from `first_new` on
+    (`names`: this rank's stretch of the listing, from number `held`): its files, the number of its
+    first, the files per chunk and the number of chunks."""
     rank, size = comm.Get_rank(), comm.Get_size()
-    names, held, total = start_listing(comm, root, source, paths)
+    new = total - first_new
     here = Listing(root, names)
-    sizes = file_sizes(here[int(i) - held] for i in sampled_files(total) if held <= i < held + len(names))
-    chunk = files_per_part([s for rank_sizes in comm.allgather(sizes) for s in rank_sizes], total, part_bytes, size)
-    chunks = -(-total // chunk)
+    sampled = first_new + sampled_files(new)
+    sizes = file_sizes(here[int(i) - held] for i in sampled if held <= i < held + len(names))
+    chunk = files_per_part([s for rank_sizes in comm.allgather(sizes) for s in rank_sizes], new, part_bytes, size)
+    chunks = -(-new // chunk)
     chunk_range = block(range(chunks), rank, size)  # a range, possibly empty
-    first, stop = (min(total, c * chunk) for c in (chunk_range.start, chunk_range.stop))
+    first, stop = (min(total, first_new + c * chunk) for c in (chunk_range.start, chunk_range.stop))
     return Listing(root, gather_range(comm, names, held, range(first, stop))), first, chunk, chunks
 
 
 def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Ingest of files holding many samples, or fields that are the file's values (pipeline.steps.ingest.samples):
-    samples (their numbers) instead of files are split into parts and across ranks."""
+    samples (their numbers) instead of files are split into parts and across ranks. A listing that grew
+    is ingested for its new files only (pipeline.steps.ingest.generations), unless a field is categorical
+    (its classes are numbered over every file: all are read again)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     source, settings = config["source"], config["ingest"]
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
     paths = IngestPaths(out_dir)
     framing, about, splits, part_bytes = part_layout(config)
+    grows = not any(f.categorical for f in fields)
+    digest = settings_digest(config, root)
     opener: FileOpener | None = None
     error: BaseException | None = None
     try:
@@ -222,22 +287,29 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
         error = e
     all_ok(comm, error)
     assert opener is not None
-    names, held, n_files = start_listing(comm, root, source, paths)
+    started = time.time_ns()
+    names, held, n_files = start_listing(comm, root, source, paths, clear=not grows)
+    kept, described = kept_generations(comm, paths, digest, Listing(root, names), held, n_files) if grows else ([], {})
+    first_file, first_number = (kept[-1].files, kept[-1].stop) if kept else (0, 0)
+    new_files = n_files - first_file
 
-    def lines(files: range) -> Listing:
-        return Listing(root, gather_range(comm, names, held, files))
+    def lines(files: range) -> Listing:  # the new files' numbers, from 0
+        return Listing(root, gather_range(comm, names, held, range(first_file + files.start, first_file + files.stop)))
 
-    surveyed = lines(block(range(n_files), rank, size))
-    first_file = lines(range(1 if rank == 0 else 0))  # the first input, on rank 0: its fields' description
-    plan, categories = plan_samples(comm, opener, surveyed, rank * n_files // size, n_files, part_bytes)
-    numbers = plan.rank_samples(rank)
+    surveyed = lines(block(range(new_files), rank, size))
+    first_input = lines(range(1 if rank == 0 and new_files else 0))  # its fields' description
+    plan, categories = plan_samples(comm, opener, surveyed, rank * new_files // size, new_files, part_bytes)
+    numbers = plan.rank_samples(rank)  # of the new samples, from 0
     files = plan.files_of(numbers)
     listing, file_starts = lines(files), plan.starts
-    del names, surveyed
-    starts = np.array(comm.allgather(numbers.start), np.int64)  # rank r: sample numbers [starts[r], starts[r + 1])
+    names = names[:0]  # the stretch is no longer needed (lines() above still refers to the name)
+    del surveyed
+    starts = first_number + np.array(comm.allgather(numbers.start), np.int64)  # rank r: [starts[r], starts[r + 1])
+    generation = Generation(len(kept), first_number, first_number + plan.total, first_file, n_files, plan.per_part,
+                            plan.parts, 0, "", started)  # fmt: skip
     paths.manifest.mkdir(parents=True, exist_ok=True)
-    writer = SampleRecords(PartSequence(paths, plan.per_part, plan.parts, framing, about, splits), len(numbers),
-                           primary_field(config["convert"]))  # fmt: skip
+    writer = SampleRecords(PartSequence(paths, generation, framing, about, splits), len(numbers),
+                           primary_field(config["convert"]), first_number)  # fmt: skip
     bar = progress_bar(len(numbers), "ingest", rank, size, unit="sample")
     try:
         for k, path in enumerate(listing):
@@ -250,32 +322,40 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
         raise
     writer.parts.close()
     bar.close()
-    names = SampleNames(listing, file_starts, files.start, numbers.start)
-    described = field_descriptions(Path(first_file[0]), source["format"], fields) if len(first_file) else {}
-    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, **described}
+    sample_names = SampleNames(listing, file_starts, files.start, numbers.start)
+    if not kept and len(first_input):
+        described = field_descriptions(Path(first_input[0]), source["format"], fields)
+    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, **described,
+             "parts": sum(g.parts for g in kept) + plan.parts, "generations": len(kept) + (plan.parts > 0)}  # fmt: skip
     counts = (len(numbers), writer.accepted, writer.rejected)
     hashed = writer.hashed[: writer.accepted]
-    return conclude(comm, paths, hashed, starts, names, counts, writer.rejects, settings, plan.per_part, plan.parts,
-                    extra)  # fmt: skip
+    summary = conclude(comm, paths, hashed, starts, sample_names, counts, writer.rejects, settings, generation, extra,
+                       read_kept(paths, kept, rank, size, samples=True))  # fmt: skip
+    if rank == 0 and grows:
+        grown = [new_generation(kept, paths.inputs, generation.stop, n_files, plan.per_part, plan.parts, started)]
+        write_generations(paths, digest, [*kept, *(grown if plan.parts else [])], described)
+    return summary
 
 
 class SampleRecords:
     """One rank's records of ingest in samples: each sample number becomes a record or a reject, with its
     manifest row in the part that number belongs to, and its id's hash for the duplicate check."""
 
-    def __init__(self, parts: PartSequence, count: int, primary: str) -> None:
-        self.parts, self.primary = parts, primary
+    def __init__(self, parts: PartSequence, count: int, primary: str, first: int = 0) -> None:
+        self.parts, self.primary, self.first = parts, primary, first  # first: the number of sample 0
         self.hashed = np.empty(count, HASHED)
         self.accepted = self.rejected = 0
         self.rejects: list[Reject] = []
 
     def reject(self, number: int, path: str, index: int | None, sample_id: str, reason: str) -> None:
+        number += self.first
         piece = self.parts.at(number)
         piece.add(path=path, bytes=0, sample_id=sample_id, index=index, status="rejected", reason=reason)
         self.rejects.append(Reject(path, sample_id, reason))
         self.rejected += 1
 
     def accept(self, number: int, path: str, index: int | None, sample_id: str, arrays: dict[str, np.ndarray]) -> None:
+        number += self.first
         piece = self.parts.at(number)
         part = self.parts.part(sample_id, index)
         length = record_length(arrays, self.primary)
@@ -374,17 +454,18 @@ def part_layout(config: Mapping[str, Any]) -> tuple[Framing | None, dict[str, An
 
 
 class PartSequence:
-    """The parts a rank writes, one chunk after another: chunk k holds numbers [k * chunk, (k + 1) * chunk)
-    (files, or samples), with one manifest piece written when the chunk is complete. With merge.splits and
+    """The parts a rank writes, one chunk after another: chunk k of a generation holds numbers
+    first + [k * per_part, (k + 1) * per_part) (files, or samples), with one manifest piece written when
+    the chunk is complete. With merge.splits and
     framed records, each split's records of a chunk go to a part of their own (named after the chunk and
     the split), so that merge can make the parts of a split its shards as they are instead of copying
     every record out of parts that mix splits (issue 67); otherwise a chunk is one part."""
 
     def __init__(
-        self, paths: IngestPaths, chunk: int, chunks: int, framing: Framing | None, about: dict[str, Any],
+        self, paths: IngestPaths, generation: Generation, framing: Framing | None, about: dict[str, Any],
         splits: SplitPlan,
     ) -> None:  # fmt: skip
-        self.paths, self.chunk, self.chunks, self.framing, self.about = paths, chunk, chunks, framing, about
+        self.paths, self.generation, self.framing, self.about = paths, generation, framing, about
         self.splits = splits if splits and framing is not None else None
         self.stem: Path | None = None  # the current chunk's
         self.parts: dict[int, PartWriter] = {}  # split number (0 without splits) -> its part
@@ -392,9 +473,10 @@ class PartSequence:
 
     def at(self, number: int) -> ManifestPiece:
         """The manifest piece for `number`, starting the next chunk at a chunk boundary."""
-        if self.piece is None or number % self.chunk == 0:
+        chunk, at = divmod(number - self.generation.first, self.generation.per_part)
+        if self.piece is None or at == 0:
             self.close()
-            self.stem = part_stem(self.paths.parts, number // self.chunk, self.chunks)
+            self.stem = self.generation.stem(self.paths.parts, chunk)
             self.piece = ManifestPiece(self.paths.manifest_piece(self.stem.name))
         return self.piece
 
