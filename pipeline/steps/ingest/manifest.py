@@ -161,6 +161,9 @@ def conclude(
     gathered = comm.gather(rejects, root=0)
     summary: dict[str, Any] = {"inputs": int(totals[0]), "accepted": int(totals[1]), "rejected": int(totals[2])}
     summary.update(extra)
+    # what this run read (0 where nothing was new; files or samples), and how many generations there are
+    summary["inputs_read"] = generation.stop - generation.first
+    summary.setdefault("generations", 1)
     if "samples" in extra:
         summary["samples"] = int(totals[0])
         summary["inputs"] = extra["inputs"]
@@ -224,9 +227,6 @@ def finish(
             f"ingest.max_reject_fraction={max_reject_fraction:g}; see {paths.rejects}:\n{shown}"
         )
     per_part = "samples_per_part" if "samples" in counts else "files_per_part"
-    # "parts" and "generations": every generation's (the caller's counts where it grew); per_part and
-    # inputs_read: what this run read (none where nothing was new)
-    read = generation.stop - generation.first
-    write_json_atomic(paths.summary, {"parts": generation.parts, "generations": 1, **counts,
-                                      per_part: generation.per_part, "inputs_read": read})  # fmt: skip
+    # "parts": every generation's (the caller's count where it grew); per_part: this run's
+    write_json_atomic(paths.summary, {"parts": generation.parts, **counts, per_part: generation.per_part})
     return None
