@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from pipeline import MB, Sim2dlError, gc_paused
+from pipeline import MB, Sim2dlError
 from pipeline.data.splits import part_split_numbers
 from pipeline.formats.parts import Part, list_parts, read_about
 from pipeline.formats.shards import WRITERS, ShardWriter, encoding_errors
@@ -346,7 +346,6 @@ def shard_names(shard_splits: Sequence[int], split_names: Sequence[str], writer:
     return names
 
 
-@gc_paused()
 @dataclass
 class MergePlan:
     """What this rank writes, as all ranks agreed it: its rows (sorted, cut into its shards), every

@@ -57,7 +57,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline import Sim2dlError
+from pipeline import Sim2dlError, gc_paused
 from pipeline.formats.parts import read_batches
 from pipeline.formats.shards.base import index_path
 from pipeline.formats.slabs import slab_name
@@ -82,6 +82,7 @@ from pipeline.steps.merge.write import (
 from pipeline.storage.fsutil import file_checksum, write_json_atomic
 
 
+@gc_paused()  # the plan parses every part's index into many small acyclic objects (see gc_paused)
 def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Plan (collectively), then write this rank's shards, the provenance, and (rank 0) metadata.json."""
     return write_merge(plan_merge(config, convert_dir, comm), ingest_dir, out_dir, comm)
