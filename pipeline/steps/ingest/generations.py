@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,9 @@ class Generation:
     files: int
     per_part: int
     parts: int
-    listing_bytes: int  # inputs.txt's bytes up to this generation's last input
-    listing_digest: str  # their xxh3-128, hex
     started: int  # when its ingest began (ns since the epoch): an input changed since is read again
+    listing_bytes: int = 0  # inputs.txt's bytes up to this generation's last input (with_listing)
+    listing_digest: str = ""  # their xxh3-128, hex
 
     def stem(self, directory: Path, chunk: int) -> Path:
         return part_stem(directory, chunk, self.parts, self.number)
@@ -87,22 +88,25 @@ def read_generations(paths: IngestPaths, digest: str) -> tuple[list[Generation],
         return [], {}
 
 
+def hashed_bytes(f: Any, digest: Any, limit: float) -> int:
+    """Feed `digest` from `f` until `limit` bytes (or the end); returns the bytes read."""
+    read = 0
+    while read < limit and (data := f.read(int(min(READ_BYTES, limit - read)))):
+        digest.update(data)
+        read += len(data)
+    return read
+
+
 def listing_prefixes(listing: Path, generations: Sequence[Generation]) -> int:
     """How many of `generations` (in order) the listing still begins with: their listing's bytes, read
     once and hashed as a stream, compared at each generation's end."""
-    kept = 0
+    kept = read = 0
     digest = xxhash.xxh3_128()
-    read = 0
     try:
         with open(listing, "rb") as f:
             for generation in generations:
-                while read < generation.listing_bytes:
-                    data = f.read(min(READ_BYTES, generation.listing_bytes - read))
-                    if not data:
-                        return kept
-                    digest.update(data)
-                    read += len(data)
-                if digest.hexdigest() != generation.listing_digest:
+                read += hashed_bytes(f, digest, generation.listing_bytes - read)
+                if read != generation.listing_bytes or digest.hexdigest() != generation.listing_digest:
                     return kept
                 kept += 1
     except OSError:
@@ -170,22 +174,22 @@ def chunk_of(part_name: str) -> str | None:
         return None
 
 
-def new_generation(generations: Sequence[Generation], listing: Path, stop: int, files: int, per_part: int,
-                   parts: int, started: int) -> Generation:  # fmt: skip
-    """The generation of numbers [the kept generations' end, stop) from files [theirs, files = every file
-    listed), with the digest of the whole listing."""
-    first, first_file = (generations[-1].stop, generations[-1].files) if generations else (0, 0)
+def with_listing(generation: Generation, listing: Path) -> Generation:
+    """The generation (its inputs the listing's last) with the length and digest of the whole listing."""
     digest = xxhash.xxh3_128()
-    read = 0
     with open(listing, "rb") as f:
-        while data := f.read(READ_BYTES):
-            digest.update(data)
-            read += len(data)
-    return Generation(len(generations), first, stop, first_file, files, per_part, parts, read, digest.hexdigest(),
-                      started)  # fmt: skip
+        read = hashed_bytes(f, digest, math.inf)
+    return replace(generation, listing_bytes=read, listing_digest=digest.hexdigest())
 
 
-def write_generations(paths: IngestPaths, digest: str, generations: Sequence[Generation],
-                      described: Mapping[str, Any]) -> None:  # fmt: skip
-    write_json_atomic(paths.generations, {"settings": digest, "generations": [asdict(g) for g in generations],
+def record_generations(paths: IngestPaths, digest: str, kept: Sequence[Generation], generation: Generation,
+                       described: Mapping[str, Any]) -> None:  # fmt: skip
+    """Rank 0, written last: the kept generations and this run's (where it read anything)."""
+    grown = [with_listing(generation, paths.inputs)] if generation.parts else []
+    write_json_atomic(paths.generations, {"settings": digest, "generations": [asdict(g) for g in [*kept, *grown]],
                                           "described": dict(described)})  # fmt: skip
+
+
+def grown_counts(kept: Sequence[Generation], generation: Generation) -> dict[str, int]:
+    """The summary's parts and generations, over the kept generations and this run's."""
+    return {"parts": sum(g.parts for g in kept) + generation.parts, "generations": len(kept) + (generation.parts > 0)}

@@ -33,9 +33,9 @@ WALK_PIECES_PER_RANK = 8  # the walk is cut into at least this many pieces per r
 
 class Listing(Sequence[str]):
     """Input paths stored as one fixed-width byte array (no Python object per file); items are the paths
-    joined to `root` (a listed absolute path stays as it is)."""
+    joined to `root` (a listed absolute path stays as it is; root '': the names as they are)."""
 
-    def __init__(self, root: Path, names: np.ndarray) -> None:
+    def __init__(self, root: Path | str, names: np.ndarray) -> None:
         self.root, self.names = str(root), names
 
     def __len__(self) -> int:

@@ -22,9 +22,7 @@ from pipeline.data.tables import MANIFEST_SCHEMA, REJECT_COLUMNS, Reject, write_
 from pipeline.paths import IngestPaths
 from pipeline.runtime.mpi import block, exchange, owner_ranks
 from pipeline.steps.ingest.generations import Generation
-from pipeline.steps.ingest.listing import (
-    paths_of,
-)
+from pipeline.steps.ingest.listing import Listing, paths_of
 from pipeline.storage.fsutil import write_json_atomic
 
 
@@ -119,19 +117,6 @@ def read_kept(paths: IngestPaths, generations: Sequence[Generation], rank: int, 
     return Kept(together, named, starts, rejects, (len(named), len(together), len(named) - len(together)))
 
 
-class ByteNames(Sequence[str]):
-    """Names held as one bytes array, read as strings."""
-
-    def __init__(self, names: np.ndarray) -> None:
-        self.names = names
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def __getitem__(self, i: Any) -> Any:
-        return os.fsdecode(self.names[i])
-
-
 def conclude(
     comm: Any,
     paths: IngestPaths,
@@ -153,7 +138,7 @@ def conclude(
     found = duplicates(comm, np.concatenate([kept.hashed, hashed]), starts)
     earlier = found["first"] < generation.first
     firsts = np.empty(len(found), object)
-    firsts[earlier] = paths_of(comm, found["first"][earlier], kept.starts, ByteNames(kept.names))
+    firsts[earlier] = paths_of(comm, found["first"][earlier], kept.starts, Listing("", kept.names))
     firsts[~earlier] = paths_of(comm, found["first"][~earlier], starts, names)
     rejects += kept.rejects + mark_duplicates(paths, found, list(firsts), generation)
     held, accepted, rejected = (c + k for c, k in zip(counts, kept.counts, strict=True))
@@ -161,9 +146,8 @@ def conclude(
     gathered = comm.gather(rejects, root=0)
     summary: dict[str, Any] = {"inputs": int(totals[0]), "accepted": int(totals[1]), "rejected": int(totals[2])}
     summary.update(extra)
-    # what this run read (0 where nothing was new; files or samples), and how many generations there are
+    # what this run read (0 where nothing was new; files or samples); `extra` has parts and generations
     summary["inputs_read"] = generation.stop - generation.first
-    summary.setdefault("generations", 1)
     if "samples" in extra:
         summary["samples"] = int(totals[0])
         summary["inputs"] = extra["inputs"]
@@ -227,6 +211,5 @@ def finish(
             f"ingest.max_reject_fraction={max_reject_fraction:g}; see {paths.rejects}:\n{shown}"
         )
     per_part = "samples_per_part" if "samples" in counts else "files_per_part"
-    # "parts": every generation's (the caller's count where it grew); per_part: this run's
-    write_json_atomic(paths.summary, {"parts": generation.parts, **counts, per_part: generation.per_part})
+    write_json_atomic(paths.summary, {**counts, per_part: generation.per_part})  # parts: every generation's
     return None

@@ -66,11 +66,11 @@ from pipeline.steps.ingest.generations import (
     Generation,
     candidates,
     clear_others,
+    grown_counts,
     last_changes,
-    new_generation,
+    record_generations,
     settings_digest,
     unchanged,
-    write_generations,
 )
 from pipeline.steps.ingest.listing import Listing, SampleNames, start_listing
 from pipeline.steps.ingest.manifest import (
@@ -84,6 +84,7 @@ from pipeline.steps.ingest.manifest import (
 from pipeline.steps.ingest.samples import (
     FileOpener,
     FileSamples,
+    SamplePlan,
     plan_samples,
     reads_samples,
 )
@@ -163,18 +164,17 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     first_new = kept[-1].stop if kept else 0
     mine, first, chunk, chunks = plan_listing(comm, root, names, held, total, first_new, part_bytes)
     del names  # the rank's stretch of the listing: its block (mine) is what it reads
-    generation = Generation(len(kept), first_new, total, first_new, total, chunk, chunks, 0, "", started)
+    generation = Generation(len(kept), first_new, total, first_new, total, chunk, chunks, started)
     starts = np.array(comm.allgather(first), np.int64)  # rank r holds files [starts[r], starts[r + 1])
     parts = PartSequence(paths, generation, framing, about, splits)
     hashed, rejects, counts = pack_files(config, root, mine, first, parts, fields, rank, size)
     if not kept and rank == 0 and len(mine):
         described = field_descriptions(Path(mine[0]), source["format"], fields)
-    extra = {**described, "parts": sum(g.parts for g in kept) + chunks, "generations": len(kept) + (chunks > 0)}
+    extra = {**described, **grown_counts(kept, generation)}
     summary = conclude(comm, paths, hashed, starts, mine, counts, rejects, settings, generation, extra,
                        read_kept(paths, kept, rank, size, samples=False))  # fmt: skip
     if rank == 0:
-        grown = [new_generation(kept, paths.inputs, total, total, chunk, chunks, started)] if chunks else []
-        write_generations(paths, digest, [*kept, *grown], described)
+        record_generations(paths, digest, kept, generation, described)
     return summary
 
 
@@ -279,14 +279,7 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     framing, about, splits, part_bytes = part_layout(config)
     grows = not any(f.categorical for f in fields)
     digest = settings_digest(config, root)
-    opener: FileOpener | None = None
-    error: BaseException | None = None
-    try:
-        opener = FileOpener(root, source, fields)
-    except Sim2dlError as e:
-        error = e
-    all_ok(comm, error)
-    assert opener is not None
+    opener = open_samples(comm, root, source, fields)
     started = time.time_ns()
     names, held, n_files = start_listing(comm, root, source, paths, clear=not grows)
     kept, described = kept_generations(comm, paths, digest, Listing(root, names), held, n_files) if grows else ([], {})
@@ -302,15 +295,48 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     numbers = plan.rank_samples(rank)  # of the new samples, from 0
     files = plan.files_of(numbers)
     listing, file_starts = lines(files), plan.starts
-    names = names[:0]  # the stretch is no longer needed (lines() above still refers to the name)
+    names = names[:0]  # free the stretch: lines() refers to the name, so it is emptied, not deleted
     del surveyed
     starts = first_number + np.array(comm.allgather(numbers.start), np.int64)  # rank r: [starts[r], starts[r + 1])
     generation = Generation(len(kept), first_number, first_number + plan.total, first_file, n_files, plan.per_part,
-                            plan.parts, 0, "", started)  # fmt: skip
+                            plan.parts, started)  # fmt: skip
     paths.manifest.mkdir(parents=True, exist_ok=True)
     writer = SampleRecords(PartSequence(paths, generation, framing, about, splits), len(numbers),
                            primary_field(config["convert"]), first_number)  # fmt: skip
     bar = progress_bar(len(numbers), "ingest", rank, size, unit="sample")
+    read_samples(writer, opener, listing, files, numbers, plan, categories, settings, bar)
+    bar.close()
+    sample_names = SampleNames(listing, file_starts, files.start, numbers.start)
+    if not kept and len(first_input):
+        described = field_descriptions(Path(first_input[0]), source["format"], fields)
+    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, **described,
+             **grown_counts(kept, generation)}  # fmt: skip
+    counts = (len(numbers), writer.accepted, writer.rejected)
+    summary = conclude(comm, paths, writer.hashed[: writer.accepted], starts, sample_names, counts, writer.rejects,
+                       settings, generation, extra, read_kept(paths, kept, rank, size, samples=True))  # fmt: skip
+    if rank == 0 and grows:
+        record_generations(paths, digest, kept, generation, described)
+    return summary
+
+
+def open_samples(comm: Any, root: Path, source: Mapping[str, Any], fields: list[FieldSpec]) -> FileOpener:
+    """The opener of the inputs' samples, on every rank (a bad setting fails every rank alike)."""
+    opener: FileOpener | None = None
+    error: BaseException | None = None
+    try:
+        opener = FileOpener(root, source, fields)
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+    assert opener is not None
+    return opener
+
+
+def read_samples(writer: SampleRecords, opener: FileOpener, listing: Listing, files: range, numbers: range,
+                 plan: SamplePlan, categories: Categories, settings: Mapping[str, Any], bar: Any) -> None:  # fmt: skip
+    """This rank's sample numbers (`numbers`, in the files `files` of the plan, `listing` their paths), each
+    a record or a reject; its parts closed, or aborted on an error."""
+    file_starts = plan.starts
     try:
         for k, path in enumerate(listing):
             f = files.start + k
@@ -321,20 +347,6 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
         writer.parts.abort()
         raise
     writer.parts.close()
-    bar.close()
-    sample_names = SampleNames(listing, file_starts, files.start, numbers.start)
-    if not kept and len(first_input):
-        described = field_descriptions(Path(first_input[0]), source["format"], fields)
-    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, **described,
-             "parts": sum(g.parts for g in kept) + plan.parts, "generations": len(kept) + (plan.parts > 0)}  # fmt: skip
-    counts = (len(numbers), writer.accepted, writer.rejected)
-    hashed = writer.hashed[: writer.accepted]
-    summary = conclude(comm, paths, hashed, starts, sample_names, counts, writer.rejects, settings, generation, extra,
-                       read_kept(paths, kept, rank, size, samples=True))  # fmt: skip
-    if rank == 0 and grows:
-        grown = [new_generation(kept, paths.inputs, generation.stop, n_files, plan.per_part, plan.parts, started)]
-        write_generations(paths, digest, [*kept, *(grown if plan.parts else [])], described)
-    return summary
 
 
 class SampleRecords:
