@@ -12,10 +12,13 @@ validate, frame, write; the difference is waiting on the disk), convert, merge c
 Targets: speedup_vs_naive >= 2, fraction_of_read_floor >= 0.3.
 (b) runs on the demo's config, with its three splits (train, validation, test), and again without splits
 (`without_splits`), where ingest's framed parts become the shards as they are (hard links).
-`grown`: ingest over a listing that grew by a tenth (an ensemble continued: generation 1 reads only the
-new files, pipeline/steps/ingest/generations.py) against a fresh ingest of all the files, each `sim2dl
-ingest` on 2 ranks timing itself (start-up excluded), the inputs in the page cache for both (the work,
-not the disk); `grown.seconds_vs_fresh` (lower is better).
+`grown`: ingest, convert and merge over a listing that grew by a tenth (an ensemble continued: each
+step's generation 1 reads only the new files or parts: pipeline/steps/ingest/generations.py,
+pipeline/steps/convert.py's kept parts, pipeline/steps/merge/generations.py) against the three afresh
+over all the files, on 2 ranks, each step timed in one process (bench/_grown.py; imports excluded), the
+inputs in the page cache for both (the work, not the disk); `grown.seconds_vs_fresh` (ingest's),
+`grown.convert_seconds_vs_fresh`, `grown.merge_seconds_vs_fresh` and `grown.steps_seconds_vs_fresh`
+(the three together); lower is better.
 """
 
 from __future__ import annotations
@@ -117,17 +120,18 @@ def memory_slope(config: Path, files: list[Path], work: Path) -> tuple[float, fl
 GROWN_SHARE = 0.1  # the share of the files a continued ensemble adds
 
 
-def ingest_seconds(config: Path, source: Path, out: Path) -> dict:
-    """`sim2dl ingest` on RANKS ranks over `source` into `out`: its JSON summary (`seconds`: its own time)."""
-    return json.loads(mpi(RANKS, BIN / "sim2dl", "ingest", "--config", config, "--source", source, "--out",
-                          out).strip().splitlines()[-1])  # fmt: skip
+def data_steps(config: Path, source: Path, work: Path) -> dict[str, dict]:
+    """ingest, convert and merge of `source` into work/{ingest,convert,merged} on RANKS ranks, in one
+    process each (bench/_grown.py): each step's summary and its own `seconds` (imports excluded)."""
+    stdout = mpi(RANKS, BIN / "python", Path(__file__).parent / "_grown.py", config, source, work)
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
-def grown_ingest(config: Path, files: list[Path], work: Path) -> dict[str, float]:
-    """A listing that grew by GROWN_SHARE of the files: ingest of the rest, then a rerun over all (timed:
-    it reads only the new ones), against a fresh ingest of all of them (timed); the files read once first,
-    so both find them in the page cache."""
-    tree, grown_out, fresh_out = work / "grown", work / "grown-ingest", work / "fresh-ingest"
+def grown_steps(config: Path, files: list[Path], work: Path) -> dict[str, float]:
+    """A listing that grew by GROWN_SHARE of the files: ingest, convert and merge of the rest, then again
+    over all (timed: each step reads only the new ones), against the three steps afresh over all (timed);
+    the files read once first, so both find them in the page cache."""
+    tree, grown_out, fresh_out = work / "grown", work / "grown-steps", work / "fresh-steps"
     for path in (tree, grown_out, fresh_out):
         shutil.rmtree(path, ignore_errors=True)
     tree.mkdir(parents=True)
@@ -137,17 +141,24 @@ def grown_ingest(config: Path, files: list[Path], work: Path) -> dict[str, float
         p.read_bytes()
     for p in ordered[:earlier]:
         (tree / p.name).symlink_to(p)
-    ingest_seconds(config, tree, grown_out)
+    data_steps(config, tree, grown_out)
     for p in ordered[earlier:]:
         (tree / p.name).symlink_to(p)
-    grown = ingest_seconds(config, tree, grown_out)
-    assert grown["inputs_read"] == len(ordered) - earlier and grown["generations"] == 2, grown
-    fresh = ingest_seconds(config, tree, fresh_out)
-    assert fresh["inputs_read"] == len(ordered) and fresh["accepted"] == grown["accepted"], (fresh, grown)
+    grown = data_steps(config, tree, grown_out)
+    added = len(ordered) - earlier
+    assert grown["ingest"]["inputs_read"] == added and grown["ingest"]["generations"] == 2, grown
+    assert grown["convert"]["inputs_read"] == added and grown["merge"]["generations"] == 2, grown
+    fresh = data_steps(config, tree, fresh_out)
+    assert fresh["ingest"]["inputs_read"] == len(ordered) and fresh["merge"]["records"] == grown["merge"]["records"]
     for path in (tree, grown_out, fresh_out):
         shutil.rmtree(path)
-    return {"files_added": len(ordered) - earlier, "seconds": grown["seconds"], "fresh_seconds": fresh["seconds"],
-            "seconds_vs_fresh": round(grown["seconds"] / fresh["seconds"], 3)}  # fmt: skip
+    ratios = {f"{step}_seconds_vs_fresh": round(grown[step]["seconds"] / fresh[step]["seconds"], 3)
+              for step in ("convert", "merge")}  # fmt: skip
+    total, fresh_total = (sum(run[step]["seconds"] for step in run) for run in (grown, fresh))
+    return {"files_added": added, "seconds": grown["ingest"]["seconds"], "fresh_seconds": fresh["ingest"]["seconds"],
+            "seconds_vs_fresh": round(grown["ingest"]["seconds"] / fresh["ingest"]["seconds"], 3), **ratios,
+            "steps_seconds": round(total, 3), "steps_fresh_seconds": round(fresh_total, 3),
+            "steps_seconds_vs_fresh": round(total / fresh_total, 3)}  # fmt: skip
 
 
 def main() -> None:
@@ -177,7 +188,7 @@ def main() -> None:
     warm = sorted((run_sim2dl(config, work, settle_seconds, warm=True) for _ in range(REPEATS)),
                   key=lambda r: r["total"])[REPEATS // 2]  # fmt: skip
     rss_slope, rss_full = memory_slope(config, files, work)
-    grown = grown_ingest(config, files, work)
+    grown = grown_steps(config, files, work)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     assert meta["counts"]["records"] == n, meta["counts"]
 

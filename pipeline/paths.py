@@ -139,6 +139,15 @@ class ConvertPaths:
         return self.root / "parts"
 
     @property
+    def summaries(self) -> Path:
+        """Per converted part, what converting it gave and from what (a rerun keeps the parts whose
+        ingest part and settings are the same): not declared outputs, so they outlive a rerun."""
+        return self.root / "part-summaries"
+
+    def part_summary(self, part_name: str) -> Path:
+        return self.summaries / f"{part_name}.json"
+
+    @property
     def stats(self) -> Path:
         return self.root / "stats.json"
 
@@ -173,6 +182,12 @@ class MergedPaths:
     def metadata(self) -> Path:
         """Written last: the dataset as a whole (feature spec, encodings, counts, shards)."""
         return self.root / "metadata.json"
+
+    @property
+    def generations(self) -> Path:
+        """What each merge of a growing set of parts added (pipeline.steps.merge.generations): not a
+        declared output, so it outlives a rerun's removal of them."""
+        return self.root / "generations.json"
 
 
 STAGED_LISTING = "staged.json"  # in each node-local directory: the files staged there

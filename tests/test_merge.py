@@ -10,7 +10,7 @@ import pytest
 from pipeline.data.tables import read_rows
 from pipeline.storage.fsutil import file_checksum
 
-from .conftest import kill_tree, make_config, start_cli, write_config
+from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
 from .helpers import TRACE_CONVERT, TRACE_SOURCE, hdf5_records, merge_cli, prepare, prepare_cubes, tfrecord_dataset
 
 
@@ -324,3 +324,99 @@ def tfrecord_dataset_files(paths, spec):
 
     ds = tf.data.TFRecordDataset([str(p) for p in paths]).map(lambda s: parse_example(s, spec)["sample_id"])
     return [s.decode() for s in ds.as_numpy_iterator()]
+
+
+def test_a_grown_ingest_is_converted_and_merged_for_its_new_parts_alone(tmp_path, serial):
+    """A continued design's new runs, ingested as a generation of their own, are converted and merged
+    alone (2 ranks): the earlier converted parts and shards stay as they are (same inode, same time);
+    convert's statistics are those a convert of every part gives; the new shards hold the new records,
+    normalised with the statistics the first shards were written with; every record is in exactly one
+    shard. A rerun with nothing new reads nothing; a kept part written again, or merge.grow false, merges
+    afresh."""
+    import shutil
+
+    from pipeline.formats.parts import Part
+    from pipeline.steps.convert import convert
+    from pipeline.steps.ingest.step import ingest
+    from pipeline.steps.merge import merge
+    from pipeline.steps.simulate import simulate
+
+    merge_settings = {"shard_size_mb": 0.01, "splits": {"train": 0.7, "test": 0.3}}
+    config = make_config(tmp_path, simulate={"family": "trace", "samples": 24}, source=TRACE_SOURCE,
+                         convert=TRACE_CONVERT, merge=merge_settings)  # fmt: skip
+    config_path = write_config(tmp_path, config)
+    simulate(config["simulate"], tmp_path / "all", serial)
+    runs = sorted(p for p in (tmp_path / "all").rglob("*.h5"))
+    raw, work = tmp_path / "raw", tmp_path / "work"
+
+    def grow(files):
+        for p in files:
+            (raw / p.relative_to(tmp_path / "all")).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, raw / p.relative_to(tmp_path / "all"))
+        ingest(config, raw, work / "ingest", serial)
+
+    def cli(step, ranks=2):  # into the config's workdir, `work`
+        return json.loads(run_cli([step, "--config", str(config_path)], ranks=ranks).stdout.strip().splitlines()[-1])
+
+    def files(directory):
+        return {p.relative_to(directory).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns)
+                for p in directory.rglob("*") if p.is_file() and not p.name.endswith(".json")}  # fmt: skip
+
+    grow(runs[:16])
+    assert cli("convert")["inputs_read"] == 16
+    first = merge(config, work / "ingest", work / "convert", work / "merged", serial)
+    assert first["generations"] == 1 and first["kept_shards"] == 0
+    meta0 = json.loads((work / "merged" / "metadata.json").read_text())
+    converted0, shards0 = files(work / "convert" / "parts"), files(work / "merged" / "shards")
+    shards0.pop("plan.digest")
+
+    grow(runs[16:])
+    converted = cli("convert")
+    assert converted["inputs_read"] == 8 and converted["inputs"] == converted["samples"] == 24
+    now = files(work / "convert" / "parts")
+    assert {k: now[k] for k in converted0} == converted0 and len(now) > len(converted0)
+    everything = convert(config, work / "ingest", tmp_path / "convert-all", serial)
+    assert everything["inputs_read"] == 24
+    stats = json.loads((work / "convert" / "stats.json").read_text())
+    assert stats["statistics"] == json.loads((tmp_path / "convert-all" / "stats.json").read_text())["statistics"]
+    assert stats["statistics"] != meta0["statistics"]
+
+    grown = cli("merge")
+    assert grown["kept_shards"] == first["shards"] and grown["generations"] == 2 and "afresh" not in grown
+    now = files(work / "merged" / "shards")
+    assert {k: now[k] for k in shards0} == shards0
+    new = sorted(set(now) - set(shards0) - {"plan.digest"})
+    assert new and all("/shard-g0001-" in name for name in new)
+    meta = json.loads((work / "merged" / "metadata.json").read_text())
+    assert meta["statistics"] == meta0["statistics"] and meta["statistics_from"]["generation"] == 0
+    assert [g["records"] for g in meta["generations"]] == [16, 8] and meta["counts"]["records"] == 24
+    records = list(tfrecord_dataset(work / "merged").as_numpy_iterator())
+    ids = [r["sample_id"].decode() for r in records]
+    accepted = {r["sample_id"] for r in read_rows(work / "ingest" / "manifest") if r["status"] == "accepted"}
+    assert sorted(ids) == sorted(accepted) and len(ids) == 24
+    assert sorted(row[2] for row in provenance(work / "merged")) == sorted(ids)
+    # A new record, as the grown shards hold it: its converted values with the first statistics.
+    added = sorted(set(files(work / "convert" / "parts")) - set(converted0))
+    part = Part(work / "convert" / "parts" / added[0].removesuffix(".bin").removesuffix(".jsonl"))
+    record = next(r for r in records if r["sample_id"].decode() == part.meta(0)["sample_id"])
+    first_stats = meta0["statistics"]["trace"]
+    expected = (part.read(0)["trace"] - first_stats["mean"]) / first_stats["std"]
+    np.testing.assert_allclose(record["trace"], expected, rtol=1e-6)
+
+    assert cli("convert", ranks=1)["inputs_read"] == 0
+    again = merge(config, work / "ingest", work / "convert", work / "merged", serial)
+    assert again["shards_made"] == {"linked": 0, "copied": 0, "encoded": 0} and again["generations"] == 2
+    assert json.loads((work / "merged" / "metadata.json").read_text()) == meta
+
+    rewritten = sorted(converted0)[0].removesuffix(".bin").removesuffix(".jsonl")
+    (work / "convert" / "part-summaries" / f"{rewritten}.json").unlink()  # the part is converted again
+    assert cli("convert", ranks=1)["inputs_read"] == len(Part(work / "convert" / "parts" / rewritten))
+    afresh = merge(config, work / "ingest", work / "convert", work / "merged", serial)
+    assert afresh["afresh"] == f"converted part {rewritten} was written again" and afresh["generations"] == 1
+
+    config["merge"]["grow"] = False
+    afresh = merge(config, work / "ingest", work / "convert", work / "merged", serial)
+    assert afresh["afresh"] == "merge.grow is false" and afresh["generations"] == 1
+    meta = json.loads((work / "merged" / "metadata.json").read_text())
+    assert meta["statistics"] == stats["statistics"] and "generations" not in meta
+    assert not any("shard-g" in name for name in files(work / "merged" / "shards"))

@@ -6,6 +6,7 @@ channel. Time: one pass over the values.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,17 @@ class RunningStats:
         self.minimum = np.minimum(self.minimum, other.minimum)
         self.maximum = np.maximum(self.maximum, other.maximum)
         self.count = total
+
+    def state(self) -> dict[str, Any]:
+        """Everything merge needs, exactly (JSON keeps a float's every bit): what a kept part stores."""
+        arrays = {"mean": self.mean, "m2": self.m2, "min": self.minimum, "max": self.maximum}
+        return {"per_channel": self.per_channel, "count": self.count,
+                **{k: np.asarray(v, np.float64).tolist() for k, v in arrays.items()}}  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> RunningStats:
+        arrays = [np.asarray(state[k], np.float64) for k in ("mean", "m2", "min", "max")]
+        return cls(state["per_channel"], state["count"], *arrays)
 
     def as_dict(self) -> dict[str, Any]:
         std = np.sqrt(self.m2 / self.count) if self.count else np.zeros_like(self.mean)

@@ -24,7 +24,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -340,10 +340,11 @@ def list_parts(directory: Path) -> list[Path]:
     return sorted(p.with_suffix("") for p in directory.glob(f"part-*{INDEX_SUFFIX}"))
 
 
-def clear_parts(directory: Path) -> None:
-    """Remove the parts (and temporaries) of an earlier run, which may have used another rank count."""
+def clear_parts(directory: Path, keep: Collection[str] = ()) -> None:
+    """Remove the parts (and temporaries) of an earlier run, which may have used another rank count,
+    but those named in `keep`."""
     directory.mkdir(parents=True, exist_ok=True)
-    for stem in list_parts(directory):
+    for stem in (s for s in list_parts(directory) if s.name not in keep):
         stem.with_suffix(INDEX_SUFFIX).unlink()
         stem.with_suffix(".bin").unlink(missing_ok=True)
     remove_stale_temporaries(directory)

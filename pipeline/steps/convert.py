@@ -6,7 +6,8 @@ the ingested parts: each rank takes
 a block of the ingest parts and converts each into a part of the same name (so the output does not
 depend on the rank count), reading from the manifest only which of the part's records are accepted.
 Memory: one part's records in flight; statistics per part, merged on rank 0 in part order. Time: one
-pass over the records, split across ranks.
+pass over the records, split across ranks; a rerun passes only over the parts whose ingest part or
+settings changed (a grown ingest's new parts): each converted part's statistics are kept beside it.
 
 The per-part statistics (count, mean, M2, min, max, merged with Chan et al.'s pairwise formula, which
 stays accurate over billions of values) are gathered and combined in part order. Normalisation
@@ -23,18 +24,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
-from pipeline import Sim2dlError, gc_paused
+from pipeline import Sim2dlError, __version__, gc_paused
 from pipeline.data.splits import SampleSplits
 from pipeline.data.statistics import RunningStats
 from pipeline.data.tables import REJECT_COLUMNS, Reject, accepted_records, write_csv
 from pipeline.data.transforms import missing_masks, transform
-from pipeline.formats.parts import Part, PartWriter, chunk_name, clear_parts, list_parts
+from pipeline.formats.parts import INDEX_SUFFIX, Part, PartWriter, chunk_name, clear_parts, list_parts
 from pipeline.formats.readers import SampleError
 from pipeline.paths import ConvertPaths, IngestPaths
 from pipeline.reporting.progress import progress_bar
 from pipeline.runtime.mpi import block
-from pipeline.storage.fsutil import write_json_atomic
+from pipeline.storage.fsutil import file_signature, remove_stale_temporaries, write_json_atomic
 
 # Integer labels with ids up to this are counted per class (class ids, masks); larger ones only ranged.
 MAX_COUNTED_ID = 1 << 16
@@ -72,6 +74,15 @@ class ClassCounts:
         for split, counts in other.counts.items():
             self._add(split, counts)
 
+    def state(self) -> dict[str, Any]:
+        return {"min": self.minimum, "max": self.maximum,
+                "counts": {str(k): c.tolist() for k, c in self.counts.items()}}  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> ClassCounts:
+        counts = {int(k): np.asarray(c, np.int64) for k, c in state["counts"].items()}
+        return cls(state["min"], state["max"], counts)
+
     def as_dict(self, split_names: Sequence[str]) -> dict[str, Any]:
         """{min, max, counts: {split name: [count of id 0, 1, ..., max]}} (counts None for ids that are
         negative or too large to be classes)."""
@@ -95,13 +106,36 @@ def categorical_fields(ingest: IngestPaths) -> set[str]:
 
 @dataclass
 class ConvertedPart:
-    """What converting one part gave: its statistics (training split), class counts, rejects, records."""
+    """What converting one part gave: its statistics (training split), class counts, rejects, the
+    records it read and wrote; kept beside the part (`state`) so that a rerun need not read it again."""
 
     name: str
     stats: dict[str, RunningStats]
     counts: dict[str, ClassCounts]
     rejects: list[Reject]
     written: int
+    read: int = 0
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "stats": {f: s.state() for f, s in self.stats.items()},
+            "counts": {f: c.state() for f, c in self.counts.items()},
+            "rejects": [list(r) for r in self.rejects],
+            "written": self.written,
+            "read": self.read,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> ConvertedPart:
+        return cls(
+            state["name"],
+            {f: RunningStats.from_state(s) for f, s in state["stats"].items()},
+            {f: ClassCounts.from_state(c) for f, c in state["counts"].items()},
+            [Reject(*r) for r in state["rejects"]],
+            state["written"],
+            state["read"],
+        )
 
 
 def convert_part(
@@ -145,7 +179,7 @@ def convert_part(
                 unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
                 part.append(sample, {**meta, "sample_id": out_id, "parent": meta["sample_id"]}, refs=unchanged)
                 written += 1
-    return ConvertedPart(out_path.name, stats, counts, rejects, written)
+    return ConvertedPart(out_path.name, stats, counts, rejects, written, len(records))
 
 
 def statistics_document(converted: Sequence[ConvertedPart], settings: Mapping[str, Any], splits: SampleSplits) -> dict:
@@ -164,33 +198,87 @@ def statistics_document(converted: Sequence[ConvertedPart], settings: Mapping[st
     }
 
 
+def settings_digest(config: Mapping[str, Any], categorical: set[str]) -> str:
+    """What a converted part depends on besides its ingest part: convert's settings, the splits its
+    statistics are taken over, the categorical fields, and the code's version."""
+    merge = config["merge"]
+    depends = [__version__, dict(config["convert"]), merge["splits"], merge.get("split_by"),
+               config["train"]["validation_fraction"], sorted(categorical)]  # fmt: skip
+    return xxhash.xxh3_128(json.dumps(depends, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def source_signature(ingest: IngestPaths, name: str) -> list[int]:
+    """The ingest part and its manifest piece as they are on disk (a rewritten one differs)."""
+    index = (ingest.parts / name).with_suffix(INDEX_SUFFIX)
+    return file_signature(index, ingest.manifest_piece(chunk_name(name)))
+
+
+def kept_part(ingest: IngestPaths, paths: ConvertPaths, name: str, digest: str) -> ConvertedPart | None:
+    """The converted part `name` as an earlier run left it, when it was converted from this very ingest
+    part under the same settings and is complete; None when it must be converted (again)."""
+    try:
+        summary = json.loads(paths.part_summary(name).read_text())
+        complete = (paths.parts / name).with_suffix(INDEX_SUFFIX).exists()
+        if complete and summary["settings_digest"] == digest and summary["source"] == source_signature(ingest, name):
+            return ConvertedPart.from_state(summary["part"])
+    except (OSError, ValueError, KeyError):
+        pass  # no summary, or one of an older layout: convert the part again
+    return None
+
+
+def remove_stale(paths: ConvertPaths, names: Sequence[str]) -> None:
+    """Remove converted parts and their summaries whose ingest part is gone, and interrupted writes."""
+    clear_parts(paths.parts, keep=set(names))
+    paths.summaries.mkdir(parents=True, exist_ok=True)
+    for summary in paths.summaries.glob("*.json"):
+        if summary.stem not in names:
+            summary.unlink()
+    remove_stale_temporaries(paths.summaries)
+
+
 @gc_paused()
 def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
-    """Each rank converts a block of the ingest parts, each into a converted part of the same name (so
-    the parts, and the statistics, which are merged in part order, are the same for any rank count)."""
+    """Each rank converts a block of the ingest parts that need it, each into a converted part of the
+    same name (so the parts, and the statistics, which are merged in part order, are the same for any
+    rank count). A part converted before, from the same ingest part and under the same settings, is
+    kept with its statistics and not read: a grown ingest (a continued design) converts its new parts."""
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["convert"]
     ingest, paths = IngestPaths(ingest_dir), ConvertPaths(out_dir)
-    if rank == 0:
-        clear_parts(paths.parts)
-    comm.barrier()
     names = [stem.name for stem in list_parts(ingest.parts)]
+    if rank == 0:
+        remove_stale(paths, names)
+    comm.barrier()
     categorical = categorical_fields(ingest)
+    digest = settings_digest(config, categorical)
+    # Which parts are kept is decided in blocks; the parts to convert are then dealt out afresh, so that
+    # a grown ingest's new parts (last in name order) are shared by all ranks.
+    kept = [part for name in block(names, rank, size) if (part := kept_part(ingest, paths, name, digest))]
+    kept_names = {name for rank_kept in comm.allgather([p.name for p in kept]) for name in rank_kept}
+    to_convert = [name for name in names if name not in kept_names]
     splits = SampleSplits(config["merge"], config["train"]["validation_fraction"])
-    mine = {name: accepted_records(ingest.manifest_piece(chunk_name(name)), name) for name in block(names, rank, size)}
-    inputs = sum(comm.allgather(sum(len(records) for records in mine.values())))
-    if not inputs:
-        raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")
+    mine = {name: accepted_records(ingest.manifest_piece(chunk_name(name)), name)
+            for name in block(to_convert, rank, size)}  # fmt: skip
     bar = progress_bar(sum(len(r) for r in mine.values()), "convert", rank, size, unit="sample")
-    converted = [
-        convert_part(Part(ingest.parts / name), records, paths.parts / name, settings, categorical, splits, bar)
-        for name, records in mine.items()
-    ]
+    converted = []
+    for name, records in mine.items():
+        paths.part_summary(name).unlink(missing_ok=True)  # the summary never outlives its part's rewrite
+        source = source_signature(ingest, name)
+        part = convert_part(Part(ingest.parts / name), records, paths.parts / name, settings, categorical, splits, bar)
+        write_json_atomic(paths.part_summary(name), {"settings_digest": digest, "source": source,
+                                                     "part": part.state()})  # fmt: skip
+        converted.append(part)
     bar.close()
+    converted += kept
 
     everything = comm.gather(converted, root=0)
-    total_written = sum(comm.allgather(sum(c.written for c in converted)))
-    summary = {"inputs": inputs, "samples": total_written}
+    inputs, total_written, inputs_read = (sum(column) for column in zip(*comm.allgather(
+        (sum(c.read for c in converted), sum(c.written for c in converted), sum(c.read for c in converted[:len(mine)]))
+    ), strict=True))  # fmt: skip
+    if not inputs:
+        raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")
+    summary = {"inputs": inputs, "samples": total_written, "inputs_read": inputs_read,
+               "parts_kept": len(kept_names)}  # fmt: skip
     if rank == 0:
         assert everything is not None
         flat = [item for rank_items in everything for item in rank_items]

@@ -52,6 +52,16 @@ def write_json_atomic(final: Path | str, obj: Any) -> None:
     write_text_atomic(final, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
+def file_signature(*paths: Path) -> list[int]:
+    """Each file's inode, size and modification time (ns): what tells a file written again from one kept
+    as it was, without reading it (atomic writes replace the inode)."""
+    signature = []
+    for path in paths:
+        st = os.stat(path)
+        signature += [st.st_ino, st.st_size, st.st_mtime_ns]
+    return signature
+
+
 def remove_stale_temporaries(directory: Path) -> int:
     """Delete temporaries left by an interrupted run (they are never valid outputs): those whose writer
     process on this host is gone, and those from other hosts older than ORPHAN_AGE_S."""

@@ -18,7 +18,7 @@ import xxhash
 
 from pipeline import MB, Sim2dlError
 from pipeline.data.splits import part_split_numbers
-from pipeline.formats.parts import Part, list_parts, read_about
+from pipeline.formats.parts import Part, read_about
 from pipeline.formats.shards import WRITERS, ShardWriter, encoding_errors
 from pipeline.formats.slabs import check_slabs
 from pipeline.paths import ConvertPaths
@@ -328,22 +328,36 @@ def gather_shards(comm: Any, rows: np.ndarray, starts: np.ndarray) -> tuple[np.n
     return kept, numbers, first, sum(comm.allgather(int(kept_starts.sum())))
 
 
-def shard_name(index: int, count: int, writer: type[ShardWriter]) -> str:
-    """A shard's file name: its number, the count of shards, the format's suffix."""
-    return f"shard-{index:05d}-of-{count:05d}{writer.suffix}"
+def shard_name(index: int, count: int, writer: type[ShardWriter], generation: int = 0) -> str:
+    """A shard's file name: its number, the count of shards, the format's suffix; those of a later
+    generation (pipeline.steps.merge.generations) name it."""
+    grown = f"g{generation:04d}-" if generation else ""
+    return f"shard-{grown}{index:05d}-of-{count:05d}{writer.suffix}"
 
 
-def shard_names(shard_splits: Sequence[int], split_names: Sequence[str], writer: type[ShardWriter]) -> list[str]:
+def shard_names(
+    shard_splits: Sequence[int], split_names: Sequence[str], writer: type[ShardWriter], generation: int = 0
+) -> list[str]:
     """Each shard's file name below shards/: numbered within its split, in the split's directory."""
     if not split_names:
-        return [shard_name(i, len(shard_splits), writer) for i in range(len(shard_splits))]
+        return [shard_name(i, len(shard_splits), writer, generation) for i in range(len(shard_splits))]
     counts = np.bincount(np.asarray(shard_splits, np.int64), minlength=len(split_names))
     seen = [0] * len(split_names)
     names = []
     for k in shard_splits:
-        names.append(f"{split_names[k]}/{shard_name(seen[k], int(counts[k]), writer)}")
+        names.append(f"{split_names[k]}/{shard_name(seen[k], int(counts[k]), writer, generation)}")
         seen[k] += 1
     return names
+
+
+@dataclass(frozen=True)
+class Grown:
+    """A later generation's plan: its number, and the statistics (and their description) its shards are
+    normalised with, those of the first generation."""
+
+    number: int
+    statistics: dict[str, Any]
+    statistics_from: dict[str, Any]
 
 
 @dataclass
@@ -386,9 +400,12 @@ class MergePlan:
         return self.linked[self.shard_splits[i]]
 
 
-def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> MergePlan:
-    """Collective: the parts' rows, sorted over all ranks (sample sort), cut into shards (whole framed
-    parts, or by size within each split), each shard on the rank where it begins."""
+def plan_merge(
+    config: Mapping[str, Any], convert_dir: Path, comm: Any, part_names: Sequence[str], generation: Grown | None = None
+) -> MergePlan:
+    """Collective: the rows of `part_names`, sorted over all ranks (sample sort), cut into shards (whole
+    framed parts, or by size within each split), each shard on the rank where it begins. A later
+    generation's (`generation`: its number and the statistics of the first) are named for it."""
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["merge"]
     conv = config["convert"]
@@ -396,11 +413,13 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
     converted = ConvertPaths(convert_dir)
     parts_dir = converted.parts
     stats_doc = json.loads(converted.stats.read_text())
+    if generation is not None:
+        stats_doc.update(statistics=generation.statistics, statistics_from=generation.statistics_from)
     stats = stats_doc["statistics"]
     shard_bytes = int(settings["shard_size_mb"] * MB)
 
     # 1. This rank's block of parts, as rows: first what their indexes' last lines say, then the records.
-    part_names = [stem.name for stem in list_parts(parts_dir)]
+    part_names = list(part_names)
     if not part_names:
         raise Sim2dlError(f"no converted parts in {parts_dir}: run convert first")
     first_part = rank * len(part_names) // size
@@ -440,7 +459,7 @@ def plan_merge(config: Mapping[str, Any], convert_dir: Path, comm: Any) -> Merge
     my_splits = row_splits(rows[[s.start for s in my_shards]], bool(split_names)).tolist() if my_shards else []
     shard_splits = [k for rank_splits in comm.allgather(my_splits) for k in rank_splits]
     digest = plan_digest(comm, settings, stats, spec, [shard_digest(rows[s]) for s in my_shards])
-    names = shard_names(shard_splits, split_names, writer_class)
+    names = shard_names(shard_splits, split_names, writer_class, generation.number if generation else 0)
     return MergePlan(settings, writer_class, spec, stats_doc, widths, files, part_names, my_stems, first_part,
                      split_names, rows, numbers, my_shards, first_shard, n_shards, shard_splits, names, digest,
                      linked.tolist(), total)  # fmt: skip

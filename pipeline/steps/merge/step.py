@@ -45,30 +45,40 @@ record of its share, twice while the all-to-all runs, and the compact indexes of
 of a shard or two. Time: the sort and the writing are split across ranks; the scans exchange a few
 numbers per rank.
 
+Growing (merge.grow): when the converted parts grew by new ones (a grown ingest) and those merged before
+are unchanged, the shards written are kept and the plan above runs over the new parts alone, its shards
+named for their generation and normalised with the first shards' statistics (generations.py).
+
 Modules: plan.py (steps 1-3, a pure object per rank), write.py (shards, links, provenance), metadata.py
-(metadata.json); this one runs them.
+(metadata.json), generations.py (what a grown merge keeps); this one runs them.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline import Sim2dlError, gc_paused
-from pipeline.formats.parts import read_batches
+from pipeline.formats.parts import list_parts, read_about, read_batches
+from pipeline.formats.shards import WRITERS
 from pipeline.formats.shards.base import index_path
 from pipeline.formats.slabs import slab_name
-from pipeline.paths import IngestPaths, MergedPaths
+from pipeline.paths import ConvertPaths, IngestPaths, MergedPaths
 from pipeline.reporting.progress import progress_bar
 from pipeline.runtime.mpi import all_ok
-from pipeline.steps.merge.metadata import metadata
-from pipeline.steps.merge.plan import (
-    MergePlan,
-    plan_merge,
+from pipeline.steps.merge.generations import (
+    MergeGeneration,
+    MergeHistory,
+    kept_history,
+    part_signatures,
+    settings_digest,
+    write_history,
 )
+from pipeline.steps.merge.metadata import metadata
+from pipeline.steps.merge.plan import Grown, MergePlan, plan_merge
 from pipeline.steps.merge.write import (
     _key_value,
     copy_framed_shard,
@@ -76,6 +86,7 @@ from pipeline.steps.merge.write import (
     link_shard,
     placements,
     prepare_shard_dir,
+    provenance_generation,
     write_provenance,
     write_shard,
 )
@@ -84,19 +95,43 @@ from pipeline.storage.fsutil import file_checksum, write_json_atomic
 
 @gc_paused()  # the plan parses every part's index into many small acyclic objects (see gc_paused)
 def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
-    """Plan (collectively), then write this rank's shards, the provenance, and (rank 0) metadata.json."""
-    return write_merge(plan_merge(config, convert_dir, comm), ingest_dir, out_dir, comm)
+    """Plan (collectively), then write this rank's shards, the provenance, and (rank 0) metadata.json:
+    of the parts an earlier merge has not (its generations kept), or else of every part."""
+    paths, parts_dir = MergedPaths(out_dir), ConvertPaths(convert_dir).parts
+    names = [stem.name for stem in list_parts(parts_dir)]
+    history, why = kept_history(config, paths, parts_dir) if comm.Get_rank() == 0 else (None, "")
+    history, why = comm.bcast((history, why), root=0)
+    if history is not None:
+        new = [name for name in names if name not in history.parts]
+        grown = Grown(len(history.generations), history.statistics, {**history.statistics_from, "generation": 0})
+        if not any(read_about(parts_dir / name)["records"] for name in new):  # nothing to add
+            return write_merge(config, None, history, new, ingest_dir, convert_dir, out_dir, comm)
+        plan = plan_merge(config, convert_dir, comm, new, grown)
+        if plan.spec == history.spec:
+            return write_merge(config, plan, history, new, ingest_dir, convert_dir, out_dir, comm)
+        why = "the new parts' fields differ in dtype or shape"
+    plan = plan_merge(config, convert_dir, comm, names)
+    return {**write_merge(config, plan, None, names, ingest_dir, convert_dir, out_dir, comm), "afresh": why}
 
 
-def prepare_output(plan: MergePlan, paths: MergedPaths, comm: Any) -> None:
-    """Rank 0 clears what the plan will not keep of an earlier run, and the provenance; all ranks wait."""
+def prepare_output(plan: MergePlan | None, history: MergeHistory | None, paths: MergedPaths, comm: Any) -> None:
+    """Rank 0 clears what neither the plan nor the kept generations keep of an earlier run, and the
+    provenance of generations not kept; all ranks wait."""
     error = None
     if comm.Get_rank() == 0:
-        slabs, names = plan.settings["slabs"], plan.names
+        kept = history.files() if history else set()
         try:
-            prepare_shard_dir(paths, plan.digest, {slab_name(n, k, slabs) for n in names for k in range(slabs)})
-            shutil.rmtree(paths.provenance, ignore_errors=True)
-            paths.provenance.mkdir(parents=True)
+            if history is None:  # what it says no longer holds, whatever this run leaves
+                paths.generations.unlink(missing_ok=True)
+            if plan is not None:
+                slabs = plan.settings["slabs"]
+                names = {slab_name(n, k, slabs) for n in plan.names for k in range(slabs)}
+                prepare_shard_dir(paths, plan.digest, names, kept)
+            paths.provenance.mkdir(parents=True, exist_ok=True)
+            kept_generations = len(history.generations) if history else 0
+            for file in paths.provenance.iterdir():
+                if provenance_generation(file.name) >= kept_generations:
+                    file.unlink()
         except OSError as e:
             error = Sim2dlError(f"cannot prepare {paths.shards}: {e}")
     all_ok(comm, error)
@@ -160,35 +195,79 @@ def shard_entries(
     ]
 
 
-def write_merge(plan: MergePlan, ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+def write_generation(plan: MergePlan, paths: MergedPaths, generation: int, shard_offset: int, comm: Any) -> Added:
     """Carry out the plan: this rank's shards (kept when a rerun finds them complete for the same plan),
-    where each record went (provenance), and on rank 0, last, metadata.json."""
+    and where each record went (provenance, its shards numbered after the `shard_offset` kept ones)."""
     rank, size = comm.Get_rank(), comm.Get_size()
-    paths = MergedPaths(out_dir)
     slabs = plan.settings["slabs"]
     files_of = {i: [slab_name(plan.names[i], k, slabs) for k in range(slabs)] for i in plan.mine}
-    prepare_output(plan, paths, comm)
     checksums, ways = write_my_shards(plan, files_of, paths.shards, rank, size)
     results = shard_entries(plan, files_of, checksums, paths.shards)
-    held = [placements(plan.rows, plan.numbers, plan.my_shards)]
-    settings, writer_class, spec, split_names = plan.settings, plan.writer_class, plan.spec, plan.split_names
-    total, n_shards = plan.total, plan.n_shards
-    my_stems, first_part, n_parts, stats_doc, digest = (plan.my_stems, plan.first_part, len(plan.part_names),
-                                                        plan.stats_doc, plan.digest)  # fmt: skip
+    held = [placements(plan.rows, plan.numbers + shard_offset, plan.my_shards)]
+    my_stems, first_part, n_parts = plan.my_stems, plan.first_part, len(plan.part_names)
+    added = Added([], {}, plan.total, plan.n_shards, plan.digest, plan.spec, plan.stats_doc)
     del plan  # the rows: provenance then holds only where each record went
-    write_provenance(comm, held, my_stems, first_part, n_parts, paths.provenance)
+    write_provenance(comm, held, my_stems, first_part, n_parts, paths.provenance, generation)
     gathered = comm.gather(results, root=0)
+    added.entries = [r for rank_results in gathered for r in rank_results] if gathered is not None else []
     all_ways = comm.allgather(ways)
-    made = {way: sum(w[way] for w in all_ways) for way in ways}
-    summary = {"records": total, "shards": n_shards, "reused_shards": made.pop("reused"), "shards_made": made,
-               "slabs": slabs}  # fmt: skip
-    if rank == 0:
-        assert gathered is not None
-        shard_info = [r for rank_results in gathered for r in rank_results]
+    added.ways = {way: sum(w[way] for w in all_ways) for way in ways}
+    return added
+
+
+@dataclass
+class Added:
+    """What one merge's plan wrote: its shard files' metadata entries (on rank 0), how many shards were
+    made each way, its records and shards, its plan's digest, spec and statistics."""
+
+    entries: list[dict[str, Any]]
+    ways: dict[str, int]
+    records: int
+    n_shards: int
+    digest: str
+    spec: dict[str, Any]
+    stats_doc: dict[str, Any]
+
+
+def write_merge(
+    config: Mapping[str, Any], plan: MergePlan | None, history: MergeHistory | None, part_names: list[str],
+    ingest_dir: Path, convert_dir: Path, out_dir: Path, comm: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """Write the plan's shards (None: the kept generations' new parts hold no records) after those of
+    the kept generations, then on rank 0, last, metadata.json of them all and the generations."""
+    paths = MergedPaths(out_dir)
+    prepare_output(plan, history, paths, comm)
+    number = len(history.generations) if history else 0
+    if plan is not None:
+        added = write_generation(plan, paths, number, history.n_shards if history else 0, comm)
+    else:
+        assert history is not None
+        ways = {"reused": 0, "linked": 0, "copied": 0, "encoded": 0}
+        added = Added([], ways, 0, 0, "", history.spec, {})
+    if history is None:
+        stats_doc = added.stats_doc
+        history = MergeHistory(settings_digest(config), added.spec, stats_doc["statistics"],
+                               stats_doc.get("statistics_from", {"split": None}))  # fmt: skip
+    ways = dict(added.ways)
+    summary = {"records": history.records + added.records, "shards": history.n_shards + added.n_shards,
+               "reused_shards": ways.pop("reused"), "shards_made": ways, "slabs": config["merge"]["slabs"],
+               "kept_shards": history.n_shards, "generations": number + bool(part_names)}  # fmt: skip
+    if comm.Get_rank() == 0:  # with nothing new, metadata.json is written again (Snakemake removed it)
+        if part_names:
+            signatures = part_signatures(ConvertPaths(convert_dir).parts, part_names)
+            history.generations.append(
+                MergeGeneration(number, signatures, added.entries, added.n_shards, added.records, added.digest)
+            )
+        converted = json.loads(ConvertPaths(convert_dir).stats.read_text())
+        statistics_from = {**history.statistics_from, **({"generation": 0} if len(history.generations) > 1 else {})}
+        stats_doc = {**converted, "statistics": history.statistics, "statistics_from": statistics_from}
         ingested = json.loads(IngestPaths(ingest_dir).summary.read_text())
-        write_json_atomic(
-            paths.metadata,
-            metadata(settings, writer_class, spec, stats_doc, shard_info, total, ingested, digest, split_names),
-        )
+        settings, writer_class = config["merge"], WRITERS[config["merge"]["format"]]
+        doc = metadata(settings, writer_class, history.spec, stats_doc, history.shards, history.records, ingested,
+                       history.digest, sorted(settings["splits"]))  # fmt: skip
+        if len(history.generations) > 1:
+            doc["generations"] = history.summary()
+        write_json_atomic(paths.metadata, doc)
+        write_history(paths.generations, history)
     comm.barrier()
     return summary

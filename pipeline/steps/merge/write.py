@@ -8,6 +8,7 @@ in the kernel, and read once more for the checksum, from the page cache)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
@@ -187,12 +188,25 @@ def placements(rows: np.ndarray, numbers: np.ndarray, my_shards: Sequence[slice]
     return placed
 
 
+def provenance_name(generation: int, rank: int, size: int) -> str:
+    grown = f"g{generation:04d}-" if generation else ""
+    return f"provenance-{grown}{rank:05d}-of-{size:05d}.parquet"
+
+
+def provenance_generation(name: str) -> int:
+    """The merge generation a provenance file is of (its name's gGGGG, or 0)."""
+    match = re.match(r"provenance-g(\d+)-", name)
+    return int(match.group(1)) if match else 0
+
+
 def write_provenance(
-    comm: Any, held: list[np.ndarray], my_stems: Sequence[Path], first_part: int, n_parts: int, directory: Path
-) -> None:
-    """A Parquet file per rank: shard, record, sample id and source of every record of this rank's parts,
-    a row group per part (in each, rows by shard and place). Each record's placement (`held`, handed
-    over so that it can be let go) is sent to the rank holding its part: one all-to-all."""
+    comm: Any, held: list[np.ndarray], my_stems: Sequence[Path], first_part: int, n_parts: int, directory: Path,
+    generation: int,
+) -> None:  # fmt: skip
+    """A Parquet file per rank (and merge generation): shard, record, sample id and source of every
+    record of this rank's parts, a row group per part (in each, rows by shard and place). Each record's
+    placement (`held`, handed over so that it can be let go) is sent to the rank holding its part: one
+    all-to-all."""
     size = comm.Get_size()
     placed = held.pop()
     part_starts = np.array([r * n_parts // size for r in range(size)], np.int64)
@@ -200,7 +214,7 @@ def write_provenance(
     del placed
     mine = mine[np.lexsort((mine["position"], mine["shard"], mine["part"]))]
     bounds = np.searchsorted(mine["part"], np.arange(first_part, first_part + len(my_stems) + 1))
-    path = directory / f"provenance-{comm.Get_rank():05d}-of-{size:05d}.parquet"
+    path = directory / provenance_name(generation, comm.Get_rank(), size)
     with parquet_writer(path, PROVENANCE_SCHEMA) as writer:
         for k, stem in enumerate(my_stems):  # texts taken from the part's Arrow arrays: no str per record
             placed_here = mine[bounds[k] : bounds[k + 1]]
@@ -225,8 +239,8 @@ def sample_indices(part: Part, records: np.ndarray) -> pa.Array:
     return pa.array(taken, pa.int64(), mask=taken < 0)
 
 
-def prepare_shard_dir(paths: MergedPaths, digest: str, names: set[str]) -> None:
-    """Keep complete shards of the same plan (resume); remove everything else."""
+def prepare_shard_dir(paths: MergedPaths, digest: str, names: set[str], kept: set[str]) -> None:
+    """Keep complete shards of the same plan (resume) and those of kept generations; remove the rest."""
     shards_dir, plan_file = paths.shards, paths.plan_digest
     shards_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(shards_dir)
@@ -237,7 +251,7 @@ def prepare_shard_dir(paths: MergedPaths, digest: str, names: set[str]) -> None:
             if not any(p.iterdir()):
                 p.rmdir()
             continue
-        if name == "plan.digest":
+        if name == "plan.digest" or name in kept:
             continue
         shard_name_of = name.removesuffix(SHARD_INDEX_SUFFIX)
         if not same_plan or shard_name_of not in names:
