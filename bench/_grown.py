@@ -20,11 +20,11 @@ def main() -> None:
     config = cfg.load(sys.argv[1])
     source, work = Path(sys.argv[2]), Path(sys.argv[3])
     comm = world()
+    ingested, converted, merged = work / "ingest", work / "convert", work / "merged"
     steps = {
-        "ingest": lambda: ingest(cfg.step_config(config, "ingest"), source, work / "ingest", comm),
-        "convert": lambda: convert(cfg.step_config(config, "convert"), work / "ingest", work / "convert", comm),
-        "merge": lambda: merge(cfg.step_config(config, "merge"), work / "ingest", work / "convert", work / "merged",
-                               comm),  # fmt: skip
+        "ingest": lambda: ingest(cfg.step_config(config, "ingest"), source, ingested, comm),
+        "convert": lambda: convert(cfg.step_config(config, "convert"), ingested, converted, comm),
+        "merge": lambda: merge(cfg.step_config(config, "merge"), ingested, converted, merged, comm),
     }
     summaries = {}
     for name, step in steps.items():

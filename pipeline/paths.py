@@ -139,15 +139,6 @@ class ConvertPaths:
         return self.root / "parts"
 
     @property
-    def summaries(self) -> Path:
-        """Per converted part, what converting it gave and from what (a rerun keeps the parts whose
-        ingest part and settings are the same): not declared outputs, so they outlive a rerun."""
-        return self.root / "part-summaries"
-
-    def part_summary(self, part_name: str) -> Path:
-        return self.summaries / f"{part_name}.json"
-
-    @property
     def stats(self) -> Path:
         return self.root / "stats.json"
 

@@ -409,8 +409,8 @@ def test_a_grown_ingest_is_converted_and_merged_for_its_new_parts_alone(tmp_path
     assert json.loads((work / "merged" / "metadata.json").read_text()) == meta
 
     rewritten = sorted(converted0)[0].removesuffix(".bin").removesuffix(".jsonl")
-    (work / "convert" / "part-summaries" / f"{rewritten}.json").unlink()  # the part is converted again
-    assert cli("convert", ranks=1)["inputs_read"] == len(Part(work / "convert" / "parts" / rewritten))
+    (work / "convert" / "parts" / f"{rewritten}.jsonl").unlink()  # the part is converted again
+    assert cli("convert", ranks=1)["inputs_read"] == len(Part(work / "convert" / "parts" / rewritten)) > 0
     afresh = merge(config, work / "ingest", work / "convert", work / "merged", serial)
     assert afresh["afresh"] == f"converted part {rewritten} was written again" and afresh["generations"] == 1
 

@@ -61,6 +61,10 @@ class PartWriter:
         self._widths: dict[str, int] = {}  # text meta value -> its longest UTF-8 length
         self._files: set[str] = {""}  # references ("" is the part's own .bin)
 
+    def describe(self, **about: Any) -> None:
+        """Add `about` to the index's last line (what the writer learned while writing the records)."""
+        self._about.update(about)
+
     def append(
         self,
         arrays: Mapping[str, np.ndarray],

@@ -31,12 +31,12 @@ from pipeline.data.splits import SampleSplits
 from pipeline.data.statistics import RunningStats
 from pipeline.data.tables import REJECT_COLUMNS, Reject, accepted_records, write_csv
 from pipeline.data.transforms import missing_masks, transform
-from pipeline.formats.parts import INDEX_SUFFIX, Part, PartWriter, chunk_name, clear_parts, list_parts
+from pipeline.formats.parts import INDEX_SUFFIX, Part, PartWriter, chunk_name, clear_parts, list_parts, read_about
 from pipeline.formats.readers import SampleError
 from pipeline.paths import ConvertPaths, IngestPaths
 from pipeline.reporting.progress import progress_bar
 from pipeline.runtime.mpi import block
-from pipeline.storage.fsutil import file_signature, remove_stale_temporaries, write_json_atomic
+from pipeline.storage.fsutil import file_signature, write_json_atomic
 
 # Integer labels with ids up to this are counted per class (class ids, masks); larger ones only ranged.
 MAX_COUNTED_ID = 1 << 16
@@ -107,7 +107,7 @@ def categorical_fields(ingest: IngestPaths) -> set[str]:
 @dataclass
 class ConvertedPart:
     """What converting one part gave: its statistics (training split), class counts, rejects, the
-    records it read and wrote; kept beside the part (`state`) so that a rerun need not read it again."""
+    records it read and wrote; kept in the part's index (`state`) so that a rerun need not read it again."""
 
     name: str
     stats: dict[str, RunningStats]
@@ -140,9 +140,10 @@ class ConvertedPart:
 
 def convert_part(
     source_part: Part, records: np.ndarray, out_path: Path, settings: Mapping[str, Any],
-    categorical: set[str], splits: SampleSplits, bar: Any,
+    categorical: set[str], splits: SampleSplits, bar: Any, origin: Mapping[str, Any],
 ) -> ConvertedPart:  # fmt: skip
-    """Convert the accepted `records` of one ingested part into the part at `out_path`."""
+    """Convert the accepted `records` of one ingested part into the part at `out_path`, whose index's
+    last line keeps what converting it gave, and from what (`origin`), for a rerun (kept_part)."""
     record_splits: np.ndarray | None = np.zeros(0, np.uint8)
     if len(source_part):
         record_splits = splits.of_records(source_part)  # one hash per record of the part, at once
@@ -179,7 +180,9 @@ def convert_part(
                 unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
                 part.append(sample, {**meta, "sample_id": out_id, "parent": meta["sample_id"]}, refs=unchanged)
                 written += 1
-    return ConvertedPart(out_path.name, stats, counts, rejects, written, len(records))
+        converted = ConvertedPart(out_path.name, stats, counts, rejects, written, len(records))
+        part.describe(converted={**origin, "part": converted.state()})
+    return converted
 
 
 def statistics_document(converted: Sequence[ConvertedPart], settings: Mapping[str, Any], splits: SampleSplits) -> dict:
@@ -215,25 +218,14 @@ def source_signature(ingest: IngestPaths, name: str) -> list[int]:
 
 def kept_part(ingest: IngestPaths, paths: ConvertPaths, name: str, digest: str) -> ConvertedPart | None:
     """The converted part `name` as an earlier run left it, when it was converted from this very ingest
-    part under the same settings and is complete; None when it must be converted (again)."""
+    part under the same settings (its index's last line says); None when it must be converted (again)."""
     try:
-        summary = json.loads(paths.part_summary(name).read_text())
-        complete = (paths.parts / name).with_suffix(INDEX_SUFFIX).exists()
-        if complete and summary["settings_digest"] == digest and summary["source"] == source_signature(ingest, name):
-            return ConvertedPart.from_state(summary["part"])
+        kept = read_about(paths.parts / name)["converted"]
+        if kept["settings_digest"] == digest and kept["source"] == source_signature(ingest, name):
+            return ConvertedPart.from_state(kept["part"])
     except (OSError, ValueError, KeyError):
-        pass  # no summary, or one of an older layout: convert the part again
+        pass  # no such part, or one an older convert wrote: convert the part again
     return None
-
-
-def remove_stale(paths: ConvertPaths, names: Sequence[str]) -> None:
-    """Remove converted parts and their summaries whose ingest part is gone, and interrupted writes."""
-    clear_parts(paths.parts, keep=set(names))
-    paths.summaries.mkdir(parents=True, exist_ok=True)
-    for summary in paths.summaries.glob("*.json"):
-        if summary.stem not in names:
-            summary.unlink()
-    remove_stale_temporaries(paths.summaries)
 
 
 @gc_paused()
@@ -246,8 +238,8 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     settings = config["convert"]
     ingest, paths = IngestPaths(ingest_dir), ConvertPaths(out_dir)
     names = [stem.name for stem in list_parts(ingest.parts)]
-    if rank == 0:
-        remove_stale(paths, names)
+    if rank == 0:  # the parts of ingest parts that are gone, and interrupted writes
+        clear_parts(paths.parts, keep=set(names))
     comm.barrier()
     categorical = categorical_fields(ingest)
     digest = settings_digest(config, categorical)
@@ -262,12 +254,9 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     bar = progress_bar(sum(len(r) for r in mine.values()), "convert", rank, size, unit="sample")
     converted = []
     for name, records in mine.items():
-        paths.part_summary(name).unlink(missing_ok=True)  # the summary never outlives its part's rewrite
-        source = source_signature(ingest, name)
-        part = convert_part(Part(ingest.parts / name), records, paths.parts / name, settings, categorical, splits, bar)
-        write_json_atomic(paths.part_summary(name), {"settings_digest": digest, "source": source,
-                                                     "part": part.state()})  # fmt: skip
-        converted.append(part)
+        origin = {"settings_digest": digest, "source": source_signature(ingest, name)}
+        part = Part(ingest.parts / name)
+        converted.append(convert_part(part, records, paths.parts / name, settings, categorical, splits, bar, origin))
     bar.close()
     converted += kept
 
