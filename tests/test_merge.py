@@ -341,9 +341,10 @@ def test_a_grown_ingest_is_converted_and_merged_for_its_new_parts_alone(tmp_path
     from pipeline.steps.merge import merge
     from pipeline.steps.simulate import simulate
 
-    merge_settings = {"shard_size_mb": 0.01, "splits": {"train": 0.7, "test": 0.3}}
+    sections = {"merge": {"shard_size_mb": 0.01, "splits": {"train": 0.7, "test": 0.3}},
+                "stage": {"target": str(tmp_path / "local")}}  # fmt: skip
     config = make_config(tmp_path, simulate={"family": "trace", "samples": 24}, source=TRACE_SOURCE,
-                         convert=TRACE_CONVERT, merge=merge_settings)  # fmt: skip
+                         convert=TRACE_CONVERT, **sections)  # fmt: skip
     config_path = write_config(tmp_path, config)
     simulate(config["simulate"], tmp_path / "all", serial)
     runs = sorted(p for p in (tmp_path / "all").rglob("*.h5"))
@@ -369,6 +370,7 @@ def test_a_grown_ingest_is_converted_and_merged_for_its_new_parts_alone(tmp_path
     meta0 = json.loads((work / "merged" / "metadata.json").read_text())
     converted0, shards0 = files(work / "convert" / "parts"), files(work / "merged" / "shards")
     shards0.pop("plan.digest")
+    assert cli("stage")["skipped_already_staged"] == 0
 
     grow(runs[16:])
     converted = cli("convert")
@@ -395,6 +397,11 @@ def test_a_grown_ingest_is_converted_and_merged_for_its_new_parts_alone(tmp_path
     accepted = {r["sample_id"] for r in read_rows(work / "ingest" / "manifest") if r["status"] == "accepted"}
     assert sorted(ids) == sorted(accepted) and len(ids) == 24
     assert sorted(row[2] for row in provenance(work / "merged")) == sorted(ids)
+    # Staged again into the same directory: only the new shards are read from the shared file system.
+    staged = cli("stage")
+    assert meta["first_plan_digest"] == meta0["plan_digest"] != meta["plan_digest"]
+    assert staged["skipped_already_staged"] == len(meta0["shards"])
+    assert staged["bytes_read_shared_fs"] == sum(s["bytes"] for s in meta["shards"][len(meta0["shards"]) :])
     # A new record, as the grown shards hold it: its converted values with the first statistics.
     added = sorted(set(files(work / "convert" / "parts")) - set(converted0))
     part = Part(work / "convert" / "parts" / added[0].removesuffix(".bin").removesuffix(".jsonl"))

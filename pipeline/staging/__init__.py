@@ -51,8 +51,12 @@ def stage_dataset(config: Mapping[str, Any], merged_dir: Path, summary_path: Pat
     settings = config["stage"]
     meta = load_metadata(merged_dir)
     topo = topology(comm, settings["emulate_nodes"])
-    # One directory per dataset below the target, so datasets never mix and a rerun finds its files.
-    target = target_root(settings) / meta["plan_digest"][:16]
+    # One directory per dataset below the target, so datasets never mix and a rerun finds its files. A
+    # dataset that grew (merge's generations) keeps its directory where every file is a shard checked by
+    # its checksum, so only the new shards are copied; sample mode's files hold other records whenever
+    # the dataset changes, so they go to a directory of this plan's own.
+    grown_key = meta.get("first_plan_digest", meta["plan_digest"])
+    target = target_root(settings) / (meta["plan_digest"] if settings["mode"] == "sample" else grown_key)[:16]
     emulated = settings["emulate_nodes"] > 0
     dirs = {k: target / f"node-{k:03d}" if emulated else target for k in range(topo.nodes)}
     sources = shard_sources(merged_dir, meta)

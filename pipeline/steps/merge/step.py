@@ -265,6 +265,8 @@ def write_merge(
         settings, writer_class = config["merge"], WRITERS[config["merge"]["format"]]
         doc = metadata(settings, writer_class, history.spec, stats_doc, history.shards, history.records, ingested,
                        history.digest, sorted(settings["splits"]))  # fmt: skip
+        # the first generation's plan: the same as the dataset grows (stage keeps its copy's directory)
+        doc["first_plan_digest"] = history.generations[0].digest
         if len(history.generations) > 1:
             doc["generations"] = history.summary()
         write_json_atomic(paths.metadata, doc)
