@@ -107,13 +107,16 @@ Words with one meaning each:
 """
 
 import gc
+import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import json
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 # Horovod's Keras integration needs Keras 2 (tf_keras); this must be set before TensorFlow is imported.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -121,6 +124,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 __version__ = "0.1.0"
 MB = 1_000_000  # one MB everywhere: config sizes, summaries and benchmarks are in 10^6 bytes
+
+
+def json_digest(value: Any) -> str:
+    """A short digest of JSON-able settings (keys sorted, other values as text): what a step compares to
+    know whether what an earlier run left was made under the same settings."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 class Sim2dlError(Exception):

@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
 
-from pipeline import Sim2dlError, __version__, gc_paused
+from pipeline import Sim2dlError, __version__, gc_paused, json_digest
 from pipeline.data.splits import SampleSplits
 from pipeline.data.statistics import RunningStats
 from pipeline.data.tables import REJECT_COLUMNS, Reject, accepted_records, write_csv
@@ -207,7 +206,7 @@ def settings_digest(config: Mapping[str, Any], categorical: set[str]) -> str:
     merge = config["merge"]
     depends = [__version__, dict(config["convert"]), merge["splits"], merge.get("split_by"),
                config["train"]["validation_fraction"], sorted(categorical)]  # fmt: skip
-    return xxhash.xxh3_128(json.dumps(depends, sort_keys=True, default=str).encode()).hexdigest()
+    return json_digest(depends)
 
 
 def source_signature(ingest: IngestPaths, name: str) -> list[int]:
@@ -252,18 +251,17 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     mine = {name: accepted_records(ingest.manifest_piece(chunk_name(name)), name)
             for name in block(to_convert, rank, size)}  # fmt: skip
     bar = progress_bar(sum(len(r) for r in mine.values()), "convert", rank, size, unit="sample")
-    converted = []
+    fresh = []
     for name, records in mine.items():
         origin = {"settings_digest": digest, "source": source_signature(ingest, name)}
         part = Part(ingest.parts / name)
-        converted.append(convert_part(part, records, paths.parts / name, settings, categorical, splits, bar, origin))
+        fresh.append(convert_part(part, records, paths.parts / name, settings, categorical, splits, bar, origin))
     bar.close()
-    converted += kept
+    converted = fresh + kept
 
     everything = comm.gather(converted, root=0)
-    inputs, total_written, inputs_read = (sum(column) for column in zip(*comm.allgather(
-        (sum(c.read for c in converted), sum(c.written for c in converted), sum(c.read for c in converted[:len(mine)]))
-    ), strict=True))  # fmt: skip
+    mine_counts = (sum(c.read for c in converted), sum(c.written for c in converted), sum(c.read for c in fresh))
+    inputs, total_written, inputs_read = (sum(column) for column in zip(*comm.allgather(mine_counts), strict=True))
     if not inputs:
         raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")
     summary = {"inputs": inputs, "samples": total_written, "inputs_read": inputs_read,

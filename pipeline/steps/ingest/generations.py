@@ -24,7 +24,6 @@ read again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from typing import Any
 
 import xxhash
 
+from pipeline import json_digest
 from pipeline.config import primary_field
 from pipeline.formats.parts import INDEX_SUFFIX, chunk_name, list_parts, part_stem
 from pipeline.paths import IngestPaths
@@ -73,7 +73,7 @@ def settings_digest(config: Mapping[str, Any], root: Path) -> str:
     ingest = {k: v for k, v in config["ingest"].items() if k not in RUNTIME_KEYS}
     shaped = {"root": str(root), "source": config["source"], "ingest": ingest, "merge": config["merge"],
               "primary": primary_field(config["convert"])}  # fmt: skip
-    return hashlib.sha256(json.dumps(shaped, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return json_digest(shaped)
 
 
 def read_generations(paths: IngestPaths, digest: str) -> tuple[list[Generation], dict[str, Any]]:

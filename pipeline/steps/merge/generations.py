@@ -30,7 +30,7 @@ from typing import Any
 
 import xxhash
 
-from pipeline import __version__
+from pipeline import __version__, json_digest
 from pipeline.formats.parts import INDEX_SUFFIX
 from pipeline.paths import MergedPaths
 from pipeline.storage.fsutil import file_signature, write_json_atomic
@@ -99,8 +99,7 @@ def settings_digest(config: Mapping[str, Any]) -> str:
     """What every generation's shards must share: merge's settings but grow, the fields and the code."""
     merge = {k: v for k, v in config["merge"].items() if k != "grow"}
     convert = {k: config["convert"].get(k) for k in ("features", "labels", "normalise", "per_channel")}
-    text = json.dumps([__version__, merge, convert], sort_keys=True, default=str)
-    return xxhash.xxh3_128(text.encode()).hexdigest()
+    return json_digest([__version__, merge, convert])
 
 
 def part_signatures(parts_dir: Path, names: Sequence[str]) -> dict[str, list[int]]:

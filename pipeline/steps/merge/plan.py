@@ -412,9 +412,7 @@ def plan_merge(
     writer_class = WRITERS[settings["format"]]
     converted = ConvertPaths(convert_dir)
     parts_dir = converted.parts
-    stats_doc = json.loads(converted.stats.read_text())
-    if generation is not None:
-        stats_doc.update(statistics=generation.statistics, statistics_from=generation.statistics_from)
+    stats_doc = statistics_document(converted, generation)
     stats = stats_doc["statistics"]
     shard_bytes = int(settings["shard_size_mb"] * MB)
 
@@ -433,15 +431,9 @@ def plan_merge(
 
     widths = (widest(key_column) if key_column else 0, widest("sample_id"))
     files = Files(comm, parts_dir, abouts)
-    # Parts framed by ingest can become shards as they are unless merge has to change their records.
-    plain = all(field["encoding"] == "bytes" for field in spec.values())
-    unchanged = (writer_class.framed_record and settings["compression"] == "none" and not stats and plain
-                 and settings["slabs"] == 1)  # fmt: skip
     split_names = sorted(settings["splits"])
     fractions = [settings["splits"][name] for name in split_names]
-    # Records framed by ingest and left unchanged: a split's parts linked as its shards, or each record
-    # copied framed as it is (write.copy_framed_shard) instead of decoded and encoded again.
-    framed = (writer_class.format, shard_bytes) if unchanged else None
+    framed = framed_layout(writer_class, settings, spec, stats, shard_bytes)
     rows, local_homes = local_rows(my_stems, first_part, files, spec, settings["sort_by"], widths, framed, fractions,
                                    settings["split_by"])  # fmt: skip
     total = sum(comm.allgather(len(rows)))
@@ -463,6 +455,27 @@ def plan_merge(
     return MergePlan(settings, writer_class, spec, stats_doc, widths, files, part_names, my_stems, first_part,
                      split_names, rows, numbers, my_shards, first_shard, n_shards, shard_splits, names, digest,
                      linked.tolist(), total)  # fmt: skip
+
+
+def framed_layout(
+    writer_class: type[ShardWriter], settings: Mapping[str, Any], spec: Mapping[str, Any], stats: Any, shard_bytes: int
+) -> tuple[str, int] | None:
+    """(format, shard size) where the records framed by ingest stay as they are: a split's parts linked
+    as its shards, or each record copied framed as it is (write.copy_framed_shard) instead of decoded and
+    encoded again; None where merge has to change the records."""
+    plain = all(field["encoding"] == "bytes" for field in spec.values())
+    unchanged = (writer_class.framed_record and settings["compression"] == "none" and not stats and plain
+                 and settings["slabs"] == 1)  # fmt: skip
+    return (writer_class.format, shard_bytes) if unchanged else None
+
+
+def statistics_document(converted: ConvertPaths, generation: Grown | None) -> dict[str, Any]:
+    """Convert's statistics document, with the statistics the shards are normalised with: a later
+    generation's are the first generation's (pipeline.steps.merge.generations)."""
+    stats_doc = json.loads(converted.stats.read_text())
+    if generation is not None:
+        stats_doc.update(statistics=generation.statistics, statistics_from=generation.statistics_from)
+    return stats_doc
 
 
 def common_spec(
