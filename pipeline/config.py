@@ -220,6 +220,11 @@ def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
         raise Sim2dlError(
             "config key 'simulate.adaptive.outputs': name the arrays of a run's file the emulator learns (e.g. [state])"
         )
+    if adaptive["acquisition"] == "committee" and adaptive["emulator"] != "gp":
+        raise Sim2dlError(
+            "config key 'simulate.adaptive.acquisition': committee refits the Gaussian processes of one "
+            f"emulator; it does not work with simulate.adaptive.emulator '{adaptive['emulator']}' (use gp)"
+        )
     if adaptive["initial"] > adaptive["budget"]:
         raise Sim2dlError(
             f"config key 'simulate.adaptive.budget': {adaptive['budget']} is below the initial "

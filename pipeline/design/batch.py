@@ -48,10 +48,12 @@ def spaced_best(scores: np.ndarray, pool: np.ndarray, batch: int, spacing: float
 
 
 def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float, taken: np.ndarray,
-                  references: np.ndarray | None = None) -> tuple[list[int], list[float]]:  # fmt: skip
+                  references: np.ndarray | None = None,
+                  weights: np.ndarray | None = None) -> tuple[list[int], list[float]]:  # fmt: skip
     """Up to `batch` candidates, each believed before the next is chosen: by the largest posterior variance
     (summed over the components), or with `references` (indices into the pool) by the largest reduction of
-    the variance summed over those points; returns them and the value each had when chosen. `posterior`:
+    the variance summed over those points (each times its `weights`, 1 if None); returns them and the value
+    each had when chosen. `posterior`:
     emulator.Posterior over the pool. The believed points condition each component's covariance as a
     pivoted Cholesky factorisation does: column m, less its projections on the earlier chosen columns."""
     variances = [v.copy() for v in posterior.variances()]
@@ -59,7 +61,8 @@ def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float, 
     # squares summed over the references (`reach`) and what the next point's factor needs (`projected`),
     # updated by one pass over `shared` (a matrix-vector product) instead of rewriting it every point
     shared = None if references is None else posterior.among(references)
-    reach = None if shared is None else [(s**2).sum(axis=0) for s in shared]
+    weight = None if references is None else (np.ones(len(references)) if weights is None else weights)
+    reach = None if shared is None else [(weight[:, None] * s**2).sum(axis=0) for s in shared]
     factors: list[list[np.ndarray]] = [[] for _ in variances]  # per component, the chosen columns, scaled
     allowed = open_candidates(pool, taken, spacing)
     chosen: list[int] = []
@@ -82,10 +85,11 @@ def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float, 
             if shared is not None:
                 # f_R^T (shared - sum_j f_R^j f^j^T) over the pool, then the sums of squares less this factor's
                 at = factor[references]
-                projected = at @ shared[c]
+                weighted = weight * at
+                projected = weighted @ shared[c]
                 for earlier in factors[c]:
-                    projected -= (at @ earlier[references]) * earlier
-                reach[c] = np.maximum(reach[c] - 2 * factor * projected + factor**2 * (at @ at), 0.0)
+                    projected -= (weighted @ earlier[references]) * earlier
+                reach[c] = np.maximum(reach[c] - 2 * factor * projected + factor**2 * (weighted @ at), 0.0)
             factors[c].append(factor)
         allowed &= distances(pool, pool[i : i + 1])[:, 0] >= spacing
     return chosen, values

@@ -3,7 +3,8 @@
 
 Round 0 is the space-filling design (simulate.design) of `initial` runs. Every later round fits the
 emulator (pipeline/design/emulator.py: a Gaussian process per principal component of the runs'
-`outputs`) on every run that succeeded, scores a candidate pool (`pool` scrambled Sobol points) by the
+`outputs`; with `emulator: regimes`, pipeline/design/regimes.py, one per regime of the outputs) on every
+run that succeeded, scores a candidate pool (`pool` scrambled Sobol points) by the
 acquisition (pipeline/design/acquisitions/) and runs the `batch` it picks, none within `min_spacing` of
 each other nor of any earlier run (failed runs included: their points are never proposed again). It stops
 at `budget` runs, after `rounds` adaptive rounds, or when the emulator's validation error (leave-one-out
@@ -49,7 +50,8 @@ from threadpoolctl import threadpool_limits
 
 from pipeline import Sim2dlError
 from pipeline.design.acquisitions import ACQUISITIONS, Context
-from pipeline.design.emulator import Emulator, Outputs
+from pipeline.design.emulator import Outputs
+from pipeline.design.regimes import make_emulator
 from pipeline.design.space import candidate_pool, min_spacing, parameter_columns, unit_design, unit_points
 from pipeline.formats.readers import reader_for
 from pipeline.formats.readers.base import SampleError
@@ -75,6 +77,7 @@ ROUND_KEY = b"sim2dl_round"  # a design's metadata: the statistics of its choosi
 DIGEST_KEYS = ("space", "seed", "design", "command")
 ADAPTIVE_DIGEST_KEYS = ("initial", "batch", "acquisition", "pool", "outputs", "files", "sigma", "committee",
                         "min_spacing")  # fmt: skip
+REGIMES_DIGEST_KEYS = ("emulator", "regimes")  # only with emulator: regimes, so designs made before keep theirs
 # (budget, rounds and target_error are not in it: raising them continues the design)
 
 
@@ -100,7 +103,9 @@ class RoundPlan:
 
 
 def design_digest(settings: Mapping[str, Any]) -> str:
-    keyed = {k: settings[k] for k in DIGEST_KEYS} | {k: settings["adaptive"][k] for k in ADAPTIVE_DIGEST_KEYS}
+    adaptive = settings["adaptive"]
+    keys = ADAPTIVE_DIGEST_KEYS + (REGIMES_DIGEST_KEYS if adaptive["emulator"] != "gp" else ())
+    keyed = {k: settings[k] for k in DIGEST_KEYS} | {k: adaptive[k] for k in keys}
     return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -241,7 +246,7 @@ def choose(settings: Mapping[str, Any], history: History, round_index: int,
         raise Sim2dlError(f"simulate.adaptive: only {len(x)} runs succeeded in rounds 0-{round_index - 1}; the "
                           "emulator needs 3 (see the runs table's reasons)")  # fmt: skip
     started = time.perf_counter()
-    emulator = Emulator(history.layout, settings["seed"]).fit(x, y)
+    emulator = make_emulator(history.layout, settings["seed"], adaptive["emulator"], adaptive["regimes"]).fit(x, y)
     stats["seconds_fitting"] = round(time.perf_counter() - started, 4)
     stats["fitted_on"] = len(x)
     validation = {n: float(v.mean()) for n, v in emulator.loo_vrmse().items()}

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.design.emulator import Emulator
+from pipeline.design.regimes import RegimeEmulator
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Context:
 
     done: np.ndarray  # runs with outputs (ok): points x dims
     avoid: np.ndarray  # every point run or chosen before, failed runs' included: never proposed again
-    emulator: Emulator  # fitted on `done` and their outputs
+    emulator: Emulator | RegimeEmulator  # simulate.adaptive.emulator's, fitted on `done` and their outputs
     pool: np.ndarray  # the round's candidates (space.candidate_pool)
     spacing: float  # a batch's minimum spacing
     round_index: int  # 1 for the first adaptive round
