@@ -235,6 +235,22 @@ def test_the_clusters_too_small_for_an_emulator_are_pooled_into_one_regime():
     assert labels.tolist() == [0] * 22 + [1] * 8  # the pair is nearer the flat group's centre (5) than (10)
 
 
+def test_a_regime_of_equal_runs_is_predicted_as_they_are(recwarn):
+    """A code whose output is exactly the same on one side of its threshold (here 0, on half the runs):
+    that side is a regime of its own, predicted exactly, with no warning from its zero variance."""
+    from pipeline.design.regimes import RegimeEmulator
+
+    layout = Outputs.of({"state": (8,)})
+    x = candidate_pool(12, 2, 0, 0)
+    y = np.zeros((12, 8))
+    y[x[:, 0] > 0.5] = 1 + x[x[:, 0] > 0.5, :1]
+    regimes = RegimeEmulator(layout, seed=1).fit(x, y)
+    assert len(regimes.members) == 2
+    near = x + 0.01 * (x[:, :1] <= 0.5)  # points beside the zero side's runs
+    assert np.allclose(regimes.predict(near[x[:, 0] <= 0.5]), 0.0, atol=1e-9)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
 def test_the_regimes_variance_is_its_regimes_in_the_designs_units_and_regimes_do_not_covary(gathered):
     """At each point: its regime's components' posterior variances, each spread over the output entries by
     its component and that regime's scale, divided by the whole design's scale, summed (computed entry by
@@ -301,6 +317,25 @@ def test_adaptive_config_errors_name_the_key():
     with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.acquisition.*committee.*emulator 'regimes'"):
         adaptive = {"enabled": True, "outputs": ["state"], "acquisition": "committee", "emulator": "regimes"}
         cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "adaptive": adaptive}})
+
+
+def test_a_design_made_before_the_emulator_key_keeps_its_digest_and_another_emulator_starts_afresh():
+    """The digest that decides whether a rerun continues a design: with emulator gp (the default) it is the
+    digest of the keys designs were made with before `emulator` existed (the same sha256 of the same
+    JSON), so they continue; regimes, or another count of them, is another design."""
+    import hashlib
+
+    from pipeline.simulators.adaptive import ADAPTIVE_DIGEST_KEYS, DIGEST_KEYS, design_digest
+
+    path = REPO / "config" / "presets" / "adaptive-fronts.yaml"
+    simulate = cfg.validate(yaml.safe_load(path.read_text()))["simulate"]
+    gp = {**simulate, "adaptive": {**simulate["adaptive"], "emulator": "gp"}}
+    before = {k: gp[k] for k in DIGEST_KEYS} | {k: gp["adaptive"][k] for k in ADAPTIVE_DIGEST_KEYS}
+    old = hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    assert design_digest(gp) == old
+    regimes = design_digest(simulate)
+    more = design_digest({**simulate, "adaptive": {**simulate["adaptive"], "regimes": 5}})
+    assert len({old, regimes, more}) == 3
 
 
 # ---------------------------------------------------------------- the loop, under mpiexec

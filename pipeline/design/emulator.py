@@ -77,7 +77,11 @@ class Emulator:
             self.scale[a:b] = max(float((self.y[:, a:b] - self.mean[a:b]).std()), SPREAD_FLOOR)
         z = (self.y - self.mean) / self.scale
         most = max(1, min(self.max_components, len(x) - 1, z.shape[1]))
-        pca = PCA(n_components=most, svd_solver="full").fit(z)
+        with warnings.catch_warnings():
+            # outputs that never change (a regime of equal runs: pipeline/design/regimes.py) have no variance
+            # to divide: their one component is kept, and its GP learns the constant
+            warnings.simplefilter("ignore", RuntimeWarning)
+            pca = PCA(n_components=most, svd_solver="full").fit(z)
         kept = int(np.searchsorted(np.cumsum(pca.explained_variance_ratio_), self.explained) + 1)
         self.components = pca.components_[: min(kept, most)]
         coefficients = z @ self.components.T

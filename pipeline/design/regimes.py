@@ -15,7 +15,7 @@ the jump's regime gets its own.
   between regimes), or where even pooled too few, each run to the nearest large cluster.
 - Classifier: a point's regime is its nearest run's (scikit-learn's 1-nearest-neighbour classifier on the
   unit cube): no parameter to fit, and every run lies in its own regime (an SVC's smoother boundary put
-  runs outside theirs and scored 0.035 to 0.058 against 0.024 to 0.038 at 32 runs of the preset).
+  runs outside theirs: test VRMSE 0.046 against 0.035 at 32 runs, the mean of three designs of the preset).
 - Variance: the regime's emulator's posterior variance, in the units of the whole design's standardised
   outputs (a regime whose outputs barely change has little to learn); regimes are independent, so the
   posterior over a pool is block-diagonal and kriging believer and integrated variance work unchanged.
@@ -28,7 +28,6 @@ hyperparameter step).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -180,6 +179,3 @@ def make_emulator(outputs: Outputs, seed: int, emulator: str = "gp", regimes: in
     if emulator == "regimes":
         return RegimeEmulator(outputs, seed, regimes)
     return Emulator(outputs, seed)
-
-
-__all__: Sequence[str] = ("RegimeEmulator", "make_emulator", "regime_labels")

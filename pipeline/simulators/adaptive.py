@@ -33,7 +33,6 @@ component): meant for hundreds to a few thousand runs.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import shutil
@@ -48,7 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from threadpoolctl import threadpool_limits
 
-from pipeline import Sim2dlError
+from pipeline import Sim2dlError, json_digest
 from pipeline.design.acquisitions import ACQUISITIONS, Context
 from pipeline.design.emulator import Outputs
 from pipeline.design.regimes import make_emulator
@@ -106,7 +105,7 @@ def design_digest(settings: Mapping[str, Any]) -> str:
     adaptive = settings["adaptive"]
     keys = ADAPTIVE_DIGEST_KEYS + (REGIMES_DIGEST_KEYS if adaptive["emulator"] != "gp" else ())
     keyed = {k: settings[k] for k in DIGEST_KEYS} | {k: adaptive[k] for k in keys}
-    return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return json_digest(keyed)
 
 
 def check_adaptive(settings: Mapping[str, Any]) -> None:
