@@ -28,7 +28,7 @@ from scipy.linalg import cho_solve
 
 from pipeline.data.scores import vrmse
 
-SPREAD_FLOOR = 1e-12  # an output that never changes is scaled by 1, not divided by 0
+SPREAD_FLOOR = 1e-12  # the least spread an output is divided by: one that never changes is not divided by 0
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,15 @@ class Outputs:
     def row(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         return np.concatenate([np.asarray(arrays[name], np.float64).ravel() for name in self.layout])
 
+    def standardisation(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The runs' mean (per entry) and each output's spread (one per output, so each weighs the same
+        whatever its size; at least SPREAD_FLOOR), of rows of this layout."""
+        mean = y.mean(axis=0)
+        scale = np.empty(self.width)
+        for a, b, _ in self.layout.values():
+            scale[a:b] = max(float((y[:, a:b] - mean[a:b]).std()), SPREAD_FLOOR)
+        return mean, scale
+
     def vrmse(self, predicted: np.ndarray, true: np.ndarray) -> dict[str, np.ndarray]:
         """Per output, each run's VRMSE over the output's entries (The Well's, the surrogate task's)."""
         return {name: vrmse(predicted[:, a:b], true[:, a:b]) for name, (a, b, _) in self.layout.items()}
@@ -71,10 +80,7 @@ class Emulator:
         if len(x) < 3:
             raise ValueError(f"an emulator needs at least 3 runs with outputs (have {len(x)})")
         self.x, self.y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-        self.mean = self.y.mean(axis=0)
-        self.scale = np.empty(self.outputs.width)
-        for a, b, _ in self.outputs.layout.values():  # each output weighs the same, whatever its size
-            self.scale[a:b] = max(float((self.y[:, a:b] - self.mean[a:b]).std()), SPREAD_FLOOR)
+        self.mean, self.scale = self.outputs.standardisation(self.y)
         z = (self.y - self.mean) / self.scale
         most = max(1, min(self.max_components, len(x) - 1, z.shape[1]))
         with warnings.catch_warnings():

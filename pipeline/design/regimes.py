@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.design.emulator import SPREAD_FLOOR, Emulator, Outputs
+from pipeline.design.emulator import Emulator, Outputs
 
 MIN_RUNS = 4  # a regime's emulator needs 3 runs; one more so its leave-one-out is not from 2
 FEATURES = 3  # principal components the runs are clustered on
@@ -46,10 +46,7 @@ class RegimeEmulator:
         from sklearn.neighbors import KNeighborsClassifier
 
         self.x, self.y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-        self.mean = self.y.mean(axis=0)
-        self.scale = np.empty(self.outputs.width)
-        for a, b, _ in self.outputs.layout.values():
-            self.scale[a:b] = max(float((self.y[:, a:b] - self.mean[a:b]).std()), SPREAD_FLOOR)
+        self.mean, self.scale = self.outputs.standardisation(self.y)
         self.labels = regime_labels((self.y - self.mean) / self.scale, self.regimes, self.seed)
         self.members = [Emulator(self.outputs, self.seed).fit(self.x[self.labels == k], self.y[self.labels == k])
                         for k in range(self.labels.max() + 1)]  # fmt: skip
