@@ -1,30 +1,34 @@
-"""Adaptive design against the space-filling control: test VRMSE against the number of runs, per
-acquisition, at the same budgets, over several seeds.
+"""Adaptive design against the space-filling control: test NRMSE against the number of runs, per design,
+at the same budgets, over several seeds, scored by more than the model that chose.
 
 Every design is made by the product: `sim2dl simulate` under mpiexec (2 ranks) with simulate.adaptive
-(config/presets/adaptive-fronts.yaml's simulator, space and emulator; each acquisition, and
-`space_filling`, the initial Sobol design continued, as the control), seeds 1..3, in the preset's rounds
-(16 runs, then 4 a round). Each design is scored every 8 runs (its first 16, 24, ... runs, as the loop
-had them) by the emulator the loop chooses with (the preset's `emulator: regimes`,
-pipeline/design/regimes.py, for the bistable code; the default gp, pipeline/design/emulator.py, for the
-reaction code; fitted on those runs) on a test set of random runs of the same simulator, also run by
-`sim2dl simulate` (a plain ensemble). Two simulators:
+(config/presets/adaptive-fronts.yaml's rounds: 16 Sobol runs, then 4 a round), seeds 1..N (`--seeds`, 3
+by default). The designs (`designs`): `space_filling`, the initial Sobol design continued, the control;
+`default`, what a user who sets nothing gets (integrated_variance, one GP, the space-filling share of 0.5);
+`preset`, the settings docs/ensembles.md gives for a jump in part of the space (error_weighted_variance,
+emulator: regimes, the nugget taken off, the share); each of the two also as it chose before the share
+and the nugget existed (`default_before`, `preset_before`); without --quick the other acquisitions too.
+Each design is scored every 8 runs (its first 16, 24, ... runs, as the loop had them) on a test set of
+random runs of the same simulator (also run by `sim2dl simulate`), by two learners fitted on those runs:
+one plain Gaussian process (pipeline/design/emulator.py) and the regimes emulator
+(pipeline/design/regimes.py). A design's own emulator (the loop's: regimes for the preset's, one GP for
+the default's) is how it judges itself; the plain GP is a learner that did not choose. Two codes:
 
-- bistable (the preset's): a jump in a corner of the space, smooth elsewhere: where adaptive design
-  should pay. Goal: the control's error at the preset's budget N (64) reached with <= 0.5 N runs;
+- bistable (the preset's): a jump in a corner of the space, smooth elsewhere: where choosing should pay.
+  Goal: the control's error at the preset's budget N (64) reached with <= 0.5 N runs;
 - reaction (the forward surrogate preset's reaction-diffusion code, 4 parameters): of about uniform
-  difficulty. Goal: no acquisition worse than 1.05 x the control at any budget.
-`committee` is left out where the emulator is regimes (it refits one emulator's processes).
+  difficulty. Goal: no design worse than 1.05 x the control at any budget.
 
-Figures (last line, JSON): `curves.SIMULATOR.ACQUISITION` (budget -> mean test VRMSE over the seeds, and
-`by_seed`), `runs_to_control_error.SIMULATOR.ACQUISITION` (the fewest runs at which its mean error is at
-most the control's at N = `goal_budget`, the preset's (the reaction code's: 40 in --quick), as a fraction
-of N; null where it never is by N; without --quick also `runs_to_control_error_at_largest`, at N = 96),
-`budgets.SIMULATOR` (the runs each is scored at), `worst_over_control.SIMULATOR.ACQ`
-(the largest ratio to the control at any budget), `choosing_fraction` (seconds choosing / seconds of the
-round: fitting, choosing and running, summed over the rounds of the variance designs) and
-`choosing_fraction_preset` (the same over the bistable designs of the preset's own acquisition,
-integrated_variance: what the issue's goal of <= 5 % at the preset's size is about).
+Figures (last line, JSON): `curves.SIMULATOR.LEARNER.DESIGN` (LEARNER gp or regimes; budget -> mean test
+NRMSE over the seeds, and `by_seed`), `worst_over_control.SIMULATOR.DESIGN.{emulator,gp}` (the largest
+ratio of the design's mean error to the control's at any budget from 32 runs, by the design's own emulator
+and by the plain GP), `runs_to_control_error.SIMULATOR.DESIGN` (by its own emulator: the fewest runs at
+which its mean error is at most the control's at N = `goal_budget`, the preset's (the reaction code's: 40
+in --quick), as a fraction of N; null where it never is by N), `runs_went.SIMULATOR.DESIGN` (the share
+of the chosen runs, after the initial 16, in each regime of the code, by its final state; `test_runs`:
+each regime's share of the space), `budgets.SIMULATOR`, `choosing_fraction` (seconds choosing / seconds of
+the round: fitting, choosing and running, over the integrated_variance designs) and
+`choosing_fraction_preset` (the same over the bistable designs of the preset's acquisition).
 
 `--online`: instead, online choosing (docs/ensembles.md, "Online: the trainers choose as the runs
 complete") against its control, on the bistable preset: `sim2dl online` on 2 ranks (1 simulating, 1
@@ -33,7 +37,7 @@ budget (64 runs quick, 96 full) and seeds, each kept model then called on the te
 (physical units in and out, as a user calls it) and scored by VRMSE against their states. Validation runs
 (every 5th) are the design's own points either way, and training ends when the runs have ended and every
 sample was drawn `max_reuse` times, so both arms train on as many samples for as many steps. Figures:
-`online.test_vrmse.{breed,space_filling}` (mean over the seeds, and `by_seed`), `online.breed_over_control`
+`online.test_nrmse.{breed,space_filling}` (mean over the seeds, and `by_seed`), `online.breed_over_control`
 (goal: <= 1.0), `online.chosen_runs` (mean runs breed chose). Arrivals depend on timing, so the online
 figures are not seeded: their spread is in `by_seed`.
 
@@ -41,7 +45,7 @@ figures are not seeded: their spread is in `by_seed`.
 control (Sobol continued) against an oracle that puts every run after the 16 Sobol ones inside the band
 |level - a| < BAND, where the code's transition is (Sobol points in the band, known without any run), to
 64 runs, scored as above on the same random test runs. Both designs' runs are the simulator's own `solve`
-(what each `sim2dl simulate` run calls) in this process. Figures: `bound.test_vrmse.{control,band}` (budget
+(what each `sim2dl simulate` run calls) in this process. Figures: `bound.test_nrmse.{control,band}` (budget
 -> mean over the seeds), `bound.band_area` (its share of the space), `bound.band_error_share` (the share of
 the control's summed test error at 64 runs that falls in the band), `bound.band_over_control` (at 32 and
 64 runs).
@@ -51,7 +55,7 @@ the control's summed test error at 64 runs that falls in the band), `bound.band_
 simulator's own command line, in this process) go through the preset's workflow (`snakemake`: ingest,
 convert, merge, stage, train the `decoder` surrogate for the preset's 100 epochs; the parameters read from
 each run's file, as no runs table is made), and the kept model is called on the test runs' parameters.
-Figures: `bound_network.test_vrmse.{control,band}.{32,64}` (mean and `by_seed`), `in_band` and
+Figures: `bound_network.test_nrmse.{control,band}.{32,64}` (mean and `by_seed`), `in_band` and
 `outside_band` (mean test VRMSE over the test runs inside and outside the band, at 64 runs),
 `band_over_control`. About 10 minutes, with or without --quick (which sets 96 test runs, else 256).
 
@@ -59,14 +63,14 @@ Figures: `bound_network.test_vrmse.{control,band}.{32,64}` (mean and `by_seed`),
 (`snakemake --configfile`, its own seed) to 64 runs, then continued to 96 (`budget: 96`: the training
 starts from the 64 runs' kept model), and the same 96 runs trained afresh (a copy of the workdir,
 `warm_start: false`, `--forcerun train`), each for the preset's 100 epochs. Figures:
-`warm_start.test_vrmse.{warm,afresh}` and `warm_start.val_loss_at_40.{warm,afresh}` (the validation loss
+`warm_start.test_nrmse.{warm,afresh}` and `warm_start.val_loss_at_40.{warm,afresh}` (the validation loss
 after 40 of the 100 epochs), means over the seeds and `by_seed`, and `warm_start.warm_over_afresh`. The
 same with or without --quick (about 12 minutes on 2 cores).
 
-    python bench/adaptive.py [--quick] [--acquisitions space_filling,integrated_variance] [--online] [--bound]
-                             [--bound-network] [--warm-start]
+    python bench/adaptive.py [--quick] [--designs default,preset] [--simulators bistable] [--seeds 5]
+                             [--online] [--bound] [--bound-network] [--warm-start]
     (quick: budgets to the preset's 64 (the reaction code to 40), 96 test runs; full: to 96, 256;
-    --acquisitions: only these, the control always)
+    --designs: only these, the control always)
 """
 
 from __future__ import annotations
@@ -107,10 +111,11 @@ REACTION = {
 }  # fmt: skip
 
 
-# the choosing figures: which designs (simulator, acquisition) each sums over
+# the choosing figures: which designs (simulator, the design's settings) each sums over
 CHOOSING_FRACTIONS = {
-    "choosing_fraction": lambda simulator, name: name == "variance",
-    "choosing_fraction_preset": lambda simulator, name: simulator == "bistable" and name == PRESET_ACQUISITION,
+    "choosing_fraction": lambda simulator, design: design["acquisition"] == "integrated_variance",
+    "choosing_fraction_preset": lambda simulator, design: simulator == "bistable"
+    and design["acquisition"] == PRESET_ACQUISITION,
 }
 
 
@@ -158,7 +163,7 @@ def outputs_of(raw: Path, settings: dict[str, Any]) -> tuple[np.ndarray, np.ndar
     return x, np.array([layout.row(r) for r in rows])
 
 
-def online_test_vrmse(work: Path, seed: int, acquisition: str, budget: int, test_params: np.ndarray,
+def online_test_nrmse(work: Path, seed: int, acquisition: str, budget: int, test_params: np.ndarray,
                       test_y: np.ndarray) -> tuple[float, int]:  # fmt: skip
     """`sim2dl online` on the adaptive preset with this acquisition; (the kept model's mean test VRMSE of the
     state, runs chosen)."""
@@ -181,7 +186,7 @@ def online_test_vrmse(work: Path, seed: int, acquisition: str, budget: int, test
     layout = Outputs.of({"state": (state.shape[1],)})
     runs = pq.read_table(work / "raw" / "runs.parquet")  # the control's table has no acquisition column
     chosen = runs.column("acquisition").to_pylist().count("breed") if "acquisition" in runs.column_names else 0
-    return float(layout.vrmse(state, test_y)["state"].mean()), chosen
+    return layout.nrmse(state, test_y)["state"], chosen
 
 
 def online_choosing(work: Path, quick: bool) -> dict[str, Any]:
@@ -192,14 +197,14 @@ def online_choosing(work: Path, quick: bool) -> dict[str, Any]:
     chosen = []
     for seed in SEEDS:
         for name in errors:
-            error, count = online_test_vrmse(work / f"online-{name}-{seed}", seed, name, budget, test_params, test_y)
+            error, count = online_test_nrmse(work / f"online-{name}-{seed}", seed, name, budget, test_params, test_y)
             errors[name].append(error)
             if name == "breed":
                 chosen.append(count)
             print(f"online {name} seed {seed}: {error:.4f} ({count} chosen)", file=sys.stderr, flush=True)
     mean = {name: float(np.mean(e)) for name, e in errors.items()}
     return {"budget": budget, "test_runs": tests, "seeds": list(SEEDS),
-            "test_vrmse": {name: {"mean": round(mean[name], 4), "by_seed": np.round(e, 4).tolist()}
+            "test_nrmse": {name: {"mean": round(mean[name], 4), "by_seed": np.round(e, 4).tolist()}
                            for name, e in errors.items()},
             "breed_over_control": round(mean["breed"] / mean[CONTROL], 3),
             "chosen_runs": round(float(np.mean(chosen)), 1)}  # fmt: skip
@@ -265,9 +270,9 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
     for seed in SEEDS:
         for name, x in bound_designs(seed, initial, budget).items():
             y = run(x)
-            errors = [layout.vrmse(Emulator(layout, seed).fit(x[:n], y[:n]).predict(test_x), test_y)["state"]
+            errors = [layout.errors(Emulator(layout, seed).fit(x[:n], y[:n]).predict(test_x), test_y)["state"]
                       for n in budgets]  # fmt: skip
-            curves[name].append([float(e.mean()) for e in errors])
+            curves[name].append([float(np.sqrt(e.mean())) for e in errors])
             if name == "control":
                 shares.append(float(errors[-1][in_band(test_x)].sum() / errors[-1].sum()))
             print(f"bound {name} seed {seed}: {np.round(curves[name][-1], 4).tolist()}", file=sys.stderr, flush=True)
@@ -275,7 +280,7 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
     at = {str(n): round(float(mean["band"][i] / mean["control"][i]), 3) for i, n in enumerate(budgets) if n in (32, 64)}
     area = float(in_band(unit_design("sobol", 4096, 2, 0)).mean())
     return {"budgets": budgets, "seeds": list(SEEDS), "band": BAND, "test_runs": tests,
-            "test_vrmse": {name: dict(zip(map(str, budgets), np.round(m, 4).tolist(), strict=True))
+            "test_nrmse": {name: dict(zip(map(str, budgets), np.round(m, 4).tolist(), strict=True))
                            for name, m in mean.items()},
             "band_area": round(area, 3), "band_error_share": round(float(np.mean(shares)), 3),
             "band_over_control": at}  # fmt: skip
@@ -313,17 +318,19 @@ def network_bound(work: Path, quick: bool) -> dict[str, Any]:
                           "train": {**preset["train"], "seed": seed, "warm_start": False}}  # fmt: skip
                 workflow(config, case / "config.yaml")
                 predicted = kept_model_states(case / "work" / "train", test_params)
-                errors[name].setdefault(n, []).append(layout.vrmse(predicted, test_y)["state"])
-                print(f"bound network {name} seed {seed} {n} runs: {errors[name][n][-1].mean():.4f}", file=sys.stderr,
+                errors[name].setdefault(n, []).append(layout.errors(predicted, test_y)["state"])
+                shown = np.sqrt(errors[name][n][-1].mean())
+                print(f"bound network {name} seed {seed} {n} runs: {shown:.4f}", file=sys.stderr,
                       flush=True)  # fmt: skip
                 shutil.rmtree(case)
 
     def mean(name: str, n: int, where: np.ndarray | None = None) -> float:
-        return round(float(np.mean([e.mean() if where is None else e[where].mean() for e in errors[name][n]])), 4)
+        chosen = [e if where is None else e[where] for e in errors[name][n]]
+        return round(float(np.mean([np.sqrt(e.mean()) for e in chosen])), 4)
 
     return {"budgets": list(budgets), "seeds": list(SEEDS), "band": BAND, "test_runs": tests,
-            "test_vrmse": {name: {str(n): {"mean": mean(name, n),
-                                           "by_seed": [round(float(e.mean()), 4) for e in errors[name][n]]}
+            "test_nrmse": {name: {str(n): {"mean": mean(name, n),
+                                           "by_seed": [round(float(np.sqrt(e.mean())), 4) for e in errors[name][n]]}
                                   for n in budgets} for name in errors},
             "in_band": {name: mean(name, budget, band) for name in errors},
             "outside_band": {name: mean(name, budget, ~band) for name in errors},
@@ -342,7 +349,7 @@ def continued_training(work: Path, quick: bool) -> dict[str, Any]:
         workflow(config, workdir.parent / f"{workdir.name}-{budget}.yaml", *options)
         summary = json.loads((workdir / "train" / "summary.json").read_text())
         history = json.loads((workdir / "train" / "metrics.json").read_text())
-        return {"test_vrmse": summary["vrmse_mean"], "val_loss_at_40": history[39]["val_loss"],
+        return {"test_nrmse": summary["nrmse_mean"], "val_loss_at_40": history[39]["val_loss"],
                 "warm_start": summary["warm_start"]}  # fmt: skip
 
     by_seed: dict[str, dict[str, list[float]]] = {"warm": {}, "afresh": {}}
@@ -354,16 +361,16 @@ def continued_training(work: Path, quick: bool) -> dict[str, Any]:
         shutil.copytree(warm_dir, afresh_dir, symlinks=True)
         afresh = trained(afresh_dir, 96, seed, False, "--forcerun", "train")
         for name, result in (("warm", warm), ("afresh", afresh)):
-            for figure in ("test_vrmse", "val_loss_at_40"):
+            for figure in ("test_nrmse", "val_loss_at_40"):
                 by_seed[name].setdefault(figure, []).append(round(float(result[figure]), 4))
         print(f"warm start seed {seed}: {warm} against {afresh}", file=sys.stderr, flush=True)
     mean = {name: {f: round(float(np.mean(v)), 4) for f, v in figures.items()} for name, figures in by_seed.items()}
     return {"runs": [64, 96], "seeds": list(SEEDS), "epochs": preset["train"]["epochs"],
-            "test_vrmse": {name: {"mean": mean[name]["test_vrmse"], "by_seed": by_seed[name]["test_vrmse"]}
+            "test_nrmse": {name: {"mean": mean[name]["test_nrmse"], "by_seed": by_seed[name]["test_nrmse"]}
                            for name in by_seed},
             "val_loss_at_40": {name: {"mean": mean[name]["val_loss_at_40"], "by_seed": by_seed[name]["val_loss_at_40"]}
                                for name in by_seed},
-            "warm_over_afresh": round(mean["warm"]["test_vrmse"] / mean["afresh"]["test_vrmse"], 3)}  # fmt: skip
+            "warm_over_afresh": round(mean["warm"]["test_nrmse"] / mean["afresh"]["test_nrmse"], 3)}  # fmt: skip
 
 
 def runs_to_reach(budgets: list[int], mean: np.ndarray, control: np.ndarray, at: int) -> float | None:
@@ -374,10 +381,70 @@ def runs_to_reach(budgets: list[int], mean: np.ndarray, control: np.ndarray, at:
     return round(reached[0] / at, 3) if reached else None
 
 
+# simulate.adaptive as the loop had it before the space-filling share and the nugget existed
+CHOOSING_BEFORE = {"space_filling_share": 0.0, "irreducible": "none"}
+REGIMES = {"emulator": "regimes", "regimes": 4}
+
+
+def designs(simulator: str, full: bool) -> dict[str, dict[str, Any]]:
+    """The designs compared, by name: simulate.adaptive settings beside the common ones. The control; the
+    default (integrated_variance, one GP, the schema's space-filling share) and the preset's settings
+    (error_weighted_variance with emulator: regimes, the nugget, the share), each also as it chose before
+    (`_before`: no share, the whole error); without --quick the other acquisitions at their defaults."""
+    preset = {"acquisition": "error_weighted_variance", **REGIMES}
+    out = {
+        CONTROL: {"acquisition": CONTROL, "emulator": "gp"},
+        "default": {"acquisition": "integrated_variance", "emulator": "gp"},
+        "default_before": {"acquisition": "integrated_variance", "emulator": "gp", **CHOOSING_BEFORE},
+        "preset": preset,
+        "preset_before": {**preset, **CHOOSING_BEFORE},
+    }
+    if full:
+        out |= {name: {"acquisition": name, **emulator_settings(simulator)} for name in ("variance", "breed")}
+        if emulator_settings(simulator)["emulator"] == "gp":
+            out["committee"] = {"acquisition": "committee", "emulator": "gp"}
+    return out
+
+
+def scored(x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, budgets: list[int],
+           seed: int) -> dict[str, list[float]]:  # fmt: skip
+    """A design's test NRMSE at each budget (its first n runs) by each learner: one plain GP, and the
+    regimes emulator (the preset's)."""
+    layout = Outputs.of({"state": (y.shape[1],)})
+    out: dict[str, list[float]] = {"gp": [], "regimes": []}
+    for n in budgets:
+        for learner, settings in (("gp", {"emulator": "gp"}), ("regimes", REGIMES)):
+            fitted = make_emulator(layout, seed, **settings).fit(x[:n], y[:n])
+            out[learner].append(layout.nrmse(fitted.predict(test_x), test_y)["state"])
+    return out
+
+
+def bistable_regimes(y: np.ndarray) -> np.ndarray:
+    """Each run's regime by its final state: dies out (mean below 0.05), ignites (above 0.95), or between."""
+    mean = y.mean(axis=1)
+    return np.where(mean < 0.05, "dies", np.where(mean > 0.95, "ignites", "between"))
+
+
+# each code's regimes, from its runs' outputs (where the runs went), and their names; a code of even
+# difficulty has none
+REGIME_OF = {"bistable": (bistable_regimes, ("dies", "between", "ignites"))}
+
+
+def where_the_runs_went(y: np.ndarray, initial: int, regime_of: Any) -> dict[str, float] | None:
+    """The share of a design's chosen runs (after the initial ones) in each regime of the code."""
+    if regime_of is None or len(y) <= initial:
+        return None
+    of, names = regime_of
+    regimes = of(y[initial:])
+    return {name: round(float(np.mean(regimes == name)), 3) for name in names}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--acquisitions", help="comma-separated: only these (and the control), e.g. for the check")
+    parser.add_argument("--designs", help="comma-separated: only these (and the control), e.g. for the check")
+    parser.add_argument("--simulators", help="comma-separated: only these codes")
+    parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds 1..N (default 3)")
     parser.add_argument("--online", action="store_true", help="online choosing against its control instead")
     parser.add_argument("--bound", action="store_true", help="the control against runs placed in the band instead")
     parser.add_argument("--bound-network", action="store_true", help="the same, scored by the trained surrogate")
@@ -385,7 +452,7 @@ def main() -> None:
     args = parser.parse_args()
     for name, measure in (("bound", allocation_bound), ("bound_network", network_bound), ("online", online_choosing),
                           ("warm_start", continued_training)):  # fmt: skip
-        if getattr(args, name):  # another comparison instead of the acquisitions' curves
+        if getattr(args, name):  # another comparison instead of the designs' curves
             work = OUT / f"adaptive-{name}"
             shutil.rmtree(work, ignore_errors=True)
             result = {name: measure(work, args.quick)}
@@ -395,72 +462,71 @@ def main() -> None:
     preset = yaml.safe_load(PRESET.read_text())["simulate"]["adaptive"]
     initial, batch, preset_budget = preset["initial"], preset["batch"], preset["budget"]
     budget, tests = (preset_budget, 96) if args.quick else (96, 256)
-    acquisitions = ["space_filling", "error_weighted_variance", "integrated_variance", "variance", "committee",
-                    "breed"]  # fmt: skip
-    only = {CONTROL, *args.acquisitions.split(",")} if args.acquisitions else None
-    if only and only - set(acquisitions):
-        unknown = ", ".join(sorted(only - set(acquisitions)))
-        parser.error(f"--acquisitions: no {unknown} (known: {', '.join(acquisitions)})")
+    seeds = list(range(1, args.seeds + 1))
+    codes = simulators()
+    if args.simulators:
+        codes = {name: codes[name] for name in args.simulators.split(",")}
     work = OUT / f"adaptive-{'quick' if args.quick else 'full'}"
     shutil.rmtree(work, ignore_errors=True)
     adaptive_common = {"initial": initial, "batch": batch, "outputs": ["state"], "files": "*.h5", "pool": 1024}
     # the reaction code's goal holds at every budget: --quick scores it to 40 runs, in the check's time
-    budget_of = {name: QUICK_REACTION_BUDGET if args.quick and name == "reaction" else budget for name in simulators()}
-    result: dict[str, Any] = {"budgets": {}, "seeds": list(SEEDS), "goal_budget": preset_budget,
-                              "emulators": {}, "curves": {}, "runs_to_control_error": {},
-                              "worst_over_control": {}}  # fmt: skip
-    if budget > preset_budget:
-        result["runs_to_control_error_at_largest"] = {}
+    budget_of = {name: QUICK_REACTION_BUDGET if args.quick and name == "reaction" else budget for name in codes}
+    result: dict[str, Any] = {"budgets": {}, "seeds": seeds, "goal_budget": preset_budget, "curves": {},
+                              "runs_to_control_error": {}, "worst_over_control": {}, "runs_went": {}}  # fmt: skip
     seconds = {figure: [0.0, 0.0] for figure in CHOOSING_FRACTIONS}  # choosing, the whole rounds
-    for simulator, spec in simulators().items():
+    for simulator, spec in codes.items():
         settings = {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}}
-        emulator = emulator_settings(simulator)
-        result["emulators"][simulator] = emulator
         largest = budget_of[simulator]
         budgets = result["budgets"][simulator] = list(range(initial, largest + 1, SCORED_EVERY))
         test_raw = run_simulate(work / simulator / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
         test_x, test_y = outputs_of(test_raw, settings)
-        names = [n for n in acquisitions if n != "committee" or emulator["emulator"] == "gp"]
-        if simulator != "bistable":
-            names = [CONTROL, "error_weighted_variance", "integrated_variance", "variance"]
-        names = [n for n in names if only is None or n in only]
-        curves: dict[str, Any] = {}
-        for name in names:
-            by_seed = []
-            for seed in SEEDS:
-                raw = run_simulate(work / simulator / f"{name}-{seed}", {**spec, "design": "sobol", "seed": seed,
-                                   "adaptive": {**adaptive_common, **emulator, "budget": largest, "enabled": True,
-                                                "acquisition": name}})  # fmt: skip
+        regime_of = REGIME_OF.get(simulator)
+        chosen = designs(simulator, not args.quick)
+        if args.designs:
+            chosen = {name: d for name, d in chosen.items() if name == CONTROL or name in args.designs.split(",")}
+        curves: dict[str, Any] = {"gp": {}, "regimes": {}}
+        for name, design in chosen.items():
+            by_seed: dict[str, list[list[float]]] = {"gp": [], "regimes": []}
+            went = []
+            for seed in seeds:
+                adaptive = {**adaptive_common, **design, "budget": largest, "enabled": True}
+                raw = run_simulate(work / simulator / f"{name}-{seed}",
+                                   {**spec, "design": "sobol", "seed": seed, "adaptive": adaptive})  # fmt: skip
                 x, y = outputs_of(raw, settings)
-                layout = Outputs.of({"state": (y.shape[1],)})
-                errors = []
-                for n in budgets:
-                    fitted = make_emulator(layout, seed, **emulator)
-                    fitted.fit(x[:n], y[:n])
-                    errors.append(float(layout.vrmse(fitted.predict(test_x), test_y)["state"].mean()))
-                by_seed.append(errors)
-                counted = [figure for figure, counts in CHOOSING_FRACTIONS.items() if counts(simulator, name)]
+                for learner, errors in scored(x, y, test_x, test_y, budgets, seed).items():
+                    by_seed[learner].append(errors)
+                went.append(where_the_runs_went(y, initial, regime_of))
+                counted = [figure for figure, counts in CHOOSING_FRACTIONS.items() if counts(simulator, design)]
                 if counted:
                     spent = choosing_seconds(raw)
                     for figure in counted:
                         seconds[figure] = [a + b for a, b in zip(seconds[figure], spent, strict=True)]
-                print(f"{simulator} {name} seed {seed}: {[round(e, 4) for e in errors]}", file=sys.stderr, flush=True)
-            mean = np.mean(by_seed, axis=0)
-            curves[name] = {"mean": dict(zip(map(str, budgets), np.round(mean, 4).tolist(), strict=True)),
-                            "by_seed": np.round(by_seed, 4).tolist()}  # fmt: skip
-        control = np.array(list(curves[CONTROL]["mean"].values()))
-        for name in names:
+                print(f"{simulator} {name} seed {seed}: gp {np.round(by_seed['gp'][-1], 4).tolist()} regimes "
+                      f"{np.round(by_seed['regimes'][-1], 4).tolist()}", file=sys.stderr, flush=True)  # fmt: skip
+            for learner, errors in by_seed.items():
+                mean = np.mean(errors, axis=0)
+                curves[learner][name] = {"mean": dict(zip(map(str, budgets), np.round(mean, 4).tolist(), strict=True)),
+                                         "by_seed": np.round(errors, 4).tolist()}  # fmt: skip
+            if went[0] is not None:
+                result["runs_went"].setdefault(simulator, {})[name] = {
+                    k: round(float(np.mean([w.get(k, 0.0) for w in went])), 3) for k in went[0]
+                }
+        if regime_of is not None:  # each regime's share of the space: of the random test runs
+            result["runs_went"][simulator]["test_runs"] = where_the_runs_went(test_y, 0, regime_of)
+        for name, design in chosen.items():
             if name == CONTROL:
                 continue
-            mean = np.array(list(curves[name]["mean"].values()))
-            result["runs_to_control_error"].setdefault(simulator, {})[name] = runs_to_reach(
-                budgets, mean, control, min(preset_budget, largest)
-            )
-            if "runs_to_control_error_at_largest" in result:
-                result["runs_to_control_error_at_largest"].setdefault(simulator, {})[name] = runs_to_reach(
-                    budgets, mean, control, largest
-                )
-            result["worst_over_control"].setdefault(simulator, {})[name] = round(float(np.max(mean / control)), 3)
+            loop = design["emulator"]  # the learner the design chose with
+            ratios = {}
+            for learner, label in ((loop, "emulator"), ("gp", "gp")):
+                mean = np.array(list(curves[learner][name]["mean"].values()))
+                control = np.array(list(curves[learner][CONTROL]["mean"].values()))
+                ratios[label] = round(float(np.max((mean / control)[np.array(budgets) >= 32])), 3)
+                if label == "emulator":
+                    result["runs_to_control_error"].setdefault(simulator, {})[name] = runs_to_reach(
+                        budgets, mean, control, min(preset_budget, largest)
+                    )
+            result["worst_over_control"].setdefault(simulator, {})[name] = ratios
         result["curves"][simulator] = curves
     for figure, (choosing, whole) in seconds.items():
         result[figure] = round(choosing / whole, 4) if whole else None

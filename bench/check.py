@@ -156,23 +156,24 @@ BENCHMARKS: dict[str, Benchmark] = {
     "surrogate": Benchmark(
         ("bench/surrogate.py", "--quick"),
         {
-            "vrmse.state.network.128": LOWER,
+            "nrmse.state.network.128": LOWER,
             "network_over_emulator.state": LOWER,
-            "next.vrmse.fno2d": LOWER,
+            "next.nrmse.fno2d": LOWER,
             "next.network_over_persistence": LOWER,
         },
         pairs=1,  # seeded
         presets=("surrogate-forward.yaml", "surrogate-next-state.yaml"),
     ),
     # seeded designs and fits (the choosing's share of a round is timed: in docs/benchmarks.md, not here);
-    # the preset's acquisition and the control only, so that both sides fit in the check's 20 minutes
+    # the preset's design and the control only, so that both sides fit in the check's 20 minutes
     "adaptive": Benchmark(
-        ("bench/adaptive.py", "--quick", "--acquisitions", "error_weighted_variance"),
+        ("bench/adaptive.py", "--quick", "--designs", "preset"),
         {
-            "curves.bistable.error_weighted_variance.mean.32": LOWER,
-            "curves.bistable.error_weighted_variance.mean.64": LOWER,
-            "curves.bistable.space_filling.mean.64": LOWER,
-            "worst_over_control.reaction.error_weighted_variance": LOWER,
+            "curves.bistable.regimes.preset.mean.32": LOWER,
+            "curves.bistable.regimes.preset.mean.64": LOWER,
+            "curves.bistable.regimes.space_filling.mean.64": LOWER,
+            "worst_over_control.reaction.preset.emulator": LOWER,
+            "worst_over_control.reaction.preset.gp": LOWER,
         },
         steps=("simulate",),
         pairs=1,
@@ -206,7 +207,7 @@ BY_HAND = {
 
 def figure(result: Any, path: str) -> float | None:
     """The number at a dotted path of a benchmark's JSON (None where it has none). A key may hold dots
-    itself (bench/surrogate.py's flat 'vrmse.state.network.128'): the longest key that matches is taken."""
+    itself (bench/surrogate.py's flat 'nrmse.state.network.128'): the longest key that matches is taken."""
     if not path:
         return float(result) if isinstance(result, (int, float)) and not isinstance(result, bool) else None
     if not isinstance(result, Mapping):

@@ -10,17 +10,17 @@ one process and on the same normalised data:
   a small set is seen for many epochs, as a user would train it);
 - the emulator: sim2dl's classical baseline for surrogates (baseline.EmulatorSums: PCA of the outputs and
   kernel ridge on random Fourier features of the parameters, penalty by 5-fold cross-validation).
-Both scored by the task's VRMSE per output in physical units (tasks/surrogate.py) on the test runs.
-Figures: `vrmse.<output>.<model>.<runs>`; `network_over_emulator.<output>` at the largest size (below 1:
+Both scored by the task's NRMSE per output in physical units (tasks/surrogate.py) on the test runs.
+Figures: `nrmse.<output>.<model>.<runs>`; `network_over_emulator.<output>` at the largest size (below 1:
 the network is better); `crossing.<output>`: the smallest size from which the network is below the
 emulator (None: never). Without --quick, also the preset's demo end to end (`snakemake --configfile
 config/presets/surrogate-forward.yaml`, 2 cores): `demo_seconds` (goal <= 180 after set-up).
-Next state (config/presets/surrogate-next-state.yaml's data, in one process): `next.vrmse.<model>` one step
-ahead for fno2d and unet2d (periodic) beside `next.vrmse.persistence` and `next.vrmse.linear` (the task's
-classical baseline); `next.rollout.<model>` the VRMSE per step of a rollout over the test trajectories,
+Next state (config/presets/surrogate-next-state.yaml's data, in one process): `next.nrmse.<model>` one step
+ahead for fno2d and unet2d (periodic) beside `next.nrmse.persistence` and `next.nrmse.linear` (the task's
+classical baseline); `next.rollout.<model>` the NRMSE per step of a rollout over the test trajectories,
 `next.rollout.persistence` beside it; goals: one step <= 0.5 x persistence's and below the linear model's
 (`next.network_over_persistence`, `next.network_over_linear`), below persistence at every rollout step.
-Runs of different physics (the growth rate drawn per run): `conditioned.vrmse.<none|channels|vector>` and
+Runs of different physics (the growth rate drawn per run): `conditioned.nrmse.<none|channels|vector>` and
 `conditioned.rollout_last.<...>`, fno2d given no parameters, the parameters as channels, or as FiLM's vector.
 `--quick`: 32 and 128 runs, fewer steps; the workflow is not run.
 """
@@ -88,7 +88,7 @@ def normalised(task: Any, data: dict[str, np.ndarray]) -> tuple[np.ndarray, np.n
 def scores(task: Any, predicted: np.ndarray, y: np.ndarray) -> dict[str, float]:
     evaluation = task.evaluation()
     task.update(evaluation, predicted, y, np.zeros((len(y), 4)))
-    return task.metrics(evaluation)["vrmse"]
+    return task.metrics(evaluation)["nrmse"]
 
 
 def fitted(model: Any, loss: Any, x: np.ndarray, y: np.ndarray, steps: int, seed: int = 0) -> Any:
@@ -154,7 +154,7 @@ def cut(task: Any, states: np.ndarray, given: np.ndarray | None = None, chunks: 
 
 
 def one_step(task: Any, predicted: np.ndarray, y: np.ndarray, x: np.ndarray) -> dict[str, Any]:
-    """The task's scores of one step ahead (VRMSE, persistence's) on these windows."""
+    """The task's scores of one step ahead (NRMSE, persistence's) on these windows."""
     evaluation = task.evaluation()
     task.update(evaluation, predicted, y, x)
     return task.metrics(evaluation)
@@ -163,7 +163,7 @@ def one_step(task: Any, predicted: np.ndarray, y: np.ndarray, x: np.ndarray) -> 
 def next_state(steps: int) -> dict[str, Any]:
     """config/presets/surrogate-next-state.yaml's data in one process: trajectories of 10 states with fixed
     physics from random blobs; one state in, the next out (the task's windows). fno2d and unet2d (periodic)
-    trained alike; one-step VRMSE beside persistence and the linear baseline; a rollout over each test
+    trained alike; one-step NRMSE beside persistence and the linear baseline; a rollout over each test
     trajectory's 9 steps from its first state, beside persistence's."""
     import tensorflow as tf
     import yaml
@@ -198,8 +198,8 @@ def next_state(steps: int) -> dict[str, Any]:
     sums.add(features, y.astype(np.float64))
     weights, bias = sums.fitted(sums.arrays()).linear
     linear = one_step(task, task.baseline_features(x_test, 2) @ weights + bias, y_test, x_test)
-    figures["next.vrmse.linear"] = round(linear["vrmse"]["trajectory"], 4)
-    figures["next.vrmse.persistence"] = round(linear["persistence_vrmse"]["trajectory"], 4)
+    figures["next.nrmse.linear"] = round(linear["nrmse"]["trajectory"], 4)
+    figures["next.nrmse.persistence"] = round(linear["persistence_nrmse"]["trajectory"], 4)
     args = {"depth": 3, "width": 16, "dense": 64, "dropout": 0.0}
     for name, module, options in (("fno2d", fno, {"modes": 8}), ("unet2d", unet2d, {"periodic": True})):
         tf.keras.utils.set_random_seed(0)
@@ -208,16 +208,16 @@ def next_state(steps: int) -> dict[str, Any]:
         fitted(model, task.loss(), x, y, steps)
         figures[f"next.seconds.{name}"] = round(time.perf_counter() - start, 1)
         scored = one_step(task, model.predict(x_test, verbose=0), y_test, x_test)
-        figures[f"next.vrmse.{name}"] = round(scored["vrmse"]["trajectory"], 4)
+        figures[f"next.nrmse.{name}"] = round(scored["nrmse"]["trajectory"], 4)
         runs = [((test - mean) / std, np.zeros((len(test), 0)))]  # whole trajectories, no parameters given
         rolled = task.rollout_summary([task.rollout(lambda z, m=model: m.predict(z, verbose=0), runs)])
-        figures[f"next.rollout.{name}"] = [round(v, 3) for v in rolled["vrmse_per_step"]]
+        figures[f"next.rollout.{name}"] = [round(v, 3) for v in rolled["nrmse_per_step"]]
         figures[f"next.rollout.{name}.below_persistence_at_every_step"] = rolled["below_persistence_at_every_step"]
         figures[f"next.spectrum_relative_error.{name}"] = [round(v, 3) for v in rolled["spectrum_relative_error"]]
-        figures["next.rollout.persistence"] = [round(v, 3) for v in rolled["persistence_vrmse_per_step"]]
-    best = min(figures["next.vrmse.fno2d"], figures["next.vrmse.unet2d"])
-    figures["next.network_over_persistence"] = round(best / figures["next.vrmse.persistence"], 3)
-    figures["next.network_over_linear"] = round(best / figures["next.vrmse.linear"], 3)
+        figures["next.rollout.persistence"] = [round(v, 3) for v in rolled["persistence_nrmse_per_step"]]
+    best = min(figures["next.nrmse.fno2d"], figures["next.nrmse.unet2d"])
+    figures["next.network_over_persistence"] = round(best / figures["next.nrmse.persistence"], 3)
+    figures["next.network_over_linear"] = round(best / figures["next.nrmse.linear"], 3)
     return figures
 
 
@@ -225,8 +225,8 @@ def conditioned(steps: int) -> dict[str, Any]:
     """Runs of different physics: the next-state preset's simulator with the growth rate drawn per run (0.5
     to 6), so that the states alone do not say how fast the next one grows. fno2d (as in next_state) trained
     alike without the parameters, with them as constant channels, and as FiLM's conditioning vector
-    (train.next_state.condition: false / channels / vector); one-step VRMSE on the test windows and the
-    rollout's VRMSE at its last step, beside persistence's."""
+    (train.next_state.condition: false / channels / vector); one-step NRMSE on the test windows and the
+    rollout's NRMSE at its last step, beside persistence's."""
     import tensorflow as tf
     import yaml
 
@@ -263,12 +263,12 @@ def conditioned(steps: int) -> dict[str, Any]:
                           {"depth": 3, "width": 16, "dense": 64, "dropout": 0.0, "modes": 8})  # fmt: skip
         fitted(model, task.loss(), x, y, steps)
         scored = one_step(task, model.predict(x_test, verbose=0), y_test, x_test)
-        figures[f"conditioned.vrmse.{name}"] = round(scored["vrmse"]["trajectory"], 4)
-        figures["conditioned.vrmse.persistence"] = round(scored["persistence_vrmse"]["trajectory"], 4)
+        figures[f"conditioned.nrmse.{name}"] = round(scored["nrmse"]["trajectory"], 4)
+        figures["conditioned.nrmse.persistence"] = round(scored["persistence_nrmse"]["trajectory"], 4)
         rolled = task.rollout_summary([task.rollout(lambda z, m=model: m.predict(z, verbose=0),
                                                     [(test_states, test_given)])])  # fmt: skip
-        figures[f"conditioned.rollout_last.{name}"] = round(rolled["vrmse_per_step"][-1], 3)
-        figures["conditioned.rollout_last.persistence"] = round(rolled["persistence_vrmse_per_step"][-1], 3)
+        figures[f"conditioned.rollout_last.{name}"] = round(rolled["nrmse_per_step"][-1], 3)
+        figures["conditioned.rollout_last.persistence"] = round(rolled["persistence_nrmse_per_step"][-1], 3)
     return figures
 
 
@@ -304,7 +304,7 @@ def main() -> None:
         fitted = time.perf_counter() - start
         for name, predicted in (("network", model.predict(x_test, verbose=0)), ("emulator", predict(x_test))):
             for output, value in scores(task, predicted, y_test).items():
-                figures[f"vrmse.{output}.{name}.{n}"] = round(value, 4)
+                figures[f"nrmse.{output}.{name}.{n}"] = round(value, 4)
                 curves.setdefault(f"{output}.{name}", []).append(value)
         figures[f"seconds.network.{n}"] = round(trained, 2)
         figures[f"seconds.emulator.{n}"] = round(fitted, 3)

@@ -36,7 +36,7 @@ config checks); cli.py.
     data/           rules about samples several steps share: splits.py (which split a record is in),
                     transforms.py (convert's array transforms, merge's normalisation), deposit.py
                     (particles onto grids: NGP/CIC/TSC, convert.deposit), tables.py (manifest,
-                    provenance, rejects), scores.py (VRMSE)
+                    provenance, rejects), scores.py (NRMSE over a set, VRMSE)
     training/       models/ (Keras builders, one file each), tasks/ (regression, classification,
                     segmentation, surrogate, next_state, autoencoder, one file each), tfdata.py
                     (tf.data over shards), devices.py (a GPU or the CPU per rank, precision),

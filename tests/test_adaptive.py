@@ -186,6 +186,73 @@ def test_error_weighted_variance_weighs_each_reference_by_its_nearest_runs_leave
     assert distances(weighted, worst[None])[:, 0].mean() < distances(plain, worst[None])[:, 0].mean()
 
 
+def test_a_rounds_space_filling_share_is_the_controls_own_continuation(fitted):
+    """simulate.adaptive.space_filling_share: of each round's batch, round(share x batch) points are the
+    initial design continued at the indices that follow the earlier rounds' share (so after any round the
+    design holds a prefix of the plain Sobol design), the acquisition's the rest, at its spacing from them."""
+    from pipeline.design.share import SPACE_FILLING, shared_choice
+    from pipeline.design.space import unit_design
+
+    initial = len(fitted.x)
+    sobol = unit_design("sobol", 64, 2, 3)
+    for round_index in (1, 2, 3):
+        here = context(fitted, round_index=round_index)
+        here.settings.update(batch=6, initial=initial)
+        choice = shared_choice(ACQUISITIONS["integrated_variance"], here, 6, 0.5)
+        start = initial + (round_index - 1) * 3
+        assert np.allclose(choice.points[:3], sobol[start : start + 3])
+        assert choice.chosen_by == [SPACE_FILLING] * 3 + ["integrated_variance"] * 3
+        assert distances(choice.points[3:], choice.points[:3]).min() >= here.spacing
+    last = shared_choice(ACQUISITIONS["integrated_variance"], here, 2, 0.5)  # a last, shorter batch
+    assert np.allclose(last.points[:2], sobol[initial + 6 : initial + 8]) and last.chosen_by == [SPACE_FILLING] * 2
+    alone = shared_choice(ACQUISITIONS["integrated_variance"], here, 6, 0.0)
+    assert alone.chosen_by == ["integrated_variance"] * 6
+
+
+def noisy_left_learnable_right(unit: np.ndarray, seed: int) -> np.ndarray:
+    """16 outputs per run: noise that no run can teach where x0 < 0.5 (a fresh draw per run), a wave of one
+    period across x1 where x0 >= 0.5 (learnable, and not yet learnt from 24 runs by one GP beside noise)."""
+    rng = np.random.default_rng([seed, len(unit)])
+    entries = np.linspace(0, 1, 16)
+    learnable = np.sin(2 * np.pi * (unit[:, 1:2] + 0.5 * unit[:, :1] + entries[None]))
+    noise = rng.normal(0.0, 1.0, size=(len(unit), 16))
+    return np.where(unit[:, :1] < 0.5, noise, learnable)
+
+
+def test_the_nugget_is_the_noise_runs_cannot_teach_and_none_where_the_function_is_smooth():
+    from pipeline.design.acquisitions.error_weighted_variance import local_nuggets
+    from pipeline.design.space import unit_design
+
+    x = unit_design("sobol", 64, 2, 5)
+    noise = np.random.default_rng(0).normal(0.0, 1.0, size=(64, 8))
+    nuggets, neighbourhoods = local_nuggets(x, noise, np.zeros(64, np.int64))
+    assert 0.6 < np.median(nuggets) < 1.4  # the semivariance of independent unit draws is 1 at any distance
+    assert all(len(n) == 9 and n[0] == i for i, n in enumerate(neighbourhoods))  # itself and its 8 nearest
+    smooth = np.column_stack([x[:, 0] + 2 * x[:, 1], np.sin(3 * x[:, 0])])
+    assert np.median(local_nuggets(x, smooth, np.zeros(64, np.int64))[0]) < 0.05 * smooth.var()
+    # pairs never cross regimes: two constant regimes far apart have no nugget
+    regimes = (x[:, 0] > 0.5).astype(np.int64)
+    assert np.allclose(local_nuggets(x, 5.0 * regimes[:, None].astype(float), regimes)[0], 0.0)
+
+
+def test_a_noisy_region_stops_attracting_runs():
+    """Half the space is noise (irreducible), half a learnable function. Weighted by the whole leave-one-out
+    error, error_weighted_variance sends most of its batch into the noise; with the nugget taken off
+    (irreducible: nugget, the default) the batch goes where runs still teach."""
+    from pipeline.design.space import unit_design
+
+    x = unit_design("sobol", 24, 2, 11)
+    layout = Outputs.of({"y": (16,)})
+    emulator = Emulator(layout, seed=11).fit(x, noisy_left_learnable_right(x, 11))
+    share = {}
+    for rule in ("none", "nugget"):
+        here = context(emulator, seed=11, spacing=0.05)
+        here.settings.update(irreducible=rule)
+        points = ACQUISITIONS["error_weighted_variance"].choose(here, 8).points
+        share[rule] = float(np.mean(points[:, 0] < 0.5))
+    assert share["none"] >= 0.5 and share["nugget"] <= 0.25, share
+
+
 # The preset's space: the jump (level ~ a) in a corner of it
 CORNER = {"level": {"type": "uniform", "low": 0.3, "high": 1.0}, "a": {"type": "uniform", "low": 0.0, "high": 0.4}}
 
@@ -213,7 +280,7 @@ def test_regimes_split_the_jump_and_predict_it_better_than_one_gp(gathered):
     assert np.array_equal(regime_labels(z, 3, 3), regimes.labels)  # reproducible
     test = np.random.default_rng(8).random((64, 2))
     truth = simulated(test, CORNER)
-    error = {kind: OUTPUTS.vrmse(emulator.predict(test), truth)["state"].mean()
+    error = {kind: OUTPUTS.nrmse(emulator.predict(test), truth)["state"]
              for kind, emulator in (("regimes", regimes), ("gp", Emulator(OUTPUTS, seed=3).fit(x, y)))}  # fmt: skip
     assert error["regimes"] < 0.6 * error["gp"], error  # measured 0.035 against 0.117
     for k, member in enumerate(regimes.members):  # leave-one-out within the run's regime
@@ -320,22 +387,25 @@ def test_adaptive_config_errors_name_the_key():
 
 
 def test_a_design_made_before_the_emulator_key_keeps_its_digest_and_another_emulator_starts_afresh():
-    """The digest that decides whether a rerun continues a design: with emulator gp (the default) it is the
-    digest of the keys designs were made with before `emulator` existed (the same sha256 of the same
-    JSON), so they continue; regimes, or another count of them, is another design."""
+    """The digest that decides whether a rerun continues a design: with emulator gp, no space-filling share
+    and the whole error (what designs were made with before those keys existed) it is the digest of the
+    keys they were made with (the same sha256 of the same JSON), so they continue; regimes, or another
+    count of them, or the defaults' share and nugget, is another design."""
     import hashlib
 
     from pipeline.simulators.adaptive import ADAPTIVE_DIGEST_KEYS, DIGEST_KEYS, design_digest
 
     path = REPO / "config" / "presets" / "adaptive-fronts.yaml"
     simulate = cfg.validate(yaml.safe_load(path.read_text()))["simulate"]
-    gp = {**simulate, "adaptive": {**simulate["adaptive"], "emulator": "gp"}}
+    before_keys = {"emulator": "gp", "space_filling_share": 0.0, "irreducible": "none"}
+    gp = {**simulate, "adaptive": {**simulate["adaptive"], **before_keys}}
     before = {k: gp[k] for k in DIGEST_KEYS} | {k: gp["adaptive"][k] for k in ADAPTIVE_DIGEST_KEYS}
     old = hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:16]
     assert design_digest(gp) == old
     regimes = design_digest(simulate)
     more = design_digest({**simulate, "adaptive": {**simulate["adaptive"], "regimes": 5}})
-    assert len({old, regimes, more}) == 3
+    shared = design_digest({**gp, "adaptive": {**gp["adaptive"], "space_filling_share": 0.5}})
+    assert len({old, regimes, more, shared}) == 4
 
 
 # ---------------------------------------------------------------- the loop, under mpiexec
@@ -389,9 +459,20 @@ def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
     assert [r["run"] for r in rows] == [f"run-{i:06d}" for i in range(20)]
     assert [r["round"] for r in rows] == [0] * 8 + [1] * 4 + [2] * 4 + [3] * 4
     assert all(r["acquisition"] == "initial" and np.isnan(r["uncertainty"]) for r in rows[:8])
-    chosen = rows[8:]
-    assert all(r["acquisition"] == "error_weighted_variance" and r["acquisition_value"] > 0 and r["uncertainty"] > 0
-               for r in chosen)  # fmt: skip
+    # each round: 2 of its 4 runs the initial Sobol design continued (space_filling_share 0.5, the default),
+    # the other 2 the acquisition's
+    from pipeline.design.space import unit_design
+
+    simulate = yaml.safe_load(path.read_text())["simulate"]  # its space's order: the config's
+    continued = unit_design("sobol", 14, 2, simulate["seed"], 8, 14)
+    for round_index in (1, 2, 3):
+        first = 4 + 4 * round_index
+        filled, chosen = rows[first : first + 2], rows[first + 2 : first + 4]
+        assert [r["acquisition"] for r in filled] == ["space_filling"] * 2
+        unit = unit_points({k: np.array([r[k] for r in filled]) for k in SPACE}, simulate["space"])
+        assert np.allclose(unit, continued[2 * round_index - 2 : 2 * round_index], atol=1e-6)
+        assert all(r["acquisition"] == "error_weighted_variance" and r["acquisition_value"] > 0
+                   and r["uncertainty"] > 0 for r in chosen)  # fmt: skip
     # each run's file holds what its row says it was run with
     import h5py
 
@@ -399,21 +480,21 @@ def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
         with h5py.File(next((tmp_path / "work" / "raw").glob(f"0*/{r['run']}/bistable.h5")), "r") as f:
             assert np.allclose(f["params"][()], [r["level"], r["a"]], rtol=1e-6)
     rounds = json.loads((tmp_path / "work" / "raw" / "adaptive" / "rounds.json").read_text())
-    fitted = [r for r in rounds if "validation_vrmse_mean" in r]
+    fitted = [r for r in rounds if "validation_nrmse_mean" in r]
     assert [r["fitted_on"] for r in fitted] == [8, 12, 16, 20]
-    assert all(set(r["validation_vrmse"]) == {"state"} for r in fitted)
+    assert all(set(r["validation_nrmse"]) == {"state"} for r in fitted)
     assert rounds[-1]["final"] and rounds[-1]["stopped"] == "budget"
     # TensorBoard: a point per round (the last: the final fit, which stopped the loop), read with its reader
     board = board_events(tmp_path / "work" / "raw" / "adaptive" / "tensorboard")["scalars"]
     assert board["runs"] == {0: 8, 1: 12, 2: 16, 3: 20, 4: 20}
-    assert board["validation_vrmse_mean"] == pytest.approx({r["round"]: r["validation_vrmse_mean"] for r in fitted})
-    assert board["validation_vrmse/state"] == board["validation_vrmse_mean"] and 1 in board["acquisition_value/max"]
+    assert board["validation_nrmse_mean"] == pytest.approx({r["round"]: r["validation_nrmse_mean"] for r in fitted})
+    assert board["validation_nrmse/state"] == board["validation_nrmse_mean"] and 1 in board["acquisition_value/max"]
     for name in ("design.png", "error.png"):
         assert (tmp_path / "work" / "raw" / "adaptive" / name).stat().st_size > 1000
     ledger = (tmp_path / "ledger.txt").read_text().split()
     assert sorted(ledger) == [r["run"] for r in rows]  # each run ran once
     shown = json.loads(run_cli(["status", str(tmp_path / "work"), "--json"], ranks=None).stdout)["steps"][0]
-    assert shown["round"] == {"round": 4, "runs": 20, "validation_vrmse": round(fitted[-1]["validation_vrmse_mean"], 4)}
+    assert shown["round"] == {"round": 4, "runs": 20, "validation_nrmse": round(fitted[-1]["validation_nrmse_mean"], 4)}
     # a rerun repeats nothing; a larger budget continues the same design
     run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
     assert len((tmp_path / "ledger.txt").read_text().split()) == 20

@@ -9,7 +9,8 @@ What it answers, at points of the unit cube:
 - `variance`: the posterior variance summed over the components (standardised units: the variance of the
   reconstructed outputs, as the components are orthonormal), with `posterior` for a batch's fantasies;
 - `loo`: each run's prediction by the other runs (exact leave-one-out for the fitted hyperparameters:
-  y_i - [K^-1 y]_i / [K^-1]_ii per component): the validation error and each run's loss, at no refit.
+  y_i - [K^-1 y]_i / [K^-1]_ii per component): the validation error (NRMSE) and each run's loss, at no
+  refit.
 
 Memory: runs x output entries (the runs' outputs), runs² per component; time: components x a few
 Cholesky factorisations of runs x runs per hyperparameter step (O(runs³)): hundreds to a few thousand
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import cho_solve
 
-from pipeline.data.scores import vrmse
+from pipeline.data.scores import normalised_squared_errors
 
 SPREAD_FLOOR = 1e-12  # the least spread an output is divided by: one that never changes is not divided by 0
 
@@ -62,9 +63,17 @@ class Outputs:
             scale[a:b] = max(float((y[:, a:b] - mean[a:b]).std()), SPREAD_FLOOR)
         return mean, scale
 
-    def vrmse(self, predicted: np.ndarray, true: np.ndarray) -> dict[str, np.ndarray]:
-        """Per output, each run's VRMSE over the output's entries (The Well's, the surrogate task's)."""
-        return {name: vrmse(predicted[:, a:b], true[:, a:b]) for name, (a, b, _) in self.layout.items()}
+    def errors(self, predicted: np.ndarray, true: np.ndarray) -> dict[str, np.ndarray]:
+        """Per output, each run's mean squared error over the output's entries divided by the output's
+        variance over the runs (pipeline.data.scores: its share of NRMSE², as the trained surrogates are
+        scored; a run whose output is constant cannot inflate it)."""
+        return {
+            name: normalised_squared_errors(predicted[:, a:b], true[:, a:b]) for name, (a, b, _) in self.layout.items()
+        }
+
+    def nrmse(self, predicted: np.ndarray, true: np.ndarray) -> dict[str, float]:
+        """Per output, NRMSE over the runs."""
+        return {name: float(np.sqrt(e.mean())) for name, e in self.errors(predicted, true).items()}
 
 
 class Emulator:
@@ -134,9 +143,10 @@ class Emulator:
             columns.append(normalised)
         return (np.column_stack(columns) @ self.components) * self.scale + self.mean
 
-    def loo_vrmse(self) -> dict[str, np.ndarray]:
-        """Each run's leave-one-out VRMSE per output: the validation error that costs no runs."""
-        return self.outputs.vrmse(self.loo(), self.y)
+    def loo_errors(self) -> dict[str, np.ndarray]:
+        """Each run's leave-one-out error per output (Outputs.errors): the validation error that costs no
+        runs; NRMSE is the square root of their mean."""
+        return self.outputs.errors(self.loo(), self.y)
 
 
 class Posterior:

@@ -86,8 +86,8 @@ class RegimeEmulator:
             out[self.labels == k] = member.loo()
         return out
 
-    def loo_vrmse(self) -> dict[str, np.ndarray]:
-        return self.outputs.vrmse(self.loo(), self.y)
+    def loo_errors(self) -> dict[str, np.ndarray]:
+        return self.outputs.errors(self.loo(), self.y)
 
 
 def regime_labels(z: np.ndarray, regimes: int, seed: int) -> np.ndarray:

@@ -72,7 +72,7 @@ def surrogate_examples(
     path: Path,
 ) -> None:
     """A row per example and output: a field's truth, prediction and difference side by side (one colour
-    scale for truth and prediction), a vector's truth and prediction as lines; each output's VRMSE beside
+    scale for truth and prediction), a vector's truth and prediction as lines; each output's NRMSE beside
     the emulator's in its column's title."""
     names = list(true)
     examples = len(next(iter(true.values()))) if names else 0
@@ -83,7 +83,7 @@ def surrogate_examples(
         column = 0
         for name in names:
             t, p = true[name][row], predicted[name][row]
-            score = f"VRMSE {scores.get(name, float('nan')):.3f}"
+            score = f"NRMSE {scores.get(name) or float('nan'):.3f}"
             if baseline.get(name) is not None:
                 score += f" (emulator {baseline[name]:.3f})"
             if t.ndim >= 2:
@@ -118,27 +118,27 @@ def middle_plane(field: np.ndarray) -> np.ndarray:
 
 
 def rollout_curves(rollout: Mapping[str, Any], name: str, path: Path) -> None:
-    """An autoregressive rollout: VRMSE per step (the network's and persistence's), then truth, prediction
+    """An autoregressive rollout: NRMSE per step (the network's and persistence's), then truth, prediction
     and difference for the first test trajectory at a few steps (the first channel; a cube's middle plane)."""
     examples = rollout.get("examples") or {}
     shown = len(examples.get("steps", []))
     fig, axes = plt.subplots(1 + shown, 3, figsize=(10, 3.0 * (1 + shown)), squeeze=False, layout="constrained")
     steps = np.arange(1, rollout["steps"] + 1)
     ax = axes[0, 0]
-    fields = (rollout.get("by_field") or {}).get("vrmse_per_step") or {}
+    fields = (rollout.get("by_field") or {}).get("nrmse_per_step") or {}
     mean = " (mean of the fields)" if len(fields) > 1 else ""
-    ax.plot(steps, rollout["vrmse_per_step"], "o-", label="network" + mean)
-    ax.plot(steps, rollout["persistence_vrmse_per_step"], "s--", label="persistence" + mean)
-    ax.set(xlabel="step of the rollout", ylabel="VRMSE", title=f"{name}: rollout over {rollout['trajectories']} "
+    ax.plot(steps, rollout["nrmse_per_step"], "o-", label="network" + mean)
+    ax.plot(steps, rollout["persistence_nrmse_per_step"], "s--", label="persistence" + mean)
+    ax.set(xlabel="step of the rollout", ylabel="NRMSE", title=f"{name}: rollout over {rollout['trajectories']} "
            "trajectories")  # fmt: skip
     ax.legend(fontsize=8)
     if len(fields) > 1:  # each field apart: the network's and persistence's curves
         ax = axes[0, 1]
-        persisted = rollout["by_field"]["persistence_vrmse_per_step"]
+        persisted = rollout["by_field"]["persistence_nrmse_per_step"]
         for i, (field, curve) in enumerate(fields.items()):
             ax.plot(steps, curve, "o-", color=f"C{i}", label=f"{field}: network")
             ax.plot(steps, persisted[field], "s--", color=f"C{i}", alpha=0.6, label=f"{field}: persistence")
-        ax.set(xlabel="step of the rollout", ylabel="VRMSE", title="per field")
+        ax.set(xlabel="step of the rollout", ylabel="NRMSE", title="per field")
         ax.legend(fontsize=7)
     for spare in axes[0, 1 + (len(fields) > 1) :]:
         spare.axis("off")
@@ -307,14 +307,14 @@ def adaptive_figures(runs: Any, names: Sequence[str], rounds: Sequence[Mapping[s
     ax.set_ylabel(names[1] if len(names) > 1 else "")
     ax.set_title(f"{len(x)} runs, chosen in {int(rounds_of.max()) + 1} rounds")
     _save(fig, design_path)
-    fitted = [r for r in rounds if "validation_vrmse_mean" in r]
+    fitted = [r for r in rounds if "validation_nrmse_mean" in r]
     fig, ax = plt.subplots(figsize=(5.5, 4))
     if fitted:
         counts = [r["fitted_on"] for r in fitted]
-        ax.plot(counts, [r["validation_vrmse_mean"] for r in fitted], "o-", label="leave-one-out VRMSE (mean)")
+        ax.plot(counts, [r["validation_nrmse_mean"] for r in fitted], "o-", label="leave-one-out NRMSE (mean)")
         ax.set_yscale("log")
         ax.legend()
     ax.set_xlabel("runs the emulator was fitted on")
-    ax.set_ylabel("validation VRMSE")
+    ax.set_ylabel("validation NRMSE")
     ax.set_title("the emulator's error as the design grows")
     _save(fig, error_path)

@@ -100,10 +100,10 @@ def data_steps(layout: Layout) -> list[dict[str, Any]]:
         simulate["samples"] = summary.get("samples")
     rounds = _json(RawPaths(raw).adaptive.rounds)
     if rounds:  # an adaptive design: its last round, and the emulator's validation error then
-        fitted = [r for r in rounds if "validation_vrmse_mean" in r]
+        fitted = [r for r in rounds if "validation_nrmse_mean" in r]
         simulate["round"] = {"round": rounds[-1]["round"], "runs": rounds[-1].get("runs")}
         if fitted:
-            simulate["round"]["validation_vrmse"] = round(fitted[-1]["validation_vrmse_mean"], 4)
+            simulate["round"]["validation_nrmse"] = round(fitted[-1]["validation_nrmse_mean"], 4)
     ingested = _json(layout.ingest_summary) or {}
     converted = _json(layout.stats) or {}
     meta = _json(layout.metadata) or {}
@@ -203,8 +203,8 @@ def _details(step: Mapping[str, Any]) -> str:
         if "round" in step:
             at = step["round"]
             text += f"; round {at['round']}"
-            if "validation_vrmse" in at:
-                text += f", validation VRMSE {at['validation_vrmse']}"
+            if "validation_nrmse" in at:
+                text += f", validation NRMSE {at['validation_nrmse']}"
         return text
     if name == "train":
         if not step.get("at"):
@@ -273,11 +273,11 @@ def score_lines(summary: Mapping[str, Any]) -> list[str]:
             where = f"{metric} {name}" if name is not None else metric
             lines.append(f"  {where}: {_value(value)}" + (f"  ({', '.join(beside)})" if beside else ""))
     rollout = summary.get("rollout") or {}
-    if rollout.get("vrmse_per_step"):
-        last, held = rollout["vrmse_per_step"][-1], rollout["persistence_vrmse_per_step"][-1]
+    if rollout.get("nrmse_per_step"):
+        last, held = rollout["nrmse_per_step"][-1], rollout["persistence_nrmse_per_step"][-1]
         every = "below persistence at every step" if rollout.get("below_persistence_at_every_step") else (
             "not below persistence at every step")  # fmt: skip
-        lines.append(f"  rollout of {rollout['steps']} steps on {rollout.get('split')}: VRMSE {_value(last)} at the "
+        lines.append(f"  rollout of {rollout['steps']} steps on {rollout.get('split')}: NRMSE {_value(last)} at the "
                      f"last (persistence {_value(held)}), {every}")  # fmt: skip
     if summary.get("below_baseline"):
         lines.append(f"  below the baseline on: {', '.join(map(str, summary['below_baseline']))}")

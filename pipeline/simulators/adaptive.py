@@ -8,7 +8,7 @@ run that succeeded, scores a candidate pool (`pool` scrambled Sobol points) by t
 acquisition (pipeline/design/acquisitions/) and runs the `batch` it picks, none within `min_spacing` of
 each other nor of any earlier run (failed runs included: their points are never proposed again). It stops
 at `budget` runs, after `rounds` adaptive rounds, or when the emulator's validation error (leave-one-out
-VRMSE, mean over the outputs) reaches `target_error`.
+NRMSE over the runs, pipeline.data.scores, mean over the outputs) reaches `target_error`.
 
 One step, not a Snakemake checkpoint per round: the farm keeps its ranks across rounds (on Slurm a job per
 round would wait in the queue for every batch of minutes-long runs), and rounds are many where checkpoints
@@ -37,7 +37,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,9 @@ from pipeline import Sim2dlError, json_digest
 from pipeline.design.acquisitions import ACQUISITIONS, Context
 from pipeline.design.emulator import Outputs
 from pipeline.design.regimes import make_emulator
+from pipeline.design.share import SPACE_FILLING, shared_choice
 from pipeline.design.space import candidate_pool, min_spacing, parameter_columns, unit_design, unit_points
+from pipeline.formats.fields.column import DESIGN_METADATA
 from pipeline.formats.readers import reader_for
 from pipeline.formats.readers.base import SampleError
 from pipeline.paths import AdaptivePaths, RawPaths
@@ -77,6 +79,9 @@ DIGEST_KEYS = ("space", "seed", "design", "command")
 ADAPTIVE_DIGEST_KEYS = ("initial", "batch", "acquisition", "pool", "outputs", "files", "sigma", "committee",
                         "min_spacing")  # fmt: skip
 REGIMES_DIGEST_KEYS = ("emulator", "regimes")  # only with emulator: regimes, so designs made before keep theirs
+# in the digest only where they choose otherwise than before they existed (a design made then keeps its digest
+# where it is continued with them so; the defaults choose otherwise, and start such a design afresh)
+CHOOSING_BEFORE = {"space_filling_share": 0.0, "irreducible": "none"}
 # (budget, rounds and target_error are not in it: raising them continues the design)
 
 
@@ -105,6 +110,7 @@ def design_digest(settings: Mapping[str, Any]) -> str:
     adaptive = settings["adaptive"]
     keys = ADAPTIVE_DIGEST_KEYS + (REGIMES_DIGEST_KEYS if adaptive["emulator"] != "gp" else ())
     keyed = {k: settings[k] for k in DIGEST_KEYS} | {k: adaptive[k] for k in keys}
+    keyed |= {k: adaptive[k] for k, before in CHOOSING_BEFORE.items() if adaptive[k] != before}
     return json_digest(keyed)
 
 
@@ -115,10 +121,11 @@ def check_adaptive(settings: Mapping[str, Any]) -> None:
                           f"{sorted(ACQUISITIONS)}")  # fmt: skip
 
 
-def round_table(settings: Mapping[str, Any], unit: np.ndarray, first: int, round_index: int, acquisition: str,
-                values: np.ndarray, uncertainty: np.ndarray, digest: str) -> pa.Table:  # fmt: skip
+def round_table(settings: Mapping[str, Any], unit: np.ndarray, first: int, round_index: int,
+                acquisition: str | Sequence[str], values: np.ndarray, uncertainty: np.ndarray,
+                digest: str) -> pa.Table:  # fmt: skip
     """A round's design: run names and seeds continuing the earlier rounds', each parameter, the round and
-    what chose it."""
+    what chose it (one name for the round, or one per run)."""
     space, budget = settings["space"], settings["adaptive"]["budget"]
     indices = np.arange(first, first + len(unit), dtype=np.int64)
     columns = parameter_columns(unit, space) if len(unit) else {n: np.zeros(0) for n in space}
@@ -126,12 +133,13 @@ def round_table(settings: Mapping[str, Any], unit: np.ndarray, first: int, round
     fields += [pa.field(n, column_type(spec, None)) for n, spec in space.items()]
     fields += [pa.field("seed", pa.int64()), pa.field("round", pa.int32()), pa.field("acquisition", pa.string()),
                pa.field("acquisition_value", pa.float64()), pa.field("uncertainty", pa.float64())]  # fmt: skip
-    schema = pa.schema(fields, metadata={"sim2dl_design": digest})
+    schema = pa.schema(fields, metadata={DESIGN_METADATA: digest})
     seeds = (settings["seed"] * 100_003 + indices) % SEED_MODULUS + 1
     arrays = [pa.array([run_name(int(i), budget) for i in indices], pa.string())]
     arrays += [pa.array(columns[f.name], f.type) for f in fields[1 : 1 + len(space)]]
     arrays += [pa.array(seeds), pa.array(np.full(len(unit), round_index, np.int32)),
-               pa.array([acquisition] * len(unit), pa.string()), pa.array(np.asarray(values, np.float64)),
+               pa.array([acquisition] * len(unit) if isinstance(acquisition, str) else list(acquisition), pa.string()),
+               pa.array(np.asarray(values, np.float64)),
                pa.array(np.asarray(uncertainty, np.float64))]  # fmt: skip
     return pa.Table.from_arrays(arrays, schema=schema)
 
@@ -248,9 +256,9 @@ def choose(settings: Mapping[str, Any], history: History, round_index: int,
     emulator = make_emulator(history.layout, settings["seed"], adaptive["emulator"], adaptive["regimes"]).fit(x, y)
     stats["seconds_fitting"] = round(time.perf_counter() - started, 4)
     stats["fitted_on"] = len(x)
-    validation = {n: float(v.mean()) for n, v in emulator.loo_vrmse().items()}
-    stats["validation_vrmse"] = validation
-    stats["validation_vrmse_mean"] = float(np.mean(list(validation.values())))
+    validation = {n: float(np.sqrt(v.mean())) for n, v in emulator.loo_errors().items()}
+    stats["validation_nrmse"] = validation
+    stats["validation_nrmse_mean"] = float(np.mean(list(validation.values())))
     planned = adaptive["rounds"]
     if planned is None:
         planned = -(-(budget - adaptive["initial"]) // adaptive["batch"])
@@ -261,7 +269,7 @@ def choose(settings: Mapping[str, Any], history: History, round_index: int,
         stop = "budget"
     elif adaptive["rounds"] is not None and round_index > adaptive["rounds"]:
         stop = "rounds"
-    elif target is not None and stats["validation_vrmse_mean"] <= target:
+    elif target is not None and stats["validation_nrmse_mean"] <= target:
         stop = "target_error"
     if stop:
         return None, {**stats, "stopped": stop, "runs": history.runs, "runs_ok": len(x)}
@@ -274,7 +282,8 @@ def choose(settings: Mapping[str, Any], history: History, round_index: int,
     # one BLAS thread: choosing multiplies small matrices (pool x runs), and handing each product to BLAS's
     # threads cost more than it saved (0.02 to 0.22 s a round at 56 runs on 2 cores, against 0.015 to 0.033)
     with threadpool_limits(limits=1, user_api="blas"):
-        choice = ACQUISITIONS[adaptive["acquisition"]].choose(context, batch)
+        share = adaptive["space_filling_share"]
+        choice = shared_choice(ACQUISITIONS[adaptive["acquisition"]], context, batch, share)
         uncertainty = np.sqrt(emulator.variance(choice.points)) if len(choice.points) else np.zeros(0)
     stats["seconds_choosing"] = round(time.perf_counter() - started, 4)
     if not len(choice.points):
@@ -282,8 +291,9 @@ def choose(settings: Mapping[str, Any], history: History, round_index: int,
     values = choice.values
     stats["acquisition_value"] = {"min": float(values.min()), "mean": float(values.mean()), "max": float(values.max())}
     stats["uncertainty_mean"] = float(uncertainty.mean())
-    table = round_table(settings, choice.points, history.runs, round_index, adaptive["acquisition"], values,
-                        uncertainty, digest)  # fmt: skip
+    stats["space_filling"] = (choice.chosen_by or []).count(SPACE_FILLING)
+    table = round_table(settings, choice.points, history.runs, round_index, choice.chosen_by or adaptive["acquisition"],
+                        values, uncertainty, digest)  # fmt: skip
     return table, stats
 
 
@@ -292,7 +302,7 @@ def prepare(paths: AdaptivePaths, root: Path, digest: str) -> None:
     first = paths.design(0)
     if not first.exists():
         return
-    if (pq.read_schema(first).metadata or {}).get(b"sim2dl_design", b"").decode() == digest:
+    if (pq.read_schema(first).metadata or {}).get(DESIGN_METADATA, b"").decode() == digest:
         return
     log.warning("sim2dl simulate: the adaptive design changed since %s was written: its runs are removed", first)
     shutil.rmtree(paths.root)
@@ -364,7 +374,7 @@ def summarise(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], his
     every = history.table().column("status").to_pylist()
     figures(paths, settings, history)
     summary = {"runs": len(every), **{s: every.count(s) for s in STATUSES}, "rounds": rounds,
-               "stopped": final.get("stopped"), "validation_vrmse_mean": final.get("validation_vrmse_mean"),
+               "stopped": final.get("stopped"), "validation_nrmse_mean": final.get("validation_nrmse_mean"),
                "acquisition": settings["adaptive"]["acquisition"], "design": settings["design"],
                "seconds_running": round(seconds, 3), "runs_table": str(RawPaths(root).runs),
                "rounds_table": str(paths.rounds)}  # fmt: skip

@@ -57,6 +57,7 @@ import pyarrow.parquet as pq
 
 from pipeline import Sim2dlError
 from pipeline.design.space import scale, unit_design
+from pipeline.formats.fields.column import DESIGN_METADATA
 from pipeline.paths import RawPaths
 from pipeline.reporting.progress import progress_bar
 from pipeline.runtime.launch import simulator_argv
@@ -200,7 +201,7 @@ class EnsemblePlan:
             fields += [pa.field("acquisition", pa.string()), pa.field("acquisition_value", pa.float64())]
             plan.chosen = np.full((runs, len(space)), np.nan)
             plan.chosen_value = np.full(runs, np.nan)
-        plan.schema = pa.schema(fields, metadata={"sim2dl_design": digest})
+        plan.schema = pa.schema(fields, metadata={DESIGN_METADATA: digest})
         return plan
 
     def choose(self, index: int, point: np.ndarray, value: float) -> None:
@@ -471,7 +472,7 @@ def prepare_design(plan: EnsemblePlan, root: Path) -> None:
     paths = RawPaths(root)
     if paths.runs.exists():
         metadata = pq.read_schema(paths.runs).metadata or {}
-        if metadata.get(b"sim2dl_design", b"").decode() == plan.digest:
+        if metadata.get(DESIGN_METADATA, b"").decode() == plan.digest:
             return
         log.warning("sim2dl simulate: the design changed since %s was written: its runs are removed", paths.runs)
         for group in root.glob("[0-9][0-9][0-9][0-9][0-9]"):

@@ -43,7 +43,7 @@ import yaml
 
 from pipeline import Sim2dlError
 from pipeline import config as cfg
-from pipeline.formats.fields.column import RUN_DIRECTORY, RUNS_TABLES, run_directory
+from pipeline.formats.fields.column import DESIGN_METADATA, RUN_DIRECTORY, RUNS_TABLES, run_directory
 from pipeline.formats.readers import BY_SUFFIX, READERS, SampleError, is_input_directory
 from pipeline.formats.readers.base import FIELD_AXIS, ArrayInfo, Contents, Conventions, Reader, fields_last_shape
 from pipeline.formats.readers.events import TableField, propose_tables, starter_tables
@@ -515,7 +515,7 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     conventions = common_conventions(result)
     if conventions is not None:  # what the format says of itself (readers' describe): it decides where it speaks
         follow_conventions(chosen, conventions, decided.sample_shapes)
-    follow_runs_table(chosen, result)
+    follow_runs_table(chosen, result, decided)
     if decided.trajectory is not None:
         follow_trajectory(chosen, decided, run_parameters(result))
         candidates = [c for c in candidates if c.split(":")[0] not in chosen.labels]  # mapped as parameters
@@ -593,21 +593,15 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
     shape = chosen.first_shape
     features, labels, deposit = chosen.features, chosen.labels, chosen.deposit
     vectors = [label for label in labels if chosen.fields.get(label, {}).get("shape")]  # statistics per channel
+    if chosen.task == "surrogate":  # a forward surrogate's per-channel fields are chosen already
+        vectors = []
     return [
         ([], {"workdir": workdir}),
         (["existing output, below source.path: the simulator is off"], {"simulate": {"enabled": False}}),
         source_section(result, decided, chosen, conventions, candidates, skipped),
         (
             [
-                "features: the largest array, the network's input; labels: the small vectors (and a class)",
-                *(
-                    [
-                        f"also large, mapped but not used: {', '.join(chosen.unused)} (a mask to segment: labels "
-                        "with train.task: segmentation; more inputs: convert.stack, or your own model)"
-                    ]
-                    if chosen.unused
-                    else []
-                ),
+                *convert_comments(chosen),
                 "log1p: e.g. the features, for particle counts; normalise: standardised with the data's statistics",
                 "split: cut the features into sub-volumes, e.g. [32, 32, 32]",
                 *chosen.notes,
@@ -637,6 +631,23 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
                     **({chosen.task: chosen.task_settings} if chosen.task_settings else {}),
                 }
             },
+        ),
+    ]
+
+
+def convert_comments(chosen: StarterChoice) -> list[str]:
+    """What the convert section's features and labels are, and the arrays mapped but not used."""
+    if chosen.task == "surrogate":
+        return ["features: the design's parameters; labels: what each run wrote (a forward surrogate)"]
+    return [
+        "features: the largest array, the network's input; labels: the small vectors (and a class)",
+        *(
+            [
+                f"also large, mapped but not used: {', '.join(chosen.unused)} (a mask to segment: labels "
+                "with train.task: segmentation; more inputs: convert.stack, or your own model)"
+            ]
+            if chosen.unused
+            else []
         ),
     ]
 
@@ -682,10 +693,22 @@ def source_section(result: Survey, decided: Any, chosen: StarterChoice, conventi
     )
 
 
-def runs_table(result: Survey) -> tuple[str, list[str]] | None:
+@dataclass(frozen=True)
+class RunsTable:
+    """An ensemble's runs table: its file's name, the design's parameters (a run's inputs), and whether
+    sim2dl wrote it (a design whose outputs a forward surrogate learns)."""
+
+    name: str
+    parameters: list[str]
+    by_sim2dl: bool
+
+
+def runs_table(result: Survey) -> RunsTable | None:
     """An ensemble's runs table at the inspected directory's top (RUNS_TABLES) when every inspected file
-    lies in a run's directory: its name and its numeric columns other than the run's key and seed (the
-    design's parameters, a run's inputs); None where there is none."""
+    lies in a run's directory; None where there is none. The parameters of a table sim2dl wrote (its
+    schema's DESIGN_METADATA) are the columns between `run` and `seed`, as the ensemble writes them: the
+    bookkeeping after them (round, acquisition, attempts, seconds, exit_code, ...) is not science. Of
+    another table: its numeric columns other than the run's key and seed."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
@@ -699,16 +722,22 @@ def runs_table(result: Survey) -> tuple[str, list[str]] | None:
     except (OSError, pa.ArrowInvalid):
         return None
     numeric = [f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
-    return found.name, [name for name in numeric if name not in ("run", "seed")]
+    names = schema.names
+    if DESIGN_METADATA in (schema.metadata or {}) and "run" in names and "seed" in names:
+        design = names[names.index("run") + 1 : names.index("seed")]
+        return RunsTable(found.name, [name for name in design if name in numeric], True)
+    return RunsTable(found.name, [name for name in numeric if name not in ("run", "seed")], False)
 
 
-def follow_runs_table(chosen: StarterChoice, result: Survey) -> None:
-    """An ensemble's parameters are what a user learns back from its output: the runs table's columns
-    become the labels (source.labels_table, each row matched by the run's directory)."""
+def follow_runs_table(chosen: StarterChoice, result: Survey, decided: Any) -> None:
+    """An ensemble's parameters, from its runs table (source.labels_table, each row matched by the run's
+    directory). A design sim2dl ran is run for a forward surrogate (its parameters to its outputs), unless
+    each file is a trajectory (a next state conditioned on them: follow_trajectory); another table's
+    columns become the labels a network learns back from the output."""
     table = runs_table(result)
-    if table is None or not table[1]:
+    if table is None or not table.parameters:
         return
-    name, columns = table
+    name, columns = table.name, table.parameters
     chosen.labels_table = {"path": name, "key": "run", "match": RUN_DIRECTORY}
     for column in columns:
         chosen.fields[column if column not in chosen.fields else f"{column}_run"] = {"column": column}
@@ -718,6 +747,53 @@ def follow_runs_table(chosen: StarterChoice, result: Survey) -> None:
     chosen.task = task_for("values")
     chosen.notes.append(f"labels: the ensemble's parameters, the columns {', '.join(columns)} of {name} (a row per "
                         "run, matched by the run's directory in each file's path)")  # fmt: skip
+    if table.by_sim2dl and decided.trajectory is None:
+        forward_surrogate(chosen, result, table)
+
+
+def forward_surrogate(chosen: StarterChoice, result: Survey, table: RunsTable) -> None:
+    """The design's parameters (stacked into one vector, `params`) in, every array a run wrote out but a
+    copy of its own parameters: what a design is run for. Each parameter and each vector output normalised
+    per entry."""
+    parameters = list(chosen.labels)
+    arrays = [n for n, spec in chosen.fields.items() if "path" in spec and spec.get("shape") is not None]
+    copies = [n for n in arrays if echoes_the_design(result, table, chosen.fields[n])]
+    outputs = [n for n in arrays if n not in copies]
+    name = "params" if "params" not in chosen.fields else "design_params"
+    chosen.stack = {name: parameters}
+    chosen.features, chosen.labels, chosen.unused = [name], outputs, []
+    chosen.per_channel = [name] + [n for n in outputs if len(chosen.fields[n]["shape"]) == 1]
+    chosen.first_shape = (len(parameters),)
+    chosen.task = "surrogate"
+    chosen.model = {"model": "decoder", "depth": 3, "width": 16, "dense": 128}
+    chosen.notes[-1] = (f"a forward surrogate: the design's parameters ({', '.join(parameters)}, the columns of the "
+                        f"runs table, stacked as {name}) in, each run's {', '.join(outputs)} out")  # fmt: skip
+    if copies:
+        chosen.unused = copies
+        chosen.notes.append(f"not an output: {', '.join(copies)} (each run's copy of its own parameters)")
+
+
+def echoes_the_design(result: Survey, table: RunsTable, spec: Mapping[str, Any]) -> bool:
+    """Whether an array of as many values as the design has parameters holds, in the first inspected file,
+    that run's parameters as the runs table gives them (a simulator that writes its inputs beside its
+    outputs)."""
+    import pyarrow.parquet as pq
+
+    if list(spec.get("shape") or ()) != [len(table.parameters)] or not table.name.endswith(".parquet"):
+        return False
+    path = result.files[0]
+    run = run_directory(path.relative_to(result.source.root))
+    reader = reader_of(path)
+    if run is None or reader is None:
+        return False
+    row = pq.read_table(result.source.root / table.name, columns=["run", *table.parameters],
+                        filters=[("run", "=", run)])  # fmt: skip
+    if row.num_rows != 1:
+        return False
+    given = np.array([row.column(p)[0].as_py() for p in table.parameters], np.float64)
+    with reader.open(path) as opened:
+        written = np.asarray(opened.read(spec["path"], ()), np.float64).ravel()
+    return written.shape == given.shape and bool(np.allclose(written, given, rtol=1e-5, atol=1e-8))
 
 
 def follow_fields_first(chosen: StarterChoice) -> None:

@@ -40,6 +40,7 @@ class Context:
 class Choice:
     points: np.ndarray  # batch x dims, unit cube
     values: np.ndarray  # the acquisition's value at each when it was chosen
+    chosen_by: list[str] | None = None  # per point, what chose it (design/share.py: the share's or the acquisition)
 
 
 class Acquisition(ABC):

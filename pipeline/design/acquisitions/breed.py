@@ -1,11 +1,12 @@
 """Loss-based resampling, as Melissa's Breed does it (Dymchenko, Purandare, Raffin, arXiv 2410.05860): a
 parent is drawn from the completed runs in proportion to its loss, here the emulator's leave-one-out
-VRMSE at the run (its error where it was not told the answer, at no refit); its child is a Gaussian
-mutation of it (simulate.adaptive.sigma of each parameter's unit range), drawn again while outside the
-space or within the minimum spacing of a run or of the batch (8 tries, then the child is given up for a
-space-filling point). The share of bred runs rises linearly from 0.15 to 0.75 over the planned rounds
-(Breed's schedule); the rest are the pool's candidates farthest from every run (maximin). A child's
-value: its parent's loss; a space-filling point's: 0. Time: one leave-one-out pass, batch x tries draws.
+error at the run, normalised as NRMSE is (its error where it was not told the answer, at no refit); its
+child is a Gaussian mutation of it (simulate.adaptive.sigma of each parameter's unit range), drawn again
+while outside the space or within the minimum spacing of a run or of the batch (8 tries, then the child is
+given up for a space-filling point). The share of bred runs rises linearly from 0.15 to 0.75 over the
+planned rounds (Breed's schedule); the rest are the pool's candidates farthest from every run (maximin).
+A child's value: its parent's loss; a space-filling point's: 0. Time: one leave-one-out pass, batch x
+tries draws.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class Breed(Acquisition):
     name = "breed"
 
     def choose(self, context: Context, batch: int) -> Choice:
-        losses = np.mean(list(context.emulator.loo_vrmse().values()), axis=0)
+        losses = np.sqrt(np.mean(list(context.emulator.loo_errors().values()), axis=0))
         wanted = round(bred_share(context.round_index, context.rounds) * batch)
         points, values, taken = bred_children(context.done, losses, context.avoid, context.spacing,
                                               context.settings["sigma"], wanted, context.rng)  # fmt: skip

@@ -4,11 +4,11 @@ layer's size, the loss on the model's raw outputs, and the validation metrics an
     regression.py      the labels' values: MSE, R² per label, predicted vs true in the labels' units
     classification.py  one class id per sample: cross-entropy, accuracy, macro-F1, confusion matrix
     segmentation.py    a class id per pixel: per-pixel cross-entropy, IoU per class, mean IoU, masks
-    surrogate.py       the simulator's outputs from its inputs: weighted MSE, VRMSE per output, the
+    surrogate.py       the simulator's outputs from its inputs: weighted MSE, NRMSE per output, the
                        emulator (PCA + kernel ridge) beside it, a saved model in physical units
     next_state.py      k states of a trajectory to the next m (windows within a record), persistence
                        and a linear baseline beside it, an autoregressive rollout
-    autoencoder.py     fields in, the same fields out through a latent: reconstruction VRMSE per field,
+    autoencoder.py     fields in, the same fields out through a latent: reconstruction NRMSE per field,
                        PCA beside it, latents as Parquet, k-means and anomaly scores after training
 
 A task owns everything that depends on which task it is: its headline score names (`scores`, which

@@ -4,8 +4,9 @@ is one sample, its feature (H, W[, fields]) or with train.autoencoder.spatial_di
 the target is the feature itself, so no label is needed. The loss is the reconstruction's mean squared
 error (normalised units).
 
-Scored per field (a stack's members, the format's component names) by The Well's VRMSE of the
-reconstruction in physical units (convert's normalisation and log1p undone), as the surrogates are, beside
+Scored per field (a stack's members, the format's component names) by the reconstruction's NRMSE over the
+evaluated set in physical units (convert's normalisation and log1p undone; VRMSE per record over those with
+spread beside it), as the surrogates are (pipeline.data.scores), beside
 the classical baseline: PCA with as many components as the latent, fitted on the same training split
 (pipeline.training.baseline.PcaSums: exact up to PCA_MAX_OUTPUTS entries per sample, else a streamed
 Nyström sketch), with the below-baseline warning.
@@ -35,11 +36,11 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.data.scores import vrmse
+from pipeline.data.scores import SUMS, batch_sums, field_scores
 from pipeline.training.baseline import BaselineSums, PcaSums
 from pipeline.training.tasks.base import DataSpec, Evaluation, LabelField, TrainedModel
-from pipeline.training.tasks.next_state import field_names
-from pipeline.training.tasks.surrogate import Surrogate, normalised
+from pipeline.training.tasks.next_state import channel_statistics, field_names
+from pipeline.training.tasks.surrogate import Surrogate, normalised, physical_moments
 
 CLUSTER_SAMPLE = 20000  # records the clustering and the anomaly AUC are computed on, at most
 CLUSTER_SEED = 0
@@ -144,26 +145,32 @@ class Autoencoder(Surrogate):
 
     def evaluation(self) -> Evaluation:
         fields, outputs = len(self.field_names), self.outputs()
-        sums = {"n": np.zeros(1), "vrmse": np.zeros(fields)}
+        sums = {"n": np.zeros(1), "scores": np.zeros((fields, len(SUMS)))}
         return Evaluation(sums, {"predicted": np.zeros((0, outputs)), "true": np.zeros((0, outputs))})
 
-    def field_vrmse(self, outputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """(B, fields): each field's reconstruction VRMSE over the grid, in physical units."""
+    def reconstruction_sums(self, outputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """(fields, SUMS): each field's reconstruction score sums (VRMSE over the grid per record), in
+        physical units, about its training mean and with flatness judged against its training variance."""
         feature = self.data.feature
         predicted, true = self.physical(outputs)[feature], self.physical(labels)[feature]
-        return vrmse(predicted, true, over=tuple(range(1, 1 + self.spatial)))
+        shape = (len(true), *self.grid, self.channels)
+        predicted, true = predicted.reshape(shape), true.reshape(shape)
+        statistics = self.data.feature_statistics.get(feature)
+        rows = []
+        for c in range(self.channels):
+            shift, variance = physical_moments(channel_statistics(statistics, c), feature in self.data.log1p)
+            rows.append(batch_sums(predicted[..., c], true[..., c], shift=shift, reference_variance=variance))
+        return np.stack(rows)
 
     def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
-        evaluation.sums["vrmse"] += self.field_vrmse(outputs, labels).sum(axis=0)
+        evaluation.sums["scores"] += self.reconstruction_sums(outputs, labels)
         evaluation.sums["n"] += len(labels)
         self.keep_examples(evaluation, outputs, labels)
 
     def metrics(self, evaluation: Evaluation) -> dict[str, Any]:
-        n = evaluation.sums["n"][0]
-        if not n:
-            return {"vrmse": {}}
-        scores = evaluation.sums["vrmse"] / n
-        return {"vrmse": dict(zip(self.field_names, scores.tolist(), strict=True)), "vrmse_mean": float(scores.mean())}
+        if not evaluation.sums["n"][0]:
+            return {"nrmse": {}}
+        return field_scores(self.field_names, evaluation.sums["scores"])
 
     # ---- the classical baseline: PCA of as many components as the latent
     def baseline_method(self, statistics: str) -> str:
@@ -197,14 +204,14 @@ class Autoencoder(Surrogate):
         from pipeline.reporting.plots import surrogate_examples
 
         feature = self.data.feature
-        mean = {feature: self.metrics(evaluation).get("vrmse_mean", float("nan"))}
-        theirs = {feature: baseline["vrmse_mean"]} if (baseline or {}).get("vrmse_mean") is not None else {}
+        mean = {feature: self.metrics(evaluation).get("nrmse_mean") or float("nan")}
+        theirs = {feature: baseline["nrmse_mean"]} if (baseline or {}).get("nrmse_mean") is not None else {}
         surrogate_examples(self.physical(evaluation.examples["true"]), self.physical(evaluation.examples["predicted"]),
                            mean, theirs, path)  # fmt: skip
 
     # ---- after training: latents, clusters, anomaly scores
     def after_training(self, trained: TrainedModel) -> dict[str, Any]:
-        """Every record of the split through the kept model: its latent and reconstruction VRMSE (and PCA's)
+        """Every record of the split through the kept model: its latent and reconstruction error (and PCA's)
         written as Parquet by each rank; k-means and the anomaly AUC on a gathered sample."""
         encoder = latent_model(trained.model)
         comm, rank = trained.comm, trained.comm.Get_rank()

@@ -127,7 +127,7 @@ class Task:
     name = ""
     loss_name = "cross-entropy"
     max_examples = 0  # examples kept for the figure (all ranks together)
-    # summary.json's headline scores (accuracy, R²: higher is better; a surrogate's VRMSE: lower): what
+    # summary.json's headline scores (accuracy, R²: higher is better; a surrogate's NRMSE: lower): what
     # `sim2dl status`, a search's trials, a sweep's table and TensorBoard's baseline lines show, by the names
     # in summary.json's `score_names`
     scores: tuple[str, ...] = ()

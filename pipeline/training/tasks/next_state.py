@@ -11,11 +11,12 @@ different physics (PDEBench's way of giving an FNO or a U-Net its parameters); `
 built-in model read those channels as one vector that scales and shifts the features of every block
 (FiLM) instead of convolving them (`vector_channels`).
 
-Scored as the forward surrogate is (tasks/surrogate.py: VRMSE per sample in physical units; the output is
-named after the feature), one step ahead on the validation and test windows, beside persistence (the last
-input state held: `persistence_vrmse`) and the classical baseline (a linear map from the block-averaged
-input states onto the next states' principal components). After training, `rollout` runs the kept model
-autoregressively from each test trajectory's first k states to the horizon: VRMSE per step (the curve and
+Scored as the forward surrogate is (tasks/surrogate.py: NRMSE per field over the evaluated windows in
+physical units, VRMSE per window and step over those with spread beside it; the output is named after the
+feature), one step ahead on the validation and test windows, beside persistence (the last input state
+held: `persistence_nrmse`) and the classical baseline (a linear map from the block-averaged input states
+onto the next states' principal components). After training, `rollout` runs the kept model
+autoregressively from each test trajectory's first k states to the horizon: NRMSE per step (the curve and
 train/scores.png), persistence's per step beside it, and the relative error of the isotropic power
 spectrum in three log-spaced k bands at the horizon (The Well's binned spectral error).
 
@@ -34,8 +35,9 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
+from pipeline.data.scores import SUMS, batch_sums, field_scores, mean_or_none, nrmse_of_sums, vrmse_of_sums
 from pipeline.training.tasks.base import DataSpec, Evaluation, LabelField, TrainedModel
-from pipeline.training.tasks.surrogate import Surrogate, in_own_units, normalised, vrmse
+from pipeline.training.tasks.surrogate import Surrogate, in_own_units, normalised, physical_moments
 
 SPECTRUM_BANDS = 3
 # train.next_state.condition: how the model is given a run's parameters (true: as channels, as before)
@@ -168,35 +170,41 @@ class NextState(Surrogate):
 
     def evaluation(self) -> Evaluation:
         fields, outputs = len(self.field_names), self.outputs()
-        sums = {"n": np.zeros(1), "vrmse": np.zeros(fields), "persistence": np.zeros(fields)}
+        sums = {"n": np.zeros(1), "scores": np.zeros((fields, len(SUMS))), "persistence": np.zeros((fields, len(SUMS)))}
         return Evaluation(sums, {"predicted": np.zeros((0, outputs)), "true": np.zeros((0, outputs))})
 
-    def field_vrmse(self, predicted: np.ndarray, true: np.ndarray) -> np.ndarray:
-        """(B, fields): The Well's VRMSE per sample, field and step (over the grid), averaged over the m
-        steps; predicted and true (B, *grid, m C) in physical units. Scoring the channels jointly would put
-        the gap between the fields' means into var(truth) and flatter every figure."""
-        shape = (len(true), *self.grid, self.m, self.channels)
-        grid = tuple(range(1, 1 + self.spatial))
-        return vrmse(predicted.reshape(shape), true.reshape(shape), over=grid).mean(axis=1)
+    def state_sums(self, predicted: np.ndarray, true: np.ndarray) -> np.ndarray:
+        """(fields, SUMS): each field's score sums, VRMSE per sample and step over the grid; predicted and
+        true (B, *grid, steps C) in physical units (the m next states, or one step of a rollout). Scoring
+        the channels jointly would put the gap between the fields' means into the spread and flatter every
+        figure."""
+        shape = (len(true), *self.grid, -1, self.channels)
+        predicted, true = predicted.reshape(shape), true.reshape(shape)
+        return np.stack([self.channel_sums(predicted[..., c], true[..., c], c) for c in range(self.channels)])
+
+    def channel_sums(self, predicted: np.ndarray, true: np.ndarray, channel: int) -> np.ndarray:
+        """One field's score sums, (B, *grid[, steps]) in physical units: about its training mean, its
+        flatness judged against its training variance (convert's statistics of the trajectory)."""
+        statistics = channel_statistics(self.data.feature_statistics.get(self.data.feature), channel)
+        shift, variance = physical_moments(statistics, self.data.feature in self.data.log1p)
+        return batch_sums(predicted, true, over=tuple(range(1, 1 + self.spatial)), shift=shift,
+                          reference_variance=variance)  # fmt: skip
 
     def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
         feature = self.data.feature
         predicted, true = self.physical(outputs)[feature], self.physical(labels)[feature]
-        evaluation.sums["vrmse"] += self.field_vrmse(predicted, true).sum(axis=0)
-        evaluation.sums["persistence"] += self.field_vrmse(self.input_field(features), true).sum(axis=0)
+        evaluation.sums["scores"] += self.state_sums(predicted, true)
+        evaluation.sums["persistence"] += self.state_sums(self.input_field(features), true)
         evaluation.sums["n"] += len(labels)
         self.keep_examples(evaluation, outputs, labels)
 
     def metrics(self, evaluation: Evaluation) -> dict[str, Any]:
-        """VRMSE and persistence's per field (by the stack's members or the format's component names; the
-        trajectory's name where it holds one field) and their means."""
-        n = evaluation.sums["n"][0]
-        if not n:
-            return {"vrmse": {}}
-        scores, kept = evaluation.sums["vrmse"] / n, evaluation.sums["persistence"] / n
-        return {"vrmse": dict(zip(self.field_names, scores.tolist(), strict=True)), "vrmse_mean": float(scores.mean()),
-                "persistence_vrmse": dict(zip(self.field_names, kept.tolist(), strict=True)),
-                "persistence_vrmse_mean": float(kept.mean())}  # fmt: skip
+        """NRMSE (the headline) and VRMSE per field, persistence's beside them (by the stack's members or
+        the format's component names; the trajectory's name where it holds one field), and their means."""
+        if not evaluation.sums["n"][0]:
+            return {"nrmse": {}}
+        return {**field_scores(self.field_names, evaluation.sums["scores"]),
+                **field_scores(self.field_names, evaluation.sums["persistence"], prefix="persistence_")}  # fmt: skip
 
     def input_field(self, features: np.ndarray) -> np.ndarray:
         """The last input state, in physical units, repeated for each of the m outputs."""
@@ -248,12 +256,11 @@ class NextState(Surrogate):
 
     def rollout(self, predict: Callable[[np.ndarray], np.ndarray], batches: Any) -> dict[str, Any]:
         """The model fed its own outputs from each trajectory's first k states (normalised units in and out,
-        scored in physical units): VRMSE per step of the horizon, persistence's beside it, and the
+        scored in physical units): NRMSE per step of the horizon, persistence's beside it, and the
         relative error of the power spectrum at the horizon per k band. `batches`: whole trajectories and
         their records' labels (the parameters given as channels at every step, with `condition`)."""
         steps, c = self.horizon(), self.channels
-        grid = tuple(range(1, 1 + self.spatial))
-        sums = {"network": np.zeros((steps, c)), "persistence": np.zeros((steps, c))}  # per step and field
+        sums = {key: np.zeros((steps, c, len(SUMS))) for key in ("network", "persistence")}  # per step and field
         spectra = {"true": 0.0, "predicted": 0.0}
         count = 0
         examples: dict[str, np.ndarray] = {}
@@ -272,8 +279,8 @@ class NextState(Surrogate):
                     window.append(out[..., j, :])
             for s in range(steps):
                 truth = self.physical_states(states[:, self.k + s])
-                sums["network"][s] += vrmse(self.physical_states(predicted_steps[s]), truth, over=grid).sum(axis=0)
-                sums["persistence"][s] += vrmse(last, truth, over=grid).sum(axis=0)
+                sums["network"][s] += self.state_sums(self.physical_states(predicted_steps[s]), truth)
+                sums["persistence"][s] += self.state_sums(last, truth)
             final_true = self.physical_states(states[:, self.k + steps - 1])
             final_predicted = self.physical_states(predicted_steps[steps - 1])
             spectra["true"] = spectra["true"] + band_power(final_true).sum(axis=0)
@@ -289,14 +296,15 @@ class NextState(Surrogate):
         return {"steps": steps, "trajectories": count, "sums": sums, "spectra": spectra, "examples": examples}
 
     def rollout_summary(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
-        """Every rank's rollout joined: the curves averaged over all trajectories, the spectra added; each
-        per field and the fields' mean (the headline curves)."""
+        """Every rank's rollout joined: the sums added, the curves (NRMSE per step over all trajectories, and
+        VRMSE over the trajectories with spread) per field and the fields' mean (the headline curves), the
+        spectra added."""
         parts = [p for p in parts if p and p["trajectories"]]
         if not parts:
             return {}
         count = sum(p["trajectories"] for p in parts)
-        network = sum(p["sums"]["network"] for p in parts) / count  # (steps, fields)
-        persistence = sum(p["sums"]["persistence"] for p in parts) / count
+        network = sum(p["sums"]["network"] for p in parts)  # (steps, fields, SUMS)
+        persistence = sum(p["sums"]["persistence"] for p in parts)
         true = sum(p["spectra"]["true"] for p in parts)  # (bands, fields)
         predicted = sum(p["spectra"]["predicted"] for p in parts)
         relative = np.abs(predicted / np.maximum(true, 1e-30) - 1)
@@ -304,22 +312,27 @@ class NextState(Surrogate):
         def by_field(values: np.ndarray) -> dict[str, list[float]]:
             return {name: values[:, i].tolist() for i, name in enumerate(self.field_names)}
 
-        return {"steps": parts[0]["steps"], "trajectories": count, "vrmse_per_step": network.mean(axis=1).tolist(),
-                "persistence_vrmse_per_step": persistence.mean(axis=1).tolist(),
-                "below_persistence_at_every_step": bool(np.all(network.mean(axis=1) < persistence.mean(axis=1))),
+        curves = {}
+        for key, summed in (("", network), ("persistence_", persistence)):
+            for figure, of_sums in (("nrmse", nrmse_of_sums), ("vrmse", vrmse_of_sums)):
+                values = np.array([[of_sums(row) for row in step] for step in summed])  # (steps, fields)
+                curves[f"{key}{figure}_per_step"] = [mean_or_none(step) for step in values]
+                curves.setdefault("by_field", {})[f"{key}{figure}_per_step"] = by_field(values)
+        ours, held = (np.array(curves[k], dtype=float) for k in ("nrmse_per_step", "persistence_nrmse_per_step"))
+        curves["by_field"]["spectrum_relative_error"] = by_field(relative)
+        return {"steps": parts[0]["steps"], "trajectories": count, **curves,
+                "below_persistence_at_every_step": bool(np.all(ours < held)),
                 "spectrum_relative_error": relative.mean(axis=1).tolist(),
-                "by_field": {"vrmse_per_step": by_field(network), "persistence_vrmse_per_step": by_field(persistence),
-                             "spectrum_relative_error": by_field(relative)},
                 "examples": parts[0]["examples"]}  # fmt: skip
 
     def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
         """The rollout (its curves per field and fields at a few steps) once it ran, else the one-step
-        examples (titled with the fields' mean VRMSE)."""
+        examples (titled with the fields' mean NRMSE)."""
         if not self.rolled_out:
             from pipeline.reporting.plots import surrogate_examples
 
-            mean = {self.data.feature: self.metrics(evaluation).get("vrmse_mean", float("nan"))}
-            theirs = {self.data.feature: (baseline or {})["vrmse_mean"]} if (baseline or {}).get("vrmse_mean") else {}
+            mean = {self.data.feature: self.metrics(evaluation).get("nrmse_mean") or float("nan")}
+            theirs = {self.data.feature: (baseline or {})["nrmse_mean"]} if (baseline or {}).get("nrmse_mean") else {}
             surrogate_examples(self.physical(evaluation.examples["true"]),
                                self.physical(evaluation.examples["predicted"]), mean, theirs, path)  # fmt: skip
             return None
@@ -335,6 +348,13 @@ def field_names(feature: str, channels: int, named: Any) -> tuple[str, ...]:
     if named is not None and len(named) == channels and channels > 1:
         return tuple(str(n) for n in named)
     return (feature,) if channels == 1 else tuple(f"{feature}[{c}]" for c in range(channels))
+
+
+def channel_statistics(statistics: Mapping[str, Any] | None, channel: int) -> Mapping[str, Any] | None:
+    """convert's statistics of one channel of a state (one mean and std for all: as they are)."""
+    if statistics is None or np.size(statistics["mean"]) == 1:
+        return statistics
+    return {k: np.ravel(statistics[k])[channel] for k in ("mean", "std")}
 
 
 def tiled(statistics: Mapping[str, Any] | None, times: int) -> Mapping[str, Any] | None:

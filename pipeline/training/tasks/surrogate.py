@@ -3,14 +3,16 @@ design parameters, e.g. a runs table's columns), its outputs the label fields (f
 at once): parameters to outputs. The loss is each output's mean squared error (normalised units) weighted
 by train.surrogate.weights (default 1 each, so a 1,024-pixel field and a 10-entry vector count alike).
 
-Scores are The Well's VRMSE per output, in physical units (convert's normalisation and log1p undone): per
-sample sqrt(mean((prediction - truth)^2) / (var(truth) + 1e-7)) over the output's entries, averaged over the
-samples; predicting each sample's mean scores about 1. Lower is better. The classical emulator beside it
+Scores are NRMSE per output over the evaluated set, in physical units (convert's normalisation and log1p
+undone): the RMSE over every sample and entry divided by the output's standard deviation over the set
+(pipeline.data.scores: a run whose output is constant cannot inflate it); predicting the set's mean scores
+1. Lower is better. The Well's VRMSE per sample is reported beside it over the samples with spread of their
+own, with the count of those too flat for it (`vrmse_flat`). The classical emulator beside it
 (pipeline.training.baseline, `EmulatorSums`): PCA of the outputs and kernel ridge regression from the
 parameters per retained component. The saved model answers in physical units: it takes the parameters as
 the simulator does and gives each output by name, in its units and shape (`exported`).
 
-Evaluation: per output the sum of the samples' VRMSE and the count, and the first EXAMPLES samples for the
+Evaluation: per output a row of additive sums (pipeline.data.scores.SUMS), and the first EXAMPLES samples for the
 figure (truth, prediction and their difference side by side). Memory: a few sums per output, EXAMPLES
 samples; time: linear in the outputs' entries.
 """
@@ -24,13 +26,13 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.data.scores import vrmse
+from pipeline.data.scores import SUMS, batch_sums, field_scores
 from pipeline.training.baseline import FOLDS, BaselineSums, EmulatorSums, random_fourier_features
 from pipeline.training.tasks.base import Evaluation, LabelField
 from pipeline.training.tasks.regression import Regression
 
 EXAMPLES = 4
-RELATIVE_MARGIN = 0.1  # a network VRMSE this much above the emulator's is below the baseline
+RELATIVE_MARGIN = 0.1  # a network NRMSE this much above the emulator's is below the baseline
 LINEAR_INPUTS = 1024  # a field in: the linear baseline's inputs, at most (its sums grow as their square)
 
 
@@ -39,7 +41,7 @@ class Surrogate(Regression):
     proposed_for = ()  # a design's outputs from its parameters: the user's choice, not a layout's
     loss_name = "weighted mean squared error of the outputs (normalised units)"
     max_examples = EXAMPLES
-    scores = ("vrmse",)
+    scores = ("nrmse",)
 
     # ---- before training
     def check(self) -> None:
@@ -101,7 +103,7 @@ class Surrogate(Regression):
 
     def evaluation(self) -> Evaluation:
         k, outputs = len(self.data.labels), self.outputs()
-        sums = {"n": np.zeros(1), "vrmse": np.zeros(k), "persistence": np.zeros(k)}
+        sums = {"n": np.zeros(1), "scores": np.zeros((k, len(SUMS))), "persistence": np.zeros((k, len(SUMS)))}
         return Evaluation(sums, {"predicted": np.zeros((0, outputs)), "true": np.zeros((0, outputs))})
 
     def input_field(self, features: np.ndarray) -> np.ndarray:
@@ -110,16 +112,24 @@ class Surrogate(Regression):
         feature = self.data.feature
         return in_own_units(x, self.data.feature_statistics.get(feature), feature in self.data.log1p)
 
+    def field_sums(self, predicted: np.ndarray, true: np.ndarray, output: LabelField, **over: Any) -> np.ndarray:
+        """One output's score sums (pipeline.data.scores.batch_sums) in physical units, about its training
+        mean and with flatness judged against its training variance (convert's statistics, where it kept
+        them)."""
+        shift, variance = physical_moments(output.statistics, output.name in self.data.log1p)
+        return batch_sums(predicted, true, shift=shift, reference_variance=variance, **over)
+
     def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
         predicted, true = self.physical(outputs), self.physical(labels)
         for i, f in enumerate(self.data.labels):
-            evaluation.sums["vrmse"][i] += vrmse(predicted[f.name], true[f.name]).sum()
+            evaluation.sums["scores"][i] += self.field_sums(predicted[f.name], true[f.name], f)
         persisted = self.persisted()
         if persisted:  # the classical floor of a next state: the state as it was
             state = self.input_field(features)
             for f in persisted:
                 i = self.data.labels.index(f)
-                evaluation.sums["persistence"][i] += vrmse(state.reshape(true[f.name].shape), true[f.name]).sum()
+                held = state.reshape(true[f.name].shape)
+                evaluation.sums["persistence"][i] += self.field_sums(held, true[f.name], f)
         evaluation.sums["n"] += len(labels)
         self.keep_examples(evaluation, outputs, labels)
 
@@ -131,18 +141,16 @@ class Surrogate(Regression):
                 evaluation.examples[name] = np.concatenate([evaluation.examples[name], value[:room]])
 
     def metrics(self, evaluation: Evaluation) -> dict[str, Any]:
-        n = evaluation.sums["n"][0]
-        if not n:
-            return {"vrmse": {}}
-        scores = evaluation.sums["vrmse"] / n
-        out: dict[str, Any] = {
-            "vrmse": {f.name: float(v) for f, v in zip(self.data.labels, scores, strict=True)},
-            "vrmse_mean": float(scores.mean()),
-        }
+        """NRMSE per output and its mean (the headline), VRMSE over the samples with spread, and the same
+        of persistence for the outputs it can answer."""
+        if not evaluation.sums["n"][0]:
+            return {"nrmse": {}}
+        names = [f.name for f in self.data.labels]
+        out = field_scores(names, evaluation.sums["scores"])
         persisted = self.persisted()
         if persisted:
-            kept = evaluation.sums["persistence"] / n
-            out["persistence_vrmse"] = {f.name: float(kept[self.data.labels.index(f)]) for f in persisted}
+            rows = np.stack([evaluation.sums["persistence"][self.data.labels.index(f)] for f in persisted])
+            out.update(field_scores([f.name for f in persisted], rows, prefix="persistence_"))
         return out
 
     def evaluated_records(self, evaluation: Evaluation) -> int:
@@ -164,14 +172,17 @@ class Surrogate(Regression):
 
     # ---- against the classical emulator
     def below_baseline(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
-        """The outputs whose VRMSE is above the emulator's by more than RELATIVE_MARGIN of it (VRMSE is a
+        """The outputs whose NRMSE is above the baseline's by more than RELATIVE_MARGIN of it (NRMSE is a
         relative error already, so the margin is too)."""
-        theirs = baseline.get("vrmse") or {}
-        return [n for n, v in summary["vrmse"].items()
-                if theirs.get(n) is not None and v > theirs[n] * (1 + RELATIVE_MARGIN)]  # fmt: skip
+        theirs = baseline.get("nrmse") or {}
+        return [
+            n
+            for n, v in (summary.get("nrmse") or {}).items()
+            if v is not None and theirs.get(n) is not None and v > theirs[n] * (1 + RELATIVE_MARGIN)
+        ]
 
     def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
-        return ", ".join(f"{n} VRMSE {summary['vrmse'][n]:.3f} > {baseline['vrmse'][n]:.3f}" for n in below)
+        return ", ".join(f"{n} NRMSE {summary['nrmse'][n]:.3f} > {baseline['nrmse'][n]:.3f}" for n in below)
 
     @property
     def from_parameters(self) -> bool:
@@ -247,8 +258,8 @@ class Surrogate(Regression):
     def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
         from pipeline.reporting.plots import surrogate_examples
 
-        scores = self.metrics(evaluation)["vrmse"]
-        theirs = (baseline or {}).get("vrmse") or {}
+        scores = self.metrics(evaluation)["nrmse"]
+        theirs = (baseline or {}).get("nrmse") or {}
         surrogate_examples(self.physical(evaluation.examples["true"]), self.physical(evaluation.examples["predicted"]),
                            scores, theirs, path)  # fmt: skip
 
@@ -281,6 +292,19 @@ def in_own_units(x: np.ndarray, statistics: Mapping[str, Any] | None, log1p: boo
         mean, std = (np.asarray(statistics[k], np.float64) for k in ("mean", "std"))
         x = x * np.where(std > 0, std, 1.0) + mean
     return np.expm1(x) if log1p else x
+
+
+def physical_moments(statistics: Mapping[str, Any] | None, log1p: bool) -> tuple[float, float | None]:
+    """A field's mean and variance over the training split in its own units, from convert's statistics
+    (per channel: the channels' means; after log1p, to first order: exp(mean) std): the shift its score
+    sums are taken about and the variance its samples' flatness is judged by. (0, None) without them."""
+    if statistics is None:
+        return 0.0, None
+    mean = np.asarray(statistics["mean"], np.float64)
+    std = np.asarray(statistics["std"], np.float64)
+    if log1p:
+        return float(np.mean(np.expm1(mean))), float(np.mean((np.exp(mean) * std) ** 2))
+    return float(np.mean(mean)), float(np.mean(std**2))
 
 
 def block_averaged(x: np.ndarray, most: int) -> np.ndarray:
