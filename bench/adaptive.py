@@ -79,6 +79,7 @@ import argparse
 import json
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -420,14 +421,47 @@ def scored(x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
 
 
 def bistable_regimes(y: np.ndarray) -> np.ndarray:
-    """Each run's regime by its final state: dies out (mean below 0.05), ignites (above 0.95), or between."""
+    """Each run's regime by its final state: dies out (mean below 0.1), ignites (above 0.85: a front that
+    filled the box but its seeds' corners, about 0.92), or between (fronts still moving, patches)."""
     mean = y.mean(axis=1)
-    return np.where(mean < 0.05, "dies", np.where(mean > 0.95, "ignites", "between"))
+    return np.where(mean < 0.1, "dies", np.where(mean > 0.85, "ignites", "between"))
 
 
 # each code's regimes, from its runs' outputs (where the runs went), and their names; a code of even
 # difficulty has none
 REGIME_OF = {"bistable": (bistable_regimes, ("dies", "between", "ignites"))}
+
+
+NETWORK_BUDGETS = (32, 64)  # --network: the budgets a design's trained surrogate is scored at
+NETWORK_DESIGNS = (CONTROL, "default", "preset")
+
+
+def network_scored(raw: Path, case: Path, seed: int, test_params: np.ndarray, test_y: np.ndarray,
+                   budgets: Sequence[int]) -> list[float]:  # fmt: skip
+    """A design's test NRMSE by the network a user trains on it: per budget n, the preset's workflow
+    (`snakemake`: ingest to train, the decoder surrogate for the preset's epochs, the parameters read from
+    each run's file) on the design's first n runs (linked, not run again), its kept model called on the
+    test runs' parameters in physical units."""
+    preset = yaml.safe_load(PRESET.read_text())
+    table = pq.read_table(raw / "runs.parquet").column("run").to_pylist()
+    out = []
+    for n in budgets:
+        runs = case / f"runs-{n}"
+        runs.mkdir(parents=True)
+        for i, name in enumerate(table[:n]):
+            (runs / name).symlink_to(run_paths(raw, name, i, 1000)[0])
+        config = {**preset, "workdir": str(case / f"work-{n}"), "simulate": {"enabled": False},
+                  "source": {"path": str(runs), "glob": "**/*.h5",
+                             "fields": {"params": {"path": "params", "dtype": "float32", "shape": [2]},
+                                        "state": preset["source"]["fields"]["state"]}},
+                  "convert": {"features": ["params"], "labels": ["state"], "normalise": ["params", "state"],
+                              "per_channel": ["params"]},
+                  "train": {**preset["train"], "seed": seed, "warm_start": False}}  # fmt: skip
+        workflow(config, case / f"config-{n}.yaml")
+        predicted = kept_model_states(case / f"work-{n}" / "train", test_params)
+        out.append(Outputs.of({"state": (test_y.shape[1],)}).nrmse(predicted, test_y)["state"])
+    shutil.rmtree(case)
+    return out
 
 
 def where_the_runs_went(y: np.ndarray, initial: int, regime_of: Any) -> dict[str, float] | None:
@@ -445,6 +479,8 @@ def main() -> None:
     parser.add_argument("--designs", help="comma-separated: only these (and the control), e.g. for the check")
     parser.add_argument("--simulators", help="comma-separated: only these codes")
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds 1..N (default 3)")
+    parser.add_argument("--network", action="store_true",
+                        help="the bistable designs also scored by the preset's trained surrogate (32 and 64 runs)")
     parser.add_argument("--online", action="store_true", help="online choosing against its control instead")
     parser.add_argument("--bound", action="store_true", help="the control against runs placed in the band instead")
     parser.add_argument("--bound-network", action="store_true", help="the same, scored by the trained surrogate")
@@ -480,13 +516,18 @@ def main() -> None:
         budgets = result["budgets"][simulator] = list(range(initial, largest + 1, SCORED_EVERY))
         test_raw = run_simulate(work / simulator / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
         test_x, test_y = outputs_of(test_raw, settings)
+        test_table = pq.read_table(test_raw / "runs.parquet").to_pydict()
+        test_params = np.stack([test_table[n] for n in spec["space"]], axis=1).astype(np.float32)
+        network = args.network and simulator == "bistable"
         regime_of = REGIME_OF.get(simulator)
         chosen = designs(simulator, not args.quick)
         if args.designs:
             chosen = {name: d for name, d in chosen.items() if name == CONTROL or name in args.designs.split(",")}
-        curves: dict[str, Any] = {"gp": {}, "regimes": {}}
+        curves: dict[str, Any] = {"gp": {}, "regimes": {}, **({"network": {}} if network else {})}
         for name, design in chosen.items():
             by_seed: dict[str, list[list[float]]] = {"gp": [], "regimes": []}
+            if network and name in NETWORK_DESIGNS:
+                by_seed["network"] = []
             went = []
             for seed in seeds:
                 adaptive = {**adaptive_common, **design, "budget": largest, "enabled": True}
@@ -495,6 +536,9 @@ def main() -> None:
                 x, y = outputs_of(raw, settings)
                 for learner, errors in scored(x, y, test_x, test_y, budgets, seed).items():
                     by_seed[learner].append(errors)
+                if "network" in by_seed:
+                    by_seed["network"].append(network_scored(raw, work / simulator / f"network-{name}-{seed}", seed,
+                                                             test_params, test_y, NETWORK_BUDGETS))  # fmt: skip
                 went.append(where_the_runs_went(y, initial, regime_of))
                 counted = [figure for figure, counts in CHOOSING_FRACTIONS.items() if counts(simulator, design)]
                 if counted:
@@ -505,7 +549,8 @@ def main() -> None:
                       f"{np.round(by_seed['regimes'][-1], 4).tolist()}", file=sys.stderr, flush=True)  # fmt: skip
             for learner, errors in by_seed.items():
                 mean = np.mean(errors, axis=0)
-                curves[learner][name] = {"mean": dict(zip(map(str, budgets), np.round(mean, 4).tolist(), strict=True)),
+                at = NETWORK_BUDGETS if learner == "network" else budgets
+                curves[learner][name] = {"mean": dict(zip(map(str, at), np.round(mean, 4).tolist(), strict=True)),
                                          "by_seed": np.round(errors, 4).tolist()}  # fmt: skip
             if went[0] is not None:
                 result["runs_went"].setdefault(simulator, {})[name] = {
@@ -518,10 +563,13 @@ def main() -> None:
                 continue
             loop = design["emulator"]  # the learner the design chose with
             ratios = {}
-            for learner, label in ((loop, "emulator"), ("gp", "gp")):
+            for learner, label in ((loop, "emulator"), ("gp", "gp"), ("network", "network")):
+                if name not in curves.get(learner, {}):
+                    continue
                 mean = np.array(list(curves[learner][name]["mean"].values()))
                 control = np.array(list(curves[learner][CONTROL]["mean"].values()))
-                ratios[label] = round(float(np.max((mean / control)[np.array(budgets) >= 32])), 3)
+                at = np.array([int(n) for n in curves[learner][name]["mean"]])
+                ratios[label] = round(float(np.max((mean / control)[at >= 32])), 3)
                 if label == "emulator":
                     result["runs_to_control_error"].setdefault(simulator, {})[name] = runs_to_reach(
                         budgets, mean, control, min(preset_budget, largest)

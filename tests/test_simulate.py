@@ -1,8 +1,8 @@
 import h5py
 import numpy as np
 
-from pipeline.simulators.cube import density_cube
-from pipeline.steps.simulate import PARAM_NAMES, make_sample, simulate
+from pipeline.simulators.cube import PARAM_NAMES, density_cube
+from pipeline.steps.simulate import make_sample, simulate
 
 from .conftest import make_config, run_cli, write_config
 
@@ -65,3 +65,18 @@ def test_rerun_keeps_existing_files(tmp_path, serial):
     victim.unlink()
     again = simulate(config, tmp_path / "raw", serial)
     assert again["written_this_run"] == 1 and victim.exists()
+
+
+def test_each_familys_params_are_named_by_its_own_parameters(tmp_path, serial):
+    """The reaction family's `params` are (vx, vy, kappa, r), not the cube's three names: the file, its
+    component names (which metadata.json carries to training) and the step's summary say so."""
+    import json
+
+    from pipeline.simulators.reaction import PARAMETERS
+
+    config = make_config(tmp_path, simulate={"family": "reaction", "samples": 2})["simulate"]
+    simulate(config, tmp_path / "raw", serial)
+    with h5py.File(next((tmp_path / "raw").rglob("*.h5"))) as f:
+        assert f["params"].shape == (4,) and f.attrs["param_names"] == "vx,vy,kappa,r"
+        assert f["params"].attrs["component_names"] == ",".join(PARAMETERS)
+    assert json.loads((tmp_path / "raw" / "simulate.json").read_text())["param_names"] == list(PARAMETERS)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 NAME = "climate"
+PARAMETERS: tuple[str, ...] = ()  # no `params` array
 CHANNELS = ("pressure", "wind_u", "wind_v", "moisture")
 CLASSES = ("background", "cyclone", "river")
 SPIKES = 8

@@ -13,6 +13,7 @@ import numpy as np
 
 NAME = "cube"
 PARAM_NAMES = ("sigma_8", "n_s", "omega_m")
+PARAMETERS = PARAM_NAMES  # the names of the entries of a sample's `params`
 HUBBLE = 0.7
 SIGMA_RADIUS = 8.0  # Mpc/h: sigma_8 is the rms density contrast in spheres of this radius
 

@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.simulators.cube import draw_params
+from pipeline.simulators.cube import PARAM_NAMES, draw_params
 
 NAME = "trace"
+PARAMETERS = PARAM_NAMES  # the cube's: a trace is drawn from the same parameters
 
 
 def trace_record(params: np.ndarray, length: int, features: int, rng: np.random.Generator) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,6 @@ from pipeline.paths import RawPaths
 from pipeline.reporting.progress import progress
 from pipeline.runtime.mpi import block
 from pipeline.simulators import FAMILIES
-from pipeline.simulators.cube import PARAM_NAMES
 from pipeline.storage.fsutil import atomic_path, write_json_atomic
 
 
@@ -38,16 +37,17 @@ def make_sample(config: Mapping[str, Any], index: int) -> tuple[dict[str, np.nda
     return FAMILIES[config["family"]].make(config, rng), f"{config['family']}-{config['seed']}-{index:08d}"
 
 
-def hdf5_bytes(arrays: Mapping[str, np.ndarray], sample_id: str) -> bytes:
-    """The bytes of the HDF5 file of one sample (h5py, in memory)."""
+def hdf5_bytes(arrays: Mapping[str, np.ndarray], sample_id: str, parameters: Sequence[str]) -> bytes:
+    """The bytes of the HDF5 file of one sample (h5py, in memory); `parameters`: the names of its
+    `params` entries (its family's)."""
     buffer = io.BytesIO()
     with h5py.File(buffer, "w") as f:
         for name, array in arrays.items():
             f.create_dataset(name, data=array)
         if "params" in f:
-            f["params"].attrs[COMPONENT_NAMES] = ",".join(PARAM_NAMES)  # metadata.json carries them to train
+            f["params"].attrs[COMPONENT_NAMES] = ",".join(parameters)  # metadata.json carries them to train
         f.attrs["sample_id"] = sample_id
-        f.attrs["param_names"] = ",".join(PARAM_NAMES)
+        f.attrs["param_names"] = ",".join(parameters)
     return buffer.getvalue()
 
 
@@ -59,17 +59,18 @@ class Templates:
     contiguously, an id whose text is not found exactly once) is written by h5py every time.
     Writing tiny files this way is about 20 times faster than through h5py."""
 
-    def __init__(self) -> None:
+    def __init__(self, parameters: Sequence[str]) -> None:
+        self.parameters = tuple(parameters)  # the names of a sample's `params` entries (its family's)
         self._learned: dict[Any, tuple[bytes, dict[str, int], tuple[int, int]] | None] = {}
 
     def file_bytes(self, arrays: Mapping[str, np.ndarray], sample_id: str) -> bytes:
         encoded = sample_id.encode()
         key = (tuple((n, a.dtype.str, a.shape) for n, a in arrays.items()), len(encoded))
         if key not in self._learned:
-            self._learned[key] = self._learn(hdf5_bytes(arrays, sample_id), arrays, encoded)
+            self._learned[key] = self._learn(hdf5_bytes(arrays, sample_id, self.parameters), arrays, encoded)
         template = self._learned[key]
         if template is None:
-            return hdf5_bytes(arrays, sample_id)
+            return hdf5_bytes(arrays, sample_id, self.parameters)
         data, offsets, (id_start, id_stop) = template
         contents = bytearray(data)
         for name, array in arrays.items():
@@ -118,7 +119,8 @@ def simulate(
     rank, size = comm.Get_rank(), comm.Get_size()
     indices = block(range(sim_config["samples"]), rank, size)
     written = 0
-    templates = Templates()
+    parameters = FAMILIES[sim_config["family"]].PARAMETERS
+    templates = Templates(parameters)
     for index in progress(indices, len(indices), "simulate", rank, size, unit="sample"):
         path = sample_path(out_dir, index, sim_config["files_per_dir"])
         if path.exists():  # atomic writes: an existing file is complete
@@ -129,7 +131,7 @@ def simulate(
     total_written = sum(comm.allgather(written))
     summary = {"samples": sim_config["samples"], "written_this_run": total_written, "family": sim_config["family"]}
     if rank == 0:
-        record = {**summary, "param_names": list(PARAM_NAMES), "config": json.loads(json.dumps(sim_config))}
+        record = {**summary, "param_names": list(parameters), "config": json.loads(json.dumps(sim_config))}
         write_json_atomic(RawPaths(out_dir).summary, record)
     comm.barrier()
     return summary
