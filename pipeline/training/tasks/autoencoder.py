@@ -158,7 +158,8 @@ class Autoencoder(Surrogate):
         statistics = self.data.feature_statistics.get(feature)
         rows = []
         for c in range(self.channels):
-            shift, variance = physical_moments(channel_statistics(statistics, c), feature in self.data.log1p)
+            channel = channel_statistics(statistics, c, self.channels)
+            shift, variance = physical_moments(channel, feature in self.data.log1p)
             rows.append(batch_sums(predicted[..., c], true[..., c], shift=shift, reference_variance=variance))
         return np.stack(rows)
 

@@ -185,7 +185,7 @@ class NextState(Surrogate):
     def channel_sums(self, predicted: np.ndarray, true: np.ndarray, channel: int) -> np.ndarray:
         """One field's score sums, (B, *grid[, steps]) in physical units: about its training mean, its
         flatness judged against its training variance (convert's statistics of the trajectory)."""
-        statistics = channel_statistics(self.data.feature_statistics.get(self.data.feature), channel)
+        statistics = channel_statistics(self.data.feature_statistics.get(self.data.feature), channel, self.channels)
         shift, variance = physical_moments(statistics, self.data.feature in self.data.log1p)
         return batch_sums(predicted, true, over=tuple(range(1, 1 + self.spatial)), shift=shift,
                           reference_variance=variance)  # fmt: skip
@@ -350,9 +350,10 @@ def field_names(feature: str, channels: int, named: Any) -> tuple[str, ...]:
     return (feature,) if channels == 1 else tuple(f"{feature}[{c}]" for c in range(channels))
 
 
-def channel_statistics(statistics: Mapping[str, Any] | None, channel: int) -> Mapping[str, Any] | None:
-    """convert's statistics of one channel of a state (one mean and std for all: as they are)."""
-    if statistics is None or np.size(statistics["mean"]) == 1:
+def channel_statistics(statistics: Mapping[str, Any] | None, channel: int, channels: int) -> Mapping[str, Any] | None:
+    """convert's statistics of one of a state's `channels` (one mean and std for all, or per entry of
+    another axis: as they are, physical_moments averages them)."""
+    if statistics is None or np.size(statistics["mean"]) != channels or channels == 1:
         return statistics
     return {k: np.ravel(statistics[k])[channel] for k in ("mean", "std")}
 
