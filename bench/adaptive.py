@@ -502,7 +502,7 @@ def main() -> None:
     codes = simulators()
     if args.simulators:
         codes = {name: codes[name] for name in args.simulators.split(",")}
-    work = OUT / f"adaptive-{'quick' if args.quick else 'full'}"
+    work = OUT / f"adaptive-{'quick' if args.quick else 'full'}{'-network' if args.network else ''}"
     shutil.rmtree(work, ignore_errors=True)
     adaptive_common = {"initial": initial, "batch": batch, "outputs": ["state"], "files": "*.h5", "pool": 1024}
     # the reaction code's goal holds at every budget: --quick scores it to 40 runs, in the check's time
