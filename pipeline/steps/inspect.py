@@ -486,6 +486,7 @@ class StarterChoice:
     per_channel: list[str] = field(default_factory=list)  # more fields normalised per channel (a state's fields)
     stack: dict[str, list[str]] = field(default_factory=dict)  # convert.stack: a state's fields as channels
     task_settings: dict[str, Any] = field(default_factory=dict)  # train.<task>'s own section
+    from_design: bool = False  # a forward surrogate: the design's parameters in, each run's arrays out
 
 
 def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
@@ -593,7 +594,7 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
     shape = chosen.first_shape
     features, labels, deposit = chosen.features, chosen.labels, chosen.deposit
     vectors = [label for label in labels if chosen.fields.get(label, {}).get("shape")]  # statistics per channel
-    if chosen.task == "surrogate":  # a forward surrogate's per-channel fields are chosen already
+    if chosen.from_design:  # a forward surrogate's per-channel fields are chosen already
         vectors = []
     return [
         ([], {"workdir": workdir}),
@@ -637,7 +638,7 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
 
 def convert_comments(chosen: StarterChoice) -> list[str]:
     """What the convert section's features and labels are, and the arrays mapped but not used."""
-    if chosen.task == "surrogate":
+    if chosen.from_design:
         return ["features: the design's parameters; labels: what each run wrote (a forward surrogate)"]
     return [
         "features: the largest array, the network's input; labels: the small vectors (and a class)",
@@ -764,7 +765,7 @@ def forward_surrogate(chosen: StarterChoice, result: Survey, table: RunsTable) -
     chosen.features, chosen.labels, chosen.unused = [name], outputs, []
     chosen.per_channel = [name] + [n for n in outputs if len(chosen.fields[n]["shape"]) == 1]
     chosen.first_shape = (len(parameters),)
-    chosen.task = "surrogate"
+    chosen.task, chosen.from_design = task_for("design"), True
     chosen.model = {"model": "decoder", "depth": 3, "width": 16, "dense": 128}
     chosen.notes[-1] = (f"a forward surrogate: the design's parameters ({', '.join(parameters)}, the columns of the "
                         f"runs table, stacked as {name}) in, each run's {', '.join(outputs)} out")  # fmt: skip

@@ -49,6 +49,7 @@ LATENT_LAYER = "latent"  # the layer whose output is a record's latent vector
 
 class Autoencoder(Surrogate):
     name = "autoencoder"
+    proposed_for = ()  # learning without labels: the user's choice, not a layout's
     loss_name = "mean squared error of the reconstruction (normalised units)"
     needs_labels = False
 

@@ -133,7 +133,8 @@ class Task:
     scores: tuple[str, ...] = ()
     needs_labels = True  # False: the targets come from the feature itself (a next state)
     # the kinds of data `sim2dl inspect` proposes this task for (readers' Conventions.kind, and inspect's
-    # own finds): `values` (labels with values), `classes` (a categorical label and no other), `trajectory`
+    # own finds): `values` (labels with values), `classes` (a categorical label and no other), `design` (an
+    # ensemble's runs with the runs table sim2dl wrote: parameters in, outputs out), `trajectory`
     # (a record is a run's states over time); a kind is one task's (tasks.task_for)
     proposed_for: tuple[str, ...] = ()
     # the classical baseline (pipeline.training.baseline): what it fits to the statistics

@@ -38,7 +38,7 @@ LINEAR_INPUTS = 1024  # a field in: the linear baseline's inputs, at most (its s
 
 class Surrogate(Regression):
     name = "surrogate"
-    proposed_for = ()  # a design's outputs from its parameters: the user's choice, not a layout's
+    proposed_for = ("design",)  # an ensemble sim2dl ran: its outputs from its design's parameters
     loss_name = "weighted mean squared error of the outputs (normalised units)"
     max_examples = EXAMPLES
     scores = ("nrmse",)
