@@ -256,7 +256,7 @@ def choose(settings: Mapping[str, Any], history: History, round_index: int,
     emulator = make_emulator(history.layout, settings["seed"], adaptive["emulator"], adaptive["regimes"]).fit(x, y)
     stats["seconds_fitting"] = round(time.perf_counter() - started, 4)
     stats["fitted_on"] = len(x)
-    validation = {n: float(np.sqrt(v.mean())) for n, v in emulator.loo_errors().items()}
+    validation = emulator.outputs.nrmse(emulator.loo(), emulator.y)
     stats["validation_nrmse"] = validation
     stats["validation_nrmse_mean"] = float(np.mean(list(validation.values())))
     planned = adaptive["rounds"]
