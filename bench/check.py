@@ -36,6 +36,7 @@ import argparse
 import ast
 import contextlib
 import datetime
+import functools
 import json
 import math
 import os
@@ -307,11 +308,18 @@ def module_path(name: str, root: Path = REPO) -> str | None:
 
 def references(path: Path, top_level: bool = False) -> set[str]:
     """The modules a Python file imports (lazily too, unless `top_level`), bare names included (bench modules
-    import each other so); a bench script's or a YAML file's `pipeline.x` strings too (`-m pipeline.x`)."""
+    import each other so); a bench script's or a YAML file's `pipeline.x` strings too (`-m pipeline.x`).
+    Parsed once per file version: every benchmark's walk reads the same files."""
+    stat = path.stat()
+    return set(_references(path, top_level, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.cache
+def _references(path: Path, top_level: bool, mtime_ns: int, size: int) -> frozenset[str]:
     text = path.read_text()
     names = set(_DOTTED.findall(text)) if path.suffix != ".py" or path.parts[-2:-1] == ("bench",) else set()
     if path.suffix != ".py":
-        return names
+        return frozenset(names)
     tree = ast.parse(text)
     for node in tree.body if top_level else ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -319,7 +327,7 @@ def references(path: Path, top_level: bool = False) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
+    return frozenset(names)
 
 
 def step_module(step: str) -> str:
