@@ -196,10 +196,6 @@ def check_consistency(config: Mapping[str, Any]) -> None:
         raise Sim2dlError(f"config key 'merge.splits': the fractions {merge['splits']} do not sum to 1")
 
 
-# What the trainers choose by with train.online (pipeline/online/choosing.py; space_filling: nothing, the control)
-ONLINE_ACQUISITIONS = ("breed", "space_filling")
-
-
 def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
     """simulate.adaptive: an ensemble of the user's simulator whose runs are chosen: offline in rounds by an
     emulator of named outputs, or online by the trainers."""
@@ -211,19 +207,9 @@ def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
             "config key 'simulate.adaptive.enabled': an adaptive design runs simulate.command over "
             "simulate.space (the built-in families draw their own parameters)"
         )
-    if online and adaptive["acquisition"] not in ONLINE_ACQUISITIONS:
-        raise Sim2dlError(
-            f"config key 'simulate.adaptive.acquisition': with train.online the trainers choose by "
-            f"{' or '.join(ONLINE_ACQUISITIONS)} (the model's loss at arrival), not {adaptive['acquisition']}"
-        )
     if not online and not adaptive["outputs"]:
         raise Sim2dlError(
             "config key 'simulate.adaptive.outputs': name the arrays of a run's file the emulator learns (e.g. [state])"
-        )
-    if adaptive["acquisition"] == "committee" and adaptive["emulator"] != "gp":
-        raise Sim2dlError(
-            "config key 'simulate.adaptive.acquisition': committee refits the Gaussian processes of one "
-            f"emulator; it does not work with simulate.adaptive.emulator '{adaptive['emulator']}' (use gp)"
         )
     if adaptive["initial"] > adaptive["budget"]:
         raise Sim2dlError(

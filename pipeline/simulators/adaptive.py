@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from threadpoolctl import threadpool_limits
 
 from pipeline import Sim2dlError, json_digest
-from pipeline.design.acquisitions import ACQUISITIONS, Context
+from pipeline.design.acquisitions import ACQUISITIONS, Context, check_acquisition
 from pipeline.design.emulator import Outputs
 from pipeline.design.regimes import make_emulator
 from pipeline.design.share import SPACE_FILLING, shared_choice
@@ -114,11 +114,9 @@ def design_digest(settings: Mapping[str, Any]) -> str:
     return json_digest(keyed)
 
 
-def check_adaptive(settings: Mapping[str, Any]) -> None:
-    adaptive = settings["adaptive"]
-    if adaptive["acquisition"] not in ACQUISITIONS:
-        raise Sim2dlError(f"config key 'simulate.adaptive.acquisition': '{adaptive['acquisition']}' is not one of "
-                          f"{sorted(ACQUISITIONS)}")  # fmt: skip
+def check_rounds(settings: Mapping[str, Any]) -> None:
+    """The acquisition of rounds (not online) against the registry."""
+    check_acquisition(settings["adaptive"], online=False)
 
 
 def round_table(settings: Mapping[str, Any], unit: np.ndarray, first: int, round_index: int,
@@ -389,7 +387,7 @@ def run_adaptive(settings: Mapping[str, Any], root: Path, comm: Any,
                  container: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """The rounds: choose (rank 0), run across the ranks, read back; returns the summary (also written)."""
     rank = comm.Get_rank()
-    settings = checked_settings(settings, container, comm, check_adaptive)
+    settings = checked_settings(settings, container, comm, check_rounds)
     paths = RawPaths(root).adaptive
     digest = design_digest(settings)
     history = History()

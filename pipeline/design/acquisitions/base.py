@@ -44,7 +44,9 @@ class Choice:
 
 
 class Acquisition(ABC):
-    name: str
+    name: str  # simulate.adaptive.acquisition: the registry (acquisitions/__init__.py) is the one list of names
+    online: bool = False  # the trainers can choose by it as runs arrive (train.online)
+    emulators: tuple[str, ...] = ()  # the simulate.adaptive.emulator values it works with; () for any
 
     @abstractmethod
     def choose(self, context: Context, batch: int) -> Choice:

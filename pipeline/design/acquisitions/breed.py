@@ -56,6 +56,7 @@ def bred_children(
 
 class Breed(Acquisition):
     name = "breed"
+    online = True
 
     def choose(self, context: Context, batch: int) -> Choice:
         losses = np.sqrt(np.mean(list(context.emulator.loo_errors().values()), axis=0))

@@ -33,6 +33,7 @@ def disagreement(context: Context, members: int) -> np.ndarray:
 
 class Committee(Acquisition):
     name = "committee"
+    emulators = ("gp",)  # it refits the Gaussian processes of one emulator
 
     def choose(self, context: Context, batch: int) -> Choice:
         values = disagreement(context, context.settings["committee"])

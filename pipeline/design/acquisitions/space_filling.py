@@ -13,6 +13,7 @@ from pipeline.design.space import distances, unit_design
 
 class SpaceFilling(Acquisition):
     name = "space_filling"
+    online = True
 
     def choose(self, context: Context, batch: int) -> Choice:
         start = context.runs_so_far
