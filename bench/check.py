@@ -13,9 +13,15 @@ its own bench scripts run its own code (bench/common.py's PYTHONPATH is the tree
 this venv's Python. Each benchmark runs `pairs` times on each side, alternated (base, head, head, base, ...)
 so that drift of the machine falls on both. A figure is named worse or better when both hold:
 - the ratio of the medians is beyond FACTOR (1.10, asv continuous's default factor) in that direction;
-- the two sides' runs differ: Student's two-sample t-test at 5 % (the test pyperf's `compare_to` applies),
-  or, where both sides' runs agreed to the digit (seeded figures), any difference; a benchmark with one
-  pair has no test, and the factor alone decides (only seeded benchmarks run one pair).
+- the two sides' runs differ: Student's two-sample t-test and a paired t-test on the log-ratios head/base
+  of the alternated pairs both at 5 % (each pair ran side by side, so drift of the machine falls on both
+  of its runs), or a sign test at 5 % on those pairs (every pair the same way: 6 of 6, 7 of 7 or 7 of
+  8; it holds whatever the noise's shape: a busy machine's runs are far from normal), or, where both
+  sides' runs agreed to the digit (seeded figures), any difference; a benchmark with one pair has no
+  test, and the factor alone decides (only seeded benchmarks run one pair).
+A figure beyond the factor whose test has not decided yet (a busy machine: the three pairs of a planted
+1.7 x slowdown once read as noise of ±24 %) runs more pairs, one at a time, until it is decided, up to
+MAX_PAIRS and the benchmark's time budget.
 The check fails (exit 1) when a figure got worse, went missing, or the working tree's benchmark failed. A
 benchmark the base does not have, or whose base run failed (its script may predate the command line), is
 listed as not compared.
@@ -64,6 +70,7 @@ MIN_RELATIVE_BAND = 0.03
 FACTOR = 1.10
 ALPHA = 0.05
 BUDGET_SECONDS = 20 * 60  # per benchmark, base included
+MAX_PAIRS = 8  # pairs an undecided figure may ask for, within BUDGET_SECONDS
 HIGHER, LOWER = "higher", "lower"  # which way a figure is better
 # changes to these touch every benchmark: the schema and default config every step reads, the packages
 SHARED = ("pipeline/schema.yaml", "config/config.yaml", "requirements/constraints.txt")
@@ -249,14 +256,24 @@ def values_of(runs: Sequence[Mapping[str, Any]], path: str) -> list[float]:
 
 
 def differ(base: Sequence[float], head: Sequence[float]) -> bool:
-    """Whether two sides' runs differ beyond their noise (see the module doc)."""
+    """Whether two sides' runs differ beyond their noise (see the module doc): paired by run where both
+    sides have a positive figure from every run, else Student's two-sample test."""
     if len(base) < 2 or len(head) < 2:
         return True  # nothing to test with: the factor alone decides
     if len(set(base)) == 1 and len(set(head)) == 1:
         return base[0] != head[0]
     from scipy import stats
 
-    return bool(stats.ttest_ind(base, head).pvalue < ALPHA)
+    apart = bool(stats.ttest_ind(base, head).pvalue < ALPHA)
+    if len(base) != len(head) or min(*base, *head) <= 0:
+        return apart
+    ratios = [math.log(h / b) for b, h in zip(base, head, strict=True)]
+    if len(set(ratios)) == 1:
+        return ratios[0] != 0
+    paired = bool(stats.ttest_1samp(ratios, 0.0).pvalue < ALPHA)
+    slower = sum(r > 0 for r in ratios)
+    signs = stats.binomtest(max(slower, len(ratios) - slower), len(ratios)).pvalue < ALPHA  # ties count against
+    return (apart and paired) or bool(signs)
 
 
 def verdict(base: Sequence[float], head: Sequence[float], better: str, factor: float = FACTOR) -> dict[str, Any]:
@@ -274,8 +291,10 @@ def verdict(base: Sequence[float], head: Sequence[float], better: str, factor: f
     else:
         row["ratio"] = h / b
         gain = row["ratio"] if better == HIGHER else (1 / row["ratio"] if row["ratio"] else math.inf)
-    if 1 / factor < gain < factor or not differ(base, head):
+    if 1 / factor < gain < factor:
         return {**row, "verdict": "within"}
+    if not differ(base, head):
+        return {**row, "verdict": "within", "undecided": True}  # beyond the factor, not beyond the noise
     return {**row, "verdict": "better" if gain > 1 else "worse"}
 
 
@@ -389,6 +408,21 @@ def planned_seconds(name: str, pairs: int) -> float | None:
     return 2 * pairs * statistics.median(recorded["wall_seconds"])
 
 
+def undecided(benchmark: Benchmark, runs: Mapping[str, list[dict[str, Any]]], walls: Mapping[str, list[float]],
+              factor: float, planned: int) -> bool:  # fmt: skip
+    """Whether another pair should run: some figure is beyond the factor but not yet beyond the noise, and
+    one more pair fits MAX_PAIRS and the time budget (never for a benchmark planned as one pair)."""
+    done = len(runs["head"])
+    pair_seconds = statistics.median(walls["base"]) + statistics.median(walls["head"])
+    if planned < 2 or done >= MAX_PAIRS or (done + 1) * pair_seconds > BUDGET_SECONDS:
+        return False
+    for path, better in benchmark.figures.items():
+        base_values, head_values = values_of(runs["base"], path), values_of(runs["head"], path)
+        if base_values and head_values and verdict(base_values, head_values, better, factor).get("undecided"):
+            return True
+    return False
+
+
 def side_by_side(names: Sequence[str], base: str, pairs: int | None, factor: float) -> int:
     """Run each benchmark alternately on the base and the working tree and compare (see the module doc)."""
     report: dict[str, Any] = {"base": base, "moved": [], "worse": [], "failed": [], "not_compared": {}}
@@ -405,18 +439,18 @@ def side_by_side(names: Sequence[str], base: str, pairs: int | None, factor: flo
                 continue
             runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
             walls: dict[str, list[float]] = {"base": [], "head": []}
-            broken = None
-            for k in range(n):
+            broken, k = None, 0
+            while broken is None and (k < n or undecided(benchmark, runs, walls, factor, n)):
                 for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
                     result, wall, tail = run_benchmark(benchmark.argv, tree if side == "base" else REPO)
-                    print(f"{name} {side} run {k + 1}/{n}: {wall:.0f} s{'' if result else ' FAILED'}", file=sys.stderr)
+                    print(f"{name} {side} run {k + 1}/{max(k + 1, n)}: {wall:.0f} s{'' if result else ' FAILED'}",
+                          file=sys.stderr)  # fmt: skip
                     if result is None:
                         broken = (side, tail)
                         break
                     runs[side].append(result)
                     walls[side].append(wall)
-                if broken:
-                    break
+                k += 1
             if broken:
                 side, tail = broken
                 print(tail, file=sys.stderr)
@@ -436,8 +470,10 @@ def side_by_side(names: Sequence[str], base: str, pairs: int | None, factor: flo
                     print(f"  {path}: {statistics.median(head_values):.4g} (not in the base's result)", file=sys.stderr)
                     continue
                 row = verdict(base_values, head_values, better, factor)
+                why = " (beyond the factor, not the noise)" if row.get("undecided") else ""
                 print(f"  {path}: {row['head']:.4g} against the base's {row['base']:.4g}: x{row['ratio']:.3f} "
-                      f"(noise ±{row['noise']:.1%}) {row['verdict']}", file=sys.stderr)  # fmt: skip
+                      f"(noise ±{row['noise']:.1%}, {len(head_values)} pairs) {row['verdict']}{why}",
+                      file=sys.stderr)  # fmt: skip
                 if row["verdict"] != "within":
                     report["moved"].append(label)
                 if row["verdict"] == "worse":

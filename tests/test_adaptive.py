@@ -23,8 +23,9 @@ from pipeline.design.acquisitions.breed import bred_share
 from pipeline.design.batch import believer_best
 from pipeline.design.emulator import Emulator, Outputs
 from pipeline.design.space import candidate_pool, distances, parameter_columns, to_unit, unit_points
+from pipeline.simulators.adaptive import check_rounds
 from pipeline.simulators.bistable_run import solve
-from pipeline.steps import validated
+from pipeline.steps.online import design_settings
 
 from .conftest import REPO, kill_tree, run_cli, start_cli
 from .helpers import board_events
@@ -382,17 +383,16 @@ def test_adaptive_config_errors_name_the_key():
     with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.budget"):
         adaptive = {"enabled": True, "outputs": ["state"], "initial": 20, "budget": 10}
         cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "adaptive": adaptive}})
-    # the acquisition's name and what it works with come from its registry (pipeline.steps.validated)
-    with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.acquisition.*committee.*emulator 'regimes'"):
-        adaptive = {"enabled": True, "outputs": ["state"], "acquisition": "committee", "emulator": "regimes"}
-        validated({"simulate": {"command": ["true"], "space": SPACE, "adaptive": adaptive}})
+    # the acquisition's name and what it works with come from its registry: checked as the simulate step
+    # starts its rounds (pipeline.simulators.adaptive) or the online step its producers
+    unknown = {**base["simulate"]["adaptive"], "acquisition": "alc"}
+    config = cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "adaptive": unknown}})
     with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.acquisition': 'alc' is not one of \['breed', "):
-        adaptive = {"enabled": True, "outputs": ["state"], "acquisition": "alc"}
-        validated({"simulate": {"command": ["true"], "space": SPACE, "adaptive": adaptive}})
+        check_rounds(config["simulate"])
+    with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.acquisition.*committee.*emulator 'regimes'"):
+        check_rounds({"adaptive": {"acquisition": "committee", "emulator": "regimes"}})
     with pytest.raises(Sim2dlError, match=r"with train.online the trainers choose by breed or space_filling"):
-        adaptive = {"enabled": True, "acquisition": "variance"}
-        validated({"simulate": {"command": ["true"], "space": SPACE, "adaptive": adaptive},
-                   "train": {"online": {"enabled": True}}})
+        design_settings({"simulate": {"adaptive": {"enabled": True, "acquisition": "variance", "emulator": "gp"}}})
 
 
 def test_a_design_made_before_the_emulator_key_keeps_its_digest_and_another_emulator_starts_afresh():

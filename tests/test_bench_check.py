@@ -116,14 +116,39 @@ def test_side_by_side_names_a_figure_only_beyond_the_factor_and_the_noise_of_thi
     assert verdict([1.00, 1.02, 0.99], [1.20, 1.22, 1.21], module.LOWER)["verdict"] == "worse"
     assert verdict([1.00, 1.02, 0.99], [1.20, 1.22, 1.21], module.HIGHER)["verdict"] == "better"
     # 20 % apart in the medians, but the runs overlap: the t-test finds no difference, so nothing is named
+    # yet, and the figure is undecided (beyond the factor, not beyond the noise: more pairs would run)
     noisy = verdict([1.0, 1.6, 0.7], [1.2, 0.8, 1.5], module.LOWER)
-    assert noisy["ratio"] == pytest.approx(1.2) and noisy["verdict"] == "within"
+    assert noisy["ratio"] == pytest.approx(1.2) and noisy["verdict"] == "within" and noisy["undecided"]
     assert noisy["noise"] == pytest.approx(0.45)
+    # a machine whose load drifts 3 x over the check, each head run 1.5 x its pair's base: apart, the two
+    # sides' runs overlap (Student's test on them: p = 0.4), so 3 pairs leave it undecided; 6 pairs, each
+    # the same way, decide it (the sign test: p = 0.03)
+    assert verdict([1.0, 2.0, 3.0], [1.5, 3.0, 4.4], module.LOWER)["undecided"]
+    drifting = verdict([1.0, 2.0, 3.0] * 2, [1.5, 3.0, 4.4] * 2, module.LOWER)
+    assert drifting["verdict"] == "worse" and "undecided" not in drifting
+    assert verdict([1.0, 2.0, 3.0], [1.0, 2.1, 2.9], module.LOWER)["verdict"] == "within"
     # seeded figures (every run the same): any difference beyond the factor is real; one pair: the factor decides
     assert verdict([0.30, 0.30], [0.34, 0.34], module.LOWER)["verdict"] == "worse"
     assert verdict([0.30], [0.32], module.LOWER)["verdict"] == "within"
     assert verdict([0.30], [0.40], module.LOWER, factor=1.2)["verdict"] == "worse"
     assert verdict([0.0, 0.0], [0.0, 0.0], module.HIGHER)["verdict"] == "within"
+
+
+def test_an_undecided_figure_asks_for_another_pair_within_the_pairs_and_time_allowed(monkeypatch):
+    module = load_check(monkeypatch)
+    benchmark = module.Benchmark(("bench/x.py",), {"seconds": module.LOWER})
+
+    def sides(base, head):
+        return {"base": [{"seconds": v} for v in base], "head": [{"seconds": v} for v in head]}
+
+    walls = {"base": [10.0], "head": [10.0]}
+    noisy = sides([1.0, 1.6, 0.7], [1.2, 0.8, 1.5])
+    assert module.undecided(benchmark, noisy, walls, module.FACTOR, 3)
+    assert not module.undecided(benchmark, noisy, walls, module.FACTOR, 1)  # one planned pair: the factor decides
+    assert not module.undecided(benchmark, noisy, {"base": [400.0], "head": [400.0]}, module.FACTOR, 3)  # budget
+    many = sides([1.0, 1.6, 0.7, 1.0, 1.6, 0.7, 1.0, 1.6], [1.2, 0.8, 1.5, 1.2, 0.8, 1.5, 1.2, 0.8])
+    assert not module.undecided(benchmark, many, walls, module.FACTOR, 3)  # MAX_PAIRS ran
+    assert not module.undecided(benchmark, sides([1.0, 1.02, 0.99], [1.2, 1.22, 1.21]), walls, module.FACTOR, 3)
 
 
 def test_a_change_touches_the_benchmarks_whose_code_imports_it(monkeypatch):
@@ -162,8 +187,9 @@ print(json.dumps({"ingest_seconds": json.loads(proc.stdout.strip().splitlines()[
 def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_nothing(tmp_path, small_cubes):
     """bench/check.py side by side in a scratch copy of this tree, committed as the base, with a benchmark of
     the real ingest step; in the copy's working tree ingest sleeps when the test sets an environment
-    variable. Unset, the two sides run the same code and nothing is named worse; set, ingest's seconds
-    are, and the check fails."""
+    variable. Unset, the two sides run the same code and nothing is named worse; set (2 s: 1.6 x a step of
+    3.4 s, 3 x one of 0.9 s), ingest's seconds are, and the check fails. Both with another job busy beside the check:
+    a busy machine once made a planted 1.7 x read as noise."""
     cubes, _ = small_cubes
     repo = tmp_path / "repo"
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
@@ -193,10 +219,15 @@ def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_noth
                               env={**env(), **extra}, timeout=600)  # fmt: skip
         return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1]) | {"log": proc.stderr}
 
-    code, unchanged = run({})
-    assert code == 0 and unchanged["worse"] == unchanged["failed"] == [], unchanged["log"]
-    code, planted = run({PLANT: "1"})
-    assert code == 1 and planted["worse"] == ["ingest.ingest_seconds"], planted["log"]
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a job beside the check, on one core
+    try:
+        code, unchanged = run({})
+        assert code == 0 and unchanged["worse"] == unchanged["failed"] == unchanged["moved"] == [], unchanged["log"]
+        code, planted = run({PLANT: "2"})
+        assert code == 1 and planted["worse"] == ["ingest.ingest_seconds"], planted["log"]
+    finally:
+        hog.kill()
+        hog.wait()
     assert "(noise" in planted["log"]
     print(unchanged["log"], planted["log"])  # the verdicts (pytest -rP shows them)
     worktrees = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)

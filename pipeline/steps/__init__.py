@@ -21,10 +21,6 @@ def check_plugins(config: dict[str, Any]) -> dict[str, Any]:
     check_spatial_model(config["train"], config["search"], config["merge"])
     check_source_fields(config["source"], config["convert"])
     check_shard_settings(config["merge"], config["convert"])
-    if config["simulate"]["adaptive"]["enabled"]:  # the design's modules load only for a design (0.5 s)
-        from pipeline.design.acquisitions import check_acquisition
-
-        check_acquisition(config["simulate"]["adaptive"], config["train"]["online"]["enabled"])
     return config
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import Sim2dlError
+from pipeline.design.acquisitions import check_acquisition
+from pipeline.design.share import SPACE_FILLING
 from pipeline.paths import RawPaths
 from pipeline.runtime.mpi import all_ok
 
@@ -99,10 +101,11 @@ def design_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     (pipeline.online.choosing)."""
     simulate = dict(config["simulate"])
     adaptive = simulate["adaptive"]
-    if not adaptive["enabled"]:  # (its settings are checked with the config: pipeline.config.check_adaptive)
+    if not adaptive["enabled"]:
         return simulate
+    check_acquisition(adaptive, online=True)  # (the rest is checked with the config: pipeline.config.check_adaptive)
     simulate["runs"] = adaptive["budget"]
-    if adaptive["acquisition"] != "space_filling":
+    if adaptive["acquisition"] != SPACE_FILLING:
         simulate["choosing"] = {k: adaptive[k] for k in ("acquisition", "initial", "queue", "sigma", "min_spacing")}
     return simulate
 
