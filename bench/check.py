@@ -271,8 +271,8 @@ def differ(base: Sequence[float], head: Sequence[float]) -> bool:
     if len(set(ratios)) == 1:
         return ratios[0] != 0
     paired = bool(stats.ttest_1samp(ratios, 0.0).pvalue < ALPHA)
-    slower = sum(r > 0 for r in ratios)
-    signs = stats.binomtest(max(slower, len(ratios) - slower), len(ratios)).pvalue < ALPHA  # ties count against
+    slower, faster = sum(r > 0 for r in ratios), sum(r < 0 for r in ratios)  # a pair of equal figures tells neither
+    signs = stats.binomtest(max(slower, faster), slower + faster).pvalue < ALPHA
     return (apart and paired) or bool(signs)
 
 
