@@ -107,7 +107,11 @@ def coerce_strings(value: Any, sub_schema: Mapping[str, Any], root: Mapping[str,
             return coerced
     types = sub_schema.get("type", [])
     types = [types] if isinstance(types, str) else types
-    if isinstance(value, str) and "string" not in types and set(types) & {"number", "integer", "boolean", "null"}:
+    if (
+        isinstance(value, str)
+        and "string" not in types
+        and set(types) & {"number", "integer", "boolean", "null"}
+    ):
         try:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError:
@@ -149,7 +153,11 @@ def error_lines(error: jsonschema.ValidationError) -> list[str]:
         for name in sorted(set(error.instance) - set(known)):
             full = f"{key}.{name}" if key else str(name)
             near = difflib.get_close_matches(str(name), known, n=1)
-            hint = f"; did you mean '{key + '.' if key else ''}{near[0]}'?" if near else f" (known: {', '.join(known)})"
+            hint = (
+                f"; did you mean '{key + '.' if key else ''}{near[0]}'?"
+                if near
+                else f" (known: {', '.join(known)})"
+            )
             lines.append(f"config key '{full}': unknown key{hint}")
         if lines:
             return lines
@@ -178,7 +186,9 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     for key in ("features", "labels", "log1p", "normalise", "per_channel"):
         unknown = [f for f in conv[key] if f not in fields]
         if unknown:
-            raise Sim2dlError(f"config key 'convert.{key}': {unknown} not declared in source.fields ({sorted(fields)})")
+            raise Sim2dlError(
+                f"config key 'convert.{key}': {unknown} not declared in source.fields ({sorted(fields)})"
+            )
     check_model_inputs(conv, config["train"]["model"])
     overlap = set(conv["features"]) & set(conv["labels"])
     if overlap:
@@ -188,9 +198,13 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     if trace["min_length"] > trace["max_length"]:
         raise Sim2dlError("config key 'simulate.trace': min_length is larger than max_length")
     train_keys = schema()["properties"]["train"]["properties"]
-    unknown = [k for k in config["search"]["space"] if k not in train_keys and not k.startswith("model_args.")]
+    unknown = [
+        k for k in config["search"]["space"] if k not in train_keys and not k.startswith("model_args.")
+    ]
     if unknown:
-        raise Sim2dlError(f"config key 'search.space': {unknown} are not train settings (nor model_args.NAME)")
+        raise Sim2dlError(
+            f"config key 'search.space': {unknown} are not train settings (nor model_args.NAME)"
+        )
     merge = config["merge"]
     if merge["splits"] and abs(sum(merge["splits"].values()) - 1) > 1e-6:
         raise Sim2dlError(f"config key 'merge.splits': the fractions {merge['splits']} do not sum to 1")
@@ -209,7 +223,8 @@ def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
         )
     if not online and not adaptive["outputs"]:
         raise Sim2dlError(
-            "config key 'simulate.adaptive.outputs': name the arrays of a run's file the emulator learns (e.g. [state])"
+            "config key 'simulate.adaptive.outputs': name the arrays of a run's file the emulator learns "
+            "(e.g. [state])"
         )
     if adaptive["initial"] > adaptive["budget"]:
         raise Sim2dlError(
@@ -226,12 +241,15 @@ def check_deposits(conv: Mapping[str, Any], fields: set[str]) -> None:
         for key in ("positions", "weights", "box", "origin"):
             value = spec.get(key)
             if isinstance(value, str) and value not in fields:
-                raise Sim2dlError(f"config key 'convert.deposit.{name}.{key}': '{value}' not declared in source.fields")
+                raise Sim2dlError(
+                    f"config key 'convert.deposit.{name}.{key}': '{value}' not declared in source.fields"
+                )
         for key in ("box", "origin"):
             value = spec.get(key)
             if isinstance(value, list) and len(value) not in (1, len(spec["shape"])):
                 raise Sim2dlError(
-                    f"config key 'convert.deposit.{name}.{key}': {len(value)} values for a {len(spec['shape'])}-d grid"
+                    f"config key 'convert.deposit.{name}.{key}': {len(value)} values for a "
+                    f"{len(spec['shape'])}-d grid"
                 )
 
 
@@ -249,14 +267,16 @@ def check_model_inputs(conv: Mapping[str, Any], model: str) -> None:
     """A built-in model takes one input: several features must be stacked first (before any step runs)."""
     if ":" not in model and len(conv["features"]) > 1:
         raise Sim2dlError(
-            f"config key 'convert.features': {conv['features']} are several inputs, but the built-in model "
-            f"'{model}' takes one: stack them (convert.stack: {{x: {conv['features']}}}, features: [x]) where "
-            "their shapes are equal, or use your own model (train.model: file.py:function), which gets a dict"
+            f"config key 'convert.features': {conv['features']} are several inputs, but the built-in "
+            f"model '{model}' takes one: stack them (convert.stack: {{x: {conv['features']}}}, "
+            "features: [x]) where their shapes are equal, or use your own model (train.model: "
+            "file.py:function), which gets a dict"
         )
 
 
 def primary_field(conv: Mapping[str, Any]) -> str:
-    """The ingested field whose length is a record's length: the first feature, or its stack's first member."""
+    """The ingested field whose length is a record's length: the first feature, or its stack's first
+    member."""
     first = conv["features"][0]
     first = conv.get("stack", {}).get(first, [first])[0]
     deposit = conv.get("deposit", {}).get(first)

@@ -76,9 +76,21 @@ log = logging.getLogger(__name__)
 INITIAL = "initial"  # the acquisition column of round 0
 ROUND_KEY = b"sim2dl_round"  # a design's metadata: the statistics of its choosing
 DIGEST_KEYS = ("space", "seed", "design", "command")
-ADAPTIVE_DIGEST_KEYS = ("initial", "batch", "acquisition", "pool", "outputs", "files", "sigma", "committee",
-                        "min_spacing")  # fmt: skip
-REGIMES_DIGEST_KEYS = ("emulator", "regimes")  # only with emulator: regimes, so designs made before keep theirs
+ADAPTIVE_DIGEST_KEYS = (
+    "initial",
+    "batch",
+    "acquisition",
+    "pool",
+    "outputs",
+    "files",
+    "sigma",
+    "committee",
+    "min_spacing",
+)
+REGIMES_DIGEST_KEYS = (
+    "emulator",
+    "regimes",
+)  # only with emulator: regimes, so designs made before keep theirs
 # in the digest only where they choose otherwise than before they existed (a design made then keeps its digest
 # where it is continued with them so; the defaults choose otherwise, and start such a design afresh)
 CHOOSING_BEFORE = {"space_filling_share": 0.0, "irreducible": "none"}
@@ -119,9 +131,16 @@ def check_rounds(settings: Mapping[str, Any]) -> None:
     check_acquisition(settings["adaptive"], online=False)
 
 
-def round_table(settings: Mapping[str, Any], unit: np.ndarray, first: int, round_index: int,
-                acquisition: str | Sequence[str], values: np.ndarray, uncertainty: np.ndarray,
-                digest: str) -> pa.Table:  # fmt: skip
+def round_table(
+    settings: Mapping[str, Any],
+    unit: np.ndarray,
+    first: int,
+    round_index: int,
+    acquisition: str | Sequence[str],
+    values: np.ndarray,
+    uncertainty: np.ndarray,
+    digest: str,
+) -> pa.Table:
     """A round's design: run names and seeds continuing the earlier rounds', each parameter, the round and
     what chose it (one name for the round, or one per run)."""
     space, budget = settings["space"], settings["adaptive"]["budget"]
@@ -129,16 +148,26 @@ def round_table(settings: Mapping[str, Any], unit: np.ndarray, first: int, round
     columns = parameter_columns(unit, space) if len(unit) else {n: np.zeros(0) for n in space}
     fields = [pa.field("run", pa.string())]
     fields += [pa.field(n, column_type(spec, None)) for n, spec in space.items()]
-    fields += [pa.field("seed", pa.int64()), pa.field("round", pa.int32()), pa.field("acquisition", pa.string()),
-               pa.field("acquisition_value", pa.float64()), pa.field("uncertainty", pa.float64())]  # fmt: skip
+    fields += [
+        pa.field("seed", pa.int64()),
+        pa.field("round", pa.int32()),
+        pa.field("acquisition", pa.string()),
+        pa.field("acquisition_value", pa.float64()),
+        pa.field("uncertainty", pa.float64()),
+    ]
     schema = pa.schema(fields, metadata={DESIGN_METADATA: digest})
     seeds = (settings["seed"] * 100_003 + indices) % SEED_MODULUS + 1
     arrays = [pa.array([run_name(int(i), budget) for i in indices], pa.string())]
     arrays += [pa.array(columns[f.name], f.type) for f in fields[1 : 1 + len(space)]]
-    arrays += [pa.array(seeds), pa.array(np.full(len(unit), round_index, np.int32)),
-               pa.array([acquisition] * len(unit) if isinstance(acquisition, str) else list(acquisition), pa.string()),
-               pa.array(np.asarray(values, np.float64)),
-               pa.array(np.asarray(uncertainty, np.float64))]  # fmt: skip
+    arrays += [
+        pa.array(seeds),
+        pa.array(np.full(len(unit), round_index, np.int32)),
+        pa.array(
+            [acquisition] * len(unit) if isinstance(acquisition, str) else list(acquisition), pa.string()
+        ),
+        pa.array(np.asarray(values, np.float64)),
+        pa.array(np.asarray(uncertainty, np.float64)),
+    ]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -178,19 +207,24 @@ def read_outputs(run_dir: Path, settings: Mapping[str, Any]) -> dict[str, np.nda
     adaptive = settings["adaptive"]
     files = sorted(p for p in run_dir.glob(adaptive["files"]) if p.is_file())
     if not files:
-        raise Sim2dlError(f"config key 'simulate.adaptive.files': no file '{adaptive['files']}' in {run_dir}, "
-                          "which succeeded")  # fmt: skip
+        raise Sim2dlError(
+            f"config key 'simulate.adaptive.files': no file '{adaptive['files']}' in {run_dir}, "
+            "which succeeded"
+        )
     path = files[0]
     try:
         with reader_for(path, "auto").open(path) as opened:
-            return {name: np.asarray(opened.decoded(name, opened.read(name, ())), np.float64)
-                    for name in adaptive["outputs"]}  # fmt: skip
+            return {
+                name: np.asarray(opened.decoded(name, opened.read(name, ())), np.float64)
+                for name in adaptive["outputs"]
+            }
     except SampleError as e:
         raise Sim2dlError(f"config key 'simulate.adaptive.outputs': {path}: {e}") from None
 
 
-def round_outputs(table: pa.Table, first: int, root: Path, settings: Mapping[str, Any],
-                  history: History) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def round_outputs(
+    table: pa.Table, first: int, root: Path, settings: Mapping[str, Any], history: History
+) -> tuple[np.ndarray, np.ndarray]:
     """(which runs succeeded, their outputs) of a finished round, read from their files."""
     ok = np.array([s == "ok" for s in table.column("status").to_pylist()], bool)
     rows = []
@@ -203,7 +237,9 @@ def round_outputs(table: pa.Table, first: int, root: Path, settings: Mapping[str
         shapes = {n: a.shape for n, a in arrays.items()}
         expected = {n: s for n, (_, _, s) in history.layout.layout.items()}
         if shapes != expected:
-            raise Sim2dlError(f"simulate.adaptive.outputs: run {name} wrote shapes {shapes}, the first run {expected}")
+            raise Sim2dlError(
+                f"simulate.adaptive.outputs: run {name} wrote shapes {shapes}, the first run {expected}"
+            )
         rows.append(history.layout.row(arrays))
     width = history.layout.width if history.layout else 0
     return ok, np.array(rows).reshape(len(rows), width)
@@ -227,56 +263,121 @@ def load_history(paths: AdaptivePaths, settings: Mapping[str, Any]) -> History:
             history.ok.append(saved["ok"])
             history.outputs.append(saved["outputs"])
             if history.layout is None and "layout" in saved:
-                history.layout = Outputs({n: (int(a), int(b), tuple(s)) for n, (a, b, s) in
-                                          json.loads(str(saved["layout"])).items()})  # fmt: skip
+                history.layout = Outputs(
+                    {
+                        n: (int(a), int(b), tuple(s))
+                        for n, (a, b, s) in json.loads(str(saved["layout"])).items()
+                    }
+                )
         r += 1
     history.rounds = [row for row in history.rounds if row["round"] < r]
     return history
 
 
-def choose(settings: Mapping[str, Any], history: History, round_index: int,
-           digest: str) -> tuple[pa.Table | None, dict]:  # fmt: skip
+def choose(
+    settings: Mapping[str, Any], history: History, round_index: int, digest: str
+) -> tuple[pa.Table | None, dict]:
     """The design of round `round_index` (rank 0), or None when the design is complete; and the round's
     statistics so far."""
-    adaptive, space = settings["adaptive"], settings["space"]
-    dims = len(space)
-    budget = adaptive["budget"]
+    adaptive, dims = settings["adaptive"], len(settings["space"])
     if round_index == 0:
-        unit = unit_design(settings["design"], min(adaptive["initial"], budget), dims, settings["seed"])
+        unit = unit_design(
+            settings["design"], min(adaptive["initial"], adaptive["budget"]), dims, settings["seed"]
+        )
         nan = np.full(len(unit), np.nan)
-        return round_table(settings, unit, 0, 0, INITIAL, nan, nan, digest), {"round": 0, "acquisition": INITIAL}
+        return round_table(settings, unit, 0, 0, INITIAL, nan, nan, digest), {
+            "round": 0,
+            "acquisition": INITIAL,
+        }
     stats: dict[str, Any] = {"round": round_index, "acquisition": adaptive["acquisition"]}
+    x, emulator = fitted_emulator(settings, history, round_index, stats)
+    batch = min(adaptive["batch"], adaptive["budget"] - history.runs)
+    stop = stop_reason(adaptive, batch, round_index, stats["validation_nrmse_mean"])
+    if stop:
+        return None, {**stats, "stopped": stop, "runs": history.runs, "runs_ok": len(x)}
+    choice, uncertainty = chosen(settings, history, emulator, x, round_index, batch, stats)
+    if not len(choice.points):
+        stopped = "no candidate left at min_spacing"
+        return None, {**stats, "stopped": stopped, "runs": history.runs, "runs_ok": len(x)}
+    values = choice.values
+    stats["acquisition_value"] = {
+        "min": float(values.min()),
+        "mean": float(values.mean()),
+        "max": float(values.max()),
+    }
+    stats["uncertainty_mean"] = float(uncertainty.mean())
+    stats["space_filling"] = (choice.chosen_by or []).count(SPACE_FILLING)
+    chosen_by = choice.chosen_by or adaptive["acquisition"]
+    table = round_table(
+        settings, choice.points, history.runs, round_index, chosen_by, values, uncertainty, digest
+    )
+    return table, stats
+
+
+def fitted_emulator(
+    settings: Mapping[str, Any], history: History, round_index: int, stats: dict[str, Any]
+) -> tuple[np.ndarray, Any]:
+    """The runs that succeeded and the emulator fitted on them; its time and leave-one-out NRMSE per
+    output (and their mean) into `stats`."""
+    adaptive = settings["adaptive"]
     x, y = history.done()
     if len(x) < 3:
-        raise Sim2dlError(f"simulate.adaptive: only {len(x)} runs succeeded in rounds 0-{round_index - 1}; the "
-                          "emulator needs 3 (see the runs table's reasons)")  # fmt: skip
+        raise Sim2dlError(
+            f"simulate.adaptive: only {len(x)} runs succeeded in rounds 0-{round_index - 1}; the "
+            "emulator needs 3 (see the runs table's reasons)"
+        )
     started = time.perf_counter()
-    emulator = make_emulator(history.layout, settings["seed"], adaptive["emulator"], adaptive["regimes"]).fit(x, y)
+    emulator = make_emulator(history.layout, settings["seed"], adaptive["emulator"], adaptive["regimes"])
+    emulator = emulator.fit(x, y)
     stats["seconds_fitting"] = round(time.perf_counter() - started, 4)
     stats["fitted_on"] = len(x)
     validation = emulator.outputs.nrmse(emulator.loo(), emulator.y)
     stats["validation_nrmse"] = validation
     stats["validation_nrmse_mean"] = float(np.mean(list(validation.values())))
+    return x, emulator
+
+
+def stop_reason(adaptive: Mapping[str, Any], batch: int, round_index: int, validation: float) -> str | None:
+    """Why the design ends before this round (budget, rounds, target_error), or None."""
+    target = adaptive["target_error"]
+    if batch <= 0:
+        return "budget"
+    if adaptive["rounds"] is not None and round_index > adaptive["rounds"]:
+        return "rounds"
+    if target is not None and validation <= target:
+        return "target_error"
+    return None
+
+
+def chosen(
+    settings: Mapping[str, Any],
+    history: History,
+    emulator: Any,
+    x: np.ndarray,
+    round_index: int,
+    batch: int,
+    stats: dict[str, Any],
+) -> tuple[Any, np.ndarray]:
+    """The round's choice (the space-filling share and the acquisition's points) and the emulator's
+    uncertainty at them; the time it took into `stats`."""
+    adaptive, dims, budget = settings["adaptive"], len(settings["space"]), settings["adaptive"]["budget"]
     planned = adaptive["rounds"]
     if planned is None:
         planned = -(-(budget - adaptive["initial"]) // adaptive["batch"])
-    batch = min(adaptive["batch"], budget - history.runs)
-    target = adaptive["target_error"]
-    stop = None
-    if batch <= 0:
-        stop = "budget"
-    elif adaptive["rounds"] is not None and round_index > adaptive["rounds"]:
-        stop = "rounds"
-    elif target is not None and stats["validation_nrmse_mean"] <= target:
-        stop = "target_error"
-    if stop:
-        return None, {**stats, "stopped": stop, "runs": history.runs, "runs_ok": len(x)}
     started = time.perf_counter()
-    spacing = min_spacing(adaptive, budget, dims)
-    context = Context(done=x, avoid=history.all_points(dims), emulator=emulator,
-                      pool=candidate_pool(adaptive["pool"], dims, settings["seed"], round_index), spacing=spacing,
-                      round_index=round_index, rounds=max(1, planned), runs_so_far=history.runs,
-                      design=settings["design"], seed=settings["seed"], settings=dict(adaptive))  # fmt: skip
+    context = Context(
+        done=x,
+        avoid=history.all_points(dims),
+        emulator=emulator,
+        pool=candidate_pool(adaptive["pool"], dims, settings["seed"], round_index),
+        spacing=min_spacing(adaptive, budget, dims),
+        round_index=round_index,
+        rounds=max(1, planned),
+        runs_so_far=history.runs,
+        design=settings["design"],
+        seed=settings["seed"],
+        settings=dict(adaptive),
+    )
     # one BLAS thread: choosing multiplies small matrices (pool x runs), and handing each product to BLAS's
     # threads cost more than it saved (0.02 to 0.22 s a round at 56 runs on 2 cores, against 0.015 to 0.033)
     with threadpool_limits(limits=1, user_api="blas"):
@@ -284,15 +385,7 @@ def choose(settings: Mapping[str, Any], history: History, round_index: int,
         choice = shared_choice(ACQUISITIONS[adaptive["acquisition"]], context, batch, share)
         uncertainty = np.sqrt(emulator.variance(choice.points)) if len(choice.points) else np.zeros(0)
     stats["seconds_choosing"] = round(time.perf_counter() - started, 4)
-    if not len(choice.points):
-        return None, {**stats, "stopped": "no candidate left at min_spacing", "runs": history.runs, "runs_ok": len(x)}
-    values = choice.values
-    stats["acquisition_value"] = {"min": float(values.min()), "mean": float(values.mean()), "max": float(values.max())}
-    stats["uncertainty_mean"] = float(uncertainty.mean())
-    stats["space_filling"] = (choice.chosen_by or []).count(SPACE_FILLING)
-    table = round_table(settings, choice.points, history.runs, round_index, choice.chosen_by or adaptive["acquisition"],
-                        values, uncertainty, digest)  # fmt: skip
-    return table, stats
+    return choice, uncertainty
 
 
 def prepare(paths: AdaptivePaths, root: Path, digest: str) -> None:
@@ -302,7 +395,9 @@ def prepare(paths: AdaptivePaths, root: Path, digest: str) -> None:
         return
     if (pq.read_schema(first).metadata or {}).get(DESIGN_METADATA, b"").decode() == digest:
         return
-    log.warning("sim2dl simulate: the adaptive design changed since %s was written: its runs are removed", first)
+    log.warning(
+        "sim2dl simulate: the adaptive design changed since %s was written: its runs are removed", first
+    )
     shutil.rmtree(paths.root)
     for group in root.glob("[0-9][0-9][0-9][0-9][0-9]"):
         shutil.rmtree(group)
@@ -314,8 +409,15 @@ def write_table(path: Path, table: pa.Table) -> None:
         pq.write_table(table, tmp)
 
 
-def finish_round(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], history: History, r: int,
-                 first: int, stats: dict[str, Any]) -> None:  # fmt: skip
+def finish_round(
+    paths: AdaptivePaths,
+    root: Path,
+    settings: Mapping[str, Any],
+    history: History,
+    r: int,
+    first: int,
+    stats: dict[str, Any],
+) -> None:
     """Rank 0, after a round's farm: its outputs, the whole runs table, the rounds' figures."""
     table = pq.read_table(paths.runs(r))
     ok, outputs = round_outputs(table, first, root, settings, history)
@@ -328,8 +430,14 @@ def finish_round(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], 
     history.ok.append(ok)
     history.outputs.append(outputs)
     statuses = table.column("status").to_pylist()
-    stats.update({"runs": history.runs, "runs_ok": int(sum(len(x) for x in history.outputs)), "new_runs": len(table),
-                  **{f"new_{s}": statuses.count(s) for s in STATUSES}})  # fmt: skip
+    stats.update(
+        {
+            "runs": history.runs,
+            "runs_ok": int(sum(len(x) for x in history.outputs)),
+            "new_runs": len(table),
+            **{f"new_{s}": statuses.count(s) for s in STATUSES},
+        }
+    )
     history.rounds.append(stats)
     write_json_atomic(paths.rounds, history.rounds)
     log_round(paths, stats, r)
@@ -349,11 +457,14 @@ def log_round(paths: AdaptivePaths, stats: Mapping[str, Any], r: int) -> None:
 def figures(paths: AdaptivePaths, settings: Mapping[str, Any], history: History) -> None:
     from pipeline.reporting.plots import adaptive_figures
 
-    adaptive_figures(history.table(), list(settings["space"]), history.rounds, paths.design_figure, paths.error_figure)
+    adaptive_figures(
+        history.table(), list(settings["space"]), history.rounds, paths.design_figure, paths.error_figure
+    )
 
 
-def round_design(paths: AdaptivePaths, settings: Mapping[str, Any], history: History, r: int,
-                 digest: str) -> tuple[pa.Table | None, dict[str, Any]]:  # fmt: skip
+def round_design(
+    paths: AdaptivePaths, settings: Mapping[str, Any], history: History, r: int, digest: str
+) -> tuple[pa.Table | None, dict[str, Any]]:
     """Rank 0: round r's design as written before (a rerun), or chosen now and written before any of its
     runs; None when the design is complete. With the statistics of its choosing (kept in its metadata)."""
     if paths.design(r).exists():
@@ -366,25 +477,42 @@ def round_design(paths: AdaptivePaths, settings: Mapping[str, Any], history: His
     return table, stats
 
 
-def summarise(paths: AdaptivePaths, root: Path, settings: Mapping[str, Any], history: History, rounds: int,
-              final: dict[str, Any], seconds: float) -> dict[str, Any]:  # fmt: skip
+def summarise(
+    paths: AdaptivePaths,
+    root: Path,
+    settings: Mapping[str, Any],
+    history: History,
+    rounds: int,
+    final: dict[str, Any],
+    seconds: float,
+) -> dict[str, Any]:
     """Rank 0, after the last round: the figures, the final row of rounds.json, the step's summary."""
     every = history.table().column("status").to_pylist()
     figures(paths, settings, history)
-    summary = {"runs": len(every), **{s: every.count(s) for s in STATUSES}, "rounds": rounds,
-               "stopped": final.get("stopped"), "validation_nrmse_mean": final.get("validation_nrmse_mean"),
-               "acquisition": settings["adaptive"]["acquisition"], "design": settings["design"],
-               "seconds_running": round(seconds, 3), "runs_table": str(RawPaths(root).runs),
-               "rounds_table": str(paths.rounds)}  # fmt: skip
+    summary = {
+        "runs": len(every),
+        **{s: every.count(s) for s in STATUSES},
+        "rounds": rounds,
+        "stopped": final.get("stopped"),
+        "validation_nrmse_mean": final.get("validation_nrmse_mean"),
+        "acquisition": settings["adaptive"]["acquisition"],
+        "design": settings["design"],
+        "seconds_running": round(seconds, 3),
+        "runs_table": str(RawPaths(root).runs),
+        "rounds_table": str(paths.rounds),
+    }
     history.rounds.append({**final, "round": rounds, "final": True})
     write_json_atomic(paths.rounds, history.rounds)
     log_round(paths, {**final, "runs": len(every)}, rounds)
-    write_json_atomic(RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings, default=str))})
+    write_json_atomic(
+        RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings, default=str))}
+    )
     return summary
 
 
-def run_adaptive(settings: Mapping[str, Any], root: Path, comm: Any,
-                 container: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def run_adaptive(
+    settings: Mapping[str, Any], root: Path, comm: Any, container: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The rounds: choose (rank 0), run across the ranks, read back; returns the summary (also written)."""
     rank = comm.Get_rank()
     settings = checked_settings(settings, container, comm, check_rounds)
@@ -412,28 +540,54 @@ def run_adaptive(settings: Mapping[str, Any], root: Path, comm: Any,
             final = stats
             break
         if not complete:
-            first = int(table.column("run").to_pylist()[0].split("-")[1]) if len(table) else 0
-            plan = RoundPlan(table, first)
-            began = time.perf_counter()
-            mine = farm(plan, settings, root, comm)
-            with contextlib.closing(mine):
-                write_runs_table(plan, mine, paths.runs(r), comm)
-            error = None
-            if rank == 0:
-                stats["seconds_simulating"] = round(time.perf_counter() - began, 3)
-                try:
-                    finish_round(paths, root, settings, history, r, first, stats)
-                except Sim2dlError as e:
-                    error = e
-            all_ok(comm, error)
+            run_round(paths, root, settings, history, r, table, stats, comm)
         r += 1
-    summary = summarise(paths, root, settings, history, r, final, time.perf_counter() - started) if rank == 0 else {}
+    summary = {}
+    if rank == 0:
+        summary = summarise(paths, root, settings, history, r, final, time.perf_counter() - started)
     summary = comm.bcast(summary, root=0)
+    check_failed_fraction(summary, settings, root, comm)
+    return summary
+
+
+def run_round(
+    paths: AdaptivePaths,
+    root: Path,
+    settings: Mapping[str, Any],
+    history: History,
+    r: int,
+    table: pa.Table,
+    stats: dict[str, Any],
+    comm: Any,
+) -> None:
+    """Round r's runs across the ranks, its runs table, then (rank 0) its outputs read back into the
+    history; an error on rank 0 ends every rank."""
+    first = int(table.column("run").to_pylist()[0].split("-")[1]) if len(table) else 0
+    plan = RoundPlan(table, first)
+    began = time.perf_counter()
+    mine = farm(plan, settings, root, comm)
+    with contextlib.closing(mine):
+        write_runs_table(plan, mine, paths.runs(r), comm)
+    error = None
+    if comm.Get_rank() == 0:
+        stats["seconds_simulating"] = round(time.perf_counter() - began, 3)
+        try:
+            finish_round(paths, root, settings, history, r, first, stats)
+        except Sim2dlError as e:
+            error = e
+    all_ok(comm, error)
+
+
+def check_failed_fraction(
+    summary: Mapping[str, Any], settings: Mapping[str, Any], root: Path, comm: Any
+) -> None:
+    """More failed runs than simulate.max_failed_fraction allows end the step, on every rank."""
     failed = summary["runs"] - summary["ok"]
     error = None
-    if rank == 0 and failed > settings["max_failed_fraction"] * summary["runs"]:
-        error = Sim2dlError(f"{failed} of {summary['runs']} runs did not succeed (more than "
-                            f"simulate.max_failed_fraction {settings['max_failed_fraction']}): their reasons are in "
-                            f"{RawPaths(root).runs}")  # fmt: skip
+    if comm.Get_rank() == 0 and failed > settings["max_failed_fraction"] * summary["runs"]:
+        error = Sim2dlError(
+            f"{failed} of {summary['runs']} runs did not succeed (more than "
+            f"simulate.max_failed_fraction {settings['max_failed_fraction']}): their reasons are in "
+            f"{RawPaths(root).runs}"
+        )
     all_ok(comm, error)
-    return summary

@@ -18,9 +18,15 @@ from pipeline.design.acquisitions.variance import PosteriorVariance
 
 ACQUISITIONS: dict[str, Acquisition] = {
     a.name: a
-    for a in (SpaceFilling(), PosteriorVariance(), IntegratedVariance(), ErrorWeightedVariance(), Committee(), Breed())
+    for a in (
+        SpaceFilling(),
+        PosteriorVariance(),
+        IntegratedVariance(),
+        ErrorWeightedVariance(),
+        Committee(),
+        Breed(),
+    )
 }
-
 
 
 def check_acquisition(adaptive: Mapping[str, Any], online: bool) -> None:
@@ -31,12 +37,16 @@ def check_acquisition(adaptive: Mapping[str, Any], online: bool) -> None:
         raise Sim2dlError(f"{key}: '{name}' is not one of {sorted(ACQUISITIONS)}")
     by_trainers = sorted(a.name for a in ACQUISITIONS.values() if a.online)
     if online and name not in by_trainers:
-        raise Sim2dlError(f"{key}: with train.online the trainers choose by {' or '.join(by_trainers)} (the "
-                          f"model's loss at arrival), not {name}")  # fmt: skip
+        raise Sim2dlError(
+            f"{key}: with train.online the trainers choose by {' or '.join(by_trainers)} (the "
+            f"model's loss at arrival), not {name}"
+        )
     emulators = ACQUISITIONS[name].emulators
     if emulators and adaptive["emulator"] not in emulators:
-        raise Sim2dlError(f"{key}: {name} does not work with simulate.adaptive.emulator "
-                          f"'{adaptive['emulator']}' (use {' or '.join(emulators)})")  # fmt: skip
+        raise Sim2dlError(
+            f"{key}: {name} does not work with simulate.adaptive.emulator "
+            f"'{adaptive['emulator']}' (use {' or '.join(emulators)})"
+        )
 
 
 __all__ = ["ACQUISITIONS", "Acquisition", "Choice", "Context", "check_acquisition"]

@@ -40,11 +40,15 @@ class Context:
 class Choice:
     points: np.ndarray  # batch x dims, unit cube
     values: np.ndarray  # the acquisition's value at each when it was chosen
-    chosen_by: list[str] | None = None  # per point, what chose it (design/share.py: the share's or the acquisition)
+    chosen_by: list[str] | None = (
+        None  # per point, what chose it (design/share.py: the share's or the acquisition)
+    )
 
 
 class Acquisition(ABC):
-    name: str  # simulate.adaptive.acquisition: the registry (acquisitions/__init__.py) is the one list of names
+    name: (
+        str  # simulate.adaptive.acquisition: the registry (acquisitions/__init__.py) is the one list of names
+    )
     online: bool = False  # the trainers can choose by it as runs arrive (train.online)
     emulators: tuple[str, ...] = ()  # the simulate.adaptive.emulator values it works with; () for any
 

@@ -61,8 +61,15 @@ class Breed(Acquisition):
     def choose(self, context: Context, batch: int) -> Choice:
         losses = np.sqrt(np.mean(list(context.emulator.loo_errors().values()), axis=0))
         wanted = round(bred_share(context.round_index, context.rounds) * batch)
-        points, values, taken = bred_children(context.done, losses, context.avoid, context.spacing,
-                                              context.settings["sigma"], wanted, context.rng)  # fmt: skip
+        points, values, taken = bred_children(
+            context.done,
+            losses,
+            context.avoid,
+            context.spacing,
+            context.settings["sigma"],
+            wanted,
+            context.rng,
+        )
         spread = distances(context.pool, taken).min(axis=1, initial=np.inf)  # maximin: the farthest first
         rest = spaced_best(spread, context.pool, batch - len(points), context.spacing, taken)
         points += list(context.pool[rest])

@@ -27,7 +27,9 @@ def disagreement(context: Context, members: int) -> np.ndarray:
         sample = rng.choice(len(emulator.x), max(2, int(SHARE * len(emulator.x))), replace=False)
         for c, process in enumerate(emulator.processes):
             member = clone(process).set_params(kernel=process.kernel_, optimizer=None)
-            predictions[m, :, c] = member.fit(emulator.x[sample], coefficients[sample, c]).predict(context.pool)
+            predictions[m, :, c] = member.fit(emulator.x[sample], coefficients[sample, c]).predict(
+                context.pool
+            )
     return predictions.var(axis=0).sum(axis=1)
 
 
