@@ -7,7 +7,8 @@ by default). The designs (`designs`): `space_filling`, the initial Sobol design 
 `default`, what a user who sets nothing gets (integrated_variance, one GP, the space-filling share of 0.5);
 `preset`, the settings docs/ensembles.md gives for a jump in part of the space (error_weighted_variance,
 emulator: regimes, the nugget taken off, the share); each of the two also as it chose before the share
-and the nugget existed (`default_before`, `preset_before`); without --quick the other acquisitions too.
+and the nugget existed (`default_before`, `preset_before`); `boundary`, boundary_variance (runs where the
+regimes meet) with one GP and the share; without --quick the other acquisitions too.
 Each design is scored every 8 runs (its first 16, 24, ... runs, as the loop had them) on a test set of
 random runs of the same simulator (also run by `sim2dl simulate`), by two learners fitted on those runs:
 one plain Gaussian process (pipeline/design/emulator.py) and the regimes emulator
@@ -20,15 +21,16 @@ the default's) is how it judges itself; the plain GP is a learner that did not c
   difficulty. Goal: no design worse than 1.05 x the control at any budget.
 
 Figures (last line, JSON): `curves.SIMULATOR.LEARNER.DESIGN` (LEARNER gp or regimes; budget -> mean test
-NRMSE over the seeds, and `by_seed`), `worst_over_control.SIMULATOR.DESIGN.{emulator,gp}` (the largest
-ratio of the design's mean error to the control's at any budget from 32 runs, by the design's own emulator
-and by the plain GP), `runs_to_control_error.SIMULATOR.DESIGN` (by its own emulator: the fewest runs at
-which its mean error is at most the control's at N = `goal_budget`, the preset's (the reaction code's: 40
-in --quick), as a fraction of N; null where it never is by N), `runs_went.SIMULATOR.DESIGN` (the share
-of the chosen runs, after the initial 16, in each regime of the code, by its final state; `test_runs`:
-each regime's share of the space), `budgets.SIMULATOR`, `choosing_fraction` (seconds choosing / seconds of
-the round: fitting, choosing and running, over the integrated_variance designs) and
-`choosing_fraction_preset` (the same over the bistable designs of the preset's acquisition).
+NRMSE over the seeds, and `by_seed`), `worst_over_control.SIMULATOR.DESIGN.{emulator,gp,regimes}` (the
+largest ratio of the design's mean error to the control's at any budget from 32 runs, by the design's own
+emulator, by the plain GP and by the regimes emulator), `runs_to_control_error.SIMULATOR.DESIGN` (by its
+own emulator: the fewest runs at which its mean error is at most the control's at N = `goal_budget`, the
+preset's (the reaction code's: 40 in --quick), as a fraction of N; null where it never is by N),
+`runs_went.SIMULATOR.DESIGN` (the share of the chosen runs, after the initial 16, in each regime of the
+code, by its final state; `test_runs`: each regime's share of the space), `budgets.SIMULATOR`,
+`choosing_fraction` (seconds choosing / seconds of the round: fitting, choosing and running, over the
+integrated_variance designs), `choosing_fraction_preset` (the same over the bistable designs of the
+preset's acquisition) and `choosing_fraction_boundary` (over the boundary_variance designs).
 
 `--online`: instead, online choosing (docs/ensembles.md, "Online: the trainers choose as the runs
 complete") against its control, on the bistable preset: `sim2dl online` on 2 ranks (1 simulating, 1
@@ -117,6 +119,7 @@ CHOOSING_FRACTIONS = {
     "choosing_fraction": lambda simulator, design: design["acquisition"] == "integrated_variance",
     "choosing_fraction_preset": lambda simulator, design: simulator == "bistable"
     and design["acquisition"] == PRESET_ACQUISITION,
+    "choosing_fraction_boundary": lambda simulator, design: design["acquisition"] == "boundary_variance",
 }
 
 
@@ -391,7 +394,8 @@ def designs(simulator: str, full: bool) -> dict[str, dict[str, Any]]:
     """The designs compared, by name: simulate.adaptive settings beside the common ones. The control; the
     default (integrated_variance, one GP, the schema's space-filling share) and the preset's settings
     (error_weighted_variance with emulator: regimes, the nugget, the share), each also as it chose before
-    (`_before`: no share, the whole error); without --quick the other acquisitions at their defaults."""
+    (`_before`: no share, the whole error); `boundary` (boundary_variance, one GP, the share); without
+    --quick the other acquisitions at their defaults."""
     preset = {"acquisition": "error_weighted_variance", **REGIMES}
     out = {
         CONTROL: {"acquisition": CONTROL, "emulator": "gp"},
@@ -399,6 +403,7 @@ def designs(simulator: str, full: bool) -> dict[str, dict[str, Any]]:
         "default_before": {"acquisition": "integrated_variance", "emulator": "gp", **CHOOSING_BEFORE},
         "preset": preset,
         "preset_before": {**preset, **CHOOSING_BEFORE},
+        "boundary": {"acquisition": "boundary_variance", "emulator": "gp"},
     }
     if full:
         out |= {name: {"acquisition": name, **emulator_settings(simulator)} for name in ("variance", "breed")}
@@ -433,7 +438,7 @@ REGIME_OF = {"bistable": (bistable_regimes, ("dies", "between", "ignites"))}
 
 
 NETWORK_BUDGETS = (32, 64)  # --network: the budgets a design's trained surrogate is scored at
-NETWORK_DESIGNS = (CONTROL, "default", "preset")
+NETWORK_DESIGNS = (CONTROL, "default", "preset", "boundary")
 
 
 def network_scored(raw: Path, case: Path, seed: int, test_params: np.ndarray, test_y: np.ndarray,
@@ -563,7 +568,7 @@ def main() -> None:
                 continue
             loop = design["emulator"]  # the learner the design chose with
             ratios = {}
-            for learner, label in ((loop, "emulator"), ("gp", "gp"), ("network", "network")):
+            for learner, label in ((loop, "emulator"), ("gp", "gp"), ("regimes", "regimes"), ("network", "network")):
                 if name not in curves.get(learner, {}):
                     continue
                 mean = np.array(list(curves[learner][name]["mean"].values()))

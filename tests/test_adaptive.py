@@ -84,7 +84,7 @@ def test_candidates_and_choices_are_reproducible_by_seed(fitted, name):
     assert not np.array_equal(first.points, other.points)
 
 
-@pytest.mark.parametrize("name", ["integrated_variance", "error_weighted_variance", "variance", "committee", "breed"])
+@pytest.mark.parametrize("name", sorted(set(ACQUISITIONS) - {"space_filling"}))
 def test_a_batch_keeps_its_minimum_spacing(fitted, name):
     spacing = 0.12
     choice = ACQUISITIONS[name].choose(context(fitted, spacing=spacing), 8)
@@ -255,6 +255,59 @@ def test_a_noisy_region_stops_attracting_runs():
     assert share["none"] >= 0.5 and share["nugget"] <= 0.25, share
 
 
+def jump_across_the_diagonal(unit: np.ndarray) -> np.ndarray:
+    """8 outputs per run: a jump of 1 where x0 + x1 crosses 1, beside a smooth wave along x0 on both sides."""
+    wave = 0.1 * np.sin(2 * np.pi * (unit[:, :1] + np.linspace(0, 1, 8)[None]))
+    return np.where((unit.sum(axis=1) > 1.0)[:, None], 1.0, 0.0) + wave
+
+
+def test_the_boundary_entropy_is_the_weighted_share_of_each_regime_among_the_nearest_runs():
+    """boundary_variance's classifier, against a hand computation: at a point, each regime's probability is
+    the sum of 1/distance over its runs among the point's NEIGHBOURS nearest, over the sum for all of them;
+    the entropy is divided by log(regimes). Deep inside a regime it is 0; halfway between two it is 1."""
+    from pipeline.design.acquisitions.boundary_variance import NEIGHBOURS, boundary_entropy
+
+    rng = np.random.default_rng(5)
+    x = rng.uniform(size=(30, 2))
+    labels = (x[:, 0] > 0.5).astype(np.int64) + (x[:, 1] > 0.7)  # three regimes
+    points = rng.uniform(size=(20, 2))
+    got = boundary_entropy(x, labels, points)
+    for point, entropy in zip(points, got, strict=True):
+        gaps = np.linalg.norm(x - point, axis=1)
+        nearest = np.argsort(gaps)[:NEIGHBOURS]
+        shares = np.array([(1 / gaps[nearest][labels[nearest] == k]).sum() for k in range(3)])
+        shares = shares[shares > 0] / shares.sum()
+        assert np.isclose(entropy, -(shares * np.log(shares)).sum() / np.log(3))
+    two = np.array([[0.1, 0.5], [0.2, 0.5], [0.3, 0.5], [0.7, 0.5], [0.8, 0.5], [0.9, 0.5]])
+    halves = np.array([0, 0, 0, 1, 1, 1])
+    assert np.allclose(boundary_entropy(two, halves, np.array([[0.5, 0.5]])), 1.0)
+    assert np.allclose(boundary_entropy(two[:3], halves[:3], np.array([[0.5, 0.5]])), 0.0)  # one regime
+
+
+def test_boundary_variance_sends_the_batch_to_a_jump_and_without_one_chooses_as_integrated_variance():
+    """Where the outputs jump across a line, the batch lies nearer it than integrated_variance's (half the
+    distance); where there are no regimes (a learnable wave beside noise: no clustering of the outputs is
+    separated, silhouette at most 0.5) it chooses exactly as integrated_variance does, so the noise does
+    not attract runs as the seams of clusters cut through it would."""
+    from pipeline.design.acquisitions.boundary_variance import separated_regimes
+    from pipeline.design.space import unit_design
+
+    x = unit_design("sobol", 24, 2, 11)
+    jump = Emulator(Outputs.of({"y": (8,)}), seed=11).fit(x, jump_across_the_diagonal(x))
+    labels = separated_regimes((jump.y - jump.mean) / jump.scale, 4, 11)
+    assert np.array_equal(labels == labels[0], (x.sum(axis=1) > 1.0) == (x[0].sum() > 1.0))  # the two sides
+    here = context(jump, seed=11, spacing=0.05)
+    gap = {name: float(np.abs(ACQUISITIONS[name].choose(here, 8).points.sum(axis=1) - 1.0).mean())
+           for name in ("integrated_variance", "boundary_variance")}  # fmt: skip
+    assert gap["boundary_variance"] < 0.6 * gap["integrated_variance"], gap
+
+    noisy = Emulator(Outputs.of({"y": (16,)}), seed=11).fit(x, noisy_left_learnable_right(x, 11))
+    assert not separated_regimes((noisy.y - noisy.mean) / noisy.scale, 4, 11).any()
+    here = context(noisy, seed=11, spacing=0.05)
+    boundary = ACQUISITIONS["boundary_variance"].choose(here, 8)
+    assert np.array_equal(boundary.points, ACQUISITIONS["integrated_variance"].choose(here, 8).points)
+
+
 # The preset's space: the jump (level ~ a) in a corner of it
 CORNER = {"level": {"type": "uniform", "low": 0.3, "high": 1.0}, "a": {"type": "uniform", "low": 0.0, "high": 0.4}}
 
@@ -387,7 +440,8 @@ def test_adaptive_config_errors_name_the_key():
     # starts its rounds (pipeline.simulators.adaptive) or the online step its producers
     unknown = {**base["simulate"]["adaptive"], "acquisition": "alc"}
     config = cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "adaptive": unknown}})
-    with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.acquisition': 'alc' is not one of \['breed', "):
+    names = r"'alc' is not one of \['boundary_variance', 'breed', "
+    with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.acquisition': " + names):
         check_rounds(config["simulate"])
     with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.acquisition.*committee.*emulator 'regimes'"):
         check_rounds({"adaptive": {"acquisition": "committee", "emulator": "regimes"}})

@@ -48,8 +48,10 @@ class RegimeEmulator:
         self.x, self.y = np.asarray(x, np.float64), np.asarray(y, np.float64)
         self.mean, self.scale = self.outputs.standardisation(self.y)
         self.labels = regime_labels((self.y - self.mean) / self.scale, self.regimes, self.seed)
-        self.members = [Emulator(self.outputs, self.seed).fit(self.x[self.labels == k], self.y[self.labels == k])
-                        for k in range(self.labels.max() + 1)]  # fmt: skip
+        self.members = [
+            Emulator(self.outputs, self.seed).fit(self.x[self.labels == k], self.y[self.labels == k])
+            for k in range(self.labels.max() + 1)
+        ]
         self.classifier = None
         if len(self.members) > 1:
             self.classifier = KNeighborsClassifier(n_neighbors=1).fit(self.x, self.labels)
@@ -98,12 +100,11 @@ def regime_labels(z: np.ndarray, regimes: int, seed: int) -> np.ndarray:
     cluster they shortened its length scales (scored 0.10 to 0.12 against 0.03 to 0.06 at 32 runs of the
     preset). Pooled runs fewer than MIN_RUNS join the nearest large cluster each."""
     from sklearn.cluster import KMeans
-    from sklearn.decomposition import PCA
 
     count = min(regimes, len(z) // MIN_RUNS)
     if count < 2:
         return np.zeros(len(z), np.int64)
-    scores = PCA(n_components=min(FEATURES, *z.shape), svd_solver="full").fit_transform(z)
+    scores = output_scores(z)
     fitted = KMeans(count, n_init=10, random_state=seed).fit(scores)
     labels = fitted.labels_.copy()
     small = np.bincount(labels, minlength=count) < MIN_RUNS
@@ -118,6 +119,14 @@ def regime_labels(z: np.ndarray, regimes: int, seed: int) -> np.ndarray:
     numbered = np.empty(labels.max() + 1, np.int64)  # regimes numbered by their first run
     numbered[labels[np.sort(first)]] = np.arange(len(first))
     return numbered[labels]
+
+
+def output_scores(z: np.ndarray) -> np.ndarray:
+    """The runs' first FEATURES principal components of their standardised outputs `z`: what regimes are
+    clustered on."""
+    from sklearn.decomposition import PCA
+
+    return PCA(n_components=min(FEATURES, *z.shape), svd_solver="full").fit_transform(z)
 
 
 class RegimePosterior:
@@ -171,7 +180,9 @@ class RegimePosterior:
         return out
 
 
-def make_emulator(outputs: Outputs, seed: int, emulator: str = "gp", regimes: int = 4) -> Emulator | RegimeEmulator:
+def make_emulator(
+    outputs: Outputs, seed: int, emulator: str = "gp", regimes: int = 4
+) -> Emulator | RegimeEmulator:
     """simulate.adaptive.emulator's emulator (with its `regimes`), unfitted."""
     if emulator == "regimes":
         return RegimeEmulator(outputs, seed, regimes)

@@ -9,6 +9,7 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.design.acquisitions.base import Acquisition, Choice, Context
+from pipeline.design.acquisitions.boundary_variance import BoundaryVariance
 from pipeline.design.acquisitions.breed import Breed
 from pipeline.design.acquisitions.committee import Committee
 from pipeline.design.acquisitions.error_weighted_variance import ErrorWeightedVariance
@@ -23,6 +24,7 @@ ACQUISITIONS: dict[str, Acquisition] = {
         PosteriorVariance(),
         IntegratedVariance(),
         ErrorWeightedVariance(),
+        BoundaryVariance(),
         Committee(),
         Breed(),
     )
