@@ -495,7 +495,11 @@ def test_a_sweep_of_one_trainer_against_a_population_of_two_on_two_nodes(cluster
         assert trained["weights_identical_across_ranks"] and len(set(trained["hosts"])) == 2
     record = json.loads((points / "enabled=True" / "train" / "summary.json").read_text())["population"]
     assert record["rounds_trained"] == 2 and sorted(map(tuple, record["trainer_hosts"])) == [("node1",), ("node2",)]
-    staged = json.loads((points / "enabled=True" / "staged" / "summary.json").read_text())
+    # the copy the trainers read: the stage step's, or where Slurm gave the training other nodes than the
+    # staging (the two points' jobs run side by side), the one the training staged again itself
+    restaged = points / "enabled=True" / "train" / "restaged.json"
+    read = restaged if restaged.exists() else points / "enabled=True" / "staged" / "summary.json"
+    staged = json.loads(read.read_text())
     node_dir = dict(zip(staged["hosts"], staged["node_dirs"], strict=True))
     for host, files in zip(record["trainer_hosts"], record["trainer_files"], strict=True):
         # each trainer read only shards staged on its own node
