@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.design.acquisitions.base import Acquisition, Choice, Context
-from pipeline.design.acquisitions.integrated_variance import REFERENCES
-from pipeline.design.batch import believer_best
+from pipeline.design.acquisitions.base import Context
+from pipeline.design.acquisitions.integrated_variance import IntegratedVariance
 from pipeline.design.regimes import MIN_RUNS, output_scores
 
 FLOOR = 0.2  # a reference deep in one regime, against one on a boundary (1): the volume keeps some weight
@@ -85,14 +84,8 @@ def boundary_weights(context: Context, references: np.ndarray) -> np.ndarray:
     return FLOOR + (1.0 - FLOOR) * boundary_entropy(emulator.x, labels, context.pool[references])
 
 
-class BoundaryVariance(Acquisition):
+class BoundaryVariance(IntegratedVariance):
     name = "boundary_variance"
 
-    def choose(self, context: Context, batch: int) -> Choice:
-        posterior = context.emulator.posterior(context.pool)
-        references = np.arange(min(REFERENCES, len(context.pool)))
-        weights = boundary_weights(context, references)
-        chosen, values = believer_best(
-            posterior, context.pool, batch, context.spacing, context.avoid, references, weights
-        )
-        return Choice(context.pool[chosen], np.array(values))
+    def reference_weights(self, context: Context, references: np.ndarray) -> np.ndarray:
+        return boundary_weights(context, references)

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.design.acquisitions.base import Acquisition, Choice, Context
-from pipeline.design.acquisitions.integrated_variance import REFERENCES
-from pipeline.design.batch import believer_best
+from pipeline.design.acquisitions.base import Context
+from pipeline.design.acquisitions.integrated_variance import IntegratedVariance
 from pipeline.design.space import distances
 
 FLOOR = 0.01  # a reference's weight beside its nearest run's relative error (mean 1)
@@ -93,13 +92,8 @@ def variogram_intercept(spacing: np.ndarray, semivariance: np.ndarray) -> float:
     return float(np.clip(intercept, 0.0, mean))
 
 
-class ErrorWeightedVariance(Acquisition):
+class ErrorWeightedVariance(IntegratedVariance):
     name = "error_weighted_variance"
 
-    def choose(self, context: Context, batch: int) -> Choice:
-        posterior = context.emulator.posterior(context.pool)
-        references = np.arange(min(REFERENCES, len(context.pool)))
-        weights = reference_weights(context, references)
-        chosen, values = believer_best(posterior, context.pool, batch, context.spacing, context.avoid, references,
-                                       weights)  # fmt: skip
-        return Choice(context.pool[chosen], np.array(values))
+    def reference_weights(self, context: Context, references: np.ndarray) -> np.ndarray:
+        return reference_weights(context, references)

@@ -18,10 +18,20 @@ REFERENCES = 128
 
 
 class IntegratedVariance(Acquisition):
+    """The weighted acquisitions (error_weighted_variance, boundary_variance) are this one with their own
+    `reference_weights`."""
+
     name = "integrated_variance"
+
+    def reference_weights(self, context: Context, references: np.ndarray) -> np.ndarray | None:
+        """Each reference's weight in the summed reduction (None: 1 each)."""
+        return None
 
     def choose(self, context: Context, batch: int) -> Choice:
         posterior = context.emulator.posterior(context.pool)
         references = np.arange(min(REFERENCES, len(context.pool)))
-        chosen, values = believer_best(posterior, context.pool, batch, context.spacing, context.avoid, references)
+        weights = self.reference_weights(context, references)
+        chosen, values = believer_best(
+            posterior, context.pool, batch, context.spacing, context.avoid, references, weights
+        )
         return Choice(context.pool[chosen], np.array(values))
