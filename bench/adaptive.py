@@ -13,12 +13,18 @@ Each design is scored every 8 runs (its first 16, 24, ... runs, as the loop had 
 random runs of the same simulator (also run by `sim2dl simulate`), by two learners fitted on those runs:
 one plain Gaussian process (pipeline/design/emulator.py) and the regimes emulator
 (pipeline/design/regimes.py). A design's own emulator (the loop's: regimes for the preset's, one GP for
-the default's) is how it judges itself; the plain GP is a learner that did not choose. Two codes:
+the default's) is how it judges itself; the plain GP is a learner that did not choose. With --network,
+also by the network a user trains on the design's first 32 and 64 runs (the preset's workflow and decoder
+surrogate). Three codes (--quick: the first two, unless --simulators names others):
 
 - bistable (the preset's): a jump in a corner of the space, smooth elsewhere: where choosing should pay.
   Goal: the control's error at the preset's budget N (64) reached with <= 0.5 N runs;
 - reaction (the forward surrogate preset's reaction-diffusion code, 4 parameters): of about uniform
-  difficulty. Goal: no design worse than 1.05 x the control at any budget.
+  difficulty. Goal: no design worse than 1.05 x the control at any budget;
+- swift_hohenberg: py-pde's Swift–Hohenberg equation (bench/codes/swift_hohenberg.py, a code nobody here
+  wrote, in its own environment .venv-codes, built on first use), over the box around its onset a user
+  would pick: flat for half of it, stripes and spots (hexagons) in the rest, the patterns' orientation
+  sensitive to the parameters. Goal: no design worse than 1.05 x the control.
 
 Figures (last line, JSON): `curves.SIMULATOR.LEARNER.DESIGN` (LEARNER gp or regimes; budget -> mean test
 NRMSE over the seeds, and `by_seed`), `worst_over_control.SIMULATOR.DESIGN.{emulator,gp,regimes}` (the
@@ -131,9 +137,31 @@ def choosing_seconds(raw: Path) -> tuple[float, float]:
     return choosing, choosing + sum(row["seconds_fitting"] + row["seconds_simulating"] for row in rows)
 
 
-def simulators() -> dict[str, dict[str, Any]]:
+def swift_hohenberg() -> dict[str, Any]:
+    """py-pde's Swift–Hohenberg equation (bench/codes/swift_hohenberg.py) in its own environment, over the
+    box around the code's onset a user would pick: rate -0.3 to 0.3, delta (the quadratic term) 0 to 2."""
+    from bench.codes import environment
+
+    script = REPO / "bench" / "codes" / "swift_hohenberg.py"
+    return {"command": [str(environment.python()), str(script), "--out", "{out}", "--rate", "{rate}",
+                        "--delta", "{delta}"],
+            "space": {"rate": {"type": "uniform", "low": -0.3, "high": 0.3},
+                      "delta": {"type": "uniform", "low": 0.0, "high": 2.0}}}  # fmt: skip
+
+
+QUICK_CODES = ("bistable", "reaction")  # --quick's codes unless --simulators names others
+
+
+def simulators(names: Sequence[str] = ("bistable", "reaction", "swift_hohenberg")) -> dict[str, dict[str, Any]]:
+    """The codes by name (command and space), each made only when asked for: swift_hohenberg builds its
+    environment first."""
     preset = yaml.safe_load(PRESET.read_text())["simulate"]
-    return {"bistable": {"command": preset["command"], "space": preset["space"]}, "reaction": REACTION}
+    makers = {"bistable": lambda: {"command": preset["command"], "space": preset["space"]},
+              "reaction": lambda: REACTION, "swift_hohenberg": swift_hohenberg}  # fmt: skip
+    unknown = sorted(set(names) - set(makers))
+    if unknown:
+        raise SystemExit(f"--simulators: no code {', '.join(unknown)} (codes: {', '.join(makers)})")
+    return {name: makers[name]() for name in names}
 
 
 def emulator_settings(simulator: str) -> dict[str, Any]:
@@ -221,7 +249,7 @@ def in_band(unit: np.ndarray) -> np.ndarray:
     """Which points (unit cube) of the bistable code's space lie in its transition band |level - a| < BAND."""
     from pipeline.design.space import parameter_columns
 
-    columns = parameter_columns(unit, simulators()["bistable"]["space"])
+    columns = parameter_columns(unit, simulators(["bistable"])["bistable"]["space"])
     return np.abs(columns["level"] - columns["a"]) < BAND
 
 
@@ -238,7 +266,7 @@ def bound_designs(seed: int, initial: int, budget: int) -> dict[str, np.ndarray]
 def bistable_test_runs(work: Path, tests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The random test runs of the bistable code, run by `sim2dl simulate`: (unit points, final states, the
     parameters as the preset's surrogate takes them: level and a from the runs table, float32)."""
-    spec = simulators()["bistable"]
+    spec = simulators(["bistable"])["bistable"]
     test_raw = run_simulate(work / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
     x, y = outputs_of(test_raw, {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}})
     table = pq.read_table(test_raw / "runs.parquet").to_pydict()
@@ -260,7 +288,7 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
     from pipeline.simulators.bistable_run import solve
 
     initial, budget, tests = 16, 64, (96 if quick else 256)
-    spec = simulators()["bistable"]
+    spec = simulators(["bistable"])["bistable"]
     test_x, test_y, _ = bistable_test_runs(work, tests)
     layout = Outputs.of({"state": (test_y.shape[1],)})
 
@@ -432,9 +460,18 @@ def bistable_regimes(y: np.ndarray) -> np.ndarray:
     return np.where(mean < 0.1, "dies", np.where(mean > 0.85, "ignites", "between"))
 
 
+def swift_hohenberg_regimes(y: np.ndarray) -> np.ndarray:
+    """Each run's regime by its final field: flat (standard deviation below 0.05: the pattern decayed),
+    spots (hexagons: the field skewed, its mean above 0.15 of its spread, as delta's quadratic term makes
+    them), or stripes (a symmetric pattern)."""
+    spread, mean = y.std(axis=1), y.mean(axis=1)
+    return np.where(spread < 0.05, "flat", np.where(mean > 0.15 * spread, "spots", "stripes"))
+
+
 # each code's regimes, from its runs' outputs (where the runs went), and their names; a code of even
 # difficulty has none
-REGIME_OF = {"bistable": (bistable_regimes, ("dies", "between", "ignites"))}
+REGIME_OF = {"bistable": (bistable_regimes, ("dies", "between", "ignites")),
+             "swift_hohenberg": (swift_hohenberg_regimes, ("flat", "stripes", "spots"))}  # fmt: skip
 
 
 NETWORK_BUDGETS = (32, 64)  # --network: the budgets a design's trained surrogate is scored at
@@ -446,9 +483,13 @@ def network_scored(raw: Path, case: Path, seed: int, test_params: np.ndarray, te
     """A design's test NRMSE by the network a user trains on it: per budget n, the preset's workflow
     (`snakemake`: ingest to train, the decoder surrogate for the preset's epochs, the parameters read from
     each run's file) on the design's first n runs (linked, not run again), its kept model called on the
-    test runs' parameters in physical units."""
+    test runs' parameters in physical units. Any code whose runs write `params` and a 2-D `state`."""
+    import h5py
+
     preset = yaml.safe_load(PRESET.read_text())
     table = pq.read_table(raw / "runs.parquet").column("run").to_pylist()
+    with h5py.File(next(run_paths(raw, table[0], 0, 1000)[0].glob("*.h5"))) as first:
+        state_shape = list(first["state"].shape)
     out = []
     for n in budgets:
         runs = case / f"runs-{n}"
@@ -457,8 +498,9 @@ def network_scored(raw: Path, case: Path, seed: int, test_params: np.ndarray, te
             (runs / name).symlink_to(run_paths(raw, name, i, 1000)[0])
         config = {**preset, "workdir": str(case / f"work-{n}"), "simulate": {"enabled": False},
                   "source": {"path": str(runs), "glob": "**/*.h5",
-                             "fields": {"params": {"path": "params", "dtype": "float32", "shape": [2]},
-                                        "state": preset["source"]["fields"]["state"]}},
+                             "fields": {"params": {"path": "params", "dtype": "float32",
+                                                   "shape": [test_params.shape[1]]},
+                                        "state": {"path": "state", "dtype": "float32", "shape": state_shape}}},
                   "convert": {"features": ["params"], "labels": ["state"], "normalise": ["params", "state"],
                               "per_channel": ["params"]},
                   "train": {**preset["train"], "seed": seed, "warm_start": False}}  # fmt: skip
@@ -485,7 +527,7 @@ def main() -> None:
     parser.add_argument("--simulators", help="comma-separated: only these codes")
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds 1..N (default 3)")
     parser.add_argument("--network", action="store_true",
-                        help="the bistable designs also scored by the preset's trained surrogate (32 and 64 runs)")
+                        help="the designs also scored by the preset's trained surrogate (32 and 64 runs)")
     parser.add_argument("--online", action="store_true", help="online choosing against its control instead")
     parser.add_argument("--bound", action="store_true", help="the control against runs placed in the band instead")
     parser.add_argument("--bound-network", action="store_true", help="the same, scored by the trained surrogate")
@@ -504,9 +546,10 @@ def main() -> None:
     initial, batch, preset_budget = preset["initial"], preset["batch"], preset["budget"]
     budget, tests = (preset_budget, 96) if args.quick else (96, 256)
     seeds = list(range(1, args.seeds + 1))
-    codes = simulators()
     if args.simulators:
-        codes = {name: codes[name] for name in args.simulators.split(",")}
+        codes = simulators(args.simulators.split(","))
+    else:
+        codes = simulators(QUICK_CODES) if args.quick else simulators()
     work = OUT / f"adaptive-{'quick' if args.quick else 'full'}{'-network' if args.network else ''}"
     shutil.rmtree(work, ignore_errors=True)
     adaptive_common = {"initial": initial, "batch": batch, "outputs": ["state"], "files": "*.h5", "pool": 1024}
@@ -523,7 +566,8 @@ def main() -> None:
         test_x, test_y = outputs_of(test_raw, settings)
         test_table = pq.read_table(test_raw / "runs.parquet").to_pydict()
         test_params = np.stack([test_table[n] for n in spec["space"]], axis=1).astype(np.float32)
-        network = args.network and simulator == "bistable"
+        network = args.network
+        network_budgets = [n for n in NETWORK_BUDGETS if n <= largest]
         regime_of = REGIME_OF.get(simulator)
         chosen = designs(simulator, not args.quick)
         if args.designs:
@@ -543,7 +587,7 @@ def main() -> None:
                     by_seed[learner].append(errors)
                 if "network" in by_seed:
                     by_seed["network"].append(network_scored(raw, work / simulator / f"network-{name}-{seed}", seed,
-                                                             test_params, test_y, NETWORK_BUDGETS))  # fmt: skip
+                                                             test_params, test_y, network_budgets))  # fmt: skip
                 went.append(where_the_runs_went(y, initial, regime_of))
                 counted = [figure for figure, counts in CHOOSING_FRACTIONS.items() if counts(simulator, design)]
                 if counted:
@@ -554,7 +598,7 @@ def main() -> None:
                       f"{np.round(by_seed['regimes'][-1], 4).tolist()}", file=sys.stderr, flush=True)  # fmt: skip
             for learner, errors in by_seed.items():
                 mean = np.mean(errors, axis=0)
-                at = NETWORK_BUDGETS if learner == "network" else budgets
+                at = network_budgets if learner == "network" else budgets
                 curves[learner][name] = {"mean": dict(zip(map(str, at), np.round(mean, 4).tolist(), strict=True)),
                                          "by_seed": np.round(errors, 4).tolist()}  # fmt: skip
             if went[0] is not None:
