@@ -38,11 +38,13 @@ TEST_WORKERS ?= 2
 test: env
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_CPU)" -c requirements/constraints.txt 2>/dev/null || echo "no CPU build of torch to install: the PyTorch reader test will not run"
 	$(RUN) $(BIN)/ruff check .
+	$(RUN) $(BIN)/ruff format --check .
 	$(RUN) $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # Before each commit: the unit and mpi tiers (tests/conftest.py says which test is in which tier).
 test-fast: env
 	$(RUN) $(BIN)/ruff check .
+	$(RUN) $(BIN)/ruff format --check .
 	$(RUN) $(BIN)/pytest -m "unit or mpi" $(PYTEST_ARGS)
 
 # Python (ruff) and the workflow (Snakemake's linter: no lints, which exits non-zero otherwise)

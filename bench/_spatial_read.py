@@ -53,9 +53,14 @@ def write(out: Path, spec: dict, samples: int, count: int) -> list[Path]:
         name = f"shard-{s:05d}-of-{SHARDS:05d}.tfrecord"
         writers = [TFRecordShardWriter(out / slab_name(name, k, count), spec, "none") for k in range(count)]
         for i in range(s, samples, SHARDS):
-            arrays = {"density": rng.standard_normal(shape, np.float32), "params": rng.standard_normal(3, np.float32)}
+            arrays = {
+                "density": rng.standard_normal(shape, np.float32),
+                "params": rng.standard_normal(3, np.float32),
+            }
             for k, w in enumerate(writers):
-                w.write(f"sample-{i:05d}", slab_arrays(arrays, sliced_fields(spec) if count > 1 else [], k, count))
+                w.write(
+                    f"sample-{i:05d}", slab_arrays(arrays, sliced_fields(spec) if count > 1 else [], k, count)
+                )
         for w in writers:
             w.close()
         firsts.append(out / slab_name(name, 0, count))
@@ -84,8 +89,19 @@ def main() -> None:
         cold = drop_caches() and cold
         before, start = rchar(), time.perf_counter()
         planes = 0
-        for x, _ in input_pipeline(files, meta, settings, task, (*dims[:3], dims[3]), training=False, shard=None,
-                                   epoch_seed=0, fraction=None, slab=slab, pieces=pieces):  # fmt: skip
+        for x, _ in input_pipeline(
+            files,
+            meta,
+            settings,
+            task,
+            (*dims[:3], dims[3]),
+            training=False,
+            shard=None,
+            epoch_seed=0,
+            fraction=None,
+            slab=slab,
+            pieces=pieces,
+        ):
             planes += int(x.shape[0]) * int(x.shape[1])
         return {"seconds": time.perf_counter() - start, "bytes_read": rchar() - before, "planes": planes}
 
@@ -104,8 +120,14 @@ def main() -> None:
         slabs = read(slab_files, meta, None, slabs_read(split, split, 0))
         assert whole["planes"] == slabs["planes"] == samples * dims[0] // split, (whole, slabs)
         figures[f"split_{split}"] = {
-            "whole_records": {"bytes_read_mb": round(whole["bytes_read"] / 1e6, 1), "s": round(whole["seconds"], 3)},
-            "slab_shards": {"bytes_read_mb": round(slabs["bytes_read"] / 1e6, 1), "s": round(slabs["seconds"], 3)},
+            "whole_records": {
+                "bytes_read_mb": round(whole["bytes_read"] / 1e6, 1),
+                "s": round(whole["seconds"], 3),
+            },
+            "slab_shards": {
+                "bytes_read_mb": round(slabs["bytes_read"] / 1e6, 1),
+                "s": round(slabs["seconds"], 3),
+            },
             "bytes_read_vs_whole_records": round(slabs["bytes_read"] / whole["bytes_read"], 3),
             "read_time_vs_whole_records": round(slabs["seconds"] / whole["seconds"], 3),
         }

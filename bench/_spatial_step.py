@@ -43,7 +43,9 @@ def main() -> None:
     optimizer = tf.keras.optimizers.Adam(1e-4)
     start, stop = layout.slab(shape[0])
     # this rank's planes of its group's samples (random: the values do not matter here, the sizes do)
-    x = tf.random.stateless_normal((batch, stop - start, *shape[1:]), seed=(layout.group, 1 + layout.spatial_rank))
+    x = tf.random.stateless_normal(
+        (batch, stop - start, *shape[1:]), seed=(layout.group, 1 + layout.spatial_rank)
+    )
     y = tf.random.stateless_normal((batch, 3), seed=(layout.group, 0))
     baseline = status_mb()
 
@@ -64,8 +66,13 @@ def main() -> None:
         float(step())
         times.append(time.perf_counter() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1000
-    figures = {"rank": layout.rank, "peak_rss_mb": peak, "startup_rss_mb": baseline,
-               "step_s": statistics.median(times), "data_mb": status_mb("VmData")}  # fmt: skip
+    figures = {
+        "rank": layout.rank,
+        "peak_rss_mb": peak,
+        "startup_rss_mb": baseline,
+        "step_s": statistics.median(times),
+        "data_mb": status_mb("VmData"),
+    }
     Path(out, f"rank-{layout.rank}.json").write_text(json.dumps(figures))
 
 

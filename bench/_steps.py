@@ -1,8 +1,8 @@
 """Run sim2dl ingest + convert + merge in-process on every MPI rank and time them (import excluded), until
 the output is on storage.
-Launched by bench/merge.py under mpiexec (arguments: config, settle seconds, and `warm` to read the inputs into
-the page cache first instead of evicting them: ingest's time without waiting on the disk); prints one JSON
-line from rank 0."""
+Launched by bench/merge.py under mpiexec (arguments: config, settle seconds, and `warm` to read the inputs
+into the page cache first instead of evicting them: ingest's time without waiting on the disk); prints one
+JSON line from rank 0."""
 
 import json
 import os

@@ -111,28 +111,47 @@ PRESET = REPO / "config" / "presets" / "adaptive-fronts.yaml"
 PRESET_ACQUISITION = yaml.safe_load(PRESET.read_text())["simulate"]["adaptive"]["acquisition"]
 CONTROL = "space_filling"
 REACTION = {
-    "command": ["python3", "-m", "pipeline.simulators.reaction_run", "--out", "{out}", "--vx", "{vx}", "--vy", "{vy}",
-                "--kappa", "{kappa}", "--r", "{r}"],
-    "space": {"vx": {"type": "uniform", "low": -0.5, "high": 0.5},
-              "vy": {"type": "uniform", "low": -0.5, "high": 0.5},
-              "kappa": {"type": "uniform", "low": 0.001, "high": 0.005},
-              "r": {"type": "uniform", "low": 0.5, "high": 6.0}},
-}  # fmt: skip
+    "command": [
+        "python3",
+        "-m",
+        "pipeline.simulators.reaction_run",
+        "--out",
+        "{out}",
+        "--vx",
+        "{vx}",
+        "--vy",
+        "{vy}",
+        "--kappa",
+        "{kappa}",
+        "--r",
+        "{r}",
+    ],
+    "space": {
+        "vx": {"type": "uniform", "low": -0.5, "high": 0.5},
+        "vy": {"type": "uniform", "low": -0.5, "high": 0.5},
+        "kappa": {"type": "uniform", "low": 0.001, "high": 0.005},
+        "r": {"type": "uniform", "low": 0.5, "high": 6.0},
+    },
+}
 
 
 # the choosing figures: which designs (simulator, the design's settings) each sums over
 CHOOSING_FRACTIONS = {
     "choosing_fraction": lambda simulator, design: design["acquisition"] == "integrated_variance",
-    "choosing_fraction_preset": lambda simulator, design: simulator == "bistable"
-    and design["acquisition"] == PRESET_ACQUISITION,
+    "choosing_fraction_preset": lambda simulator, design: (
+        simulator == "bistable" and design["acquisition"] == PRESET_ACQUISITION
+    ),
     "choosing_fraction_boundary": lambda simulator, design: design["acquisition"] == "boundary_variance",
 }
 
 
 def choosing_seconds(raw: Path) -> tuple[float, float]:
     """(seconds choosing, seconds of the rounds: fitting, choosing and running) of a design's rounds."""
-    rows = [row for row in json.loads((raw / "adaptive" / "rounds.json").read_text())
-            if "seconds_choosing" in row and "seconds_simulating" in row]  # fmt: skip
+    rows = [
+        row
+        for row in json.loads((raw / "adaptive" / "rounds.json").read_text())
+        if "seconds_choosing" in row and "seconds_simulating" in row
+    ]
     choosing = sum(row["seconds_choosing"] for row in rows)
     return choosing, choosing + sum(row["seconds_fitting"] + row["seconds_simulating"] for row in rows)
 
@@ -143,21 +162,38 @@ def swift_hohenberg() -> dict[str, Any]:
     from bench.codes import environment
 
     script = REPO / "bench" / "codes" / "swift_hohenberg.py"
-    return {"command": [str(environment.python()), str(script), "--out", "{out}", "--rate", "{rate}",
-                        "--delta", "{delta}"],
-            "space": {"rate": {"type": "uniform", "low": -0.3, "high": 0.3},
-                      "delta": {"type": "uniform", "low": 0.0, "high": 2.0}}}  # fmt: skip
+    return {
+        "command": [
+            str(environment.python()),
+            str(script),
+            "--out",
+            "{out}",
+            "--rate",
+            "{rate}",
+            "--delta",
+            "{delta}",
+        ],
+        "space": {
+            "rate": {"type": "uniform", "low": -0.3, "high": 0.3},
+            "delta": {"type": "uniform", "low": 0.0, "high": 2.0},
+        },
+    }
 
 
 QUICK_CODES = ("bistable", "reaction")  # --quick's codes unless --simulators names others
 
 
-def simulators(names: Sequence[str] = ("bistable", "reaction", "swift_hohenberg")) -> dict[str, dict[str, Any]]:
+def simulators(
+    names: Sequence[str] = ("bistable", "reaction", "swift_hohenberg"),
+) -> dict[str, dict[str, Any]]:
     """The codes by name (command and space), each made only when asked for: swift_hohenberg builds its
     environment first."""
     preset = yaml.safe_load(PRESET.read_text())["simulate"]
-    makers = {"bistable": lambda: {"command": preset["command"], "space": preset["space"]},
-              "reaction": lambda: REACTION, "swift_hohenberg": swift_hohenberg}  # fmt: skip
+    makers = {
+        "bistable": lambda: {"command": preset["command"], "space": preset["space"]},
+        "reaction": lambda: REACTION,
+        "swift_hohenberg": swift_hohenberg,
+    }
     unknown = sorted(set(names) - set(makers))
     if unknown:
         raise SystemExit(f"--simulators: no code {', '.join(unknown)} (codes: {', '.join(makers)})")
@@ -195,21 +231,40 @@ def outputs_of(raw: Path, settings: dict[str, Any]) -> tuple[np.ndarray, np.ndar
     return x, np.array([layout.row(r) for r in rows])
 
 
-def online_test_nrmse(work: Path, seed: int, acquisition: str, budget: int, test_params: np.ndarray,
-                      test_y: np.ndarray) -> tuple[float, int]:  # fmt: skip
+def online_test_nrmse(
+    work: Path, seed: int, acquisition: str, budget: int, test_params: np.ndarray, test_y: np.ndarray
+) -> tuple[float, int]:
     """`sim2dl online` on the adaptive preset with this acquisition; (the kept model's mean test VRMSE of the
     state, runs chosen)."""
     preset = yaml.safe_load(PRESET.read_text())
     config = {**preset, "workdir": str(work)}
     config.pop("merge")  # online holds out every 5th run, no split
-    config["simulate"] = {**preset["simulate"], "seed": seed, "max_failed_fraction": 0.0,
-                          "adaptive": {"enabled": True, "acquisition": acquisition, "initial": 16, "budget": budget,
-                                       "queue": 8}}  # fmt: skip
+    config["simulate"] = {
+        **preset["simulate"],
+        "seed": seed,
+        "max_failed_fraction": 0.0,
+        "adaptive": {
+            "enabled": True,
+            "acquisition": acquisition,
+            "initial": 16,
+            "budget": budget,
+            "queue": 8,
+        },
+    }
     config["source"] = {**preset["source"], "glob": "*.h5"}  # a run's own directory
-    config["train"] = {**preset["train"], "seed": seed,
-                       "online": {"enabled": True, "producers": 1, "steps": 2000, "validate_every_steps": 20,
-                                  "validation_every_run": 5, "statistics_runs": 8,
-                                  "buffer": {"capacity": 1024, "watermark": 16, "max_reuse": 40}}}  # fmt: skip
+    config["train"] = {
+        **preset["train"],
+        "seed": seed,
+        "online": {
+            "enabled": True,
+            "producers": 1,
+            "steps": 2000,
+            "validate_every_steps": 20,
+            "validation_every_run": 5,
+            "statistics_runs": 8,
+            "buffer": {"capacity": 1024, "watermark": 16, "max_reuse": 40},
+        },
+    }
     work.mkdir(parents=True, exist_ok=True)
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -217,7 +272,9 @@ def online_test_nrmse(work: Path, seed: int, acquisition: str, budget: int, test
     state = kept_model_states(work / "train", test_params)
     layout = Outputs.of({"state": (state.shape[1],)})
     runs = pq.read_table(work / "raw" / "runs.parquet")  # the control's table has no acquisition column
-    chosen = runs.column("acquisition").to_pylist().count("breed") if "acquisition" in runs.column_names else 0
+    chosen = (
+        runs.column("acquisition").to_pylist().count("breed") if "acquisition" in runs.column_names else 0
+    )
     return layout.nrmse(state, test_y)["state"], chosen
 
 
@@ -229,17 +286,25 @@ def online_choosing(work: Path, quick: bool) -> dict[str, Any]:
     chosen = []
     for seed in SEEDS:
         for name in errors:
-            error, count = online_test_nrmse(work / f"online-{name}-{seed}", seed, name, budget, test_params, test_y)
+            error, count = online_test_nrmse(
+                work / f"online-{name}-{seed}", seed, name, budget, test_params, test_y
+            )
             errors[name].append(error)
             if name == "breed":
                 chosen.append(count)
             print(f"online {name} seed {seed}: {error:.4f} ({count} chosen)", file=sys.stderr, flush=True)
     mean = {name: float(np.mean(e)) for name, e in errors.items()}
-    return {"budget": budget, "test_runs": tests, "seeds": list(SEEDS),
-            "test_nrmse": {name: {"mean": round(mean[name], 4), "by_seed": np.round(e, 4).tolist()}
-                           for name, e in errors.items()},
-            "breed_over_control": round(mean["breed"] / mean[CONTROL], 3),
-            "chosen_runs": round(float(np.mean(chosen)), 1)}  # fmt: skip
+    return {
+        "budget": budget,
+        "test_runs": tests,
+        "seeds": list(SEEDS),
+        "test_nrmse": {
+            name: {"mean": round(mean[name], 4), "by_seed": np.round(e, 4).tolist()}
+            for name, e in errors.items()
+        },
+        "breed_over_control": round(mean["breed"] / mean[CONTROL], 3),
+        "chosen_runs": round(float(np.mean(chosen)), 1),
+    }
 
 
 BAND = 0.12  # |level - a| below this: the bistable code's transition (docs/ensembles.md, "When it pays")
@@ -260,7 +325,10 @@ def bound_designs(seed: int, initial: int, budget: int) -> dict[str, np.ndarray]
 
     control = unit_design("sobol", budget, 2, seed)
     later = unit_design("sobol", 4096, 2, seed, start=budget)
-    return {"control": control, "band": np.vstack([control[:initial], later[in_band(later)][: budget - initial]])}
+    return {
+        "control": control,
+        "band": np.vstack([control[:initial], later[in_band(later)][: budget - initial]]),
+    }
 
 
 def bistable_test_runs(work: Path, tests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -294,7 +362,9 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
 
     def run(unit: np.ndarray) -> np.ndarray:
         columns = parameter_columns(unit, spec["space"])
-        return np.array([solve(level, a)[0].ravel() for level, a in zip(columns["level"], columns["a"], strict=True)])
+        return np.array(
+            [solve(level, a)[0].ravel() for level, a in zip(columns["level"], columns["a"], strict=True)]
+        )
 
     budgets = list(range(initial, budget + 1, SCORED_EVERY))
     curves: dict[str, list[list[float]]] = {"control": [], "band": []}
@@ -302,20 +372,38 @@ def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
     for seed in SEEDS:
         for name, x in bound_designs(seed, initial, budget).items():
             y = run(x)
-            errors = [layout.errors(Emulator(layout, seed).fit(x[:n], y[:n]).predict(test_x), test_y)["state"]
-                      for n in budgets]  # fmt: skip
+            errors = [
+                layout.errors(Emulator(layout, seed).fit(x[:n], y[:n]).predict(test_x), test_y)["state"]
+                for n in budgets
+            ]
             curves[name].append([float(np.sqrt(e.mean())) for e in errors])
             if name == "control":
                 shares.append(float(errors[-1][in_band(test_x)].sum() / errors[-1].sum()))
-            print(f"bound {name} seed {seed}: {np.round(curves[name][-1], 4).tolist()}", file=sys.stderr, flush=True)
+            print(
+                f"bound {name} seed {seed}: {np.round(curves[name][-1], 4).tolist()}",
+                file=sys.stderr,
+                flush=True,
+            )
     mean = {name: np.mean(c, axis=0) for name, c in curves.items()}
-    at = {str(n): round(float(mean["band"][i] / mean["control"][i]), 3) for i, n in enumerate(budgets) if n in (32, 64)}
+    at = {
+        str(n): round(float(mean["band"][i] / mean["control"][i]), 3)
+        for i, n in enumerate(budgets)
+        if n in (32, 64)
+    }
     area = float(in_band(unit_design("sobol", 4096, 2, 0)).mean())
-    return {"budgets": budgets, "seeds": list(SEEDS), "band": BAND, "test_runs": tests,
-            "test_nrmse": {name: dict(zip(map(str, budgets), np.round(m, 4).tolist(), strict=True))
-                           for name, m in mean.items()},
-            "band_area": round(area, 3), "band_error_share": round(float(np.mean(shares)), 3),
-            "band_over_control": at}  # fmt: skip
+    return {
+        "budgets": budgets,
+        "seeds": list(SEEDS),
+        "band": BAND,
+        "test_runs": tests,
+        "test_nrmse": {
+            name: dict(zip(map(str, budgets), np.round(m, 4).tolist(), strict=True))
+            for name, m in mean.items()
+        },
+        "band_area": round(area, 3),
+        "band_error_share": round(float(np.mean(shares)), 3),
+        "band_over_control": at,
+    }
 
 
 def network_bound(work: Path, quick: bool) -> dict[str, Any]:
@@ -338,51 +426,94 @@ def network_bound(work: Path, quick: bool) -> dict[str, Any]:
                 case = work / f"{name}-{seed}-{n}"
                 columns = parameter_columns(x[:n], space)
                 for i, (level, a) in enumerate(zip(columns["level"], columns["a"], strict=True)):
-                    run_bistable(["--out", str(case / "runs" / f"run-{i:04d}"), "--level", repr(float(level)),
-                                  "--a", repr(float(a))])  # fmt: skip
+                    run_bistable(
+                        [
+                            "--out",
+                            str(case / "runs" / f"run-{i:04d}"),
+                            "--level",
+                            repr(float(level)),
+                            "--a",
+                            repr(float(a)),
+                        ]
+                    )
                 # the preset's workflow on these runs' files: the parameters from each file (no runs table)
-                config = {**preset, "workdir": str(case / "work"), "simulate": {"enabled": False},
-                          "source": {"path": str(case / "runs"), "glob": "**/*.h5",
-                                     "fields": {"params": {"path": "params", "dtype": "float32", "shape": [2]},
-                                                "state": preset["source"]["fields"]["state"]}},
-                          "convert": {"features": ["params"], "labels": ["state"], "normalise": ["params", "state"],
-                                      "per_channel": ["params"]},
-                          "train": {**preset["train"], "seed": seed, "warm_start": False}}  # fmt: skip
+                config = {
+                    **preset,
+                    "workdir": str(case / "work"),
+                    "simulate": {"enabled": False},
+                    "source": {
+                        "path": str(case / "runs"),
+                        "glob": "**/*.h5",
+                        "fields": {
+                            "params": {"path": "params", "dtype": "float32", "shape": [2]},
+                            "state": preset["source"]["fields"]["state"],
+                        },
+                    },
+                    "convert": {
+                        "features": ["params"],
+                        "labels": ["state"],
+                        "normalise": ["params", "state"],
+                        "per_channel": ["params"],
+                    },
+                    "train": {**preset["train"], "seed": seed, "warm_start": False},
+                }
                 workflow(config, case / "config.yaml")
                 predicted = kept_model_states(case / "work" / "train", test_params)
                 errors[name].setdefault(n, []).append(layout.errors(predicted, test_y)["state"])
                 shown = np.sqrt(errors[name][n][-1].mean())
-                print(f"bound network {name} seed {seed} {n} runs: {shown:.4f}", file=sys.stderr,
-                      flush=True)  # fmt: skip
+                print(f"bound network {name} seed {seed} {n} runs: {shown:.4f}", file=sys.stderr, flush=True)
                 shutil.rmtree(case)
 
     def mean(name: str, n: int, where: np.ndarray | None = None) -> float:
         chosen = [e if where is None else e[where] for e in errors[name][n]]
         return round(float(np.mean([np.sqrt(e.mean()) for e in chosen])), 4)
 
-    return {"budgets": list(budgets), "seeds": list(SEEDS), "band": BAND, "test_runs": tests,
-            "test_nrmse": {name: {str(n): {"mean": mean(name, n),
-                                           "by_seed": [round(float(np.sqrt(e.mean())), 4) for e in errors[name][n]]}
-                                  for n in budgets} for name in errors},
-            "in_band": {name: mean(name, budget, band) for name in errors},
-            "outside_band": {name: mean(name, budget, ~band) for name in errors},
-            "band_over_control": {str(n): round(mean("band", n) / mean("control", n), 3) for n in budgets}}  # fmt: skip
+    return {
+        "budgets": list(budgets),
+        "seeds": list(SEEDS),
+        "band": BAND,
+        "test_runs": tests,
+        "test_nrmse": {
+            name: {
+                str(n): {
+                    "mean": mean(name, n),
+                    "by_seed": [round(float(np.sqrt(e.mean())), 4) for e in errors[name][n]],
+                }
+                for n in budgets
+            }
+            for name in errors
+        },
+        "in_band": {name: mean(name, budget, band) for name in errors},
+        "outside_band": {name: mean(name, budget, ~band) for name in errors},
+        "band_over_control": {str(n): round(mean("band", n) / mean("control", n), 3) for n in budgets},
+    }
 
 
 def continued_training(work: Path, quick: bool) -> dict[str, Any]:
-    """A design continued from 64 to 96 runs, trained on from the 64 runs' model and afresh (`--warm-start`)."""
+    """A design continued from 64 to 96 runs, trained on from the 64 runs' model and afresh
+    (`--warm-start`)."""
     preset = yaml.safe_load(PRESET.read_text())
 
     def trained(workdir: Path, budget: int, seed: int, warm: bool, *options: str) -> dict[str, Any]:
-        config = {**preset, "workdir": str(workdir), "stage": {"target": str(workdir.parent / f"local-{seed}")},
-                  "simulate": {**preset["simulate"], "seed": seed,
-                               "adaptive": {**preset["simulate"]["adaptive"], "budget": budget}},
-                  "train": {**preset["train"], "seed": seed, "warm_start": warm}}  # fmt: skip
+        config = {
+            **preset,
+            "workdir": str(workdir),
+            "stage": {"target": str(workdir.parent / f"local-{seed}")},
+            "simulate": {
+                **preset["simulate"],
+                "seed": seed,
+                "adaptive": {**preset["simulate"]["adaptive"], "budget": budget},
+            },
+            "train": {**preset["train"], "seed": seed, "warm_start": warm},
+        }
         workflow(config, workdir.parent / f"{workdir.name}-{budget}.yaml", *options)
         summary = json.loads((workdir / "train" / "summary.json").read_text())
         history = json.loads((workdir / "train" / "metrics.json").read_text())
-        return {"test_nrmse": summary["nrmse_mean"], "val_loss_at_40": history[39]["val_loss"],
-                "warm_start": summary["warm_start"]}  # fmt: skip
+        return {
+            "test_nrmse": summary["nrmse_mean"],
+            "val_loss_at_40": history[39]["val_loss"],
+            "warm_start": summary["warm_start"],
+        }
 
     by_seed: dict[str, dict[str, list[float]]] = {"warm": {}, "afresh": {}}
     for seed in SEEDS:
@@ -396,13 +527,24 @@ def continued_training(work: Path, quick: bool) -> dict[str, Any]:
             for figure in ("test_nrmse", "val_loss_at_40"):
                 by_seed[name].setdefault(figure, []).append(round(float(result[figure]), 4))
         print(f"warm start seed {seed}: {warm} against {afresh}", file=sys.stderr, flush=True)
-    mean = {name: {f: round(float(np.mean(v)), 4) for f, v in figures.items()} for name, figures in by_seed.items()}
-    return {"runs": [64, 96], "seeds": list(SEEDS), "epochs": preset["train"]["epochs"],
-            "test_nrmse": {name: {"mean": mean[name]["test_nrmse"], "by_seed": by_seed[name]["test_nrmse"]}
-                           for name in by_seed},
-            "val_loss_at_40": {name: {"mean": mean[name]["val_loss_at_40"], "by_seed": by_seed[name]["val_loss_at_40"]}
-                               for name in by_seed},
-            "warm_over_afresh": round(mean["warm"]["test_nrmse"] / mean["afresh"]["test_nrmse"], 3)}  # fmt: skip
+    mean = {
+        name: {f: round(float(np.mean(v)), 4) for f, v in figures.items()}
+        for name, figures in by_seed.items()
+    }
+    return {
+        "runs": [64, 96],
+        "seeds": list(SEEDS),
+        "epochs": preset["train"]["epochs"],
+        "test_nrmse": {
+            name: {"mean": mean[name]["test_nrmse"], "by_seed": by_seed[name]["test_nrmse"]}
+            for name in by_seed
+        },
+        "val_loss_at_40": {
+            name: {"mean": mean[name]["val_loss_at_40"], "by_seed": by_seed[name]["val_loss_at_40"]}
+            for name in by_seed
+        },
+        "warm_over_afresh": round(mean["warm"]["test_nrmse"] / mean["afresh"]["test_nrmse"], 3),
+    }
 
 
 def runs_to_reach(budgets: list[int], mean: np.ndarray, control: np.ndarray, at: int) -> float | None:
@@ -440,8 +582,9 @@ def designs(simulator: str, full: bool) -> dict[str, dict[str, Any]]:
     return out
 
 
-def scored(x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, budgets: list[int],
-           seed: int) -> dict[str, list[float]]:  # fmt: skip
+def scored(
+    x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, budgets: list[int], seed: int
+) -> dict[str, list[float]]:
     """A design's test NRMSE at each budget (its first n runs) by each learner: one plain GP, and the
     regimes emulator (the preset's)."""
     layout = Outputs.of({"state": (y.shape[1],)})
@@ -470,16 +613,19 @@ def swift_hohenberg_regimes(y: np.ndarray) -> np.ndarray:
 
 # each code's regimes, from its runs' outputs (where the runs went), and their names; a code of even
 # difficulty has none
-REGIME_OF = {"bistable": (bistable_regimes, ("dies", "between", "ignites")),
-             "swift_hohenberg": (swift_hohenberg_regimes, ("flat", "stripes", "spots"))}  # fmt: skip
+REGIME_OF = {
+    "bistable": (bistable_regimes, ("dies", "between", "ignites")),
+    "swift_hohenberg": (swift_hohenberg_regimes, ("flat", "stripes", "spots")),
+}
 
 
 NETWORK_BUDGETS = (32, 64)  # --network: the budgets a design's trained surrogate is scored at
 NETWORK_DESIGNS = (CONTROL, "default", "preset", "boundary")
 
 
-def network_scored(raw: Path, case: Path, seed: int, test_params: np.ndarray, test_y: np.ndarray,
-                   budgets: Sequence[int]) -> list[float]:  # fmt: skip
+def network_scored(
+    raw: Path, case: Path, seed: int, test_params: np.ndarray, test_y: np.ndarray, budgets: Sequence[int]
+) -> list[float]:
     """A design's test NRMSE by the network a user trains on it: per budget n, the preset's workflow
     (`snakemake`: ingest to train, the decoder surrogate for the preset's epochs, the parameters read from
     each run's file) on the design's first n runs (linked, not run again), its kept model called on the
@@ -496,14 +642,26 @@ def network_scored(raw: Path, case: Path, seed: int, test_params: np.ndarray, te
         runs.mkdir(parents=True)
         for i, name in enumerate(table[:n]):
             (runs / name).symlink_to(run_paths(raw, name, i, 1000)[0])
-        config = {**preset, "workdir": str(case / f"work-{n}"), "simulate": {"enabled": False},
-                  "source": {"path": str(runs), "glob": "**/*.h5",
-                             "fields": {"params": {"path": "params", "dtype": "float32",
-                                                   "shape": [test_params.shape[1]]},
-                                        "state": {"path": "state", "dtype": "float32", "shape": state_shape}}},
-                  "convert": {"features": ["params"], "labels": ["state"], "normalise": ["params", "state"],
-                              "per_channel": ["params"]},
-                  "train": {**preset["train"], "seed": seed, "warm_start": False}}  # fmt: skip
+        config = {
+            **preset,
+            "workdir": str(case / f"work-{n}"),
+            "simulate": {"enabled": False},
+            "source": {
+                "path": str(runs),
+                "glob": "**/*.h5",
+                "fields": {
+                    "params": {"path": "params", "dtype": "float32", "shape": [test_params.shape[1]]},
+                    "state": {"path": "state", "dtype": "float32", "shape": state_shape},
+                },
+            },
+            "convert": {
+                "features": ["params"],
+                "labels": ["state"],
+                "normalise": ["params", "state"],
+                "per_channel": ["params"],
+            },
+            "train": {**preset["train"], "seed": seed, "warm_start": False},
+        }
         workflow(config, case / f"config-{n}.yaml")
         predicted = kept_model_states(case / f"work-{n}" / "train", test_params)
         out.append(Outputs.of({"state": (test_y.shape[1],)}).nrmse(predicted, test_y)["state"])
@@ -526,15 +684,28 @@ def main() -> None:
     parser.add_argument("--designs", help="comma-separated: only these (and the control), e.g. for the check")
     parser.add_argument("--simulators", help="comma-separated: only these codes")
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds 1..N (default 3)")
-    parser.add_argument("--network", action="store_true",
-                        help="the designs also scored by the preset's trained surrogate (32 and 64 runs)")
+    parser.add_argument(
+        "--network",
+        action="store_true",
+        help="the designs also scored by the preset's trained surrogate (32 and 64 runs)",
+    )
     parser.add_argument("--online", action="store_true", help="online choosing against its control instead")
-    parser.add_argument("--bound", action="store_true", help="the control against runs placed in the band instead")
-    parser.add_argument("--bound-network", action="store_true", help="the same, scored by the trained surrogate")
-    parser.add_argument("--warm-start", action="store_true", help="a continued design trained on against afresh")
+    parser.add_argument(
+        "--bound", action="store_true", help="the control against runs placed in the band instead"
+    )
+    parser.add_argument(
+        "--bound-network", action="store_true", help="the same, scored by the trained surrogate"
+    )
+    parser.add_argument(
+        "--warm-start", action="store_true", help="a continued design trained on against afresh"
+    )
     args = parser.parse_args()
-    for name, measure in (("bound", allocation_bound), ("bound_network", network_bound), ("online", online_choosing),
-                          ("warm_start", continued_training)):  # fmt: skip
+    for name, measure in (
+        ("bound", allocation_bound),
+        ("bound_network", network_bound),
+        ("online", online_choosing),
+        ("warm_start", continued_training),
+    ):
         if getattr(args, name):  # another comparison instead of the designs' curves
             work = OUT / f"adaptive-{name}"
             shutil.rmtree(work, ignore_errors=True)
@@ -552,17 +723,34 @@ def main() -> None:
         codes = simulators(QUICK_CODES) if args.quick else simulators()
     work = OUT / f"adaptive-{'quick' if args.quick else 'full'}{'-network' if args.network else ''}"
     shutil.rmtree(work, ignore_errors=True)
-    adaptive_common = {"initial": initial, "batch": batch, "outputs": ["state"], "files": "*.h5", "pool": 1024}
+    adaptive_common = {
+        "initial": initial,
+        "batch": batch,
+        "outputs": ["state"],
+        "files": "*.h5",
+        "pool": 1024,
+    }
     # the reaction code's goal holds at every budget: --quick scores it to 40 runs, in the check's time
-    budget_of = {name: QUICK_REACTION_BUDGET if args.quick and name == "reaction" else budget for name in codes}
-    result: dict[str, Any] = {"budgets": {}, "seeds": seeds, "goal_budget": preset_budget, "curves": {},
-                              "runs_to_control_error": {}, "worst_over_control": {}, "runs_went": {}}  # fmt: skip
+    budget_of = {
+        name: QUICK_REACTION_BUDGET if args.quick and name == "reaction" else budget for name in codes
+    }
+    result: dict[str, Any] = {
+        "budgets": {},
+        "seeds": seeds,
+        "goal_budget": preset_budget,
+        "curves": {},
+        "runs_to_control_error": {},
+        "worst_over_control": {},
+        "runs_went": {},
+    }
     seconds = {figure: [0.0, 0.0] for figure in CHOOSING_FRACTIONS}  # choosing, the whole rounds
     for simulator, spec in codes.items():
         settings = {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}}
         largest = budget_of[simulator]
         budgets = result["budgets"][simulator] = list(range(initial, largest + 1, SCORED_EVERY))
-        test_raw = run_simulate(work / simulator / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
+        test_raw = run_simulate(
+            work / simulator / "test", {**spec, "runs": tests, "design": "random", "seed": 999}
+        )
         test_x, test_y = outputs_of(test_raw, settings)
         test_table = pq.read_table(test_raw / "runs.parquet").to_pydict()
         test_params = np.stack([test_table[n] for n in spec["space"]], axis=1).astype(np.float32)
@@ -571,7 +759,9 @@ def main() -> None:
         regime_of = REGIME_OF.get(simulator)
         chosen = designs(simulator, not args.quick)
         if args.designs:
-            chosen = {name: d for name, d in chosen.items() if name == CONTROL or name in args.designs.split(",")}
+            chosen = {
+                name: d for name, d in chosen.items() if name == CONTROL or name in args.designs.split(",")
+            }
         curves: dict[str, Any] = {"gp": {}, "regimes": {}, **({"network": {}} if network else {})}
         for name, design in chosen.items():
             by_seed: dict[str, list[list[float]]] = {"gp": [], "regimes": []}
@@ -580,27 +770,45 @@ def main() -> None:
             went = []
             for seed in seeds:
                 adaptive = {**adaptive_common, **design, "budget": largest, "enabled": True}
-                raw = run_simulate(work / simulator / f"{name}-{seed}",
-                                   {**spec, "design": "sobol", "seed": seed, "adaptive": adaptive})  # fmt: skip
+                raw = run_simulate(
+                    work / simulator / f"{name}-{seed}",
+                    {**spec, "design": "sobol", "seed": seed, "adaptive": adaptive},
+                )
                 x, y = outputs_of(raw, settings)
                 for learner, errors in scored(x, y, test_x, test_y, budgets, seed).items():
                     by_seed[learner].append(errors)
                 if "network" in by_seed:
-                    by_seed["network"].append(network_scored(raw, work / simulator / f"network-{name}-{seed}", seed,
-                                                             test_params, test_y, network_budgets))  # fmt: skip
+                    by_seed["network"].append(
+                        network_scored(
+                            raw,
+                            work / simulator / f"network-{name}-{seed}",
+                            seed,
+                            test_params,
+                            test_y,
+                            network_budgets,
+                        )
+                    )
                 went.append(where_the_runs_went(y, initial, regime_of))
-                counted = [figure for figure, counts in CHOOSING_FRACTIONS.items() if counts(simulator, design)]
+                counted = [
+                    figure for figure, counts in CHOOSING_FRACTIONS.items() if counts(simulator, design)
+                ]
                 if counted:
                     spent = choosing_seconds(raw)
                     for figure in counted:
                         seconds[figure] = [a + b for a, b in zip(seconds[figure], spent, strict=True)]
-                print(f"{simulator} {name} seed {seed}: gp {np.round(by_seed['gp'][-1], 4).tolist()} regimes "
-                      f"{np.round(by_seed['regimes'][-1], 4).tolist()}", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"{simulator} {name} seed {seed}: gp {np.round(by_seed['gp'][-1], 4).tolist()} regimes "
+                    f"{np.round(by_seed['regimes'][-1], 4).tolist()}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             for learner, errors in by_seed.items():
                 mean = np.mean(errors, axis=0)
                 at = network_budgets if learner == "network" else budgets
-                curves[learner][name] = {"mean": dict(zip(map(str, at), np.round(mean, 4).tolist(), strict=True)),
-                                         "by_seed": np.round(errors, 4).tolist()}  # fmt: skip
+                curves[learner][name] = {
+                    "mean": dict(zip(map(str, at), np.round(mean, 4).tolist(), strict=True)),
+                    "by_seed": np.round(errors, 4).tolist(),
+                }
             if went[0] is not None:
                 result["runs_went"].setdefault(simulator, {})[name] = {
                     k: round(float(np.mean([w.get(k, 0.0) for w in went])), 3) for k in went[0]
@@ -612,7 +820,12 @@ def main() -> None:
                 continue
             loop = design["emulator"]  # the learner the design chose with
             ratios = {}
-            for learner, label in ((loop, "emulator"), ("gp", "gp"), ("regimes", "regimes"), ("network", "network")):
+            for learner, label in (
+                (loop, "emulator"),
+                ("gp", "gp"),
+                ("regimes", "regimes"),
+                ("network", "network"),
+            ):
                 if name not in curves.get(learner, {}):
                     continue
                 mean = np.array(list(curves[learner][name]["mean"].values()))

@@ -271,18 +271,23 @@ def differ(base: Sequence[float], head: Sequence[float]) -> bool:
     if len(set(ratios)) == 1:
         return ratios[0] != 0
     paired = bool(stats.ttest_1samp(ratios, 0.0).pvalue < ALPHA)
-    slower, faster = sum(r > 0 for r in ratios), sum(r < 0 for r in ratios)  # a pair of equal figures tells neither
+    # a pair of equal figures tells neither
+    slower, faster = sum(r > 0 for r in ratios), sum(r < 0 for r in ratios)
     signs = stats.binomtest(max(slower, faster), slower + faster).pvalue < ALPHA
     return (apart and paired) or bool(signs)
 
 
-def verdict(base: Sequence[float], head: Sequence[float], better: str, factor: float = FACTOR) -> dict[str, Any]:
-    """One figure's comparison: medians, the ratio head/base, this run's noise (the larger relative half-spread
-    of the two sides) and the verdict: within, better or worse."""
+def verdict(
+    base: Sequence[float], head: Sequence[float], better: str, factor: float = FACTOR
+) -> dict[str, Any]:
+    """One figure's comparison: medians, the ratio head/base, this run's noise (the larger relative
+    half-spread of the two sides) and the verdict: within, better or worse."""
     b, h = statistics.median(base), statistics.median(head)
     row: dict[str, Any] = {"base": b, "head": h, "base_runs": list(base), "head_runs": list(head)}
-    row["noise"] = max((max(v) - min(v)) / 2 / abs(statistics.median(v)) if statistics.median(v) else 0.0
-                       for v in (base, head))  # fmt: skip
+    row["noise"] = max(
+        (max(v) - min(v)) / 2 / abs(statistics.median(v)) if statistics.median(v) else 0.0
+        for v in (base, head)
+    )
     if b == h:
         return {**row, "ratio": 1.0, "verdict": "within"}
     if b == 0:
@@ -361,7 +366,9 @@ def dependencies(benchmark: Benchmark, root: Path = REPO) -> set[str]:
     seen: set[str] = set()
     if benchmark.steps:
         seen.add("pipeline/cli.py")
-        todo += [p for m in references(root / "pipeline" / "cli.py", top_level=True) if (p := module_path(m, root))]
+        todo += [
+            p for m in references(root / "pipeline" / "cli.py", top_level=True) if (p := module_path(m, root))
+        ]
     while todo:
         path = todo.pop()
         if path in seen or not (root / path).is_file():
@@ -408,8 +415,13 @@ def planned_seconds(name: str, pairs: int) -> float | None:
     return 2 * pairs * statistics.median(recorded["wall_seconds"])
 
 
-def undecided(benchmark: Benchmark, runs: Mapping[str, list[dict[str, Any]]], walls: Mapping[str, list[float]],
-              factor: float, planned: int) -> bool:  # fmt: skip
+def undecided(
+    benchmark: Benchmark,
+    runs: Mapping[str, list[dict[str, Any]]],
+    walls: Mapping[str, list[float]],
+    factor: float,
+    planned: int,
+) -> bool:
     """Whether another pair should run: some figure is beyond the factor but not yet beyond the noise, and
     one more pair fits MAX_PAIRS and the time budget (never for a benchmark planned as one pair)."""
     done = len(runs["head"])
@@ -443,8 +455,11 @@ def side_by_side(names: Sequence[str], base: str, pairs: int | None, factor: flo
             while broken is None and (k < n or undecided(benchmark, runs, walls, factor, n)):
                 for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
                     result, wall, tail = run_benchmark(benchmark.argv, tree if side == "base" else REPO)
-                    print(f"{name} {side} run {k + 1}/{max(k + 1, n)}: {wall:.0f} s{'' if result else ' FAILED'}",
-                          file=sys.stderr)  # fmt: skip
+                    print(
+                        f"{name} {side} run {k + 1}/{max(k + 1, n)}: {wall:.0f} "
+                        f"s{'' if result else ' FAILED'}",
+                        file=sys.stderr,
+                    )
                     if result is None:
                         broken = (side, tail)
                         break
@@ -457,7 +472,9 @@ def side_by_side(names: Sequence[str], base: str, pairs: int | None, factor: flo
                 if side == "head":
                     report["failed"].append(name)
                 else:
-                    report["not_compared"][name] = "its run on the base failed (it may predate this command line)"
+                    report["not_compared"][name] = (
+                        "its run on the base failed (it may predate this command line)"
+                    )
                 continue
             for path, better in benchmark.figures.items():
                 label = f"{name}.{path}"
@@ -467,13 +484,18 @@ def side_by_side(names: Sequence[str], base: str, pairs: int | None, factor: flo
                     report["worse"].append(label)
                     continue
                 if not base_values:
-                    print(f"  {path}: {statistics.median(head_values):.4g} (not in the base's result)", file=sys.stderr)
+                    print(
+                        f"  {path}: {statistics.median(head_values):.4g} (not in the base's result)",
+                        file=sys.stderr,
+                    )
                     continue
                 row = verdict(base_values, head_values, better, factor)
                 why = " (beyond the factor, not the noise)" if row.get("undecided") else ""
-                print(f"  {path}: {row['head']:.4g} against the base's {row['base']:.4g}: x{row['ratio']:.3f} "
-                      f"(noise ±{row['noise']:.1%}, {len(head_values)} pairs) {row['verdict']}{why}",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"  {path}: {row['head']:.4g} against the base's {row['base']:.4g}: x{row['ratio']:.3f} "
+                    f"(noise ±{row['noise']:.1%}, {len(head_values)} pairs) {row['verdict']}{why}",
+                    file=sys.stderr,
+                )
                 if row["verdict"] != "within":
                     report["moved"].append(label)
                 if row["verdict"] == "worse":
@@ -502,8 +524,12 @@ def recorded_figures(runs: Sequence[Mapping[str, Any]], better: Mapping[str, str
     for path, way in better.items():
         values = values_of(runs, path)
         if values:
-            figures[path] = {"value": statistics.median(values), "band": band(values), "better": way,
-                             "runs": values}  # fmt: skip
+            figures[path] = {
+                "value": statistics.median(values),
+                "band": band(values),
+                "better": way,
+                "runs": values,
+            }
     return figures
 
 
@@ -520,8 +546,16 @@ def compare(recorded: Mapping[str, Any], result: Mapping[str, Any]) -> list[dict
         verdict = "within"
         if abs(change) > rec["band"]:
             verdict = "better" if (change > 0) == (rec["better"] == HIGHER) else "worse"
-        rows.append({"figure": path, "verdict": verdict, "value": value, "recorded": rec["value"],
-                     "band": rec["band"], "change": change})  # fmt: skip
+        rows.append(
+            {
+                "figure": path,
+                "verdict": verdict,
+                "value": value,
+                "recorded": rec["value"],
+                "band": rec["band"],
+                "change": change,
+            }
+        )
     return rows
 
 
@@ -550,13 +584,23 @@ def record(names: Sequence[str], repeats: int) -> int:
             seconds.append(wall)
         figures = recorded_figures(runs, benchmark.figures) if len(runs) == repeats else {}
         if len(runs) == repeats and not figures:  # a record that compares nothing would pass every check
-            print(f"{name}: none of its headline figures {sorted(benchmark.figures)} is in its output", file=sys.stderr)
+            print(
+                f"{name}: none of its headline figures {sorted(benchmark.figures)} is in its output",
+                file=sys.stderr,
+            )
             failed.append(name)
         elif figures:
-            benchmarks[name] = {"argv": list(benchmark.argv), "wall_seconds": [round(s, 1) for s in seconds],
-                                "commit": commit, "recorded": now, "repeats": repeats, "figures": figures}  # fmt: skip
+            benchmarks[name] = {
+                "argv": list(benchmark.argv),
+                "wall_seconds": [round(s, 1) for s in seconds],
+                "commit": commit,
+                "recorded": now,
+                "repeats": repeats,
+                "figures": figures,
+            }
     document = {
-        "about": "bench/check.py --record: headline figures of the quick benchmarks, medians of repeated runs "
+        "about": "bench/check.py --record: headline figures of the quick benchmarks, medians of repeated "
+        "runs "
         "with their noise bands (half-widths); each benchmark's commit, time and repeats beside it",
         "recorded": now,
         "commit": commit,  # the latest recording's: the side-by-side check's default base
@@ -591,11 +635,17 @@ def against_record(names: Sequence[str]) -> int:
         for row in compare(recorded[name]["figures"], result):
             label = f"{name}.{row['figure']}"
             if row["verdict"] == "missing":
-                print(f"  {row['figure']}: missing from the result (recorded {row['recorded']:.4g})", file=sys.stderr)
+                print(
+                    f"  {row['figure']}: missing from the result (recorded {row['recorded']:.4g})",
+                    file=sys.stderr,
+                )
                 worse.append(label)
                 continue
-            print(f"  {row['figure']}: {row['value']:.4g} (recorded {row['recorded']:.4g} ± {row['band']:.2g}) "
-                  f"{row['verdict']}", file=sys.stderr)  # fmt: skip
+            print(
+                f"  {row['figure']}: {row['value']:.4g} (recorded {row['recorded']:.4g} ± {row['band']:.2g}) "
+                f"{row['verdict']}",
+                file=sys.stderr,
+            )
             if row["verdict"] != "within":
                 moved.append(label)
             if row["verdict"] == "worse":
@@ -613,21 +663,39 @@ def default_base() -> str:
 def main() -> int:
     # a check stopped by SIGTERM (a job's time limit, kill) still removes the base's worktree
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", help=f"benchmarks (default: those the change touches, of "
-                        f"{', '.join(BENCHMARKS)}; not {', '.join(BY_HAND)}: see BY_HAND)")  # fmt: skip
-    parser.add_argument("--base", help="the commit to compare with (default: the one bench/recorded.json was made at)")
-    parser.add_argument("--pairs", type=int, help="alternated runs on each side (default: each benchmark's own)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "names",
+        nargs="*",
+        help=f"benchmarks (default: those the change touches, of "
+        f"{', '.join(BENCHMARKS)}; not {', '.join(BY_HAND)}: see BY_HAND)",
+    )
+    parser.add_argument(
+        "--base", help="the commit to compare with (default: the one bench/recorded.json was made at)"
+    )
+    parser.add_argument(
+        "--pairs", type=int, help="alternated runs on each side (default: each benchmark's own)"
+    )
     parser.add_argument("--factor", type=float, default=FACTOR, help=f"the least ratio named ({FACTOR})")
-    parser.add_argument("--against-record", action="store_true", help="one run each against bench/recorded.json")
+    parser.add_argument(
+        "--against-record", action="store_true", help="one run each against bench/recorded.json"
+    )
     parser.add_argument("--record", action="store_true", help="run each REPEATS times and record the figures")
-    parser.add_argument("--repeats", type=int, default=REPEATS, help=f"runs per benchmark when recording ({REPEATS})")
+    parser.add_argument(
+        "--repeats", type=int, default=REPEATS, help=f"runs per benchmark when recording ({REPEATS})"
+    )
     args = parser.parse_args()
     unknown = sorted(set(args.names) - set(BENCHMARKS))
     if unknown:
-        why = "; ".join(f"{name} is run by hand: it needs {BY_HAND[name]}" for name in unknown if name in BY_HAND)
+        why = "; ".join(
+            f"{name} is run by hand: it needs {BY_HAND[name]}" for name in unknown if name in BY_HAND
+        )
         known = ", ".join(BENCHMARKS)
-        parser.error(f"no benchmark {', '.join(unknown)} in the check (known: {known}){'; ' + why if why else ''}")
+        parser.error(
+            f"no benchmark {', '.join(unknown)} in the check (known: {known}){'; ' + why if why else ''}"
+        )
     if args.record:
         return record(args.names or list(BENCHMARKS), args.repeats)
     if args.against_record:
@@ -637,12 +705,18 @@ def main() -> int:
     if not names:
         hits = touched(changed_paths(base))
         for name in BENCHMARKS:
-            print(f"{name}: {'touched by ' + ', '.join(hits[name][:4]) if name in hits else 'untouched'}"
-                  f"{' ...' if len(hits.get(name, ())) > 4 else ''}", file=sys.stderr)  # fmt: skip
+            print(
+                f"{name}: {'touched by ' + ', '.join(hits[name][:4]) if name in hits else 'untouched'}"
+                f"{' ...' if len(hits.get(name, ())) > 4 else ''}",
+                file=sys.stderr,
+            )
         names = list(hits)
     planned = [planned_seconds(n, args.pairs or BENCHMARKS[n].pairs) for n in names]
-    print(f"side by side with {base}: {', '.join(names) or 'nothing to run'} (about "
-          f"{sum(p or 0 for p in planned) / 60:.0f} min)", file=sys.stderr)  # fmt: skip
+    print(
+        f"side by side with {base}: {', '.join(names) or 'nothing to run'} (about "
+        f"{sum(p or 0 for p in planned) / 60:.0f} min)",
+        file=sys.stderr,
+    )
     if not names:
         print(json.dumps({"base": base, "moved": [], "worse": [], "failed": [], "not_compared": {}}))
         return 0

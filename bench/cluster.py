@@ -46,11 +46,17 @@ def naive_copy(target: str, files: list[str]) -> None:
 class Cluster:
     def __init__(self, nodes: int, size: str) -> None:
         start = time.perf_counter()
-        out = subprocess.run([str(VCLUSTER), "up", str(nodes), size], check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [str(VCLUSTER), "up", str(nodes), size], check=True, capture_output=True, text=True
+        )
         self.up_seconds = time.perf_counter() - start
         self.root = Path(out.stdout.strip().splitlines()[-1])
         self.shared = self.root / "shared"
-        self.env = {**os.environ, "SLURM_CONF": str(self.root / "etc" / "slurm.conf"), "PYTHONPATH": str(REPO)}
+        self.env = {
+            **os.environ,
+            "SLURM_CONF": str(self.root / "etc" / "slurm.conf"),
+            "PYTHONPATH": str(REPO),
+        }
         self.retried_starts = 0
 
     def job(self, nodes: int, *command: str | Path) -> str:
@@ -89,8 +95,19 @@ def stage_on_nodes(cluster: Cluster, config_path: Path, work: Path, nodes: int) 
     shutil.rmtree(probes, ignore_errors=True)
     probes.mkdir()
     summary = work / "stage-summary.json"
-    cluster.job(nodes, BIN / "python", REPO / "bench" / "_io_probe.py", probes, "stage", "--config", run_config,
-                "--merged", work / "merged", "--summary", summary)  # fmt: skip
+    cluster.job(
+        nodes,
+        BIN / "python",
+        REPO / "bench" / "_io_probe.py",
+        probes,
+        "stage",
+        "--config",
+        run_config,
+        "--merged",
+        work / "merged",
+        "--summary",
+        summary,
+    )
     staged = json.loads(summary.read_text())
     assert staged["nodes"] == nodes and len(set(staged["hosts"])) == nodes, staged
     read = sum(json.loads(p.read_text())["read_bytes"] for p in probes.glob("rank-*.json"))
@@ -133,7 +150,12 @@ def main() -> None:
         config_path, meta = make_dataset(work, samples)
         files = shards(work, meta)
         total = sum(s["bytes"] for s in meta["shards"])
-        result: dict = {"benchmark": "cluster", "dataset_bytes": total, "shards": len(files), "repeats": REPEATS}
+        result: dict = {
+            "benchmark": "cluster",
+            "dataset_bytes": total,
+            "shards": len(files),
+            "repeats": REPEATS,
+        }
         for nodes in (2, 3):
             staged, naive, reads = [], [], []
             for _ in range(REPEATS):

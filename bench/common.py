@@ -73,8 +73,13 @@ def sim2dl_killed(*args: str | Path, when: Any, ranks: int = 2, poll_s: float = 
     own session) once `when()` is true or it ends; returns the seconds until the kill."""
     import signal
 
-    proc = subprocess.Popen(mpi_argv(ranks, BIN / "sim2dl", *args), env=bench_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        mpi_argv(ranks, BIN / "sim2dl", *args),
+        env=bench_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     start = time.perf_counter()
     while proc.poll() is None and not when():
         time.sleep(poll_s)
@@ -94,15 +99,24 @@ def workflow(config: dict[str, Any], path: Path, *options: str) -> float:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     start = time.perf_counter()
-    subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--configfile", str(path), *options], cwd=REPO,
-                   env=bench_env(), check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [str(BIN / "snakemake"), "--cores", "2", "--configfile", str(path), *options],
+        cwd=REPO,
+        env=bench_env(),
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - start
 
 
 def prepared(work: Path, config: dict[str, Any]) -> Path:
     """The config below `work` (its workdir there, staging to work/local), simulated, ingested, converted,
     merged and staged with 2 ranks; returns the config file's path."""
-    config = {**config, "workdir": str(work), "stage": {**config.get("stage", {}), "target": str(work / "local")}}
+    config = {
+        **config,
+        "workdir": str(work),
+        "stage": {**config.get("stage", {}), "target": str(work / "local")},
+    }
     work.mkdir(parents=True, exist_ok=True)
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -131,7 +145,10 @@ def simulated_inputs(workdir: Path, samples: int) -> tuple[Path, list[Path]]:
     """Simulate once per size (kept in bench/out between runs); returns the config and the files."""
     config = bench_config(workdir, samples)
     raw = workdir / "raw"
-    if not (raw / "simulate.json").exists() or json.loads((raw / "simulate.json").read_text())["samples"] != samples:
+    if (
+        not (raw / "simulate.json").exists()
+        or json.loads((raw / "simulate.json").read_text())["samples"] != samples
+    ):
         print(f"generating {samples} input files in {raw} ...", file=sys.stderr, flush=True)
         sim2dl("simulate", "--config", config)
     files = sorted(raw.rglob("*.h5"))
@@ -174,7 +191,11 @@ def total_mb(paths: Sequence[Path]) -> float:
 
 
 def rate(count: int, mb: float, seconds: float) -> dict[str, float]:
-    return {"seconds": round(seconds, 3), "files_per_s": round(count / seconds, 1), "mb_per_s": round(mb / seconds, 1)}
+    return {
+        "seconds": round(seconds, 3),
+        "files_per_s": round(count / seconds, 1),
+        "mb_per_s": round(mb / seconds, 1),
+    }
 
 
 # The naive baseline, as the MLPerf HPC CosmoFlow reference's prepare.py does it: a process pool, each
@@ -195,7 +216,9 @@ def naive_one(args: tuple[str, str]) -> None:
         "y": _tf.train.Feature(float_list=_tf.train.FloatList(value=y)),
     }
     example = _tf.train.Example(features=_tf.train.Features(feature=feature))
-    with _tf.io.TFRecordWriter(os.path.join(out_dir, os.path.basename(path).replace(".h5", ".tfrecord"))) as w:
+    with _tf.io.TFRecordWriter(
+        os.path.join(out_dir, os.path.basename(path).replace(".h5", ".tfrecord"))
+    ) as w:
         w.write(example.SerializeToString())
 
 

@@ -90,7 +90,8 @@ def killed_farm(work: Path, runs: int, at: float = 0.6) -> dict[str, Any]:
     raw = work / "raw"
     groups = -(-runs // 1000)
 
-    def begun_groups() -> int:  # a group directory holds 1,000 runs: the groups begun, less the last, are full
+    # a group directory holds 1,000 runs: the groups begun, less the last, are full
+    def begun_groups() -> int:
         return len(list(raw.glob("[0-9]" * 5))) if raw.is_dir() else 0
 
     sim2dl_killed("simulate", "--config", path, when=lambda: begun_groups() - 1 >= at * groups, poll_s=0.2)
@@ -100,10 +101,15 @@ def killed_farm(work: Path, runs: int, at: float = 0.6) -> dict[str, Any]:
     wall = time.perf_counter() - started
     after = run_dirs(raw)
     rerun = sum(1 for name, inode in before.items() if after.get(name) != inode)
-    return {"runs": runs, "complete_at_kill": len(before), "resume_wall_s": round(wall, 2),
-            "resume_seconds_running": resumed["seconds_running"],
-            "seconds_to_first_new_run": resumed.get("seconds_to_first_new_run"),
-            "ok_after_resume": resumed["ok"], "completed_runs_run_again": rerun}  # fmt: skip
+    return {
+        "runs": runs,
+        "complete_at_kill": len(before),
+        "resume_wall_s": round(wall, 2),
+        "resume_seconds_running": resumed["seconds_running"],
+        "seconds_to_first_new_run": resumed.get("seconds_to_first_new_run"),
+        "ok_after_resume": resumed["ok"],
+        "completed_runs_run_again": rerun,
+    }
 
 
 def scaling(root: Path, sizes: list[int]) -> dict[str, Any]:
@@ -117,11 +123,15 @@ def scaling(root: Path, sizes: list[int]) -> dict[str, Any]:
         table = work / "raw" / "runs.parquet"
         started = time.perf_counter()
         rows = pq.read_table(table).num_rows
-        figures[str(n)] = {"runs_per_s": round(n / sim["seconds_running"], 1), "ok": sim["ok"],
-                           "peak_rss_mb_by_rank": sim["peak_rss_mb_by_rank"],
-                           "runs_table_bytes": table.stat().st_size,
-                           "runs_table_read_s": round(time.perf_counter() - started, 3), "rows": rows,
-                           "most_entries_per_dir": most_entries(work / "raw")}  # fmt: skip
+        figures[str(n)] = {
+            "runs_per_s": round(n / sim["seconds_running"], 1),
+            "ok": sim["ok"],
+            "peak_rss_mb_by_rank": sim["peak_rss_mb_by_rank"],
+            "runs_table_bytes": table.stat().st_size,
+            "runs_table_read_s": round(time.perf_counter() - started, 3),
+            "rows": rows,
+            "most_entries_per_dir": most_entries(work / "raw"),
+        }
         print(json.dumps({"runs": n, **figures[str(n)]}), flush=True)
         settle(work)
     largest = sizes[-1]
@@ -158,8 +168,13 @@ def snakemake_jobs(work: Path, runs: int) -> float:
         "rule run:\n    output: 'runs/run-{i}/done'\n    shell: 'touch {output}'\n"
     )
     start = time.perf_counter()
-    subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--quiet", "all"], cwd=work, check=True,
-                   env=bench_env(), capture_output=True)  # fmt: skip
+    subprocess.run(
+        [str(BIN / "snakemake"), "--cores", "2", "--quiet", "all"],
+        cwd=work,
+        check=True,
+        env=bench_env(),
+        capture_output=True,
+    )
     return time.perf_counter() - start
 
 
@@ -198,8 +213,12 @@ def ratios(farm_rates: list[float], xargs_rates: list[float]) -> dict[str, Any]:
 def main() -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="2,000 runs compared; the farm at 2,000 and 10,000")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="2,000 runs compared; the farm at 2,000 and 10,000"
+    )
     parser.add_argument("--scaling", action="store_true", help="only the farm at 10^4, 10^5 and 10^6 runs")
     parser.add_argument("--keep", action="store_true", help="keep the disk variant's runs in bench/out")
     args = parser.parse_args()
@@ -218,8 +237,12 @@ def main() -> None:
     result["rss_mb_per_million_runs"] = result["scaling"]["rss_mb_per_million_runs"]
     result["runs_per_s_vs_xargs_at_largest"] = result["scaling"]["runs_per_s_vs_xargs_at_largest"]
     result["completed_runs_run_again"] = result["scaling"]["killed_at_60_percent"]["completed_runs_run_again"]
-    result["targets"] = {"runs_per_s_vs_xargs": ">= 0.8", "runs_per_s_vs_xargs_at_largest": ">= 0.8",
-                         "rss_mb_per_million_runs": "flat (<= 20)", "completed_runs_run_again": "0"}  # fmt: skip
+    result["targets"] = {
+        "runs_per_s_vs_xargs": ">= 0.8",
+        "runs_per_s_vs_xargs_at_largest": ">= 0.8",
+        "rss_mb_per_million_runs": "flat (<= 20)",
+        "completed_runs_run_again": "0",
+    }
     if not keep:
         shutil.rmtree(work, ignore_errors=True)
     emit(result)
@@ -245,7 +268,8 @@ def comparisons(work: Path, runs: int, quick: bool) -> dict[str, Any]:
         "disk": on_disk,
         "snakemake_jobs": snake_runs,
         "snakemake_runs_per_s": round(snake_runs / snake_s, 1),
-        "runs_per_s_vs_snakemake_jobs": round(on_disk["farm_runs_per_s"] / (snake_runs / snake_s), 1),  # both on disk
+        # both on disk
+        "runs_per_s_vs_snakemake_jobs": round(on_disk["farm_runs_per_s"] / (snake_runs / snake_s), 1),
     }
 
 

@@ -51,7 +51,11 @@ def write_series(name: str, iterations: int, encoding: str | None) -> None:
         it = series.write_iterations()[step]
         it.time, it.dt = float(step), 1.0
         e_field = it.meshes["E"]
-        e_field.axis_labels, e_field.grid_spacing, e_field.grid_global_offset = ["x", "y"], [1.0, 1.0], [0.0, 0.0]
+        e_field.axis_labels, e_field.grid_spacing, e_field.grid_global_offset = (
+            ["x", "y"],
+            [1.0, 1.0],
+            [0.0, 0.0],
+        )
         for c in "xyz":
             values = rng.random(CELLS, dtype=np.float32)
             e_field[c].reset_dataset(io.Dataset(values.dtype, values.shape))
@@ -77,14 +81,20 @@ def ingest_config(work: Path, data: Path, glob: str) -> Path:
     config["workdir"] = str(work)
     config["simulate"]["enabled"] = False
     config["source"] = {
-        "path": str(data), "glob": glob, "format": "openpmd", "samples_along": "iteration", "sample_id": None,
+        "path": str(data),
+        "glob": glob,
+        "format": "openpmd",
+        "samples_along": "iteration",
+        "sample_id": None,
         "fields": {
             "E": {"path": "meshes/E", "dtype": "float32", "shape": [*CELLS, 3]},
             "position": {"path": "particles/electrons/position", "shape": [None, 2]},
             "time": {"path": "time"},
         },
-    }  # fmt: skip
-    config["convert"].update({"features": ["E"], "labels": ["time"], "log1p": [], "normalise": [], "per_channel": []})
+    }
+    config["convert"].update(
+        {"features": ["E"], "labels": ["time"], "log1p": [], "normalise": [], "per_channel": []}
+    )
     work.mkdir(parents=True, exist_ok=True)
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -139,14 +149,22 @@ def main() -> None:
     n, keep, root = parse_size(__doc__, "exascale")
     n = n if "--files" in sys.argv else (200 if "--quick" in sys.argv else 1000)
     root = root.parent / f"exascale-{n}"
-    result: dict[str, Any] = {"benchmark": "exascale", "iterations": n, "particles": PARTICLES, "cells": list(CELLS)}
+    result: dict[str, Any] = {
+        "benchmark": "exascale",
+        "iterations": n,
+        "particles": PARTICLES,
+        "cells": list(CELLS),
+    }
     small = max(n // 4, 8)
     for count in (small, n):
         base = root / f"series-{count}"
         if not (base / "done").exists():
             shutil.rmtree(base, ignore_errors=True)
             (base / "h5").mkdir(parents=True)
-            print(f"writing {count} iterations (HDF5 file-based, BP5 variable-based) in {base} ...", file=sys.stderr)
+            print(
+                f"writing {count} iterations (HDF5 file-based, BP5 variable-based) in {base} ...",
+                file=sys.stderr,
+            )
             write_series(str(base / "h5" / "openpmd_%06T.h5"), count, None)
             write_series(str(base / "bp5" / "series.bp5"), count, "variable_based")
             (base / "done").touch()
@@ -155,7 +173,10 @@ def main() -> None:
         count: ingest(root / f"work-h5-{count}", root / f"series-{count}" / "h5", "openpmd_*.h5")
         for count in (small, n)
     }
-    bp5 = {count: ingest(root / f"work-bp5-{count}", root / f"series-{count}" / "bp5", "*.bp5") for count in (small, n)}
+    bp5 = {
+        count: ingest(root / f"work-bp5-{count}", root / f"series-{count}" / "bp5", "*.bp5")
+        for count in (small, n)
+    }
     seen = viewer_h5 = run_viewer(big / "h5", root / "viewer.h5", "h5py")
     assert seen["records"] == n, seen
     start = time.perf_counter()
@@ -163,8 +184,18 @@ def main() -> None:
     shutil.rmtree(piped, ignore_errors=True)
     piped.mkdir()
     evict(inputs_of(big / "bp5"))
-    subprocess.run([str(BIN / "openpmd-pipe"), "--infile", str(big / "bp5" / "series.bp5"), "--outfile",
-                    str(piped / "openpmd_%06T.h5")], check=True, env=bench_env(), capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            str(BIN / "openpmd-pipe"),
+            "--infile",
+            str(big / "bp5" / "series.bp5"),
+            "--outfile",
+            str(piped / "openpmd_%06T.h5"),
+        ],
+        check=True,
+        env=bench_env(),
+        capture_output=True,
+    )
     pipe_s = time.perf_counter() - start
     after_pipe = ingest(root / "work-piped", piped, "openpmd_*.h5")
     shutil.rmtree(piped)
@@ -179,28 +210,33 @@ def main() -> None:
             else summary["peak_rss_mb_per_rank"]
         )
 
-    result.update({
-        "records_per_s": {
-            "sim2dl_h5_file_based": round(rate(h5[n]), 1), "sim2dl_bp5_variable_based": round(rate(bp5[n]), 1),
-            "viewer_h5": round(viewer_h5["records"] / viewer_h5["seconds"], 1),
-        },
-        "vs_viewer": {
-            "h5_file_based": round(rate(h5[n]) / (viewer_h5["records"] / viewer_h5["seconds"]), 2),
-            "bp5_variable_based": round(rate(bp5[n]) / (viewer_h5["records"] / viewer_h5["seconds"]), 2),
-        },
-        "peak_rss_mb_per_rank": {
-            f"h5_{small}": rss(h5[small]), f"h5_{n}": rss(h5[n]),
-            f"bp5_{small}": rss(bp5[small]), f"bp5_{n}": rss(bp5[n]),
-            "viewer_h5": round(viewer_h5["peak_rss_mb"], 1),
-        },
-        "rss_mb_per_1000_iterations": {
-            "h5": round((rss(h5[n]) - rss(h5[small])) / (n - small) * 1000, 1),
-            "bp5": round((rss(bp5[n]) - rss(bp5[small])) / (n - small) * 1000, 1),
-        },
-        "ingest_bp5_s": round(bp5[n]["seconds"], 2),
-        "pipe_then_ingest_s": round(pipe_s + after_pipe["seconds"], 2),
-        "targets": {"vs_viewer": ">= 3", "rss_mb_per_1000_iterations": "~0 (flat)"},
-    })  # fmt: skip
+    result.update(
+        {
+            "records_per_s": {
+                "sim2dl_h5_file_based": round(rate(h5[n]), 1),
+                "sim2dl_bp5_variable_based": round(rate(bp5[n]), 1),
+                "viewer_h5": round(viewer_h5["records"] / viewer_h5["seconds"], 1),
+            },
+            "vs_viewer": {
+                "h5_file_based": round(rate(h5[n]) / (viewer_h5["records"] / viewer_h5["seconds"]), 2),
+                "bp5_variable_based": round(rate(bp5[n]) / (viewer_h5["records"] / viewer_h5["seconds"]), 2),
+            },
+            "peak_rss_mb_per_rank": {
+                f"h5_{small}": rss(h5[small]),
+                f"h5_{n}": rss(h5[n]),
+                f"bp5_{small}": rss(bp5[small]),
+                f"bp5_{n}": rss(bp5[n]),
+                "viewer_h5": round(viewer_h5["peak_rss_mb"], 1),
+            },
+            "rss_mb_per_1000_iterations": {
+                "h5": round((rss(h5[n]) - rss(h5[small])) / (n - small) * 1000, 1),
+                "bp5": round((rss(bp5[n]) - rss(bp5[small])) / (n - small) * 1000, 1),
+            },
+            "ingest_bp5_s": round(bp5[n]["seconds"], 2),
+            "pipe_then_ingest_s": round(pipe_s + after_pipe["seconds"], 2),
+            "targets": {"vs_viewer": ">= 3", "rss_mb_per_1000_iterations": "~0 (flat)"},
+        }
+    )
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
     emit(result)

@@ -82,9 +82,15 @@ def train(path: Path, name: str, settings: dict[str, Any]) -> dict[str, Any]:
     summary = json.loads((out / "summary.json").read_text())
     history = json.loads((out / "metrics.json").read_text())
     step_seconds = 1.0 / float(np.median([row["samples_per_s"] for row in history]))  # per sample, all ranks
-    return {"r2": summary["r2"], "baseline_r2": summary["baseline"]["r2"], "scored_on": summary["scored_on"],
-            "kept_epoch": summary["kept"]["epoch"], "seconds": round(time.perf_counter() - start, 1),
-            "fit_seconds": summary["hybrid"].get("fit_seconds", 0.0), "step_seconds": step_seconds}  # fmt: skip
+    return {
+        "r2": summary["r2"],
+        "baseline_r2": summary["baseline"]["r2"],
+        "scored_on": summary["scored_on"],
+        "kept_epoch": summary["kept"]["epoch"],
+        "seconds": round(time.perf_counter() - start, 1),
+        "fit_seconds": summary["hybrid"].get("fit_seconds", 0.0),
+        "step_seconds": step_seconds,
+    }
 
 
 def compare(work: Path, config: dict[str, Any], variants: list[str]) -> dict[str, Any]:
@@ -133,25 +139,60 @@ def laser_config(runs: int, epochs: int) -> dict[str, Any]:
         "workdir": "unused",
         "simulate": {
             "enabled": True,
-            "command": [sys.executable, str(REPO / "examples" / "laser" / "simulate.py"), "--a0", "{a0}",
-                        "--waist", "{waist}", "--duration", "{duration}", "--seed", "{seed}", "--out", "{out}"],
-            "runs": runs, "design": "sobol", "seed": 55,
-            "space": {"a0": {"type": "uniform", "low": 0.5, "high": 4.0},
-                      "waist": {"type": "uniform", "low": 3.0, "high": 8.0},
-                      "duration": {"type": "uniform", "low": 8.0, "high": 20.0}},
+            "command": [
+                sys.executable,
+                str(REPO / "examples" / "laser" / "simulate.py"),
+                "--a0",
+                "{a0}",
+                "--waist",
+                "{waist}",
+                "--duration",
+                "{duration}",
+                "--seed",
+                "{seed}",
+                "--out",
+                "{out}",
+            ],
+            "runs": runs,
+            "design": "sobol",
+            "seed": 55,
+            "space": {
+                "a0": {"type": "uniform", "low": 0.5, "high": 4.0},
+                "waist": {"type": "uniform", "low": 3.0, "high": 8.0},
+                "duration": {"type": "uniform", "low": 8.0, "high": 20.0},
+            },
         },
         "source": {
-            "glob": "**/openpmd.h5", "format": "openpmd", "samples_along": "iteration", "sample_id": None,
-            "fields": {"E": {"path": "meshes/E", "dtype": "float32", "shape": [64, 96, 3]},
-                       **{name: {"attr": name} for name in ("a0", "waist", "duration")}},
+            "glob": "**/openpmd.h5",
+            "format": "openpmd",
+            "samples_along": "iteration",
+            "sample_id": None,
+            "fields": {
+                "E": {"path": "meshes/E", "dtype": "float32", "shape": [64, 96, 3]},
+                **{name: {"attr": name} for name in ("a0", "waist", "duration")},
+            },
         },
-        "convert": {"features": ["E"], "labels": ["a0", "waist", "duration"], "dtype": "float32",
-                    "normalise": ["E", "a0", "waist", "duration"]},
-        "merge": {"format": "tfrecord", "shard_size_mb": 8, "split_by": "file",
-                  "splits": {"train": 0.7, "validation": 0.15, "test": 0.15}},
-        "train": {"model": "unet2d", "epochs": epochs, "batch_size": 16, "learning_rate": 0.001, "keep": "best"},
+        "convert": {
+            "features": ["E"],
+            "labels": ["a0", "waist", "duration"],
+            "dtype": "float32",
+            "normalise": ["E", "a0", "waist", "duration"],
+        },
+        "merge": {
+            "format": "tfrecord",
+            "shard_size_mb": 8,
+            "split_by": "file",
+            "splits": {"train": 0.7, "validation": 0.15, "test": 0.15},
+        },
+        "train": {
+            "model": "unet2d",
+            "epochs": epochs,
+            "batch_size": 16,
+            "learning_rate": 0.001,
+            "keep": "best",
+        },
         "search": {"enabled": False},
-    }  # fmt: skip
+    }
 
 
 def compare_classes(work: Path, quick: bool) -> dict[str, Any]:
@@ -167,18 +208,25 @@ def compare_classes(work: Path, quick: bool) -> dict[str, Any]:
         else:
             config["simulate"]["samples"] = 192 if quick else 768
         config["train"]["epochs"] = 2 if quick else config["train"]["epochs"]
-        path = work / name / "config.yaml" if (work / name / "staged").exists() else prepared(work / name, config)
+        path = (
+            work / name / "config.yaml"
+            if (work / name / "staged").exists()
+            else prepared(work / name, config)
+        )
         out = path.parent / "default"
         shutil.rmtree(out, ignore_errors=True)
         sim2dl("train", "--config", str(path), "--out", str(out))
         summary = json.loads((out / "summary.json").read_text())
         key = "accuracy" if summary["task"] == "classification" else "mean_iou"
         baseline = summary["baseline"].get(key)  # None where no baseline applies (its `why` says so)
-        result[name] = {"scored_on": summary["scored_on"], key: round(summary[key], 3),
-                        f"baseline_{key}": None if baseline is None else round(baseline, 3),
-                        "vs_baseline": None if baseline is None else round(summary[key] - baseline, 3),
-                        "baseline_method": summary["baseline"].get("method") or summary["baseline"].get("why"),
-                        "hybrid": summary["hybrid"]}  # fmt: skip
+        result[name] = {
+            "scored_on": summary["scored_on"],
+            key: round(summary[key], 3),
+            f"baseline_{key}": None if baseline is None else round(baseline, 3),
+            "vs_baseline": None if baseline is None else round(summary[key] - baseline, 3),
+            "baseline_method": summary["baseline"].get("method") or summary["baseline"].get("why"),
+            "hybrid": summary["hybrid"],
+        }
     return result
 
 
@@ -209,17 +257,23 @@ def step_costs(steps: int = 40, repetitions: int = 5) -> dict[str, Any]:
 
     args = {"depth": 3, "width": 8, "dense": 64, "dropout": 0.0}
     result = {}
-    for name, module, shape, dims in (("cube_32", cosmoflow, (32, 32, 32, 1), 3), ("laser_64x96x3", unet2d,
-                                                                                     (64, 96, 3), 2)):  # fmt: skip
+    for name, module, shape, dims in (
+        ("cube_32", cosmoflow, (32, 32, 32, 1), 3),
+        ("laser_64x96x3", unet2d, (64, 96, 3), 2),
+    ):
         rng = np.random.default_rng(0)
         x = rng.lognormal(size=(16, *shape)).astype(np.float32)
         y = rng.normal(size=(16, 3)).astype(np.float32)
         features = summary_statistics(x[:1], dims).shape[1]
-        fitted = FittedBaseline(dims, np.zeros(features), np.ones(features), np.zeros((features, 3)), np.zeros(3))
+        fitted = FittedBaseline(
+            dims, np.zeros(features), np.ones(features), np.zeros((features, 3)), np.zeros(3)
+        )
         inputs = tf.keras.layers.Input(shape=shape)
         plain = tf.keras.Model(inputs, joined_head(module.trunk(inputs, args), 3, args))
-        functions = {"none": step_function(plain),
-                     "residual": step_function(build_hybrid(module, shape, 3, args, "residual", fitted))}  # fmt: skip
+        functions = {
+            "none": step_function(plain),
+            "residual": step_function(build_hybrid(module, shape, 3, args, "residual", fitted)),
+        }
         times: dict[str, list[float]] = {k: [] for k in functions}
         for function in functions.values():
             for _ in range(5):  # traced and warm
@@ -231,13 +285,18 @@ def step_costs(steps: int = 40, repetitions: int = 5) -> dict[str, Any]:
                     function(x, y)
                 times[key].append((time.perf_counter() - start) / steps)
         medians = {k: float(np.median(v)) for k, v in times.items()}
-        result[name] = {"none_ms": round(medians["none"] * 1e3, 2), "residual_ms": round(medians["residual"] * 1e3, 2),
-                        "ratio": round(medians["residual"] / medians["none"], 3)}  # fmt: skip
+        result[name] = {
+            "none_ms": round(medians["none"] * 1e3, 2),
+            "residual_ms": round(medians["residual"] * 1e3, 2),
+            "ratio": round(medians["residual"] / medians["none"], 3),
+        }
     return result
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", choices=DATASETS, help="one dataset")
     parser.add_argument(
@@ -247,7 +306,9 @@ def main() -> None:
         default=list(VARIANTS),
         help="beside old_default and residual (default: all)",
     )
-    parser.add_argument("--keep", action="store_true", help="keep the prepared data (and train from it again)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the prepared data (and train from it again)"
+    )
     args = parser.parse_args()
     work = OUT / "learning"
     if not args.keep:

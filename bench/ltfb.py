@@ -51,11 +51,25 @@ def prepare(work: Path, samples: int) -> dict:
     return yaml.safe_load(prepared(work, config).read_text())
 
 
-def run(work: Path, config: dict, name: str, trainers: int, ranks: int, rounds: int, steps: int,
-        exchange: str = "pairwise") -> dict:  # fmt: skip
-    population = {"enabled": True, "trainers": trainers, "rounds": rounds, "steps_per_round": steps,
-                  "exchange": exchange, "tournament_fraction": 0.15,
-                  "mutate": {"learning_rate": [0.8, 1.25]} if trainers > 1 else {}}  # fmt: skip
+def run(
+    work: Path,
+    config: dict,
+    name: str,
+    trainers: int,
+    ranks: int,
+    rounds: int,
+    steps: int,
+    exchange: str = "pairwise",
+) -> dict:
+    population = {
+        "enabled": True,
+        "trainers": trainers,
+        "rounds": rounds,
+        "steps_per_round": steps,
+        "exchange": exchange,
+        "tournament_fraction": 0.15,
+        "mutate": {"learning_rate": [0.8, 1.25]} if trainers > 1 else {},
+    }
     variant = {**config, "train": {**config["train"], "population": population}}
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(variant, sort_keys=False))
@@ -79,12 +93,26 @@ def bohb_then_train(work: Path, config: dict, budget_samples: int, records: int)
     epochs = max(1, round((budget_samples - search_samples) / records))
     trained = {**searched, "train": {**config["train"], "epochs": epochs}}
     path.write_text(yaml.safe_dump(trained, sort_keys=False))
-    sim2dl("train", "--config", path, "--overrides", out / "search" / "best.yaml", "--out", out / "train",
-           "--no-baseline", ranks=2)  # fmt: skip
+    sim2dl(
+        "train",
+        "--config",
+        path,
+        "--overrides",
+        out / "search" / "best.yaml",
+        "--out",
+        out / "train",
+        "--no-baseline",
+        ranks=2,
+    )
     summary = json.loads((out / "train" / "summary.json").read_text())
-    return {"best_val_loss": round(summary["val_loss"], 4), "search_trials": len(trials),
-            "search_samples": search_samples, "train_epochs": epochs, "samples": search_samples + epochs * records,
-            "best": {k: summary["settings"][k] for k in ("learning_rate", "batch_size")}}  # fmt: skip
+    return {
+        "best_val_loss": round(summary["val_loss"], 4),
+        "search_trials": len(trials),
+        "search_samples": search_samples,
+        "train_epochs": epochs,
+        "samples": search_samples + epochs * records,
+        "best": {k: summary["settings"][k] for k in ("learning_rate", "batch_size")},
+    }
 
 
 def reached(summary: dict, target: float, batch: int, steps: int, ranks: int, trainers: int) -> dict | None:
@@ -119,31 +147,51 @@ def main() -> None:
         summaries[f"data_parallel_{t}"] = run(work, config, f"data_parallel_{t}", 1, t, rounds, steps)
     # the control: two trainers that never exchange (each on its half of the data, rates perturbed alike)
     summaries["independent_2"] = run(work, config, "independent_2", 2, 2, rounds, steps, exchange="none")
-    best = {name: round(min(min(r["val_loss"]) for r in s["population"]["rounds"]), 4) for name, s in summaries.items()}
+    best = {
+        name: round(min(min(r["val_loss"]) for r in s["population"]["rounds"]), 4)
+        for name, s in summaries.items()
+    }
     target = best["single"] * 1.05
     one = reached(summaries["single"], target, batch, steps, 1, 1)
     efficiency: dict[str, dict] = {}
     for t in (2, 4):
         pop = reached(summaries[f"population_{t}"], target, batch, steps, t, t)
         efficiency[str(t)] = {
-            "by_samples": round(one["samples_per_trainer"] / (t * pop["samples_per_trainer"]), 3) if pop else None,
+            "by_samples": round(one["samples_per_trainer"] / (t * pop["samples_per_trainer"]), 3)
+            if pop
+            else None,
             "by_seconds": round(one["seconds"] / (t * pop["seconds"]), 3) if pop else None,
             "population_round": pop["round"] if pop else None,
         }
     costs = {f"population_{t}": summaries[f"population_{t}"]["population"]["round_cost"] for t in (2, 4)}
-    adoptions = {f"population_{t}": sum(a is not None for r in summaries[f"population_{t}"]["population"]["rounds"]
-                                        for a in r["adopted"]) for t in (2, 4)}  # fmt: skip
+    adoptions = {
+        f"population_{t}": sum(
+            a is not None for r in summaries[f"population_{t}"]["population"]["rounds"] for a in r["adopted"]
+        )
+        for t in (2, 4)
+    }
     records = summaries["single"]["population"]["trainer_records"][0]
     bohb = bohb_then_train(work, config, 2 * rounds * steps * batch, records)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    emit({"benchmark": "ltfb", "samples": samples, "rounds": rounds, "steps_per_round": steps, "batch_per_rank": batch,
-          "target_val_loss": round(target, 4), "single_round_to_target": one["round"],
-          "effective_parallel_efficiency": efficiency, "best_val_loss": best,
-          "round_cost": {k: round(v, 4) if v is not None else None for k, v in costs.items()},
-          "adoptions": adoptions, "bohb_then_train": bohb,
-          "exchange_gain": round(best["independent_2"] - best["population_2"], 4),
-          "population_2_samples": 2 * rounds * steps * batch})  # fmt: skip
+    emit(
+        {
+            "benchmark": "ltfb",
+            "samples": samples,
+            "rounds": rounds,
+            "steps_per_round": steps,
+            "batch_per_rank": batch,
+            "target_val_loss": round(target, 4),
+            "single_round_to_target": one["round"],
+            "effective_parallel_efficiency": efficiency,
+            "best_val_loss": best,
+            "round_cost": {k: round(v, 4) if v is not None else None for k, v in costs.items()},
+            "adoptions": adoptions,
+            "bohb_then_train": bohb,
+            "exchange_gain": round(best["independent_2"] - best["population_2"], 4),
+            "population_2_samples": 2 * rounds * steps * batch,
+        }
+    )
 
 
 if __name__ == "__main__":

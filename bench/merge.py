@@ -55,8 +55,14 @@ REPEATS = 3
 def run_sim2dl(config: Path, work: Path, settle_seconds: float, warm: bool = False) -> dict[str, float]:
     for step in ("ingest", "convert", "merged"):
         shutil.rmtree(work / step, ignore_errors=True)
-    stdout = mpi(RANKS, BIN / "python", Path(__file__).parent / "_steps.py", config, str(settle_seconds),
-                 *(["warm"] if warm else []))  # fmt: skip
+    stdout = mpi(
+        RANKS,
+        BIN / "python",
+        Path(__file__).parent / "_steps.py",
+        config,
+        str(settle_seconds),
+        *(["warm"] if warm else []),
+    )
     return json.loads(stdout.strip().splitlines()[-1])
 
 
@@ -149,16 +155,27 @@ def grown_steps(config: Path, files: list[Path], work: Path) -> dict[str, float]
     assert grown["ingest"]["inputs_read"] == added and grown["ingest"]["generations"] == 2, grown
     assert grown["convert"]["inputs_read"] == added and grown["merge"]["generations"] == 2, grown
     fresh = data_steps(config, tree, fresh_out)
-    assert fresh["ingest"]["inputs_read"] == len(ordered) and fresh["merge"]["records"] == grown["merge"]["records"]
+    assert (
+        fresh["ingest"]["inputs_read"] == len(ordered)
+        and fresh["merge"]["records"] == grown["merge"]["records"]
+    )
     for path in (tree, grown_out, fresh_out):
         shutil.rmtree(path)
-    ratios = {f"{step}_seconds_vs_fresh": round(grown[step]["seconds"] / fresh[step]["seconds"], 3)
-              for step in ("convert", "merge")}  # fmt: skip
+    ratios = {
+        f"{step}_seconds_vs_fresh": round(grown[step]["seconds"] / fresh[step]["seconds"], 3)
+        for step in ("convert", "merge")
+    }
     total, fresh_total = (sum(run[step]["seconds"] for step in run) for run in (grown, fresh))
-    return {"files_added": added, "seconds": grown["ingest"]["seconds"], "fresh_seconds": fresh["ingest"]["seconds"],
-            "seconds_vs_fresh": round(grown["ingest"]["seconds"] / fresh["ingest"]["seconds"], 3), **ratios,
-            "steps_seconds": round(total, 3), "steps_fresh_seconds": round(fresh_total, 3),
-            "steps_seconds_vs_fresh": round(total / fresh_total, 3)}  # fmt: skip
+    return {
+        "files_added": added,
+        "seconds": grown["ingest"]["seconds"],
+        "fresh_seconds": fresh["ingest"]["seconds"],
+        "seconds_vs_fresh": round(grown["ingest"]["seconds"] / fresh["ingest"]["seconds"], 3),
+        **ratios,
+        "steps_seconds": round(total, 3),
+        "steps_fresh_seconds": round(fresh_total, 3),
+        "steps_seconds_vs_fresh": round(total / fresh_total, 3),
+    }
 
 
 def main() -> None:
@@ -185,8 +202,10 @@ def main() -> None:
     t_floor = statistics.median(floor_times)
     # where the time beyond the read floor goes: ingest with its inputs in the page cache is its own work
     # (open, decode, validate, frame, write); the rest of its cold time is waiting on the disk
-    warm = sorted((run_sim2dl(config, work, settle_seconds, warm=True) for _ in range(REPEATS)),
-                  key=lambda r: r["total"])[REPEATS // 2]  # fmt: skip
+    warm = sorted(
+        (run_sim2dl(config, work, settle_seconds, warm=True) for _ in range(REPEATS)),
+        key=lambda r: r["total"],
+    )[REPEATS // 2]
     rss_slope, rss_full = memory_slope(config, files, work)
     grown = grown_steps(config, files, work)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
@@ -200,8 +219,14 @@ def main() -> None:
         "cache": "cold",
         "settle_seconds": settle_seconds,
         "timing": ON_STORAGE,
-        "naive_one_tfrecord_per_sample": {**rate(n, mb, t_naive), "seconds_before_sync": round(t_naive_written, 3)},
-        "sim2dl": {**rate(n, mb, steps["total"]), "steps_seconds": {k: round(v, 3) for k, v in steps.items()}},
+        "naive_one_tfrecord_per_sample": {
+            **rate(n, mb, t_naive),
+            "seconds_before_sync": round(t_naive_written, 3),
+        },
+        "sim2dl": {
+            **rate(n, mb, steps["total"]),
+            "steps_seconds": {k: round(v, 3) for k, v in steps.items()},
+        },
         "read_floor": rate(n, mb, t_floor),
         "speedup_vs_naive": round(t_naive / steps["total"], 3),
         "fraction_of_read_floor": round(t_floor / steps["total"], 3),

@@ -38,36 +38,90 @@ import yaml
 from common import OUT, REPO, emit, sim2dl
 
 SIZE = 16
-SPACE = {"sigma_8": {"type": "uniform", "low": 0.6, "high": 1.0},
-         "n_s": {"type": "uniform", "low": 0.9, "high": 1.05},
-         "omega_m": {"type": "uniform", "low": 0.2, "high": 0.4}}  # fmt: skip
+SPACE = {
+    "sigma_8": {"type": "uniform", "low": 0.6, "high": 1.0},
+    "n_s": {"type": "uniform", "low": 0.9, "high": 1.05},
+    "omega_m": {"type": "uniform", "low": 0.2, "high": 0.4},
+}
 
 
-def config(work: Path, runs: int, samples: int, source: str | None, steps: int, epochs: int, capacity: int) -> dict:
+def config(
+    work: Path, runs: int, samples: int, source: str | None, steps: int, epochs: int, capacity: int
+) -> dict:
     base = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    command = [sys.executable, "-m", "pipeline.simulators.cube_run", "--out", "{out}", "--seed", "{seed}",
-               "--sigma-8", "{sigma_8}", "--n-s", "{n_s}", "--omega-m", "{omega_m}", "--samples", str(samples),
-               "--size", str(SIZE), *(["--write", "sst"] if source == "stream" else ["--per-run-file"])]  # fmt: skip
-    base.update({
-        "workdir": str(work),
-        "simulate": {"enabled": True, "command": command, "runs": runs, "design": "lhs", "space": SPACE,
-                     "retries": 0, "run_timeout_s": 120},
-        # a file per run, its cubes along axis 0; offline splits by file (= by run), as online holds out runs
-        "source": {"glob": "**/*.h5", "format": "auto", "sample_id": None, "samples_along": 0,
-                   "fields": {"density": {"path": "density", "dtype": "float32", "shape": [SIZE] * 3},
-                              "params": {"path": "params", "dtype": "float32", "shape": [3]}}},
-        "search": {"enabled": False},
-        "stage": {"target": str(work / "local")},
-    })  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline.simulators.cube_run",
+        "--out",
+        "{out}",
+        "--seed",
+        "{seed}",
+        "--sigma-8",
+        "{sigma_8}",
+        "--n-s",
+        "{n_s}",
+        "--omega-m",
+        "{omega_m}",
+        "--samples",
+        str(samples),
+        "--size",
+        str(SIZE),
+        *(["--write", "sst"] if source == "stream" else ["--per-run-file"]),
+    ]
+    base.update(
+        {
+            "workdir": str(work),
+            "simulate": {
+                "enabled": True,
+                "command": command,
+                "runs": runs,
+                "design": "lhs",
+                "space": SPACE,
+                "retries": 0,
+                "run_timeout_s": 120,
+            },
+            # a file per run, its cubes along axis 0; offline splits by file (= by run), as online holds out
+            # runs
+            "source": {
+                "glob": "**/*.h5",
+                "format": "auto",
+                "sample_id": None,
+                "samples_along": 0,
+                "fields": {
+                    "density": {"path": "density", "dtype": "float32", "shape": [SIZE] * 3},
+                    "params": {"path": "params", "dtype": "float32", "shape": [3]},
+                },
+            },
+            "search": {"enabled": False},
+            "stage": {"target": str(work / "local")},
+        }
+    )
     base["ingest"]["max_reject_fraction"] = 0.5
     base["merge"].update({"splits": {"train": 0.8, "validation": 0.2}, "split_by": "file"})
-    base["train"].update({"batch_size": 8, "epochs": max(epochs, 1), "validation_fraction": 0.2, "warmup_epochs": 0,
-                          "decay": "none", "depth": 2, "width": 8, "dense": 32})  # fmt: skip
+    base["train"].update(
+        {
+            "batch_size": 8,
+            "epochs": max(epochs, 1),
+            "validation_fraction": 0.2,
+            "warmup_epochs": 0,
+            "decay": "none",
+            "depth": 2,
+            "width": 8,
+            "dense": 32,
+        }
+    )
     if source:
-        base["train"]["online"] = {"enabled": True, "source": source, "steps": steps, "statistics_runs": 4,
-                                   "validate_every_steps": max(1, steps // 10), "validation_every_run": 5,
-                                   "buffer": {"capacity": capacity, "watermark": 16, "max_reuse": max(epochs, 1)},
-                                   "validation_capacity": 512}  # fmt: skip
+        base["train"]["online"] = {
+            "enabled": True,
+            "source": source,
+            "steps": steps,
+            "statistics_runs": 4,
+            "validate_every_steps": max(1, steps // 10),
+            "validation_every_run": 5,
+            "buffer": {"capacity": capacity, "watermark": 16, "max_reuse": max(epochs, 1)},
+            "validation_capacity": 512,
+        }
     work.mkdir(parents=True, exist_ok=True)
     return base
 
@@ -88,8 +142,11 @@ def written_besides_simulation(work: Path) -> int:
     training outputs (train: model, figures, checkpoints), the step logs and the config: the training
     data sim2dl wrote between simulation and training."""
     kept = {"raw", "train", "logs"}
-    return sum(bytes_under(p) if p.is_dir() else p.stat().st_size for p in work.iterdir()
-               if p.name not in kept and p.name != "config.yaml")  # fmt: skip
+    return sum(
+        bytes_under(p) if p.is_dir() else p.stat().st_size
+        for p in work.iterdir()
+        if p.name not in kept and p.name != "config.yaml"
+    )
 
 
 def best(rows: list[dict[str, Any]]) -> float:
@@ -113,9 +170,14 @@ def offline(work: Path, settings: dict) -> dict[str, Any]:
     train = work / "train"
     first = json.loads((train / "attempts.jsonl").read_text().splitlines()[0])["time"]
     rows = json.loads((train / "metrics.json").read_text())
-    return {"start": start, "first_step_s": round(first - start, 2), "rows": rows,
-            "bytes_written": written_besides_simulation(work), "best_val_loss": best(rows),
-            "seconds": round(time.time() - start, 2)}  # fmt: skip
+    return {
+        "start": start,
+        "first_step_s": round(first - start, 2),
+        "rows": rows,
+        "bytes_written": written_besides_simulation(work),
+        "best_val_loss": best(rows),
+        "seconds": round(time.time() - start, 2),
+    }
 
 
 def online(work: Path, settings: dict, ranks: int = 2) -> dict[str, Any]:
@@ -127,11 +189,18 @@ def online(work: Path, settings: dict, ranks: int = 2) -> dict[str, Any]:
     rows = json.loads((train / "metrics.json").read_text())
     simulator_output = sum(bytes_under(p) for p in (work / "raw").glob("[0-9]*"))  # the runs' own directories
     written = written_besides_simulation(work)
-    return {"start": start, "first_step_s": round(summary["online"]["first_step_at"] - start, 2), "rows": rows,
-            "bytes_written": written, "simulator_output_bytes": simulator_output,
-            "best_val_loss": best(rows), "seconds": round(time.time() - start, 2),
-            "input_wait_fraction": round(summary["online"]["input_wait_fraction"], 4),
-            "arrived": summary["online"]["samples"]["arrived"], "ensemble": summary["ensemble"]}  # fmt: skip
+    return {
+        "start": start,
+        "first_step_s": round(summary["online"]["first_step_at"] - start, 2),
+        "rows": rows,
+        "bytes_written": written,
+        "simulator_output_bytes": simulator_output,
+        "best_val_loss": best(rows),
+        "seconds": round(time.time() - start, 2),
+        "input_wait_fraction": round(summary["online"]["input_wait_fraction"], 4),
+        "arrived": summary["online"]["samples"]["arrived"],
+        "ensemble": summary["ensemble"],
+    }
 
 
 def main() -> None:
@@ -146,45 +215,81 @@ def main() -> None:
     steps = int(epochs * runs * samples * 0.8 / 8)
     off = offline(root / "offline", config(root / "offline", runs, samples, None, 0, epochs, 0))
     on = online(root / "runs", config(root / "runs", runs, samples, "runs", steps, epochs, runs * samples))
-    sst = online(root / "stream", config(root / "stream", runs, samples, "stream", steps, epochs, runs * samples))
+    sst = online(
+        root / "stream", config(root / "stream", runs, samples, "stream", steps, epochs, runs * samples)
+    )
     target = max(off["best_val_loss"], on["best_val_loss"], sst["best_val_loss"])
-    to_target = {name: first_below(v["rows"], target, v["start"]) for name, v in
-                 (("offline", off), ("online_runs", on), ("online_stream", sst))}  # fmt: skip
+    to_target = {
+        name: first_below(v["rows"], target, v["start"])
+        for name, v in (("offline", off), ("online_runs", on), ("online_stream", sst))
+    }
     # 2. a fixed disk budget: N runs on disk offline, 10 N streamed online through N runs' worth of buffer
     n = 6 if args.quick else 8
     budget_steps = steps
-    small = offline(root / "disk-offline", config(root / "disk-offline", n, samples, None, 0,
-                                                  max(1, budget_steps * 8 // (n * samples)), 0))  # fmt: skip
-    many = online(root / "disk-online", config(root / "disk-online", 10 * n, samples, "stream", budget_steps, epochs,
-                                               n * samples))  # fmt: skip
+    small = offline(
+        root / "disk-offline",
+        config(root / "disk-offline", n, samples, None, 0, max(1, budget_steps * 8 // (n * samples)), 0),
+    )
+    many = online(
+        root / "disk-online",
+        config(root / "disk-online", 10 * n, samples, "stream", budget_steps, epochs, n * samples),
+    )
     # 3. when the simulations keep up: more cubes per run (a process start per run amortised) and a
     # network whose steps take longer than the cubes take to arrive
     cubes = 4 * samples
-    keeps_up = config(root / "keeps-up", runs, cubes, "runs", int(epochs * runs * cubes * 0.8 / 8), epochs,
-                      runs * cubes)  # fmt: skip
+    keeps_up = config(
+        root / "keeps-up", runs, cubes, "runs", int(epochs * runs * cubes * 0.8 / 8), epochs, runs * cubes
+    )
     keeps_up["train"].update({"width": 32, "depth": 3, "dense": 64})
     keeps = online(root / "keeps-up", keeps_up)
     result = {
-        "runs": runs, "cubes_per_run": samples, "cube": SIZE, "ranks": 2, "target_val_loss": round(target, 4),
-        "seconds_to_first_step": {"offline": off["first_step_s"], "online_runs": on["first_step_s"],
-                                  "online_stream": sst["first_step_s"]},
+        "runs": runs,
+        "cubes_per_run": samples,
+        "cube": SIZE,
+        "ranks": 2,
+        "target_val_loss": round(target, 4),
+        "seconds_to_first_step": {
+            "offline": off["first_step_s"],
+            "online_runs": on["first_step_s"],
+            "online_stream": sst["first_step_s"],
+        },
         "seconds_to_target": to_target,
         "online_vs_offline_to_target": {
-            k: (round(to_target[k] / to_target["offline"], 3) if to_target[k] and to_target["offline"] else None)
-            for k in ("online_runs", "online_stream")},
-        "bytes_written_besides_simulator_output": {"offline": off["bytes_written"], "online_runs": on["bytes_written"],
-                                                   "online_stream": sst["bytes_written"]},
-        "simulator_output_bytes": {"online_runs": on["simulator_output_bytes"],
-                                   "online_stream": sst["simulator_output_bytes"]},
-        "best_val_loss": {"offline": round(off["best_val_loss"], 4), "online_runs": round(on["best_val_loss"], 4),
-                          "online_stream": round(sst["best_val_loss"], 4)},
-        "input_wait_fraction": {"online_runs": on["input_wait_fraction"], "online_stream": sst["input_wait_fraction"],
-                                "simulations_keep_up": keeps["input_wait_fraction"]},
-        "fixed_disk": {"runs_on_disk": n, "offline_best_val_loss": round(small["best_val_loss"], 4),
-                       "online_runs_streamed": 10 * n, "online_best_val_loss": round(many["best_val_loss"], 4),
-                       "online_samples_arrived": many["arrived"]},
+            k: (
+                round(to_target[k] / to_target["offline"], 3)
+                if to_target[k] and to_target["offline"]
+                else None
+            )
+            for k in ("online_runs", "online_stream")
+        },
+        "bytes_written_besides_simulator_output": {
+            "offline": off["bytes_written"],
+            "online_runs": on["bytes_written"],
+            "online_stream": sst["bytes_written"],
+        },
+        "simulator_output_bytes": {
+            "online_runs": on["simulator_output_bytes"],
+            "online_stream": sst["simulator_output_bytes"],
+        },
+        "best_val_loss": {
+            "offline": round(off["best_val_loss"], 4),
+            "online_runs": round(on["best_val_loss"], 4),
+            "online_stream": round(sst["best_val_loss"], 4),
+        },
+        "input_wait_fraction": {
+            "online_runs": on["input_wait_fraction"],
+            "online_stream": sst["input_wait_fraction"],
+            "simulations_keep_up": keeps["input_wait_fraction"],
+        },
+        "fixed_disk": {
+            "runs_on_disk": n,
+            "offline_best_val_loss": round(small["best_val_loss"], 4),
+            "online_runs_streamed": 10 * n,
+            "online_best_val_loss": round(many["best_val_loss"], 4),
+            "online_samples_arrived": many["arrived"],
+        },
         "seconds": {"offline": off["seconds"], "online_runs": on["seconds"], "online_stream": sst["seconds"]},
-    }  # fmt: skip
+    }
     shutil.rmtree(root, ignore_errors=True)
     emit(result)
 

@@ -98,7 +98,13 @@ def main() -> None:
     import h5py
     import tensorflow as tf
 
-    from pipeline.training.tfdata import READ_BUFFER_BYTES, load_metadata, parse_batch, raw_records, shard_paths
+    from pipeline.training.tfdata import (
+        READ_BUFFER_BYTES,
+        load_metadata,
+        parse_batch,
+        raw_records,
+        shard_paths,
+    )
 
     autotune = tf.data.AUTOTUNE
 
@@ -142,7 +148,9 @@ def main() -> None:
     )
     # The profile of (c): the same pipeline up to the records' bytes in batches, without the parse (what
     # the reads, the framing and the interleave cost: the rest of (c)'s time is the parse and its copies).
-    records_only = raw_records(work / "merged", parallel_reads=4).batch(BATCH).map(lambda r: (r, r)).prefetch(autotune)
+    records_only = (
+        raw_records(work / "merged", parallel_reads=4).batch(BATCH).map(lambda r: (r, r)).prefetch(autotune)
+    )
 
     # REPEATS interleaved rounds, medians: this VM's disk is noisy.
     variants = (

@@ -222,10 +222,13 @@ def layouts(records: int, keep: bool) -> None:
                 print(json.dumps({name: runs[-1], "files": files, "per_file": per_file}), flush=True)
             small, large = runs
             slope = {
-                step: round((large["peak_rss_mb_per_rank"][step] - small["peak_rss_mb_per_rank"][step])
-                            / ((large["records"] - small["records"]) / 1e6), 1)
+                step: round(
+                    (large["peak_rss_mb_per_rank"][step] - small["peak_rss_mb_per_rank"][step])
+                    / ((large["records"] - small["records"]) / 1e6),
+                    1,
+                )
                 for step in large["peak_rss_mb_per_rank"]
-            }  # fmt: skip
+            }
             figures[name] = {
                 **large,
                 "files": shape(records)[0],
@@ -253,7 +256,10 @@ def layouts(records: int, keep: bool) -> None:
                 "layouts": figures,
                 "records_per_s_vs_one_per_file": min(v["records_per_s_vs_one_per_file"] for v in many),
                 "rss_mb_per_million_records": max(v["rss_mb_per_million_records"] for v in many),
-                "targets": {"records_per_s_vs_one_per_file": ">= 0.8", "rss_mb_per_million_records": "<= 100"},
+                "targets": {
+                    "records_per_s_vs_one_per_file": ">= 0.8",
+                    "rss_mb_per_million_records": "<= 100",
+                },
                 "cpus": os.cpu_count(),
             }
         )
@@ -314,17 +320,27 @@ def events_config(root: Path, raw: Path) -> Path:
     doc = {
         "workdir": str(root / "work"),
         "simulate": {"enabled": False},
-        "source": {"path": str(raw), "glob": "*.h5", "fields": {
-            "hits": {"path": "hits", "columns": ["time", "dom_id", "channel"], "ragged_by": "hits/_indices",
-                     "dtype": "float32", "shape": [None, 3]},
-            "energy": {"path": "mc_tracks", "columns": ["energy"], "key": "group_id", "reduce": "sum"}}},
+        "source": {
+            "path": str(raw),
+            "glob": "*.h5",
+            "fields": {
+                "hits": {
+                    "path": "hits",
+                    "columns": ["time", "dom_id", "channel"],
+                    "ragged_by": "hits/_indices",
+                    "dtype": "float32",
+                    "shape": [None, 3],
+                },
+                "energy": {"path": "mc_tracks", "columns": ["energy"], "key": "group_id", "reduce": "sum"},
+            },
+        },
         # 8 MB of events read at a time: both sizes (each rank's half of the rows) are past it, so the
         # memory figure shows what grows with the rows, not the batch growing up to its bound
         "ingest": {"max_reject_fraction": 0.0, "batch_mb": 8},
         "convert": {"features": ["hits"], "labels": ["energy"], "normalise": ["energy"]},
         "merge": {"shard_size_mb": 16, "sort_by": "length"},
         "train": {"model": "sequence"},
-    }  # fmt: skip
+    }
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -345,12 +361,16 @@ def events(rows: int, keep: bool) -> None:
             raw = root / "raw"
             raw.mkdir(parents=True)
             count = km3net_file(raw / "run.h5", size)
-            steps = {step: run_step(step, events_config(root, raw), 2) for step in ("ingest", "convert", "merge")}
+            steps = {
+                step: run_step(step, events_config(root, raw), 2) for step in ("ingest", "convert", "merge")
+            }
             assert steps["ingest"]["accepted"] == count, steps["ingest"]
             runs.append({"rows": size, "events": count, "steps": steps})
             print(json.dumps({"rows": size, "events": count, **steps}), flush=True)
         cmd = [sys.executable, "-c", ONE_FILE_PER_EVENT, str(raw / "run.h5"), str(root / "per-event")]
-        baseline = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, env=bench_env()).stdout)
+        baseline = json.loads(
+            subprocess.run(cmd, capture_output=True, text=True, check=True, env=bench_env()).stdout
+        )
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -358,29 +378,42 @@ def events(rows: int, keep: bool) -> None:
     ingest = large["steps"]["ingest"]
     count = large["events"]
     slope = {
-        step: round((large["steps"][step]["peak_rss_mb_per_rank"] - small["steps"][step]["peak_rss_mb_per_rank"])
-                    / ((large["rows"] - small["rows"]) / 1e6), 2)
+        step: round(
+            (large["steps"][step]["peak_rss_mb_per_rank"] - small["steps"][step]["peak_rss_mb_per_rank"])
+            / ((large["rows"] - small["rows"]) / 1e6),
+            2,
+        )
         for step in ("ingest", "convert", "merge")
-    }  # fmt: skip
+    }
     seconds = sum(s["seconds"] for s in large["steps"].values())
-    print(json.dumps({
-        "benchmark": "scale-events",
-        "rows": rows,
-        "events": count,
-        "ranks": 2,
-        "columns_mb": round(rows * (8 + 4 + 1) / 1e6, 1),
-        "ingest_seconds": ingest["seconds"],
-        "ingest_events_per_s": round(count / ingest["seconds"]),
-        "ingest_rows_per_s": round(rows / ingest["seconds"]),
-        "events_per_s": round(count / seconds),
-        "peak_rss_mb_per_rank": {step: s["peak_rss_mb_per_rank"] for step, s in large["steps"].items()},
-        "rss_mb_per_million_rows": slope,
-        "one_file_per_event": baseline,
-        "ingest_events_per_s_vs_one_file_per_event": round(baseline["seconds"] / ingest["seconds"], 2),
-        "ingest_rss_vs_one_file_per_event": round(ingest["peak_rss_mb_per_rank"] / baseline["peak_rss_mb"], 3),
-        "targets": {"rss_mb_per_million_rows": "ingest <= 5 (ranks never hold a column)"},
-        "cpus": os.cpu_count(),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "benchmark": "scale-events",
+                "rows": rows,
+                "events": count,
+                "ranks": 2,
+                "columns_mb": round(rows * (8 + 4 + 1) / 1e6, 1),
+                "ingest_seconds": ingest["seconds"],
+                "ingest_events_per_s": round(count / ingest["seconds"]),
+                "ingest_rows_per_s": round(rows / ingest["seconds"]),
+                "events_per_s": round(count / seconds),
+                "peak_rss_mb_per_rank": {
+                    step: s["peak_rss_mb_per_rank"] for step, s in large["steps"].items()
+                },
+                "rss_mb_per_million_rows": slope,
+                "one_file_per_event": baseline,
+                "ingest_events_per_s_vs_one_file_per_event": round(
+                    baseline["seconds"] / ingest["seconds"], 2
+                ),
+                "ingest_rss_vs_one_file_per_event": round(
+                    ingest["peak_rss_mb_per_rank"] / baseline["peak_rss_mb"], 3
+                ),
+                "targets": {"rss_mb_per_million_rows": "ingest <= 5 (ranks never hold a column)"},
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
 
 
 READ_EPOCH = """
@@ -456,17 +489,23 @@ def killed_merge(config_path: Path, merged: Path, shards: int) -> dict[str, Any]
     from common import sim2dl_killed
 
     shutil.rmtree(merged)
-    killed_after = sim2dl_killed("merge", "--config", config_path,
-                                 when=lambda: len(finished_shards(merged)) >= shards // 2)  # fmt: skip
+    killed_after = sim2dl_killed(
+        "merge", "--config", config_path, when=lambda: len(finished_shards(merged)) >= shards // 2
+    )
     before = finished_shards(merged)
     started = time.perf_counter()
     resumed = run_step("merge", config_path, 2)
     wall = time.perf_counter() - started
     after = finished_shards(merged)
     rewritten = sorted(name for name, stamp in before.items() if after.get(name) != stamp)
-    return {"killed_after_s": round(killed_after, 3), "finished_shards_at_kill": len(before),
-            "resume_wall_s": round(wall, 3), "resume_seconds": resumed["seconds"],
-            "reused_shards": resumed["reused_shards"], "rewritten_finished_shards": len(rewritten)}  # fmt: skip
+    return {
+        "killed_after_s": round(killed_after, 3),
+        "finished_shards_at_kill": len(before),
+        "resume_wall_s": round(wall, 3),
+        "resume_seconds": resumed["seconds"],
+        "reused_shards": resumed["reused_shards"],
+        "rewritten_finished_shards": len(rewritten),
+    }
 
 
 def stage_config(config_path: Path, work: Path) -> None:
@@ -486,12 +525,17 @@ def run_size(root: Path, n: int, family: str, quick: bool, checks: bool, every: 
     result: dict[str, Any] = {step: run_step(step, config_path, 2) for step in ("ingest", "convert", "merge")}
     merged = work / "merged"
     meta = json.loads((merged / "metadata.json").read_text())
-    result["metadata"] = {"bytes": (merged / "metadata.json").stat().st_size, "shards": meta["counts"]["shards"],
-                          "shard_bytes": sum(s["bytes"] for s in meta["shards"])}  # fmt: skip
+    result["metadata"] = {
+        "bytes": (merged / "metadata.json").stat().st_size,
+        "shards": meta["counts"]["shards"],
+        "shard_bytes": sum(s["bytes"] for s in meta["shards"]),
+    }
     result["stage"] = run_step("stage", config_path, 2)
     staged = json.loads((Path(result["stage"]["node_dirs"][0]) / "staged.json").read_text())
     staged_files = [Path(result["stage"]["node_dirs"][0]) / f for f in staged["files"]]
-    result["read"] = {r: read_epoch(merged, r, staged_files if r == "tf.data" else []) for r in ("tf.data", "numpy")}
+    result["read"] = {
+        r: read_epoch(merged, r, staged_files if r == "tf.data" else []) for r in ("tf.data", "numpy")
+    }
     for r in result["read"].values():
         assert r["records"] == n, r
     shutil.rmtree(work / "local")
@@ -504,9 +548,12 @@ def run_size(root: Path, n: int, family: str, quick: bool, checks: bool, every: 
         result["merge_1_rank"] = run_step("merge", config_path, 1)
         one_rank_same = shards_checksum(merged) == checksum
         result["merge_killed"] = killed_merge(config_path, merged, meta["counts"]["shards"])
-        result["checksums"] = {"shards_xxh3": checksum, "rerun_identical": rerun_same,
-                               "one_rank_identical": one_rank_same,
-                               "resumed_identical": shards_checksum(merged) == checksum}  # fmt: skip
+        result["checksums"] = {
+            "shards_xxh3": checksum,
+            "rerun_identical": rerun_same,
+            "one_rank_identical": one_rank_same,
+            "resumed_identical": shards_checksum(merged) == checksum,
+        }
     shutil.rmtree(work)
     return result
 
@@ -531,13 +578,17 @@ def file_system(path: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="20k, 80k and 200k files: a few minutes")
     parser.add_argument("--layouts", action="store_true", help="many samples per file beside one per file")
     parser.add_argument("--sizes", type=int, nargs="+", help="numbers of files (default 1M 3M 10M)")
     parser.add_argument("--family", choices=("cube", "trace"), default="cube")
     parser.add_argument("--keep", action="store_true", help="keep the inputs in bench/out")
-    parser.add_argument("--events", action="store_true", help="a file of 10^7 hit rows as event-indexed tables")
+    parser.add_argument(
+        "--events", action="store_true", help="a file of 10^7 hit rows as event-indexed tables"
+    )
     args = parser.parse_args()
     if args.events:
         events(2_000_000 if args.quick else 10_000_000, args.keep)
@@ -545,7 +596,9 @@ def main() -> None:
     if args.layouts:
         layouts(200_000 if args.quick else 1_000_000, args.keep)
         return
-    sizes = sorted(args.sizes or ([20_000, 80_000, 200_000] if args.quick else [1_000_000, 3_000_000, 10_000_000]))
+    sizes = sorted(
+        args.sizes or ([20_000, 80_000, 200_000] if args.quick else [1_000_000, 3_000_000, 10_000_000])
+    )
     checked = max(n for n in sizes if n <= 1_000_000) if min(sizes) <= 1_000_000 else sizes[0]
     root = OUT / f"scale-{args.family}"
     results: dict[int, dict[str, Any]] = {}
@@ -558,7 +611,8 @@ def main() -> None:
         simulate(root, sizes[-1], args.family)
         simulate_seconds = time.perf_counter() - started
         raw_disk = [after - earlier for after, earlier in zip(disk_used(root), before, strict=True)]
-        # the largest size first, then the smallest: the two the figures compare, should a long run be cut short
+        # the largest size first, then the smallest: the two the figures compare, should a long run be cut
+        # short
         for n in [sizes[-1], sizes[0], *sizes[1:-1]]:
             results[n] = run_size(root, n, args.family, args.quick, n == checked, n == sizes[-1])
             print(json.dumps({"files": n, **results[n]}), flush=True)
@@ -568,8 +622,14 @@ def main() -> None:
     print(json.dumps(summary(results, sizes, checked, args.family, simulate_seconds, raw_disk)))
 
 
-def summary(results: dict[int, dict[str, Any]], sizes: list[int], checked: int, family: str,
-            simulate_seconds: float, raw_disk: list[int]) -> dict[str, Any]:  # fmt: skip
+def summary(
+    results: dict[int, dict[str, Any]],
+    sizes: list[int],
+    checked: int,
+    family: str,
+    simulate_seconds: float,
+    raw_disk: list[int],
+) -> dict[str, Any]:
     small, large = sizes[0], sizes[-1]
     per_step = {}
     for step in STEPS:
@@ -591,10 +651,11 @@ def summary(results: dict[int, dict[str, Any]], sizes: list[int], checked: int, 
             "seconds": [r["seconds"] for r in runs],
             "records_per_s": [round(n / r["seconds"]) for n, r in zip(sizes, runs, strict=True)],
             "peak_rss_mb": [r["peak_rss_mb"] for r in runs],
-            "rss_mb_per_million_records": round((runs[-1]["peak_rss_mb"] - runs[0]["peak_rss_mb"])
-                                                / ((large - small) / 1e6), 1),
+            "rss_mb_per_million_records": round(
+                (runs[-1]["peak_rss_mb"] - runs[0]["peak_rss_mb"]) / ((large - small) / 1e6), 1
+            ),
             "time_per_record_growth": round(runs[-1]["seconds"] / large / (runs[0]["seconds"] / small), 3),
-        }  # fmt: skip
+        }
     checks = results[checked]
     data_steps = ("ingest", "convert", "merge")
     return {
@@ -607,8 +668,11 @@ def summary(results: dict[int, dict[str, Any]], sizes: list[int], checked: int, 
         "raw_inodes": raw_disk[1],
         "file_system": file_system(OUT),
         "steps": per_step,
-        "wall_seconds_largest": round(sum(results[large][s]["seconds"] for s in STEPS)
-                                      + sum(results[large]["read"][r]["seconds"] for r in ("tf.data", "numpy")), 1),
+        "wall_seconds_largest": round(
+            sum(results[large][s]["seconds"] for s in STEPS)
+            + sum(results[large]["read"][r]["seconds"] for r in ("tf.data", "numpy")),
+            1,
+        ),
         "rss_mb_per_million_records": max(per_step[s]["rss_mb_per_million_records"] for s in data_steps),
         "time_per_record_growth": max(per_step[s]["time_per_record_growth"] for s in data_steps),
         "rank0_vs_others": max(per_step[s]["rank0_vs_others"] for s in data_steps),
@@ -630,7 +694,7 @@ def summary(results: dict[int, dict[str, Any]], sizes: list[int], checked: int, 
             "merge_killed.rewritten_finished_shards": "0",
         },
         "cpus": os.cpu_count(),
-    }  # fmt: skip
+    }
 
 
 if __name__ == "__main__":

@@ -137,7 +137,9 @@ def train_mlp(data: tuple[np.ndarray, ...], config: dict[str, Any], epochs: int)
 # ---------------------------------------------------------------- the two searches
 
 
-def bohb_search(data: tuple[np.ndarray, ...], settings: dict[str, Any], run_dir: Path) -> list[tuple[float, float]]:
+def bohb_search(
+    data: tuple[np.ndarray, ...], settings: dict[str, Any], run_dir: Path
+) -> list[tuple[float, float]]:
     """(budget, loss) of every BOHB run in completion order, through sim2dl's keyed Pyro4 stack."""
     from hpbandster.core.worker import Worker
 
@@ -147,7 +149,9 @@ def bohb_search(data: tuple[np.ndarray, ...], settings: dict[str, Any], run_dir:
 
     install_hmac_key(run_directory(run_dir), settings["call_timeout_s"])
     with name_server(run_dir, f"bench-{settings['seed']}", settings) as address:
-        worker = Objective(run_id=address["run_id"], nameserver=address["host"], nameserver_port=address["port"])
+        worker = Objective(
+            run_id=address["run_id"], nameserver=address["host"], nameserver_port=address["port"]
+        )
         worker.run(background=True)
         result = run_bohb(settings, address, workers=1)
     runs = sorted(result.get_all_runs(), key=lambda r: r.time_stamps["finished"])
@@ -165,7 +169,9 @@ def random_search(data: tuple[np.ndarray, ...], settings: dict[str, Any], total_
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="under a minute")
     parser.add_argument("--seeds", type=int, help="searches per method (default 5; quick 3)")
     parser.add_argument("--keep", action="store_true", help="keep bench/out/search")
@@ -230,7 +236,9 @@ def main() -> None:
             "bohb_best_loss": round(float(np.mean([s["bohb_best_loss"] for s in per_seed])), 5),
             "random_best_loss": round(float(np.mean([s["random_best_loss"] for s in per_seed])), 5),
             # a seed where BOHB never matched random search counts as 1.0 (all of its budget and more)
-            "bohb_budget_to_match_random": round(float(np.median([f if f is not None else 1.0 for f in fractions])), 3),
+            "bohb_budget_to_match_random": round(
+                float(np.median([f if f is not None else 1.0 for f in fractions])), 3
+            ),
             "seconds": round(time.perf_counter() - start, 1),
         }
     )

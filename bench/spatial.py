@@ -78,7 +78,13 @@ def main() -> None:
     read_dir = work / "read"
     shutil.rmtree(read_dir, ignore_errors=True)
     read_dir.mkdir(parents=True)
-    cmd = [sys.executable, str(REPO / "bench" / "_spatial_read.py"), str(read_dir), *map(str, SHAPE), str(READ_SAMPLES)]
+    cmd = [
+        sys.executable,
+        str(REPO / "bench" / "_spatial_read.py"),
+        str(read_dir),
+        *map(str, SHAPE),
+        str(READ_SAMPLES),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=bench_env())
     if proc.returncode != 0:
         raise SystemExit(f"{cmd} failed:\n{proc.stderr[-2000:]}")

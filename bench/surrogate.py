@@ -71,17 +71,24 @@ def surrogate_task(train: dict[str, np.ndarray]) -> Any:
     from pipeline.training.tasks.base import DataSpec, LabelField
     from pipeline.training.tasks.surrogate import Surrogate
 
-    labels = (LabelField("state", (32, 32), "float32", statistics(train["state"], False)),
-              LabelField("mass", (10,), "float32", statistics(train["mass"], True)))  # fmt: skip
+    labels = (
+        LabelField("state", (32, 32), "float32", statistics(train["state"], False)),
+        LabelField("mass", (10,), "float32", statistics(train["mass"], True)),
+    )
     params = statistics(train["params"], True)
-    return Surrogate({}, DataSpec("params", (4,), labels, ("state", "mass"), feature_statistics={"params": params}))
+    return Surrogate(
+        {}, DataSpec("params", (4,), labels, ("state", "mass"), feature_statistics={"params": params})
+    )
 
 
 def normalised(task: Any, data: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(x, flat y) in the task's normalised units."""
     stats = task.data.feature_statistics["params"]
     x = (data["params"] - stats["mean"]) / stats["std"]
-    ys = [((data[f.name] - f.statistics["mean"]) / f.statistics["std"]).reshape(len(x), -1) for f in task.data.labels]
+    ys = [
+        ((data[f.name] - f.statistics["mean"]) / f.statistics["std"]).reshape(len(x), -1)
+        for f in task.data.labels
+    ]
     return x.astype(np.float32), np.concatenate(ys, axis=1).astype(np.float32)
 
 
@@ -107,8 +114,9 @@ def fitted(model: Any, loss: Any, x: np.ndarray, y: np.ndarray, steps: int, seed
     from pipeline.training.steps import step_functions
 
     hvd.init()
-    settings = validated({"train": {"learning_rate": 0.002, "batch_size": BATCH, "decay": "cosine",
-                                    "warmup_epochs": 0}})["train"]  # fmt: skip
+    settings = validated(
+        {"train": {"learning_rate": 0.002, "batch_size": BATCH, "decay": "cosine", "warmup_epochs": 0}}
+    )["train"]
     optimizer = make_optimizer(settings, "float32")
     train_step, _ = step_functions(model, optimizer, loss, autograph=False)
     data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=seed).repeat().batch(BATCH)
@@ -141,7 +149,9 @@ def emulator(task: Any, x: np.ndarray, y: np.ndarray) -> Any:
 NEXT_RUNS, NEXT_TEST_RUNS, NEXT_STEPS, QUICK_NEXT_STEPS = 256, 64, 2000, 400
 
 
-def cut(task: Any, states: np.ndarray, given: np.ndarray | None = None, chunks: int = 1) -> tuple[np.ndarray, ...]:
+def cut(
+    task: Any, states: np.ndarray, given: np.ndarray | None = None, chunks: int = 1
+) -> tuple[np.ndarray, ...]:
     """Every window (inputs, targets) of normalised trajectories, with their runs' normalised parameters
     where the task is given them, cut `chunks` trajectories' worth at a time (TensorFlow's copies bounded)."""
     import tensorflow as tf
@@ -212,8 +222,12 @@ def next_state(steps: int) -> dict[str, Any]:
         runs = [((test - mean) / std, np.zeros((len(test), 0)))]  # whole trajectories, no parameters given
         rolled = task.rollout_summary([task.rollout(lambda z, m=model: m.predict(z, verbose=0), runs)])
         figures[f"next.rollout.{name}"] = [round(v, 3) for v in rolled["nrmse_per_step"]]
-        figures[f"next.rollout.{name}.below_persistence_at_every_step"] = rolled["below_persistence_at_every_step"]
-        figures[f"next.spectrum_relative_error.{name}"] = [round(v, 3) for v in rolled["spectrum_relative_error"]]
+        figures[f"next.rollout.{name}.below_persistence_at_every_step"] = rolled[
+            "below_persistence_at_every_step"
+        ]
+        figures[f"next.spectrum_relative_error.{name}"] = [
+            round(v, 3) for v in rolled["spectrum_relative_error"]
+        ]
         figures["next.rollout.persistence"] = [round(v, 3) for v in rolled["persistence_nrmse_per_step"]]
     best = min(figures["next.nrmse.fno2d"], figures["next.nrmse.unet2d"])
     figures["next.network_over_persistence"] = round(best / figures["next.nrmse.persistence"], 3)
@@ -248,8 +262,13 @@ def conditioned(steps: int) -> dict[str, Any]:
     mean, std = float(train.mean()), float(train.std())
     p_mean, p_std = params.mean(axis=0), np.where(params.std(axis=0) > 0, params.std(axis=0), 1.0)
     label = LabelField("params", (4,), "float32", {"mean": p_mean.tolist(), "std": p_std.tolist()})
-    data = DataSpec("trajectory", train.shape[1:], (label,), ("params",),
-                    feature_statistics={"trajectory": {"mean": mean, "std": std}})  # fmt: skip
+    data = DataSpec(
+        "trajectory",
+        train.shape[1:],
+        (label,),
+        ("params",),
+        feature_statistics={"trajectory": {"mean": mean, "std": std}},
+    )
     states, test_states = (train - mean) / std, (test - mean) / std
     given, test_given = (((p - p_mean) / p_std).astype(np.float32) for p in (params, test_params))
     figures: dict[str, Any] = {}
@@ -259,14 +278,19 @@ def conditioned(steps: int) -> dict[str, Any]:
         x, y = cut(task, states, given, chunks=8)
         x_test, y_test = cut(task, test_states, test_given)
         tf.keras.utils.set_random_seed(0)
-        model = fno.build(task.model_feature_shape, task.outputs(), task,
-                          {"depth": 3, "width": 16, "dense": 64, "dropout": 0.0, "modes": 8})  # fmt: skip
+        model = fno.build(
+            task.model_feature_shape,
+            task.outputs(),
+            task,
+            {"depth": 3, "width": 16, "dense": 64, "dropout": 0.0, "modes": 8},
+        )
         fitted(model, task.loss(), x, y, steps)
         scored = one_step(task, model.predict(x_test, verbose=0), y_test, x_test)
         figures[f"conditioned.nrmse.{name}"] = round(scored["nrmse"]["trajectory"], 4)
         figures["conditioned.nrmse.persistence"] = round(scored["persistence_nrmse"]["trajectory"], 4)
-        rolled = task.rollout_summary([task.rollout(lambda z, m=model: m.predict(z, verbose=0),
-                                                    [(test_states, test_given)])])  # fmt: skip
+        rolled = task.rollout_summary(
+            [task.rollout(lambda z, m=model: m.predict(z, verbose=0), [(test_states, test_given)])]
+        )
         figures[f"conditioned.rollout_last.{name}"] = round(rolled["nrmse_per_step"][-1], 3)
         figures["conditioned.rollout_last.persistence"] = round(rolled["persistence_nrmse_per_step"][-1], 3)
     return figures
@@ -309,12 +333,16 @@ def main() -> None:
         figures[f"seconds.network.{n}"] = round(trained, 2)
         figures[f"seconds.emulator.{n}"] = round(fitted, 3)
         figures[f"emulator_components.{n}"] = settings["components"]
-        print(json.dumps({k: v for k, v in figures.items() if k.endswith(f".{n}")}), file=sys.stderr, flush=True)
+        print(
+            json.dumps({k: v for k, v in figures.items() if k.endswith(f".{n}")}), file=sys.stderr, flush=True
+        )
     for output in ("state", "mass"):
         net, emu = curves[f"{output}.network"], curves[f"{output}.emulator"]
         figures[f"network_over_emulator.{output}"] = round(net[-1] / emu[-1], 3)
         # the smallest size from which the network stays below the emulator (None: it never does)
-        from_here = [n for k, n in enumerate(sizes) if all(a < b for a, b in zip(net[k:], emu[k:], strict=True))]
+        from_here = [
+            n for k, n in enumerate(sizes) if all(a < b for a, b in zip(net[k:], emu[k:], strict=True))
+        ]
         figures[f"crossing.{output}"] = from_here[0] if from_here else None
     figures.update(next_state(QUICK_NEXT_STEPS if args.quick else NEXT_STEPS))
     figures.update(conditioned(QUICK_NEXT_STEPS if args.quick else NEXT_STEPS))

@@ -79,16 +79,20 @@ def model_quality() -> dict:
     figures = {}
     for case in CASES:
         reached, minimal = compare(case)
-        figures[case.id] = {"built_in": round(reached, 3), "minimal": round(minimal, 3),
-                            "ratio": round(reached / minimal, 3)}  # fmt: skip
+        figures[case.id] = {
+            "built_in": round(reached, 3),
+            "minimal": round(minimal, 3),
+            "ratio": round(reached / minimal, 3),
+        }
     return figures
 
 
 def demo_batch_sizes(work: Path) -> dict:
     """The demo's training at each batch size its search space offers."""
     demo = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    config, _ = prepare_data(work / "demo", REPO / "config" / "config.yaml", demo["simulate"]["samples"],
-                             demo["train"]["epochs"])  # fmt: skip
+    config, _ = prepare_data(
+        work / "demo", REPO / "config" / "config.yaml", demo["simulate"]["samples"], demo["train"]["epochs"]
+    )
     settings = yaml.safe_load(config.read_text())
     settings["train"]["threads"] = 0  # as the demo runs
     config.write_text(yaml.safe_dump(settings, sort_keys=False))
@@ -100,8 +104,11 @@ def demo_batch_sizes(work: Path) -> dict:
         last = last_epoch(config, 2, out, "--overrides", str(override))
         summary = json.loads((out / "summary.json").read_text())
         seconds = sum(epoch["seconds"] for epoch in json.loads((out / "metrics.json").read_text()))
-        figures[str(batch)] = {"samples_per_s": round(last["samples_per_s"], 1), "train_seconds": round(seconds, 1),
-                               "sigma_8_r2": round(summary["r2"]["sigma_8"], 3)}  # fmt: skip
+        figures[str(batch)] = {
+            "samples_per_s": round(last["samples_per_s"], 1),
+            "train_seconds": round(seconds, 1),
+            "sigma_8_r2": round(summary["r2"]["sigma_8"], 3),
+        }
     return figures
 
 
@@ -116,7 +123,13 @@ def main() -> None:
     two_free = last_epoch(config, 2, work / "out-2-free", "--overrides", str(free))
     small = work / "small"
     two_small = last_epoch(
-        config, 2, work / "out-small", "--merged", str(small / "merged"), "--stage-summary", str(small / "staged.json")
+        config,
+        2,
+        work / "out-small",
+        "--merged",
+        str(small / "merged"),
+        "--stage-summary",
+        str(small / "staged.json"),
     )
     files = len(json.loads((small / "merged" / "metadata.json").read_text())["shards"])
     preset = REPO / "config" / "presets" / "climate-segmentation.yaml"

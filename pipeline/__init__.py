@@ -74,9 +74,9 @@ config checks); cli.py.
 
 Where a new thing goes: an input reader, formats/readers/ (one file, registered in its __init__); a shard
 format, formats/shards/; a model, training/models/; a task, training/tasks/; a simulator family,
-simulators/; a container runtime, runtime/runtimes/ (one file, registered in its __init__); a step, steps/ plus its
-rule file in rules/ and its subcommand in cli.py. Every step prints one JSON summary line on stdout; its
-progress and diagnostics go to stderr.
+simulators/; a container runtime, runtime/runtimes/ (one file, registered in its __init__); a step, steps/
+plus its rule file in rules/ and its subcommand in cli.py. Every step prints one JSON summary line on stdout;
+its progress and diagnostics go to stderr.
 
 Words with one meaning each:
 
@@ -174,7 +174,9 @@ MOVED = {
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name: str, path: object, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, name: str, path: object, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         return importlib.machinery.ModuleSpec(name, self) if name in MOVED else None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:

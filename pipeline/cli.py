@@ -49,7 +49,9 @@ def _common(parser: argparse.ArgumentParser, config_required: bool = True) -> No
 
 # Each handler takes the whole config (for the workdir's paths) and the step's view of it
 # (config.step_config: only the keys the step reads), which it hands to the step.
-def cmd_simulate(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_simulate(
+    args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any
+) -> dict[str, Any]:
     from pipeline.steps.simulate import simulate
 
     out = args.out or cfg.source_dir(config)
@@ -57,57 +59,81 @@ def cmd_simulate(args: argparse.Namespace, config: dict[str, Any], view: dict[st
     return simulate(view["simulate"], out, comm, config["container"])
 
 
-def cmd_ingest(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_ingest(
+    args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any
+) -> dict[str, Any]:
     from pipeline.steps.ingest.step import ingest
 
     return ingest(view, args.source or cfg.source_dir(config), args.out or cfg.layout(config).ingest, comm)
 
 
-def cmd_convert(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_convert(
+    args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any
+) -> dict[str, Any]:
     from pipeline.steps.convert import convert
 
     lay = cfg.layout(config)
     return convert(view, args.ingest or lay.ingest, args.out or lay.convert, comm)
 
 
-def cmd_merge(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_merge(
+    args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any
+) -> dict[str, Any]:
     from pipeline.steps.merge.step import merge
 
     lay = cfg.layout(config)
     return merge(view, args.ingest or lay.ingest, args.convert or lay.convert, args.out or lay.merged, comm)
 
 
-def cmd_stage(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_stage(
+    args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any
+) -> dict[str, Any]:
     from pipeline.steps.stage import stage
 
     lay = cfg.layout(config)
     return stage(view, args.merged or lay.merged, args.summary or lay.stage_summary, comm)
 
 
-def cmd_train(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_train(
+    args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any
+) -> dict[str, Any]:
     from pipeline.steps.train import train
 
     lay = cfg.layout(config)
-    merged, staged, out = args.merged or lay.merged, args.stage_summary or lay.stage_summary, args.out or lay.train
+    merged, staged, out = (
+        args.merged or lay.merged,
+        args.stage_summary or lay.stage_summary,
+        args.out or lay.train,
+    )
     return train(view, merged, staged, out, comm, baseline=not args.no_baseline, trial=args.trial)
 
 
-def cmd_online(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_online(
+    args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any
+) -> dict[str, Any]:
     from pipeline.steps.online import online
 
     lay = cfg.layout(config)
     return online(view, args.raw or cfg.source_dir(config), args.out or lay.train, comm, config["container"])
 
 
-def cmd_search(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_search(
+    args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any
+) -> dict[str, Any]:
     from pipeline.steps.search import search
 
     lay = cfg.layout(config)
-    out, merged, staged = args.out or lay.search, args.merged or lay.merged, args.stage_summary or lay.stage_summary
+    out, merged, staged = (
+        args.out or lay.search,
+        args.merged or lay.merged,
+        args.stage_summary or lay.stage_summary,
+    )
     return search(view, out, merged, staged, comm, role=args.role)
 
 
-def cmd_sweep(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_sweep(
+    args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any
+) -> dict[str, Any]:
     from pipeline.steps.sweep import summarise
 
     if "sweep" not in config:
@@ -115,7 +141,9 @@ def cmd_sweep(args: argparse.Namespace, config: dict[str, Any], view: dict[str, 
     return summarise(view)
 
 
-def cmd_throughput(args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any) -> dict[str, Any]:
+def cmd_throughput(
+    args: argparse.Namespace, config: dict[str, Any], view: dict[str, Any], comm: Any
+) -> dict[str, Any]:
     from pipeline.steps.throughput import throughput
 
     lay = cfg.layout(config)
@@ -177,7 +205,8 @@ STEPS: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
     ),
     (
         "online",
-        "train while the ensemble runs (train.online): simulation ranks send each run's samples to training ranks",
+        "train while the ensemble runs (train.online): simulation ranks send each run's samples to training "
+        "ranks",
         cmd_online,
         [
             ("--raw", "the ensemble's output directory (default: {workdir}/raw)"),
@@ -259,18 +288,26 @@ def reports_errors(prog: str) -> Any:
 @reports_errors("sim2dl launch")
 def launch_main(argv: list[str]) -> int:
     """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
-    from pipeline.runtime.launch import data_directories, prepare_mount_points, srun_environment_conflicts, step_argv
+    from pipeline.runtime.launch import (
+        data_directories,
+        prepare_mount_points,
+        srun_environment_conflicts,
+        step_argv,
+    )
     from pipeline.runtime.processes import with_parent_death_signal
     from pipeline.runtime.startup import StartupPolicy, launch_with_retries, rank_environment, same_file
 
     parser = argparse.ArgumentParser(
         prog="sim2dl launch",
-        description="Run `sim2dl STEP ...` on N ranks: the MPI launcher outside, one container per rank inside "
+        description="Run `sim2dl STEP ...` on N ranks: the MPI launcher outside, one container per rank "
+        "inside "
         "(config section 'container'). The config is passed to the step.",
     )
     _common(parser)
     parser.add_argument("--tasks", type=int, default=1, help="MPI ranks")
-    parser.add_argument("--mpi", default="auto", help="auto (srun inside Slurm, else mpiexec), none, or a launcher")
+    parser.add_argument(
+        "--mpi", default="auto", help="auto (srun inside Slurm, else mpiexec), none, or a launcher"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the command line and exit")
     parser.add_argument("step", nargs=argparse.REMAINDER, help="STEP [ARGS...]")
     args = parser.parse_args(argv)
@@ -287,14 +324,16 @@ def launch_main(argv: list[str]) -> int:
     token = secrets.token_hex(8) if not args.dry_run else "TOKEN"
     # output and errors to one file (a rule's step log): the ranks write both on one stream, relayed as one
     one_stream = not args.dry_run and same_file(sys.stdout.fileno(), sys.stderr.fileno())
-    if runtime_of(config["container"]).contained:  # a launch without a container: launch_with_retries sets them
+    # a launch without a container: launch_with_retries sets them
+    if runtime_of(config["container"]).contained:
         config["container"]["env"] = {**config["container"]["env"], **rank_environment(token, one_stream)}
     command = step_argv(config, args.mpi, args.tasks, step_args, data_dirs, Path.cwd())
     print("sim2dl launch: " + shlex.join(command), file=sys.stderr, flush=True)
     if args.dry_run:
         print(json.dumps(command))
         return 0
-    os.environ.setdefault("USER", getpass.getuser())  # ch-run refuses to start without it (batch jobs may lack it)
+    # ch-run refuses to start without it (batch jobs may lack it)
+    os.environ.setdefault("USER", getpass.getuser())
     for name in srun_environment_conflicts(command):
         os.environ.pop(name, None)
     if args.mpi == "none":  # one process, no launcher: nothing to start up
@@ -302,9 +341,13 @@ def launch_main(argv: list[str]) -> int:
             os.execvp(command[0], command)  # no shell: every argument arrives as given
         except OSError as e:
             raise Sim2dlError(f"cannot run {command[0]}: {e.strerror}") from e
-    policy = StartupPolicy(retries=config["launch"]["startup_retries"], timeout_s=config["launch"]["startup_timeout_s"])
+    policy = StartupPolicy(
+        retries=config["launch"]["startup_retries"], timeout_s=config["launch"]["startup_timeout_s"]
+    )
     try:
-        return launch_with_retries(with_parent_death_signal(command), token, policy, os.environ, one_stream=one_stream)
+        return launch_with_retries(
+            with_parent_death_signal(command), token, policy, os.environ, one_stream=one_stream
+        )
     except OSError as e:
         raise Sim2dlError(f"cannot run {command[0]}: {e.strerror}") from e
 
@@ -315,23 +358,38 @@ def image_main(argv: list[str]) -> int:
     from pipeline.runtime import container_image as image
     from pipeline.runtime import oci_registry as registry
 
-    parser = argparse.ArgumentParser(prog="sim2dl image", description=image.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="sim2dl image", description=image.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="action", required=True)
     build = sub.add_parser("build", help="build or update the image under container.build_dir (needs root)")
-    build.add_argument("--format", action="append", choices=image.FORMATS, default=[],
-                       help="dir (always), squashfs, oci; repeatable")  # fmt: skip
+    build.add_argument(
+        "--format",
+        action="append",
+        choices=image.FORMATS,
+        default=[],
+        help="dir (always), squashfs, oci; repeatable",
+    )
     raw = {"description": registry.__doc__, "formatter_class": argparse.RawDescriptionHelpFormatter}
     push = sub.add_parser("push", help="push the built OCI archive (built when missing) to a registry", **raw)
     push.add_argument("ref", nargs="?", help="HOST[:PORT]/NAME[:TAG] (default container.name:container.tag)")
-    push.add_argument("--archive", type=Path, help="an OCI archive to push instead of the one `image build` makes")
+    push.add_argument(
+        "--archive", type=Path, help="an OCI archive to push instead of the one `image build` makes"
+    )
     pull = sub.add_parser("pull", help="pull the image from a registry into the configured runtime", **raw)
     pull.add_argument("ref", nargs="?", help="HOST[:PORT]/NAME[:TAG] (default container.name:container.tag)")
-    pull.add_argument("--missing", action="store_true", help="only when the runtime lacks the image (none: never)")
+    pull.add_argument(
+        "--missing", action="store_true", help="only when the runtime lacks the image (none: never)"
+    )
     ref = sub.add_parser("ref", help="print the image reference the configured runtime is given")
-    host = sub.add_parser("host-mpi", help="copy the host's MPICH-ABI library and its dependencies into one "
-                          "directory for container.host_mpi.paths")  # fmt: skip
-    host.add_argument("--lib", type=Path, help="the library (default: libmpi.so.12 or libmpich.so.12 from ldconfig)")
+    host = sub.add_parser(
+        "host-mpi",
+        help="copy the host's MPICH-ABI library and its dependencies into one "
+        "directory for container.host_mpi.paths",
+    )
+    host.add_argument(
+        "--lib", type=Path, help="the library (default: libmpi.so.12 or libmpich.so.12 from ldconfig)"
+    )
     host.add_argument("--out", type=Path, required=True, help="directory to create (replaced if it exists)")
     for p in (build, push, pull, ref, host):
         _common(p, config_required=False)
@@ -354,7 +412,9 @@ def image_main(argv: list[str]) -> int:
     elif args.action == "pull":
         from pipeline.runtime.doctor import check_image
 
-        if args.missing and (not runtime_of(settings).contained or check_image(settings).status in ("ok", "skip")):
+        if args.missing and (
+            not runtime_of(settings).contained or check_image(settings).status in ("ok", "skip")
+        ):
             result = {"pulled": None, "image": image.image_reference(settings)}
         else:
             result = registry.pull(settings, registry.configured_reference(settings, args.ref))
@@ -384,10 +444,15 @@ def inspect_main(argv: list[str]) -> int:
     """`sim2dl inspect`: what a few of the files hold, and a starter config for them."""
     from pipeline.steps import inspect as inspection
 
-    parser = argparse.ArgumentParser(prog="sim2dl inspect", description=inspection.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="sim2dl inspect",
+        description=inspection.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("data", help="a directory, a glob (quote it: 'data/**/*.h5') or one file")
-    parser.add_argument("--files", type=int, default=8, help="how many files to open, spread over the matches")
+    parser.add_argument(
+        "--files", type=int, default=8, help="how many files to open, spread over the matches"
+    )
     parser.add_argument("--write", type=Path, metavar="YAML", help="write a starter config there")
     args = parser.parse_args(argv)
     if args.files < 1:
@@ -402,12 +467,19 @@ def status_main(argv: list[str]) -> int:
     """`sim2dl status WORKDIR`: where a workflow stands, from the files its steps write."""
     from pipeline.reporting import status
 
-    parser = argparse.ArgumentParser(prog="sim2dl status", description=status.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="sim2dl status", description=status.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("workdir", type=Path, help="the workflow's directory (the config's workdir)")
     parser.add_argument("--json", action="store_true", help="print the state as one JSON object")
-    parser.add_argument("--watch", type=float, nargs="?", const=10.0, metavar="SECONDS",
-                        help="print it again every SECONDS (default 10) until interrupted")  # fmt: skip
+    parser.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=10.0,
+        metavar="SECONDS",
+        help="print it again every SECONDS (default 10) until interrupted",
+    )
     args = parser.parse_args(argv)
     if args.watch is not None and args.watch <= 0:
         parser.error("--watch needs a positive number of seconds")
@@ -451,10 +523,19 @@ def _config_options(args: argparse.Namespace) -> list[str]:
 # The subcommands that are not workflow steps: (help, main taking the rest of argv). Each parses its own
 # options; `sim2dl --help` lists them with the steps.
 TOOLS: dict[str, tuple[str, Any]] = {
-    "launch": ("run a step on N ranks through the MPI launcher and the container runtime (launch --help)", launch_main),
-    "image": ("build, push or pull the image, collect the host MPI, print the reference (image --help)", image_main),
+    "launch": (
+        "run a step on N ranks through the MPI launcher and the container runtime (launch --help)",
+        launch_main,
+    ),
+    "image": (
+        "build, push or pull the image, collect the host MPI, print the reference (image --help)",
+        image_main,
+    ),
     "doctor": ("check runtime, image, host MPI and node-local storage before a long job", doctor_main),
-    "inspect": ("look at existing simulation output and write a starter config (inspect --help)", inspect_main),
+    "inspect": (
+        "look at existing simulation output and write a starter config (inspect --help)",
+        inspect_main,
+    ),
     "status": (
         "where a workflow stands: steps, runs, records, training's progress (status WORKDIR [--watch])",
         status_main,
@@ -517,16 +598,26 @@ def main(argv: list[str] | None = None) -> int:
             comm.Abort(1)
         raise
     # Every rank's peak resident memory, in MB (Linux reports ru_maxrss in KiB), and the largest.
-    peaks = [round(kib * 1024 / MB, 1) for kib in comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)]
+    peaks = [
+        round(kib * 1024 / MB, 1)
+        for kib in comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    ]
     if rank == 0:
-        summary = {"step": args.step, "ranks": size, "seconds": round(time.perf_counter() - start, 3), **summary}
+        summary = {
+            "step": args.step,
+            "ranks": size,
+            "seconds": round(time.perf_counter() - start, 3),
+            **summary,
+        }
         summary["peak_rss_mb_per_rank"] = max(peaks)
         summary["peak_rss_mb_by_rank"] = peaks
         summary["mpi_library"] = mpi_library()
         if "SIM2DL_IMAGE" in os.environ:  # set by `sim2dl launch` in every container it starts
             summary["image"] = os.environ["SIM2DL_IMAGE"]
         if "SLURM_JOB_ID" in os.environ:  # provenance: which batch job and srun step ran this
-            summary["slurm"] = {k.lower(): os.environ.get(f"SLURM_{k}") for k in ("JOB_ID", "STEP_ID", "NTASKS")}
+            summary["slurm"] = {
+                k.lower(): os.environ.get(f"SLURM_{k}") for k in ("JOB_ID", "STEP_ID", "NTASKS")
+            }
         print(json.dumps(summary), flush=True)
     return 0
 

@@ -209,8 +209,8 @@ class TrainPaths:
 
     @property
     def kept_weights(self) -> Path:
-        """The kept model's variables (pipeline.training.checkpoints.save_model_weights): what train.warm_start
-        starts a later run from."""
+        """The kept model's variables (pipeline.training.checkpoints.save_model_weights): what
+        train.warm_start starts a later run from."""
         return self.root / "weights.npz"
 
     def best_weights(self, at: int, unit: str = "epoch") -> Path:

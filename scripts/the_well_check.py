@@ -36,10 +36,17 @@ def main() -> int:
             with h5py.File(path) as f:
                 u, velocity = f["t0_fields/u"][:], f["t1_fields/velocity"][:]
             fields = np.concatenate([u[..., None], velocity], axis=-1)  # t0 then t1's components
-            expected += [(fields[b, t], fields[b, t + 1]) for b in range(len(u)) for t in range(u.shape[1] - 1)]
-        differ = [i for i, (x, y) in enumerate(expected)
-                  if not (np.array_equal(dataset[i]["input_fields"][0].numpy(), x)
-                          and np.array_equal(dataset[i]["output_fields"][0].numpy(), y))]  # fmt: skip
+            expected += [
+                (fields[b, t], fields[b, t + 1]) for b in range(len(u)) for t in range(u.shape[1] - 1)
+            ]
+        differ = [
+            i
+            for i, (x, y) in enumerate(expected)
+            if not (
+                np.array_equal(dataset[i]["input_fields"][0].numpy(), x)
+                and np.array_equal(dataset[i]["output_fields"][0].numpy(), y)
+            )
+        ]
         meta = dataset.metadata
         bounds = dataset[0]["boundary_conditions"].numpy().tolist()
     figures = {
@@ -52,8 +59,13 @@ def main() -> int:
         "boundary_condition_types": list(meta.boundary_condition_types),
         "boundary_conditions": bounds,  # per axis, (low, high): 2 is PERIODIC in the-well's BoundaryCondition
     }
-    ok = (len(dataset) == len(expected) and not differ and figures["field_names"]["0"] == ["u"]
-          and figures["boundary_condition_types"] == ["PERIODIC"] and bounds == [[2.0, 2.0], [2.0, 2.0]])  # fmt: skip
+    ok = (
+        len(dataset) == len(expected)
+        and not differ
+        and figures["field_names"]["0"] == ["u"]
+        and figures["boundary_condition_types"] == ["PERIODIC"]
+        and bounds == [[2.0, 2.0], [2.0, 2.0]]
+    )
     print(json.dumps({**figures, "ok": ok}))
     return 0 if ok else 1
 

@@ -31,11 +31,21 @@ class Browser:
             os.dup2(write, 4)
 
         self.process = subprocess.Popen(
-            [executable, "--headless=new", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-             f"--user-data-dir={profile}", "about:blank"],
-            close_fds=False, preexec_fn=descriptors, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                executable,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--remote-debugging-pipe",
+                f"--user-data-dir={profile}",
+                "about:blank",
+            ],
+            close_fds=False,
+            preexec_fn=descriptors,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             env={**os.environ, "TMPDIR": str(profile)},  # its scratch directories go with the profile
-        )  # fmt: skip
+        )
         os.close(to_browser)
         os.close(from_browser)
         self._buffer, self._next = b"", 0
@@ -64,8 +74,11 @@ class Browser:
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         deadline, text = time.monotonic() + timeout, ""
         while time.monotonic() < deadline:
-            evaluated = self.call("Runtime.evaluate", {"expression": "document.body ? document.body.innerText : ''",
-                                                       "returnByValue": True}, session)  # fmt: skip
+            evaluated = self.call(
+                "Runtime.evaluate",
+                {"expression": "document.body ? document.body.innerText : ''", "returnByValue": True},
+                session,
+            )
             text = evaluated["result"].get("value", "")
             if all(w in text for w in wanted):
                 break

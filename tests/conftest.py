@@ -287,7 +287,13 @@ def _test_functions() -> dict[str, tuple[set[str], str]]:
         source = path.read_text()
         tree = ast.parse(source)
         outer = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-        outer += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, ast.FunctionDef)]
+        outer += [
+            m
+            for c in tree.body
+            if isinstance(c, ast.ClassDef)
+            for m in c.body
+            if isinstance(m, ast.FunctionDef)
+        ]
         parsed[path.stem] = (source, outer)
         defined[path.stem] = {f.name for f in outer}
     shared = [m for m in ("conftest", "helpers") if m in defined]
@@ -300,10 +306,14 @@ def _test_functions() -> dict[str, tuple[set[str], str]]:
     for module, (source, outer) in parsed.items():
         for function in outer:
             fixtures = {a.arg for a in function.args.args}
-            local = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            local = {
+                n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
             names = {getattr(n.func, "attr", "") for n in ast.walk(function) if isinstance(n, ast.Call)}
             # a helper called or passed on (to a fixture's factory, a lambda), unless a local name shadows it
-            names |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            names |= {
+                n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+            }
             names = fixtures | (names - local - fixtures)
             called = {r for n in names if (r := resolve(module, n)) and r != f"{module}:{function.name}"}
             found[f"{module}:{function.name}"] = (called, ast.get_source_segment(source, function) or "")
@@ -395,18 +405,30 @@ def image(tmp_path_factory) -> dict:
         subprocess.run([str(REPO / "scripts" / "apt_ensure.sh"), *TOOLS], check=True, timeout=1800)
     log = tmp_path_factory.mktemp("image") / "build.log"
     with log.open("w") as err:
-        proc = subprocess.run(cli_command(["image", "build"], None), stdout=subprocess.PIPE, stderr=err,
-                              text=True, env=env(), timeout=3600)  # fmt: skip
+        proc = subprocess.run(
+            cli_command(["image", "build"], None),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env(),
+            timeout=3600,
+        )
     assert proc.returncode == 0, log.read_text()[-5000:]
     return json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="session")
 def host_mpi(tmp_path_factory, image) -> Path:
-    """Debian's MPICH as one directory (libmpi.so.12 link, UCX, hwloc...), as `sim2dl image host-mpi` makes it."""
+    """Debian's MPICH as one directory (libmpi.so.12 link, UCX, hwloc...), as `sim2dl image host-mpi` makes
+    it."""
     out = tmp_path_factory.mktemp("host") / "mpich"
-    proc = subprocess.run(cli_command(["image", "host-mpi", "--out", str(out)], None), capture_output=True,
-                          text=True, env=env(), timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        cli_command(["image", "host-mpi", "--out", str(out)], None),
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (out / "libmpi.so.12").resolve().name == "libmpich.so.12"
     return out
@@ -439,9 +461,24 @@ def merge_inside_equals_outside(
     run_cli(["merge", "--config", str(plain), "--out", str(work / "outside")], ranks=2)
     contained = tmp_path / "contained.yaml"
     contained.write_text(yaml.safe_dump({**config, "container": container}))
-    cmd = cli_command(["launch", "--config", str(contained), "--tasks", "2", "--mpi", HOST_LAUNCHER,
-                       "merge", "--out", str(work / "inside")], None)  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env or runtime_env(), timeout=600, cwd=tmp_path)
+    cmd = cli_command(
+        [
+            "launch",
+            "--config",
+            str(contained),
+            "--tasks",
+            "2",
+            "--mpi",
+            HOST_LAUNCHER,
+            "merge",
+            "--out",
+            str(work / "inside"),
+        ],
+        None,
+    )
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=run_env or runtime_env(), timeout=600, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["image"] == image_reference(make_config(tmp_path, container=container)["container"])
@@ -484,9 +521,29 @@ def free_port() -> int:
 def self_signed_certificate(out: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 (subjectAltName IP) and its key; the certificate is its own CA."""
     cert, key = out / "registry.crt", out / "registry.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -506,7 +563,9 @@ def start_registry(root: Path, user: tuple[str, str] | None = None) -> Registry:
     }
     if user is not None:
         htpasswd = root / "htpasswd"
-        subprocess.run(["htpasswd", "-Bbc", str(htpasswd), *user], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            ["htpasswd", "-Bbc", str(htpasswd), *user], check=True, capture_output=True, timeout=60
+        )
         config["auth"] = {"htpasswd": {"realm": "sim2dl-test", "path": str(htpasswd)}}
     (root / "config.yml").write_text(yaml.safe_dump(config))
     log = (root / "registry.log").open("wb")

@@ -61,7 +61,11 @@ def write_cmip_like(root: Path) -> None:
             ds.createVariable("lon", "f8", ("lon",))[:] = np.arange(6) * 60.0
             ta = ds.createVariable("ta", "f4", ("time", "plev", "lat", "lon"), chunksizes=(1, 2, 4, 6))
             ta[:] = ta_values(k, steps)
-            ds.source_id, ds.tracking_id, ds.experiment_id = model, "hdl:21.14100/same-everywhere", "historical"
+            ds.source_id, ds.tracking_id, ds.experiment_id = (
+                model,
+                "hdl:21.14100/same-everywhere",
+                "historical",
+            )
 
 
 def ta_values(k: int, steps: int) -> np.ndarray:
@@ -69,7 +73,12 @@ def ta_values(k: int, steps: int) -> np.ndarray:
 
 
 def layout_config(
-    tmp_path: Path, source: dict[str, Any], features: list[str], labels: list[str], convert_stack=None, **sections: Any
+    tmp_path: Path,
+    source: dict[str, Any],
+    features: list[str],
+    labels: list[str],
+    convert_stack=None,
+    **sections: Any,
 ):
     convert = {"features": features, "labels": labels, "log1p": [], "normalise": [], "per_channel": []}
     return make_config(
@@ -91,7 +100,8 @@ def data_half(config: dict[str, Any], root: Path, tmp_path: Path, comm: Any) -> 
 
 def records_by_id(merged: Path) -> dict[str, dict[str, Any]]:
     return {
-        r["sample_id"].decode() if isinstance(r["sample_id"], bytes) else r["sample_id"]: r for r in ShardReader(merged)
+        r["sample_id"].decode() if isinstance(r["sample_id"], bytes) else r["sample_id"]: r
+        for r in ShardReader(merged)
     }
 
 
@@ -188,15 +198,19 @@ def doc_blocks() -> list[tuple[str, str, str]]:
 ONLINE_CUBE = 8  # online tests' cubes: 8³, so the network and the FFTs stay small
 
 
-def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples: int = 6, chosen: bool = False,
-                  **online) -> dict:  # fmt: skip
+def online_config(
+    tmp_path: Path, source: str = "runs", runs: int = 10, samples: int = 6, chosen: bool = False, **online
+) -> dict:
     """docs/training.md's online-training config (chosen: docs/ensembles.md's, whose trainers choose the
     runs), at a test's size: cubes of ONLINE_CUBE³, `runs` runs of `samples` cubes, a small network and 12
     steps."""
     import sys
 
-    [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "online:" in text and "cube_run" in text
-              and ("adaptive:" in text) == chosen]  # fmt: skip
+    [text] = [
+        text
+        for _, mark, text in doc_blocks()
+        if mark == "run" and "online:" in text and "cube_run" in text and ("adaptive:" in text) == chosen
+    ]
     config = yaml.safe_load(text)
     del config["workdir"]  # make_config's, below tmp_path
     command = config["simulate"]["command"]
@@ -208,8 +222,16 @@ def online_config(tmp_path: Path, source: str = "runs", runs: int = 10, samples:
     config["simulate"].update({"runs": runs, "run_timeout_s": 60, "max_failed_fraction": 0.2})
     config["source"]["fields"]["density"]["shape"] = [ONLINE_CUBE] * 3
     config["train"].update({"batch_size": 4, "depth": 2, "width": 4, "dense": 16})
-    config["train"]["online"].update({"source": source, "steps": 12, "validate_every_steps": 4, "statistics_runs": 2,
-                                      "buffer": {"capacity": 32, "watermark": 8}, **online})  # fmt: skip
+    config["train"]["online"].update(
+        {
+            "source": source,
+            "steps": 12,
+            "validate_every_steps": 4,
+            "statistics_runs": 2,
+            "buffer": {"capacity": 32, "watermark": 8},
+            **online,
+        }
+    )
     return make_config(tmp_path, **config)
 
 
@@ -227,18 +249,26 @@ def board_events(run_dir: Path) -> dict[str, Any]:
     def content(plugin: str) -> dict[str, bytes]:
         return events.PluginTagToContent(plugin) if plugin in plugins else {}
 
-    scalars = {tag: {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)}
-               for tag in content("scalars")}  # fmt: skip
-    text = {tag: [tensor_util.make_ndarray(e.tensor_proto).item().decode() for e in events.Tensors(tag)]
-            for tag in content("text")}  # fmt: skip
+    scalars = {
+        tag: {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)}
+        for tag in content("scalars")
+    }
+    text = {
+        tag: [tensor_util.make_ndarray(e.tensor_proto).item().decode() for e in events.Tensors(tag)]
+        for tag in content("text")
+    }
     hparams = None
     for raw in content("hparams").values():
         data = plugin_data_pb2.HParamsPluginData.FromString(raw)
         if data.HasField("session_start_info"):
             start = data.session_start_info
-            hparams = {"group": start.group_name,
-                       "values": {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
-                                  for k, v in start.hparams.items()}}  # fmt: skip
+            hparams = {
+                "group": start.group_name,
+                "values": {
+                    k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
+                    for k, v in start.hparams.items()
+                },
+            }
     return {"scalars": scalars, "text": text, "hparams": hparams}
 
 

@@ -30,7 +30,10 @@ from pipeline.steps.online import design_settings
 from .conftest import REPO, kill_tree, run_cli, start_cli
 from .helpers import board_events
 
-SPACE = {"level": {"type": "uniform", "low": 0.05, "high": 0.6}, "a": {"type": "uniform", "low": 0.1, "high": 0.45}}
+SPACE = {
+    "level": {"type": "uniform", "low": 0.05, "high": 0.6},
+    "a": {"type": "uniform", "low": 0.1, "high": 0.45},
+}
 OUTPUTS = Outputs.of({"state": (16, 16), "mass": (10,)})
 
 
@@ -50,17 +53,31 @@ def fitted() -> Emulator:
 
 
 def context(emulator: Emulator, round_index: int = 1, seed: int = 3, spacing: float = 0.08) -> Context:
-    return Context(done=emulator.x, avoid=emulator.x, emulator=emulator, pool=candidate_pool(256, 2, seed, round_index),
-                   spacing=spacing, round_index=round_index, rounds=4, runs_so_far=len(emulator.x), design="sobol",
-                   seed=seed, settings={"sigma": 0.05, "committee": 4})  # fmt: skip
+    return Context(
+        done=emulator.x,
+        avoid=emulator.x,
+        emulator=emulator,
+        pool=candidate_pool(256, 2, seed, round_index),
+        spacing=spacing,
+        round_index=round_index,
+        rounds=4,
+        runs_so_far=len(emulator.x),
+        design="sobol",
+        seed=seed,
+        settings={"sigma": 0.05, "committee": 4},
+    )
 
 
 # ---------------------------------------------------------------- the pure core
 
 
 def test_unit_coordinates_round_trip_every_kind_of_parameter():
-    space = {"u": {"type": "uniform", "low": -1, "high": 3}, "l": {"type": "log-uniform", "low": 1e-4, "high": 1e-1},
-             "i": {"type": "int", "low": 2, "high": 6}, "c": {"type": "choice", "values": ["x", "y", "z"]}}  # fmt: skip
+    space = {
+        "u": {"type": "uniform", "low": -1, "high": 3},
+        "l": {"type": "log-uniform", "low": 1e-4, "high": 1e-1},
+        "i": {"type": "int", "low": 2, "high": 6},
+        "c": {"type": "choice", "values": ["x", "y", "z"]},
+    }
     unit = candidate_pool(64, 4, 1, 0)
     values = parameter_columns(unit, space)
     back = unit_points(values, space)
@@ -115,7 +132,9 @@ def test_the_emulators_variance_equals_an_independent_computation(fitted):
         gram = matern(train, train) + noise * np.eye(len(train))
         cross = matern(x, train)
         prior = amplitude + noise
-        total += (prior - np.einsum("ij,ji->i", cross, np.linalg.solve(gram, cross.T))) * process._y_train_std**2
+        total += (
+            prior - np.einsum("ij,ji->i", cross, np.linalg.solve(gram, cross.T))
+        ) * process._y_train_std**2
     assert np.allclose(fitted.variance(x), total, rtol=1e-6, atol=1e-9)
     assert np.allclose(np.sum(fitted.posterior(x).variances(), axis=0), total, rtol=1e-6, atol=1e-9)
 
@@ -134,7 +153,9 @@ def test_a_believed_point_conditions_the_variance_as_a_refitted_gp_would(fitted)
         frozen = clone(process).set_params(kernel=process.kernel_, optimizer=None, normalize_y=False)
         x = np.vstack([fitted.x, pool[first]])
         frozen.fit(x, np.zeros(len(x)))  # a GP's variance does not depend on the values
-        refit += frozen.predict(pool[second : second + 1], return_std=True)[1][0] ** 2 * process._y_train_std**2
+        refit += (
+            frozen.predict(pool[second : second + 1], return_std=True)[1][0] ** 2 * process._y_train_std**2
+        )
     assert np.isclose(values[1], refit, rtol=1e-5)
 
 
@@ -150,7 +171,9 @@ def test_a_points_integrated_variance_reduction_is_what_a_refitted_gp_takes_off(
     pool = candidate_pool(64, 2, 5, 1)
     references = np.arange(len(pool))
     weights = np.random.default_rng(4).uniform(0.01, 3.0, len(references)) if weighted else None
-    chosen, values = believer_best(fitted.posterior(pool), pool, 4, 0.0, np.zeros((0, 2)), references, weights)
+    chosen, values = believer_best(
+        fitted.posterior(pool), pool, 4, 0.0, np.zeros((0, 2)), references, weights
+    )
 
     def summed_variance(extra: list[int]) -> float:
         total = 0.0
@@ -206,7 +229,10 @@ def test_a_rounds_space_filling_share_is_the_controls_own_continuation(fitted):
         assert choice.chosen_by == [SPACE_FILLING] * 3 + ["integrated_variance"] * 3
         assert distances(choice.points[3:], choice.points[:3]).min() >= here.spacing
     last = shared_choice(ACQUISITIONS["integrated_variance"], here, 2, 0.5)  # a last, shorter batch
-    assert np.allclose(last.points[:2], sobol[initial + 6 : initial + 8]) and last.chosen_by == [SPACE_FILLING] * 2
+    assert (
+        np.allclose(last.points[:2], sobol[initial + 6 : initial + 8])
+        and last.chosen_by == [SPACE_FILLING] * 2
+    )
     alone = shared_choice(ACQUISITIONS["integrated_variance"], here, 6, 0.0)
     assert alone.chosen_by == ["integrated_variance"] * 6
 
@@ -297,8 +323,10 @@ def test_boundary_variance_sends_the_batch_to_a_jump_and_without_one_chooses_as_
     labels = separated_regimes((jump.y - jump.mean) / jump.scale, 4, 11)
     assert np.array_equal(labels == labels[0], (x.sum(axis=1) > 1.0) == (x[0].sum() > 1.0))  # the two sides
     here = context(jump, seed=11, spacing=0.05)
-    gap = {name: float(np.abs(ACQUISITIONS[name].choose(here, 8).points.sum(axis=1) - 1.0).mean())
-           for name in ("integrated_variance", "boundary_variance")}  # fmt: skip
+    gap = {
+        name: float(np.abs(ACQUISITIONS[name].choose(here, 8).points.sum(axis=1) - 1.0).mean())
+        for name in ("integrated_variance", "boundary_variance")
+    }
     assert gap["boundary_variance"] < 0.6 * gap["integrated_variance"], gap
 
     noisy = Emulator(Outputs.of({"y": (16,)}), seed=11).fit(x, noisy_left_learnable_right(x, 11))
@@ -309,7 +337,10 @@ def test_boundary_variance_sends_the_batch_to_a_jump_and_without_one_chooses_as_
 
 
 # The preset's space: the jump (level ~ a) in a corner of it
-CORNER = {"level": {"type": "uniform", "low": 0.3, "high": 1.0}, "a": {"type": "uniform", "low": 0.0, "high": 0.4}}
+CORNER = {
+    "level": {"type": "uniform", "low": 0.3, "high": 1.0},
+    "a": {"type": "uniform", "low": 0.0, "high": 0.4},
+}
 
 
 @pytest.fixture(scope="module")
@@ -335,8 +366,10 @@ def test_regimes_split_the_jump_and_predict_it_better_than_one_gp(gathered):
     assert np.array_equal(regime_labels(z, 3, 3), regimes.labels)  # reproducible
     test = np.random.default_rng(8).random((64, 2))
     truth = simulated(test, CORNER)
-    error = {kind: OUTPUTS.nrmse(emulator.predict(test), truth)["state"]
-             for kind, emulator in (("regimes", regimes), ("gp", Emulator(OUTPUTS, seed=3).fit(x, y)))}  # fmt: skip
+    error = {
+        kind: OUTPUTS.nrmse(emulator.predict(test), truth)["state"]
+        for kind, emulator in (("regimes", regimes), ("gp", Emulator(OUTPUTS, seed=3).fit(x, y)))
+    }
     assert error["regimes"] < 0.6 * error["gp"], error  # measured 0.035 against 0.117
     for k, member in enumerate(regimes.members):  # leave-one-out within the run's regime
         assert np.allclose(regimes.loo()[regimes.labels == k], member.loo())
@@ -417,7 +450,9 @@ def test_leave_one_out_equals_a_refit_without_the_run(fitted):
             frozen.set_params(normalize_y=False)
             normalised = (z[:, c] - process._y_train_mean) / process._y_train_std
             frozen.fit(fitted.x[keep], normalised[keep])
-            coefficients.append(frozen.predict(fitted.x[i : i + 1])[0] * process._y_train_std + process._y_train_mean)
+            coefficients.append(
+                frozen.predict(fitted.x[i : i + 1])[0] * process._y_train_std + process._y_train_mean
+            )
         expected = (np.array(coefficients) @ fitted.components) * fitted.scale + fitted.mean
         assert np.allclose(loo[i], expected, rtol=1e-6, atol=1e-8)
 
@@ -446,7 +481,9 @@ def test_adaptive_config_errors_name_the_key():
     with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.acquisition.*committee.*emulator 'regimes'"):
         check_rounds({"adaptive": {"acquisition": "committee", "emulator": "regimes"}})
     with pytest.raises(Sim2dlError, match=r"with train.online the trainers choose by breed or space_filling"):
-        design_settings({"simulate": {"adaptive": {"enabled": True, "acquisition": "variance", "emulator": "gp"}}})
+        design_settings(
+            {"simulate": {"adaptive": {"enabled": True, "acquisition": "variance", "emulator": "gp"}}}
+        )
 
 
 def test_a_design_made_before_the_emulator_key_keeps_its_digest_and_another_emulator_starts_afresh():
@@ -490,11 +527,32 @@ def adaptive_config(tmp_path: Path, pause: float = 0.0, **adaptive) -> Path:
     script.write_text(LEDGER_RUN)
     preset = yaml.safe_load((REPO / "config" / "presets" / "adaptive-fronts.yaml").read_text())
     simulate = preset["simulate"]
-    simulate["command"] = [sys.executable, str(script), str(tmp_path / "ledger.txt"), str(pause), "{run}",
-                           "--out", "{out}", "--level", "{level}", "--a", "{a}", "--size", "16",
-                           "--steps", "60"]  # fmt: skip
+    simulate["command"] = [
+        sys.executable,
+        str(script),
+        str(tmp_path / "ledger.txt"),
+        str(pause),
+        "{run}",
+        "--out",
+        "{out}",
+        "--level",
+        "{level}",
+        "--a",
+        "{a}",
+        "--size",
+        "16",
+        "--steps",
+        "60",
+    ]
     simulate["space"] = SPACE  # the tests' own (the failed runs' test fails a band of `a`)
-    simulate["adaptive"] = {**simulate["adaptive"], "initial": 8, "batch": 4, "budget": 20, "pool": 256, **adaptive}
+    simulate["adaptive"] = {
+        **simulate["adaptive"],
+        "initial": 8,
+        "batch": 4,
+        "budget": 20,
+        "pool": 256,
+        **adaptive,
+    }
     simulate["max_failed_fraction"] = 1.0
     preset["workdir"] = str(tmp_path / "work")
     preset["source"]["fields"]["state"]["shape"] = [16, 16]
@@ -509,12 +567,15 @@ def runs(tmp_path: Path) -> list[dict]:
 
 def comparable(rows: list[dict]) -> list[dict]:
     """Rows without their times, NaN (round 0's acquisition value) as None: equal when the runs are."""
-    return [{k: None if isinstance(v, float) and np.isnan(v) else v for k, v in r.items() if k != "seconds"}
-            for r in rows]  # fmt: skip
+    return [
+        {k: None if isinstance(v, float) and np.isnan(v) else v for k, v in r.items() if k != "seconds"}
+        for r in rows
+    ]
 
 
 def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
-    path = adaptive_config(tmp_path, acquisition="error_weighted_variance")  # the preset's, with its emulator: regimes
+    # the preset's, with its emulator: regimes
+    path = adaptive_config(tmp_path, acquisition="error_weighted_variance")
     proc = run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["runs"] == 20 and summary["ok"] == 20 and summary["stopped"] == "budget"
@@ -534,8 +595,12 @@ def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
         assert [r["acquisition"] for r in filled] == ["space_filling"] * 2
         unit = unit_points({k: np.array([r[k] for r in filled]) for k in SPACE}, simulate["space"])
         assert np.allclose(unit, continued[2 * round_index - 2 : 2 * round_index], atol=1e-6)
-        assert all(r["acquisition"] == "error_weighted_variance" and r["acquisition_value"] > 0
-                   and r["uncertainty"] > 0 for r in chosen)  # fmt: skip
+        assert all(
+            r["acquisition"] == "error_weighted_variance"
+            and r["acquisition_value"] > 0
+            and r["uncertainty"] > 0
+            for r in chosen
+        )
     # each run's file holds what its row says it was run with
     import h5py
 
@@ -550,14 +615,23 @@ def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
     # TensorBoard: a point per round (the last: the final fit, which stopped the loop), read with its reader
     board = board_events(tmp_path / "work" / "raw" / "adaptive" / "tensorboard")["scalars"]
     assert board["runs"] == {0: 8, 1: 12, 2: 16, 3: 20, 4: 20}
-    assert board["validation_nrmse_mean"] == pytest.approx({r["round"]: r["validation_nrmse_mean"] for r in fitted})
-    assert board["validation_nrmse/state"] == board["validation_nrmse_mean"] and 1 in board["acquisition_value/max"]
+    assert board["validation_nrmse_mean"] == pytest.approx(
+        {r["round"]: r["validation_nrmse_mean"] for r in fitted}
+    )
+    assert (
+        board["validation_nrmse/state"] == board["validation_nrmse_mean"]
+        and 1 in board["acquisition_value/max"]
+    )
     for name in ("design.png", "error.png"):
         assert (tmp_path / "work" / "raw" / "adaptive" / name).stat().st_size > 1000
     ledger = (tmp_path / "ledger.txt").read_text().split()
     assert sorted(ledger) == [r["run"] for r in rows]  # each run ran once
     shown = json.loads(run_cli(["status", str(tmp_path / "work"), "--json"], ranks=None).stdout)["steps"][0]
-    assert shown["round"] == {"round": 4, "runs": 20, "validation_nrmse": round(fitted[-1]["validation_nrmse_mean"], 4)}
+    assert shown["round"] == {
+        "round": 4,
+        "runs": 20,
+        "validation_nrmse": round(fitted[-1]["validation_nrmse_mean"], 4),
+    }
     # a rerun repeats nothing; a larger budget continues the same design
     run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
     assert len((tmp_path / "ledger.txt").read_text().split()) == 20
@@ -569,7 +643,8 @@ def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
     assert (
         len(again) == 24
         and comparable(again[:20]) == comparable(rows)
-        and sorted((tmp_path / "ledger.txt").read_text().split()[20:]) == [f"run-{i:06d}" for i in range(20, 24)]
+        and sorted((tmp_path / "ledger.txt").read_text().split()[20:])
+        == [f"run-{i:06d}" for i in range(20, 24)]
     )
 
 
@@ -588,7 +663,9 @@ def test_failed_runs_are_recorded_and_never_proposed_again(tmp_path):
     for i, row in enumerate(rows):
         if row["round"] == 0:
             continue
-        earlier_failed = [j for j in range(i) if rows[j]["status"] != "ok" and rows[j]["round"] < row["round"]]
+        earlier_failed = [
+            j for j in range(i) if rows[j]["status"] != "ok" and rows[j]["round"] < row["round"]
+        ]
         if earlier_failed:
             assert distances(unit[i : i + 1], unit[earlier_failed]).min() >= 0.05
     saved = np.load(tmp_path / "work" / "raw" / "adaptive" / "round-000.outputs.npz")
@@ -608,13 +685,18 @@ def test_a_kill_mid_round_resumes_with_the_same_choices_and_no_run_repeated(tmp_
         time.sleep(0.02)  # the first of round 2's runs (12..15) is complete
     kill_tree(job)
     adaptive = raw / "adaptive"
-    assert (adaptive / "round-002.design.parquet").exists() and not (adaptive / "round-002.runs.parquet").exists()
+    assert (adaptive / "round-002.design.parquet").exists() and not (
+        adaptive / "round-002.runs.parquet"
+    ).exists()
     completed_before = {p.name for p in raw.glob("0*/run-*")}
     run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    run_cli(["simulate", "--config", str(adaptive_config(fresh, acquisition="committee", emulator="gp"))], ranks=2,
-            timeout=300)  # fmt: skip
+    run_cli(
+        ["simulate", "--config", str(adaptive_config(fresh, acquisition="committee", emulator="gp"))],
+        ranks=2,
+        timeout=300,
+    )
 
     assert comparable(runs(killed)) == comparable(runs(fresh))  # the same choices, the same outcomes
     ledger = (killed / "ledger.txt").read_text().split()
@@ -661,8 +743,14 @@ def test_the_design_queue_is_bounded_keeps_its_spacing_journals_and_a_rerun_hand
     from pipeline.simulators.ensemble import CHOSEN, CONTINUED, EnsemblePlan
 
     adaptive = {"initial": 4, "queue": 3, "sigma": 0.05, "min_spacing": 0.001}
-    settings = {"runs": 24, "design": "sobol", "space": SPACE, "seed": 9, "adaptive": adaptive,
-                "choosing": {"acquisition": "breed", **adaptive}}  # fmt: skip
+    settings = {
+        "runs": 24,
+        "design": "sobol",
+        "space": SPACE,
+        "seed": 9,
+        "adaptive": adaptive,
+        "choosing": {"acquisition": "breed", **adaptive},
+    }
     rng = np.random.default_rng(0)
     offered = [list(rng.random((5, 2))), [float(v) for v in rng.random(5)]]
     # the queue keeps the last 3; the first of those is within min_spacing of run 0's point: skipped
@@ -686,8 +774,9 @@ def test_the_design_queue_is_bounded_keeps_its_spacing_journals_and_a_rerun_hand
     assert list(chosen) == wanted[:2] and len(wanted) > 2 and wanted[0] >= 4
     assert np.array_equal(plan.chosen[chosen], np.array(offered[0][3:]))
     table = plan.block(0)
-    assert [table["acquisition"][i].as_py() for i in range(24)] == [CHOSEN if i in chosen else CONTINUED
-                                                                    for i in range(24)]  # fmt: skip
+    assert [table["acquisition"][i].as_py() for i in range(24)] == [
+        CHOSEN if i in chosen else CONTINUED for i in range(24)
+    ]
     assert table["acquisition_value"].to_pylist()[chosen[0]] == offered[1][3]
     handed = [payload for payload, dest, tag in world.sent if tag == messages.HANDED]
     assert [run for run, _ in handed] == list(range(24))
@@ -709,14 +798,28 @@ def test_online_the_trainers_choose_as_runs_complete_and_a_rerun_on_two_ranks_ke
     every choice."""
     from .helpers import online_config
 
-    config = online_config(tmp_path, samples=2, chosen=True, steps=200, validate_every_steps=2, statistics_runs=1,
-                           buffer={"capacity": 32, "watermark": 4, "max_reuse": 64})  # fmt: skip
+    config = online_config(
+        tmp_path,
+        samples=2,
+        chosen=True,
+        steps=200,
+        validate_every_steps=2,
+        statistics_runs=1,
+        buffer={"capacity": 32, "watermark": 4, "max_reuse": 64},
+    )
     assert config["simulate"]["adaptive"]["acquisition"] == "breed"  # docs/ensembles.md's block, smaller:
     config["simulate"]["adaptive"].update({"initial": 6, "budget": 36, "queue": 6, "min_spacing": 0.02})
     config["train"]["online"]["producers"] = 2
     flag = tmp_path / "work" / "train" / "metrics.json"
-    config["simulate"]["command"] = [sys.executable, str(REPO / "tests" / "programs" / "after_first_validation.py"),
-                                     str(flag), "{run}", "6", "--", *config["simulate"]["command"]]  # fmt: skip
+    config["simulate"]["command"] = [
+        sys.executable,
+        str(REPO / "tests" / "programs" / "after_first_validation.py"),
+        str(flag),
+        "{run}",
+        "6",
+        "--",
+        *config["simulate"]["command"],
+    ]
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     run_cli(["online", "--config", str(path)], ranks=3, timeout=600)
@@ -726,13 +829,17 @@ def test_online_the_trainers_choose_as_runs_complete_and_a_rerun_on_two_ranks_ke
     chosen = [i for i, r in enumerate(runs) if r["acquisition"] == "breed"]
     assert chosen, "no run took the trainers' choice"
     assert all(i >= 6 and i % 5 != 4 for i in chosen)  # not the start, not a validation run
-    assert all(r["acquisition"] == "space_filling" and r["acquisition_value"] is None
-               for i, r in enumerate(runs) if i not in chosen)  # fmt: skip
+    assert all(
+        r["acquisition"] == "space_filling" and r["acquisition_value"] is None
+        for i, r in enumerate(runs)
+        if i not in chosen
+    )
     assert all(runs[i]["acquisition_value"] > 0 for i in chosen)  # a parent's loss at arrival
     [journal] = raw.glob("online_choices-*.jsonl")
     entries = [json.loads(line) for line in journal.read_text().splitlines()]
     assert [e["run"] for e in entries] == chosen
-    space = yaml.safe_load(path.read_text())["simulate"]["space"]  # in the order the file gives (the design's)
+    # in the order the file gives (the design's)
+    space = yaml.safe_load(path.read_text())["simulate"]["space"]
     for entry in entries:  # the run's parameters are the journaled point's (its row, its command's arguments)
         row = runs[entry["run"]]
         assert [row[name] for name in space] == pytest.approx(
@@ -746,7 +853,9 @@ def test_online_the_trainers_choose_as_runs_complete_and_a_rerun_on_two_ranks_ke
     for i in chosen:  # the simulator ran at the chosen point, whichever producer ran it
         [cube] = sorted(raw.glob(f"*/{runs[i]['run']}/cube_00000.h5"))
         with h5py.File(cube) as f:
-            assert f["params"][()] == pytest.approx([runs[i][n] for n in ("sigma_8", "n_s", "omega_m")], rel=1e-6)
+            assert f["params"][()] == pytest.approx(
+                [runs[i][n] for n in ("sigma_8", "n_s", "omega_m")], rel=1e-6
+            )
     unit = np.array([[(r[n] - s["low"]) / (s["high"] - s["low"]) for n, s in space.items()] for r in runs])
     for i in chosen:
         assert distances(unit[i : i + 1], unit[:i]).min() >= 0.02
@@ -761,5 +870,6 @@ def test_online_the_trainers_choose_as_runs_complete_and_a_rerun_on_two_ranks_ke
     run_cli(["online", "--config", str(path)], ranks=2, timeout=600)
     again = pq.read_table(raw / "runs.parquet").to_pylist()
     assert [{k: r[k] for k in (*space, "acquisition", "acquisition_value")} for r in again[: len(runs)]] == [
-        {k: r[k] for k in (*space, "acquisition", "acquisition_value")} for r in runs]  # fmt: skip
+        {k: r[k] for k in (*space, "acquisition", "acquisition_value")} for r in runs
+    ]
     assert {p: p.stat().st_mtime_ns for p in (raw / "logs").rglob("*.log")} == logs

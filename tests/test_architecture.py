@@ -111,15 +111,20 @@ TIERS = [
 
 
 def tier_of(module: str) -> int:
-    matches = [(len(p), t) for t, prefixes in enumerate(TIERS) for p in prefixes
-               if module == p or module.startswith(p + ".")]  # fmt: skip
+    matches = [
+        (len(p), t)
+        for t, prefixes in enumerate(TIERS)
+        for p in prefixes
+        if module == p or module.startswith(p + ".")
+    ]
     assert matches, f"{module} is in no tier: add its folder to TIERS and to pipeline/__init__.py's map"
     return max(matches)[1]
 
 
 def test_every_import_runs_down_the_tiers() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert {f"pipeline.{f}" for f in folders} <= {p for prefixes in TIERS for p in prefixes}  # every folder placed
+    # every folder placed
+    assert {f"pipeline.{f}" for f in folders} <= {p for prefixes in TIERS for p in prefixes}
     upward = []
     for path in modules():
         name = module_name(path)
@@ -134,7 +139,9 @@ def test_every_import_runs_down_the_tiers() -> None:
 def test_the_workflow_is_lint_clean() -> None:
     # Snakemake's linter exits non-zero and lists the lints when it finds any
     snakemake = str(Path(sys.executable).parent / "snakemake")
-    done = subprocess.run([snakemake, "--lint"], cwd=PACKAGE.parent, capture_output=True, text=True, env=env())
+    done = subprocess.run(
+        [snakemake, "--lint"], cwd=PACKAGE.parent, capture_output=True, text=True, env=env()
+    )
     assert done.returncode == 0 and "good condition" in done.stdout + done.stderr, done.stdout + done.stderr
 
 
@@ -164,7 +171,15 @@ def test_overriding_one_rules_tasks_keeps_the_others(tmp_path: Path) -> None:
     # a command line's --set-resources replaces a profile's set-resources as a whole: the task counts
     # live in rules/common.smk so that overriding one rule leaves the others' ranks as they are
     snakemake = str(Path(sys.executable).parent / "snakemake")
-    args = [snakemake, "-n", "-p", "--set-resources", "stage:tasks=3", "--config", f"workdir={tmp_path / 'w'}"]
+    args = [
+        snakemake,
+        "-n",
+        "-p",
+        "--set-resources",
+        "stage:tasks=3",
+        "--config",
+        f"workdir={tmp_path / 'w'}",
+    ]
     done = subprocess.run(args, cwd=PACKAGE.parent, capture_output=True, text=True, env=env())
     assert done.returncode == 0, done.stdout + done.stderr
     found = re.findall(r"--tasks (\d+) --config \S+ +(?:--overrides \S+ )?(\w+)", done.stdout)
@@ -194,13 +209,24 @@ def name_branches(path: Path, names: set[str], near: str = "") -> list[str]:
             if hit and near in (ast.get_source_segment(source, node) or ""):
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} compares with {sorted(hit)}")
         elif isinstance(node, ast.Subscript) and not near and constants(node.slice) & names:
-            found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} looks up {sorted(constants(node.slice))}")
-        elif isinstance(node, ast.Dict) and not near and constants(ast.Tuple([k for k in node.keys if k])) & names:
+            found.append(
+                f"{path.relative_to(PACKAGE.parent)}:{node.lineno} looks up {sorted(constants(node.slice))}"
+            )
+        elif (
+            isinstance(node, ast.Dict)
+            and not near
+            and constants(ast.Tuple([k for k in node.keys if k])) & names
+        ):
             found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} keys a table by a task or score")
         elif isinstance(node, ast.Tuple | ast.List | ast.Set) and not near and constants(node) & names:
-            found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} lists {sorted(constants(node) & names)}")
-    declared = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-                and [getattr(t, "id", None) for t in n.targets] == ["TASKS"]}  # fmt: skip
+            found.append(
+                f"{path.relative_to(PACKAGE.parent)}:{node.lineno} lists {sorted(constants(node) & names)}"
+            )
+    declared = {
+        id(n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["TASKS"]
+    }
     lines = {getattr(n, "lineno", 0) for n in ast.walk(tree) if id(n) in declared}
     return [f for f in found if int(f.split(":")[1].split()[0]) not in lines]
 
@@ -222,12 +248,18 @@ def task_names_written(path: Path, names: set[str]) -> list[str]:
     """Where a module writes a task's name as a string of its own (a value, an argument), but in a model's
     TASKS (the tasks it does) or its NAME (a model may share a task's name: the autoencoder)."""
     tree = ast.parse(path.read_text())
-    registered = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-                  and {getattr(t, "id", None) for t in n.targets} & {"TASKS", "NAME"}
-                  for c in ast.walk(n.value)}  # fmt: skip
+    registered = {
+        id(c)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and {getattr(t, "id", None) for t in n.targets} & {"TASKS", "NAME"}
+        for c in ast.walk(n.value)
+    }
     where = path.relative_to(PACKAGE.parent) if PACKAGE in path.parents else path.name
-    return [f"{where}:{node.lineno} writes {node.value!r}" for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and node.value in names and id(node) not in registered]  # fmt: skip
+    return [
+        f"{where}:{node.lineno} writes {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in registered
+    ]
 
 
 def test_no_module_outside_the_tasks_writes_a_tasks_name(tmp_path: Path) -> None:
@@ -237,7 +269,9 @@ def test_no_module_outside_the_tasks_writes_a_tasks_name(tmp_path: Path) -> None
     from pipeline.training.tasks import TASKS
 
     names, tasks = set(TASKS), PACKAGE / "training" / "tasks"
-    written = [hit for path in modules() if tasks not in path.parents for hit in task_names_written(path, names)]
+    written = [
+        hit for path in modules() if tasks not in path.parents for hit in task_names_written(path, names)
+    ]
     assert not written, "a task's name written outside pipeline/training/tasks/:\n" + "\n".join(written)
     planted = tmp_path / "planted.py"
     planted.write_text('TASKS = ("regression",)\nNAME = "autoencoder"\nchosen = {"task": "next_state"}\n')
@@ -267,8 +301,13 @@ def task_flags() -> set[str]:
         for cls in inspect.getmro(task)[: inspect.getmro(task).index(Task)]:
             tree = ast.parse(inspect.getsource(cls))
             own |= {n for n in vars(cls) if not n.startswith("_")}
-            own |= {t.attr for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets
-                    if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "self"}  # fmt: skip
+            own |= {
+                t.attr
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Assign)
+                for t in node.targets
+                if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "self"
+            }
     return (flags | own) - (base - flags) - {"max_examples"}  # a figure's example count is a hook's number
 
 
@@ -306,7 +345,9 @@ def test_no_module_outside_the_tasks_reads_one_tasks_flags_beyond_those_left() -
             key = (where, hit.rsplit(".", 1)[1])
             counts[key] = counts.get(key, 0) + 1
     over = {k: n for k, n in counts.items() if n > FLAG_READS_LEFT.get(k, 0)}
-    assert not over, f"new reads of one task's flags outside pipeline/training/tasks/ (make them hooks): {over}"
+    assert not over, (
+        f"new reads of one task's flags outside pipeline/training/tasks/ (make them hooks): {over}"
+    )
     assert counts == FLAG_READS_LEFT, f"fewer reads than FLAG_READS_LEFT records: lower it to {counts}"
     planted = "def f(session):\n    if session.task.rolled_out:\n        return 1\n"
     assert flag_reads(planted, flags, "planted.py") == ["planted.py:2 reads task.rolled_out"]

@@ -26,10 +26,25 @@ def test_a_cube_has_48_distinct_symmetries_a_square_8_and_unequal_axes_only_flip
 @pytest.mark.parametrize(
     "augment, shape, split, message",
     [
-        ({"permute": [0, 1]}, (8, 6), 1, "config key 'train.augment.permute': axes [0, 1] have lengths [8, 6]"),
+        (
+            {"permute": [0, 1]},
+            (8, 6),
+            1,
+            "config key 'train.augment.permute': axes [0, 1] have lengths [8, 6]",
+        ),
         ({"flips": [3]}, (4, 4, 4), 1, "config key 'train.augment.flips': axes [3] are not spatial axes"),
-        ({"flips": [0]}, (4, 4, 4), 2, "with train.spatial.split 2 the split axis 0 is neither permuted nor flipped"),
-        ({"symmetries": True, "vector_labels": ["velocity"]}, (4, 4), 1, "labels ['velocity'] are directions"),
+        (
+            {"flips": [0]},
+            (4, 4, 4),
+            2,
+            "with train.spatial.split 2 the split axis 0 is neither permuted nor flipped",
+        ),
+        (
+            {"symmetries": True, "vector_labels": ["velocity"]},
+            (4, 4),
+            1,
+            "labels ['velocity'] are directions",
+        ),
         ({"symmetries": True}, (None, 4), 1, "variable-length samples"),
     ],
 )
@@ -46,7 +61,9 @@ def test_each_sample_of_a_batch_gets_numpy_s_transform_and_a_mask_moves_with_its
     x = rng.normal(size=(16, 4, 4, 4, 2)).astype(np.float32)  # channels last stay last
     mask = (x[..., 0] > 0).astype(np.int32)  # a segmentation mask: a function of the field, pixel by pixel
     seed = tf.constant([7, 3], tf.int64)
-    out_x, out_mask = (a.numpy() for a in augment_batch(tf.constant(x), tf.constant(mask), transforms, seed, True))
+    out_x, out_mask = (
+        a.numpy() for a in augment_batch(tf.constant(x), tf.constant(mask), transforms, seed, True)
+    )
     picked = []
     for i in range(len(x)):  # which transform each sample got: the one numpy's reference matches
         matches = [t for t in transforms if np.array_equal(apply_numpy(x[i], t), out_x[i])]
@@ -58,7 +75,9 @@ def test_each_sample_of_a_batch_gets_numpy_s_transform_and_a_mask_moves_with_its
     # seeded: the same seed draws the same, another seed another; labels that are not masks stay put
     again = augment_batch(tf.constant(x), tf.constant(mask), transforms, seed, True)[0].numpy()
     assert np.array_equal(again, out_x)
-    other = augment_batch(tf.constant(x), tf.constant(mask), transforms, tf.constant([7, 4], tf.int64), True)[0]
+    other = augment_batch(tf.constant(x), tf.constant(mask), transforms, tf.constant([7, 4], tf.int64), True)[
+        0
+    ]
     assert not np.array_equal(other.numpy(), out_x)
     labels = rng.normal(size=(16, 3)).astype(np.float32)
     _, same = augment_batch(tf.constant(x), tf.constant(labels), transforms, seed, False)

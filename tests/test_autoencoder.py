@@ -29,13 +29,16 @@ def blobs(parameters: np.ndarray, grid: int = GRID) -> np.ndarray:
 
 def family(count: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    return np.column_stack([rng.uniform(0.3, 0.7, count), rng.uniform(0.3, 0.7, count), rng.uniform(0.1, 0.18, count)])
+    return np.column_stack(
+        [rng.uniform(0.3, 0.7, count), rng.uniform(0.3, 0.7, count), rng.uniform(0.1, 0.18, count)]
+    )
 
 
 def autoencoder_task(shape: tuple[int, ...], latent: int = 3, spatial_dims: int = 2, **own):
     data = DataSpec("field", shape, (), (), feature_shapes={"field": shape})
-    task = make_task({"task": "autoencoder", "autoencoder": {"latent": latent, "spatial_dims": spatial_dims, **own}},
-                     data)  # fmt: skip
+    task = make_task(
+        {"task": "autoencoder", "autoencoder": {"latent": latent, "spatial_dims": spatial_dims, **own}}, data
+    )
     task.check()
     return task
 
@@ -65,7 +68,9 @@ def test_pca_baseline_equals_scikit_learns_pca(cap, monkeypatch):
     overlap = np.abs(ranks[0].basis.T @ pca.components_.T)  # the same subspace, up to signs
     np.testing.assert_allclose(overlap, np.eye(3), atol=1e-9 if cap == 4096 else 1e-4)
     coefficients = ranks[0].coefficients(samples)
-    np.testing.assert_allclose(np.abs(coefficients), np.abs(pca.transform(samples)), atol=1e-7 if cap == 4096 else 0.05)
+    np.testing.assert_allclose(
+        np.abs(coefficients), np.abs(pca.transform(samples)), atol=1e-7 if cap == 4096 else 0.05
+    )
 
 
 def test_an_autoencoder_is_fields_in_the_same_fields_out_per_field_and_in_2d_and_3d():
@@ -127,7 +132,9 @@ def test_a_latent_of_three_reconstructs_a_three_parameter_family_below_pca_of_th
     assert network < 0.6 * pca
 
 
-def test_the_anomaly_preset_writes_latents_and_its_clustering_and_anomaly_scores_equal_scikit_learns(tmp_path):
+def test_the_anomaly_preset_writes_latents_and_its_clustering_and_anomaly_scores_equal_scikit_learns(
+    tmp_path,
+):
     """config/presets/climate-anomalies.yaml at a test's size on 2 ranks (the docs' block is its train
     section): the simulator corrupts a share of its samples and says which; the autoencoder is scored per
     field beside PCA; every test record's latent is in latents.parquet (a part per rank); the summary's
@@ -174,7 +181,9 @@ def test_the_anomaly_preset_writes_latents_and_its_clustering_and_anomaly_scores
     assert [p.name for p in parts] == ["part-00000.parquet", "part-00001.parquet"]
     table = pq.read_table(out / "latents.parquet").to_pandas()
     meta = json.loads((tmp_path / "work" / "merged" / "metadata.json").read_text())
-    assert len(table) == found["records"] == meta["splits"]["test"]["records"] and table["sample_id"].is_unique
+    assert (
+        len(table) == found["records"] == meta["splits"]["test"]["records"] and table["sample_id"].is_unique
+    )
     assert set(table["split"]) == {"test"} and all(len(v) == 8 for v in table["latent"])
     # the gathered sample is every rank's records in rank order: the parts in order
     rows = [pq.read_table(p).to_pandas() for p in parts]
@@ -189,7 +198,9 @@ def test_the_anomaly_preset_writes_latents_and_its_clustering_and_anomaly_scores
     assert 0 < anomalous.sum() < len(anomalous)
     for name, column in (("network", "reconstruction_error"), ("pca", "pca_error")):
         scores = np.concatenate([r[column].to_numpy() for r in rows])
-        assert found["anomaly"][f"roc_auc_{name}"] == pytest.approx(roc_auc_score(anomalous, scores), abs=1e-12)
+        assert found["anomaly"][f"roc_auc_{name}"] == pytest.approx(
+            roc_auc_score(anomalous, scores), abs=1e-12
+        )
     print(json.dumps({"vrmse": summary["vrmse"], "baseline": summary["baseline"]["vrmse"], **found}))
 
     model = tf.keras.models.load_model(str(out / "model"), compile=False)
@@ -198,7 +209,13 @@ def test_the_anomaly_preset_writes_latents_and_its_clustering_and_anomaly_scores
 
     # a population of two trainers, and without the baseline as a search's trials train (--no-baseline): the
     # same task's latents and scores, of the kept trainer's model, no PCA column
-    population = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 4, "tournament_fraction": 0.3}
+    population = {
+        "enabled": True,
+        "trainers": 2,
+        "rounds": 2,
+        "steps_per_round": 4,
+        "tournament_fraction": 0.3,
+    }
     preset["train"]["population"] = population  # tournament_fraction: a batch of each trainer's records
     run_cli(["train", "--config", str(write_config(tmp_path, preset)), "--no-baseline"], ranks=2, timeout=600)
     summary = json.loads((out / "summary.json").read_text())
@@ -206,7 +223,10 @@ def test_the_anomaly_preset_writes_latents_and_its_clustering_and_anomaly_scores
     assert summary["population"]["trainers"] == 2 and summary["population"]["rounds_trained"] == 2
     assert summary["baseline"]["method"] is None and len(summary["vrmse"]) == 4
     table = pq.read_table(out / "latents.parquet").to_pandas()
-    assert len(table) == found["records"] == meta["splits"]["test"]["records"] and table["pca_error"].isna().all()
+    assert (
+        len(table) == found["records"] == meta["splits"]["test"]["records"]
+        and table["pca_error"].isna().all()
+    )
     assert -1 <= found["clustering"]["ari_latent"] <= 1 and 0 <= found["anomaly"]["roc_auc_network"] <= 1
 
 
@@ -221,7 +241,9 @@ def test_an_autoencoder_of_cubes_trains_online_while_the_ensemble_runs(tmp_path)
     config = online_config(tmp_path, runs=6, samples=4)
     config["convert"].update(labels=[], normalise=["density"])
     own = {"latent": 4, "spatial_dims": 3}
-    config["train"].update({"task": "autoencoder", "model": "autoencoder", "autoencoder": own, "learning_rate": 0.003})
+    config["train"].update(
+        {"task": "autoencoder", "model": "autoencoder", "autoencoder": own, "learning_rate": 0.003}
+    )
     proc = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["task"] == "autoencoder" and list(summary["vrmse"]) == ["density"]
@@ -246,14 +268,20 @@ def test_a_design_parameter_binned_is_the_classes_the_clusters_are_scored_agains
 
     rng = np.random.default_rng(3)
     width = rng.uniform(0.1, 0.18, 400)  # the family's third parameter
-    latents = np.column_stack([width * 50 + rng.normal(0, 0.1, 400), rng.normal(0, 0.2, 400)])  # sorted by width
+    # sorted by width
+    latents = np.column_stack([width * 50 + rng.normal(0, 0.1, 400), rng.normal(0, 0.2, 400)])
     shape = (GRID, GRID)
     label = LabelField("width", (1,), "float32")
     data = DataSpec("field", shape, (label,), ("width",), feature_shapes={"field": shape})
-    settings = {"task": "autoencoder", "autoencoder": {"latent": 2, "cluster_label": "width", "cluster_bins": 4}}
+    settings = {
+        "task": "autoencoder",
+        "autoencoder": {"latent": 2, "cluster_label": "width", "cluster_bins": 4},
+    }
     task = make_task(settings, data)
     task.check()
-    found = task.scored({"labels": width[:, None], "latent": latents, "pca": None, "error": None, "pca_error": None})
+    found = task.scored(
+        {"labels": width[:, None], "latent": latents, "pca": None, "error": None, "pca_error": None}
+    )
     quartiles = np.quantile(width, [0.25, 0.5, 0.75])
     truth = np.searchsorted(quartiles, width, side="right")
     assert np.bincount(truth).tolist() == [100, 100, 100, 100]

@@ -19,7 +19,9 @@ from pipeline.training.baseline import (
 def test_ridge_from_streamed_sums_equals_the_closed_form_on_the_standardised_design():
     rng = np.random.default_rng(1)
     f = rng.normal(size=(300, 5)) * [1, 10, 0.1, 3, 1] + [0, 5, -2, 0, 1]
-    y = f @ [[1.0, 0.0], [0.2, 1.0], [-3.0, 0.5], [0.0, 0.0], [0.5, -1.0]] + rng.normal(scale=0.1, size=(300, 2))
+    y = f @ [[1.0, 0.0], [0.2, 1.0], [-3.0, 0.5], [0.0, 0.0], [0.5, -1.0]] + rng.normal(
+        scale=0.1, size=(300, 2)
+    )
     sums = RidgeSums(5, 2)
     for start in range(0, 300, 37):  # in batches, as the pipeline streams them
         sums.add(f[start : start + 37], y[start : start + 37])
@@ -33,7 +35,8 @@ def test_ridge_from_streamed_sums_equals_the_closed_form_on_the_standardised_des
     w = w_z / std[:, None]
     np.testing.assert_allclose(theta[1:], w, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(theta[0], y.mean(axis=0) - mean @ w, rtol=1e-9)
-    # unpenalised it is least squares; cross-validation on a nearly noiseless linear task picks a small penalty
+    # unpenalised it is least squares; cross-validation on a nearly noiseless linear task picks a small
+    # penalty
     least_squares = np.linalg.lstsq(np.c_[np.ones(300), f], y, rcond=None)[0]
     np.testing.assert_allclose(ridge_fit(aa, ay, 0.0)[1:], least_squares[1:], rtol=1e-7)
     penalties, best = ridge_cross_validated(sums.arrays())
@@ -81,7 +84,9 @@ def test_the_ridge_baseline_is_the_same_on_normalised_fields_and_labels():
     (x - mean) / std of the field and of the labels."""
     rng = np.random.default_rng(3)
     amplitude = rng.uniform(0.5, 2.0, size=(120, 1))
-    x = amplitude[:, :, None, None] * rng.lognormal(size=(120, 8, 8, 8)) + 0.3 * rng.normal(size=(120, 1, 1, 1))
+    x = amplitude[:, :, None, None] * rng.lognormal(size=(120, 8, 8, 8)) + 0.3 * rng.normal(
+        size=(120, 1, 1, 1)
+    )
     y = np.c_[amplitude, amplitude**2 + 0.1 * rng.normal(size=(120, 1))]
 
     def predictions(x, y):

@@ -54,7 +54,8 @@ def test_recording_keeps_medians_and_bands_from_repeated_runs(check):
     runs((2.0, 0.50), (2.2, 0.54), (2.1, 0.52))
     assert module.record(["tiny"], 3) == 0
     figures = json.loads(module.RECORD.read_text())["benchmarks"]["tiny"]["figures"]
-    assert set(figures) == {"speedup", "steps.merge_s"}  # a figure the benchmark does not print is not recorded
+    # a figure the benchmark does not print is not recorded
+    assert set(figures) == {"speedup", "steps.merge_s"}
     speedup = figures["speedup"]
     assert speedup["value"] == 2.1 and speedup["runs"] == [2.0, 2.2, 2.1] and speedup["better"] == "higher"
     assert speedup["band"] == pytest.approx(0.1 + 2 * 0.1)  # half the spread plus twice the deviation
@@ -70,12 +71,17 @@ def test_a_figure_beyond_its_band_is_named_and_only_a_worse_one_fails(check, cap
     capsys.readouterr()
     runs((2.05, 0.505))  # within both bands
     assert module.against_record(["tiny"]) == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"moved": [], "worse": [], "failed": [],
-                                                                   "unrecorded": []}  # fmt: skip
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {
+        "moved": [],
+        "worse": [],
+        "failed": [],
+        "unrecorded": [],
+    }
     runs((2.5, 0.50))  # faster: named, not a failure
     assert module.against_record(["tiny"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["moved"] == ["tiny.speedup"]
-    runs((2.0, 0.79))  # the merge step slower: named and failed, as the regression of issue 67 would have been
+    # the merge step slower: named and failed, as the regression of issue 67 would have been
+    runs((2.0, 0.79))
     assert module.against_record(["tiny"]) == 1
     out = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert out["moved"] == out["worse"] == ["tiny.steps.merge_s"]
@@ -111,7 +117,8 @@ def test_a_key_holding_dots_is_found_and_a_benchmark_with_no_headline_figure_is_
 def test_side_by_side_names_a_figure_only_beyond_the_factor_and_the_noise_of_this_run(monkeypatch):
     module = load_check(monkeypatch)
     verdict = module.verdict
-    # timing figures: 5 % apart (within the factor), 20 % apart with tight runs (worse, and better the other way)
+    # timing figures: 5 % apart (within the factor), 20 % apart with tight runs (worse, and better the other
+    # way)
     assert verdict([1.00, 1.02, 0.99], [1.05, 1.04, 1.06], module.LOWER)["verdict"] == "within"
     assert verdict([1.00, 1.02, 0.99], [1.20, 1.22, 1.21], module.LOWER)["verdict"] == "worse"
     assert verdict([1.00, 1.02, 0.99], [1.20, 1.22, 1.21], module.HIGHER)["verdict"] == "better"
@@ -127,7 +134,8 @@ def test_side_by_side_names_a_figure_only_beyond_the_factor_and_the_noise_of_thi
     drifting = verdict([1.0, 2.0, 3.0] * 2, [1.5, 3.0, 4.4] * 2, module.LOWER)
     assert drifting["verdict"] == "worse" and "undecided" not in drifting
     assert verdict([1.0, 2.0, 3.0], [1.0, 2.1, 2.9], module.LOWER)["verdict"] == "within"
-    # seeded figures (every run the same): any difference beyond the factor is real; one pair: the factor decides
+    # seeded figures (every run the same): any difference beyond the factor is real; one pair: the factor
+    # decides
     assert verdict([0.30, 0.30], [0.34, 0.34], module.LOWER)["verdict"] == "worse"
     assert verdict([0.30], [0.32], module.LOWER)["verdict"] == "within"
     assert verdict([0.30], [0.40], module.LOWER, factor=1.2)["verdict"] == "worse"
@@ -144,11 +152,15 @@ def test_an_undecided_figure_asks_for_another_pair_within_the_pairs_and_time_all
     walls = {"base": [10.0], "head": [10.0]}
     noisy = sides([1.0, 1.6, 0.7], [1.2, 0.8, 1.5])
     assert module.undecided(benchmark, noisy, walls, module.FACTOR, 3)
-    assert not module.undecided(benchmark, noisy, walls, module.FACTOR, 1)  # one planned pair: the factor decides
-    assert not module.undecided(benchmark, noisy, {"base": [400.0], "head": [400.0]}, module.FACTOR, 3)  # budget
+    # one planned pair: the factor decides
+    assert not module.undecided(benchmark, noisy, walls, module.FACTOR, 1)
+    # budget
+    assert not module.undecided(benchmark, noisy, {"base": [400.0], "head": [400.0]}, module.FACTOR, 3)
     many = sides([1.0, 1.6, 0.7, 1.0, 1.6, 0.7, 1.0, 1.6], [1.2, 0.8, 1.5, 1.2, 0.8, 1.5, 1.2, 0.8])
     assert not module.undecided(benchmark, many, walls, module.FACTOR, 3)  # MAX_PAIRS ran
-    assert not module.undecided(benchmark, sides([1.0, 1.02, 0.99], [1.2, 1.22, 1.21]), walls, module.FACTOR, 3)
+    assert not module.undecided(
+        benchmark, sides([1.0, 1.02, 0.99], [1.2, 1.22, 1.21]), walls, module.FACTOR, 3
+    )
 
 
 def test_a_change_touches_the_benchmarks_whose_code_imports_it(monkeypatch):
@@ -178,8 +190,8 @@ PLANT = "SIM2DL_PLANTED_SLOWDOWN_S"
 # A benchmark of one real step, small: `sim2dl ingest` of the session's small cubes (one rank), its seconds.
 INGEST_BENCHMARK = """import json, shutil, subprocess, sys
 shutil.rmtree(sys.argv[2], ignore_errors=True)
-proc = subprocess.run(["sim2dl", "ingest", "--config", sys.argv[1], "--out", sys.argv[2]], capture_output=True,
-                      text=True, check=True)
+command = ["sim2dl", "ingest", "--config", sys.argv[1], "--out", sys.argv[2]]
+proc = subprocess.run(command, capture_output=True, text=True, check=True)
 print(json.dumps({"ingest_seconds": json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]}))
 """
 
@@ -188,12 +200,13 @@ def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_noth
     """bench/check.py side by side in a scratch copy of this tree, committed as the base, with a benchmark of
     the real ingest step; in the copy's working tree ingest sleeps when the test sets an environment
     variable. Unset, the two sides run the same code and nothing is named worse; set (2 s: 1.6 x a step of
-    3.4 s, 3 x one of 0.9 s), ingest's seconds are, and the check fails. Both with another job busy beside the check:
-    a busy machine once made a planted 1.7 x read as noise."""
+    3.4 s, 3 x one of 0.9 s), ingest's seconds are, and the check fails. Both with another job busy beside the
+    check: a busy machine once made a planted 1.7 x read as noise."""
     cubes, _ = small_cubes
     repo = tmp_path / "repo"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split()  # fmt: skip
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     for name in files:
         if (REPO / name).is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
@@ -215,14 +228,22 @@ def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_noth
             f"check.BENCHMARKS = {{'ingest': check.Benchmark({argv!r}, {{'ingest_seconds': check.LOWER}})}}\n"
             "raise SystemExit(check.side_by_side(['ingest'], 'HEAD', 3, check.FACTOR))\n"
         )
-        proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
-                              env={**env(), **extra}, timeout=600)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            env={**env(), **extra},
+            timeout=600,
+        )
         return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1]) | {"log": proc.stderr}
 
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a job beside the check, on one core
     try:
         code, unchanged = run({})
-        assert code == 0 and unchanged["worse"] == unchanged["failed"] == unchanged["moved"] == [], unchanged["log"]
+        assert code == 0 and unchanged["worse"] == unchanged["failed"] == unchanged["moved"] == [], unchanged[
+            "log"
+        ]
         code, planted = run({PLANT: "2"})
         assert code == 1 and planted["worse"] == ["ingest.ingest_seconds"], planted["log"]
     finally:
@@ -230,5 +251,7 @@ def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_noth
         hog.wait()
     assert "(noise" in planted["log"]
     print(unchanged["log"], planted["log"])  # the verdicts (pytest -rP shows them)
-    worktrees = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)
+    worktrees = subprocess.run(
+        ["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True
+    )
     assert worktrees.stdout.count("worktree ") == 1  # the base's scratch worktree is gone

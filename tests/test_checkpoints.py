@@ -29,9 +29,15 @@ from pipeline.training.checksum import weights_checksum
 from pipeline.training.kernel import Kept, history_row
 from pipeline.training.models import model_source
 
-SETTINGS = {"learning_rate": 1e-3, "epochs": 4, "patience": 0, "keep": "best", "threads": 2,
-            "online": {"steps": 100, "buffer": {"capacity": 64}},
-            "population": {"rounds": 3, "trainers": 2}}  # fmt: skip
+SETTINGS = {
+    "learning_rate": 1e-3,
+    "epochs": 4,
+    "patience": 0,
+    "keep": "best",
+    "threads": 2,
+    "online": {"steps": 100, "buffer": {"capacity": 64}},
+    "population": {"rounds": 3, "trainers": 2},
+}
 
 
 def changed(section: str | None, key: str, value: object) -> dict:
@@ -44,7 +50,9 @@ LENGTHS = [("epoch", (None, "epochs")), ("step", ("online", "steps")), ("round",
 
 
 @pytest.mark.parametrize(("unit", "length"), LENGTHS)
-def test_a_longer_run_of_each_mode_continues_and_a_new_setting_starts_afresh(unit: str, length: tuple) -> None:
+def test_a_longer_run_of_each_mode_continues_and_a_new_setting_starts_afresh(
+    unit: str, length: tuple
+) -> None:
     source = model_source("cosmoflow")
     key = resume_key(SETTINGS, "digest", source, unit)
     assert resume_key(changed(*length, 1000), "digest", source, unit) == key  # the mode's own length
@@ -61,8 +69,14 @@ def small_model(seed: int, width: int = 3):
     import keras
 
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(width), keras.layers.BatchNormalization(),
-                              keras.layers.Dense(1)])  # fmt: skip
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(width),
+            keras.layers.BatchNormalization(),
+            keras.layers.Dense(1),
+        ]
+    )
     optimizer = keras.optimizers.Adam(1e-2)
     model.compile(optimizer, "mse")
     return model, optimizer
@@ -83,7 +97,8 @@ def test_the_best_unit_and_the_latest_checkpoint_come_back_exactly(tmp_path) -> 
         best = [w.copy() for w in model.get_weights()] if improved else best
         save_window(paths, history, restored.checkpoint, kept, improved)
     last = [w.copy() for w in model.get_weights()]
-    assert sorted(p.name for p in paths.checkpoints.glob("best-*")) == ["best-step-00020.npy"]  # the older gone
+    # the older gone
+    assert sorted(p.name for p in paths.checkpoints.glob("best-*")) == ["best-step-00020.npy"]
     assert not [p for p in paths.checkpoints.iterdir() if ".tmp" in p.name]
     # the history runs past the checkpoint (a kill between the two writes): the resume truncates it
     history.append(history_row("step", 40, 1.0, 0.1, 10.0, 0.0, 1.0))
@@ -107,8 +122,11 @@ def test_the_best_unit_and_the_latest_checkpoint_come_back_exactly(tmp_path) -> 
 def test_packed_weights_are_exact_for_every_dtype(tmp_path) -> None:
     import tensorflow as tf
 
-    variables = [tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3) / 7), tf.Variable(np.int64(2**40 + 3)),
-                 tf.Variable(np.array([0.1, -2.5], np.float16))]  # fmt: skip
+    variables = [
+        tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3) / 7),
+        tf.Variable(np.int64(2**40 + 3)),
+        tf.Variable(np.array([0.1, -2.5], np.float16)),
+    ]
     path = tmp_path / "kept.npy"
     save_packed(path, exchange.pack(variables))
     copies = [tf.Variable(tf.zeros_like(v)) for v in variables]
@@ -123,7 +141,9 @@ def same_weights(model, other) -> bool:
     return all(np.array_equal(a, b) for a, b in zip(model.get_weights(), other.get_weights(), strict=True))
 
 
-def test_a_fresh_run_warm_starts_from_a_finished_runs_kept_weights_and_a_resumed_run_does_not(tmp_path) -> None:
+def test_a_fresh_run_warm_starts_from_a_finished_runs_kept_weights_and_a_resumed_run_does_not(
+    tmp_path,
+) -> None:
     """train.warm_start: true takes this directory's kept weights (none yet: the initialisation stays), a
     path another run's; a run with a checkpoint of its own key resumes it instead; another model is refused
     naming the key and the variable."""
@@ -160,6 +180,11 @@ def test_a_fresh_run_warm_starts_from_a_finished_runs_kept_weights_and_a_resumed
 
     with pytest.raises(Sim2dlError, match=r"'train.warm_start'.*missing"):
         restore(key, other, *small_model(1), comm, "epoch", str(tmp_path / "nowhere"))
-    with pytest.raises(Sim2dlError, match=r"'train.warm_start'.*variable 0 .*float32\[4, 5\] in this model, "
-                                          r"float32\[4, 3\] there"):  # fmt: skip
-        restore(key, TrainPaths(tmp_path / "wider"), *small_model(1, width=5), comm, "epoch", str(finished.root))
+    with pytest.raises(
+        Sim2dlError,
+        match=r"'train.warm_start'.*variable 0 .*float32\[4, 5\] in this model, "
+        r"float32\[4, 3\] there",
+    ):
+        restore(
+            key, TrainPaths(tmp_path / "wider"), *small_model(1, width=5), comm, "epoch", str(finished.root)
+        )

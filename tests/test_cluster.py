@@ -48,24 +48,40 @@ class Cluster:
 
     def on(self, node: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """argv inside a node's namespaces."""
-        proc = subprocess.run([str(VCLUSTER), "exec", str(self.root), node, *argv], capture_output=True,
-                              text=True, timeout=120, env=self.env)  # fmt: skip
+        proc = subprocess.run(
+            [str(VCLUSTER), "exec", str(self.root), node, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=self.env,
+        )
         assert not check or proc.returncode == 0, proc.stdout + proc.stderr
         return proc
 
     def slurm(self, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=self.env,
-                              cwd=self.shared)  # fmt: skip
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, env=self.env, cwd=self.shared
+        )
 
     def job(self, nodes: int, config: Path, *step: str | Path) -> None:
         """A batch job of one rank per node running a sim2dl step as the workflow does: `sim2dl launch`
         (srun with --kill-on-bad-exit, and a launch that fails in MPI start-up started again), under a
         time limit, so a job that hangs ends by itself."""
-        launch = [BIN / "sim2dl", "launch", "--mpi", "srun --mpi=pmi2 -t 4", "--tasks", str(nodes), "--config", config]
+        launch = [
+            BIN / "sim2dl",
+            "launch",
+            "--mpi",
+            "srun --mpi=pmi2 -t 4",
+            "--tasks",
+            str(nodes),
+            "--config",
+            config,
+        ]
         script = self.shared / "job.sh"
         script.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(str(c)) for c in [*launch, *step]) + "\n")
-        job = self.slurm("sbatch", "--wait", "-t", "5", "-N", str(nodes), "-n", str(nodes), "-o", "job.out",
-                         str(script))  # fmt: skip
+        job = self.slurm(
+            "sbatch", "--wait", "-t", "5", "-N", str(nodes), "-n", str(nodes), "-o", "job.out", str(script)
+        )
         assert job.returncode == 0, job.stderr + (self.shared / "job.out").read_text()[-4000:]
 
     def jobs(self, *states: str) -> list[str]:
@@ -118,7 +134,8 @@ def idle_cluster(request, cluster):
     while (cluster.jobs() or cluster.nodes_not_idle()) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not cluster.jobs() and not cluster.nodes_not_idle(), (
-        f"the cluster is not idle before {request.node.name}: jobs {cluster.jobs()}, nodes {cluster.nodes_not_idle()}"
+        f"the cluster is not idle before {request.node.name}: jobs {cluster.jobs()}, nodes "
+        f"{cluster.nodes_not_idle()}"
     )
     yield
     left = cluster.cancel_all()
@@ -150,8 +167,12 @@ CLUSTER_LAUNCH = {"startup_timeout_s": 90, "startup_retries": 4}
 def small_config(work: Path, **sections: Any) -> Path:
     """The demo, small (96 cubes of 16^3, two epochs of a small network, search off unless given), in a
     directory every node sees."""
-    defaults = {"merge": {"shard_size_mb": 0.1}, "train": SMALL_TRAIN, "search": {"enabled": False},
-                "launch": CLUSTER_LAUNCH}  # fmt: skip
+    defaults = {
+        "merge": {"shard_size_mb": 0.1},
+        "train": SMALL_TRAIN,
+        "search": {"enabled": False},
+        "launch": CLUSTER_LAUNCH,
+    }
     config = small_cube_config(work, **{**defaults, **sections})
     work.mkdir(parents=True, exist_ok=True)
     path = work / f"config-{len(list(work.glob('config-*')))}.yaml"
@@ -174,14 +195,16 @@ def test_nodes_are_separate_hosts_with_their_own_disks_and_mpi_crosses_the_netwo
         "#!/bin/sh\n"
         f"srun --kill-on-bad-exit=1 -t 2 --mpi=pmi2 {BIN / 'python'} -c "
         '"from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; '
-        "s = c.Split_type(MPI.COMM_TYPE_SHARED); a = np.ones(1 << 20); b = np.empty_like(a); c.Allreduce(a, b); "
+        "s = c.Split_type(MPI.COMM_TYPE_SHARED); a = np.ones(1 << 20); b = np.empty_like(a); c.Allreduce(a, "
+        "b); "
         'print(c.rank, MPI.Get_processor_name(), s.size, int(b[0]))"\n'
     )
     job = cluster.slurm("sbatch", "--wait", "-t", "3", "-N", "2", "-n", "2", "-o", "mpi.out", str(script))
     assert job.returncode == 0, job.stdout + job.stderr
     lines = sorted((cluster.shared / "mpi.out").read_text().split("\n"))
     ranks = [line.split() for line in lines if line]
-    assert ranks == [["0", "node1", "1", "2"], ["1", "node2", "1", "2"]]  # one rank per node, summed over both
+    # one rank per node, summed over both
+    assert ranks == [["0", "node1", "1", "2"], ["1", "node2", "1", "2"]]
 
 
 def staged_on(cluster: Cluster, node: str, target: str) -> dict[str, int]:
@@ -190,14 +213,20 @@ def staged_on(cluster: Cluster, node: str, target: str) -> dict[str, int]:
     return {line.split()[0]: int(line.split()[1]) for line in proc.stdout.splitlines() if line}
 
 
-def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_and_trains_on_two_nodes(cluster):
+def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_and_trains_on_two_nodes(
+    cluster,
+):
     target = "/tmp/sim2dl-node-local"  # on each node its own tmpfs
     work = cluster.shared / "wf"
     # one GPU per training rank: the train job asks Slurm for them and srun binds one to each rank
     # and the two training ranks, one per node, split every sample between them (train.spatial.split: a
     # spatial set spanning two nodes, its halos and gradients crossing the network)
-    path = small_config(work, stage={"mode": "replica", "target": target}, slurm={"gpus_per_task": 1},
-                        train={**SMALL_TRAIN, "spatial": {"split": 2}})  # fmt: skip
+    path = small_config(
+        work,
+        stage={"mode": "replica", "target": target},
+        slurm={"gpus_per_task": 1},
+        train={**SMALL_TRAIN, "spatial": {"split": 2}},
+    )
     config = yaml.safe_load(path.read_text())
     resources = ["stage:tasks=3", "stage:nodes=3", "train:tasks=2", "train:nodes=2"]
     code, log = slurm_snakemake(cluster, work, "--set-resources", *resources, "--configfile", str(path))
@@ -216,7 +245,9 @@ def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_
         assert summary["slurm"]["job_id"] in job_ids and summary["slurm"]["step_id"] not in (None, "batch")
         assert summary["slurm"]["ntasks"] == str(ranks)
     assert len({summaries[s][0]["slurm"]["job_id"] for s in ("simulate", "ingest", "convert", "merge")}) == 1
-    assert_report_holds(work, ["--configfile", str(path)], ["learning_curves.png", "scores.png", "throughput.png"])
+    assert_report_holds(
+        work, ["--configfile", str(path)], ["learning_curves.png", "scores.png", "throughput.png"]
+    )
 
     staged = json.loads((workdir / "staged" / "summary.json").read_text())
     merged = json.loads((workdir / "merged" / "metadata.json").read_text())
@@ -247,14 +278,18 @@ def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_
         cluster.job(NODES, run_config, "stage", "--summary", summary)
         staged = json.loads(summary.read_text())
         per_node = [staged_on(cluster, f"node{i}", placed) for i in range(1, NODES + 1)]
-        names = [{Path(f).name: size for f, size in files.items() if f.endswith(".tfrecord")} for files in per_node]
+        names = [
+            {Path(f).name: size for f, size in files.items() if f.endswith(".tfrecord")} for files in per_node
+        ]
         if mode == "partition":  # each shard on exactly one node, whole; each byte read and written once
             assert sorted(n for node in names for n in node) == sorted(shard_bytes), names
             assert all(size == shard_bytes[n] for node in names for n, size in node.items())
             assert all(names), names  # every node got a share
             assert staged["bytes_read_shared_fs"] == dataset_bytes
         else:  # one file per rank (one rank per node) of its sampled records, on its own node
-            assert [sorted(node) for node in names] == [[f"rank-{r:05d}.tfrecord"] for r in range(NODES)], names
+            assert [sorted(node) for node in names] == [[f"rank-{r:05d}.tfrecord"] for r in range(NODES)], (
+                names
+            )
             # every sampled record read once from the shared directory, written once on its rank's node
             assert staged["bytes_read_shared_fs"] == sum(size for node in names for size in node.values())
 
@@ -338,8 +373,9 @@ class Workflow:
         self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
         # Its own process group, as a shell gives a foreground job; not under `timeout`, which would
         # SIGKILL it 30 s after passing on a Ctrl-C (wait() bounds the time instead).
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=cluster.env, cwd=REPO,
-                                     start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=cluster.env, cwd=REPO, start_new_session=True
+        )
 
     def interrupt(self) -> None:
         """Ctrl-C: SIGINT to the whole foreground process group."""
@@ -358,7 +394,8 @@ class Workflow:
     def report(self) -> str:
         """Snakemake's last lines and the steps' logs (what a failed job printed), for a failed assertion."""
         steps = sorted(self.log_path.parent.glob("**/logs/*.log")) + sorted(
-            self.log_path.parent.glob("slurm_logs/**/*.log"))  # fmt: skip
+            self.log_path.parent.glob("slurm_logs/**/*.log")
+        )
         tails = "".join(f"\n--- {p}:\n{p.read_text(errors='replace')[-1500:]}" for p in steps)
         return self.text()[-5000:] + tails
 
@@ -401,11 +438,15 @@ def test_online_training_simulates_on_one_node_and_trains_on_another(cluster):
     cluster.job(2, path, "online")
     summary = json.loads((work / "work" / "train" / "summary.json").read_text())
     assert summary["online"]["steps"] == 12 and summary["online"]["samples"]["arrived"] == 15  # 5 runs x 3
-    runs = [json.loads(line) for line in (cluster.shared / "job.out").read_text().splitlines()
-            if line.startswith("{") and '"hosts"' in line]  # fmt: skip
+    runs = [
+        json.loads(line)
+        for line in (cluster.shared / "job.out").read_text().splitlines()
+        if line.startswith("{") and '"hosts"' in line
+    ]
     hosts = runs[-1]["hosts"]
     assert (
-        len(hosts["producers"]) == len(hosts["training_ranks"]) == 1 and hosts["producers"] != hosts["training_ranks"]
+        len(hosts["producers"]) == len(hosts["training_ranks"]) == 1
+        and hosts["producers"] != hosts["training_ranks"]
     )
 
 
@@ -430,12 +471,14 @@ def test_a_cancelled_job_is_retried_and_an_interrupted_run_resumes_without_redoi
         # 2. The run itself is interrupted: Ctrl-C, on which Snakemake cancels its Slurm jobs. Snakemake 9's
         # Slurm executor was seen not to answer a Ctrl-C sent after it resubmitted the cancelled job (three
         # fresh-clone runs, 2026-11-26, not one answered a second Ctrl-C either); then the operator's way:
-        # end Snakemake, scancel the jobs, `snakemake --unlock`. What matters is checked below either way: the train job
-        # stopped before the end, and the rerun resumes without redoing work.
+        # end Snakemake, scancel the jobs, `snakemake --unlock`. What matters is checked below either way: the
+        # train job stopped before the end, and the rerun resumes without redoing work.
         run.interrupt()
         code = run.poll_for(20)  # it answers within seconds where it does (60 s waited in vain every CI run)
         if code is None:
-            print("snakemake did not answer Ctrl-C within 20 s: it is ended and its jobs cancelled with scancel")
+            print(
+                "snakemake did not answer Ctrl-C within 20 s: it is ended and its jobs cancelled with scancel"
+            )
             run.stop()  # first, so that it resubmits nothing
             cluster.cancel_all()
             unlock_code, unlocked = slurm_snakemake(cluster, work, "--unlock", "--configfile", str(config))
@@ -476,14 +519,26 @@ def test_a_sweep_of_one_trainer_against_a_population_of_two_on_two_nodes(cluster
     work = cluster.shared / "sweep"
     target = "/tmp/sim2dl-sweep"
     population = {"trainers": 2, "rounds": 2, "steps_per_round": 3, "tournament_fraction": 0.2}
-    base = small_config(work, stage={"mode": "partition", "target": target},
-                        train={**SMALL_TRAIN, "population": population})  # fmt: skip
+    base = small_config(
+        work, stage={"mode": "partition", "target": target}, train={**SMALL_TRAIN, "population": population}
+    )
     sweep = work / "sweep.yaml"
     points = work / "points"
-    sweep.write_text(yaml.safe_dump({"sweep": {"name": "population", "workdir": str(points),
-                                               "grid": {"train.population.enabled": [False, True]}}}))  # fmt: skip
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "sweep": {
+                    "name": "population",
+                    "workdir": str(points),
+                    "grid": {"train.population.enabled": [False, True]},
+                }
+            }
+        )
+    )
     resources = ["stage:tasks=2", "stage:nodes=2", "train:tasks=2", "train:nodes=2"]
-    code, log = slurm_snakemake(cluster, work, "--set-resources", *resources, "--configfile", str(base), str(sweep))
+    code, log = slurm_snakemake(
+        cluster, work, "--set-resources", *resources, "--configfile", str(base), str(sweep)
+    )
     assert code == 0, log
     with open(points / "summary.csv") as f:
         rows = list(csv.DictReader(f))
@@ -494,7 +549,10 @@ def test_a_sweep_of_one_trainer_against_a_population_of_two_on_two_nodes(cluster
         assert float(row["val_loss"]) == pytest.approx(trained["val_loss"], rel=1e-4)
         assert trained["weights_identical_across_ranks"] and len(set(trained["hosts"])) == 2
     record = json.loads((points / "enabled=True" / "train" / "summary.json").read_text())["population"]
-    assert record["rounds_trained"] == 2 and sorted(map(tuple, record["trainer_hosts"])) == [("node1",), ("node2",)]
+    assert record["rounds_trained"] == 2 and sorted(map(tuple, record["trainer_hosts"])) == [
+        ("node1",),
+        ("node2",),
+    ]
     # the copy the trainers read: the stage step's, or where Slurm gave the training other nodes than the
     # staging (the two points' jobs run side by side), the one the training staged again itself
     restaged = points / "enabled=True" / "train" / "restaged.json"
@@ -503,7 +561,9 @@ def test_a_sweep_of_one_trainer_against_a_population_of_two_on_two_nodes(cluster
     node_dir = dict(zip(staged["hosts"], staged["node_dirs"], strict=True))
     for host, files in zip(record["trainer_hosts"], record["trainer_files"], strict=True):
         # each trainer read only shards staged on its own node
-        on_node = {Path(f).name for f in staged_on(cluster, host[0], node_dir[host[0]]) if f.endswith(".tfrecord")}
+        on_node = {
+            Path(f).name for f in staged_on(cluster, host[0], node_dir[host[0]]) if f.endswith(".tfrecord")
+        }
         assert files and set(files) <= on_node, (host, files, on_node)
     assert not set(record["trainer_files"][0]) & set(record["trainer_files"][1])
     assert (points / "summary.png").stat().st_size > 10_000
@@ -514,7 +574,9 @@ def test_a_sweep_of_one_trainer_against_a_population_of_two_on_two_nodes(cluster
 
 def running(cluster: Cluster, rule: str) -> list[str]:
     """Node lists of the running Slurm jobs of a rule (the Slurm executor's comment names it)."""
-    rows = [line.split() for line in cluster.slurm("squeue", "-h", "-t", "R", "-o", "%k %N").stdout.split("\n")]
+    rows = [
+        line.split() for line in cluster.slurm("squeue", "-h", "-t", "R", "-o", "%k %N").stdout.split("\n")
+    ]
     return [row[1] for row in rows if len(row) == 2 and row[0].split("_wildcards_")[0] == f"rule_{rule}"]
 
 
@@ -527,9 +589,15 @@ def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_
     killed during training, Snakemake's retry resumes on the last node up."""
     work = cluster.shared / "fault"
     stage = {"mode": "replica", "target": "/tmp/sim2dl-fault"}
-    config = small_cube_config(work, stage=stage, search={"enabled": False}, merge={"shard_size_mb": 0.1},
-                               train={"epochs": 300, "batch_size": 8, "depth": 2, "width": 4, "dense": 16},
-                               slurm={"unavailable_nodes_timeout_s": 10}, launch=CLUSTER_LAUNCH)  # fmt: skip
+    config = small_cube_config(
+        work,
+        stage=stage,
+        search={"enabled": False},
+        merge={"shard_size_mb": 0.1},
+        train={"epochs": 300, "batch_size": 8, "depth": 2, "width": 4, "dense": 16},
+        slurm={"unavailable_nodes_timeout_s": 10},
+        launch=CLUSTER_LAUNCH,
+    )
     # 300 epochs: more than the jobs below live; the rerun asks for fewer (a longer or shorter run of
     # the same settings resumes the same checkpoint).
     path = work / "config.yaml"
@@ -563,7 +631,9 @@ def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_
     # job had not finished there (whole shards it had are verified and kept); each byte read once.
     assert staged["bytes_read_shared_fs"] == dataset_bytes
     written = dict(zip(staged["hosts"], staged["bytes_written_per_node"], strict=True))
-    assert written["node4"] == dataset_bytes and written["node1"] <= dataset_bytes >= written["node2"], written
+    assert written["node4"] == dataset_bytes and written["node1"] <= dataset_bytes >= written["node2"], (
+        written
+    )
 
     # (3) The rerun on the nodes still up, as one node of 2 ranks instead of 3 nodes: training resumes
     # from the 3-node job's checkpoint; that node is killed after 2 more epochs, and Snakemake's retry
@@ -595,4 +665,7 @@ def test_nodes_lost_in_staging_and_training_fail_their_jobs_and_reruns_on_fewer_
     # once put an undrained one back to idle).
     killed = ("node2", "node3", first[0])
     assert all(out_of_service(cluster, n) for n in killed), {n: node_flags(cluster, n) for n in killed}
-    print(f"fault scenario: {after_fault:.0f} s until the workflow ended, {time.monotonic() - start:.0f} s in all")
+    print(
+        f"fault scenario: {after_fault:.0f} s until the workflow ended, {time.monotonic() - start:.0f} s in "
+        "all"
+    )

@@ -36,7 +36,10 @@ def test_defaults_are_filled_and_demo_config_is_valid():
             {"convert": {"features": ["density", "params"], "labels": []}},
             "config key 'convert.features': ['density', 'params'] are several inputs, but the built-in model",
         ),
-        ({"convert": {"stack": {"x": ["density", "mass"]}}}, "config key 'convert.stack.x': ['mass'] not declared"),
+        (
+            {"convert": {"stack": {"x": ["density", "mass"]}}},
+            "config key 'convert.stack.x': ['mass'] not declared",
+        ),
         ({"convert": {"stack": {"params": ["density"]}}}, "config key 'convert.stack.params'"),
         (
             {
@@ -65,7 +68,9 @@ def test_cli_rejects_config_typo_before_doing_anything(tmp_path):
     config["ingest"]["max_reject_fractoin"] = 0.1
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run(["sim2dl", "simulate", "--config", str(path)], capture_output=True, text=True, env=env())
+    proc = subprocess.run(
+        ["sim2dl", "simulate", "--config", str(path)], capture_output=True, text=True, env=env()
+    )
     assert proc.returncode == 2
     assert (
         "config key 'ingest.max_reject_fractoin': unknown key; did you mean 'ingest.max_reject_fraction'?"
@@ -89,7 +94,10 @@ def test_snakemake_rejects_config_typo(tmp_path):
 
 def test_strings_from_snakemake_config_are_coerced(tmp_path):
     config = make_config(
-        tmp_path, merge={"shard_size_mb": "4"}, convert={"split": ["16", "16", "16"]}, ingest={"check_finite": "false"}
+        tmp_path,
+        merge={"shard_size_mb": "4"},
+        convert={"split": ["16", "16", "16"]},
+        ingest={"check_finite": "false"},
     )
     assert config["merge"]["shard_size_mb"] == 4
     assert config["convert"]["split"] == [16, 16, 16]

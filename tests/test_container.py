@@ -50,7 +50,9 @@ def test_ranks_in_containers_use_the_host_mpi(tmp_path, image, host_mpi):
     """2 ranks started by the host's mpiexec, one ch-run container each: mpi4py inside reports the HOST
     library (MPICH 4.0.2), not the image's own (MPICH 5.0.2), and the ranks form one communicator."""
     settings = make_config(tmp_path, container=charliecloud(host_mpi))["container"]
-    argv = mpi_launcher(HOST_LAUNCHER, 2) + container_argv(settings, ["python3", "-c", PROBE], [tmp_path], tmp_path)
+    argv = mpi_launcher(HOST_LAUNCHER, 2) + container_argv(
+        settings, ["python3", "-c", PROBE], [tmp_path], tmp_path
+    )
     proc = subprocess.run(argv, capture_output=True, text=True, env=runtime_env(), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ranks = [json.loads((tmp_path / f"probe-{r}.json").read_text()) for r in range(2)]
@@ -65,8 +67,13 @@ def test_ranks_in_containers_use_the_host_mpi(tmp_path, image, host_mpi):
     # The same probe without the bind model: the image's own MPI, which is a different library.
     (tmp_path / "probe-0.json").unlink()
     own = make_config(tmp_path, container=charliecloud(None))["container"]
-    proc = subprocess.run(container_argv(own, ["python3", "-c", PROBE], [tmp_path], tmp_path),
-                          capture_output=True, text=True, env=runtime_env(), timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        container_argv(own, ["python3", "-c", PROBE], [tmp_path], tmp_path),
+        capture_output=True,
+        text=True,
+        env=runtime_env(),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     inside_own = json.loads((tmp_path / "probe-0.json").read_text())["library"].splitlines()[0]
     assert "5.0.2" in inside_own and inside_own != host.splitlines()[0]
@@ -74,8 +81,14 @@ def test_ranks_in_containers_use_the_host_mpi(tmp_path, image, host_mpi):
 
 def test_doctor_checks_the_site_and_says_how_to_fix_problems(tmp_path, image, host_mpi):
     good = write_config(tmp_path, make_config(tmp_path, container=charliecloud(host_mpi)))
-    proc = subprocess.run(cli_command(["doctor", "--config", str(good), "--json"], None), capture_output=True,
-                          text=True, env=runtime_env(), timeout=600, cwd=tmp_path)  # fmt: skip
+    proc = subprocess.run(
+        cli_command(["doctor", "--config", str(good), "--json"], None),
+        capture_output=True,
+        text=True,
+        env=runtime_env(),
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = {c["name"]: c for c in json.loads(proc.stdout)}
     assert checks["runtime"]["status"] == "ok" and "ch-run" in checks["runtime"]["detail"]
@@ -90,10 +103,20 @@ def test_doctor_checks_the_site_and_says_how_to_fix_problems(tmp_path, image, ho
     empty = tmp_path / "no-mpi-here"
     empty.mkdir()
     bad = make_config(tmp_path, container=charliecloud(empty, name="sim2dl-missing"))
-    proc = subprocess.run(cli_command(["doctor", "--config", str(write_config(tmp_path, bad))], None),
-                          capture_output=True, text=True, env=runtime_env(), timeout=600, cwd=tmp_path)  # fmt: skip
+    proc = subprocess.run(
+        cli_command(["doctor", "--config", str(write_config(tmp_path, bad))], None),
+        capture_output=True,
+        text=True,
+        env=runtime_env(),
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1
-    assert "FAIL  image" in proc.stdout and "does not exist" in proc.stdout and "sim2dl image build" in proc.stdout
+    assert (
+        "FAIL  image" in proc.stdout
+        and "does not exist" in proc.stdout
+        and "sim2dl image build" in proc.stdout
+    )
     assert f"no libmpi.so.12 in host_mpi.paths ['{empty}']" in proc.stdout
     assert "sim2dl image host-mpi --out DIR" in proc.stdout
 
@@ -105,14 +128,18 @@ def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mp
     learning is test_train's)."""
     overrides = tmp_path / "container.yaml"
     demo_config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    overrides.write_text(yaml.safe_dump({
-        "workdir": str(tmp_path / "w"),
-        "simulate": {**demo_config["simulate"], "samples": 256},
-        "stage": {"target": str(tmp_path / "local")},
-        "train": {**demo_config["train"], "epochs": 3},
-        "container": charliecloud(host_mpi),
-        "search": {"enabled": False},
-    }))  # fmt: skip
+    overrides.write_text(
+        yaml.safe_dump(
+            {
+                "workdir": str(tmp_path / "w"),
+                "simulate": {**demo_config["simulate"], "samples": 256},
+                "stage": {"target": str(tmp_path / "local")},
+                "train": {**demo_config["train"], "epochs": 3},
+                "container": charliecloud(host_mpi),
+                "search": {"enabled": False},
+            }
+        )
+    )
     demo = str(REPO / "config" / "config.yaml")  # a config file of its own replaces the demo: layer them
     cmd = ["timeout", "-k", "30", "1500", "snakemake", "--cores", "2", "--configfile", demo, str(overrides)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=runtime_env(), cwd=REPO)

@@ -79,7 +79,15 @@ def test_global_statistics_same_for_one_and_two_ranks(tmp_path, serial):
     for ranks in (1, 2):
         out = tmp_path / f"convert{ranks}"
         run_cli(
-            ["convert", "--config", str(config_path), "--ingest", str(tmp_path / "ingest"), "--out", str(out)],
+            [
+                "convert",
+                "--config",
+                str(config_path),
+                "--ingest",
+                str(tmp_path / "ingest"),
+                "--out",
+                str(out),
+            ],
             ranks=ranks,
         )
         stats[ranks] = json.loads((out / "stats.json").read_text())["statistics"]
@@ -203,7 +211,9 @@ def test_without_splits_statistics_skip_the_records_train_holds_out(tmp_path, se
     np.testing.assert_allclose(stats["mean"], kept.astype(np.float64).mean(axis=0), rtol=1e-9)
     np.testing.assert_allclose(stats["std"], kept.astype(np.float64).std(axis=0), rtol=1e-9)
     masks = {
-        split: np.stack([a["mask"] for a, h in zip(arrays, held, strict=True) if h == (split == "validation")])
+        split: np.stack(
+            [a["mask"] for a, h in zip(arrays, held, strict=True) if h == (split == "validation")]
+        )
         for split in ("train", "validation")
     }
     assert arrays[0]["mask"].dtype == np.uint8  # class ids keep their integer type

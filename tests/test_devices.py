@@ -17,7 +17,8 @@ def test_a_rank_takes_the_one_gpu_it_sees_or_the_gpu_at_its_local_rank():
     assert {(c.kind, c.gpu_index, c.shared_by) for c in bound} == {("gpu", 0, 1)}
     node = [choose_device("gpu", 4, r, 4, UNBOUND) for r in range(4)]  # mpiexec on a 4-GPU node: all visible
     assert [c.gpu_index for c in node] == [0, 1, 2, 3] and all(c.shared_by == 1 for c in node)
-    assert choose_device("auto", 8, 1, 2, UNBOUND).gpu_index == 1  # more GPUs than ranks: one each, the rest idle
+    # more GPUs than ranks: one each, the rest idle
+    assert choose_device("auto", 8, 1, 2, UNBOUND).gpu_index == 1
 
 
 def test_more_ranks_than_gpus_share_them_under_auto_and_are_refused_under_gpu():
@@ -60,7 +61,11 @@ def test_float16_training_scales_the_loss_and_unscales_the_gradients():
         tf.keras.mixed_precision.set_global_policy(policy)
         try:
             tf.keras.utils.set_random_seed(1)
-            layers = [tf.keras.Input((4,)), tf.keras.layers.Dense(8), tf.keras.layers.Dense(1, dtype="float32")]
+            layers = [
+                tf.keras.Input((4,)),
+                tf.keras.layers.Dense(8),
+                tf.keras.layers.Dense(1, dtype="float32"),
+            ]
             model = tf.keras.Sequential(layers)  # the hidden layer computes in the policy's float16
             optimizer = make_optimizer({"learning_rate": 0.01, "weight_decay": 0.0}, policy)
             with tf.GradientTape() as tape:
@@ -95,12 +100,14 @@ def test_doctor_probes_the_gpus_where_a_rank_trains_and_judges_them_against_trai
         "tensorflow_gpus": ["/physical_device:GPU:0"],
     }
     assert gpu_verdict("gpu", node).status == "ok" and "one GPU per rank" in gpu_verdict("auto", node).detail
-    hidden = {**node, "tensorflow_gpus": []}  # a GPU on the node that TensorFlow cannot use (no --nv, no driver)
+    # a GPU on the node that TensorFlow cannot use (no --nv, no driver)
+    hidden = {**node, "tensorflow_gpus": []}
     assert gpu_verdict("auto", hidden).status == "warn" and gpu_verdict("cpu", hidden).status == "ok"
 
 
 def test_weight_decay_makes_the_optimizer_adamw_decoupled_from_the_gradient():
-    """train.weight_decay: AdamW, whose decay shrinks a weight whose gradient is zero (Adam would not move it)."""
+    """train.weight_decay: AdamW, whose decay shrinks a weight whose gradient is zero (Adam would not move
+    it)."""
     import tensorflow as tf
 
     from pipeline.training.optimizer import make_optimizer

@@ -30,7 +30,9 @@ def random_bytes(n: int, seed: int = 0) -> np.ndarray:
 
 
 def test_append_writer_writes_exactly_the_bytes_and_checksums_them(directory):
-    pieces = [random_bytes(n, seed) for seed, n in enumerate([1, 4095, 4096, 10_000, 3, 50_000, 8191, 0, 777])]
+    pieces = [
+        random_bytes(n, seed) for seed, n in enumerate([1, 4095, 4096, 10_000, 3, 50_000, 8191, 0, 777])
+    ]
     checksum = Checksum()
     path = directory / "out.bin"
     writer = AppendWriter(path, buffer_bytes=4 * PAGE, on_data=checksum.update)  # pieces span buffers

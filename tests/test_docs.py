@@ -48,7 +48,9 @@ def test_every_config_block_in_the_docs_validates_as_written(tmp_path, monkeypat
         assert unknown_keys(content, schema, schema) == [], name
         return
     monkeypatch.chdir(tmp_path)  # a block naming a model file relative to the working directory finds it
-    (tmp_path / "my_model.py").write_text("def build(input_shape, outputs, **kwargs):\n    raise NotImplementedError\n")
+    (tmp_path / "my_model.py").write_text(
+        "def build(input_shape, outputs, **kwargs):\n    raise NotImplementedError\n"
+    )
     validated(content)
 
 
@@ -58,5 +60,10 @@ def test_every_preset_validates_as_a_whole_config(preset):
     small size (test_ensemble, test_reader, test_spatial; nbody-few's simulator by bench/learning.py)."""
     config = validated(yaml.safe_load(preset.read_text()))
     if preset.name == "nbody-few.yaml":  # the simulator in the environment examples/nbody/setup.sh makes
-        assert config["simulate"]["command"][:2] == ["examples/nbody/.venv/bin/python", "examples/nbody/simulate.py"]
-        assert config["train"]["augment"]["symmetries"] and (REPO / "examples" / "nbody" / "setup.sh").exists()
+        assert config["simulate"]["command"][:2] == [
+            "examples/nbody/.venv/bin/python",
+            "examples/nbody/simulate.py",
+        ]
+        assert (
+            config["train"]["augment"]["symmetries"] and (REPO / "examples" / "nbody" / "setup.sh").exists()
+        )

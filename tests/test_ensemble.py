@@ -28,7 +28,8 @@ with open(ledger, "a") as f:
 tries = os.path.join(os.path.dirname(ledger), run + ".tries")
 attempt = int(open(tries).read()) + 1 if os.path.exists(tries) else 1
 open(tries + ".tmp", "w").write(str(attempt))
-os.replace(tries + ".tmp", tries)  # atomic: a run killed here leaves the count whole (as sim2dl asks of a simulator)
+# atomic: a run killed here leaves the count whole (as sim2dl asks of a simulator)
+os.replace(tries + ".tmp", tries)
 print("attempt", attempt, "of", run, kind)
 if kind == "fail_once" and attempt == 1:
     sys.exit(3)
@@ -56,7 +57,14 @@ def ensemble_config(tmp_path: Path, kinds: list[str], **simulate) -> dict:
     return make_config(
         tmp_path,
         simulate={
-            "command": ["python3", str(script), "{out}", "{kind}", str(tmp_path / "ledger" / "runs.txt"), "{run}"],
+            "command": [
+                "python3",
+                str(script),
+                "{out}",
+                "{kind}",
+                str(tmp_path / "ledger" / "runs.txt"),
+                "{run}",
+            ],
             "runs": len(kinds),
             "design": "grid",
             "space": {"kind": {"type": "choice", "values": kinds}},
@@ -121,8 +129,19 @@ def test_a_ranks_outcomes_go_to_an_unlinked_file_and_come_back_a_stretch_at_a_ti
     mine = ensemble.RankOutcomes(tmp_path)
     chunks = [(0, 3), (3, 4), (10, 6), (20, 1)]  # rising, with other ranks' runs between them
     for start, count in chunks:
-        mine.add(start, [{"status": i % 3, "attempts": 1 + i % 2, "seconds": i / 10, "exit_code": i % 3,
-                          "reason": f"r{i}" if i % 3 else ""} for i in range(start, start + count)])  # fmt: skip
+        mine.add(
+            start,
+            [
+                {
+                    "status": i % 3,
+                    "attempts": 1 + i % 2,
+                    "seconds": i / 10,
+                    "exit_code": i % 3,
+                    "reason": f"r{i}" if i % 3 else "",
+                }
+                for i in range(start, start + count)
+            ],
+        )
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(Sim2dlError, match="handed out after"):
         mine.add(15, [{"status": 0, "attempts": 1, "seconds": 0, "exit_code": 0, "reason": ""}])
@@ -147,8 +166,11 @@ def test_the_design_made_a_block_at_a_time_is_the_whole_design(design, monkeypat
 
     import pipeline.simulators.ensemble as ensemble
 
-    space = {"a": {"type": "uniform", "low": 0, "high": 1}, "n": {"type": "int", "low": 1, "high": 9},
-             "kind": {"type": "choice", "values": ["x", "y", "z"]}}  # fmt: skip
+    space = {
+        "a": {"type": "uniform", "low": 0, "high": 1},
+        "n": {"type": "int", "low": 1, "high": 9},
+        "kind": {"type": "choice", "values": ["x", "y", "z"]},
+    }
     settings = {"runs": 300, "design": design, "space": space, "seed": 5}
     monkeypatch.setattr(ensemble, "DESIGN_BLOCK", 7)
     blocked = EnsemblePlan.draw(settings)
@@ -161,9 +183,11 @@ def test_the_design_made_a_block_at_a_time_is_the_whole_design(design, monkeypat
         levels = ensemble.grid_levels(space, 300)
         assert [(r["a"], r["n"], r["kind"]) for r in rows] == list(product(*levels.values()))
         return
-    at_once = {"random": lambda: np.random.default_rng(5).random((300, 3)),
-               "sobol": lambda: qmc.Sobol(3, scramble=True, seed=5).random(300),
-               "lhs": lambda: qmc.LatinHypercube(3, seed=5).random(300)}[design]()  # fmt: skip
+    at_once = {
+        "random": lambda: np.random.default_rng(5).random((300, 3)),
+        "sobol": lambda: qmc.Sobol(3, scramble=True, seed=5).random(300),
+        "lhs": lambda: qmc.LatinHypercube(3, seed=5).random(300),
+    }[design]()
     np.testing.assert_array_equal([r["a"] for r in rows], at_once[:, 0])
 
 
@@ -217,10 +241,14 @@ def test_faults_are_retried_recorded_with_their_reasons_and_nothing_is_lost(tmp_
     rejects = (tmp_path / "work" / "ingest" / "rejects.csv").read_text()
     assert f"{rows['garbage']['run']}/out.npy" in rejects  # the run's file, with ingest's reason
     # Above max_failed_fraction the step fails, naming the first failures and the table.
-    strict = write_config(tmp_path, {**config, "simulate": {**config["simulate"], "max_failed_fraction": 0.1}})
+    strict = write_config(
+        tmp_path, {**config, "simulate": {**config["simulate"], "max_failed_fraction": 0.1}}
+    )
     failed = run_cli(["simulate", "--config", str(strict)], ranks=2, check=False, timeout=120)
     assert failed.returncode != 0 and "3 of 6 runs did not succeed" in failed.stderr
-    assert f"{rows['fail']['run']}: exit code 5" in failed.stderr and failed.stderr.count("did not succeed") == 1
+    assert (
+        f"{rows['fail']['run']}: exit code 5" in failed.stderr and failed.stderr.count("did not succeed") == 1
+    )
     # That rerun ran only what had not completed: a completed run keeps its outcome (attempts from its log).
     ledger = (tmp_path / "ledger" / "runs.txt").read_text().split()
     assert ledger.count(rows["fail_once"]["run"]) == 2 and ledger.count(rows["ok"]["run"]) == 1
@@ -255,7 +283,9 @@ def test_killed_anywhere_a_rerun_runs_only_what_did_not_complete(tmp_path):
     # `sim2dl status` on the killed farm: its runs counted from the run directories and logs
     stopped = json.loads(run_cli(["status", str(raw.parent), "--json"], ranks=None).stdout)["steps"][0]
     assert stopped["state"] == "running" and stopped["runs"]["design"] == 16
-    assert stopped["runs"]["ok"] == len(before) and stopped["runs"]["running"] == len(list(raw.glob("0*/.run-*")))
+    assert stopped["runs"]["ok"] == len(before) and stopped["runs"]["running"] == len(
+        list(raw.glob("0*/.run-*"))
+    )
     run_cli(["simulate", "--config", str(path)], ranks=2, timeout=120)
     done = json.loads(run_cli(["status", str(raw.parent), "--json"], ranks=None).stdout)["steps"][0]
     assert done == {"step": "simulate", "state": "done", "runs": {"design": 16, "ok": 16}}
@@ -313,7 +343,11 @@ def test_pythia_events_preset_runs_the_whole_workflow(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     work = tmp_path / "work"
     runs = runs_table(tmp_path)
-    assert [r["status"] for r in runs] == ["ok"] * 6 and {r["process"] for r in runs} == {"qcd", "ttbar", "zll"}
+    assert [r["status"] for r in runs] == ["ok"] * 6 and {r["process"] for r in runs} == {
+        "qcd",
+        "ttbar",
+        "zll",
+    }
     ingest = json.loads((work / "ingest" / "summary.json").read_text())
     assert ingest["accepted"] == 150 and ingest["classes"] == {"process": ["qcd", "ttbar", "zll"]}
     meta = json.loads((work / "merged" / "metadata.json").read_text())
@@ -333,13 +367,25 @@ def test_a_simulator_with_its_own_image_runs_each_run_in_it():
     sim = ["my-sim", "--out", str(run)]
     apptainer = make_config(Path("/w"), container={"runtime": "apptainer", "host_mpi": {"enabled": True}})
     assert simulator_argv(apptainer["container"], "/images/sim.sif", sim, run) == [
-        "apptainer", "exec", "--pwd", str(run), "--bind", f"{run}:{run}", "--env", "SIM2DL_IMAGE=/images/sim.sif",
-        "/images/sim.sif", *sim,
-    ]  # fmt: skip
+        "apptainer",
+        "exec",
+        "--pwd",
+        str(run),
+        "--bind",
+        f"{run}:{run}",
+        "--env",
+        "SIM2DL_IMAGE=/images/sim.sif",
+        "/images/sim.sif",
+        *sim,
+    ]
     shifter = make_config(Path("/w"), container={"runtime": "shifter"})
     assert simulator_argv(shifter["container"], "docker:me/sim:1", sim, run) == [
-        "shifter", "--image=docker:me/sim:1", f"--volume={run}:{run}", "--env=SIM2DL_IMAGE=docker:me/sim:1", *sim,
-    ]  # fmt: skip
+        "shifter",
+        "--image=docker:me/sim:1",
+        f"--volume={run}:{run}",
+        "--env=SIM2DL_IMAGE=docker:me/sim:1",
+        *sim,
+    ]
     ensemble = make_config(
         Path("/w"),
         container={"runtime": "apptainer"},

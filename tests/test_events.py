@@ -1,6 +1,6 @@
-"""Event-indexed tables (pipeline/formats/readers/events.py): detector hits as columns of millions of rows with an
-index table or a sorted event id, per-event truth from another table keyed by the same id, PyTables/pandas
-HDF5 written by pandas; every event a record or a reject with its reason, on 1 and 2 ranks."""
+"""Event-indexed tables (pipeline/formats/readers/events.py): detector hits as columns of millions of rows
+with an index table or a sorted event id, per-event truth from another table keyed by the same id,
+PyTables/pandas HDF5 written by pandas; every event a record or a reject with its reason, on 1 and 2 ranks."""
 
 from __future__ import annotations
 
@@ -26,25 +26,42 @@ def write_km3net_like(path: Path, index_rows=None, track_ids=TRACK_IDS) -> None:
     compound table with group_id, several rows per event."""
     starts = np.concatenate([[0], np.cumsum(HITS)[:-1]])
     rows = int(HITS.sum())
-    index = np.array(list(zip(starts, HITS, strict=True)) if index_rows is None else index_rows,
-                     dtype=[("index", "<i8"), ("n_items", "<i8")])  # fmt: skip
+    index = np.array(
+        list(zip(starts, HITS, strict=True)) if index_rows is None else index_rows,
+        dtype=[("index", "<i8"), ("n_items", "<i8")],
+    )
     with h5py.File(path, "w") as f:
         hits = f.create_group("hits")
         hits["time"] = np.arange(rows, dtype="f8") * 1.5
         hits["dom_id"] = (np.arange(rows) + 100).astype("i4")
         hits["_indices"] = index
         tracks = np.zeros(len(track_ids), dtype=[("group_id", "<i8"), ("energy", "<f4"), ("dir_z", "<f4")])
-        tracks["group_id"], tracks["energy"], tracks["dir_z"] = track_ids, np.arange(len(track_ids)) + 1.0, -0.5
+        tracks["group_id"], tracks["energy"], tracks["dir_z"] = (
+            track_ids,
+            np.arange(len(track_ids)) + 1.0,
+            -0.5,
+        )
         f["mc_tracks"] = tracks
 
 
 KM3NET_FIELDS = {
-    "hits": {"path": "hits", "columns": ["time", "dom_id"], "ragged_by": "hits/_indices", "dtype": "float32",
-             "shape": [None, 2]},
-    "energy": {"path": "mc_tracks", "columns": ["energy"], "key": "group_id", "reduce": "sum", "dtype": "float32"},
+    "hits": {
+        "path": "hits",
+        "columns": ["time", "dom_id"],
+        "ragged_by": "hits/_indices",
+        "dtype": "float32",
+        "shape": [None, 2],
+    },
+    "energy": {
+        "path": "mc_tracks",
+        "columns": ["energy"],
+        "key": "group_id",
+        "reduce": "sum",
+        "dtype": "float32",
+    },
     "muons": {"path": "mc_tracks", "columns": ["energy"], "key": "group_id", "reduce": "count"},
     "direction": {"path": "mc_tracks", "columns": ["dir_z"], "key": "group_id", "reduce": "first"},
-}  # fmt: skip
+}
 
 
 def events_config(tmp_path: Path, root: Path, fields: dict, features: list[str], labels: list[str]) -> dict:
@@ -70,7 +87,9 @@ def test_hits_indexed_by_an_index_table_with_truth_keyed_by_event_id(tmp_path, s
     for event, n in enumerate(HITS):
         record = records[f"run1#{event}"]
         rows = np.arange(first_hit, first_hit + n)
-        np.testing.assert_array_equal(record["hits"].reshape(-1, 2), np.stack([rows * 1.5, rows + 100], axis=1))
+        np.testing.assert_array_equal(
+            record["hits"].reshape(-1, 2), np.stack([rows * 1.5, rows + 100], axis=1)
+        )
         assert record["energy"] == pytest.approx(energy[event == TRACK_IDS].sum())
         assert record["muons"] == (event == TRACK_IDS).sum() and record["direction"] == pytest.approx(-0.5)
         first_hit += n
@@ -85,12 +104,16 @@ def test_bad_index_rows_and_missing_ids_reject_their_events_only(tmp_path, seria
     rows = list(zip(starts.tolist(), HITS.tolist(), strict=True))
     rows[2] = (starts[2], 500)  # past the end
     rows[4] = (starts[4], -1)  # a negative count
-    write_km3net_like(root / "run1.h5", index_rows=rows, track_ids=TRACK_IDS[TRACK_IDS != 3])  # event 3: no truth
+    # event 3: no truth
+    write_km3net_like(root / "run1.h5", index_rows=rows, track_ids=TRACK_IDS[TRACK_IDS != 3])
     config = events_config(tmp_path, root, KM3NET_FIELDS, ["hits"], ["energy", "muons"])
     summary = ingest(config, root, tmp_path / "ingest", serial)
     assert (summary["samples"], summary["accepted"], summary["rejected"]) == (6, 3, 3)
     reasons = {r["sample_id"]: r["reason"] for r in read_csv(tmp_path / "ingest" / "rejects.csv")}
-    assert reasons["run1#2"] == "index row 2 of 'hits/_indices' points past the end of 'hits' (rows 3..503 of 15)"
+    assert (
+        reasons["run1#2"]
+        == "index row 2 of 'hits/_indices' points past the end of 'hits' (rows 3..503 of 15)"
+    )
     assert reasons["run1#4"] == "index row 4 of 'hits/_indices': negative count -1"
     assert reasons["run1#3"] == "field 'energy': event id 3 is not in 'mc_tracks' (group_id)"
 
@@ -105,12 +128,24 @@ def test_pandas_tables_grouped_by_a_sorted_event_id_over_two_ranks(tmp_path, ser
     rng = np.random.default_rng(7)
     sizes = rng.integers(1, 40, size=300)
     event_id = np.repeat(np.arange(300) * 10, sizes)  # ids need not be 0..n-1
-    frame = pandas.DataFrame({"event_id": event_id, "x": rng.standard_normal(event_id.size).astype("f4"),
-                              "q": rng.integers(0, 5, event_id.size).astype("i4")})  # fmt: skip
+    frame = pandas.DataFrame(
+        {
+            "event_id": event_id,
+            "x": rng.standard_normal(event_id.size).astype("f4"),
+            "q": rng.integers(0, 5, event_id.size).astype("i4"),
+        }
+    )
     frame.to_hdf(root / "particles.h5", key="particles", format="table", data_columns=True)
-    fields = {"particles": {"path": "particles/table", "columns": ["x", "q"], "group_by": "event_id",
-                            "shape": [None, 2], "dtype": "float32"},
-              "charge": {"path": "particles/table", "columns": ["q"], "key": "event_id", "reduce": "sum"}}  # fmt: skip
+    fields = {
+        "particles": {
+            "path": "particles/table",
+            "columns": ["x", "q"],
+            "group_by": "event_id",
+            "shape": [None, 2],
+            "dtype": "float32",
+        },
+        "charge": {"path": "particles/table", "columns": ["q"], "key": "event_id", "reduce": "sum"},
+    }
     config = events_config(tmp_path, root, fields, ["particles"], ["charge"])
     path = write_config(tmp_path, config)
     run_cli(["ingest", "--config", str(path)], ranks=2)
@@ -121,8 +156,10 @@ def test_pandas_tables_grouped_by_a_sorted_event_id_over_two_ranks(tmp_path, ser
     records = records_by_id(tmp_path / "work" / "merged")
     for k in (0, 1, 150, 299):
         rows = frame[frame.event_id == k * 10]
-        np.testing.assert_array_equal(records[f"particles#{k}"]["particles"].reshape(-1, 2),
-                                      np.stack([rows.x, rows.q], axis=1).astype("f4"))  # fmt: skip
+        np.testing.assert_array_equal(
+            records[f"particles#{k}"]["particles"].reshape(-1, 2),
+            np.stack([rows.x, rows.q], axis=1).astype("f4"),
+        )
         assert records[f"particles#{k}"]["charge"] == rows.q.sum()
 
 

@@ -13,7 +13,13 @@ def fields_config(tmp_path, fmt_glob, fields, sample_id=None):
     return make_config(
         tmp_path,
         source={"glob": fmt_glob, "sample_id": sample_id, "fields": fields},
-        convert={"features": [next(iter(fields))], "labels": [], "log1p": [], "normalise": [], "per_channel": []},
+        convert={
+            "features": [next(iter(fields))],
+            "labels": [],
+            "log1p": [],
+            "normalise": [],
+            "per_channel": [],
+        },
     )
 
 
@@ -76,7 +82,10 @@ def test_root_event_data(tmp_path, serial):
     root.mkdir()
     for i, n_events in enumerate((5, 50)):
         with uproot.recreate(root / f"gen{i}.root") as f:
-            f["events"] = {"energy": np.linspace(0, 1, n_events).astype("f8"), "nhits": np.arange(n_events, dtype="i4")}
+            f["events"] = {
+                "energy": np.linspace(0, 1, n_events).astype("f8"),
+                "nhits": np.arange(n_events, dtype="i4"),
+            }
     (root / "bad.root").write_bytes(b"root" + b"\x00" * 100)
     config = fields_config(
         tmp_path,
@@ -89,5 +98,6 @@ def test_root_event_data(tmp_path, serial):
     summary = ingest(config, root, tmp_path / "out", serial)
     assert (summary["accepted"], summary["rejected"]) == (2, 1)
     rows = {r["sample_id"]: r for r in read_rows(tmp_path / "out" / "manifest") if r["status"] == "accepted"}
-    assert rows["gen0"]["length"] == 5 and rows["gen1"]["length"] == 50  # record length = events (typed column)
+    # record length = events (typed column)
+    assert rows["gen0"]["length"] == 5 and rows["gen1"]["length"] == 50
     np.testing.assert_array_equal(accepted_arrays(tmp_path / "out")["gen1"]["nhits"], np.arange(50))

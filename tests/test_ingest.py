@@ -49,7 +49,9 @@ def bad_inputs(tmp_path):
     cube_file(root / "shape.h5", "shape", density=np.ones((16, 32, 32), "f4"))
     expected["shape.h5"] = "field 'density': shape (16, 32, 32), expected (32, 32, 32)"
     cube_file(root / "dtype.h5", "dtype", density=np.full((32, 32, 32), 1e300))  # float64, not castable
-    expected["dtype.h5"] = "field 'density': dtype float64 cannot be cast to float32 without changing values (32768 of"
+    expected["dtype.h5"] = (
+        "field 'density': dtype float64 cannot be cast to float32 without changing values (32768 of"
+    )
     cube_file(root / "castable.h5", "castable", dtype="f8")  # float64 ones: cast to float32, accepted
     nan = np.ones((32, 32, 32), "f4")
     nan[1, 2, 3] = np.nan
@@ -68,7 +70,10 @@ def bad_inputs(tmp_path):
 # Files read ahead by two threads with O_DIRECT (the default), and one at a time through the page cache.
 @pytest.mark.parametrize(
     "reading",
-    [{"direct_io": True, "prefetch": 32, "read_threads": 2}, {"direct_io": False, "prefetch": 0, "read_threads": 1}],
+    [
+        {"direct_io": True, "prefetch": 32, "read_threads": 2},
+        {"direct_io": False, "prefetch": 0, "read_threads": 1},
+    ],
 )
 def test_every_bad_file_rejected_with_its_reason(tmp_path, serial, bad_inputs, reading):
     root, expected = bad_inputs
@@ -170,7 +175,9 @@ def test_no_matching_files_and_missing_directory(tmp_path, serial):
 def test_cli_error_under_mpi_exits_nonzero_with_message(tmp_path):
     (tmp_path / "empty").mkdir()
     config_path = write_config(tmp_path, make_config(tmp_path))
-    proc = run_cli(["ingest", "--config", str(config_path), "--source", str(tmp_path / "empty")], ranks=2, check=False)
+    proc = run_cli(
+        ["ingest", "--config", str(config_path), "--source", str(tmp_path / "empty")], ranks=2, check=False
+    )
     assert proc.returncode != 0
     assert "sim2dl ingest: error: no files match" in proc.stderr
 
@@ -182,16 +189,30 @@ def test_two_ranks_give_the_same_manifest_and_parts_as_one(tmp_path, bad_inputs)
     config_path = write_config(tmp_path, config)
     for ranks in (1, 3):  # one flat directory: 3 ranks walk it together, each keeping the names hashed to it
         run_cli(
-            ["ingest", "--config", str(config_path), "--source", str(root), "--out", str(tmp_path / f"r{ranks}")],
+            [
+                "ingest",
+                "--config",
+                str(config_path),
+                "--source",
+                str(root),
+                "--out",
+                str(tmp_path / f"r{ranks}"),
+            ],
             ranks=ranks,
         )
     assert read_rows(tmp_path / "r1" / "manifest") == read_rows(tmp_path / "r3" / "manifest")
     listed = (tmp_path / "r3" / "inputs.txt").read_text().splitlines()
-    assert listed == sorted(p.name for p in root.iterdir()) == (tmp_path / "r1" / "inputs.txt").read_text().splitlines()
+    assert (
+        listed
+        == sorted(p.name for p in root.iterdir())
+        == (tmp_path / "r1" / "inputs.txt").read_text().splitlines()
+    )
     parts = sorted(p.name for p in (tmp_path / "r1" / "parts").iterdir())
     assert len(parts) > 4 and parts == sorted(p.name for p in (tmp_path / "r3" / "parts").iterdir())
     for name in parts:
-        assert (tmp_path / "r1" / "parts" / name).read_bytes() == (tmp_path / "r3" / "parts" / name).read_bytes()
+        assert (tmp_path / "r1" / "parts" / name).read_bytes() == (
+            tmp_path / "r3" / "parts" / name
+        ).read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -205,15 +226,27 @@ def test_the_walk_cut_into_pieces_finds_what_glob_finds_each_once(tmp_path, patt
 
     from pipeline.steps.ingest.listing import piece_matches, walk_pieces
 
-    tree = ["a.h5", ".hidden.h5", "run-1/out/x.h5", "run-1/out/y.txt", "run-2/out/z.h5", "run-2/deep/er/w.h5",
-            "data/q.h5", "data/1/2/r.h5", ".dot/run-3/out/s.h5", "store.zarr/.zarray", "data/more.zarr/0"]  # fmt: skip
+    tree = [
+        "a.h5",
+        ".hidden.h5",
+        "run-1/out/x.h5",
+        "run-1/out/y.txt",
+        "run-2/out/z.h5",
+        "run-2/deep/er/w.h5",
+        "data/q.h5",
+        "data/1/2/r.h5",
+        ".dot/run-3/out/s.h5",
+        "store.zarr/.zarray",
+        "data/more.zarr/0",
+    ]
     for name in tree:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
     expected = sorted(
-        os.fsencode(n) for n in glob.iglob(pattern, root_dir=tmp_path, recursive=True, include_hidden=True)
+        os.fsencode(n)
+        for n in glob.iglob(pattern, root_dir=tmp_path, recursive=True, include_hidden=True)
         if (tmp_path / n).is_file() or n.endswith(".zarr")
-    )  # fmt: skip
+    )
     assert expected
     for wanted in (1, 4, 100):
         pieces = walk_pieces(tmp_path, pattern, wanted)
@@ -225,7 +258,8 @@ def test_the_walk_cut_into_pieces_finds_what_glob_finds_each_once(tmp_path, patt
 
 
 def test_field_mapping_for_real_layouts(tmp_path, serial):
-    """MLPerf CosmoFlow (`full`, `unitPar`) and DeepCAM (`climate/data`, `climate/labels`) without code changes."""
+    """MLPerf CosmoFlow (`full`, `unitPar`) and DeepCAM (`climate/data`, `climate/labels`) without code
+    changes."""
     root = tmp_path / "cosmo"
     root.mkdir()
     for i in range(3):
@@ -362,7 +396,8 @@ def test_parts_are_a_shard_each_unless_ranks_would_go_without_work(tmp_path):
     assert part_files(files, 10_000, ranks=1) == 10  # a shard's worth: 10 files of 1000 bytes
     assert part_files(files, 10_000, ranks=4) == 10  # 20 parts: 5 per rank
     many = part_files(files, 10_000, ranks=16)  # 20 parts would leave ranks with 1 or 2
-    assert -(-200 // many) >= PARTS_PER_RANK * 16 > -(-200 // (many + 1))  # the largest parts that give enough
+    # the largest parts that give enough
+    assert -(-200 // many) >= PARTS_PER_RANK * 16 > -(-200 // (many + 1))
     assert part_files(files[:3], 10_000, ranks=64) == 1
 
 
@@ -381,7 +416,8 @@ def test_parts_are_a_shard_each_unless_ranks_would_go_without_work(tmp_path):
     ],
 )
 def test_dtype_casts_arrays_when_no_value_changes(values, dtype, lossy):
-    """Declared dtypes cast arrays as they cast table columns; a cast that would change a value is a reject."""
+    """Declared dtypes cast arrays as they cast table columns; a cast that would change a value is a
+    reject."""
     from pipeline.data.records import cast_to
 
     if lossy is None:
@@ -399,7 +435,8 @@ def test_a_grown_listing_reads_only_its_new_files_and_ends_as_a_fresh_ingest_wou
     reads only the new files (generation 1, parts of its own), rejects a new file whose id an earlier file
     holds, and ends with the manifest, rejects and counts that a fresh ingest of every file gives. An
     earlier file changed, or other settings, start afresh. Either way ingest reads: a file per record, or
-    samples (a field from a file's attribute takes that path, as the adaptive preset's runs-table columns do)."""
+    samples (a field from a file's attribute takes that path, as the adaptive preset's runs-table columns
+    do)."""
     import json
 
     root = tmp_path / "src"
@@ -414,7 +451,9 @@ def test_a_grown_listing_reads_only_its_new_files_and_ends_as_a_fresh_ingest_wou
     (root / "a99.h5").write_bytes(b"not hdf5")
     fields = {"level": {"attr": "level", "dtype": "float32"}} if reading == "samples" else {}
     source = make_config(tmp_path)["source"]
-    config = make_config(tmp_path, merge={"shard_size_mb": 0.3}, source={"fields": {**source["fields"], **fields}})
+    config = make_config(
+        tmp_path, merge={"shard_size_mb": 0.3}, source={"fields": {**source["fields"], **fields}}
+    )
     path = write_config(tmp_path, config)
 
     def ingested(out: Path, config_path: Path = path) -> dict:
@@ -434,7 +473,11 @@ def test_a_grown_listing_reads_only_its_new_files_and_ends_as_a_fresh_ingest_wou
     (out / "parts" / "part-g0001-00007-of-00099.jsonl").write_text("{}\n")
     (out / "manifest" / "part-g0001-00007-of-00099.parquet").write_bytes(b"partial")
     grown = ingested(out)
-    assert grown["generations"] == 2 and grown["inputs_read"] == 6 and ("samples" in grown) == (reading == "samples")
+    assert (
+        grown["generations"] == 2
+        and grown["inputs_read"] == 6
+        and ("samples" in grown) == (reading == "samples")
+    )
     after = parts(out)
     assert {name: after[name] for name in before} == before  # the earlier parts, untouched
     new = set(after) - set(before)
@@ -444,7 +487,9 @@ def test_a_grown_listing_reads_only_its_new_files_and_ends_as_a_fresh_ingest_wou
     fresh = ingested(tmp_path / "fresh")
     counts = ("inputs", "accepted", "rejected")
     assert (
-        {k: grown[k] for k in counts} == {k: fresh[k] for k in counts} == {"inputs": 17, "accepted": 14, "rejected": 3}
+        {k: grown[k] for k in counts}
+        == {k: fresh[k] for k in counts}
+        == {"inputs": 17, "accepted": 14, "rejected": 3}
     )
 
     def rows(out: Path) -> list[tuple]:
@@ -453,20 +498,29 @@ def test_a_grown_listing_reads_only_its_new_files_and_ends_as_a_fresh_ingest_wou
 
     assert rows(out) == rows(tmp_path / "fresh")
     assert sorted(map(tuple, (r.values() for r in read_csv(out / "rejects.csv")))) == sorted(
-        map(tuple, (r.values() for r in read_csv(tmp_path / "fresh" / "rejects.csv"))))  # fmt: skip
+        map(tuple, (r.values() for r in read_csv(tmp_path / "fresh" / "rejects.csv")))
+    )
     duplicate = next(r for r in read_rows(out / "manifest") if r["path"].endswith("b02.h5"))
     first_copy = f"{root / 'a03.h5'} (sample 0)" if reading == "samples" else str(root / "a03.h5")
     assert duplicate["reason"] == f"duplicate sample id 'id3' (first seen in {first_copy})"
-    records = {Part(stem.with_suffix("")).meta(i)["sample_id"] for stem in (out / "parts").glob("*.jsonl")
-               for i in range(len(Part(stem.with_suffix(""))))}  # fmt: skip
+    records = {
+        Part(stem.with_suffix("")).meta(i)["sample_id"]
+        for stem in (out / "parts").glob("*.jsonl")
+        for i in range(len(Part(stem.with_suffix(""))))
+    }
     assert records == {f"id{i}" for i in range(10)} | {f"new{i}" for i in (0, 1, 3, 5)} | {"id3"}
 
     assert ingested(out)["inputs_read"] == 0  # nothing new: the same generations, nothing read
-    assert parts(out) == after and json.loads((out / "generations.json").read_text())["generations"][1]["stop"] == 17
+    assert (
+        parts(out) == after
+        and json.loads((out / "generations.json").read_text())["generations"][1]["stop"] == 17
+    )
     cube(root / "a05.h5", "id5", density=np.zeros((32, 32, 32), "f4"))  # an earlier input changed
     again = ingested(out)
     assert (
-        again["generations"] == 1 and again["inputs_read"] == 17 and not any(n.startswith("part-g") for n in parts(out))
+        again["generations"] == 1
+        and again["inputs_read"] == 17
+        and not any(n.startswith("part-g") for n in parts(out))
     )
     other = write_config(tmp_path, {**config, "ingest": {**config["ingest"], "check_finite": False}})
     assert ingested(out, other)["inputs_read"] == 17  # other settings: afresh

@@ -32,7 +32,13 @@ def test_launcher_is_srun_inside_slurm_and_mpiexec_elsewhere():
     assert mpi_launcher("none", 1, {}) == []
     assert mpi_launcher("auto", 1, {"SLURM_JOB_ID": "17"}, nested=True) == ["srun", K, "--overlap", "-n", "1"]
     # inside a job step (a rule of a group job under Snakemake's own srun): share its CPUs too
-    assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "17", "SLURM_STEP_ID": "0"}) == ["srun", K, "--overlap", "-n", "2"]
+    assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "17", "SLURM_STEP_ID": "0"}) == [
+        "srun",
+        K,
+        "--overlap",
+        "-n",
+        "2",
+    ]
     assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "17", "SLURM_STEP_ID": "batch"}) == ["srun", K, "-n", "2"]
     assert mpi_launcher("auto", 1, {}, nested=True) == ["mpiexec", "-n", "1"]
     with pytest.raises(Sim2dlError, match="mpi 'none' runs one task, 2 were asked for"):
@@ -143,27 +149,59 @@ def test_charliecloud_and_podman_command_lines(tmp_path):
 def test_podman_hpc_nersc_command_line(tmp_path):
     """`srun podman-hpc run --mpi ...` (NERSC Perlmutter): podman's options, plus the site's --mpi module
     (Cray MPICH, PMI) when the bind model is on."""
-    settings = container(tmp_path, runtime="podman-hpc", name="registry.nersc.gov/m1/sim2dl",
-                         host_mpi={"enabled": True}, env={"NOTE": HOSTILE}, podman_timeout_s=60)  # fmt: skip
+    settings = container(
+        tmp_path,
+        runtime="podman-hpc",
+        name="registry.nersc.gov/m1/sim2dl",
+        host_mpi={"enabled": True},
+        env={"NOTE": HOSTILE},
+        podman_timeout_s=60,
+    )
     argv = container_argv(settings, ["sim2dl", "merge"], [Path("/pscratch/w")], Path("/home/u"))
-    assert argv[:12] == ["podman-hpc", "run", "--rm", "--mpi", "--ipc=host", "--network=host", "--pid=host",
-                         "--timeout=60", "-w", "/home/u", "-v", "/home/u:/home/u"]  # fmt: skip
+    assert argv[:12] == [
+        "podman-hpc",
+        "run",
+        "--rm",
+        "--mpi",
+        "--ipc=host",
+        "--network=host",
+        "--pid=host",
+        "--timeout=60",
+        "-w",
+        "/home/u",
+        "-v",
+        "/home/u:/home/u",
+    ]
     assert argv[12:14] == ["-v", "/pscratch/w:/pscratch/w"] and f"NOTE={HOSTILE}" in argv
-    assert argv[argv.index("MPI4PY_LIBMPI=libmpi.so.12") - 1] == "-e" and not any("LD_LIBRARY_PATH" in a for a in argv)
+    assert argv[argv.index("MPI4PY_LIBMPI=libmpi.so.12") - 1] == "-e" and not any(
+        "LD_LIBRARY_PATH" in a for a in argv
+    )
     assert argv[-3:] == ["registry.nersc.gov/m1/sim2dl:0.1.0", "sim2dl", "merge"]
 
 
 def test_sarus_cscs_command_line(tmp_path):
     """`srun sarus run --mpi --mount=type=bind,... IMAGE` (CSCS): its native MPICH hook swaps in the host
     MPI; variables are set by `env` inside, one argument each."""
-    settings = container(tmp_path, runtime="sarus", name="ghcr.io/o/sim2dl", host_mpi={"enabled": True},
-                         env={"NOTE": HOSTILE})  # fmt: skip
+    settings = container(
+        tmp_path, runtime="sarus", name="ghcr.io/o/sim2dl", host_mpi={"enabled": True}, env={"NOTE": HOSTILE}
+    )
     argv = container_argv(settings, ["sim2dl", "train"], [Path("/scratch/w")], Path("/home/u"))
-    assert argv == ["sarus", "run", "--mpi", "--workdir=/home/u",
-                    "--mount=type=bind,source=/home/u,destination=/home/u",
-                    "--mount=type=bind,source=/scratch/w,destination=/scratch/w",
-                    "ghcr.io/o/sim2dl:0.1.0", "env", "SIM2DL_IMAGE=ghcr.io/o/sim2dl:0.1.0",
-                    "MPI4PY_LIBMPI=libmpi.so.12", "LD_BIND_NOW=1", f"NOTE={HOSTILE}", "sim2dl", "train"]  # fmt: skip
+    assert argv == [
+        "sarus",
+        "run",
+        "--mpi",
+        "--workdir=/home/u",
+        "--mount=type=bind,source=/home/u,destination=/home/u",
+        "--mount=type=bind,source=/scratch/w,destination=/scratch/w",
+        "ghcr.io/o/sim2dl:0.1.0",
+        "env",
+        "SIM2DL_IMAGE=ghcr.io/o/sim2dl:0.1.0",
+        "MPI4PY_LIBMPI=libmpi.so.12",
+        "LD_BIND_NOW=1",
+        f"NOTE={HOSTILE}",
+        "sim2dl",
+        "train",
+    ]
     with pytest.raises(Sim2dlError, match="sarus cannot bind '/data/a,b'"):
         container_argv(settings, ["true"], [Path("/data/a,b")], Path("/w"))
 
@@ -171,21 +209,48 @@ def test_sarus_cscs_command_line(tmp_path):
 def test_enroot_runs_through_pyxis_under_srun_and_enroot_start_elsewhere(tmp_path):
     """NVIDIA's MLPerf path: `srun --container-image=IMAGE.sqsh --container-mounts=...` (pyxis), the host
     MPI directories mounted and loaded as for Apptainer; outside Slurm, `enroot start`."""
-    config = make_config(tmp_path, container={
-        "runtime": "enroot", "build_dir": "/images", "env": {"NOTE": HOSTILE},
-        "host_mpi": {"enabled": True, "paths": ["/opt/hpcx/ompi-abi"]},
-    })  # fmt: skip
+    config = make_config(
+        tmp_path,
+        container={
+            "runtime": "enroot",
+            "build_dir": "/images",
+            "env": {"NOTE": HOSTILE},
+            "host_mpi": {"enabled": True, "paths": ["/opt/hpcx/ompi-abi"]},
+        },
+    )
     image = "/images/sim2dl_0.1.0.sqsh"
     argv = step_argv(config, "srun --mpi=pmix", 4, ["merge"], [Path("/lustre/w")], Path("/home/u"))
-    assert argv == ["srun", K, "--mpi=pmix", "-n", "4", f"--container-image={image}",
-                    "--container-mounts=/home/u:/home/u,/lustre/w:/lustre/w,/opt/hpcx/ompi-abi:/opt/hpcx/ompi-abi",
-                    "--container-workdir=/home/u", "--no-container-mount-home", "--no-container-remap-root",
-                    "env", f"SIM2DL_IMAGE={image}", "MPI4PY_LIBMPI=libmpi.so.12", "LD_BIND_NOW=1",
-                    "LD_LIBRARY_PATH=/opt/hpcx/ompi-abi", f"NOTE={HOSTILE}", "sim2dl", "merge"]  # fmt: skip
+    assert argv == [
+        "srun",
+        K,
+        "--mpi=pmix",
+        "-n",
+        "4",
+        f"--container-image={image}",
+        "--container-mounts=/home/u:/home/u,/lustre/w:/lustre/w,/opt/hpcx/ompi-abi:/opt/hpcx/ompi-abi",
+        "--container-workdir=/home/u",
+        "--no-container-mount-home",
+        "--no-container-remap-root",
+        "env",
+        f"SIM2DL_IMAGE={image}",
+        "MPI4PY_LIBMPI=libmpi.so.12",
+        "LD_BIND_NOW=1",
+        "LD_LIBRARY_PATH=/opt/hpcx/ompi-abi",
+        f"NOTE={HOSTILE}",
+        "sim2dl",
+        "merge",
+    ]
     argv = step_argv(config, "mpiexec", 2, ["merge"], [Path("/lustre/w")], Path("/home/u"))
-    mounts = ["--mount=/home/u:/home/u", "--mount=/lustre/w:/lustre/w", "--mount=/opt/hpcx/ompi-abi:/opt/hpcx/ompi-abi"]
+    mounts = [
+        "--mount=/home/u:/home/u",
+        "--mount=/lustre/w:/lustre/w",
+        "--mount=/opt/hpcx/ompi-abi:/opt/hpcx/ompi-abi",
+    ]
     assert argv[:9] == ["mpiexec", "-n", "2", "enroot", "start", *mounts, image]
-    assert argv[9:12] == ["env", "--chdir=/home/u", f"SIM2DL_IMAGE={image}"] and argv[-2:] == ["sim2dl", "merge"]
+    assert argv[9:12] == ["env", "--chdir=/home/u", f"SIM2DL_IMAGE={image}"] and argv[-2:] == [
+        "sim2dl",
+        "merge",
+    ]
     with pytest.raises(Sim2dlError, match="pyxis cannot bind"):
         step_argv(config, "srun", 1, ["merge"], [Path("/w/a,b")], Path("/home/u"))
 
@@ -194,8 +259,12 @@ def test_podman_under_mpich_s_launcher_gets_pmi_over_a_port(tmp_path):
     """hydra hands ranks their PMI connection as an inherited fd, which does not reach a podman container:
     step_argv asks hydra for a port instead (PMI_PORT is passed by name)."""
     config = make_config(tmp_path, container={"runtime": "podman"})
-    assert step_argv(config, "mpiexec.mpich", 2, ["merge"], [], Path("/w"))[:4] == ["mpiexec.mpich", "-pmi-port",
-                                                                                     "-n", "2"]  # fmt: skip
+    assert step_argv(config, "mpiexec.mpich", 2, ["merge"], [], Path("/w"))[:4] == [
+        "mpiexec.mpich",
+        "-pmi-port",
+        "-n",
+        "2",
+    ]
     assert step_argv(config, "srun", 2, ["merge"], [], Path("/w"))[:5] == ["srun", K, "-n", "2", "podman"]
     plain = make_config(tmp_path, container={"runtime": "charliecloud"})
     assert step_argv(plain, "mpiexec", 2, ["merge"], [], Path("/w"))[:3] == ["mpiexec", "-n", "2"]
@@ -228,15 +297,22 @@ def test_charliecloud_mount_points_are_made_in_a_directory_image_once(tmp_path):
     directory image, and names them in an error for a squashfs image."""
     image = tmp_path / "img"
     (image / "tmp").mkdir(parents=True)
-    settings = container(tmp_path, runtime="charliecloud", image=str(image), binds=["/srv/in:/data/in"],
-                         host_mpi={"enabled": True, "paths": ["/opt/host mpi/lib"]})  # fmt: skip
+    settings = container(
+        tmp_path,
+        runtime="charliecloud",
+        image=str(image),
+        binds=["/srv/in:/data/in"],
+        host_mpi={"enabled": True, "paths": ["/opt/host mpi/lib"]},
+    )
     made = prepare_mount_points(settings, [Path("/scratch/w")], Path("/tmp"))
     assert made == ["/scratch/w", "/data/in", "/opt/host mpi/lib"]
     assert all((image / d.lstrip("/")).is_dir() for d in made)
     assert prepare_mount_points(settings, [Path("/scratch/w")], Path("/tmp")) == []
     squash = tmp_path / "img.sqfs"
     squash.write_bytes(b"hsqs")
-    with pytest.raises(Sim2dlError, match=r"img.sqfs has no mount point for /tmp, /scratch/other, .*directory image"):
+    with pytest.raises(
+        Sim2dlError, match=r"img.sqfs has no mount point for /tmp, /scratch/other, .*directory image"
+    ):
         prepare_mount_points({**settings, "image": str(squash)}, [Path("/scratch/other")], Path("/tmp"))
 
 
@@ -250,7 +326,9 @@ def test_launch_cli_passes_hostile_config_values_as_single_arguments(tmp_path):
     shell ever interprets them (nothing is created by the embedded command substitution)."""
     canary = tmp_path / "pwned"
     hostile = f"x'; touch {canary}; echo '$(touch {canary})"
-    config = make_config(tmp_path, container={"runtime": "apptainer", "image": hostile, "env": {"V": hostile}})
+    config = make_config(
+        tmp_path, container={"runtime": "apptainer", "image": hostile, "env": {"V": hostile}}
+    )
     path = write_config(tmp_path, config)
     cmd = cli_command(["launch", "--config", str(path), "--tasks", "3", "--dry-run", "merge"], ranks=None)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, check=True)
@@ -273,11 +351,15 @@ def test_container_gpus_gives_each_runtime_its_gpu_switch_for_the_training_steps
     cwd, data = Path("/home/u"), [Path("/lustre/w")]
 
     def argv(runtime, step, **extra):
-        config = make_config(tmp_path, container={"runtime": runtime, "gpus": True, "build_dir": "/img", **extra})
+        config = make_config(
+            tmp_path, container={"runtime": runtime, "gpus": True, "build_dir": "/img", **extra}
+        )
         return step_argv(config, "mpiexec", 2, [step, "--config", "c.yaml"], data, cwd)
 
     def without_gpus(runtime, step, **extra):
-        config = make_config(tmp_path, container={"runtime": runtime, "gpus": False, "build_dir": "/img", **extra})
+        config = make_config(
+            tmp_path, container={"runtime": runtime, "gpus": False, "build_dir": "/img", **extra}
+        )
         return step_argv(config, "mpiexec", 2, [step, "--config", "c.yaml"], data, cwd)
 
     for runtime in ("apptainer", "singularity"):
@@ -299,7 +381,13 @@ def test_container_gpus_gives_each_runtime_its_gpu_switch_for_the_training_steps
     ]
     config = make_config(tmp_path, container={"runtime": "enroot", "gpus": True, "build_dir": "/img"})
     pyxis = step_argv(config, "srun", 2, ["train"], data, cwd)  # srun's environment reaches enroot's hook
-    assert pyxis[:5] == ["env", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "srun", K]
+    assert pyxis[:5] == [
+        "env",
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+        "srun",
+        K,
+    ]
     assert argv("sarus", "train") == without_gpus("sarus", "train")  # Sarus's hook needs no option
     for runtime in ("apptainer", "podman", "podman-hpc", "shifter", "enroot"):
         assert argv(runtime, "merge") == without_gpus(runtime, "merge"), runtime  # data steps: never
@@ -313,7 +401,13 @@ def test_slurm_gpus_per_task_binds_gpus_to_the_training_ranks_through_srun_only(
     from pipeline.runtime.launch import srun_environment_conflicts
 
     assert mpi_launcher("auto", 2, {"SLURM_JOB_ID": "7"}, gpus_per_task=1) == [
-        "srun", K, "--gpus-per-task=1", "--gpu-bind=per_task:1", "-n", "2"]  # fmt: skip
+        "srun",
+        K,
+        "--gpus-per-task=1",
+        "--gpu-bind=per_task:1",
+        "-n",
+        "2",
+    ]
     assert mpi_launcher("auto", 2, {}, gpus_per_task=1) == ["mpiexec", "-n", "2"]
     config = make_config(tmp_path, slurm={"gpus_per_task": 2})
     for step in ("train", "search"):
@@ -333,7 +427,9 @@ def test_simulator_runs_in_their_own_image_never_get_the_gpu_switch(tmp_path):
 
     for runtime in ("apptainer", "podman", "podman-hpc", "shifter", "enroot"):
         plain, gpus = (container(tmp_path, runtime=runtime, gpus=g) for g in (False, True))
-        assert simulator_argv(gpus, "sim:1", ["run"], tmp_path) == simulator_argv(plain, "sim:1", ["run"], tmp_path)
+        assert simulator_argv(gpus, "sim:1", ["run"], tmp_path) == simulator_argv(
+            plain, "sim:1", ["run"], tmp_path
+        )
 
 
 def test_gpu_variant_is_its_own_image_with_cuda_libraries_pinned(tmp_path):
@@ -365,7 +461,11 @@ def test_gpu_variant_is_its_own_image_with_cuda_libraries_pinned(tmp_path):
             name, _, version = line.partition("==")
             pins[name.lower().replace("_", "-")] = version
     wanted = [Requirement(r) for r in requires("tensorflow") or []]
-    cuda = [r for r in wanted if r.marker and r.marker.evaluate({"extra": "and-cuda"}) and r.name.startswith("nvidia")]
+    cuda = [
+        r
+        for r in wanted
+        if r.marker and r.marker.evaluate({"extra": "and-cuda"}) and r.name.startswith("nvidia")
+    ]
     assert len(cuda) >= 10, cuda  # cuBLAS, cuDNN, cuFFT, NCCL, ... : the extra really was read
     for requirement in cuda:
         name = requirement.name.lower().replace("_", "-")
@@ -374,9 +474,12 @@ def test_gpu_variant_is_its_own_image_with_cuda_libraries_pinned(tmp_path):
 
 
 def test_install_script_refuses_an_unknown_variant_before_installing_anything(tmp_path):
-    """install.sh checks SIM2DL_IMAGE_VARIANT before apt or pip run (here it would otherwise touch the host)."""
+    """install.sh checks SIM2DL_IMAGE_VARIANT before apt or pip run (here it would otherwise touch the
+    host)."""
     env = {"PATH": "/usr/bin:/bin", "SIM2DL_IMAGE_VARIANT": "rocm", "SIM2DL_VENV": str(tmp_path)}
-    run = subprocess.run(["bash", str(REPO / "containers" / "install.sh")], capture_output=True, text=True, env=env)
+    run = subprocess.run(
+        ["bash", str(REPO / "containers" / "install.sh")], capture_output=True, text=True, env=env
+    )
     assert run.returncode == 2 and "SIM2DL_IMAGE_VARIANT is 'rocm'" in run.stderr
     assert not any(tmp_path.iterdir())
 

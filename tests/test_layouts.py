@@ -28,7 +28,12 @@ def test_netcdf_one_sample_per_time_step_with_the_model_as_class(tmp_path, seria
     config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root)}, ["ta"], ["model"])
     summary, meta = data_half(config, root, tmp_path, serial)
     total = sum(MODELS.values())
-    assert (summary["inputs"], summary["samples"], summary["accepted"], summary["rejected"]) == (3, total, total, 0)
+    assert (summary["inputs"], summary["samples"], summary["accepted"], summary["rejected"]) == (
+        3,
+        total,
+        total,
+        0,
+    )
     assert meta["classes"] == {"model": ["MODEL-A", "MODEL-B", "MODEL-C"]}
     assert meta["feature_spec"]["model"]["dtype"] == "int64" and meta["feature_spec"]["model"]["shape"] == []
     records = records_by_id(tmp_path / "work" / "merged")
@@ -57,9 +62,14 @@ def test_ranks_take_ranges_of_one_files_samples_and_the_shards_do_not_depend_on_
         with netCDF4.Dataset(root / f"{name}.nc", "w") as ds:
             ds.createDimension("time", steps)
             ds.createDimension("x", 5)
-            ds.createVariable("v", "f4", ("time", "x"))[:] = np.arange(steps * 5, dtype="f4").reshape(steps, 5)
+            ds.createVariable("v", "f4", ("time", "x"))[:] = np.arange(steps * 5, dtype="f4").reshape(
+                steps, 5
+            )
             ds.source_id = model
-    fields = {"v": {"path": "v", "dtype": "float32", "shape": [5]}, "model": {"attr": "source_id", "categorical": True}}
+    fields = {
+        "v": {"path": "v", "dtype": "float32", "shape": [5]},
+        "model": {"attr": "source_id", "categorical": True},
+    }
     source = {"path": str(root), "glob": "*.nc", "samples_along": "time", "fields": fields}
     shards = {}
     for ranks in (1, 3):
@@ -80,7 +90,8 @@ def test_ranks_take_ranges_of_one_files_samples_and_the_shards_do_not_depend_on_
 
 
 def test_unit_plan_covers_every_unit_once():
-    numbers = np.array([5, 1, 250, 0, 7])  # 0: cannot happen (an empty file is one rejected number), kept as a guard
+    # 0: cannot happen (an empty file is one rejected number), kept as a guard
+    numbers = np.array([5, 1, 250, 0, 7])
     for ranks in (1, 2, 3, 7):
         plan = SamplePlan.make(np.maximum(numbers, 1), sample_bytes=1000, shard_bytes=16_000, ranks=ranks)
         covered = [u for r in range(ranks) for u in plan.rank_samples(r)]
@@ -104,14 +115,16 @@ def write_jag_like(root: Path) -> None:
                 images[4, 0, 0, 0] = np.nan  # one member whose values are not finite
             f.create_dataset("images", data=images, chunks=(1, 8, 8, 2))
             f.create_dataset("scalars", data=np.arange(6 * 3, dtype="f4").reshape(6, 3) + 100 * run)
-            f.create_dataset("mesh", data=np.linspace(0, 1, 8, dtype="f4"))  # per-file: repeated for each sample
+            # per-file: repeated for each sample
+            f.create_dataset("mesh", data=np.linspace(0, 1, 8, dtype="f4"))
             f.attrs["code"] = "hydra"
     with h5py.File(root / "bundle_004.h5", "w") as f:  # its fields disagree along the axis
         f.create_dataset("images", data=np.zeros((6, 8, 8, 2), "f4"))
         f.create_dataset("scalars", data=np.zeros((5, 3), "f4"))
         f.create_dataset("mesh", data=np.zeros(8, "f4"))
     (root / "runs.csv").write_text(
-        "run,omega,process\n0,0.25,qcd\n1,0.30,ttbar\n2,0.35,qcd\n2,0.36,qcd\n4,0.5,zll\n"  # run 2 twice, run 3 missing
+        # run 2 twice, run 3 missing
+        "run,omega,process\n0,0.25,qcd\n1,0.30,ttbar\n2,0.35,qcd\n2,0.36,qcd\n4,0.5,zll\n"
     )
 
 
@@ -133,15 +146,22 @@ def test_hdf5_leading_axis_with_a_labels_table_and_path_groups(tmp_path, serial)
             "process": {"column": "process", "categorical": True},
         },
     }
-    config = layout_config(tmp_path, source, ["images"], ["scalars", "mesh", "run", "omega", "process"],
-                           ingest={"max_reject_fraction": 0.9, "batch_mb": 0.001})  # fmt: skip
+    config = layout_config(
+        tmp_path,
+        source,
+        ["images"],
+        ["scalars", "mesh", "run", "omega", "process"],
+        ingest={"max_reject_fraction": 0.9, "batch_mb": 0.001},
+    )
     summary, meta = data_half(config, root, tmp_path, serial)
     # 4 bundles of 6 and one whose fields disagree (one number): 25 samples found
     assert summary["samples"] == 25 and summary["accepted"] + summary["rejected"] == 25
-    assert summary["accepted"] == 6 + 5  # run 0, run 1 without its NaN member; run 2 (duplicated row), run 3 (no row)
+    # run 0, run 1 without its NaN member; run 2 (duplicated row), run 3 (no row)
+    assert summary["accepted"] == 6 + 5
     assert meta["classes"] == {"process": ["qcd", "ttbar"]}
     reasons = {
-        (Path(r["path"]).name, r["sample_id"]): r["reason"] for r in read_csv(tmp_path / "work/ingest/rejects.csv")
+        (Path(r["path"]).name, r["sample_id"]): r["reason"]
+        for r in read_csv(tmp_path / "work/ingest/rejects.csv")
     }
     assert "non-finite" in reasons[("bundle_001.h5", "bundle_001#4")]
     assert "2 rows of runs.csv have run = '002'" in reasons[("bundle_002.h5", "bundle_002#0")]
@@ -157,7 +177,8 @@ def test_hdf5_leading_axis_with_a_labels_table_and_path_groups(tmp_path, serial)
     np.testing.assert_array_equal(record["scalars"], np.arange(9, 12, dtype="f4") + 100)
     np.testing.assert_array_equal(record["mesh"], np.linspace(0, 1, 8, dtype="f4"))
     assert record["run"] == 1 and record["omega"] == np.float32(0.30) and record["process"] == 1
-    assert record["run"].shape == record["omega"].shape == record["process"].shape == ()  # one value per sample
+    # one value per sample
+    assert record["run"].shape == record["omega"].shape == record["process"].shape == ()
     assert meta["feature_spec"]["omega"]["shape"] == meta["feature_spec"]["run"]["shape"] == []
     assert records["bundle_000#0"]["process"] == 0
 
@@ -166,7 +187,10 @@ def test_batches_read_hyperslabs_within_the_batch_size(tmp_path):
     """A file's samples are read a bounded range at a time (never the whole variable)."""
     root = tmp_path / "jag"
     write_jag_like(root)
-    fields = [FieldSpec("images", "images", "float32", (8, 8, 2)), FieldSpec("scalars", "scalars", None, (3,))]
+    fields = [
+        FieldSpec("images", "images", "float32", (8, 8, 2)),
+        FieldSpec("scalars", "scalars", None, (3,)),
+    ]
     source = {"samples_along": 0, "fields": {"images": {"path": "images"}, "scalars": {"path": "scalars"}}}
     source = layout_config(tmp_path, source, ["images"], ["scalars"])["source"]
     samples = FileOpener(root, source, fields).open(str(root / "bundle_000.h5"))
@@ -179,7 +203,9 @@ def test_batches_read_hyperslabs_within_the_batch_size(tmp_path):
         assert [count for _, count, _ in samples.batches(0, 6, 10**9)] == [1, 5]
     for start, count, batch in read:
         assert batch["images"].shape == (count, 8, 8, 2)
-        np.testing.assert_array_equal(batch["images"][:, 0, 0, 0], np.arange(start, start + count, dtype="f4"))
+        np.testing.assert_array_equal(
+            batch["images"][:, 0, 0, 0], np.arange(start, start + count, dtype="f4")
+        )
 
 
 def test_root_one_sample_per_event_with_jagged_branches(tmp_path, serial):
@@ -192,11 +218,13 @@ def test_root_one_sample_per_event_with_jagged_branches(tmp_path, serial):
     for name, ns in lengths.items():
         with uproot.recreate(root / name) as f:
             tree = f.mktree("events", {"px": "var * float32", "nparticles": "int32", "met": "float32"})
-            tree.extend({
-                "px": ak.Array([np.arange(n, dtype="f4") * (k + 1) for k, n in enumerate(ns)]),
-                "nparticles": np.array(ns, "i4"),
-                "met": np.arange(len(ns), dtype="f4"),
-            })  # fmt: skip
+            tree.extend(
+                {
+                    "px": ak.Array([np.arange(n, dtype="f4") * (k + 1) for k, n in enumerate(ns)]),
+                    "nparticles": np.array(ns, "i4"),
+                    "met": np.arange(len(ns), dtype="f4"),
+                }
+            )
     source = {
         "path": str(root),
         "glob": "*.root",
@@ -233,10 +261,14 @@ def test_separate_momentum_branches_stacked_into_one_feature_per_particle(tmp_pa
     lengths = [3, 0, 5, 2]
     rng = np.random.default_rng(4)
     momenta = [rng.standard_normal((n, 4)).astype("f4") for n in lengths]
-    branches = {name: [m[:, k] for m in momenta] for k, name in enumerate(("Muon_Px", "Muon_Py", "Muon_Pz", "Muon_E"))}
+    branches = {
+        name: [m[:, k] for m in momenta] for k, name in enumerate(("Muon_Px", "Muon_Py", "Muon_Pz", "Muon_E"))
+    }
     branches["Muon_E"][3] = branches["Muon_E"][3][:1]  # a damaged event: one energy for two muons
     with uproot.recreate(root / "dy.root") as f:
-        f["Events"] = {name: ak.Array(values) for name, values in branches.items()} | {"n": np.array(lengths, "i4")}
+        f["Events"] = {name: ak.Array(values) for name, values in branches.items()} | {
+            "n": np.array(lengths, "i4")
+        }
     source = {
         "path": str(root),
         "glob": "*.root",
@@ -249,7 +281,9 @@ def test_separate_momentum_branches_stacked_into_one_feature_per_particle(tmp_pa
             "n": {"path": "Events/n", "dtype": "int32"},
         },
     }
-    config = layout_config(tmp_path, source, ["momenta"], ["n"], convert_stack={"momenta": ["px", "py", "pz", "e"]})
+    config = layout_config(
+        tmp_path, source, ["momenta"], ["n"], convert_stack={"momenta": ["px", "py", "pz", "e"]}
+    )
     summary, meta = data_half(config, root, tmp_path, serial)
     assert (summary["samples"], summary["accepted"]) == (4, 4)
     assert meta["feature_spec"]["momenta"]["shape"] == [None, 4] and "px" not in meta["feature_spec"]
@@ -262,7 +296,9 @@ def test_separate_momentum_branches_stacked_into_one_feature_per_particle(tmp_pa
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
-def test_zarr_stores_along_a_named_dimension_reading_only_the_chunks_of_a_sample(tmp_path, serial, zarr_format):
+def test_zarr_stores_along_a_named_dimension_reading_only_the_chunks_of_a_sample(
+    tmp_path, serial, zarr_format
+):
     import zarr
 
     root = tmp_path / "stores"
@@ -271,8 +307,13 @@ def test_zarr_stores_along_a_named_dimension_reading_only_the_chunks_of_a_sample
         names = {"dimension_names": ["time", "x", "y"]} if zarr_format == 3 else {}
         tas = group.create_array("tas", shape=(6, 4, 3), chunks=(1, 4, 3), dtype="f4", **names)
         tas[:] = np.arange(6 * 12, dtype="f4").reshape(6, 4, 3) + 1000 * k
-        time = group.create_array("time", shape=(6,), chunks=(6,), dtype="f8",
-                                  **({"dimension_names": ["time"]} if zarr_format == 3 else {}))  # fmt: skip
+        time = group.create_array(
+            "time",
+            shape=(6,),
+            chunks=(6,),
+            dtype="f8",
+            **({"dimension_names": ["time"]} if zarr_format == 3 else {}),
+        )
         time[:] = np.arange(6)
         if zarr_format == 2:
             tas.attrs["_ARRAY_DIMENSIONS"], time.attrs["_ARRAY_DIMENSIONS"] = ["time", "x", "y"], ["time"]
@@ -280,9 +321,15 @@ def test_zarr_stores_along_a_named_dimension_reading_only_the_chunks_of_a_sample
     # A damaged chunk holds time step 2 of run1 only: that sample alone is rejected, the others are read.
     chunk = root / "run1.zarr" / "tas" / ("2.0.0" if zarr_format == 2 else "c/2/0/0")
     chunk.write_bytes(b"not a chunk" * 3)
-    source = {"path": str(root), "glob": "*.zarr", "samples_along": "time", "fields": {
-        "tas": {"path": "tas", "dtype": "float32", "shape": [4, 3]},
-        "model": {"attr": "source_id", "categorical": True}}}  # fmt: skip
+    source = {
+        "path": str(root),
+        "glob": "*.zarr",
+        "samples_along": "time",
+        "fields": {
+            "tas": {"path": "tas", "dtype": "float32", "shape": [4, 3]},
+            "model": {"attr": "source_id", "categorical": True},
+        },
+    }
     config = layout_config(tmp_path, source, ["tas"], ["model"], ingest={"max_reject_fraction": 0.5})
     summary, meta = data_half(config, root, tmp_path, serial)
     assert (summary["inputs"], summary["samples"], summary["accepted"], summary["rejected"]) == (2, 12, 11, 1)
@@ -290,24 +337,39 @@ def test_zarr_stores_along_a_named_dimension_reading_only_the_chunks_of_a_sample
     [reject] = read_csv(tmp_path / "work" / "ingest" / "rejects.csv")
     assert reject["sample_id"] == "run1#2" and "cannot read Zarr array 'tas'" in reject["reason"]
     records = records_by_id(tmp_path / "work" / "merged")
-    np.testing.assert_array_equal(records["run1#3"]["tas"], np.arange(36, 48, dtype="f4").reshape(4, 3) + 1000)
+    np.testing.assert_array_equal(
+        records["run1#3"]["tas"], np.arange(36, 48, dtype="f4").reshape(4, 3) + 1000
+    )
     assert records["run0#5"]["model"] == 1
 
 
 def test_categorical_classes_given_in_the_config_and_values_missing(tmp_path, serial):
     root = tmp_path / "cmip"
     write_cmip_like(root)
-    fields = {**CMIP_SOURCE["fields"], "model": {"attr": "source_id", "classes": ["MODEL-C", "MODEL-B"]},
-              "experiment": {"attr": "no_such_attribute"}}  # fmt: skip
-    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root), "fields": fields}, ["ta"], ["model"],
-                           ingest={"max_reject_fraction": 1.0})  # fmt: skip
+    fields = {
+        **CMIP_SOURCE["fields"],
+        "model": {"attr": "source_id", "classes": ["MODEL-C", "MODEL-B"]},
+        "experiment": {"attr": "no_such_attribute"},
+    }
+    config = layout_config(
+        tmp_path,
+        {**CMIP_SOURCE, "path": str(root), "fields": fields},
+        ["ta"],
+        ["model"],
+        ingest={"max_reject_fraction": 1.0},
+    )
     summary = ingest(config, root, tmp_path / "ingest", serial)
     assert summary["accepted"] == 0 and summary["rejected"] == sum(MODELS.values())
     reasons = {r["reason"] for r in read_csv(tmp_path / "ingest" / "rejects.csv")}
     assert any("no global attribute 'no_such_attribute'" in r for r in reasons)
     del fields["experiment"]
-    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root), "fields": fields}, ["ta"], ["model"],
-                           ingest={"max_reject_fraction": 1.0})  # fmt: skip
+    config = layout_config(
+        tmp_path,
+        {**CMIP_SOURCE, "path": str(root), "fields": fields},
+        ["ta"],
+        ["model"],
+        ingest={"max_reject_fraction": 1.0},
+    )
     summary = ingest(config, root, tmp_path / "ingest2", serial)
     assert summary["classes"] == {"model": ["MODEL-C", "MODEL-B"]}
     assert (summary["accepted"], summary["rejected"]) == (12 + 7, 5)
@@ -357,7 +419,10 @@ def test_inspect_proposes_axis_0_only_where_every_array_shares_it_and_it_varies(
             f["trace"] = np.zeros((n, 4), "f4")
             f["params"] = np.zeros(3, "f4")
     bundle = decide(survey(str(bundles)))
-    assert bundle.samples_along == 0 and "length the same within a file and differing between files" in bundle.lines[1]
+    assert (
+        bundle.samples_along == 0
+        and "length the same within a file and differing between files" in bundle.lines[1]
+    )
     assert bundle.sample_shapes == {"images": (8, 8), "scalars": (3,)}  # mesh: a dimension scale, left out
     trace = decide(survey(str(traces)))
     assert trace.samples_along is None and trace.sample_shapes["trace"] == (None, 4)
@@ -380,7 +445,8 @@ def test_inspect_root_events_and_zarr_stores(tmp_path):
     decided = decide(result)
     assert decided.samples_along == "entries"
     # a jagged branch is a variable-length field (it was listed as "object, not numeric")
-    shapes = {"events/met": (), "events/jets": (4,), "events/npx": (), "events/px": (None,)}  # npx: the counter
+    # npx: the counter
+    shapes = {"events/met": (), "events/jets": (4,), "events/npx": (), "events/px": (None,)}
     assert decided.sample_shapes == shapes
     px = next(f for f in result.fields if f.path == "events/px")
     assert (px.kind, px.dtype) == ("jagged", "float32")
@@ -403,17 +469,24 @@ def test_a_file_id_repeated_across_files_rejects_the_later_samples_by_name(tmp_p
     and every later sample is a reject naming the file and sample that kept it."""
     root = tmp_path / "cmip"
     write_cmip_like(root)
-    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root), "sample_id": {"attr": "tracking_id"}},
-                           ["ta"], ["model"], ingest={"max_reject_fraction": 1.0})  # fmt: skip
+    config = layout_config(
+        tmp_path,
+        {**CMIP_SOURCE, "path": str(root), "sample_id": {"attr": "tracking_id"}},
+        ["ta"],
+        ["model"],
+        ingest={"max_reject_fraction": 1.0},
+    )
     summary = ingest(config, root, tmp_path / "ingest", serial)
     # in name order: MODEL-A (5 steps) keeps #0-4, MODEL-B (12) adds #5-11, MODEL-C (7) adds nothing
     assert (summary["samples"], summary["accepted"], summary["rejected"]) == (24, 12, 12)
     rejects = {
-        (Path(r["path"]).name, r["sample_id"]): r["reason"] for r in read_csv(tmp_path / "ingest" / "rejects.csv")
+        (Path(r["path"]).name, r["sample_id"]): r["reason"]
+        for r in read_csv(tmp_path / "ingest" / "rejects.csv")
     }
     first_a = str(root / "ta_MODEL-A.nc")
     assert rejects[("ta_MODEL-C.nc", "hdl:21.14100/same-everywhere#6")] == (
-        f"duplicate sample id 'hdl:21.14100/same-everywhere#6' (first seen in {root / 'ta_MODEL-B.nc'} (sample 6))"
+        f"duplicate sample id 'hdl:21.14100/same-everywhere#6' (first seen in {root / 'ta_MODEL-B.nc'} "
+        "(sample 6))"
     )
     assert rejects[("ta_MODEL-B.nc", "hdl:21.14100/same-everywhere#0")].endswith(
         f"(first seen in {first_a} (sample 0))"
@@ -434,7 +507,9 @@ def test_a_parquet_run_table_matched_by_file_id_under_snakemake_and_ingest_rerun
     for name in ("run-a", "run-b", "run-c"):
         with h5py.File(root / f"{name}.h5", "w") as f:
             f["density"] = np.full((4, 4, 4), ord(name[-1]), "f4")
-    pq.write_table(pa.table({"file": ["run-c", "run-a", "run-b"], "sigma8": [0.9, 0.7, 0.8]}), root / "runs.parquet")
+    pq.write_table(
+        pa.table({"file": ["run-c", "run-a", "run-b"], "sigma8": [0.9, 0.7, 0.8]}), root / "runs.parquet"
+    )
     fields = {"density": {"path": "density", "shape": [4, 4, 4]}, "sigma8": {"column": "sigma8"}}
     source = {
         "path": str(root),
@@ -447,7 +522,11 @@ def test_a_parquet_run_table_matched_by_file_id_under_snakemake_and_ingest_rerun
     metadata = Path(config["workdir"]) / "merged" / "metadata.json"
     snakemake_configfile(config_path, tmp_path, str(metadata))
     records = records_by_id(metadata.parent)
-    assert {k: round(float(r["sigma8"]), 6) for k, r in records.items()} == {"run-a": 0.7, "run-b": 0.8, "run-c": 0.9}
+    assert {k: round(float(r["sigma8"]), 6) for k, r in records.items()} == {
+        "run-a": 0.7,
+        "run-b": 0.8,
+        "run-c": 0.9,
+    }
     assert float(records["run-b"]["density"][0, 0, 0]) == ord("b")
     pq.write_table(pa.table({"file": ["run-a", "run-b"], "sigma8": [0.6, 0.7]}), root / "runs.parquet")
     dry = snakemake_configfile(config_path, tmp_path, "-n", str(metadata))
@@ -460,8 +539,13 @@ def test_splits_by_file_keep_a_files_samples_together(tmp_path, serial, split_by
     training and validation); by sample, the steps of a file are spread over both."""
     root = tmp_path / "cmip"
     write_cmip_like(root)
-    config = layout_config(tmp_path, {**CMIP_SOURCE, "path": str(root)}, ["ta"], ["model"],
-                           merge={"splits": {"train": 0.5, "validation": 0.5}, "split_by": split_by})  # fmt: skip
+    config = layout_config(
+        tmp_path,
+        {**CMIP_SOURCE, "path": str(root)},
+        ["ta"],
+        ["model"],
+        merge={"splits": {"train": 0.5, "validation": 0.5}, "split_by": split_by},
+    )
     _, meta = data_half(config, root, tmp_path, serial)
     merged = tmp_path / "work" / "merged"
     files_in = {
@@ -501,7 +585,7 @@ def test_a_channels_first_field_is_stored_fields_last_from_every_read_path(tmp_p
         "samples_along": 0,
         "fields": {"state": {"path": "fields", "dtype": "float32", "shape": [4, 2, 6, 5], "channel_axis": 1}},
     }
-    config = layout_config(tmp_path, source, ["state"], [], merge={"splits": {}})  # fmt: skip
+    config = layout_config(tmp_path, source, ["state"], [], merge={"splits": {}})
     _, meta = data_half(config, root, tmp_path, serial)
     assert meta["feature_spec"]["state"]["shape"] == [4, 6, 5, 2]
     records = sorted(records_by_id(tmp_path / "work" / "merged").items())
@@ -530,8 +614,12 @@ def test_a_channels_first_field_is_stored_fields_last_from_every_read_path(tmp_p
             f["fields"] = rng.normal(size=(3, 32, 24)).astype(np.float32)
             f["params"] = np.array([i, 2 * i], np.float32)
     _, proposed = inspect(str(first), write=tmp_path / "first.yaml")
-    assert proposed["source"]["fields"]["fields"] == {"path": "fields", "dtype": "float32", "shape": [3, 32, 24],
-                                                      "channel_axis": 0}  # fmt: skip
+    assert proposed["source"]["fields"]["fields"] == {
+        "path": "fields",
+        "dtype": "float32",
+        "shape": [3, 32, 24],
+        "channel_axis": 0,
+    }
     assert proposed["train"]["model"] == "unet2d"  # chosen for (32, 24, 3): fields last
 
     bad = {"fields": {"state": {"path": "fields", "shape": [2, 6], "channel_axis": 2}}}

@@ -11,12 +11,22 @@ from pipeline.data.tables import read_rows
 from pipeline.storage.fsutil import file_checksum
 
 from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
-from .helpers import TRACE_CONVERT, TRACE_SOURCE, hdf5_records, merge_cli, prepare, prepare_cubes, tfrecord_dataset
+from .helpers import (
+    TRACE_CONVERT,
+    TRACE_SOURCE,
+    hdf5_records,
+    merge_cli,
+    prepare,
+    prepare_cubes,
+    tfrecord_dataset,
+)
 
 
 def provenance(merged):
     """(shard, record, sample id, source) of every record, in shard order, from the Parquet tables."""
-    return sorted((r["shard"], r["record"], r["sample_id"], r["source"]) for r in read_rows(merged / "provenance"))
+    return sorted(
+        (r["shard"], r["record"], r["sample_id"], r["source"]) for r in read_rows(merged / "provenance")
+    )
 
 
 def shard_bytes(out):
@@ -57,7 +67,9 @@ def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
     from pipeline.data.splits import holdout_validation
 
     held = holdout_validation(np.array(ids, dtype=object), 0.1).numpy()
-    values = np.concatenate([r["trace"].ravel() for r, h in zip(records, held, strict=True) if not h]).astype("f8")
+    values = np.concatenate([r["trace"].ravel() for r, h in zip(records, held, strict=True) if not h]).astype(
+        "f8"
+    )
     assert abs(values.mean()) < 1e-3 and abs(values.std() - 1) < 1e-3
 
     # Checksums, counts, index offsets and provenance agree with the files.
@@ -81,14 +93,20 @@ def test_deterministic_for_any_rank_count_and_hdf5_format(tmp_path):
     assert (work / "m1" / "metadata.json").read_bytes() == (work / "m2" / "metadata.json").read_bytes()
 
     config = make_config(
-        tmp_path, simulate={"samples": 24}, merge={"format": "hdf5", "compression": "gzip", "shard_size_mb": 0.5}
+        tmp_path,
+        simulate={"samples": 24},
+        merge={"format": "hdf5", "compression": "gzip", "shard_size_mb": 0.5},
     )
     h5_config = write_config(tmp_path, config)
     merge_cli(h5_config, work / "h1", ranks=1)
     merge_cli(h5_config, work / "h2", ranks=2)
     assert shard_bytes(work / "h1") == shard_bytes(work / "h2")
     meta = json.loads((work / "h2" / "metadata.json").read_text())
-    got = [r for s in meta["shards"] for r in hdf5_records(work / "h2" / "shards" / s["file"], meta["feature_spec"])]
+    got = [
+        r
+        for s in meta["shards"]
+        for r in hdf5_records(work / "h2" / "shards" / s["file"], meta["feature_spec"])
+    ]
     assert len(got) == 24 and got[0]["density"].shape == (32, 32, 32)
     # Same records in both formats (TFRecord m1 vs HDF5 h2).
     tf_records = {r["sample_id"].decode(): r for r in tfrecord_dataset(work / "m1").as_numpy_iterator()}
@@ -125,7 +143,9 @@ def test_killed_merge_leaves_no_partial_shard_and_rerun_completes(tmp_path):
         time.sleep(0.05)
     kill_tree(proc)
     assert not (out / "metadata.json").exists()
-    shards = [p for p in (out / "shards").iterdir() if p.name.startswith("shard-") and not p.name.endswith(".idx")]
+    shards = [
+        p for p in (out / "shards").iterdir() if p.name.startswith("shard-") and not p.name.endswith(".idx")
+    ]
     for shard in shards:  # every shard that exists under its final name is complete
         assert (out / "shards" / (shard.name + ".idx")).exists()
         assert shard.read_bytes() == (reference / "shards" / shard.name).read_bytes()
@@ -144,7 +164,9 @@ def test_hdf5_variable_length_records(tmp_path):
     merge_cli(config_path, work / "merged", ranks=2)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     records = [
-        r for s in meta["shards"] for r in hdf5_records(work / "merged" / "shards" / s["file"], meta["feature_spec"])
+        r
+        for s in meta["shards"]
+        for r in hdf5_records(work / "merged" / "shards" / s["file"], meta["feature_spec"])
     ]
     lengths = [r["trace"].shape[0] for r in records]
     assert len(records) == 20 and lengths == sorted(lengths) and records[0]["trace"].shape[1] == 4
@@ -248,25 +270,37 @@ def test_split_records_framed_by_ingest_are_linked_or_copied_as_they_are(tmp_pat
     splits = {"train": 0.8, "validation": 0.1, "test": 0.1}
     unchanged = {"log1p": [], "normalise": []}
     config_path, work = prepare(tmp_path, convert=unchanged, merge={"shard_size_mb": 0.6, "splits": splits})
-    parts = {split: {os.stat(p).st_ino for p in (work / "ingest" / "parts").glob(f"*-{split}.bin")} for split in splits}
+    parts = {
+        split: {os.stat(p).st_ino for p in (work / "ingest" / "parts").glob(f"*-{split}.bin")}
+        for split in splits
+    }
     assert all(parts.values()) and not list((work / "ingest" / "parts").glob("part-?????-of-?????.bin"))
     summary = merge_cli(config_path, work / "merged", ranks=2)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
     shards = [work / "merged" / "shards" / s["file"] for s in meta["shards"]]
-    by_split = {split: [s for s, info in zip(shards, meta["shards"], strict=True) if info["split"] == split]
-                for split in splits}  # fmt: skip
+    by_split = {
+        split: [s for s, info in zip(shards, meta["shards"], strict=True) if info["split"] == split]
+        for split in splits
+    }
     assert {os.stat(s).st_ino for s in by_split["train"]} == parts["train"]
-    assert not any(os.stat(s).st_ino in parts[split] for split in ("validation", "test") for s in by_split[split])
-    assert len(by_split["validation"]) < len(parts["validation"]) and len(by_split["test"]) < len(parts["test"])
+    assert not any(
+        os.stat(s).st_ino in parts[split] for split in ("validation", "test") for s in by_split[split]
+    )
+    assert len(by_split["validation"]) < len(parts["validation"]) and len(by_split["test"]) < len(
+        parts["test"]
+    )
     copied = len(by_split["validation"]) + len(by_split["test"])
     assert summary["shards_made"] == {"linked": len(parts["train"]), "copied": copied, "encoded": 0}
     assert [s["checksum"] for s in meta["shards"]] == [file_checksum(s) for s in shards]
     for info, shard in zip(meta["shards"], shards, strict=True):
         index = np.loadtxt(work / "merged" / "shards" / info["index"], dtype=np.int64, ndmin=2)
         assert (index[1:, 0] == index[:-1].sum(axis=1)).all() and index[:, 1].sum() == shard.stat().st_size
-    merge_cli(config_path, work / "one_rank", ranks=1)  # the same shards, linked and copied alike, from one rank
+    # the same shards, linked and copied alike, from one rank
+    merge_cli(config_path, work / "one_rank", ranks=1)
     one_rank = json.loads((work / "one_rank" / "metadata.json").read_text())["shards"]
-    assert [(s["file"], s["checksum"]) for s in one_rank] == [(s["file"], s["checksum"]) for s in meta["shards"]]
+    assert [(s["file"], s["checksum"]) for s in one_rank] == [
+        (s["file"], s["checksum"]) for s in meta["shards"]
+    ]
 
     encoded_config = write_config(
         tmp_path, make_config(tmp_path, convert=unchanged, merge={"shard_size_mb": 0.7, "splits": splits})
@@ -275,7 +309,9 @@ def test_split_records_framed_by_ingest_are_linked_or_copied_as_they_are(tmp_pat
     assert encoded["shards_made"]["copied"] == 0 and encoded["shards_made"]["encoded"] == encoded["shards"]
     encoded_meta = json.loads((work / "encoded" / "metadata.json").read_text())
     for split in splits:
-        theirs = [work / "encoded" / "shards" / s["file"] for s in encoded_meta["shards"] if s["split"] == split]
+        theirs = [
+            work / "encoded" / "shards" / s["file"] for s in encoded_meta["shards"] if s["split"] == split
+        ]
         assert b"".join(s.read_bytes() for s in by_split[split]) == b"".join(s.read_bytes() for s in theirs)
     ids = [r["sample_id"].decode() for r in tfrecord_dataset(work / "merged").as_numpy_iterator()]
     assert len(ids) == len(set(ids)) == 48
@@ -292,9 +328,15 @@ def test_splits_by_parent_hash_in_their_own_directories_same_for_any_rank_count(
     )
     merge_cli(config_path, work / "m1", ranks=1)
     merge_cli(config_path, work / "m2", ranks=2)
-    assert sorted(p.name for p in (work / "m1" / "shards").iterdir()) == ["plan.digest", "train", "validation"]
+    assert sorted(p.name for p in (work / "m1" / "shards").iterdir()) == [
+        "plan.digest",
+        "train",
+        "validation",
+    ]
     files = {p.relative_to(work / "m1").as_posix(): p.read_bytes() for p in (work / "m1").rglob("shards/*/*")}
-    assert files == {p.relative_to(work / "m2").as_posix(): p.read_bytes() for p in (work / "m2").rglob("shards/*/*")}
+    assert files == {
+        p.relative_to(work / "m2").as_posix(): p.read_bytes() for p in (work / "m2").rglob("shards/*/*")
+    }
     meta = json.loads((work / "m2" / "metadata.json").read_text())
     splits = meta["splits"]
     assert set(splits) == {"train", "validation"} and splits["train"]["directory"] == "shards/train"
@@ -341,10 +383,17 @@ def test_a_grown_ingest_is_converted_and_merged_for_its_new_parts_alone(tmp_path
     from pipeline.steps.merge import merge
     from pipeline.steps.simulate import simulate
 
-    sections = {"merge": {"shard_size_mb": 0.01, "splits": {"train": 0.7, "test": 0.3}},
-                "stage": {"target": str(tmp_path / "local")}}  # fmt: skip
-    config = make_config(tmp_path, simulate={"family": "trace", "samples": 24}, source=TRACE_SOURCE,
-                         convert=TRACE_CONVERT, **sections)  # fmt: skip
+    sections = {
+        "merge": {"shard_size_mb": 0.01, "splits": {"train": 0.7, "test": 0.3}},
+        "stage": {"target": str(tmp_path / "local")},
+    }
+    config = make_config(
+        tmp_path,
+        simulate={"family": "trace", "samples": 24},
+        source=TRACE_SOURCE,
+        convert=TRACE_CONVERT,
+        **sections,
+    )
     config_path = write_config(tmp_path, config)
     simulate(config["simulate"], tmp_path / "all", serial)
     runs = sorted(p for p in (tmp_path / "all").rglob("*.h5"))
@@ -357,11 +406,16 @@ def test_a_grown_ingest_is_converted_and_merged_for_its_new_parts_alone(tmp_path
         ingest(config, raw, work / "ingest", serial)
 
     def cli(step, ranks=2):  # into the config's workdir, `work`
-        return json.loads(run_cli([step, "--config", str(config_path)], ranks=ranks).stdout.strip().splitlines()[-1])
+        return json.loads(
+            run_cli([step, "--config", str(config_path)], ranks=ranks).stdout.strip().splitlines()[-1]
+        )
 
     def files(directory):
-        return {p.relative_to(directory).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns)
-                for p in directory.rglob("*") if p.is_file() and not p.name.endswith(".json")}  # fmt: skip
+        return {
+            p.relative_to(directory).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in directory.rglob("*")
+            if p.is_file() and not p.name.endswith(".json")
+        }
 
     grow(runs[:16])
     assert cli("convert")["inputs_read"] == 16
@@ -380,7 +434,9 @@ def test_a_grown_ingest_is_converted_and_merged_for_its_new_parts_alone(tmp_path
     everything = convert(config, work / "ingest", tmp_path / "convert-all", serial)
     assert everything["inputs_read"] == 24
     stats = json.loads((work / "convert" / "stats.json").read_text())
-    assert stats["statistics"] == json.loads((tmp_path / "convert-all" / "stats.json").read_text())["statistics"]
+    assert (
+        stats["statistics"] == json.loads((tmp_path / "convert-all" / "stats.json").read_text())["statistics"]
+    )
     assert stats["statistics"] != meta0["statistics"]
 
     grown = cli("merge")

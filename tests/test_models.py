@@ -101,7 +101,9 @@ def moving_blobs(rng: np.random.Generator, side: int = 16):
     grid = np.linspace(-1, 1, side)
     gy, gx = np.meshgrid(grid, grid, indexing="ij")
     width = 0.25 + 0.15 * (p[:, 2, None, None] + 1)
-    y = np.exp(-((gx - 0.6 * p[:, 0, None, None]) ** 2 + (gy - 0.6 * p[:, 1, None, None]) ** 2) / (2 * width**2))
+    y = np.exp(
+        -((gx - 0.6 * p[:, 0, None, None]) ** 2 + (gy - 0.6 * p[:, 1, None, None]) ** 2) / (2 * width**2)
+    )
     return p.astype("float32"), ((y - y.mean()) / y.std()).reshape(SAMPLES, -1).astype("float32")
 
 
@@ -114,7 +116,9 @@ def blob_fields(rng: np.random.Generator):
 def advected_fields(rng: np.random.Generator, side: int = 16):
     """A next state's data: smooth periodic fields (H, W, 1) and the same fields moved by 3 pixels along W
     (around the periodic edge), smoothed and squared in part, flattened as the task's outputs."""
-    x = np.stack([gaussian_filter(rng.normal(size=(side, side)), sigma=2, mode="wrap") for _ in range(SAMPLES)])
+    x = np.stack(
+        [gaussian_filter(rng.normal(size=(side, side)), sigma=2, mode="wrap") for _ in range(SAMPLES)]
+    )
     x = x / x.std()
     moved = gaussian_filter(np.roll(x, 3, axis=2), sigma=(0, 1, 1), mode="wrap")
     y = moved + 0.3 * moved**2
@@ -124,7 +128,9 @@ def advected_fields(rng: np.random.Generator, side: int = 16):
 def advected_cubes(rng: np.random.Generator, side: int = 12):
     """advected_fields in 3-D: smooth periodic cubes (D, H, W, 1) and the same cubes moved by 2 voxels
     along W, smoothed and squared in part, flattened as the task's outputs (fewer samples: cubes)."""
-    x = np.stack([gaussian_filter(rng.normal(size=(side,) * 3), sigma=2, mode="wrap") for _ in range(SAMPLES // 2)])
+    x = np.stack(
+        [gaussian_filter(rng.normal(size=(side,) * 3), sigma=2, mode="wrap") for _ in range(SAMPLES // 2)]
+    )
     x = x / x.std()
     moved = gaussian_filter(np.roll(x, 2, axis=3), sigma=(0, 1, 1, 1), mode="wrap")
     y = moved + 0.3 * moved**2
@@ -163,13 +169,25 @@ def accuracy(outputs: np.ndarray, y: np.ndarray) -> float:
 
 def mean_iou(outputs: np.ndarray, y: np.ndarray, classes: int = 3) -> float:
     predicted = outputs.argmax(-1)
-    return float(np.mean([((predicted == c) & (y == c)).sum() / max(((predicted == c) | (y == c)).sum(), 1)
-                          for c in range(classes)]))  # fmt: skip
+    return float(
+        np.mean(
+            [
+                ((predicted == c) & (y == c)).sum() / max(((predicted == c) | (y == c)).sum(), 1)
+                for c in range(classes)
+            ]
+        )
+    )
 
 
 # ---- the references: one convolution (or hidden layer), averaged, a small dense layer
-def reference(spatial_dims: int, input_shape: tuple, outputs: int, per_pixel: bool = False, summed: bool = False,
-              latent: int | None = None):  # fmt: skip
+def reference(
+    spatial_dims: int,
+    input_shape: tuple,
+    outputs: int,
+    per_pixel: bool = False,
+    summed: bool = False,
+    latent: int | None = None,
+):
     import tensorflow as tf
 
     layers = tf.keras.layers
@@ -251,7 +269,9 @@ def batches(x, y, shuffle_seed: int | None):
         return ds.batch(BATCH)
     # as training batches traces: bucketed by length, so a batch pads little (train.length_buckets' default)
     buckets = validate({})["train"]["length_buckets"]
-    return ds.bucket_by_sequence_length(lambda trace, _: tf.shape(trace)[0], buckets, [BATCH] * (len(buckets) + 1))
+    return ds.bucket_by_sequence_length(
+        lambda trace, _: tf.shape(trace)[0], buckets, [BATCH] * (len(buckets) + 1)
+    )
 
 
 def fit_and_score(model, case: Case, train, held_out) -> float:
@@ -264,7 +284,8 @@ def fit_and_score(model, case: Case, train, held_out) -> float:
     )
     model.compile(tf.keras.optimizers.Adam(LEARNING_RATE), loss)
     model.fit(batches(*train, shuffle_seed=0), epochs=EPOCHS, verbose=0)
-    pairs = [(model(x, training=False).numpy(), y.numpy()) for x, y in batches(*held_out, None)]  # buckets reorder
+    # buckets reorder
+    pairs = [(model(x, training=False).numpy(), y.numpy()) for x, y in batches(*held_out, None)]
     return case.score(np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs]))
 
 
@@ -280,12 +301,21 @@ def compare(case: Case, seed: int = 0) -> tuple[float, float]:
     shape = (None, 1) if isinstance(x, list) else x.shape[1:]
     tf.keras.utils.set_random_seed(seed)
     spatial = case.model.SPATIAL_DIMS or 0
-    minimal = fit_and_score(reference(spatial, shape, outputs, per_pixel, summed=case.data is pulses,
-                                      latent=case.latent), case, train, held_out)  # fmt: skip
+    minimal = fit_and_score(
+        reference(spatial, shape, outputs, per_pixel, summed=case.data is pulses, latent=case.latent),
+        case,
+        train,
+        held_out,
+    )
     tf.keras.utils.set_random_seed(seed)
-    on_grid = (*shape[: len(shape) - 1], outputs) if per_pixel else (outputs,)  # logits per pixel, or a vector
-    task = SimpleNamespace(output_shape=lambda _: on_grid, output_fields=lambda: list(case.output_shapes),
-                           vector_channels=lambda: 0, bottleneck=lambda: case.latent)  # fmt: skip
+    # logits per pixel, or a vector
+    on_grid = (*shape[: len(shape) - 1], outputs) if per_pixel else (outputs,)
+    task = SimpleNamespace(
+        output_shape=lambda _: on_grid,
+        output_fields=lambda: list(case.output_shapes),
+        vector_channels=lambda: 0,
+        bottleneck=lambda: case.latent,
+    )
     args = {**default_args(), **getattr(case.model, "OPTIONS", {}), **dict(case.options)}
     built = case.model.build(shape, outputs, task, args)
     return fit_and_score(built, case, train, held_out), minimal
@@ -330,7 +360,8 @@ def test_sequence_pools_real_steps_only_so_padding_changes_nothing():
         ((8, 32, 3), False, ("unet2d", 3)),
         ((4, 4, 4), False, ("unet2d", 2)),  # 4 channels: a small 2-D field; pooling allows depth 2
         ((32, 32, 40), False, ("cosmoflow", 3)),  # 40 channels are a third axis
-        ((32, 32, 40), True, ("unet2d", 3)),  # unless the reader says the array is a plane (thetaMode's modes)
+        # unless the reader says the array is a plane (thetaMode's modes)
+        ((32, 32, 40), True, ("unet2d", 3)),
         ((16, 16, 16, 2), False, ("cosmoflow", 3)),
         ((10,), False, ("dense", 2)),
         ((2, 3, 4, 5, 6), False, ("dense", 2)),

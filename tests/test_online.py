@@ -116,9 +116,11 @@ def test_online_config_errors_name_the_key(tmp_path):
     with pytest.raises(Sim2dlError, match=r"'train.online.buffer.watermark'"):
         check(high, 2)
     # what online training cannot honour is refused by its key, not ignored
-    for key, value, message in [("augment", {"flips": [0]}, r"'train.augment.flips': online training does not"),
-                                ("augment_eval", True, r"'train.augment_eval'"),
-                                ("population", {"enabled": True}, r"'train.population.enabled'")]:  # fmt: skip
+    for key, value, message in [
+        ("augment", {"flips": [0]}, r"'train.augment.flips': online training does not"),
+        ("augment_eval", True, r"'train.augment_eval'"),
+        ("population", {"enabled": True}, r"'train.population.enabled'"),
+    ]:
         refused = online_config(tmp_path)
         refused["train"][key] = {**refused["train"][key], **value} if isinstance(value, dict) else value
         with pytest.raises(Sim2dlError, match=message):
@@ -130,10 +132,13 @@ def test_online_config_errors_name_the_key(tmp_path):
 WRITER = """
 import os, sys, time
 import numpy as np, adios2
-name, steps, die_after, delay, policy = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+name, policy = sys.argv[1], sys.argv[5]
+steps, die_after, delay = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 io = adios2.Adios().declare_io("w")
 io.set_engine("SST")
-io.set_parameters({"DataTransport": "WAN", "RendezvousReaderCount": "1", "QueueLimit": "2", "QueueFullPolicy": policy})
+io.set_parameters(
+    {"DataTransport": "WAN", "RendezvousReaderCount": "1", "QueueLimit": "2", "QueueFullPolicy": policy}
+)
 s = adios2.Stream(io, name, "w")
 for i in range(steps):
     s.begin_step()
@@ -151,8 +156,11 @@ def start_writer(
 ):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    return subprocess.Popen([sys.executable, str(script), str(name), str(steps), str(die_after), str(delay), policy],
-                            env=env(), stderr=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, str(script), str(name), str(steps), str(die_after), str(delay), policy],
+        env=env(),
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def read_all(name: Path, timeout_s: float = 20, stopped=lambda: False) -> tuple[list[int], object]:
@@ -162,7 +170,9 @@ def read_all(name: Path, timeout_s: float = 20, stopped=lambda: False) -> tuple[
     fields = [FieldSpec.from_config("density", {"path": "density"})]
     counts = StreamCounts()
     settings = {"open_timeout_s": timeout_s, "step_timeout_s": timeout_s, "transport": "WAN"}
-    steps = [int(arrays["density"][0, 0]) for _, arrays in stream_steps(name, fields, settings, stopped, counts)]
+    steps = [
+        int(arrays["density"][0, 0]) for _, arrays in stream_steps(name, fields, settings, stopped, counts)
+    ]
     return steps, counts
 
 
@@ -173,7 +183,9 @@ def test_sst_a_late_writer_is_waited_for_and_a_dying_one_is_an_error_not_an_end(
 
     name = tmp_path / "late"
     result: dict = {}
-    reader = threading.Thread(target=lambda: result.update(zip(("steps", "counts"), read_all(name), strict=True)))
+    reader = threading.Thread(
+        target=lambda: result.update(zip(("steps", "counts"), read_all(name), strict=True))
+    )
     reader.start()
     time.sleep(1.5)  # the reader waits; the writer starts late
     writer = start_writer(tmp_path, name, steps=5, delay=0.02)
@@ -199,7 +211,9 @@ def test_sst_a_late_writer_is_waited_for_and_a_dying_one_is_an_error_not_an_end(
 
     # a rerun beside the stale contact file: no error from it, the new writer's steps arrive
     result.clear()
-    reader = threading.Thread(target=lambda: result.update(zip(("steps", "counts"), read_all(dying), strict=True)))
+    reader = threading.Thread(
+        target=lambda: result.update(zip(("steps", "counts"), read_all(dying), strict=True))
+    )
     reader.start()
     time.sleep(1.0)
     writer = start_writer(tmp_path, dying, steps=3)
@@ -232,10 +246,14 @@ def test_sst_discard_never_makes_the_writer_wait_and_the_steps_it_dropped_are_co
 
 
 def test_sst_no_writer_is_a_time_out_naming_the_stream_and_a_stop_ends_the_wait(tmp_path):
-    with pytest.raises(Sim2dlError, match=r"SST stream .*nobody: no writer within train.online.open_timeout_s = 1"):
+    with pytest.raises(
+        Sim2dlError, match=r"SST stream .*nobody: no writer within train.online.open_timeout_s = 1"
+    ):
         read_all(tmp_path / "nobody", timeout_s=1)
     began = time.monotonic()
-    assert read_all(tmp_path / "nobody", timeout_s=60, stopped=lambda: time.monotonic() - began > 0.5)[0] == []
+    assert (
+        read_all(tmp_path / "nobody", timeout_s=60, stopped=lambda: time.monotonic() - began > 0.5)[0] == []
+    )
     assert time.monotonic() - began < 5
 
 
@@ -278,8 +296,15 @@ def failing_simulator(tmp_path: Path, config: dict, fail: str, die: str) -> dict
     script.write_text(FAILING)
     (tmp_path / "ledger").mkdir()
     command = config["simulate"]["command"]
-    config["simulate"]["command"] = [sys.executable, str(script), "{run}", str(tmp_path / "ledger"), fail, die,
-                                     *command[3:]]  # fmt: skip
+    config["simulate"]["command"] = [
+        sys.executable,
+        str(script),
+        "{run}",
+        str(tmp_path / "ledger"),
+        fail,
+        die,
+        *command[3:],
+    ]
     return config
 
 
@@ -308,15 +333,22 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     assert all(r["samples_buffered"] == 0 and r["times_trained"] == 0 for r in validation)
     online = summary["online"]
     # every sample sent is a validation sample, or entered a buffer, or was dropped by one (counted)
-    assert sum(r["samples_sent"] for r in runs) == online["samples"]["arrived"] + online["samples"]["validation"]
+    assert (
+        sum(r["samples_sent"] for r in runs) == online["samples"]["arrived"] + online["samples"]["validation"]
+    )
     assert sum(r["times_trained"] for r in runs) == online["samples"]["draws"] == 12 * 4
     assert online["steps"] == 12 and online["refused"] == 0 and summary["weights_identical_across_ranks"]
-    assert online["statistics"]["density"]["count"] > 0 and set(summary["r2"]) == {"params[0]", "params[1]",
-                                                                                   "params[2]"}  # fmt: skip
+    assert online["statistics"]["density"]["count"] > 0 and set(summary["r2"]) == {
+        "params[0]",
+        "params[1]",
+        "params[2]",
+    }
     assert (work / "train" / "model").is_dir() and (work / "train" / "learning_curves.png").stat().st_size
     # as train's summary: the classical baseline (fitted on the training arrivals, scored on the same
     # validation samples as the network), the records scored, each rank's device; the schedule's rates
-    assert summary["baseline"]["method"].startswith("ridge") and set(summary["baseline"]["r2"]) == set(summary["r2"])
+    assert summary["baseline"]["method"].startswith("ridge") and set(summary["baseline"]["r2"]) == set(
+        summary["r2"]
+    )
     assert summary["validation_records"] == online["samples"]["validation"] == 12
     assert len(summary["devices"]) == 1 and isinstance(summary["below_baseline"], list)
     history = json.loads((work / "train" / "metrics.json").read_text())
@@ -331,7 +363,8 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     assert all(0 < v <= 1 for v in board["buffer/fill"].values()) and board["buffer/reuse"][steps[-1]] > 0
     line = summary["baseline"]["r2"]["params[0]"]  # the baseline's line over the run, as the train step's
     assert board["baseline/r2/params[0]"] == pytest.approx({steps[0]: line, steps[-1]: line})
-    assert (work / "train" / "metrics.csv").read_text().count("\n") == len(history) + 1  # every window, as train's
+    # every window, as train's
+    assert (work / "train" / "metrics.csv").read_text().count("\n") == len(history) + 1
     from pipeline.paths import Layout
     from pipeline.reporting.status import train_step
 
@@ -347,13 +380,26 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     assert [row["step"] for row in continued] == [4, 8, 12, 16] and continued[:3] == history
     kept, _ = online_record(tmp_path)
     best = min(continued, key=lambda row: (row["val_loss"], row["step"]))
-    assert (kept["kept"]["unit"], kept["kept"]["best_step"], kept["kept"]["steps_trained"]) == ("step", best["step"], 4)
-    assert kept["steps"] == 16 and kept["hosts"] and kept["spatial"] == {"split": 1, "groups": 1}  # one training rank
+    assert (kept["kept"]["unit"], kept["kept"]["best_step"], kept["kept"]["steps_trained"]) == (
+        "step",
+        best["step"],
+        4,
+    )
+    # one training rank
+    assert kept["steps"] == 16 and kept["hosts"] and kept["spatial"] == {"split": 1, "groups": 1}
 
 
 def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks(tmp_path):
-    config = online_config(tmp_path, source="stream", runs=4, samples=4, steps=6, validate_every_steps=3,
-                           validation_every_run=0, buffer={"capacity": 64, "watermark": 4})  # fmt: skip
+    config = online_config(
+        tmp_path,
+        source="stream",
+        runs=4,
+        samples=4,
+        steps=6,
+        validate_every_steps=3,
+        validation_every_run=0,
+        buffer={"capacity": 64, "watermark": 4},
+    )
     config = failing_simulator(tmp_path, config, fail="", die="run-000002")
     path = write_config(tmp_path, config)
     result = run_cli(["online", "--config", str(path)], ranks=3, timeout=300)
@@ -364,15 +410,25 @@ def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks
     assert [r["samples_sent"] for r in runs] == [4] * 4
     assert summary["online"]["samples"]["arrived"] == 16 and summary["ensemble"]["ok"] == 4
     assert summary["online"]["source"] == "stream" and summary["online"]["errors"] == []
-    assert sorted(p.name for p in (tmp_path / "work" / "raw" / "00000" / "run-000002").iterdir()) == ["written.json"]
+    assert sorted(p.name for p in (tmp_path / "work" / "raw" / "00000" / "run-000002").iterdir()) == [
+        "written.json"
+    ]
 
 
 @pytest.mark.parametrize("source", ["stream", "runs"])
 def test_an_attempt_that_fails_cleanly_is_retried_and_read_once(tmp_path, source):
     """A simulator that raises inside its `with adios2.Stream` (the stream ends cleanly) and one that exits
     non-zero after closing its output: both retried, the retry's samples read, nothing twice."""
-    config = online_config(tmp_path, source=source, runs=4, samples=4, steps=4, validate_every_steps=2,
-                           validation_every_run=0, buffer={"capacity": 64, "watermark": 4})  # fmt: skip
+    config = online_config(
+        tmp_path,
+        source=source,
+        runs=4,
+        samples=4,
+        steps=4,
+        validate_every_steps=2,
+        validation_every_run=0,
+        buffer={"capacity": 64, "watermark": 4},
+    )
     config["train"]["keep"] = "last"  # no validation runs
     config["simulate"]["run_timeout_s"] = 40
     config = failing_simulator(tmp_path, config, fail="", die="run-000001:raise,run-000002:exit")
@@ -387,14 +443,22 @@ def test_an_attempt_that_fails_cleanly_is_retried_and_read_once(tmp_path, source
 def test_a_campaign_smaller_than_the_watermark_trains_on_what_arrived(tmp_path):
     """6 runs of one sample each never fill the watermark (8): once the simulations end the trainers go on
     with the 5 training samples, in batches of up to 4, each sample drawn max_reuse (2) times, and say so."""
-    config = online_config(tmp_path, runs=6, samples=1, steps=40, validate_every_steps=5, validation_every_run=5,
-                           buffer={"capacity": 32, "watermark": 8, "max_reuse": 2})  # fmt: skip
+    config = online_config(
+        tmp_path,
+        runs=6,
+        samples=1,
+        steps=40,
+        validate_every_steps=5,
+        validation_every_run=5,
+        buffer={"capacity": 32, "watermark": 8, "max_reuse": 2},
+    )
     run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
     summary, runs = online_record(tmp_path)
     online = summary["online"]
     assert online["samples"]["arrived"] == 5 and online["samples"]["validation"] == 1
     assert (
-        online["stopped"] == "the simulations ended and a training rank's buffer has nothing left to draw (max_reuse)"
+        online["stopped"]
+        == "the simulations ended and a training rank's buffer has nothing left to draw (max_reuse)"
     )
     # 5 samples x 2 uses = 10 draws: two full batches of 4, then the 2 left in one or two short ones
     assert online["steps"] in (3, 4) and online["samples"]["draws"] == 10
@@ -409,7 +473,9 @@ def test_a_design_too_small_to_hold_a_run_out_is_a_config_error_before_any_run(t
     from pipeline.steps.online import check_supply
 
     config = online_config(tmp_path, validation_every_run=5)
-    with pytest.raises(Sim2dlError, match=r"'train.online.validation_every_run': every 5th run .* has 3 runs"):
+    with pytest.raises(
+        Sim2dlError, match=r"'train.online.validation_every_run': every 5th run .* has 3 runs"
+    ):
         check_supply(config, 3)
     check_supply(config, 5)  # run-000004 is held out
     check_supply(online_config(tmp_path, validation_every_run=0), 1)
@@ -429,15 +495,29 @@ def test_refused_csv_is_keyed_like_the_runs_table(tmp_path):
     produced = ProducerCounts(4)
     produced.sent[:] = [3, 2, 3, 3]
     produced.refused[2] = 1
-    produced.reasons += [(2, "/raw/00000/run-000002/stream step 1", "field 'density': shape (8,), expected (4,)")]
-    counts = {"added": np.array([3, 2, 0, 3]), "dropped": np.zeros(4, int), "drawn": np.array([5, 4, 0, 6]),
-              "validation": np.array([0, 0, 3, 0])}  # fmt: skip
-    table = pq.read_table(write_online_runs(tmp_path / "runs.parquet", tmp_path, counts, [produced])).to_pylist()
+    produced.reasons += [
+        (2, "/raw/00000/run-000002/stream step 1", "field 'density': shape (8,), expected (4,)")
+    ]
+    counts = {
+        "added": np.array([3, 2, 0, 3]),
+        "dropped": np.zeros(4, int),
+        "drawn": np.array([5, 4, 0, 6]),
+        "validation": np.array([0, 0, 3, 0]),
+    }
+    table = pq.read_table(
+        write_online_runs(tmp_path / "runs.parquet", tmp_path, counts, [produced])
+    ).to_pylist()
     assert [r["run"] for r in table] == runs.column("run").to_pylist()
     assert [r["samples_sent"] for r in table] == [3, 2, 3, 3] and table[2]["samples_refused"] == 1
     for r in table:  # sent = buffered + dropped + validation
-        assert r["samples_sent"] == r["samples_buffered"] + r["samples_dropped_by_buffer"] + r["validation_samples"]
+        assert (
+            r["samples_sent"]
+            == r["samples_buffered"] + r["samples_dropped_by_buffer"] + r["validation_samples"]
+        )
     assert read_csv(tmp_path / "refused.csv") == [
-        {"run": "run-000002", "source": "/raw/00000/run-000002/stream step 1",
-         "reason": "field 'density': shape (8,), expected (4,)"}
-    ]  # fmt: skip
+        {
+            "run": "run-000002",
+            "source": "/raw/00000/run-000002/stream step 1",
+            "reason": "field 'density': shape (8,), expected (4,)",
+        }
+    ]

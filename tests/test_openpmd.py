@@ -37,7 +37,9 @@ def particles(iteration: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def mesh_values(iteration: int, component: str) -> np.ndarray:
-    return (np.arange(np.prod(CELLS), dtype=np.float32).reshape(CELLS) + iteration + 1000 * ord(component)) / 7
+    return (
+        np.arange(np.prod(CELLS), dtype=np.float32).reshape(CELLS) + iteration + 1000 * ord(component)
+    ) / 7
 
 
 def write_series(name: str, iterations: list[int], encoding: str | None = None) -> None:
@@ -54,8 +56,11 @@ def write_series(name: str, iterations: list[int], encoding: str | None = None) 
         it.time, it.dt, it.time_unit_SI = step * 0.5, 0.5, 1e-15
         e_field = it.meshes["E"]
         e_field.unit_dimension = {
-            io.Unit_Dimension.M: 1, io.Unit_Dimension.L: 1, io.Unit_Dimension.I: -1, io.Unit_Dimension.T: -3
-        }  # fmt: skip
+            io.Unit_Dimension.M: 1,
+            io.Unit_Dimension.L: 1,
+            io.Unit_Dimension.I: -1,
+            io.Unit_Dimension.T: -3,
+        }
         e_field.axis_labels, e_field.grid_spacing = ["x", "y"], [1.0, 1.0]
         e_field.grid_global_offset, e_field.grid_unit_SI = [0.0, 0.0], POSITION_UNIT_SI
         for c in "zyx":  # written out of order: read back as x, y, z
@@ -116,13 +121,19 @@ def test_every_encoding_reads_each_iteration_in_si_with_components_in_order(tmp_
                 step = int(f.read("iteration", (slice(k, k + 1),))[0])
                 seen.append(step)
                 for c, axis in zip("xyz", range(3), strict=True):
-                    np.testing.assert_allclose(e_field[k, ..., axis], mesh_values(step, c) * E_UNIT_SI, rtol=1e-6)
+                    np.testing.assert_allclose(
+                        e_field[k, ..., axis], mesh_values(step, c) * E_UNIT_SI, rtol=1e-6
+                    )
                 np.testing.assert_allclose(f.read("time", (slice(k, k + 1),)), [step * 0.5e-15])
-                np.testing.assert_array_equal(f.read("meshes/rho", (slice(k, k + 1),))[0], np.full(CELLS, 3.0))
+                np.testing.assert_array_equal(
+                    f.read("meshes/rho", (slice(k, k + 1),))[0], np.full(CELLS, 3.0)
+                )
                 inside, cells, weights = particles(step)
                 position = f.read("particles/electrons/position", (slice(k, k + 1),))[0]
                 np.testing.assert_allclose(position, (inside + cells) * POSITION_UNIT_SI, rtol=1e-12)
-                np.testing.assert_array_equal(f.read("particles/electrons/weighting", (slice(k, k + 1),))[0], weights)
+                np.testing.assert_array_equal(
+                    f.read("particles/electrons/weighting", (slice(k, k + 1),))[0], weights
+                )
             assert f.attribute("machine") == "sim2dl-tests"
             if count > 1:  # particle counts differ between iterations: ingest reads them one at a time
                 with pytest.raises(SampleError, match="changes shape between iterations"):
@@ -133,10 +144,14 @@ def test_every_encoding_reads_each_iteration_in_si_with_components_in_order(tmp_
 def run_data_steps(tmp_path: Path, block: dict, data: Path) -> tuple[dict, list[dict]]:
     """ingest, convert and merge (HDF5 shards) on 2 ranks with the docs' block; (metadata.json, rejects)."""
     config = make_config(
-        tmp_path, simulate={"enabled": False}, source={**block["source"], "path": str(data)},
+        tmp_path,
+        simulate={"enabled": False},
+        source={**block["source"], "path": str(data)},
         convert={"log1p": [], "normalise": [], "per_channel": [], **block["convert"]},
-        merge={"format": "hdf5"}, search={"enabled": False}, ingest={"max_reject_fraction": 0.5},
-    )  # fmt: skip
+        merge={"format": "hdf5"},
+        search={"enabled": False},
+        ingest={"max_reject_fraction": 0.5},
+    )
     path = write_config(tmp_path, config)
     for step in ("ingest", "convert", "merge"):
         run_cli([step, "--config", str(path)], ranks=2)
@@ -183,7 +198,9 @@ def test_the_docs_openpmd_series_is_ingested_per_iteration_and_its_particles_dep
         inside, cells, weights = particles(step)
         assert grid.shape == CELLS
         np.testing.assert_allclose(grid.sum(), weights.sum(), rtol=1e-4)
-        reference = deposit((inside + cells) * POSITION_UNIT_SI, CELLS, [BOX, BOX], scheme="cic", weights=weights)
+        reference = deposit(
+            (inside + cells) * POSITION_UNIT_SI, CELLS, [BOX, BOX], scheme="cic", weights=weights
+        )
         np.testing.assert_allclose(grid, reference, rtol=1e-3, atol=1e-4)
 
 
@@ -255,7 +272,9 @@ def test_bp_variables_that_change_shape_are_read_per_step_and_local_arrays_are_r
     with READERS["adios2"].open(path) as f:
         assert f.shape("atoms") == (3, 2, 3) and f.dims("atoms")[0] == "step"
         for k in range(3):
-            np.testing.assert_array_equal(f.read("atoms", (slice(k, k + 1),))[0], np.arange(3 * (k + 2)).reshape(-1, 3))
+            np.testing.assert_array_equal(
+                f.read("atoms", (slice(k, k + 1),))[0], np.arange(3 * (k + 2)).reshape(-1, 3)
+            )
         with pytest.raises(SampleError, match="changes shape between steps"):
             f.read("atoms", (slice(0, 3),))
         with pytest.raises(SampleError, match="variable 'block' is a local array"):
@@ -323,19 +342,40 @@ def test_ngp_at_cell_centres_counts_particles_and_a_non_periodic_box_refuses_out
 def test_deposit_config_names_declared_fields_and_matching_lengths(tmp_path):
     source = {"fields": {"pos": {"path": "p", "shape": [None, 3]}, "box": {"attr": "BoxSize"}}}
     good = {"density": {"positions": "pos", "shape": [8, 8, 8], "box": "box"}}
-    config = make_config(tmp_path, source=source, convert={"features": ["density"], "labels": ["box"],
-                                                           "log1p": ["density"], "normalise": ["density"],
-                                                           "per_channel": [], "deposit": good})  # fmt: skip
+    config = make_config(
+        tmp_path,
+        source=source,
+        convert={
+            "features": ["density"],
+            "labels": ["box"],
+            "log1p": ["density"],
+            "normalise": ["density"],
+            "per_channel": [],
+            "deposit": good,
+        },
+    )
     assert config["convert"]["deposit"]["density"]["scheme"] == "cic"
     for bad, message in (
-        ({"positions": "nope", "shape": [8, 8, 8], "box": 1.0}, r"deposit.density.positions': 'nope' not declared"),
+        (
+            {"positions": "nope", "shape": [8, 8, 8], "box": 1.0},
+            r"deposit.density.positions': 'nope' not declared",
+        ),
         ({"positions": "pos", "shape": [8, 8, 8], "box": [1.0, 2.0]}, "2 values for a 3-d grid"),
         ({"positions": "pos", "shape": [8, 8, 8], "box": 1.0, "weights": "w"}, "weights': 'w' not declared"),
     ):
         with pytest.raises(Sim2dlError, match=message):
-            make_config(tmp_path, source=source, convert={"features": ["density"], "labels": ["box"], "log1p": [],
-                                                          "normalise": [], "per_channel": [],
-                                                          "deposit": {"density": bad}})  # fmt: skip
+            make_config(
+                tmp_path,
+                source=source,
+                convert={
+                    "features": ["density"],
+                    "labels": ["box"],
+                    "log1p": [],
+                    "normalise": [],
+                    "per_channel": [],
+                    "deposit": {"density": bad},
+                },
+            )
 
 
 def test_h5py_netcdf4_and_openpmd_api_read_in_one_process(tmp_path):
@@ -377,7 +417,10 @@ def test_inspect_recognises_a_variable_based_openpmd_series_and_its_config_runs(
     assert source["fields"]["position"]["shape"] == [None, 2]
     assert config["convert"]["features"] == ["E"] and config["convert"]["labels"] == ["time"]
     text = (tmp_path / "inspected.yaml").read_text()
-    assert "convert.deposit: {electrons_density: {positions: position, weights: weighting, shape: [16, 16]" in text
+    assert (
+        "convert.deposit: {electrons_density: {positions: position, weights: weighting, shape: [16, 16]"
+        in text
+    )
     meta = run_written_config(tmp_path, config)
     assert meta["counts"]["records"] == 5 and meta["feature_spec"]["E"]["shape"] == [16, 16, 3]
     assert adios_profiles() == before  # openPMD-api's ADIOS2 engines told not to profile either
@@ -389,8 +432,16 @@ def write_gadget(path: Path, omega: float, seed: int, particles: int = 600) -> N
     rng = np.random.default_rng(seed)
     with h5py.File(path, "w") as f:
         header = f.create_group("Header")
-        header.attrs.update({"BoxSize": 100.0, "Omega0": omega, "OmegaLambda": 1 - omega, "HubbleParam": 0.7,
-                             "Redshift": 0.0, "NumPart_ThisFile": np.array([0, particles, 0, 0, 0, 0])})  # fmt: skip
+        header.attrs.update(
+            {
+                "BoxSize": 100.0,
+                "Omega0": omega,
+                "OmegaLambda": 1 - omega,
+                "HubbleParam": 0.7,
+                "Redshift": 0.0,
+                "NumPart_ThisFile": np.array([0, particles, 0, 0, 0, 0]),
+            }
+        )
         group = f.create_group("PartType1")
         group["Coordinates"] = (rng.random((particles, 3)) * 100.0).astype(np.float32)
         group["ParticleIDs"] = np.arange(particles, dtype=np.uint64)
@@ -524,13 +575,30 @@ def test_inspect_takes_a_series_numeric_attributes_as_its_labels_and_the_config_
     data = tmp_path / "runs"
     runs = {0: (1.5, 5.0, 18.0), 1: (2.5, 6.0, 22.0), 2: (3.5, 7.0, 26.0)}
     for k, (a0, waist, duration) in runs.items():
-        subprocess.run([sys.executable, str(REPO / "examples" / "laser" / "simulate.py"), "--a0", str(a0), "--waist",
-                        str(waist), "--duration", str(duration), "--seed", str(k), "--out", str(data / f"run-{k}")],
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "examples" / "laser" / "simulate.py"),
+                "--a0",
+                str(a0),
+                "--waist",
+                str(waist),
+                "--duration",
+                str(duration),
+                "--seed",
+                str(k),
+                "--out",
+                str(data / f"run-{k}"),
+            ],
+            check=True,
+            capture_output=True,
+        )
     config = inspected(tmp_path, data)
     assert config["convert"]["labels"] == ["a0", "duration", "waist"]
     assert config["source"]["fields"]["a0"] == {"attr": "a0"} and "date" not in config["source"]["fields"]
-    meta = run_written_config(tmp_path, {**config, "merge": {**config["merge"], "splits": {}, "format": "hdf5"}})
+    meta = run_written_config(
+        tmp_path, {**config, "merge": {**config["merge"], "splits": {}, "format": "hdf5"}}
+    )
     stats = meta["statistics"]
     found = merged_records(tmp_path / "work" / "merged" / "metadata.json", "a0")
     a0 = sorted({round(float(v) * stats["a0"]["std"] + stats["a0"]["mean"], 4) for v in found["a0"]})

@@ -61,7 +61,11 @@ def tfrecord_sums(metadata_path: Path, label: str) -> tuple[int, np.ndarray, lis
     count, total, ids = 0, np.zeros(meta["feature_spec"][label]["shape"]), []
     for record in tf.data.TFRecordDataset(files):
         example = tf.train.Example.FromString(record.numpy()).features.feature
-        value = np.frombuffer(example[label].bytes_list.value[0], dtype="<f4").astype(np.float64).reshape(total.shape)
+        value = (
+            np.frombuffer(example[label].bytes_list.value[0], dtype="<f4")
+            .astype(np.float64)
+            .reshape(total.shape)
+        )
         if stats is not None:
             value = value * np.asarray(stats["std"]) + np.asarray(stats["mean"])
         total += value
@@ -71,7 +75,9 @@ def tfrecord_sums(metadata_path: Path, label: str) -> tuple[int, np.ndarray, lis
 
 
 def sim2dl_inspect(*args: str) -> str:
-    proc = subprocess.run(["sim2dl", "inspect", *args], capture_output=True, text=True, env=env(), timeout=120)
+    proc = subprocess.run(
+        ["sim2dl", "inspect", *args], capture_output=True, text=True, env=env(), timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -114,7 +120,10 @@ def test_inspect_describes_every_format_and_what_differs(tmp_path):
             atmos.createVariable("tas", "f4", ("lat", "lon"))[:] = np.ones((6, 8))
             ds.createVariable("co2", "f8", ())[...] = 400.0 + i
     nc = survey(str(tmp_path / "n0.nc"))  # one file: its siblings of the same suffix
-    assert {(f.path, f.shape, f.dtype) for f in nc.fields} == {("atmos/tas", (6, 8), "float32"), ("co2", (), "float64")}
+    assert {(f.path, f.shape, f.dtype) for f in nc.fields} == {
+        ("atmos/tas", (6, 8), "float32"),
+        ("co2", (), "float64"),
+    }
     assert nc.sample_id == "sample_id" and nc.source.pattern == "*.nc" and len(nc.files) == 2
 
     # .npz (headers only; a one-element text array is an id) and .npy
@@ -123,7 +132,9 @@ def test_inspect_describes_every_format_and_what_differs(tmp_path):
     assert {(f.path, f.shape) for f in npz.fields} == {("field", (4, 4, 4)), ("label", (1,)), ("id", ())}
     assert npz.sample_id == "id"
     np.save(tmp_path / "b.npy", np.zeros((7, 3), np.int64))
-    assert [(f.path, f.shape, f.dtype) for f in survey(str(tmp_path / "b.npy")).fields] == [(".", (7, 3), "int64")]
+    assert [(f.path, f.shape, f.dtype) for f in survey(str(tmp_path / "b.npy")).fields] == [
+        (".", (7, 3), "int64")
+    ]
 
     # ROOT: branches over the file's events
     with uproot.recreate(tmp_path / "events.root") as f:
@@ -141,14 +152,18 @@ def test_inspect_describes_every_format_and_what_differs(tmp_path):
     with pytest.raises(Sim2dlError, match="no files match"):
         survey(str(tmp_path / "*.hdf5"))
     (tmp_path / "broken.h5").write_bytes(b"not hdf5")
-    assert "cannot open as HDF5" in survey(str(tmp_path / "broken.h5")).unreadable.get(str(tmp_path / "broken.h5"), "")
+    assert "cannot open as HDF5" in survey(str(tmp_path / "broken.h5")).unreadable.get(
+        str(tmp_path / "broken.h5"), ""
+    )
 
 
 def test_cosmoflow_layout_inspected_split_into_subvolumes_and_trained(tmp_path):
     data = tmp_path / "cosmoUniverse"
     _, labels = write_cosmoflow(data, 24)
     printed = sim2dl_inspect(str(data), "--write", str(tmp_path / "cosmoflow.yaml"))
-    assert re.search(r"full +int16 +\(16, 16, 16, 4\)", printed) and re.search(r"unitPar +float32 +\(4,\)", printed)
+    assert re.search(r"full +int16 +\(16, 16, 16, 4\)", printed) and re.search(
+        r"unitPar +float32 +\(4,\)", printed
+    )
     config = yaml.safe_load((tmp_path / "cosmoflow.yaml").read_text())
     assert config["source"]["fields"]["full"] == {"path": "full", "dtype": "int16", "shape": [16, 16, 16, 4]}
     assert config["source"]["sample_id"] is None  # no id attribute: the relative path
@@ -199,7 +214,11 @@ def test_deepcam_layout_to_hdf5_shards(tmp_path):
     sim2dl_inspect(str(data), "--write", str(tmp_path / "deepcam.yaml"))
     config = yaml.safe_load((tmp_path / "deepcam.yaml").read_text())
     assert config["source"]["sample_id"] == {"attr": "sample_id"}
-    assert config["source"]["fields"]["labels"] == {"path": "climate/labels", "dtype": "int32", "shape": [12, 20]}
+    assert config["source"]["fields"]["labels"] == {
+        "path": "climate/labels",
+        "dtype": "int32",
+        "shape": [12, 20],
+    }
     # Both arrays are large, so inspect makes both features: the mask is a segmentation target, say so.
     config["convert"] = {"features": ["data"], "labels": ["labels"], "normalise": ["data"]}
     config["merge"] = {"format": "hdf5"}
@@ -228,13 +247,17 @@ def test_a_users_config_file_replaces_the_demo_config(tmp_path):
     resolved = yaml.safe_load((Path(user["workdir"]) / "config.resolved.yaml").read_text())
     assert resolved == cfg.validate(json.loads(json.dumps(user)))
     assert set(resolved["source"]["fields"]) == {"full", "unitPar"}  # not the demo's density and params
-    assert resolved["search"]["space"] == cfg.schema()["properties"]["search"]["properties"]["space"]["default"]
+    assert (
+        resolved["search"]["space"] == cfg.schema()["properties"]["search"]["properties"]["space"]["default"]
+    )
     assert resolved["simulate"]["samples"] == 1024  # the schema's default, not the demo's
     assert "rule simulate" not in proc.stdout
 
 
 def test_a_step_without_config_asks_for_one(tmp_path):
-    proc = subprocess.run(["sim2dl", "ingest"], capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        ["sim2dl", "ingest"], capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=120
+    )
     assert proc.returncode == 2 and "--config" in proc.stderr and "required" in proc.stderr
     assert not (tmp_path / "results").exists()
     proc = subprocess.run(["sim2dl", "image", "ref"], capture_output=True, text=True, env=env(), timeout=120)
@@ -250,7 +273,17 @@ def test_the_schema_travels_with_a_built_wheel(tmp_path):
         shutil.copy(REPO / name, source / name)
     shutil.copytree(REPO / "pipeline", source / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(source),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -18,8 +18,20 @@ from pipeline.steps.inspect import inspect
 
 from .helpers import data_half, records_by_id
 
-DIFF_REACT_CONFIG = {"sim": {"t": 5.0, "tdim": 6, "x_left": -1.0, "x_right": 1.0, "xdim": 8, "ydim": 8,
-                             "Du": 1e-3, "Dv": 5e-3, "k": 5e-3, "seed": 0}}  # fmt: skip
+DIFF_REACT_CONFIG = {
+    "sim": {
+        "t": 5.0,
+        "tdim": 6,
+        "x_left": -1.0,
+        "x_right": 1.0,
+        "xdim": 8,
+        "ydim": 8,
+        "Du": 1e-3,
+        "Dv": 5e-3,
+        "k": 5e-3,
+        "seed": 0,
+    }
+}
 
 
 def write_diff_react(path: Path, seeds: int) -> np.ndarray:
@@ -33,7 +45,9 @@ def write_diff_react(path: Path, seeds: int) -> np.ndarray:
             key = str(seed).zfill(4)
             f.create_dataset(f"{key}/data", data=data, dtype="float32", compression="lzf")
             for axis, n in (("x", 8), ("y", 8), ("t", 6)):
-                f.create_dataset(f"{key}/grid/{axis}", data=np.linspace(-1, 1, n), dtype="float32", compression="lzf")
+                f.create_dataset(
+                    f"{key}/grid/{axis}", data=np.linspace(-1, 1, n), dtype="float32", compression="lzf"
+                )
             f[key].attrs["config"] = yaml.safe_dump(
                 {**DIFF_REACT_CONFIG, "sim": {**DIFF_REACT_CONFIG["sim"], "seed": seed}}
             )
@@ -52,7 +66,9 @@ def test_a_group_per_seed_is_a_record_per_seed_and_inspect_proposes_its_next_sta
     assert config["source"]["samples_along"] == 0 and config["merge"]["split_by"] == "sample"
     assert config["convert"]["features"] == ["data"] and config["convert"]["per_channel"] == ["data"]
     assert config["train"]["task"] == "next_state" and config["train"]["model"] == "fno2d"
-    summary, meta = data_half(validated({**config, "workdir": str(tmp_path / "work")}), root, tmp_path, serial)
+    summary, meta = data_half(
+        validated({**config, "workdir": str(tmp_path / "work")}), root, tmp_path, serial
+    )
     assert summary["accepted"] == 5 and meta["feature_spec"]["data"]["shape"] == [6, 8, 8, 2]
     records = records_by_id(tmp_path / "work" / "merged")
     stats = meta["statistics"]["data"]
@@ -88,14 +104,18 @@ def test_an_array_per_field_is_a_record_per_trajectory_with_the_fields_stacked(t
     assert config["convert"]["stack"] == {"state": members} and config["convert"]["features"] == ["state"]
     assert config["convert"]["per_channel"] == ["state"] and config["train"]["task"] == "next_state"
     assert config["source"]["samples_along"] == 0 and "t_coordinate" not in config["convert"]["labels"]
-    summary, meta = data_half(validated({**config, "workdir": str(tmp_path / "work")}), root, tmp_path, serial)
+    summary, meta = data_half(
+        validated({**config, "workdir": str(tmp_path / "work")}), root, tmp_path, serial
+    )
     assert summary["accepted"] == 4 and meta["feature_spec"]["state"]["shape"] == [5, 8, 8, 4]
     assert meta["component_names"]["state"] == members  # what the next state scores per field
     stats = meta["statistics"]["state"]
     for name, record in records_by_id(tmp_path / "work" / "merged").items():
         i = int(str(name).rsplit("#", 1)[-1])
         value = np.asarray(record["state"]) * np.asarray(stats["std"]) + np.asarray(stats["mean"])
-        np.testing.assert_allclose(value, np.stack([arrays[m][i] for m in members], axis=-1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            value, np.stack([arrays[m][i] for m in members], axis=-1), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_a_1d_tensor_is_a_next_state_of_lines_that_fno1d_steps_below_persistence(tmp_path, serial):
@@ -121,11 +141,15 @@ def test_a_1d_tensor_is_a_next_state_of_lines_that_fno1d_steps_below_persistence
     assert "an array per field: tensor" in text, text
     assert config["train"]["task"] == "next_state" and config["train"]["model"] == "fno1d"
     assert config["train"]["next_state"]["spatial_dims"] == 1 and config["source"]["samples_along"] == 0
-    config.update(workdir=str(tmp_path / "work"), stage={"target": str(tmp_path / "local")}, search={"enabled": False})
+    config.update(
+        workdir=str(tmp_path / "work"), stage={"target": str(tmp_path / "local")}, search={"enabled": False}
+    )
     config["train"].update(epochs=10, batch_size=16, width=16, depth=2, dense=32, learning_rate=0.005)
     path = write_config(tmp_path, validated(config))
     for step in ("ingest", "convert", "merge", "stage", "train"):
         run_cli([step, "--config", str(path)], ranks=2, timeout=600)
     summary = json.loads((tmp_path / "work" / "train" / "summary.json").read_text())
-    assert summary["scored_on"] == "test" and summary["vrmse"]["tensor"] < summary["persistence_vrmse"]["tensor"]
+    assert (
+        summary["scored_on"] == "test" and summary["vrmse"]["tensor"] < summary["persistence_vrmse"]["tensor"]
+    )
     assert summary["rollout"]["below_persistence_at_every_step"], summary["rollout"]

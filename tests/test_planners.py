@@ -35,8 +35,13 @@ def test_spread_over_nodes_balances_bytes_and_gives_every_source_to_one_node():
 
 
 def test_spread_over_nodes_keeps_the_slab_files_of_a_shard_on_one_node():
-    """merge.slabs: a node's spatial sets read every slab of their shards, so a shard's files travel together."""
-    sources = [source(f"shard-{i:05d}-of-00005.slab-{k}-of-2.tfrecord", 10 * (i + 1)) for i in range(5) for k in (0, 1)]
+    """merge.slabs: a node's spatial sets read every slab of their shards, so a shard's files travel
+    together."""
+    sources = [
+        source(f"shard-{i:05d}-of-00005.slab-{k}-of-2.tfrecord", 10 * (i + 1))
+        for i in range(5)
+        for k in (0, 1)
+    ]
     shares = spread_over_nodes(sources, 2)
     held = [{s.name.split(".slab-")[0] for s in p} for p in shares]
     assert not held[0] & held[1] and len(held[0] | held[1]) == 5
@@ -83,9 +88,13 @@ def test_shard_names_number_within_each_split():
     tfrecord = WRITERS["tfrecord"]
     assert shard_names([0, 0, 0], [], tfrecord) == [f"shard-{i:05d}-of-00003.tfrecord" for i in range(3)]
     names = shard_names([0, 0, 1, 1, 1], ["train", "validation"], tfrecord)
-    assert names == ["train/shard-00000-of-00002.tfrecord", "train/shard-00001-of-00002.tfrecord",
-                     "validation/shard-00000-of-00003.tfrecord", "validation/shard-00001-of-00003.tfrecord",
-                     "validation/shard-00002-of-00003.tfrecord"]  # fmt: skip
+    assert names == [
+        "train/shard-00000-of-00002.tfrecord",
+        "train/shard-00001-of-00002.tfrecord",
+        "validation/shard-00000-of-00003.tfrecord",
+        "validation/shard-00001-of-00003.tfrecord",
+        "validation/shard-00002-of-00003.tfrecord",
+    ]
 
 
 def test_split_numbers_follow_the_fractions_and_keep_a_parent_together():

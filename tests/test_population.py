@@ -73,10 +73,26 @@ def test_an_adopter_takes_lineage_and_mutated_hyperparameters_and_the_start_expl
 
 
 def config_for(changes, **train):
-    population = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 2, "exchange": "pairwise",
-                  "quantile": 0.25, "tournament_fraction": 0.1, "mutate": {}, **changes}  # fmt: skip
-    settings = {"seed": 1, "batch_size": 8, "learning_rate": 0.001, "weight_decay": 0.0, "validation_fraction": 0.1,
-                "spatial": {"split": 1}, "population": population}  # fmt: skip
+    population = {
+        "enabled": True,
+        "trainers": 2,
+        "rounds": 2,
+        "steps_per_round": 2,
+        "exchange": "pairwise",
+        "quantile": 0.25,
+        "tournament_fraction": 0.1,
+        "mutate": {},
+        **changes,
+    }
+    settings = {
+        "seed": 1,
+        "batch_size": 8,
+        "learning_rate": 0.001,
+        "weight_decay": 0.0,
+        "validation_fraction": 0.1,
+        "spatial": {"split": 1},
+        "population": population,
+    }
     return {"train": {**settings, **train}}
 
 
@@ -85,15 +101,32 @@ def config_for(changes, **train):
     ("changes", "train", "message"),
     [
         ({"trainers": 3}, {}, "'train.population.trainers': 3 trainers do not divide the job's 4 ranks"),
-        ({"mutate": {"learning_rte": [2]}}, {}, "'train.population.mutate.learning_rte': no such key of train"),
-        ({"mutate": {"batch_size": [2]}}, {}, "'train.population.mutate.batch_size': train.batch_size cannot change"),
-        ({"mutate": {"weight_decay": [2]}}, {}, "'train.population.mutate.weight_decay': train.weight_decay is 0"),
+        (
+            {"mutate": {"learning_rte": [2]}},
+            {},
+            "'train.population.mutate.learning_rte': no such key of train",
+        ),
+        (
+            {"mutate": {"batch_size": [2]}},
+            {},
+            "'train.population.mutate.batch_size': train.batch_size cannot change",
+        ),
+        (
+            {"mutate": {"weight_decay": [2]}},
+            {},
+            "'train.population.mutate.weight_decay': train.weight_decay is 0",
+        ),
         ({}, {"spatial": {"split": 2}}, "'train.population' with 'train.spatial.split': 2"),
-        ({"tournament_fraction": 0.05}, {}, "'train.population.tournament_fraction': 0.05 of a trainer's share"),
+        (
+            {"tournament_fraction": 0.05},
+            {},
+            "'train.population.tournament_fraction': 0.05 of a trainer's share",
+        ),
     ],
 )
 def test_config_errors_name_the_key_before_any_data_is_read(changes, train, message):
-    meta = {"counts": {"records": 200}}  # 180 training records: 9 a trainer's tournament set at 0.1, 4.5 at 0.05
+    # 180 training records: 9 a trainer's tournament set at 0.1, 4.5 at 0.05
+    meta = {"counts": {"records": 200}}
     with pytest.raises(Sim2dlError, match=message.replace("(", r"\(").replace(")", r"\)")):
         check(config_for(changes, **train), 4, meta)
     assert check(config_for({}), 4, meta).ranks_per_trainer == 2
@@ -102,8 +135,14 @@ def test_config_errors_name_the_key_before_any_data_is_read(changes, train, mess
 def train(tmp_path, staged, ranks=2, background=False, warm_start=False, **population):
     _, config = staged
     tmp_path.mkdir(parents=True, exist_ok=True)
-    config = {**config, "train": {**config["train"], "warm_start": warm_start,
-                                  "population": population_settings(**population)}}  # fmt: skip
+    config = {
+        **config,
+        "train": {
+            **config["train"],
+            "warm_start": warm_start,
+            "population": population_settings(**population),
+        },
+    }
     args = ["train", "--config", str(write_config(tmp_path, config)), "--out", str(tmp_path / "train")]
     if background:
         return start_cli(args, ranks)
@@ -129,7 +168,8 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
             assert (r["adopted"][t] == 1 - t) == (scores["partner"] < scores["own"])
             seconds = r["seconds"]
             assert seconds["steps"] > 0 and r["round_cost"] == pytest.approx(
-                (seconds["tournament"] + seconds["exchange"]) / seconds["steps"])  # fmt: skip
+                (seconds["tournament"] + seconds["exchange"]) / seconds["steps"]
+            )
     # the lineage is the adoptions' record: every adoption in a row appears in the adopter's lineage, and a
     # trainer that adopted in the last round carries that adoption in its lineage
     adoptions = {(r["round"], t) for r in rounds for t in (0, 1) if r["adopted"][t] is not None}
@@ -159,7 +199,8 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
         board = board_events(tmp_path / "whole" / "train" / "tensorboard" / f"trainer-{t}")
         assert board["scalars"]["val_loss"] == pytest.approx({r["round"]: r["val_loss"][t] for r in rounds})
         assert board["scalars"]["learning_rate"] == pytest.approx(
-            {r["round"]: r["hyperparameters"][t]["learning_rate"] for r in rounds})  # fmt: skip
+            {r["round"]: r["hyperparameters"][t]["learning_rate"] for r in rounds}
+        )
         adopted = [r["round"] for r in rounds if r["adopted"][t] is not None]
         assert len(board["text"].get("adoptions", [])) == len(adopted)
         assert all(f"trainer {t} adopted" in line for line in board["text"].get("adoptions", []))
@@ -186,7 +227,9 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
     proc = train(out, staged, background=True)
     state = out / "train" / "population.json"
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (state.exists() and json.loads(state.read_text())["round"] >= 1):
+    while time.monotonic() < deadline and not (
+        state.exists() and json.loads(state.read_text())["round"] >= 1
+    ):
         time.sleep(0.05)
     kill_tree(proc)
     done = json.loads(state.read_text())["round"]
@@ -249,12 +292,16 @@ class FailAfter(tf.keras.layers.Layer):
         self.after = after
 
     def build(self, shape):
-        self.calls = self.add_weight(name="calls", shape=(), initializer="zeros", trainable=False, dtype="int64")
+        self.calls = self.add_weight(
+            name="calls", shape=(), initializer="zeros", trainable=False, dtype="int64"
+        )
 
     def call(self, x, training=None):
         if training:
             self.calls.assign_add(1)
-            tf.debugging.assert_less(self.calls, tf.constant(self.after, tf.int64), message="injected failure")
+            tf.debugging.assert_less(
+                self.calls, tf.constant(self.after, tf.int64), message="injected failure"
+            )
         return x
 
 
@@ -272,12 +319,16 @@ def test_a_trainer_that_fails_ends_the_job_with_an_error_naming_it(tmp_path, sta
     one), and the job ends with an error naming the trainer, its ranks and the round."""
     (tmp_path / "failing.py").write_text(FAILING_MODEL)
     _, config = staged
-    settings = {**config["train"], "model": f"{tmp_path / 'failing.py'}:build",
-                "population": population_settings(mutate={})}  # fmt: skip
+    settings = {
+        **config["train"],
+        "model": f"{tmp_path / 'failing.py'}:build",
+        "population": population_settings(mutate={}),
+    }
     path = write_config(tmp_path, {**config, "train": settings})
     started = time.monotonic()
-    proc = run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train")], ranks=2, check=False,
-                   timeout=300)  # fmt: skip
+    proc = run_cli(
+        ["train", "--config", str(path), "--out", str(tmp_path / "train")], ranks=2, check=False, timeout=300
+    )
     assert proc.returncode != 0 and time.monotonic() - started < 300
     assert "trainer 1 (ranks 1-1) failed in round 2: InvalidArgumentError" in proc.stderr, proc.stderr[-3000:]
     assert "injected failure" in proc.stderr
@@ -288,7 +339,10 @@ def test_a_trainer_that_fails_ends_the_job_with_an_error_naming_it(tmp_path, sta
     ("other", "message"),
     [
         ({"search": {"enabled": True}}, "config keys 'train.population.enabled' and 'search.enabled'"),
-        ({"train": {"online": {"enabled": True}}}, "config keys 'train.population.enabled' and 'train.online.enabled'"),
+        (
+            {"train": {"online": {"enabled": True}}},
+            "config keys 'train.population.enabled' and 'train.online.enabled'",
+        ),
     ],
 )
 def test_the_workflow_refuses_a_population_with_a_search_or_online_training(tmp_path, other, message):
@@ -310,7 +364,9 @@ def test_independent_trainers_score_their_own_model_and_move_nothing():
 
     from pipeline.training.tournament import _tournament
 
-    trainer = SimpleNamespace(population=plan(trainers=2, ranks=2, exchange="none"), number=1, rank=1, world=None)
+    trainer = SimpleNamespace(
+        population=plan(trainers=2, ranks=2, exchange="none"), number=1, rank=1, world=None
+    )
     untouched = [np.arange(3.0)]
     adopted, scores, moved = _tournament(trainer, 0, np.zeros(3), lambda: untouched, lambda: 0.25)
     assert (adopted, scores, moved) == (None, {"own": 0.25}, 0.0) and untouched[0].tolist() == [0.0, 1.0, 2.0]

@@ -92,7 +92,9 @@ def every_record(reader_args, slots):
     seen = {}
     for rank in range(ranks):
         for worker in range(workers):
-            reader = ShardReader(*reader_args[:1], rank=rank, world_size=ranks, worker=worker, workers=workers)
+            reader = ShardReader(
+                *reader_args[:1], rank=rank, world_size=ranks, worker=worker, workers=workers
+            )
             got = list(reader)
             assert len(got) == len(reader)
             for record in got:
@@ -181,8 +183,14 @@ def test_encoding_config_errors_name_the_key(tmp_path):
     cases = [
         ({"merge": {"encoding": {"nope": "float_list"}}}, r"merge\.encoding.*\['nope'\]"),
         ({"merge": {"format": "hdf5", "encoding": {"params": "float_list"}}}, r"merge\.encoding.*'hdf5'"),
-        ({"merge": {"encoding": {"params": "int64_list"}}}, r"merge\.encoding.*'params' is float32: int64_list"),
-        ({"convert": {"dtype": "float64"}, "merge": {"encoding": {"params": "float_list"}}}, r"float_list holds only"),
+        (
+            {"merge": {"encoding": {"params": "int64_list"}}},
+            r"merge\.encoding.*'params' is float32: int64_list",
+        ),
+        (
+            {"convert": {"dtype": "float64"}, "merge": {"encoding": {"params": "float_list"}}},
+            r"float_list holds only",
+        ),
     ]
     for sections, message in cases:
         with pytest.raises(Sim2dlError, match=message):
@@ -233,7 +241,10 @@ def test_mlperf_cosmoflow_preset_gives_the_layout_the_reference_trains_from(tmp_
         run_cli([step, "--config", str(config_path)], ranks=2)
     data_dir = tmp_path / "work" / "merged" / "shards"
     meta = json.loads((data_dir.parent / "metadata.json").read_text())
-    assert meta["feature_spec"]["x"]["dtype"] == "int16" and meta["feature_spec"]["y"]["encoding"] == "float_list"
+    assert (
+        meta["feature_spec"]["x"]["dtype"] == "int16"
+        and meta["feature_spec"]["y"]["encoding"] == "float_list"
+    )
 
     def parse_reference(record):  # as the reference's data pipeline
         features = tf.io.parse_single_example(
@@ -246,7 +257,9 @@ def test_mlperf_cosmoflow_preset_gives_the_layout_the_reference_trains_from(tmp_
     assert set(meta["splits"]) == {"train", "validation", "test"}  # the preset's three
     for split in meta["splits"]:
         files = sorted(str(p) for p in (data_dir / split).glob("*.tfrecord"))
-        assert (files or not meta["splits"][split]["records"]) and all(Path(f + ".idx").exists() for f in files)
+        assert (files or not meta["splits"][split]["records"]) and all(
+            Path(f + ".idx").exists() for f in files
+        )
         dataset = tf.data.TFRecordDataset(files, compression_type="GZIP" if compression == "gzip" else "")
         for x, y in dataset.map(parse_reference):
             total += int(tf.reduce_sum(tf.cast(x, tf.int64)))
@@ -265,8 +278,12 @@ def test_reader_reads_one_split(tmp_path):
     )
     merge_cli(config_path, work / "merged", ranks=2)
     meta = json.loads((work / "merged" / "metadata.json").read_text())
-    ids = {name: {r["sample_id"] for r in ShardReader(work / "merged", name)} for name in ("train", "validation")}
-    assert {name: len(got) for name, got in ids.items()} == {n: s["records"] for n, s in meta["splits"].items()}
+    ids = {
+        name: {r["sample_id"] for r in ShardReader(work / "merged", name)} for name in ("train", "validation")
+    }
+    assert {name: len(got) for name, got in ids.items()} == {
+        n: s["records"] for n, s in meta["splits"].items()
+    }
     assert not ids["train"] & ids["validation"]
     assert ids["train"] | ids["validation"] == {r["sample_id"] for r in ShardReader(work / "merged")}
     with pytest.raises(Sim2dlError, match=r"has no split 'test' \(its splits: \['train', 'validation'\]\)"):

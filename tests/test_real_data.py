@@ -36,19 +36,39 @@ def test_cf_decoding_masks_and_unpacks_every_variable_as_netcdf4_does():
                 got = opened.decoded(name, opened.read(name, ()))
                 want_mask, got_mask = np.ma.getmaskarray(want), np.ma.getmaskarray(got)
                 assert np.array_equal(want_mask, got_mask), (path.name, name)
-                assert np.array_equal(np.ma.getdata(want)[~want_mask], np.ma.getdata(got)[~got_mask]), (path.name, name)
+                assert np.array_equal(np.ma.getdata(want)[~want_mask], np.ma.getdata(got)[~got_mask]), (
+                    path.name,
+                    name,
+                )
                 compared += 1
                 masked_variables += bool(want_mask.any())
     assert compared > 100 and masked_variables >= 10  # fill values of several kinds were there to find
 
 
 def ostia_config(tmp_path: Path, missing: str, **field: object) -> dict:
-    spec = {"path": "surface_temperature", "dtype": "float32", "shape": [18, 432], "missing": missing, **field}
+    spec = {
+        "path": "surface_temperature",
+        "dtype": "float32",
+        "shape": [18, 432],
+        "missing": missing,
+        **field,
+    }
     labels = ["surface_temperature_mask"] if missing == "mask" else []
-    source = {"path": str(IRIS), "glob": "ostia_monthly.nc", "format": "netcdf", "samples_along": "time",
-              "sample_id": None, "fields": {"surface_temperature": spec}}  # fmt: skip
-    convert = {"features": ["surface_temperature"], "labels": labels, "log1p": [],
-               "normalise": ["surface_temperature"], "per_channel": []}  # fmt: skip
+    source = {
+        "path": str(IRIS),
+        "glob": "ostia_monthly.nc",
+        "format": "netcdf",
+        "samples_along": "time",
+        "sample_id": None,
+        "fields": {"surface_temperature": spec},
+    }
+    convert = {
+        "features": ["surface_temperature"],
+        "labels": labels,
+        "log1p": [],
+        "normalise": ["surface_temperature"],
+        "per_channel": [],
+    }
     return make_config(
         tmp_path,
         source=source,
@@ -69,7 +89,10 @@ def test_fill_values_of_real_sea_surface_temperatures_never_reach_records_or_sta
     rejected = ingest_only(ostia_config(tmp_path / "reject", "reject"), tmp_path / "reject")
     assert rejected["accepted"] == 0 and rejected["rejected"] == 54
     reasons = (tmp_path / "reject" / "ingest" / "rejects.csv").read_text()
-    assert f"surface_temperature': {missing_per_step[0]} of 7776 values are missing (_FillValue 1e+20)" in reasons
+    assert (
+        f"surface_temperature': {missing_per_step[0]} of 7776 values are missing (_FillValue 1e+20)"
+        in reasons
+    )
 
     summary, metadata = data_half(ostia_config(tmp_path, "mask", fill_value=-1.0), IRIS, tmp_path, serial)
     assert summary["accepted"] == 54
@@ -107,7 +130,10 @@ def real_files() -> list[Path]:
     import h5py
     import tables
 
-    shipped = [*Path(tables.__file__).parent.glob("tests/*.h5"), *Path(h5py.__file__).parent.glob("tests/**/*.h5")]
+    shipped = [
+        *Path(tables.__file__).parent.glob("tests/*.h5"),
+        *Path(h5py.__file__).parent.glob("tests/**/*.h5"),
+    ]
     return IRIS_NETCDF + sorted(shipped)
 
 
@@ -203,7 +229,13 @@ def test_packed_values_fill_values_in_labels_and_unusable_packing_per_sample(tmp
     fields = {"ta": {"path": "ta", "dtype": "float32", "shape": [8]}, "y": {"path": "y", "dtype": "float32"}}
     config = make_config(
         tmp_path,
-        source={"path": str(root), "glob": "*.nc", "samples_along": "time", "sample_id": None, "fields": fields},
+        source={
+            "path": str(root),
+            "glob": "*.nc",
+            "samples_along": "time",
+            "sample_id": None,
+            "fields": fields,
+        },
         convert={"features": ["ta"], "labels": ["y"], "log1p": [], "normalise": [], "per_channel": []},
         ingest={"max_reject_fraction": 1.0},
     )
@@ -252,5 +284,6 @@ def test_packed_values_fill_values_in_labels_and_unusable_packing_per_sample(tmp
     assert (summary["accepted"], summary["rejected"]) == (3, 1)
     [reject] = read_csv(tmp_path / "h5ingest" / "rejects.csv")
     assert (
-        reject["sample_id"] == "" and "field 'density': 1 of 64 values are missing (_FillValue -1)" in reject["reason"]
+        reject["sample_id"] == ""
+        and "field 'density': 1 of 64 values are missing (_FillValue -1)" in reject["reason"]
     )

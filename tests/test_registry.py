@@ -78,8 +78,10 @@ def podman_env(tmp_path_factory) -> dict[str, str]:
     here): a containers.conf of the test's own, as a site would configure podman."""
     nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 20000)
     conf = tmp_path_factory.mktemp("podman") / "containers.conf"
-    conf.write_text(f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc=20000:20000"]\n'
-                    '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n')  # fmt: skip
+    conf.write_text(
+        f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc=20000:20000"]\n'
+        '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
+    )
     return {**runtime_env(), "CONTAINERS_CONF": str(conf)}
 
 
@@ -87,8 +89,13 @@ def podman_env(tmp_path_factory) -> dict[str, str]:
 def oci_archive(image):
     """`sim2dl image build --format oci` (podman import + save), removed after the module (2 GB)."""
     tools()
-    proc = subprocess.run(cli_command(["image", "build", "--format", "oci"], None), capture_output=True, text=True,
-                          env=env(), timeout=1800)  # fmt: skip
+    proc = subprocess.run(
+        cli_command(["image", "build", "--format", "oci"], None),
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     archive = Path(json.loads(proc.stdout)["outputs"]["oci"])
     yield archive
@@ -105,8 +112,13 @@ def config_digest(archive: Path) -> str:
     return manifest["config"]["digest"].removeprefix("sha256:")
 
 
-def image_cli(args: list[str], container: dict[str, Any], tmp_path: Path, extra_env: dict[str, str] | None = None,
-              timeout: float = 1800) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def image_cli(
+    args: list[str],
+    container: dict[str, Any],
+    tmp_path: Path,
+    extra_env: dict[str, str] | None = None,
+    timeout: float = 1800,
+) -> subprocess.CompletedProcess[str]:
     """`sim2dl image ARGS` with the demo config and `container` overrides."""
     overrides = tmp_path / f"container-{len(list(tmp_path.glob('container-*')))}.yaml"
     overrides.write_text(yaml.safe_dump({"container": container}))
@@ -159,7 +171,8 @@ def test_pushed_image_is_pulled_by_podman_and_charliecloud_and_runs_a_step_on_th
     assert digest.startswith("sha256:") and remote_digest(ref, settings(**tls)) == digest
 
     image_id = config_digest(oci_archive)
-    subprocess.run(["podman", "rmi", "-f", image_id], capture_output=True, timeout=300)  # every local name of it
+    # every local name of it
+    subprocess.run(["podman", "rmi", "-f", image_id], capture_output=True, timeout=300)
     assert subprocess.run(["podman", "image", "exists", image_id], timeout=60).returncode == 1
     name = f"{registry.address}/sim2dl"
     pulled_dir, storage = tmp_path / "pulled", tmp_path / "ch-image"
@@ -169,17 +182,26 @@ def test_pushed_image_is_pulled_by_podman_and_charliecloud_and_runs_a_step_on_th
         proc = image_cli(["pull"], pod, tmp_path, podman_env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert json.loads(proc.stdout)["digest"] == digest
-        stored = subprocess.run(["podman", "image", "inspect", "--format", "{{.Digest}}", str(ref)],
-                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        stored = subprocess.run(
+            ["podman", "image", "inspect", "--format", "{{.Digest}}", str(ref)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert stored.stdout.strip() == digest
 
         # charliecloud: ch-image pull, ch-convert to a directory image where the config names it
         ch = {"runtime": "charliecloud", "name": name, "image": str(pulled_dir / "sim2dl"), **tls}
         proc = image_cli(["pull"], ch, tmp_path, {"CH_IMAGE_STORAGE": str(storage)})
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert (pulled_dir / "sim2dl" / "opt" / "venv" / "bin" / "python").exists() and not leftovers(pulled_dir)
+        assert (pulled_dir / "sim2dl" / "opt" / "venv" / "bin" / "python").exists() and not leftovers(
+            pulled_dir
+        )
         manifests = list((storage / "dlcache").glob("*.manifest.json"))
-        assert len(manifests) == 1 and "sha256:" + hashlib.sha256(manifests[0].read_bytes()).hexdigest() == digest
+        assert (
+            len(manifests) == 1
+            and "sha256:" + hashlib.sha256(manifests[0].read_bytes()).hexdigest() == digest
+        )
         assert not list((storage / "img").iterdir())  # the unpacked copy in ch-image's storage is deleted
         again = image_cli(["pull", "--missing"], ch, tmp_path)  # `make demo`: present, so nothing to do
         assert again.returncode == 0 and json.loads(again.stdout)["pulled"] is None
@@ -205,20 +227,38 @@ def tiny_oci_archive(path: Path) -> Path:
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     layer = gzip.compress(layer_tar.getvalue(), mtime=0)
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/bin"]},
-                         "history": [{"created": "2026-01-01T00:00:00Z", "created_by": "tests/test_registry.py"}],
-                         "rootfs": {"type": "layers",
-                                    "diff_ids": ["sha256:" + hashlib.sha256(layer_tar.getvalue()).hexdigest()]}}
-                        ).encode()  # fmt: skip
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Env": ["PATH=/bin"]},
+            "history": [{"created": "2026-01-01T00:00:00Z", "created_by": "tests/test_registry.py"}],
+            "rootfs": {
+                "type": "layers",
+                "diff_ids": ["sha256:" + hashlib.sha256(layer_tar.getvalue()).hexdigest()],
+            },
+        }
+    ).encode()
 
     def descriptor(media_type: str, blob: bytes) -> dict[str, Any]:
-        return {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(blob).hexdigest(), "size": len(blob)}
+        return {
+            "mediaType": media_type,
+            "digest": "sha256:" + hashlib.sha256(blob).hexdigest(),
+            "size": len(blob),
+        }
 
     oci = "application/vnd.oci.image."
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": oci + "manifest.v1+json",
-                           "config": descriptor(oci + "config.v1+json", config),
-                           "layers": [descriptor(oci + "layer.v1.tar+gzip", layer)]}).encode()  # fmt: skip
-    index = json.dumps({"schemaVersion": 2, "manifests": [descriptor(oci + "manifest.v1+json", manifest)]}).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": oci + "manifest.v1+json",
+            "config": descriptor(oci + "config.v1+json", config),
+            "layers": [descriptor(oci + "layer.v1.tar+gzip", layer)],
+        }
+    ).encode()
+    index = json.dumps(
+        {"schemaVersion": 2, "manifests": [descriptor(oci + "manifest.v1+json", manifest)]}
+    ).encode()
     files = {"oci-layout": b'{"imageLayoutVersion": "1.0.0"}', "index.json": index}
     for blob in (layer, config, manifest):
         files[f"blobs/sha256/{hashlib.sha256(blob).hexdigest()}"] = blob
@@ -230,7 +270,9 @@ def tiny_oci_archive(path: Path) -> Path:
     return path
 
 
-def test_registry_failures_are_explained_and_leave_nothing_behind(tmp_path, registry, auth_registry, podman_env):
+def test_registry_failures_are_explained_and_leave_nothing_behind(
+    tmp_path, registry, auth_registry, podman_env
+):
     tiny = tiny_oci_archive(tmp_path / "tiny.oci.tar")
     open_tls = {"registry_ca": str(registry.ca)}
     auth_tls = {"registry_ca": str(auth_registry.ca)}
@@ -243,15 +285,22 @@ def test_registry_failures_are_explained_and_leave_nothing_behind(tmp_path, regi
 
     # an unauthenticated push to a registry that requires a user: refused, and no tag appears
     proc = image_cli(["push", str(tiny_ref), "--archive", str(tiny)], auth_tls, tmp_path)
-    assert proc.returncode == 2 and "requires credentials" in proc.stderr and "registry_auth_file" in proc.stderr
+    assert (
+        proc.returncode == 2 and "requires credentials" in proc.stderr and "registry_auth_file" in proc.stderr
+    )
     assert remote_digest(tiny_ref, settings(**with_user)) is None
     # with the credentials file: pushed, and the registry serves the digest the push reported
     proc = image_cli(["push", str(tiny_ref), "--archive", str(tiny)], with_user, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert remote_digest(tiny_ref, settings(**with_user)) == json.loads(proc.stdout)["digest"]
     # charliecloud pulls with the same credentials (ch-image --auth)
-    ch_auth = {"runtime": "charliecloud", "name": f"{auth_registry.address}/team/tiny", "tag": "1",
-               "image": str(tmp_path / "ch" / "tiny"), **with_user}  # fmt: skip
+    ch_auth = {
+        "runtime": "charliecloud",
+        "name": f"{auth_registry.address}/team/tiny",
+        "tag": "1",
+        "image": str(tmp_path / "ch" / "tiny"),
+        **with_user,
+    }
     proc = image_cli(["pull"], ch_auth, tmp_path, {"CH_IMAGE_STORAGE": str(tmp_path / "store")})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "ch" / "tiny" / "hello.txt").read_text() == "sim2dl registry test\n"
@@ -259,12 +308,17 @@ def test_registry_failures_are_explained_and_leave_nothing_behind(tmp_path, regi
     # an unknown tag: named, with the tags the registry has; nothing written
     open_ref = f"{registry.address}/team/tiny"
     assert image_cli(["push", f"{open_ref}:1", "--archive", str(tiny)], open_tls, tmp_path).returncode == 0
-    for runtime, extra in (("charliecloud", {"CH_IMAGE_STORAGE": str(tmp_path / "store")}), ("podman", podman_env)):
+    for runtime, extra in (
+        ("charliecloud", {"CH_IMAGE_STORAGE": str(tmp_path / "store")}),
+        ("podman", podman_env),
+    ):
         target = tmp_path / "wrong" / "tiny"
         wrong = {"runtime": runtime, "name": open_ref, "tag": "2", "image": str(target), **open_tls}
         proc = image_cli(["pull"], wrong, tmp_path, extra)
         assert proc.returncode == 2, runtime
-        assert f"{open_ref}:2: no such image or tag in registry {registry.address}; it has 1" in proc.stderr, runtime
+        assert (
+            f"{open_ref}:2: no such image or tag in registry {registry.address}; it has 1" in proc.stderr
+        ), runtime
         assert not target.exists() and not leftovers(target.parent), runtime
     exists = subprocess.run(["podman", "image", "exists", f"{open_ref}:2"], capture_output=True, timeout=60)
     assert exists.returncode == 1
@@ -273,13 +327,23 @@ def test_registry_failures_are_explained_and_leave_nothing_behind(tmp_path, regi
     port = registry.address.rpartition(":")[2]
     down = f"127.0.0.1:{int(port) + 1 if int(port) < 65535 else 1024}"
     for args, container in (
-        (["pull"], {"runtime": "charliecloud", "name": f"{down}/tiny", "image": str(tmp_path / "down" / "t")}),
+        (
+            ["pull"],
+            {"runtime": "charliecloud", "name": f"{down}/tiny", "image": str(tmp_path / "down" / "t")},
+        ),
         (["pull"], {"runtime": "podman", "name": f"{down}/tiny"}),
         (["push", f"{down}/tiny:1", "--archive", str(tiny)], {}),
     ):
-        proc = image_cli(args, {**container, **open_tls}, tmp_path, {"CH_IMAGE_STORAGE": str(tmp_path / "store"),
-                                                                      **podman_env})  # fmt: skip
-        assert proc.returncode == 2 and f"registry {down} is not reachable" in proc.stderr, (args, proc.stderr[-1500:])
+        proc = image_cli(
+            args,
+            {**container, **open_tls},
+            tmp_path,
+            {"CH_IMAGE_STORAGE": str(tmp_path / "store"), **podman_env},
+        )
+        assert proc.returncode == 2 and f"registry {down} is not reachable" in proc.stderr, (
+            args,
+            proc.stderr[-1500:],
+        )
     assert not (tmp_path / "down" / "t").exists() and not leftovers(tmp_path / "down")
     shutil.rmtree(tmp_path / "store", ignore_errors=True)
 
@@ -291,8 +355,11 @@ def test_references_name_their_registry_and_take_the_configured_tag():
     assert parse_reference("ghcr.io/org/sim2dl", "0.1.0") == RegistryRef("ghcr.io", "org/sim2dl", "0.1.0")
     assert parse_reference("127.0.0.1:5000/sim2dl:v2", "x") == RegistryRef("127.0.0.1:5000", "sim2dl", "v2")
     assert parse_reference("localhost/a/b:1", "x").enroot_uri == "docker://localhost#a/b:1"
-    for bad, why in (("sim2dl:0.1.0", "names no registry"), ("org/sim2dl", "names no registry"),
-                     ("ghcr.io/org/x@sha256:ab", "not a digest")):  # fmt: skip
+    for bad, why in (
+        ("sim2dl:0.1.0", "names no registry"),
+        ("org/sim2dl", "names no registry"),
+        ("ghcr.io/org/x@sha256:ab", "not a digest"),
+    ):
         with pytest.raises(Sim2dlError, match=why):
             parse_reference(bad, "0.1.0")
 
@@ -308,32 +375,61 @@ def test_pull_commands_are_what_each_runtime_s_users_type(tmp_path):
         return pull_plan(settings(runtime=runtime, **common, **extra), ref)
 
     assert plan("podman").commands == [["podman", "pull", "docker://ghcr.io/org/sim2dl:1.0"]]
-    assert plan("podman-hpc").commands == [["podman-hpc", "pull", "docker://ghcr.io/org/sim2dl:1.0"],
-                                           ["podman-hpc", "migrate", "ghcr.io/org/sim2dl:1.0"]]  # fmt: skip
+    assert plan("podman-hpc").commands == [
+        ["podman-hpc", "pull", "docker://ghcr.io/org/sim2dl:1.0"],
+        ["podman-hpc", "migrate", "ghcr.io/org/sim2dl:1.0"],
+    ]
     assert plan("shifter").commands == [["shifterimg", "pull", "docker:ghcr.io/org/sim2dl:1.0"]]
     assert plan("sarus").commands == [["sarus", "pull", "ghcr.io/org/sim2dl:1.0"]]
     sif = tmp_path / "img" / "ghcr.io_org_sim2dl_1.0.sif"
     apptainer = plan("apptainer")
-    assert apptainer.commands == [["apptainer", "pull", str(sif.with_name(f".{sif.name}.pull-{pid}.sif")),
-                                   "docker://ghcr.io/org/sim2dl:1.0"]] and apptainer.target == sif  # fmt: skip
+    assert (
+        apptainer.commands
+        == [
+            [
+                "apptainer",
+                "pull",
+                str(sif.with_name(f".{sif.name}.pull-{pid}.sif")),
+                "docker://ghcr.io/org/sim2dl:1.0",
+            ]
+        ]
+        and apptainer.target == sif
+    )
     assert plan("singularity", registry_tls_verify=False).commands[0][2] == "--nohttps"
     assert plan("apptainer", registry_tls_verify=False).commands[0][2] == "--no-https"
     sqsh = tmp_path / "img" / "ghcr.io_org_sim2dl_1.0.sqsh"
     enroot = plan("enroot", registry_tls_verify=False)
-    assert enroot.commands == [["enroot", "import", "-o", str(sqsh.with_name(f".{sqsh.name}.pull-{pid}.sqsh")),
-                                "docker://ghcr.io#org/sim2dl:1.0"]]  # fmt: skip
+    assert enroot.commands == [
+        [
+            "enroot",
+            "import",
+            "-o",
+            str(sqsh.with_name(f".{sqsh.name}.pull-{pid}.sqsh")),
+            "docker://ghcr.io#org/sim2dl:1.0",
+        ]
+    ]
     assert enroot.target == sqsh and enroot.env == {"ENROOT_ALLOW_HTTP": "yes"}
     ch = plan("charliecloud", registry_ca="/etc/my ca.pem")
     directory = tmp_path / "img" / "ghcr.io_org_sim2dl_1.0"
     assert ch.commands == [
         ["ch-image", "pull", "--no-cache", "ghcr.io/org/sim2dl:1.0"],
-        ["ch-convert", "-i", "ch-image", "-o", "dir", "ghcr.io/org/sim2dl:1.0",
-         str(directory.with_name(f".{directory.name}.pull-{pid}"))],
+        [
+            "ch-convert",
+            "-i",
+            "ch-image",
+            "-o",
+            "dir",
+            "ghcr.io/org/sim2dl:1.0",
+            str(directory.with_name(f".{directory.name}.pull-{pid}")),
+        ],
         ["ch-image", "delete", "ghcr.io/org/sim2dl:1.0"],
-    ]  # fmt: skip
+    ]
     assert ch.env == {"REQUESTS_CA_BUNDLE": "/etc/my ca.pem"} and ch.target == directory
     # container.gpus: the host's NVIDIA libraries go into the directory image before it gets its name
-    assert plan("charliecloud", gpus=True).commands == [*ch.commands, ["ch-fromhost", "--nvidia", ch.commands[1][-1]]]
+    assert plan("charliecloud", gpus=True).commands == [
+        *ch.commands,
+        ["ch-fromhost", "--nvidia", ch.commands[1][-1]],
+    ]
     with pytest.raises(Sim2dlError, match=r"container\.gpus.*directory image"):
         plan("charliecloud", gpus=True, image=str(tmp_path / "x.sqfs"))
     squash = plan("charliecloud", image=str(tmp_path / "x.sqfs"), registry_tls_verify=False)
@@ -344,8 +440,21 @@ def test_pull_commands_are_what_each_runtime_s_users_type(tmp_path):
     assert other.commands[1] == ["podman", "tag", "ghcr.io/org/sim2dl:1.0", "sim2dl:1.0"]
     with pytest.raises(Sim2dlError, match="nothing to pull an image into"):
         plan("none")
-    push = push_plan(settings(registry_tls_verify=False, registry_auth_file="/a b/auth.json"), ref,
-                     Path("/b/x.oci.tar"), Path("/t/digest"), None)  # fmt: skip
-    assert push.commands == [["skopeo", "copy", "--digestfile=/t/digest", "--dest-tls-verify=false",
-                              "--dest-authfile=/a b/auth.json", "oci-archive:/b/x.oci.tar",
-                              "docker://ghcr.io/org/sim2dl:1.0"]]  # fmt: skip
+    push = push_plan(
+        settings(registry_tls_verify=False, registry_auth_file="/a b/auth.json"),
+        ref,
+        Path("/b/x.oci.tar"),
+        Path("/t/digest"),
+        None,
+    )
+    assert push.commands == [
+        [
+            "skopeo",
+            "copy",
+            "--digestfile=/t/digest",
+            "--dest-tls-verify=false",
+            "--dest-authfile=/a b/auth.json",
+            "oci-archive:/b/x.oci.tar",
+            "docker://ghcr.io/org/sim2dl:1.0",
+        ]
+    ]

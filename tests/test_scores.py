@@ -47,8 +47,10 @@ def test_the_sums_add_over_batches_and_a_shift_loses_no_digits():
     true = 1e6 + 1e-2 * rng.normal(size=(40, 8))
     predicted = true + 1e-3 * rng.normal(size=true.shape)
     whole = nrmse(predicted - 1e6, true - 1e6)
-    summed = sum(batch_sums(predicted[i : i + 7], true[i : i + 7], shift=1e6, reference_variance=1e-4)
-                 for i in range(0, 40, 7))  # fmt: skip
+    summed = sum(
+        batch_sums(predicted[i : i + 7], true[i : i + 7], shift=1e6, reference_variance=1e-4)
+        for i in range(0, 40, 7)
+    )
     assert nrmse_of_sums(summed) == pytest.approx(whole, rel=1e-9)
     assert summed[SUMS.index("flat")] == 0 and summed[SUMS.index("with_spread")] == 40
 

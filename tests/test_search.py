@@ -93,7 +93,9 @@ def test_search_space_names_must_be_train_settings(tmp_path):
     from pipeline import Sim2dlError
 
     with pytest.raises(Sim2dlError, match=r"'search\.space': \['learning_rat'\] are not train settings"):
-        make_config(tmp_path, search={"space": {"learning_rat": {"type": "uniform", "low": 0.1, "high": 0.2}}})
+        make_config(
+            tmp_path, search={"space": {"learning_rat": {"type": "uniform", "low": 0.1, "high": 0.2}}}
+        )
 
 
 SEARCH = {
@@ -128,7 +130,8 @@ def read_trials(out):
 def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, dataset):
     path = search_config(tmp_path, dataset)
     out = tmp_path / "search"
-    proc = run_cli(["search", "--config", str(path), "--out", str(out)], ranks=2, timeout=900)  # master + worker
+    # master + worker
+    proc = run_cli(["search", "--config", str(path), "--out", str(out)], ranks=2, timeout=900)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     trials = read_trials(out)
     assert summary["trials"] == len(trials) == 4  # 3 configurations at 1 epoch, the best at 3
@@ -150,7 +153,15 @@ def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, d
         assert board["scalars"]["hparams/val_loss"] == pytest.approx({round(trial["budget"]): trial["loss"]})
         assert sorted(board["scalars"]["val_loss"]) == list(range(1, round(trial["budget"]) + 1))
     # The workflow's hand-off (rules/train.smk): train with best.yaml on top trains that configuration.
-    args = ["train", "--config", str(path), "--overrides", str(out / "best.yaml"), "--out", str(tmp_path / "train")]
+    args = [
+        "train",
+        "--config",
+        str(path),
+        "--overrides",
+        str(out / "best.yaml"),
+        "--out",
+        str(tmp_path / "train"),
+    ]
     trained = json.loads(run_cli(args, ranks=1, timeout=600).stdout.strip().splitlines()[-1])
     assert trained["settings"]["learning_rate"] == pytest.approx(best["learning_rate"])
     assert trained["settings"]["model_args"] == best["model_args"]
@@ -158,7 +169,8 @@ def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, d
 
 
 def descendants_running(job, word):
-    """The processes below a launched job whose command line has `word` (ones that end meanwhile are skipped)."""
+    """The processes below a launched job whose command line has `word` (ones that end meanwhile are
+    skipped)."""
     found = []
     for p in psutil.Process(job.pid).children(recursive=True):
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -175,8 +187,11 @@ def test_killed_and_hung_workers_fail_their_trials_and_a_restarted_master_reuses
     workers = [start_cli([*base, "--role", "worker"], ranks=1) for _ in range(3)]
     try:
         deadline = time.monotonic() + 300
-        while sum(bool(descendants_running(w, "train")) for w in workers) < 3:  # every worker trains a configuration
-            assert time.monotonic() < deadline and master.poll() is None, (tmp_path / "master.log").read_text()
+        # every worker trains a configuration
+        while sum(bool(descendants_running(w, "train")) for w in workers) < 3:
+            assert time.monotonic() < deadline and master.poll() is None, (
+                tmp_path / "master.log"
+            ).read_text()
             time.sleep(0.5)
         killed, hung = workers[:2]  # the third stays healthy
         orphans = descendants_running(killed, "train")
@@ -190,7 +205,8 @@ def test_killed_and_hung_workers_fail_their_trials_and_a_restarted_master_reuses
         for job in (master, *workers):
             kill_tree(job)
     summary = json.loads((tmp_path / "master.log").read_text().strip().splitlines()[-1])
-    assert summary["failed_trials"] == 2 and summary["trials"] == 2  # 2 at 1 epoch failed; 1 + its 3-epoch run
+    # 2 at 1 epoch failed; 1 + its 3-epoch run
+    assert summary["failed_trials"] == 2 and summary["trials"] == 2
     first = {trial_key(t["config"], t["budget"]): t for t in read_trials(out)}
     assert len(first) == 2 and all(t["loss"] is not None for t in first.values())
 

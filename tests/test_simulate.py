@@ -18,7 +18,9 @@ def read_dir(root):
 def test_same_samples_for_any_rank_count(tmp_path, serial):
     config = make_config(tmp_path, simulate={"samples": 12, "files_per_dir": 5})
     simulate(config["simulate"], tmp_path / "one", serial)
-    run_cli(["simulate", "--config", str(write_config(tmp_path, config)), "--out", str(tmp_path / "two")], ranks=2)
+    run_cli(
+        ["simulate", "--config", str(write_config(tmp_path, config)), "--out", str(tmp_path / "two")], ranks=2
+    )
     one, two = read_dir(tmp_path / "one"), read_dir(tmp_path / "two")
     assert len(one) == 12 and one.keys() == two.keys()
     assert len({p.parent for p in one}) == 3  # 12 files, at most 5 per directory

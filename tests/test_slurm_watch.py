@@ -1,5 +1,5 @@
-"""The decision of the watcher for Slurm jobs that wait for nodes that are down (pipeline/runtime/slurm_watch.py);
-tests/test_cluster.py runs it for real, with nodes that die."""
+"""The decision of the watcher for Slurm jobs that wait for nodes that are down
+(pipeline/runtime/slurm_watch.py); tests/test_cluster.py runs it for real, with nodes that die."""
 
 from __future__ import annotations
 
@@ -26,7 +26,13 @@ def test_squeue_lines_are_parsed_with_the_comment_last():
 def test_only_reasons_that_a_returning_node_ends_count():
     assert waits_for_unavailable_nodes("ReqNodeNotAvail, UnavailableNodes:node[2-3]")
     assert waits_for_unavailable_nodes("Nodes required for job are DOWN, DRAINED or reserved for jobs in …")
-    for reason in ("Resources", "Priority", "None", "ReqNodeNotAvail, Reserved for maintenance", "Dependency"):
+    for reason in (
+        "Resources",
+        "Priority",
+        "None",
+        "ReqNodeNotAvail, Reserved for maintenance",
+        "Dependency",
+    ):
         assert not waits_for_unavailable_nodes(reason), reason
 
 
@@ -35,8 +41,12 @@ def test_this_workflows_jobs_are_reported_at_once_cancelled_after_the_timeout_an
     jobs = parse_squeue(SQUEUE)
     messages, cancel = watch.decide(jobs, now=100.0, down_nodes="node2")
     assert cancel == []
-    assert len(messages) == 2  # 41 and 42: not another workflow's, a busy queue's, a non-Snakemake job's, maintenance
-    assert "Slurm job 41 (rule stage) cannot start" in messages[0] and "nodes down or drained: node2" in messages[0]
+    # 41 and 42: not another workflow's, a busy queue's, a non-Snakemake job's, maintenance
+    assert len(messages) == 2
+    assert (
+        "Slurm job 41 (rule stage) cannot start" in messages[0]
+        and "nodes down or drained: node2" in messages[0]
+    )
     assert "slurm.unavailable_nodes_timeout_s" in messages[0]
 
     messages, cancel = watch.decide(jobs, now=129.0, down_nodes="node2")
@@ -47,7 +57,9 @@ def test_this_workflows_jobs_are_reported_at_once_cancelled_after_the_timeout_an
     assert "--set-resources stage:nodes=N" in messages[0]
 
     # The retry of a cancelled job (a new id, the same rule and wildcards), still waiting: cancelled at once.
-    retry = parse_squeue("47|/work/wf|ReqNodeNotAvail, UnavailableNodes:node2|rule_stage_wildcards_results/a\n")
+    retry = parse_squeue(
+        "47|/work/wf|ReqNodeNotAvail, UnavailableNodes:node2|rule_stage_wildcards_results/a\n"
+    )
     messages, cancel = watch.decide(retry, now=131.0, down_nodes="node2")
     assert [j.job_id for j in cancel] == ["47"] and len(messages) == 1 and "again" in messages[0]
     # A job of another rule, or one that starts waiting later, gets its own full timeout.

@@ -42,7 +42,9 @@ def test_bad_splits_are_config_errors_naming_the_value():
     with pytest.raises(Sim2dlError, match=r"slabs of 1 planes are thinner"):
         check_spatial(4, 4, (4, 32, 32, 1), "cosmoflow", True)
     for model in ("unet2d", "my_model.py:build"):
-        with pytest.raises(Sim2dlError, match=rf"'train.spatial.split': 2, but model '{model}' cannot be split"):
+        with pytest.raises(
+            Sim2dlError, match=rf"'train.spatial.split': 2, but model '{model}' cannot be split"
+        ):
             make_config_with(model)
     check_spatial(1, 3, (5, 5, 5, 1), "dense", False)  # no split: nothing to check
 
@@ -68,7 +70,9 @@ def test_split_model_equals_the_unsplit_model_in_outputs_and_every_gradient(tmp_
     out = tmp_path / "report.json"
     program = REPO / "tests" / "programs" / "spatial_equivalence.py"
     cmd = [MPIEXEC, "-n", str(ranks), sys.executable, str(program), str(split), str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**env(), "PYTHONPATH": str(REPO)}, timeout=300)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**env(), "PYTHONPATH": str(REPO)}, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     reports = json.loads(out.read_text())
     assert len(reports) == ranks
@@ -79,7 +83,8 @@ def test_split_model_equals_the_unsplit_model_in_outputs_and_every_gradient(tmp_
             assert figures["error"] <= max(1e-5, 2 * figures["floor"]), (report["rank"], name, figures)
         kernels = [f["error"] for n, f in report["gradients"].items() if "kernel" in n]
         assert max(kernels) <= 1e-5
-    assert len({json.dumps(r["gradients"], sort_keys=True) for r in reports}) == 1  # the same update everywhere
+    # the same update everywhere
+    assert len({json.dumps(r["gradients"], sort_keys=True) for r in reports}) == 1
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +99,12 @@ def train_run(tmp_path, staged, ranks, check=True, data=(), **settings):
     tmp_path.mkdir(parents=True, exist_ok=True)
     search = {**config["search"], "enabled": False}  # the demo's search would run trials of 1 rank
     path = write_config(tmp_path, {**config, "train": {**config["train"], **settings}, "search": search})
-    return run_cli(["train", "--config", str(path), "--out", str(tmp_path / "train"), *data], ranks=ranks,
-                   check=check, timeout=600)  # fmt: skip
+    return run_cli(
+        ["train", "--config", str(path), "--out", str(tmp_path / "train"), *data],
+        ranks=ranks,
+        check=check,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +112,14 @@ def slab_shards(staged_small, tmp_path_factory):
     """The same converted cubes merged with merge.slabs: 2 and staged apart: --merged/--stage-summary."""
     _, config = staged_small
     out = tmp_path_factory.mktemp("slabs")
-    path = write_config(out, {**config, "merge": {**config["merge"], "slabs": 2},
-                              "stage": {**config["stage"], "target": str(out / "local")}})  # fmt: skip
+    path = write_config(
+        out,
+        {
+            **config,
+            "merge": {**config["merge"], "slabs": 2},
+            "stage": {**config["stage"], "target": str(out / "local")},
+        },
+    )
     merged, summary = out / "merged", out / "staged.json"
     run_cli(["merge", "--config", str(path), "--out", str(merged)], ranks=2)
     run_cli(["stage", "--config", str(path), "--merged", str(merged), "--summary", str(summary)], ranks=2)
@@ -130,12 +145,19 @@ def test_slab_shards_hold_each_records_planes_in_order_and_labels_whole(staged_s
         out = []
         for raw in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
             f = tf.train.Example.FromString(raw).features.feature
-            out.append((f["sample_id"].bytes_list.value[0], f["density"].bytes_list.value[0],
-                        f["params"].bytes_list.value[0]))  # fmt: skip
+            out.append(
+                (
+                    f["sample_id"].bytes_list.value[0],
+                    f["density"].bytes_list.value[0],
+                    f["params"].bytes_list.value[0],
+                )
+            )
         return out
 
     for shard in whole_meta["shards"]:
-        slabs = sorted((s for s in meta["shards"] if slab_of(s["file"])[0] == shard["file"]), key=lambda s: s["slab"])
+        slabs = sorted(
+            (s for s in meta["shards"] if slab_of(s["file"])[0] == shard["file"]), key=lambda s: s["slab"]
+        )
         assert [s["slab"] for s in slabs] == [0, 1] and all(s["records"] == shard["records"] for s in slabs)
         whole = records(tmp / "work" / "merged" / "shards" / shard["file"])
         parts = [records(merged / "shards" / s["file"]) for s in slabs]
@@ -146,7 +168,8 @@ def test_slab_shards_hold_each_records_planes_in_order_and_labels_whole(staged_s
 
 
 def test_readers_of_whole_records_refuse_slab_shards_by_name(slab_shards):
-    """The Python reader, raw_records and sample-mode staging take whole records: clear errors, not half samples."""
+    """The Python reader, raw_records and sample-mode staging take whole records: clear errors, not half
+    samples."""
     from pipeline.formats.shards.shard_reader import ShardReader
     from pipeline.staging.plan import sample_sources
     from pipeline.training.tfdata import raw_records
@@ -157,15 +180,24 @@ def test_readers_of_whole_records_refuse_slab_shards_by_name(slab_shards):
     with pytest.raises(Sim2dlError, match=r"slab files \(merge.slabs\), whose records are parts of samples"):
         raw_records(merged)
     meta = json.loads((merged / "metadata.json").read_text())
-    with pytest.raises(Sim2dlError, match=r"'stage.mode': 'sample' draws whole records, but merge wrote each shard"):
+    with pytest.raises(
+        Sim2dlError, match=r"'stage.mode': 'sample' draws whole records, but merge wrote each shard"
+    ):
         sample_sources(merged, meta, None, 4, True, 0)
 
 
 def test_the_slab_files_names_and_checks():
     from pipeline.formats.slabs import check_slabs, check_split, sibling, slab_name, slab_of, slabs_read
 
-    assert slab_name("train/shard-00001-of-00004.tfrecord", 3, 4) == "train/shard-00001-of-00004.slab-3-of-4.tfrecord"
-    assert slab_of("train/shard-00001-of-00004.slab-3-of-4.tfrecord") == ("train/shard-00001-of-00004.tfrecord", 3, 4)
+    assert (
+        slab_name("train/shard-00001-of-00004.tfrecord", 3, 4)
+        == "train/shard-00001-of-00004.slab-3-of-4.tfrecord"
+    )
+    assert slab_of("train/shard-00001-of-00004.slab-3-of-4.tfrecord") == (
+        "train/shard-00001-of-00004.tfrecord",
+        3,
+        4,
+    )
     assert slab_of("shard-00001-of-00004.tfrecord") == ("shard-00001-of-00004.tfrecord", 0, 1)
     from pathlib import Path
 
@@ -175,10 +207,14 @@ def test_the_slab_files_names_and_checks():
     )
     assert list(slabs_read(4, 2, 1)) == [2, 3] and list(slabs_read(4, 1, 0)) == [0, 1, 2, 3]
     assert list(slabs_read(4, 4, 3)) == [3]
-    spec = {"density": {"dtype": "float32", "shape": [16, 16, 16], "role": "feature"},
-            "params": {"dtype": "float32", "shape": [3], "role": "label"}}  # fmt: skip
+    spec = {
+        "density": {"dtype": "float32", "shape": [16, 16, 16], "role": "feature"},
+        "params": {"dtype": "float32", "shape": [3], "role": "label"},
+    }
     check_slabs(4, spec, "tfrecord")
-    with pytest.raises(Sim2dlError, match=r"'merge.slabs': 3 does not divide the first axis of feature 'density'"):
+    with pytest.raises(
+        Sim2dlError, match=r"'merge.slabs': 3 does not divide the first axis of feature 'density'"
+    ):
         check_slabs(3, spec, "tfrecord")
     with pytest.raises(Sim2dlError, match=r"'merge.slabs': 2, but slab shards are written as TFRecord only"):
         check_slabs(2, spec, "hdf5")
@@ -205,12 +241,16 @@ def test_training_split_over_two_ranks_follows_the_unsplit_loss_curve(tmp_path, 
     augment = {"permute": [1, 2], "flips": [1, 2]}
     train_run(tmp_path / "whole", staged_small, ranks=1, data=slab_data, augment=augment, hybrid="none")
     train_run(tmp_path / "split", staged_small, ranks=2, spatial={"split": 2}, augment=augment)
-    train_run(tmp_path / "slabs-split", staged_small, ranks=2, data=slab_data, spatial={"split": 2}, augment=augment)
+    train_run(
+        tmp_path / "slabs-split", staged_small, ranks=2, data=slab_data, spatial={"split": 2}, augment=augment
+    )
     whole = json.loads((tmp_path / "whole" / "train" / "summary.json").read_text())
     split = json.loads((tmp_path / "split" / "train" / "summary.json").read_text())
     assert split["spatial"] == {"split": 2, "groups": 1} and split["weights_identical_across_ranks"]
-    assert split["hybrid"] == {"mode": "none", "why": "train.spatial.split: no rank holds a whole sample to take "
-                               "its statistics of"}  # fmt: skip
+    assert split["hybrid"] == {
+        "mode": "none",
+        "why": "train.spatial.split: no rank holds a whole sample to take its statistics of",
+    }
     assert split["validation_records"] == whole["validation_records"]  # each record counted once
     runs = ("whole", "split", "slabs-split")
     curves = [json.loads((tmp_path / run / "train" / "metrics.json").read_text()) for run in runs]
@@ -240,7 +280,9 @@ def test_the_spatial_preset_validates_and_splits_each_sample_over_trains_ranks()
 
     from pipeline import config as cfg
 
-    preset = cfg.validate(yaml.safe_load((REPO / "config" / "presets" / "cosmoflow-spatial.yaml").read_text()))
+    preset = cfg.validate(
+        yaml.safe_load((REPO / "config" / "presets" / "cosmoflow-spatial.yaml").read_text())
+    )
     assert preset["train"]["spatial"]["split"] == 2 and preset["train"]["model"] == "cosmoflow"
     size = preset["simulate"]["cube"]["size"]
     check_spatial(2, 2, (size, size, size, 1), "cosmoflow", True)  # the depth divides, the slabs are thick
@@ -253,9 +295,21 @@ def test_ranks_that_share_samples_share_files_on_a_node_or_across_replicas():
 
     nodes = [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert [data_rank(SpatialLayout(2, 8, r), nodes, r // 4, "partition") for r in range(8)] == [
-        (0, 2), (0, 2), (1, 2), (1, 2), (0, 2), (0, 2), (1, 2), (1, 2)
-    ]  # fmt: skip
-    assert [data_rank(SpatialLayout(1, 8, r), nodes, r // 4, "partition")[0] for r in range(8)] == [0, 1, 2, 3] * 2
+        (0, 2),
+        (0, 2),
+        (1, 2),
+        (1, 2),
+        (0, 2),
+        (0, 2),
+        (1, 2),
+        (1, 2),
+    ]
+    assert [data_rank(SpatialLayout(1, 8, r), nodes, r // 4, "partition")[0] for r in range(8)] == [
+        0,
+        1,
+        2,
+        3,
+    ] * 2
     spanning = [(0,), (1,)]  # one rank per node, S = 2: the set spans both
     assert [data_rank(SpatialLayout(2, 2, r), spanning, r, "replica") for r in range(2)] == [(0, 1), (0, 1)]
     with pytest.raises(Sim2dlError, match=r"stage.mode: replica, not partition"):
@@ -266,13 +320,19 @@ def test_search_trials_must_have_whole_spatial_sets(tmp_path):
     """Each search trial is a training run: with a split, its ranks must be a multiple of it."""
     with pytest.raises(Sim2dlError, match=r"'search.ranks_per_trial': 1, but each trial trains with"):
         make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": True, "ranks_per_trial": 1})
-    config = make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": True, "ranks_per_trial": 2})
+    config = make_config(
+        tmp_path, train={"spatial": {"split": 2}}, search={"enabled": True, "ranks_per_trial": 2}
+    )
     assert config["search"]["ranks_per_trial"] == 2
 
 
 def test_a_split_that_does_not_divide_the_slab_files_is_a_config_error(tmp_path):
-    with pytest.raises(Sim2dlError, match=r"'train.spatial.split': 4 does not divide the 2 slab files per shard"):
+    with pytest.raises(
+        Sim2dlError, match=r"'train.spatial.split': 4 does not divide the 2 slab files per shard"
+    ):
         make_config(tmp_path, train={"spatial": {"split": 4}}, merge={"slabs": 2}, search={"enabled": False})
-    config = make_config(tmp_path, train={"spatial": {"split": 2}}, merge={"slabs": 4}, search={"enabled": False})
+    config = make_config(
+        tmp_path, train={"spatial": {"split": 2}}, merge={"slabs": 4}, search={"enabled": False}
+    )
     assert config["merge"]["slabs"] == 4
     make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": False})  # no search, no trials

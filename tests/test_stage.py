@@ -67,9 +67,13 @@ def no_temporaries(root):
 
 
 @pytest.mark.parametrize(("ranks", "nodes", "direct_io"), [(2, 2, False), (4, 2, True), (4, 4, False)])
-def test_replica_reads_each_byte_once_and_every_node_gets_everything(tmp_path, dataset, ranks, nodes, direct_io):
+def test_replica_reads_each_byte_once_and_every_node_gets_everything(
+    tmp_path, dataset, ranks, nodes, direct_io
+):
     _, _, meta = dataset
-    _, summary = stage(tmp_path, dataset, ranks, mode="replica", emulate_nodes=nodes, chunk_mb=0.3, direct_io=direct_io)
+    _, summary = stage(
+        tmp_path, dataset, ranks, mode="replica", emulate_nodes=nodes, chunk_mb=0.3, direct_io=direct_io
+    )
     total = sum(s["bytes"] for s in meta["shards"])
     assert summary["nodes"] == nodes and summary["bytes_read_shared_fs"] == total
     assert summary["bytes_written_per_node"] == [total] * nodes
@@ -79,7 +83,9 @@ def test_replica_reads_each_byte_once_and_every_node_gets_everything(tmp_path, d
             assert file_checksum(files[s["file"]]) == s["checksum"]
     # Rerun: everything is there and verified, nothing is read again.
     _, again = stage(tmp_path, dataset, ranks, mode="replica", emulate_nodes=nodes, chunk_mb=0.3)
-    assert again["skipped_already_staged"] == nodes * len(meta["shards"]) and again["bytes_read_shared_fs"] == 0
+    assert (
+        again["skipped_already_staged"] == nodes * len(meta["shards"]) and again["bytes_read_shared_fs"] == 0
+    )
 
 
 @pytest.mark.parametrize("where", ["disk", "ramfs"])
@@ -97,7 +103,15 @@ def test_direct_reads_return_the_file_bytes_at_any_offset(tmp_path, where):
         path.write_bytes(data.tobytes())
         errors: list[str] = []
         files = SourceFiles(direct=True, errors=errors)
-        for offset, length in [(0, 4096), (0, 8192), (4096, 100), (5, 4096), (4000, 200), (12000, 1000), (0, 20000)]:
+        for offset, length in [
+            (0, 4096),
+            (0, 8192),
+            (4096, 100),
+            (5, 4096),
+            (4000, 200),
+            (12000, 1000),
+            (0, 20000),
+        ]:
             for view in (aligned_buffer(length), aligned_buffer(length + 1)[1:]):  # page-aligned or not
                 n = files.read(path, offset, view)
                 expected = data[offset : offset + length]
@@ -145,8 +159,12 @@ def test_sample_mode_gives_each_rank_its_records(tmp_path, dataset, replacement)
             assert len(records) == 20
             if not replacement:
                 assert len(set(r.numpy() for r in records)) == 20
-    proc, _ = stage(tmp_path / "x", dataset, 2, check=False, mode="sample", samples_per_rank=1000, replacement=False)
-    assert proc.returncode != 0 and "'stage.samples_per_rank': 1000 samples without replacement" in proc.stderr
+    proc, _ = stage(
+        tmp_path / "x", dataset, 2, check=False, mode="sample", samples_per_rank=1000, replacement=False
+    )
+    assert (
+        proc.returncode != 0 and "'stage.samples_per_rank': 1000 samples without replacement" in proc.stderr
+    )
 
 
 def test_corrupt_source_is_named_and_nothing_kept_then_rerun_completes(tmp_path, dataset):

@@ -30,11 +30,13 @@ def test_the_first_start_up_error_names_its_node_and_the_started_token_ends_the_
     watch.feed("srun: error: node3: task 2: Exited with exit code 15\n")
     assert not watch.started
     assert watch.diagnosis(1) == (
-        "MPI start-up failed on node2 (mpi/pmi2: value not properly terminated in client request)")  # fmt: skip
+        "MPI start-up failed on node2 (mpi/pmi2: value not properly terminated in client request)"
+    )
     quiet = StartupWatch("t0k3n")
     quiet.feed("Abort(1091215) on node 1: Fatal error in internal_Init_thread: Other MPI error\n")
     assert quiet.diagnosis(137) == (
-        "MPI start-up failed (the launcher exited with code 137 before every rank had started)")  # fmt: skip
+        "MPI start-up failed (the launcher exited with code 137 before every rank had started)"
+    )
     assert "no rank reached the start-up barrier" in quiet.diagnosis(None)
     # the token of this launch only; progress bars (\r) before it on the same line do not hide it
     other = StartupWatch("t0k3n")
@@ -61,9 +63,13 @@ def flaky_launcher(tmp_path: Path, failures: int, hang: bool = False) -> tuple[P
     return script, calls
 
 
-def launch(tmp_path: Path, launcher: Path, step: str, timeout: float = 300, **sections) -> subprocess.CompletedProcess:
+def launch(
+    tmp_path: Path, launcher: Path, step: str, timeout: float = 300, **sections
+) -> subprocess.CompletedProcess:
     path = write_config(tmp_path, make_config(tmp_path, **sections))
-    cmd = cli_command(["launch", "--mpi", str(launcher), "--tasks", "2", "--config", str(path), step], ranks=None)
+    cmd = cli_command(
+        ["launch", "--mpi", str(launcher), "--tasks", "2", "--config", str(path), step], ranks=None
+    )
     return subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=timeout)
 
 
@@ -72,8 +78,10 @@ def test_a_launch_that_fails_in_mpi_start_up_is_started_again_and_the_step_runs_
     proc = launch(tmp_path, launcher, "simulate")
     assert proc.returncode == 0, proc.stderr
     assert calls.read_text().strip() == "2"
-    assert ("sim2dl launch: MPI start-up failed on node2 (mpi/pmi2: value not properly terminated in client "
-            "request); starting again in 2 s (attempt 2 of 3)") in proc.stderr  # fmt: skip
+    assert (
+        "sim2dl launch: MPI start-up failed on node2 (mpi/pmi2: value not properly terminated in client "
+        "request); starting again in 2 s (attempt 2 of 3)"
+    ) in proc.stderr
     assert proc.stderr.count(STARTED_PREFIX) == 1  # the second launch's two ranks met once
     summary = json.loads(proc.stdout.strip().splitlines()[-1])  # the step's own summary, on stdout as before
     assert summary["step"] == "simulate" and summary["ranks"] == 2
@@ -123,9 +131,15 @@ sys.exit(cli.main(["ingest", "--config", "unused.yaml"]))
 
 
 def python_on_two_ranks(script: Path, **output: Any) -> subprocess.CompletedProcess:
-    """`python SCRIPT` on 2 ranks of a real mpiexec, in the script's directory, with the tests' environment."""
-    return subprocess.run([MPIEXEC, "-n", "2", str(Path(MPIEXEC).parent / "python"), str(script)], env=env(),
-                          timeout=120, cwd=script.parent, **output)  # fmt: skip
+    """`python SCRIPT` on 2 ranks of a real mpiexec, in the script's directory, with the tests'
+    environment."""
+    return subprocess.run(
+        [MPIEXEC, "-n", "2", str(Path(MPIEXEC).parent / "python"), str(script)],
+        env=env(),
+        timeout=120,
+        cwd=script.parent,
+        **output,
+    )
 
 
 def test_a_bug_on_one_rank_reaches_the_step_log_whole_before_the_job_is_aborted(tmp_path):
@@ -174,7 +188,9 @@ def test_a_step_log_keeps_the_order_of_a_ranks_output_and_errors_and_ends_with_i
     launcher.write_text(f'#!/bin/sh\nexec "{MPIEXEC}" -n 2 "{Path(MPIEXEC).parent / "python"}" "{script}"\n')
     launcher.chmod(0o755)
     path = write_config(tmp_path, make_config(tmp_path))
-    cmd = cli_command(["launch", "--mpi", str(launcher), "--tasks", "2", "--config", str(path), "simulate"], ranks=None)
+    cmd = cli_command(
+        ["launch", "--mpi", str(launcher), "--tasks", "2", "--config", str(path), "simulate"], ranks=None
+    )
     log = tmp_path / "step.log"
     with open(log, "wb") as out:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env(), cwd=tmp_path, timeout=120)

@@ -28,7 +28,9 @@ def test_vrmse_is_the_wells_per_sample_ratio_and_the_mean_scores_one():
     rng = np.random.default_rng(0)
     true = rng.normal(2.0, 3.0, size=(5, 8, 8))
     predicted = true + rng.normal(0, 0.3, size=true.shape)
-    expected = [np.sqrt(((p - t) ** 2).mean() / (t.std() ** 2 + 1e-7)) for p, t in zip(predicted, true, strict=True)]
+    expected = [
+        np.sqrt(((p - t) ** 2).mean() / (t.std() ** 2 + 1e-7)) for p, t in zip(predicted, true, strict=True)
+    ]
     np.testing.assert_allclose(vrmse(predicted, true), expected, rtol=1e-12)
     means = np.broadcast_to(true.mean(axis=(1, 2), keepdims=True), true.shape)
     np.testing.assert_allclose(vrmse(means, true), 1.0, rtol=1e-6)  # predicting each sample's mean
@@ -70,7 +72,9 @@ def test_the_emulator_equals_an_independent_ridge_and_pca_on_the_same_features(m
     rng = np.random.default_rng(2)
     params = rng.uniform(-1, 1, size=(120, 3))
     grid = np.linspace(-1, 1, 6)
-    outputs = np.stack([np.outer(np.sin(3 * p[0] * grid), np.cos(2 * p[1] + grid)).ravel() + p[2] for p in params])
+    outputs = np.stack(
+        [np.outer(np.sin(3 * p[0] * grid), np.cos(2 * p[1] + grid)).ravel() + p[2] for p in params]
+    )
     features = np.concatenate([params, baseline.random_fourier_features(params)], axis=1)
     train, test = slice(0, 100), slice(100, 120)
     halves = [baseline.EmulatorSums(features.shape[1], outputs.shape[1]) for _ in range(2)]
@@ -88,7 +92,9 @@ def test_the_emulator_equals_an_independent_ridge_and_pca_on_the_same_features(m
     augmented = np.vstack([z, np.sqrt(1e-2 * len(z)) * np.eye(z.shape[1])])
     targets = np.vstack([y - y.mean(axis=0), np.zeros((z.shape[1], y.shape[1]))])
     coefficients = np.linalg.lstsq(augmented, targets, rcond=None)[0]
-    predicted = ((features[test][:, varying] - mean[varying]) / scale[varying]) @ coefficients + y.mean(axis=0)
+    predicted = ((features[test][:, varying] - mean[varying]) / scale[varying]) @ coefficients + y.mean(
+        axis=0
+    )
     k = fitted.settings["components"]
     basis = np.linalg.svd(y - y.mean(axis=0), full_matrices=False)[2][:k]
     theirs = (predicted - y.mean(axis=0)) @ basis.T @ basis + y.mean(axis=0)
@@ -133,9 +139,12 @@ def test_the_fourier_layer_equals_its_numpy_reference(grid):
     out = layer(tf.constant(x)).numpy()
     weights = layer.real.numpy() + 1j * layer.imag.numpy()
     assert weights.shape == (2 ** (len(grid) - 1), 3, 5, *[3] * len(grid))
-    np.testing.assert_allclose(out, spectral_conv_by_modes(x.astype(np.float64), weights, 3), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        out, spectral_conv_by_modes(x.astype(np.float64), weights, 3), rtol=1e-4, atol=1e-5
+    )
     first = np.arange(grid[0]).reshape(-1, *[1] * (len(grid) - 1)) * np.ones(grid)
-    high = np.cos(2 * np.pi * 4 * first / grid[0])[None, ..., None].repeat(3, axis=-1).astype(np.float32)  # 4 > 3
+    # 4 > 3
+    high = np.cos(2 * np.pi * 4 * first / grid[0])[None, ..., None].repeat(3, axis=-1).astype(np.float32)
     assert np.abs(layer(tf.constant(high)).numpy()).max() < 1e-5
 
 
@@ -145,8 +154,10 @@ def test_the_reaction_simulator_solves_its_equation():
     u0 = reaction.blobs(32, reaction.FIXED_BLOBS)
     moved = reaction.solve(u0, np.array([0.25, -0.5, 1e-3, 0.0]), 1.0, 40, 1)[0]
     k = 2 * np.pi * np.fft.fftfreq(32, 1 / 32)
-    exact = np.fft.ifft2(np.fft.fft2(u0) * np.exp(-1j * (k[None, :] * 0.25 + k[:, None] * -0.5)
-                                                 - 1e-3 * (k[None, :] ** 2 + k[:, None] ** 2))).real  # fmt: skip
+    exact = np.fft.ifft2(
+        np.fft.fft2(u0)
+        * np.exp(-1j * (k[None, :] * 0.25 + k[:, None] * -0.5) - 1e-3 * (k[None, :] ** 2 + k[:, None] ** 2))
+    ).real
     np.testing.assert_allclose(moved, exact, atol=1e-8)
     assert moved.mean() == pytest.approx(u0.mean(), rel=1e-12)
     grown = reaction.solve(u0, np.array([0.0, 0.0, 0.0, 2.0]), 1.0, 10, 1)[0]
@@ -164,7 +175,9 @@ def test_the_docs_forward_surrogate_trains_and_answers_a_new_design_point_in_phy
 
     config = docs_block("task: surrogate")
     preset = yaml.safe_load((REPO / "config" / "presets" / "surrogate-forward.yaml").read_text())
-    assert all(validated(preset)[k] == validated(config)[k] for k in ("simulate", "source", "convert", "train"))
+    assert all(
+        validated(preset)[k] == validated(config)[k] for k in ("simulate", "source", "convert", "train")
+    )
     config["workdir"] = str(tmp_path / "work")
     config["simulate"]["samples"] = 160
     config["stage"] = {"target": str(tmp_path / "local")}
@@ -173,9 +186,21 @@ def test_the_docs_forward_surrogate_trains_and_answers_a_new_design_point_in_phy
     for step in ("simulate", "ingest", "convert", "merge", "stage", "train"):
         run_cli([step, "--config", str(path)], ranks=2, timeout=600)
     summary = json.loads((tmp_path / "work" / "train" / "summary.json").read_text())
-    assert summary["task"] == "surrogate" and summary["scored_on"] == "test" and summary["score_names"] == ["nrmse"]
-    assert set(summary["nrmse"]) == set(summary["baseline"]["nrmse"]) == set(summary["vrmse"]) == {"state", "mass"}
-    assert summary["baseline"]["method"].startswith("PCA of the outputs") and summary["baseline"]["components"] > 0
+    assert (
+        summary["task"] == "surrogate"
+        and summary["scored_on"] == "test"
+        and summary["score_names"] == ["nrmse"]
+    )
+    assert (
+        set(summary["nrmse"])
+        == set(summary["baseline"]["nrmse"])
+        == set(summary["vrmse"])
+        == {"state", "mass"}
+    )
+    assert (
+        summary["baseline"]["method"].startswith("PCA of the outputs")
+        and summary["baseline"]["components"] > 0
+    )
     assert summary["vrmse"]["mass"] < 0.5 and summary["vrmse"]["state"] < 1.0, summary["vrmse"]
     assert (tmp_path / "work" / "train" / "scores.png").stat().st_size > 10_000
 
@@ -191,18 +216,37 @@ def test_the_docs_forward_surrogate_trains_and_answers_a_new_design_point_in_phy
     assert np.median(relative) < 0.05 and relative.max() < 0.5, relative
 
 
-def next_state_task(steps: int = 6, k: int = 2, m: int = 1, horizon: int = 0, parameters: int = 0,
-                    condition: bool | str = True, grid: tuple[int, ...] = (8, 8)) -> Any:  # fmt: skip
+def next_state_task(
+    steps: int = 6,
+    k: int = 2,
+    m: int = 1,
+    horizon: int = 0,
+    parameters: int = 0,
+    condition: bool | str = True,
+    grid: tuple[int, ...] = (8, 8),
+) -> Any:
     """A next state on (steps, *grid) trajectories (a 3-D grid: train.next_state.spatial_dims 3);
     `parameters`: a run's parameter vector of that length given by `condition`
     (train.next_state.condition), normalised by convert with mean 3 and std 0.5."""
     from pipeline.training.tasks.next_state import NextState
 
-    labels = (LabelField("params", (parameters,), "float32", {"mean": 3.0, "std": 0.5}),) if parameters else ()
-    data = DataSpec("trajectory", (steps, *grid), labels, ("params",) if parameters else (),
-                    feature_statistics={"trajectory": {"mean": 1.0, "std": 2.0}})  # fmt: skip
-    own = {"inputs": k, "outputs": m, "horizon": horizon, "condition": condition if parameters else False,
-           "spatial_dims": len(grid)}  # fmt: skip
+    labels = (
+        (LabelField("params", (parameters,), "float32", {"mean": 3.0, "std": 0.5}),) if parameters else ()
+    )
+    data = DataSpec(
+        "trajectory",
+        (steps, *grid),
+        labels,
+        ("params",) if parameters else (),
+        feature_statistics={"trajectory": {"mean": 1.0, "std": 2.0}},
+    )
+    own = {
+        "inputs": k,
+        "outputs": m,
+        "horizon": horizon,
+        "condition": condition if parameters else False,
+        "spatial_dims": len(grid),
+    }
     return NextState({"next_state": own}, data)
 
 
@@ -213,7 +257,9 @@ def test_next_state_windows_stay_within_a_trajectory_and_keep_time_order():
 
     task = next_state_task(steps=6, k=2, m=2)
     # state t of trajectory b holds the value 100 b + t everywhere: a window says where it came from
-    x = np.stack([np.stack([np.full((8, 8), 100 * b + t) for t in range(6)]) for b in range(3)]).astype(np.float32)
+    x = np.stack([np.stack([np.full((8, 8), 100 * b + t) for t in range(6)]) for b in range(3)]).astype(
+        np.float32
+    )
     inputs, targets = task.samples(tf.constant(x), tf.zeros([3, 0]))
     assert inputs.shape == (3 * 3, 8, 8, 2) and targets.shape == (3 * 3, 8 * 8 * 2)
     assert task.samples_per_record() == 3 and task.model_feature_shape == (8, 8, 2)
@@ -239,7 +285,8 @@ def test_the_rollout_feeds_the_model_its_own_outputs_and_scores_against_persiste
     base = rng.normal(size=(2, 8, 8))
     trajectories = np.stack([base * (1 + 0.5 * t) for t in range(6)], axis=1)  # (B, T, H, W): each step x 1.5
 
-    def exact(x: np.ndarray) -> np.ndarray:  # normalised units: physical = 2 x + 1, the next = 1.5 ... stepped
+    # normalised units: physical = 2 x + 1, the next = 1.5 ... stepped
+    def exact(x: np.ndarray) -> np.ndarray:
         state = x[..., 0] * 2 + 1
         t = np.round((state / base - 1) / 0.5).mean(axis=(1, 2))
         return (((base * (1 + 0.5 * (t[:, None, None] + 1))) - 1) / 2).reshape(len(x), -1)
@@ -251,12 +298,14 @@ def test_the_rollout_feeds_the_model_its_own_outputs_and_scores_against_persiste
     expected = [vrmse(trajectories[:, 0], trajectories[:, s]).mean() for s in range(1, 6)]
     np.testing.assert_allclose(joined["persistence_vrmse_per_step"], expected, rtol=1e-9)
 
-    drift = task.rollout_summary([task.rollout(lambda x: (x + 0.5).reshape(len(x), -1), [(normalised, no_labels)])])
+    drift = task.rollout_summary(
+        [task.rollout(lambda x: (x + 0.5).reshape(len(x), -1), [(normalised, no_labels)])]
+    )
     errors = [vrmse(trajectories[:, 0] + (s + 1), trajectories[:, s + 1]).mean() for s in range(5)]
     np.testing.assert_allclose(drift["vrmse_per_step"], errors, rtol=1e-6)  # the model sees float32
 
 
-def test_a_runs_parameters_are_constant_channels_in_every_window_and_rollout_step_and_the_saved_model_takes_them(
+def test_run_parameters_are_constant_channels_in_each_window_and_rollout_step_and_the_saved_model_takes_them(
     tmp_path,
 ):
     """train.next_state.condition: each record's parameters (normalised by convert) are channels after the
@@ -273,7 +322,9 @@ def test_a_runs_parameters_are_constant_channels_in_every_window_and_rollout_ste
     task = next_state_task(steps=5, k=2, m=1, parameters=3)
     task.check()
     assert task.record_labels() == ["params"] and task.model_feature_shape == (8, 8, 2 + 3)
-    x = np.stack([np.stack([np.full((8, 8), 100 * b + t) for t in range(5)]) for b in range(2)]).astype(np.float32)
+    x = np.stack([np.stack([np.full((8, 8), 100 * b + t) for t in range(5)]) for b in range(2)]).astype(
+        np.float32
+    )
     params = np.array([[1, 2, 3], [4, 5, 6]], np.float32)  # normalised, as the shards hold them
     labels = task.label_tensor([tf.constant(params)], batched=True)
     inputs, targets = task.samples(tf.constant(x), labels)
@@ -291,19 +342,28 @@ def test_a_runs_parameters_are_constant_channels_in_every_window_and_rollout_ste
         return states[..., 1].reshape(len(states), -1)
 
     task.rollout(step, [(x, params)])
-    assert len(seen) == 3 and all(np.array_equal(s, np.broadcast_to(params[:, None, None, :], s.shape)) for s in seen)
+    assert len(seen) == 3 and all(
+        np.array_equal(s, np.broadcast_to(params[:, None, None, :], s.shape)) for s in seen
+    )
 
     state_in = tf.keras.layers.Input((8, 8, 5))
     network = tf.keras.Model(state_in, tf.keras.layers.Flatten()(state_in[..., 1:2] + state_in[..., 4:5]))
     saved = task.exported(network)
-    out = saved({"trajectory_now": tf.constant(np.full((1, 8, 8, 2), 3.0, np.float32)),
-                 "params": tf.constant([[3.0, 3.0, 3.5]])})["trajectory"].numpy()  # fmt: skip
+    out = saved(
+        {
+            "trajectory_now": tf.constant(np.full((1, 8, 8, 2), 3.0, np.float32)),
+            "params": tf.constant([[3.0, 3.0, 3.5]]),
+        }
+    )["trajectory"].numpy()
     # the state 3 is 1 in normalised units, the last parameter 3.5 is 1: the network gives 2, which is 5
     np.testing.assert_allclose(out, np.full((1, 8, 8, 1), 5.0), rtol=1e-6)
 
     field = LabelField("mask", (8, 8), "float32", {"mean": 0.0, "std": 1.0})  # a field, not a vector
-    refused = [((), "train.next_state.condition"), ((LabelField("params", (3,), "float32"),), "convert.normalise"),
-               ((field,), "train.next_state.condition")]  # fmt: skip
+    refused = [
+        ((), "train.next_state.condition"),
+        ((LabelField("params", (3,), "float32"),), "convert.normalise"),
+        ((field,), "train.next_state.condition"),
+    ]
     for labels, key in refused:
         data = DataSpec("trajectory", (5, 8, 8), labels, ())
         with pytest.raises(Sim2dlError, match=re.escape(f"config key '{key}'")):
@@ -323,7 +383,14 @@ def test_a_conditioning_vector_modulates_every_block_and_is_not_convolved(model)
     task = next_state_task(steps=5, k=2, m=1, parameters=3, condition="vector")
     task.check()
     assert task.model_feature_shape == (8, 8, 2 + 3) and task.vector_channels() == 3
-    settings = {"model": model, "depth": 2, "width": 8, "dense": 16, "dropout": 0.0, "model_args": {"modes": 3}}
+    settings = {
+        "model": model,
+        "depth": 2,
+        "width": 8,
+        "dense": 16,
+        "dropout": 0.0,
+        "model_args": {"modes": 3},
+    }
     if model == "unet2d":
         settings["model_args"] = {}
     network, _ = build_model(settings, task.model_feature_shape, task)
@@ -335,12 +402,16 @@ def test_a_conditioning_vector_modulates_every_block_and_is_not_convolved(model)
         return network(tf.constant(np.concatenate([states, planes], axis=-1))).numpy()
 
     np.testing.assert_allclose(answer([0, 0, 0]), answer([5, -3, 2]), atol=1e-6)
-    modulation = [w for w in network.weights if "dense" in w.name and "kernel" in w.name and not np.any(w.numpy())]
+    modulation = [
+        w for w in network.weights if "dense" in w.name and "kernel" in w.name and not np.any(w.numpy())
+    ]
     assert len(modulation) >= 2 * 2  # a scale and a shift per block
     for w in modulation:
         w.assign(rng.normal(scale=0.3, size=w.shape))
     assert np.abs(answer([0, 0, 0]) - answer([5, -3, 2])).max() > 1e-3
-    as_channels, _ = build_model(settings, task.model_feature_shape, next_state_task(steps=5, k=2, m=1, parameters=3))
+    as_channels, _ = build_model(
+        settings, task.model_feature_shape, next_state_task(steps=5, k=2, m=1, parameters=3)
+    )
     first = next(w for w in as_channels.weights if "conv" in w.name and "kernel" in w.name)
     assert first.shape[-2] == 2 + 3  # as channels: convolved with the states
 
@@ -359,13 +430,17 @@ def test_a_next_state_of_cubes_windows_rolls_out_scores_its_spectrum_and_saves_a
     task = next_state_task(steps=5, k=2, m=1, parameters=2, condition="vector", grid=grid)
     task.check()
     assert task.model_feature_shape == (*grid, 2 + 2) and task.samples_per_record() == 3
-    x = np.stack([np.stack([np.full(grid, 100 * b + t) for t in range(5)]) for b in range(2)]).astype(np.float32)
+    x = np.stack([np.stack([np.full(grid, 100 * b + t) for t in range(5)]) for b in range(2)]).astype(
+        np.float32
+    )
     params = np.array([[1, 2], [3, 4]], np.float32)
     inputs, targets = task.samples(tf.constant(x), task.label_tensor([tf.constant(params)], batched=True))
     assert inputs.shape == (2 * 3, *grid, 4) and targets.shape == (2 * 3, 4 * 6 * 8)
     for window, target in zip(inputs.numpy(), targets.numpy(), strict=True):
         record, first = divmod(int(window[0, 0, 0, 0]), 100)
-        assert np.all(window[..., 0] == 100 * record + first) and np.all(window[..., 1] == 100 * record + first + 1)
+        assert np.all(window[..., 0] == 100 * record + first) and np.all(
+            window[..., 1] == 100 * record + first + 1
+        )
         assert np.all(target == 100 * record + first + 2)
         np.testing.assert_array_equal(window[..., 2:], np.broadcast_to(params[record], (*grid, 2)))
 
@@ -373,7 +448,9 @@ def test_a_next_state_of_cubes_windows_rolls_out_scores_its_spectrum_and_saves_a
         return (states[..., 1] + 1).reshape(len(states), -1)
 
     ramp = np.stack([np.full(grid, t, np.float64) for t in range(5)])[None].repeat(2, axis=0)
-    rolled = task.rollout_summary([task.rollout(exact, [(ramp + np.arange(2)[:, None, None, None, None], params)])])
+    rolled = task.rollout_summary(
+        [task.rollout(exact, [(ramp + np.arange(2)[:, None, None, None, None], params)])]
+    )
     assert rolled["steps"] == 3 and np.allclose(rolled["nrmse_per_step"], 0)
     task.rolled_out = rolled
     task.figure(None, tmp_path / "scores.png")  # the rollout's figure: the cubes' middle planes
@@ -385,14 +462,24 @@ def test_a_next_state_of_cubes_windows_rolls_out_scores_its_spectrum_and_saves_a
     # 3.07, 5.39, so |k| = 3 is the middle band's
     assert power.shape == (1, SPECTRUM_BANDS, 1) and power[0, 1, 0] > 1e-9
     assert np.count_nonzero(power > 1e-9) == 1
-    lowest = np.cos(2 * np.pi * np.arange(6) / 6)[None, None, :, None, None] * np.ones((1, *grid, 1))  # |k| = 1
+    # |k| = 1
+    lowest = np.cos(2 * np.pi * np.arange(6) / 6)[None, None, :, None, None] * np.ones((1, *grid, 1))
     assert np.flatnonzero(band_power(lowest)[0, :, 0] > 1e-9).tolist() == [0]
 
-    settings = {"model": "fno3d", "depth": 1, "width": 4, "dense": 8, "dropout": 0.0, "model_args": {"modes": 2}}
+    settings = {
+        "model": "fno3d",
+        "depth": 1,
+        "width": 4,
+        "dense": 8,
+        "dropout": 0.0,
+        "model_args": {"modes": 2},
+    }
     network, _ = build_model(settings, task.model_feature_shape, task)
     assert network(inputs).shape == (6, 4 * 6 * 8)
     saved = task.exported(network)
-    answer = saved({"trajectory_now": tf.zeros((1, *grid, 2)), "params": tf.constant([[3.0, 3.0]])})["trajectory"]
+    answer = saved({"trajectory_now": tf.zeros((1, *grid, 2)), "params": tf.constant([[3.0, 3.0]])})[
+        "trajectory"
+    ]
     assert answer.shape == (1, *grid, 1)
 
 
@@ -409,16 +496,21 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
     from pipeline.steps import validated
 
     config = yaml.safe_load((REPO / "config" / "presets" / "surrogate-next-state.yaml").read_text())
-    [conditioned] = [yaml.safe_load(text) for _, mark, text in doc_blocks()
-                     if mark == "reference" and "condition: vector" in text]  # fmt: skip
+    [conditioned] = [
+        yaml.safe_load(text)
+        for _, mark, text in doc_blocks()
+        if mark == "reference" and "condition: vector" in text
+    ]
     config["convert"].update(conditioned["convert"])
     config["train"].update(conditioned["train"], width=8, depth=2, model_args={"modes": 4}, batch_size=8)
     config["train"]["population"] = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 50}
     config["train"]["learning_rate"] = 0.005  # enough to step below persistence
     config["simulate"].update(samples=64)
     config["simulate"]["reaction"].update(size=16, steps=40, snapshots=6, t_end=0.5, growth=[0.5, 6.0])
-    config["source"]["fields"] = {"trajectory": {"path": "trajectory", "dtype": "float32", "shape": [6, 16, 16]},
-                                  "params": {"path": "params", "dtype": "float32", "shape": [4]}}  # fmt: skip
+    config["source"]["fields"] = {
+        "trajectory": {"path": "trajectory", "dtype": "float32", "shape": [6, 16, 16]},
+        "params": {"path": "params", "dtype": "float32", "shape": [4]},
+    }
     config.update(workdir=str(tmp_path / "work"), stage={"target": str(tmp_path / "local")})
     path = write_config(tmp_path, validated(config))
     for step in ("simulate", "ingest", "convert", "merge", "stage", "train"):
@@ -429,7 +521,10 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
     assert summary["vrmse"]["trajectory"] < summary["persistence_vrmse"]["trajectory"]
     assert summary["baseline"]["nrmse"]["trajectory"] < summary["persistence_nrmse"]["trajectory"]
     rollout = summary["rollout"]
-    assert rollout["steps"] == 5 and len(rollout["vrmse_per_step"]) == len(rollout["persistence_vrmse_per_step"]) == 5
+    assert (
+        rollout["steps"] == 5
+        and len(rollout["vrmse_per_step"]) == len(rollout["persistence_vrmse_per_step"]) == 5
+    )
     assert rollout["below_persistence_at_every_step"]
     assert rollout["trajectories"] * 5 == summary["test_records"] > 0  # the test runs, each of 5 windows
     spread = summary["population"]["disagreement"]
@@ -450,7 +545,9 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
     state = run["trajectory"][:1][..., None]  # (1, 16, 16, 1): the first state, its own units
     slow, fast = run["params"].copy(), run["params"].copy()
     slow[3], fast[3] = 0.5, 6.0  # the growth rate, the drift kept
-    answers = [model({"trajectory_now": state, "params": p[None]})["trajectory"].numpy() for p in (slow, fast)]
+    answers = [
+        model({"trajectory_now": state, "params": p[None]})["trajectory"].numpy() for p in (slow, fast)
+    ]
     assert answers[0].shape == (1, 16, 16, 1) and np.isfinite(answers).all()
     assert answers[1].mean() > answers[0].mean()  # more growth in one step: the parameters reach the network
 
@@ -471,8 +568,13 @@ def online_reaction_config(tmp_path: Path) -> dict:
     config["simulate"].update(runs=16, run_timeout_s=60)
     config["source"]["fields"]["trajectory"]["shape"] = [6, 16, 16]
     config["train"].update(batch_size=4, depth=2, width=8, dense=16, model_args={"modes": 4})
-    config["train"]["online"].update(steps=12, validate_every_steps=4, validation_every_run=4, statistics_runs=2,
-                                     buffer={"capacity": 16, "watermark": 4, "max_reuse": 0})  # fmt: skip
+    config["train"]["online"].update(
+        steps=12,
+        validate_every_steps=4,
+        validation_every_run=4,
+        statistics_runs=2,
+        buffer={"capacity": 16, "watermark": 4, "max_reuse": 0},
+    )
     return make_config(tmp_path, **config)
 
 
@@ -490,8 +592,10 @@ def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
     # the run's parameters as the design gives them: scalar columns of the runs table, each normalised on
     # its own (convert.per_channel: a scalar is one channel), given to the model as one vector
     parameters = ["vx", "vy", "kappa", "r"]
-    config["source"]["fields"] = {"trajectory": config["source"]["fields"]["trajectory"],
-                                  **{p: {"column": p} for p in parameters}}  # fmt: skip
+    config["source"]["fields"] = {
+        "trajectory": config["source"]["fields"]["trajectory"],
+        **{p: {"column": p} for p in parameters},
+    }
     config["convert"].update(labels=parameters, normalise=["trajectory", *parameters], per_channel=parameters)
     config["train"]["online"].update(steps=600, validate_every_steps=200)  # enough to step below persistence
     config["train"]["learning_rate"] = 0.005
@@ -503,7 +607,10 @@ def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
     assert (online["samples"]["arrived"], online["samples"]["validation"]) == (12, 4)
     assert online["samples"]["draws"] == 600 * 4  # a step: batch_size windows, one of each of 4 trajectories
     # scored at the kept step, on the validation runs arrived by then (timing): whole runs of 5 windows each
-    assert summary["validation_records"] in (5, 10, 15, 20) and set(online["statistics"]) == {"trajectory", *parameters}
+    assert summary["validation_records"] in (5, 10, 15, 20) and set(online["statistics"]) == {
+        "trajectory",
+        *parameters,
+    }
     assert summary["nrmse"]["trajectory"] < summary["persistence_nrmse"]["trajectory"]
     assert summary["vrmse"]["trajectory"] < summary["persistence_vrmse"]["trajectory"]  # 0.21 against 0.29
     # the linear model, fitted on the few runs arrived when training began, is below the network (0.76 against
@@ -538,19 +645,31 @@ def test_a_forward_surrogate_trains_online_as_melissa_trains_its_surrogates(tmp_
     config = online_reaction_config(tmp_path)
     command = config["simulate"]["command"]
     command[command.index("--initial") + 1] = "fixed"  # the same blobs: the outputs follow the parameters
-    config["source"]["fields"] = {**{p: {"column": p} for p in ("vx", "vy", "kappa", "r")},
-                                  "state": {"path": "state", "dtype": "float32", "shape": [16, 16]},
-                                  "mass": {"path": "mass", "dtype": "float32", "shape": [6]}}  # fmt: skip
-    config["convert"].update(stack={"params": ["vx", "vy", "kappa", "r"]}, features=["params"],
-                             labels=["state", "mass"], normalise=["params", "state", "mass"],
-                             per_channel=["params", "mass"])  # fmt: skip
+    config["source"]["fields"] = {
+        **{p: {"column": p} for p in ("vx", "vy", "kappa", "r")},
+        "state": {"path": "state", "dtype": "float32", "shape": [16, 16]},
+        "mass": {"path": "mass", "dtype": "float32", "shape": [6]},
+    }
+    config["convert"].update(
+        stack={"params": ["vx", "vy", "kappa", "r"]},
+        features=["params"],
+        labels=["state", "mass"],
+        normalise=["params", "state", "mass"],
+        per_channel=["params", "mass"],
+    )
     config["train"].update(task="surrogate", model="decoder", model_args={}, learning_rate=0.003)
     config["train"]["online"].update(steps=48, validate_every_steps=16)  # a decoder's steps are cheap
     proc = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["task"] == "surrogate" and summary["online"]["samples"]["arrived"] == 12
-    assert set(summary["nrmse"]) == set(summary["baseline"]["nrmse"]) == set(summary["vrmse"]) == {"state", "mass"}
-    assert 0 < summary["validation_records"] <= 4 and "rollout" not in summary  # the runs held out by the kept step
+    assert (
+        set(summary["nrmse"])
+        == set(summary["baseline"]["nrmse"])
+        == set(summary["vrmse"])
+        == {"state", "mass"}
+    )
+    # the runs held out by the kept step
+    assert 0 < summary["validation_records"] <= 4 and "rollout" not in summary
     model = tf.keras.models.load_model(str(tmp_path / "work" / "train" / "model"), compile=False)
     params = np.array([0.1, -0.2, 0.003, 2.0])
     answer = model(params[None].astype(np.float32))
@@ -572,10 +691,15 @@ def test_the_wells_layout_gives_a_record_per_trajectory_with_its_parameters(tmp_
     root = tmp_path / "well"
     root.mkdir()
     written = {alpha: write_the_well(root / f"toy_alpha_{alpha}.hdf5", alpha) for alpha in (0.5, 1.5)}
-    source = {"glob": "*.hdf5", "samples_along": 0,
-              "fields": {"u": {"path": "t0_fields/u", "dtype": "float32", "shape": [6, 8, 8]},
-                         "velocity": {"path": "t1_fields/velocity", "dtype": "float32", "shape": [6, 8, 8, 2]},
-                         "alpha": {"attr": "alpha", "dtype": "float32"}}}  # fmt: skip
+    source = {
+        "glob": "*.hdf5",
+        "samples_along": 0,
+        "fields": {
+            "u": {"path": "t0_fields/u", "dtype": "float32", "shape": [6, 8, 8]},
+            "velocity": {"path": "t1_fields/velocity", "dtype": "float32", "shape": [6, 8, 8, 2]},
+            "alpha": {"attr": "alpha", "dtype": "float32"},
+        },
+    }
     config = layout_config(tmp_path, source, ["u"], ["alpha", "velocity"])
     summary, meta = data_half(config, root, tmp_path, serial)
     assert summary["accepted"] == 6 and meta["counts"]["records"] == 6
@@ -589,9 +713,9 @@ def test_the_wells_layout_gives_a_record_per_trajectory_with_its_parameters(tmp_
 
 
 def test_inspect_recognises_the_wells_layout_and_proposes_a_next_state_config(tmp_path, serial):
-    """`sim2dl inspect` on files of The Well's format: a sample per trajectory, the first t0 field the feature,
-    the simulation's parameter (a root attribute) its label given as a conditioning vector, train.task
-    next_state with fno2d, split by trajectory; the layout's lines in the terminal too; its config
+    """`sim2dl inspect` on files of The Well's format: a sample per trajectory, the first t0 field the
+    feature, the simulation's parameter (a root attribute) its label given as a conditioning vector,
+    train.task next_state with fno2d, split by trajectory; the layout's lines in the terminal too; its config
     validates and reads every trajectory."""
     from pipeline.steps.inspect import inspect
 
@@ -603,12 +727,17 @@ def test_inspect_recognises_the_wells_layout_and_proposes_a_next_state_config(tm
         write_the_well(root / f"toy_alpha_{alpha}.hdf5", alpha, trajectories=4)
     text, config = inspect(str(root), write=tmp_path / "well.yaml")
     assert "layout: The Well's layout" in text and config is not None
-    assert "  The Well: " in text and "given to the next state as a conditioning vector" in text  # not only in the file
+    # not only in the file
+    assert "  The Well: " in text and "given to the next state as a conditioning vector" in text
     assert config["source"]["samples_along"] == 0 and config["source"]["fields"]["u"]["path"] == "t0_fields/u"
     assert config["convert"]["features"] == ["u"] and config["convert"]["labels"] == ["alpha"]
     assert config["train"]["task"] == "next_state" and config["train"]["model"] == "fno2d"
-    assert config["train"]["next_state"]["condition"] == "vector" and "alpha" in config["convert"]["normalise"]
-    assert config["merge"]["split_by"] == "sample" and config["source"]["fields"]["alpha"] == {"attr": "alpha"}
+    assert (
+        config["train"]["next_state"]["condition"] == "vector" and "alpha" in config["convert"]["normalise"]
+    )
+    assert config["merge"]["split_by"] == "sample" and config["source"]["fields"]["alpha"] == {
+        "attr": "alpha"
+    }
     from pipeline.steps import validated
 
     config = validated({**config, "workdir": str(tmp_path / "work")})
@@ -651,27 +780,52 @@ def test_a_forward_surrogate_takes_a_runs_table_attributes_and_path_groups_stack
     pq.write_table(pa.table(runs), data / "runs.parquet")
     config = {
         "workdir": str(tmp_path / "work"),
-        "source": {"path": str(data), "glob": "**/out.h5", "sample_id": None,
-                   "labels_table": {"path": "runs.parquet", "key": "run", "match": "run_directory"},
-                   "path_pattern": r"width(?P<width>[0-9.]+)/",
-                   "fields": {"a0": {"column": "a0"}, "ne": {"attr": "ne"}, "width": {"path_group": "width"},
-                              "field": {"path": "field", "dtype": "float32", "shape": [16, 16]},
-                              "totals": {"path": "totals", "dtype": "float32", "shape": [3]}}},
-        "convert": {"stack": {"design": ["a0", "ne", "width"]}, "features": ["design"],
-                    "labels": ["field", "totals"], "dtype": "float32", "normalise": ["design", "field", "totals"],
-                    "per_channel": ["design", "totals"]},
+        "source": {
+            "path": str(data),
+            "glob": "**/out.h5",
+            "sample_id": None,
+            "labels_table": {"path": "runs.parquet", "key": "run", "match": "run_directory"},
+            "path_pattern": r"width(?P<width>[0-9.]+)/",
+            "fields": {
+                "a0": {"column": "a0"},
+                "ne": {"attr": "ne"},
+                "width": {"path_group": "width"},
+                "field": {"path": "field", "dtype": "float32", "shape": [16, 16]},
+                "totals": {"path": "totals", "dtype": "float32", "shape": [3]},
+            },
+        },
+        "convert": {
+            "stack": {"design": ["a0", "ne", "width"]},
+            "features": ["design"],
+            "labels": ["field", "totals"],
+            "dtype": "float32",
+            "normalise": ["design", "field", "totals"],
+            "per_channel": ["design", "totals"],
+        },
         "merge": {"splits": {"train": 0.75, "validation": 0.125, "test": 0.125}},
         "stage": {"target": str(tmp_path / "local")},
         "search": {"enabled": False},
-        "train": {"task": "surrogate", "model": "decoder", "depth": 2, "width": 8, "dense": 64, "epochs": 40,
-                  "batch_size": 8, "learning_rate": 0.003},
-    }  # fmt: skip
+        "train": {
+            "task": "surrogate",
+            "model": "decoder",
+            "depth": 2,
+            "width": 8,
+            "dense": 64,
+            "epochs": 40,
+            "batch_size": 8,
+            "learning_rate": 0.003,
+        },
+    }
     path = write_config(tmp_path, config)
     for step in ("ingest", "convert", "merge", "stage", "train"):
         run_cli([step, "--config", str(path)], ranks=2, timeout=600)
     merged = tmp_path / "work" / "merged"
     meta = json.loads((merged / "metadata.json").read_text())
-    assert meta["feature_spec"]["design"]["shape"] == [3] and meta["component_names"]["design"] == ["a0", "ne", "width"]
+    assert meta["feature_spec"]["design"]["shape"] == [3] and meta["component_names"]["design"] == [
+        "a0",
+        "ne",
+        "width",
+    ]
     stats = meta["statistics"]
 
     def own_units(record: dict, name: str) -> np.ndarray:
@@ -690,7 +844,10 @@ def test_a_forward_surrogate_takes_a_runs_table_attributes_and_path_groups_stack
     answered, expected = model(point), design_output(*point[0])
     assert answered["field"].shape == (1, 16, 16) and answered["totals"].shape == (1, 3)
     np.testing.assert_allclose(answered["totals"].numpy()[0], expected["totals"], rtol=0.15)
-    assert np.sqrt(np.mean((answered["field"].numpy()[0] - expected["field"]) ** 2)) < 0.3 * expected["field"].std()
+    assert (
+        np.sqrt(np.mean((answered["field"].numpy()[0] - expected["field"]) ** 2))
+        < 0.3 * expected["field"].std()
+    )
 
 
 def test_a_state_of_two_fields_is_scored_and_normalised_per_field():
@@ -707,8 +864,14 @@ def test_a_state_of_two_fields_is_scored_and_normalised_per_field():
     v = 0.2 + 0.02 * rng.normal(size=(3, steps, *grid)).cumsum(axis=1)
     states = np.stack([u, v], axis=-1)  # (B, T, H, W, 2) in physical units
     stats = {"mean": [1.0, 0.2], "std": [0.05, 0.02], "per_channel": True}
-    data = DataSpec("state", (steps, *grid, 2), (), (), feature_statistics={"state": stats},
-                    component_names={"state": ["u", "v"]})  # fmt: skip
+    data = DataSpec(
+        "state",
+        (steps, *grid, 2),
+        (),
+        (),
+        feature_statistics={"state": stats},
+        component_names={"state": ["u", "v"]},
+    )
     task = NextState({"next_state": {"inputs": 1, "outputs": 2}}, data)
     task.check()
     normal = (states - np.array(stats["mean"])) / np.array(stats["std"])
@@ -720,10 +883,13 @@ def test_a_state_of_two_fields_is_scored_and_normalised_per_field():
     scores = task.metrics(evaluation)
 
     def well(predicted: np.ndarray, true: np.ndarray) -> float:  # per sample, over the grid
-        per_sample = [np.sqrt(((p - t) ** 2).mean() / (t.var() + 1e-7)) for p, t in zip(predicted, true, strict=True)]
+        per_sample = [
+            np.sqrt(((p - t) ** 2).mean() / (t.var() + 1e-7)) for p, t in zip(predicted, true, strict=True)
+        ]
         return float(np.mean(per_sample))
 
-    predicted = outputs.reshape(3, *grid, 2, 2) * np.array(stats["std"]) + np.array(stats["mean"])  # (.., step, field)
+    # (.., step, field)
+    predicted = outputs.reshape(3, *grid, 2, 2) * np.array(stats["std"]) + np.array(stats["mean"])
     for c, name in enumerate(["u", "v"]):
         expected = np.mean([well(predicted[..., s, c], states[:, 1 + s, ..., c]) for s in range(2)])
         assert scores["vrmse"][name] == pytest.approx(expected, rel=1e-9)
@@ -735,12 +901,20 @@ def test_a_state_of_two_fields_is_scored_and_normalised_per_field():
 
     # the rollout, per field: an exact stepper scores 0 on each, persistence as computed above per step
     def exact(window: np.ndarray) -> np.ndarray:
-        found = [int(np.argmin([np.abs(window[b] - normal[b, t]).max() for t in range(steps)])) for b in range(3)]
-        return np.stack([np.concatenate([normal[b, t + 1], normal[b, min(t + 2, steps - 1)]], axis=-1)
-                         for b, t in enumerate(found)]).reshape(3, -1)  # fmt: skip
+        found = [
+            int(np.argmin([np.abs(window[b] - normal[b, t]).max() for t in range(steps)])) for b in range(3)
+        ]
+        return np.stack(
+            [
+                np.concatenate([normal[b, t + 1], normal[b, min(t + 2, steps - 1)]], axis=-1)
+                for b, t in enumerate(found)
+            ]
+        ).reshape(3, -1)
 
     rolled = task.rollout_summary([task.rollout(exact, [(normal, np.zeros((3, 0)))])])
-    assert set(rolled["by_field"]["vrmse_per_step"]) == {"u", "v"} and np.allclose(rolled["vrmse_per_step"], 0)
+    assert set(rolled["by_field"]["vrmse_per_step"]) == {"u", "v"} and np.allclose(
+        rolled["vrmse_per_step"], 0
+    )
     for c, name in enumerate(["u", "v"]):
         curve = [well(states[:, 0, ..., c], states[:, s, ..., c]) for s in range(1, steps)]
         np.testing.assert_allclose(rolled["by_field"]["persistence_vrmse_per_step"][name], curve, rtol=1e-9)
@@ -776,7 +950,12 @@ def test_inspect_proposes_a_next_state_for_a_run_per_file_and_its_parameters_as_
     assert "a file is one run's trajectory: fields [11, 2, 16, 12] has t's 11 steps first" in text
     fields = config["source"]["fields"]
     assert config["source"]["samples_along"] is None and "t" not in fields
-    assert fields["fields"] == {"path": "fields", "dtype": "float32", "shape": [11, 2, 16, 12], "channel_axis": 1}
+    assert fields["fields"] == {
+        "path": "fields",
+        "dtype": "float32",
+        "shape": [11, 2, 16, 12],
+        "channel_axis": 1,
+    }
     assert fields["Du"] == {"attr": "Du"} and config["convert"]["labels"] == ["Du"]
     assert config["convert"]["per_channel"] == ["fields"] and config["train"]["task"] == "next_state"
     assert config["train"]["model"] == "fno2d" and config["train"]["next_state"]["condition"] == "vector"
@@ -792,7 +971,9 @@ def test_inspect_proposes_a_next_state_for_a_run_per_file_and_its_parameters_as_
             for name, n in (("time", 9), ("y", 8), ("x", 8)):
                 f.createDimension(name, n)
             f.createVariable("time", "f8", ("time",))[:] = np.arange(9) * 0.5
-            f.createVariable("u", "f4", ("time", "y", "x"))[:] = np.random.default_rng(i).normal(size=(9, 8, 8))
+            f.createVariable("u", "f4", ("time", "y", "x"))[:] = np.random.default_rng(i).normal(
+                size=(9, 8, 8)
+            )
     text, config = inspect(str(nc), write=tmp_path / "nc.yaml")
     assert config["source"]["samples_along"] is None and config["train"]["task"] == "next_state", text
     assert config["convert"]["features"] == ["u"] and config["convert"]["labels"] == []
@@ -816,21 +997,45 @@ def test_inspect_reads_an_ensembles_runs_table_and_proposes_the_forward_surrogat
 
     from .helpers import data_half
 
-    space = {"level": {"type": "uniform", "low": 0.3, "high": 1.0}, "a": {"type": "uniform", "low": 0.0, "high": 0.4}}
+    space = {
+        "level": {"type": "uniform", "low": 0.3, "high": 1.0},
+        "a": {"type": "uniform", "low": 0.0, "high": 0.4},
+    }
     settings = {"space": space, "seed": 7, "adaptive": {"budget": 6}}
     unit = np.random.default_rng(0).random((6, 2))
     table = round_table(settings, unit, 0, 1, "error_weighted_variance", np.ones(6), np.ones(6), "digest")
     root = tmp_path / "raw"
     for i, row in enumerate(table.to_pylist()):
-        bistable_run.main(["--out", str(run_paths(root, row["run"], i, 1000)[0]), "--level", repr(row["level"]),
-                           "--a", repr(row["a"]), "--size", "8", "--steps", "10"])  # fmt: skip
-    outcome = {"status": ["ok"] * 6, "attempts": [1] * 6, "seconds": [0.5] * 6, "exit_code": [0] * 6,
-               "reason": [""] * 6}  # fmt: skip
+        bistable_run.main(
+            [
+                "--out",
+                str(run_paths(root, row["run"], i, 1000)[0]),
+                "--level",
+                repr(row["level"]),
+                "--a",
+                repr(row["a"]),
+                "--size",
+                "8",
+                "--steps",
+                "10",
+            ]
+        )
+    outcome = {
+        "status": ["ok"] * 6,
+        "attempts": [1] * 6,
+        "seconds": [0.5] * 6,
+        "exit_code": [0] * 6,
+        "reason": [""] * 6,
+    }
     for name, kind in OUTCOME_SCHEMA:
         table = table.append_column(pa.field(name, kind), pa.array(outcome[name], kind))
     pq.write_table(table, root / "runs.parquet")
     _, config = inspect(str(root), write=tmp_path / "design.yaml")
-    assert config["source"]["labels_table"] == {"path": "runs.parquet", "key": "run", "match": "run_directory"}
+    assert config["source"]["labels_table"] == {
+        "path": "runs.parquet",
+        "key": "run",
+        "match": "run_directory",
+    }
     fields = config["source"]["fields"]
     assert {n for n, spec in fields.items() if "column" in spec} == {"level", "a"}, fields
     assert config["convert"]["stack"] == {"design_params": ["level", "a"]}  # `params` is the file's own copy

@@ -78,7 +78,14 @@ def test_confusion_iou_and_f1_match_their_definitions():
 
 def test_regression_r2_from_sums_and_plots_in_the_labels_own_units(tmp_path):
     meta = metadata(
-        [{"name": "p", "shape": [2], "dtype": "float32", "statistics": {"mean": [0.8, 10.0], "std": [0.1, 2.0]}}]
+        [
+            {
+                "name": "p",
+                "shape": [2],
+                "dtype": "float32",
+                "statistics": {"mean": [0.8, 10.0], "std": [0.1, 2.0]},
+            }
+        ]
     )
     task = make_task({"task": "regression"}, data_spec(meta))
     rng = np.random.default_rng(2)
@@ -147,7 +154,9 @@ def test_labels_that_do_not_fit_the_task_are_config_errors(task, label, settings
 def test_a_validation_split_without_a_class_is_a_warning(caplog):
     counts = {"min": 0, "max": 2, "counts": {"train": [50, 5, 3], "validation": [20, 0, 1]}}
     label = {"name": "m", "shape": [8, 8], "dtype": "uint8", "class_counts": counts}
-    task = make_task({"task": "segmentation", "class_names": ["sea", "storm", "river"]}, data_spec(metadata([label])))
+    task = make_task(
+        {"task": "segmentation", "class_names": ["sea", "storm", "river"]}, data_spec(metadata([label]))
+    )
     with caplog.at_level("WARNING"):
         task.check()
     assert "validation split has no records of the classes ['storm']" in caplog.text
@@ -260,7 +269,9 @@ def test_segmentation_trains_unet2d_and_its_metrics_match_numpy(tmp_path, climat
     matrix = confusion(masks.astype(np.int64), predicted, 3)
     assert summary["validation_records"] == len(masks)
     assert np.abs(np.array(summary["confusion_matrix"]) - matrix).sum() <= 0.001 * masks.size  # argmax ties
-    iou = [np.sum((masks == c) & (predicted == c)) / np.sum((masks == c) | (predicted == c)) for c in range(3)]
+    iou = [
+        np.sum((masks == c) & (predicted == c)) / np.sum((masks == c) | (predicted == c)) for c in range(3)
+    ]
     assert summary["mean_iou"] == pytest.approx(np.mean(iou), abs=2e-3)
     assert summary["baseline_mean_iou"] == pytest.approx(np.mean(masks == 0) / 3, rel=1e-9)
 
@@ -268,7 +279,10 @@ def test_segmentation_trains_unet2d_and_its_metrics_match_numpy(tmp_path, climat
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"model": "models.py:raises"}, "model builder {dir}/models.py:raises raised RuntimeError: no GPU here"),
+        (
+            {"model": "models.py:raises"},
+            "model builder {dir}/models.py:raises raised RuntimeError: no GPU here",
+        ),
         ({"model": "models.py:not_a_model"}, "models.py:not_a_model returned str, not a tf.keras.Model"),
         (
             {"model": "models.py:wrong_outputs"},
@@ -277,7 +291,8 @@ def test_segmentation_trains_unet2d_and_its_metrics_match_numpy(tmp_path, climat
         ),
         (
             {"depth": 6},
-            "model 'unet2d' with depth 6 halves the input [32, 32] 6 times: each spatial size must be divisible by 64",
+            "model 'unet2d' with depth 6 halves the input [32, 32] 6 times: each spatial size must be "
+            "divisible by 64",
         ),
         ({"model": "cosmoflow"}, "model 'cosmoflow' does not do segmentation"),
         ({"model_args": {"filters": 3}}, "['filters'] are not arguments of the built-in model 'unet2d'"),
@@ -353,4 +368,6 @@ def test_your_own_model_takes_several_features_as_a_dict_of_inputs(tmp_path):
     model = tf.keras.models.load_model(str(work / "train" / "model"), compile=False)
     assert sorted(model.input) == ["fields", "mask"]
     with pytest.raises(Sim2dlError, match="are several inputs, but the built-in model 'unet2d' takes one"):
-        cfg.validate(yaml.safe_load(yaml.safe_dump({**config, "train": {**config["train"], "model": "unet2d"}})))
+        cfg.validate(
+            yaml.safe_load(yaml.safe_dump({**config, "train": {**config["train"], "model": "unet2d"}}))
+        )

@@ -49,7 +49,9 @@ def test_fbpic_modes_are_channels_over_the_r_z_plane_and_the_geometry_is_recorde
     assert e_field.shape == (24, 128, 9)
     group = stored(path, "E")
     for k, component in enumerate("rtz"):
-        np.testing.assert_array_equal(e_field[..., 3 * k : 3 * k + 3], np.moveaxis(group[component][()], 0, -1))
+        np.testing.assert_array_equal(
+            e_field[..., 3 * k : 3 * k + 3], np.moveaxis(group[component][()], 0, -1)
+        )
     np.testing.assert_array_equal(read(path, "meshes/rho"), np.moveaxis(stored(path, "rho")[()], 0, -1))
     fields = [FieldSpec("E", "meshes/E"), FieldSpec("rho", "meshes/rho@theta=0.5")]
     described = field_descriptions(path, "openpmd", fields)
@@ -66,7 +68,8 @@ def test_fbpic_modes_are_channels_over_the_r_z_plane_and_the_geometry_is_recorde
 
 @pytest.mark.parametrize("theta", THETAS)
 def test_the_plane_at_theta_equals_openpmd_viewers_get_field(theta):
-    """E's x, y and z and rho on the plane at θ, r mirrored below the axis, as openpmd-viewer rebuilds them."""
+    """E's x, y and z and rho on the plane at θ, r mirrored below the axis, as openpmd-viewer rebuilds
+    them."""
     from openpmd_viewer import OpenPMDTimeSeries
 
     series = OpenPMDTimeSeries(str(RUN), check_all_files=False)
@@ -105,8 +108,12 @@ def write_warpx_order(path: Path, source: Path) -> None:
     mesh.grid_spacing = list(group.attrs["gridSpacing"][::-1])
     mesh.grid_global_offset = list(group.attrs["gridGlobalOffset"][::-1])
     mesh.grid_unit_SI = 1.0
-    mesh.unit_dimension = {io.Unit_Dimension.M: 1, io.Unit_Dimension.L: 1, io.Unit_Dimension.I: -1,
-                           io.Unit_Dimension.T: -3}  # fmt: skip
+    mesh.unit_dimension = {
+        io.Unit_Dimension.M: 1,
+        io.Unit_Dimension.L: 1,
+        io.Unit_Dimension.I: -1,
+        io.Unit_Dimension.T: -3,
+    }
     for component in "rtz":
         values = np.ascontiguousarray(group[component][()].transpose(0, 2, 1))
         mesh[component].reset_dataset(io.Dataset(values.dtype, values.shape))
@@ -141,7 +148,9 @@ def test_warpx_z_r_order_and_fortran_data_order_read_as_the_same_r_z_layouts(tmp
         group.attrs["gridSpacing"] = group.attrs["gridSpacing"][::-1]
         group.attrs["gridGlobalOffset"] = group.attrs["gridGlobalOffset"][::-1]
     np.testing.assert_array_equal(read(fortran, "meshes/E"), fbpic_modes)
-    np.testing.assert_array_equal(read(fortran, "meshes/E@cartesian"), read(fbpic_file(), "meshes/E@cartesian"))
+    np.testing.assert_array_equal(
+        read(fortran, "meshes/E@cartesian"), read(fbpic_file(), "meshes/E@cartesian")
+    )
     with READERS["openpmd"].open(fortran) as f:
         geometry = f.attributes("meshes/E")["geometry"]
     assert geometry["axes"] == ["r", "z"] and geometry["data_order"] == "F"
@@ -162,7 +171,9 @@ def test_other_geometries_and_misplaced_layouts_are_refused_by_name(tmp_path):
     it.close()
     series.close()
     with READERS["openpmd"].open(tmp_path / "cyl_0.h5") as f:
-        with pytest.raises(SampleError, match=r"'meshes/B' is in cylindrical geometry.*never treated as Cartesian"):
+        with pytest.raises(
+            SampleError, match=r"'meshes/B' is in cylindrical geometry.*never treated as Cartesian"
+        ):
             f.shape("meshes/B")
         with pytest.raises(SampleError, match="spherical geometry"):
             f.read("meshes/J", (slice(0, 1),))
@@ -218,13 +229,29 @@ def test_the_docs_wakefield_config_learns_from_fbpic_output_in_the_plane_layout(
     ranks, each record with its layout, channels and run (the modes layout goes through the same steps in
     the inspect test above)."""
     block = docs_block("examples/wakefield/simulate.py")
-    assert block["simulate"]["command"][:2] == ["examples/wakefield/.venv/bin/python", "examples/wakefield/simulate.py"]
+    assert block["simulate"]["command"][:2] == [
+        "examples/wakefield/.venv/bin/python",
+        "examples/wakefield/simulate.py",
+    ]
     assert (REPO / "examples" / "wakefield" / "setup.sh").exists()
     assert block["source"]["fields"]["E"]["path"] == "meshes/E" and block["train"]["model"] == "unet2d"
-    fields = {**block["source"]["fields"], "E": {"path": "meshes/E@theta=0", "dtype": "float32", "shape": [48, 128, 3]}}
-    source = {**block["source"], "path": str(FBPIC), "glob": "**/diags/hdf5/data00000040.h5", "fields": fields,
-              "labels_table": {"path": "runs.csv", "key": "run", "match": "run_directory"}}  # fmt: skip
-    config = {**block, "simulate": {"enabled": False}, "source": source, "merge": {"format": "hdf5", "splits": {}}}
+    fields = {
+        **block["source"]["fields"],
+        "E": {"path": "meshes/E@theta=0", "dtype": "float32", "shape": [48, 128, 3]},
+    }
+    source = {
+        **block["source"],
+        "path": str(FBPIC),
+        "glob": "**/diags/hdf5/data00000040.h5",
+        "fields": fields,
+        "labels_table": {"path": "runs.csv", "key": "run", "match": "run_directory"},
+    }
+    config = {
+        **block,
+        "simulate": {"enabled": False},
+        "source": source,
+        "merge": {"format": "hdf5", "splits": {}},
+    }
     meta = run_written_config(tmp_path, config)
     assert meta["counts"]["records"] == 2 and meta["feature_spec"]["E"]["shape"] == [48, 128, 3]
     assert meta["geometry"]["E"]["layout"] == {"kind": "plane", "theta": 0.0}

@@ -10,7 +10,15 @@ import pytest
 
 from pipeline.storage.fsutil import file_checksum
 
-from .conftest import SMALL_TRAINING, kill_tree, make_config, run_cli, small_cube_config, start_cli, write_config
+from .conftest import (
+    SMALL_TRAINING,
+    kill_tree,
+    make_config,
+    run_cli,
+    small_cube_config,
+    start_cli,
+    write_config,
+)
 from .helpers import board_events
 
 
@@ -56,12 +64,19 @@ def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     held = holdout_validation(np.array([r["sample_id"] for r in records], dtype=object), 0.1).numpy()
     x = np.stack([r["density"] for r, h in zip(records, held, strict=True) if h])[..., np.newaxis]
     y = np.stack([r["params"] for r, h in zip(records, held, strict=True) if h]).astype(np.float64)
-    predicted = tf.keras.models.load_model(str(tmp_path / "train" / "model"), compile=False).predict(x, verbose=0)
+    predicted = tf.keras.models.load_model(str(tmp_path / "train" / "model"), compile=False).predict(
+        x, verbose=0
+    )
     r2 = 1 - ((predicted - y) ** 2).sum(0) / ((y - y.mean(0)) ** 2).sum(0)
     assert summary["validation_records"] == len(y)
     # no test split: the scores are on the split that chose the kept epoch, and the summary says so
-    assert summary["scored_on"] == "validation" and "merge.splits: {train, validation, test}" in summary["scores_note"]
-    assert [summary["r2"][name] for name in ("sigma_8", "n_s", "omega_m")] == pytest.approx(r2.tolist(), abs=1e-4)
+    assert (
+        summary["scored_on"] == "validation"
+        and "merge.splits: {train, validation, test}" in summary["scores_note"]
+    )
+    assert [summary["r2"][name] for name in ("sigma_8", "n_s", "omega_m")] == pytest.approx(
+        r2.tolist(), abs=1e-4
+    )
 
 
 def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
@@ -72,7 +87,9 @@ def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
     proc = start_cli(["train", "--config", str(path), "--out", str(out)], 2)
     metrics = out / "metrics.json"
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (metrics.exists() and len(json.loads(metrics.read_text())) >= 2):
+    while time.monotonic() < deadline and not (
+        metrics.exists() and len(json.loads(metrics.read_text())) >= 2
+    ):
         time.sleep(0.1)
     kill_tree(proc)
     done = len(json.loads(metrics.read_text()))
@@ -89,7 +106,10 @@ def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
     steps = {s["step"]: s for s in json.loads(shown.stdout)["steps"]}
     assert [s["state"] for s in steps.values()] == ["done"] * 5 + ["not started", "running"]
     history = json.loads(metrics.read_text())
-    assert steps["merge"]["records"] == json.loads((work / "merged" / "metadata.json").read_text())["counts"]["records"]
+    assert (
+        steps["merge"]["records"]
+        == json.loads((work / "merged" / "metadata.json").read_text())["counts"]["records"]
+    )
     train_state = steps["train"]
     assert (train_state["unit"], train_state["at"], train_state["of"]) == ("epoch", done, 6)
     assert train_state["best_val_loss"] == min(h["val_loss"] for h in history) and train_state["eta_s"] > 0
@@ -102,7 +122,8 @@ def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
     assert resumed_from >= done - 1 >= 1  # a checkpoint per epoch; the last may be cut
     continued = json.loads(metrics.read_text())
     assert [h["epoch"] for h in continued] == [1, 2, 3, 4, 5, 6]
-    assert continued[:resumed_from] == history[:resumed_from]  # the history goes on from the checkpoint's rows
+    # the history goes on from the checkpoint's rows
+    assert continued[:resumed_from] == history[:resumed_from]
     summary = json.loads((out / "summary.json").read_text())
     best = min(continued, key=lambda h: (h["val_loss"], h["epoch"]))  # the kept record over both runs' epochs
     assert (summary["kept"]["best_epoch"], summary["kept"]["epochs_trained"]) == (best["epoch"], 6)
@@ -165,14 +186,19 @@ def test_purged_node_local_files_are_staged_again(tmp_path, staged):
     assert "staging again" in proc.stderr
     assert file_checksum(os.path.join(node, victim)) == before
     restaged = json.loads((tmp_path / "train" / "restaged.json").read_text())
-    assert restaged["skipped_already_staged"] == len(os.listdir(node)) - 2  # all but the victim and staged.json
+    # all but the victim and staged.json
+    assert restaged["skipped_already_staged"] == len(os.listdir(node)) - 2
     assert restaged["bytes_read_shared_fs"] == os.path.getsize(os.path.join(node, victim))
 
 
 def test_trace_family_trains_a_sequence_model_with_length_buckets(tmp_path):
     config = make_config(
         tmp_path,
-        simulate={"family": "trace", "samples": 96, "trace": {"min_length": 10, "max_length": 300, "features": 4}},
+        simulate={
+            "family": "trace",
+            "samples": 96,
+            "trace": {"min_length": 10, "max_length": 300, "features": 4},
+        },
         source={
             "fields": {
                 "trace": {"path": "trace", "dtype": "float32", "shape": [None, 4]},
@@ -204,7 +230,9 @@ def test_cosmoflow_model_refuses_variable_length_records(tmp_path, staged):
 
 
 @pytest.mark.parametrize("mode", ["replica", "sample"])
-def test_splits_train_on_train_validate_on_validation_and_score_on_a_test_split_nothing_selects_on(tmp_path, mode):
+def test_splits_train_on_train_validate_on_validation_and_score_on_a_test_split_nothing_selects_on(
+    tmp_path, mode
+):
     """merge.splits {train, validation, test}: training reads train, keep-best and patience read
     validation, and the headline scores (network and baseline) are the test split's. Changing only the
     test records (replica mode: the staged test shards replaced by a validation shard) changes the test
@@ -225,11 +253,14 @@ def test_splits_train_on_train_validate_on_validation_and_score_on_a_test_split_
 
     def trained(out):
         proc = run_cli(["train", "--config", str(path), "--out", str(out)], ranks=2, timeout=600)
-        start = next(json.loads(line) for line in proc.stderr.splitlines() if line.startswith('{"train"'))["train"]
+        start = next(json.loads(line) for line in proc.stderr.splitlines() if line.startswith('{"train"'))[
+            "train"
+        ]
         return start, json.loads((out / "summary.json").read_text())
 
     start, summary = trained(tmp_path / "train")
-    # every validation and test record once (their shards dealt to the ranks), none held out of the training files
+    # every validation and test record once (their shards dealt to the ranks), none held out of the training
+    # files
     assert summary["scored_on"] == "test" and "scores_note" not in summary
     assert summary["validation_records"] == splits["validation"]["records"]
     assert summary["test_records"] == splits["test"]["records"]
@@ -251,7 +282,8 @@ def test_splits_train_on_train_validate_on_validation_and_score_on_a_test_split_
     for key in ("weights_checksum", "val_loss", "kept", "validation"):
         assert changed[key] == summary[key], key
     assert changed["baseline"]["validation"] == summary["baseline"]["validation"]
-    assert changed["baseline"]["penalty"] == summary["baseline"]["penalty"]  # chosen within the training split
+    # chosen within the training split
+    assert changed["baseline"]["penalty"] == summary["baseline"]["penalty"]
     shard_records = next(s["records"] for s in meta["shards"] if s["file"].endswith(Path(source).name))
     assert changed["test_records"] == len(tests) * shard_records
     assert changed["r2"] != summary["r2"] and changed["baseline"]["r2"] != summary["baseline"]["r2"]
@@ -264,7 +296,13 @@ def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_r
     # a learning rate too high for this small network: the validation loss rises after its best epoch
     # (the runs are deterministic, so this holds every time)
     # train.patience 1: training stops the epoch after the best, when the validation loss first rises
-    noisy = {"epochs": 6, "learning_rate": 0.02, "decay": "none", "augment": {"symmetries": True}, "patience": 1}
+    noisy = {
+        "epochs": 6,
+        "learning_rate": 0.02,
+        "decay": "none",
+        "augment": {"symmetries": True},
+        "patience": 1,
+    }
     proc = train(tmp_path, staged, **noisy)
     history = json.loads((tmp_path / "train" / "metrics.json").read_text())
     summary = json.loads((tmp_path / "train" / "summary.json").read_text())
@@ -275,10 +313,12 @@ def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_r
     assert summary["kept"]["epoch"] == summary["kept"]["best_epoch"] == best["epoch"], summary["kept"]
     assert summary["val_loss"] == pytest.approx(best["val_loss"], rel=1e-5)
     assert list((tmp_path / "train" / "checkpoints").glob("best-epoch-*.npy")) == [
-        tmp_path / "train" / "checkpoints" / f"best-epoch-{best['epoch']:05d}.npy"]  # fmt: skip
+        tmp_path / "train" / "checkpoints" / f"best-epoch-{best['epoch']:05d}.npy"
+    ]
     baseline = summary["baseline"]
-    assert baseline["method"].startswith("ridge regression on per-channel mean") and set(baseline["r2"]) == set(
-        summary["r2"])  # fmt: skip
+    assert baseline["method"].startswith("ridge regression on per-channel mean") and set(
+        baseline["r2"]
+    ) == set(summary["r2"])
     assert baseline["r2"]["sigma_8"] > 0.5  # the power spectrum knows σ8 of these cubes
     below = [n for n, r2 in summary["r2"].items() if r2 < baseline["r2"][n] - 0.02]  # finish.BELOW_MARGIN
     assert sorted(summary["below_baseline"]) == sorted(below)
@@ -288,9 +328,12 @@ def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_r
     board = board_events(tmp_path / "train" / "tensorboard" / "train")["scalars"]
     epochs = [row["epoch"] for row in history]
     for column in ("loss", "val_loss", "learning_rate", "samples_per_s", "input_wait_fraction"):
-        assert board[column] == pytest.approx({row["epoch"]: row[column] for row in history}, rel=1e-5), column
+        assert board[column] == pytest.approx({row["epoch"]: row[column] for row in history}, rel=1e-5), (
+            column
+        )
     assert sorted(board["validation/r2/sigma_8"]) == epochs
-    validation = summary.get("validation", summary)  # the headline scores are validation's without a test split
+    # the headline scores are validation's without a test split
+    validation = summary.get("validation", summary)
     assert board["validation/r2/sigma_8"][best["epoch"]] == pytest.approx(validation["r2"]["sigma_8"])
     line = baseline.get("validation", baseline)["r2"]["omega_m"]
     assert board["baseline/r2/omega_m"] == pytest.approx({1: line, epochs[-1]: line})
@@ -314,7 +357,12 @@ def test_an_empty_training_or_validation_split_is_a_config_error_naming_the_key(
     from pipeline import Sim2dlError
     from pipeline.training.session import check_settings
 
-    meta = {"format": "tfrecord", "counts": {"records": 150},
-            "splits": {"train": {"records": 150}, "validation": {"records": 0}, "test": {"records": 0}}}  # fmt: skip
-    with pytest.raises(Sim2dlError, match=r"'merge.splits': the validation split holds none of the 150 records"):
+    meta = {
+        "format": "tfrecord",
+        "counts": {"records": 150},
+        "splits": {"train": {"records": 150}, "validation": {"records": 0}, "test": {"records": 0}},
+    }
+    with pytest.raises(
+        Sim2dlError, match=r"'merge.splits': the validation split holds none of the 150 records"
+    ):
         check_settings({"learning_rate": 0.001}, meta, None)

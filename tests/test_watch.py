@@ -25,7 +25,9 @@ def browser(tmp_path_factory):
     if shutil.which("chromium") is None:
         if os.geteuid() != 0 or shutil.which("apt-get") is None:
             unavailable("no chromium (Debian's package) to load TensorBoard's page in")
-        subprocess.run([str(REPO / "scripts" / "apt_ensure.sh"), "chromium=chromium"], check=True, timeout=1800)
+        subprocess.run(
+            [str(REPO / "scripts" / "apt_ensure.sh"), "chromium=chromium"], check=True, timeout=1800
+        )
     opened = Browser(tmp_path_factory.mktemp("chromium-profile"))
     yield opened
     opened.close()
@@ -62,13 +64,28 @@ def test_tensorboard_shows_a_finished_and_a_running_training_while_it_runs(tmp_p
     job = start_cli(["train", "--config", str(long), "--out", str(running / "train")], 2)
     port = free_port()
     server = subprocess.Popen(
-        [str(BIN / "tensorboard"), "--logdir", str(tmp_path), "--host", "127.0.0.1", "--port", str(port),
-         "--reload_interval", "1", "--load_fast", "false"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        [
+            str(BIN / "tensorboard"),
+            "--logdir",
+            str(tmp_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--reload_interval",
+            "1",
+            "--load_fast",
+            "false",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         metrics = running / "train" / "metrics.json"
-        wait_for(lambda: metrics.exists() and json.loads(metrics.read_text()), 300, "the running job's first epoch")
+        wait_for(
+            lambda: metrics.exists() and json.loads(metrics.read_text()), 300, "the running job's first epoch"
+        )
         base = f"http://127.0.0.1:{port}"
         runs = ["finished/train/tensorboard/train", "running/train/tensorboard/train"]
 
@@ -90,7 +107,9 @@ def test_tensorboard_shows_a_finished_and_a_running_training_while_it_runs(tmp_p
         wait_for(lambda: points() > seen, 120, "a later epoch of the running job to appear")
         status = json.loads(run_cli(["status", str(running), "--json"], ranks=None).stdout)
         train = status["steps"][-1]
-        assert train["state"] == "running" and train["of"] == 60 and 1 <= train["at"] < 60 and train["eta_s"] > 0
+        assert (
+            train["state"] == "running" and train["of"] == 60 and 1 <= train["at"] < 60 and train["eta_s"] > 0
+        )
     finally:
         kill_tree(job)
         server.terminate()

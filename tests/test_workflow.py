@@ -42,7 +42,9 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     manifest = read_rows(tmp_path / "w" / "ingest" / "manifest")
     assert len(manifest) == 40
     staged = json.loads((tmp_path / "w" / "staged" / "summary.json").read_text())
-    assert staged["mode"] == "replica" and staged["bytes_read_shared_fs"] == sum(s["bytes"] for s in meta["shards"])
+    assert staged["mode"] == "replica" and staged["bytes_read_shared_fs"] == sum(
+        s["bytes"] for s in meta["shards"]
+    )
     listing = json.loads((Path(staged["node_dirs"][0]) / "staged.json").read_text())
     assert listing["files"] == [s["file"] for s in meta["shards"]]
     trained = json.loads((tmp_path / "w" / "train" / "summary.json").read_text())

@@ -70,8 +70,11 @@ def write(out: Path, a0: float, waist: float, duration: float, seed: int) -> Non
         iteration.time, iteration.dt, iteration.time_unit_SI = step * 100 * 1e-16, 1e-16, 1.0
         mesh = iteration.meshes["E"]
         mesh.unit_dimension = {
-            io.Unit_Dimension.M: 1, io.Unit_Dimension.L: 1, io.Unit_Dimension.I: -1, io.Unit_Dimension.T: -3
-        }  # fmt: skip
+            io.Unit_Dimension.M: 1,
+            io.Unit_Dimension.L: 1,
+            io.Unit_Dimension.I: -1,
+            io.Unit_Dimension.T: -3,
+        }
         mesh.axis_labels, mesh.grid_spacing, mesh.grid_unit_SI = ["x", "z"], list(SPACING), 1.0
         mesh.grid_global_offset = [0.0, step * 100 * 1e-16 * C]
         values = pulse(a0, waist * 1e-6, duration * 1e-15, rng).astype(np.float32)
@@ -85,7 +88,9 @@ def write(out: Path, a0: float, waist: float, duration: float, seed: int) -> Non
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--a0", type=float, required=True, help="peak normalised amplitude at focus")
     parser.add_argument("--waist", type=float, required=True, help="w0 at focus, um")
     parser.add_argument("--duration", type=float, required=True, help="FWHM of the intensity, fs")

@@ -22,7 +22,9 @@ from pathlib import Path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--omega-m", type=float, required=True)
     parser.add_argument("--sigma8", type=float, required=True)
     parser.add_argument("--seed", type=int, required=True)
@@ -62,7 +64,9 @@ def main() -> None:
             return jnp.interp(x.reshape([-1]), k, pk).reshape(x.shape)
 
         initial = linear_field(mesh, box, pk_fn, seed=key)
-        grid = jnp.stack(jnp.meshgrid(*[jnp.arange(n, dtype=jnp.float32) for n in mesh], indexing="ij"), axis=-1)
+        grid = jnp.stack(
+            jnp.meshgrid(*[jnp.arange(n, dtype=jnp.float32) for n in mesh], indexing="ij"), axis=-1
+        )
         particles = grid.reshape([-1, 3])
         a0 = 0.1
         dx, p, _ = lpt(cosmo, initial, particles, a=a0, order=2)
@@ -82,19 +86,30 @@ def main() -> None:
             k2 = f(add(state, k1, h / 2), a + h / 2)
             k3 = f(add(state, k2, h / 2), a + h / 2)
             k4 = f(add(state, k3, h), a + h)
-            return tuple(s + h / 6 * (d1 + 2 * d2 + 2 * d3 + d4)
-                         for s, d1, d2, d3, d4 in zip(state, k1, k2, k3, k4, strict=True))  # fmt: skip
+            return tuple(
+                s + h / 6 * (d1 + 2 * d2 + 2 * d3 + d4)
+                for s, d1, d2, d3, d4 in zip(state, k1, k2, k3, k4, strict=True)
+            )
 
         pos, _ = jax.lax.fori_loop(0, args.steps, rk4, (particles + dx, p))
         return cic_paint(jnp.zeros(mesh), pos)
 
-    field = np.asarray(density(jnp.float32(args.omega_m), jnp.float32(args.sigma8), jax.random.PRNGKey(args.seed)))
+    field = np.asarray(
+        density(jnp.float32(args.omega_m), jnp.float32(args.sigma8), jax.random.PRNGKey(args.seed))
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / ".density.h5.partial"
     with h5py.File(tmp, "w") as f:
         f.create_dataset("density", data=field.astype(np.float32))
-        f.attrs.update({"omega_m": args.omega_m, "sigma8": args.sigma8, "seed": args.seed, "box_mpc_h": args.box,
-                        "code": f"jaxpm {version('jaxpm')}, jax-cosmo {version('jax-cosmo')}"})  # fmt: skip
+        f.attrs.update(
+            {
+                "omega_m": args.omega_m,
+                "sigma8": args.sigma8,
+                "seed": args.seed,
+                "box_mpc_h": args.box,
+                "code": f"jaxpm {version('jaxpm')}, jax-cosmo {version('jax-cosmo')}",
+            }
+        )
     tmp.rename(args.out / "density.h5")
 
 

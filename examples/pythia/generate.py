@@ -23,7 +23,12 @@ import uproot
 PROCESSES = {
     "qcd": ["HardQCD:all = on", "PhaseSpace:pTHatMin = 20."],
     "ttbar": ["Top:gg2ttbar = on", "Top:qqbar2ttbar = on"],
-    "zll": ["WeakSingleBoson:ffbar2gmZ = on", "23:onMode = off", "23:onIfAny = 11 13", "PhaseSpace:mHatMin = 50."],
+    "zll": [
+        "WeakSingleBoson:ffbar2gmZ = on",
+        "23:onMode = off",
+        "23:onIfAny = 11 13",
+        "PhaseSpace:mHatMin = 50.",
+    ],
 }
 
 
@@ -65,12 +70,15 @@ def main() -> None:
     args = parser.parse_args()
     momenta, ids = generate(args.process, args.ecm, args.alpha_s, args.events, args.seed)
     with uproot.recreate(args.out / "events.root") as f:
-        counts = [len(m) for m in momenta]  # ak.unflatten keeps float32 (a list of arrays would become float64)
+        # ak.unflatten keeps float32 (a list of arrays would become float64)
+        counts = [len(m) for m in momenta]
         f["events"] = {
             "particles": ak.unflatten(np.concatenate(momenta), counts),
             "pid": ak.unflatten(np.concatenate(ids), [len(i) for i in ids]),
         }
-    print(f"{len(momenta)} {args.process} events at {args.ecm:g} GeV, alpha_s {args.alpha_s:g}", file=sys.stderr)
+    print(
+        f"{len(momenta)} {args.process} events at {args.ecm:g} GeV, alpha_s {args.alpha_s:g}", file=sys.stderr
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ WAVELENGTH, WAIST, LENGTH = 0.8e-6, 5.0e-6, 3.0e-6  # m: the laser (LENGTH is c 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--a0", type=float, required=True, help="the laser's peak normalised amplitude")
     parser.add_argument("--density", type=float, required=True, help="the plasma's electron density, per m^3")
     parser.add_argument("--out", required=True, help="the run's directory (FBPIC writes DIR/diags/hdf5/)")
@@ -39,14 +41,32 @@ def main() -> None:
 
     dt = (ZMAX - ZMIN) / CELLS_Z / c
     sim = Simulation(
-        CELLS_Z, ZMAX, CELLS_R, RMAX, MODES, dt, zmin=ZMIN, n_e=args.density, p_zmin=0.0, p_zmax=1.0e-3,
-        p_rmin=0.0, p_rmax=0.9 * RMAX, p_nz=1, p_nr=1, p_nt=4, boundaries={"z": "open", "r": "reflective"},
-        use_cuda=False, verbose_level=0,
-    )  # fmt: skip
+        CELLS_Z,
+        ZMAX,
+        CELLS_R,
+        RMAX,
+        MODES,
+        dt,
+        zmin=ZMIN,
+        n_e=args.density,
+        p_zmin=0.0,
+        p_zmax=1.0e-3,
+        p_rmin=0.0,
+        p_rmax=0.9 * RMAX,
+        p_nz=1,
+        p_nr=1,
+        p_nt=4,
+        boundaries={"z": "open", "r": "reflective"},
+        use_cuda=False,
+        verbose_level=0,
+    )
     add_laser(sim, args.a0, WAIST, LENGTH, z0=-8.0e-6, lambda0=WAVELENGTH, zf=0.0)
     sim.set_moving_window(v=c)
-    sim.diags = [FieldDiagnostic(args.period, sim.fld, comm=sim.comm, fieldtypes=["E", "rho"],
-                                 write_dir=f"{args.out}/diags")]  # fmt: skip
+    sim.diags = [
+        FieldDiagnostic(
+            args.period, sim.fld, comm=sim.comm, fieldtypes=["E", "rho"], write_dir=f"{args.out}/diags"
+        )
+    ]
     sim.step(args.steps, show_progress=False)
 
 

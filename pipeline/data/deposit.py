@@ -78,7 +78,8 @@ def deposit(
         if outside.any():
             first = positions[np.argmax(outside)].tolist()
             raise ValueError(
-                f"{int(outside.sum())} of {n} particles outside the box [{lo.tolist()}, {(lo + lengths).tolist()}) "
+                f"{int(outside.sum())} of {n} particles outside the box [{lo.tolist()}, "
+                f"{(lo + lengths).tolist()}) "
                 f"(first at {first}); set periodic or a larger box"
             )
     per_axis = [axis_weights(u[:, k], scheme) for k in range(d)]
@@ -98,7 +99,9 @@ def deposit(
     return grid.reshape(tuple(int(c) for c in cells)).astype(dtype, copy=False)
 
 
-def deposited(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Mapping[str, Any]]) -> Mapping[str, np.ndarray]:
+def deposited(
+    arrays: Mapping[str, np.ndarray], settings: Mapping[str, Mapping[str, Any]]
+) -> Mapping[str, np.ndarray]:
     """The record's fields with each convert.deposit grid added (name -> its settings: positions, weights,
     shape, box, origin, scheme, periodic). `box` and `origin` are numbers, one per axis, or the name of a
     field holding them (e.g. a snapshot's BoxSize attribute). SampleError: this sample's particles cannot
@@ -112,9 +115,14 @@ def deposited(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Mapping[s
         weights = arrays[spec["weights"]] if spec.get("weights") else None
         try:
             out[name] = deposit(
-                arrays[spec["positions"]], spec["shape"], box, origin, spec.get("scheme", "cic"),
-                spec.get("periodic", True), weights,
-            )  # fmt: skip
+                arrays[spec["positions"]],
+                spec["shape"],
+                box,
+                origin,
+                spec.get("scheme", "cic"),
+                spec.get("periodic", True),
+                weights,
+            )
         except ValueError as e:
             raise SampleError(f"deposit '{name}' of '{spec['positions']}': {e}") from None
     return out

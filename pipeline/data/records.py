@@ -29,7 +29,9 @@ def validate_sample(
             checked[field.name] = array = cast_to(array, np.dtype(field.dtype), field.name)
         if field.shape is not None and (
             len(array.shape) != len(field.shape)
-            or any(want is not None and got != want for got, want in zip(array.shape, field.shape, strict=True))
+            or any(
+                want is not None and got != want for got, want in zip(array.shape, field.shape, strict=True)
+            )
         ):
             expected = tuple("any" if d is None else d for d in field.shape)
             raise SampleError(f"field '{field.name}': shape {array.shape}, expected {expected}")

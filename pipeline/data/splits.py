@@ -65,7 +65,9 @@ class SplitPlan:
         """One record's split number as ingest meets it (its sample id, its index along the file or None):
         the number part_split_numbers gives it later, so ingest can put each split's records in parts of
         their own. About a microsecond: no array per record."""
-        unit = xxhash.xxh3_64_intdigest(split_key(sample_id, -1 if index is None else index, self.split_by).encode())
+        unit = xxhash.xxh3_64_intdigest(
+            split_key(sample_id, -1 if index is None else index, self.split_by).encode()
+        )
         return bisect.bisect_right(self.bounds, unit / 2.0**64)
 
     @property
@@ -126,7 +128,9 @@ class SampleSplits:
         """The splits of converted samples by their ids (train's hold-out; one TensorFlow call for all)."""
         if not self.fraction or not sample_ids:
             return np.zeros(len(sample_ids), np.uint8)
-        return holdout_validation(np.asarray(sample_ids, dtype=object), self.fraction).numpy().astype(np.uint8)
+        return (
+            holdout_validation(np.asarray(sample_ids, dtype=object), self.fraction).numpy().astype(np.uint8)
+        )
 
     def describe(self) -> dict[str, Any]:
         if self.plan:

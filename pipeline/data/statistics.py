@@ -31,7 +31,9 @@ class RunningStats:
         x = x.reshape(-1, x.shape[-1]) if by_channel else np.reshape(x, -1)
         if missing is not None:
             missing = missing.astype(bool, copy=False)
-            missing = missing.reshape(-1, missing.shape[-1]).any(axis=1) if by_channel else missing.reshape(-1)
+            missing = (
+                missing.reshape(-1, missing.shape[-1]).any(axis=1) if by_channel else missing.reshape(-1)
+            )
             x = x[~missing]
         x = x.astype(np.float64, copy=False)
         n = x.shape[0]
@@ -59,8 +61,11 @@ class RunningStats:
     def state(self) -> dict[str, Any]:
         """Everything merge needs, exactly (JSON keeps a float's every bit): what a kept part stores."""
         arrays = {"mean": self.mean, "m2": self.m2, "min": self.minimum, "max": self.maximum}
-        return {"per_channel": self.per_channel, "count": self.count,
-                **{k: np.asarray(v, np.float64).tolist() for k, v in arrays.items()}}  # fmt: skip
+        return {
+            "per_channel": self.per_channel,
+            "count": self.count,
+            **{k: np.asarray(v, np.float64).tolist() for k, v in arrays.items()},
+        }
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> RunningStats:

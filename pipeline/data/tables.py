@@ -46,7 +46,8 @@ PROVENANCE_SCHEMA = pa.schema(
         ("record", pa.int64()),
         ("sample_id", pa.string()),
         ("source", pa.string()),
-        ("index", pa.int64()),  # the sample's index along source.samples_along in `source`; null: the whole file
+        # the sample's index along source.samples_along in `source`; null: the whole file
+        ("index", pa.int64()),
     ]
 )
 MANIFEST_COLUMNS = tuple(MANIFEST_SCHEMA.names)
@@ -65,7 +66,9 @@ REJECT_COLUMNS = Reject._fields
 
 def write_parquet(path: Path, columns: Mapping[str, Sequence[Any]], schema: pa.Schema) -> None:
     """One Parquet file from column lists or arrays, atomically (temporary file, then rename)."""
-    table = pa.table({name: pa.array(columns[name], schema.field(name).type) for name in schema.names}, schema=schema)
+    table = pa.table(
+        {name: pa.array(columns[name], schema.field(name).type) for name in schema.names}, schema=schema
+    )
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
 

@@ -74,7 +74,9 @@ def stack_component_names(convert: Mapping[str, Any], spec: Mapping[str, Any]) -
     return {name: list(members) for name, members in (convert.get("stack") or {}).items() if name in spec}
 
 
-def stacked(arrays: Mapping[str, np.ndarray], stacks: Mapping[str, Sequence[str]]) -> Mapping[str, np.ndarray]:
+def stacked(
+    arrays: Mapping[str, np.ndarray], stacks: Mapping[str, Sequence[str]]
+) -> Mapping[str, np.ndarray]:
     """The record's fields with each convert.stack added: its members stacked along a new last axis (their
     common dtype); SampleError when the members' shapes differ in this sample."""
     if not stacks:
@@ -89,21 +91,33 @@ def stacked(arrays: Mapping[str, np.ndarray], stacks: Mapping[str, Sequence[str]
     return out
 
 
-def missing_masks(arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any], pieces: int) -> list[dict[str, Any]]:
+def missing_masks(
+    arrays: Mapping[str, np.ndarray], settings: Mapping[str, Any], pieces: int
+) -> list[dict[str, Any]]:
     """Per converted sample, the masks of missing values (ingest's NAME_mask, readers/cf.py) of the fields
     with statistics, cropped and split as their fields are, so that statistics leave missing values out."""
-    masks = {name: arrays[name + MASK_SUFFIX] for name in settings["normalise"] if name + MASK_SUFFIX in arrays}
+    masks = {
+        name: arrays[name + MASK_SUFFIX] for name in settings["normalise"] if name + MASK_SUFFIX in arrays
+    }
     if not masks:
         return [{}] * pieces
     features = [name for name in settings["features"] if name in masks]
-    shaped = {**settings, "features": features, "labels": [n for n in settings["labels"] if n in masks],
-              "log1p": [], "normalise": [], "dtype": "source"}  # fmt: skip
+    shaped = {
+        **settings,
+        "features": features,
+        "labels": [n for n in settings["labels"] if n in masks],
+        "log1p": [],
+        "normalise": [],
+        "dtype": "source",
+    }
     if settings["split"] and not features:
         return [masks] * pieces  # labels are not split: every piece has the same
     return transform(masks, shaped)
 
 
-def normalise(arrays: Mapping[str, np.ndarray], stats: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
+def normalise(
+    arrays: Mapping[str, np.ndarray], stats: Mapping[str, Mapping[str, Any]]
+) -> dict[str, np.ndarray]:
     """(x - mean) / std for every field that has statistics; other fields pass through."""
     out = dict(arrays)
     for name, s in stats.items():

@@ -33,7 +33,9 @@ def open_candidates(pool: np.ndarray, taken: np.ndarray, spacing: float) -> np.n
     return distances(pool, taken).min(axis=1) >= spacing
 
 
-def spaced_best(scores: np.ndarray, pool: np.ndarray, batch: int, spacing: float, taken: np.ndarray) -> list[int]:
+def spaced_best(
+    scores: np.ndarray, pool: np.ndarray, batch: int, spacing: float, taken: np.ndarray
+) -> list[int]:
     """Up to `batch` candidates by falling score (ties by position), each at least `spacing` from the taken
     points and the others chosen."""
     allowed = open_candidates(pool, taken, spacing)
@@ -47,9 +49,15 @@ def spaced_best(scores: np.ndarray, pool: np.ndarray, batch: int, spacing: float
     return chosen
 
 
-def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float, taken: np.ndarray,
-                  references: np.ndarray | None = None,
-                  weights: np.ndarray | None = None) -> tuple[list[int], list[float]]:  # fmt: skip
+def believer_best(
+    posterior: Any,
+    pool: np.ndarray,
+    batch: int,
+    spacing: float,
+    taken: np.ndarray,
+    references: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+) -> tuple[list[int], list[float]]:
     """Up to `batch` candidates, each believed before the next is chosen: by the largest posterior variance
     (summed over the components), or with `references` (indices into the pool) by the largest reduction of
     the variance summed over those points (each times its `weights`, 1 if None); returns them and the value
@@ -83,7 +91,8 @@ def believer_best(posterior: Any, pool: np.ndarray, batch: int, spacing: float, 
             factor = column / np.sqrt(max(column[i], 1e-300))
             variances[c] = np.maximum(variances[c] - factor**2, 0.0)
             if shared is not None:
-                # f_R^T (shared - sum_j f_R^j f^j^T) over the pool, then the sums of squares less this factor's
+                # f_R^T (shared - sum_j f_R^j f^j^T) over the pool, then the sums of squares less this
+                # factor's
                 at = factor[references]
                 weighted = weight * at
                 projected = weighted @ shared[c]

@@ -68,7 +68,8 @@ class Outputs:
         variance over the runs (pipeline.data.scores: its share of NRMSE², as the trained surrogates are
         scored; a run whose output is constant cannot inflate it)."""
         return {
-            name: normalised_squared_errors(predicted[:, a:b], true[:, a:b]) for name, (a, b, _) in self.layout.items()
+            name: normalised_squared_errors(predicted[:, a:b], true[:, a:b])
+            for name, (a, b, _) in self.layout.items()
         }
 
     def nrmse(self, predicted: np.ndarray, true: np.ndarray) -> dict[str, float]:
@@ -77,8 +78,14 @@ class Outputs:
 
 
 class Emulator:
-    def __init__(self, outputs: Outputs, seed: int, max_components: int = 12, explained: float = 0.999,
-                 restarts: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        outputs: Outputs,
+        seed: int,
+        max_components: int = 12,
+        explained: float = 0.999,
+        restarts: int = 0,
+    ) -> None:
         self.outputs, self.seed = outputs, seed
         self.max_components, self.explained, self.restarts = max_components, explained, restarts
 
@@ -113,8 +120,12 @@ class Emulator:
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
         smooth = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.full(x.shape[1], 0.3), (1e-2, 1e1), nu=2.5)
-        process = GaussianProcessRegressor(smooth + WhiteKernel(1e-6, (1e-10, 1e-1)), normalize_y=True,
-                                           n_restarts_optimizer=self.restarts, random_state=self.seed + c)  # fmt: skip
+        process = GaussianProcessRegressor(
+            smooth + WhiteKernel(1e-6, (1e-10, 1e-1)),
+            normalize_y=True,
+            n_restarts_optimizer=self.restarts,
+            random_state=self.seed + c,
+        )
         return process.fit(x, coefficients)
 
     def coefficients(self, x: np.ndarray) -> np.ndarray:
@@ -170,10 +181,14 @@ class Posterior:
     def among(self, rows: np.ndarray) -> list[np.ndarray]:
         """Each component's posterior covariance between the points `rows` (indices) and every point
         (len(rows) x points)."""
-        return [(p.kernel_(self.x[rows], self.x) - cross[rows] @ solved) * scale
-                for p, cross, solved, scale, _ in self.parts]  # fmt: skip
+        return [
+            (p.kernel_(self.x[rows], self.x) - cross[rows] @ solved) * scale
+            for p, cross, solved, scale, _ in self.parts
+        ]
 
     def columns(self, i: int) -> list[np.ndarray]:
         """Each component's posterior covariance between every point and point i."""
-        return [(p.kernel_(self.x, self.x[i : i + 1])[:, 0] - cross @ solved[:, i]) * scale
-                for p, cross, solved, scale, _ in self.parts]  # fmt: skip
+        return [
+            (p.kernel_(self.x, self.x[i : i + 1])[:, 0] - cross @ solved[:, i]) * scale
+            for p, cross, solved, scale, _ in self.parts
+        ]

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 
-def unit_design(kind: str, runs: int, dims: int, seed: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+def unit_design(
+    kind: str, runs: int, dims: int, seed: int, start: int = 0, stop: int | None = None
+) -> np.ndarray:
     """Points [start, stop) of a design of `runs` points in [0, 1)^dims, the same as those rows of the whole
     design: random and Sobol designs jump to `start` (PCG64's advance, Sobol's fast_forward), so a block
     costs its own points only; a Latin hypercube is one permutation per dimension of all `runs` points,
@@ -54,7 +56,8 @@ def scale(unit: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
 
 
 def to_unit(values: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
-    """A parameter's values -> [0, 1] (the inverse of ensemble.scale; an int or a choice at its slot's middle)."""
+    """A parameter's values -> [0, 1] (the inverse of ensemble.scale; an int or a choice at its slot's
+    middle)."""
     kind = spec["type"]
     if kind == "choice":
         slots = {v: i for i, v in enumerate(spec["values"])}
@@ -82,7 +85,9 @@ def parameter_columns(unit: np.ndarray, space: Mapping[str, Mapping[str, Any]]) 
 
 def candidate_pool(size: int, dims: int, seed: int, round_index: int) -> np.ndarray:
     """`size` scrambled Sobol points, a different scramble per round, the same for the same (seed, round)."""
-    return unit_design("sobol", size, dims, int(np.random.SeedSequence([seed, round_index]).generate_state(1)[0]))
+    return unit_design(
+        "sobol", size, dims, int(np.random.SeedSequence([seed, round_index]).generate_state(1)[0])
+    )
 
 
 def distances(points: np.ndarray, others: np.ndarray) -> np.ndarray:

@@ -37,14 +37,18 @@ from pipeline.storage.fsutil import Checksum, atomic_path, remove_stale_temporar
 
 INDEX_SUFFIX = ".jsonl"
 CHUNK_NAME = re.compile(r"part-(?:g\d+-)?\d+-of-\d+")  # part-K-of-N, or part-gG-K-of-N
-PARTS_PER_RANK = 4  # ingest writes at least this many parts per rank: ranks differ by at most one part of work
+# ingest writes at least this many parts per rank: ranks differ by at most one part of work
+PARTS_PER_RANK = 4
 
 
 class PartWriter:
     """Appends records to a part; the .bin is written with direct I/O (see pipeline.storage.directio)."""
 
-    def __init__(self, path_stem: Path, framing: Framing | None = None, about: Mapping[str, Any] | None = None) -> None:
-        """`framing`: write each record framed (see the module doc); `about`: added to the index's last line."""
+    def __init__(
+        self, path_stem: Path, framing: Framing | None = None, about: Mapping[str, Any] | None = None
+    ) -> None:
+        """`framing`: write each record framed (see the module doc); `about`: added to the index's last
+        line."""
         self.bin_path = path_stem.with_suffix(".bin")
         self.index_path = path_stem.with_suffix(INDEX_SUFFIX)
         self._framing, self._about = framing, dict(about or {})
@@ -93,7 +97,8 @@ class PartWriter:
                     ref = os.path.relpath(bin_path, self.bin_path.parent)
                     line["fields"][name] = [offset, array.dtype.str, list(array.shape), ref]
                     continue
-                array = np.ascontiguousarray(array).reshape(array.shape)  # a scalar stays 0-d (numpy makes it 1-d)
+                # a scalar stays 0-d (numpy makes it 1-d)
+                array = np.ascontiguousarray(array).reshape(array.shape)
                 self._file.write(array)
                 line["fields"][name] = [self._offset, array.dtype.str, list(array.shape)]
                 self._offset += array.nbytes
@@ -111,7 +116,10 @@ class PartWriter:
             if known[0] != dtype or len(known[1]) != len(shape):
                 self._fields[name] = ("mixed", known[1])
             else:
-                self._fields[name] = (dtype, [k if k == d else None for k, d in zip(known[1], shape, strict=True)])
+                self._fields[name] = (
+                    dtype,
+                    [k if k == d else None for k, d in zip(known[1], shape, strict=True)],
+                )
             self._files.add(ref[0] if ref else "")
 
     def close(self) -> None:
@@ -177,21 +185,33 @@ class FieldColumn:
                 self.refs.append(ref)
         ndims = {len(e[SHAPE]) for e in entries}
         if len(ndims) > 1 or (self._pieces and ndims and ndims != {self._pieces[0][2].shape[1]}):
-            raise OSError(f"records of one part hold a field with different numbers of axes ({sorted(ndims)})")
+            raise OSError(
+                f"records of one part hold a field with different numbers of axes ({sorted(ndims)})"
+            )
         self._pieces.append(
             (
                 np.fromiter((e[OFFSET] for e in entries), np.int64, len(entries)),
                 np.fromiter((self._codes[e[DTYPE]] for e in entries), np.int16, len(entries)),
-                np.array([e[SHAPE] for e in entries], np.int32).reshape(len(entries), ndims.pop() if ndims else 0),
-                np.fromiter((self._ref_codes[e[REF] if len(e) > REF else ""] for e in entries), np.int16, len(entries)),
+                np.array([e[SHAPE] for e in entries], np.int32).reshape(
+                    len(entries), ndims.pop() if ndims else 0
+                ),
+                np.fromiter(
+                    (self._ref_codes[e[REF] if len(e) > REF else ""] for e in entries), np.int16, len(entries)
+                ),
             )
         )
 
     def finish(self) -> FieldColumn:
         offsets, dtype_codes, shapes, ref_codes = (
-            np.concatenate([p[k] for p in self._pieces]) for k in range(4)
-        ) if self._pieces else (np.zeros(0, np.int64), np.zeros(0, np.int16), np.zeros((0, 0), np.int32),
-                                np.zeros(0, np.int16))  # fmt: skip
+            (np.concatenate([p[k] for p in self._pieces]) for k in range(4))
+            if self._pieces
+            else (
+                np.zeros(0, np.int64),
+                np.zeros(0, np.int16),
+                np.zeros((0, 0), np.int32),
+                np.zeros(0, np.int16),
+            )
+        )
         self._pieces = []
         if len(shapes) and (shapes == shapes[0]).all():  # one shape for all: stored once
             shapes = np.broadcast_to(shapes[0].copy(), shapes.shape)
@@ -233,7 +253,11 @@ class Part:
                 for name in records[0]["meta"]:
                     values = [r["meta"][name] for r in records]
                     # numbers as arrays; text as Arrow arrays (their bytes back to back, not a str each)
-                    piece = np.array(values, np.int64) if isinstance(values[0], int) else pa.array(values, pa.string())
+                    piece = (
+                        np.array(values, np.int64)
+                        if isinstance(values[0], int)
+                        else pa.array(values, pa.string())
+                    )
                     meta.setdefault(name, []).append(piece)
                 for name in records[0]["fields"]:
                     fields.setdefault(name, FieldColumn()).add([r["fields"][name] for r in records])
@@ -260,8 +284,10 @@ class Part:
         return self.count
 
     def meta(self, i: int) -> dict[str, Any]:
-        return {name: column[i].item() if isinstance(column, np.ndarray) else column[i].as_py()
-                for name, column in self.meta_columns.items()}  # fmt: skip
+        return {
+            name: column[i].item() if isinstance(column, np.ndarray) else column[i].as_py()
+            for name, column in self.meta_columns.items()
+        }
 
     def texts(self, name: str) -> list[str]:
         """A text meta column as Python strings (for a part's worth of records at a time)."""

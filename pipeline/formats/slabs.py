@@ -59,13 +59,17 @@ def check_slabs(count: int, spec: Mapping[str, Mapping[str, Any]], shard_format:
     if count == 1:
         return
     if shard_format != "tfrecord":
-        raise Sim2dlError(f"config key '{KEY}': {count}, but slab shards are written as TFRecord only "
-                          f"(merge.format is {shard_format})")  # fmt: skip
+        raise Sim2dlError(
+            f"config key '{KEY}': {count}, but slab shards are written as TFRecord only "
+            f"(merge.format is {shard_format})"
+        )
     for name in sliced_fields(spec):
         shape = spec[name]["shape"]
         if spec[name].get("encoding", "bytes") != "bytes":
-            raise Sim2dlError(f"config key '{KEY}': feature '{name}' is encoded as {spec[name]['encoding']} "
-                              "(merge.encoding); slabs cut raw bytes: leave it as bytes")  # fmt: skip
+            raise Sim2dlError(
+                f"config key '{KEY}': feature '{name}' is encoded as {spec[name]['encoding']} "
+                "(merge.encoding); slabs cut raw bytes: leave it as bytes"
+            )
         if not shape or shape[0] is None or shape[0] % count:
             raise Sim2dlError(
                 f"config key '{KEY}': {count} does not divide the first axis of feature '{name}' (shape "
@@ -73,7 +77,9 @@ def check_slabs(count: int, spec: Mapping[str, Mapping[str, Any]], shard_format:
             )
 
 
-def slab_arrays(arrays: Mapping[str, np.ndarray], fields: list[str], k: int, count: int) -> dict[str, np.ndarray]:
+def slab_arrays(
+    arrays: Mapping[str, np.ndarray], fields: list[str], k: int, count: int
+) -> dict[str, np.ndarray]:
     """One record's arrays for slab k: the sliced fields' planes of that slab (views), the rest whole."""
     out = dict(arrays)
     for name in fields:
@@ -93,6 +99,7 @@ def check_split(count: int, split: int) -> None:
     """train.spatial.split against the slabs merge wrote: each rank's planes must be whole slab files."""
     if count > 1 and count % split:
         raise Sim2dlError(
-            f"config key 'train.spatial.split': {split} does not divide the {count} slab files per shard that "
+            f"config key 'train.spatial.split': {split} does not divide the {count} slab files per shard "
+            "that "
             f"merge wrote ({KEY}: {count}): set {KEY} to a multiple of the split"
         )

@@ -9,8 +9,8 @@ ids are its values in the order of simulate.space's choices, known before any ru
 them alike. Other field kinds (attributes, path groups, event tables) are refused by `check` with the key.
 
 `held_fields` gives each converted field's shape and dtype before any data is read, by converting a
-sample of zeros of the declared shapes: the model and the buffers are made first, and a shape that does not fit is a
-config error naming the field.
+sample of zeros of the declared shapes: the model and the buffers are made first, and a shape that does not
+fit is a config error naming the field.
 
 Memory: one file's samples at a time (a file along an axis: one sample at a time). Time: one read and one
 transform per sample.
@@ -49,14 +49,20 @@ def check(config: Mapping[str, Any]) -> None:
     for field in fields_of(config["source"]):
         key = f"config key 'source.fields.{field.name}'"
         if field.kind not in ("path", "column"):
-            raise Sim2dlError(f"{key}: online training reads arrays in the runs' files and design columns "
-                              f"({{column: NAME}}), not {field.kind} fields")  # fmt: skip
+            raise Sim2dlError(
+                f"{key}: online training reads arrays in the runs' files and design columns "
+                f"({{column: NAME}}), not {field.kind} fields"
+            )
         if field.kind == "column" and field.path not in config["simulate"]["space"]:
-            raise Sim2dlError(f"{key}: column '{field.path}' is no parameter of simulate.space "
-                              f"(have {sorted(config['simulate']['space'])})")  # fmt: skip
+            raise Sim2dlError(
+                f"{key}: column '{field.path}' is no parameter of simulate.space "
+                f"(have {sorted(config['simulate']['space'])})"
+            )
         if field.kind == "path" and (field.shape is None or any(d is None for d in field.shape)):
-            raise Sim2dlError(f"{key}: online training needs every array field's shape (the buffers are "
-                              f"made before any run ends): set shape to the sample's, e.g. [32, 32, 32]")  # fmt: skip
+            raise Sim2dlError(
+                f"{key}: online training needs every array field's shape (the buffers are "
+                f"made before any run ends): set shape to the sample's, e.g. [32, 32, 32]"
+            )
         if field.kind == "path" and field.dtype is None:
             raise Sim2dlError(f"{key}: online training needs the field's dtype (e.g. float32)")
 
@@ -65,8 +71,10 @@ def class_values(config: Mapping[str, Any], field: FieldSpec) -> list[Any]:
     """A categorical column's classes: its choices in simulate.space, in their order there."""
     spec = config["simulate"]["space"][field.path]
     if spec["type"] != "choice":
-        raise Sim2dlError(f"config key 'source.fields.{field.name}': categorical column '{field.path}' "
-                          f"needs a choice parameter in simulate.space (it is {spec['type']})")  # fmt: skip
+        raise Sim2dlError(
+            f"config key 'source.fields.{field.name}': categorical column '{field.path}' "
+            f"needs a choice parameter in simulate.space (it is {spec['type']})"
+        )
     return list(spec["values"])
 
 
@@ -124,20 +132,28 @@ class RunReader:
             arrays[field.name] = column_value(self.config, field, row)
         return arrays
 
-    def converted(self, arrays: Mapping[str, np.ndarray], where: str) -> list[dict[str, np.ndarray]] | Refused:
+    def converted(
+        self, arrays: Mapping[str, np.ndarray], where: str
+    ) -> list[dict[str, np.ndarray]] | Refused:
         try:
             return transform(arrays, self.convert, self.categorical)
         except SampleError as e:
             return Refused(where, str(e))
 
-    def run_samples(self, directory: Path, row: Mapping[str, Any]) -> Iterator[dict[str, np.ndarray] | Refused]:
+    def run_samples(
+        self, directory: Path, row: Mapping[str, Any]
+    ) -> Iterator[dict[str, np.ndarray] | Refused]:
         files = self.files(directory)
         if not files:
-            yield Refused(str(directory), f"no file matches source.glob '{self.source['glob']}' in the run's directory")
+            yield Refused(
+                str(directory), f"no file matches source.glob '{self.source['glob']}' in the run's directory"
+            )
         for path in files:
             yield from self.file_samples(path, directory, row)
 
-    def file_samples(self, path: Path, root: Path, row: Mapping[str, Any]) -> Iterator[dict[str, np.ndarray] | Refused]:
+    def file_samples(
+        self, path: Path, root: Path, row: Mapping[str, Any]
+    ) -> Iterator[dict[str, np.ndarray] | Refused]:
         along = self.source["samples_along"]
         if along is None:
             try:
@@ -168,8 +184,14 @@ class RunReader:
         for index in range(count):
             where = f"{path}[{index}]"
             try:
-                arrays = {f.name: (opened.samples(f, axes[f.name], index, index + 1)[0] if axes[f.name] is not None
-                                   else opened.whole(f)) for f in self.in_file}  # fmt: skip
+                arrays = {
+                    f.name: (
+                        opened.samples(f, axes[f.name], index, index + 1)[0]
+                        if axes[f.name] is not None
+                        else opened.whole(f)
+                    )
+                    for f in self.in_file
+                }
                 arrays = validate_sample(arrays, self.in_file, self.check_finite)
             except SampleError as e:
                 yield Refused(where, str(e))
@@ -178,8 +200,13 @@ class RunReader:
             yield from ([result] if isinstance(result, Refused) else result)
 
 
-def step_samples(reader: RunReader, arrays: Mapping[str, np.ndarray], row: Mapping[str, Any], where: str,
-                 fields: Sequence[FieldSpec]) -> list[dict[str, np.ndarray]] | Refused:  # fmt: skip
+def step_samples(
+    reader: RunReader,
+    arrays: Mapping[str, np.ndarray],
+    row: Mapping[str, Any],
+    where: str,
+    fields: Sequence[FieldSpec],
+) -> list[dict[str, np.ndarray]] | Refused:
     """The converted samples of one stream step's arrays (checked and cast as a file's would be)."""
     try:
         checked = validate_sample(arrays, fields, reader.check_finite)

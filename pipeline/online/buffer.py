@@ -49,12 +49,23 @@ class BufferField:
 class ReplayBuffer:
     """A bounded, seeded store of samples (dicts of arrays of the fields' shapes)."""
 
-    def __init__(self, fields: Mapping[str, BufferField], capacity: int, policy: str = "reservoir",
-                 max_reuse: int = 0, seed: int = 0, rank: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        fields: Mapping[str, BufferField],
+        capacity: int,
+        policy: str = "reservoir",
+        max_reuse: int = 0,
+        seed: int = 0,
+        rank: int = 0,
+    ) -> None:
         if capacity < 1:
-            raise Sim2dlError(f"config key 'train.online.buffer.capacity': {capacity} (needs at least 1 sample)")
+            raise Sim2dlError(
+                f"config key 'train.online.buffer.capacity': {capacity} (needs at least 1 sample)"
+            )
         if policy not in POLICIES:
-            raise Sim2dlError(f"config key 'train.online.buffer.policy': '{policy}' is not one of {list(POLICIES)}")
+            raise Sim2dlError(
+                f"config key 'train.online.buffer.policy': '{policy}' is not one of {list(POLICIES)}"
+            )
         self.fields = dict(fields)
         self.capacity, self.policy, self.max_reuse = capacity, policy, max_reuse
         self.rng = np.random.default_rng([seed, rank])
@@ -64,12 +75,14 @@ class ReplayBuffer:
         self.uses = np.zeros(capacity, np.int64)  # times drawn
         self.size = 0  # slots filled: 0..size-1 (kept dense: a removed slot is filled from the end)
         self.arrivals = 0  # every sample offered, the k of algorithm R
-        self.order = np.zeros(capacity, np.int64)  # the arrival number of each slot's sample (fifo: the oldest leaves)
+        # the arrival number of each slot's sample (fifo: the oldest leaves)
+        self.order = np.zeros(capacity, np.int64)
         self.added = np.zeros(0, np.int32)  # per run: samples offered
         self.dropped = np.zeros(0, np.int32)  # per run: samples that left (or never entered) without a draw
         self.drawn = np.zeros(0, np.int32)  # per run: draws (a sample drawn twice counts twice)
         self.retired = 0  # samples that left after max_reuse draws
-        self.log = array("q")  # when recording, triples: (ADD, run, number) / (DRAW, step, batch): 24 bytes each
+        # when recording, triples: (ADD, run, number) / (DRAW, step, batch): 24 bytes each
+        self.log = array("q")
 
     @property
     def nbytes(self) -> int:
@@ -93,8 +106,10 @@ class ReplayBuffer:
         """Offer one sample; whether it entered the buffer."""
         for name, field in self.fields.items():
             if sample[name].shape != field.shape:
-                raise Sim2dlError(f"run {run} sample {number}: field '{name}' has shape {sample[name].shape}, "
-                                  f"the buffer holds {field.shape}")  # fmt: skip
+                raise Sim2dlError(
+                    f"run {run} sample {number}: field '{name}' has shape {sample[name].shape}, "
+                    f"the buffer holds {field.shape}"
+                )
         self.arrivals += 1
         self._tally("added", run)
         if record:
@@ -176,9 +191,15 @@ class ReplayBuffer:
         return {"added": sized(self.added), "dropped": sized(self.dropped), "drawn": sized(self.drawn)}
 
 
-def replay(log: Iterable[int], samples: Mapping[tuple[int, int], Mapping[str, np.ndarray]],
-           fields: Mapping[str, BufferField], settings: Mapping[str, Any], batch: int, seed: int,
-           rank: int) -> list[dict[str, np.ndarray]]:  # fmt: skip
+def replay(
+    log: Iterable[int],
+    samples: Mapping[tuple[int, int], Mapping[str, np.ndarray]],
+    fields: Mapping[str, BufferField],
+    settings: Mapping[str, Any],
+    batch: int,
+    seed: int,
+    rank: int,
+) -> list[dict[str, np.ndarray]]:
     """The batches a buffer of `settings` draws when fed a recorded log again: the same arrivals in the
     same order between the same draws give the same batches (train.deterministic's promise for online
     training)."""

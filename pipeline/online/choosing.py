@@ -58,15 +58,19 @@ def takes_choice(seed: int, index: int, share: float) -> bool:
 class DesignQueue:
     """The producers' first rank: the farm's `choose` hook (ensemble.FarmHooks) over the trainers' choices."""
 
-    def __init__(self, settings: Mapping[str, Any], world: Any, chooser: int, journal: Path,
-                 validation_every: int) -> None:  # fmt: skip
+    def __init__(
+        self, settings: Mapping[str, Any], world: Any, chooser: int, journal: Path, validation_every: int
+    ) -> None:
         self.adaptive = settings["adaptive"]
         self.seed, self.runs = settings["seed"], settings["runs"]
         self.world, self.chooser, self.journal = world, chooser, journal
         self.validation_every = validation_every
-        self.queue: collections.deque[tuple[np.ndarray, float]] = collections.deque(maxlen=self.adaptive["queue"])
+        self.queue: collections.deque[tuple[np.ndarray, float]] = collections.deque(
+            maxlen=self.adaptive["queue"]
+        )
         self.spacing = min_spacing(self.adaptive, self.runs, len(settings["space"]))
-        self.handed: np.ndarray | None = None  # runs x dims: the unit points of the runs handed out (NaN: not yet)
+        # runs x dims: the unit points of the runs handed out (NaN: not yet)
+        self.handed: np.ndarray | None = None
 
     def restore(self, plan: Any) -> None:
         """The choices journaled by an earlier attempt of this design, into the plan."""
@@ -175,15 +179,26 @@ class Chooser:
         handed = self.points[~np.isnan(self.points[:, 0])]
         rng = np.random.default_rng([self.seed, self.rounds, 13])
         self.rounds += 1
-        points, values, _ = bred_children(self.points[parents], losses, handed, self.spacing,
-                                          self.adaptive["sigma"], self.adaptive["queue"], rng)  # fmt: skip
+        points, values, _ = bred_children(
+            self.points[parents],
+            losses,
+            handed,
+            self.spacing,
+            self.adaptive["sigma"],
+            self.adaptive["queue"],
+            rng,
+        )
         order = np.argsort(values)[::-1]  # the children of the worst-learned runs first
         # not waiting: a large message is delivered only when the producers' first rank hands out its next run
-        self.sending = self.world.isend(([points[i] for i in order], [values[i] for i in order]), dest=self.producer,
-                                        tag=messages.CHOICES)  # fmt: skip
-        return {"choice/queue": len(points), "choice/parents": len(parents),
-                "choice/loss_at_arrival_mean": float(losses.mean()),
-                "choice/loss_at_arrival_max": float(losses.max())}  # fmt: skip
+        self.sending = self.world.isend(
+            ([points[i] for i in order], [values[i] for i in order]), dest=self.producer, tag=messages.CHOICES
+        )
+        return {
+            "choice/queue": len(points),
+            "choice/parents": len(parents),
+            "choice/loss_at_arrival_mean": float(losses.mean()),
+            "choice/loss_at_arrival_max": float(losses.max()),
+        }
 
     def close(self) -> None:
         """The first training rank, once the producers' first rank is done: its queue takes no more."""

@@ -1,8 +1,9 @@
-"""The messages between the ranks that run the ensemble (producers) and the ranks that train (training ranks) in
-one online-training job: MPI point-to-point on the job's communicator, nothing on the file system.
+"""The messages between the ranks that run the ensemble (producers) and the ranks that train (training ranks)
+in one online-training job: MPI point-to-point on the job's communicator, nothing on the file system.
 
-- SAMPLE: (run, number, validation, arrays) to the training rank that owns it: `owner(run, number, training_ranks)`,
-  fixed by the sample alone, so that which training rank trains on what does not depend on timing;
+- SAMPLE: (run, number, validation, arrays) to the training rank that owns it: `owner(run, number,
+  training_ranks)`, fixed by the sample alone, so that which training rank trains on what does not depend on
+  timing;
 - DONE: a producer has no more runs: its per-run counts (read, refused) and its refusals' reasons;
 - HANDED: (run, point) from the producers' first rank to the first training rank as it hands a run out
   (online choosing, pipeline.online.choosing), its point in the unit cube;

@@ -50,8 +50,15 @@ class ProducerCounts:
 class Producer:
     """Sends samples of runs to the training ranks (world ranks first..first+training_ranks-1)."""
 
-    def __init__(self, config: Mapping[str, Any], world: Any, first_training_rank: int, training_ranks: int, runs: int,
-                 rows: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        world: Any,
+        first_training_rank: int,
+        training_ranks: int,
+        runs: int,
+        rows: Any,
+    ) -> None:
         self.config, self.world = config, world
         self.first_training_rank, self.training_ranks = first_training_rank, training_ranks
         self.online = config["train"]["online"]
@@ -90,8 +97,11 @@ class Producer:
     def before_stream(self, start: int, tasks: list[dict[str, Any]]) -> None:
         for run, task in enumerate(tasks, start):
             done = threading.Event()
-            thread = threading.Thread(target=self.read_stream, args=(run, Path(task["partial"]), Path(task["final"]),
-                                                                     done), daemon=True)  # fmt: skip
+            thread = threading.Thread(
+                target=self.read_stream,
+                args=(run, Path(task["partial"]), Path(task["final"]), done),
+                daemon=True,
+            )
             self.streams[run] = (thread, done)
             thread.start()
 
@@ -116,8 +126,9 @@ class Producer:
         while not done.is_set():
             counts = StreamCounts()
             try:
-                for step, arrays in stream_steps(name, fields, self.online["stream"], done.is_set, counts,
-                                                 patient=attempts > 0):  # fmt: skip
+                for step, arrays in stream_steps(
+                    name, fields, self.online["stream"], done.is_set, counts, patient=attempts > 0
+                ):
                     self.deliver(run, step, arrays, row, f"{named} step {step}", fields)
             except StreamBroken:
                 pass  # the ensemble retries the run; its next attempt writes the stream again
@@ -130,15 +141,25 @@ class Producer:
                 self.counts.dropped[run] += counts.dropped
             attempts += 1
 
-    def deliver(self, run: int, step: int, arrays: Mapping[str, np.ndarray] | str, row: Mapping[str, Any],
-                where: str, fields: list[Any]) -> None:  # fmt: skip
+    def deliver(
+        self,
+        run: int,
+        step: int,
+        arrays: Mapping[str, np.ndarray] | str,
+        row: Mapping[str, Any],
+        where: str,
+        fields: list[Any],
+    ) -> None:
         """A stream step's samples sent (or refused with the reason); a step an earlier attempt of the run
         delivered already is skipped (a seeded simulator repeats it)."""
         if step < self.delivered.get(run, 0):
             return
         self.delivered[run] = step + 1
-        result = Refused(where, arrays) if isinstance(arrays, str) else step_samples(self.reader, arrays, row,
-                                                                                     where, fields)  # fmt: skip
+        result = (
+            Refused(where, arrays)
+            if isinstance(arrays, str)
+            else step_samples(self.reader, arrays, row, where, fields)
+        )
         if isinstance(result, Refused):
             self.refuse(run, result)
             return

@@ -58,8 +58,9 @@ def sst_parameters(settings: dict[str, Any]) -> dict[str, str]:
     return {"DataTransport": settings.get("transport", "WAN"), "OpenTimeoutSecs": str(OPEN_TRY_S)}
 
 
-def open_reader(name: Path, settings: dict[str, Any], stopped: Callable[[], bool],
-                patient: bool = False) -> tuple[Any, Any, Any] | None:  # fmt: skip
+def open_reader(
+    name: Path, settings: dict[str, Any], stopped: Callable[[], bool], patient: bool = False
+) -> tuple[Any, Any, Any] | None:
     """(adios, io, engine) of the stream, waiting up to open_timeout_s for its writer (patient: until
     `stopped`, for a retry's writer); None when `stopped` says to give up first (the run ended without
     a stream)."""
@@ -82,8 +83,10 @@ def open_reader(name: Path, settings: dict[str, Any], stopped: Callable[[], bool
                 last_error = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         if time.monotonic() > deadline:
             why = f" (last: {last_error})" if last_error else " (no contact file appeared)"
-            raise Sim2dlError(f"SST stream {name}: no writer within train.online.open_timeout_s = "
-                              f"{settings['open_timeout_s']} s{why}")  # fmt: skip
+            raise Sim2dlError(
+                f"SST stream {name}: no writer within train.online.open_timeout_s = "
+                f"{settings['open_timeout_s']} s{why}"
+            )
         time.sleep(0.1 if contact.exists() else 0.05)
 
 
@@ -108,8 +111,14 @@ def read_step(io: Any, engine: Any, fields: Sequence[FieldSpec]) -> dict[str, np
     return arrays
 
 
-def stream_steps(name: Path, fields: Sequence[FieldSpec], settings: dict[str, Any], stopped: Callable[[], bool],
-                 counts: StreamCounts, patient: bool = False) -> Iterator[tuple[int, StepArrays]]:  # fmt: skip
+def stream_steps(
+    name: Path,
+    fields: Sequence[FieldSpec],
+    settings: dict[str, Any],
+    stopped: Callable[[], bool],
+    counts: StreamCounts,
+    patient: bool = False,
+) -> Iterator[tuple[int, StepArrays]]:
     """(step number, arrays or the reason the step is refused) for each step of the stream, until its
     writer ends it; nothing when `stopped` before a writer came (patient: wait for one until then).
     StreamBroken when the writer dies."""
@@ -126,10 +135,14 @@ def stream_steps(name: Path, fields: Sequence[FieldSpec], settings: dict[str, An
             if status == end:
                 return
             if status == adios2.bindings.StepStatus.NotReady:
-                raise Sim2dlError(f"SST stream {name}: no step within train.online.step_timeout_s = "
-                                  f"{settings['step_timeout_s']} s after step {counts.last}")  # fmt: skip
+                raise Sim2dlError(
+                    f"SST stream {name}: no step within train.online.step_timeout_s = "
+                    f"{settings['step_timeout_s']} s after step {counts.last}"
+                )
             if status != status_ok:
-                raise StreamBroken(f"SST stream {name}: the writer went away after step {counts.last} ({status})")
+                raise StreamBroken(
+                    f"SST stream {name}: the writer went away after step {counts.last} ({status})"
+                )
             step = int(engine.current_step())
             counts.dropped += max(0, step - counts.last - 1)  # steps the writer discarded (QueueFullPolicy)
             counts.last = step

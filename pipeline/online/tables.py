@@ -22,8 +22,9 @@ from pipeline.storage.fsutil import atomic_path
 REFUSED_COLUMNS = ("run", "source", "reason")
 
 
-def write_online_runs(runs_table: Path, out_dir: Path, counts: Mapping[str, np.ndarray],
-                      produced: Sequence[ProducerCounts]) -> Path:  # fmt: skip
+def write_online_runs(
+    runs_table: Path, out_dir: Path, counts: Mapping[str, np.ndarray], produced: Sequence[ProducerCounts]
+) -> Path:
     """{out_dir}/online_runs.parquet and {out_dir}/refused.csv; returns the table's path."""
     table = pq.read_table(runs_table)
     runs = table.num_rows
@@ -44,5 +45,7 @@ def write_online_runs(runs_table: Path, out_dir: Path, counts: Mapping[str, np.n
     # keyed like the runs table (its `run` names), in run order
     names = table.column("run").to_pylist()
     refused = sorted((run, where, why) for p in produced for run, where, why in p.reasons)
-    write_csv(out_dir / "refused.csv", REFUSED_COLUMNS, [(names[run], where, why) for run, where, why in refused])
+    write_csv(
+        out_dir / "refused.csv", REFUSED_COLUMNS, [(names[run], where, why) for run, where, why in refused]
+    )
     return path

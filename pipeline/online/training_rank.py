@@ -1,16 +1,15 @@
 """The training side of online training: data-parallel TensorFlow + Horovod (on the training ranks' own
 communicator) over replay buffers that the producers fill while the simulations run.
 
-Each training rank receives the samples it owns (pipeline.online.messages) between steps, without waiting, into
-its training buffer (pipeline.online.buffer) or, for held-out runs, its validation buffer. While the
-simulations run, a step happens when every training rank's buffer holds max(watermark, batch_size) samples (the
-training ranks agree by one small allreduce per step, so Horovod's collective steps stay in lockstep); until then
-the training ranks wait for arrivals, and that wait (after the first step) is the input wait the history
-reports. Once the simulations are over, the training ranks go on with what arrived: a step draws up to
-batch_size of the samples held (a short batch is counted: `short_batches`), so a small campaign trains
-too. Training ends after `train.online.steps` steps, or when the simulations are over and a buffer has
-nothing left to draw (every sample used `max_reuse` times, or none arrived: then the job fails, as no
-model was trained).
+Each training rank receives the samples it owns (pipeline.online.messages) between steps, without waiting,
+into its training buffer (pipeline.online.buffer) or, for held-out runs, its validation buffer. While the
+simulations run, a step happens when every training rank's buffer holds max(watermark, batch_size) samples
+(the training ranks agree by one small allreduce per step, so Horovod's collective steps stay in lockstep);
+until then the training ranks wait for arrivals, and that wait (after the first step) is the input wait the
+history reports. Once the simulations are over, the training ranks go on with what arrived: a step draws up to
+batch_size of the samples held (a short batch is counted: `short_batches`), so a small campaign trains too.
+Training ends after `train.online.steps` steps, or when the simulations are over and a buffer has nothing left
+to draw (every sample used `max_reuse` times, or none arrived: then the job fails, as no model was trained).
 
 The steps run in windows of the training kernel (pipeline.training.kernel) between validations, at train's
 learning-rate schedule with train.epochs spread evenly over train.online.steps (warm-up over the first
@@ -82,9 +81,12 @@ from pipeline.training.tasks import Evaluation, Task, TrainedModel, data_spec, m
 
 log = logging.getLogger(__name__)
 WAIT_POLL_S = 0.002
-# summary.json's hybrid: online training builds the model before any sample arrives, and the baseline is fitted
-# from the arrivals as they come
-ONLINE_HYBRID = {"mode": "none", "why": "online training: the model is built before the baseline's samples arrive"}
+# summary.json's hybrid: online training builds the model before any sample arrives, and the baseline is
+# fitted from the arrivals as they come
+ONLINE_HYBRID = {
+    "mode": "none",
+    "why": "online training: the model is built before the baseline's samples arrive",
+}
 
 
 # ---------------------------------------------------------------- statistics from the first arrivals
@@ -139,28 +141,50 @@ class Started:
     device: dict[str, Any]
 
 
-def meta_for(config: Mapping[str, Any], held_fields: Mapping[str, BufferField], stats: Mapping[str, Any]) -> dict:
+def meta_for(
+    config: Mapping[str, Any], held_fields: Mapping[str, BufferField], stats: Mapping[str, Any]
+) -> dict:
     """What the tasks and models read of a dataset's metadata, for the converted fields' shapes and dtypes."""
     convert = config["convert"]
-    spec = {n: {"role": "feature", "shape": list(held_fields[n].shape), "dtype": held_fields[n].dtype.name}
-            for n in convert["features"]}  # fmt: skip
-    spec |= {n: {"role": "label", "shape": list(held_fields[n].shape), "dtype": held_fields[n].dtype.name}
-             for n in convert["labels"]}  # fmt: skip
+    spec = {
+        n: {"role": "feature", "shape": list(held_fields[n].shape), "dtype": held_fields[n].dtype.name}
+        for n in convert["features"]
+    }
+    spec |= {
+        n: {"role": "label", "shape": list(held_fields[n].shape), "dtype": held_fields[n].dtype.name}
+        for n in convert["labels"]
+    }
     classes = {}
     for name, f in config["source"]["fields"].items():
         if f.get("categorical") and "column" in f:
             classes[name] = [str(v) for v in config["simulate"]["space"][f["column"]]["values"]]
-    return {"feature_spec": spec, "statistics": dict(stats), "classes": classes, "log1p": list(convert["log1p"]),
-            "component_names": stack_component_names(convert, spec)}  # fmt: skip
+    return {
+        "feature_spec": spec,
+        "statistics": dict(stats),
+        "classes": classes,
+        "log1p": list(convert["log1p"]),
+        "component_names": stack_component_names(convert, spec),
+    }
 
 
 class TrainingRank:
-    def __init__(self, config: Mapping[str, Any], held_fields: Mapping[str, BufferField], world: Any, comm: Any,
-                 producers: int, runs: int, out_dir: Path, runs_table: Path,
-                 chooser: Chooser | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        held_fields: Mapping[str, BufferField],
+        world: Any,
+        comm: Any,
+        producers: int,
+        runs: int,
+        out_dir: Path,
+        runs_table: Path,
+        chooser: Chooser | None = None,
+    ) -> None:
         self.config, self.held_fields, self.world, self.comm = config, dict(held_fields), world, comm
-        self.chooser = chooser  # online choosing: the losses at arrival, and on the first training rank the choice
-        self.score_arrival: Any = None  # sample -> the model's loss on it (from the first step, when choosing)
+        # online choosing: the losses at arrival, and on the first training rank the choice
+        self.chooser = chooser
+        # sample -> the model's loss on it (from the first step, when choosing)
+        self.score_arrival: Any = None
         self.settings = config["train"]
         self.online = self.settings["online"]
         self.producers, self.runs = producers, runs
@@ -169,15 +193,18 @@ class TrainingRank:
         self.runs_table = runs_table  # the ensemble's (written by the producers before they are done)
         buffer = self.online["buffer"]
         seed = self.settings["seed"]
-        self.train_buffer = ReplayBuffer(held_fields, buffer["capacity"], buffer["policy"], buffer["max_reuse"], seed,
-                                         self.rank)  # fmt: skip
-        self.validation_buffer = ReplayBuffer(held_fields, self.online["validation_capacity"], "reservoir", 0, seed + 1,
-                                              self.rank)  # fmt: skip
+        self.train_buffer = ReplayBuffer(
+            held_fields, buffer["capacity"], buffer["policy"], buffer["max_reuse"], seed, self.rank
+        )
+        self.validation_buffer = ReplayBuffer(
+            held_fields, self.online["validation_capacity"], "reservoir", 0, seed + 1, self.rank
+        )
         convert = config["convert"]
         self.moments = {n: RunningStats(n in convert["per_channel"]) for n in convert["normalise"]}
         self.stats: dict[str, Any] | None = self.prior_statistics()
         self.state = RankState()
-        self.began = time.perf_counter()  # the job's start, near enough: time to the first step counts from here
+        # the job's start, near enough: time to the first step counts from here
+        self.began = time.perf_counter()
         self.record = bool(self.settings["deterministic"])
         self.baseline: StreamingFit | None = None
         self.add_channel = False
@@ -274,8 +301,14 @@ class TrainingRank:
         self.comm.Allreduce(flags, high, op=_mpi("MAX"))
         return bool(low[0]), bool(low[1]), bool(high[2])
 
-    def batch_tensors(self, batch: Mapping[str, np.ndarray], task: Task, add_channel: bool, whole: bool = False,
-                      normalised: bool = True) -> tuple[Any, Any]:  # fmt: skip
+    def batch_tensors(
+        self,
+        batch: Mapping[str, np.ndarray],
+        task: Task,
+        add_channel: bool,
+        whole: bool = False,
+        normalised: bool = True,
+    ) -> tuple[Any, Any]:
         """A batch of samples as the model takes it: normalised with the frozen statistics; a next state's
         trajectories cut into their windows (whole: not cut, a rollout's)."""
         import tensorflow as tf
@@ -308,9 +341,13 @@ class TrainingRank:
         parts = (self.raw_arrays(p) for p in self.validation_batches())
         max_examples = self.baseline.task.max_examples
         predict, settings = self.baseline.fit(lambda arrays: [self.comm.allreduce(a) for a in arrays])
-        record = self.baseline.record(predict, settings, {"validation": parts},
-                                      lambda e: Evaluation.combine(self.comm.allgather(e), max_examples),
-                                      time.perf_counter() - started)  # fmt: skip
+        record = self.baseline.record(
+            predict,
+            settings,
+            {"validation": parts},
+            lambda e: Evaluation.combine(self.comm.allgather(e), max_examples),
+            time.perf_counter() - started,
+        )
         return {**record, "fitted_on": "the training arrivals of every training rank"}
 
     # ---- the loop
@@ -330,17 +367,27 @@ class TrainingRank:
         if not task.data.several:  # the baseline's sums, added to as the training samples arrive
             # the task as built here, its statistics still the identity (pending_statistics): the arrays' own
             # units, which the baseline takes
-            self.baseline = StreamingFit(task, [1 if n is None else n for n in shape],
-                                         spatial_dims(source, shape))  # fmt: skip
+            self.baseline = StreamingFit(
+                task, [1 if n is None else n for n in shape], spatial_dims(source, shape)
+            )
         optimizer = make_optimizer(settings, device["precision"])
-        restored = restore(resume_key(settings, self.fields_digest(), source, "step"), self.paths, model, optimizer,
-                           self.comm, "step", settings["warm_start"])  # fmt: skip
+        restored = restore(
+            resume_key(settings, self.fields_digest(), source, "step"),
+            self.paths,
+            model,
+            optimizer,
+            self.comm,
+            "step",
+            settings["warm_start"],
+        )
         self.state.step = self.state.resumed_from = restored.done
         self.state.warm_start = restored.warm_start
         self.state.history = restored.history
         train_step, predict = step_functions(model, optimizer, task.loss(), source.built_in is None)
         checkpoint = restored.checkpoint
-        return Started(hvd, task, model, source, optimizer, checkpoint, train_step, predict, add_channel, device)
+        return Started(
+            hvd, task, model, source, optimizer, checkpoint, train_step, predict, add_channel, device
+        )
 
     def run(self) -> dict[str, Any]:
         """Windows of steps between validations (the training kernel's: train's learning-rate schedule
@@ -350,8 +397,16 @@ class TrainingRank:
         session = self.start()
         steps, every = self.online["steps"], self.online["validate_every_steps"]
         if self.rank == 0:  # what `sim2dl status` reads the run's length from
-            record_start(self.paths, {"unit": "step", "length": steps, "ranks": self.size, "online_steps": steps,
-                                      "resume_from_step": self.state.step})  # fmt: skip
+            record_start(
+                self.paths,
+                {
+                    "unit": "step",
+                    "length": steps,
+                    "ranks": self.size,
+                    "online_steps": steps,
+                    "resume_from_step": self.state.step,
+                },
+            )
         epochs = self.settings["epochs"]
         rate = schedule(self.settings, self.size, epochs, steps / epochs)
         # train.keep's record continues a resumed run's history; train.patience counts validations
@@ -360,16 +415,23 @@ class TrainingRank:
         while self.state.step < steps:
             begin = self.state.step
             count = min(every - begin % every, steps - begin)
-            window = run_steps(session.train_step, session.optimizer, batches, count,
-                               lambda i, b=begin: rate(0, b + i), first=begin == self.state.resumed_from)  # fmt: skip
+            window = run_steps(
+                session.train_step,
+                session.optimizer,
+                batches,
+                count,
+                lambda i, b=begin: rate(0, b + i),
+                first=begin == self.state.resumed_from,
+            )
             self.state.step += window.steps
             if window.steps:
                 final = self.end_window(session, window, kept)
             if window.steps < count:  # the samples ended (self.state.stopped says why)
                 break
             if kept.patience_over(self.state.step, self.settings["patience"] * every):
-                self.state.stopped = (f"no lower validation loss for {self.settings['patience']} validations "
-                                      "(train.patience)")  # fmt: skip
+                self.state.stopped = (
+                    f"no lower validation loss for {self.settings['patience']} validations (train.patience)"
+                )
                 break
         while self.producing:  # every producer must be heard from before the job ends (their final counts)
             self.receive(block_s=0.05)
@@ -379,10 +441,10 @@ class TrainingRank:
         return self.finish(session, final or self.validate(session), kept, time.perf_counter() - self.began)
 
     def batches(self, session: Started) -> Iterator[tuple[Any, Any]]:
-        """Batches as the arrivals allow, every training rank in lockstep. While the simulations run, a step waits
-        until every training rank holds max(watermark, batch_size) samples (and, before the first, samples of
-        statistics_runs runs); once they are over, a step draws what is held, a short batch counted in the
-        history, until a training rank has nothing left (max_reuse) or none arrived."""
+        """Batches as the arrivals allow, every training rank in lockstep. While the simulations run, a step
+        waits until every training rank holds max(watermark, batch_size) samples (and, before the first,
+        samples of statistics_runs runs); once they are over, a step draws what is held, a short batch counted
+        in the history, until a training rank has nothing left (max_reuse) or none arrived."""
         batch_size, drawn = self.settings["batch_size"], self.state.step
         watermark = max(self.online["buffer"]["watermark"], batch_size)
         entered = time.perf_counter()
@@ -390,9 +452,14 @@ class TrainingRank:
             self.receive()
             ready, finished, exhausted = self.agree(self.ready(watermark), self.train_buffer.exhausted())
             if finished and exhausted:
-                self.state.stopped = ("the simulations ended and a training rank's buffer has nothing left to draw"
-                                      + (" (max_reuse)" if self.comm.allreduce(self.train_buffer.arrivals) else
-                                         ": no training sample arrived"))  # fmt: skip
+                self.state.stopped = (
+                    "the simulations ended and a training rank's buffer has nothing left to draw"
+                    + (
+                        " (max_reuse)"
+                        if self.comm.allreduce(self.train_buffer.arrivals)
+                        else ": no training sample arrived"
+                    )
+                )
                 return
             if not (ready or finished):
                 self.receive(block_s=0.05)
@@ -421,7 +488,9 @@ class TrainingRank:
 
     def loss_on(self, session: Started, sample: Mapping[str, np.ndarray]) -> float:
         """The model's loss on one sample as it is now (a next state's: over the sample's windows)."""
-        x, y = self.batch_tensors({n: a[np.newaxis] for n, a in sample.items()}, session.task, session.add_channel)
+        x, y = self.batch_tensors(
+            {n: a[np.newaxis] for n, a in sample.items()}, session.task, session.add_channel
+        )
         return float(session.predict(x, y)[1])
 
     def validation_batches(self) -> Iterator[dict[str, np.ndarray]]:
@@ -432,7 +501,9 @@ class TrainingRank:
 
     def validate(self, session: Started) -> tuple[float, Evaluation]:
         """The loss and evaluation over every training rank's validation buffer."""
-        tensors = (self.batch_tensors(p, session.task, session.add_channel) for p in self.validation_batches())
+        tensors = (
+            self.batch_tensors(p, session.task, session.add_channel) for p in self.validation_batches()
+        )
         return evaluate(tensors, session.task, session.predict, self.comm)
 
     def after_training(self, session: Started, task: Task) -> dict[str, Any]:
@@ -446,7 +517,9 @@ class TrainingRank:
                 runs = self.validation_buffer.run[k * batch : k * batch + len(x)]
                 yield x.numpy(), np.asarray(y), np.array([f"run-{r:06d}".encode() for r in runs])
 
-        return task.after_training(TrainedModel(session.model, records, self.comm, "validation", self.paths.root))
+        return task.after_training(
+            TrainedModel(session.model, records, self.comm, "validation", self.paths.root)
+        )
 
     def end_window(self, session: Started, window: Window, kept: Kept) -> tuple[float, Evaluation]:
         """Validation, the window's history row, train.keep's record and a checkpoint (the history first, then
@@ -458,37 +531,54 @@ class TrainingRank:
             self.state.before_first_step = 0.0
         average_unlearned_state(session.model)
         evaluation = self.validate(session)
-        row = window_row("step", self.state.step, window, evaluation[0], self.settings["batch_size"], 1,
-                         lambda v: float(np.mean(self.comm.allgather(v))), lambda v: float(sum(self.comm.allgather(v))),
-                         learning_rate=float(session.optimizer.learning_rate.numpy()),
-                         short_batches=int(self.comm.allreduce(self.state.short_batches)),
-                         arrived=int(self.comm.allreduce(self.train_buffer.arrivals)),
-                         validation_samples=int(self.comm.allreduce(len(self.validation_buffer))))  # fmt: skip
+        row = window_row(
+            "step",
+            self.state.step,
+            window,
+            evaluation[0],
+            self.settings["batch_size"],
+            1,
+            lambda v: float(np.mean(self.comm.allgather(v))),
+            lambda v: float(sum(self.comm.allgather(v))),
+            learning_rate=float(session.optimizer.learning_rate.numpy()),
+            short_batches=int(self.comm.allreduce(self.state.short_batches)),
+            arrived=int(self.comm.allreduce(self.train_buffer.arrivals)),
+            validation_samples=int(self.comm.allreduce(len(self.validation_buffer))),
+        )
         self.state.history.append(row)
         self.state.waited += window.waited
-        improved = kept.consider(self.state.step, evaluation[0], lambda: packed_weights(session.model), evaluation)
+        improved = kept.consider(
+            self.state.step, evaluation[0], lambda: packed_weights(session.model), evaluation
+        )
         choice = (self.chooser.choose() if self.chooser is not None else None) or {}
         if self.rank == 0:
             save_window(self.paths, self.state.history, session.checkpoint, kept, improved)
             log.info(json.dumps(row))
-            self.board.row(row["step"], {**row, **self.buffer_state(), **choice}, session.task.metrics(evaluation[1]))
+            self.board.row(
+                row["step"], {**row, **self.buffer_state(), **choice}, session.task.metrics(evaluation[1])
+            )
         return evaluation
 
     def buffer_state(self) -> dict[str, Any]:
         """This rank's replay buffer as TensorBoard shows it: how full, the runs heard from, and the draws
         per sample that arrived (reuse)."""
         buffer = self.train_buffer
-        return {"buffer/fill": len(buffer) / buffer.capacity, "buffer/runs_arrived": int((buffer.added > 0).sum()),
-                "buffer/reuse": float(buffer.drawn.sum()) / max(buffer.arrivals, 1)}  # fmt: skip
+        return {
+            "buffer/fill": len(buffer) / buffer.capacity,
+            "buffer/runs_arrived": int((buffer.added > 0).sum()),
+            "buffer/reuse": float(buffer.drawn.sum()) / max(buffer.arrivals, 1),
+        }
 
     def counts(self) -> dict[str, np.ndarray]:
-        """Per run, over every training rank: samples added, dropped by a buffer, draws; validation samples."""
+        """Per run, over every training rank: samples added, dropped by a buffer, draws; validation
+        samples."""
         mine = self.train_buffer.counts(self.runs)
         mine["validation"] = self.validation_buffer.counts(self.runs)["added"]
         return {k: self.comm.allreduce(v) for k, v in mine.items()}
 
-    def finish(self, session: Started, final: tuple[float, Evaluation], kept: Kept,
-               seconds: float) -> dict[str, Any]:  # fmt: skip
+    def finish(
+        self, session: Started, final: tuple[float, Evaluation], kept: Kept, seconds: float
+    ) -> dict[str, Any]:
         """The training kernel's ending (pipeline.training.finish, as every mode's), with online's extras: its
         record of the arrivals and buffers, the per-run table, and the arrival logs."""
         from pipeline.reporting.plots import learning_curves
@@ -496,8 +586,11 @@ class TrainingRank:
         counts = self.counts()
         # the task again, with the frozen statistics: metrics and the figure in the labels' own units
         task = make_task(self.settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
-        extra: dict[str, Any] = {"online": self.online_record(counts, seconds), "hybrid": ONLINE_HYBRID,
-                                 "warm_start": self.state.warm_start}  # fmt: skip
+        extra: dict[str, Any] = {
+            "online": self.online_record(counts, seconds),
+            "hybrid": ONLINE_HYBRID,
+            "warm_start": self.state.warm_start,
+        }
         extra.update(self.after_training(session, task))  # a next state's kept model, run on its own outputs
         if self.record:  # the order samples arrived in between draws: replaying it gives the same batches
             write_arrivals(self.paths.root / f"arrivals-rank-{self.rank:05d}.npy", self.train_buffer.log)
@@ -509,10 +602,18 @@ class TrainingRank:
             extra["online"]["stream_dropped_steps"] = int(sum(int(p.dropped.sum()) for p in produced))
             extra["online"]["errors"] = [e for p in produced for e in p.errors]
             self.paths.root.mkdir(parents=True, exist_ok=True)
-            extra["online"]["runs_table"] = str(write_online_runs(self.runs_table, self.paths.root, counts, produced))
+            extra["online"]["runs_table"] = str(
+                write_online_runs(self.runs_table, self.paths.root, counts, produced)
+            )
         model = Model(session.model, session.source, input_shape(session.source, task.model_feature_shape))
-        ranks = Ranks(session.hvd, self.rank, self.size, session.device, SpatialLayout(1, self.size, self.rank),
-                      self.comm)  # fmt: skip
+        ranks = Ranks(
+            session.hvd,
+            self.rank,
+            self.size,
+            session.device,
+            SpatialLayout(1, self.size, self.rank),
+            self.comm,
+        )
         history = self.state.history
         # online training has validation runs and no test runs: its scores are on what chose the step
         summary = finish(
@@ -543,7 +644,8 @@ class TrainingRank:
             "seconds": round(seconds, 3),
             "seconds_to_first_step": self.state.first_step_time,
             "first_step_at": self.state.first_step_at,
-            "input_wait_fraction": self.state.waited / max(seconds - (self.state.first_step_time or 0.0), 1e-9),
+            "input_wait_fraction": self.state.waited
+            / max(seconds - (self.state.first_step_time or 0.0), 1e-9),
             "arrivals_before_first_step": self.state.arrivals_at_first_step,
             "statistics": self.stats,
             "statistics_from": self.online["statistics"],

@@ -54,7 +54,9 @@ class ScalarLog:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        summary = Summary(value=[Summary.Value(tag=t, simple_value=v) for t, v in flat_scalars(values, prefix).items()])
+        summary = Summary(
+            value=[Summary.Value(tag=t, simple_value=v) for t, v in flat_scalars(values, prefix).items()]
+        )
         self.writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
         self.writer.flush()
 
@@ -77,8 +79,13 @@ class Board:
             self.writer = tf.summary.create_file_writer(str(directory), max_queue=1000, flush_millis=60_000)
 
     @classmethod
-    def of(cls, settings: Mapping[str, Any], directory: Path, writes: bool,
-           trial: Mapping[str, Any] | None = None) -> Board:  # fmt: skip
+    def of(
+        cls,
+        settings: Mapping[str, Any],
+        directory: Path,
+        writes: bool,
+        trial: Mapping[str, Any] | None = None,
+    ) -> Board:
         """The run's board where train.tensorboard is on and this rank writes the run's files; trial: a
         search trial's {id, hyperparameters}, written first (the HParams dashboard's row)."""
         board = cls(directory if settings.get("tensorboard", True) and writes else None)
@@ -96,8 +103,13 @@ class Board:
             for tag, value in flat_scalars(values, prefix).items():
                 tf.summary.scalar(tag, value, step=step)
 
-    def row(self, step: int, row: Mapping[str, Any], validation: Mapping[str, Any] | None = None,
-            skip: tuple[str, ...] = ("epoch", "round", "step", "time", "seconds")) -> None:  # fmt: skip
+    def row(
+        self,
+        step: int,
+        row: Mapping[str, Any],
+        validation: Mapping[str, Any] | None = None,
+        skip: tuple[str, ...] = ("epoch", "round", "step", "time", "seconds"),
+    ) -> None:
         """A window's history row (its unit and wall clock left out) and its validation metrics, flushed."""
         self.scalars(step, {k: v for k, v in row.items() if k not in skip})
         if validation:
@@ -127,11 +139,21 @@ class Board:
         from tensorboard.plugins.hparams import api as hp
 
         with self.writer.as_default():
-            hp.hparams({k: v for k, v in values.items() if isinstance(v, bool | int | float | str)}, trial_id=trial_id)
+            hp.hparams(
+                {k: v for k, v in values.items() if isinstance(v, bool | int | float | str)},
+                trial_id=trial_id,
+            )
         self.flush()
 
-    def finished(self, history: Sequence[Mapping[str, Any]], unit: str, test: Mapping[str, Any] | None,
-                 baseline: Mapping[str, Any], score_names: Sequence[str], val_loss: float) -> None:  # fmt: skip
+    def finished(
+        self,
+        history: Sequence[Mapping[str, Any]],
+        unit: str,
+        test: Mapping[str, Any] | None,
+        baseline: Mapping[str, Any],
+        score_names: Sequence[str],
+        val_loss: float,
+    ) -> None:
         """The end of a run (any mode: `unit` names its history's epoch, round or step): the test split's
         scores at its last unit, and a search trial's final `val_loss` (the HParams plugin's metric), the
         classical baseline's validation scores (`score_names`: the task's; its record's other keys are

@@ -25,7 +25,9 @@ def _save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def learning_curves(history: Sequence[Mapping[str, Any]], loss_name: str, path: Path, x: str = "epoch") -> None:
+def learning_curves(
+    history: Sequence[Mapping[str, Any]], loss_name: str, path: Path, x: str = "epoch"
+) -> None:
     """Training and validation loss, throughput and input wait per row of the history (x: the rows'
     axis: epoch offline, step online)."""
     epochs = [h[x] for h in history]
@@ -42,8 +44,15 @@ def learning_curves(history: Sequence[Mapping[str, Any]], loss_name: str, path: 
     _save(fig, path)
 
 
-def predicted_vs_true(predicted: np.ndarray, true: np.ndarray, names: Sequence[str], r2: Sequence[float],
-                      records: int, path: Path, baseline_r2: Sequence[float | None] = ()) -> None:  # fmt: skip
+def predicted_vs_true(
+    predicted: np.ndarray,
+    true: np.ndarray,
+    names: Sequence[str],
+    r2: Sequence[float],
+    records: int,
+    path: Path,
+    baseline_r2: Sequence[float | None] = (),
+) -> None:
     """One panel per label, in the labels' own units; R² is of the whole validation set, beside the classical
     baseline's where given."""
     n = len(names)
@@ -77,8 +86,13 @@ def surrogate_examples(
     names = list(true)
     examples = len(next(iter(true.values()))) if names else 0
     columns = sum(3 if true[n].ndim >= 3 else 1 for n in names)
-    fig, axes = plt.subplots(max(examples, 1), max(columns, 1), figsize=(2.6 * max(columns, 1), 2.4 * max(examples, 1)),
-                             squeeze=False, layout="constrained")  # fmt: skip
+    fig, axes = plt.subplots(
+        max(examples, 1),
+        max(columns, 1),
+        figsize=(2.6 * max(columns, 1), 2.4 * max(examples, 1)),
+        squeeze=False,
+        layout="constrained",
+    )
     for row in range(examples):
         column = 0
         for name in names:
@@ -87,9 +101,14 @@ def surrogate_examples(
             if baseline.get(name) is not None:
                 score += f" (emulator {baseline[name]:.3f})"
             if t.ndim >= 2:
-                t2, p2 = t.reshape(t.shape[0], t.shape[1], -1)[..., 0], p.reshape(p.shape[0], p.shape[1], -1)[..., 0]
+                t2, p2 = (
+                    t.reshape(t.shape[0], t.shape[1], -1)[..., 0],
+                    p.reshape(p.shape[0], p.shape[1], -1)[..., 0],
+                )
                 low, high = float(min(t2.min(), p2.min())), float(max(t2.max(), p2.max()))
-                for k, (image, label) in enumerate([(t2, "true"), (p2, "predicted"), (p2 - t2, "difference")]):
+                for k, (image, label) in enumerate(
+                    [(t2, "true"), (p2, "predicted"), (p2 - t2, "difference")]
+                ):
                     ax = axes[row, column + k]
                     limits = {"vmin": low, "vmax": high} if k < 2 else {"cmap": "RdBu_r"}
                     shown = ax.imshow(image, origin="lower", **limits)
@@ -122,15 +141,20 @@ def rollout_curves(rollout: Mapping[str, Any], name: str, path: Path) -> None:
     and difference for the first test trajectory at a few steps (the first channel; a cube's middle plane)."""
     examples = rollout.get("examples") or {}
     shown = len(examples.get("steps", []))
-    fig, axes = plt.subplots(1 + shown, 3, figsize=(10, 3.0 * (1 + shown)), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        1 + shown, 3, figsize=(10, 3.0 * (1 + shown)), squeeze=False, layout="constrained"
+    )
     steps = np.arange(1, rollout["steps"] + 1)
     ax = axes[0, 0]
     fields = (rollout.get("by_field") or {}).get("nrmse_per_step") or {}
     mean = " (mean of the fields)" if len(fields) > 1 else ""
     ax.plot(steps, rollout["nrmse_per_step"], "o-", label="network" + mean)
     ax.plot(steps, rollout["persistence_nrmse_per_step"], "s--", label="persistence" + mean)
-    ax.set(xlabel="step of the rollout", ylabel="NRMSE", title=f"{name}: rollout over {rollout['trajectories']} "
-           "trajectories")  # fmt: skip
+    ax.set(
+        xlabel="step of the rollout",
+        ylabel="NRMSE",
+        title=f"{name}: rollout over {rollout['trajectories']} trajectories",
+    )
     ax.legend(fontsize=8)
     if len(fields) > 1:  # each field apart: the network's and persistence's curves
         ax = axes[0, 1]
@@ -178,7 +202,9 @@ def confusion_matrix(matrix: np.ndarray, classes: Sequence[str], title: str, pat
     _save(fig, path)
 
 
-def segmentation_examples(examples: Mapping[str, np.ndarray], classes: Sequence[str], title: str, path: Path) -> None:
+def segmentation_examples(
+    examples: Mapping[str, np.ndarray], classes: Sequence[str], title: str, path: Path
+) -> None:
     """A few validation samples: the feature's first channel, the true mask, the predicted mask."""
     n = len(examples["true"])
     fig, axes = plt.subplots(max(n, 1), 3, figsize=(9, 3 * max(n, 1)), squeeze=False, layout="constrained")
@@ -186,8 +212,9 @@ def segmentation_examples(examples: Mapping[str, np.ndarray], classes: Sequence[
     for row in range(n):
         axes[row, 0].imshow(examples["feature"][row], cmap="viridis")
         for col, name in ((1, "true"), (2, "predicted")):
-            axes[row, col].imshow(examples[name][row], cmap=cmap, vmin=-0.5, vmax=len(classes) - 0.5,
-                                  interpolation="nearest")  # fmt: skip
+            axes[row, col].imshow(
+                examples[name][row], cmap=cmap, vmin=-0.5, vmax=len(classes) - 0.5, interpolation="nearest"
+            )
     for col, name in enumerate(("feature (channel 0)", "true mask", "predicted mask")):
         axes[0, col].set_title(name)
     for ax in axes.ravel():
@@ -213,7 +240,9 @@ def search_progress(runs: Sequence[Any], path: Path) -> None:
     spent = np.cumsum([r.budget for r in ordered])
     best = np.minimum.accumulate([r.loss for r in ordered])
     ax_best.step(spent, best, where="post")
-    ax_best.set(xlabel="compute spent (epochs)", ylabel="best validation loss so far", title="Search progress")
+    ax_best.set(
+        xlabel="compute spent (epochs)", ylabel="best validation loss so far", title="Search progress"
+    )
     _save(fig, path)
 
 
@@ -235,7 +264,9 @@ def sweep_comparison(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     _save(fig, path)
 
 
-def data_throughput(summaries: Mapping[str, Mapping[str, Any]], records: int, shard_bytes: int, path: Path) -> None:
+def data_throughput(
+    summaries: Mapping[str, Mapping[str, Any]], records: int, shard_bytes: int, path: Path
+) -> None:
     """Seconds per data step, and each step's rate: records/s, and MB/s where it moves the shards' bytes."""
     steps = [s for s in ("ingest", "convert", "merge", "stage") if s in summaries]
     seconds = [float(summaries[s]["seconds"]) for s in steps]
@@ -243,7 +274,9 @@ def data_throughput(summaries: Mapping[str, Mapping[str, Any]], records: int, sh
     ax_time.bar(steps, seconds, color="tab:blue")
     ax_time.set(ylabel="seconds (wall, all ranks)", title=f"Data steps: {records:,} records")
     for i, step in enumerate(steps):
-        ax_time.annotate(f"{summaries[step].get('ranks', '?')} ranks", (i, seconds[i]), ha="center", va="bottom")
+        ax_time.annotate(
+            f"{summaries[step].get('ranks', '?')} ranks", (i, seconds[i]), ha="center", va="bottom"
+        )
     x = np.arange(len(steps))
     ax_rate.bar(x - 0.2, [records / max(t, 1e-9) for t in seconds], 0.4, label="records/s", color="tab:green")
     ax_rate.set(ylabel="records/s", title="Throughput")
@@ -256,8 +289,9 @@ def data_throughput(summaries: Mapping[str, Mapping[str, Any]], records: int, sh
     _save(fig, path)
 
 
-def population_curves(rounds: Sequence[Mapping[str, Any]], kept: Mapping[str, Any], loss_name: str,
-                      path: Path) -> None:  # fmt: skip
+def population_curves(
+    rounds: Sequence[Mapping[str, Any]], kept: Mapping[str, Any], loss_name: str, path: Path
+) -> None:
     """train.population: each trainer's validation loss over rounds (the common split), a marker where a
     trainer adopted another's model (its number beside it), the kept model ringed; beside it, each
     trainer's learning rate where the population mutates it, else its training loss."""
@@ -271,10 +305,18 @@ def population_curves(rounds: Sequence[Mapping[str, Any]], kept: Mapping[str, An
             source = r["adopted"][t]
             if source is not None:
                 ax_val.plot(r["round"], r["val_loss"][t], "*", ms=11, color=line.get_color())
-                ax_val.annotate(f"←{source}", (r["round"], r["val_loss"][t]), fontsize=7, xytext=(3, 3),
-                                textcoords="offset points")  # fmt: skip
-        side = [r["hyperparameters"][t]["learning_rate"] for r in rounds] if mutated else [
-            r["train_loss"][t] for r in rounds]  # fmt: skip
+                ax_val.annotate(
+                    f"←{source}",
+                    (r["round"], r["val_loss"][t]),
+                    fontsize=7,
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                )
+        side = (
+            [r["hyperparameters"][t]["learning_rate"] for r in rounds]
+            if mutated
+            else [r["train_loss"][t] for r in rounds]
+        )
         ax_side.plot(x, side, "o-", ms=3, color=line.get_color())
     if kept:
         ax_val.plot(kept["round"], kept["val_loss"], "o", ms=14, mfc="none", mec="k", label="kept")
@@ -287,8 +329,9 @@ def population_curves(rounds: Sequence[Mapping[str, Any]], kept: Mapping[str, An
     _save(fig, path)
 
 
-def adaptive_figures(runs: Any, names: Sequence[str], rounds: Sequence[Mapping[str, Any]], design_path: Path,
-                     error_path: Path) -> None:  # fmt: skip
+def adaptive_figures(
+    runs: Any, names: Sequence[str], rounds: Sequence[Mapping[str, Any]], design_path: Path, error_path: Path
+) -> None:
     """An adaptive design (pipeline/simulators/adaptive.py): its runs over the first two parameters,
     coloured by round, failed runs as crosses; and the emulator's validation error against the number of
     runs it was fitted on (each adaptive round's fit)."""
@@ -298,7 +341,9 @@ def adaptive_figures(runs: Any, names: Sequence[str], rounds: Sequence[Mapping[s
     rounds_of = np.asarray(table["round"])
     ok = np.array([s == "ok" for s in table["status"]])
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    shown = ax.scatter(x[ok], y[ok], c=rounds_of[ok], cmap="viridis", s=18, vmin=0, vmax=max(1, rounds_of.max()))
+    shown = ax.scatter(
+        x[ok], y[ok], c=rounds_of[ok], cmap="viridis", s=18, vmin=0, vmax=max(1, rounds_of.max())
+    )
     if (~ok).any():
         ax.scatter(x[~ok], y[~ok], c="red", marker="x", s=30, label="failed (never proposed again)")
         ax.legend(loc="best", fontsize=8)
@@ -311,7 +356,9 @@ def adaptive_figures(runs: Any, names: Sequence[str], rounds: Sequence[Mapping[s
     fig, ax = plt.subplots(figsize=(5.5, 4))
     if fitted:
         counts = [r["fitted_on"] for r in fitted]
-        ax.plot(counts, [r["validation_nrmse_mean"] for r in fitted], "o-", label="leave-one-out NRMSE (mean)")
+        ax.plot(
+            counts, [r["validation_nrmse_mean"] for r in fitted], "o-", label="leave-one-out NRMSE (mean)"
+        )
         ax.set_yscale("log")
         ax.legend()
     ax.set_xlabel("runs the emulator was fitted on")

@@ -12,14 +12,18 @@ from tqdm import tqdm
 T = TypeVar("T")
 
 
-def progress_bar(total: int, desc: str, rank: int, size: int, unit: str = "file", every_rank: bool = False) -> tqdm:
+def progress_bar(
+    total: int, desc: str, rank: int, size: int, unit: str = "file", every_rank: bool = False
+) -> tqdm:
     """A bar to advance by hand (`update(n)`, then `close()`); `total` is rank 0's share, or with
     `every_rank` the whole step's (rank 0 then counts every rank's work)."""
     label = f"{desc} (rank 0 of {size})" if size > 1 and not every_rank else desc
     return tqdm(total=total, desc=label, unit=unit, disable=rank != 0, mininterval=2.0, smoothing=0.1)
 
 
-def progress(items: Iterable[T], total: int, desc: str, rank: int, size: int, unit: str = "file") -> Iterator[T]:
+def progress(
+    items: Iterable[T], total: int, desc: str, rank: int, size: int, unit: str = "file"
+) -> Iterator[T]:
     with progress_bar(total, desc, rank, size, unit) as bar:
         for item in items:
             yield item

@@ -76,15 +76,25 @@ def ensemble_runs(raw: Path) -> dict[str, Any] | None:
                 running += 1
             elif entry.is_dir():
                 finished += 1
-    started = sum(sum(1 for e in os.scandir(g) if e.name.endswith(".log")) for g in _subdirectories(raw / "logs"))
-    return {"design": design, "ok": finished, "running": running,
-            "failed_or_retrying": max(started - finished - running, 0)}  # fmt: skip
+    started = sum(
+        sum(1 for e in os.scandir(g) if e.name.endswith(".log")) for g in _subdirectories(raw / "logs")
+    )
+    return {
+        "design": design,
+        "ok": finished,
+        "running": running,
+        "failed_or_retrying": max(started - finished - running, 0),
+    }
 
 
 def _subdirectories(root: Path, skip: set[str] = frozenset()) -> list[Path]:
     if not root.is_dir():
         return []
-    return [Path(e.path) for e in os.scandir(root) if e.is_dir() and e.name not in skip and not e.name.startswith(".")]
+    return [
+        Path(e.path)
+        for e in os.scandir(root)
+        if e.is_dir() and e.name not in skip and not e.name.startswith(".")
+    ]
 
 
 def data_steps(layout: Layout) -> list[dict[str, Any]]:
@@ -111,41 +121,68 @@ def data_steps(layout: Layout) -> list[dict[str, Any]]:
     splits = {name: s.get("records") for name, s in meta.get("splits", {}).items()}
     return [
         simulate,
-        {"step": "ingest", "state": _state(layout.ingest, layout.ingest_summary),
-         **{k: ingested[k] for k in ("inputs", "samples", "accepted", "rejected") if k in ingested}},
-        {"step": "convert", "state": _state(layout.convert, layout.stats),
-         **{k: converted[k] for k in ("samples", "rejected") if k in converted}},
-        {"step": "merge", "state": _state(layout.merged, layout.metadata),
-         **({"records": meta["counts"]["records"], "shards": meta["counts"]["shards"]} if meta else {}),
-         **({"splits": splits} if splits else {})},
-        {"step": "stage", "state": _state(layout.stage_summary.parent, layout.stage_summary),
-         **{k: staged[k] for k in ("mode", "nodes", "bytes_read_shared_fs") if k in staged}},
-    ]  # fmt: skip
+        {
+            "step": "ingest",
+            "state": _state(layout.ingest, layout.ingest_summary),
+            **{k: ingested[k] for k in ("inputs", "samples", "accepted", "rejected") if k in ingested},
+        },
+        {
+            "step": "convert",
+            "state": _state(layout.convert, layout.stats),
+            **{k: converted[k] for k in ("samples", "rejected") if k in converted},
+        },
+        {
+            "step": "merge",
+            "state": _state(layout.merged, layout.metadata),
+            **({"records": meta["counts"]["records"], "shards": meta["counts"]["shards"]} if meta else {}),
+            **({"splits": splits} if splits else {}),
+        },
+        {
+            "step": "stage",
+            "state": _state(layout.stage_summary.parent, layout.stage_summary),
+            **{k: staged[k] for k in ("mode", "nodes", "bytes_read_shared_fs") if k in staged},
+        },
+    ]
 
 
 def search_step(layout: Layout) -> dict[str, Any]:
     paths = SearchPaths(layout.search)
     trials = _lines(layout.search / "trials.jsonl")
     losses = [t["loss"] for t in trials if t.get("loss") is not None]
-    return {"step": "search", "state": _state(layout.search, paths.best), "trials": len(trials),
-            "failed_trials": len(trials) - len(losses), "best_val_loss": min(losses) if losses else None}  # fmt: skip
+    return {
+        "step": "search",
+        "state": _state(layout.search, paths.best),
+        "trials": len(trials),
+        "failed_trials": len(trials) - len(losses),
+        "best_val_loss": min(losses) if losses else None,
+    }
 
 
-def training_progress(history: Sequence[Mapping[str, Any]], unit: str, total: int | None,
-                      now: float) -> dict[str, Any]:  # fmt: skip
+def training_progress(
+    history: Sequence[Mapping[str, Any]], unit: str, total: int | None, now: float
+) -> dict[str, Any]:
     """Where training stands from its history rows: the unit reached (of total), the best validation loss
     and where, the mean seconds per unit of the rows so far, and the estimated seconds left."""
     if not history:
         return {"unit": unit, "at": 0, "of": total}
     last = history[-1]
-    finite = [r for r in history if isinstance(r.get("val_loss"), int | float) and math.isfinite(r["val_loss"])]
+    finite = [
+        r for r in history if isinstance(r.get("val_loss"), int | float) and math.isfinite(r["val_loss"])
+    ]
     best = min(finite, key=lambda r: r["val_loss"]) if finite else None
     times = [r["time"] for r in history if "time" in r]
-    per_unit = (times[-1] - times[0]) / (last[unit] - history[0][unit]) if len(times) > 1 else last.get("seconds")
-    record: dict[str, Any] = {"unit": unit, "at": last[unit], "of": total, "seconds_per_unit": per_unit,
-                              "best_val_loss": best["val_loss"] if best else None,
-                              f"best_{unit}": best[unit] if best else None,
-                              "since_last_s": now - times[-1] if times else None}  # fmt: skip
+    per_unit = (
+        (times[-1] - times[0]) / (last[unit] - history[0][unit]) if len(times) > 1 else last.get("seconds")
+    )
+    record: dict[str, Any] = {
+        "unit": unit,
+        "at": last[unit],
+        "of": total,
+        "seconds_per_unit": per_unit,
+        "best_val_loss": best["val_loss"] if best else None,
+        f"best_{unit}": best[unit] if best else None,
+        "since_last_s": now - times[-1] if times else None,
+    }
     if total is not None and per_unit is not None:
         record["eta_s"] = max(total - last[unit], 0) * per_unit
     return record
@@ -164,9 +201,13 @@ def train_step(layout: Layout, now: float) -> dict[str, Any]:
     start = starts[-1] if starts else {}
     history = _json(paths.metrics) or []
     # every mode's start record names its unit and length (attempts written before they did: inferred)
-    unit = start.get("unit") or next((u for u in ("round", "step", "epoch") if history and u in history[0]), None)
+    unit = start.get("unit") or next(
+        (u for u in ("round", "step", "epoch") if history and u in history[0]), None
+    )
     unit = unit or ("round" if "rounds" in start else "step" if "online_steps" in start else "epoch")
-    total = start.get("length", start.get({"round": "rounds", "step": "online_steps", "epoch": "epochs"}[unit]))
+    total = start.get(
+        "length", start.get({"round": "rounds", "step": "online_steps", "epoch": "epochs"}[unit])
+    )
     record.update(training_progress(history, unit, total, now), attempts=len(starts))
     if summary is not None:
         record["scored_on"] = summary.get("scored_on")
@@ -191,7 +232,9 @@ def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     whole = round(seconds)
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m" if whole >= 3600 else f"{whole // 60}m{whole % 60:02d}s"
+    return (
+        f"{whole // 3600}h{whole % 3600 // 60:02d}m" if whole >= 3600 else f"{whole // 60}m{whole % 60:02d}s"
+    )
 
 
 def _details(step: Mapping[str, Any]) -> str:
@@ -199,7 +242,8 @@ def _details(step: Mapping[str, Any]) -> str:
     if name == "simulate" and "runs" in step:
         runs = step["runs"]
         text = f"{sum(v for k, v in runs.items() if k != 'design')} of {runs['design']} runs: " + ", ".join(
-            f"{v} {k.replace('_', ' ')}" for k, v in runs.items() if k != "design")  # fmt: skip
+            f"{v} {k.replace('_', ' ')}" for k, v in runs.items() if k != "design"
+        )
         if "round" in step:
             at = step["round"]
             text += f"; round {at['round']}"
@@ -211,9 +255,12 @@ def _details(step: Mapping[str, Any]) -> str:
             return ""
         text = f"{step['unit']} {step['at']}" + (f"/{step['of']}" if step.get("of") else "")
         if step.get("best_val_loss") is not None:
-            text += f", best val_loss {step['best_val_loss']:.4g} ({step['unit']} {step['best_' + step['unit']]})"
+            text += (
+                f", best val_loss {step['best_val_loss']:.4g} ({step['unit']} {step['best_' + step['unit']]})"
+            )
         if step["state"] != DONE and step.get("eta_s") is not None:
-            text += f", {_duration(step['seconds_per_unit'])} per {step['unit']}, about {_duration(step['eta_s'])} left"
+            per_unit, left = _duration(step["seconds_per_unit"]), _duration(step["eta_s"])
+            text += f", {per_unit} per {step['unit']}, about {left} left"
         if step["state"] != DONE and step.get("since_last_s") is not None:  # a stopped job's last row ages
             text += f" (last {step['unit']} {_duration(step['since_last_s'])} ago)"
         if step.get("scores"):
@@ -221,8 +268,11 @@ def _details(step: Mapping[str, Any]) -> str:
         return text
     if name == "search":
         best = step["best_val_loss"]
-        return f"{step['trials']} trials" + (f", best val_loss {best:.4g}" if best is not None else "") if step[
-            "trials"] else ""  # fmt: skip
+        return (
+            f"{step['trials']} trials" + (f", best val_loss {best:.4g}" if best is not None else "")
+            if step["trials"]
+            else ""
+        )
     shown = {k: v for k, v in step.items() if k not in ("step", "state")}
     return ", ".join(f"{k} {v}" for k, v in shown.items())
 
@@ -275,10 +325,15 @@ def score_lines(summary: Mapping[str, Any]) -> list[str]:
     rollout = summary.get("rollout") or {}
     if rollout.get("nrmse_per_step"):
         last, held = rollout["nrmse_per_step"][-1], rollout["persistence_nrmse_per_step"][-1]
-        every = "below persistence at every step" if rollout.get("below_persistence_at_every_step") else (
-            "not below persistence at every step")  # fmt: skip
-        lines.append(f"  rollout of {rollout['steps']} steps on {rollout.get('split')}: NRMSE {_value(last)} at the "
-                     f"last (persistence {_value(held)}), {every}")  # fmt: skip
+        every = (
+            "below persistence at every step"
+            if rollout.get("below_persistence_at_every_step")
+            else ("not below persistence at every step")
+        )
+        lines.append(
+            f"  rollout of {rollout['steps']} steps on {rollout.get('split')}: NRMSE {_value(last)} at the "
+            f"last (persistence {_value(held)}), {every}"
+        )
     if summary.get("below_baseline"):
         lines.append(f"  below the baseline on: {', '.join(map(str, summary['below_baseline']))}")
     return lines
@@ -292,9 +347,12 @@ def outcome(workdir: Path) -> str:
     summary = _json(paths.summary)
     if summary is None:
         return ""
-    lines = [f"sim2dl: {summary.get('task', 'training')} of {workdir}, scored on {summary.get('scored_on')} "
-             f"({summary.get(str(summary.get('scored_on')) + '_records', '?')} records):", *score_lines(summary),
-             f"  summary: {paths.summary}"]  # fmt: skip
+    lines = [
+        f"sim2dl: {summary.get('task', 'training')} of {workdir}, scored on {summary.get('scored_on')} "
+        f"({summary.get(str(summary.get('scored_on')) + '_records', '?')} records):",
+        *score_lines(summary),
+        f"  summary: {paths.summary}",
+    ]
     figures = sorted(paths.root.glob("*.png"))
     if figures:
         lines.append(f"  figures: {', '.join(str(f) for f in figures)}")

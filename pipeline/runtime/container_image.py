@@ -65,12 +65,15 @@ def image_tag(settings: Mapping[str, Any]) -> str:
 
 
 def slug(settings: Mapping[str, Any]) -> str:
-    """File name of the built or pulled image: NAME_TAG with the registry's slashes and port colon flattened."""
+    """File name of the built or pulled image: NAME_TAG with the registry's slashes and port colon
+    flattened."""
     return f"{settings['name'].replace('/', '_').replace(':', '_')}_{image_tag(settings)}"
 
 
 def build_dir(settings: Mapping[str, Any]) -> Path:
-    return Path(settings["build_dir"]).expanduser() if settings["build_dir"] else REPO / "containers" / "build"
+    return (
+        Path(settings["build_dir"]).expanduser() if settings["build_dir"] else REPO / "containers" / "build"
+    )
 
 
 def image_reference(settings: Mapping[str, Any]) -> str:
@@ -78,7 +81,9 @@ def image_reference(settings: Mapping[str, Any]) -> str:
     container.name/tag in the form each runtime wants."""
     if settings["image"]:
         return str(settings["image"])
-    return runtime_of(settings).image(settings["name"], image_tag(settings), build_dir(settings), slug(settings))
+    return runtime_of(settings).image(
+        settings["name"], image_tag(settings), build_dir(settings), slug(settings)
+    )
 
 
 def image_environment(repo: Path = REPO) -> dict[str, str]:
@@ -144,7 +149,8 @@ def copy_source(repo: Path, dest: Path) -> None:
         shutil.copy2(f, target, follow_symlinks=False)
 
 
-HOST_IN_SANDBOX = "/tmp/host"  # host paths the build needs appear under here (never over the image's own files)
+# host paths the build needs appear under here (never over the image's own files)
+HOST_IN_SANDBOX = "/tmp/host"
 
 
 def host_pip_settings(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -179,13 +185,34 @@ def host_pip_settings(environ: Mapping[str, str]) -> tuple[dict[str, str], list[
     return env, sorted(paths)
 
 
-def sandbox_argv(root: Path, command: Sequence[str], env: Mapping[str, str], host_paths: Sequence[str]) -> list[str]:
+def sandbox_argv(
+    root: Path, command: Sequence[str], env: Mapping[str, str], host_paths: Sequence[str]
+) -> list[str]:
     """bubblewrap over `root` as /, with the host's network and DNS, and `host_paths` read-only under
     HOST_IN_SANDBOX. Capabilities are kept (apt drops privileges to its _apt user); the sandbox's mounts
     disappear with it."""
-    argv = ["bwrap", "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
-            "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf", "--unshare-pid", "--die-with-parent",
-            "--cap-add", "ALL", "--clearenv"]  # fmt: skip
+    argv = [
+        "bwrap",
+        "--bind",
+        str(root),
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        "--ro-bind",
+        "/etc/resolv.conf",
+        "/etc/resolv.conf",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--cap-add",
+        "ALL",
+        "--clearenv",
+    ]
     for p in host_paths:
         argv += ["--ro-bind", p, HOST_IN_SANDBOX + p]
     base_env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
@@ -211,11 +238,20 @@ def run_logged(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tup
         env = {**env, "PATH": os.pathsep.join([str(Path(found).parent), env.get("PATH", "")])}
     tail: collections.deque[str] = collections.deque(maxlen=40)
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=dict(env), text=True, errors="replace")  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            text=True,
+            errors="replace",
+        )
     except OSError as e:
-        raise Sim2dlError(f"cannot run {argv[0]} ({e.strerror}): install it (apt-get install "
-                          f"{_PACKAGE.get(argv[0], argv[0])}) or put it on PATH") from e  # fmt: skip
+        raise Sim2dlError(
+            f"cannot run {argv[0]} ({e.strerror}): install it (apt-get install "
+            f"{_PACKAGE.get(argv[0], argv[0])}) or put it on PATH"
+        ) from e
     assert proc.stdout is not None
     for line in proc.stdout:
         sys.stderr.write(line)
@@ -262,11 +298,15 @@ def build(
     """Build (or bring up to date) the image named by container.name/tag in the requested formats."""
     unknown = set(formats) - set(FORMATS)
     if unknown:
-        raise Sim2dlError(f"image build: unknown format(s) {sorted(unknown)}; choose from {', '.join(FORMATS)}")
+        raise Sim2dlError(
+            f"image build: unknown format(s) {sorted(unknown)}; choose from {', '.join(FORMATS)}"
+        )
     out = build_dir(settings)
     out.mkdir(parents=True, exist_ok=True)
     image = out / slug(settings)
-    base_key = inputs_digest(repo, INSTALL_INPUTS) + ("" if variant(settings) == "cpu" else f"-{variant(settings)}")
+    base_key = inputs_digest(repo, INSTALL_INPUTS) + (
+        "" if variant(settings) == "cpu" else f"-{variant(settings)}"
+    )
     source_key = inputs_digest(repo, source_files(repo))
     stamp = _stamp(image)
     rebuilt = stamp.get("base") != base_key
@@ -286,7 +326,9 @@ def build(
         outputs["squashfs"] = str(sqfs)
     if "oci" in formats:
         env = image_environment(repo)
-        oci = _derived_file(out / f"{slug(settings)}.oci.tar", key, lambda tmp: _oci_archive(ref, env, image, tmp, log))
+        oci = _derived_file(
+            out / f"{slug(settings)}.oci.tar", key, lambda tmp: _oci_archive(ref, env, image, tmp, log)
+        )
         outputs["oci"] = str(oci)
     return {"image": ref, "key": key, "rebuilt": rebuilt, "outputs": outputs}
 
@@ -302,14 +344,20 @@ def _build_root(
     for stale in out.glob(f".{image.name}.tmp-*"):  # an interrupted earlier build
         shutil.rmtree(stale, ignore_errors=True)
     try:
-        run_tool(["debootstrap", "--variant=minbase", settings["build_suite"], str(tmp), settings["build_mirror"]],
-             f"debootstrap {settings['build_suite']} from {settings['build_mirror']}", log)  # fmt: skip
+        run_tool(
+            ["debootstrap", "--variant=minbase", settings["build_suite"], str(tmp), settings["build_mirror"]],
+            f"debootstrap {settings['build_suite']} from {settings['build_mirror']}",
+            log,
+        )
         copy_source(repo, tmp / SRC_IN_IMAGE.lstrip("/"))
         pip_env, pip_paths = host_pip_settings(os.environ)
         install_env = {**pip_env, "SIM2DL_IMAGE_VARIANT": variant(settings)}
-        run_tool(sandbox_argv(tmp, [f"{SRC_IN_IMAGE}/containers/install.sh"], install_env, pip_paths),
-             f"containers/install.sh (system packages, Python environment, Horovod; {variant(settings)} variant)",
-             log)  # fmt: skip
+        run_tool(
+            sandbox_argv(tmp, [f"{SRC_IN_IMAGE}/containers/install.sh"], install_env, pip_paths),
+            f"containers/install.sh (system packages, Python environment, Horovod; {variant(settings)} "
+            "variant)",
+            log,
+        )
         (tmp / "ch").mkdir(exist_ok=True)
         # charliecloud reads the image's environment from /ch/environment (ch-run --set-env)
         env_lines = "".join(f"{k}={v}\n" for k, v in image_environment(repo).items())
@@ -337,19 +385,28 @@ def _derived_file(target: Path, key: str, make: Callable[[Path], None]) -> Path:
 
 
 def _squashfs(image: Path, tmp: Path, log: Callable[[str], None]) -> None:
-    run_tool(["mksquashfs", str(image), str(tmp), "-noappend", "-quiet", "-no-progress", "-e", STAMP],
-             "mksquashfs", log)  # fmt: skip
+    run_tool(
+        ["mksquashfs", str(image), str(tmp), "-noappend", "-quiet", "-no-progress", "-e", STAMP],
+        "mksquashfs",
+        log,
+    )
 
 
-def _oci_archive(ref: str, env: Mapping[str, str], image: Path, tmp: Path, log: Callable[[str], None]) -> None:
+def _oci_archive(
+    ref: str, env: Mapping[str, str], image: Path, tmp: Path, log: Callable[[str], None]
+) -> None:
     """podman imports the root as a one-layer image with the image environment, then saves an OCI archive."""
     changes = [f"--change=ENV {k}={v}" for k, v in env.items()]
     changes += [f"--change=WORKDIR {SRC_IN_IMAGE}", '--change=CMD ["sim2dl", "--help"]']
-    tar = subprocess.Popen(["tar", "-C", str(image), "--exclude=./dev/*", f"--exclude=./{STAMP}", "-c", "."],
-                           stdout=subprocess.PIPE)  # fmt: skip
+    tar = subprocess.Popen(
+        ["tar", "-C", str(image), "--exclude=./dev/*", f"--exclude=./{STAMP}", "-c", "."],
+        stdout=subprocess.PIPE,
+    )
     try:
         log(f"image: podman import -> {ref}")
-        imported = subprocess.run(["podman", "import", *changes, "-", ref], stdin=tar.stdout, stdout=subprocess.DEVNULL)
+        imported = subprocess.run(
+            ["podman", "import", *changes, "-", ref], stdin=tar.stdout, stdout=subprocess.DEVNULL
+        )
         tar.stdout.close()
         if tar.wait() != 0 or imported.returncode != 0:
             raise Sim2dlError(f"image build: podman import of {image} failed")

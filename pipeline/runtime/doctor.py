@@ -48,8 +48,14 @@ class Check:
 
 def _run(argv: list[str], timeout: float = 120, env: Mapping[str, str] | None = None) -> tuple[int, str]:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              env=None if env is None else {**os.environ, **env})  # fmt: skip
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            env=None if env is None else {**os.environ, **env},
+        )
     except FileNotFoundError:
         return 127, f"{argv[0]}: not found"
     except subprocess.TimeoutExpired:
@@ -77,8 +83,10 @@ def pull_fix(settings: Mapping[str, Any]) -> str:
     try:
         ref = configured_reference(settings, None)
     except Sim2dlError:
-        return ("sim2dl image pull HOST/NAME:TAG (the published image; or container.name: HOST/NAME), or "
-                "sim2dl image build (needs root, debootstrap and bubblewrap)")  # fmt: skip
+        return (
+            "sim2dl image pull HOST/NAME:TAG (the published image; or container.name: HOST/NAME), or "
+            "sim2dl image build (needs root, debootstrap and bubblewrap)"
+        )
     runs = "; ".join(shlex.join(c) for c in pull_plan(settings, ref).commands)
     return f"sim2dl image pull (runs: {runs}), or sim2dl image build (needs root, debootstrap and bubblewrap)"
 
@@ -106,7 +114,9 @@ def check_host_mpi(settings: Mapping[str, Any]) -> tuple[Check, str | None]:
     if not contained:
         code, out = _run([sys.executable, "-c", INSIDE_PROBE], timeout=60)
         if code != 0:
-            return Check("host MPI", "fail", f"mpi4py cannot load an MPI library: {out[-300:]}", "make env"), None
+            return Check(
+                "host MPI", "fail", f"mpi4py cannot load an MPI library: {out[-300:]}", "make env"
+            ), None
         return Check("host MPI", "ok", f"this environment's mpi4py: {hostmpi.version_line(out)}"), out
     if not runtime_of(settings).binds_host_mpi and host["enabled"]:  # the runtime's module brings it
         modules = ", ".join(settings["shifter_modules"])
@@ -114,21 +124,38 @@ def check_host_mpi(settings: Mapping[str, Any]) -> tuple[Check, str | None]:
     library = host_library(settings)
     if library is None:
         if host["enabled"]:
-            return Check("host MPI", "fail", f"no {host['libmpi']} in host_mpi.paths {host['paths']}",
-                         "sim2dl image host-mpi --out DIR, then host_mpi.paths: [DIR]"), None  # fmt: skip
-        return Check("host MPI", "warn", "no MPICH-ABI library found by the dynamic linker",
-                     "steps use the MPI inside the image (fine on one node; slower across nodes)"), None  # fmt: skip
+            return Check(
+                "host MPI",
+                "fail",
+                f"no {host['libmpi']} in host_mpi.paths {host['paths']}",
+                "sim2dl image host-mpi --out DIR, then host_mpi.paths: [DIR]",
+            ), None
+        return Check(
+            "host MPI",
+            "warn",
+            "no MPICH-ABI library found by the dynamic linker",
+            "steps use the MPI inside the image (fine on one node; slower across nodes)",
+        ), None
     try:
         version = hostmpi.library_version(library)
     except Sim2dlError as e:
-        return Check("host MPI", "fail", str(e), "check that host_mpi.paths holds a complete MPI installation"), None
+        return Check(
+            "host MPI", "fail", str(e), "check that host_mpi.paths holds a complete MPI installation"
+        ), None
     name, abi = hostmpi.flavour(version)
     detail = f"{library}: {hostmpi.version_line(version)} ({name}, {abi} ABI)"
     if abi != "MPICH":
-        return Check("host MPI", "fail", detail, "the image is MPICH-ABI (libmpi.so.12): bind an MPICH-ABI MPI "
-                     "(Cray MPICH, MPICH, Intel MPI, MVAPICH), or set host_mpi.enabled: false"), version  # fmt: skip
+        return Check(
+            "host MPI",
+            "fail",
+            detail,
+            "the image is MPICH-ABI (libmpi.so.12): bind an MPICH-ABI MPI "
+            "(Cray MPICH, MPICH, Intel MPI, MVAPICH), or set host_mpi.enabled: false",
+        ), version
     status = "ok" if host["enabled"] or not contained else "warn"
-    fix = "" if status == "ok" else "set container.host_mpi.enabled: true so ranks use it (full network speed)"
+    fix = (
+        "" if status == "ok" else "set container.host_mpi.enabled: true so ranks use it (full network speed)"
+    )
     return Check("host MPI", status, detail, fix), version
 
 
@@ -153,33 +180,47 @@ def check_inside(settings: Mapping[str, Any], host_version: str | None, cwd: Pat
     except Sim2dlError as e:
         return Check("MPI inside", "fail", str(e), "see the message")
     if code != 0:
-        return Check("MPI inside", "fail", f"probe failed ({code}): {out.splitlines()[-1:] or ''}",
-                     "run the command `sim2dl launch --dry-run` prints to see the runtime's error")  # fmt: skip
+        return Check(
+            "MPI inside",
+            "fail",
+            f"probe failed ({code}): {out.splitlines()[-1:] or ''}",
+            "run the command `sim2dl launch --dry-run` prints to see the runtime's error",
+        )
     inside = out.splitlines()[-1] if out else "?"
     first = next((line for line in out.splitlines() if "version" in line.lower()), inside)
     if not settings["host_mpi"]["enabled"]:
         return Check("MPI inside", "ok", f"the image's own: {first}")
     if host_version and host_version.splitlines()[0] not in out:
-        return Check("MPI inside", "fail", f"{first}: not the host's {host_version.splitlines()[0]}",
-                     "check host_mpi.paths (bound + LD_LIBRARY_PATH) and host_mpi.libmpi (MPI4PY_LIBMPI)")  # fmt: skip
+        return Check(
+            "MPI inside",
+            "fail",
+            f"{first}: not the host's {host_version.splitlines()[0]}",
+            "check host_mpi.paths (bound + LD_LIBRARY_PATH) and host_mpi.libmpi (MPI4PY_LIBMPI)",
+        )
     return Check("MPI inside", "ok", f"the host's: {first}")
 
 
 def gpu_verdict(device: str, probe: Mapping[str, Any]) -> Check:
     """What train.device will do with what the probe saw (pure: the probe's JSON in, a check out)."""
     seen = probe["tensorflow_gpus"]
-    detail = (f"TensorFlow sees {len(seen)} GPU(s); device files {probe['device_files'] or 'none'}; "
-              f"CUDA_VISIBLE_DEVICES={probe['cuda_visible_devices']!r}")  # fmt: skip
+    detail = (
+        f"TensorFlow sees {len(seen)} GPU(s); device files {probe['device_files'] or 'none'}; "
+        f"CUDA_VISIBLE_DEVICES={probe['cuda_visible_devices']!r}"
+    )
     if device == "cpu":
         return Check("GPUs", "ok", detail + "; train.device cpu: training uses the CPU")
     if seen:
         return Check("GPUs", "ok", detail + f"; train.device {device}: one GPU per rank")
-    fix = ("on Slurm ask for GPUs (--gpus-per-task), in a container set container.gpus: true; "
-           "a driver without device files: check the node")  # fmt: skip
+    fix = (
+        "on Slurm ask for GPUs (--gpus-per-task), in a container set container.gpus: true; "
+        "a driver without device files: check the node"
+    )
     if device == "gpu":
         return Check("GPUs", "fail", detail + "; train.device gpu will refuse to run", fix)
     status = "warn" if probe["device_files"] else "ok"  # GPUs on the node that TensorFlow cannot use
-    return Check("GPUs", status, detail + "; train.device auto: training uses the CPU", fix if status == "warn" else "")
+    return Check(
+        "GPUs", status, detail + "; train.device auto: training uses the CPU", fix if status == "warn" else ""
+    )
 
 
 def check_gpus(config: Mapping[str, Any], cwd: Path) -> Check:
@@ -191,18 +232,26 @@ def check_gpus(config: Mapping[str, Any], cwd: Path) -> Check:
     try:  # the probe's one line of JSON, wherever the runtime's or TensorFlow's messages put it
         probe = json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{")))
     except (StopIteration, ValueError):
-        return Check("GPUs", "fail", f"the probe failed ({code}): {out.splitlines()[-1:] or ''}",
-                     "run the command `sim2dl launch --dry-run` prints to see the runtime's error")  # fmt: skip
+        return Check(
+            "GPUs",
+            "fail",
+            f"the probe failed ({code}): {out.splitlines()[-1:] or ''}",
+            "run the command `sim2dl launch --dry-run` prints to see the runtime's error",
+        )
     return gpu_verdict(config["train"]["device"], probe)
 
 
 def check_launcher(environ: Mapping[str, str]) -> Check:
     if "SLURM_JOB_ID" in environ:
         path = shutil.which("srun")
-        return Check("launcher", "ok" if path else "fail", f"srun: {path}", "" if path else "srun is not on PATH")
+        return Check(
+            "launcher", "ok" if path else "fail", f"srun: {path}", "" if path else "srun is not on PATH"
+        )
     path = shutil.which("mpiexec")
     if path is None:
-        return Check("launcher", "fail", "mpiexec is not on PATH", "make env (the venv's MPICH), or load an MPI module")
+        return Check(
+            "launcher", "fail", "mpiexec is not on PATH", "make env (the venv's MPICH), or load an MPI module"
+        )
     code, out = _run(["mpiexec", "--version"], timeout=30)
     kind = "MPICH hydra" if "hydra" in out.lower() else "Open MPI" if "open" in out.lower() else "unknown"
     return Check("launcher", "ok" if code == 0 else "warn", f"mpiexec: {path} ({kind})")
@@ -217,8 +266,12 @@ def check_staging(config: Mapping[str, Any]) -> Check:
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not os.access(probe, os.W_OK):
-        return Check("node-local", "fail", f"{target}: {probe} is not writable",
-                     "set stage.target to node-local storage you can write ($TMPDIR, /dev/shm, NVMe)")  # fmt: skip
+        return Check(
+            "node-local",
+            "fail",
+            f"{target}: {probe} is not writable",
+            "set stage.target to node-local storage you can write ($TMPDIR, /dev/shm, NVMe)",
+        )
     free = shutil.disk_usage(probe).free
     needed = _dataset_bytes(layout(config).merged)
     detail = f"{target}: {free / 1e9:.1f} GB free"
@@ -226,13 +279,17 @@ def check_staging(config: Mapping[str, Any]) -> Check:
         return Check("node-local", "ok", detail + " (dataset not merged yet)")
     detail += f", dataset {needed / 1e9:.2f} GB"
     if needed > free:
-        return Check("node-local", "fail", detail, "use stage.mode partition or sample, or a larger stage.target")
+        return Check(
+            "node-local", "fail", detail, "use stage.mode partition or sample, or a larger stage.target"
+        )
     return Check("node-local", "ok", detail)
 
 
 def _dataset_bytes(merged_dir: Path) -> int | None:
     try:  # metadata.json read as JSON here (doctor stands below the formats that write it)
-        return sum(int(s["bytes"]) for s in json.loads(MergedPaths(merged_dir).metadata.read_text())["shards"])
+        return sum(
+            int(s["bytes"]) for s in json.loads(MergedPaths(merged_dir).metadata.read_text())["shards"]
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

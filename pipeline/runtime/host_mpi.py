@@ -32,14 +32,17 @@ _VERSION_PROBE = """
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
 buf, n = ctypes.create_string_buffer(8192), ctypes.c_int(0)
-sys.exit(lib.MPI_Get_library_version(buf, ctypes.byref(n)) or print(buf.value.decode(errors="replace").strip()))
+failed = lib.MPI_Get_library_version(buf, ctypes.byref(n))
+sys.exit(failed or print(buf.value.decode(errors="replace").strip()))
 """
 
 
 def library_version(library: Path | str, python: str = sys.executable) -> str:
     """MPI_Get_library_version of a library file or soname, e.g. "MPICH Version: 4.0.2 ..."."""
     try:
-        done = subprocess.run([python, "-c", _VERSION_PROBE, str(library)], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [python, "-c", _VERSION_PROBE, str(library)], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise Sim2dlError(f"cannot ask {library} for its MPI version: {e}") from e
     if done.returncode != 0 or not done.stdout.strip():

@@ -48,7 +48,11 @@ RUNTIMES = tuple(RUNTIME_TABLE)
 
 
 def mpi_launcher(
-    mpi: str, tasks: int, environ: Mapping[str, str] | None = None, nested: bool = False, gpus_per_task: int = 0
+    mpi: str,
+    tasks: int,
+    environ: Mapping[str, str] | None = None,
+    nested: bool = False,
+    gpus_per_task: int = 0,
 ) -> list[str]:
     """`mpi` is "auto" (srun inside a Slurm allocation, else mpiexec) or a launcher command line from the
     profile (e.g. "srun --mpi=pmi2"); one task runs without a launcher only when mpi is "none".
@@ -120,7 +124,9 @@ def binds(settings: Mapping[str, Any], data_dirs: Sequence[Path]) -> list[tuple[
     return pairs
 
 
-def container_mounts(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> list[tuple[str, str]]:
+def container_mounts(
+    settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path
+) -> list[tuple[str, str]]:
     """(host path, container path) of every bind: cwd and data at their own paths, configured binds, and
     the host MPI directories (Shifter's module brings its own)."""
     mounts = binds(settings, [cwd, *data_dirs])
@@ -137,7 +143,12 @@ def container_environment(settings: Mapping[str, Any]) -> dict[str, str]:
     # SIM2DL_IMAGE: steps record which image ran them
     namespaced = SEPARATE_NAMESPACE_ENV if runtime.own_user_namespace else {}
     image = image_reference(settings)
-    return {"SIM2DL_IMAGE": image, **namespaced, **host_env, **{str(k): str(v) for k, v in settings["env"].items()}}
+    return {
+        "SIM2DL_IMAGE": image,
+        **namespaced,
+        **host_env,
+        **{str(k): str(v) for k, v in settings["env"].items()},
+    }
 
 
 def container_argv(
@@ -154,8 +165,14 @@ def container_argv(
 
 def container_of(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> Container:
     """What a runtime is given to run a command in one container."""
-    return Container(settings, image_reference(settings), container_mounts(settings, data_dirs, cwd),
-                     container_environment(settings), cwd, bool(settings.get("gpus")))  # fmt: skip
+    return Container(
+        settings,
+        image_reference(settings),
+        container_mounts(settings, data_dirs, cwd),
+        container_environment(settings),
+        cwd,
+        bool(settings.get("gpus")),
+    )
 
 
 def prepare_mount_points(settings: Mapping[str, Any], data_dirs: Sequence[Path], cwd: Path) -> list[str]:
@@ -170,14 +187,18 @@ def prepare_mount_points(settings: Mapping[str, Any], data_dirs: Sequence[Path],
     if not missing:
         return []
     if not image.is_dir():
-        raise Sim2dlError(f"image {image} has no mount point for {', '.join(missing)} and is not a directory "
-                          "charliecloud can add them to: build a directory image or bind below /mnt")  # fmt: skip
+        raise Sim2dlError(
+            f"image {image} has no mount point for {', '.join(missing)} and is not a directory "
+            "charliecloud can add them to: build a directory image or bind below /mnt"
+        )
     try:
         for d in missing:
             (image / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise Sim2dlError(f"cannot create mount point {e.filename} in image {image} ({e.strerror}): "
-                          f"create {', '.join(missing)} there once as the image's owner") from e  # fmt: skip
+        raise Sim2dlError(
+            f"cannot create mount point {e.filename} in image {image} ({e.strerror}): "
+            f"create {', '.join(missing)} there once as the image's owner"
+        ) from e
     return missing
 
 
@@ -188,19 +209,33 @@ def _is_hydra(program: str) -> bool:
 
 
 def step_argv(
-    config: Mapping[str, Any], mpi: str, tasks: int, step_args: Sequence[str], data_dirs: Sequence[Path], cwd: Path
+    config: Mapping[str, Any],
+    mpi: str,
+    tasks: int,
+    step_args: Sequence[str],
+    data_dirs: Sequence[Path],
+    cwd: Path,
 ) -> list[str]:
     """Launcher + container + `sim2dl STEP ARGS` for one workflow step. An ensemble whose simulator has
     an image of its own (simulate.image) runs its farm outside any container: each run enters the
     simulator's image itself (containers do not nest)."""
     settings = config["container"]
-    if step_args[:1] == ["simulate"] and config["simulate"].get("command") and config["simulate"].get("image"):
+    if (
+        step_args[:1] == ["simulate"]
+        and config["simulate"].get("command")
+        and config["simulate"].get("image")
+    ):
         settings = {**settings, "runtime": NoRuntime.name}
     trains = bool(step_args) and step_args[0] in GPU_STEPS
     settings = {**settings, "gpus": bool(settings.get("gpus") and trains)}
     sim2dl = runtime_of(settings).program("sim2dl")
     launcher = mpi_launcher(mpi, tasks, gpus_per_task=config["slurm"]["gpus_per_task"] if trains else 0)
-    if not runtime_of(settings).inherits_fds and launcher and _is_hydra(launcher[0]) and "-pmi-port" not in launcher:
+    if (
+        not runtime_of(settings).inherits_fds
+        and launcher
+        and _is_hydra(launcher[0])
+        and "-pmi-port" not in launcher
+    ):
         # hydra hands each rank its PMI connection as an inherited fd, which does not reach a podman
         # container; over a port (PMI_PORT, passed by name) it does, with --network=host
         launcher.insert(1, "-pmi-port")
@@ -230,7 +265,9 @@ def data_directories(config: Mapping[str, Any]) -> list[Path]:
     return unique
 
 
-def simulator_argv(container: Mapping[str, Any], image: str, command: Sequence[str], run_dir: Path) -> list[str]:
+def simulator_argv(
+    container: Mapping[str, Any], image: str, command: Sequence[str], run_dir: Path
+) -> list[str]:
     """One ensemble run's command in the simulator's own image (simulate.image), with the run's
     directory bound at the same path and as the working directory; the host's MPI is not bound (a
     simulator run is not an MPI rank of sim2dl's), and no GPU switch (it is not a step that trains)."""

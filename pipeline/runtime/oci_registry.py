@@ -82,12 +82,17 @@ def parse_reference(text: str, default_tag: str) -> RegistryRef:
     if "@" in text:
         raise Sim2dlError(f"image reference '{text}': push and pull take a tag, not a digest")
     head, _, last = text.rpartition("/")
-    name, tag = (f"{head}/{last}", default_tag) if ":" not in last else (f"{head}/{last.partition(':')[0]}",
-                                                                         last.partition(":")[2])  # fmt: skip
+    name, tag = (
+        (f"{head}/{last}", default_tag)
+        if ":" not in last
+        else (f"{head}/{last.partition(':')[0]}", last.partition(":")[2])
+    )
     host, _, path = name.partition("/")
     if not head or not path or not ("." in host or ":" in host or host == "localhost"):
-        raise Sim2dlError(f"image reference '{text}' names no registry: write HOST[:PORT]/NAME[:TAG], "
-                          f"{DEFAULT_REGISTRY_HINT}")  # fmt: skip
+        raise Sim2dlError(
+            f"image reference '{text}' names no registry: write HOST[:PORT]/NAME[:TAG], "
+            f"{DEFAULT_REGISTRY_HINT}"
+        )
     if not tag or any(c.isspace() for c in text):
         raise Sim2dlError(f"image reference '{text}': empty tag or white space")
     return RegistryRef(host, path, tag)
@@ -101,10 +106,17 @@ def configured_reference(settings: Mapping[str, Any], given: str | None) -> Regi
 # ---------------------------------------------------------------------------------------------- plans
 
 
-def push_plan(settings: Mapping[str, Any], ref: RegistryRef, archive: Path, digest_file: Path,
-              cert_dir: Path | None) -> Plan:  # fmt: skip
-    argv = ["skopeo", "copy", f"--digestfile={digest_file}", *containers_options(settings, cert_dir, "dest-"),
-            f"oci-archive:{archive}", ref.docker_uri]  # fmt: skip
+def push_plan(
+    settings: Mapping[str, Any], ref: RegistryRef, archive: Path, digest_file: Path, cert_dir: Path | None
+) -> Plan:
+    argv = [
+        "skopeo",
+        "copy",
+        f"--digestfile={digest_file}",
+        *containers_options(settings, cert_dir, "dest-"),
+        f"oci-archive:{archive}",
+        ref.docker_uri,
+    ]
     return Plan("skopeo", [argv])
 
 
@@ -147,25 +159,49 @@ def explain(output: str, ref: RegistryRef, action: str, settings: Mapping[str, A
     """One sentence a person can act on, from a registry tool's output."""
     low = output.lower()
     last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "no output")
-    if any(s in low for s in ("certificate verify failed", "x509:", "sslerror", "certificate signed by unknown")):
-        return (f"{action} {ref}: the TLS certificate of {ref.registry} is not trusted ({last}); set "
-                "container.registry_ca to its CA certificate, or container.registry_tls_verify: false for a "
-                "registry on loopback")  # fmt: skip
-    if any(s in low for s in ("connection refused", "no such host", "network is unreachable", "i/o timeout",
-                              "failed to establish a new connection", "could not resolve host",
-                              "name or service not known", "connection reset", "max retries exceeded")):  # fmt: skip
-        return (f"{action} {ref}: registry {ref.registry} is not reachable ({last}); is it running, is the address "
-                "right, and can this node reach it?")  # fmt: skip
-    denied = any(s in low for s in ("unauthorized", "authentication required", "401", "access denied", "denied:"))
-    missing = any(s in low for s in ("manifest unknown", "not found", "404", "name unknown", "does not exist",
-                                     "not in registry"))  # fmt: skip
+    if any(
+        s in low for s in ("certificate verify failed", "x509:", "sslerror", "certificate signed by unknown")
+    ):
+        return (
+            f"{action} {ref}: the TLS certificate of {ref.registry} is not trusted ({last}); set "
+            "container.registry_ca to its CA certificate, or container.registry_tls_verify: false for a "
+            "registry on loopback"
+        )
+    if any(
+        s in low
+        for s in (
+            "connection refused",
+            "no such host",
+            "network is unreachable",
+            "i/o timeout",
+            "failed to establish a new connection",
+            "could not resolve host",
+            "name or service not known",
+            "connection reset",
+            "max retries exceeded",
+        )
+    ):
+        return (
+            f"{action} {ref}: registry {ref.registry} is not reachable ({last}); is it running, is the "
+            "address "
+            "right, and can this node reach it?"
+        )
+    denied = any(
+        s in low for s in ("unauthorized", "authentication required", "401", "access denied", "denied:")
+    )
+    missing = any(
+        s in low
+        for s in ("manifest unknown", "not found", "404", "name unknown", "does not exist", "not in registry")
+    )
     if denied or missing:
         # tools word these alike ("unauthorized or not in registry"): ask the registry which it is
         state = tag_state(ref, settings)
         if state == "unauthorized" or (denied and (action == "push" or state != "absent")):
-            return (f"{action} {ref}: registry {ref.registry} requires credentials that were not given or not "
-                    f"accepted ({last}); log in (podman login --authfile FILE {ref.registry}) and set "
-                    "container.registry_auth_file: FILE")  # fmt: skip
+            return (
+                f"{action} {ref}: registry {ref.registry} requires credentials that were not given or not "
+                f"accepted ({last}); log in (podman login --authfile FILE {ref.registry}) and set "
+                "container.registry_auth_file: FILE"
+            )
         if state == "absent" and action == "pull":
             tags = remote_tags(ref, settings)
             have = f"; it has {', '.join(sorted(tags))}" if tags else ""
@@ -173,7 +209,9 @@ def explain(output: str, ref: RegistryRef, action: str, settings: Mapping[str, A
     return f"{action} {ref} failed: {last}"
 
 
-def _open(url: str, settings: Mapping[str, Any], method: str = "GET", headers: Mapping[str, str] | None = None):
+def _open(
+    url: str, settings: Mapping[str, Any], method: str = "GET", headers: Mapping[str, str] | None = None
+):
     context = ssl.create_default_context(cafile=settings["registry_ca"] or None)
     if not settings["registry_tls_verify"]:
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
@@ -181,15 +219,22 @@ def _open(url: str, settings: Mapping[str, Any], method: str = "GET", headers: M
     return urllib.request.urlopen(request, timeout=10, context=context)
 
 
-def _registry_get(ref: RegistryRef, path: str, settings: Mapping[str, Any], method: str = "GET",
-                  headers: Mapping[str, str] | None = None):  # fmt: skip
+def _registry_get(
+    ref: RegistryRef,
+    path: str,
+    settings: Mapping[str, Any],
+    method: str = "GET",
+    headers: Mapping[str, str] | None = None,
+):
     """The registry API over HTTPS, or plain HTTP when verification is off and HTTPS fails."""
     schemes = ["https"] if settings["registry_tls_verify"] else ["https", "http"]
     auth = _basic_auth(ref, settings)
     error: Exception | None = None
     for scheme in schemes:
         try:
-            return _open(f"{scheme}://{ref.registry}/v2/{path}", settings, method, {**(headers or {}), **auth})
+            return _open(
+                f"{scheme}://{ref.registry}/v2/{path}", settings, method, {**(headers or {}), **auth}
+            )
         except urllib.error.HTTPError:
             raise
         except (urllib.error.URLError, OSError) as e:
@@ -199,7 +244,11 @@ def _registry_get(ref: RegistryRef, path: str, settings: Mapping[str, Any], meth
 
 def _basic_auth(ref: RegistryRef, settings: Mapping[str, Any]) -> dict[str, str]:
     user = registry_credentials(ref, settings)
-    return {"Authorization": "Basic " + base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode()} if user else {}
+    return (
+        {"Authorization": "Basic " + base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode()}
+        if user
+        else {}
+    )
 
 
 def remote_tags(ref: RegistryRef, settings: Mapping[str, Any]) -> list[str]:
@@ -211,15 +260,21 @@ def remote_tags(ref: RegistryRef, settings: Mapping[str, Any]) -> list[str]:
         return []
 
 
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.oci.image.manifest.v1+json", "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json", "application/vnd.docker.distribution.manifest.list.v2+json",
-])  # fmt: skip
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+    ]
+)
 
 
 def _manifest_head(ref: RegistryRef, settings: Mapping[str, Any]):
     """HEAD of ref's manifest (HTTPError 404: no such tag, 401/403: credentials wanted)."""
-    return _registry_get(ref, f"{ref.repository}/manifests/{ref.tag}", settings, "HEAD", {"Accept": MANIFEST_TYPES})
+    return _registry_get(
+        ref, f"{ref.repository}/manifests/{ref.tag}", settings, "HEAD", {"Accept": MANIFEST_TYPES}
+    )
 
 
 def tag_state(ref: RegistryRef, settings: Mapping[str, Any]) -> str:
@@ -244,8 +299,9 @@ def remote_digest(ref: RegistryRef, settings: Mapping[str, Any]) -> str | None:
         raise Sim2dlError(f"registry {ref.registry} answered {e.code} for {ref}") from e
 
 
-def _run_plan(plan: Plan, ref: RegistryRef, action: str, settings: Mapping[str, Any],
-              log: Callable[[str], None]) -> None:  # fmt: skip
+def _run_plan(
+    plan: Plan, ref: RegistryRef, action: str, settings: Mapping[str, Any], log: Callable[[str], None]
+) -> None:
     env = _tool_environment(plan.env)
     try:
         for argv in plan.commands:
@@ -255,7 +311,9 @@ def _run_plan(plan: Plan, ref: RegistryRef, action: str, settings: Mapping[str, 
                 raise Sim2dlError(explain(output, ref, action, settings))
         if plan.target is not None and plan.partial is not None:
             if not plan.partial.exists():
-                raise Sim2dlError(f"{action} {ref}: {plan.commands[-1][0]} finished but wrote no {plan.partial}")
+                raise Sim2dlError(
+                    f"{action} {ref}: {plan.commands[-1][0]} finished but wrote no {plan.partial}"
+                )
             if plan.partial.is_dir():
                 replace_dir(plan.partial, plan.target)
             else:
@@ -265,8 +323,12 @@ def _run_plan(plan: Plan, ref: RegistryRef, action: str, settings: Mapping[str, 
             (shutil.rmtree if plan.partial.is_dir() else Path.unlink)(plan.partial)
 
 
-def push(settings: Mapping[str, Any], ref: RegistryRef, archive: Path,
-         log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:  # fmt: skip
+def push(
+    settings: Mapping[str, Any],
+    ref: RegistryRef,
+    archive: Path,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> dict[str, Any]:
     """Copy the OCI archive to the registry; returns the reference and the manifest digest."""
     if not archive.is_file():
         raise Sim2dlError(f"image push: no OCI archive at {archive} (sim2dl image build --format oci)")
@@ -274,17 +336,26 @@ def push(settings: Mapping[str, Any], ref: RegistryRef, archive: Path,
         digest_file = Path(tmp) / "digest"
         _run_plan(push_plan(settings, ref, archive, digest_file, certs), ref, "push", settings, log)
         digest = digest_file.read_text().strip()
-    return {"pushed": str(ref), "digest": digest, "archive": str(archive), "archive_bytes": archive.stat().st_size}
+    return {
+        "pushed": str(ref),
+        "digest": digest,
+        "archive": str(archive),
+        "archive_bytes": archive.stat().st_size,
+    }
 
 
-def pull(settings: Mapping[str, Any], ref: RegistryRef,
-         log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:  # fmt: skip
+def pull(
+    settings: Mapping[str, Any],
+    ref: RegistryRef,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> dict[str, Any]:
     """Bring ref into the configured runtime; returns what the runtime now runs."""
     with _cert_dir(settings) as certs:
         plan = pull_plan(settings, ref, certs)
         if plan.target is not None:
             plan.target.parent.mkdir(parents=True, exist_ok=True)
-            for stale in plan.target.parent.glob(f".{plan.target.name}.pull-*"):  # an interrupted earlier pull
+            # an interrupted earlier pull
+            for stale in plan.target.parent.glob(f".{plan.target.name}.pull-*"):
                 shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         _run_plan(plan, ref, "pull", settings, log)
     for note in plan.notes:
@@ -293,5 +364,10 @@ def pull(settings: Mapping[str, Any], ref: RegistryRef,
         digest = remote_digest(ref, settings)
     except (Sim2dlError, OSError):  # the pull succeeded; the registry's API may be out of this node's reach
         digest = None
-    return {"pulled": str(ref), "digest": digest, "runtime": plan.runtime, "image": plan.image,
-            "commands": [list(c) for c in plan.commands]}  # fmt: skip
+    return {
+        "pulled": str(ref),
+        "digest": digest,
+        "runtime": plan.runtime,
+        "image": plan.image,
+        "commands": [list(c) for c in plan.commands],
+    }

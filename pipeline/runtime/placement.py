@@ -32,7 +32,9 @@ def topology(comm: Any, emulate_nodes: int) -> Topology:
     rank, size = comm.Get_rank(), comm.Get_size()
     if emulate_nodes:
         if emulate_nodes > size:
-            raise Sim2dlError(f"config key 'stage.emulate_nodes': {emulate_nodes} nodes need at least as many ranks")
+            raise Sim2dlError(
+                f"config key 'stage.emulate_nodes': {emulate_nodes} nodes need at least as many ranks"
+            )
         key = rank * emulate_nodes // size
     else:
         from mpi4py import MPI

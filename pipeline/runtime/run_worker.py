@@ -154,8 +154,13 @@ class Worker:
                     return {**outcome, "status": OK, "reason": "", "started": started}
         shutil.rmtree(partial, ignore_errors=True)
         seconds = time.perf_counter() - start
-        failed = {"attempts": run["retries"] + 1, "seconds": seconds, "exit_code": code, "status": status,
-                  "started": started}  # fmt: skip
+        failed = {
+            "attempts": run["retries"] + 1,
+            "seconds": seconds,
+            "exit_code": code,
+            "status": status,
+            "started": started,
+        }
         return {**failed, "reason": f"{reason} (log: {log_path})"}
 
     def kill_running(self) -> None:

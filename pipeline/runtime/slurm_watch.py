@@ -75,14 +75,19 @@ class UnavailableNodesWatch:
     first_seen: dict[str, float] = field(default_factory=dict)  # job id -> when first seen waiting
     cancelled_rules: set[str] = field(default_factory=set)
 
-    def decide(self, jobs: Sequence[PendingJob], now: float, down_nodes: str) -> tuple[list[str], list[PendingJob]]:
+    def decide(
+        self, jobs: Sequence[PendingJob], now: float, down_nodes: str
+    ) -> tuple[list[str], list[PendingJob]]:
         """(messages to print, jobs to cancel) for the pending jobs seen now."""
         messages: list[str] = []
         cancel: list[PendingJob] = []
         waiting = [
-            j for j in jobs
-            if j.workdir == self.workdir and j.comment.startswith("rule_") and waits_for_unavailable_nodes(j.reason)
-        ]  # fmt: skip
+            j
+            for j in jobs
+            if j.workdir == self.workdir
+            and j.comment.startswith("rule_")
+            and waits_for_unavailable_nodes(j.reason)
+        ]
         down = f"; nodes down or drained: {down_nodes}" if down_nodes else ""
         for job in waiting:
             if job.job_id not in self.first_seen:
@@ -132,7 +137,9 @@ def watch(
         jobs = [replace(j, workdir=os.path.realpath(j.workdir)) for j in parse_squeue(out)]
         if not any(waits_for_unavailable_nodes(j.reason) for j in jobs):
             continue
-        down = " ".join(_run(["sinfo", "--noheader", "--states", "down,drain,fail", "--format", "%N"]).split())
+        down = " ".join(
+            _run(["sinfo", "--noheader", "--states", "down,drain,fail", "--format", "%N"]).split()
+        )
         messages, cancel = state.decide(jobs, time.monotonic(), down)
         for message in messages:
             say(message)
@@ -155,7 +162,10 @@ def cancel_leftovers(
     if left:
         _run(["scancel", *(j.job_id for j in left)])
         for job in left:
-            say(f"sim2dl: cancelled Slurm job {job.job_id} (rule {job.rule}): the workflow ended, it was still queued")
+            say(
+                f"sim2dl: cancelled Slurm job {job.job_id} (rule {job.rule}): the workflow ended, it was "
+                "still queued"
+            )
     return [j.job_id for j in left]
 
 
@@ -163,6 +173,8 @@ def start(workdir: Path, timeout_s: float, poll_s: float = 5.0) -> threading.Thr
     """The watcher as a daemon thread (it ends with Snakemake); None when disabled (timeout 0)."""
     if timeout_s <= 0:
         return None
-    thread = threading.Thread(target=watch, args=(workdir, timeout_s, poll_s), name="sim2dl-slurm-watch", daemon=True)
+    thread = threading.Thread(
+        target=watch, args=(workdir, timeout_s, poll_s), name="sim2dl-slurm-watch", daemon=True
+    )
     thread.start()
     return thread

@@ -127,9 +127,10 @@ class StartupWatch:
     def diagnosis(self, returncode: int | None) -> str:
         where = f" on {self.node}" if self.node else ""
         why = self.error or (
-            "no rank reached the start-up barrier within the time-out" if returncode is None
+            "no rank reached the start-up barrier within the time-out"
+            if returncode is None
             else f"the launcher exited with code {returncode} before every rank had started"
-        )  # fmt: skip
+        )
         return f"MPI start-up failed{where} ({why})"
 
 
@@ -232,8 +233,11 @@ def launch_with_retries(
             return code if code is not None else 1
         again = attempt < attempts
         delay = policy.backoff_s * 2 ** (attempt - 1)
-        tail = f"; starting again in {delay:g} s (attempt {attempt + 1} of {attempts})" if again else (
-            f"; gave up after {attempts} attempts (launch.startup_retries)")  # fmt: skip
+        tail = (
+            f"; starting again in {delay:g} s (attempt {attempt + 1} of {attempts})"
+            if again
+            else (f"; gave up after {attempts} attempts (launch.startup_retries)")
+        )
         print(f"sim2dl launch: {watch.diagnosis(code)}{tail}", file=out, flush=True)
         if not again:
             return code if code is not None else 124

@@ -44,8 +44,15 @@ def ripple(size: int) -> np.ndarray:
     return field / field.std()
 
 
-def solve(level: float, a: float, size: int = 32, steps: int = 150, t_end: float = 1.5, kappa: float = 1e-3,
-          growth: float = 10.0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def solve(
+    level: float,
+    a: float,
+    size: int = 32,
+    steps: int = 150,
+    t_end: float = 1.5,
+    kappa: float = 1e-3,
+    growth: float = 10.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """(final state, mean of u at SNAPSHOTS evenly spaced times, the last at t_end)."""
     hot, cold = np.zeros((size, size), bool), np.zeros((size, size), bool)
     hot[:, : max(1, size // 16)] = True
@@ -72,13 +79,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--level", type=float, required=True, help="the initial level of u")
-    parser.add_argument("--a", type=float, required=True, help="the threshold (0 < a < 1/2 for fronts that spread)")
+    parser.add_argument(
+        "--a", type=float, required=True, help="the threshold (0 < a < 1/2 for fronts that spread)"
+    )
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--t-end", type=float, default=1.5)
     parser.add_argument("--kappa", type=float, default=1e-3)
     parser.add_argument("--growth", type=float, default=10.0)
-    parser.add_argument("--fail-above", type=float, default=None, help="exit 3, writing nothing, for a above this")
+    parser.add_argument(
+        "--fail-above", type=float, default=None, help="exit 3, writing nothing, for a above this"
+    )
     args = parser.parse_args(argv)
     if args.fail_above is not None and args.a > args.fail_above:
         print(f"bistable_run: a = {args.a} above --fail-above {args.fail_above}: failing", file=sys.stderr)

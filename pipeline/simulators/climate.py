@@ -46,7 +46,9 @@ def make(config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, np.nd
         angle = rng.uniform(0, np.pi)
         offset = rng.uniform(0.25, 0.75) * size
         width = rng.uniform(0.03, 0.06) * size
-        distance = np.abs((x - size / 2) * np.sin(angle) - (y - size / 2) * np.cos(angle) - (offset - size / 2))
+        distance = np.abs(
+            (x - size / 2) * np.sin(angle) - (y - size / 2) * np.cos(angle) - (offset - size / 2)
+        )
         fields[..., 3] += rng.uniform(1.5, 2.5) * np.exp(-(distance**2) / (2 * width**2))
         mask[distance < 1.5 * width] = 2
     cyclones = int(rng.integers(0, settings["cyclones"] + 1))
@@ -65,8 +67,12 @@ def make(config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, np.nd
     anomaly = settings.get("anomalies", 0) > 0 and rng.random() < settings["anomalies"]
     if anomaly:
         corrupt(fields, rng)
-    return {"fields": fields.astype(np.float32), "mask": mask, "cyclones": np.int64(cyclones),
-            "anomaly": np.int64(anomaly)}  # fmt: skip
+    return {
+        "fields": fields.astype(np.float32),
+        "mask": mask,
+        "cyclones": np.int64(cyclones),
+        "anomaly": np.int64(anomaly),
+    }
 
 
 def corrupt(fields: np.ndarray, rng: np.random.Generator) -> None:

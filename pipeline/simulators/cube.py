@@ -26,7 +26,9 @@ def bbks_transfer(k: np.ndarray, omega_m: float) -> np.ndarray:
     q = k / (omega_m * HUBBLE)
     q = np.where(q == 0, 1e-12, q)
     return (
-        np.log1p(2.34 * q) / (2.34 * q) * (1 + 3.89 * q + (16.1 * q) ** 2 + (5.46 * q) ** 3 + (6.71 * q) ** 4) ** -0.25
+        np.log1p(2.34 * q)
+        / (2.34 * q)
+        * (1 + 3.89 * q + (16.1 * q) ** 2 + (5.46 * q) ** 3 + (6.71 * q) ** 4) ** -0.25
     )
 
 

@@ -35,11 +35,16 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--box-size", type=float, default=256.0)
     parser.add_argument("--mean-density", type=float, default=8.0)
-    parser.add_argument("--delay-s", type=float, default=0.0, help="sleep after each cube (a slower simulation)")
+    parser.add_argument(
+        "--delay-s", type=float, default=0.0, help="sleep after each cube (a slower simulation)"
+    )
     parser.add_argument("--write", choices=["hdf5", "sst"], default="hdf5")
-    parser.add_argument("--per-run-file", action="store_true",
-                        help="with hdf5: one file of the run's cubes stacked (cubes.h5: density [S, n, n, n], "
-                        "params [S, 3]) instead of a file per cube")  # fmt: skip
+    parser.add_argument(
+        "--per-run-file",
+        action="store_true",
+        help="with hdf5: one file of the run's cubes stacked (cubes.h5: density [S, n, n, n], "
+        "params [S, 3]) instead of a file per cube",
+    )
     parser.add_argument("--stream", default="stream", help="with sst: the stream's name in --out")
     parser.add_argument("--queue-limit", type=int, default=4, help="with sst: steps held for a slow reader")
     parser.add_argument("--queue-policy", choices=["Block", "Discard"], default="Block")
@@ -83,8 +88,14 @@ def write_sst(args: argparse.Namespace) -> None:
     adios = adios2.Adios()
     io = adios.declare_io("cube_run")
     io.set_engine("SST")
-    io.set_parameters({"DataTransport": "WAN", "QueueLimit": str(args.queue_limit),
-                       "QueueFullPolicy": args.queue_policy, "RendezvousReaderCount": "1"})  # fmt: skip
+    io.set_parameters(
+        {
+            "DataTransport": "WAN",
+            "QueueLimit": str(args.queue_limit),
+            "QueueFullPolicy": args.queue_policy,
+            "RendezvousReaderCount": "1",
+        }
+    )
     written = 0
     with adios2.Stream(io, str(args.out / args.stream), "w") as stream:
         for params, density in cubes(args):

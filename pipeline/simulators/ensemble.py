@@ -108,7 +108,9 @@ def check_command(settings: Mapping[str, Any]) -> None:
     program = command[0]
     if settings["image"]:  # the program is the image's business; the runtime must be here
         program = simulator_argv(settings["container"], settings["image"], command, Path.cwd())[0]
-    found = shutil.which(program) if "/" not in program else (program if os.access(program, os.X_OK) else None)
+    found = (
+        shutil.which(program) if "/" not in program else (program if os.access(program, os.X_OK) else None)
+    )
     if found is None:
         raise Sim2dlError(f"config key 'simulate.command': program '{program}' not found or not executable")
 
@@ -134,7 +136,9 @@ def grid_levels(space: Mapping[str, Mapping[str, Any]], runs: int) -> dict[str, 
         else:
             levels[name] = np.linspace(spec["low"], spec["high"], k).tolist()
     if fixed > runs:
-        raise Sim2dlError(f"config key 'simulate.runs': a grid of the choices alone has {fixed} points (> {runs})")
+        raise Sim2dlError(
+            f"config key 'simulate.runs': a grid of the choices alone has {fixed} points (> {runs})"
+        )
     return levels
 
 
@@ -142,7 +146,8 @@ def grid_rows(levels: Mapping[str, list[Any]], start: int, stop: int) -> dict[st
     """Points [start, stop) of the cross product, in itertools.product's order (the last varies fastest)."""
     places = np.unravel_index(np.arange(start, stop), [len(v) for v in levels.values()])
     return {
-        name: [values[i] for i in place.tolist()] for (name, values), place in zip(levels.items(), places, strict=True)
+        name: [values[i] for i in place.tolist()]
+        for (name, values), place in zip(levels.items(), places, strict=True)
     }
 
 
@@ -212,8 +217,14 @@ class EnsemblePlan:
 
     def unit_points(self, start: int, stop: int) -> np.ndarray:
         """Runs [start, stop) as points of the unit cube, chosen ones included."""
-        unit = unit_design(self.settings["design"], self.runs, len(self.settings["space"]), self.settings["seed"],
-                           start, stop)  # fmt: skip
+        unit = unit_design(
+            self.settings["design"],
+            self.runs,
+            len(self.settings["space"]),
+            self.settings["seed"],
+            start,
+            stop,
+        )
         if self.chosen is not None:
             mine = ~np.isnan(self.chosen[start:stop, 0])
             unit[mine] = self.chosen[start:stop][mine]
@@ -240,8 +251,10 @@ class EnsemblePlan:
         if self.chosen_value is not None:
             value = self.chosen_value[start:stop]
             unchosen = np.isnan(value)  # null: no acquisition value (the design's own point)
-            arrays += [pa.array(np.where(unchosen, CONTINUED, CHOSEN).tolist(), pa.string()),
-                       pa.array(value, pa.float64(), mask=unchosen)]  # fmt: skip
+            arrays += [
+                pa.array(np.where(unchosen, CONTINUED, CHOSEN).tolist(), pa.string()),
+                pa.array(value, pa.float64(), mask=unchosen),
+            ]
         table = pa.Table.from_arrays(arrays, schema=self.schema)
         self._cached = (k, table)
         return table
@@ -263,7 +276,8 @@ class EnsemblePlan:
 
 
 def arguments(command: Sequence[str], row: Mapping[str, Any], out: Path) -> list[str]:
-    """A run's command with its placeholders filled in from its row of the design (floats at full precision)."""
+    """A run's command with its placeholders filled in from its row of the design (floats at full
+    precision)."""
     values = {**{k: _text(v) for k, v in row.items()}, "out": str(out)}
     return [argument.format(**values) for argument in command]
 
@@ -278,10 +292,16 @@ def _text(value: Any) -> str:
 def run_paths(root: Path, name: str, index: int, files_per_dir: int) -> tuple[Path, Path, Path]:
     """(final directory, temporary directory, log file) of a run; at most files_per_dir runs per directory."""
     group = f"{index // files_per_dir:05d}"
-    return root / group / name, root / group / f".{name}.partial", RawPaths(root).run_logs / group / f"{name}.log"
+    return (
+        root / group / name,
+        root / group / f".{name}.partial",
+        RawPaths(root).run_logs / group / f"{name}.log",
+    )
 
 
-def run_tasks(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, start: int, stop: int) -> list[dict]:
+def run_tasks(
+    plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, start: int, stop: int
+) -> list[dict]:
     """What the run worker needs of runs [start, stop): the command with its placeholders filled in
     ({out}: the temporary directory it writes into), its directories and log, its retries and limit."""
     tasks = []
@@ -290,8 +310,16 @@ def run_tasks(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, start
         argv = arguments(settings["command"], row, partial)
         if settings["image"]:
             argv = simulator_argv(settings["container"], settings["image"], argv, partial)
-        tasks.append({"argv": argv, "final": str(final), "partial": str(partial), "log": str(log_file),
-                      "retries": settings["retries"], "timeout_s": settings["run_timeout_s"]})  # fmt: skip
+        tasks.append(
+            {
+                "argv": argv,
+                "final": str(final),
+                "partial": str(partial),
+                "log": str(log_file),
+                "retries": settings["retries"],
+                "timeout_s": settings["run_timeout_s"],
+            }
+        )
     return tasks
 
 
@@ -335,8 +363,15 @@ def serve(hand_out: Any, comm: Any, workers: int, bar: Any) -> None:
             finished += 1
 
 
-OUTCOME_ROW = np.dtype([("index", np.int64), ("status", np.uint8), ("attempts", np.uint16), ("seconds", np.float32),
-                        ("exit_code", np.int32)])  # fmt: skip
+OUTCOME_ROW = np.dtype(
+    [
+        ("index", np.int64),
+        ("status", np.uint8),
+        ("attempts", np.uint16),
+        ("seconds", np.float32),
+        ("exit_code", np.int32),
+    ]
+)
 
 
 class RankOutcomes:
@@ -357,7 +392,9 @@ class RankOutcomes:
 
     def add(self, start: int, outcomes: Sequence[Mapping[str, Any]]) -> None:
         if start < self.next_index:
-            raise Sim2dlError(f"simulate: run {start} handed out after run {self.next_index - 1} (internal error)")
+            raise Sim2dlError(
+                f"simulate: run {start} handed out after run {self.next_index - 1} (internal error)"
+            )
         if self.first_new_run_s is None:
             started = [o["started"] for o in outcomes if "started" in o]  # runs not complete before
             if started:
@@ -411,8 +448,9 @@ class FarmHooks:
     choose: Any = None
 
 
-def farm(plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any,
-         hooks: FarmHooks | None = None) -> RankOutcomes:  # fmt: skip
+def farm(
+    plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any, hooks: FarmHooks | None = None
+) -> RankOutcomes:
     rank, size = comm.Get_rank(), comm.Get_size()
     hooks = hooks or FarmHooks()
     outcomes = RankOutcomes(root)
@@ -474,7 +512,9 @@ def prepare_design(plan: EnsemblePlan, root: Path) -> None:
         metadata = pq.read_schema(paths.runs).metadata or {}
         if metadata.get(DESIGN_METADATA, b"").decode() == plan.digest:
             return
-        log.warning("sim2dl simulate: the design changed since %s was written: its runs are removed", paths.runs)
+        log.warning(
+            "sim2dl simulate: the design changed since %s was written: its runs are removed", paths.runs
+        )
         for group in root.glob("[0-9][0-9][0-9][0-9][0-9]"):
             shutil.rmtree(group)
         shutil.rmtree(paths.run_logs, ignore_errors=True)
@@ -485,8 +525,13 @@ def prepare_design(plan: EnsemblePlan, root: Path) -> None:
             writer.write_table(block)
 
 
-OUTCOME_SCHEMA = [("status", pa.string()), ("attempts", pa.uint16()), ("seconds", pa.float32()),
-                  ("exit_code", pa.int32()), ("reason", pa.string())]  # fmt: skip
+OUTCOME_SCHEMA = [
+    ("status", pa.string()),
+    ("attempts", pa.uint16()),
+    ("seconds", pa.float32()),
+    ("exit_code", pa.int32()),
+    ("reason", pa.string()),
+]
 
 
 def outcome_columns(block: np.ndarray, reasons: Mapping[int, str], start: int) -> list[pa.Array]:
@@ -502,22 +547,34 @@ def outcome_columns(block: np.ndarray, reasons: Mapping[int, str], start: int) -
     for i, text in sorted(reasons.items()):
         why[i - start] = len(texts)
         texts.append(text)
-    return [status, column("attempts"), column("seconds"), column("exit_code"),
-            pc.take(pa.array(texts, pa.string()), pa.array(why))]  # fmt: skip
+    return [
+        status,
+        column("attempts"),
+        column("seconds"),
+        column("exit_code"),
+        pc.take(pa.array(texts, pa.string()), pa.array(why)),
+    ]
 
 
-def write_runs_table(plan: EnsemblePlan, mine: RankOutcomes, path: Path, comm: Any) -> tuple[np.ndarray, list]:
+def write_runs_table(
+    plan: EnsemblePlan, mine: RankOutcomes, path: Path, comm: Any
+) -> tuple[np.ndarray, list]:
     """The design with each run's outcome (status, attempts, seconds, exit_code, reason), written by rank 0 a
     block of the design at a time: every rank sends the outcomes it holds of that block. Returns, on rank 0,
     the number of runs per status and the first three failed runs' (index, reason)."""
     mine.rewind()
     counts, first_failed = np.zeros(len(STATUSES), np.int64), []
-    schema = pa.schema([*plan.schema, *(pa.field(n, t) for n, t in OUTCOME_SCHEMA)], metadata=plan.schema.metadata)
+    schema = pa.schema(
+        [*plan.schema, *(pa.field(n, t) for n, t in OUTCOME_SCHEMA)], metadata=plan.schema.metadata
+    )
     with contextlib.ExitStack() as stack:
         writer = None
         if comm.Get_rank() == 0:
-            writer = stack.enter_context(pq.ParquetWriter(stack.enter_context(atomic_path(path)), schema,
-                                                          use_dictionary=["status", "reason"]))  # fmt: skip
+            writer = stack.enter_context(
+                pq.ParquetWriter(
+                    stack.enter_context(atomic_path(path)), schema, use_dictionary=["status", "reason"]
+                )
+            )
         for k in range(-(-len(plan) // DESIGN_BLOCK)):
             start, stop = k * DESIGN_BLOCK, min(len(plan), (k + 1) * DESIGN_BLOCK)
             reasons_here = {i: r for i, r in mine.reasons.items() if start <= i < stop}
@@ -527,7 +584,9 @@ def write_runs_table(plan: EnsemblePlan, mine: RankOutcomes, path: Path, comm: A
             block = np.concatenate([g[0] for g in gathered])
             block = block[np.argsort(block["index"], kind="stable")]
             if not np.array_equal(block["index"], np.arange(start, stop)):
-                raise Sim2dlError("simulate: the ranks' runs do not cover the design exactly once (internal error)")
+                raise Sim2dlError(
+                    "simulate: the ranks' runs do not cover the design exactly once (internal error)"
+                )
             reasons = {i: r for g in gathered for i, r in g[1].items()}
             first_failed += sorted(reasons.items())[: 3 - len(first_failed)]
             counts += np.bincount(block["status"], minlength=len(STATUSES))
@@ -563,9 +622,13 @@ def run_ensemble(
     first_new = [t for t in comm.gather(mine.first_new_run_s, root=0) or [] if t is not None]
     summary: dict[str, Any] = {}
     if rank == 0:
-        summary = {"runs": len(plan), **dict(zip(STATUSES, counts.tolist(), strict=True)),
-                   "seconds_running": round(time.perf_counter() - start, 3), "design": settings["design"],
-                   "runs_table": str(RawPaths(root).runs)}  # fmt: skip
+        summary = {
+            "runs": len(plan),
+            **dict(zip(STATUSES, counts.tolist(), strict=True)),
+            "seconds_running": round(time.perf_counter() - start, 3),
+            "design": settings["design"],
+            "runs_table": str(RawPaths(root).runs),
+        }
         if first_new:  # a resumed farm: how long it took to find the first run to do
             summary["seconds_to_first_new_run"] = round(min(first_new), 3)
         write_json_atomic(RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings))})
@@ -576,14 +639,17 @@ def run_ensemble(
         first = [f"{run_name(i, len(plan))}: {why}" for i, why in first_failed]
         error = Sim2dlError(
             f"{failed} of {summary['runs']} runs did not succeed (more than simulate.max_failed_fraction "
-            f"{settings['max_failed_fraction']}); the first: " + "; ".join(first) + f" (all in {RawPaths(root).runs})"
+            f"{settings['max_failed_fraction']}); the first: "
+            + "; ".join(first)
+            + f" (all in {RawPaths(root).runs})"
         )
     all_ok(comm, error)
     return summary
 
 
-def checked_settings(settings: Mapping[str, Any], container: Mapping[str, Any] | None, comm: Any,
-                     check: Any = None) -> dict[str, Any]:  # fmt: skip
+def checked_settings(
+    settings: Mapping[str, Any], container: Mapping[str, Any] | None, comm: Any, check: Any = None
+) -> dict[str, Any]:
     """The simulate settings a farm runs with (the container section beside them, the command resolved),
     once the command and `check` (more checks of the settings, or None) pass on every rank: every rank
     stops at once on an error, and the message is printed once."""
@@ -607,6 +673,8 @@ def resolved_command(command: Sequence[str]) -> list[str]:
         path = Path(argument)
         plain = not placeholders([argument]) and not path.is_absolute() and not argument.startswith("-")
         resolved.append(
-            str(path.resolve()) if plain and path.exists() and ("/" in argument or path.is_file()) else argument
+            str(path.resolve())
+            if plain and path.exists() and ("/" in argument or path.is_file())
+            else argument
         )
     return resolved

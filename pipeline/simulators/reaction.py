@@ -39,7 +39,8 @@ def blobs(size: int, centres: Any) -> np.ndarray:
 
 
 def solve(u0: np.ndarray, params: np.ndarray, t_end: float, steps: int, snapshots: int) -> np.ndarray:
-    """The states at `snapshots` evenly spaced times up to t_end (the last at t_end), by `steps` split steps."""
+    """The states at `snapshots` evenly spaced times up to t_end (the last at t_end), by `steps` split
+    steps."""
     size = u0.shape[0]
     vx, vy, kappa, r = (float(p) for p in params)
     dt = t_end / steps

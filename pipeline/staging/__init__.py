@@ -46,7 +46,9 @@ from pipeline.storage.fsutil import file_checksum, remove_stale_temporaries, wri
 log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
 
 
-def stage_dataset(config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm: Any) -> dict[str, Any]:
+def stage_dataset(
+    config: Mapping[str, Any], merged_dir: Path, summary_path: Path, comm: Any
+) -> dict[str, Any]:
     """Stage the merged dataset to every node's storage as stage.mode says; rank 0 writes the summary."""
     settings = config["stage"]
     meta = load_metadata(merged_dir)
@@ -105,7 +107,9 @@ def already_staged(
         try:
             my_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(my_dir)
-            done_here = [s.name for s in per_node[topo.node] if verify_existing(my_dir / s.name, s, format_name)]
+            done_here = [
+                s.name for s in per_node[topo.node] if verify_existing(my_dir / s.name, s, format_name)
+            ]
             needed = sum(s.size for s in per_node[topo.node] if s.name not in done_here)
             free = shutil.disk_usage(my_dir).free
             if needed > free:
@@ -130,7 +134,12 @@ def verify_existing(path: Path, src: StagedFile, format_name: str) -> bool:
 
 
 def copy(
-    comm: Any, topo: Topology, transfers: list, dirs: Mapping[int, Path], settings: Mapping[str, Any], format_name: str
+    comm: Any,
+    topo: Topology,
+    transfers: list,
+    dirs: Mapping[int, Path],
+    settings: Mapping[str, Any],
+    format_name: str,
 ) -> tuple[Copier, float]:
     """Run the transfers on every rank, with a progress bar on rank 0; errors are raised on every rank."""
     bar = None
@@ -138,7 +147,9 @@ def copy(
         from tqdm import tqdm
 
         mine = sum(t.source.size for t in transfers for w in t.writers.values() if w == 0)
-        bar = tqdm(total=mine, unit="B", unit_scale=True, desc=f"stage (rank 0 of {topo.size})", mininterval=2.0)
+        bar = tqdm(
+            total=mine, unit="B", unit_scale=True, desc=f"stage (rank 0 of {topo.size})", mininterval=2.0
+        )
     comm.barrier()
     start = time.perf_counter()
     chunk = int(settings["chunk_mb"] * MB)
@@ -153,7 +164,9 @@ def copy(
     return copier, seconds
 
 
-def write_listing(node_dir: Path, mode: str, topo: Topology, files: list[str], meta: Mapping[str, Any]) -> None:
+def write_listing(
+    node_dir: Path, mode: str, topo: Topology, files: list[str], meta: Mapping[str, Any]
+) -> None:
     """The node's list of staged files, which the training input pipeline reads."""
     write_json_atomic(
         StagedPaths(node_dir).listing,
@@ -197,7 +210,12 @@ def summarise(
 
 
 def ensure_staged(
-    config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, restage_summary: Path, comm: Any, topo: Topology
+    config: Mapping[str, Any],
+    merged_dir: Path,
+    stage_summary: Path,
+    restage_summary: Path,
+    comm: Any,
+    topo: Topology,
 ) -> tuple[Path, Path]:
     """The node's staged directory, and the summary describing it, for a job that reads staged data.
 
@@ -209,7 +227,10 @@ def ensure_staged(
         assert node_dir is not None
         return node_dir, stage_summary
     if topo.rank == 0:
-        log.info("sim2dl: staged files missing or for another placement of ranks (%s): staging again", stage_summary)
+        log.info(
+            "sim2dl: staged files missing or for another placement of ranks (%s): staging again",
+            stage_summary,
+        )
     stage_dataset(config, merged_dir, restage_summary, comm)
     node_dir = staged_node_dir(restage_summary, topo)
     if node_dir is None:

@@ -219,7 +219,9 @@ class ReadAhead:
     """A thread reading the messages' byte ranges in order into a few reused buffers, `buffers` chunks ahead
     of the consumer, which takes each transfer's chunks in turn and gives each buffer back once used."""
 
-    def __init__(self, sources: SourceFiles, messages: Sequence[Sequence[Message]], chunk: int, buffers: int) -> None:
+    def __init__(
+        self, sources: SourceFiles, messages: Sequence[Sequence[Message]], chunk: int, buffers: int
+    ) -> None:
         self.sources, self.messages = sources, messages
         self.free: queue.Queue[np.ndarray] = queue.Queue()
         for _ in range(buffers):

@@ -70,7 +70,8 @@ def spread_over_nodes(sources: Sequence[StagedFile], nodes: int) -> list[list[St
     bytes, largest first, each to the node with the fewest bytes so far."""
     loads = [0] * nodes
     shares: list[list[StagedFile]] = [[] for _ in range(nodes)]
-    shards: dict[str, list[StagedFile]] = {}  # the slab files of a shard (merge.slabs) go to one node together
+    # the slab files of a shard (merge.slabs) go to one node together
+    shards: dict[str, list[StagedFile]] = {}
     for src in sources:
         shards.setdefault(slab_of(src.name)[0], []).append(src)
     for files in sorted(shards.values(), key=lambda fs: (-sum(f.size for f in fs), fs[0].name)):
@@ -157,7 +158,11 @@ def chunk_messages(src: StagedFile, chunk: int) -> list[list[tuple[Path, int, in
 
 
 def node_sources(
-    settings: Mapping[str, Any], merged_dir: Path, meta: Mapping[str, Any], topo: Topology, sources: list[StagedFile]
+    settings: Mapping[str, Any],
+    merged_dir: Path,
+    meta: Mapping[str, Any],
+    topo: Topology,
+    sources: list[StagedFile],
 ) -> dict[int, list[StagedFile]]:
     """What each node needs, by stage.mode: every shard (replica), a balanced share (partition), or one
     file of sampled training records per rank plus the other splits' shards whole (sample)."""
@@ -169,5 +174,7 @@ def node_sources(
     per_node = sample_sources(
         merged_dir, meta, topo, settings["samples_per_rank"], settings["replacement"], settings["seed"]
     )
-    others = [src for src, s in zip(sources, meta["shards"], strict=True) if s.get("split", "train") != "train"]
+    others = [
+        src for src, s in zip(sources, meta["shards"], strict=True) if s.get("split", "train") != "train"
+    ]
     return {k: [*per_node[k], *others] for k in per_node}

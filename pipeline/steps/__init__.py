@@ -29,7 +29,8 @@ def validated(config: dict[str, Any]) -> dict[str, Any]:
     return check_plugins(cfg.validate(config))
 
 
-def load(path: Path | str, overrides: Mapping[str, Any] | None = None,
-         override_files: Sequence[Path] = ()) -> dict[str, Any]:  # fmt: skip
+def load(
+    path: Path | str, overrides: Mapping[str, Any] | None = None, override_files: Sequence[Path] = ()
+) -> dict[str, Any]:
     """pipeline.config.load, then every tier's checks."""
     return check_plugins(cfg.load(path, overrides, override_files))

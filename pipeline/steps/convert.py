@@ -30,7 +30,15 @@ from pipeline.data.splits import SampleSplits
 from pipeline.data.statistics import RunningStats
 from pipeline.data.tables import REJECT_COLUMNS, Reject, accepted_records, write_csv
 from pipeline.data.transforms import missing_masks, transform
-from pipeline.formats.parts import INDEX_SUFFIX, Part, PartWriter, chunk_name, clear_parts, list_parts, read_about
+from pipeline.formats.parts import (
+    INDEX_SUFFIX,
+    Part,
+    PartWriter,
+    chunk_name,
+    clear_parts,
+    list_parts,
+    read_about,
+)
 from pipeline.formats.readers import SampleError
 from pipeline.paths import ConvertPaths, IngestPaths
 from pipeline.reporting.progress import progress_bar
@@ -74,8 +82,11 @@ class ClassCounts:
             self._add(split, counts)
 
     def state(self) -> dict[str, Any]:
-        return {"min": self.minimum, "max": self.maximum,
-                "counts": {str(k): c.tolist() for k, c in self.counts.items()}}  # fmt: skip
+        return {
+            "min": self.minimum,
+            "max": self.maximum,
+            "counts": {str(k): c.tolist() for k, c in self.counts.items()},
+        }
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> ClassCounts:
@@ -138,9 +149,15 @@ class ConvertedPart:
 
 
 def convert_part(
-    source_part: Part, records: np.ndarray, out_path: Path, settings: Mapping[str, Any],
-    categorical: set[str], splits: SampleSplits, bar: Any, origin: Mapping[str, Any],
-) -> ConvertedPart:  # fmt: skip
+    source_part: Part,
+    records: np.ndarray,
+    out_path: Path,
+    settings: Mapping[str, Any],
+    categorical: set[str],
+    splits: SampleSplits,
+    bar: Any,
+    origin: Mapping[str, Any],
+) -> ConvertedPart:
     """Convert the accepted `records` of one ingested part into the part at `out_path`, whose index's
     last line keeps what converting it gave, and from what (`origin`), for a rerun (kept_part)."""
     record_splits: np.ndarray | None = np.zeros(0, np.uint8)
@@ -161,8 +178,10 @@ def convert_part(
             except SampleError as e:
                 rejects.append(Reject(meta["source"], meta["sample_id"], str(e)))
                 continue
-            out_ids = [f"{meta['sample_id']}#{k}" if len(samples) > 1 else meta["sample_id"]
-                       for k in range(len(samples))]  # fmt: skip
+            out_ids = [
+                f"{meta['sample_id']}#{k}" if len(samples) > 1 else meta["sample_id"]
+                for k in range(len(samples))
+            ]
             if record_splits is not None:
                 numbers = np.full(len(samples), record_splits[record])
             else:
@@ -176,15 +195,21 @@ def convert_part(
                     if sample[label].dtype.kind in "iu":
                         counts.setdefault(label, ClassCounts()).update(sample[label], int(number))
                 # Fields the transform left untouched are referenced in the ingest part, not copied.
-                unchanged = {n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)}
-                part.append(sample, {**meta, "sample_id": out_id, "parent": meta["sample_id"]}, refs=unchanged)
+                unchanged = {
+                    n: source_part.location(record, n) for n, x in sample.items() if x is arrays.get(n)
+                }
+                part.append(
+                    sample, {**meta, "sample_id": out_id, "parent": meta["sample_id"]}, refs=unchanged
+                )
                 written += 1
         converted = ConvertedPart(out_path.name, stats, counts, rejects, written, len(records))
         part.describe(converted={**origin, "part": converted.state()})
     return converted
 
 
-def statistics_document(converted: Sequence[ConvertedPart], settings: Mapping[str, Any], splits: SampleSplits) -> dict:
+def statistics_document(
+    converted: Sequence[ConvertedPart], settings: Mapping[str, Any], splits: SampleSplits
+) -> dict:
     """The statistics and class counts of every part, merged in part order (the same for any rank count)."""
     merged = {f: RunningStats(f in settings["per_channel"]) for f in settings["normalise"]}
     classes: dict[str, ClassCounts] = {}
@@ -204,8 +229,14 @@ def settings_digest(config: Mapping[str, Any], categorical: set[str]) -> str:
     """What a converted part depends on besides its ingest part: convert's settings, the splits its
     statistics are taken over, the categorical fields, and the code's version."""
     merge = config["merge"]
-    depends = [__version__, dict(config["convert"]), merge["splits"], merge.get("split_by"),
-               config["train"]["validation_fraction"], sorted(categorical)]  # fmt: skip
+    depends = [
+        __version__,
+        dict(config["convert"]),
+        merge["splits"],
+        merge.get("split_by"),
+        config["train"]["validation_fraction"],
+        sorted(categorical),
+    ]
     return json_digest(depends)
 
 
@@ -248,24 +279,38 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     kept_names = {name for rank_kept in comm.allgather([p.name for p in kept]) for name in rank_kept}
     to_convert = [name for name in names if name not in kept_names]
     splits = SampleSplits(config["merge"], config["train"]["validation_fraction"])
-    mine = {name: accepted_records(ingest.manifest_piece(chunk_name(name)), name)
-            for name in block(to_convert, rank, size)}  # fmt: skip
+    mine = {
+        name: accepted_records(ingest.manifest_piece(chunk_name(name)), name)
+        for name in block(to_convert, rank, size)
+    }
     bar = progress_bar(sum(len(r) for r in mine.values()), "convert", rank, size, unit="sample")
     fresh = []
     for name, records in mine.items():
         origin = {"settings_digest": digest, "source": source_signature(ingest, name)}
         part = Part(ingest.parts / name)
-        fresh.append(convert_part(part, records, paths.parts / name, settings, categorical, splits, bar, origin))
+        fresh.append(
+            convert_part(part, records, paths.parts / name, settings, categorical, splits, bar, origin)
+        )
     bar.close()
     converted = fresh + kept
 
     everything = comm.gather(converted, root=0)
-    mine_counts = (sum(c.read for c in converted), sum(c.written for c in converted), sum(c.read for c in fresh))
-    inputs, total_written, inputs_read = (sum(column) for column in zip(*comm.allgather(mine_counts), strict=True))
+    mine_counts = (
+        sum(c.read for c in converted),
+        sum(c.written for c in converted),
+        sum(c.read for c in fresh),
+    )
+    inputs, total_written, inputs_read = (
+        sum(column) for column in zip(*comm.allgather(mine_counts), strict=True)
+    )
     if not inputs:
         raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")
-    summary = {"inputs": inputs, "samples": total_written, "inputs_read": inputs_read,
-               "parts_kept": len(kept_names)}  # fmt: skip
+    summary = {
+        "inputs": inputs,
+        "samples": total_written,
+        "inputs_read": inputs_read,
+        "parts_kept": len(kept_names),
+    }
     if rank == 0:
         assert everything is not None
         flat = [item for rank_items in everything for item in rank_items]

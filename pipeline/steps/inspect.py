@@ -45,7 +45,14 @@ from pipeline import Sim2dlError
 from pipeline import config as cfg
 from pipeline.formats.fields.column import DESIGN_METADATA, RUN_DIRECTORY, RUNS_TABLES, run_directory
 from pipeline.formats.readers import BY_SUFFIX, READERS, SampleError, is_input_directory
-from pipeline.formats.readers.base import FIELD_AXIS, ArrayInfo, Contents, Conventions, Reader, fields_last_shape
+from pipeline.formats.readers.base import (
+    FIELD_AXIS,
+    ArrayInfo,
+    Contents,
+    Conventions,
+    Reader,
+    fields_last_shape,
+)
 from pipeline.formats.readers.events import TableField, propose_tables, starter_tables
 from pipeline.storage.fsutil import write_text_atomic
 from pipeline.training.models import propose
@@ -54,8 +61,21 @@ from pipeline.training.tasks import task_for
 
 MAX_LISTED = 10_000  # matches listed before the files to open are chosen
 # Dimension names that say "one sample per index" (lowercase)
-SAMPLE_AXIS_WORDS = ("time", "event", "events", "entry", "entries", "sample", "samples", "member", "ensemble",
-                     "realization", "realisation", "record", "records")  # fmt: skip
+SAMPLE_AXIS_WORDS = (
+    "time",
+    "event",
+    "events",
+    "entry",
+    "entries",
+    "sample",
+    "samples",
+    "member",
+    "ensemble",
+    "realization",
+    "realisation",
+    "record",
+    "records",
+)
 # the last name of a 1-D array that is a run's time coordinate (its length a trajectory's leading axis)
 TIME_WORDS = ("time", "times", "t", "tsteps", "step", "steps", "snapshot", "snapshots", "t-coordinate")
 SMALL_VECTOR = 64  # an array of at most this many values, one axis at most, is a label
@@ -81,7 +101,8 @@ class Field:
     values: int  # elements in the first file that holds it
     dims: tuple[str, ...] | None = None  # dimension names (NetCDF, Zarr), as in the first file
     coordinate: bool = False  # a coordinate variable (never a feature or label)
-    kind: str = "array"  # array | jagged | table | objects | unsupported (ArrayInfo.kind, as in the first file)
+    # array | jagged | table | objects | unsupported (ArrayInfo.kind, as in the first file)
+    kind: str = "array"
     columns: tuple[tuple[str, str], ...] | None = None  # a table's columns and their dtypes
     encoding: str = ""  # CF fill values, packing and units found (ArrayInfo.encoding)
 
@@ -162,7 +183,9 @@ def spread(items: Sequence[Path], count: int) -> list[Path]:
     """`count` items spread evenly from the first to the last."""
     if len(items) <= count:
         return list(items)
-    return [items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)] if count > 1 else [items[0]]
+    return (
+        [items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)] if count > 1 else [items[0]]
+    )
 
 
 def merge_fields(contents: Sequence[Contents]) -> list[Field]:
@@ -187,7 +210,18 @@ def merge_fields(contents: Sequence[Contents]) -> list[Field]:
         coordinate = info.coordinate or path.endswith(("_bnds", "_bounds"))
         dtype = dtypes.pop() if len(dtypes) == 1 else None
         fields.append(
-            Field(path, dtype, shape, len(found), values, info.dims, coordinate, info.kind, info.columns, info.encoding)
+            Field(
+                path,
+                dtype,
+                shape,
+                len(found),
+                values,
+                info.dims,
+                coordinate,
+                info.kind,
+                info.columns,
+                info.encoding,
+            )
         )
     return fields
 
@@ -235,7 +269,9 @@ def survey(spec: str, files: int = 8) -> Survey:
         raise Sim2dlError(f"none of the files inspected could be read: {unreadable}")
     fields = tuple(merge_fields(contents))
     sample_id = choose_sample_id(contents)
-    return Survey(source, tuple(opened), len(matches), complete, fields, sample_id, unreadable, tuple(contents))
+    return Survey(
+        source, tuple(opened), len(matches), complete, fields, sample_id, unreadable, tuple(contents)
+    )
 
 
 def reader_of(path: Path) -> Reader | None:
@@ -280,10 +316,17 @@ class Decisions:
 
 def _lengths_along(result: Survey, path: str, position: int) -> list[int]:
     """The length of one axis of an array in each inspected file."""
-    return [a.shape[position] for c in result.contents for a in c.arrays if a.path == path and len(a.shape) > position]
+    return [
+        a.shape[position]
+        for c in result.contents
+        for a in c.arrays
+        if a.path == path and len(a.shape) > position
+    ]
 
 
-def choose_samples_along(result: Survey, usable: Sequence[Field]) -> tuple[int | str | None, dict[str, int], str]:
+def choose_samples_along(
+    result: Survey, usable: Sequence[Field]
+) -> tuple[int | str | None, dict[str, int], str]:
     """The sample axis (or None), the position of that axis in each array along it, and why."""
     shaped = [f for f in usable if f.shape is not None and len(f.shape) >= 1]
     conventions = common_conventions(result)
@@ -301,22 +344,39 @@ def choose_samples_along(result: Survey, usable: Sequence[Field]) -> tuple[int |
         name = firsts.pop()
         lengths = sorted(set(_lengths_along(result, large[0].path, 0)))
         if len(lengths) < 2 and name.lower() not in SAMPLE_AXIS_WORDS:
-            return None, {}, f"dimension '{name}' has the same length in every file and is not named like a sample axis"
+            return (
+                None,
+                {},
+                f"dimension '{name}' has the same length in every file and is not named like a sample axis",
+            )
         along = {f.path: f.dims.index(name) for f in shaped if f.dims and name in f.dims}
-        why = f"lengths {', '.join(map(str, lengths))} differ between files" if len(lengths) > 1 else "its name"
+        why = (
+            f"lengths {', '.join(map(str, lengths))} differ between files" if len(lengths) > 1 else "its name"
+        )
         return name, along, f"the first dimension of {', '.join(f.path for f in large)} ({why})"
     per_file = [
         {a.shape[0] for a in c.arrays if a.path in {f.path for f in shaped} and len(a.shape) >= 1}
         for c in result.contents
     ]
-    shared = len(shaped) >= 2 and len(shaped) == len(usable) and all(len(lengths) == 1 for lengths in per_file)
+    shared = (
+        len(shaped) >= 2 and len(shaped) == len(usable) and all(len(lengths) == 1 for lengths in per_file)
+    )
     lengths = sorted({n for lengths in per_file for n in lengths})
     if shared and len(lengths) > 1:
-        why = f"every array's first axis, its length the same within a file and differing between files ({lengths})"
+        why = (
+            "every array's first axis, its length the same within a file and differing between files "
+            f"({lengths})"
+        )
         return 0, {f.path: 0 for f in shaped}, why
     if shared:
-        return None, {}, (f"axis 0 (length {lengths[0]}) is shared by every array but has the same length in every "
-                          "file: if it indexes samples, set source.samples_along: 0")  # fmt: skip
+        return (
+            None,
+            {},
+            (
+                f"axis 0 (length {lengths[0]}) is shared by every array but has the same length in every "
+                "file: if it indexes samples, set source.samples_along: 0"
+            ),
+        )
     return None, {}, "the arrays do not share a leading axis of varying length (a file is one sample)"
 
 
@@ -325,8 +385,15 @@ def trajectory(result: Survey, usable: Sequence[Field]) -> tuple[Field, Field] |
     coordinate named like time, TIME_WORDS, or the dimension they share, of the same length), the same in
     every inspected file, with a 2-D or 3-D grid (and maybe fields) after it; not calendar time (CF units
     "... since DATE": a climate archive's time steps are its samples). The array and the time coordinate."""
-    times = [f for f in result.fields if f.shape is not None and len(f.shape) == 1 and f.shape[0] is not None
-             and f.path.rsplit("/", 1)[-1].lower() in TIME_WORDS and "since" not in f.encoding]  # fmt: skip
+    times = [
+        f
+        for f in result.fields
+        if f.shape is not None
+        and len(f.shape) == 1
+        and f.shape[0] is not None
+        and f.path.rsplit("/", 1)[-1].lower() in TIME_WORDS
+        and "since" not in f.encoding
+    ]
     if not times or common_conventions(result) is not None:
         return None
     grids = [f for f in usable if f.shape is not None and None not in f.shape and 3 <= len(f.shape) <= 5]
@@ -345,13 +412,18 @@ def sample_layout(
     then the states' axis, not a label), else choose_samples_along's choice."""
     if run is not None:
         states, time = run
-        said = (f"samples_along: none, a file is one run's trajectory: {states.path} {list(states.shape)} has "
-                f"{time.path}'s {time.shape[0]} steps first, then its grid, in every file: a next state (one "
-                "sample per step instead: source.samples_along: 0)")  # fmt: skip
+        said = (
+            f"samples_along: none, a file is one run's trajectory: {states.path} {list(states.shape)} has "
+            f"{time.path}'s {time.shape[0]} steps first, then its grid, in every file: a next state (one "
+            "sample per step instead: source.samples_along: 0)"
+        )
         return tuple(f for f in usable if f.path != time.path), None, {}, said
     axis, along, why = choose_samples_along(result, usable)
-    said = (f"samples_along: none, a file is one sample: {why}" if axis is None
-            else f"samples_along: {axis!r}, one sample per index: {why}")  # fmt: skip
+    said = (
+        f"samples_along: none, a file is one sample: {why}"
+        if axis is None
+        else f"samples_along: {axis!r}, one sample per index: {why}"
+    )
     return usable, axis, along, said
 
 
@@ -365,8 +437,10 @@ def move_fields_last(chosen: StarterChoice, name: str, shape: Sequence[int], axi
     """Map `name`'s axis `axis` (its fields, stored before the grid) to be moved last (channel_axis), with
     a note; the shape of a sample as sim2dl then holds it."""
     chosen.fields[name]["channel_axis"] = axis
-    chosen.notes.append(f"{name}: its axis {axis} (length {shape[axis]}) holds fields, stored before the grid: "
-                        "channel_axis moves it last")  # fmt: skip
+    chosen.notes.append(
+        f"{name}: its axis {axis} (length {shape[axis]}) holds fields, stored before the grid: "
+        "channel_axis moves it last"
+    )
     return fields_last_shape(shape, axis)
 
 
@@ -408,8 +482,10 @@ def decide(result: Survey) -> Decisions:
     )
     lines = []
     if coordinates:
-        lines.append(f"left out: {', '.join(coordinates)}: coordinate variables (named as their dimension, "
-                     "CF bounds or coordinates, dimension scales)")  # fmt: skip
+        lines.append(
+            f"left out: {', '.join(coordinates)}: coordinate variables (named as their dimension, "
+            "CF bounds or coordinates, dimension scales)"
+        )
     usable = sample_arrays(result, usable, lines)
     tables = tuple(propose_tables([f for f in result.fields if f.in_files == len(result.files)]))
     if tables:
@@ -437,25 +513,42 @@ def decide(result: Survey) -> Decisions:
     sample_id = result.sample_id if axis is None else None
     candidates = label_candidates(result, sample_id)
     if candidates:
-        told = "; ".join(f"{name} ({len(v)} values: {', '.join(v[:4])}{', ...' if len(v) > 4 else ''})"
-                         for name, v in candidates.items())  # fmt: skip
+        told = "; ".join(
+            f"{name} ({len(v)} values: {', '.join(v[:4])}{', ...' if len(v) > 4 else ''})"
+            for name, v in candidates.items()
+        )
         lines.append(f"label candidates, global attributes that differ between files: {told}")
     small = [f for f in usable if is_small(shapes[f.path], f)]
     class_label = None
     if candidates and not small:
         class_label = next(iter(candidates))
-        lines.append(f"label: attribute {class_label!r} as a categorical class (no array is a small per-sample vector)")
+        lines.append(
+            f"label: attribute {class_label!r} as a categorical class (no array is a small per-sample vector)"
+        )
     if axis is not None:
-        lines.append("sample id: FILEID#INDEX, the file id its relative path (unique, where an attribute may repeat "
-                     "in files not inspected)")  # fmt: skip
+        lines.append(
+            "sample id: FILEID#INDEX, the file id its relative path (unique, where an attribute may repeat "
+            "in files not inspected)"
+        )
     elif sample_id is None:
-        lines.append("sample id: the file's relative path (no id attribute has a different value in every file)")
+        lines.append(
+            "sample id: the file's relative path (no id attribute has a different value in every file)"
+        )
     else:
         lines.append(f"sample id: attribute {sample_id!r} (a different value in every file)")
     if run is not None:
-        class_label = None  # a run's attributes are its parameters, given to the next state (follow_trajectory)
-    return Decisions(usable, axis, shapes, candidates, class_label, sample_id, tuple(lines),
-                     trajectory=None if run is None else run[0].path)  # fmt: skip
+        # a run's attributes are its parameters, given to the next state (follow_trajectory)
+        class_label = None
+    return Decisions(
+        usable,
+        axis,
+        shapes,
+        candidates,
+        class_label,
+        sample_id,
+        tuple(lines),
+        trajectory=None if run is None else run[0].path,
+    )
 
 
 def is_small(shape: tuple[int | None, ...] | None, field: Field) -> bool:
@@ -483,7 +576,8 @@ class StarterChoice:
     plane: bool = False  # the first feature is a plane with channels last (Conventions.planes)
     model: dict[str, Any] = field(default_factory=dict)  # the format's model settings (Conventions.model)
     labels_table: dict[str, Any] | None = None  # source.labels_table: an ensemble's runs table
-    per_channel: list[str] = field(default_factory=list)  # more fields normalised per channel (a state's fields)
+    # more fields normalised per channel (a state's fields)
+    per_channel: list[str] = field(default_factory=list)
     stack: dict[str, list[str]] = field(default_factory=dict)  # convert.stack: a state's fields as channels
     task_settings: dict[str, Any] = field(default_factory=dict)  # train.<task>'s own section
     from_design: bool = False  # a forward surrogate: the design's parameters in, each run's arrays out
@@ -495,10 +589,12 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     if decided.tables:
         return table_config(result, decided, workdir)
     if not decided.usable:
-        found = "; ".join(f"{f.path}: {why_left_out(f, len(result.files))}" for f in result.fields) or "nothing"
+        found = (
+            "; ".join(f"{f.path}: {why_left_out(f, len(result.files))}" for f in result.fields) or "nothing"
+        )
         raise Sim2dlError(
-            f"no numeric array that is not a coordinate is in every inspected file below {result.source.root} "
-            f"(found: {found})"
+            "no numeric array that is not a coordinate is in every inspected file below "
+            f"{result.source.root} (found: {found})"
         )
     chosen, candidates = chosen_arrays(decided), []
     attribute_names = {}
@@ -514,7 +610,8 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
     chosen.class_labels = [attribute_names[decided.class_label]] if decided.class_label else []
     chosen.task = task_for("classes" if decided.class_label and not chosen.labels else "values")
     conventions = common_conventions(result)
-    if conventions is not None:  # what the format says of itself (readers' describe): it decides where it speaks
+    # what the format says of itself (readers' describe): it decides where it speaks
+    if conventions is not None:
         follow_conventions(chosen, conventions, decided.sample_shapes)
     follow_runs_table(chosen, result, decided)
     if decided.trajectory is not None:
@@ -522,8 +619,12 @@ def starter_config(result: Survey, workdir: str) -> tuple[str, dict[str, Any]]:
         candidates = [c for c in candidates if c.split(":")[0] not in chosen.labels]  # mapped as parameters
     elif conventions is None:
         follow_fields_first(chosen)
-    skipped = [f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in decided.usable]
-    return emit(result, decided, starter_sections(result, decided, chosen, conventions, workdir, candidates, skipped))
+    skipped = [
+        f"{f.path} ({why_left_out(f, len(result.files))})" for f in result.fields if f not in decided.usable
+    ]
+    return emit(
+        result, decided, starter_sections(result, decided, chosen, conventions, workdir, candidates, skipped)
+    )
 
 
 def chosen_arrays(decided: Any) -> StarterChoice:
@@ -542,7 +643,11 @@ def chosen_arrays(decided: Any) -> StarterChoice:
     fields: dict[str, Any] = {}
     for f in usable:
         shape = shapes[f.path]
-        fields[names[f.path]] = {"path": f.path, "dtype": f.dtype, "shape": None if shape is None else list(shape)}
+        fields[names[f.path]] = {
+            "path": f.path,
+            "dtype": f.dtype,
+            "shape": None if shape is None else list(shape),
+        }
         if any(marker in f.encoding for marker in ("_FillValue", "missing_value", "valid_")):
             fields[names[f.path]]["missing"] = "reject"  # said outright: fill or mask keep such samples
     unused = [names[f.path] for f in large if f is not feature]
@@ -555,26 +660,34 @@ def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: 
     names = chosen.names
     chosen.fields.update(conventions.fields)
     deposit = conventions_deposit(conventions, names)
-    chosen.stack = {name: [names[m] for m in members] for name, members in conventions.stack.items()
-                    if all(m in names for m in members)}  # fmt: skip
+    chosen.stack = {
+        name: [names[m] for m in members]
+        for name, members in conventions.stack.items()
+        if all(m in names for m in members)
+    }
     made = {**deposit, **chosen.stack}
     picked = [f if f in made else names[f] for f in conventions.features if f in made or f in names]
     if picked:
         chosen.unused = [n for n in chosen.unused + chosen.features if n not in picked]
-        chosen.unused = [n for n in chosen.unused if not any(n in members for members in chosen.stack.values())]
+        chosen.unused = [
+            n for n in chosen.unused if not any(n in members for members in chosen.stack.values())
+        ]
         chosen.features = picked
         first_path = next((path for path, name in names.items() if name == picked[0]), None)
         if picked[0] in chosen.stack:  # the members' shape, their fields last
             member = next(path for path, name in names.items() if name == chosen.stack[picked[0]][0])
             chosen.first_shape = (*shapes[member], len(chosen.stack[picked[0]]))
         else:
-            chosen.first_shape = tuple(deposit[picked[0]]["shape"]) if picked[0] in deposit else shapes[first_path]
+            chosen.first_shape = (
+                tuple(deposit[picked[0]]["shape"]) if picked[0] in deposit else shapes[first_path]
+            )
     chosen.per_channel = [names.get(p, p) for p in conventions.per_channel]
     if conventions.labels:
         known = conventions.fields.keys() | names.keys()
         chosen.labels = [names.get(label, label) for label in conventions.labels if label in known]
         chosen.class_labels = []
-    if conventions.kind is not None:  # a trajectory: the targets are its own later states (labels: its parameters)
+    # a trajectory: the targets are its own later states (labels: its parameters)
+    if conventions.kind is not None:
         chosen.task, chosen.model = task_for(conventions.kind), dict(conventions.model or {})
         chosen.task_settings = dict(conventions.task_settings)
         chosen.labels = chosen.labels if conventions.labels and chosen.task_settings.get("condition") else []
@@ -587,13 +700,21 @@ def follow_conventions(chosen: StarterChoice, conventions: Conventions, shapes: 
     chosen.deposit = {name: spec for name, spec in deposit.items() if name in chosen.features}
 
 
-def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conventions: Conventions | None, workdir: str,
-                     candidates: list[str], skipped: list[str]) -> Sections:  # fmt: skip
+def starter_sections(
+    result: Survey,
+    decided: Any,
+    chosen: StarterChoice,
+    conventions: Conventions | None,
+    workdir: str,
+    candidates: list[str],
+    skipped: list[str],
+) -> Sections:
     """The starter config's sections, each with the comment lines above it."""
     model, depth = propose(chosen.first_shape, chosen.plane)
     shape = chosen.first_shape
     features, labels, deposit = chosen.features, chosen.labels, chosen.deposit
-    vectors = [label for label in labels if chosen.fields.get(label, {}).get("shape")]  # statistics per channel
+    # statistics per channel
+    vectors = [label for label in labels if chosen.fields.get(label, {}).get("shape")]
     if chosen.from_design:  # a forward surrogate's per-channel fields are chosen already
         vectors = []
     return [
@@ -603,7 +724,8 @@ def starter_sections(result: Survey, decided: Any, chosen: StarterChoice, conven
         (
             [
                 *convert_comments(chosen),
-                "log1p: e.g. the features, for particle counts; normalise: standardised with the data's statistics",
+                "log1p: e.g. the features, for particle counts; "
+                "normalise: standardised with the data's statistics",
                 "split: cut the features into sub-volumes, e.g. [32, 32, 32]",
                 *chosen.notes,
             ],
@@ -656,24 +778,43 @@ def convert_comments(chosen: StarterChoice) -> list[str]:
 def merge_section(decided: Any, conventions: Conventions | None) -> tuple[list[str], dict[str, Any]]:
     """The starter config's merge section: three splits, by file where files hold several samples, or as
     the format's layout says (The Well's: by trajectory)."""
-    split_by = (conventions and conventions.split_by) or ("file" if decided.samples_along is not None else "sample")
-    why = {"file": "split_by file: every sample of a file in one split",
-           "sample": "split_by sample: each sample on its own" if decided.samples_along is not None
-           else "split_by sample: each file is one sample"}[split_by]  # fmt: skip
+    split_by = (conventions and conventions.split_by) or (
+        "file" if decided.samples_along is not None else "sample"
+    )
+    why = {
+        "file": "split_by file: every sample of a file in one split",
+        "sample": "split_by sample: each sample on its own"
+        if decided.samples_along is not None
+        else "split_by sample: each file is one sample",
+    }[split_by]
     return (
-        ["splits: train, validation (chooses the kept epoch) and test (scored on, chosen on by nothing);", why],
+        [
+            "splits: train, validation (chooses the kept epoch) and test (scored on, chosen on by nothing);",
+            why,
+        ],
         {"merge": {"splits": {"train": 0.8, "validation": 0.1, "test": 0.1}, "split_by": split_by}},
     )
 
 
-def source_section(result: Survey, decided: Any, chosen: StarterChoice, conventions: Conventions | None,
-                   candidates: list[str], skipped: list[str]) -> tuple[list[str], dict[str, Any]]:  # fmt: skip
+def source_section(
+    result: Survey,
+    decided: Any,
+    chosen: StarterChoice,
+    conventions: Conventions | None,
+    candidates: list[str],
+    skipped: list[str],
+) -> tuple[list[str], dict[str, Any]]:
     """The starter config's source section: where the files are, how samples lie in them, the fields."""
     shapes = decided.sample_shapes
-    varying = [chosen.names[f.path] for f in decided.usable if shapes[f.path] is None or None in (shapes[f.path] or ())]
+    varying = [
+        chosen.names[f.path]
+        for f in decided.usable
+        if shapes[f.path] is None or None in (shapes[f.path] or ())
+    ]
     return (
         [
-            f"samples_along: {'a file is one sample' if decided.samples_along is None else 'one sample per index'}",
+            "samples_along: "
+            + ("a file is one sample" if decided.samples_along is None else "one sample per index"),
             "sample_id null: the file's relative path",
             "fields: the shape of ONE sample (null: any length)"
             + (f"; {', '.join(varying)} differ between the files inspected" if varying else ""),
@@ -719,7 +860,8 @@ def runs_table(result: Survey) -> RunsTable | None:
     if found is None or any(run_directory(f.relative_to(root)) is None for f in result.files):
         return None
     try:
-        schema = pq.read_schema(found) if found.suffix == ".parquet" else pacsv.open_csv(found).schema  # not its rows
+        # not its rows
+        schema = pq.read_schema(found) if found.suffix == ".parquet" else pacsv.open_csv(found).schema
     except (OSError, pa.ArrowInvalid):
         return None
     numeric = [f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
@@ -742,12 +884,15 @@ def follow_runs_table(chosen: StarterChoice, result: Survey, decided: Any) -> No
     chosen.labels_table = {"path": name, "key": "run", "match": RUN_DIRECTORY}
     for column in columns:
         chosen.fields[column if column not in chosen.fields else f"{column}_run"] = {"column": column}
-    chosen.labels = [column if chosen.fields.get(column) == {"column": column} else f"{column}_run"
-                     for column in columns]  # fmt: skip
+    chosen.labels = [
+        column if chosen.fields.get(column) == {"column": column} else f"{column}_run" for column in columns
+    ]
     chosen.class_labels = []
     chosen.task = task_for("values")
-    chosen.notes.append(f"labels: the ensemble's parameters, the columns {', '.join(columns)} of {name} (a row per "
-                        "run, matched by the run's directory in each file's path)")  # fmt: skip
+    chosen.notes.append(
+        f"labels: the ensemble's parameters, the columns {', '.join(columns)} of {name} (a row per "
+        "run, matched by the run's directory in each file's path)"
+    )
     if table.by_sim2dl and decided.trajectory is None:
         forward_surrogate(chosen, result, table)
 
@@ -767,8 +912,10 @@ def forward_surrogate(chosen: StarterChoice, result: Survey, table: RunsTable) -
     chosen.first_shape = (len(parameters),)
     chosen.task, chosen.from_design = task_for("design"), True
     chosen.model = {"model": "decoder", "depth": 3, "width": 16, "dense": 128}
-    chosen.notes[-1] = (f"a forward surrogate: the design's parameters ({', '.join(parameters)}, the columns of the "
-                        f"runs table, stacked as {name}) in, each run's {', '.join(outputs)} out")  # fmt: skip
+    chosen.notes[-1] = (
+        f"a forward surrogate: the design's parameters ({', '.join(parameters)}, the columns of the "
+        f"runs table, stacked as {name}) in, each run's {', '.join(outputs)} out"
+    )
     if copies:
         chosen.unused = copies
         chosen.notes.append(f"not an output: {', '.join(copies)} (each run's copy of its own parameters)")
@@ -787,8 +934,9 @@ def echoes_the_design(result: Survey, table: RunsTable, spec: Mapping[str, Any])
     reader = reader_of(path)
     if run is None or reader is None:
         return False
-    row = pq.read_table(result.source.root / table.name, columns=["run", *table.parameters],
-                        filters=[("run", "=", run)])  # fmt: skip
+    row = pq.read_table(
+        result.source.root / table.name, columns=["run", *table.parameters], filters=[("run", "=", run)]
+    )
     if row.num_rows != 1:
         return False
     given = np.array([row.column(p)[0].as_py() for p in table.parameters], np.float64)
@@ -831,7 +979,9 @@ def follow_trajectory(chosen: StarterChoice, decided: Any, attributes: Sequence[
         chosen.fields.pop(field_name, None)
         chosen.fields[field_name] = {"attr": attribute}
         parameters.append(field_name)
-    chosen.unused = [n for n in chosen.unused + chosen.features + chosen.labels if n != name and n not in parameters]
+    chosen.unused = [
+        n for n in chosen.unused + chosen.features + chosen.labels if n != name and n not in parameters
+    ]
     chosen.features, chosen.labels, chosen.class_labels = [name], parameters, []
     chosen.first_shape = tuple(shape)
     chosen.per_channel = [name] if fields_last else []
@@ -842,9 +992,10 @@ def follow_trajectory(chosen: StarterChoice, decided: Any, attributes: Sequence[
     if len(grid) == 3:
         own["spatial_dims"] = 3
     chosen.model, chosen.task_settings = proposed_for_states(grid), own
-    chosen.notes.append(f"a next state of {name}: windows of each run's states, split by run"
-                        + (f"; each run's {', '.join(parameters)} given as a conditioning vector" if parameters
-                           else ""))  # fmt: skip
+    chosen.notes.append(
+        f"a next state of {name}: windows of each run's states, split by run"
+        + (f"; each run's {', '.join(parameters)} given as a conditioning vector" if parameters else "")
+    )
 
 
 def conventions_deposit(conventions: Conventions, names: dict[str, str]) -> dict[str, Any]:
@@ -869,8 +1020,8 @@ def emit(result: Survey, decided: Decisions, sections: Sections) -> tuple[str, d
     """The config's YAML: the decisions as a header comment, then each section with its comments (PyYAML
     writes the values); checked to read back as written and to validate."""
     header = [
-        f"Written by `sim2dl inspect` from {len(result.files)} of {result.listed}{'' if result.complete else '+'} "
-        "files. Check it, then run:",
+        f"Written by `sim2dl inspect` from {len(result.files)} of "
+        f"{result.listed}{'' if result.complete else '+'} files. Check it, then run:",
         "  snakemake --cores 2 --configfile THIS_FILE",
         "Every key, with its default: pipeline/schema.yaml (config/schema.yaml in the repository).",
         *decided.lines,
@@ -894,14 +1045,20 @@ def table_config(result: Survey, decided: Decisions, workdir: str) -> tuple[str,
     """A starter config for event-indexed tables (readers/events.py's starter_tables: its fields, the
     feature and the labels), per-file arrays mapped beside them."""
     fields, feature, labels = starter_tables(decided.tables)
-    skipped = [f"{f.path} ({'per file, not per event' if f in decided.usable else why_left_out(f, len(result.files))})"
-               for f in result.fields if not any(f.path in t.uses for t in decided.tables)]  # fmt: skip
+    skipped = [
+        f"{f.path} ("
+        + ("per file, not per event" if f in decided.usable else why_left_out(f, len(result.files)))
+        + ")"
+        for f in result.fields
+        if not any(f.path in t.uses for t in decided.tables)
+    ]
     sections: Sections = [
         ([], {"workdir": workdir}),
         (["existing output, below source.path: the simulator is off"], {"simulate": {"enabled": False}}),
         (
             [
-                "one sample per event of the tables (readers/events.py); sample_id null: the file's relative path",
+                "one sample per event of the tables (readers/events.py); "
+                "sample_id null: the file's relative path",
                 *(["not mapped:", *skipped] if skipped else []),
             ],
             {
@@ -916,7 +1073,15 @@ def table_config(result: Survey, decided: Decisions, workdir: str) -> tuple[str,
         ),
         (
             ["features: the table with the most rows; labels: per-event values of the other tables"],
-            {"convert": {"features": [feature], "labels": labels, "log1p": [], "normalise": [], "per_channel": []}},
+            {
+                "convert": {
+                    "features": [feature],
+                    "labels": labels,
+                    "log1p": [],
+                    "normalise": [],
+                    "per_channel": [],
+                }
+            },
         ),
         (["sequence: a 1-D network over each event's rows"], {"train": {"model": "sequence", "depth": 2}}),
     ]
@@ -941,7 +1106,9 @@ def block(key: str, value: Any) -> str:
 
 def comment(lines: Sequence[str]) -> str:
     """YAML comment lines: any text (an attribute's value with newlines, ': ', '#') stays inside them."""
-    return "".join(f"# {line}\n" if line else "#\n" for text in lines for line in str(text).splitlines() or [""])
+    return "".join(
+        f"# {line}\n" if line else "#\n" for text in lines for line in str(text).splitlines() or [""]
+    )
 
 
 def why_left_out(f: Field, files: int) -> str:

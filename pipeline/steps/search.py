@@ -186,7 +186,8 @@ def trial_key(config: Mapping[str, Any], budget: float) -> str:
 
 
 def completed_trials(results: Path) -> dict[str, dict[str, Any]]:
-    """The trials a killed search finished, by trial key, from its results file (a torn last line is skipped)."""
+    """The trials a killed search finished, by trial key, from its results file (a torn last line is
+    skipped)."""
     done = {}
     if results.exists():
         for line in results.read_text().splitlines():
@@ -198,7 +199,9 @@ def completed_trials(results: Path) -> dict[str, dict[str, Any]]:
 
 def trial_environment() -> dict[str, str]:
     """The search job's MPI variables must not leak into a trial's own MPI launch."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPI_LOCALRANK"))}
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPI_LOCALRANK"))
+    }
 
 
 @dataclass(frozen=True)
@@ -276,23 +279,36 @@ def make_worker_class() -> type:
     from hpbandster.core.worker import Worker
 
     class TrainingWorker(Worker):  # type: ignore[misc]
-        def __init__(self, base_config: Mapping[str, Any], out_dir: Path, data: TrialData, **kwargs: Any) -> None:
+        def __init__(
+            self, base_config: Mapping[str, Any], out_dir: Path, data: TrialData, **kwargs: Any
+        ) -> None:
             super().__init__(**kwargs)
             self.base_config, self.out_dir, self.data = base_config, out_dir, data
             self.settings = base_config["search"]
             self.results = out_dir / RESULT_NAME
             self.lock = threading.Lock()
 
-        def compute(self, config_id: Any, config: Mapping[str, Any], budget: float, working_directory: Any) -> dict:
+        def compute(
+            self, config_id: Any, config: Mapping[str, Any], budget: float, working_directory: Any
+        ) -> dict:
             key = trial_key(config, budget)
             cached = completed_trials(self.results).get(key)
             if cached is not None and cached["loss"] is not None:  # a restarted search: no retraining
                 return {"loss": cached["loss"], "info": {**cached.get("info", {}), "cached": True}}
             name = "trial-" + "-".join(str(int(c)) for c in config_id) + f"-b{budget:g}"
-            row: dict[str, Any] = {"config_id": list(config_id), "config": plain(config), "budget": float(budget)}
+            row: dict[str, Any] = {
+                "config_id": list(config_id),
+                "config": plain(config),
+                "budget": float(budget),
+            }
             try:
                 result = run_trial(
-                    self.base_config, config, budget, SearchPaths(self.out_dir).trial(name), self.settings, self.data
+                    self.base_config,
+                    config,
+                    budget,
+                    SearchPaths(self.out_dir).trial(name),
+                    self.settings,
+                    self.data,
                 )
                 row.update(loss=result["loss"], info=result["info"])
                 return result
@@ -360,7 +376,9 @@ def name_server(run_dir: Path, run_id: str, settings: Mapping[str, Any]) -> Any:
 
     address_file = run_dir / ADDRESS_NAME
     address_file.unlink(missing_ok=True)  # a stale address from an earlier master must not be joined
-    ns = hpns.NameServer(run_id=run_id, host=listen_host(settings["interface"]), port=0, working_directory=None)
+    ns = hpns.NameServer(
+        run_id=run_id, host=listen_host(settings["interface"]), port=0, working_directory=None
+    )
     host, port = ns.start()
     address = {"run_id": run_id, "host": host, "port": port}
     write_text_atomic(address_file, json.dumps(address))
@@ -429,7 +447,9 @@ def finish(result: Any, out_dir: Path, config: Mapping[str, Any]) -> dict[str, A
     best = plain(id2config[incumbent]["config"])
     best_runs = [r for r in result.get_runs_by_id(incumbent) if r.loss is not None]
     best_loss = min(r.loss for r in best_runs)
-    write_text_atomic(SearchPaths(out_dir).best, yaml.safe_dump({"train": train_settings(best)}, sort_keys=True))
+    write_text_atomic(
+        SearchPaths(out_dir).best, yaml.safe_dump({"train": train_settings(best)}, sort_keys=True)
+    )
     from pipeline.reporting.plots import search_progress
 
     search_progress(runs, SearchPaths(out_dir).plot)

@@ -129,7 +129,11 @@ def simulate(
         write_sample(path, arrays, sample_id, templates)
         written += 1
     total_written = sum(comm.allgather(written))
-    summary = {"samples": sim_config["samples"], "written_this_run": total_written, "family": sim_config["family"]}
+    summary = {
+        "samples": sim_config["samples"],
+        "written_this_run": total_written,
+        "family": sim_config["family"],
+    }
     if rank == 0:
         record = {**summary, "param_names": list(parameters), "config": json.loads(json.dumps(sim_config))}
         write_json_atomic(RawPaths(out_dir).summary, record)

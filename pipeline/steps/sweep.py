@@ -54,7 +54,9 @@ def point_overrides(sweep: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             raise Sim2dlError(f"config key 'sweep.points.{name}': a grid point has the same name")
         points[name] = dict(overrides)
     if not points:
-        raise Sim2dlError("config key 'sweep': give 'grid' (dotted key -> values) or 'points' (name -> sections)")
+        raise Sim2dlError(
+            "config key 'sweep': give 'grid' (dotted key -> values) or 'points' (name -> sections)"
+        )
     return points
 
 

@@ -3,8 +3,8 @@
 Each rank reads its own staged files (from the node's `staged.json`), interleaves them, shuffles records
 across shards with a per-epoch seed, batches, parses (one vectorised parse per batch) and prefetches.
 Variable-length records are bucketed by length. The task (pipeline.training.tasks: regression, classification,
-segmentation) shapes the labels and gives the loss and metrics; the model (pipeline.training.models) is a built-in
-or the user's own builder, checked before any data is touched.
+segmentation) shapes the labels and gives the loss and metrics; the model (pipeline.training.models) is a
+built-in or the user's own builder, checked before any data is touched.
 
 Horovod: hvd.init, weights and optimizer state broadcast from rank 0 after the first step, gradients
 averaged with DistributedGradientTape, metrics averaged with allreduce, learning rate scaled by the number
@@ -70,20 +70,45 @@ from pipeline.training.tasks import Evaluation
 log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
 
 
-def training_batches(data: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task: Any, model: Any,
-                     slab: Any, start_epoch: int) -> Any:  # fmt: skip
+def training_batches(
+    data: Any,
+    meta: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    task: Any,
+    model: Any,
+    slab: Any,
+    start_epoch: int,
+) -> Any:
     """One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
     reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay)."""
     seed = settings["seed"] * 1000 + start_epoch
-    return iter(input_pipeline(data.files, meta, settings, task, model.input_shape, training=True, shard=data.shard,
-                               epoch_seed=seed, fraction=data.fraction, slab=slab, pieces=data.pieces,
-                               transforms=model.transforms))  # fmt: skip
+    return iter(
+        input_pipeline(
+            data.files,
+            meta,
+            settings,
+            task,
+            model.input_shape,
+            training=True,
+            shard=data.shard,
+            epoch_seed=seed,
+            fraction=data.fraction,
+            slab=slab,
+            pieces=data.pieces,
+            transforms=model.transforms,
+        )
+    )
 
 
 def train(
-    config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any, baseline: bool = True,
+    config: Mapping[str, Any],
+    merged_dir: Path,
+    stage_summary: Path,
+    out_dir: Path,
+    comm: Any,
+    baseline: bool = True,
     trial: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Set up (settings and model checked, Horovod, this rank's data), restore, run the epochs, finish.
     baseline False: no classical baseline (search trials, which only need the validation loss); trial: a
     search trial's {id, hyperparameters}, written beside its curves for TensorBoard's HParams dashboard."""
@@ -91,7 +116,8 @@ def train(
     devices.hide_gpus_if_cpu(settings)  # before TensorFlow is imported (start_horovod's again: idempotent)
     if settings["population"]["enabled"]:
         return train_population(config, merged_dir, stage_summary, out_dir, comm, baseline)
-    # imported before start_horovod sets Horovod's environment: the other order measured 18 % slower on 2 ranks
+    # imported before start_horovod sets Horovod's environment: the other order measured 18 % slower on 2
+    # ranks
     import horovod.tensorflow as hvd
 
     meta = load_metadata(merged_dir)
@@ -101,7 +127,14 @@ def train(
     log.info(json.dumps({"rank": rank, "device": device}))
     paths = TrainPaths(out_dir)
     data = rank_data(
-        config, meta, merged_dir, stage_summary, paths, comm, layout, samples_per_record=task.samples_per_record()
+        config,
+        meta,
+        merged_dir,
+        stage_summary,
+        paths,
+        comm,
+        layout,
+        samples_per_record=task.samples_per_record(),
     )
     model, classical, hybrid = baseline_start(config, meta, task, model, data, comm, layout.split)
     # this rank's planes: its slab files' (merge.slabs), or cut from whole records
@@ -110,29 +143,58 @@ def train(
     optimizer = make_optimizer(settings, device["precision"])
     key = resume_key(settings, meta["plan_digest"], model.source, "epoch")
     restored = restore(key, paths, keras_model, optimizer, comm, "epoch", settings["warm_start"])
-    train_step, predict = step_functions(keras_model, optimizer, task.loss(), autograph=model.source.built_in is None,
-                                         averaged_over=model.eval_transforms)  # fmt: skip
+    train_step, predict = step_functions(
+        keras_model,
+        optimizer,
+        task.loss(),
+        autograph=model.source.built_in is None,
+        averaged_over=model.eval_transforms,
+    )
 
     def validate(split: str = "validation") -> tuple[float, Evaluation]:
         pipeline = data.evaluation_input(split, meta, settings, task, model.input_shape, slab=slab)
         return evaluate(pipeline, task, predict, comm, counted=layout.spatial_rank == 0)
 
     if rank == 0:
-        announce_start(paths, {"unit": "epoch", "length": settings["epochs"], "ranks": size,
-                               "spatial_split": layout.split, "epochs": settings["epochs"],
-                               "steps_per_epoch": data.steps, "train_records_per_rank": data.records,
-                               "resume_from_epoch": restored.done, "warm_start": restored.warm_start})  # fmt: skip
+        announce_start(
+            paths,
+            {
+                "unit": "epoch",
+                "length": settings["epochs"],
+                "ranks": size,
+                "spatial_split": layout.split,
+                "epochs": settings["epochs"],
+                "steps_per_epoch": data.steps,
+                "train_records_per_rank": data.records,
+                "resume_from_epoch": restored.done,
+                "warm_start": restored.warm_start,
+            },
+        )
     iterator = training_batches(data, meta, settings, task, model, slab, restored.done)
     board = Board.of(settings, paths.tensorboard / "train", rank == 0, trial)
 
     def report(row: dict[str, Any], scored: tuple[float, Evaluation]) -> None:
         board.row(row["epoch"], row, task.metrics(scored[1]))
 
-    history, evaluation, kept = run_epochs(settings, data.steps, layout.groups, layout.split, model.keras, optimizer,
-                                           train_step, iterator, validate, restored, paths, report)  # fmt: skip
+    history, evaluation, kept = run_epochs(
+        settings,
+        data.steps,
+        layout.groups,
+        layout.split,
+        model.keras,
+        optimizer,
+        train_step,
+        iterator,
+        validate,
+        restored,
+        paths,
+        report,
+    )
     final = kept_evaluation(kept, keras_model, paths, history, evaluation)
     scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
-    found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
+    found = classical_baseline(
+        config, meta, task, model, data, layout, comm, asked=baseline, classical=classical
+    )
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     extra = {
         "hybrid": hybrid,

@@ -107,12 +107,12 @@ class FileContents:
     """Whole files read ahead of use by one thread, delivered in order.
 
     Each file's contents are a view of a reused page-aligned buffer, valid until the next item is taken;
-    at most `depth` files are in memory at once. For a file with `wanted(path)` False the item is None: it is only
-    requested from storage ahead of time (POSIX_FADV_WILLNEED), for a reader that opens it by path.
-    Reads run in `threads` threads because their system calls release the GIL, so storage works while
-    this thread parses, and a few requests in flight keep storage busier than one. Two by default: more
-    contend for the GIL (docs/benchmarks.md, design measurements); ranks give the further parallel
-    requests that parallel file systems want."""
+    at most `depth` files are in memory at once. For a file with `wanted(path)` False the item is None: it is
+    only requested from storage ahead of time (POSIX_FADV_WILLNEED), for a reader that opens it by path. Reads
+    run in `threads` threads because their system calls release the GIL, so storage works while this thread
+    parses, and a few requests in flight keep storage busier than one. Two by default: more contend for the
+    GIL (docs/benchmarks.md, design measurements); ranks give the further parallel requests that parallel file
+    systems want."""
 
     def __init__(
         self,
@@ -309,9 +309,16 @@ def read_extents(
 
 
 def _read_runs(
-    paths: Sequence[Path], run_file: np.ndarray, dense: np.ndarray, read_start: np.ndarray, run_start: np.ndarray,
-    run_end: np.ndarray, buffer: np.ndarray, place: np.ndarray, size: np.ndarray,
-) -> None:  # fmt: skip
+    paths: Sequence[Path],
+    run_file: np.ndarray,
+    dense: np.ndarray,
+    read_start: np.ndarray,
+    run_start: np.ndarray,
+    run_end: np.ndarray,
+    buffer: np.ndarray,
+    place: np.ndarray,
+    size: np.ndarray,
+) -> None:
     """Read each run (dense ones with O_DIRECT) into its place in `buffer`, each file opened once per mode."""
     fds: dict[tuple[int, bool], tuple[int, bool]] = {}
     try:
@@ -369,9 +376,9 @@ def read_batches(
     paths: Sequence[Path], count: int, batch: Callable[[int], Extents], direct: bool = True
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The bytes of batches 0..count-1 of ranges (`batch(k)` gives batch k's extents in `paths` when its
-    turn comes), each read with few large reads (pipeline.storage.directio.read_extents; direct: long runs with
-    O_DIRECT), the next one by a thread while the caller uses this one. Yields where each range starts
-    in a buffer, and the buffer, valid until the next batch is taken (two buffers alternate and are
+    turn comes), each read with few large reads (pipeline.storage.directio.read_extents; direct: long runs
+    with O_DIRECT), the next one by a thread while the caller uses this one. Yields where each range starts in
+    a buffer, and the buffer, valid until the next batch is taken (two buffers alternate and are
     reused: fresh memory costs a page fault per page on first touch, on VMs several times the read)."""
     buffers = [aligned_buffer(0), aligned_buffer(0)]
 

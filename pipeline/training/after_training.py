@@ -17,8 +17,15 @@ from pipeline.training.session import Model
 from pipeline.training.tasks import Task, TrainedModel
 
 
-def after_training(task: Task, model: Model, data: RankData, meta: Mapping[str, Any], settings: Mapping[str, Any],
-                   comm: Any, out: Path) -> dict[str, Any]:  # fmt: skip
+def after_training(
+    task: Task,
+    model: Model,
+    data: RankData,
+    meta: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    comm: Any,
+    out: Path,
+) -> dict[str, Any]:
     """The task's entries for summary.json from the kept model ({} for most tasks); `out`: the run's
     directory, where the task may write its own files."""
     split = "test" if data.test_files is not None else "validation"

@@ -51,38 +51,53 @@ def plan(augment: Mapping[str, Any], spatial_shape: Sequence[int | None], split:
         return []
     if augment.get("vector_labels"):
         raise Sim2dlError(
-            f"config key '{KEY}.vector_labels': labels {list(augment['vector_labels'])} are directions or vectors, "
-            "which rotate with the field; sim2dl augments only invariant labels: turn augmentation off for this "
-            "dataset, or train on invariant labels (magnitudes)")  # fmt: skip
+            f"config key '{KEY}.vector_labels': labels {list(augment['vector_labels'])} are directions or "
+            "vectors, "
+            "which rotate with the field; sim2dl augments only invariant labels: turn augmentation off for "
+            "this "
+            "dataset, or train on invariant labels (magnitudes)"
+        )
     k = len(spatial_shape)
     if k == 0:
         raise Sim2dlError(f"config key '{KEY}': the model's input has no spatial axes to transform")
     if None in spatial_shape:
-        raise Sim2dlError(f"config key '{KEY}': variable-length samples ({list(spatial_shape)}) cannot be augmented")
+        raise Sim2dlError(
+            f"config key '{KEY}': variable-length samples ({list(spatial_shape)}) cannot be augmented"
+        )
     for name, axes in (("permute", permute), ("flips", flips)):
         bad = [a for a in axes if not isinstance(a, int) or not 0 <= a < k]
         if bad:
-            raise Sim2dlError(f"config key '{KEY}.{name}': axes {bad} are not spatial axes of the sample (0..{k - 1})")
+            raise Sim2dlError(
+                f"config key '{KEY}.{name}': axes {bad} are not spatial axes of the sample (0..{k - 1})"
+            )
     fixed = {0} if split > 1 else set()  # the split axis: its planes live on other ranks
     if symmetries:
         free = [a for a in range(k) if a not in fixed]
-        groups = [[a for a in free if spatial_shape[a] == n] for n in dict.fromkeys(spatial_shape[a] for a in free)]
+        groups = [
+            [a for a in free if spatial_shape[a] == n] for n in dict.fromkeys(spatial_shape[a] for a in free)
+        ]
         flips = free
     else:
         moved = sorted(fixed & set(permute + flips))
         if moved:
-            raise Sim2dlError(f"config key '{KEY}': with train.spatial.split {split} the split axis 0 is neither "
-                              "permuted nor flipped (its planes are on other ranks)")  # fmt: skip
+            raise Sim2dlError(
+                f"config key '{KEY}': with train.spatial.split {split} the split axis 0 is neither "
+                "permuted nor flipped (its planes are on other ranks)"
+            )
         if len({spatial_shape[a] for a in permute}) > 1:
             lengths = [spatial_shape[a] for a in permute]
-            raise Sim2dlError(f"config key '{KEY}.permute': axes {permute} have lengths {lengths}; only axes of "
-                              "equal length can trade places")  # fmt: skip
+            raise Sim2dlError(
+                f"config key '{KEY}.permute': axes {permute} have lengths {lengths}; only axes of "
+                "equal length can trade places"
+            )
         groups = [sorted(set(permute))] if permute else []
     orders = [tuple(range(k))]
     for group in groups:  # every permutation within each group of equal-length axes
         orders = [_permuted(o, group, p) for o in orders for p in itertools.permutations(group)]
-    flip_sets = [tuple(a for a, bit in zip(sorted(set(flips)), bits, strict=True) if bit)
-                 for bits in itertools.product((0, 1), repeat=len(set(flips)))]  # fmt: skip
+    flip_sets = [
+        tuple(a for a, bit in zip(sorted(set(flips)), bits, strict=True) if bit)
+        for bits in itertools.product((0, 1), repeat=len(set(flips)))
+    ]
     return [Transform(o, f) for o in orders for f in flip_sets]
 
 
@@ -119,7 +134,9 @@ def transform_batch(x: Any, t: Transform) -> Any:
     return tf.reverse(out, [a + 1 for a in t.flips]) if t.flips else out
 
 
-def augment_batch(x: Any, y: Any, transforms: Sequence[Transform], seed: Any, moves_labels: bool) -> tuple[Any, Any]:
+def augment_batch(
+    x: Any, y: Any, transforms: Sequence[Transform], seed: Any, moves_labels: bool
+) -> tuple[Any, Any]:
     """Each sample of a batch under one of `transforms`, drawn from a stateless stream seeded by `seed`
     (two int64s: the run's epoch seed and the batch's number), so a rerun draws the same. With
     moves_labels (segmentation) the label of each sample gets its feature's transform."""
@@ -131,7 +148,7 @@ def augment_batch(x: Any, y: Any, transforms: Sequence[Transform], seed: Any, mo
         xi, yi, i = args
         branches = [
             (lambda t=t: (_apply_tf(xi, t), _apply_tf(yi, t) if moves_labels else yi)) for t in transforms
-        ]  # fmt: skip
+        ]
         return tf.switch_case(i, branches)
 
     xs, ys = tf.map_fn(one, (x, y, picks), fn_output_signature=(x.dtype, y.dtype))

@@ -160,8 +160,11 @@ class RidgeSums:
         penalties, theta = ridge_cross_validated(reduced)
         total = reduced[0].sum(axis=0)
         names = self.names or [str(i) for i in range(self.labels)]
-        return Fitted((theta[1:], theta[0]), (total[0, 0], total[0, 1:], np.diag(total)[1:]),
-                      {"penalty": dict(zip(names, penalties.tolist(), strict=True))})  # fmt: skip
+        return Fitted(
+            (theta[1:], theta[0]),
+            (total[0, 0], total[0, 1:], np.diag(total)[1:]),
+            {"penalty": dict(zip(names, penalties.tolist(), strict=True))},
+        )
 
 
 def ridge_fit(aa: np.ndarray, ay: np.ndarray, penalty: float) -> np.ndarray:
@@ -277,16 +280,25 @@ class EmulatorSums(RidgeSums):
             projection = keep @ keep.T
             weights, bias = weights @ projection, bias @ projection + mean - mean @ projection
         sums = aa.sum(axis=0)
-        settings = {"components": components, "outputs": self.labels, "features": self.features,
-                    "penalty": {"median": float(np.median(penalties)), "min": float(penalties.min()),
-                                "max": float(penalties.max())}}  # fmt: skip
+        settings = {
+            "components": components,
+            "outputs": self.labels,
+            "features": self.features,
+            "penalty": {
+                "median": float(np.median(penalties)),
+                "min": float(penalties.min()),
+                "max": float(penalties.max()),
+            },
+        }
         return Fitted((weights, bias), (sums[0, 0], sums[0, 1:], np.diag(sums)[1:]), settings)
 
 
-# ---------------------------------------------------------------- principal components: an autoencoder's baseline
+# ---------------------------------------------------------------- principal components: an autoencoder's
+# baseline
 
 
-SKETCH_OVERSAMPLING = 16  # a sketch's columns beyond twice the components (Tropp et al. 2017 take 2k + 1 at least)
+# a sketch's columns beyond twice the components (Tropp et al. 2017 take 2k + 1 at least)
+SKETCH_OVERSAMPLING = 16
 SKETCH_SEED = 20261128
 
 
@@ -360,8 +372,12 @@ class PcaSums:
             basis, values = nystrom(outer / n - np.outer(mean, mean @ self.omega), self.omega, k)
         self.mean, self.basis = mean, basis
         explained = float(values[:k].sum() / max(values.sum(), TINY)) if self.omega is None else None
-        settings = {"components": k, "pca": "exact covariance" if self.omega is None else
-                    f"Nyström sketch of {self.omega.shape[1]} columns"}  # fmt: skip
+        settings = {
+            "components": k,
+            "pca": "exact covariance"
+            if self.omega is None
+            else f"Nyström sketch of {self.omega.shape[1]} columns",
+        }
         if explained is not None:
             settings["explained_variance"] = round(explained, 6)
         squares = np.diag(outer) if self.omega is None else np.zeros(self.features)
@@ -447,7 +463,9 @@ def discriminant_fit(sums: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray
 def method_name(task: Any, spatial_dims: int) -> str:
     """The task's baseline in words, with the statistics it is fitted on."""
     spectrum = f" and the log power spectrum ({BINS} log-spaced |k| bins)"
-    extra = {2: spectrum, 3: spectrum, 1: " over the real steps, and the log number of steps"}.get(spatial_dims, "")
+    extra = {2: spectrum, 3: spectrum, 1: " over the real steps, and the log number of steps"}.get(
+        spatial_dims, ""
+    )
     return task.baseline_method(f"per-channel mean, log variance, skewness, kurtosis{extra}")
 
 
@@ -496,9 +514,14 @@ class StreamingFit:
 
         return predict, settings
 
-    def record(self, predict: Any, settings: Mapping[str, Any],
-               splits: Mapping[str, Iterable[tuple[np.ndarray, np.ndarray]]], combine: Any,
-               seconds: float) -> dict[str, Any]:  # fmt: skip
+    def record(
+        self,
+        predict: Any,
+        settings: Mapping[str, Any],
+        splits: Mapping[str, Iterable[tuple[np.ndarray, np.ndarray]]],
+        combine: Any,
+        seconds: float,
+    ) -> dict[str, Any]:
         """summary.json's `baseline`, every mode's (the train step's and online training's): the method, the
         task's metrics on the first of `splits` (the test split where there is one) with each other split's
         beside under its name, the fitted settings (a ridge penalty), the seconds. `combine(evaluation)`
@@ -507,10 +530,16 @@ class StreamingFit:
         scores = self.metrics(predict, splits[names[0]], combine)
         for name in names[1:]:
             scores[name] = self.metrics(predict, splits[name], combine)
-        return {"method": method_name(self.task, self.spatial_dims), **scores, **settings,
-                "seconds": round(seconds, 3)}  # fmt: skip
+        return {
+            "method": method_name(self.task, self.spatial_dims),
+            **scores,
+            **settings,
+            "seconds": round(seconds, 3),
+        }
 
-    def metrics(self, predict: Any, batches: Iterable[tuple[np.ndarray, np.ndarray]], combine: Any) -> dict[str, Any]:
+    def metrics(
+        self, predict: Any, batches: Iterable[tuple[np.ndarray, np.ndarray]], combine: Any
+    ) -> dict[str, Any]:
         """The task's metrics of the fitted `predict` over the batches (every rank's, joined by `combine`)."""
         evaluation = self.task.evaluation()
         for x, y in batches:

@@ -105,13 +105,16 @@ class CounterCheckpoint:
         if number:
             wanted = [c for c in self.manager.checkpoints if c.endswith(f"ckpt-{number}")]
             if not wanted:
-                raise Sim2dlError(f"{self.directory}: no checkpoint numbered {number}, which the run's state names: "
-                                  f"rerun train afresh (remove {self.directory.parent})")  # fmt: skip
+                raise Sim2dlError(
+                    f"{self.directory}: no checkpoint numbered {number}, which the run's state names: "
+                    f"rerun train afresh (remove {self.directory.parent})"
+                )
             self.checkpoint.restore(wanted[0])
         return number
 
     def save(self, done: int, numbered: bool = False) -> None:
-        """Saved with the counter at `done` (call on one rank); numbered: the checkpoint's number is `done`."""
+        """Saved with the counter at `done` (call on one rank); numbered: the checkpoint's number is
+        `done`."""
         self.counter.assign(done)
         self.manager.save(checkpoint_number=done if numbered else None)
 
@@ -124,8 +127,9 @@ class Restored:
     warm_start: dict[str, str] | None = None  # where a fresh run's weights came from (train.warm_start)
 
 
-def restore(key: str, paths: TrainPaths, model: Any, optimizer: Any, comm: Any, unit: str,
-            warm: bool | str = False) -> Restored:  # fmt: skip
+def restore(
+    key: str, paths: TrainPaths, model: Any, optimizer: Any, comm: Any, unit: str, warm: bool | str = False
+) -> Restored:
     """The latest checkpoint written under the same key (resume_key), if any, and the history up to it:
     where an offline or online run continues (rank 0 of comm claims the directory). Without one, the
     weights `warm` names (train.warm_start), if any."""
@@ -153,8 +157,10 @@ def warm_start_file(setting: bool | str, paths: TrainPaths) -> Path | None:
     path = Path(setting)
     path = TrainPaths(path).kept_weights if path.is_dir() else path
     if not path.is_file():
-        raise Sim2dlError(f"config key 'train.warm_start': {setting}: no kept weights ({path} is missing: a train "
-                          f"directory has them once a training in it has finished)")  # fmt: skip
+        raise Sim2dlError(
+            f"config key 'train.warm_start': {setting}: no kept weights ({path} is missing: a train "
+            f"directory has them once a training in it has finished)"
+        )
     return path
 
 
@@ -170,14 +176,18 @@ def warm_start(setting: bool | str, paths: TrainPaths, model: Any) -> dict[str, 
         arrays = [stored[f"arr_{i}"] for i in range(len(stored.files))]
     variables = model.weights
     if len(arrays) != len(variables):
-        raise Sim2dlError(f"config key 'train.warm_start': {path} holds {len(arrays)} variables, this model has "
-                          f"{len(variables)}: another model")  # fmt: skip
+        raise Sim2dlError(
+            f"config key 'train.warm_start': {path} holds {len(arrays)} variables, this model has "
+            f"{len(variables)}: another model"
+        )
     for i, (variable, array) in enumerate(zip(variables, arrays, strict=True)):
         dtype = exchange.numpy_dtype(variable)
         if tuple(variable.shape) != array.shape or dtype != array.dtype:
-            raise Sim2dlError(f"config key 'train.warm_start': {path}: variable {i} ({variable.name}) is "
-                              f"{dtype}{list(variable.shape)} in this model, {array.dtype}{list(array.shape)} there: "
-                              f"another model")  # fmt: skip
+            raise Sim2dlError(
+                f"config key 'train.warm_start': {path}: variable {i} ({variable.name}) is "
+                f"{dtype}{list(variable.shape)} in this model, {array.dtype}{list(array.shape)} there: "
+                f"another model"
+            )
     for variable, array in zip(variables, arrays, strict=True):
         variable.assign(array)
     log.info("sim2dl train: starting from the weights in %s (train.warm_start)", path)
@@ -199,8 +209,13 @@ def packed_weights(model: Any) -> np.ndarray:
     return exchange.pack(model.weights)
 
 
-def save_window(paths: TrainPaths, history: Sequence[Mapping[str, Any]], checkpoint: CounterCheckpoint, kept: Any,
-                improved: bool) -> None:  # fmt: skip
+def save_window(
+    paths: TrainPaths,
+    history: Sequence[Mapping[str, Any]],
+    checkpoint: CounterCheckpoint,
+    kept: Any,
+    improved: bool,
+) -> None:
     """The end of a window on the rank that writes (offline and online): the history, the best weights
     where this window improved them (train.keep: best; kept: the kernel's Kept, which holds them packed),
     the checkpoint, older best weights removed. History first: a kill between the two leaves the older
@@ -229,13 +244,17 @@ def restore_kept(kept: Any, model: Any, paths: TrainPaths, history: Sequence[Map
         return kept.evaluation
     path = paths.best_weights(kept.at, kept.unit)
     if not path.exists():
-        raise Sim2dlError(f"{path} is missing: the best {kept.unit}'s weights (train.keep: best); rerun train afresh "
-                          f"(remove {paths.checkpoints})")  # fmt: skip
+        raise Sim2dlError(
+            f"{path} is missing: the best {kept.unit}'s weights (train.keep: best); rerun train afresh "
+            f"(remove {paths.checkpoints})"
+        )
     exchange.unpack(model.weights, load_packed(path))
     return None
 
 
-def kept_evaluation(kept: Any, model: Any, paths: TrainPaths, history: Sequence[Mapping[str, Any]], last: Any) -> Any:
+def kept_evaluation(
+    kept: Any, model: Any, paths: TrainPaths, history: Sequence[Mapping[str, Any]], last: Any
+) -> Any:
     """The final evaluation (offline and online): the kept unit's (train.keep: best; its weights put back
     into the model), else the last unit's `last`. None: validate the model as it is again (a resumed run
     with nothing left to train)."""

@@ -42,12 +42,24 @@ class Classical:
         assert self.fitting.linear is not None and self.fitting.moments is not None
         weights, bias = self.fitting.linear
         mean, scale = self.fitting.moments
-        return FittedBaseline(self.fitting.spatial_dims, mean, np.where(scale > 0, scale, 1.0), weights,
-                              np.maximum(bias, LOGIT_FLOOR))  # fmt: skip
+        return FittedBaseline(
+            self.fitting.spatial_dims,
+            mean,
+            np.where(scale > 0, scale, 1.0),
+            weights,
+            np.maximum(bias, LOGIT_FLOOR),
+        )
 
 
-def baseline_start(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,
-                   comm: Any, split: int) -> tuple[Model, Classical | None, dict[str, Any]]:  # fmt: skip
+def baseline_start(
+    config: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    task: Task,
+    model: Model,
+    data: RankData,
+    comm: Any,
+    split: int,
+) -> tuple[Model, Classical | None, dict[str, Any]]:
     """Where train.hybrid applies: the baseline fitted now and the model rebuilt to start from it (every
     rank alike). Returns the model to train, the fit (None: fitted after training, if asked for) and the
     summary's record of what was done."""
@@ -57,15 +69,26 @@ def baseline_start(config: Mapping[str, Any], meta: Mapping[str, Any], task: Tas
     classical = fit_classical(config, meta, task, model, data, comm)
     started = start_from_baseline(config["train"], task, model, classical, mode)
     statistics = int(classical.for_model().mean.size)
-    return started, classical, {"mode": mode, "statistics": statistics, "fit_seconds": round(classical.seconds, 3)}
+    return (
+        started,
+        classical,
+        {"mode": mode, "statistics": statistics, "fit_seconds": round(classical.seconds, 3)},
+    )
 
 
-def start_from_baseline(settings: Mapping[str, Any], task: Task, model: Model, classical: Classical,
-                        mode: str) -> Model:  # fmt: skip
+def start_from_baseline(
+    settings: Mapping[str, Any], task: Task, model: Model, classical: Classical, mode: str
+) -> Model:
     """The built-in model rebuilt to start where the fitted baseline ends (train.hybrid: models/hybrid.py)."""
     source = model.source
-    keras = build_hybrid(source.built_in, model.input_shape, task.outputs(), built_in_args(source, settings), mode,
-                         classical.for_model())  # fmt: skip
+    keras = build_hybrid(
+        source.built_in,
+        model.input_shape,
+        task.outputs(),
+        built_in_args(source, settings),
+        mode,
+        classical.for_model(),
+    )
     return Model(keras, source, model.input_shape, model.transforms, model.eval_transforms)
 
 
@@ -75,24 +98,42 @@ def arrays(pipeline: Any, feature: str) -> Any:
         yield (x[feature] if isinstance(x, dict) else x).numpy(), y.numpy()
 
 
-def fit_classical(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,
-                  comm: Any) -> Classical:  # fmt: skip
+def fit_classical(
+    config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData, comm: Any
+) -> Classical:
     """The baseline fitted on every rank's training records (its penalty chosen by cross-validation within
     them: nothing of validation or test is read)."""
     start = time.perf_counter()
     shape = [1 if n is None else n for n in model.input_shape]
     fitting = StreamingFit(task, shape, spatial_dims(model.source, model.input_shape))
-    training = input_pipeline(data.files, meta, config["train"], task, model.input_shape, training=False,
-                              shard=data.shard, epoch_seed=0, fraction=data.fraction, pieces=data.pieces,
-                              holdout=False)  # fmt: skip
+    training = input_pipeline(
+        data.files,
+        meta,
+        config["train"],
+        task,
+        model.input_shape,
+        training=False,
+        shard=data.shard,
+        epoch_seed=0,
+        fraction=data.fraction,
+        pieces=data.pieces,
+        holdout=False,
+    )
     for x, y in arrays(training, task.data.feature):
         fitting.add(x, y)
     predict, fitted = fitting.fit(lambda sums: [comm.allreduce(a) for a in sums])
     return Classical(fitting, predict, fitted, time.perf_counter() - start)
 
 
-def score_classical(classical: Classical, config: Mapping[str, Any], meta: Mapping[str, Any], task: Task,
-                    model: Model, data: RankData, comm: Any) -> dict[str, Any]:  # fmt: skip
+def score_classical(
+    classical: Classical,
+    config: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    task: Task,
+    model: Model,
+    data: RankData,
+    comm: Any,
+) -> dict[str, Any]:
     """The fitted baseline's scores by the task's metrics: on the test records where there is a test split
     (its validation scores beside), else on the validation records."""
     start = time.perf_counter()
@@ -105,13 +146,26 @@ def score_classical(classical: Classical, config: Mapping[str, Any], meta: Mappi
         return arrays(pipeline, task.data.feature)
 
     splits = ["test", "validation"] if data.test_files is not None else ["validation"]
-    return classical.fitting.record(classical.predict, classical.settings, {s: records(s) for s in splits}, combine,
-                                    classical.seconds + time.perf_counter() - start)  # fmt: skip
+    return classical.fitting.record(
+        classical.predict,
+        classical.settings,
+        {s: records(s) for s in splits},
+        combine,
+        classical.seconds + time.perf_counter() - start,
+    )
 
 
-def classical_baseline(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Model, data: RankData,
-                       layout: SpatialLayout, comm: Any, asked: bool = True,
-                       classical: Classical | None = None) -> dict[str, Any]:  # fmt: skip
+def classical_baseline(
+    config: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    task: Task,
+    model: Model,
+    data: RankData,
+    layout: SpatialLayout,
+    comm: Any,
+    asked: bool = True,
+    classical: Classical | None = None,
+) -> dict[str, Any]:
     """The baseline's record for the summary: scored from `classical` (fitted before training), else fitted
     now. Not under a spatial split, where no rank holds whole samples; asked False: not at all (a search
     trial)."""

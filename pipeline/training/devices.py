@@ -34,12 +34,21 @@ class DeviceChoice:
 
     def describe(self, visible: str | None) -> dict[str, Any]:
         """The summary's record of it, with the CUDA_VISIBLE_DEVICES the rank was given."""
-        return {"kind": self.kind, "gpu_index": self.gpu_index, "cuda_visible_devices": visible,
-                "shared_by": self.shared_by, "reason": self.reason}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "gpu_index": self.gpu_index,
+            "cuda_visible_devices": visible,
+            "shared_by": self.shared_by,
+            "reason": self.reason,
+        }
 
 
 def choose_device(
-    setting: str, visible_gpus: int, local_rank: int, local_size: int, environ: Mapping[str, str] | None = None
+    setting: str,
+    visible_gpus: int,
+    local_rank: int,
+    local_size: int,
+    environ: Mapping[str, str] | None = None,
 ) -> DeviceChoice:
     """The device of a rank that sees `visible_gpus` GPUs, being `local_rank` of `local_size` ranks on
     its node, under train.device `setting`; `environ` (default os.environ) says how Slurm bound GPUs."""
@@ -52,8 +61,10 @@ def choose_device(
         if setting == "gpu":
             visible = environ.get("CUDA_VISIBLE_DEVICES")
             raise Sim2dlError(
-                f"config key 'train.device': gpu, but local rank {local_rank} sees no GPU that TensorFlow can use "
-                f"(CUDA_VISIBLE_DEVICES={visible!r}; on Slurm ask for --gpus-per-task, in a container give the "
+                f"config key 'train.device': gpu, but local rank {local_rank} sees no GPU that TensorFlow "
+                "can use "
+                f"(CUDA_VISIBLE_DEVICES={visible!r}; on Slurm ask for --gpus-per-task, in a container give "
+                "the "
                 "runtime its GPU switch: docs/training.md)"
             )
         return DeviceChoice("cpu", None, "no GPU visible")
@@ -69,10 +80,13 @@ def choose_device(
 def _gpu(setting: str, index: int, reason: str, shared_by: int) -> DeviceChoice:
     if shared_by > 1 and setting == "gpu":
         raise Sim2dlError(
-            f"config key 'train.device': gpu, but {shared_by} ranks of a node would share each GPU ({reason}): "
+            f"config key 'train.device': gpu, but {shared_by} ranks of a node would share each GPU "
+            f"({reason}): "
             "start one rank per GPU (MPI_TASKS, --gpus-per-task), or set train.device: auto to share them"
         )
-    return DeviceChoice("gpu", index, reason + (f", shared by {shared_by} ranks" if shared_by > 1 else ""), shared_by)
+    return DeviceChoice(
+        "gpu", index, reason + (f", shared by {shared_by} ranks" if shared_by > 1 else ""), shared_by
+    )
 
 
 def bound_per_task(environ: Mapping[str, str]) -> bool:

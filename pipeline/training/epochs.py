@@ -21,11 +21,20 @@ from pipeline.training.tasks import Evaluation
 log = logging.getLogger(__name__)
 
 
-def run_epochs(settings: Mapping[str, Any], steps: int, groups: int, split: int, model: Any, optimizer: Any,
-               train_step: Any, iterator: Any, validate: Callable[[], tuple[float, Evaluation]],
-               restored: Restored, paths: TrainPaths,
-               report: Callable[[dict[str, Any], Any], None] = lambda row, evaluation: None,
-               ) -> tuple[list[dict[str, Any]], Any, Kept]:  # fmt: skip
+def run_epochs(
+    settings: Mapping[str, Any],
+    steps: int,
+    groups: int,
+    split: int,
+    model: Any,
+    optimizer: Any,
+    train_step: Any,
+    iterator: Any,
+    validate: Callable[[], tuple[float, Evaluation]],
+    restored: Restored,
+    paths: TrainPaths,
+    report: Callable[[dict[str, Any], Any], None] = lambda row, evaluation: None,
+) -> tuple[list[dict[str, Any]], Any, Kept]:
     """The epochs from the restored one to train.epochs (or until train.patience stops them), each a window
     of the training kernel: returns the history, the last epoch's validation (None if no epoch was left)
     and what train.keep kept. groups: the data-parallel groups (the learning rate scales with them);
@@ -43,13 +52,27 @@ def run_epochs(settings: Mapping[str, Any], steps: int, groups: int, split: int,
 
     evaluation, kept = None, Kept.resumed(settings["keep"], history, "epoch")
     for epoch in range(restored.done, settings["epochs"]):
-        window = run_steps(train_step, optimizer, iterator, steps, lambda step, e=epoch: rate(e, step),
-                           first=epoch == restored.done)  # fmt: skip
+        window = run_steps(
+            train_step,
+            optimizer,
+            iterator,
+            steps,
+            lambda step, e=epoch: rate(e, step),
+            first=epoch == restored.done,
+        )
         average_unlearned_state(model)
         evaluation = validate()
-        row = window_row("epoch", epoch + 1, window, evaluation[0], settings["batch_size"], split,
-                         over_ranks(hvd.Average), over_ranks(hvd.Sum),
-                         learning_rate=float(optimizer.learning_rate.numpy()))  # fmt: skip
+        row = window_row(
+            "epoch",
+            epoch + 1,
+            window,
+            evaluation[0],
+            settings["batch_size"],
+            split,
+            over_ranks(hvd.Average),
+            over_ranks(hvd.Sum),
+            learning_rate=float(optimizer.learning_rate.numpy()),
+        )
         history.append(row)
         improved = kept.consider(epoch + 1, row["val_loss"], lambda: packed_weights(model), evaluation)
         if rank == 0:
@@ -58,7 +81,11 @@ def run_epochs(settings: Mapping[str, Any], steps: int, groups: int, split: int,
             report(row, evaluation)
         if kept.patience_over(epoch + 1, settings["patience"]):
             # every rank sees the same validation losses, so every rank stops after the same epoch
-            log.info("sim2dl train: no lower validation loss for %d epochs (train.patience): stopping after epoch %d",
-                     settings["patience"], epoch + 1)  # fmt: skip
+            log.info(
+                "sim2dl train: no lower validation loss for %d epochs (train.patience): stopping after epoch "
+                "%d",
+                settings["patience"],
+                epoch + 1,
+            )
             break
     return history, evaluation, kept

@@ -44,7 +44,9 @@ def unpack(variables: Sequence[Any], buffer: np.ndarray) -> None:
         v.assign(buffer[offset : offset + size].view(dtype).reshape(v.shape))
         offset += size
     if offset != buffer.size:
-        raise ValueError(f"a model of {buffer.size} bytes received for variables of {offset}: not the same model")
+        raise ValueError(
+            f"a model of {buffer.size} bytes received for variables of {offset}: not the same model"
+        )
 
 
 def swap(comm: Any, peer: int, buffer: np.ndarray) -> np.ndarray:

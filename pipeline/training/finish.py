@@ -44,9 +44,12 @@ def add_baseline(summary: dict[str, Any], task: Task, baseline: Mapping[str, Any
     summary["baseline"] = dict(baseline)
     summary["below_baseline"] = below_baseline(task, summary, baseline)
     if summary["below_baseline"] and warn:
-        log.warning("sim2dl train: warning: the network scores below the classical baseline (%s) on %s: %s",
-                    baseline["method"], ", ".join(summary["below_baseline"]),
-                    task.compared(summary["below_baseline"], summary, baseline))  # fmt: skip
+        log.warning(
+            "sim2dl train: warning: the network scores below the classical baseline (%s) on %s: %s",
+            baseline["method"],
+            ", ".join(summary["below_baseline"]),
+            task.compared(summary["below_baseline"], summary, baseline),
+        )
 
 
 def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
@@ -62,7 +65,8 @@ def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
 
 
 SELECTED_ON_VALIDATION = (
-    "scored on the validation split, which also chose the kept epoch or round (train.keep, train.patience) and "
+    "scored on the validation split, which also chose the kept epoch or round (train.keep, train.patience) "
+    "and "
     "a search's trials: optimistic; a test split (merge.splits: {train, validation, test}) gives scores that "
     "no choice has seen"
 )
@@ -84,8 +88,12 @@ class Scores:
         """summary.json's scores: val_loss (what a search reads), the headline metrics, which split they are
         on, and the other split's beside them."""
         split, headline = self.headline
-        doc: dict[str, Any] = {"val_loss": self.validation[0], "scored_on": split, "score_names": list(task.scores),
-                               **task.metrics(headline)}  # fmt: skip
+        doc: dict[str, Any] = {
+            "val_loss": self.validation[0],
+            "scored_on": split,
+            "score_names": list(task.scores),
+            **task.metrics(headline),
+        }
         doc["validation_records"] = task.evaluated_records(self.validation[1])
         if self.test is not None:
             doc["test_loss"] = self.test[0]
@@ -115,10 +123,20 @@ class Ranks:
     comm: Any  # the job's ranks (a population's trainers each run Horovod on their own)
 
 
-def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequence[Mapping[str, Any]],
-           scores: Scores, paths: TrainPaths, ranks: Ranks, kept: Kept,
-           baseline: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
-           curves: Callable[[Path], None] | None = None, board: Board | None = None) -> dict[str, Any]:  # fmt: skip
+def finish(
+    config: Mapping[str, Any],
+    task: Task,
+    model: Model,
+    history: Sequence[Mapping[str, Any]],
+    scores: Scores,
+    paths: TrainPaths,
+    ranks: Ranks,
+    kept: Kept,
+    baseline: Mapping[str, Any],
+    extra: Mapping[str, Any] | None = None,
+    curves: Callable[[Path], None] | None = None,
+    board: Board | None = None,
+) -> dict[str, Any]:
     """The summary of the final evaluation (the task's metrics, with a check that every rank holds the same
     weights, the device each rank used and where the model's code came from), and on rank 0 the model, the
     figures and summary.json. extra: more of the summary; curves: draws the learning curves' figure
@@ -129,8 +147,8 @@ def finish(config: Mapping[str, Any], task: Task, model: Model, history: Sequenc
     _, result = scores.headline
     summary = {
         "task": task.name,
-        # the configured length, in the kept record's unit (a population's rounds, online steps; epochs are then
-        # spread over them or unused)
+        # the configured length, in the kept record's unit (a population's rounds, online steps; epochs are
+        # then spread over them or unused)
         f"{kept.unit}s": configured_length(settings, kept.unit),
         "ranks": size,
         "spatial": {"split": ranks.layout.split, "groups": ranks.layout.groups},

@@ -47,7 +47,9 @@ def rank_files(
     files = [node_dir / name for name in names]
     missing = [f for f in files if not f.exists()]
     if missing:
-        raise Sim2dlError(f"staged file {missing[0]} is missing ({len(missing)} of {len(files)}): rerun stage")
+        raise Sim2dlError(
+            f"staged file {missing[0]} is missing ({len(missing)} of {len(files)}): rerun stage"
+        )
     if listing["mode"] == "sample" and split in (None, "train"):
         rank = listing["ranks"][local_rank]
         own = f"rank-{rank:05d}{shard_format(listing['format']).suffix}"
@@ -57,7 +59,9 @@ def rank_files(
     return files, (local_size, local_rank)
 
 
-def count_records(files: Sequence[Path], fraction: float | None, shard: tuple[int, int] | None) -> tuple[int, int]:
+def count_records(
+    files: Sequence[Path], fraction: float | None, shard: tuple[int, int] | None
+) -> tuple[int, int]:
     """(train, validation) records in the files, reading only their sample ids (fraction None: all are
     training records)."""
     import tensorflow as tf
@@ -66,11 +70,17 @@ def count_records(files: Sequence[Path], fraction: float | None, shard: tuple[in
     if shard:
         ds = ds.shard(*shard)
     ids = ds.map(
-        lambda r: tf.io.parse_single_example(r, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
+        lambda r: tf.io.parse_single_example(r, {"sample_id": tf.io.FixedLenFeature([], tf.string)})[
+            "sample_id"
+        ]
     )
     val = train = 0
     for batch in ids.batch(4096):
-        v = 0 if fraction is None else int(tf.reduce_sum(tf.cast(holdout_validation(batch, fraction), tf.int32)))
+        v = (
+            0
+            if fraction is None
+            else int(tf.reduce_sum(tf.cast(holdout_validation(batch, fraction), tf.int32)))
+        )
         val += v
         train += int(batch.shape[0]) - v
     return train, val
@@ -112,7 +122,8 @@ def input_pipeline(
     tournament set (pipeline.data.splits.holdout_tournament): side True reads only them, False skips them.
     cache: keep the records that pass the hold-outs in memory (serialized) after the first pass, so a
     held-out set read again and again (a population's tournament and validation sets) is read once.
-    whole: the records as they are, not cut into the task's samples (Task.samples: a rollout's trajectories)."""
+    whole: the records as they are, not cut into the task's samples (Task.samples: a rollout's
+    trajectories)."""
     pieces = pieces or range(1)  # whole records: one file per shard
     ds = shard_records(files, pieces, settings, training=training, shard=shard, epoch_seed=epoch_seed)
     ds = held_out(ds, fraction, (not training) if holdout is None else holdout, tournament)
@@ -121,12 +132,29 @@ def input_pipeline(
     if training:
         # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
         ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
-    return batches(ds, meta, settings, task, model_input, training=training, epoch_seed=epoch_seed, slab=slab,
-                   transforms=transforms, whole=whole)  # fmt: skip
+    return batches(
+        ds,
+        meta,
+        settings,
+        task,
+        model_input,
+        training=training,
+        epoch_seed=epoch_seed,
+        slab=slab,
+        transforms=transforms,
+        whole=whole,
+    )
 
 
-def shard_records(files: Sequence[Path], pieces: range, settings: Mapping[str, Any], *, training: bool,
-                  shard: tuple[int, int] | None, epoch_seed: int) -> Any:  # fmt: skip
+def shard_records(
+    files: Sequence[Path],
+    pieces: range,
+    settings: Mapping[str, Any],
+    *,
+    training: bool,
+    shard: tuple[int, int] | None,
+    epoch_seed: int,
+) -> Any:
     """The serialized records of the files (each a tuple of its slab files' records, zipped), interleaved
     across files (shuffled and repeated for training), this rank's every shard[0]-th from the shard[1]-th."""
     import tensorflow as tf
@@ -138,7 +166,10 @@ def shard_records(files: Sequence[Path], pieces: range, settings: Mapping[str, A
 
     def side_by_side(shard_files: Any) -> Any:  # the records of one shard's slab files, zipped
         return tf.data.Dataset.zip(
-            tuple(tf.data.TFRecordDataset(shard_files[k], buffer_size=READ_BUFFER_BYTES) for k in range(len(pieces)))
+            tuple(
+                tf.data.TFRecordDataset(shard_files[k], buffer_size=READ_BUFFER_BYTES)
+                for k in range(len(pieces))
+            )
         )
 
     ds = names.interleave(
@@ -150,7 +181,9 @@ def shard_records(files: Sequence[Path], pieces: range, settings: Mapping[str, A
     return ds.shard(*shard) if shard else ds
 
 
-def held_out(ds: Any, fraction: float | None, validation_side: bool, tournament: tuple[float, bool] | None) -> Any:
+def held_out(
+    ds: Any, fraction: float | None, validation_side: bool, tournament: tuple[float, bool] | None
+) -> Any:
     """The records on the asked side of the hold-outs, from one parse of the sample id: fraction's
     validation hold-out (validation_side: its held-out records, else the others), and a tournament set's
     (tournament: (fraction, side))."""
@@ -160,7 +193,9 @@ def held_out(ds: Any, fraction: float | None, validation_side: bool, tournament:
         return ds
 
     def keep(record: Any, *_: Any) -> Any:
-        sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})["sample_id"]
+        sid = tf.io.parse_single_example(record, {"sample_id": tf.io.FixedLenFeature([], tf.string)})[
+            "sample_id"
+        ]
         kept = tf.constant(True)
         if fraction is not None:
             val = holdout_validation(sid, fraction)
@@ -173,9 +208,19 @@ def held_out(ds: Any, fraction: float | None, validation_side: bool, tournament:
     return ds.filter(keep)
 
 
-def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task: Task,
-            model_input: Sequence[int | None], *, training: bool, epoch_seed: int, slab: tuple[int, int] | None,
-            transforms: Sequence[Transform], whole: bool = False) -> Any:  # fmt: skip
+def batches(
+    ds: Any,
+    meta: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    task: Task,
+    model_input: Sequence[int | None],
+    *,
+    training: bool,
+    epoch_seed: int,
+    slab: tuple[int, int] | None,
+    transforms: Sequence[Transform],
+    whole: bool = False,
+) -> Any:
     """Records parsed into batches of (features, labels) (one vectorised parse per batch where every
     field has a fixed shape, else bucketed by length), cut into the task's samples (Task.samples; whole:
     not cut, a rollout's trajectories), augmented for training, prefetched."""
@@ -193,7 +238,9 @@ def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task:
         if several:  # a trajectory's windows: shuffled across records
             ds = ds.unbatch()
             if training:
-                ds = ds.shuffle(batch * task.samples_per_record() * 4, seed=epoch_seed, reshuffle_each_iteration=True)
+                ds = ds.shuffle(
+                    batch * task.samples_per_record() * 4, seed=epoch_seed, reshuffle_each_iteration=True
+                )
             ds = ds.batch(batch, drop_remainder=training)
         if training and transforms:
 
@@ -201,7 +248,8 @@ def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task:
                 return task.augmented(*xy, transforms, tf.stack([tf.constant(epoch_seed, tf.int64), number]))
 
             ds = tf.data.Dataset.zip((ds, tf.data.Dataset.counter())).map(
-                symmetries, num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
+                symmetries, num_parallel_calls=tf.data.AUTOTUNE
+            )
     else:
         # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
         ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
@@ -213,8 +261,13 @@ def batches(ds: Any, meta: Mapping[str, Any], settings: Mapping[str, Any], task:
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def record_parsers(meta: Mapping[str, Any], task: Task, model_input: Sequence[int | None],
-                   slab: tuple[int, int] | None, whole: bool = False) -> tuple[Any, Any]:  # fmt: skip
+def record_parsers(
+    meta: Mapping[str, Any],
+    task: Task,
+    model_input: Sequence[int | None],
+    slab: tuple[int, int] | None,
+    whole: bool = False,
+) -> tuple[Any, Any]:
     """(parse a batch of records, parse one record) into (features, labels): features shaped as the
     model's input (a channel axis added where it has one more axis; slab: the planes kept; slab shards'
     planes joined), labels as the task wants them, a batch's records cut into the task's samples
@@ -238,8 +291,10 @@ def record_parsers(meta: Mapping[str, Any], task: Task, model_input: Sequence[in
         if thickness is None:
             x = decode_field(parsed, feature, field, batched, planes=slab)
         else:  # the slabs read, in order: the first file's parsed whole, the others' feature only
-            x = tf.concat([decode_field(p, feature, slab_field, batched) for p in (parsed, *others)],
-                          axis=1 if batched else 0)  # fmt: skip
+            x = tf.concat(
+                [decode_field(p, feature, slab_field, batched) for p in (parsed, *others)],
+                axis=1 if batched else 0,
+            )
         if add_channel:
             x = x[..., tf.newaxis]
         return tf.cast(x, tf.float32), y
@@ -282,9 +337,17 @@ class RankData:
     test_files: list[Path] | None = None
     test_shard: tuple[int, int] | None = None
 
-    def evaluation_input(self, split: str, meta: Mapping[str, Any], settings: Mapping[str, Any], task: Task,
-                         model_input: Sequence[int | None], slab: tuple[int, int] | None = None,
-                         cache: bool = False, whole: bool = False) -> Any:  # fmt: skip
+    def evaluation_input(
+        self,
+        split: str,
+        meta: Mapping[str, Any],
+        settings: Mapping[str, Any],
+        task: Task,
+        model_input: Sequence[int | None],
+        slab: tuple[int, int] | None = None,
+        cache: bool = False,
+        whole: bool = False,
+    ) -> Any:
         """The batches of this rank's share of the validation or the test split, in order."""
         if split == "test":
             if self.test_files is None:
@@ -292,14 +355,34 @@ class RankData:
             files, shard, fraction = self.test_files, self.test_shard, None
         else:
             files, shard, fraction = self.validation_files, self.validation_shard, self.fraction
-        return input_pipeline(files, meta, settings, task, model_input, training=False, shard=shard, epoch_seed=0,
-                              fraction=fraction, slab=slab, pieces=self.pieces, cache=cache,
-                              whole=whole)  # fmt: skip
+        return input_pipeline(
+            files,
+            meta,
+            settings,
+            task,
+            model_input,
+            training=False,
+            shard=shard,
+            epoch_seed=0,
+            fraction=fraction,
+            slab=slab,
+            pieces=self.pieces,
+            cache=cache,
+            whole=whole,
+        )
 
 
-def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Path, stage_summary: Path,
-              paths: TrainPaths, comm: Any, layout: SpatialLayout, disjoint: bool = False,
-              samples_per_record: int = 1) -> RankData:  # fmt: skip
+def rank_data(
+    config: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    merged_dir: Path,
+    stage_summary: Path,
+    paths: TrainPaths,
+    comm: Any,
+    layout: SpatialLayout,
+    disjoint: bool = False,
+    samples_per_record: int = 1,
+) -> RankData:
     """The staged files this rank reads (staging again if this node's copies are gone), and the steps
     per epoch: the fewest any rank's records allow. The ranks of a spatial set read the same records.
     disjoint: no two ranks read the same records, also where every node holds every file (a
@@ -312,7 +395,9 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
     listing = json.loads(StagedPaths(node_dir).listing.read_text())
     local = data_rank(layout, topo.node_ranks, topo.node, listing["mode"], disjoint)
-    pieces = slabs_read(meta["slabs"]["count"], layout.split, layout.spatial_rank) if "slabs" in meta else None
+    pieces = (
+        slabs_read(meta["slabs"]["count"], layout.split, layout.spatial_rank) if "slabs" in meta else None
+    )
     first = pieces[0] if pieces else None
     test_files: list[Path] | None = None
     test_shard: tuple[int, int] | None = None
@@ -331,12 +416,23 @@ def rank_data(config: Mapping[str, Any], meta: Mapping[str, Any], merged_dir: Pa
     if steps == 0:
         batch = settings["batch_size"]
         raise Sim2dlError(f"rank {layout.rank}: {n_train} training records, fewer than one batch of {batch}")
-    return RankData(files, shard, validation_files, validation_shard, fraction, n_train, steps, pieces, test_files,
-                    test_shard)  # fmt: skip
+    return RankData(
+        files,
+        shard,
+        validation_files,
+        validation_shard,
+        fraction,
+        n_train,
+        steps,
+        pieces,
+        test_files,
+        test_shard,
+    )
 
 
-def data_rank(layout: SpatialLayout, node_ranks: Sequence[Sequence[int]], node: int, mode: str,
-              disjoint: bool = False) -> tuple[int, int]:  # fmt: skip
+def data_rank(
+    layout: SpatialLayout, node_ranks: Sequence[Sequence[int]], node: int, mode: str, disjoint: bool = False
+) -> tuple[int, int]:
     """(index, count) of this rank's share of its node's staged files. The ranks of a spatial set share
     one. Where every set lies within a node, the node's sets share out the node's files; where a set spans
     nodes, every node must hold every file (stage.mode replica), and the groups share them out globally.

@@ -1,6 +1,6 @@
 """The training kernel that every way of training drives: offline epochs (pipeline.training.epochs),
-population rounds (pipeline.training.tournament) and online steps (pipeline.online.training_rank). Each of them
-is a sequence of *windows* of steps (an epoch, a round, the steps between two validations) separated by a
+population rounds (pipeline.training.tournament) and online steps (pipeline.online.training_rank). Each of
+them is a sequence of *windows* of steps (an epoch, a round, the steps between two validations) separated by a
 validation, and this module holds what a window is:
 
 - `schedule`: the learning rate of every step from train's schedule (warm-up, then constant or a half
@@ -58,8 +58,14 @@ class Window:
         return len(self.losses)
 
 
-def run_steps(train_step: Any, optimizer: Any, batches: Iterator[Any], count: int, rate: Callable[[int], float],
-              first: bool) -> Window:  # fmt: skip
+def run_steps(
+    train_step: Any,
+    optimizer: Any,
+    batches: Iterator[Any],
+    count: int,
+    rate: Callable[[int], float],
+    first: bool,
+) -> Window:
     """Up to `count` steps on `batches` (fewer if it ends), the learning rate of step i set to rate(i)
     before it; first: the window's first step is the run's first (it broadcasts rank 0's state)."""
     window = Window()
@@ -87,27 +93,59 @@ def average_unlearned_state(model: Any) -> None:
             variable.assign(hvd.allreduce(variable, op=hvd.Average))
 
 
-def history_row(unit: str, at: int, loss: float, val_loss: float, samples_per_s: float, input_wait_fraction: float,
-                seconds: float, at_time: float | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
+def history_row(
+    unit: str,
+    at: int,
+    loss: float,
+    val_loss: float,
+    samples_per_s: float,
+    input_wait_fraction: float,
+    seconds: float,
+    at_time: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """A row of the history (metrics.json, the learning curves, TensorBoard), every mode's: the unit done,
     the mean training loss, the validation loss, samples/s of the whole job, the share of the window spent
     waiting for input, the mode's own columns (`extra`), the window's seconds and the wall clock at its end
     (validation included; at_time: when it was, else now)."""
-    return {unit: at, "loss": loss, "val_loss": val_loss, "samples_per_s": samples_per_s,
-            "input_wait_fraction": input_wait_fraction, **extra, "seconds": seconds,
-            "time": time.time() if at_time is None else at_time}  # fmt: skip
+    return {
+        unit: at,
+        "loss": loss,
+        "val_loss": val_loss,
+        "samples_per_s": samples_per_s,
+        "input_wait_fraction": input_wait_fraction,
+        **extra,
+        "seconds": seconds,
+        "time": time.time() if at_time is None else at_time,
+    }
 
 
-def window_row(unit: str, at: int, window: Window, val_loss: float, batch_size: int, split: int,
-               mean: Callable[[float], float], total: Callable[[float], float],
-               **extra: Any) -> dict[str, Any]:  # fmt: skip
+def window_row(
+    unit: str,
+    at: int,
+    window: Window,
+    val_loss: float,
+    batch_size: int,
+    split: int,
+    mean: Callable[[float], float],
+    total: Callable[[float], float],
+    **extra: Any,
+) -> dict[str, Any]:
     """A window's history row, its columns reduced over the ranks (mean and total reduce a rank's value
     over them): the mean step loss, samples/s of the whole job (ranks sharing a sample under a spatial
     split count once), the share of the window spent waiting for input, the rank's seconds."""
     seconds = max(window.seconds, 1e-9)
     own_loss = float(np.mean(window.losses)) if window.losses else math.nan
-    return history_row(unit, at, mean(own_loss), val_loss, total(window.steps * batch_size / seconds / split),
-                       mean(window.waited / seconds), window.seconds, **extra)  # fmt: skip
+    return history_row(
+        unit,
+        at,
+        mean(own_loss),
+        val_loss,
+        total(window.steps * batch_size / seconds / split),
+        mean(window.waited / seconds),
+        window.seconds,
+        **extra,
+    )
 
 
 def comparable(loss: float) -> float:
@@ -164,7 +202,8 @@ class Kept:
         return True
 
     def patience_over(self, at: int, patience: int) -> bool:
-        """train.patience: `patience` units have passed since the best one (0: never stop); records the stop."""
+        """train.patience: `patience` units have passed since the best one (0: never stop); records the
+        stop."""
         if patience and self.best is not None and at - self.best[0] >= patience:
             self.stopped_after = at
             return True
@@ -178,6 +217,12 @@ class Kept:
         last one trained), the best one, how many were trained and where train.patience stopped."""
         unit = self.unit
         last = history[-1][unit] if history else None
-        return {"keep": self.keep, "unit": unit, unit: self.at if self.keep == "best" else last,
-                f"best_{unit}": self.at, "best_val_loss": self.val_loss, f"{unit}s_trained": len(history),
-                f"stopped_early_after_{unit}": self.stopped_after}  # fmt: skip
+        return {
+            "keep": self.keep,
+            "unit": unit,
+            unit: self.at if self.keep == "best" else last,
+            f"best_{unit}": self.at,
+            "best_val_loss": self.val_loss,
+            f"{unit}s_trained": len(history),
+            f"stopped_early_after_{unit}": self.stopped_after,
+        }

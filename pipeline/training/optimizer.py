@@ -33,8 +33,9 @@ def make_optimizer(settings: Mapping[str, Any], precision: str) -> Any:
     import tensorflow as tf
 
     if settings["weight_decay"] > 0:
-        optimizer = tf.keras.optimizers.AdamW(learning_rate=settings["learning_rate"],
-                                              weight_decay=settings["weight_decay"])  # fmt: skip
+        optimizer = tf.keras.optimizers.AdamW(
+            learning_rate=settings["learning_rate"], weight_decay=settings["weight_decay"]
+        )
     else:
         optimizer = tf.keras.optimizers.Adam(learning_rate=settings["learning_rate"])
     if precision == "mixed_float16":
@@ -48,7 +49,9 @@ def scale_loss(optimizer: Any, loss: Any) -> Any:
     import tensorflow as tf
 
     return (
-        optimizer.get_scaled_loss(loss) if isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer) else loss
+        optimizer.get_scaled_loss(loss)
+        if isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+        else loss
     )
 
 

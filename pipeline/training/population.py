@@ -43,8 +43,17 @@ class Population:
     @classmethod
     def of(cls, settings: Mapping[str, Any], ranks: int) -> Population:
         p = settings["population"]
-        return cls(p["trainers"], ranks, p["rounds"], p["steps_per_round"], p["exchange"], p["quantile"],
-                   p["tournament_fraction"], dict(p["mutate"]), settings["seed"])  # fmt: skip
+        return cls(
+            p["trainers"],
+            ranks,
+            p["rounds"],
+            p["steps_per_round"],
+            p["exchange"],
+            p["quantile"],
+            p["tournament_fraction"],
+            dict(p["mutate"]),
+            settings["seed"],
+        )
 
     @property
     def ranks_per_trainer(self) -> int:
@@ -96,8 +105,10 @@ class Population:
         """The values, each multiplied by one of its factors (train.population.mutate), drawn from a
         generator of (seed, round, trainer)."""
         rng = np.random.default_rng([self.seed, round_number + 1, trainer, 0x5EED])
-        return {k: float(v) * float(rng.choice(self.mutate[k])) if k in self.mutate else float(v)
-                for k, v in values.items()}  # fmt: skip
+        return {
+            k: float(v) * float(rng.choice(self.mutate[k])) if k in self.mutate else float(v)
+            for k, v in values.items()
+        }
 
 
 @dataclass
@@ -142,36 +153,52 @@ class PopulationState:
             self.hyperparameters[t] = population.mutated(before_h[source], round_number, t)
 
     def to_json(self) -> dict[str, Any]:
-        return {"hyperparameters": self.hyperparameters, "lineage": [x.to_json() for x in self.lineage],
-                "rounds": self.rounds}  # fmt: skip
+        return {
+            "hyperparameters": self.hyperparameters,
+            "lineage": [x.to_json() for x in self.lineage],
+            "rounds": self.rounds,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PopulationState:
-        return cls([dict(h) for h in data["hyperparameters"]], [Lineage.from_json(x) for x in data["lineage"]],
-                   list(data["rounds"]))  # fmt: skip
+        return cls(
+            [dict(h) for h in data["hyperparameters"]],
+            [Lineage.from_json(x) for x in data["lineage"]],
+            list(data["rounds"]),
+        )
 
 
-def check(config: Mapping[str, Any], ranks: int, meta: Mapping[str, Any], samples_per_record: int = 1) -> Population:
+def check(
+    config: Mapping[str, Any], ranks: int, meta: Mapping[str, Any], samples_per_record: int = 1
+) -> Population:
     """train.population against the job and the data, before any data is read: errors name the key.
     samples_per_record: the training samples the task cuts from a record (a trajectory's windows)."""
     settings = config["train"]
     population = Population.of(settings, ranks)
     key = "config key 'train.population"
     if population.trainers > ranks or ranks % population.trainers:
-        raise Sim2dlError(f"{key}.trainers': {population.trainers} trainers do not divide the job's {ranks} ranks "
-                          f"(train's ranks must be a multiple of the trainers)")  # fmt: skip
+        raise Sim2dlError(
+            f"{key}.trainers': {population.trainers} trainers do not divide the job's {ranks} ranks "
+            f"(train's ranks must be a multiple of the trainers)"
+        )
     for name in population.mutate:
         if name not in settings or name == "population":
             raise Sim2dlError(f"{key}.mutate.{name}': no such key of train (mutable: {', '.join(MUTABLE)})")
         if name not in MUTABLE:
-            raise Sim2dlError(f"{key}.mutate.{name}': train.{name} cannot change during training without "
-                              f"rebuilding the model or its input (mutable: {', '.join(MUTABLE)})")  # fmt: skip
+            raise Sim2dlError(
+                f"{key}.mutate.{name}': train.{name} cannot change during training without "
+                f"rebuilding the model or its input (mutable: {', '.join(MUTABLE)})"
+            )
     if "weight_decay" in population.mutate and settings["weight_decay"] == 0:
-        raise Sim2dlError(f"{key}.mutate.weight_decay': train.weight_decay is 0 (Adam, no decay to perturb): "
-                          f"set a starting value")  # fmt: skip
+        raise Sim2dlError(
+            f"{key}.mutate.weight_decay': train.weight_decay is 0 (Adam, no decay to perturb): "
+            f"set a starting value"
+        )
     if settings["spatial"]["split"] > 1:
-        raise Sim2dlError(f"{key}' with 'train.spatial.split': {settings['spatial']['split']}: a trainer cannot be "
-                          f"spatially split (set one of them off)")  # fmt: skip
+        raise Sim2dlError(
+            f"{key}' with 'train.spatial.split': {settings['spatial']['split']}: a trainer cannot be "
+            f"spatially split (set one of them off)"
+        )
     expected = tournament_records(population, settings, meta)
     if expected is not None and expected * samples_per_record < settings["batch_size"]:
         windows = f" ({samples_per_record} samples each)" if samples_per_record > 1 else ""
@@ -183,7 +210,9 @@ def check(config: Mapping[str, Any], ranks: int, meta: Mapping[str, Any], sample
     return population
 
 
-def tournament_records(population: Population, settings: Mapping[str, Any], meta: Mapping[str, Any]) -> float | None:
+def tournament_records(
+    population: Population, settings: Mapping[str, Any], meta: Mapping[str, Any]
+) -> float | None:
     """About how many records each trainer's tournament set holds (from merge's counts and the splits'
     fractions; the hash decides the exact number)."""
     splits = meta.get("splits")

@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 INIT_SEED_STEP = 7919  # trainer t's model starts from weights drawn with train.seed + t x this
 
 
-def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any,
-                     baseline: bool) -> dict[str, Any]:  # fmt: skip
+def train_population(
+    config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any, baseline: bool
+) -> dict[str, Any]:
     """train.population: the settings checked against the job and the data (before any is read), a Horovod
     world per trainer (hvd.init on the trainer's communicator: its ranks, consecutive), each trainer's
     model from its own seed, the rounds (pipeline.training.tournament), then the kept model finished as
@@ -67,18 +68,39 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
         disjoint=True,
         samples_per_record=task.samples_per_record(),
     )
-    model, classical, hybrid = baseline_start(own, meta, task, model, data, comm, 1)  # one fit: every trainer's
+    # one fit: every trainer's
+    model, classical, hybrid = baseline_start(own, meta, task, model, data, comm, 1)
     trainer = Trainer(comm, trainer_comm, population)
     if rank == 0:
-        announce_start(paths, {"unit": "round", "length": population.rounds, "ranks": size,
-                               "trainers": population.trainers,
-                               "ranks_per_trainer": population.ranks_per_trainer, "rounds": population.rounds,
-                               "steps_per_round": population.steps_per_round,
-                               "train_records_per_rank": data.records})  # fmt: skip
+        announce_start(
+            paths,
+            {
+                "unit": "round",
+                "length": population.rounds,
+                "ranks": size,
+                "trainers": population.trainers,
+                "ranks_per_trainer": population.ranks_per_trainer,
+                "rounds": population.rounds,
+                "steps_per_round": population.steps_per_round,
+                "train_records_per_rank": data.records,
+            },
+        )
     key = resume_key(settings, meta["plan_digest"], model.source, "round")
-    outcome = run_rounds(config, meta, task, model, data, trainer, paths, key, model.source.built_in is None,
-                         lambda: make_optimizer(settings, device["precision"]))  # fmt: skip
-    found = classical_baseline(config, meta, task, model, data, layout, comm, asked=baseline, classical=classical)
+    outcome = run_rounds(
+        config,
+        meta,
+        task,
+        model,
+        data,
+        trainer,
+        paths,
+        key,
+        model.source.built_in is None,
+        lambda: make_optimizer(settings, device["precision"]),
+    )
+    found = classical_baseline(
+        config, meta, task, model, data, layout, comm, asked=baseline, classical=classical
+    )
     kept = outcome.kept
     record = population_record(population, settings, outcome, data, comm)
 
@@ -89,19 +111,33 @@ def train_population(config: Mapping[str, Any], merged_dir: Path, stage_summary:
 
     ranks = Ranks(hvd, rank, size, device, layout, comm)
     assert outcome.evaluation is not None
-    board = Board.of(settings, paths.tensorboard / "population", rank == 0)  # the kept model's scores, the baseline
+    # the kept model's scores, the baseline
+    board = Board.of(settings, paths.tensorboard / "population", rank == 0)
     extra = {
         "population": record,
         "hybrid": hybrid,
         "warm_start": outcome.warm_start,
         **after_training(task, model, data, meta, settings, comm, paths.root),
     }
-    return finish(config, task, model, outcome.history, Scores(outcome.evaluation, outcome.test), paths, ranks,
-                  kept, found, extra, curves, board)  # fmt: skip
+    return finish(
+        config,
+        task,
+        model,
+        outcome.history,
+        Scores(outcome.evaluation, outcome.test),
+        paths,
+        ranks,
+        kept,
+        found,
+        extra,
+        curves,
+        board,
+    )
 
 
-def trainer_model(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any, population: Population,
-                  hvd: Any) -> tuple[int, Any, dict[str, Any], tuple[Task, Model, dict[str, Any]]]:  # fmt: skip
+def trainer_model(
+    config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any, population: Population, hvd: Any
+) -> tuple[int, Any, dict[str, Any], tuple[Task, Model, dict[str, Any]]]:
     """This rank's trainer (its number and communicator, Horovod started on it), the config with the
     trainer's own seed, and its task, model and device (session.prepare), the model from that seed."""
     settings = config["train"]
@@ -111,7 +147,9 @@ def trainer_model(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any,
     return number, trainer_comm, own, prepare(own, meta, comm, hvd, (own_layout, None), local)
 
 
-def trainer_world(comm: Any, population: Population, settings: Mapping[str, Any]) -> tuple[int, Any, tuple[int, int]]:
+def trainer_world(
+    comm: Any, population: Population, settings: Mapping[str, Any]
+) -> tuple[int, Any, tuple[int, int]]:
     """This rank's trainer: its number, its communicator (Horovod initialised on it: the trainer's ranks,
     consecutive) and the rank's (place, count) among its node's ranks, whatever their trainers (a GPU per
     rank of a real node)."""
@@ -128,7 +166,8 @@ def checked_population(config: Mapping[str, Any], meta: Mapping[str, Any], comm:
     """train.population checked against the job and the data on every rank alike (an error once, all exit)."""
     error, population = None, None
     try:
-        per_record = make_task(config["train"], data_spec(meta)).samples_per_record()  # a trajectory's windows
+        # a trajectory's windows
+        per_record = make_task(config["train"], data_spec(meta)).samples_per_record()
         population = check_population(config, comm.Get_size(), meta, per_record)
     except Sim2dlError as e:
         error = e
@@ -137,24 +176,31 @@ def checked_population(config: Mapping[str, Any], meta: Mapping[str, Any], comm:
     return population
 
 
-def population_record(population: Population, settings: Mapping[str, Any], outcome: Any, data: Any,
-                      comm: Any) -> dict[str, Any]:  # fmt: skip
+def population_record(
+    population: Population, settings: Mapping[str, Any], outcome: Any, data: Any, comm: Any
+) -> dict[str, Any]:
     """summary.json's `population`: the plan, every round's record and lineage (the state), the kept
     model, and who trained where on what (every rank's part gathered)."""
     # each rank's files and which of their records it reads ([n, k]: every n-th from the k-th; null: all),
     # so that the trainers' records can be checked disjoint
     shares = _by_trainer(comm.allgather([[f.name for f in data.files], data.shard]), population)
-    return {"trainers": population.trainers, "ranks_per_trainer": population.ranks_per_trainer,
-            "exchange": population.exchange, "rounds_trained": len(outcome.state.rounds),
-            "kept": {**outcome.kept.details, "stopped_after_round": outcome.kept.stopped_after},
-            "disagreement": outcome.disagreement,
-            "initial_hyperparameters": population.hyperparameters(settings),
-            **outcome.state.to_json(),
-            "trainer_hosts": [sorted(set(h)) for h in _by_trainer(comm.allgather(socket.gethostname()), population)],
-            "trainer_files": [sorted({n for files, _ in ranks for n in files}) for ranks in shares],
-            "trainer_records": [sum(n) for n in _by_trainer(comm.allgather(data.records), population)],
-            "trainer_shares": shares,
-            "round_cost": _median([r["round_cost"] for r in outcome.state.rounds if r["pairs"] != []])}  # fmt: skip
+    return {
+        "trainers": population.trainers,
+        "ranks_per_trainer": population.ranks_per_trainer,
+        "exchange": population.exchange,
+        "rounds_trained": len(outcome.state.rounds),
+        "kept": {**outcome.kept.details, "stopped_after_round": outcome.kept.stopped_after},
+        "disagreement": outcome.disagreement,
+        "initial_hyperparameters": population.hyperparameters(settings),
+        **outcome.state.to_json(),
+        "trainer_hosts": [
+            sorted(set(h)) for h in _by_trainer(comm.allgather(socket.gethostname()), population)
+        ],
+        "trainer_files": [sorted({n for files, _ in ranks for n in files}) for ranks in shares],
+        "trainer_records": [sum(n) for n in _by_trainer(comm.allgather(data.records), population)],
+        "trainer_shares": shares,
+        "round_cost": _median([r["round_cost"] for r in outcome.state.rounds if r["pairs"] != []]),
+    }
 
 
 def _by_trainer(values: Sequence[Any], population: Population) -> list[list[Any]]:

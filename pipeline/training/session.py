@@ -31,7 +31,10 @@ log = logging.getLogger(__name__)
 
 
 def check_settings(
-    settings: Mapping[str, Any], meta: Mapping[str, Any], label_names: Sequence[str] | None, staged: bool = True
+    settings: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    label_names: Sequence[str] | None,
+    staged: bool = True,
 ) -> Task:
     """The task for the dataset, its labels checked (and, `staged`, the shards training reads: online
     training has none); errors name the key or field and what was found."""
@@ -70,7 +73,8 @@ class Model:
     source: ModelSource
     input_shape: tuple[int | None, ...]
     transforms: Sequence[Transform] = ()  # train.augment's symmetries of a training sample
-    eval_transforms: Sequence[Transform] = ()  # train.augment_eval's: evaluation averages the outputs over them
+    # train.augment_eval's: evaluation averages the outputs over them
+    eval_transforms: Sequence[Transform] = ()
 
 
 def prepare(
@@ -138,18 +142,22 @@ def limit_blas_threads(ranks_on_node: int) -> None:
     threadpool_limits(bound if bound < node else max(1, node // max(ranks_on_node, 1)), user_api="blas")
 
 
-def augmentation(settings: Mapping[str, Any], task: Task, source: ModelSource, shape: Sequence[int | None],
-                 split: int) -> list[Transform]:  # fmt: skip
+def augmentation(
+    settings: Mapping[str, Any], task: Task, source: ModelSource, shape: Sequence[int | None], split: int
+) -> list[Transform]:
     """train.augment's symmetries of this model's input's spatial axes."""
     if not any(settings["augment"][k] for k in ("symmetries", "permute", "flips", "vector_labels")):
         return []
     if task.data.several:
-        raise Sim2dlError("config key 'train.augment': a model of several inputs cannot be augmented (one feature)")
+        raise Sim2dlError(
+            "config key 'train.augment': a model of several inputs cannot be augmented (one feature)"
+        )
     return augment_plan(settings["augment"], shape[: spatial_dims(source, shape)], split)
 
 
-def evaluation_symmetries(settings: Mapping[str, Any], task: Task, source: ModelSource, shape: Sequence[int | None],
-                          split: int) -> list[Transform]:  # fmt: skip
+def evaluation_symmetries(
+    settings: Mapping[str, Any], task: Task, source: ModelSource, shape: Sequence[int | None], split: int
+) -> list[Transform]:
     """train.augment_eval's symmetries: train.augment's group, or with augmentation off every symmetry of the
     input's spatial axes (symmetries: true)."""
     if not settings["augment_eval"]:
@@ -160,7 +168,9 @@ def evaluation_symmetries(settings: Mapping[str, Any], task: Task, source: Model
             f"config key 'train.augment_eval': test-time augmentation averages per-sample outputs ({why})"
         )
     spatial = shape[: spatial_dims(source, shape)]
-    return augment_plan(settings["augment"], spatial, split) or augment_plan({"symmetries": True}, spatial, split)
+    return augment_plan(settings["augment"], spatial, split) or augment_plan(
+        {"symmetries": True}, spatial, split
+    )
 
 
 def start_horovod(settings: Mapping[str, Any], comm: Any) -> tuple[SpatialLayout, Any]:
@@ -207,7 +217,9 @@ def record_start(paths: TrainPaths, start: Mapping[str, Any]) -> None:
         attempts.write(json.dumps({**start, "time": time.time()}) + "\n")
 
 
-def check_spatial_model(train: Mapping[str, Any], search: Mapping[str, Any], merge: Mapping[str, Any]) -> None:
+def check_spatial_model(
+    train: Mapping[str, Any], search: Mapping[str, Any], merge: Mapping[str, Any]
+) -> None:
     """train.spatial.split > 1 needs a model that can be split (a built-in with build_split), search
     trials of a multiple of split ranks, and slab shards (merge.slabs) that split evenly between its ranks."""
     split, model = train["spatial"]["split"], train["model"]
@@ -217,6 +229,7 @@ def check_spatial_model(train: Mapping[str, Any], search: Mapping[str, Any], mer
         ranks = search["ranks_per_trial"]
         if search["enabled"] and ranks % split:
             raise Sim2dlError(
-                f"config key 'search.ranks_per_trial': {ranks}, but each trial trains with train.spatial.split "
+                f"config key 'search.ranks_per_trial': {ranks}, but each trial trains with "
+                "train.spatial.split "
                 f"{split}, which must divide its ranks (set ranks_per_trial: {split})"
             )

@@ -14,8 +14,9 @@ from pipeline.training.optimizer import scale_loss, unscale_gradients
 from pipeline.training.tasks import Evaluation, Task
 
 
-def step_functions(model: Any, optimizer: Any, loss_fn: Any, autograph: bool,
-                   averaged_over: Sequence[Transform] = ()) -> tuple[Any, Any]:  # fmt: skip
+def step_functions(
+    model: Any, optimizer: Any, loss_fn: Any, autograph: bool, averaged_over: Sequence[Transform] = ()
+) -> tuple[Any, Any]:
     """(train_step(x, y, first) -> loss, predict(x, y) -> (outputs, loss)), as tf.functions; averaged_over:
     the symmetries whose outputs predict averages (train.augment_eval: test-time augmentation). AutoGraph's
     rewrite of the step and of all it calls was half of a small run's time (~10 s of 23, profiled); the

@@ -17,8 +17,18 @@ from pipeline.formats.shards.tfrecord.tfdata import (
     parse_example,
 )
 
-__all__ = ["READ_BUFFER_BYTES", "class_names", "decode_field", "feature_description", "fixed", "load_metadata",
-           "parse_batch", "parse_example", "raw_records", "shard_paths"]  # fmt: skip
+__all__ = [
+    "READ_BUFFER_BYTES",
+    "class_names",
+    "decode_field",
+    "feature_description",
+    "fixed",
+    "load_metadata",
+    "parse_batch",
+    "parse_example",
+    "raw_records",
+    "shard_paths",
+]
 
 
 def raw_records(merged_dir: Path, files: list[Path] | None = None, parallel_reads: int = 4) -> Any:
@@ -27,7 +37,8 @@ def raw_records(merged_dir: Path, files: list[Path] | None = None, parallel_read
     meta = load_metadata(merged_dir)
     if "slabs" in meta and files is None:
         raise Sim2dlError(
-            f"{merged_dir} holds each shard as {meta['slabs']['count']} slab files (merge.slabs), whose records "
+            f"{merged_dir} holds each shard as {meta['slabs']['count']} slab files (merge.slabs), whose "
+            "records "
             "are parts of samples: pass the files of one slab, or merge with slabs: 1 for whole records"
         )
     chosen = files if files is not None else shard_paths(merged_dir, meta)

@@ -114,27 +114,49 @@ class Outcome:
     history: list[dict[str, Any]]
     test: tuple[float, Evaluation] | None = None  # the kept model on the test split (None: no test split)
     disagreement: dict[str, Any] | None = None  # the members' spread as an uncertainty estimate
-    warm_start: dict[str, str] | None = None  # where every trainer's first weights came from (train.warm_start)
+    # where every trainer's first weights came from (train.warm_start)
+    warm_start: dict[str, str] | None = None
 
 
 def population_paths(paths: TrainPaths) -> tuple[Path, Path]:
     return paths.root / "population.json", paths.checkpoints / "population-kept.npy"
 
 
-def run_rounds(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Any, data: RankData,
-               trainer: Trainer, paths: TrainPaths, resume_key: str, autograph: bool,
-               make_optimizer: Callable[[], Any]) -> Outcome:  # fmt: skip
+def run_rounds(
+    config: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    task: Task,
+    model: Any,
+    data: RankData,
+    trainer: Trainer,
+    paths: TrainPaths,
+    resume_key: str,
+    autograph: bool,
+    make_optimizer: Callable[[], Any],
+) -> Outcome:
     """The population's rounds from the last completed one (population.json) to train.population.rounds."""
-    return Rounds(config, meta, task, model, data, trainer, paths, autograph, make_optimizer(), resume_key).run()
+    return Rounds(
+        config, meta, task, model, data, trainer, paths, autograph, make_optimizer(), resume_key
+    ).run()
 
 
 class Rounds:
     """One rank's part in the population's rounds: its trainer's model, optimizer and checkpoint, the
     population's state (restored from population.json), and the held-out pipelines every round reads."""
 
-    def __init__(self, config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Any, data: RankData,
-                 trainer: Trainer, paths: TrainPaths, autograph: bool, optimizer: Any,
-                 resume_key: str) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        meta: Mapping[str, Any],
+        task: Task,
+        model: Any,
+        data: RankData,
+        trainer: Trainer,
+        paths: TrainPaths,
+        autograph: bool,
+        optimizer: Any,
+        resume_key: str,
+    ) -> None:
         import tensorflow as tf
 
         self.config, self.meta, self.task, self.model, self.data = config, meta, task, model, data
@@ -144,17 +166,23 @@ class Rounds:
         if claim(paths.checkpoints, resume_key, trainer.world, trainer.rank == 0) and trainer.rank == 0:
             self.state_file.unlink(missing_ok=True)  # a state of other settings or data
         trainer.world.barrier()
-        self.checkpoint = CounterCheckpoint(paths.checkpoints / f"trainer-{trainer.number}", model.keras, optimizer,
-                                            "round")  # fmt: skip
-        self.train_step, self.predict = step_functions(model.keras, optimizer, task.loss(), autograph=autograph,
-                                                       averaged_over=model.eval_transforms)  # fmt: skip
-        if "weight_decay" in self.population.mutate:  # a variable, so that the compiled step reads each round's
-            optimizer.weight_decay = tf.Variable(float(self.settings["weight_decay"]), dtype=tf.float32,
-                                                 trainable=False)  # fmt: skip
+        self.checkpoint = CounterCheckpoint(
+            paths.checkpoints / f"trainer-{trainer.number}", model.keras, optimizer, "round"
+        )
+        self.train_step, self.predict = step_functions(
+            model.keras, optimizer, task.loss(), autograph=autograph, averaged_over=model.eval_transforms
+        )
+        # a variable, so that the compiled step reads each round's
+        if "weight_decay" in self.population.mutate:
+            optimizer.weight_decay = tf.Variable(
+                float(self.settings["weight_decay"]), dtype=tf.float32, trainable=False
+            )
         self.restore()
         self.tournament_set, self.validation = self.held_out()
-        self.boards = [Board.of(self.settings, paths.tensorboard / f"trainer-{number}", trainer.rank == 0)
-                       for number in range(self.population.trainers)]  # fmt: skip  # one run per trainer
+        self.boards = [
+            Board.of(self.settings, paths.tensorboard / f"trainer-{number}", trainer.rank == 0)
+            for number in range(self.population.trainers)
+        ]  # one run per trainer
 
     def variables(self) -> list[Any]:
         return exchange.state_variables(self.model.keras, self.optimizer)  # (slots appear after a step)
@@ -165,11 +193,16 @@ class Rounds:
         trainer = self.trainer
         saved = json.loads(self.state_file.read_text()) if self.state_file.exists() else None
         self.start = saved["round"] if saved else 0
-        self.state = (PopulationState.from_json(saved["state"]) if saved
-                      else PopulationState.start(self.population, self.settings))  # fmt: skip
+        self.state = (
+            PopulationState.from_json(saved["state"])
+            if saved
+            else PopulationState.start(self.population, self.settings)
+        )
         self.checkpoint.restore(self.start)  # population.json's last round
         # a fresh population: every trainer from the same weights train.warm_start names, if any
-        self.warm_start = None if self.start else warm_start(self.settings["warm_start"], self.paths, self.model.keras)
+        self.warm_start = (
+            None if self.start else warm_start(self.settings["warm_start"], self.paths, self.model.keras)
+        )
         if self.start:
             log.info("sim2dl train: %s resumes after round %d", trainer.describe(trainer.number), self.start)
         self.history = _history(self.state)
@@ -177,20 +210,36 @@ class Rounds:
         # the lowest validation loss of any round; details: the kept model (keep: last, the last round's best)
         self.kept = Kept.resumed(self.settings["keep"], self.history, "round")
         self.kept.details = saved["kept"] if saved else {}
-        self.kept_weights = load_packed(self.kept_file) if self.kept.details and self.kept_file.exists() else None
+        self.kept_weights = (
+            load_packed(self.kept_file) if self.kept.details and self.kept_file.exists() else None
+        )
 
     def held_out(self) -> tuple[Any, Any]:
         """The trainer's tournament set and the rank's share of the validation split: read every round
         (validation T times), kept in memory where they are small."""
         data, settings, fraction = self.data, self.settings, self.population.tournament_fraction
         size = sum(f.stat().st_size for f in data.files)
-        validation_size = data.fraction * size if data.fraction is not None else sum(
-            f.stat().st_size for f in data.validation_files)  # fmt: skip
+        validation_size = (
+            data.fraction * size
+            if data.fraction is not None
+            else sum(f.stat().st_size for f in data.validation_files)
+        )
         cache = max(self.trainer.world.allgather(fraction * size + validation_size)) <= CACHE_BYTES
         shape = self.model.input_shape
-        tournament = input_pipeline(data.files, self.meta, settings, self.task, shape, training=False,
-                                    shard=data.shard, epoch_seed=0, fraction=data.fraction, holdout=False,
-                                    tournament=(fraction, True), cache=cache)  # fmt: skip
+        tournament = input_pipeline(
+            data.files,
+            self.meta,
+            settings,
+            self.task,
+            shape,
+            training=False,
+            shard=data.shard,
+            epoch_seed=0,
+            fraction=data.fraction,
+            holdout=False,
+            tournament=(fraction, True),
+            cache=cache,
+        )
         validation = data.evaluation_input("validation", self.meta, settings, self.task, shape, cache=cache)
         return tournament, validation
 
@@ -216,7 +265,9 @@ class Rounds:
         test = None
         split = "validation"
         if self.data.test_files is not None:  # read once, for the kept model: no tournament or keep saw it
-            tested = self.data.evaluation_input("test", self.meta, self.settings, self.task, self.model.input_shape)
+            tested = self.data.evaluation_input(
+                "test", self.meta, self.settings, self.task, self.model.input_shape
+            )
             test = evaluate(tested, self.task, self.predict, self.trainer.world)
             split = "test"
         spread = self.disagreement(members, kept_weights, split)
@@ -229,7 +280,9 @@ class Rounds:
         population disagrees more where the kept model is wrong); where the task's outputs have units (a
         surrogate's), per output the members' standard deviation beside the kept model's root mean squared
         error in those units. At most DISAGREEMENT_RECORDS per rank."""
-        pipeline = self.data.evaluation_input(split, self.meta, self.settings, self.task, self.model.input_shape)
+        pipeline = self.data.evaluation_input(
+            split, self.meta, self.settings, self.task, self.model.input_shape
+        )
         batches = []
         for x, y in pipeline:
             batches.append((x, y.numpy()))
@@ -238,7 +291,9 @@ class Rounds:
         outputs = []
         for weights in [*members, kept]:
             exchange.unpack(self.variables(), weights)
-            outputs.append(np.concatenate([self.predict(x, y)[0].numpy() for x, y in batches]) if batches else None)
+            outputs.append(
+                np.concatenate([self.predict(x, y)[0].numpy() for x, y in batches]) if batches else None
+            )
         exchange.unpack(self.variables(), kept)
         mine, by_output = np.zeros((0, 2)), {}
         if batches:
@@ -254,17 +309,26 @@ class Rounds:
             return {"split": split, "records": len(both)}
         ranks = np.argsort(np.argsort(both, axis=0), axis=0).astype(np.float64)
         correlation = float(np.corrcoef(ranks[:, 0], ranks[:, 1])[0, 1])
-        summary = {"split": split, "records": len(both), "members": len(members),
-                   "mean_member_std": float(both[:, 0].mean()), "kept_mean_squared_error": float(both[:, 1].mean()),
-                   "rank_correlation_with_error": correlation}  # fmt: skip
+        summary = {
+            "split": split,
+            "records": len(both),
+            "members": len(members),
+            "mean_member_std": float(both[:, 0].mean()),
+            "kept_mean_squared_error": float(both[:, 1].mean()),
+            "rank_correlation_with_error": correlation,
+        }
         names = next((list(g) for g in gathered if g), [])
-        if names:  # in each output's own units: how far apart the members are against how far off the kept one is
+        # in each output's own units: how far apart the members are against how far off the kept one is
+        if names:
             summary["by_output"] = {}
             for name in names:
                 rows = np.concatenate([g[name] for g in gathered if g])
                 std, rmse = float(rows[:, 0].mean()), float(np.sqrt((rows[:, 1] ** 2).mean()))
-                summary["by_output"][name] = {"member_std": std, "kept_rmse": rmse,
-                                              "std_over_rmse": std / rmse if rmse else None}  # fmt: skip
+                summary["by_output"][name] = {
+                    "member_std": std,
+                    "kept_rmse": rmse,
+                    "std_over_rmse": std / rmse if rmse else None,
+                }
         return summary
 
     def one_round(self, round_number: int) -> bool:
@@ -275,12 +339,14 @@ class Rounds:
         started = time.perf_counter()
         own = exchange.pack(self.variables())
         self.trained = own  # this trainer's model before the tournament: what the members' disagreement uses
-        adopted, scores, moved = _tournament(trainer, round_number, own, self.variables,
-                                             lambda: self.score(self.tournament_set, trainer.comm))  # fmt: skip
+        adopted, scores, moved = _tournament(
+            trainer, round_number, own, self.variables, lambda: self.score(self.tournament_set, trainer.comm)
+        )
         clock["tournament"] = time.perf_counter() - started - moved
         clock["exchange"] = moved
-        reports = trainer.world.allgather({"adopted": adopted, "scores": scores, "loss": float(np.mean(window.losses)),
-                                           "clock": clock})  # fmt: skip
+        reports = trainer.world.allgather(
+            {"adopted": adopted, "scores": scores, "loss": float(np.mean(window.losses)), "clock": clock}
+        )
         self.state.adopt(self.population, round_number, [reports[r]["adopted"] for r in trainer.leaders])
         val_losses, models, validation_seconds = self.validate_all()
         changed = self.keep(round_number, val_losses, models)
@@ -289,8 +355,10 @@ class Rounds:
         self.history.append(_history_row(row))
         self.save(round_number, changed, row)
         if self.kept.patience_over(round_number + 1, self.settings["patience"]):
-            log.info("sim2dl train: no lower validation loss for %d rounds (train.patience): stopping",
-                     self.settings["patience"])  # fmt: skip
+            log.info(
+                "sim2dl train: no lower validation loss for %d rounds (train.patience): stopping",
+                self.settings["patience"],
+            )
             return False
         return True
 
@@ -302,8 +370,19 @@ class Rounds:
         clock = {"steps": time.perf_counter()}
         error, window = None, Window([math.nan])
         try:
-            window = _train_round(self.config, self.meta, self.task, self.model, self.data, trainer, round_number,
-                                  hyper, self.optimizer, self.train_step, first=round_number == 0)  # fmt: skip
+            window = _train_round(
+                self.config,
+                self.meta,
+                self.task,
+                self.model,
+                self.data,
+                trainer,
+                round_number,
+                hyper,
+                self.optimizer,
+                self.train_step,
+                first=round_number == 0,
+            )
         except Exception as e:  # any failure: every rank must learn of it before the tournament
             error = f"{type(e).__name__}: {e}"
         clock["steps"] = time.perf_counter() - clock["steps"]
@@ -334,27 +413,42 @@ class Rounds:
         improved = self.kept.consider(round_number + 1, val_losses[leader], lambda: None)
         changed = improved or self.settings["keep"] == "last" or not self.kept.details
         if changed:
-            self.kept.details = {"round": round_number + 1, "trainer": leader, "val_loss": val_losses[leader],
-                         "lineage": self.state.lineage[leader].to_json(),
-                         "hyperparameters": self.state.hyperparameters[leader]}  # fmt: skip
+            self.kept.details = {
+                "round": round_number + 1,
+                "trainer": leader,
+                "val_loss": val_losses[leader],
+                "lineage": self.state.lineage[leader].to_json(),
+                "hyperparameters": self.state.hyperparameters[leader],
+            }
             self.kept_weights = models[leader]
         return changed
 
-    def round_row(self, round_number: int, reports: list[dict[str, Any]], val_losses: list[float],
-                  validation_seconds: float) -> dict[str, Any]:  # fmt: skip
+    def round_row(
+        self,
+        round_number: int,
+        reports: list[dict[str, Any]],
+        val_losses: list[float],
+        validation_seconds: float,
+    ) -> dict[str, Any]:
         """The round's record (summary.json's population.rounds[])."""
         population, leaders = self.population, [reports[r] for r in self.trainer.leaders]
         seconds = {k: max(r["clock"][k] for r in reports) for k in ("steps", "tournament", "exchange")}
         wait = float(np.mean([r["clock"]["input_wait"] / max(r["clock"]["steps"], 1e-9) for r in reports]))
         samples = population.steps_per_round * self.settings["batch_size"] * population.ranks
-        return {"round": round_number + 1, "pairs": population.pairs(round_number)
-                if population.exchange == "pairwise" else None, "adopted": [r["adopted"] for r in leaders],
-                "tournament_loss": [r["scores"] for r in leaders], "train_loss": [r["loss"] for r in leaders],
-                "val_loss": val_losses, "hyperparameters": [dict(h) for h in self.state.hyperparameters],
-                "seconds": {**seconds, "validation": validation_seconds}, "input_wait_fraction": wait,
-                "samples_per_s": samples / max(seconds["steps"], 1e-9),
-                "round_cost": (seconds["tournament"] + seconds["exchange"]) / max(seconds["steps"], 1e-9),
-                "time": time.time()}  # fmt: skip
+        return {
+            "round": round_number + 1,
+            "pairs": population.pairs(round_number) if population.exchange == "pairwise" else None,
+            "adopted": [r["adopted"] for r in leaders],
+            "tournament_loss": [r["scores"] for r in leaders],
+            "train_loss": [r["loss"] for r in leaders],
+            "val_loss": val_losses,
+            "hyperparameters": [dict(h) for h in self.state.hyperparameters],
+            "seconds": {**seconds, "validation": validation_seconds},
+            "input_wait_fraction": wait,
+            "samples_per_s": samples / max(seconds["steps"], 1e-9),
+            "round_cost": (seconds["tournament"] + seconds["exchange"]) / max(seconds["steps"], 1e-9),
+            "time": time.time(),
+        }
 
     def save(self, round_number: int, changed: bool, row: Mapping[str, Any]) -> None:
         """Checkpoints: every trainer's first rank, then the history, then the population's state (a kill
@@ -368,10 +462,20 @@ class Rounds:
             if changed:
                 save_packed(self.kept_file, self.kept_weights)
             write_history(self.paths.root, self.history)  # metrics.json and .csv every round, as every mode
-            write_json_atomic(self.state_file, {"round": round_number + 1, "state": self.state.to_json(),
-                                                "kept": self.kept.details})  # fmt: skip
-            log.info(json.dumps({"round": row["round"], "val_loss": row["val_loss"], "adopted": row["adopted"],
-                                 "round_cost": round(row["round_cost"], 4)}))  # fmt: skip
+            write_json_atomic(
+                self.state_file,
+                {"round": round_number + 1, "state": self.state.to_json(), "kept": self.kept.details},
+            )
+            log.info(
+                json.dumps(
+                    {
+                        "round": row["round"],
+                        "val_loss": row["val_loss"],
+                        "adopted": row["adopted"],
+                        "round_cost": round(row["round_cost"], 4),
+                    }
+                )
+            )
             self.watch(row)
 
     def watch(self, row: Mapping[str, Any]) -> None:
@@ -379,16 +483,32 @@ class Rounds:
         population's throughput, and an adoption as a text event."""
         shared = {k: row[k] for k in ("samples_per_s", "input_wait_fraction", "round_cost")}
         for number, board in enumerate(self.boards):
-            board.row(row["round"], {"loss": row["train_loss"][number], "val_loss": row["val_loss"][number],
-                                     **row["hyperparameters"][number], **shared})  # fmt: skip
+            board.row(
+                row["round"],
+                {
+                    "loss": row["train_loss"][number],
+                    "val_loss": row["val_loss"][number],
+                    **row["hyperparameters"][number],
+                    **shared,
+                },
+            )
             adopted = row["adopted"][number]
             if adopted is not None:
-                board.text(row["round"], "adoptions", f"round {row['round']}: trainer {number} adopted the model "
-                           f"(weights and optimizer state) of trainer {adopted}")  # fmt: skip
+                board.text(
+                    row["round"],
+                    "adoptions",
+                    f"round {row['round']}: trainer {number} adopted the model "
+                    f"(weights and optimizer state) of trainer {adopted}",
+                )
 
 
-def _tournament(trainer: Trainer, round_number: int, own: np.ndarray, variables: Callable[[], list],
-                score: Callable[[], float]) -> tuple[int | None, dict[str, float], float]:  # fmt: skip
+def _tournament(
+    trainer: Trainer,
+    round_number: int,
+    own: np.ndarray,
+    variables: Callable[[], list],
+    score: Callable[[], float],
+) -> tuple[int | None, dict[str, float], float]:
     """This trainer's tournament: (the trainer whose model it adopted or None, its scores, the seconds the
     transfers took). The model left in `variables` is the one the trainer goes on with."""
     population, number = trainer.population, trainer.number
@@ -417,34 +537,77 @@ def _tournament(trainer: Trainer, round_number: int, own: np.ndarray, variables:
         if number == winner:
             exchange.send(trainer.world, population.peer(trainer.rank, loser), own)
         elif number == loser:
-            exchange.unpack(variables(), exchange.receive(trainer.world, population.peer(trainer.rank, winner), own))
+            exchange.unpack(
+                variables(), exchange.receive(trainer.world, population.peer(trainer.rank, winner), own)
+            )
             adopted = winner
     return adopted, {"own": own_loss}, time.perf_counter() - started
 
 
-def _round_input(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, shape: Any, data: RankData,
-                 trainer: Trainer, round_number: int, transforms: Any) -> Any:  # fmt: skip
-    """A round's training batches of this rank, seeded by (seed, trainer, round): its tournament set left out."""
+def _round_input(
+    config: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    task: Task,
+    shape: Any,
+    data: RankData,
+    trainer: Trainer,
+    round_number: int,
+    transforms: Any,
+) -> Any:
+    """A round's training batches of this rank, seeded by (seed, trainer, round): its tournament set left
+    out."""
     settings = config["train"]
     seed = (settings["seed"] * 1000 + trainer.number) * 10_000 + round_number
-    return input_pipeline(data.files, meta, settings, task, shape, training=True, shard=data.shard,
-                          epoch_seed=seed, fraction=data.fraction, transforms=transforms,
-                          tournament=(trainer.population.tournament_fraction, False))  # fmt: skip
+    return input_pipeline(
+        data.files,
+        meta,
+        settings,
+        task,
+        shape,
+        training=True,
+        shard=data.shard,
+        epoch_seed=seed,
+        fraction=data.fraction,
+        transforms=transforms,
+        tournament=(trainer.population.tournament_fraction, False),
+    )
 
 
-def _train_round(config: Mapping[str, Any], meta: Mapping[str, Any], task: Task, model: Any, data: RankData,
-                 trainer: Trainer, round_number: int, hyper: Mapping[str, float], optimizer: Any, train_step: Any,
-                 first: bool) -> Window:  # fmt: skip
+def _train_round(
+    config: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    task: Task,
+    model: Any,
+    data: RankData,
+    trainer: Trainer,
+    round_number: int,
+    hyper: Mapping[str, float],
+    optimizer: Any,
+    train_step: Any,
+    first: bool,
+) -> Window:
     """steps_per_round steps at the trainer's hyperparameters (the schedule counts rounds as epochs), a
     window of the training kernel; a diverged trainer (a loss not finite) loses its tournaments: no error."""
     population = trainer.population
-    rate = schedule({**config["train"], **hyper}, population.ranks_per_trainer, population.rounds,
-                    population.steps_per_round)  # fmt: skip
+    rate = schedule(
+        {**config["train"], **hyper},
+        population.ranks_per_trainer,
+        population.rounds,
+        population.steps_per_round,
+    )
     if "weight_decay" in hyper:
         optimizer.weight_decay.assign(hyper["weight_decay"])
-    batches = iter(_round_input(config, meta, task, model.input_shape, data, trainer, round_number, model.transforms))
-    window = run_steps(train_step, optimizer, batches, population.steps_per_round,
-                       lambda step: rate(round_number, step), first)  # fmt: skip
+    batches = iter(
+        _round_input(config, meta, task, model.input_shape, data, trainer, round_number, model.transforms)
+    )
+    window = run_steps(
+        train_step,
+        optimizer,
+        batches,
+        population.steps_per_round,
+        lambda step: rate(round_number, step),
+        first,
+    )
     average_unlearned_state(model.keras)  # the trainer's ranks' mean
     return window
 
@@ -457,5 +620,13 @@ def _history_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """A round as the learning curves' row: the population's mean training loss, its best validation loss."""
     finite = [v for v in row["val_loss"] if math.isfinite(v)]
     loss, best = float(np.mean(row["train_loss"])), min(finite) if finite else math.nan
-    return history_row("round", row["round"], loss, best, row["samples_per_s"], row["input_wait_fraction"],
-                       row["seconds"]["steps"], row.get("time"))  # fmt: skip
+    return history_row(
+        "round",
+        row["round"],
+        loss,
+        best,
+        row["samples_per_s"],
+        row["input_wait_fraction"],
+        row["seconds"]["steps"],
+        row.get("time"),
+    )

@@ -38,7 +38,9 @@ def main(split: int, out: str) -> None:
     assert [w.shape for w in whole.weights] == [w.shape for w in parts.weights]
     # Trained-looking weights: non-zero biases, so that a bias applied on the wrong planes shows.
     rng = np.random.default_rng(11)
-    whole.set_weights([w + rng.normal(scale=0.05, size=w.shape).astype("float32") for w in whole.get_weights()])
+    whole.set_weights(
+        [w + rng.normal(scale=0.05, size=w.shape).astype("float32") for w in whole.get_weights()]
+    )
     parts.set_weights(whole.get_weights())
     data = np.random.default_rng(100 + layout.group)
     x = data.normal(size=(3, *SHAPE)).astype("float32")

@@ -59,8 +59,9 @@ def reducible_errors(x: np.ndarray, z: np.ndarray, errors: np.ndarray, regimes: 
     return np.maximum(mean - nuggets, 0.0)
 
 
-def local_nuggets(x: np.ndarray, z: np.ndarray, regimes: np.ndarray,
-                  neighbours: int = NEIGHBOURS) -> tuple[np.ndarray, list[np.ndarray]]:  # fmt: skip
+def local_nuggets(
+    x: np.ndarray, z: np.ndarray, regimes: np.ndarray, neighbours: int = NEIGHBOURS
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """Per run, the nugget of its neighbourhood's variogram, and the neighbourhood (run indices, itself
     first): the runs x (points, unit cube), z their standardised outputs (runs x entries), `regimes` each
     run's regime (pairs never cross regimes: a jump between two is what a regime emulator learns, not

@@ -23,7 +23,15 @@ from pipeline.formats.readers.base import FieldSpec
 
 SOURCES: dict[str, type[ValueSource]] = {s.kind: s for s in (AttributeSource, ColumnSource, PathGroupSource)}
 
-__all__ = ["SOURCES", "Categories", "FileInfo", "LabelsTable", "ValueSource", "numeric_value", "value_sources"]
+__all__ = [
+    "SOURCES",
+    "Categories",
+    "FileInfo",
+    "LabelsTable",
+    "ValueSource",
+    "numeric_value",
+    "value_sources",
+]
 
 
 def value_sources(

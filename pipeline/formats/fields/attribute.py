@@ -1,7 +1,7 @@
 """{attr: NAME}: a global attribute of the file (HDF5 root group, NetCDF global attribute, Zarr root
 group, a ROOT TNamed's title, an .npz one-element array). A dataset's own attribute is not a global
-attribute: write it out as a one-element array, or name the file's global one. Memory and time: one attribute read
-per file."""
+attribute: write it out as a one-element array, or name the file's global one. Memory and time: one attribute
+read per file."""
 
 from __future__ import annotations
 

@@ -47,7 +47,8 @@ def numeric_value(value: Any, field: FieldSpec, where: str) -> np.ndarray:
             array = np.asarray(float(text))
         except ValueError:
             raise SampleError(
-                f"field '{field.name}': {where} is '{text}', not a number (categorical: true makes text a class)"
+                f"field '{field.name}': {where} is '{text}', not a number (categorical: true makes text a "
+                "class)"
             ) from None
     if array.dtype.kind not in "biuf":
         raise SampleError(f"field '{field.name}': {where} is not numeric (dtype {array.dtype})")

@@ -46,7 +46,9 @@ class Categories:
         text = class_text(value)
         ids = self._ids[name]
         if text not in ids:
-            raise SampleError(f"field '{name}': value '{text}' is not one of its classes {self.classes[name]}")
+            raise SampleError(
+                f"field '{name}': value '{text}' is not one of its classes {self.classes[name]}"
+            )
         return np.array(ids[text], np.int64)
 
     def ids_of(self, name: str, values: np.ndarray) -> np.ndarray:

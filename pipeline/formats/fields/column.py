@@ -25,7 +25,8 @@ from pipeline.formats.readers.base import FieldSpec, SampleError
 RUN_DIRECTORY = "run_directory"  # labels_table.match: the ensemble run's directory in the file's path
 RUN_NAME = re.compile(r"run-[0-9]+")  # an ensemble run's directory (pipeline.simulators.ensemble names them)
 RUNS_TABLES = ("runs.parquet", "runs.csv")  # what an ensemble writes beside its runs (or a user, as a CSV)
-DESIGN_METADATA = b"sim2dl_design"  # a runs table sim2dl wrote: its schema's metadata holds its design's digest
+# a runs table sim2dl wrote: its schema's metadata holds its design's digest
+DESIGN_METADATA = b"sim2dl_design"
 
 
 def run_directory(relative: str | Path) -> str | None:
@@ -56,7 +57,8 @@ class LabelsTable:
         self.path = path
         if key not in self.table.column_names:
             raise Sim2dlError(
-                f"source.labels_table {path} has no key column '{key}' (config key 'source.labels_table.key'; "
+                f"source.labels_table {path} has no key column '{key}' (config key "
+                "'source.labels_table.key'; "
                 f"its columns: {self.table.column_names})"
             )
         column = self.table[key].combine_chunks()
@@ -91,7 +93,9 @@ class ColumnSource(ValueSource):
     def __init__(self, field: FieldSpec, source: Mapping[str, Any], table: LabelsTable | None) -> None:
         super().__init__(field, source, table)
         if table is None:
-            raise Sim2dlError(f"config key 'source.fields.{field.name}': a column field needs source.labels_table")
+            raise Sim2dlError(
+                f"config key 'source.fields.{field.name}': a column field needs source.labels_table"
+            )
         if field.path not in table.table.column_names:
             raise Sim2dlError(
                 f"config key 'source.fields.{field.name}': source.labels_table {table.path} has no column "
@@ -103,5 +107,7 @@ class ColumnSource(ValueSource):
         assert info.table_key is not None
         value = self.table.value(self.field.path, self.table.row(info.table_key))
         if value is None:
-            raise SampleError(f"field '{self.field.name}': column '{self.field.path}' is empty for {info.table_key}")
+            raise SampleError(
+                f"field '{self.field.name}': column '{self.field.path}' is empty for {info.table_key}"
+            )
         return value

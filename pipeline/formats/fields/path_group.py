@@ -19,7 +19,9 @@ class PathGroupSource(ValueSource):
     def __init__(self, field: FieldSpec, source: Mapping[str, Any], table: Any) -> None:
         super().__init__(field, source, table)
         if not source.get("path_pattern"):
-            raise Sim2dlError(f"config key 'source.fields.{field.name}': path_group needs source.path_pattern")
+            raise Sim2dlError(
+                f"config key 'source.fields.{field.name}': path_group needs source.path_pattern"
+            )
         try:
             self.pattern = re.compile(source["path_pattern"])
         except re.error as e:

@@ -18,16 +18,32 @@ from pipeline.formats.readers.zarr import ZarrReader
 
 READERS: dict[str, Reader] = {
     r.name: r
-    for r in (HDF5Reader(), NetCDFReader(), NumpyReader(), RootReader(), ZarrReader(), BPReader(), OpenPMDReader())
+    for r in (
+        HDF5Reader(),
+        NetCDFReader(),
+        NumpyReader(),
+        RootReader(),
+        ZarrReader(),
+        BPReader(),
+        OpenPMDReader(),
+    )
 }
 BY_SUFFIX = {suffix: reader for reader in READERS.values() for suffix in reader.suffixes}
-# Suffixes of inputs that are directories (a Zarr store, a BP directory), listed as inputs by a glob like files.
+# Suffixes of inputs that are directories (a Zarr store, a BP directory), listed as inputs by a glob like
+# files.
 DIRECTORY_SUFFIXES = tuple(s for reader in READERS.values() if reader.directories for s in reader.suffixes)
 
 __all__ = [
-    "COMPONENT_NAMES", "DIRECTORY_SUFFIXES", "READERS", "FieldSpec", "Reader", "SampleError", "field_descriptions",
-    "is_input_directory", "reader_for",
-]  # fmt: skip
+    "COMPONENT_NAMES",
+    "DIRECTORY_SUFFIXES",
+    "READERS",
+    "FieldSpec",
+    "Reader",
+    "SampleError",
+    "field_descriptions",
+    "is_input_directory",
+    "reader_for",
+]
 
 
 def reader_for(path: Path, format_name: str) -> Reader:

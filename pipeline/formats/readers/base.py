@@ -49,7 +49,9 @@ def check_complete(path: Path) -> None:
     if not path.exists():
         raise SampleError("no such file or directory")
     if path.is_dir() and not (path / "md.idx").exists():
-        raise SampleError("not a complete BP directory (no md.idx: a truncated copy or a writer still running)")
+        raise SampleError(
+            "not a complete BP directory (no md.idx: a truncated copy or a writer still running)"
+        )
 
 
 def readable_size(path: Path | str) -> int:
@@ -96,23 +98,40 @@ class FieldSpec:
         shape, channel_axis = spec.get("shape"), spec.get("channel_axis")
         if shape is not None and channel_axis is not None:  # declared as stored: the shape after the move
             if not -len(shape) <= channel_axis < len(shape):
-                raise Sim2dlError(f"config key 'source.fields.{name}.channel_axis': {channel_axis} is not an axis "
-                                  f"of its shape {list(shape)}")  # fmt: skip
+                raise Sim2dlError(
+                    f"config key 'source.fields.{name}.channel_axis': {channel_axis} is not an axis "
+                    f"of its shape {list(shape)}"
+                )
             shape = list(fields_last_shape(shape, channel_axis))
         kind = next(k for k in FIELD_KINDS if k in spec)
         classes = spec.get("classes")
         return cls(
-            name, str(spec[kind]), spec.get("dtype"), None if shape is None else tuple(shape), kind,
-            bool(spec.get("categorical") or classes), None if classes is None else tuple(map(str, classes)),
-            spec.get("missing", "reject"), spec.get("fill_value"),
-            None if spec.get("columns") is None else tuple(spec["columns"]), spec.get("ragged_by"),
-            spec.get("group_by"), spec.get("key"), spec.get("reduce", "first"), spec.get("max_rows"),
-            spec.get("over_max_rows", "reject"), channel_axis,
-        )  # fmt: skip
+            name,
+            str(spec[kind]),
+            spec.get("dtype"),
+            None if shape is None else tuple(shape),
+            kind,
+            bool(spec.get("categorical") or classes),
+            None if classes is None else tuple(map(str, classes)),
+            spec.get("missing", "reject"),
+            spec.get("fill_value"),
+            None if spec.get("columns") is None else tuple(spec["columns"]),
+            spec.get("ragged_by"),
+            spec.get("group_by"),
+            spec.get("key"),
+            spec.get("reduce", "first"),
+            spec.get("max_rows"),
+            spec.get("over_max_rows", "reject"),
+            channel_axis,
+        )
 
     def fields_last(self, array: np.ndarray) -> np.ndarray:
         """One sample's array as stored, its channel axis (if declared) moved last."""
-        return array if self.channel_axis is None or array.ndim == 0 else np.moveaxis(array, self.channel_axis, -1)
+        return (
+            array
+            if self.channel_axis is None or array.ndim == 0
+            else np.moveaxis(array, self.channel_axis, -1)
+        )
 
     @property
     def events(self) -> bool:
@@ -143,11 +162,14 @@ class ArrayInfo:
     shape: tuple[int, ...]
     dtype: str  # numpy's name, e.g. 'int16'; the kind tells numbers from text
     dims: tuple[str, ...] | None = None  # dimension names, where the format has them (NetCDF, Zarr)
-    coordinate: bool = False  # a coordinate variable (its dimension's values, CF bounds, auxiliary coordinates)
+    # a coordinate variable (its dimension's values, CF bounds, auxiliary coordinates)
+    coordinate: bool = False
     # CF attributes found (fill values, packing, units), as a person reads them; empty: none
     encoding: str = ""
-    columns: tuple[tuple[str, str], ...] | None = None  # a table (compound dtype): its columns and their dtypes
-    kind: str = "array"  # array | table | objects (ROOT object branches) | jagged (a variable length per entry)
+    # a table (compound dtype): its columns and their dtypes
+    columns: tuple[tuple[str, str], ...] | None = None
+    # array | table | objects (ROOT object branches) | jagged (a variable length per entry)
+    kind: str = "array"
 
 
 @dataclass(frozen=True)
@@ -157,8 +179,10 @@ class Contents:
 
     arrays: tuple[ArrayInfo, ...]
     attributes: dict[str, str]
-    conventions: Conventions | None = None  # what the reader recognised beyond the arrays (a format's conventions)
-    numbers: dict[str, float] = field(default_factory=dict)  # scalar numeric global attributes (a run's parameters)
+    # what the reader recognised beyond the arrays (a format's conventions)
+    conventions: Conventions | None = None
+    # scalar numeric global attributes (a run's parameters)
+    numbers: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,21 +196,27 @@ class Conventions:
     samples_along: int | str | None = None  # one sample per index of this axis of every array
     file_is_sample: bool = False  # a file is one sample whatever its arrays' axes (a snapshot's particles)
     fields: dict[str, dict[str, Any]] = field(default_factory=dict)  # more fields to map (attributes)
-    deposit: dict[str, dict[str, Any]] = field(default_factory=dict)  # grids: positions/weights name arrays' paths
-    labels: tuple[str, ...] = ()  # the fields (of `fields`, or arrays' paths) that are the labels; () inspect's choice
+    # grids: positions/weights name arrays' paths
+    deposit: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the fields (of `fields`, or arrays' paths) that are the labels; () inspect's choice
+    labels: tuple[str, ...] = ()
     features: tuple[str, ...] = ()  # the features (deposit names or arrays' paths); () inspect's choice
     notes: tuple[str, ...] = ()  # more lines for the config's header (what else could be mapped, and how)
-    planes: tuple[str, ...] = ()  # arrays whose sample is a 2-D plane with channels last (a 2-D model's input)
+    # arrays whose sample is a 2-D plane with channels last (a 2-D model's input)
+    planes: tuple[str, ...] = ()
     # what a sample is, for the task inspect proposes (the task that takes it: Task.proposed_for):
     # `trajectory`: a run's states over time (time first, then the grid), with no labels (the targets are the
     # feature's own later states); None: inspect's choice
     kind: str | None = None
     model: dict[str, Any] | None = None  # train's model settings for that kind's task (model, model_args)
-    split_by: str | None = None  # merge.split_by the layout calls for (None: by file where files hold several)
+    # merge.split_by the layout calls for (None: by file where files hold several)
+    split_by: str | None = None
     arrays: tuple[str, ...] | None = None  # the only arrays that hold samples (the rest: a grid's axes, ...)
-    stack: dict[str, list[str]] = field(default_factory=dict)  # convert.stack of arrays' paths (a state's fields)
+    # convert.stack of arrays' paths (a state's fields)
+    stack: dict[str, list[str]] = field(default_factory=dict)
     per_channel: tuple[str, ...] = ()  # features (paths or stack names) whose fields are normalised apart
-    task_settings: dict[str, Any] = field(default_factory=dict)  # that task's own settings the layout calls for
+    # that task's own settings the layout calls for
+    task_settings: dict[str, Any] = field(default_factory=dict)
 
 
 class OpenFile(ABC):
@@ -202,7 +232,8 @@ class OpenFile(ABC):
         self._encodings: dict[str, cf.Encoding | None] = {}
 
     def attributes(self, array: str) -> Mapping[str, Any]:
-        """The array's own attributes (CF: _FillValue, scale_factor, units, ...); {} where the format has none."""
+        """The array's own attributes (CF: _FillValue, scale_factor, units, ...); {} where the format has
+        none."""
         return {}
 
     def stored_dtype(self, array: str) -> np.dtype:
@@ -250,7 +281,8 @@ class OpenFile(ABC):
             dims = self.dims(field.path)
             if dims is None:
                 raise SampleError(
-                    f"source.samples_along '{samples_along}' names a dimension, but this {type(self).__name__} "
+                    f"source.samples_along '{samples_along}' names a dimension, but this "
+                    f"{type(self).__name__} "
                     "has no dimension names: give an axis number"
                 )
             return dims.index(samples_along) if samples_along in dims else None
@@ -352,7 +384,8 @@ def within_max_rows(data: np.ndarray, field: FieldSpec, path: Path, start: int) 
     rows = data.shape[1]
     if field.over_max_rows != "sample":
         raise SampleError(
-            f"field '{field.name}': {rows} rows, more than max_rows {field.max_rows} (over_max_rows: sample draws them)"
+            f"field '{field.name}': {rows} rows, more than max_rows {field.max_rows} (over_max_rows: sample "
+            "draws them)"
         )
     kept = []
     for k in range(len(data)):
@@ -392,13 +425,19 @@ def array_info(
     try:
         found = cf.encoding(attributes, dtype, default_fill)
     except cf.EncodingError as e:
-        return ArrayInfo(path, shape, dtype_text(dtype), dims, coordinate, encoding=f"unusable CF attributes: {e}")
+        return ArrayInfo(
+            path, shape, dtype_text(dtype), dims, coordinate, encoding=f"unusable CF attributes: {e}"
+        )
     shown = ""
     if found is not None:  # netCDF's default fill applies to every variable: not repeated for each
         markers = found.markers(defaults=False)
         packed = "packed (scale_factor/add_offset)" if found.packed else ""
-        shown = "; ".join(text for text in (markers, packed, f"units {found.units}" if found.units else "") if text)
-    return ArrayInfo(path, shape, dtype_text(cf.unpacked_dtype(dtype, found)), dims, coordinate, encoding=shown)
+        shown = "; ".join(
+            text for text in (markers, packed, f"units {found.units}" if found.units else "") if text
+        )
+    return ArrayInfo(
+        path, shape, dtype_text(cf.unpacked_dtype(dtype, found)), dims, coordinate, encoding=shown
+    )
 
 
 def subarray_text(dtype: np.dtype) -> str:
@@ -486,23 +525,32 @@ def check_source_fields(source: Mapping[str, Any], conv: Mapping[str, Any]) -> N
     for spec in list(fields.values()):
         if spec.mask_name is not None:
             fields[spec.mask_name] = FieldSpec(spec.mask_name, spec.path, "uint8")
-    clash = [f.mask_name for f in fields.values() if f.mask_name is not None and f.mask_name in source["fields"]]
+    clash = [
+        f.mask_name for f in fields.values() if f.mask_name is not None and f.mask_name in source["fields"]
+    ]
     if clash:
-        raise Sim2dlError(f"config key 'source.fields': {clash} name both fields and masks of fields (missing: mask)")
+        raise Sim2dlError(
+            f"config key 'source.fields': {clash} name both fields and masks of fields (missing: mask)"
+        )
     for key in ("log1p", "normalise"):
         wrong = [
-            name for name in conv[key]
-            if fields[name].categorical or name not in {**source["fields"], **conv["deposit"], **conv["stack"]}
-        ]  # fmt: skip
+            name
+            for name in conv[key]
+            if fields[name].categorical
+            or name not in {**source["fields"], **conv["deposit"], **conv["stack"]}
+        ]
         if wrong:
             raise Sim2dlError(
-                f"config key 'convert.{key}': {wrong} are categorical or masks (class ids and masks stay as they are)"
+                f"config key 'convert.{key}': {wrong} are categorical or masks (class ids and masks stay as "
+                "they are)"
             )
     check_tables(source, fields)
     moved = [name for name, spec in fields.items() if spec.channel_axis is not None and not spec.in_file]
     if moved:
-        raise Sim2dlError(f"config key 'source.fields.{moved[0]}.channel_axis': only an array in the files (path) "
-                          "has axes to move")  # fmt: skip
+        raise Sim2dlError(
+            f"config key 'source.fields.{moved[0]}.channel_axis': only an array in the files (path) "
+            "has axes to move"
+        )
     for kind, needs in (("column", "labels_table"), ("path_group", "path_pattern")):
         users = [name for name, spec in fields.items() if spec.kind == kind]
         if users and not source[needs]:
@@ -515,7 +563,9 @@ def check_tables(source: Mapping[str, Any], fields: Mapping[str, Any]) -> None:
     for name, spec in fields.items():
         given = [k for k in ("ragged_by", "group_by", "key") if getattr(spec, k) is not None]
         if spec.columns is None and given:
-            raise Sim2dlError(f"config key 'source.fields.{name}.{given[0]}': needs columns (the table's columns)")
+            raise Sim2dlError(
+                f"config key 'source.fields.{name}.{given[0]}': needs columns (the table's columns)"
+            )
         if spec.columns is not None and len(given) != 1:
             raise Sim2dlError(
                 f"config key 'source.fields.{name}.columns': give exactly one of ragged_by, group_by or key "
@@ -526,7 +576,11 @@ def check_tables(source: Mapping[str, Any], fields: Mapping[str, Any]) -> None:
     tables = [name for name, spec in fields.items() if spec.events]
     keyed = [name for name, spec in fields.items() if spec.keyed]
     if keyed and not tables:
-        raise Sim2dlError(f"config key 'source.fields': {keyed} are keyed by event id, but no field defines events "
-                          "(ragged_by or group_by)")  # fmt: skip
+        raise Sim2dlError(
+            f"config key 'source.fields': {keyed} are keyed by event id, but no field defines events "
+            "(ragged_by or group_by)"
+        )
     if tables and source["samples_along"] is not None:
-        raise Sim2dlError(f"config key 'source.samples_along': {tables} give one sample per event; set it to null")
+        raise Sim2dlError(
+            f"config key 'source.samples_along': {tables} give one sample per event; set it to null"
+        )

@@ -41,10 +41,21 @@ from pipeline.formats.readers.cf import cf_attributes
 STEP = "step"  # the name of every variable's first axis (source.samples_along)
 # ADIOS2's type names -> numpy
 DTYPES = {
-    "int8_t": "int8", "int16_t": "int16", "int32_t": "int32", "int64_t": "int64", "uint8_t": "uint8",
-    "uint16_t": "uint16", "uint32_t": "uint32", "uint64_t": "uint64", "float": "float32", "double": "float64",
-    "char": "int8", "long double": "longdouble", "float complex": "complex64", "double complex": "complex128",
-}  # fmt: skip
+    "int8_t": "int8",
+    "int16_t": "int16",
+    "int32_t": "int32",
+    "int64_t": "int64",
+    "uint8_t": "uint8",
+    "uint16_t": "uint16",
+    "uint32_t": "uint32",
+    "uint64_t": "uint64",
+    "float": "float32",
+    "double": "float64",
+    "char": "int8",
+    "long double": "longdouble",
+    "float complex": "complex64",
+    "double complex": "complex128",
+}
 
 
 def _open(path: Path) -> Any:
@@ -101,7 +112,9 @@ class BPFile(OpenFile):
         if array not in self._shapes:
             variable = self._variable(array)
             steps = int(variable.steps())
-            self._shapes[array] = (steps, *self.step_shape(array, int(variable.steps_start()))) if steps else (0,)
+            self._shapes[array] = (
+                (steps, *self.step_shape(array, int(variable.steps_start()))) if steps else (0,)
+            )
         return self._shapes[array]
 
     def dims(self, array: str) -> tuple[str, ...]:
@@ -113,7 +126,9 @@ class BPFile(OpenFile):
         return cf_attributes(found)
 
     def stored_dtype(self, array: str) -> np.dtype:
-        return _dtype(self.variables[array]["Type"], array) if array in self.variables else np.dtype("float64")
+        return (
+            _dtype(self.variables[array]["Type"], array) if array in self.variables else np.dtype("float64")
+        )
 
     def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
         shape = self.shape(array)
@@ -125,7 +140,9 @@ class BPFile(OpenFile):
             return np.zeros((0, *shape[1:]), _dtype(self.variables[array]["Type"], array))
         step_shape = self.step_shape(array, first + start_step)
         if count_steps > 1 and self.step_shape(array, first + stop_step - 1) != step_shape:
-            raise SampleError(f"variable '{array}' changes shape between steps {start_step} and {stop_step - 1}")
+            raise SampleError(
+                f"variable '{array}' changes shape between steps {start_step} and {stop_step - 1}"
+            )
         ranges = [s.indices(n)[:2] for s, n in zip(index[1:], step_shape, strict=False)]
         ranges += [(0, n) for n in step_shape[len(ranges) :]]
         start = [a for a, _ in ranges]
@@ -173,8 +190,8 @@ class BPReader(Reader):
                 if shape[0] > 1 and f.step_shape(name, last) != shape[1:]:  # its last step's shape differs
                     found = replace(found, kind="jagged")
                 infos.append(found)
-            texts = {
-                name: scalar_text(f.reader.read_attribute(name)) for name in f.attrs if "/" not in name
-            }  # fmt: skip
+            texts = {name: scalar_text(f.reader.read_attribute(name)) for name in f.attrs if "/" not in name}
             texts = {name: text for name, text in texts.items() if text is not None}
-            return Contents(tuple(infos), texts, Conventions("ADIOS2 BP: one sample per step", samples_along=STEP))
+            return Contents(
+                tuple(infos), texts, Conventions("ADIOS2 BP: one sample per step", samples_along=STEP)
+            )

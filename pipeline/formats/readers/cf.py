@@ -26,13 +26,28 @@ MISSING_POLICIES = ("reject", "fill", "mask")
 # netCDF's default fill values (netcdf.h NC_FILL_*), used where a NetCDF variable has no _FillValue: a value
 # never written reads as these (9.969209968386869e36 for floats). Bytes have none (netCDF's own advice).
 NETCDF_DEFAULT_FILLS = {
-    "i2": -32767, "u2": 65535, "i4": -2147483647, "u4": 4294967295,
-    "i8": -9223372036854775806, "u8": 18446744073709551614, "f4": 9.969209968386869e36, "f8": 9.969209968386869e36,
-}  # fmt: skip
+    "i2": -32767,
+    "u2": 65535,
+    "i4": -2147483647,
+    "u4": 4294967295,
+    "i8": -9223372036854775806,
+    "u8": 18446744073709551614,
+    "f4": 9.969209968386869e36,
+    "f8": 9.969209968386869e36,
+}
 DEFAULT_FILL = "default _FillValue"  # how netCDF's default fill is named in the reasons of rejects
-CF_ATTRIBUTES = ("_FillValue", "missing_value", "valid_min", "valid_max", "valid_range", "scale_factor",
-                 "add_offset", "_Unsigned", "units",
-                 "component_names")  # fmt: skip  # (sim2dl's: names of the entries along the last axis)
+CF_ATTRIBUTES = (
+    "_FillValue",
+    "missing_value",
+    "valid_min",
+    "valid_max",
+    "valid_range",
+    "scale_factor",
+    "add_offset",
+    "_Unsigned",
+    "units",
+    "component_names",
+)  # (sim2dl's: names of the entries along the last axis)
 
 
 def cf_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,7 +79,8 @@ def _text(value: Any) -> str:
 class Encoding:
     """How one array's values are stored: the raw values that mean 'missing' and the packing."""
 
-    fills: tuple[tuple[str, float], ...]  # (attribute, raw value) pairs that mark a missing value; NaN allowed
+    # (attribute, raw value) pairs that mark a missing value; NaN allowed
+    fills: tuple[tuple[str, float], ...]
     valid_min: float | None
     valid_max: float | None
     scale_factor: np.ndarray | None  # 0-d, its dtype the unpacked dtype
@@ -105,7 +121,9 @@ class Encoding:
             if self.valid_max is not None:
                 mask |= data > self.valid_max
         if self.packed:
-            scale = self.scale_factor if self.scale_factor is not None else np.asarray(1, self.add_offset.dtype)  # type: ignore[union-attr]
+            scale = (
+                self.scale_factor if self.scale_factor is not None else np.asarray(1, self.add_offset.dtype)
+            )  # type: ignore[union-attr]
             offset = self.add_offset if self.add_offset is not None else np.asarray(0, scale.dtype)
             unpacked = np.result_type(scale, offset)
             data = data.astype(unpacked) * scale.astype(unpacked) + offset.astype(unpacked)

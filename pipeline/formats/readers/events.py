@@ -92,7 +92,9 @@ def read_columns(opened: OpenFile, table: str, columns: Sequence[str], start: in
     for name, width in zip(columns[1:], widths[1:], strict=True):
         part = column(name)
         if part.shape != (block.shape[0], width):
-            raise SampleError(f"table '{table}': column '{name}' has {part.shape[0]} rows here, not {block.shape[0]}")
+            raise SampleError(
+                f"table '{table}': column '{name}' has {part.shape[0]} rows here, not {block.shape[0]}"
+            )
         block[:, at : at + width] = part
         at += width
     return block
@@ -108,11 +110,15 @@ def sorted_runs(opened: OpenFile, table: str, column: str) -> tuple[np.ndarray, 
     for first in range(0, rows, SCAN_ROWS):
         ids = read_columns(opened, table, [column], first, min(rows, first + SCAN_ROWS))
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise SampleError(f"column '{column}' of '{table}' is not one integer per row (dtype {ids.dtype})")
+            raise SampleError(
+                f"column '{column}' of '{table}' is not one integer per row (dtype {ids.dtype})"
+            )
         if ids.size and ((last is not None and ids[0] < last) or np.any(ids[1:] < ids[:-1])):
             raise SampleError(f"column '{column}' of '{table}' is not sorted (events must be contiguous)")
         new = (
-            np.flatnonzero(np.concatenate([[last is None or ids[0] != last], ids[1:] != ids[:-1]])) if ids.size else []
+            np.flatnonzero(np.concatenate([[last is None or ids[0] != last], ids[1:] != ids[:-1]]))
+            if ids.size
+            else []
         )
         values.append(ids[new].astype(np.int64))
         starts.append(np.asarray(new, np.int64) + first)
@@ -150,8 +156,10 @@ class Events:
             if counts[k] < 0:
                 bad[int(k)] = f"index row {k} of '{index}': negative count {counts[k]}"
             else:
-                bad[int(k)] = (f"index row {k} of '{index}' points past the end of '{table}' (rows {starts[k]}.."
-                               f"{starts[k] + counts[k]} of {rows})")  # fmt: skip
+                bad[int(k)] = (
+                    f"index row {k} of '{index}' points past the end of '{table}' (rows {starts[k]}.."
+                    f"{starts[k] + counts[k]} of {rows})"
+                )
         return cls(starts, counts, np.arange(len(starts), dtype=np.int64), bad)
 
     @classmethod
@@ -184,7 +192,9 @@ class Keyed:
         return int(self.bounds[k]), int(self.bounds[k + 1])
 
 
-def event_samples(opened: OpenFile, field: FieldSpec, events: Events, first: int, stop: int) -> list[np.ndarray]:
+def event_samples(
+    opened: OpenFile, field: FieldSpec, events: Events, first: int, stop: int
+) -> list[np.ndarray]:
     """Events [first, stop) of a field with ragged_by or group_by: one (rows, columns) array each. An event
     that cannot be read raises SampleError (the batch is then read one event at a time, by the caller)."""
     bad = [events.bad[k] for k in range(first, stop) if k in events.bad]
@@ -193,7 +203,9 @@ def event_samples(opened: OpenFile, field: FieldSpec, events: Events, first: int
     columns = list(field.columns or ())
     low, high = events.rows(first, stop)
     block = read_columns(opened, field.path, columns, low, high)
-    return [block[events.starts[k] - low : events.starts[k] - low + events.counts[k]] for k in range(first, stop)]
+    return [
+        block[events.starts[k] - low : events.starts[k] - low + events.counts[k]] for k in range(first, stop)
+    ]
 
 
 def keyed_samples(
@@ -205,7 +217,9 @@ def keyed_samples(
     if field.reduce != "count":
         missing = [int(events.ids[first + j]) for j, rows in enumerate(found) if rows is None]
         if missing:
-            raise SampleError(f"field '{field.name}': event id {missing[0]} is not in '{field.path}' ({field.key})")
+            raise SampleError(
+                f"field '{field.name}': event id {missing[0]} is not in '{field.path}' ({field.key})"
+            )
     spans = [rows for rows in found if rows is not None]
     low = min((a for a, _ in spans), default=0)
     high = max((b for _, b in spans), default=0)
@@ -283,25 +297,41 @@ def propose_tables(fields: Sequence[SurveyedArray]) -> list[TableField]:
         group, _, leaf = index.path.rpartition("/")
         if leaf != "_indices" or not group or index.kind != "table" or len(index.columns or ()) < 2:
             continue
-        columns = [f for f in fields if f.path.rpartition("/")[0] == group and f is not index and f.numeric
-                   and f.shape is not None and len(f.shape) == 1]  # fmt: skip
+        columns = [
+            f
+            for f in fields
+            if f.path.rpartition("/")[0] == group
+            and f is not index
+            and f.numeric
+            and f.shape is not None
+            and len(f.shape) == 1
+        ]
         if columns:
             names = [f.path.rpartition("/")[2] for f in columns]
             why = f"'{index.path}' indexes the rows of {group}'s columns: one sample per (start, count) row"
             spec = table_spec(group, names, ragged_by=index.path)
-            proposals.append(TableField(group, spec, (index.path, *(f.path for f in columns)), columns[0].values, why))
+            proposals.append(
+                TableField(group, spec, (index.path, *(f.path for f in columns)), columns[0].values, why)
+            )
     with_ids = []
     for table in fields:
         if table.kind != "table" or table.path.endswith("/_indices") or not table.shape:
             continue
         columns = dict(table.columns or ())
-        id_column = next((c for c in columns if c.lower() in EVENT_ID_COLUMNS and numeric_column(columns[c])), None)
-        values = [c for c, dtype in columns.items() if c not in (id_column, "index") and numeric_column(dtype)]
+        id_column = next(
+            (c for c in columns if c.lower() in EVENT_ID_COLUMNS and numeric_column(columns[c])), None
+        )
+        values = [
+            c for c, dtype in columns.items() if c not in (id_column, "index") and numeric_column(dtype)
+        ]
         if id_column is not None and values:
             with_ids.append((table, id_column, values))
     if not proposals and with_ids:
         table, id_column, values = max(with_ids, key=lambda t: t[0].shape[0] if t[0].shape else 0)
-        why = f"column '{id_column}' of '{table.path}' names the event of each row (sorted): one sample per event"
+        why = (
+            f"column '{id_column}' of '{table.path}' names the event of each row (sorted): "
+            "one sample per event"
+        )
         spec = table_spec(table.path, values, group_by=id_column)
         proposals.append(TableField(table.path, spec, (table.path,), table.values, why))
     if proposals:

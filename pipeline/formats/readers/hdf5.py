@@ -97,7 +97,8 @@ def _read_raw(
     try:
         shape, dtype = dataset.shape, dataset.dtype
         if contents is not None and dtype.kind in "biufc" and not dtype.hasobject:
-            # Contiguous data stored in the file's bytes: a view of those bytes (no read through HDF5, no copy).
+            # Contiguous data stored in the file's bytes: a view of those bytes (no read through HDF5, no
+            # copy).
             offset = dataset.get_offset()  # None for chunked, compressed, external or unwritten data
             if offset is not None:
                 nbytes = dtype.itemsize * math.prod(shape)
@@ -150,7 +151,11 @@ class ByteTemplate:
 
 
 def learn_template(
-    contents: np.ndarray, arrays: Arrays, offsets: dict[str, int | None], sample_id: str | None, id_attr: str | None
+    contents: np.ndarray,
+    arrays: Arrays,
+    offsets: dict[str, int | None],
+    sample_id: str | None,
+    id_attr: str | None,
 ) -> ByteTemplate | None:
     """The template of a file HDF5 has just read, or None when it cannot be told from the bytes alone:
     a field not stored contiguously, or an id whose text is not found exactly once outside the data."""
@@ -296,7 +301,9 @@ class HDF5Reader(Reader):
 
             def visit(name: str, node: object) -> None:
                 # PyTables keeps its column indexes in _i_TABLE groups: bookkeeping, not data
-                if isinstance(node, h5py.Dataset) and not any(part.startswith("_i_") for part in name.split("/")):
+                if isinstance(node, h5py.Dataset) and not any(
+                    part.startswith("_i_") for part in name.split("/")
+                ):
                     arrays.append(describe_dataset(name, node))
 
             def visit_seed(name: str, node: object) -> None:
@@ -318,8 +325,12 @@ class HDF5Reader(Reader):
                 raise SampleError(f"cannot list the datasets: {e}") from None
             texts = {name: scalar_text(value) for name, value in f.attrs.items()}
             texts = {name: text for name, text in texts.items() if text is not None}
-            conventions = (the_well_conventions(f) or seed_conventions(f) or field_conventions(f)
-                           or gadget_conventions(f))  # fmt: skip
+            conventions = (
+                the_well_conventions(f)
+                or seed_conventions(f)
+                or field_conventions(f)
+                or gadget_conventions(f)
+            )
             return Contents(tuple(arrays), texts, conventions, scalar_numbers(f.attrs))
 
     def read_contents(
@@ -390,28 +401,43 @@ def the_well_conventions(f: h5py.File) -> Conventions | None:
         return None
     first = f"t0_fields/{scalars[0]}"
     dims = int(f.attrs["n_spatial_dims"])
-    parameters = [str(p.decode() if isinstance(p, bytes) else p) for p in f.attrs.get("simulation_parameters", [])]
+    parameters = [
+        str(p.decode() if isinstance(p, bytes) else p) for p in f.attrs.get("simulation_parameters", [])
+    ]
     mapped = {p: {"attr": p} for p in parameters if p in f.attrs and np.asarray(f.attrs[p]).size == 1}
     vectors = [f"t1_fields/{n}" for n in f.get("t1_fields", {})]
     grid = fields[scalars[0]].shape[2:]
-    notes = [f"The Well: {f.attrs.get('dataset_name', '?')}, {dims}-D {f.attrs.get('grid_type', '?')} grid; "
-             "a record per trajectory, split by trajectory (its windows stay together)"]  # fmt: skip
+    notes = [
+        f"The Well: {f.attrs.get('dataset_name', '?')}, {dims}-D {f.attrs.get('grid_type', '?')} grid; "
+        "a record per trajectory, split by trajectory (its windows stay together)"
+    ]
     if len(scalars) > 1 or vectors:
-        notes.append(f"more fields of the same trajectories: {', '.join([*scalars[1:], *vectors])} (stack them as "
-                     "channels with convert.stack where their shapes are equal)")  # fmt: skip
+        notes.append(
+            f"more fields of the same trajectories: {', '.join([*scalars[1:], *vectors])} (stack them as "
+            "channels with convert.stack where their shapes are equal)"
+        )
     if mapped:
-        notes.append(f"the simulation's parameters {', '.join(mapped)} (per file) given to the next state as a "
-                     "conditioning vector")  # fmt: skip
+        notes.append(
+            f"the simulation's parameters {', '.join(mapped)} (per file) given to the next state as a "
+            "conditioning vector"
+        )
     model = None
     if dims == 2:
         model = {"model": "fno2d", "model_args": {"modes": max(1, min(12, grid[0] // 2, grid[1] // 2 + 1))}}
     return Conventions(
-        f"The Well's layout: {first} holds trajectories x time x grid: one sample per trajectory, a next state",
-        samples_along=0, fields=mapped, labels=tuple(mapped), features=(first,), notes=tuple(notes),
-        kind="trajectory", model=model, split_by="sample",
+        f"The Well's layout: {first} holds trajectories x time x grid: one sample per trajectory, a next "
+        "state",
+        samples_along=0,
+        fields=mapped,
+        labels=tuple(mapped),
+        features=(first,),
+        notes=tuple(notes),
+        kind="trajectory",
+        model=model,
+        split_by="sample",
         arrays=tuple(f"t0_fields/{n}" for n in scalars) + tuple(vectors),
         task_settings={"inputs": 1, "outputs": 1, "condition": "vector"} if mapped and model else {},
-    )  # fmt: skip
+    )
 
 
 GADGET_GRID = 32  # cells per axis of the grid inspect proposes for a snapshot's particles
@@ -437,10 +463,22 @@ def gadget_conventions(f: h5py.File) -> Conventions | None:
             fields[name.lower()] = {"attr": f"Header/{name}"}
             labels.append(name.lower())
     weights = f"{particles}/Masses" if "Masses" in f[particles] else None
-    deposit = {"density": {"positions": f"{particles}/Coordinates", "weights": weights,
-                           "shape": [GADGET_GRID] * dims, "box": "box_size", "scheme": "cic"}}  # fmt: skip
+    deposit = {
+        "density": {
+            "positions": f"{particles}/Coordinates",
+            "weights": weights,
+            "shape": [GADGET_GRID] * dims,
+            "box": "box_size",
+            "scheme": "cic",
+        }
+    }
     return Conventions(
-        f"a Gadget-style snapshot: {particles}/Coordinates deposited (CIC) onto a {GADGET_GRID}^{dims} grid over "
+        f"a Gadget-style snapshot: {particles}/Coordinates deposited (CIC) onto a {GADGET_GRID}^{dims} grid "
+        "over "
         "Header/BoxSize, Header's cosmology as labels",
-        file_is_sample=True, fields=fields, deposit=deposit, labels=tuple(labels), features=("density",),
-    )  # fmt: skip
+        file_is_sample=True,
+        fields=fields,
+        deposit=deposit,
+        labels=tuple(labels),
+        features=("density",),
+    )

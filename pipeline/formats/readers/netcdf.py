@@ -116,11 +116,21 @@ class NetCDFReader(Reader):
                 for name, var in group.variables.items():
                     dtype = np.dtype(var.dtype) if isinstance(var.dtype, np.dtype) else np.dtype(object)
                     attributes = variable_cf_attributes(var)
-                    info = array_info(prefix + name, tuple(var.shape), dtype, attributes, tuple(var.dimensions),
-                                      name in coordinates, default_fill=True)  # fmt: skip
+                    info = array_info(
+                        prefix + name,
+                        tuple(var.shape),
+                        dtype,
+                        attributes,
+                        tuple(var.dimensions),
+                        name in coordinates,
+                        default_fill=True,
+                    )
                     arrays.append(info)
                 groups += [(f"{prefix}{name}/", sub) for name, sub in group.groups.items()]
             texts = {name: scalar_text(ds.getncattr(name)) for name in ds.ncattrs()}
             numbers = scalar_numbers({name: ds.getncattr(name) for name in ds.ncattrs()})
-            return Contents(tuple(arrays), {name: text for name, text in texts.items() if text is not None},
-                            numbers=numbers)  # fmt: skip
+            return Contents(
+                tuple(arrays),
+                {name: text for name, text in texts.items() if text is not None},
+                numbers=numbers,
+            )

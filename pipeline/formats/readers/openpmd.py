@@ -79,7 +79,9 @@ from pipeline.formats.readers.thetamode import (
 
 ITERATION = "iteration"  # the name of every array's first axis (source.samples_along)
 # iterations parsed when read, not all at open; ADIOS2 engines without their per-open profile file in /tmp
-SERIES_OPTIONS = json.dumps({"defer_iteration_parsing": True, "adios2": {"engine": {"parameters": {"Profile": "Off"}}}})
+SERIES_OPTIONS = json.dumps(
+    {"defer_iteration_parsing": True, "adios2": {"engine": {"parameters": {"Profile": "Off"}}}}
+)
 PER_ITERATION = ("time", "dt", ITERATION)  # scalars of each iteration
 COMPONENT_ORDER = ("x", "y", "z", "r", "t")
 CYLINDRICAL_ORDER = ("r", "t", "z")  # a thetaMode vector's components
@@ -87,9 +89,22 @@ CYLINDRICAL_ORDER = ("r", "t", "z")  # a thetaMode vector's components
 SI_BASE = ("m", "kg", "s", "A", "K", "mol", "cd")
 READ_GEOMETRIES = ("cartesian", "thetaMode")
 # the standard's own root attributes: bookkeeping, never a run's parameter
-STANDARD_ATTRIBUTES = {"openPMD", "openPMDextension", "basePath", "meshesPath", "particlesPath", "iterationEncoding",
-                       "iterationFormat", "author", "software", "softwareVersion", "softwareDependencies", "machine",
-                       "date", "comment"}  # fmt: skip
+STANDARD_ATTRIBUTES = {
+    "openPMD",
+    "openPMDextension",
+    "basePath",
+    "meshesPath",
+    "particlesPath",
+    "iterationEncoding",
+    "iterationFormat",
+    "author",
+    "software",
+    "softwareVersion",
+    "softwareDependencies",
+    "machine",
+    "date",
+    "comment",
+}
 
 
 def units_text(dimension: list[float]) -> str:
@@ -139,7 +154,9 @@ class OpenPMDFile(OpenFile):
             self.iterations = [int(i) for i in self.series.iterations]
         except Exception as e:
             self.series.close()
-            raise SampleError(f"cannot list the series' iterations: {type(e).__name__}: {one_line(e)}") from None
+            raise SampleError(
+                f"cannot list the series' iterations: {type(e).__name__}: {one_line(e)}"
+            ) from None
         self._shapes: dict[str, tuple[int, ...]] = {}
         self._open_iterations: set[int] = set()
 
@@ -189,15 +206,19 @@ class OpenPMDFile(OpenFile):
         except Exception as e:
             raise SampleError(f"iteration {iteration}: cannot read '{array}': {one_line(e)}") from None
         raise MissingArray(
-            f"no record '{array}' in iteration {iteration} (meshes/NAME or particles/SPECIES/RECORD; openPMD-api "
-            "leaves out a record it cannot read, e.g. components of different shapes, with a warning on stderr)"
+            f"no record '{array}' in iteration {iteration} (meshes/NAME or particles/SPECIES/RECORD; "
+            "openPMD-api "
+            "leaves out a record it cannot read, e.g. components of different shapes, with a warning on "
+            "stderr)"
         )
 
     def _components(self, record: Any) -> list[tuple[str, Any]]:
         if record.scalar:
             return [("", record[next(iter(record))])]
         geometry = getattr(record, "geometry", None)
-        order = CYLINDRICAL_ORDER if geometry is not None and geometry.name == "thetaMode" else COMPONENT_ORDER
+        order = (
+            CYLINDRICAL_ORDER if geometry is not None and geometry.name == "thetaMode" else COMPONENT_ORDER
+        )
         return [(name, record[name]) for name in component_order(list(record), order)]
 
     def _iteration_shape(self, array: str, iteration: int) -> tuple[int, ...]:
@@ -207,7 +228,9 @@ class OpenPMDFile(OpenFile):
         components = self._components(record)
         shapes = {tuple(int(n) for n in rc.shape) for _, rc in components}
         if len(shapes) > 1:
-            raise SampleError(f"iteration {iteration}: the components of '{array}' disagree in shape: {sorted(shapes)}")
+            raise SampleError(
+                f"iteration {iteration}: the components of '{array}' disagree in shape: {sorted(shapes)}"
+            )
         shape = shapes.pop()
         layout = self._layout(array, record)
         if layout is None:
@@ -216,7 +239,9 @@ class OpenPMDFile(OpenFile):
         nr, nz = shape[2:0:-1] if transposed(axes, array) else shape[1:]
         if layout.kind == "modes":
             return (nr, nz, len(components) * shape[0])
-        return (2 * nr, nz, len(components)) if layout.kind == "plane" else (2 * nr, 2 * nr, nz, len(components))
+        return (
+            (2 * nr, nz, len(components)) if layout.kind == "plane" else (2 * nr, 2 * nr, nz, len(components))
+        )
 
     def _layout(self, array: str, record: Any) -> Layout | None:
         """How a mesh is read: None as stored (Cartesian meshes, particles), or its thetaMode layout;
@@ -229,11 +254,15 @@ class OpenPMDFile(OpenFile):
             return None
         name = geometry.name
         if name not in READ_GEOMETRIES:
-            raise SampleError(f"'{path}' is in {name} geometry, which sim2dl does not read (it reads cartesian and "
-                              "thetaMode meshes); it is never treated as Cartesian")  # fmt: skip
+            raise SampleError(
+                f"'{path}' is in {name} geometry, which sim2dl does not read (it reads cartesian and "
+                "thetaMode meshes); it is never treated as Cartesian"
+            )
         if name == "cartesian":
             if path != array:
-                raise SampleError(f"'{array}': a layout (@...) applies to thetaMode meshes; '{path}' is Cartesian")
+                raise SampleError(
+                    f"'{array}': a layout (@...) applies to thetaMode meshes; '{path}' is Cartesian"
+                )
             return None
         return layout
 
@@ -299,14 +328,18 @@ class OpenPMDFile(OpenFile):
             if offset is None:
                 loaded.append(in_si(values, rc.unit_SI))
             else:  # positions in float64: an offset of many cells plus a fraction of one keeps its precision
-                loaded.append(in_si(values, rc.unit_SI, np.float64) + in_si(shift, offset.unit_SI, np.float64))
+                loaded.append(
+                    in_si(values, rc.unit_SI, np.float64) + in_si(shift, offset.unit_SI, np.float64)
+                )
         layout = self._layout(array, record)
         if layout is not None:
             names = [name for name, _ in self._components(record)]
             return self._in_layout(array, record, dict(zip(names, loaded, strict=True)), layout)
         return loaded[0] if record.scalar else np.stack(loaded, axis=-1)
 
-    def _in_layout(self, array: str, record: Any, components: dict[str, np.ndarray], layout: Layout) -> np.ndarray:
+    def _in_layout(
+        self, array: str, record: Any, components: dict[str, np.ndarray], layout: Layout
+    ) -> np.ndarray:
         """A thetaMode record's components (modes, a, b) in its layout (thetamode.py)."""
         axes = array_axes(record.axis_labels, str(record.data_order))
         declared = modes_count(geometry_parameters(record))
@@ -320,8 +353,10 @@ class OpenPMDFile(OpenFile):
             return as_plane(rz, layout.theta)
         order, r_axis = str(record.data_order), axes.index("r")  # per-axis attributes in numpy order, as axes
         position = float(in_array_order(self._components(record)[0][1].position, order)[r_axis])
-        spacing, offset = (in_array_order(v, order)[r_axis] * record.grid_unit_SI
-                           for v in (record.grid_spacing, record.grid_global_offset))  # fmt: skip
+        spacing, offset = (
+            in_array_order(v, order)[r_axis] * record.grid_unit_SI
+            for v in (record.grid_spacing, record.grid_global_offset)
+        )
         return as_cartesian(rz, radii(next(iter(rz.values())).shape[1], spacing, offset, position))
 
     def geometry(self, array: str) -> dict[str, Any] | None:
@@ -335,14 +370,23 @@ class OpenPMDFile(OpenFile):
         layout = split_layout(array)[1]
         order = str(record.data_order)
         found = {
-            "geometry": record.geometry.name, "geometry_parameters": geometry_parameters(record),
-            "axes": list(array_axes(record.axis_labels, order)), "data_order": order,
+            "geometry": record.geometry.name,
+            "geometry_parameters": geometry_parameters(record),
+            "axes": list(array_axes(record.axis_labels, order)),
+            "data_order": order,
             "grid_spacing_m": [h * record.grid_unit_SI for h in in_array_order(record.grid_spacing, order)],
-            "grid_global_offset_m": [o * record.grid_unit_SI for o in in_array_order(record.grid_global_offset, order)],
-            "position": {name or "scalar": in_array_order(rc.position, order) for name, rc in self._components(record)},
-        }  # fmt: skip
+            "grid_global_offset_m": [
+                o * record.grid_unit_SI for o in in_array_order(record.grid_global_offset, order)
+            ],
+            "position": {
+                name or "scalar": in_array_order(rc.position, order) for name, rc in self._components(record)
+            },
+        }
         if record.geometry.name == "thetaMode":
-            found["layout"] = {"kind": layout.kind, **({"theta": layout.theta} if layout.kind == "plane" else {})}
+            found["layout"] = {
+                "kind": layout.kind,
+                **({"theta": layout.theta} if layout.kind == "plane" else {}),
+            }
         return found
 
     def read(self, array: str, index: tuple[slice, ...]) -> np.ndarray:
@@ -378,11 +422,21 @@ class OpenPMDFile(OpenFile):
         deposit: dict[str, dict[str, Any]] = {}
         it = self._iteration(self.iterations[0]) if self.iterations else None
         meshes = list(it.meshes) if it is not None else []
-        theta = [name for name in meshes if it.meshes[name].geometry.name == "thetaMode"] if it is not None else []
-        cartesian = [name for name in meshes if it.meshes[name].geometry.name == "cartesian"] if it is not None else []
+        theta = (
+            [name for name in meshes if it.meshes[name].geometry.name == "thetaMode"]
+            if it is not None
+            else []
+        )
+        cartesian = (
+            [name for name in meshes if it.meshes[name].geometry.name == "cartesian"]
+            if it is not None
+            else []
+        )
         if it is not None and cartesian:
             mesh = it.meshes[cartesian[0]]
-            shape = self._iteration_shape(f"meshes/{cartesian[0]}", self.iterations[0])[: len(mesh.grid_spacing)]
+            shape = self._iteration_shape(f"meshes/{cartesian[0]}", self.iterations[0])[
+                : len(mesh.grid_spacing)
+            ]
             unit = mesh.grid_unit_SI
             box = [float(n * h * unit) for n, h in zip(shape, mesh.grid_spacing, strict=False)]
             origin = [float(o * unit) for o in mesh.grid_global_offset][: len(box)]
@@ -392,18 +446,28 @@ class OpenPMDFile(OpenFile):
                     deposit[f"{species}_density"] = {
                         "positions": f"particles/{species}/position",
                         "weights": f"particles/{species}/weighting" if "weighting" in records else None,
-                        "shape": list(shape), "box": box, "origin": origin, "scheme": "cic",
-                    }  # fmt: skip
+                        "shape": list(shape),
+                        "box": box,
+                        "origin": origin,
+                        "scheme": "cic",
+                    }
         notes = tuple(self._theta_note(f"meshes/{name}") for name in theta)
         parameters = self.parameters()
         if parameters:
-            notes += (f"labels: the series' numeric attributes {', '.join(parameters)} (a run's parameters, as a "
-                      "simulator writes them beside its output)",)  # fmt: skip
+            notes += (
+                f"labels: the series' numeric attributes {', '.join(parameters)} (a run's parameters, as a "
+                "simulator writes them beside its output)",
+            )
         return Conventions(
-            "openPMD: one sample per iteration, values in SI", format="openpmd", samples_along=ITERATION,
-            fields={name: {"attr": name} for name in parameters}, labels=tuple(parameters) or ("time",),
-            deposit=deposit, notes=notes, planes=tuple(f"meshes/{name}" for name in theta),
-        )  # fmt: skip
+            "openPMD: one sample per iteration, values in SI",
+            format="openpmd",
+            samples_along=ITERATION,
+            fields={name: {"attr": name} for name in parameters},
+            labels=tuple(parameters) or ("time",),
+            deposit=deposit,
+            notes=notes,
+            planes=tuple(f"meshes/{name}" for name in theta),
+        )
 
     def parameters(self) -> list[str]:
         """The series' numeric scalar attributes beyond the standard's own: what a simulator records of its
@@ -426,11 +490,13 @@ class OpenPMDFile(OpenFile):
         volume_mb = 4 * nr * nr * nz * components * 4 / 1e6
         return (
             f"{path}: thetaMode geometry ({geometry_parameters(record) or 'modes'}; axisLabels "
-            f"{list(record.axis_labels)}), mapped as its modes over the (r, z) plane: ({nr}, {nz}, {channels}), "
+            f"{list(record.axis_labels)}), mapped as its modes over the (r, z) plane: ({nr}, {nz}, "
+            f"{channels}), "
             f"channels {', '.join(layout_channels(Layout(), names, channels // components))}; "
-            f"{path}@theta=0 is the field on the x-z plane ({2 * nr}, {nz}, {components}), {path}@cartesian a 3-D "
+            f"{path}@theta=0 is the field on the x-z plane ({2 * nr}, {nz}, {components}), {path}@cartesian "
+            "a 3-D "
             f"volume ({2 * nr}, {2 * nr}, {nz}, {components}: {volume_mb:.1f} MB a sample as float32)"
-        )  # fmt: skip
+        )
 
     def record_paths(self) -> list[str]:
         if not self.iterations:
@@ -465,7 +531,8 @@ class OpenPMDReader(Reader):
 
                 try:
                     with adios2.FileReader(str(path)) as f:
-                        return bool({"openPMD", "/openPMD"} & set(f.available_attributes()))  # written as "/openPMD"
+                        # written as "/openPMD"
+                        return bool({"openPMD", "/openPMD"} & set(f.available_attributes()))
                 finally:
                     forget_profile(path)
         except Exception:  # not this format: the suffix's reader says why
@@ -485,7 +552,9 @@ class OpenPMDReader(Reader):
                     continue
                 dtype = np.dtype("int64" if name == ITERATION else "float64")
                 kind = "jagged" if name.startswith("particles/") else "array"
-                info = array_info(name, shape, dtype, {"units": f.attributes(name).get("units", "")}, f.dims(name))
+                info = array_info(
+                    name, shape, dtype, {"units": f.attributes(name).get("units", "")}, f.dims(name)
+                )
                 infos.append(replace(info, kind=kind))
             texts = {name: scalar_text(f.series.get_attribute(name)) for name in f.series.attributes}
             texts = {name: text for name, text in texts.items() if text is not None}

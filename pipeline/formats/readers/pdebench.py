@@ -69,22 +69,32 @@ def seed_conventions(f: h5py.File) -> Conventions | None:
         return None
     fields_last = data.shape[-1] <= FIELD_AXIS and data.ndim >= 4
     grid = tuple(data.shape[1:-1] if fields_last else data.shape[1:])
-    notes = [f"PDEBench: a group per seed ({len(groups)}), each `data` {list(data.shape)} (time, "
-             f"{' x '.join(map(str, grid))} grid{', fields' if fields_last else ''}); its grid in grid/x, grid/y, "
-             "grid/t; a record per seed, split by seed"]  # fmt: skip
+    notes = [
+        f"PDEBench: a group per seed ({len(groups)}), each `data` {list(data.shape)} (time, "
+        f"{' x '.join(map(str, grid))} grid{', fields' if fields_last else ''}); its grid in grid/x, grid/y, "
+        "grid/t; a record per seed, split by seed"
+    ]
     settings = settings_text(f[groups[0]].attrs.get("config", ""))
     if settings:
         notes.append(f"the runs' settings (the groups' YAML `config`, sim): {settings}")
     model, settings = fno_model(grid)
     if model is None:
-        notes.append(f"no built-in next-state model for a {len(grid)}-D grid here: give your own (train.model)")
+        notes.append(
+            f"no built-in next-state model for a {len(grid)}-D grid here: give your own (train.model)"
+        )
     feature = f"{SEEDS}data"
     return Conventions(
         f"PDEBench's layout, a group per seed: {feature} holds every seed's trajectory: one sample per seed",
-        samples_along=0, features=(feature,), notes=tuple(notes), kind="trajectory" if model else None,
-        model=model, split_by="sample", arrays=(feature,), per_channel=(feature,) if fields_last else (),
+        samples_along=0,
+        features=(feature,),
+        notes=tuple(notes),
+        kind="trajectory" if model else None,
+        model=model,
+        split_by="sample",
+        arrays=(feature,),
+        per_channel=(feature,) if fields_last else (),
         task_settings=settings,
-    )  # fmt: skip
+    )
 
 
 def field_conventions(f: h5py.File) -> Conventions | None:
@@ -103,19 +113,33 @@ def field_conventions(f: h5py.File) -> Conventions | None:
     fields = sorted(name for name, node in arrays.items() if node.shape == first.shape)
     grid = tuple(first.shape[2:])
     stack = {"state": fields} if len(fields) > 1 else {}
-    notes = [f"PDEBench: {', '.join(fields)} of {list(first.shape)} (trajectories, time, "
-             f"{' x '.join(map(str, grid))} grid); a record per trajectory, split by trajectory; the parameters are "
-             "in the file's name"]  # fmt: skip
+    notes = [
+        f"PDEBench: {', '.join(fields)} of {list(first.shape)} (trajectories, time, "
+        f"{' x '.join(map(str, grid))} grid); a record per trajectory, split by trajectory; the parameters "
+        "are "
+        "in the file's name"
+    ]
     model, settings = fno_model(grid)
     if model is None:
-        notes.append(f"no built-in next-state model for a {len(grid)}-D grid here: give your own (train.model)")
+        notes.append(
+            f"no built-in next-state model for a {len(grid)}-D grid here: give your own (train.model)"
+        )
     features = ("state",) if stack else (fields[0],)
     return Conventions(
-        f"PDEBench's layout, an array per field: {', '.join(fields)} hold trajectories x time x grid: one sample "
-        "per trajectory", samples_along=0, features=features, notes=tuple(notes), kind="trajectory" if model else None,
-        model=model, split_by="sample", arrays=tuple(fields), stack=stack, per_channel=features if stack else (),
+        f"PDEBench's layout, an array per field: {', '.join(fields)} hold trajectories x time x grid: one "
+        "sample "
+        "per trajectory",
+        samples_along=0,
+        features=features,
+        notes=tuple(notes),
+        kind="trajectory" if model else None,
+        model=model,
+        split_by="sample",
+        arrays=tuple(fields),
+        stack=stack,
+        per_channel=features if stack else (),
         task_settings=settings,
-    )  # fmt: skip
+    )
 
 
 def in_every_group(f: h5py.File, path: str) -> list[h5py.Dataset] | None:

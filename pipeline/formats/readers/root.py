@@ -119,7 +119,9 @@ class RootReader(Reader):
                     for branch in tree.keys():  # noqa: SIM118 - iterating a tree gives branch objects
                         arrays.append(branch_info(tree, branch, f"{name}/{branch}"))
             return Contents(
-                tuple(arrays), texts, Conventions("ROOT: one sample per tree entry (event)", samples_along="entries")
+                tuple(arrays),
+                texts,
+                Conventions("ROOT: one sample per tree entry (event)", samples_along="entries"),
             )
 
     def read(
@@ -145,7 +147,9 @@ class RootReader(Reader):
                     try:
                         array = np.stack(array)
                     except ValueError:
-                        raise SampleError(f"branch '{field.path}' is jagged; declare one value per event") from None
+                        raise SampleError(
+                            f"branch '{field.path}' is jagged; declare one value per event"
+                        ) from None
                 arrays[field.name] = as_array(array, field)
             sample_id = None
             if id_attr is not None:
@@ -170,7 +174,9 @@ def per_item(values: np.ndarray, field: FieldSpec) -> np.ndarray:
         return values
     width = int(np.prod(shape[1:]))
     if values.size % width:
-        raise SampleError(f"field '{field.name}': {values.size} values per entry do not divide into items of {width}")
+        raise SampleError(
+            f"field '{field.name}': {values.size} values per entry do not divide into items of {width}"
+        )
     return values.reshape(-1, *shape[1:])
 
 
@@ -191,7 +197,8 @@ def branch_info(tree: Any, branch: str, path: str) -> ArrayInfo:
         return ArrayInfo(path, (entries,), "object", kind="objects", encoding=f"{type(e).__name__}: {e}")
     dtype = getattr(interpretation, "to_dtype", None)
     if isinstance(dtype, np.dtype) and not dtype.names:
-        return ArrayInfo(path, (entries, *dtype.shape), dtype_text(dtype.base))  # per event: inner shape in dtype
+        # per event: inner shape in dtype
+        return ArrayInfo(path, (entries, *dtype.shape), dtype_text(dtype.base))
     inner = getattr(getattr(interpretation, "content", None), "to_dtype", None)
     if isinstance(inner, np.dtype) and not inner.names:
         return ArrayInfo(path, (entries,), dtype_text(inner.base), kind="jagged")

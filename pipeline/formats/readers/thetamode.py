@@ -134,7 +134,9 @@ def mode_weights(modes: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
 def on_plane(values: np.ndarray, theta: float) -> np.ndarray:
     """One component's (modes, Nr, Nz) summed at θ: (2·Nr, Nz), the rows below the axis (θ + π) mirrored."""
     above, below = mode_weights(values.shape[0], theta)
-    return np.concatenate([np.tensordot(below, values, axes=(0, 0))[::-1], np.tensordot(above, values, axes=(0, 0))])
+    return np.concatenate(
+        [np.tensordot(below, values, axes=(0, 0))[::-1], np.tensordot(above, values, axes=(0, 0))]
+    )
 
 
 def as_plane(components: Mapping[str, np.ndarray], theta: float) -> np.ndarray:
@@ -181,7 +183,10 @@ def in_volume(values: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray
     volume = projected(values[0])
     for m in range(1, (values.shape[0] + 1) // 2):
         turn = phase**m
-        volume += projected(values[2 * m - 1]) * turn.real[..., None] + projected(values[2 * m]) * turn.imag[..., None]
+        volume += (
+            projected(values[2 * m - 1]) * turn.real[..., None]
+            + projected(values[2 * m]) * turn.imag[..., None]
+        )
     return volume, cos, sin
 
 
@@ -193,6 +198,9 @@ def as_cartesian(components: Mapping[str, np.ndarray], r: np.ndarray) -> np.ndar
         volumes[name], cos, sin = in_volume(values, r)
     if "r" in volumes and "t" in volumes:
         fr, ft = volumes.pop("r"), volumes.pop("t")
-        volumes = {"x": cos[..., None] * fr - sin[..., None] * ft, "y": sin[..., None] * fr + cos[..., None] * ft,
-                   **volumes}  # fmt: skip
+        volumes = {
+            "x": cos[..., None] * fr - sin[..., None] * ft,
+            "y": sin[..., None] * fr + cos[..., None] * ft,
+            **volumes,
+        }
     return np.stack(list(volumes.values()), axis=-1)

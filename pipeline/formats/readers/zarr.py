@@ -109,7 +109,9 @@ def _arrays(store: Any) -> list[tuple[str, Any]]:
 
     if isinstance(store, zarr.Array):
         return [(".", store)]
-    return sorted((name, node) for name, node in store.members(max_depth=None) if isinstance(node, zarr.Array))
+    return sorted(
+        (name, node) for name, node in store.members(max_depth=None) if isinstance(node, zarr.Array)
+    )
 
 
 class ZarrReader(Reader):
@@ -125,13 +127,23 @@ class ZarrReader(Reader):
         arrays = _arrays(store)
         coordinates = {name for name, a in arrays if dimension_names(a) == (name.split("/")[-1],)}
         for _, a in arrays:
-            coordinates.update(str(a.attrs.get("bounds", "")).split() + str(a.attrs.get("coordinates", "")).split())
+            coordinates.update(
+                str(a.attrs.get("bounds", "")).split() + str(a.attrs.get("coordinates", "")).split()
+            )
         infos = tuple(
             array_info(
-                name, tuple(a.shape), np.dtype(a.dtype), zarr_cf_attributes(a), dimension_names(a), name in coordinates
+                name,
+                tuple(a.shape),
+                np.dtype(a.dtype),
+                zarr_cf_attributes(a),
+                dimension_names(a),
+                name in coordinates,
             )
             for name, a in arrays
         )
         texts = {name: scalar_text(value) for name, value in dict(store.attrs).items()}
-        return Contents(infos, {name: text for name, text in texts.items() if text is not None},
-                        numbers=scalar_numbers(dict(store.attrs)))  # fmt: skip
+        return Contents(
+            infos,
+            {name: text for name, text in texts.items() if text is not None},
+            numbers=scalar_numbers(dict(store.attrs)),
+        )

@@ -47,7 +47,9 @@ def check_encodings(merge: Mapping[str, Any], conv: Mapping[str, Any]) -> None:
     encodings = merge["encoding"]
     unknown = sorted(set(encodings) - {*conv["features"], *conv["labels"]})
     if unknown:
-        raise Sim2dlError(f"config key 'merge.encoding': {unknown} are not convert.features or convert.labels")
+        raise Sim2dlError(
+            f"config key 'merge.encoding': {unknown} are not convert.features or convert.labels"
+        )
     special = sorted(name for name, encoding in encodings.items() if encoding != "bytes")
     if special and not {encodings[name] for name in special} <= set(FORMATS[merge["format"]].encodings):
         raise Sim2dlError(

@@ -95,7 +95,9 @@ class ShardFormat(ABC):
         """Records first..stop-1 of a shard, read."""
 
     @abstractmethod
-    def records(self, shard: Path, loaded: Loaded, spec: FeatureSpec, verify: bool, copy: bool) -> Iterator[Record]:
+    def records(
+        self, shard: Path, loaded: Loaded, spec: FeatureSpec, verify: bool, copy: bool
+    ) -> Iterator[Record]:
         """The loaded records, decoded (copy: into arrays of their own, when the buffer will be reused)."""
 
     def read_ahead(

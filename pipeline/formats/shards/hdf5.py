@@ -23,7 +23,9 @@ class HDF5ShardWriter(ShardWriter):
     format = "hdf5"
     suffix = ".h5"
     compressions = tuple(FILTERS)
-    index_meaning = "row offset and row count of each record along the first axis of the first field's dataset"
+    index_meaning = (
+        "row offset and row count of each record along the first axis of the first field's dataset"
+    )
 
     def __init__(self, path: Path, spec: FeatureSpec, compression: str) -> None:
         super().__init__(path, spec, compression)
@@ -51,7 +53,9 @@ class HDF5ShardWriter(ShardWriter):
         file_create.set_obj_track_times(False)
         file_access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
         file_access.set_libver_bounds(h5py.h5f.LIBVER_V110, h5py.h5f.LIBVER_V110)
-        file_id = h5py.h5f.create(str(self.path).encode(), h5py.h5f.ACC_TRUNC, fcpl=file_create, fapl=file_access)
+        file_id = h5py.h5f.create(
+            str(self.path).encode(), h5py.h5f.ACC_TRUNC, fcpl=file_create, fapl=file_access
+        )
         group_create = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
         group_create.set_obj_track_times(False)
         with h5py.File(file_id) as f:
@@ -70,7 +74,11 @@ class HDF5ShardWriter(ShardWriter):
                     offsets = np.concatenate([[0], np.cumsum([v.shape[0] for v in values])]).astype(np.int64)
                     data = np.concatenate(values) if values else np.zeros((0,), field["dtype"])
                     group.create_dataset(
-                        "values", data=data, chunks=True if data.size else None, compression=comp, track_times=False
+                        "values",
+                        data=data,
+                        chunks=True if data.size else None,
+                        compression=comp,
+                        track_times=False,
                     )
                     group.create_dataset("offsets", data=offsets, track_times=False)
         self._records.clear()
@@ -110,5 +118,7 @@ class HDF5Format(ShardFormat):
     def load(self, shard: Path, first: int, stop: int, spec: FeatureSpec, compression: str) -> Loaded:
         return hdf5_load(shard, first, stop, spec)
 
-    def records(self, shard: Path, loaded: Loaded, spec: FeatureSpec, verify: bool, copy: bool) -> Iterator[Record]:
+    def records(
+        self, shard: Path, loaded: Loaded, spec: FeatureSpec, verify: bool, copy: bool
+    ) -> Iterator[Record]:
         return hdf5_records(loaded, spec)

@@ -86,12 +86,15 @@ class ShardReader:
         verify: bool = True,
     ) -> None:
         if not (0 <= rank < world_size and 0 <= worker < workers):
-            raise Sim2dlError(f"reader slot rank {rank} of {world_size}, worker {worker} of {workers}: out of range")
+            raise Sim2dlError(
+                f"reader slot rank {rank} of {world_size}, worker {worker} of {workers}: out of range"
+            )
         self.merged_dir = Path(merged_dir)
         self.metadata = load_metadata(self.merged_dir)
         if "slabs" in self.metadata:
             raise Sim2dlError(
-                f"{self.merged_dir} holds each shard as {self.metadata['slabs']['count']} slab files (merge.slabs) "
+                f"{self.merged_dir} holds each shard as {self.metadata['slabs']['count']} slab files "
+                "(merge.slabs) "
                 "for spatially split training; this reader reads whole records: merge with slabs: 1"
             )
         self.format = shard_format(self.metadata["format"])
@@ -101,7 +104,9 @@ class ShardReader:
             raise Sim2dlError(f"fields {unknown} are not in {self.merged_dir} (it has {sorted(spec)})")
         self.spec = {name: spec[name] for name in (fields or spec)}
         # Categorical fields hold class ids; their names, in id order: self.classes[field][id]
-        self.classes = {name: names for name, names in class_names(self.metadata).items() if name in self.spec}
+        self.classes = {
+            name: names for name, names in class_names(self.metadata).items() if name in self.spec
+        }
         self.slot, self.slots = rank * workers + worker, world_size * workers
         self.shuffle_buffer, self.seed, self.verify = shuffle_buffer, seed, verify
         self.epoch = 0

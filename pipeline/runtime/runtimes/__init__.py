@@ -17,8 +17,20 @@ from pipeline.runtime.runtimes.podman import Podman, PodmanHpc
 from pipeline.runtime.runtimes.sarus import Sarus
 from pipeline.runtime.runtimes.shifter import Shifter
 
-RUNTIMES: dict[str, Runtime] = {r.name: r for r in (NoRuntime(), Shifter(), Apptainer(), Singularity(), Charliecloud(),
-                                                    Podman(), PodmanHpc(), Enroot(), Sarus())}  # fmt: skip
+RUNTIMES: dict[str, Runtime] = {
+    r.name: r
+    for r in (
+        NoRuntime(),
+        Shifter(),
+        Apptainer(),
+        Singularity(),
+        Charliecloud(),
+        Podman(),
+        PodmanHpc(),
+        Enroot(),
+        Sarus(),
+    )
+}
 
 __all__ = ["RUNTIMES", "Container", "NoRuntime", "Plan", "Runtime", "runtime_of"]
 
@@ -27,5 +39,7 @@ def runtime_of(settings: Mapping[str, Any]) -> Runtime:
     """The runtime named by container.runtime."""
     name = settings["runtime"]
     if name not in RUNTIMES:
-        raise Sim2dlError(f"container runtime '{name}' is not one of {', '.join(RUNTIMES)} (key 'container.runtime')")
+        raise Sim2dlError(
+            f"container runtime '{name}' is not one of {', '.join(RUNTIMES)} (key 'container.runtime')"
+        )
     return RUNTIMES[name]

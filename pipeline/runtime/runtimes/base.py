@@ -24,10 +24,24 @@ from pipeline import Sim2dlError
 # What MPI launchers hand each rank (PMI wiring, Slurm step ids): runtimes that do not pass the host
 # environment through (podman) are told to pass these names.
 PASS_THROUGH_NAMES = [
-    "PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "PMI_ID", "PMI_JOBID", "PMI_SPAWNED", "PMI_SUBVERSION",
-    "PMI_VERSION", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID",
-    "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEID",
-]  # fmt: skip
+    "PMI_FD",
+    "PMI_PORT",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_ID",
+    "PMI_JOBID",
+    "PMI_SPAWNED",
+    "PMI_SUBVERSION",
+    "PMI_VERSION",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS",
+    "SLURM_NODEID",
+]
 GPU_PASS_THROUGH_NAMES = ["CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_LOCALID"]
 # enroot's NVIDIA hook runs when these are set in the container's environment (all GPUs of the task's
 # cgroup; the rank then takes its own by CUDA_VISIBLE_DEVICES or its local rank)
@@ -77,7 +91,8 @@ class Runtime:
     own_user_namespace: ClassVar[bool] = False  # a user namespace per rank (SEPARATE_NAMESPACE_ENV applies)
     injects_mpi: ClassVar[bool] = False  # the runtime's own MPI flag applies (container.host_mpi.enabled)
     binds_host_mpi: ClassVar[bool] = True  # host_mpi.paths are bound and its environment set (not Shifter's)
-    inherits_fds: ClassVar[bool] = True  # a rank gets the launcher's inherited fds (hydra's PMI_FD; not podman)
+    # a rank gets the launcher's inherited fds (hydra's PMI_FD; not podman)
+    inherits_fds: ClassVar[bool] = True
     contained: ClassVar[bool] = True  # steps run in a container (an image to check, a host MPI to bind)
     makes_mount_points: ClassVar[bool] = False  # bind destinations must exist in the image beforehand
     srun_plugin: ClassVar[bool] = False  # under srun, a Slurm plugin starts the containers (srun_argv)
@@ -125,12 +140,15 @@ def env_prefix(env: Mapping[str, str]) -> list[str]:
 
 
 def listed_mounts(mounts: Sequence[tuple[str, str]], runtime: str) -> list[tuple[str, str]]:
-    """Mounts for runtimes that list them separated by ',' (pyxis, Sarus): a path holding one cannot be said."""
+    """Mounts for runtimes that list them separated by ',' (pyxis, Sarus): a path holding one cannot be
+    said."""
     for pair in mounts:
         for path in pair:
             if "," in path:
-                raise Sim2dlError(f"{runtime} cannot bind {path!r}: its mount list is separated by ','; bind a path "
-                                  "without a comma (container.binds, workdir, data or staging directory)")  # fmt: skip
+                raise Sim2dlError(
+                    f"{runtime} cannot bind {path!r}: its mount list is separated by ','; bind a path "
+                    "without a comma (container.binds, workdir, data or staging directory)"
+                )
     return list(mounts)
 
 
@@ -160,7 +178,9 @@ def registry_credentials(ref: Any, settings: Mapping[str, Any]) -> tuple[str, st
     try:
         auths = json.loads(Path(path).expanduser().read_text()).get("auths", {})
         entry = auths.get(ref.registry) or auths.get(f"https://{ref.registry}") or {}
-        user, _, password = base64.b64decode(entry["auth"]).decode().partition(":") if "auth" in entry else ("", "", "")
+        user, _, password = (
+            base64.b64decode(entry["auth"]).decode().partition(":") if "auth" in entry else ("", "", "")
+        )
     except (OSError, ValueError) as e:
         raise Sim2dlError(f"container.registry_auth_file {path}: cannot read it ({e})") from e
     return (user, password) if user else None

@@ -43,15 +43,18 @@ class Charliecloud(FileImage):
         if user:
             env.update({"CH_IMAGE_USERNAME": user[0], "CH_IMAGE_PASSWORD": user[1]})
         options = [*([] if verify else ["--tls-no-verify"]), *(["--auth"] if user else [])]
-        commands = [["ch-image", "pull", "--no-cache", *options, str(ref)],
-                    ["ch-convert", "-i", "ch-image", "-o", "squash" if squash else "dir", str(ref), str(partial)],
-                    ["ch-image", "delete", str(ref)]]  # fmt: skip
+        commands = [
+            ["ch-image", "pull", "--no-cache", *options, str(ref)],
+            ["ch-convert", "-i", "ch-image", "-o", "squash" if squash else "dir", str(ref), str(partial)],
+            ["ch-image", "delete", str(ref)],
+        ]
         if settings["gpus"]:
             # ch-run has no GPU switch: the host's NVIDIA driver libraries are copied into the image once,
             # at pull time (so pull on a GPU node of the driver version the jobs will see)
             if squash:
                 raise Sim2dlError(
-                    f"config key 'container.gpus': charliecloud's ch-fromhost --nvidia writes into a directory "
+                    "config key 'container.gpus': charliecloud's ch-fromhost --nvidia writes into a "
+                    "directory "
                     f"image, and container.image is a squashfs file ({target.name}): pull a directory image"
                 )
             commands.append(["ch-fromhost", "--nvidia", str(partial)])

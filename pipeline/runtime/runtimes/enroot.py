@@ -17,7 +17,7 @@ from pipeline.runtime.runtimes.base import (
     Plan,
     env_prefix,
     listed_mounts,
-    partial_name,  # fmt: skip
+    partial_name,
 )
 
 
@@ -36,7 +36,11 @@ class Enroot(FileImage):
         options = [f"--container-image={container.image}"]
         if mounts:
             options.append("--container-mounts=" + ",".join(f"{s}:{d}" for s, d in mounts))
-        options += [f"--container-workdir={container.cwd}", "--no-container-mount-home", "--no-container-remap-root"]
+        options += [
+            f"--container-workdir={container.cwd}",
+            "--no-container-mount-home",
+            "--no-container-remap-root",
+        ]
         gpu_env = env_prefix(ENROOT_GPU_ENV) if container.gpus else []
         return [*gpu_env, *launcher, *options, *env_prefix(container.env), *command]
 
@@ -51,7 +55,16 @@ class Enroot(FileImage):
         target = Path(image)
         partial = partial_name(target, ".sqsh")
         ca = str(settings["registry_ca"]) if settings["registry_ca"] else None
-        env = {"ENROOT_ALLOW_HTTP": "yes"} if not settings["registry_tls_verify"] else ({"CURL_CA_BUNDLE": ca} if ca
-                                                                                        else {})  # fmt: skip
-        return Plan(self.name, [["enroot", "import", "-o", str(partial), ref.enroot_uri]], dict(env), target,
-                    partial, image)  # fmt: skip
+        env = (
+            {"ENROOT_ALLOW_HTTP": "yes"}
+            if not settings["registry_tls_verify"]
+            else ({"CURL_CA_BUNDLE": ca} if ca else {})
+        )
+        return Plan(
+            self.name,
+            [["enroot", "import", "-o", str(partial), ref.enroot_uri]],
+            dict(env),
+            target,
+            partial,
+            image,
+        )

@@ -25,8 +25,10 @@ class NoRuntime(Runtime):
         return list(command)
 
     def pull(self, settings: Mapping[str, Any], ref: Any, image: str, cert_dir: Path | None) -> Plan:
-        raise Sim2dlError("container.runtime is 'none': there is nothing to pull an image into "
-                          "(set container.runtime to the site's runtime)")  # fmt: skip
+        raise Sim2dlError(
+            "container.runtime is 'none': there is nothing to pull an image into "
+            "(set container.runtime to the site's runtime)"
+        )
 
     def has_image(self, image: str, run: Any) -> tuple[bool | None, str]:
         return None, "no container runtime"

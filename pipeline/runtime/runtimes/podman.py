@@ -18,7 +18,7 @@ from pipeline.runtime.runtimes.base import (
     Container,
     Plan,
     Runtime,
-    containers_options,  # fmt: skip
+    containers_options,
 )
 
 
@@ -69,7 +69,9 @@ class Podman(Runtime):
 class PodmanHpc(Podman):
     name = "podman-hpc"
     binary = "podman-hpc"
-    install_hint = "on Perlmutter already; elsewhere pip install podman-hpc (needs podman, fuse-overlayfs, squashfuse)"
+    install_hint = (
+        "on Perlmutter already; elsewhere pip install podman-hpc (needs podman, fuse-overlayfs, squashfuse)"
+    )
     injects_mpi = True
 
     def gpu_options(self) -> list[str]:

@@ -27,7 +27,11 @@ class Sarus(Runtime):
 
     def pull(self, settings: Mapping[str, Any], ref: Any, image: str, cert_dir: Path | None) -> Plan:
         pulled = str(ref)
-        notes = [] if pulled == image else [f"steps run {image}: set container.name: {ref.registry}/{ref.repository}"]
+        notes = (
+            []
+            if pulled == image
+            else [f"steps run {image}: set container.name: {ref.registry}/{ref.repository}"]
+        )
         return Plan(self.name, [["sarus", "pull", pulled]], image=image, notes=notes)
 
     def has_image(self, image: str, run: Any) -> tuple[bool | None, str]:

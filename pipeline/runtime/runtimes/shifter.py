@@ -21,8 +21,10 @@ class Shifter(Runtime):
 
     def argv(self, container: Container, command: Sequence[str]) -> list[str]:
         argv = ["shifter", f"--image={container.image}"]
-        modules = [*(container.settings["shifter_modules"] if self.injects_mpi and container.host_mpi else []),
-                   *(["gpu"] if container.gpus else [])]  # fmt: skip
+        modules = [
+            *(container.settings["shifter_modules"] if self.injects_mpi and container.host_mpi else []),
+            *(["gpu"] if container.gpus else []),
+        ]
         if modules:
             argv.append("--module=" + ",".join(modules))
         argv += [f"--volume={s}:{d}" for s, d in container.mounts]
@@ -34,7 +36,11 @@ class Shifter(Runtime):
 
     def pull(self, settings: Mapping[str, Any], ref: Any, image: str, cert_dir: Path | None) -> Plan:
         pulled = f"docker:{ref}"
-        notes = [] if pulled == image else [f"steps run {image}: set container.name: {ref.registry}/{ref.repository}"]
+        notes = (
+            []
+            if pulled == image
+            else [f"steps run {image}: set container.name: {ref.registry}/{ref.repository}"]
+        )
         return Plan(self.name, [["shifterimg", "pull", pulled]], image=image, notes=notes)
 
     def has_image(self, image: str, run: Any) -> tuple[bool | None, str]:

@@ -71,8 +71,13 @@ class Generation:
 def settings_digest(config: Mapping[str, Any], root: Path) -> str:
     """What ingest's parts and manifest depend on, as a digest: a change starts ingest afresh."""
     ingest = {k: v for k, v in config["ingest"].items() if k not in RUNTIME_KEYS}
-    shaped = {"root": str(root), "source": config["source"], "ingest": ingest, "merge": config["merge"],
-              "primary": primary_field(config["convert"])}  # fmt: skip
+    shaped = {
+        "root": str(root),
+        "source": config["source"],
+        "ingest": ingest,
+        "merge": config["merge"],
+        "primary": primary_field(config["convert"]),
+    }
     return json_digest(shaped)
 
 
@@ -182,14 +187,28 @@ def with_listing(generation: Generation, listing: Path) -> Generation:
     return replace(generation, listing_bytes=read, listing_digest=digest.hexdigest())
 
 
-def record_generations(paths: IngestPaths, digest: str, kept: Sequence[Generation], generation: Generation,
-                       described: Mapping[str, Any]) -> None:  # fmt: skip
+def record_generations(
+    paths: IngestPaths,
+    digest: str,
+    kept: Sequence[Generation],
+    generation: Generation,
+    described: Mapping[str, Any],
+) -> None:
     """Rank 0, written last: the kept generations and this run's (where it read anything)."""
     grown = [with_listing(generation, paths.inputs)] if generation.parts else []
-    write_json_atomic(paths.generations, {"settings": digest, "generations": [asdict(g) for g in [*kept, *grown]],
-                                          "described": dict(described)})  # fmt: skip
+    write_json_atomic(
+        paths.generations,
+        {
+            "settings": digest,
+            "generations": [asdict(g) for g in [*kept, *grown]],
+            "described": dict(described),
+        },
+    )
 
 
 def grown_counts(kept: Sequence[Generation], generation: Generation) -> dict[str, int]:
     """The summary's parts and generations, over the kept generations and this run's."""
-    return {"parts": sum(g.parts for g in kept) + generation.parts, "generations": len(kept) + (generation.parts > 0)}
+    return {
+        "parts": sum(g.parts for g in kept) + generation.parts,
+        "generations": len(kept) + (generation.parts > 0),
+    }

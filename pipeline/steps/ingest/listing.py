@@ -108,7 +108,9 @@ def walk_pieces(root: Path, pattern: str, wanted: int) -> list[tuple[str, str]]:
         expanded = [expand_piece(root, prefix, parts) for prefix, parts in pieces]
         if all(e is None for e in expanded):
             break
-        pieces = [q for piece, e in zip(pieces, expanded, strict=True) for q in (e if e is not None else [piece])]
+        pieces = [
+            q for piece, e in zip(pieces, expanded, strict=True) for q in (e if e is not None else [piece])
+        ]
     return [(prefix, "/".join(parts)) for prefix, parts in pieces]
 
 
@@ -141,7 +143,9 @@ def find_my_inputs(comm: Any, root: Path, pattern: str) -> np.ndarray:
     shares = -(-size // max(len(pieces), 1))  # 1 unless there are fewer pieces than ranks
     tasks = [(prefix, rest, share) for prefix, rest in pieces for share in range(shares)]
     mine = tasks[rank::size]
-    return collect(m for prefix, rest, share in mine for m in piece_matches(root, prefix, rest, share, shares))
+    return collect(
+        m for prefix, rest, share in mine for m in piece_matches(root, prefix, rest, share, shares)
+    )
 
 
 def read_my_lines(comm: Any, path: Path) -> np.ndarray:
@@ -227,8 +231,9 @@ def paths_of(comm: Any, indices: np.ndarray, starts: np.ndarray, mine: Listing) 
     return [by_index[i] for i in indices.tolist()]
 
 
-def start_listing(comm: Any, root: Path, source: Mapping[str, Any], paths: IngestPaths,
-                  clear: bool = True) -> tuple[np.ndarray, int, int]:  # fmt: skip
+def start_listing(
+    comm: Any, root: Path, source: Mapping[str, Any], paths: IngestPaths, clear: bool = True
+) -> tuple[np.ndarray, int, int]:
     """List the inputs into inputs.txt (every rank its stretch) once rank 0 has cleared what an earlier run
     left (with `clear`; else the caller keeps what it can: pipeline.steps.ingest.generations); returns this
     rank's stretch of the names, the number of its first, and the number of inputs."""

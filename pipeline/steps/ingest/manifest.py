@@ -1,9 +1,9 @@
-"""ingest's manifest and its conclusion: a Parquet piece per part (one row per input file or sample), duplicate
-sample ids found across ranks by hashes (an all-to-all of 24 bytes per record), and the summary with the
-reject threshold; over a grown listing, the kept generations' pieces read back (`read_kept`) so that new ids
-are checked against theirs and the counts and rejects cover every generation. Memory: one part's rows, and
-a hash per record of a rank's share (with a kept generation, also each kept record's name in a bytes
-array); time: linear in the records."""
+"""ingest's manifest and its conclusion: a Parquet piece per part (one row per input file or sample),
+duplicate sample ids found across ranks by hashes (an all-to-all of 24 bytes per record), and the summary with
+the reject threshold; over a grown listing, the kept generations' pieces read back (`read_kept`) so that new
+ids are checked against theirs and the counts and rejects cover every generation. Memory: one part's rows, and
+a hash per record of a rank's share (with a kept generation, also each kept record's name in a bytes array);
+time: linear in the records."""
 
 from __future__ import annotations
 
@@ -86,19 +86,25 @@ class Kept:
         return Kept(np.empty(0, HASHED), np.empty(0, "S1"), np.zeros(size, np.int64), [], (0, 0, 0))
 
 
-def read_kept(paths: IngestPaths, generations: Sequence[Generation], rank: int, size: int, samples: bool) -> Kept:
+def read_kept(
+    paths: IngestPaths, generations: Sequence[Generation], rank: int, size: int, samples: bool
+) -> Kept:
     """This rank's block of the kept generations' manifest pieces (a row per number, in order): an
     ingest that grew checks its new ids against these, and counts and lists them as its own. `samples`:
     numbers are samples, named 'PATH (sample I)' as SampleNames names them."""
     pieces = [(g, k) for g in generations for k in range(g.parts)]
     end = generations[-1].stop if generations else 0
     firsts = [block(pieces, r, size) for r in range(size)]
-    starts = np.array([b[0][0].first + b[0][1] * b[0][0].per_part if len(b) else end for b in firsts], np.int64)
+    starts = np.array(
+        [b[0][0].first + b[0][1] * b[0][0].per_part if len(b) else end for b in firsts], np.int64
+    )
     starts = np.minimum.accumulate(starts[::-1])[::-1]  # a rank without pieces starts where the next does
     hashed, names, rejects = [], [], []
     for generation, k in firsts[rank]:
-        table = pq.read_table(paths.manifest_piece(generation.stem(paths.parts, k).name),
-                              columns=["path", "sample_id", "status", "reason", "index"]).to_pydict()  # fmt: skip
+        table = pq.read_table(
+            paths.manifest_piece(generation.stem(paths.parts, k).name),
+            columns=["path", "sample_id", "status", "reason", "index"],
+        ).to_pydict()
         first = generation.first + k * generation.per_part
         rows = [row for row, status in enumerate(table["status"]) if status == "accepted"]
         piece = np.empty(len(rows), HASHED)
@@ -106,11 +112,15 @@ def read_kept(paths: IngestPaths, generations: Sequence[Generation], rank: int, 
             piece[j] = (*id_hash(table["sample_id"][row]), first + row)
         hashed.append(piece)
         called = (
-            f"{p} (sample {i or 0})" if samples else p for p, i in zip(table["path"], table["index"], strict=True)
+            f"{p} (sample {i or 0})" if samples else p
+            for p, i in zip(table["path"], table["index"], strict=True)
         )
         names.append(np.array([os.fsencode(name) for name in called], "S"))
-        rejects += [Reject(table["path"][row], table["sample_id"][row] or "", table["reason"][row])
-                    for row, status in enumerate(table["status"]) if status != "accepted"]  # fmt: skip
+        rejects += [
+            Reject(table["path"][row], table["sample_id"][row] or "", table["reason"][row])
+            for row, status in enumerate(table["status"])
+            if status != "accepted"
+        ]
     together = np.concatenate(hashed) if hashed else np.empty(0, HASHED)
     width = max((n.dtype.itemsize for n in names), default=1)
     named = np.concatenate([n.astype(f"S{width}") for n in names]) if names else np.empty(0, "S1")
@@ -144,7 +154,11 @@ def conclude(
     held, accepted, rejected = (c + k for c, k in zip(counts, kept.counts, strict=True))
     totals = np.array(comm.allgather((held, accepted - len(found), rejected + len(found)))).sum(axis=0)
     gathered = comm.gather(rejects, root=0)
-    summary: dict[str, Any] = {"inputs": int(totals[0]), "accepted": int(totals[1]), "rejected": int(totals[2])}
+    summary: dict[str, Any] = {
+        "inputs": int(totals[0]),
+        "accepted": int(totals[1]),
+        "rejected": int(totals[2]),
+    }
     summary.update(extra)
     # what this run read (0 where nothing was new; files or samples); `extra` has parts and generations
     summary["inputs_read"] = generation.stop - generation.first
@@ -169,7 +183,9 @@ def mark_duplicates(
     by_piece: dict[int, list[tuple[int, str]]] = {}
     for index, first_path in zip(found["index"].tolist(), firsts, strict=True):
         number = index - generation.first
-        by_piece.setdefault(number // generation.per_part, []).append((number % generation.per_part, first_path))
+        by_piece.setdefault(number // generation.per_part, []).append(
+            (number % generation.per_part, first_path)
+        )
     for number, rows in sorted(by_piece.items()):
         path = paths.manifest_piece(generation.stem(paths.parts, number).name)
         columns = pq.read_table(path).to_pydict()
@@ -204,8 +220,10 @@ def finish(
     found, what = (counts["samples"], "samples") if "samples" in counts else (counts["inputs"], "input files")
     fraction = counts["rejected"] / max(found, 1)
     if fraction > max_reject_fraction:
-        shown = "\n".join(f"  {r.path} {r.sample_id}: {r.reason}" if r.sample_id else f"  {r.path}: {r.reason}"
-                          for r in rejects[:5])  # fmt: skip
+        shown = "\n".join(
+            f"  {r.path} {r.sample_id}: {r.reason}" if r.sample_id else f"  {r.path}: {r.reason}"
+            for r in rejects[:5]
+        )
         return (
             f"{counts['rejected']} of {found} {what} rejected ({fraction:.1%}), more than "
             f"ingest.max_reject_fraction={max_reject_fraction:g}; see {paths.rejects}:\n{shown}"

@@ -34,7 +34,14 @@ import numpy as np
 
 from pipeline import MB, Sim2dlError
 from pipeline.config import labels_table_file
-from pipeline.formats.fields import Categories, FileInfo, LabelsTable, ValueSource, numeric_value, value_sources
+from pipeline.formats.fields import (
+    Categories,
+    FileInfo,
+    LabelsTable,
+    ValueSource,
+    numeric_value,
+    value_sources,
+)
 from pipeline.formats.fields.categories import class_text, sorted_classes
 from pipeline.formats.fields.column import RUN_DIRECTORY, run_directory, table_settings
 from pipeline.formats.parts import PARTS_PER_RANK
@@ -44,10 +51,11 @@ from pipeline.formats.readers.events import Events, Keyed, event_samples, keyed_
 from pipeline.runtime.mpi import all_ok, block
 
 Arrays = dict[str, np.ndarray]
-# At most this many samples per part: ingest (a part's manifest rows), convert and merge (a part's index, parsed)
-# hold a part's bookkeeping at once, about 1 KB per record, so small samples (a few hundred bytes: 60,000 to a
-# 16 MB shard) would make that grow with the shard's record count (docs/benchmarks.md, design measurements).
-# Merge gathers a shard from several parts (as it does for sorted merges) at about the same speed.
+# At most this many samples per part: ingest (a part's manifest rows), convert and merge (a part's index,
+# parsed) hold a part's bookkeeping at once, about 1 KB per record, so small samples (a few hundred bytes:
+# 60,000 to a 16 MB shard) would make that grow with the shard's record count (docs/benchmarks.md, design
+# measurements). Merge gathers a shard from several parts (as it does for sorted merges) at about the same
+# speed.
 PART_SAMPLES_MAX = 8192
 GROWTH = 16  # a file's next range of samples is at most this many times the last
 
@@ -84,7 +92,9 @@ class SamplePlan:
     def rank_samples(self, rank: int) -> range:
         """The sample numbers rank `rank` reads: those of its block of parts."""
         parts = block(range(self.parts), rank, self.ranks)
-        return range(min(self.total, parts.start * self.per_part), min(self.total, parts.stop * self.per_part))
+        return range(
+            min(self.total, parts.start * self.per_part), min(self.total, parts.stop * self.per_part)
+        )
 
     def files_of(self, numbers: range) -> range:
         """The files holding any of these numbers."""
@@ -196,7 +206,9 @@ class FileSamples:
                 value = self.values[field.name].raw(self.info)
                 where = f"{field.kind} '{field.path}'"
             arrays[field.name] = (
-                categories.id_of(field.name, value) if field.categorical else numeric_value(value, field, where)
+                categories.id_of(field.name, value)
+                if field.categorical
+                else numeric_value(value, field, where)
             )
         return arrays
 
@@ -225,7 +237,9 @@ class FileSamples:
                 start = end
                 continue
             yield start, end - start, batch
-            nbytes = sum(a.nbytes if isinstance(a, np.ndarray) else sum(x.nbytes for x in a) for a in batch.values())
+            nbytes = sum(
+                a.nbytes if isinstance(a, np.ndarray) else sum(x.nbytes for x in a) for a in batch.values()
+            )
             # at the size seen, but growing at most GROWTH-fold: samples of variable size (jagged events, the
             # first one empty) must not make one read cover the rest of a large file
             size = max(1, min(size * GROWTH, int(batch_bytes * (end - start) // max(nbytes, 1))))
@@ -276,7 +290,8 @@ class FileOpener:
             is_field = match in source["fields"] and "path" not in source["fields"][match]
             if match is not None and match != RUN_DIRECTORY and not is_field:
                 raise Sim2dlError(
-                    f"config key 'source.labels_table.match': '{match}' is not a field with attr or path_group"
+                    f"config key 'source.labels_table.match': '{match}' is not a field with attr or "
+                    "path_group"
                 )
         self.match = None if settings is None else settings["match"]
         self.values = value_sources(list(fields), source, table)
@@ -298,7 +313,8 @@ class FileOpener:
         return str(p.relative_to(self.root) if p.is_relative_to(self.root) else p)
 
     def open(self, path: str) -> FileSamples:
-        """The file opened and counted; SampleError: it cannot be read as samples (one sample number, rejected)."""
+        """The file opened and counted; SampleError: it cannot be read as samples (one sample number,
+        rejected)."""
         if readable_size(path) == 0:  # the reasons the small-file path gives (ingest.read_one)
             raise SampleError(EMPTY)
         opened = reader_for(Path(path), self.source["format"]).open(Path(path))
@@ -336,14 +352,17 @@ def survey(opener: FileOpener, paths: Sequence[str]) -> tuple[np.ndarray, dict[s
             if not sample_bytes and samples.axes:
                 try:
                     batch = samples.read(0, 1)
-                    sample_bytes = sum(a.nbytes if isinstance(a, np.ndarray) else a[0].nbytes for a in batch.values())
+                    sample_bytes = sum(
+                        a.nbytes if isinstance(a, np.ndarray) else a[0].nbytes for a in batch.values()
+                    )
                 except SampleError:
                     pass
     return counts, found, sample_bytes
 
 
 def agree_on_classes(comm: Any, fields: Sequence[FieldSpec], found: Mapping[str, set[str]]) -> Categories:
-    """The classes of every categorical field: as configured, or the union of what every rank found, sorted."""
+    """The classes of every categorical field: as configured, or the union of what every rank found,
+    sorted."""
     everywhere: dict[str, set[str]] = {}
     for rank_found in comm.allgather({name: sorted(values) for name, values in found.items()}):
         for name, values in rank_found.items():
@@ -352,7 +371,9 @@ def agree_on_classes(comm: Any, fields: Sequence[FieldSpec], found: Mapping[str,
     for field in fields:
         if field.categorical:
             classes[field.name] = (
-                list(field.classes) if field.classes is not None else sorted_classes(everywhere.get(field.name, set()))
+                list(field.classes)
+                if field.classes is not None
+                else sorted_classes(everywhere.get(field.name, set()))
             )
     return Categories(classes)
 

@@ -133,7 +133,9 @@ def files_per_part(sizes: Sequence[int], files: int, shard_bytes: int, ranks: in
 
 def part_files(files: Sequence[str | Path], shard_bytes: int, ranks: int) -> int:
     """files_per_part of a list of files."""
-    return files_per_part(file_sizes(files[i] for i in sampled_files(len(files))), len(files), shard_bytes, ranks)
+    return files_per_part(
+        file_sizes(files[i] for i in sampled_files(len(files))), len(files), shard_bytes, ranks
+    )
 
 
 def reads_contents(path: Path, format_name: str) -> bool:
@@ -171,8 +173,19 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     if not kept and rank == 0 and len(mine):
         described = field_descriptions(Path(mine[0]), source["format"], fields)
     extra = {**described, **grown_counts(kept, generation)}
-    summary = conclude(comm, paths, hashed, starts, mine, counts, rejects, settings, generation, extra,
-                       read_kept(paths, kept, rank, size, samples=False))  # fmt: skip
+    summary = conclude(
+        comm,
+        paths,
+        hashed,
+        starts,
+        mine,
+        counts,
+        rejects,
+        settings,
+        generation,
+        extra,
+        read_kept(paths, kept, rank, size, samples=False),
+    )
     if rank == 0:
         record_generations(paths, digest, kept, generation, described)
     return summary
@@ -206,9 +219,15 @@ def kept_generations(
 
 
 def pack_files(
-    config: Mapping[str, Any], root: Path, mine: Listing, first: int, parts: PartSequence, fields: list[FieldSpec],
-    rank: int, size: int,
-) -> tuple[np.ndarray, list[Reject], tuple[int, int, int]]:  # fmt: skip
+    config: Mapping[str, Any],
+    root: Path,
+    mine: Listing,
+    first: int,
+    parts: PartSequence,
+    fields: list[FieldSpec],
+    rank: int,
+    size: int,
+) -> tuple[np.ndarray, list[Reject], tuple[int, int, int]]:
     """Read and check this rank's files (numbers from `first`), each a record of its part or a reject: the
     accepted ids' hashes, the rejects, and (files, accepted, rejected)."""
     source, settings = config["source"], config["ingest"]
@@ -226,19 +245,33 @@ def pack_files(
         for number, (path, contents) in enumerate(progress(files, len(mine), "ingest", rank, size), first):
             piece = parts.at(number)
             try:
-                arrays, sample_id, nbytes = read_one(path, contents, root, source, fields, settings["check_finite"])
+                arrays, sample_id, nbytes = read_one(
+                    path, contents, root, source, fields, settings["check_finite"]
+                )
             except SampleError as e:
-                piece.add(path=str(path), bytes=size_or_zero(path), status="rejected", reason=str(e), sample_id="")
+                piece.add(
+                    path=str(path), bytes=size_or_zero(path), status="rejected", reason=str(e), sample_id=""
+                )
                 rejects.append(Reject(str(path), "", str(e)))
                 rejected += 1
                 continue
             length = record_length(arrays, primary_field(config["convert"]))
             part = parts.part(sample_id, None)
-            record = part.append(arrays, {"sample_id": sample_id, "source": str(path), "length": length,
-                                          "bytes": nbytes})  # fmt: skip
-            piece.add(path=str(path), bytes=nbytes, sample_id=sample_id, shape=shape_text(arrays), length=length,
-                      sort_key=length, status="accepted", part=part.bin_path.stem, record=record,
-                      reason="")  # fmt: skip
+            record = part.append(
+                arrays, {"sample_id": sample_id, "source": str(path), "length": length, "bytes": nbytes}
+            )
+            piece.add(
+                path=str(path),
+                bytes=nbytes,
+                sample_id=sample_id,
+                shape=shape_text(arrays),
+                length=length,
+                sort_key=length,
+                status="accepted",
+                part=part.bin_path.stem,
+                record=record,
+                reason="",
+            )
             high, low = id_hash(sample_id)
             hashed[accepted] = (high, low, number)
             accepted += 1
@@ -260,7 +293,9 @@ def plan_listing(
     here = Listing(root, names)
     sampled = first_new + sampled_files(new)
     sizes = file_sizes(here[int(i) - held] for i in sampled if held <= i < held + len(names))
-    chunk = files_per_part([s for rank_sizes in comm.allgather(sizes) for s in rank_sizes], new, part_bytes, size)
+    chunk = files_per_part(
+        [s for rank_sizes in comm.allgather(sizes) for s in rank_sizes], new, part_bytes, size
+    )
     chunks = -(-new // chunk)
     chunk_range = block(range(chunks), rank, size)  # a range, possibly empty
     first, stop = (min(total, first_new + c * chunk) for c in (chunk_range.start, chunk_range.stop))
@@ -268,10 +303,10 @@ def plan_listing(
 
 
 def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
-    """Ingest of files holding many samples, or fields that are the file's values (pipeline.steps.ingest.samples):
-    samples (their numbers) instead of files are split into parts and across ranks. A listing that grew
-    is ingested for its new files only (pipeline.steps.ingest.generations), unless a field is categorical
-    (its classes are numbered over every file: all are read again)."""
+    """Ingest of files holding many samples, or fields that are the file's values
+    (pipeline.steps.ingest.samples): samples (their numbers) instead of files are split into parts and across
+    ranks. A listing that grew is ingested for its new files only (pipeline.steps.ingest.generations), unless
+    a field is categorical (its classes are numbered over every file: all are read again)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     source, settings = config["source"], config["ingest"]
     fields = [FieldSpec.from_config(name, spec) for name, spec in source["fields"].items()]
@@ -282,12 +317,16 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     opener = open_samples(comm, root, source, fields)
     started = time.time_ns()
     names, held, n_files = start_listing(comm, root, source, paths, clear=not grows)
-    kept, described = kept_generations(comm, paths, digest, Listing(root, names), held, n_files) if grows else ([], {})
+    kept, described = (
+        kept_generations(comm, paths, digest, Listing(root, names), held, n_files) if grows else ([], {})
+    )
     first_file, first_number = (kept[-1].files, kept[-1].stop) if kept else (0, 0)
     new_files = n_files - first_file
 
     def lines(files: range) -> Listing:  # the new files' numbers, from 0
-        return Listing(root, gather_range(comm, names, held, range(first_file + files.start, first_file + files.stop)))
+        return Listing(
+            root, gather_range(comm, names, held, range(first_file + files.start, first_file + files.stop))
+        )
 
     surveyed = lines(block(range(new_files), rank, size))
     first_input = lines(range(1 if rank == 0 and new_files else 0))  # its fields' description
@@ -297,23 +336,52 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     listing, file_starts = lines(files), plan.starts
     names = names[:0]  # free the stretch: lines() refers to the name, so it is emptied, not deleted
     del surveyed
-    starts = first_number + np.array(comm.allgather(numbers.start), np.int64)  # rank r: [starts[r], starts[r + 1])
-    generation = Generation(len(kept), first_number, first_number + plan.total, first_file, n_files, plan.per_part,
-                            plan.parts, started)  # fmt: skip
+    # rank r: [starts[r], starts[r + 1])
+    starts = first_number + np.array(comm.allgather(numbers.start), np.int64)
+    generation = Generation(
+        len(kept),
+        first_number,
+        first_number + plan.total,
+        first_file,
+        n_files,
+        plan.per_part,
+        plan.parts,
+        started,
+    )
     paths.manifest.mkdir(parents=True, exist_ok=True)
-    writer = SampleRecords(PartSequence(paths, generation, framing, about, splits), len(numbers),
-                           primary_field(config["convert"]), first_number)  # fmt: skip
+    writer = SampleRecords(
+        PartSequence(paths, generation, framing, about, splits),
+        len(numbers),
+        primary_field(config["convert"]),
+        first_number,
+    )
     bar = progress_bar(len(numbers), "ingest", rank, size, unit="sample")
     read_samples(writer, opener, listing, files, numbers, plan, categories, settings, bar)
     bar.close()
     sample_names = SampleNames(listing, file_starts, files.start, numbers.start)
     if not kept and len(first_input):
         described = field_descriptions(Path(first_input[0]), source["format"], fields)
-    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, **described,
-             **grown_counts(kept, generation)}  # fmt: skip
+    extra = {
+        "inputs": n_files,
+        "samples": plan.total,
+        "classes": categories.classes,
+        **described,
+        **grown_counts(kept, generation),
+    }
     counts = (len(numbers), writer.accepted, writer.rejected)
-    summary = conclude(comm, paths, writer.hashed[: writer.accepted], starts, sample_names, counts, writer.rejects,
-                       settings, generation, extra, read_kept(paths, kept, rank, size, samples=True))  # fmt: skip
+    summary = conclude(
+        comm,
+        paths,
+        writer.hashed[: writer.accepted],
+        starts,
+        sample_names,
+        counts,
+        writer.rejects,
+        settings,
+        generation,
+        extra,
+        read_kept(paths, kept, rank, size, samples=True),
+    )
     if rank == 0 and grows:
         record_generations(paths, digest, kept, generation, described)
     return summary
@@ -332,8 +400,17 @@ def open_samples(comm: Any, root: Path, source: Mapping[str, Any], fields: list[
     return opener
 
 
-def read_samples(writer: SampleRecords, opener: FileOpener, listing: Listing, files: range, numbers: range,
-                 plan: SamplePlan, categories: Categories, settings: Mapping[str, Any], bar: Any) -> None:  # fmt: skip
+def read_samples(
+    writer: SampleRecords,
+    opener: FileOpener,
+    listing: Listing,
+    files: range,
+    numbers: range,
+    plan: SamplePlan,
+    categories: Categories,
+    settings: Mapping[str, Any],
+    bar: Any,
+) -> None:
     """This rank's sample numbers (`numbers`, in the files `files` of the plan, `listing` their paths), each
     a record or a reject; its parts closed, or aborted on an error."""
     file_starts = plan.starts
@@ -341,8 +418,17 @@ def read_samples(writer: SampleRecords, opener: FileOpener, listing: Listing, fi
         for k, path in enumerate(listing):
             f = files.start + k
             mine = range(max(numbers.start, int(file_starts[f])), min(numbers.stop, int(file_starts[f + 1])))
-            ingest_file(writer, opener, path, mine, int(file_starts[f]), int(plan.counts[f]), categories, settings,
-                        bar)  # fmt: skip
+            ingest_file(
+                writer,
+                opener,
+                path,
+                mine,
+                int(file_starts[f]),
+                int(plan.counts[f]),
+                categories,
+                settings,
+                bar,
+            )
     except BaseException:
         writer.parts.abort()
         raise
@@ -366,17 +452,35 @@ class SampleRecords:
         self.rejects.append(Reject(path, sample_id, reason))
         self.rejected += 1
 
-    def accept(self, number: int, path: str, index: int | None, sample_id: str, arrays: dict[str, np.ndarray]) -> None:
+    def accept(
+        self, number: int, path: str, index: int | None, sample_id: str, arrays: dict[str, np.ndarray]
+    ) -> None:
         number += self.first
         piece = self.parts.at(number)
         part = self.parts.part(sample_id, index)
         length = record_length(arrays, self.primary)
         nbytes = sum(a.nbytes for a in arrays.values())
-        meta = {"sample_id": sample_id, "source": path, "index": -1 if index is None else index, "length": length,
-                "bytes": nbytes}  # fmt: skip
+        meta = {
+            "sample_id": sample_id,
+            "source": path,
+            "index": -1 if index is None else index,
+            "length": length,
+            "bytes": nbytes,
+        }
         record = part.append(arrays, meta)
-        piece.add(path=path, bytes=nbytes, sample_id=sample_id, index=index, shape=shape_text(arrays), length=length,
-                  sort_key=length, status="accepted", part=part.bin_path.stem, record=record, reason="")  # fmt: skip
+        piece.add(
+            path=path,
+            bytes=nbytes,
+            sample_id=sample_id,
+            index=index,
+            shape=shape_text(arrays),
+            length=length,
+            sort_key=length,
+            status="accepted",
+            part=part.bin_path.stem,
+            record=record,
+            reason="",
+        )
         self.hashed[self.accepted] = (*id_hash(sample_id), number)
         self.accepted += 1
 
@@ -434,7 +538,11 @@ def ingest_file(
 
 
 def sample_arrays(
-    batch: Mapping[str, Any], j: int, shared: Mapping[str, np.ndarray], samples: FileSamples, categories: Categories
+    batch: Mapping[str, Any],
+    j: int,
+    shared: Mapping[str, np.ndarray],
+    samples: FileSamples,
+    categories: Categories,
 ) -> dict[str, np.ndarray]:
     """Sample j of a batch, with the file's shared values, in the fields' order; categorical arrays as ids;
     missing values (CF) handled by each field's `missing` (a reject, or filled with a mask beside)."""
@@ -474,9 +582,13 @@ class PartSequence:
     every record out of parts that mix splits (issue 67); otherwise a chunk is one part."""
 
     def __init__(
-        self, paths: IngestPaths, generation: Generation, framing: Framing | None, about: dict[str, Any],
+        self,
+        paths: IngestPaths,
+        generation: Generation,
+        framing: Framing | None,
+        about: dict[str, Any],
         splits: SplitPlan,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.paths, self.generation, self.framing, self.about = paths, generation, framing, about
         self.splits = splits if splits and framing is not None else None
         self.stem: Path | None = None  # the current chunk's

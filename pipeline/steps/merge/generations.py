@@ -91,8 +91,10 @@ class MergeHistory:
 
     def summary(self) -> list[dict[str, int]]:
         """metadata.json's `generations`: what each added."""
-        return [{"number": g.number, "parts": len(g.parts), "shards": g.n_shards, "records": g.records}
-                for g in self.generations]  # fmt: skip
+        return [
+            {"number": g.number, "parts": len(g.parts), "shards": g.n_shards, "records": g.records}
+            for g in self.generations
+        ]
 
 
 def settings_digest(config: Mapping[str, Any]) -> str:
@@ -121,7 +123,9 @@ def write_history(path: Path, history: MergeHistory) -> None:
     write_json_atomic(path, asdict(history))
 
 
-def kept_history(config: Mapping[str, Any], paths: MergedPaths, parts_dir: Path) -> tuple[MergeHistory | None, str]:
+def kept_history(
+    config: Mapping[str, Any], paths: MergedPaths, parts_dir: Path
+) -> tuple[MergeHistory | None, str]:
     """The generations whose shards a merge keeps, or None and why it starts afresh (rank 0's part)."""
     if not config["merge"]["grow"]:
         return None, "merge.grow is false"

@@ -54,7 +54,8 @@ def metadata(
             "path": "provenance",
             "format": "parquet",
             "columns": PROVENANCE_SCHEMA.names,
-            "rows": "one per record: its shard, its number in the shard, its sample id, source file and index "
+            "rows": "one per record: its shard, its number in the shard, its sample id, source file and "
+            "index "
             "along source.samples_along in that file (null: the file is the sample)",
         },
     }
@@ -87,7 +88,10 @@ def ingested_extras(
 
 
 def layout_sections(
-    settings: Mapping[str, Any], spec: Mapping[str, Any], shard_info: list[dict[str, Any]], split_names: Sequence[str]
+    settings: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    shard_info: list[dict[str, Any]],
+    split_names: Sequence[str],
 ) -> dict[str, Any]:
     """The slabs' and the splits' sections (present only when configured)."""
     doc: dict[str, Any] = {}

@@ -1,7 +1,7 @@
-"""merge's plan, a pure object computed collectively: every record's sort key and home (part, offset, length) as
-rows of one numpy structured array per rank, sorted across ranks (sample sort), and cut into shards of the
-target size per split. Memory: one row per record held by this rank (a few dozen bytes), never a Python
-object per record; time: a parallel sort of the rows."""
+"""merge's plan, a pure object computed collectively: every record's sort key and home (part, offset, length)
+as rows of one numpy structured array per rank, sorted across ranks (sample sort), and cut into shards of the
+target size per split. Memory: one row per record held by this rank (a few dozen bytes), never a Python object
+per record; time: a parallel sort of the rows."""
 
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ TEXT_KEYS = {"sample_id": "parent", "path": "source"}
 SIGN = np.uint64(1 << 63)
 
 
-def about_field_shapes(abouts: Mapping[str, Mapping[str, Any]]) -> Iterable[tuple[str, str, Sequence[int | None]]]:
+def about_field_shapes(
+    abouts: Mapping[str, Mapping[str, Any]],
+) -> Iterable[tuple[str, str, Sequence[int | None]]]:
     """(field, dtype, shape) of the fields of the parts, from their indexes' last lines."""
     for name, about in abouts.items():
         for field, seen in about["fields"].items():
@@ -52,13 +54,19 @@ def feature_spec(
     dtypes: dict[str, str] = {}
     for name, dtype, shape in observed:
         if dtypes.setdefault(name, dtype) != dtype:
-            raise Sim2dlError(f"field '{name}' has records of dtypes {dtypes[name]} and {dtype}: set its dtype")
+            raise Sim2dlError(
+                f"field '{name}' has records of dtypes {dtypes[name]} and {dtype}: set its dtype"
+            )
         known = shapes.setdefault(name, list(shape))
         if len(known) != len(shape):
             raise Sim2dlError(f"field '{name}' has records of different ranks ({known} and {list(shape)})")
         shapes[name] = [k if k == s else None for k, s in zip(known, shape, strict=True)]
     return {
-        name: {"dtype": dtypes[name], "shape": shapes[name], "role": "feature" if name in features else "label"}
+        name: {
+            "dtype": dtypes[name],
+            "shape": shapes[name],
+            "role": "feature" if name in features else "label",
+        }
         for name in (*features, *labels)
         if name in shapes
     }
@@ -106,7 +114,12 @@ def text_bytes(values: Iterable[str], width: int) -> np.ndarray:
 
 
 def sort_keys(
-    part: Part, sort_by: str, key_width: int, id_width: int, fractions: Sequence[float], split_by: str = "sample"
+    part: Part,
+    sort_by: str,
+    key_width: int,
+    id_width: int,
+    fractions: Sequence[float],
+    split_by: str = "sample",
 ) -> np.ndarray:
     """Each record's (split, sort key, sample id) as one byte string that sorts in that order (the split
     byte, 1 + its number, only when there are splits)."""
@@ -128,7 +141,9 @@ def row_splits(rows: np.ndarray, split: bool) -> np.ndarray:
     if not split or not len(rows):
         return np.zeros(len(rows), np.int64)
     width = rows.dtype["key"].itemsize
-    return np.ascontiguousarray(rows["key"]).view(np.uint8).reshape(len(rows), width)[:, 0].astype(np.int64) - 1
+    return (
+        np.ascontiguousarray(rows["key"]).view(np.uint8).reshape(len(rows), width)[:, 0].astype(np.int64) - 1
+    )
 
 
 def bin_file(part_bin: Path, ref: str) -> str:
@@ -142,7 +157,9 @@ class Files:
 
     def __init__(self, comm: Any, parts_dir: Path, abouts: Mapping[str, Mapping[str, Any]]) -> None:
         mine = list(
-            dict.fromkeys(bin_file(parts_dir / f"{name}.bin", ref) for name, a in abouts.items() for ref in a["files"])
+            dict.fromkeys(
+                bin_file(parts_dir / f"{name}.bin", ref) for name, a in abouts.items() for ref in a["files"]
+            )
         )
         self.paths = list(dict.fromkeys(p for rank_paths in comm.allgather(mine) for p in rank_paths))
         self.number = {p: k for k, p in enumerate(self.paths)}
@@ -190,7 +207,9 @@ def local_rows(
     """The rows of this rank's parts (unsorted; each part opened in turn and let go), and the record count
     of each home file seen."""
     prefix = 1 if fractions else 0
-    dtype = row_dtype(prefix + (sum(widths) if sort_by not in NUMERIC_KEYS else 8 + widths[1]), spec, bool(framed))
+    dtype = row_dtype(
+        prefix + (sum(widths) if sort_by not in NUMERIC_KEYS else 8 + widths[1]), spec, bool(framed)
+    )
     chunks, home_counts = [], {}
     names = list(spec)
     for k, stem in enumerate(stems):
@@ -213,8 +232,12 @@ def local_rows(
         for f, (name, field) in enumerate(spec.items()):
             column = part.fields[name]
             if len(part) and any(np.dtype(field["dtype"]) != d for d in column.dtypes):
-                raise Sim2dlError(f"field '{name}': records of another dtype than {field['dtype']} in {part.bin_path}")
-            file_numbers = np.array([files.number[bin_file(part.bin_path, ref)] for ref in column.refs], np.int32)
+                raise Sim2dlError(
+                    f"field '{name}': records of another dtype than {field['dtype']} in {part.bin_path}"
+                )
+            file_numbers = np.array(
+                [files.number[bin_file(part.bin_path, ref)] for ref in column.refs], np.int32
+            )
             rows[f"file{f}"] = file_numbers[column.ref_codes] if len(part) else 0
             rows[f"offset{f}"] = column.offsets
             for axis, d in enumerate(field["shape"]):
@@ -267,7 +290,9 @@ def home_starts(
     previous, holds_end = previous_row(comm, rows)
     home, at, splits = rows["home"], rows["home_record"], row_splits(rows, keyed)
     before_home = np.concatenate([[-1 if previous is None else previous["home"]], home[:-1]]).astype(np.int64)
-    before_at = np.concatenate([[-1 if previous is None else previous["home_record"]], at[:-1]]).astype(np.int64)
+    before_at = np.concatenate([[-1 if previous is None else previous["home_record"]], at[:-1]]).astype(
+        np.int64
+    )
     before_split = np.concatenate([[split_of(previous, keyed)], splits[:-1]])
     finished = (before_home < 0) | (before_at == home_counts[np.maximum(before_home, 0)] - 1)
     new_split = splits != before_split
@@ -275,7 +300,8 @@ def home_starts(
     continues = (home == before_home) & (at == before_at + 1) & ~new_split
     broken = np.zeros(n_splits, bool)
     broken[splits[(home < 0) | ~(starts | continues)]] = True
-    broken[before_split[new_split & ~finished & (before_split >= 0)]] = True  # a split ends in a home cut short
+    # a split ends in a home cut short
+    broken[before_split[new_split & ~finished & (before_split >= 0)]] = True
     if holds_end and len(rows) and at[-1] != home_counts[home[-1]] - 1:
         broken[splits[-1]] = True
     nbytes = np.zeros(n_splits, np.int64)
@@ -401,7 +427,11 @@ class MergePlan:
 
 
 def plan_merge(
-    config: Mapping[str, Any], convert_dir: Path, comm: Any, part_names: Sequence[str], generation: Grown | None = None
+    config: Mapping[str, Any],
+    convert_dir: Path,
+    comm: Any,
+    part_names: Sequence[str],
+    generation: Grown | None = None,
 ) -> MergePlan:
     """Collective: the rows of `part_names`, sorted over all ranks (sample sort), cut into shards (whole
     framed parts, or by size within each split), each shard on the rank where it begins. A later
@@ -434,8 +464,17 @@ def plan_merge(
     split_names = sorted(settings["splits"])
     fractions = [settings["splits"][name] for name in split_names]
     framed = framed_layout(writer_class, settings, spec, stats, shard_bytes)
-    rows, local_homes = local_rows(my_stems, first_part, files, spec, settings["sort_by"], widths, framed, fractions,
-                                   settings["split_by"])  # fmt: skip
+    rows, local_homes = local_rows(
+        my_stems,
+        first_part,
+        files,
+        spec,
+        settings["sort_by"],
+        widths,
+        framed,
+        fractions,
+        settings["split_by"],
+    )
     total = sum(comm.allgather(len(rows)))
     if not total:
         raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
@@ -443,29 +482,61 @@ def plan_merge(
     # 2. The global order; 3. shards, each on the rank where it begins.
     rows = sample_sort(comm, rows, "key")  # keys are unique (sample ids are)
     counts = None if framed is None else home_counts(comm, local_homes, len(files.paths))
-    starts, linked = shard_starts(comm, rows, shard_bytes, max(len(split_names), 1), bool(split_names), counts)
+    starts, linked = shard_starts(
+        comm, rows, shard_bytes, max(len(split_names), 1), bool(split_names), counts
+    )
     rows, numbers, first_shard, n_shards = gather_shards(comm, rows, starts)
     cuts = np.flatnonzero(np.diff(numbers)) + 1
     edges = [0, *cuts.tolist(), len(rows)] if len(rows) else [0]
     my_shards = [slice(a, b) for a, b in itertools.pairwise(edges)]  # contiguous: rows[s] is a view
-    my_splits = row_splits(rows[[s.start for s in my_shards]], bool(split_names)).tolist() if my_shards else []
+    my_splits = (
+        row_splits(rows[[s.start for s in my_shards]], bool(split_names)).tolist() if my_shards else []
+    )
     shard_splits = [k for rank_splits in comm.allgather(my_splits) for k in rank_splits]
     digest = plan_digest(comm, settings, stats, spec, [shard_digest(rows[s]) for s in my_shards])
     names = shard_names(shard_splits, split_names, writer_class, generation.number if generation else 0)
-    return MergePlan(settings, writer_class, spec, stats_doc, widths, files, part_names, my_stems, first_part,
-                     split_names, rows, numbers, my_shards, first_shard, n_shards, shard_splits, names, digest,
-                     linked.tolist(), total)  # fmt: skip
+    return MergePlan(
+        settings,
+        writer_class,
+        spec,
+        stats_doc,
+        widths,
+        files,
+        part_names,
+        my_stems,
+        first_part,
+        split_names,
+        rows,
+        numbers,
+        my_shards,
+        first_shard,
+        n_shards,
+        shard_splits,
+        names,
+        digest,
+        linked.tolist(),
+        total,
+    )
 
 
 def framed_layout(
-    writer_class: type[ShardWriter], settings: Mapping[str, Any], spec: Mapping[str, Any], stats: Any, shard_bytes: int
+    writer_class: type[ShardWriter],
+    settings: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    stats: Any,
+    shard_bytes: int,
 ) -> tuple[str, int] | None:
     """(format, shard size) where the records framed by ingest stay as they are: a split's parts linked
     as its shards, or each record copied framed as it is (write.copy_framed_shard) instead of decoded and
     encoded again; None where merge has to change the records."""
     plain = all(field["encoding"] == "bytes" for field in spec.values())
-    unchanged = (writer_class.framed_record and settings["compression"] == "none" and not stats and plain
-                 and settings["slabs"] == 1)  # fmt: skip
+    unchanged = (
+        writer_class.framed_record
+        and settings["compression"] == "none"
+        and not stats
+        and plain
+        and settings["slabs"] == 1
+    )
     return (writer_class.format, shard_bytes) if unchanged else None
 
 
@@ -485,7 +556,11 @@ def common_spec(
     shard encoding of each field; the slabs checked against it."""
     local_spec = feature_spec(about_field_shapes(abouts), conv["features"], conv["labels"])
     spec = feature_spec(
-        ((name, f["dtype"], f["shape"]) for rank_spec in comm.allgather(local_spec) for name, f in rank_spec.items()),
+        (
+            (name, f["dtype"], f["shape"])
+            for rank_spec in comm.allgather(local_spec)
+            for name, f in rank_spec.items()
+        ),
         conv["features"],
         conv["labels"],
     )

@@ -11,8 +11,8 @@ Plan, in parallel and in compact arrays (no Python object per record):
 3. Shard numbers from exclusive scans over ranks: n = ceil(total bytes / `merge.shard_size_mb`) shards
    of equal size, a record starting a new one when the bytes before it pass a multiple of total / n (cut
    where they would be whatever the rank count), or, when the framed ingest parts are the shards already
-   (below), where a part begins. A shard that began on an earlier rank is sent back to that rank, so every shard is
-   written by one rank.
+   (below), where a part begins. A shard that began on an earlier rank is sent back to that rank, so every
+   shard is written by one rank.
 
 Splits (`merge.splits`): a record's split (a stable hash of its parent sample id, or with `merge.split_by:
 file` of its file's id, `pipeline.data.splits`) is the
@@ -94,7 +94,9 @@ from pipeline.storage.fsutil import file_checksum, write_json_atomic
 
 
 @gc_paused()  # the plan parses every part's index into many small acyclic objects (see gc_paused)
-def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
+def merge(
+    config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_dir: Path, comm: Any
+) -> dict[str, Any]:
     """Plan (collectively), then write this rank's shards, the provenance, and (rank 0) metadata.json:
     of the parts an earlier merge has not (its generations kept), or else of every part."""
     paths, parts_dir = MergedPaths(out_dir), ConvertPaths(convert_dir).parts
@@ -103,7 +105,9 @@ def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_di
     history, why = comm.bcast((history, why), root=0)
     if history is not None:
         new = [name for name in names if name not in history.parts]
-        grown = Grown(len(history.generations), history.statistics, {**history.statistics_from, "generation": 0})
+        grown = Grown(
+            len(history.generations), history.statistics, {**history.statistics_from, "generation": 0}
+        )
         if not any(read_about(parts_dir / name)["records"] for name in new):  # nothing to add
             return write_merge(config, None, history, new, ingest_dir, convert_dir, out_dir, comm)
         plan = plan_merge(config, convert_dir, comm, new, grown)
@@ -114,7 +118,9 @@ def merge(config: Mapping[str, Any], ingest_dir: Path, convert_dir: Path, out_di
     return {**write_merge(config, plan, None, names, ingest_dir, convert_dir, out_dir, comm), "afresh": why}
 
 
-def prepare_output(plan: MergePlan | None, history: MergeHistory | None, paths: MergedPaths, comm: Any) -> None:
+def prepare_output(
+    plan: MergePlan | None, history: MergeHistory | None, paths: MergedPaths, comm: Any
+) -> None:
     """Rank 0 clears what neither the plan nor the kept generations keep of an earlier run, and the
     provenance of generations not kept; all ranks wait."""
     error = None
@@ -144,8 +150,11 @@ def write_my_shards(
     how many shards were made each way: reused (complete from a rerun), linked (a framed ingest part as it
     is), copied (records framed by ingest, copied as they are) or encoded (record by record)."""
     mine, names = plan.mine, plan.names
-    reused = [i for i in mine if all((shards_dir / f).exists() and index_path(shards_dir / f).exists()
-                                     for f in files_of[i])]  # fmt: skip
+    reused = [
+        i
+        for i in mine
+        if all((shards_dir / f).exists() and index_path(shards_dir / f).exists() for f in files_of[i])
+    ]
     checksums = {i: [file_checksum(shards_dir / f) for f in files_of[i]] for i in reused}
     to_write = [i for i in mine if i not in checksums]
     framed = [i for i in to_write if len(plan.shard_rows(i)) and (plan.shard_rows(i)["home"] >= 0).all()]
@@ -166,8 +175,17 @@ def write_my_shards(
         home_files = [Path(p) for p in plan.files.paths]
         batches = read_batches(home_files, len(shard_rows), lambda k: extents(shard_rows[k], spec))
         for i, these, located in zip(encoded, shard_rows, batches, strict=True):
-            checksums[i] = write_shard(shards_dir / names[i], these, plan.widths[1], located, spec, plan.writer_class,
-                                       settings["compression"], stats, settings["slabs"])  # fmt: skip
+            checksums[i] = write_shard(
+                shards_dir / names[i],
+                these,
+                plan.widths[1],
+                located,
+                spec,
+                plan.writer_class,
+                settings["compression"],
+                stats,
+                settings["slabs"],
+            )
             bar.update(1)
     return checksums, ways
 
@@ -195,7 +213,9 @@ def shard_entries(
     ]
 
 
-def write_generation(plan: MergePlan, paths: MergedPaths, generation: int, shard_offset: int, comm: Any) -> Added:
+def write_generation(
+    plan: MergePlan, paths: MergedPaths, generation: int, shard_offset: int, comm: Any
+) -> Added:
     """Carry out the plan: this rank's shards (kept when a rerun finds them complete for the same plan),
     and where each record went (provenance, its shards numbered after the `shard_offset` kept ones)."""
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -230,9 +250,15 @@ class Added:
 
 
 def write_merge(
-    config: Mapping[str, Any], plan: MergePlan | None, history: MergeHistory | None, part_names: list[str],
-    ingest_dir: Path, convert_dir: Path, out_dir: Path, comm: Any,
-) -> dict[str, Any]:  # fmt: skip
+    config: Mapping[str, Any],
+    plan: MergePlan | None,
+    history: MergeHistory | None,
+    part_names: list[str],
+    ingest_dir: Path,
+    convert_dir: Path,
+    out_dir: Path,
+    comm: Any,
+) -> dict[str, Any]:
     """Write the plan's shards (None: the kept generations' new parts hold no records) after those of
     the kept generations, then on rank 0, last, metadata.json of them all and the generations."""
     paths = MergedPaths(out_dir)
@@ -246,25 +272,49 @@ def write_merge(
         added = Added([], ways, 0, 0, "", history.spec, {})
     if history is None:
         stats_doc = added.stats_doc
-        history = MergeHistory(settings_digest(config), added.spec, stats_doc["statistics"],
-                               stats_doc.get("statistics_from", {"split": None}))  # fmt: skip
+        history = MergeHistory(
+            settings_digest(config),
+            added.spec,
+            stats_doc["statistics"],
+            stats_doc.get("statistics_from", {"split": None}),
+        )
     ways = dict(added.ways)
-    summary = {"records": history.records + added.records, "shards": history.n_shards + added.n_shards,
-               "reused_shards": ways.pop("reused"), "shards_made": ways, "slabs": config["merge"]["slabs"],
-               "kept_shards": history.n_shards, "generations": number + bool(part_names)}  # fmt: skip
+    summary = {
+        "records": history.records + added.records,
+        "shards": history.n_shards + added.n_shards,
+        "reused_shards": ways.pop("reused"),
+        "shards_made": ways,
+        "slabs": config["merge"]["slabs"],
+        "kept_shards": history.n_shards,
+        "generations": number + bool(part_names),
+    }
     if comm.Get_rank() == 0:  # with nothing new, metadata.json is written again (Snakemake removed it)
         if part_names:
             signatures = part_signatures(ConvertPaths(convert_dir).parts, part_names)
             history.generations.append(
-                MergeGeneration(number, signatures, added.entries, added.n_shards, added.records, added.digest)
+                MergeGeneration(
+                    number, signatures, added.entries, added.n_shards, added.records, added.digest
+                )
             )
         converted = json.loads(ConvertPaths(convert_dir).stats.read_text())
-        statistics_from = {**history.statistics_from, **({"generation": 0} if len(history.generations) > 1 else {})}
+        statistics_from = {
+            **history.statistics_from,
+            **({"generation": 0} if len(history.generations) > 1 else {}),
+        }
         stats_doc = {**converted, "statistics": history.statistics, "statistics_from": statistics_from}
         ingested = json.loads(IngestPaths(ingest_dir).summary.read_text())
         settings, writer_class = config["merge"], WRITERS[config["merge"]["format"]]
-        doc = metadata(settings, writer_class, history.spec, stats_doc, history.shards, history.records, ingested,
-                       history.digest, sorted(settings["splits"]))  # fmt: skip
+        doc = metadata(
+            settings,
+            writer_class,
+            history.spec,
+            stats_doc,
+            history.shards,
+            history.records,
+            ingested,
+            history.digest,
+            sorted(settings["splits"]),
+        )
         # the first generation's plan: the same as the dataset grows (stage keeps its copy's directory)
         doc["first_plan_digest"] = history.generations[0].digest
         if len(history.generations) > 1:

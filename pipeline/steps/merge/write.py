@@ -54,7 +54,8 @@ def field_shapes(rows: np.ndarray, f: int, field: Mapping[str, Any]) -> list[tup
     if not varying:
         return [tuple(field["shape"])] * len(rows)
     return [
-        tuple(varying[axis][i] if d is None else d for axis, d in enumerate(field["shape"])) for i in range(len(rows))
+        tuple(varying[axis][i] if d is None else d for axis, d in enumerate(field["shape"]))
+        for i in range(len(rows))
     ]
 
 
@@ -105,10 +106,15 @@ def write_shard(
                 ]
                 chunk_starts = starts[first : first + WRITE_CHUNK].tolist()
                 for i, sample_id in enumerate(sample_ids(chunk, id_width)):
-                    arrays = normalise({
-                        name: buffer[chunk_starts[i][f] : chunk_starts[i][f] + sizes[i]].view(dtype).reshape(shapes[i])
-                        for f, (name, dtype, shapes, sizes) in enumerate(fields)
-                    }, stats)  # fmt: skip
+                    arrays = normalise(
+                        {
+                            name: buffer[chunk_starts[i][f] : chunk_starts[i][f] + sizes[i]]
+                            .view(dtype)
+                            .reshape(shapes[i])
+                            for f, (name, dtype, shapes, sizes) in enumerate(fields)
+                        },
+                        stats,
+                    )
                     for k, writer in enumerate(writers):
                         index[k, first + i] = writer.write(sample_id, slab_arrays(arrays, sliced, k, slabs))
         except BaseException:
@@ -149,7 +155,9 @@ def copy_framed_shard(path: Path, rows: np.ndarray, home_files: Sequence[str]) -
         with open(tmp, "wb", buffering=0) as out:
             for number, offset, count in zip(*(r.tolist() for r in runs), strict=True):
                 if number not in sources:
-                    sources[number] = opened.enter_context(open(home_files[number], "rb", buffering=0)).fileno()
+                    sources[number] = opened.enter_context(
+                        open(home_files[number], "rb", buffering=0)
+                    ).fileno()
                 copy_range(sources[number], out.fileno(), offset, count)
         write_index(path, np.stack([np.cumsum(lengths) - lengths, lengths], axis=1))
         return file_checksum(tmp)
@@ -200,9 +208,14 @@ def provenance_generation(name: str) -> int:
 
 
 def write_provenance(
-    comm: Any, held: list[np.ndarray], my_stems: Sequence[Path], first_part: int, n_parts: int, directory: Path,
+    comm: Any,
+    held: list[np.ndarray],
+    my_stems: Sequence[Path],
+    first_part: int,
+    n_parts: int,
+    directory: Path,
     generation: int,
-) -> None:  # fmt: skip
+) -> None:
     """A Parquet file per rank (and merge generation): shard, record, sample id and source of every
     record of this rank's parts, a row group per part (in each, rows by shard and place). Each record's
     placement (`held`, handed over so that it can be let go) is sent to the rank holding its part: one

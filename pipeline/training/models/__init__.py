@@ -39,7 +39,17 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.storage.fsutil import file_checksum
-from pipeline.training.models import autoencoder, cosmoflow, decoder, dense, fno, fno1d, fno3d, sequence, unet2d
+from pipeline.training.models import (
+    autoencoder,
+    cosmoflow,
+    decoder,
+    dense,
+    fno,
+    fno1d,
+    fno3d,
+    sequence,
+    unet2d,
+)
 from pipeline.training.models.base import ARGS, ModelError
 
 BUILT_IN: dict[str, ModuleType] = {
@@ -80,8 +90,13 @@ class ModelSource:
     def provenance(self) -> dict[str, Any]:
         if self.built_in is not None:
             return {"model": self.name, "built_in": True}
-        return {"model": self.name, "built_in": False, "file": str(self.file), "function": self.function,
-                "checksum": file_checksum(self.file)}  # fmt: skip
+        return {
+            "model": self.name,
+            "built_in": False,
+            "file": str(self.file),
+            "function": self.function,
+            "checksum": file_checksum(self.file),
+        }
 
     def builder(self) -> Any:
         """The user's function (importing its file or module)."""
@@ -89,7 +104,9 @@ class ModelSource:
             if self.module is not None:
                 module = importlib.import_module(self.module)
             else:
-                spec = importlib.util.spec_from_file_location(f"sim2dl_user_model_{self.file.stem}", self.file)
+                spec = importlib.util.spec_from_file_location(
+                    f"sim2dl_user_model_{self.file.stem}", self.file
+                )
                 module = importlib.util.module_from_spec(spec)
                 sys.modules[spec.name] = module
                 spec.loader.exec_module(module)
@@ -98,7 +115,9 @@ class ModelSource:
             raise Sim2dlError(f"config key 'train.model': importing {self.where} failed: {problem}") from e
         function = getattr(module, self.function, None)
         if not callable(function):
-            raise Sim2dlError(f"config key 'train.model': {self.file or self.module} has no function '{self.function}'")
+            raise Sim2dlError(
+                f"config key 'train.model': {self.file or self.module} has no function '{self.function}'"
+            )
         return function
 
 
@@ -146,14 +165,18 @@ def built_in_args(source: ModelSource, settings: Mapping[str, Any]) -> dict[str,
     unknown = sorted(set(extra) - set(ARGS) - set(options))
     if unknown:
         raise Sim2dlError(
-            f"config key 'train.model_args': {unknown} are not arguments of the built-in model '{source.name}' "
+            f"config key 'train.model_args': {unknown} are not arguments of the built-in model "
+            f"'{source.name}' "
             f"(it takes {[*ARGS, *options]})"
         )
     return {**{k: settings[k] for k in ARGS}, **options, **extra}
 
 
 def build_model(
-    settings: Mapping[str, Any], feature_shape: Sequence[int | None], task: Any, spatial: tuple[Any, Any] | None = None
+    settings: Mapping[str, Any],
+    feature_shape: Sequence[int | None],
+    task: Any,
+    spatial: tuple[Any, Any] | None = None,
 ) -> tuple[Any, ModelSource]:
     """The configured model for the feature and task, checked; raises Sim2dlError before any training.
     With several features (task.data.several) your own builder gets {name: shape} and the model a dict.
@@ -165,8 +188,10 @@ def build_model(
     several = getattr(task.data, "several", False)
     if several:
         if module is not None:
-            raise Sim2dlError(f"config key 'train.model': the built-in '{source.name}' takes one feature, "
-                              f"the data has {list(task.data.feature_shapes)}")  # fmt: skip
+            raise Sim2dlError(
+                f"config key 'train.model': the built-in '{source.name}' takes one feature, "
+                f"the data has {list(task.data.feature_shapes)}"
+            )
         shape = dict(task.data.feature_shapes)
     if module is not None:
         if task.name not in module.TASKS:

@@ -29,7 +29,9 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
     layers = tf.keras.layers
     fields, latent = task.output_fields(), task.bottleneck()
     if len(fields) != 1 or latent is None:
-        raise ModelError("model 'autoencoder' reconstructs one field through a latent (train.task: autoencoder)")
+        raise ModelError(
+            "model 'autoencoder' reconstructs one field through a latent (train.task: autoencoder)"
+        )
     shape = tuple(int(d) for d in fields[0])
     grid, channels = shape[:-1], shape[-1]
     if len(grid) not in (2, 3):
@@ -56,5 +58,7 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
         y = convolved(convolved(upsampling(2)(y), args["width"] << level), args["width"] << level)
     y = layers.Flatten()(conv(channels, 3, padding="same")(y))
     if y.shape[-1] != outputs:
-        raise ModelError(f"model 'autoencoder': the reconstruction has {y.shape[-1]} entries, the task {outputs}")
+        raise ModelError(
+            f"model 'autoencoder': the reconstruction has {y.shape[-1]} entries, the task {outputs}"
+        )
     return tf.keras.Model(inputs, layers.Activation("linear", dtype="float32")(y), name=NAME)

@@ -25,12 +25,15 @@ def check_pooling(name: str, spatial: Sequence[int | None], depth: int, must_div
         if size >> depth < 1 or (must_divide and size % (1 << depth)):
             need = "divisible by" if must_divide else "at least"
             raise ModelError(
-                f"model '{name}' with depth {depth} halves the input {list(spatial)} {depth} times: each spatial "
+                f"model '{name}' with depth {depth} halves the input {list(spatial)} {depth} times: each "
+                "spatial "
                 f"size must be {need} {1 << depth} (lower train.depth, or crop/resize the feature)"
             )
 
 
-def pooled_head(levels: Sequence[Any], outputs: int, args: Mapping[str, Any], flatten_last: bool = False) -> Any:
+def pooled_head(
+    levels: Sequence[Any], outputs: int, args: Mapping[str, Any], flatten_last: bool = False
+) -> Any:
     """One vector per sample, a dense layer, dropout, and the raw outputs (float32, also under mixed
     precision): regression values or class logits. The vector joins every level's feature map averaged
     over its positions (the finest level keeps the input's means and amplitudes, which max pooling on the
@@ -51,7 +54,9 @@ def pooled_vectors(levels: Sequence[Any], flatten_last: bool = False) -> list[An
     return pooled
 
 
-def joined_head(pooled: Sequence[Any], outputs: int, args: Mapping[str, Any], zero_output: bool = False) -> Any:
+def joined_head(
+    pooled: Sequence[Any], outputs: int, args: Mapping[str, Any], zero_output: bool = False
+) -> Any:
     """The vectors joined, then dense_head (pooled_head's second half, also for a split model's means)."""
     import tensorflow as tf
 
@@ -68,21 +73,26 @@ def dense_head(x: Any, outputs: int, args: Mapping[str, Any], zero_output: bool 
     x = layers.Dense(args["dense"])(x)
     x = layers.LeakyReLU(0.3)(x)
     x = layers.Dropout(args["dropout"])(x)
-    return layers.Dense(outputs, dtype="float32", kernel_initializer="zeros" if zero_output else "glorot_uniform")(x)
+    return layers.Dense(
+        outputs, dtype="float32", kernel_initializer="zeros" if zero_output else "glorot_uniform"
+    )(x)
 
 
 def field_heads(x: Any, shapes: Sequence[Sequence[int]], args: Mapping[str, Any], dims: int = 2) -> Any:
     """A surrogate's flat outputs from a (B, *grid, F) feature map of `dims` grid axes: per output field on
     the same grid a 1x1 convolution to its channels, flattened; per other output (a vector, another grid) a
-    pooled dense head. Joined in the outputs' order (the task's flat layout: each output's entries in turn)."""
+    pooled dense head. Joined in the outputs' order (the task's flat layout: each output's entries in
+    turn)."""
     import tensorflow as tf
 
     layers = tf.keras.layers
     grid = tuple(x.shape[1 : 1 + dims])
     pointwise = {1: layers.Conv1D, 2: layers.Conv2D, 3: layers.Conv3D}[dims]
-    pooled = {1: layers.GlobalAveragePooling1D, 2: layers.GlobalAveragePooling2D, 3: layers.GlobalAveragePooling3D}[
-        dims
-    ]
+    pooled = {
+        1: layers.GlobalAveragePooling1D,
+        2: layers.GlobalAveragePooling2D,
+        3: layers.GlobalAveragePooling3D,
+    }[dims]
     heads = []
     for shape in shapes:
         if len(shape) >= dims and tuple(shape[:dims]) == grid:

@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.training.models.base import ModelError, check_pooling, joined_head, pooled_vectors, pooling_depth
+from pipeline.training.models.base import (
+    ModelError,
+    check_pooling,
+    joined_head,
+    pooled_vectors,
+    pooling_depth,
+)
 
 NAME = "cosmoflow"
 SPATIAL_DIMS = 3
@@ -49,12 +55,20 @@ def trunk(inputs: Any, args: Mapping[str, Any]) -> list[Any]:
 
 def check_input(input_shape: Sequence[int | None], args: Mapping[str, Any]) -> None:
     if len(input_shape) != 4 or None in input_shape:
-        raise ModelError(f"model 'cosmoflow' needs fixed-size 3D cubes, the feature has shape {list(input_shape)}")
+        raise ModelError(
+            f"model 'cosmoflow' needs fixed-size 3D cubes, the feature has shape {list(input_shape)}"
+        )
     check_pooling(NAME, input_shape[:3], args["depth"])
 
 
-def build_split(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any],
-                layout: Any, process_set: Any) -> Any:  # fmt: skip
+def build_split(
+    input_shape: Sequence[int | None],
+    outputs: int,
+    task: Any,
+    args: Mapping[str, Any],
+    layout: Any,
+    process_set: Any,
+) -> Any:
     """The model on this rank's slab of `input_shape` (the whole sample's shape, channel axis included)."""
     import tensorflow as tf
 
@@ -79,7 +93,11 @@ def build_split(input_shape: Sequence[int | None], outputs: int, task: Any, args
         if split and level == split_for:
             x, split = GatherDepth(layout, process_set)(x), False
         filters = args["width"] * 2**level
-        x = SplitConv3D(filters, layout, process_set)(x) if split else layers.Conv3D(filters, 3, padding="same")(x)
+        x = (
+            SplitConv3D(filters, layout, process_set)(x)
+            if split
+            else layers.Conv3D(filters, 3, padding="same")(x)
+        )
         x = layers.LeakyReLU(0.3)(x)
         pooled.append(mean(x))
         x = layers.MaxPool3D(2)(x)

@@ -31,7 +31,9 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
 
     layers = tf.keras.layers
     if None in input_shape:
-        raise ModelError(f"model 'decoder' needs fixed-size inputs, the feature has shape {list(input_shape)}")
+        raise ModelError(
+            f"model 'decoder' needs fixed-size inputs, the feature has shape {list(input_shape)}"
+        )
     fields = task.output_fields()  # a surrogate's outputs; [] for one vector (regression)
     inputs = layers.Input(shape=tuple(input_shape))
     x = layers.Flatten()(inputs)

@@ -78,7 +78,9 @@ def spectral_conv_layer(dims: int = 2) -> type:
                 starts = block_starts(sizes, corner, m)
                 block = spectrum[(slice(None), slice(None), *[slice(s, s + m) for s in starts])]
                 mixed = tf.einsum(f"bi{letters},io{letters}->bo{letters}", block, weights[k])
-                placed = tf.pad(mixed, [[0, 0], [0, 0], *[[s, n - s - m] for s, n in zip(starts, full, strict=True)]])
+                placed = tf.pad(
+                    mixed, [[0, 0], [0, 0], *[[s, n - s - m] for s, n in zip(starts, full, strict=True)]]
+                )
                 kept = placed if kept is None else kept + placed
             last = [0, *range(2, dims + 2), 1]
             return tf.transpose(inverse(kept, fft_length=sizes), last)
@@ -110,26 +112,37 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
     return build_operator(input_shape, task, args, SPATIAL_DIMS, NAME)
 
 
-def build_operator(input_shape: Sequence[int | None], task: Any, args: Mapping[str, Any], dims: int,
-                   name: str) -> Any:  # fmt: skip
+def build_operator(
+    input_shape: Sequence[int | None], task: Any, args: Mapping[str, Any], dims: int, name: str
+) -> Any:
     """The operator on fields of `dims` spatial axes and channels last."""
     import tensorflow as tf
 
     layers = tf.keras.layers
     axes = {1: "(X, C)", 2: "(H, W, C)", 3: "(D, H, W, C)"}[dims]
     if len(input_shape) != dims + 1 or None in input_shape:
-        raise ModelError(f"model '{name}' needs fixed-size {axes} fields, the feature has {list(input_shape)}")
+        raise ModelError(
+            f"model '{name}' needs fixed-size {axes} fields, the feature has {list(input_shape)}"
+        )
     sizes = [int(n) for n in input_shape[:dims]]
     modes, most = int(args["modes"]), min([n // 2 for n in sizes[:-1]] + [sizes[-1] // 2 + 1])
     if not 1 <= modes <= most:
-        raise ModelError(f"model '{name}': modes {modes} must be in 1..{most} for a {' x '.join(map(str, sizes))} "
-                         f"grid (train.model_args.modes)")  # fmt: skip
+        raise ModelError(
+            f"model '{name}': modes {modes} must be in 1..{most} for a {' x '.join(map(str, sizes))} "
+            f"grid (train.model_args.modes)"
+        )
     fields = task.output_fields()
     if not fields:
-        raise ModelError(f"model '{name}' maps fields to fields: the task has no output fields (train.task: surrogate)")
-    spectral, pointwise = spectral_conv_layer(dims), {1: layers.Conv1D, 2: layers.Conv2D, 3: layers.Conv3D}[dims]
+        raise ModelError(
+            f"model '{name}' maps fields to fields: the task has no output fields (train.task: surrogate)"
+        )
+    spectral, pointwise = (
+        spectral_conv_layer(dims),
+        {1: layers.Conv1D, 2: layers.Conv2D, 3: layers.Conv3D}[dims],
+    )
     inputs = layers.Input(shape=tuple(input_shape))
-    states, embedding = conditioned(inputs, task.vector_channels(), args)  # a run's parameters: FiLM per block
+    # a run's parameters: FiLM per block
+    states, embedding = conditioned(inputs, task.vector_channels(), args)
     x = pointwise(args["width"], 1)(states)
     for block in range(max(args["depth"], 1)):
         x = layers.Add()([spectral(args["width"], modes)(x), pointwise(args["width"], 1)(x)])

@@ -12,12 +12,11 @@ training learns what the statistics miss.
     statistics   head(trunk levels, statistics): the statistics as inputs, no offset
     none         the built-in as it is (the trunk's levels alone)
 
-A built-in takes part through its `trunk(inputs, args) -> pooled vectors` (cosmoflow, unet2d, sequence); the user's
-own model, a spatially split model and segmentation are left as they are. The saved model stands alone
-(the statistics, the standardisation and the offset are layers with constant weights), and a user's own
-model can reuse `SummaryStatistics`. Memory: the statistics add an FFT of the input per sample (n log n
-in its cells) and F values per sample; the offset F x outputs weights.
-"""
+A built-in takes part through its `trunk(inputs, args) -> pooled vectors` (cosmoflow, unet2d, sequence); the
+user's own model, a spatially split model and segmentation are left as they are. The saved model stands alone
+(the statistics, the standardisation and the offset are layers with constant weights), and a user's own model
+can reuse `SummaryStatistics`. Memory: the statistics add an FFT of the input per sample (n log n in its
+cells) and F values per sample; the offset F x outputs weights."""
 
 from __future__ import annotations
 
@@ -146,7 +145,10 @@ def hybrid_mode(mode: str, module: Any, task: Any, split: int) -> tuple[str, str
     if mode == "none":
         return "none", None
     if module is None or not hasattr(module, "trunk"):
-        return "none", "the model is not a built-in with a trunk (cosmoflow, unet2d, sequence): it is used as it is"
+        return (
+            "none",
+            "the model is not a built-in with a trunk (cosmoflow, unet2d, sequence): it is used as it is",
+        )
     refused = task.hybrid_refused()
     if refused:
         return "none", refused
@@ -156,9 +158,13 @@ def hybrid_mode(mode: str, module: Any, task: Any, split: int) -> tuple[str, str
 
 
 def build_hybrid(
-    module: Any, input_shape: Sequence[int | None], outputs: int, args: Mapping[str, Any], mode: str,
+    module: Any,
+    input_shape: Sequence[int | None],
+    outputs: int,
+    args: Mapping[str, Any],
+    mode: str,
     fitted: FittedBaseline,
-) -> Any:  # fmt: skip
+) -> Any:
     """The built-in `module`'s trunk with the baseline's statistics joined into its head, and with
     mode 'residual' the baseline's prediction as the offset the head starts at zero from."""
     import tensorflow as tf
@@ -175,4 +181,6 @@ def build_hybrid(
     offset = layers.Dense(outputs, dtype="float32", trainable=False, name="baseline_offset")
     prediction = offset(statistics)
     offset.set_weights([fitted.weights.astype(np.float32), fitted.bias.astype(np.float32)])
-    return tf.keras.Model(inputs, layers.Add(dtype="float32")([prediction, head]), name=f"{module.NAME}_residual")
+    return tf.keras.Model(
+        inputs, layers.Add(dtype="float32")([prediction, head]), name=f"{module.NAME}_residual"
+    )

@@ -4,7 +4,8 @@ their sum in units of SUM_UNIT steps (how much of it there is: a multiplicity, a
 alone cannot tell apart across lengths). Regression or classification.
 
 Padding is told from data by the input: a step whose channels are all exactly zero counts as padding (a
-trace that really holds all-zero steps loses them from the mean and the sum, where they add nothing anyway)."""
+trace that really holds all-zero steps loses them from the mean and the sum, where they add nothing
+anyway)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def proposed_depth(shape: tuple[int | None, ...] | None, plane: bool) -> int | N
     return 3 if len(shape) == 2 and not plane and (None in shape or min(fixed) < 8) else None
 
 
-SUM_UNIT = 100.0  # steps: keeps the summed features O(1) at the start of training for traces of hundreds of steps
+# steps: keeps the summed features O(1) at the start of training for traces of hundreds of steps
+SUM_UNIT = 100.0
 
 
 def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapping[str, Any]) -> Any:
@@ -40,7 +42,9 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
 
 def check_input(input_shape: Sequence[int | None]) -> None:
     if len(input_shape) != 2 or input_shape[1] is None:
-        raise ModelError(f"model 'sequence' needs (length, channels) records, the feature has {list(input_shape)}")
+        raise ModelError(
+            f"model 'sequence' needs (length, channels) records, the feature has {list(input_shape)}"
+        )
 
 
 def trunk(inputs: Any, args: Mapping[str, Any]) -> list[Any]:
@@ -49,7 +53,8 @@ def trunk(inputs: Any, args: Mapping[str, Any]) -> list[Any]:
 
     layers = tf.keras.layers
     check_input(inputs.shape[1:])
-    real = tf.cast(tf.reduce_any(tf.not_equal(inputs, 0), axis=-1, keepdims=True), "float32")  # (batch, steps, 1)
+    # (batch, steps, 1)
+    real = tf.cast(tf.reduce_any(tf.not_equal(inputs, 0), axis=-1, keepdims=True), "float32")
     x = inputs
     for level in range(args["depth"]):
         x = layers.Conv1D(args["width"] * 2**level, 5, padding="same")(x)

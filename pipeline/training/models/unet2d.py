@@ -56,13 +56,16 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
     per_pixel = len(task.output_shape(input_shape)) > 1  # logits on the grid (segmentation)
     check_input(input_shape, args, per_pixel or bool(fields))
     inputs = layers.Input(shape=tuple(input_shape))
-    fields_in, embedding = conditioned(inputs, task.vector_channels(), args)  # a run's parameters: FiLM per block
+    # a run's parameters: FiLM per block
+    fields_in, embedding = conditioned(inputs, task.vector_channels(), args)
     x, skips = encoder(fields_in, args, embedding)
     if not per_pixel and not fields:
         return tf.keras.Model(inputs, pooled_head([*skips, x], outputs, args), name=NAME)
     for level in reversed(range(args["depth"])):
         x = layers.Conv2DTranspose(args["width"] * 2**level, 2, strides=2)(x)
-        x = _block(layers.Concatenate()([x, skips[level]]), args["width"] * 2**level, args.get("periodic", False))
+        x = _block(
+            layers.Concatenate()([x, skips[level]]), args["width"] * 2**level, args.get("periodic", False)
+        )
         x = film(x, embedding)
     x = layers.Dropout(args["dropout"])(x)
     if fields:
@@ -79,7 +82,9 @@ def trunk(inputs: Any, args: Mapping[str, Any]) -> list[Any]:
 
 def check_input(input_shape: Sequence[int | None], args: Mapping[str, Any], per_pixel: bool) -> None:
     if len(input_shape) != 3 or None in input_shape:
-        raise ModelError(f"model 'unet2d' needs fixed-size (H, W, C) fields, the feature has {list(input_shape)}")
+        raise ModelError(
+            f"model 'unet2d' needs fixed-size (H, W, C) fields, the feature has {list(input_shape)}"
+        )
     check_pooling(NAME, input_shape[:2], args["depth"], must_divide=per_pixel)
 
 

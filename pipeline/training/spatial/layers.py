@@ -89,8 +89,9 @@ class SplitConv3D(SpatialLayer):
 
     def build(self, input_shape: Any) -> None:
         channels = int(input_shape[-1])
-        self.kernel = self.add_weight(name="kernel", shape=(3, 3, 3, channels, self.filters),
-                                      initializer="glorot_uniform")  # fmt: skip
+        self.kernel = self.add_weight(
+            name="kernel", shape=(3, 3, 3, channels, self.filters), initializer="glorot_uniform"
+        )
         self.bias = self.add_weight(name="bias", shape=(self.filters,), initializer="zeros")
         super().build(input_shape)
 
@@ -105,8 +106,10 @@ class SplitConv3D(SpatialLayer):
         last = tf.nn.conv3d(above, kernel[2:3], strides=same, padding="SAME")[:, 0]
         batch, thickness = tf.shape(x)[0], x.shape[1]
         rows = tf.range(batch)
-        index = tf.concat([tf.stack([rows, tf.zeros_like(rows)], 1),
-                           tf.stack([rows, tf.fill([batch], thickness - 1)], 1)], 0)  # fmt: skip
+        index = tf.concat(
+            [tf.stack([rows, tf.zeros_like(rows)], 1), tf.stack([rows, tf.fill([batch], thickness - 1)], 1)],
+            0,
+        )
         y = tf.tensor_scatter_nd_add(y, index, tf.concat([first, last], 0))
         return tf.nn.bias_add(y, bias)
 
@@ -130,7 +133,9 @@ class GatherDepth(SpatialLayer):
             return tf.transpose(whole, DEPTH_FIRST), grad
 
         whole = gather(x)
-        whole.set_shape([x.shape[0], None if x.shape[1] is None else x.shape[1] * self.layout.split, *x.shape[2:]])
+        whole.set_shape(
+            [x.shape[0], None if x.shape[1] is None else x.shape[1] * self.layout.split, *x.shape[2:]]
+        )
         return whole
 
 

@@ -14,7 +14,8 @@ HALO = 1  # planes each split convolution needs from each neighbour: (kernel 3 -
 
 @dataclass(frozen=True)
 class SpatialLayout:
-    """Rank `rank` of `size`, in spatial sets of `split` consecutive ranks (one set per data-parallel group)."""
+    """Rank `rank` of `size`, in spatial sets of `split` consecutive ranks (one set per data-parallel
+    group)."""
 
     split: int
     size: int
@@ -74,19 +75,24 @@ def check_spatial(
         return
     if not splittable:
         raise Sim2dlError(
-            f"config key '{KEY}': {split}, but model '{model}' cannot be split (built-ins that can: cosmoflow); "
+            f"config key '{KEY}': {split}, but model '{model}' cannot be split (built-ins that can: "
+            "cosmoflow); "
             "set split: 1, or crop the samples (convert.crop)"
         )
     if size is not None and size % split:
-        raise Sim2dlError(f"config key '{KEY}': {split} does not divide train's {size} ranks (ranks = split x groups)")
+        raise Sim2dlError(
+            f"config key '{KEY}': {split} does not divide train's {size} ranks (ranks = split x groups)"
+        )
     if shape is not None:
         depth = shape[0]
         if depth is None or depth % split:
             raise Sim2dlError(
-                f"config key '{KEY}': {split} does not divide the samples' depth (first axis of shape {list(shape)})"
+                f"config key '{KEY}': {split} does not divide the samples' depth (first axis of shape "
+                f"{list(shape)})"
             )
         if depth // split < 2 * HALO:
             raise Sim2dlError(
-                f"config key '{KEY}': slabs of {depth // split} planes are thinner than the {2 * HALO} a split "
+                f"config key '{KEY}': slabs of {depth // split} planes are thinner than the {2 * HALO} a "
+                "split "
                 f"convolution needs (depth {depth}): use a smaller split"
             )

@@ -52,7 +52,8 @@ __all__ = ["TASKS", "DataSpec", "Evaluation", "Task", "TrainedModel", "data_spec
 
 
 def task_for(kind: str) -> str:
-    """The task `sim2dl inspect` proposes for a kind of data (Task.proposed_for): the one task that takes it."""
+    """The task `sim2dl inspect` proposes for a kind of data (Task.proposed_for): the one task that takes
+    it."""
     takers = [name for name, task in TASKS.items() if kind in task.proposed_for]
     if len(takers) != 1:
         raise ValueError(f"data of kind {kind!r} is proposed to {len(takers)} tasks ({takers}), not one")
@@ -64,5 +65,7 @@ def make_task(settings: Mapping[str, Any], data: DataSpec) -> Task:
     if name not in TASKS:
         raise Sim2dlError(f"config key 'train.task': unknown task '{name}' (choose one of {sorted(TASKS)})")
     if TASKS[name].needs_labels and not data.labels:
-        raise Sim2dlError(f"config key 'convert.labels': task '{name}' needs at least one label field (have none)")
+        raise Sim2dlError(
+            f"config key 'convert.labels': task '{name}' needs at least one label field (have none)"
+        )
     return TASKS[name](settings, data)

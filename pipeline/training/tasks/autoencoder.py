@@ -59,7 +59,8 @@ class Autoencoder(Surrogate):
         self.spatial = int(own.get("spatial_dims", 2))
         self.cluster_label, self.anomaly_label = own.get("cluster_label"), own.get("anomaly_label")
         self.score = own.get("anomaly_score", "mean")
-        self.cluster_bins = own.get("cluster_bins")  # a real-valued cluster label in this many equal-count bins
+        # a real-valued cluster label in this many equal-count bins
+        self.cluster_bins = own.get("cluster_bins")
         self.carried = tuple(f for f in data.labels if f.name in (self.cluster_label, self.anomaly_label))
         self.sample_shape = tuple(data.feature_shape)
         shape = self.sample_shape
@@ -67,8 +68,9 @@ class Autoencoder(Surrogate):
         self.channels = int(np.prod(shape[self.spatial :])) if len(shape) > self.spatial else 1
         self.field_names = field_names(data.feature, self.channels, data.component_names.get(data.feature))
         self.pca: PcaSums | None = None  # the baseline's fit, once the train step fitted it
-        target = LabelField(data.feature, (*self.grid, self.channels), "float32",
-                            data.feature_statistics.get(data.feature))  # fmt: skip
+        target = LabelField(
+            data.feature, (*self.grid, self.channels), "float32", data.feature_statistics.get(data.feature)
+        )
         super().__init__(settings, replace(data, labels=(target,), label_names=(data.feature,)))
         self.data_labels = data.labels
 
@@ -77,28 +79,45 @@ class Autoencoder(Surrogate):
         shape = self.sample_shape
         if None in shape or len(shape) not in (self.spatial, self.spatial + 1):
             grid = {1: "X", 2: "H, W", 3: "D, H, W"}.get(self.spatial, "grid")
-            raise Sim2dlError(f"config key 'convert.features': an autoencoder takes fields of fixed shape ({grid}"
-                              f"[, fields]) (train.autoencoder.spatial_dims: {self.spatial}), '{self.data.feature}' "
-                              f"has {list(shape)}")  # fmt: skip
+            raise Sim2dlError(
+                f"config key 'convert.features': an autoencoder takes fields of fixed shape ({grid}"
+                f"[, fields]) (train.autoencoder.spatial_dims: {self.spatial}), '{self.data.feature}' "
+                f"has {list(shape)}"
+            )
         if not 1 <= self.latent < self.outputs():
-            raise Sim2dlError(f"config key 'train.autoencoder.latent': {self.latent} must be at least 1 and fewer "
-                              f"than the {self.outputs()} values of a sample")  # fmt: skip
+            raise Sim2dlError(
+                f"config key 'train.autoencoder.latent': {self.latent} must be at least 1 and fewer "
+                f"than the {self.outputs()} values of a sample"
+            )
         names = {f.name: f for f in self.data_labels}
         for key in ("cluster_label", "anomaly_label"):
             wanted = getattr(self, key)
             if wanted is None:
                 continue
             if wanted not in names:
-                raise Sim2dlError(f"config key 'train.autoencoder.{key}': '{wanted}' is not a label field "
-                                  f"(convert.labels: {sorted(names)})")  # fmt: skip
+                raise Sim2dlError(
+                    f"config key 'train.autoencoder.{key}': '{wanted}' is not a label field "
+                    f"(convert.labels: {sorted(names)})"
+                )
             binned = key == "cluster_label" and self.cluster_bins is not None
             if names[wanted].size != 1 or not (names[wanted].integer or binned):
-                what = "a value per record to bin (train.autoencoder.cluster_bins)" if binned else (
-                    "one integer per record (class ids; 1 for an anomaly)"
-                    + ("; a real value, a design's parameter, is binned with train.autoencoder.cluster_bins"
-                       if key == "cluster_label" else ""))  # fmt: skip
-                raise Sim2dlError(f"config key 'train.autoencoder.{key}': '{wanted}' must hold {what}, it is "
-                                  f"{names[wanted].dtype} {list(names[wanted].shape)}")  # fmt: skip
+                what = (
+                    "a value per record to bin (train.autoencoder.cluster_bins)"
+                    if binned
+                    else (
+                        "one integer per record (class ids; 1 for an anomaly)"
+                        + (
+                            "; a real value, a design's parameter, is binned with "
+                            "train.autoencoder.cluster_bins"
+                            if key == "cluster_label"
+                            else ""
+                        )
+                    )
+                )
+                raise Sim2dlError(
+                    f"config key 'train.autoencoder.{key}': '{wanted}' must hold {what}, it is "
+                    f"{names[wanted].dtype} {list(names[wanted].shape)}"
+                )
 
     def output_fields(self) -> list[tuple[int, ...]]:
         return [(*(int(d) for d in self.grid), self.channels)]
@@ -164,7 +183,9 @@ class Autoencoder(Surrogate):
             rows.append(batch_sums(predicted[..., c], true[..., c], shift=shift, reference_variance=variance))
         return np.stack(rows)
 
-    def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+    def update(
+        self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray
+    ) -> None:
         evaluation.sums["scores"] += self.reconstruction_sums(outputs, labels)
         evaluation.sums["n"] += len(labels)
         self.keep_examples(evaluation, outputs, labels)
@@ -208,8 +229,13 @@ class Autoencoder(Surrogate):
         feature = self.data.feature
         mean = {feature: self.metrics(evaluation).get("nrmse_mean") or float("nan")}
         theirs = {feature: baseline["nrmse_mean"]} if (baseline or {}).get("nrmse_mean") is not None else {}
-        surrogate_examples(self.physical(evaluation.examples["true"]), self.physical(evaluation.examples["predicted"]),
-                           mean, theirs, path)  # fmt: skip
+        surrogate_examples(
+            self.physical(evaluation.examples["true"]),
+            self.physical(evaluation.examples["predicted"]),
+            mean,
+            theirs,
+            path,
+        )
 
     # ---- after training: latents, clusters, anomaly scores
     def after_training(self, trained: TrainedModel) -> dict[str, Any]:
@@ -218,7 +244,13 @@ class Autoencoder(Surrogate):
         encoder = latent_model(trained.model)
         comm, rank = trained.comm, trained.comm.Get_rank()
         share = CLUSTER_SAMPLE // trained.comm.Get_size()
-        sample: dict[str, list[np.ndarray]] = {"latent": [], "pca": [], "labels": [], "error": [], "pca_error": []}
+        sample: dict[str, list[np.ndarray]] = {
+            "latent": [],
+            "pca": [],
+            "labels": [],
+            "error": [],
+            "pca_error": [],
+        }
         kept = 0
         width = int(encoder.output_shape[-1]) if encoder is not None else 0
         writer = LatentsWriter(trained.out, rank, width) if trained.out is not None and encoder else None
@@ -227,7 +259,9 @@ class Autoencoder(Surrogate):
             flat = x.reshape(len(x), -1)
             error = anomaly_score(trained.predict(x), flat, self.score)
             latent = np.asarray(encoder(x, training=False), np.float32) if encoder else np.zeros((len(x), 0))
-            coefficients = self.pca.coefficients(flat) if self.pca is not None and self.pca.basis is not None else None
+            coefficients = (
+                self.pca.coefficients(flat) if self.pca is not None and self.pca.basis is not None else None
+            )
             pca_error = None
             if coefficients is not None:
                 pca_error = anomaly_score(coefficients @ self.pca.basis.T + self.pca.mean, flat, self.score)
@@ -251,9 +285,12 @@ class Autoencoder(Surrogate):
                         stale.unlink()
         joined = {k: [np.concatenate(v) for v in comm.allgather(parts) if v] for k, parts in sample.items()}
         joined = {k: np.concatenate(v) if v else None for k, v in joined.items()}
-        out: dict[str, Any] = {"split": trained.split, "records": int(comm.allreduce(records)),
-                               "latent": width or None,
-                               "sample": 0 if joined["error"] is None else len(joined["error"])}  # fmt: skip
+        out: dict[str, Any] = {
+            "split": trained.split,
+            "records": int(comm.allreduce(records)),
+            "latent": width or None,
+            "sample": 0 if joined["error"] is None else len(joined["error"]),
+        }
         if encoder is None:
             out["latents_skipped"] = f"the model has no layer named '{LATENT_LAYER}'"
         elif trained.out is not None:
@@ -286,8 +323,11 @@ class Autoencoder(Surrogate):
                     out["clustering"][f"ari_{name}"] = float(adjusted_rand_score(truth, found))
         if self.anomaly_label is not None:
             truth = labels[:, columns.index(self.anomaly_label)] > 0
-            out["anomaly"] = {"label": self.anomaly_label, "score": f"{self.score} squared reconstruction error",
-                              "anomalous": int(truth.sum())}  # fmt: skip
+            out["anomaly"] = {
+                "label": self.anomaly_label,
+                "score": f"{self.score} squared reconstruction error",
+                "anomalous": int(truth.sum()),
+            }
             if 0 < truth.sum() < len(truth):
                 for name, key in (("network", "error"), ("pca", "pca_error")):
                     if joined[key] is not None:
@@ -318,7 +358,9 @@ def kmeans_clusters(values: np.ndarray, k: int) -> np.ndarray:
     """k-means (scikit-learn, k-means++ with 10 starts, CLUSTER_SEED) cluster ids of the rows."""
     from sklearn.cluster import KMeans
 
-    return KMeans(n_clusters=k, n_init=10, random_state=CLUSTER_SEED).fit_predict(np.asarray(values, np.float64))
+    return KMeans(n_clusters=k, n_init=10, random_state=CLUSTER_SEED).fit_predict(
+        np.asarray(values, np.float64)
+    )
 
 
 def latent_model(model: Any) -> Any:
@@ -343,23 +385,33 @@ class LatentsWriter:
         from pipeline.data.tables import parquet_writer
 
         self.latent = latent
-        self.schema = pa.schema([("sample_id", pa.string()), ("split", pa.string()),
-                                 ("latent", pa.list_(pa.float32(), latent)),
-                                 ("reconstruction_error", pa.float64()), ("pca_error", pa.float64())])  # fmt: skip
+        self.schema = pa.schema(
+            [
+                ("sample_id", pa.string()),
+                ("split", pa.string()),
+                ("latent", pa.list_(pa.float32(), latent)),
+                ("reconstruction_error", pa.float64()),
+                ("pca_error", pa.float64()),
+            ]
+        )
         (out / self.folder).mkdir(parents=True, exist_ok=True)
         self.context = parquet_writer(out / self.folder / f"part-{rank:05d}.parquet", self.schema)
         self.writer = self.context.__enter__()
 
-    def write(self, ids: np.ndarray, split: str, latent: np.ndarray, error: np.ndarray,
-              pca_error: np.ndarray | None) -> None:  # fmt: skip
+    def write(
+        self, ids: np.ndarray, split: str, latent: np.ndarray, error: np.ndarray, pca_error: np.ndarray | None
+    ) -> None:
         import pyarrow as pa
 
         n = len(ids)
         flat = pa.array(np.asarray(latent, np.float32).reshape(-1), pa.float32())
-        columns = [pa.array([i.decode() if isinstance(i, bytes) else str(i) for i in ids], pa.string()),
-                   pa.array([split] * n, pa.string()), pa.FixedSizeListArray.from_arrays(flat, self.latent),
-                   pa.array(error, pa.float64()),
-                   pa.array(pca_error if pca_error is not None else [None] * n, pa.float64())]  # fmt: skip
+        columns = [
+            pa.array([i.decode() if isinstance(i, bytes) else str(i) for i in ids], pa.string()),
+            pa.array([split] * n, pa.string()),
+            pa.FixedSizeListArray.from_arrays(flat, self.latent),
+            pa.array(error, pa.float64()),
+            pa.array(pca_error if pca_error is not None else [None] * n, pa.float64()),
+        ]
         self.writer.write_table(pa.Table.from_arrays(columns, schema=self.schema))
 
     def close(self) -> None:

@@ -34,7 +34,8 @@ class LabelField:
     dtype: str
     statistics: Mapping[str, Any] | None = None  # convert's mean/std when the field was normalised
     class_names: Sequence[str] | None = None  # categorical fields: names in id order
-    class_counts: Mapping[str, Any] | None = None  # integer fields: convert's {min, max, counts: {split: [...]}}
+    # integer fields: convert's {min, max, counts: {split: [...]}}
+    class_counts: Mapping[str, Any] | None = None
 
     @property
     def integer(self) -> bool:
@@ -80,13 +81,21 @@ def data_spec(meta: Mapping[str, Any], label_names: Sequence[str] | None = None)
     )
     if label_names is None:
         label_names = [
-            name for f in fields for name in ([f.name] if f.size == 1 else [f"{f.name}[{i}]" for i in range(f.size)])
+            name
+            for f in fields
+            for name in ([f.name] if f.size == 1 else [f"{f.name}[{i}]" for i in range(f.size)])
         ]
     shapes = {name: tuple(spec[name]["shape"]) for name in features}
-    return DataSpec(features[0], shapes[features[0]], fields, tuple(label_names), feature_shapes=shapes,
-                    feature_statistics={n: stats[n] for n in features if n in stats},
-                    log1p=tuple(meta.get("log1p", ())),
-                    component_names=dict(meta.get("component_names", {})))  # fmt: skip
+    return DataSpec(
+        features[0],
+        shapes[features[0]],
+        fields,
+        tuple(label_names),
+        feature_shapes=shapes,
+        feature_statistics={n: stats[n] for n in features if n in stats},
+        log1p=tuple(meta.get("log1p", ())),
+        component_names=dict(meta.get("component_names", {})),
+    )
 
 
 @dataclass
@@ -99,7 +108,9 @@ class Evaluation:
     @staticmethod
     def combine(parts: Sequence[Evaluation], max_examples: int) -> Evaluation:
         sums = {k: np.sum([p.sums[k] for p in parts], axis=0) for k in parts[0].sums}
-        examples = {k: np.concatenate([p.examples[k] for p in parts])[:max_examples] for k in parts[0].examples}
+        examples = {
+            k: np.concatenate([p.examples[k] for p in parts])[:max_examples] for k in parts[0].examples
+        }
         return Evaluation(sums, examples)
 
 
@@ -189,7 +200,9 @@ class Task:
     def evaluation(self) -> Evaluation:
         raise NotImplementedError
 
-    def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+    def update(
+        self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray
+    ) -> None:
         raise NotImplementedError
 
     def metrics(self, evaluation: Evaluation) -> dict[str, Any]:
@@ -219,10 +232,17 @@ class Task:
         return None
 
     # ---- the network against the classical baseline, and what the scores count
-    def below_baseline(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
+    def below_baseline(
+        self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float
+    ) -> list[str]:
         """The scores on which the network is below the baseline by more than `margin`."""
-        return [k for k in self.scores if summary.get(k) is not None and baseline.get(k) is not None
-                and summary[k] < baseline[k] - margin]  # fmt: skip
+        return [
+            k
+            for k in self.scores
+            if summary.get(k) is not None
+            and baseline.get(k) is not None
+            and summary[k] < baseline[k] - margin
+        ]
 
     def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
         """The scores in `below`, the network's beside the baseline's, for a warning."""
@@ -268,7 +288,9 @@ class Task:
         """What the model's outputs are, for an error about their shape."""
         return "raw outputs"
 
-    def disagreement_by_output(self, members: np.ndarray, kept: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    def disagreement_by_output(
+        self, members: np.ndarray, kept: np.ndarray, labels: np.ndarray
+    ) -> dict[str, Any]:
         """A population's disagreement per output in the outputs' own units: per output name, per record
         (the members' standard deviation, the kept model's root mean squared error), each averaged over the
         output's entries. members (T, N, outputs), kept and labels (N, outputs), in the model's units.
@@ -283,15 +305,21 @@ class Task:
     def single_integer_label(self) -> LabelField:
         if len(self.data.labels) != 1:
             names = [f.name for f in self.data.labels]
-            raise Sim2dlError(f"config key 'convert.labels': task '{self.name}' needs one label field (have {names})")
+            raise Sim2dlError(
+                f"config key 'convert.labels': task '{self.name}' needs one label field (have {names})"
+            )
         label = self.data.labels[0]
         if not label.integer:
             raise Sim2dlError(
-                f"config key 'train.task': task '{self.name}' needs integer class ids, label field '{label.name}' "
-                f"holds {label.dtype} (make it categorical: true in source.fields, or give it an integer dtype)"
+                f"config key 'train.task': task '{self.name}' needs integer class ids, label field "
+                f"'{label.name}' "
+                f"holds {label.dtype} (make it categorical: true in source.fields, or give it an integer "
+                "dtype)"
             )
         if label.statistics is not None:
-            raise Sim2dlError(f"config key 'convert.normalise': class ids of '{label.name}' cannot be normalised")
+            raise Sim2dlError(
+                f"config key 'convert.normalise': class ids of '{label.name}' cannot be normalised"
+            )
         return label
 
     def class_count(self) -> int:
@@ -312,7 +340,8 @@ class Task:
             return len(label.class_names)
         if not found:
             raise Sim2dlError(
-                f"config key 'train.classes': the number of classes of '{label.name}' is not known from the data "
+                f"config key 'train.classes': the number of classes of '{label.name}' is not known from the "
+                "data "
                 "(rerun convert, or set it)"
             )
         return int(found["max"]) + 1
@@ -321,7 +350,9 @@ class Task:
         """The class settings against the data: at least 2 classes, weights and names that fit, and a
         warning for a class the validation split lacks (errors now, not after the first epoch)."""
         if self.class_count() < 2:
-            raise Sim2dlError(f"label field '{self.data.labels[0].name}': {self.name} needs at least 2 classes")
+            raise Sim2dlError(
+                f"label field '{self.data.labels[0].name}': {self.name} needs at least 2 classes"
+            )
         self.class_weights()
         self.class_names()
         self.warn_missing_classes()

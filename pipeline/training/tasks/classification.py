@@ -52,7 +52,9 @@ class Classification(Task):
         k = self.class_count()
         return Evaluation({"confusion": np.zeros((k, k), np.int64)}, {})
 
-    def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+    def update(
+        self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray
+    ) -> None:
         evaluation.sums["confusion"] += confusion(labels, outputs.argmax(axis=-1), self.class_count())
 
     def metrics(self, evaluation: Evaluation) -> dict[str, Any]:

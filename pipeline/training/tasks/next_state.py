@@ -77,20 +77,26 @@ class NextState(Surrogate):
         shape = self.trajectory_shape
         if len(shape) not in (1 + self.spatial, 2 + self.spatial) or None in shape:
             grid = {1: "X", 2: "H, W", 3: "D, H, W"}[self.spatial]
-            raise Sim2dlError(f"config key 'convert.features': next_state needs a trajectory of fixed shape "
-                              f"(time, {grid}[, channels]) (train.next_state.spatial_dims: {self.spatial}), "
-                              f"'{self.data.feature}' has {list(shape)}")  # fmt: skip
+            raise Sim2dlError(
+                f"config key 'convert.features': next_state needs a trajectory of fixed shape "
+                f"(time, {grid}[, channels]) (train.next_state.spatial_dims: {self.spatial}), "
+                f"'{self.data.feature}' has {list(shape)}"
+            )
         if shape[0] < self.k + self.m:
-            raise Sim2dlError(f"config key 'train.next_state': {self.k} inputs and {self.m} outputs need "
-                              f"{self.k + self.m} states, the trajectory holds {shape[0]}")  # fmt: skip
+            raise Sim2dlError(
+                f"config key 'train.next_state': {self.k} inputs and {self.m} outputs need "
+                f"{self.k + self.m} states, the trajectory holds {shape[0]}"
+            )
         self.check_conditions()
         stats = self.data.feature_statistics.get(self.data.feature)
         per_field = len(shape) == 2 + self.spatial and np.size(stats["mean"] if stats else 0) == self.channels
         if stats is not None and np.size(stats["mean"]) > 1 and not per_field:
-            raise Sim2dlError(f"config key 'convert.per_channel': the trajectory '{self.data.feature}' {list(shape)} "
-                              "has no axis of fields after its grid, so per channel would give each column of the "
-                              "grid its own scale: normalise it as a whole (a stack of fields, time x grid x fields, "
-                              "takes one mean and std per field over time and space)")  # fmt: skip
+            raise Sim2dlError(
+                f"config key 'convert.per_channel': the trajectory '{self.data.feature}' {list(shape)} "
+                "has no axis of fields after its grid, so per channel would give each column of the "
+                "grid its own scale: normalise it as a whole (a stack of fields, time x grid x fields, "
+                "takes one mean and std per field over time and space)"
+            )
 
     def check_conditions(self) -> None:
         """train.next_state.condition: labels to give, each a fixed vector (a run's parameters) that
@@ -98,15 +104,21 @@ class NextState(Surrogate):
         if not self.condition:
             return
         if not self.conditions:
-            raise Sim2dlError("config key 'train.next_state.condition': there are no convert.labels to give the "
-                              "model (list the run's parameters there)")  # fmt: skip
+            raise Sim2dlError(
+                "config key 'train.next_state.condition': there are no convert.labels to give the "
+                "model (list the run's parameters there)"
+            )
         for f in self.conditions:
             if None in f.shape or len(f.shape) > 1 or f.integer:
-                raise Sim2dlError(f"config key 'train.next_state.condition': '{f.name}' is not a vector of values "
-                                  f"({f.dtype} {list(f.shape)}): a run's parameters are")  # fmt: skip
+                raise Sim2dlError(
+                    f"config key 'train.next_state.condition': '{f.name}' is not a vector of values "
+                    f"({f.dtype} {list(f.shape)}): a run's parameters are"
+                )
             if f.statistics is None:
-                raise Sim2dlError(f"config key 'convert.normalise': the parameters '{f.name}' given as channels "
-                                  "(train.next_state.condition) must be normalised: list them there")  # fmt: skip
+                raise Sim2dlError(
+                    f"config key 'convert.normalise': the parameters '{f.name}' given as channels "
+                    "(train.next_state.condition) must be normalised: list them there"
+                )
 
     @property
     def model_feature_shape(self) -> tuple[int | None, ...]:
@@ -127,8 +139,10 @@ class NextState(Surrogate):
 
         if not self.conditions:
             return tf.zeros([0])
-        flat = [tf.reshape(v, [-1, int(np.prod(f.shape))] if batched else [int(np.prod(f.shape))])
-                for v, f in zip(values, self.conditions, strict=True)]  # fmt: skip
+        flat = [
+            tf.reshape(v, [-1, int(np.prod(f.shape))] if batched else [int(np.prod(f.shape))])
+            for v, f in zip(values, self.conditions, strict=True)
+        ]
         return tf.cast(tf.concat(flat, -1), tf.float32)
 
     def samples(self, x: Any, y: Any, starts: Any = None) -> tuple[Any, Any]:
@@ -141,14 +155,16 @@ class NextState(Surrogate):
         states = tf.reshape(x, [-1, self.trajectory_shape[0], *grid, self.channels])
         if starts is None:
             count = self.samples_per_record()
-            inputs = tf.stack([states[:, t : t + self.k] for t in range(count)], axis=1)  # (B, n, k, *grid, C)
+            # (B, n, k, *grid, C)
+            inputs = tf.stack([states[:, t : t + self.k] for t in range(count)], axis=1)
             targets = tf.stack([states[:, t + self.k : t + self.k + self.m] for t in range(count)], axis=1)
         else:
             count = 1
             steps = tf.cast(starts, tf.int32)[:, None] + tf.range(self.k + self.m)
             span = tf.gather(states, steps, batch_dims=1)[:, None]  # (B, 1, k + m, *grid, C)
             inputs, targets = span[:, :, : self.k], span[:, :, self.k :]
-        steps_after_grid = [0, 1, *range(3, 3 + d), 2, 3 + d]  # (B, n, *grid, k, C): a window's states as channels
+        # (B, n, *grid, k, C): a window's states as channels
+        steps_after_grid = [0, 1, *range(3, 3 + d), 2, 3 + d]
         inputs = tf.reshape(tf.transpose(inputs, steps_after_grid), [-1, *grid, self.k * self.channels])
         if self.conditions:  # each record's parameters beside every one of its windows
             each = tf.repeat(tf.cast(y, inputs.dtype), count, axis=0)
@@ -170,7 +186,11 @@ class NextState(Surrogate):
 
     def evaluation(self) -> Evaluation:
         fields, outputs = len(self.field_names), self.outputs()
-        sums = {"n": np.zeros(1), "scores": np.zeros((fields, len(SUMS))), "persistence": np.zeros((fields, len(SUMS)))}
+        sums = {
+            "n": np.zeros(1),
+            "scores": np.zeros((fields, len(SUMS))),
+            "persistence": np.zeros((fields, len(SUMS))),
+        }
         return Evaluation(sums, {"predicted": np.zeros((0, outputs)), "true": np.zeros((0, outputs))})
 
     def state_sums(self, predicted: np.ndarray, true: np.ndarray) -> np.ndarray:
@@ -185,12 +205,17 @@ class NextState(Surrogate):
     def channel_sums(self, predicted: np.ndarray, true: np.ndarray, channel: int) -> np.ndarray:
         """One field's score sums, (B, *grid[, steps]) in physical units: about its training mean, its
         flatness judged against its training variance (convert's statistics of the trajectory)."""
-        statistics = channel_statistics(self.data.feature_statistics.get(self.data.feature), channel, self.channels)
+        statistics = channel_statistics(
+            self.data.feature_statistics.get(self.data.feature), channel, self.channels
+        )
         shift, variance = physical_moments(statistics, self.data.feature in self.data.log1p)
-        return batch_sums(predicted, true, over=tuple(range(1, 1 + self.spatial)), shift=shift,
-                          reference_variance=variance)  # fmt: skip
+        return batch_sums(
+            predicted, true, over=tuple(range(1, 1 + self.spatial)), shift=shift, reference_variance=variance
+        )
 
-    def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+    def update(
+        self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray
+    ) -> None:
         feature = self.data.feature
         predicted, true = self.physical(outputs)[feature], self.physical(labels)[feature]
         evaluation.sums["scores"] += self.state_sums(predicted, true)
@@ -203,8 +228,10 @@ class NextState(Surrogate):
         the format's component names; the trajectory's name where it holds one field), and their means."""
         if not evaluation.sums["n"][0]:
             return {"nrmse": {}}
-        return {**field_scores(self.field_names, evaluation.sums["scores"]),
-                **field_scores(self.field_names, evaluation.sums["persistence"], prefix="persistence_")}  # fmt: skip
+        return {
+            **field_scores(self.field_names, evaluation.sums["scores"]),
+            **field_scores(self.field_names, evaluation.sums["persistence"], prefix="persistence_"),
+        }
 
     def input_field(self, features: np.ndarray) -> np.ndarray:
         """The last input state, in physical units, repeated for each of the m outputs."""
@@ -260,13 +287,15 @@ class NextState(Surrogate):
         relative error of the power spectrum at the horizon per k band. `batches`: whole trajectories and
         their records' labels (the parameters given as channels at every step, with `condition`)."""
         steps, c = self.horizon(), self.channels
-        sums = {key: np.zeros((steps, c, len(SUMS))) for key in ("network", "persistence")}  # per step and field
+        # per step and field
+        sums = {key: np.zeros((steps, c, len(SUMS))) for key in ("network", "persistence")}
         spectra = {"true": 0.0, "predicted": 0.0}
         count = 0
         examples: dict[str, np.ndarray] = {}
         for trajectories, conditions in batches:
-            states = np.asarray(trajectories, np.float64).reshape(len(trajectories), self.trajectory_shape[0],
-                                                                  *self.grid, c)  # fmt: skip
+            states = np.asarray(trajectories, np.float64).reshape(
+                len(trajectories), self.trajectory_shape[0], *self.grid, c
+            )
             planes = self.planes(conditions, states[:, 0])
             window = [states[:, t] for t in range(self.k)]  # each (B, *grid, C); joined as channels t C + c
             last = self.physical_states(states[:, self.k - 1])  # persistence's answer at every step
@@ -318,12 +347,18 @@ class NextState(Surrogate):
                 values = np.array([[of_sums(row) for row in step] for step in summed])  # (steps, fields)
                 curves[f"{key}{figure}_per_step"] = [mean_or_none(step) for step in values]
                 curves.setdefault("by_field", {})[f"{key}{figure}_per_step"] = by_field(values)
-        ours, held = (np.array(curves[k], dtype=float) for k in ("nrmse_per_step", "persistence_nrmse_per_step"))
+        ours, held = (
+            np.array(curves[k], dtype=float) for k in ("nrmse_per_step", "persistence_nrmse_per_step")
+        )
         curves["by_field"]["spectrum_relative_error"] = by_field(relative)
-        return {"steps": parts[0]["steps"], "trajectories": count, **curves,
-                "below_persistence_at_every_step": bool(np.all(ours < held)),
-                "spectrum_relative_error": relative.mean(axis=1).tolist(),
-                "examples": parts[0]["examples"]}  # fmt: skip
+        return {
+            "steps": parts[0]["steps"],
+            "trajectories": count,
+            **curves,
+            "below_persistence_at_every_step": bool(np.all(ours < held)),
+            "spectrum_relative_error": relative.mean(axis=1).tolist(),
+            "examples": parts[0]["examples"],
+        }
 
     def figure(self, evaluation: Evaluation, path: Path, baseline: Mapping[str, Any] | None = None) -> None:
         """The rollout (its curves per field and fields at a few steps) once it ran, else the one-step
@@ -332,9 +367,18 @@ class NextState(Surrogate):
             from pipeline.reporting.plots import surrogate_examples
 
             mean = {self.data.feature: self.metrics(evaluation).get("nrmse_mean") or float("nan")}
-            theirs = {self.data.feature: (baseline or {})["nrmse_mean"]} if (baseline or {}).get("nrmse_mean") else {}
-            surrogate_examples(self.physical(evaluation.examples["true"]),
-                               self.physical(evaluation.examples["predicted"]), mean, theirs, path)  # fmt: skip
+            theirs = (
+                {self.data.feature: (baseline or {})["nrmse_mean"]}
+                if (baseline or {}).get("nrmse_mean")
+                else {}
+            )
+            surrogate_examples(
+                self.physical(evaluation.examples["true"]),
+                self.physical(evaluation.examples["predicted"]),
+                mean,
+                theirs,
+                path,
+            )
             return None
         from pipeline.reporting.plots import rollout_curves
 
@@ -350,7 +394,9 @@ def field_names(feature: str, channels: int, named: Any) -> tuple[str, ...]:
     return (feature,) if channels == 1 else tuple(f"{feature}[{c}]" for c in range(channels))
 
 
-def channel_statistics(statistics: Mapping[str, Any] | None, channel: int, channels: int) -> Mapping[str, Any] | None:
+def channel_statistics(
+    statistics: Mapping[str, Any] | None, channel: int, channels: int
+) -> Mapping[str, Any] | None:
     """convert's statistics of one of a state's `channels` (one mean and std for all, or per entry of
     another axis: as they are, physical_moments averages them)."""
     if statistics is None or np.size(statistics["mean"]) != channels or channels == 1:

@@ -23,11 +23,16 @@ class Regression(Task):
     max_examples = 2000
     scores = ("r2",)
 
-    def below_baseline(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
+    def below_baseline(
+        self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float
+    ) -> list[str]:
         """The labels whose R² is below the baseline's by more than `margin`."""
         theirs = baseline.get("r2") or {}
-        return [n for n, v in summary["r2"].items()
-                if v is not None and theirs.get(n) is not None and v < theirs[n] - margin]  # fmt: skip
+        return [
+            n
+            for n, v in summary["r2"].items()
+            if v is not None and theirs.get(n) is not None and v < theirs[n] - margin
+        ]
 
     def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
         return ", ".join(f"{n} R² {summary['r2'][n]:.3f} < {baseline['r2'][n]:.3f}" for n in below)
@@ -61,7 +66,9 @@ class Regression(Task):
         sums = {name: np.zeros(k) for name in ("n", "y", "yy", "residual")}
         return Evaluation(sums, {"predicted": np.zeros((0, k)), "true": np.zeros((0, k))})
 
-    def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+    def update(
+        self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray
+    ) -> None:
         p, y = outputs.astype(np.float64), labels.astype(np.float64)
         s = evaluation.sums
         s["n"] += len(y)
@@ -99,6 +106,12 @@ class Regression(Task):
         true = self.in_label_units(evaluation.examples["true"])
         r2 = self.metrics(evaluation)["r2"]
         classical = (baseline or {}).get("r2") or {}
-        predicted_vs_true(predicted, true, self.data.label_names, [r2.get(n, np.nan) for n in self.data.label_names],
-                          int(evaluation.sums["n"][0]), path,
-                          [classical.get(n) for n in self.data.label_names])  # fmt: skip
+        predicted_vs_true(
+            predicted,
+            true,
+            self.data.label_names,
+            [r2.get(n, np.nan) for n in self.data.label_names],
+            int(evaluation.sums["n"][0]),
+            path,
+            [classical.get(n) for n in self.data.label_names],
+        )

@@ -44,9 +44,11 @@ class Segmentation(Task):
         shape = self.data.feature_shape
         if tuple(label.shape) not in (tuple(shape), tuple(shape[:-1])) or None in shape:
             raise Sim2dlError(
-                f"config key 'train.task': segmentation needs a class id per pixel, label field '{label.name}' "
+                "config key 'train.task': segmentation needs a class id per pixel, label field "
+                f"'{label.name}' "
                 f"has shape {list(label.shape)} but feature '{self.data.feature}' has shape {list(shape)} "
-                f"(the label must have its spatial shape {list(shape[:-1])}, channels last, or the same shape)"
+                f"(the label must have its spatial shape {list(shape[:-1])}, channels last, or the same "
+                "shape)"
             )
         self.check_classes()
 
@@ -95,11 +97,16 @@ class Segmentation(Task):
 
     def evaluation(self) -> Evaluation:
         k, shape = self.class_count(), self.spatial_shape()
-        examples = {"feature": np.zeros((0, *shape)), "true": np.zeros((0, *shape), np.int64),
-                    "predicted": np.zeros((0, *shape), np.int64)}  # fmt: skip
+        examples = {
+            "feature": np.zeros((0, *shape)),
+            "true": np.zeros((0, *shape), np.int64),
+            "predicted": np.zeros((0, *shape), np.int64),
+        }
         return Evaluation({"confusion": np.zeros((k, k), np.int64)}, examples)
 
-    def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+    def update(
+        self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray
+    ) -> None:
         predicted = outputs.argmax(axis=-1)
         evaluation.sums["confusion"] += confusion(labels, predicted, self.class_count())
         room = self.max_examples - len(evaluation.examples["true"])
@@ -117,7 +124,9 @@ class Segmentation(Task):
         baseline = float(matrix[0].sum() / total / k) if total else float("nan")
         return {
             "mean_iou": float(np.nanmean(iou)) if np.isfinite(iou).any() else float("nan"),
-            "iou": dict(zip(self.class_names(), [None if np.isnan(v) else float(v) for v in iou], strict=True)),
+            "iou": dict(
+                zip(self.class_names(), [None if np.isnan(v) else float(v) for v in iou], strict=True)
+            ),
             "pixel_accuracy": float(np.trace(matrix) / total) if total else float("nan"),
             "baseline_mean_iou": baseline,
             "confusion_matrix": matrix.tolist(),

@@ -12,10 +12,9 @@ own, with the count of those too flat for it (`vrmse_flat`). The classical emula
 parameters per retained component. The saved model answers in physical units: it takes the parameters as
 the simulator does and gives each output by name, in its units and shape (`exported`).
 
-Evaluation: per output a row of additive sums (pipeline.data.scores.SUMS), and the first EXAMPLES samples for the
-figure (truth, prediction and their difference side by side). Memory: a few sums per output, EXAMPLES
-samples; time: linear in the outputs' entries.
-"""
+Evaluation: per output a row of additive sums (pipeline.data.scores.SUMS), and the first EXAMPLES samples for
+the figure (truth, prediction and their difference side by side). Memory: a few sums per output, EXAMPLES
+samples; time: linear in the outputs' entries."""
 
 from __future__ import annotations
 
@@ -47,16 +46,22 @@ class Surrogate(Regression):
     def check(self) -> None:
         fractional = [f.name for f in self.data.labels if f.integer]
         if fractional:
-            raise Sim2dlError(f"config key 'convert.labels': a surrogate's outputs are values, '{fractional[0]}' "
-                              "holds integers (class ids are classification's or segmentation's)")  # fmt: skip
+            raise Sim2dlError(
+                f"config key 'convert.labels': a surrogate's outputs are values, '{fractional[0]}' "
+                "holds integers (class ids are classification's or segmentation's)"
+            )
         if any(None in f.shape for f in self.data.labels):
             shaped = next(f for f in self.data.labels if None in f.shape)
-            raise Sim2dlError(f"config key 'convert.labels': a surrogate's output '{shaped.name}' has a variable "
-                              f"shape {list(shaped.shape)}: give it a fixed one (crop)")  # fmt: skip
+            raise Sim2dlError(
+                f"config key 'convert.labels': a surrogate's output '{shaped.name}' has a variable "
+                f"shape {list(shaped.shape)}: give it a fixed one (crop)"
+            )
         unknown = sorted(set(self.weights_setting()) - {f.name for f in self.data.labels})
         if unknown:
-            raise Sim2dlError(f"config key 'train.surrogate.weights': {unknown} are not outputs (convert.labels: "
-                              f"{[f.name for f in self.data.labels]})")  # fmt: skip
+            raise Sim2dlError(
+                f"config key 'train.surrogate.weights': {unknown} are not outputs (convert.labels: "
+                f"{[f.name for f in self.data.labels]})"
+            )
 
     def output_fields(self) -> list[tuple[int, ...]]:
         return [tuple(int(d) for d in f.shape) for f in self.data.labels]
@@ -78,11 +83,15 @@ class Surrogate(Regression):
 
         weights = self.weights_setting()
         labels = self.data.labels
-        per_entry = np.concatenate([np.full(f.size, float(weights.get(f.name, 1.0)) / f.size) for f in labels])
+        per_entry = np.concatenate(
+            [np.full(f.size, float(weights.get(f.name, 1.0)) / f.size) for f in labels]
+        )
         scale = tf.constant(per_entry / per_entry.sum(), tf.float32)  # sum_f w_f mse_f / sum_f w_f
 
         def weighted_mse(labels: Any, outputs: Any) -> Any:
-            return tf.reduce_mean(tf.reduce_sum(scale * tf.square(tf.cast(outputs, tf.float32) - labels), axis=-1))
+            return tf.reduce_mean(
+                tf.reduce_sum(scale * tf.square(tf.cast(outputs, tf.float32) - labels), axis=-1)
+            )
 
         return weighted_mse
 
@@ -99,7 +108,9 @@ class Surrogate(Regression):
     def persisted(self) -> list[LabelField]:
         """The outputs a state-to-state surrogate could answer by persistence: those of the input's shape."""
         shape = tuple(self.data.feature_shape)
-        return [f for f in self.data.labels if not self.from_parameters and tuple(f.shape) in (shape, shape[:-1])]
+        return [
+            f for f in self.data.labels if not self.from_parameters and tuple(f.shape) in (shape, shape[:-1])
+        ]
 
     def evaluation(self) -> Evaluation:
         k, outputs = len(self.data.labels), self.outputs()
@@ -107,19 +118,24 @@ class Surrogate(Regression):
         return Evaluation(sums, {"predicted": np.zeros((0, outputs)), "true": np.zeros((0, outputs))})
 
     def input_field(self, features: np.ndarray) -> np.ndarray:
-        """The input field in its own units (convert's normalisation undone), the model's channel axis dropped."""
+        """The input field in its own units (convert's normalisation undone), the model's channel axis
+        dropped."""
         x = np.asarray(features, np.float64).reshape(len(features), *self.data.feature_shape)
         feature = self.data.feature
         return in_own_units(x, self.data.feature_statistics.get(feature), feature in self.data.log1p)
 
-    def field_sums(self, predicted: np.ndarray, true: np.ndarray, output: LabelField, **over: Any) -> np.ndarray:
+    def field_sums(
+        self, predicted: np.ndarray, true: np.ndarray, output: LabelField, **over: Any
+    ) -> np.ndarray:
         """One output's score sums (pipeline.data.scores.batch_sums) in physical units, about its training
         mean and with flatness judged against its training variance (convert's statistics, where it kept
         them)."""
         shift, variance = physical_moments(output.statistics, output.name in self.data.log1p)
         return batch_sums(predicted, true, shift=shift, reference_variance=variance, **over)
 
-    def update(self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+    def update(
+        self, evaluation: Evaluation, outputs: np.ndarray, labels: np.ndarray, features: np.ndarray
+    ) -> None:
         predicted, true = self.physical(outputs), self.physical(labels)
         for i, f in enumerate(self.data.labels):
             evaluation.sums["scores"][i] += self.field_sums(predicted[f.name], true[f.name], f)
@@ -156,7 +172,9 @@ class Surrogate(Regression):
     def evaluated_records(self, evaluation: Evaluation) -> int:
         return int(evaluation.sums["n"][0])
 
-    def disagreement_by_output(self, members: np.ndarray, kept: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    def disagreement_by_output(
+        self, members: np.ndarray, kept: np.ndarray, labels: np.ndarray
+    ) -> dict[str, Any]:
         """Per output, per record: the members' standard deviation and the kept model's root mean squared
         error, in the output's own units (convert's normalisation and log1p undone), averaged over its
         entries."""
@@ -164,14 +182,17 @@ class Surrogate(Regression):
         mine, truth = self.physical(kept), self.physical(labels)
         out = {}
         for f in self.data.labels:
-            axes = tuple(range(1, truth[f.name].ndim))  # none for a scalar output: the mean leaves it as it is
+            # none for a scalar output: the mean leaves it as it is
+            axes = tuple(range(1, truth[f.name].ndim))
             spread = np.stack([e[f.name] for e in each]).std(axis=0).mean(axis=axes)
             error = ((mine[f.name] - truth[f.name]) ** 2).mean(axis=axes)
             out[f.name] = np.column_stack([spread, np.sqrt(error)])
         return out
 
     # ---- against the classical emulator
-    def below_baseline(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
+    def below_baseline(
+        self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float
+    ) -> list[str]:
         """The outputs whose NRMSE is above the baseline's by more than RELATIVE_MARGIN of it (NRMSE is a
         relative error already, so the margin is too)."""
         theirs = baseline.get("nrmse") or {}
@@ -192,8 +213,10 @@ class Surrogate(Regression):
     def baseline_method(self, statistics: str) -> str:
         if self.from_parameters:
             return (
-                "PCA of the outputs and kernel ridge regression per component (an RBF kernel by random Fourier "
-                f"features at three length scales, and linear terms; penalty by {FOLDS}-fold cross-validation)"
+                "PCA of the outputs and kernel ridge regression per component (an RBF kernel by random "
+                "Fourier "
+                f"features at three length scales, and linear terms; penalty by {FOLDS}-fold "
+                "cross-validation)"
             )
         return (
             f"a linear map from the input field (block-averaged to at most {LINEAR_INPUTS} values) onto the "
@@ -245,7 +268,9 @@ class Surrogate(Regression):
         layers = tf.keras.layers
         shape = self.model_feature_shape if shape is None else shape
         clash = self.data.feature in {f.name for f in self.data.labels}  # a next state's input and output
-        inputs = layers.Input(shape=tuple(shape), name=f"{self.data.feature}_now" if clash else self.data.feature)
+        inputs = layers.Input(
+            shape=tuple(shape), name=f"{self.data.feature}_now" if clash else self.data.feature
+        )
         x = normalised(inputs, self.input_statistics())
         if len(model.input_shape) == len(shape) + 2:  # the model adds a channel axis
             x = layers.Reshape((*shape, 1))(x)
@@ -260,8 +285,13 @@ class Surrogate(Regression):
 
         scores = self.metrics(evaluation)["nrmse"]
         theirs = (baseline or {}).get("nrmse") or {}
-        surrogate_examples(self.physical(evaluation.examples["true"]), self.physical(evaluation.examples["predicted"]),
-                           scores, theirs, path)  # fmt: skip
+        surrogate_examples(
+            self.physical(evaluation.examples["true"]),
+            self.physical(evaluation.examples["predicted"]),
+            scores,
+            theirs,
+            path,
+        )
 
 
 def expm1_layer() -> Any:

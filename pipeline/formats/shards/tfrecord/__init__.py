@@ -38,7 +38,9 @@ class TFRecordFormat(ShardFormat):
             f.seek(offset)
             return memoryview(f.read(length)), index
 
-    def records(self, shard: Path, loaded: Loaded, spec: FeatureSpec, verify: bool, copy: bool) -> Iterator[Record]:
+    def records(
+        self, shard: Path, loaded: Loaded, spec: FeatureSpec, verify: bool, copy: bool
+    ) -> Iterator[Record]:
         return tfrecord_records(shard, loaded, spec, verify, copy)
 
     def reuses_buffers(self, compression: str) -> bool:

@@ -20,7 +20,8 @@ from pipeline.formats.metadata import fixed
 from pipeline.formats.shards.base import Loaded, Record, index_path
 from pipeline.formats.shards.tfrecord.encode import masked_crc32c
 
-# ---------------------------------------------------------------- tf.train.Example, decoded without TensorFlow
+# ---------------------------------------------------------------- tf.train.Example, decoded without
+# TensorFlow
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -90,7 +91,9 @@ def _values(buf: bytes, start: int, end: int) -> tuple[str, Any]:
                 arrays.append(np.array([vs], np.uint64).view(np.int64))
         if kind in (2, 3):
             dtype = np.float32 if kind == 2 else np.int64
-            return ("float" if kind == 2 else "int64"), (np.concatenate(arrays) if arrays else np.zeros(0, dtype))
+            return ("float" if kind == 2 else "int64"), (
+                np.concatenate(arrays) if arrays else np.zeros(0, dtype)
+            )
     return "empty", None
 
 

@@ -4,7 +4,8 @@ Feature spec of every record: `sample_id` (bytes), and per field NAME: `NAME` an
 list). `NAME` is encoded as the field's `encoding` in the feature spec says (merge.encoding): `bytes`
 (the default: the array's raw little-endian values in C order, one bytes value), `float_list` (float32
 values, as the MLPerf CosmoFlow reference parses its labels) or `int64_list`. `pipeline.training.tfdata`
-(tf.data) and `pipeline.formats.shards.shard_reader` (no TensorFlow) decode them with the spec from metadata.json.
+(tf.data) and `pipeline.formats.shards.shard_reader` (no TensorFlow) decode them with the spec from
+metadata.json.
 
 Each Example is encoded here (`example_pieces`: map entries in key order, so a record's bytes depend only
 on its content) with the arrays as pieces of their own, never copied into a message. Uncompressed shards
@@ -73,7 +74,9 @@ def encode_varints(values: Any) -> bytes:
     if isinstance(values, tuple):  # a shape: a loop is faster than arrays
         return b"".join(_varint(x) for x in values)
     if np.size(values) <= 16:  # a small label vector: so is this
-        return b"".join(_varint(x & 0xFFFFFFFFFFFFFFFF) for x in np.asarray(values, np.int64).reshape(-1).tolist())
+        return b"".join(
+            _varint(x & 0xFFFFFFFFFFFFFFFF) for x in np.asarray(values, np.int64).reshape(-1).tolist()
+        )
     v = np.asarray(values).astype(np.int64).reshape(-1).view(np.uint64)
     nbytes = np.ones(v.size, np.int64)
     rest = v >> np.uint64(7)

@@ -37,7 +37,11 @@ def feature_description(spec: Mapping[str, Mapping[str, Any]], names: Any = None
 
 
 def decode_field(
-    parsed: Mapping[str, Any], name: str, field: Mapping[str, Any], batched: bool, planes: tuple[int, int] | None = None
+    parsed: Mapping[str, Any],
+    name: str,
+    field: Mapping[str, Any],
+    batched: bool,
+    planes: tuple[int, int] | None = None,
 ) -> Any:
     """A parsed field as a tensor of its dtype and shape (batched: fixed shapes only). planes: only
     [start, stop) of its first axis (spatial parallelism); raw bytes of a fixed shape are cut before they
@@ -74,7 +78,10 @@ def parse_example(serialized: Any, spec: Mapping[str, Mapping[str, Any]]) -> dic
     import tensorflow as tf
 
     parsed = tf.io.parse_single_example(serialized, feature_description(spec))
-    return {"sample_id": parsed["sample_id"], **{n: decode_field(parsed, n, f, False) for n, f in spec.items()}}
+    return {
+        "sample_id": parsed["sample_id"],
+        **{n: decode_field(parsed, n, f, False) for n, f in spec.items()},
+    }
 
 
 def parse_batch(serialized: Any, spec: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -84,9 +91,14 @@ def parse_batch(serialized: Any, spec: Mapping[str, Mapping[str, Any]]) -> dict[
 
     variable = [n for n, f in spec.items() if not fixed(f)]
     if variable:
-        raise Sim2dlError(f"fields {variable} have variable shapes: parse them record by record (parse_example)")
+        raise Sim2dlError(
+            f"fields {variable} have variable shapes: parse them record by record (parse_example)"
+        )
     parsed = tf.io.parse_example(serialized, feature_description(spec))
-    return {"sample_id": parsed["sample_id"], **{n: decode_field(parsed, n, f, True) for n, f in spec.items()}}
+    return {
+        "sample_id": parsed["sample_id"],
+        **{n: decode_field(parsed, n, f, True) for n, f in spec.items()},
+    }
 
 
 # Large reads per shard: TF's default 256 KB buffer reads far slower, and with 32 MB four shards read in
