@@ -600,8 +600,7 @@ def record(names: Sequence[str], repeats: int) -> int:
             }
     document = {
         "about": "bench/check.py --record: headline figures of the quick benchmarks, medians of repeated "
-        "runs "
-        "with their noise bands (half-widths); each benchmark's commit, time and repeats beside it",
+        "runs with their noise bands (half-widths); each benchmark's commit, time and repeats beside it",
         "recorded": now,
         "commit": commit,  # the latest recording's: the side-by-side check's default base
         "machine": machine(),

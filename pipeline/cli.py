@@ -285,6 +285,23 @@ def reports_errors(prog: str) -> Any:
     return wrap
 
 
+def launch_parser() -> argparse.ArgumentParser:
+    """`sim2dl launch`'s command line."""
+    parser = argparse.ArgumentParser(
+        prog="sim2dl launch",
+        description="Run `sim2dl STEP ...` on N ranks: the MPI launcher outside, one container per rank "
+        "inside (config section 'container'). The config is passed to the step.",
+    )
+    _common(parser)
+    parser.add_argument("--tasks", type=int, default=1, help="MPI ranks")
+    parser.add_argument(
+        "--mpi", default="auto", help="auto (srun inside Slurm, else mpiexec), none, or a launcher"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the command line and exit")
+    parser.add_argument("step", nargs=argparse.REMAINDER, help="STEP [ARGS...]")
+    return parser
+
+
 @reports_errors("sim2dl launch")
 def launch_main(argv: list[str]) -> int:
     """`sim2dl launch`: run a step through the MPI launcher and the configured container runtime."""
@@ -297,19 +314,7 @@ def launch_main(argv: list[str]) -> int:
     from pipeline.runtime.processes import with_parent_death_signal
     from pipeline.runtime.startup import StartupPolicy, launch_with_retries, rank_environment, same_file
 
-    parser = argparse.ArgumentParser(
-        prog="sim2dl launch",
-        description="Run `sim2dl STEP ...` on N ranks: the MPI launcher outside, one container per rank "
-        "inside "
-        "(config section 'container'). The config is passed to the step.",
-    )
-    _common(parser)
-    parser.add_argument("--tasks", type=int, default=1, help="MPI ranks")
-    parser.add_argument(
-        "--mpi", default="auto", help="auto (srun inside Slurm, else mpiexec), none, or a launcher"
-    )
-    parser.add_argument("--dry-run", action="store_true", help="print the command line and exit")
-    parser.add_argument("step", nargs=argparse.REMAINDER, help="STEP [ARGS...]")
+    parser = launch_parser()
     args = parser.parse_args(argv)
     if args.step[:1] == ["--"]:
         args.step = args.step[1:]
@@ -352,9 +357,8 @@ def launch_main(argv: list[str]) -> int:
         raise Sim2dlError(f"cannot run {command[0]}: {e.strerror}") from e
 
 
-@reports_errors("sim2dl image")
-def image_main(argv: list[str]) -> int:
-    """`sim2dl image build|push|pull|ref|host-mpi`: the container image named by container.name/tag."""
+def image_parser() -> argparse.ArgumentParser:
+    """`sim2dl image`'s command line: one subcommand per action."""
     from pipeline.runtime import container_image as image
     from pipeline.runtime import oci_registry as registry
 
@@ -393,33 +397,44 @@ def image_main(argv: list[str]) -> int:
     host.add_argument("--out", type=Path, required=True, help="directory to create (replaced if it exists)")
     for p in (build, push, pull, ref, host):
         _common(p, config_required=False)
-    args = parser.parse_args(argv)
-    config = _load_or_demo("sim2dl image", args)
-    settings = config["container"]
+    return parser
+
+
+def image_action(args: argparse.Namespace, settings: dict[str, Any]) -> Any:
+    """What `sim2dl image ACTION` does, and its result (a reference, or a JSON-able record)."""
+    from pipeline.runtime import container_image as image
+    from pipeline.runtime import oci_registry as registry
+
     if args.action == "ref":
-        result: Any = image.image_reference(settings)
-    elif args.action == "host-mpi":
+        return image.image_reference(settings)
+    if args.action == "host-mpi":
         from pipeline.runtime import host_mpi as hostmpi
 
         library = args.lib or hostmpi.system_library()
         if library is None:
             raise Sim2dlError("no MPICH-ABI library found by ldconfig; name it with --lib")
-        result = {k: v for k, v in hostmpi.collect(library, args.out).items() if k != "version"}
-    elif args.action == "push":
+        return {k: v for k, v in hostmpi.collect(library, args.out).items() if k != "version"}
+    if args.action == "push":
         target = registry.configured_reference(settings, args.ref)
         archive = args.archive or Path(image.build(settings, ["dir", "oci"])["outputs"]["oci"])
-        result = registry.push(settings, target, archive)
-    elif args.action == "pull":
+        return registry.push(settings, target, archive)
+    if args.action == "pull":
         from pipeline.runtime.doctor import check_image
 
         if args.missing and (
             not runtime_of(settings).contained or check_image(settings).status in ("ok", "skip")
         ):
-            result = {"pulled": None, "image": image.image_reference(settings)}
-        else:
-            result = registry.pull(settings, registry.configured_reference(settings, args.ref))
-    else:
-        result = image.build(settings, ["dir", *args.format])
+            return {"pulled": None, "image": image.image_reference(settings)}
+        return registry.pull(settings, registry.configured_reference(settings, args.ref))
+    return image.build(settings, ["dir", *args.format])
+
+
+@reports_errors("sim2dl image")
+def image_main(argv: list[str]) -> int:
+    """`sim2dl image build|push|pull|ref|host-mpi`: the container image named by container.name/tag."""
+    args = image_parser().parse_args(argv)
+    config = _load_or_demo("sim2dl image", args)
+    result = image_action(args, config["container"])
     print(result if isinstance(result, str) else json.dumps(result), flush=True)
     return 0
 
@@ -558,20 +573,13 @@ def _log_to_stderr() -> None:
 ABORT_DELAY_S = 1.0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    join_streams_if_asked()  # a rank of `sim2dl launch` writing to one file: one stream, in order
-    _log_to_stderr()
-    if argv[:1] and argv[0] in TOOLS:
-        return TOOLS[argv[0]][1](argv[1:])
-    args = build_parser().parse_args(argv)
-    comm = world()
-    announce_started(comm)  # `sim2dl launch` learns that every rank got through MPI start-up
+def run_step(args: argparse.Namespace, comm: Any) -> dict[str, Any] | int:
+    """The step's own summary, or the exit code of an error it ended with: one message for an error every
+    rank raised alike; an error or a bug on one rank of several ends the whole job."""
     rank, size = comm.Get_rank(), comm.Get_size()
-    start = time.perf_counter()
     try:
         config = checked_load(args.config, override_files=args.overrides)
-        summary = args.func(args, config, cfg.step_config(config, args.step), comm)
+        return args.func(args, config, cfg.step_config(config, args.step), comm)
     except CollectiveError as e:
         # Every rank raised it after the same collective: one message, and a normal exit on all ranks.
         if rank == 0:
@@ -597,28 +605,42 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(ABORT_DELAY_S)
             comm.Abort(1)
         raise
-    # Every rank's peak resident memory, in MB (Linux reports ru_maxrss in KiB), and the largest.
+
+
+def provenance(peaks: list[float]) -> dict[str, Any]:
+    """What ran the step: every rank's peak resident memory (MB) and the largest, the MPI library, the
+    image `sim2dl launch` started it in, and the Slurm job and step."""
+    out: dict[str, Any] = {"peak_rss_mb_per_rank": max(peaks), "peak_rss_mb_by_rank": peaks}
+    out["mpi_library"] = mpi_library()
+    if "SIM2DL_IMAGE" in os.environ:  # set by `sim2dl launch` in every container it starts
+        out["image"] = os.environ["SIM2DL_IMAGE"]
+    if "SLURM_JOB_ID" in os.environ:  # provenance: which batch job and srun step ran this
+        out["slurm"] = {k.lower(): os.environ.get(f"SLURM_{k}") for k in ("JOB_ID", "STEP_ID", "NTASKS")}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    join_streams_if_asked()  # a rank of `sim2dl launch` writing to one file: one stream, in order
+    _log_to_stderr()
+    if argv[:1] and argv[0] in TOOLS:
+        return TOOLS[argv[0]][1](argv[1:])
+    args = build_parser().parse_args(argv)
+    comm = world()
+    announce_started(comm)  # `sim2dl launch` learns that every rank got through MPI start-up
+    start = time.perf_counter()
+    summary = run_step(args, comm)
+    if isinstance(summary, int):
+        return summary
+    # Every rank's peak resident memory, in MB (Linux reports ru_maxrss in KiB).
     peaks = [
         round(kib * 1024 / MB, 1)
         for kib in comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     ]
-    if rank == 0:
-        summary = {
-            "step": args.step,
-            "ranks": size,
-            "seconds": round(time.perf_counter() - start, 3),
-            **summary,
-        }
-        summary["peak_rss_mb_per_rank"] = max(peaks)
-        summary["peak_rss_mb_by_rank"] = peaks
-        summary["mpi_library"] = mpi_library()
-        if "SIM2DL_IMAGE" in os.environ:  # set by `sim2dl launch` in every container it starts
-            summary["image"] = os.environ["SIM2DL_IMAGE"]
-        if "SLURM_JOB_ID" in os.environ:  # provenance: which batch job and srun step ran this
-            summary["slurm"] = {
-                k.lower(): os.environ.get(f"SLURM_{k}") for k in ("JOB_ID", "STEP_ID", "NTASKS")
-            }
-        print(json.dumps(summary), flush=True)
+    if comm.Get_rank() == 0:
+        seconds = round(time.perf_counter() - start, 3)
+        summary = {"step": args.step, "ranks": comm.Get_size(), "seconds": seconds, **summary}
+        print(json.dumps({**summary, **provenance(peaks)}), flush=True)
     return 0
 
 

@@ -517,11 +517,9 @@ def test_an_unfinished_bp_file_is_read_without_waiting_and_disagreeing_component
     import openpmd_api as io
 
     writer = (
-        "import adios2, numpy as np, os, sys\n"
-        "s = adios2.Stream(sys.argv[1], 'w')\n"
-        "for i in range(3):\n"
-        "    s.begin_step(); s.write('U', np.full((4, 4), float(i)), [4, 4], [0, 0], [4, 4]); s.end_step()\n"
-        "os._exit(0)\n"
+        "import adios2, numpy as np, os, sys\ns = adios2.Stream(sys.argv[1], 'w')\nfor i in range(3):\n    "
+        "s.begin_step(); s.write('U', np.full((4, 4), float(i)), [4, 4], [0, 0], [4, 4]); "
+        "s.end_step()\nos._exit(0)\n"
     )
     subprocess.run([sys.executable, "-c", writer, str(tmp_path / "crashed.bp")], check=True, timeout=60)
     with READERS["adios2"].open(tmp_path / "crashed.bp") as f:

@@ -100,6 +100,5 @@ def check_split(count: int, split: int) -> None:
     if count > 1 and count % split:
         raise Sim2dlError(
             f"config key 'train.spatial.split': {split} does not divide the {count} slab files per shard "
-            "that "
-            f"merge wrote ({KEY}: {count}): set {KEY} to a multiple of the split"
+            f"that merge wrote ({KEY}: {count}): set {KEY} to a multiple of the split"
         )

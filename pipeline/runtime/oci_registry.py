@@ -183,8 +183,7 @@ def explain(output: str, ref: RegistryRef, action: str, settings: Mapping[str, A
     ):
         return (
             f"{action} {ref}: registry {ref.registry} is not reachable ({last}); is it running, is the "
-            "address "
-            "right, and can this node reach it?"
+            "address right, and can this node reach it?"
         )
     denied = any(
         s in low for s in ("unauthorized", "authentication required", "401", "access denied", "denied:")

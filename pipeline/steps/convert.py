@@ -258,6 +258,14 @@ def kept_part(ingest: IngestPaths, paths: ConvertPaths, name: str, digest: str) 
     return None
 
 
+def counts_over_ranks(converted: list[Any], fresh: list[Any], comm: Any) -> tuple[int, int, int]:
+    """Over every rank's parts: (samples read from ingest, samples written, samples read by this run: the
+    parts converted now, not kept)."""
+    mine = (sum(c.read for c in converted), sum(c.written for c in converted), sum(c.read for c in fresh))
+    inputs, written, read_now = (sum(column) for column in zip(*comm.allgather(mine), strict=True))
+    return inputs, written, read_now
+
+
 @gc_paused()
 def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Each rank converts a block of the ingest parts that need it, each into a converted part of the
@@ -295,14 +303,7 @@ def convert(config: Mapping[str, Any], ingest_dir: Path, out_dir: Path, comm: An
     converted = fresh + kept
 
     everything = comm.gather(converted, root=0)
-    mine_counts = (
-        sum(c.read for c in converted),
-        sum(c.written for c in converted),
-        sum(c.read for c in fresh),
-    )
-    inputs, total_written, inputs_read = (
-        sum(column) for column in zip(*comm.allgather(mine_counts), strict=True)
-    )
+    inputs, total_written, inputs_read = counts_over_ranks(converted, fresh, comm)
     if not inputs:
         raise Sim2dlError(f"no accepted samples in {ingest.manifest}: nothing to convert")
     summary = {

@@ -52,10 +52,8 @@ def plan(augment: Mapping[str, Any], spatial_shape: Sequence[int | None], split:
     if augment.get("vector_labels"):
         raise Sim2dlError(
             f"config key '{KEY}.vector_labels': labels {list(augment['vector_labels'])} are directions or "
-            "vectors, "
-            "which rotate with the field; sim2dl augments only invariant labels: turn augmentation off for "
-            "this "
-            "dataset, or train on invariant labels (magnitudes)"
+            "vectors, which rotate with the field; sim2dl augments only invariant labels: turn augmentation "
+            "off for this dataset, or train on invariant labels (magnitudes)"
         )
     k = len(spatial_shape)
     if k == 0:

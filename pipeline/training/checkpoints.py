@@ -186,7 +186,7 @@ def warm_start(setting: bool | str, paths: TrainPaths, model: Any) -> dict[str, 
             raise Sim2dlError(
                 f"config key 'train.warm_start': {path}: variable {i} ({variable.name}) is "
                 f"{dtype}{list(variable.shape)} in this model, {array.dtype}{list(array.shape)} there: "
-                f"another model"
+                "another model"
             )
     for variable, array in zip(variables, arrays, strict=True):
         variable.assign(array)

@@ -62,10 +62,8 @@ def choose_device(
             visible = environ.get("CUDA_VISIBLE_DEVICES")
             raise Sim2dlError(
                 f"config key 'train.device': gpu, but local rank {local_rank} sees no GPU that TensorFlow "
-                "can use "
-                f"(CUDA_VISIBLE_DEVICES={visible!r}; on Slurm ask for --gpus-per-task, in a container give "
-                "the "
-                "runtime its GPU switch: docs/training.md)"
+                f"can use (CUDA_VISIBLE_DEVICES={visible!r}; on Slurm ask for --gpus-per-task, in a "
+                "container give the runtime its GPU switch: docs/training.md)"
             )
         return DeviceChoice("cpu", None, "no GPU visible")
     if visible_gpus == 1:
@@ -81,8 +79,8 @@ def _gpu(setting: str, index: int, reason: str, shared_by: int) -> DeviceChoice:
     if shared_by > 1 and setting == "gpu":
         raise Sim2dlError(
             f"config key 'train.device': gpu, but {shared_by} ranks of a node would share each GPU "
-            f"({reason}): "
-            "start one rank per GPU (MPI_TASKS, --gpus-per-task), or set train.device: auto to share them"
+            f"({reason}): start one rank per GPU (MPI_TASKS, --gpus-per-task), or set train.device: auto to "
+            "share them"
         )
     return DeviceChoice(
         "gpu", index, reason + (f", shared by {shared_by} ranks" if shared_by > 1 else ""), shared_by

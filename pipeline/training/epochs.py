@@ -82,8 +82,8 @@ def run_epochs(
         if kept.patience_over(epoch + 1, settings["patience"]):
             # every rank sees the same validation losses, so every rank stops after the same epoch
             log.info(
-                "sim2dl train: no lower validation loss for %d epochs (train.patience): stopping after epoch "
-                "%d",
+                "sim2dl train: no lower validation loss for %d epochs (train.patience): "
+                "stopping after epoch %d",
                 settings["patience"],
                 epoch + 1,
             )

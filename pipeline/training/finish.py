@@ -66,9 +66,8 @@ def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
 
 SELECTED_ON_VALIDATION = (
     "scored on the validation split, which also chose the kept epoch or round (train.keep, train.patience) "
-    "and "
-    "a search's trials: optimistic; a test split (merge.splits: {train, validation, test}) gives scores that "
-    "no choice has seen"
+    "and a search's trials: optimistic; a test split (merge.splits: {train, validation, test}) gives scores "
+    "that no choice has seen"
 )
 
 

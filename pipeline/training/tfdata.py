@@ -38,8 +38,8 @@ def raw_records(merged_dir: Path, files: list[Path] | None = None, parallel_read
     if "slabs" in meta and files is None:
         raise Sim2dlError(
             f"{merged_dir} holds each shard as {meta['slabs']['count']} slab files (merge.slabs), whose "
-            "records "
-            "are parts of samples: pass the files of one slab, or merge with slabs: 1 for whole records"
+            "records are parts of samples: pass the files of one slab, or merge with slabs: 1 for whole "
+            "records"
         )
     chosen = files if files is not None else shard_paths(merged_dir, meta)
     return shard_format(meta["format"]).tf_records(chosen, meta["compression"], parallel_reads)

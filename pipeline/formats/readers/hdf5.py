@@ -474,8 +474,7 @@ def gadget_conventions(f: h5py.File) -> Conventions | None:
     }
     return Conventions(
         f"a Gadget-style snapshot: {particles}/Coordinates deposited (CIC) onto a {GADGET_GRID}^{dims} grid "
-        "over "
-        "Header/BoxSize, Header's cosmology as labels",
+        "over Header/BoxSize, Header's cosmology as labels",
         file_is_sample=True,
         fields=fields,
         deposit=deposit,

@@ -207,9 +207,8 @@ class OpenPMDFile(OpenFile):
             raise SampleError(f"iteration {iteration}: cannot read '{array}': {one_line(e)}") from None
         raise MissingArray(
             f"no record '{array}' in iteration {iteration} (meshes/NAME or particles/SPECIES/RECORD; "
-            "openPMD-api "
-            "leaves out a record it cannot read, e.g. components of different shapes, with a warning on "
-            "stderr)"
+            "openPMD-api leaves out a record it cannot read, e.g. components of different shapes, with a "
+            "warning on stderr)"
         )
 
     def _components(self, record: Any) -> list[tuple[str, Any]]:
@@ -491,11 +490,9 @@ class OpenPMDFile(OpenFile):
         return (
             f"{path}: thetaMode geometry ({geometry_parameters(record) or 'modes'}; axisLabels "
             f"{list(record.axis_labels)}), mapped as its modes over the (r, z) plane: ({nr}, {nz}, "
-            f"{channels}), "
-            f"channels {', '.join(layout_channels(Layout(), names, channels // components))}; "
+            f"{channels}), channels {', '.join(layout_channels(Layout(), names, channels // components))}; "
             f"{path}@theta=0 is the field on the x-z plane ({2 * nr}, {nz}, {components}), {path}@cartesian "
-            "a 3-D "
-            f"volume ({2 * nr}, {2 * nr}, {nz}, {components}: {volume_mb:.1f} MB a sample as float32)"
+            f"a 3-D volume ({2 * nr}, {2 * nr}, {nz}, {components}: {volume_mb:.1f} MB a sample as float32)"
         )
 
     def record_paths(self) -> list[str]:

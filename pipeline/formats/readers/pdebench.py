@@ -116,8 +116,7 @@ def field_conventions(f: h5py.File) -> Conventions | None:
     notes = [
         f"PDEBench: {', '.join(fields)} of {list(first.shape)} (trajectories, time, "
         f"{' x '.join(map(str, grid))} grid); a record per trajectory, split by trajectory; the parameters "
-        "are "
-        "in the file's name"
+        "are in the file's name"
     ]
     model, settings = fno_model(grid)
     if model is None:
@@ -127,8 +126,7 @@ def field_conventions(f: h5py.File) -> Conventions | None:
     features = ("state",) if stack else (fields[0],)
     return Conventions(
         f"PDEBench's layout, an array per field: {', '.join(fields)} hold trajectories x time x grid: one "
-        "sample "
-        "per trajectory",
+        "sample per trajectory",
         samples_along=0,
         features=features,
         notes=tuple(notes),

@@ -54,8 +54,8 @@ class Charliecloud(FileImage):
             if squash:
                 raise Sim2dlError(
                     "config key 'container.gpus': charliecloud's ch-fromhost --nvidia writes into a "
-                    "directory "
-                    f"image, and container.image is a squashfs file ({target.name}): pull a directory image"
+                    f"directory image, and container.image is a squashfs file ({target.name}): pull a "
+                    "directory image"
                 )
             commands.append(["ch-fromhost", "--nvidia", str(partial)])
         return Plan(self.name, commands, env, target, partial, image)

@@ -218,6 +218,18 @@ def kept_generations(
     return kept, described if kept else {}
 
 
+def file_contents(mine: Listing, source: Mapping[str, Any], settings: Mapping[str, Any]) -> FileContents:
+    """This rank's files as they are read: ahead by ingest.prefetch on ingest.read_threads threads, with
+    direct I/O where ingest.direct_io says, whole contents only for the formats that read from them."""
+    return FileContents(
+        (Path(p) for p in mine),
+        settings["prefetch"],
+        settings["direct_io"],
+        lambda p: reads_contents(p, source["format"]),
+        settings["read_threads"],
+    )
+
+
 def pack_files(
     config: Mapping[str, Any],
     root: Path,
@@ -235,13 +247,7 @@ def pack_files(
     accepted = rejected = 0
     rejects: list[Reject] = []
     try:
-        files = FileContents(
-            (Path(p) for p in mine),
-            settings["prefetch"],
-            settings["direct_io"],
-            lambda p: reads_contents(p, source["format"]),
-            settings["read_threads"],
-        )
+        files = file_contents(mine, source, settings)
         for number, (path, contents) in enumerate(progress(files, len(mine), "ingest", rank, size), first):
             piece = parts.at(number)
             try:

@@ -55,8 +55,7 @@ def metadata(
             "format": "parquet",
             "columns": PROVENANCE_SCHEMA.names,
             "rows": "one per record: its shard, its number in the shard, its sample id, source file and "
-            "index "
-            "along source.samples_along in that file (null: the file is the sample)",
+            "index along source.samples_along in that file (null: the file is the sample)",
         },
     }
     if "samples" in ingested:  # many samples per file: accepted and rejected count samples

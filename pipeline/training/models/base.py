@@ -26,8 +26,7 @@ def check_pooling(name: str, spatial: Sequence[int | None], depth: int, must_div
             need = "divisible by" if must_divide else "at least"
             raise ModelError(
                 f"model '{name}' with depth {depth} halves the input {list(spatial)} {depth} times: each "
-                "spatial "
-                f"size must be {need} {1 << depth} (lower train.depth, or crop/resize the feature)"
+                f"spatial size must be {need} {1 << depth} (lower train.depth, or crop/resize the feature)"
             )
 
 

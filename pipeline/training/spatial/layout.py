@@ -76,8 +76,7 @@ def check_spatial(
     if not splittable:
         raise Sim2dlError(
             f"config key '{KEY}': {split}, but model '{model}' cannot be split (built-ins that can: "
-            "cosmoflow); "
-            "set split: 1, or crop the samples (convert.crop)"
+            "cosmoflow); set split: 1, or crop the samples (convert.crop)"
         )
     if size is not None and size % split:
         raise Sim2dlError(
@@ -93,6 +92,5 @@ def check_spatial(
         if depth // split < 2 * HALO:
             raise Sim2dlError(
                 f"config key '{KEY}': slabs of {depth // split} planes are thinner than the {2 * HALO} a "
-                "split "
-                f"convolution needs (depth {depth}): use a smaller split"
+                f"split convolution needs (depth {depth}): use a smaller split"
             )

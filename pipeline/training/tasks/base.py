@@ -341,8 +341,7 @@ class Task:
         if not found:
             raise Sim2dlError(
                 f"config key 'train.classes': the number of classes of '{label.name}' is not known from the "
-                "data "
-                "(rerun convert, or set it)"
+                "data (rerun convert, or set it)"
             )
         return int(found["max"]) + 1
 

@@ -214,8 +214,7 @@ class Surrogate(Regression):
         if self.from_parameters:
             return (
                 "PCA of the outputs and kernel ridge regression per component (an RBF kernel by random "
-                "Fourier "
-                f"features at three length scales, and linear terms; penalty by {FOLDS}-fold "
+                f"Fourier features at three length scales, and linear terms; penalty by {FOLDS}-fold "
                 "cross-validation)"
             )
         return (
