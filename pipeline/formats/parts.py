@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.formats.shards.base import Framing
-from pipeline.storage.directio import AppendWriter, Extents, read_batches  # noqa: F401 (read_batches: parts' readers)
+from pipeline.storage.directio import AppendWriter, Extents, read_batches  # noqa: F401 (re-exported)
 from pipeline.storage.fsutil import Checksum, atomic_path, remove_stale_temporaries
 
 INDEX_SUFFIX = ".jsonl"

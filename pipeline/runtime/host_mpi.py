@@ -24,7 +24,8 @@ MPICH_ABI_SONAME = "libmpi.so.12"
 OPENMPI_SONAMES = ("libmpi.so.40", "libmpi.so.20")
 # Present in every image with the same or newer glibc: never copied (the image's own must be used).
 BASE_LIBRARIES = re.compile(
-    r"^(linux-vdso|ld-linux.*|libc|libm|libdl|librt|libpthread|libresolv|libutil|libgcc_s|libstdc\+\+|libz)\.so"
+    r"^(linux-vdso|ld-linux.*|libc|libm|libdl|librt|libpthread|libresolv|libutil|libgcc_s"
+    r"|libstdc\+\+|libz)\.so"
 )
 # Asks a library for MPI_Get_library_version (allowed before MPI_Init) in a fresh interpreter, so two
 # MPI libraries never meet in one process.

@@ -383,7 +383,8 @@ class RankOutcomes:
     stretches (`take_until`), a block of the runs table at a time."""
 
     def __init__(self, spill_dir: Path) -> None:
-        self.file = tempfile.TemporaryFile(dir=spill_dir, prefix=".outcomes-")  # noqa: SIM115 (closed by close())
+        # closed by close(), not by a with block: it lives as long as this object
+        self.file = tempfile.TemporaryFile(dir=spill_dir, prefix=".outcomes-")  # noqa: SIM115
         self.next_index = 0  # the lowest run index the next chunk may start at
         self.pending = np.empty(0, OUTCOME_ROW)  # read back, not yet taken
         self.reasons: dict[int, str] = {}
