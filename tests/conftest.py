@@ -30,6 +30,7 @@ from pipeline.steps import validated
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+VENV = BIN.parent
 MPIEXEC = str(BIN / "mpiexec")
 
 
@@ -396,7 +397,8 @@ def runtime_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def image(tmp_path_factory) -> dict:
-    """The image in containers/build (built once; a rebuild with unchanged inputs only refreshes sources)."""
+    """The image in containers/build (built once; a rebuild with unchanged inputs only refreshes sources), as
+    `sim2dl image build` reports it, with its build's log under "log"."""
     if os.geteuid() != 0:
         unavailable("building the image needs root (debootstrap, bubblewrap with capabilities)")
     if not all(shutil.which(t.split("=")[0]) for t in TOOLS):
@@ -414,7 +416,7 @@ def image(tmp_path_factory) -> dict:
             timeout=3600,
         )
     assert proc.returncode == 0, log.read_text()[-5000:]
-    return json.loads(proc.stdout)
+    return {**json.loads(proc.stdout), "log": log.read_text()}
 
 
 @pytest.fixture(scope="session")

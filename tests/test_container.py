@@ -17,22 +17,25 @@ import yaml
 
 from pipeline import Sim2dlError
 from pipeline.runtime import host_mpi as hostmpi
-from pipeline.runtime.container_image import image_environment, run_tool, sandbox_argv
+from pipeline.runtime.container_image import image_environment, run_tool, sandbox_argv, wheel_cache
 from pipeline.runtime.launch import container_argv, mpi_launcher
 
 from .conftest import (
     HOST_LAUNCHER,
     REPO,
+    VENV,
     charliecloud,
     cli_command,
     host_library_version,
     make_config,
     runtime_env,
     step_summaries,
+    unavailable,
     write_config,
 )
 
-# The first test also builds the image (about 8 min on 2 cores; more on a busy machine).
+# The first test also builds the image (about 2.5 min on 2 cores with the host's Horovod wheel; more on a
+# busy machine).
 pytestmark = pytest.mark.timeout(3000)
 # Each rank writes its report to probe-RANK.json in the working directory (the launcher's forwarded
 # stdout can run two ranks' lines together).
@@ -77,6 +80,28 @@ def test_ranks_in_containers_use_the_host_mpi(tmp_path, image, host_mpi):
     assert proc.returncode == 0, proc.stderr
     inside_own = json.loads((tmp_path / "probe-0.json").read_text())["library"].splitlines()[0]
     assert "5.0.2" in inside_own and inside_own != host.splitlines()[0]
+
+
+def test_the_image_installs_the_horovod_wheel_that_the_host_built(image):
+    """`make env` keeps its Horovod build as a wheel under a key of what it depends on
+    (scripts/build_horovod.sh); the image's build binds that cache in and installs the wheel of the same key
+    instead of compiling Horovod again (bookworm's Python 3.11, TensorFlow, MPICH and glibc match the
+    venv's on this machine class). Horovod working inside is test_ranks_in_containers_use_the_host_mpi's
+    and the demo workflow's."""
+    key = subprocess.run(
+        [str(REPO / "scripts" / "build_horovod.sh"), "--key", str(VENV)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    kept = wheel_cache(runtime_env()) / f"horovod-0.28.1-{key}"
+    if not kept.is_dir():
+        unavailable(f"no Horovod wheel kept in {kept}: this venv's Horovod was built before wheels were kept")
+    if not image["rebuilt"]:
+        unavailable("the image was built before this run: its log is not this build's")
+    log = image["log"]
+    assert f"horovod: installed the wheel built before (/tmp/host{kept})" in log, log[-3000:]
+    assert "horovod: built with MPI" not in log
 
 
 def test_doctor_checks_the_site_and_says_how_to_fix_problems(tmp_path, image, host_mpi):

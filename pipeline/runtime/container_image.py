@@ -11,7 +11,9 @@ the host afterwards), and writes, under container.build_dir:
 
 The expensive part (system packages, TensorFlow, Horovod) depends only on the install inputs; a rebuild
 after a source change copies the new sources into the existing image (sim2dl is installed editable at
-/opt/sim2dl). Each output is written under a temporary name and renamed when complete.
+/opt/sim2dl). Each output is written under a temporary name and renamed when complete. Horovod comes from
+the wheel `make env` built and kept (wheel_cache) when its key matches the image's; otherwise the image
+compiles its own.
 
 `container.variant: gpu` builds the GPU variant, tagged TAG-gpu: the same install plus the CUDA libraries
 that TensorFlow's CUDA build loads on a GPU node (requirements/image-gpu.in, pinned in constraints-gpu.txt);
@@ -185,6 +187,16 @@ def host_pip_settings(environ: Mapping[str, str]) -> tuple[dict[str, str], list[
     return env, sorted(paths)
 
 
+def wheel_cache(environ: Mapping[str, str]) -> Path:
+    """Where scripts/build_horovod.sh keeps the wheels it built (SIM2DL_WHEEL_CACHE, or sim2dl/wheels in the
+    user's cache directory): bound read-only into the image's build, which installs a wheel of the same key
+    (Python, TensorFlow, MPICH, C library and the patch alike) instead of compiling Horovod again."""
+    if environ.get("SIM2DL_WHEEL_CACHE"):
+        return Path(environ["SIM2DL_WHEEL_CACHE"])
+    cache = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".cache")
+    return Path(cache) / "sim2dl" / "wheels"
+
+
 def sandbox_argv(
     root: Path, command: Sequence[str], env: Mapping[str, str], host_paths: Sequence[str]
 ) -> list[str]:
@@ -350,10 +362,14 @@ def _build_root(
             log,
         )
         copy_source(repo, tmp / SRC_IN_IMAGE.lstrip("/"))
-        pip_env, pip_paths = host_pip_settings(os.environ)
+        pip_env, host_paths = host_pip_settings(os.environ)
         install_env = {**pip_env, "SIM2DL_IMAGE_VARIANT": variant(settings)}
+        wheels = wheel_cache(os.environ)
+        if wheels.is_dir():
+            install_env["SIM2DL_WHEEL_CACHE"] = HOST_IN_SANDBOX + str(wheels)
+            host_paths = [*host_paths, str(wheels)]
         run_tool(
-            sandbox_argv(tmp, [f"{SRC_IN_IMAGE}/containers/install.sh"], install_env, pip_paths),
+            sandbox_argv(tmp, [f"{SRC_IN_IMAGE}/containers/install.sh"], install_env, host_paths),
             f"containers/install.sh (system packages, Python environment, Horovod; {variant(settings)} "
             "variant)",
             log,
