@@ -11,20 +11,19 @@ from pipeline.data.tables import PROVENANCE_SCHEMA
 from pipeline.data.transforms import stack_component_names
 from pipeline.formats.shards import ShardWriter
 from pipeline.formats.slabs import sliced_fields
+from pipeline.steps.merge.generations import MergeHistory
 
 
 def metadata(
     settings: Mapping[str, Any],
     writer_class: type[ShardWriter],
-    spec: Mapping[str, Any],
+    history: MergeHistory,
     stats_doc: Mapping[str, Any],
-    shard_info: list[dict[str, Any]],
-    records: int,
     ingested: Mapping[str, Any],
-    digest: str,
-    split_names: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """What is about the dataset as a whole; its size grows with the shards, not with the records."""
+    """What is about the dataset as a whole, every generation merged so far (history); its size grows with
+    the shards, not with the records."""
+    spec, shard_info, records = history.spec, history.shards, history.records
     doc = {
         "sim2dl_version": __version__,
         "format": writer_class.format,
@@ -33,7 +32,7 @@ def metadata(
         "index": writer_class.index_meaning,
         "feature_spec": spec,
         "sort_by": settings["sort_by"],
-        "plan_digest": digest,
+        "plan_digest": history.digest,
         "counts": {
             "input_files": ingested["inputs"],
             "accepted_files": ingested["accepted"],
@@ -61,7 +60,11 @@ def metadata(
     if "samples" in ingested:  # many samples per file: accepted and rejected count samples
         doc["counts"]["samples_found"] = ingested["samples"]
     doc.update(ingested_extras(ingested, spec, stats_doc))
-    doc.update(layout_sections(settings, spec, shard_info, split_names))
+    doc.update(layout_sections(settings, spec, shard_info, sorted(settings["splits"])))
+    # the first generation's plan: the same as the dataset grows (stage keeps its copy's directory)
+    doc["first_plan_digest"] = history.generations[0].digest
+    if len(history.generations) > 1:
+        doc["generations"] = history.summary()
     return doc
 
 

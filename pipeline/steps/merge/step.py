@@ -249,6 +249,27 @@ class Added:
     stats_doc: dict[str, Any]
 
 
+def write_metadata(
+    settings: Mapping[str, Any],
+    history: MergeHistory,
+    ingest_dir: Path,
+    convert_dir: Path,
+    paths: MergedPaths,
+) -> None:
+    """metadata.json of every generation in history, with convert's statistics document (its statistics
+    those of the first generation) and ingest's summary; then the generations file."""
+    converted = json.loads(ConvertPaths(convert_dir).stats.read_text())
+    statistics_from = {
+        **history.statistics_from,
+        **({"generation": 0} if len(history.generations) > 1 else {}),
+    }
+    stats_doc = {**converted, "statistics": history.statistics, "statistics_from": statistics_from}
+    ingested = json.loads(IngestPaths(ingest_dir).summary.read_text())
+    doc = metadata(settings, WRITERS[settings["format"]], history, stats_doc, ingested)
+    write_json_atomic(paths.metadata, doc)
+    write_history(paths.generations, history)
+
+
 def write_merge(
     config: Mapping[str, Any],
     plan: MergePlan | None,
@@ -296,30 +317,6 @@ def write_merge(
                     number, signatures, added.entries, added.n_shards, added.records, added.digest
                 )
             )
-        converted = json.loads(ConvertPaths(convert_dir).stats.read_text())
-        statistics_from = {
-            **history.statistics_from,
-            **({"generation": 0} if len(history.generations) > 1 else {}),
-        }
-        stats_doc = {**converted, "statistics": history.statistics, "statistics_from": statistics_from}
-        ingested = json.loads(IngestPaths(ingest_dir).summary.read_text())
-        settings, writer_class = config["merge"], WRITERS[config["merge"]["format"]]
-        doc = metadata(
-            settings,
-            writer_class,
-            history.spec,
-            stats_doc,
-            history.shards,
-            history.records,
-            ingested,
-            history.digest,
-            sorted(settings["splits"]),
-        )
-        # the first generation's plan: the same as the dataset grows (stage keeps its copy's directory)
-        doc["first_plan_digest"] = history.generations[0].digest
-        if len(history.generations) > 1:
-            doc["generations"] = history.summary()
-        write_json_atomic(paths.metadata, doc)
-        write_history(paths.generations, history)
+        write_metadata(config["merge"], history, ingest_dir, convert_dir, paths)
     comm.barrier()
     return summary
