@@ -473,20 +473,10 @@ def sample_arrays(result: Survey, usable: tuple[Field, ...], lines: list[str]) -
 
 
 def decide(result: Survey) -> Decisions:
-    coordinates = [f.path for f in result.fields if f.coordinate]
-    dtypes = field_dtypes()
-    usable = tuple(
-        f
-        for f in result.fields
-        if f.numeric and f.dtype in dtypes and f.in_files == len(result.files) and not f.coordinate
-    )
-    lines = []
-    if coordinates:
-        lines.append(
-            f"left out: {', '.join(coordinates)}: coordinate variables (named as their dimension, "
-            "CF bounds or coordinates, dimension scales)"
-        )
-    usable = sample_arrays(result, usable, lines)
+    """What the inspected files make: the fields kept, how samples lie in the files, their shapes, the
+    label candidates and the sample id, with a line of why for each choice."""
+    lines: list[str] = []
+    usable = usable_fields(result, lines)
     tables = tuple(propose_tables([f for f in result.fields if f.in_files == len(result.files)]))
     if tables:
         used = {path for table in tables for path in table.uses}
@@ -500,42 +490,14 @@ def decide(result: Survey) -> Decisions:
     run = trajectory(result, usable)
     usable, axis, along, said = sample_layout(result, usable, run)
     lines.append(said)
-    shapes: dict[str, tuple[int | None, ...] | None] = {}
-    for f in usable:
-        if f.kind == "jagged":  # a variable number of rows per entry, each of the array's trailing axes
-            shapes[f.path] = (None, *f.shape[2:]) if f.shape is not None and f.path in along else (None,)
-        elif f.path in along and f.shape is not None:
-            shapes[f.path] = tuple(n for k, n in enumerate(f.shape) if k != along[f.path])
-        else:
-            shapes[f.path] = f.shape
+    shapes = sample_shapes(usable, along)
     # Many samples per file: the file's id only prefixes its samples' ids, and the path is unique for sure
     # (an attribute unique in the files inspected may repeat in others: CMIP6's tracking_id, source_id).
     sample_id = result.sample_id if axis is None else None
-    candidates = label_candidates(result, sample_id)
-    if candidates:
-        told = "; ".join(
-            f"{name} ({len(v)} values: {', '.join(v[:4])}{', ...' if len(v) > 4 else ''})"
-            for name, v in candidates.items()
-        )
-        lines.append(f"label candidates, global attributes that differ between files: {told}")
-    small = [f for f in usable if is_small(shapes[f.path], f)]
-    class_label = None
-    if candidates and not small:
-        class_label = next(iter(candidates))
-        lines.append(
-            f"label: attribute {class_label!r} as a categorical class (no array is a small per-sample vector)"
-        )
-    if axis is not None:
-        lines.append(
-            "sample id: FILEID#INDEX, the file id its relative path (unique, where an attribute may repeat "
-            "in files not inspected)"
-        )
-    elif sample_id is None:
-        lines.append(
-            "sample id: the file's relative path (no id attribute has a different value in every file)"
-        )
-    else:
-        lines.append(f"sample id: attribute {sample_id!r} (a different value in every file)")
+    candidates, class_label = labels(
+        result, sample_id, [f for f in usable if is_small(shapes[f.path], f)], lines
+    )
+    lines.append(sample_id_line(axis, sample_id))
     if run is not None:
         # a run's attributes are its parameters, given to the next state (follow_trajectory)
         class_label = None
@@ -549,6 +511,73 @@ def decide(result: Survey) -> Decisions:
         tuple(lines),
         trajectory=None if run is None else run[0].path,
     )
+
+
+def usable_fields(result: Survey, lines: list[str]) -> tuple[Field, ...]:
+    """The numeric fields of a supported dtype in every inspected file that are samples by the format's
+    layout; coordinate variables are left out, and said so in lines."""
+    coordinates = [f.path for f in result.fields if f.coordinate]
+    dtypes = field_dtypes()
+    usable = tuple(
+        f
+        for f in result.fields
+        if f.numeric and f.dtype in dtypes and f.in_files == len(result.files) and not f.coordinate
+    )
+    if coordinates:
+        lines.append(
+            f"left out: {', '.join(coordinates)}: coordinate variables (named as their dimension, "
+            "CF bounds or coordinates, dimension scales)"
+        )
+    return sample_arrays(result, usable, lines)
+
+
+def sample_shapes(
+    usable: Sequence[Field], along: Mapping[str, int]
+) -> dict[str, tuple[int | None, ...] | None]:
+    """One sample's shape of each field: without the axis the samples lie along (`along`), and None for
+    a jagged field's rows."""
+    shapes: dict[str, tuple[int | None, ...] | None] = {}
+    for f in usable:
+        if f.kind == "jagged":  # a variable number of rows per entry, each of the array's trailing axes
+            shapes[f.path] = (None, *f.shape[2:]) if f.shape is not None and f.path in along else (None,)
+        elif f.path in along and f.shape is not None:
+            shapes[f.path] = tuple(n for k, n in enumerate(f.shape) if k != along[f.path])
+        else:
+            shapes[f.path] = f.shape
+    return shapes
+
+
+def labels(
+    result: Survey, sample_id: str | None, small: Sequence[Field], lines: list[str]
+) -> tuple[dict[str, list[str]], str | None]:
+    """The label candidates (global attributes that differ between files) and, where no array is a small
+    per-sample vector (`small`), the first of them as a categorical class."""
+    candidates = label_candidates(result, sample_id)
+    if candidates:
+        told = "; ".join(
+            f"{name} ({len(v)} values: {', '.join(v[:4])}{', ...' if len(v) > 4 else ''})"
+            for name, v in candidates.items()
+        )
+        lines.append(f"label candidates, global attributes that differ between files: {told}")
+    class_label = None
+    if candidates and not small:
+        class_label = next(iter(candidates))
+        lines.append(
+            f"label: attribute {class_label!r} as a categorical class (no array is a small per-sample vector)"
+        )
+    return candidates, class_label
+
+
+def sample_id_line(axis: int | str | None, sample_id: str | None) -> str:
+    """How samples are named: by file and index (many per file), by the file, or by an id attribute."""
+    if axis is not None:
+        return (
+            "sample id: FILEID#INDEX, the file id its relative path (unique, where an attribute may repeat "
+            "in files not inspected)"
+        )
+    if sample_id is None:
+        return "sample id: the file's relative path (no id attribute has a different value in every file)"
+    return f"sample id: attribute {sample_id!r} (a different value in every file)"
 
 
 def is_small(shape: tuple[int | None, ...] | None, field: Field) -> bool:
