@@ -20,6 +20,11 @@ simulator runs, and its memory with many runs.
   60 % of its runs then rerun: the rerun's wall time, the seconds it spent before its first new run
   (`seconds_to_first_new_run`: finding the completed runs), and no completed run run again (every run
   directory that existed at the kill has the same inode after the rerun).
+- persistent (`--persistent`, or after the comparisons in full mode): a real code with a slow start,
+  py-pde's Swift–Hohenberg equation (bench/codes/swift_hohenberg.py, in its own venv) on its numpy backend
+  (each process imports py-pde, numba and sympy) and its numba backend (each process also compiles), 8
+  runs on 2 ranks: one process per run against simulate.persistent (one process per rank): runs per
+  minute of each and `persistent_speedup`, their ratio, per backend.
 Times exclude interpreter start-up alike: sim2dl's is the farm's own `seconds_running`.
 """
 
@@ -61,6 +66,43 @@ def farm_config(work: Path, runs: int) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def persistent(root: Path, runs: int = 8) -> dict[str, Any]:
+    """A compiling code run once per run and as a persistent simulator (see the module doc)."""
+    from codes.environment import python
+
+    code = [str(python()), str(Path(__file__).resolve().parent / "codes" / "swift_hohenberg.py")]
+    space = {
+        "rate": {"type": "uniform", "low": -0.3, "high": 0.3},
+        "delta": {"type": "uniform", "low": 0.0, "high": 2.0},
+    }
+    figures: dict[str, Any] = {"code": "py-pde SwiftHohenbergPDE", "runs": runs}
+    for backend in ("numpy", "numba"):
+        one_run = ["--out", "{out}", "--rate", "{rate}", "--delta", "{delta}", "--backend", backend]
+        ways = {
+            "per_run_process": {"command": [*code, *one_run]},
+            "persistent": {"command": [*code, "--persistent", "--backend", backend], "persistent": True},
+        }
+        rates = {}
+        for way, simulate in ways.items():
+            work = root / f"persistent-{backend}-{way}"
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            config = {
+                "workdir": str(work),
+                "simulate": {"enabled": True, "runs": runs, "design": "sobol", "space": space, **simulate},
+                "source": {"glob": "**/*.h5"},
+            }
+            (work / "config.yaml").write_text(yaml.safe_dump(config))
+            out = sim2dl("simulate", "--config", str(work / "config.yaml"))
+            summary = json.loads(out.strip().splitlines()[-1])
+            assert summary["ok"] == runs, summary
+            rates[f"{way}_runs_per_min"] = round(60 * runs / summary["seconds_running"], 2)
+            shutil.rmtree(work, ignore_errors=True)
+        speedup = rates["persistent_runs_per_min"] / rates["per_run_process_runs_per_min"]
+        figures[backend] = {**rates, "persistent_speedup": round(speedup, 2)}
+    return figures
 
 
 def farm(work: Path, runs: int) -> dict:
@@ -221,8 +263,14 @@ def main() -> None:
     )
     parser.add_argument("--scaling", action="store_true", help="only the farm at 10^4, 10^5 and 10^6 runs")
     parser.add_argument("--keep", action="store_true", help="keep the disk variant's runs in bench/out")
+    parser.add_argument(
+        "--persistent", action="store_true", help="only a compiling code, per run and persistent"
+    )
     args = parser.parse_args()
     quick, only_scaling, keep = args.quick, args.scaling, args.keep
+    if args.persistent:
+        emit({"benchmark": "ensemble", "ranks": 2, "persistent": persistent(OUT)})
+        return
     runs = 2000 if quick else 20000
     work = OUT / f"ensemble-{runs}"
     shutil.rmtree(work, ignore_errors=True)
@@ -234,6 +282,8 @@ def main() -> None:
         result["scaling"] = scaling(ram, [2000, 10000] if quick else [10_000, 100_000, 1_000_000])
     finally:
         shutil.rmtree(ram, ignore_errors=True)
+    if not quick and not only_scaling:
+        result["persistent"] = persistent(OUT)
     result["rss_mb_per_million_runs"] = result["scaling"]["rss_mb_per_million_runs"]
     result["runs_per_s_vs_xargs_at_largest"] = result["scaling"]["runs_per_s_vs_xargs_at_largest"]
     result["completed_runs_run_again"] = result["scaling"]["killed_at_60_percent"]["completed_runs_run_again"]

@@ -207,6 +207,11 @@ def test_placeholders_naming_nothing_and_missing_programs_are_config_errors():
         check_command({**base, "command": ["true", "{y}"]})
     with pytest.raises(Sim2dlError, match="program 'no-such-simulator' not found"):
         check_command({**base, "command": ["no-such-simulator", "{x}"]})
+    with pytest.raises(
+        Sim2dlError, match=r"with simulate.persistent .* no placeholders \(it has \['out', 'x'\]\)"
+    ):
+        check_command({**base, "command": ["true", "{out}", "{x}"], "persistent": True})
+    check_command({**base, "command": ["true"], "persistent": True})
 
 
 # ---------------------------------------------------------------- the farm, with faults
@@ -316,6 +321,123 @@ def test_a_changed_design_starts_afresh_and_the_same_one_keeps_its_runs(tmp_path
     changed = write_config(tmp_path, {**config, "simulate": {**config["simulate"], "seed": 99}})
     proc = run_cli(["simulate", "--config", str(changed)], ranks=1)
     assert "the design changed" in proc.stderr and len(ledger.read_text().split()) == 4
+
+
+# ---------------------------------------------------------------- a persistent simulator
+
+PERSISTENT = """
+import json, os, sys, time
+import numpy as np
+ledger = sys.argv[1]
+with open(ledger, "a") as f:
+    f.write(f"start {os.getpid()}\\n")
+print("loading the code", flush=True)  # before any run: in the log of the run that started it
+for line in sys.stdin:
+    run = json.loads(line)
+    name = run["run"]
+    tries = os.path.join(os.path.dirname(ledger), name + ".tries")
+    attempt = int(open(tries).read()) + 1 if os.path.exists(tries) else 1
+    open(tries + ".tmp", "w").write(str(attempt))
+    os.replace(tries + ".tmp", tries)
+    print("attempt", attempt, "of", name, "x", run["x"], "seed", run["seed"], flush=True)
+    print("to stderr from", name, file=sys.stderr, flush=True)
+    if name == "run-000001" and attempt == 1:
+        sys.exit(4)  # a crash: started again for the retry
+    if name == "run-000002":
+        print("sim2dl-failed", name, "no convergence", flush=True)  # a failed run: the process goes on
+        continue
+    if name == "run-000003":
+        time.sleep(600)  # no answer: killed, started again
+    np.save(os.path.join(run["out"], "out.npy"), np.full(4, run["x"], np.float32))
+    print("sim2dl-done", name, flush=True)
+"""
+
+
+def test_a_persistent_simulator_starts_once_per_rank_and_its_faults_are_retried_like_any_runs(tmp_path):
+    """simulate.persistent: the command starts once per rank and is handed each run as a JSON line; a
+    crash or a run without an answer (killed at run_timeout_s) starts it again for the next attempt, a run
+    it answers as failed is retried in the same process; its output goes to the log of the run it is on,
+    and when the farm ends every simulator process has exited."""
+    script = tmp_path / "persistent.py"
+    script.write_text(PERSISTENT)
+    (tmp_path / "ledger").mkdir()
+    ledger = tmp_path / "ledger" / "starts.txt"
+    config = ensemble_config(
+        tmp_path,
+        ["ok"],
+        command=["python3", str(script), str(ledger)],
+        persistent=True,
+        runs=12,
+        design="random",
+        space={"x": {"type": "uniform", "low": 0, "high": 1}},
+    )
+    config["source"]["fields"] = {"value": {"path": ".", "dtype": "float32", "shape": [4]}}
+    config["convert"]["labels"] = []
+    proc = run_cli(["simulate", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=120)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (summary["runs"], summary["ok"], summary["failed"], summary["timed_out"]) == (12, 10, 1, 1)
+    rows = {r["run"]: r for r in runs_table(tmp_path)}
+    assert (rows["run-000001"]["status"], rows["run-000001"]["attempts"]) == ("ok", 2)
+    refused = rows["run-000002"]
+    assert (refused["status"], refused["attempts"], refused["exit_code"]) == ("failed", 2, 1)
+    assert "the simulator failed the run: no convergence" in refused["reason"]
+    hung = rows["run-000003"]
+    assert (hung["status"], hung["attempts"]) == ("timed_out", 2) and "no answer after 3 s" in hung["reason"]
+    others = [r for name, r in rows.items() if name not in ("run-000001", "run-000002", "run-000003")]
+    assert all((r["status"], r["attempts"]) == ("ok", 1) for r in others)
+    # Started once per rank, and again only after the crash and the two kills: not once per run.
+    pids = [int(line.split()[1]) for line in ledger.read_text().splitlines()]
+    logs = {p.stem: p.read_text() for p in (tmp_path / "work" / "raw" / "logs").glob("*/run-*.log")}
+    assert 2 <= len(pids) <= 5 and len(pids) == sum(log.count("# sim2dl: starting") for log in logs.values())
+    for name, log in logs.items():
+        assert f"to stderr from {name}" in log and "to stderr from" not in log.replace(f"from {name}", "")
+        if "# sim2dl: starting" in log:
+            assert "loading the code" in log
+    for row in others:  # each run's own values reached the simulator
+        saved = np.load(tmp_path / "work" / "raw" / "00000" / row["run"] / "out.npy")
+        assert saved == pytest.approx(np.full(4, row["x"], np.float32))
+    for pid in pids:  # every simulator exited: at the end of its input, or killed
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    # A rerun keeps what completed: only the failed and timed-out runs are handed out again.
+    tries_before = {name: (tmp_path / "ledger" / f"{name}.tries").read_text() for name in rows}
+    run_cli(["simulate", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=120)
+    again = {n for n in rows if (tmp_path / "ledger" / f"{n}.tries").read_text() != tries_before[n]}
+    assert again == {"run-000002", "run-000003"}
+
+
+def test_the_persistent_simulator_docs_example_runs_as_written(tmp_path):
+    """docs/ensembles.md's persistent config and its Python driver, unchanged but for the run count and
+    the workdir: every run done by one process per rank, its file a sample labelled from the runs table."""
+    import re
+
+    from .helpers import doc_blocks
+
+    [text] = [text for _, mark, text in doc_blocks() if mark == "run" and "persistent: true" in text]
+    config = yaml.safe_load(text)
+    config["simulate"]["runs"] = 6
+    config["workdir"] = str(tmp_path / "work")
+    [driver] = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "ensembles.md").read_text(), re.S)
+    (tmp_path / "my_driver.py").write_text(driver)
+    path = write_config(tmp_path, config)
+    proc = run_cli(["simulate", "--config", str(path)], ranks=2, timeout=120, cwd=tmp_path)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (summary["runs"], summary["ok"]) == (6, 6)
+    logs = [p.read_text() for p in (tmp_path / "work" / "raw" / "logs").glob("*/run-*.log")]
+    assert 1 <= sum(log.count("# sim2dl: starting") for log in logs) <= 2  # once per rank that ran
+    run_cli(["ingest", "--config", str(path)], ranks=2, cwd=tmp_path)
+    ingest = json.loads((tmp_path / "work" / "ingest" / "summary.json").read_text())
+    assert (ingest["accepted"], ingest["rejected"]) == (6, 0)
+    run_cli(["convert", "--config", str(path)], ranks=2, cwd=tmp_path)
+    run_cli(["merge", "--config", str(path)], ranks=2, cwd=tmp_path)
+    from pipeline.formats.shards.shard_reader import ShardReader
+
+    rate = {row["run"]: row["rate"] for row in runs_table(tmp_path)}
+    records = list(ShardReader(tmp_path / "work" / "merged"))
+    assert len(records) == 6
+    for record in records:  # sample id: the file's path below raw/, GROUP/RUN/state.h5
+        run = record["sample_id"].split("/")[-2]
+        assert record["rate"] == pytest.approx(rate[run], rel=1e-6)
 
 
 # ---------------------------------------------------------------- a real generator: Pythia 8

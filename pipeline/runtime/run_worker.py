@@ -12,9 +12,18 @@ written something. Then the outcome (attempts, seconds) is appended to the log a
 to RUN: the rename is what makes a run complete, so an interrupted run leaves nothing that looks complete.
 Per run: a directory, a log and the command's own files; no file of sim2dl's own in the run's directory.
 
+A persistent simulator (simulate.persistent: a code that compiles or loads for long before its first run)
+is started once and kept: each run is one JSON line on its stdin ({"run", "out", "seed", and each
+parameter}: the names of simulate.command's placeholders), and the simulator answers `sim2dl-done RUN` on
+a line of its stdout once the run's files are in `out`, or `sim2dl-failed RUN REASON`. Everything else it
+prints (stdout and stderr) goes to the log of the run it is on. An answer that does not come within the
+run's time-out kills the simulator's process group; an exit ends the attempt as failed. Either way the
+next attempt or run starts it again, and the attempts are retried like any run's.
+
 A small process starts a command in about 1.2 ms where the rank (large, many open files) takes 2 ms, and
 a pidfd wakes at the command's exit where Popen.wait with a time-out polls (bench/ensemble.py). Memory:
-one small process per rank and a chunk of runs. Time: the runs' own, plus a process start per attempt.
+one small process per rank and a chunk of runs. Time: the runs' own, plus a process start per attempt (a
+persistent simulator: per rank, and again after each crash or time-out).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 ATTEMPT = "# sim2dl: "  # the log's line before each attempt's output
+DONE, FAILED_RUN = b"sim2dl-done ", b"sim2dl-failed "  # a persistent simulator's answers, then the run
 OUTCOME = "# sim2dl outcome: "  # the log's last line once the run succeeded: {attempts, seconds, exit_code}
 OK, FAILED, TIMED_OUT = range(3)
 
@@ -76,9 +86,84 @@ def completed_outcome(log: Path) -> dict[str, Any] | None:
         return None
 
 
+class Persistent:
+    """A persistent simulator's process: started once, fed a run per line, its output read line by line
+    (the answers, and the rest for the run's log), every read bounded by the run's time-out."""
+
+    def __init__(self, argv: list[str], cwd: Path) -> None:
+        self.argv = argv
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.buffer = b""
+
+    def line(self, deadline: float) -> bytes | None:
+        """The next line of output (b"" at its end), or None when the deadline passed first."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                rest, self.buffer = self.buffer, b""
+                return rest
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line + b"\n"
+
+    def run(self, request: dict[str, Any], log: IO[bytes], timeout_s: float) -> tuple[int, int, str]:
+        """(status, exit code, reason) of one run handed to the simulator."""
+        assert self.proc.stdin is not None
+        name = str(request["run"]).encode()
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it has ended: its output says how, and its exit code
+        deadline = time.monotonic() + timeout_s
+        while True:
+            line = self.line(deadline)
+            if line is None:
+                self.kill()
+                return TIMED_OUT, -9, f"no answer after {timeout_s:g} s: killed with its process group"
+            if not line:
+                code = self.proc.wait()
+                return FAILED, code, f"the persistent simulator ended (exit code {code}) before answering"
+            if line.startswith(DONE) and line[len(DONE) :].strip() == name:
+                return OK, 0, ""
+            if line.startswith(FAILED_RUN) and line[len(FAILED_RUN) :].split(maxsplit=1)[:1] == [name]:
+                said = line[len(FAILED_RUN) + len(name) :].decode(errors="replace").strip()
+                return FAILED, 1, f"the simulator failed the run: {said or 'no reason given'}"
+            log.write(line)
+            log.flush()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def close(self, grace_s: float = 10) -> None:
+        """End of input: the simulator exits on its own within grace_s, or is killed."""
+        with contextlib.suppress(BrokenPipeError, OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        wait(self.proc, grace_s)  # past grace_s, its process group is killed
+
+
 class Worker:
     def __init__(self) -> None:
         self.running: subprocess.Popen[bytes] | None = None
+        self.persistent: Persistent | None = None  # simulate.persistent's process, kept between runs
         self.log_dirs: set[Path] = set()  # made already
         self.rank = os.getppid()
         # The rank's death (SIGTERM, by the parent-death signal) while a run is being started: that run
@@ -106,6 +191,8 @@ class Worker:
         """(status, exit code, reason) of one execution."""
         if os.getppid() != self.rank:  # the rank is gone: start nothing more
             os._exit(1)
+        if "request" in run:
+            return self.hand(run, partial, log)
         self.starting = True
         proc = self.start(run["argv"], partial, log)
         self.running, self.starting = proc, False
@@ -123,6 +210,35 @@ class Worker:
         if not run.get("may_be_empty") and not any(True for _ in partial.iterdir()):
             return FAILED, 0, "exited 0 but wrote no files"
         return OK, 0, ""
+
+    def hand(self, run: dict[str, Any], partial: Path, log: IO[bytes]) -> tuple[int, int, str]:
+        """One run handed to the persistent simulator (started first when it is not running)."""
+        log.write(f"{ATTEMPT}{json.dumps(run['request'])}\n".encode())
+        log.flush()
+        if self.persistent is not None and (
+            not self.persistent.alive() or self.persistent.argv != run["argv"]
+        ):
+            self.persistent.close(grace_s=0)
+            self.persistent = None
+        if self.persistent is None:
+            log.write(f"{ATTEMPT}starting {json.dumps(run['argv'])}\n".encode())
+            log.flush()
+            self.starting = True
+            try:
+                self.persistent = Persistent(run["argv"], Path(run["cwd"]))
+            except OSError as e:
+                self.starting = False
+                return FAILED, 127, f"cannot start {run['argv'][0]}: {e.strerror}"
+            self.starting = False
+            if self.dying:
+                self.kill_running()
+                os._exit(1)
+        status, code, reason = self.persistent.run(run["request"], log, run["timeout_s"])
+        if status != OK and not self.persistent.alive():
+            self.persistent = None
+        if status == OK and not run.get("may_be_empty") and not any(True for _ in partial.iterdir()):
+            return FAILED, 0, "answered done but wrote no files"
+        return status, code, reason
 
     def execute(self, run: dict[str, Any]) -> dict[str, Any]:
         """One run (unless it completed before) with its retries: its outcome."""
@@ -164,9 +280,10 @@ class Worker:
         return {**failed, "reason": f"{reason} (log: {log_path})"}
 
     def kill_running(self) -> None:
-        if self.running is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.running.pid, signal.SIGKILL)
+        for proc in (self.running, self.persistent and self.persistent.proc):
+            if proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
 
     def serve(self, requests: IO[str], replies: IO[str]) -> None:
         """Chunks of runs until the rank closes the pipe; dies with the rank, killing the running command."""
@@ -182,6 +299,8 @@ class Worker:
         for line in requests:
             replies.write(json.dumps([self.execute(run) for run in json.loads(line)]) + "\n")
             replies.flush()
+        if self.persistent is not None:  # the rank is done: the simulator gets the end of its input
+            self.persistent.close()
 
 
 class RunWorker:
@@ -195,7 +314,8 @@ class RunWorker:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
     def execute(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Each run: {argv, final, partial, log, retries, timeout_s}; the outcomes in the same order."""
+        """Each run: {argv, final, partial, log, retries, timeout_s}, and with a persistent simulator
+        {request, cwd} (argv: the simulator's, started once); the outcomes in the same order."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write((json.dumps(runs) + "\n").encode())
         self.proc.stdin.flush()

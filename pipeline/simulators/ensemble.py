@@ -21,7 +21,9 @@ that exits non-zero, writes nothing, or outlives simulate.run_timeout_s (its who
 killed) is tried again up to simulate.retries times, then recorded as failed or timed_out with its
 reason. Runs already complete (their directory exists, their log ends with their outcome) are not run
 again, so a rerun after a kill -9 or scancel executes only what did not complete and ends with the same
-runs table.
+runs table. With simulate.persistent the command starts once per rank and is handed each run as a JSON
+line instead (pipeline/runtime/run_worker.py says how); the directories, logs, retries and resume are the
+same.
 
 Memory: no rank holds the whole design or every outcome. The design is made a block of DESIGN_BLOCK runs
 at a time, when a rank needs its rows (the same rows every time: random and Sobol designs jump ahead to
@@ -102,6 +104,12 @@ def check_command(settings: Mapping[str, Any]) -> None:
         raise Sim2dlError(
             f"config key 'simulate.command': the placeholders {unknown} name no parameter of simulate.space "
             f"(have {sorted(settings['space'])}) nor {list(BUILT_IN_PLACEHOLDERS)}"
+        )
+    if settings.get("persistent") and placeholders(command):
+        raise Sim2dlError(
+            f"config key 'simulate.command': with simulate.persistent the command starts once for many runs, "
+            f"so it takes no placeholders (it has {sorted(placeholders(command))}): each run's values come "
+            "as a JSON line on its stdin (docs/ensembles.md, A simulator that starts slowly)"
         )
     if not settings["space"]:
         raise Sim2dlError("config key 'simulate.space': an ensemble needs at least one parameter")
@@ -305,21 +313,26 @@ def run_tasks(
     """What the run worker needs of runs [start, stop): the command with its placeholders filled in
     ({out}: the temporary directory it writes into), its directories and log, its retries and limit."""
     tasks = []
+    persistent = settings.get("persistent", False)
     for index, row in enumerate(plan.rows(start, stop), plan.first + start):
         final, partial, log_file = run_paths(root.resolve(), row["run"], index, settings["files_per_dir"])
-        argv = arguments(settings["command"], row, partial)
+        task = {
+            "final": str(final),
+            "partial": str(partial),
+            "log": str(log_file),
+            "retries": settings["retries"],
+            "timeout_s": settings["run_timeout_s"],
+        }
+        if persistent:  # started once in the runs' root, each run a line: the placeholders' names and values
+            names = (*BUILT_IN_PLACEHOLDERS, *settings["space"])
+            task["request"] = {**{k: row[k] for k in names if k in row}, "out": str(partial)}
+            task["cwd"] = str(root.resolve())
+            argv, where = list(settings["command"]), root.resolve()
+        else:
+            argv, where = arguments(settings["command"], row, partial), partial
         if settings["image"]:
-            argv = simulator_argv(settings["container"], settings["image"], argv, partial)
-        tasks.append(
-            {
-                "argv": argv,
-                "final": str(final),
-                "partial": str(partial),
-                "log": str(log_file),
-                "retries": settings["retries"],
-                "timeout_s": settings["run_timeout_s"],
-            }
-        )
+            argv = simulator_argv(settings["container"], settings["image"], argv, where)
+        tasks.append({"argv": argv, **task})
     return tasks
 
 
