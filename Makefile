@@ -41,11 +41,12 @@ test: env
 	$(RUN) $(BIN)/ruff format --check .
 	$(RUN) $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --no-loadscope-reorder) $(PYTEST_ARGS)
 
-# Before each commit: the unit and mpi tiers (tests/conftest.py says which test is in which tier).
+# Before each commit: the unit and mpi tiers (tests/conftest.py says which test is in which tier), on
+# TEST_WORKERS workers as `make test`.
 test-fast: env
 	$(RUN) $(BIN)/ruff check .
 	$(RUN) $(BIN)/ruff format --check .
-	$(RUN) $(BIN)/pytest -m "unit or mpi" $(PYTEST_ARGS)
+	$(RUN) $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --no-loadscope-reorder) -m "unit or mpi" $(PYTEST_ARGS)
 
 # Python (ruff) and the workflow (Snakemake's linter: no lints, which exits non-zero otherwise)
 lint: env
