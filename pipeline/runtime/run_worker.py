@@ -91,7 +91,6 @@ class Persistent:
     (the answers, and the rest for the run's log), every read bounded by the run's time-out."""
 
     def __init__(self, argv: list[str], cwd: Path) -> None:
-        self.argv = argv
         self.proc = subprocess.Popen(
             argv,
             cwd=cwd,
@@ -154,7 +153,7 @@ class Persistent:
 
     def close(self, grace_s: float = 10) -> None:
         """End of input: the simulator exits on its own within grace_s, or is killed."""
-        with contextlib.suppress(BrokenPipeError, OSError):
+        with contextlib.suppress(OSError):  # a pipe broken by its exit
             assert self.proc.stdin is not None
             self.proc.stdin.close()
         wait(self.proc, grace_s)  # past grace_s, its process group is killed
@@ -194,11 +193,8 @@ class Worker:
         if "request" in run:
             return self.hand(run, partial, log)
         self.starting = True
-        proc = self.start(run["argv"], partial, log)
-        self.running, self.starting = proc, False
-        if self.dying:
-            self.kill_running()
-            os._exit(1)
+        proc = self.running = self.start(run["argv"], partial, log)
+        self.started()
         if proc is None:
             return FAILED, 127, f"cannot start {run['argv'][0]}"
         code = wait(proc, run["timeout_s"])
@@ -215,27 +211,18 @@ class Worker:
         """One run handed to the persistent simulator (started first when it is not running)."""
         log.write(f"{ATTEMPT}{json.dumps(run['request'])}\n".encode())
         log.flush()
-        if self.persistent is not None and (
-            not self.persistent.alive() or self.persistent.argv != run["argv"]
-        ):
-            self.persistent.close(grace_s=0)
-            self.persistent = None
-        if self.persistent is None:
+        if self.persistent is None or not self.persistent.alive():  # first, or after a crash or a kill
             log.write(f"{ATTEMPT}starting {json.dumps(run['argv'])}\n".encode())
             log.flush()
             self.starting = True
             try:
                 self.persistent = Persistent(run["argv"], Path(run["cwd"]))
             except OSError as e:
-                self.starting = False
+                self.persistent = None
                 return FAILED, 127, f"cannot start {run['argv'][0]}: {e.strerror}"
-            self.starting = False
-            if self.dying:
-                self.kill_running()
-                os._exit(1)
+            finally:
+                self.started()
         status, code, reason = self.persistent.run(run["request"], log, run["timeout_s"])
-        if status != OK and not self.persistent.alive():
-            self.persistent = None
         if status == OK and not run.get("may_be_empty") and not any(True for _ in partial.iterdir()):
             return FAILED, 0, "answered done but wrote no files"
         return status, code, reason
@@ -278,6 +265,13 @@ class Worker:
             "started": started,
         }
         return {**failed, "reason": f"{reason} (log: {log_path})"}
+
+    def started(self) -> None:
+        """A start is over: a death signal that came during it kills what started, now that it is known."""
+        self.starting = False
+        if self.dying:
+            self.kill_running()
+            os._exit(1)
 
     def kill_running(self) -> None:
         for proc in (self.running, self.persistent and self.persistent.proc):

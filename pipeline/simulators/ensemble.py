@@ -314,6 +314,7 @@ def run_tasks(
     ({out}: the temporary directory it writes into), its directories and log, its retries and limit."""
     tasks = []
     persistent = settings.get("persistent", False)
+    names = (*BUILT_IN_PLACEHOLDERS, *settings["space"])  # a persistent simulator's request: these values
     for index, row in enumerate(plan.rows(start, stop), plan.first + start):
         final, partial, log_file = run_paths(root.resolve(), row["run"], index, settings["files_per_dir"])
         task = {
@@ -324,7 +325,6 @@ def run_tasks(
             "timeout_s": settings["run_timeout_s"],
         }
         if persistent:  # started once in the runs' root, each run a line: the placeholders' names and values
-            names = (*BUILT_IN_PLACEHOLDERS, *settings["space"])
             task["request"] = {**{k: row[k] for k in names if k in row}, "out": str(partial)}
             task["cwd"] = str(root.resolve())
             argv, where = list(settings["command"]), root.resolve()
