@@ -8,7 +8,9 @@ by default). The designs (`designs`): `space_filling`, the initial Sobol design 
 `preset`, the settings docs/ensembles.md gives for a jump in part of the space (error_weighted_variance,
 emulator: regimes, the nugget taken off, the share); each of the two also as it chose before the share
 and the nugget existed (`default_before`, `preset_before`); `boundary`, boundary_variance (runs where the
-regimes meet) with one GP and the share; without --quick the other acquisitions too.
+regimes meet) with one GP and the share; `surrogate`, surrogate_disagreement (the disagreement of an
+ensemble of 2 of the network the preset trains, its decoder, integrated over the space) with the share;
+without --quick the other acquisitions too.
 Each design is scored every 8 runs (its first 16, 24, ... runs, as the loop had them) on a test set of
 random runs of the same simulator (also run by `sim2dl simulate`), by two learners fitted on those runs:
 one plain Gaussian process (pipeline/design/emulator.py) and the regimes emulator
@@ -36,7 +38,8 @@ preset's (the reaction code's: 40 in --quick), as a fraction of N; null where it
 code, by its final state; `test_runs`: each regime's share of the space), `budgets.SIMULATOR`,
 `choosing_fraction` (seconds choosing / seconds of the round: fitting, choosing and running, over the
 integrated_variance designs), `choosing_fraction_preset` (the same over the bistable designs of the
-preset's acquisition) and `choosing_fraction_boundary` (over the boundary_variance designs).
+preset's acquisition), `choosing_fraction_boundary` (over the boundary_variance designs) and
+`choosing_fraction_surrogate` (over the surrogate_disagreement designs: the networks' training included).
 
 `--online`: instead, online choosing (docs/ensembles.md, "Online: the trainers choose as the runs
 complete") against its control, on the bistable preset: `sim2dl online` on 2 ranks (1 simulating, 1
@@ -142,6 +145,9 @@ CHOOSING_FRACTIONS = {
         simulator == "bistable" and design["acquisition"] == PRESET_ACQUISITION
     ),
     "choosing_fraction_boundary": lambda simulator, design: design["acquisition"] == "boundary_variance",
+    "choosing_fraction_surrogate": lambda simulator, design: (
+        design["acquisition"] == "surrogate_disagreement"
+    ),
 }
 
 
@@ -564,7 +570,8 @@ def designs(simulator: str, full: bool) -> dict[str, dict[str, Any]]:
     """The designs compared, by name: simulate.adaptive settings beside the common ones. The control; the
     default (integrated_variance, one GP, the schema's space-filling share) and the preset's settings
     (error_weighted_variance with emulator: regimes, the nugget, the share), each also as it chose before
-    (`_before`: no share, the whole error); `boundary` (boundary_variance, one GP, the share); without
+    (`_before`: no share, the whole error); `boundary` (boundary_variance, one GP, the share); `surrogate`
+    (surrogate_disagreement: an ensemble of the preset's decoder chooses, with the share); without
     --quick the other acquisitions at their defaults."""
     preset = {"acquisition": "error_weighted_variance", **REGIMES}
     out = {
@@ -574,6 +581,8 @@ def designs(simulator: str, full: bool) -> dict[str, dict[str, Any]]:
         "preset": preset,
         "preset_before": {**preset, **CHOOSING_BEFORE},
         "boundary": {"acquisition": "boundary_variance", "emulator": "gp"},
+        # the network a user trains chooses: the preset's decoder, 2 members (the schema's defaults)
+        "surrogate": {"acquisition": "surrogate_disagreement", "emulator": "gp"},
     }
     if full:
         out |= {name: {"acquisition": name, **emulator_settings(simulator)} for name in ("variance", "breed")}
@@ -620,7 +629,7 @@ REGIME_OF = {
 
 
 NETWORK_BUDGETS = (32, 64)  # --network: the budgets a design's trained surrogate is scored at
-NETWORK_DESIGNS = (CONTROL, "default", "preset", "boundary")
+NETWORK_DESIGNS = (CONTROL, "default", "preset", "boundary", "surrogate")
 
 
 def network_scored(
@@ -798,7 +807,12 @@ def main() -> None:
                         seconds[figure] = [a + b for a, b in zip(seconds[figure], spent, strict=True)]
                 print(
                     f"{simulator} {name} seed {seed}: gp {np.round(by_seed['gp'][-1], 4).tolist()} regimes "
-                    f"{np.round(by_seed['regimes'][-1], 4).tolist()}",
+                    f"{np.round(by_seed['regimes'][-1], 4).tolist()}"
+                    + (
+                        f" network {np.round(by_seed['network'][-1], 4).tolist()}"
+                        if "network" in by_seed
+                        else ""
+                    ),
                     file=sys.stderr,
                     flush=True,
                 )

@@ -73,6 +73,12 @@ class AdaptivePaths:
         return self.root / f"round-{round_index:03d}.outputs.npz"
 
     @property
+    def network(self) -> Path:
+        """acquisition surrogate_disagreement: its networks' weights after each round's training (the next
+        round trains on from them; pipeline/design/network.py names the files)."""
+        return self.root / "network"
+
+    @property
     def rounds(self) -> Path:
         """A row per round: runs, validation error, the acquisition's statistics, seconds."""
         return self.root / "rounds.json"

@@ -52,6 +52,20 @@ def fitted() -> Emulator:
     return Emulator(OUTPUTS, seed=3).fit(x, simulated(x))
 
 
+# surrogate_disagreement's ensemble, small enough for a unit test (simulate.adaptive.network)
+SMALL_NETWORK = {
+    "members": 2,
+    "epochs": 40,
+    "warm_epochs": 10,
+    "batch_size": 8,
+    "learning_rate": 0.003,
+    "depth": 2,
+    "width": 4,
+    "dense": 32,
+    "dropout": 0.0,
+}
+
+
 def context(emulator: Emulator, round_index: int = 1, seed: int = 3, spacing: float = 0.08) -> Context:
     return Context(
         done=emulator.x,
@@ -64,7 +78,7 @@ def context(emulator: Emulator, round_index: int = 1, seed: int = 3, spacing: fl
         runs_so_far=len(emulator.x),
         design="sobol",
         seed=seed,
-        settings={"sigma": 0.05, "committee": 4},
+        settings={"sigma": 0.05, "committee": 4, "network": SMALL_NETWORK},
     )
 
 
@@ -337,6 +351,32 @@ def test_boundary_variance_sends_the_batch_to_a_jump_and_without_one_chooses_as_
 
 
 # The preset's space: the jump (level ~ a) in a corner of it
+def test_the_networks_batch_weighs_a_neighbourhood_not_a_spike_and_spreads_over_its_features():
+    from pipeline.design.network import disagreement, feature_similarity, integrated_batch
+
+    # two outputs of 1 and 3 entries: each weighs the same (the mean over its entries, summed)
+    predictions = np.array([[[0.0, 1.0, 1.0, 1.0]], [[2.0, 3.0, 1.0, 1.0]]])  # members x 1 x 4
+    assert disagreement(predictions, Outputs.of({"a": (1,), "b": (3,)})) == pytest.approx([1.0 + 1.0 / 3])
+    # candidates on a line of the network's features: moderate disagreement over [0.2, 0.45], none
+    # elsewhere, and one candidate alone at 0.9 that disagrees most
+    features = np.linspace(0, 1, 201)[:, None]
+    spread = np.where((features[:, 0] > 0.2) & (features[:, 0] < 0.45), 1.0, 0.01)
+    spread[180] = 5.0
+    # its width: the distance to the 10th nearest other, 5 steps of 0.005 (they lie on both sides)
+    similarity = feature_similarity(features, features, neighbours=10)
+    assert similarity[100, 105] == pytest.approx(np.exp(-0.5), rel=1e-6)
+    everywhere = np.ones(201, bool)
+    chosen, values = integrated_batch(spread, similarity, everywhere, 4, lambda i: everywhere)
+    at = features[chosen, 0]
+    # the region, not the spike, first: the disagreement its run would take off is the larger
+    assert 0.2 < at[0] < 0.45 and values[0] > 5.0 * 1.5
+    # the batch spreads: no two within twice the kernel's width, where the four largest lie side by side
+    assert np.abs(at[:, None] - at[None, :])[~np.eye(4, dtype=bool)].min() >= 0.05
+    largest = features[np.argsort(-spread, kind="stable")[:4], 0]
+    assert np.abs(largest[1:, None] - largest[None, 1:])[~np.eye(3, dtype=bool)].min() < 0.01
+    assert values == sorted(values, reverse=True)  # each run takes its share off before the next
+
+
 CORNER = {
     "level": {"type": "uniform", "low": 0.3, "high": 1.0},
     "a": {"type": "uniform", "low": 0.0, "high": 0.4},
@@ -703,6 +743,29 @@ def test_a_kill_mid_round_resumes_with_the_same_choices_and_no_run_repeated(tmp_
     assert sorted(set(ledger)) == [f"run-{i:06d}" for i in range(20)]
     assert all(ledger.count(run) == 1 for run in completed_before)  # completed runs never ran again
     assert len(ledger) - 20 <= 2  # at most the runs in flight at the kill (one per rank) ran twice
+
+
+def test_the_network_chooses_trained_on_from_round_to_round_and_a_rerun_chooses_the_same(tmp_path):
+    network = {**SMALL_NETWORK, "epochs": 60}
+    path = adaptive_config(tmp_path, acquisition="surrogate_disagreement", budget=16, network=network)
+    proc = run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["ok"] == 16
+    rows = runs(tmp_path)
+    chosen = [r for r in rows if r["round"] > 0 and r["acquisition"] != "space_filling"]
+    assert [r["round"] for r in chosen] == [1, 1, 2, 2]
+    assert all(r["acquisition"] == "surrogate_disagreement" and r["acquisition_value"] > 0 for r in chosen)
+    adaptive = tmp_path / "work" / "raw" / "adaptive"
+    rounds = {r["round"]: r for r in json.loads((adaptive / "rounds.json").read_text())}
+    # round 1 trains the members afresh, round 2 on from round 1's weights
+    assert [rounds[r]["network_warm"] for r in (1, 2)] == [False, True]
+    assert all(rounds[r]["network_seconds_training"] > 0 for r in (1, 2))
+    kept = sorted(p.name for p in (adaptive / "network").iterdir())
+    assert kept == [f"round-00{r}.member-{m}.npz" for r in (1, 2) for m in (0, 1)]
+    # as if the step died once round 2 was chosen: it is chosen again, from round 1's kept weights, the same
+    for name in ("design.parquet", "runs.parquet", "outputs.npz"):
+        (adaptive / f"round-002.{name}").unlink()
+    run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
+    assert comparable(runs(tmp_path)) == comparable(rows)
 
 
 # ---------------------------------------------------------------- online: the trainers choose

@@ -35,7 +35,7 @@ def shared_choice(acquisition: Acquisition, context: Context, batch: int, share:
     (its `initial` and full `batch`: the share's indices do not depend on a last, shorter batch)."""
     if acquisition.name == SPACE_FILLING or share <= 0:
         choice = acquisition.choose(context, batch)
-        return Choice(choice.points, choice.values, [acquisition.name] * len(choice.points))
+        return Choice(choice.points, choice.values, [acquisition.name] * len(choice.points), choice.figures)
     every_round = space_filling_count(int(context.settings["batch"]), share)
     count = min(every_round, batch)
     start = int(context.settings["initial"]) + (context.round_index - 1) * every_round
@@ -49,4 +49,5 @@ def shared_choice(acquisition: Acquisition, context: Context, batch: int, share:
         np.vstack([filled, rest.points]),
         np.concatenate([spread, rest.values]),
         [SPACE_FILLING] * count + [acquisition.name] * len(rest.points),
+        rest.figures,
     )

@@ -95,6 +95,7 @@ REGIMES_DIGEST_KEYS = (
 # where it is continued with them so; the defaults choose otherwise, and start such a design afresh)
 CHOOSING_BEFORE = {"space_filling_share": 0.0, "irreducible": "none"}
 # (budget, rounds and target_error are not in it: raising them continues the design)
+NETWORK_ACQUISITION = "surrogate_disagreement"  # the acquisition that reads simulate.adaptive.network
 
 
 @dataclass
@@ -123,6 +124,8 @@ def design_digest(settings: Mapping[str, Any]) -> str:
     keys = ADAPTIVE_DIGEST_KEYS + (REGIMES_DIGEST_KEYS if adaptive["emulator"] != "gp" else ())
     keyed = {k: settings[k] for k in DIGEST_KEYS} | {k: adaptive[k] for k in keys}
     keyed |= {k: adaptive[k] for k, before in CHOOSING_BEFORE.items() if adaptive[k] != before}
+    if adaptive["acquisition"] == NETWORK_ACQUISITION:  # its network's settings choose too
+        keyed["network"] = adaptive["network"]
     return json_digest(keyed)
 
 
@@ -275,10 +278,10 @@ def load_history(paths: AdaptivePaths, settings: Mapping[str, Any]) -> History:
 
 
 def choose(
-    settings: Mapping[str, Any], history: History, round_index: int, digest: str
+    settings: Mapping[str, Any], history: History, round_index: int, digest: str, state: Path | None = None
 ) -> tuple[pa.Table | None, dict]:
     """The design of round `round_index` (rank 0), or None when the design is complete; and the round's
-    statistics so far."""
+    statistics so far. `state`: where the acquisition keeps what it learned for the next round."""
     adaptive, dims = settings["adaptive"], len(settings["space"])
     if round_index == 0:
         unit = unit_design(
@@ -295,7 +298,7 @@ def choose(
     stop = stop_reason(adaptive, batch, round_index, stats["validation_nrmse_mean"])
     if stop:
         return None, {**stats, "stopped": stop, "runs": history.runs, "runs_ok": len(x)}
-    choice, uncertainty = chosen(settings, history, emulator, x, round_index, batch, stats)
+    choice, uncertainty = chosen(settings, history, emulator, x, round_index, batch, stats, state)
     if not len(choice.points):
         stopped = "no candidate left at min_spacing"
         return None, {**stats, "stopped": stopped, "runs": history.runs, "runs_ok": len(x)}
@@ -357,6 +360,7 @@ def chosen(
     round_index: int,
     batch: int,
     stats: dict[str, Any],
+    state: Path | None = None,
 ) -> tuple[Any, np.ndarray]:
     """The round's choice (the space-filling share and the acquisition's points) and the emulator's
     uncertainty at them; the time it took into `stats`."""
@@ -377,6 +381,7 @@ def chosen(
         design=settings["design"],
         seed=settings["seed"],
         settings=dict(adaptive),
+        state=state,
     )
     # one BLAS thread: choosing multiplies small matrices (pool x runs), and handing each product to BLAS's
     # threads cost more than it saved (0.02 to 0.22 s a round at 56 runs on 2 cores, against 0.015 to 0.033)
@@ -385,6 +390,7 @@ def chosen(
         choice = shared_choice(ACQUISITIONS[adaptive["acquisition"]], context, batch, share)
         uncertainty = np.sqrt(emulator.variance(choice.points)) if len(choice.points) else np.zeros(0)
     stats["seconds_choosing"] = round(time.perf_counter() - started, 4)
+    stats.update(choice.figures or {})
     return choice, uncertainty
 
 
@@ -470,7 +476,7 @@ def round_design(
     if paths.design(r).exists():
         table = pq.read_table(paths.design(r))
         return table, json.loads((table.schema.metadata or {}).get(ROUND_KEY, b"{}"))
-    table, stats = choose(settings, history, r, digest)
+    table, stats = choose(settings, history, r, digest, paths.network)
     if table is not None:
         metadata = {**table.schema.metadata, ROUND_KEY: json.dumps(stats).encode()}
         write_table(paths.design(r), table.replace_schema_metadata(metadata))

@@ -15,6 +15,7 @@ from pipeline.design.acquisitions.committee import Committee
 from pipeline.design.acquisitions.error_weighted_variance import ErrorWeightedVariance
 from pipeline.design.acquisitions.integrated_variance import IntegratedVariance
 from pipeline.design.acquisitions.space_filling import SpaceFilling
+from pipeline.design.acquisitions.surrogate_disagreement import SurrogateDisagreement
 from pipeline.design.acquisitions.variance import PosteriorVariance
 
 ACQUISITIONS: dict[str, Acquisition] = {
@@ -26,6 +27,7 @@ ACQUISITIONS: dict[str, Acquisition] = {
         ErrorWeightedVariance(),
         BoundaryVariance(),
         Committee(),
+        SurrogateDisagreement(),
         Breed(),
     )
 }

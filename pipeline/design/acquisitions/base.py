@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,9 @@ class Context:
     design: str  # the initial design's kind (sobol, lhs, random)
     seed: int
     settings: dict[str, Any]  # simulate.adaptive
+    state: Path | None = (
+        None  # where an acquisition keeps what it learned for the next round (a network's weights)
+    )
 
     @property
     def rng(self) -> np.random.Generator:
@@ -43,6 +47,7 @@ class Choice:
     chosen_by: list[str] | None = (
         None  # per point, what chose it (design/share.py: the share's or the acquisition)
     )
+    figures: dict[str, Any] | None = None  # the round's row gains these (rounds.json, TensorBoard)
 
 
 class Acquisition(ABC):
