@@ -17,7 +17,7 @@ one plain Gaussian process (pipeline/design/emulator.py) and the regimes emulato
 (pipeline/design/regimes.py). A design's own emulator (the loop's: regimes for the preset's, one GP for
 the default's) is how it judges itself; the plain GP is a learner that did not choose. With --network,
 also by the network a user trains on the design's first 32 and 64 runs (the preset's workflow and decoder
-surrogate). Three codes (--quick: the first two, unless --simulators names others):
+surrogate). Four codes (--quick: the first two, unless --simulators names others):
 
 - bistable (the preset's): a jump in a corner of the space, smooth elsewhere: where choosing should pay.
   Goal: the control's error at the preset's budget N (64) reached with <= 0.5 N runs;
@@ -26,7 +26,11 @@ surrogate). Three codes (--quick: the first two, unless --simulators names other
 - swift_hohenberg: py-pde's Swift–Hohenberg equation (bench/codes/swift_hohenberg.py, a code nobody here
   wrote, in its own environment .venv-codes, built on first use), over the box around its onset a user
   would pick: flat for half of it, stripes and spots (hexagons) in the rest, the patterns' orientation
-  sensitive to the parameters. Goal: no design worse than 1.05 x the control.
+  sensitive to the parameters. Goal: no design worse than 1.05 x the control;
+- brusselator: the Brusselator written with py-pde (bench/codes/brusselator.py, persistent: py-pde
+  compiles for 20 s per process), over a 1..3, b 1..6: steady for about 40 % of the box, Turing patterns
+  in the rest, their amplitude growing with b and their layout sensitive to the parameters. Goal: as
+  Swift–Hohenberg's.
 
 Figures (last line, JSON): `curves.SIMULATOR.LEARNER.DESIGN` (LEARNER gp or regimes; budget -> mean test
 NRMSE over the seeds, and `by_seed`), `worst_over_control.SIMULATOR.DESIGN.{emulator,gp,regimes}` (the
@@ -186,11 +190,31 @@ def swift_hohenberg() -> dict[str, Any]:
     }
 
 
+def brusselator() -> dict[str, Any]:
+    """The Brusselator written with py-pde's generic PDE class (bench/codes/brusselator.py) in the codes'
+    environment, over the box around its Turing onset a user would pick: a 1 to 3, b 1 to 6. Persistent
+    (simulate.persistent): py-pde compiles its operators for about 20 s in each process, a run takes 1.3 s."""
+    from bench.codes import environment
+
+    return {
+        "command": [
+            str(environment.python()),
+            str(REPO / "bench" / "codes" / "brusselator.py"),
+            "--persistent",
+        ],
+        "persistent": True,
+        "space": {
+            "a": {"type": "uniform", "low": 1.0, "high": 3.0},
+            "b": {"type": "uniform", "low": 1.0, "high": 6.0},
+        },
+    }
+
+
 QUICK_CODES = ("bistable", "reaction")  # --quick's codes unless --simulators names others
 
 
 def simulators(
-    names: Sequence[str] = ("bistable", "reaction", "swift_hohenberg"),
+    names: Sequence[str] = ("bistable", "reaction", "swift_hohenberg", "brusselator"),
 ) -> dict[str, dict[str, Any]]:
     """The codes by name (command and space), each made only when asked for: swift_hohenberg builds its
     environment first."""
@@ -199,6 +223,7 @@ def simulators(
         "bistable": lambda: {"command": preset["command"], "space": preset["space"]},
         "reaction": lambda: REACTION,
         "swift_hohenberg": swift_hohenberg,
+        "brusselator": brusselator,
     }
     unknown = sorted(set(names) - set(makers))
     if unknown:
@@ -620,11 +645,18 @@ def swift_hohenberg_regimes(y: np.ndarray) -> np.ndarray:
     return np.where(spread < 0.05, "flat", np.where(mean > 0.15 * spread, "spots", "stripes"))
 
 
+def brusselator_regimes(y: np.ndarray) -> np.ndarray:
+    """Each run's regime by its final field: steady (standard deviation below 0.05: the perturbation
+    decayed) or patterns (Turing's spots and stripes)."""
+    return np.where(y.std(axis=1) < 0.05, "steady", "patterns")
+
+
 # each code's regimes, from its runs' outputs (where the runs went), and their names; a code of even
 # difficulty has none
 REGIME_OF = {
     "bistable": (bistable_regimes, ("dies", "between", "ignites")),
     "swift_hohenberg": (swift_hohenberg_regimes, ("flat", "stripes", "spots")),
+    "brusselator": (brusselator_regimes, ("steady", "patterns")),
 }
 
 

@@ -768,6 +768,35 @@ def test_the_network_chooses_trained_on_from_round_to_round_and_a_rerun_chooses_
     assert comparable(runs(tmp_path)) == comparable(rows)
 
 
+# The bistable simulator served persistently (simulate.persistent): each start appends a line to a ledger.
+PERSISTENT_RUN = """
+import json, os, sys
+from pipeline.simulators import bistable_run
+with open(sys.argv[1], "a") as f:
+    f.write(f"start {os.getpid()}\\n")
+for line in sys.stdin:
+    run = json.loads(line)
+    argv = ["--out", run["out"], "--level", str(run["level"]), "--a", str(run["a"]), "--size", "16"]
+    bistable_run.main([*argv, "--steps", "60"])
+    print("sim2dl-done", run["run"], flush=True)
+"""
+
+
+def test_a_persistent_simulator_starts_once_per_rank_across_the_rounds(tmp_path):
+    path = adaptive_config(tmp_path, budget=16, acquisition="integrated_variance", emulator="gp")
+    script = tmp_path / "persistent_run.py"
+    script.write_text(PERSISTENT_RUN)
+    config = yaml.safe_load(path.read_text())
+    ledger = tmp_path / "starts.txt"
+    config["simulate"] |= {"command": [sys.executable, str(script), str(ledger)], "persistent": True}
+    path.write_text(yaml.safe_dump(config))
+    proc = run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["ok"] == 16 and summary["rounds"] == 3
+    # 3 rounds on 2 ranks: a simulator per rank that ran any (a farm per round would start up to 6)
+    assert 1 <= len(ledger.read_text().splitlines()) <= 2
+
+
 # ---------------------------------------------------------------- online: the trainers choose
 
 

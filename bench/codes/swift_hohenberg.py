@@ -21,15 +21,15 @@ starts slowly): with --backend numba it compiles once (16 s here) and then runs 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import warnings
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pde
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script in the codes' environment
+import driver
 
 SIZE, SIDE, T_END, DT, NOISE = 32, 32.0, 100.0, 0.03, 0.1
 
@@ -46,25 +46,12 @@ def solve(rate: float, delta: float, backend: str = "numpy") -> np.ndarray:
 
 
 def write_run(out: Path, rate: float, delta: float, backend: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "swift_hohenberg.h5"
-    tmp = path.with_name(f".{path.name}.tmp")
-    with h5py.File(tmp, "w") as f:
-        f["params"] = np.array([rate, delta], np.float32)
-        f["state"] = solve(rate, delta, backend)
-    os.replace(tmp, path)
+    driver.write_run(out, "swift_hohenberg", [rate, delta], lambda: solve(rate, delta, backend))
 
 
 def serve(backend: str) -> None:
     """simulate.persistent: a run per line of stdin, each answered on stdout."""
-    for line in sys.stdin:
-        run = json.loads(line)
-        try:
-            write_run(Path(run["out"]), run["rate"], run["delta"], backend)
-        except Exception as e:  # this run failed; the next may not
-            print("sim2dl-failed", run["run"], e, flush=True)
-            continue
-        print("sim2dl-done", run["run"], flush=True)
+    driver.serve(lambda run: write_run(Path(run["out"]), run["rate"], run["delta"], backend))
 
 
 def main() -> None:

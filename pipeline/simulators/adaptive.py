@@ -58,6 +58,7 @@ from pipeline.formats.readers import reader_for
 from pipeline.formats.readers.base import SampleError
 from pipeline.paths import AdaptivePaths, RawPaths
 from pipeline.runtime.mpi import all_ok
+from pipeline.runtime.run_worker import RunWorker
 from pipeline.simulators.ensemble import (
     DESIGN_BLOCK,
     SEED_MODULUS,
@@ -531,7 +532,32 @@ def run_adaptive(
         history = load_history(paths, settings)
     comm.barrier()
     started = time.perf_counter()
-    r, final = 0, {}
+    worker = RunWorker()  # across the rounds: a persistent simulator starts once per rank
+    try:
+        final, r = run_rounds(paths, root, settings, history, digest, comm, worker)
+    finally:
+        worker.close()
+    summary = {}
+    if rank == 0:
+        summary = summarise(paths, root, settings, history, r, final, time.perf_counter() - started)
+    summary = comm.bcast(summary, root=0)
+    check_failed_fraction(summary, settings, root, comm)
+    return summary
+
+
+def run_rounds(
+    paths: AdaptivePaths,
+    root: Path,
+    settings: Mapping[str, Any],
+    history: History,
+    digest: str,
+    comm: Any,
+    worker: RunWorker,
+) -> tuple[dict[str, Any], int]:
+    """Choose (rank 0), run across the ranks, read back, until the design is complete; returns the final
+    round's statistics and the number of rounds."""
+    rank = comm.Get_rank()
+    r = 0
     while True:
         table, stats, complete, error = None, {}, False, None
         if rank == 0:
@@ -543,17 +569,10 @@ def run_adaptive(
         all_ok(comm, error)
         table, complete = comm.bcast((table, complete), root=0)
         if table is None:
-            final = stats
-            break
+            return stats, r
         if not complete:
-            run_round(paths, root, settings, history, r, table, stats, comm)
+            run_round(paths, root, settings, history, r, table, stats, comm, worker)
         r += 1
-    summary = {}
-    if rank == 0:
-        summary = summarise(paths, root, settings, history, r, final, time.perf_counter() - started)
-    summary = comm.bcast(summary, root=0)
-    check_failed_fraction(summary, settings, root, comm)
-    return summary
 
 
 def run_round(
@@ -565,13 +584,14 @@ def run_round(
     table: pa.Table,
     stats: dict[str, Any],
     comm: Any,
+    worker: RunWorker,
 ) -> None:
-    """Round r's runs across the ranks, its runs table, then (rank 0) its outputs read back into the
-    history; an error on rank 0 ends every rank."""
+    """Round r's runs across the ranks (on this rank's `worker`), its runs table, then (rank 0) its outputs
+    read back into the history; an error on rank 0 ends every rank."""
     first = int(table.column("run").to_pylist()[0].split("-")[1]) if len(table) else 0
     plan = RoundPlan(table, first)
     began = time.perf_counter()
-    mine = farm(plan, settings, root, comm)
+    mine = farm(plan, settings, root, comm, worker=worker)
     with contextlib.closing(mine):
         write_runs_table(plan, mine, paths.runs(r), comm)
     error = None

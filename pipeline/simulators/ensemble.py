@@ -463,8 +463,16 @@ class FarmHooks:
 
 
 def farm(
-    plan: EnsemblePlan, settings: Mapping[str, Any], root: Path, comm: Any, hooks: FarmHooks | None = None
+    plan: EnsemblePlan,
+    settings: Mapping[str, Any],
+    root: Path,
+    comm: Any,
+    hooks: FarmHooks | None = None,
+    worker: RunWorker | None = None,
 ) -> RankOutcomes:
+    """The plan's runs across the ranks (rank 0 hands out chunks); this rank's outcomes. `worker`: the
+    rank's run worker, kept by the caller across farms (an adaptive design's rounds: a persistent simulator
+    then starts once, not once a round); None: one of its own, closed at the end."""
     rank, size = comm.Get_rank(), comm.Get_size()
     hooks = hooks or FarmHooks()
     outcomes = RankOutcomes(root)
@@ -486,7 +494,8 @@ def farm(
     if rank == 0 and size > 1:
         server = threading.Thread(target=serve, args=(hand_out, comm, size - 1, bar), daemon=True)
         server.start()
-    worker = RunWorker()
+    own_worker = worker is None
+    worker = worker or RunWorker()
     while True:
         if queue is not None:
             start, stop, chosen = hand_out()
@@ -508,7 +517,8 @@ def farm(
             hooks.after(start, tasks, done)
         outcomes.add(start, done)
         bar.update(stop - start)
-    worker.close()
+    if own_worker:
+        worker.close()
     if server is not None:
         server.join()
     bar.close()

@@ -1,0 +1,43 @@
+"""What every code's driver does around its solver, as a user's script would: write a run's parameters and
+final field to an HDF5 file atomically, and serve runs as a persistent simulator (simulate.persistent: a
+run per line of JSON on stdin, answered `sim2dl-done RUN` or `sim2dl-failed RUN REASON` on stdout;
+docs/ensembles.md, "A simulator that starts slowly"). Runs in the codes' environment (environment.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+
+def write_run(out: Path, name: str, params: Sequence[float], state: Callable[[], np.ndarray]) -> None:
+    """OUT/NAME.h5: params (float32) and state (the solver's final field, float32), written beside and
+    renamed, so an interrupted run leaves no file; a field that is not finite raises (a failed run)."""
+    field = np.asarray(state(), np.float32)
+    if not np.all(np.isfinite(field)):  # an explicit solver that blew up: a failed run, not data
+        raise ValueError(f"{name}: the final field is not finite (the solver diverged)")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.h5"
+    tmp = path.with_name(f".{path.name}.tmp")
+    with h5py.File(tmp, "w") as f:
+        f["params"] = np.asarray(params, np.float32)
+        f["state"] = field
+    os.replace(tmp, path)
+
+
+def serve(run_one: Callable[[dict], None]) -> None:
+    """simulate.persistent: each line of stdin a run (out, run, seed and each parameter), each answered on
+    stdout; a run that raises is answered as failed and the next is served."""
+    for line in sys.stdin:
+        run = json.loads(line)
+        try:
+            run_one(run)
+        except Exception as e:  # this run failed; the next may not
+            print("sim2dl-failed", run["run"], e, flush=True)
+            continue
+        print("sim2dl-done", run["run"], flush=True)
