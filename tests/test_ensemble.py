@@ -330,7 +330,9 @@ import json, os, sys, time
 import numpy as np
 ledger = sys.argv[1]
 with open(ledger, "a") as f:
-    f.write(f"start {os.getpid()}\\n")
+    # the MPI launcher's variables for its ranks, if the rank's environment leaked them: it is not a rank
+    rank_variables = [k for k in os.environ if k.startswith(("PMI_", "HYDI_", "MPI_LOCALRANKID"))]
+    f.write(f"start {os.getpid()} {','.join(rank_variables) or 'none'}\\n")
 print("loading the code", flush=True)  # before any run: in the log of the run that started it
 for line in sys.stdin:
     run = json.loads(line)
@@ -387,6 +389,8 @@ def test_a_persistent_simulator_starts_once_per_rank_and_its_faults_are_retried_
     assert all((r["status"], r["attempts"]) == ("ok", 1) for r in others)
     # Started once per rank, and again only after the crash and the two kills: not once per run.
     pids = [int(line.split()[1]) for line in ledger.read_text().splitlines()]
+    # the ranks run under mpiexec (PMI_RANK, PMI_FD, ...); their simulators do not see it
+    assert {line.split()[2] for line in ledger.read_text().splitlines()} == {"none"}
     logs = {p.stem: p.read_text() for p in (tmp_path / "work" / "raw" / "logs").glob("*/run-*.log")}
     assert 2 <= len(pids) <= 5 and len(pids) == sum(log.count("# sim2dl: starting") for log in logs.values())
     for name, log in logs.items():

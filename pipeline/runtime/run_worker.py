@@ -20,6 +20,10 @@ prints (stdout and stderr) goes to the log of the run it is on. An answer that d
 run's time-out kills the simulator's process group; an exit ends the attempt as failed. Either way the
 next attempt or run starts it again, and the attempts are retried like any run's.
 
+A command's environment is the rank's less the MPI launcher's per-rank variables (PMI_*, PMIX_*, Open
+MPI's world: processes.outside_the_job): a simulator is not a rank of the job, and one that believed it
+was (py-pde exits without mpi4py when PMI_SIZE > 1) would fail every run.
+
 A small process starts a command in about 1.2 ms where the rank (large, many open files) takes 2 ms, and
 a pidfd wakes at the command's exit where Popen.wait with a time-out polls (bench/ensemble.py). Memory:
 one small process per rank and a chunk of runs. Time: the runs' own, plus a process start per attempt (a
@@ -301,10 +305,11 @@ class RunWorker:
     """The rank's side: the worker process, and chunks of runs executed by it."""
 
     def __init__(self) -> None:
-        from pipeline.runtime.processes import with_parent_death_signal
+        from pipeline.runtime.processes import outside_the_job, with_parent_death_signal
 
         argv = with_parent_death_signal([sys.executable, "-m", "pipeline.runtime.run_worker"])
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # the repository
+        # the simulator's runs are not ranks of this job (processes.RANK_VARIABLE_PREFIXES)
+        env = {**outside_the_job(os.environ), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
     def execute(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
