@@ -4,18 +4,19 @@ at the same budgets, over several seeds, scored by more than the model that chos
 Every design is made by the product: `sim2dl simulate` under mpiexec (2 ranks) with simulate.adaptive
 (config/presets/adaptive-fronts.yaml's rounds: 16 Sobol runs, then 4 a round), seeds 1..N (`--seeds`, 3
 by default). The designs (`designs`): `space_filling`, the initial Sobol design continued, the control;
-`default`, what a user who sets nothing gets (integrated_variance, one GP, the space-filling share of 0.5);
+`integrated`, integrated_variance with one GP and the space-filling share of 0.5 (the default until
+2026-12-05, named `default` in the figures before);
 `preset`, the settings docs/ensembles.md gives for a jump in part of the space (error_weighted_variance,
 emulator: regimes, the nugget taken off, the share); each of the two also as it chose before the share
-and the nugget existed (`default_before`, `preset_before`); `boundary`, boundary_variance (runs where the
-regimes meet) with one GP and the share; `surrogate`, surrogate_disagreement (the disagreement of an
-ensemble of 2 of the network the preset trains, its decoder, integrated over the space) with the share;
-without --quick the other acquisitions too.
+and the nugget existed (`integrated_before`, `preset_before`); `boundary`, boundary_variance (runs
+where the regimes meet) with one GP and the share, what a user who sets nothing gets; `surrogate`,
+surrogate_disagreement (the disagreement of an ensemble of 2 of the network the preset trains, its
+decoder, integrated over the space) with the share; without --quick the other acquisitions too.
 Each design is scored every 8 runs (its first 16, 24, ... runs, as the loop had them) on a test set of
 random runs of the same simulator (also run by `sim2dl simulate`), by two learners fitted on those runs:
 one plain Gaussian process (pipeline/design/emulator.py) and the regimes emulator
 (pipeline/design/regimes.py). A design's own emulator (the loop's: regimes for the preset's, one GP for
-the default's) is how it judges itself; the plain GP is a learner that did not choose. With --network,
+the others) is how it judges itself; the plain GP is a learner that did not choose. With --network,
 also by the network a user trains on the design's first 32 and 64 runs (the preset's workflow and decoder
 surrogate). Four codes (--quick: the first two, unless --simulators names others):
 
@@ -82,7 +83,7 @@ starts from the 64 runs' kept model), and the same 96 runs trained afresh (a cop
 after 40 of the 100 epochs), means over the seeds and `by_seed`, and `warm_start.warm_over_afresh`. The
 same with or without --quick (about 12 minutes on 2 cores).
 
-    python bench/adaptive.py [--quick] [--designs default,preset] [--simulators bistable] [--seeds 5]
+    python bench/adaptive.py [--quick] [--designs boundary,preset] [--simulators bistable] [--seeds 5]
                              [--online] [--bound] [--bound-network] [--warm-start]
     (quick: budgets to the preset's 64 (the reaction code to 40), 96 test runs; full: to 96, 256;
     --designs: only these, the control always)
@@ -593,16 +594,17 @@ REGIMES = {"emulator": "regimes", "regimes": 4}
 
 def designs(simulator: str, full: bool) -> dict[str, dict[str, Any]]:
     """The designs compared, by name: simulate.adaptive settings beside the common ones. The control; the
-    default (integrated_variance, one GP, the schema's space-filling share) and the preset's settings
+    integrated (integrated_variance, one GP, the schema's space-filling share) and the preset's settings
     (error_weighted_variance with emulator: regimes, the nugget, the share), each also as it chose before
-    (`_before`: no share, the whole error); `boundary` (boundary_variance, one GP, the share); `surrogate`
-    (surrogate_disagreement: an ensemble of the preset's decoder chooses, with the share); without
+    (`_before`: no share, the whole error); `boundary` (boundary_variance, one GP, the share: the
+    default); `surrogate` (surrogate_disagreement: an ensemble of the preset's decoder chooses, with the
+    share); without
     --quick the other acquisitions at their defaults."""
     preset = {"acquisition": "error_weighted_variance", **REGIMES}
     out = {
         CONTROL: {"acquisition": CONTROL, "emulator": "gp"},
-        "default": {"acquisition": "integrated_variance", "emulator": "gp"},
-        "default_before": {"acquisition": "integrated_variance", "emulator": "gp", **CHOOSING_BEFORE},
+        "integrated": {"acquisition": "integrated_variance", "emulator": "gp"},
+        "integrated_before": {"acquisition": "integrated_variance", "emulator": "gp", **CHOOSING_BEFORE},
         "preset": preset,
         "preset_before": {**preset, **CHOOSING_BEFORE},
         "boundary": {"acquisition": "boundary_variance", "emulator": "gp"},
@@ -661,7 +663,7 @@ REGIME_OF = {
 
 
 NETWORK_BUDGETS = (32, 64)  # --network: the budgets a design's trained surrogate is scored at
-NETWORK_DESIGNS = (CONTROL, "default", "preset", "boundary", "surrogate")
+NETWORK_DESIGNS = (CONTROL, "integrated", "preset", "boundary", "surrogate")
 
 
 def network_scored(
