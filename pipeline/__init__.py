@@ -3,8 +3,8 @@
 The folders are the tiers; a module imports only from its own tier or the tiers below it, and no step
 imports another step (tests/test_architecture.py reads the imports to hold this). From the bottom:
 the package and paths.py; storage/; reporting/; config.py (the schema and its own rules); runtime/;
-formats/; staging/; data/; design/; simulators/; training/; online/; steps/ (whose package holds the tiers'
-config checks); cli.py.
+formats/; staging/; data/; training/; design/ (above training: it trains the user's network to
+choose runs); simulators/; online/; steps/ (whose package holds the tiers' config checks); cli.py.
 
     cli.py, config.py,     the spine: the `sim2dl` command (one subcommand per step, and the tools launch,
     schema.yaml, paths.py  image, doctor, inspect), the config and its schema, every file name (Layout)
@@ -57,7 +57,8 @@ config checks); cli.py.
                     simulator is), ensemble.py (your simulator over MPI), adaptive.py (its runs chosen in
                     rounds: simulate.adaptive)
     design/         where the simulator runs next: space.py (designs, the unit cube, candidates),
-                    emulator.py (a GP per principal component), batch.py (batches that do not cluster),
+                    emulator.py (a GP per principal component), network.py (an ensemble of the decoder
+                    a user trains), batch.py (batches that do not cluster),
                     acquisitions/ (one file per way of choosing, behind `Acquisition`)
     runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
                     ranks, staged directories), launch.py (a step's argument vector: launcher and
