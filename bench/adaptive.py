@@ -107,10 +107,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import OUT, REPO, sim2dl, workflow
 from pipeline.design.emulator import Emulator, Outputs
+from pipeline.design.loop.rounds import read_outputs
 from pipeline.design.regimes import make_emulator
 from pipeline.design.space import unit_points
-from pipeline.simulators.adaptive import read_outputs
-from pipeline.simulators.ensemble import run_paths
+from pipeline.ensemble.farm import run_paths
 
 SEEDS = (1, 2, 3)
 QUICK_REACTION_BUDGET = 40
@@ -353,7 +353,7 @@ def in_band(unit: np.ndarray) -> np.ndarray:
 def bound_designs(seed: int, initial: int, budget: int) -> dict[str, np.ndarray]:
     """The control (Sobol, `budget` points) and the band oracle (its first `initial`, then the next Sobol
     points that fall in the band), unit cube."""
-    from pipeline.design.space import unit_design
+    from pipeline.ensemble.sampling import unit_design
 
     control = unit_design("sobol", budget, 2, seed)
     later = unit_design("sobol", 4096, 2, seed, start=budget)
@@ -384,7 +384,8 @@ def kept_model_states(train_dir: Path, params: np.ndarray) -> np.ndarray:
 
 def allocation_bound(work: Path, quick: bool) -> dict[str, Any]:
     """The control against every run after the initial ones placed in the transition band (`--bound`)."""
-    from pipeline.design.space import parameter_columns, unit_design
+    from pipeline.design.space import parameter_columns
+    from pipeline.ensemble.sampling import unit_design
     from pipeline.simulators.bistable_run import solve
 
     initial, budget, tests = 16, 64, (96 if quick else 256)

@@ -3,8 +3,9 @@
 The folders are the tiers; a module imports only from its own tier or the tiers below it, and no step
 imports another step (tests/test_architecture.py reads the imports to hold this). From the bottom:
 the package and paths.py; storage/; reporting/; config.py (the schema and its own rules); runtime/;
-formats/; staging/; data/; training/; design/ (above training: it trains the user's network to
-choose runs); simulators/; online/; steps/ (whose package holds the tiers' config checks); cli.py.
+formats/; staging/; data/; ensemble/; training/; design/ (above training, whose network it may train to
+choose runs, and above the ensemble, whose farm its loop runs); simulators/; online/; steps/ (whose
+package holds the tiers' config checks); cli.py.
 
     cli.py, config.py,     the spine: the `sim2dl` command (one subcommand per step, and the tools launch,
     schema.yaml, paths.py  image, doctor, inspect), the config and its schema, every file name (Layout)
@@ -50,16 +51,19 @@ choose runs); simulators/; online/; steps/ (whose package holds the tiers' confi
                     summary, saved model), population_run.py, tournament.py, population.py and
                     exchange.py (train.population), steps.py (the compiled step), optimizer.py
     online/         online training (train.online): producer.py (the ensemble's ranks sending samples),
-                    arrivals.py (reading a run's files or stream steps), stream.py (ADIOS2 SST), messages.py,
+                    arrivals.py (reading a run's files or stream steps), stream.py (ADIOS2 SST),
                     buffer.py (replay buffers), training_rank.py (the ranks that train), tables.py (its
                     runs table)
     simulators/     built-in simulator families (one file each; *_run.py: one run as a program, as a user's
-                    simulator is), ensemble.py (your simulator over MPI), adaptive.py (its runs chosen in
-                    rounds: simulate.adaptive)
+                    simulator is)
+    ensemble/       your simulator over MPI: sampling.py (space-filling designs, scaled to the
+                    parameters), plan.py (the design, one row per run), farm.py (the runs over the ranks,
+                    retries, resume), runs_table.py, messages.py (to the online trainers)
     design/         where the simulator runs next: space.py (designs, the unit cube, candidates),
                     emulator.py (a GP per principal component), network.py (an ensemble of the decoder
                     a user trains), batch.py (batches that do not cluster),
-                    acquisitions/ (one file per way of choosing, behind `Acquisition`)
+                    acquisitions/ (one file per way of choosing, behind `Acquisition`); loop/ (the design
+                    under MPI: rounds.py, simulate.adaptive; online.py, the trainers choosing online)
     runtime/        where steps run: mpi.py (blocks, exchange, collective errors), placement.py (nodes,
                     ranks, staged directories), launch.py (a step's argument vector: launcher and
                     container), runtimes/ (one file per container runtime: its argument vector, image

@@ -22,8 +22,8 @@ from pipeline.design.acquisitions import ACQUISITIONS, Context
 from pipeline.design.acquisitions.breed import bred_share
 from pipeline.design.batch import believer_best
 from pipeline.design.emulator import Emulator, Outputs
+from pipeline.design.loop.rounds import check_rounds
 from pipeline.design.space import candidate_pool, distances, parameter_columns, to_unit, unit_points
-from pipeline.simulators.adaptive import check_rounds
 from pipeline.simulators.bistable_run import solve
 from pipeline.steps.online import design_settings
 
@@ -230,7 +230,7 @@ def test_a_rounds_space_filling_share_is_the_controls_own_continuation(fitted):
     initial design continued at the indices that follow the earlier rounds' share (so after any round the
     design holds a prefix of the plain Sobol design), the acquisition's the rest, at its spacing from them."""
     from pipeline.design.share import SPACE_FILLING, shared_choice
-    from pipeline.design.space import unit_design
+    from pipeline.ensemble.sampling import unit_design
 
     initial = len(fitted.x)
     sobol = unit_design("sobol", 64, 2, 3)
@@ -263,7 +263,7 @@ def noisy_left_learnable_right(unit: np.ndarray, seed: int) -> np.ndarray:
 
 def test_the_nugget_is_the_noise_runs_cannot_teach_and_none_where_the_function_is_smooth():
     from pipeline.design.acquisitions.error_weighted_variance import local_nuggets
-    from pipeline.design.space import unit_design
+    from pipeline.ensemble.sampling import unit_design
 
     x = unit_design("sobol", 64, 2, 5)
     noise = np.random.default_rng(0).normal(0.0, 1.0, size=(64, 8))
@@ -281,7 +281,7 @@ def test_a_noisy_region_stops_attracting_runs():
     """Half the space is noise (irreducible), half a learnable function. Weighted by the whole leave-one-out
     error, error_weighted_variance sends most of its batch into the noise; with the nugget taken off
     (irreducible: nugget, the default) the batch goes where runs still teach."""
-    from pipeline.design.space import unit_design
+    from pipeline.ensemble.sampling import unit_design
 
     x = unit_design("sobol", 24, 2, 11)
     layout = Outputs.of({"y": (16,)})
@@ -330,7 +330,7 @@ def test_boundary_variance_sends_the_batch_to_a_jump_and_without_one_chooses_as_
     separated, silhouette at most 0.5) it chooses exactly as integrated_variance does, so the noise does
     not attract runs as the seams of clusters cut through it would."""
     from pipeline.design.acquisitions.boundary_variance import separated_regimes
-    from pipeline.design.space import unit_design
+    from pipeline.ensemble.sampling import unit_design
 
     x = unit_design("sobol", 24, 2, 11)
     jump = Emulator(Outputs.of({"y": (8,)}), seed=11).fit(x, jump_across_the_diagonal(x))
@@ -386,7 +386,7 @@ CORNER = {
 @pytest.fixture(scope="module")
 def gathered() -> tuple[np.ndarray, np.ndarray]:
     """40 runs of the bistable code: 24 Sobol points and 16 gathered at its jump (as an acquisition would)."""
-    from pipeline.design.space import unit_design
+    from pipeline.ensemble.sampling import unit_design
 
     later = unit_design("sobol", 1024, 2, 3, start=24)
     columns = parameter_columns(later, CORNER)
@@ -512,7 +512,7 @@ def test_adaptive_config_errors_name_the_key():
         adaptive = {"enabled": True, "outputs": ["state"], "initial": 20, "budget": 10}
         cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "adaptive": adaptive}})
     # the acquisition's name and what it works with come from its registry: checked as the simulate step
-    # starts its rounds (pipeline.simulators.adaptive) or the online step its producers
+    # starts its rounds (pipeline.design.loop.rounds) or the online step its producers
     unknown = {**base["simulate"]["adaptive"], "acquisition": "alc"}
     config = cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "adaptive": unknown}})
     names = r"'alc' is not one of \['boundary_variance', 'breed', "
@@ -533,7 +533,7 @@ def test_a_design_made_before_the_emulator_key_keeps_its_digest_and_another_emul
     count of them, or the defaults' share and nugget, is another design."""
     import hashlib
 
-    from pipeline.simulators.adaptive import ADAPTIVE_DIGEST_KEYS, DIGEST_KEYS, design_digest
+    from pipeline.design.loop.rounds import ADAPTIVE_DIGEST_KEYS, DIGEST_KEYS, design_digest
 
     path = REPO / "config" / "presets" / "adaptive-fronts.yaml"
     simulate = cfg.validate(yaml.safe_load(path.read_text()))["simulate"]
@@ -625,7 +625,7 @@ def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
     assert all(r["acquisition"] == "initial" and np.isnan(r["uncertainty"]) for r in rows[:8])
     # each round: 2 of its 4 runs the initial Sobol design continued (space_filling_share 0.5, the default),
     # the other 2 the acquisition's
-    from pipeline.design.space import unit_design
+    from pipeline.ensemble.sampling import unit_design
 
     simulate = yaml.safe_load(path.read_text())["simulate"]  # its space's order: the config's
     continued = unit_design("sobol", 14, 2, simulate["seed"], 8, 14)
@@ -801,7 +801,7 @@ def test_a_persistent_simulator_starts_once_per_rank_across_the_rounds(tmp_path)
 
 
 def test_the_chosen_share_rises_as_breed_s_and_the_draw_depends_on_seed_and_run_alone():
-    from pipeline.online.choosing import chosen_share, takes_choice
+    from pipeline.design.loop.online import chosen_share, takes_choice
 
     shares = [chosen_share(i, 8, 40) for i in range(40)]
     assert shares[:8] == [0.0] * 8 and shares[8] == pytest.approx(0.15) and shares[39] == pytest.approx(0.75)
@@ -830,9 +830,9 @@ class FakeWorld:
 
 
 def test_the_design_queue_is_bounded_keeps_its_spacing_journals_and_a_rerun_hands_out_the_same(tmp_path):
-    from pipeline.online import messages
-    from pipeline.online.choosing import DesignQueue, chosen_share, takes_choice
-    from pipeline.simulators.ensemble import CHOSEN, CONTINUED, EnsemblePlan
+    from pipeline.design.loop.online import DesignQueue, chosen_share, takes_choice
+    from pipeline.ensemble import messages
+    from pipeline.ensemble.plan import CHOSEN, CONTINUED, EnsemblePlan
 
     adaptive = {"initial": 4, "queue": 3, "sigma": 0.05, "min_spacing": 0.001}
     settings = {

@@ -101,6 +101,7 @@ TIERS = [
     ["pipeline.formats"],
     ["pipeline.staging"],
     ["pipeline.data"],
+    ["pipeline.ensemble"],
     ["pipeline.training"],
     ["pipeline.design"],
     ["pipeline.simulators"],

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from pipeline import Sim2dlError
-from pipeline.simulators.ensemble import EnsemblePlan, check_command, placeholders
+from pipeline.ensemble.plan import EnsemblePlan, check_command, placeholders
 
 from .conftest import REPO, kill_tree, make_config, run_cli, snakemake_configfile, start_cli, write_config
 
@@ -123,10 +123,10 @@ def test_a_ranks_outcomes_go_to_an_unlinked_file_and_come_back_a_stretch_at_a_ti
     """A rank holds a chunk of outcomes, not every run it ran: rows are appended to an unlinked file (nothing
     left in the directory) and read back for rising stops, the reads crossing their own size; a chunk
     handed out below a finished one is an error, not a silently unordered table."""
-    import pipeline.simulators.ensemble as ensemble
+    import pipeline.ensemble.runs_table as runs_table
 
-    monkeypatch.setattr(ensemble, "DESIGN_BLOCK", 4)  # rows read back per file read
-    mine = ensemble.RankOutcomes(tmp_path)
+    monkeypatch.setattr(runs_table, "DESIGN_BLOCK", 4)  # rows read back per file read
+    mine = runs_table.RankOutcomes(tmp_path)
     chunks = [(0, 3), (3, 4), (10, 6), (20, 1)]  # rising, with other ranks' runs between them
     for start, count in chunks:
         mine.add(
@@ -164,7 +164,7 @@ def test_the_design_made_a_block_at_a_time_is_the_whole_design(design, monkeypat
 
     from scipy.stats import qmc
 
-    import pipeline.simulators.ensemble as ensemble
+    import pipeline.ensemble.plan as plan_module
 
     space = {
         "a": {"type": "uniform", "low": 0, "high": 1},
@@ -172,15 +172,15 @@ def test_the_design_made_a_block_at_a_time_is_the_whole_design(design, monkeypat
         "kind": {"type": "choice", "values": ["x", "y", "z"]},
     }
     settings = {"runs": 300, "design": design, "space": space, "seed": 5}
-    monkeypatch.setattr(ensemble, "DESIGN_BLOCK", 7)
+    monkeypatch.setattr(plan_module, "DESIGN_BLOCK", 7)
     blocked = EnsemblePlan.draw(settings)
     rows = blocked.rows(0, len(blocked))
     assert [r["run"] for r in blocked.rows(5, 16)] == [f"run-{i:06d}" for i in range(5, 16)]  # across blocks
     assert blocked.rows(200, 203) == rows[200:203]
-    monkeypatch.setattr(ensemble, "DESIGN_BLOCK", 65_536)
+    monkeypatch.setattr(plan_module, "DESIGN_BLOCK", 65_536)
     assert whole(EnsemblePlan.draw(settings)).to_pylist() == rows
     if design == "grid":
-        levels = ensemble.grid_levels(space, 300)
+        levels = plan_module.grid_levels(space, 300)
         assert [(r["a"], r["n"], r["kind"]) for r in rows] == list(product(*levels.values()))
         return
     at_once = {

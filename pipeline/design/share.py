@@ -19,7 +19,8 @@ from dataclasses import replace
 import numpy as np
 
 from pipeline.design.acquisitions.base import Acquisition, Choice, Context
-from pipeline.design.space import distances, unit_design
+from pipeline.design.space import distances
+from pipeline.ensemble.sampling import unit_design
 
 SPACE_FILLING = "space_filling"  # the runs table's `acquisition` of the share's runs (the control's name)
 

@@ -13,51 +13,12 @@ from typing import Any
 
 import numpy as np
 
-
-def unit_design(
-    kind: str, runs: int, dims: int, seed: int, start: int = 0, stop: int | None = None
-) -> np.ndarray:
-    """Points [start, stop) of a design of `runs` points in [0, 1)^dims, the same as those rows of the whole
-    design: random and Sobol designs jump to `start` (PCG64's advance, Sobol's fast_forward), so a block
-    costs its own points only; a Latin hypercube is one permutation per dimension of all `runs` points,
-    drawn whole."""
-    from scipy.stats import qmc
-
-    stop = runs if stop is None else stop
-    if kind == "random":
-        generator = np.random.default_rng(seed)
-        generator.bit_generator.advance(start * dims)  # one 64-bit draw per double
-        return generator.random((stop - start, dims))
-    if kind == "sobol":
-        import warnings
-
-        with warnings.catch_warnings():  # a run count that is not a power of 2 loses some balance: fine
-            warnings.simplefilter("ignore", UserWarning)
-            sobol = qmc.Sobol(dims, scramble=True, seed=seed)
-            if start:  # scipy's fast_forward(0) fails
-                sobol.fast_forward(start)
-            return sobol.random(stop - start)
-    return qmc.LatinHypercube(dims, seed=seed).random(runs)[start:stop]
-
-
-def scale(unit: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
-    """Points in [0, 1) -> values of the distribution (the search.space format)."""
-    kind = spec["type"]
-    if kind == "choice":
-        values = list(spec["values"])
-        picked = np.minimum((unit * len(values)).astype(np.int64), len(values) - 1)
-        return np.array(values, dtype=object if any(isinstance(v, str) for v in values) else None)[picked]
-    low, high = float(spec["low"]), float(spec["high"])
-    if kind == "uniform":
-        return low + unit * (high - low)
-    if kind == "log-uniform":
-        return np.exp(np.log(low) + unit * (np.log(high) - np.log(low)))
-    return np.minimum(np.floor(low + unit * (high - low + 1)), high).astype(np.int64)  # int
+from pipeline.ensemble.sampling import scale, unit_design
 
 
 def to_unit(values: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
-    """A parameter's values -> [0, 1] (the inverse of ensemble.scale; an int or a choice at its slot's
-    middle)."""
+    """A parameter's values -> [0, 1] (the inverse of pipeline.ensemble.sampling.scale; an int or a choice
+    at its slot's middle)."""
     kind = spec["type"]
     if kind == "choice":
         slots = {v: i for i, v in enumerate(spec["values"])}
@@ -79,7 +40,7 @@ def unit_points(columns: Mapping[str, np.ndarray], space: Mapping[str, Mapping[s
 
 
 def parameter_columns(unit: np.ndarray, space: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    """Points in the unit cube -> each parameter's values (ensemble.scale)."""
+    """Points in the unit cube -> each parameter's values (pipeline.ensemble.sampling.scale)."""
     return {name: scale(unit[:, i], spec) for i, (name, spec) in enumerate(space.items())}
 
 

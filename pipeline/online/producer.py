@@ -1,4 +1,4 @@
-"""The producer side of online training: the ensemble (pipeline.simulators.ensemble) run on the producer
+"""The producer side of online training: the ensemble (pipeline.ensemble) run on the producer
 ranks, with a hook that sends each run's samples to the training ranks as soon as the run completes
 (source: runs, read from the run's directory after the farm's rename marks it complete), or as each step
 of its SST stream arrives (source: stream: a thread per running run reads the stream while the simulator
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.online import messages
+from pipeline.ensemble import messages
 from pipeline.online.arrivals import Refused, RunReader, fields_of, step_samples
 from pipeline.online.stream import StreamBroken, StreamCounts, stream_steps
 

@@ -1,7 +1,7 @@
 """The training side of online training: data-parallel TensorFlow + Horovod (on the training ranks' own
 communicator) over replay buffers that the producers fill while the simulations run.
 
-Each training rank receives the samples it owns (pipeline.online.messages) between steps, without waiting,
+Each training rank receives the samples it owns (pipeline.ensemble.messages) between steps, without waiting,
 into its training buffer (pipeline.online.buffer) or, for held-out runs, its validation buffer. While the
 simulations run, a step happens when every training rank's buffer holds max(watermark, batch_size) samples
 (the training ranks agree by one small allreduce per step, so Horovod's collective steps stay in lockstep);
@@ -48,9 +48,9 @@ import numpy as np
 from pipeline import Sim2dlError
 from pipeline.data.statistics import RunningStats
 from pipeline.data.transforms import normalise, stack_component_names
-from pipeline.online import messages
+from pipeline.design.loop.online import Chooser
+from pipeline.ensemble import messages
 from pipeline.online.buffer import BufferField, ReplayBuffer
-from pipeline.online.choosing import Chooser
 from pipeline.online.producer import ProducerCounts
 from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board

@@ -332,7 +332,7 @@ def population_curves(
 def adaptive_figures(
     runs: Any, names: Sequence[str], rounds: Sequence[Mapping[str, Any]], design_path: Path, error_path: Path
 ) -> None:
-    """An adaptive design (pipeline/simulators/adaptive.py): its runs over the first two parameters,
+    """An adaptive design (pipeline/design/loop/rounds.py): its runs over the first two parameters,
     coloured by round, failed runs as crosses; and the emulator's validation error against the number of
     runs it was fitted on (each adaptive round's fit)."""
     table = runs.to_pydict()

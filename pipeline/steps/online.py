@@ -1,6 +1,6 @@
 """online: the ensemble and training at the same time, in one MPI job (train.online): the first
 `train.online.producers` ranks run the user's simulator over the design (simulate.command, the task farm
-of pipeline.simulators.ensemble, with its retries and time limits) and send each run's samples to the
+of pipeline.ensemble, with its retries and time limits) and send each run's samples to the
 other ranks, which train on them as they arrive (pipeline.online). Nothing between simulation and
 training is written to the file system: no ingest, convert, merge or stage (source: runs reads each run's
 own output files once, when the run completes; source: stream reads the simulator's ADIOS2 SST stream).
@@ -78,9 +78,9 @@ def check(
     config: Mapping[str, Any], size: int, container: Mapping[str, Any] | None = None
 ) -> tuple[Roles, dict]:
     """Every config error before any run: the roles, the simulator's command, the fields, the shapes."""
+    from pipeline.ensemble.plan import check_command
     from pipeline.online.arrivals import check as check_fields
     from pipeline.online.arrivals import held_fields
-    from pipeline.simulators.ensemble import check_command
 
     online = config["train"]["online"]
     if not config["simulate"].get("command"):
@@ -106,7 +106,7 @@ def check(
 def design_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """simulate's settings as the producers run them. With simulate.adaptive, `budget` runs (simulate.runs
     is not used) and, unless its acquisition is the space-filling control, the trainers choose where
-    (pipeline.online.choosing)."""
+    (pipeline.design.loop.online)."""
     simulate = dict(config["simulate"])
     adaptive = simulate["adaptive"]
     if not adaptive["enabled"]:
@@ -150,9 +150,9 @@ def online(
 ) -> dict[str, Any]:
     """Run the ensemble on the producer ranks and train on the others; every rank returns the training
     summary (with the ensemble's counts)."""
-    from pipeline.online.choosing import Chooser
+    from pipeline.design.loop.online import Chooser
+    from pipeline.ensemble.plan import EnsemblePlan
     from pipeline.online.training_rank import TrainingRank
-    from pipeline.simulators.ensemble import EnsemblePlan
 
     rank, size = comm.Get_rank(), comm.Get_size()
     error = None
@@ -189,9 +189,9 @@ def produce(
 ) -> dict[str, Any]:
     """A producer rank's part: the farm's runs, each run's samples sent to the training ranks (rank 0 also
     takes the trainers' choices when they choose); the ensemble's summary."""
-    from pipeline.online.choosing import DesignQueue
+    from pipeline.design.loop.online import DesignQueue
+    from pipeline.ensemble.farm import FarmHooks, run_ensemble
     from pipeline.online.producer import Producer
-    from pipeline.simulators.ensemble import FarmHooks, run_ensemble
 
     settings = config["train"]["online"]
     producer = Producer(

@@ -106,14 +106,14 @@ def simulate(
     sim_config: Mapping[str, Any], out_dir: Path, comm: Any, container: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Write samples [0, samples) across ranks, or with simulate.command run the user's simulator over
-    the design (pipeline.simulators.ensemble), chosen in rounds with simulate.adaptive
-    (pipeline.simulators.adaptive); returns the summary (also written by rank 0)."""
+    the design (pipeline.ensemble), chosen in rounds with simulate.adaptive
+    (pipeline.design.loop.rounds); returns the summary (also written by rank 0)."""
     if sim_config.get("command") and sim_config["adaptive"]["enabled"]:
-        from pipeline.simulators.adaptive import run_adaptive
+        from pipeline.design.loop.rounds import run_adaptive
 
         return run_adaptive(sim_config, out_dir, comm, container)
     if sim_config.get("command"):
-        from pipeline.simulators.ensemble import run_ensemble
+        from pipeline.ensemble.farm import run_ensemble
 
         return run_ensemble(sim_config, out_dir, comm, container)
     rank, size = comm.Get_rank(), comm.Get_size()

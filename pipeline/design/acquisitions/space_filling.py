@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.design.acquisitions.base import Acquisition, Choice, Context
-from pipeline.design.space import distances, unit_design
+from pipeline.design.space import distances
+from pipeline.ensemble.sampling import unit_design
 
 
 class SpaceFilling(Acquisition):

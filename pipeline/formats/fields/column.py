@@ -23,7 +23,7 @@ from pipeline.formats.fields.base import FileInfo, ValueSource
 from pipeline.formats.readers.base import FieldSpec, SampleError
 
 RUN_DIRECTORY = "run_directory"  # labels_table.match: the ensemble run's directory in the file's path
-RUN_NAME = re.compile(r"run-[0-9]+")  # an ensemble run's directory (pipeline.simulators.ensemble names them)
+RUN_NAME = re.compile(r"run-[0-9]+")  # an ensemble run's directory (pipeline.ensemble.plan names them)
 RUNS_TABLES = ("runs.parquet", "runs.csv")  # what an ensemble writes beside its runs (or a user, as a CSV)
 # a runs table sim2dl wrote: its schema's metadata holds its design's digest
 DESIGN_METADATA = b"sim2dl_design"

@@ -41,7 +41,7 @@ import numpy as np
 
 from pipeline.design.acquisitions.breed import bred_children, bred_share
 from pipeline.design.space import distances, min_spacing
-from pipeline.online import messages
+from pipeline.ensemble import messages
 
 
 def chosen_share(index: int, initial: int, runs: int) -> float:
@@ -56,7 +56,8 @@ def takes_choice(seed: int, index: int, share: float) -> bool:
 
 
 class DesignQueue:
-    """The producers' first rank: the farm's `choose` hook (ensemble.FarmHooks) over the trainers' choices."""
+    """The producers' first rank: the farm's `choose` hook (pipeline.ensemble.farm.FarmHooks) over the
+    trainers' choices."""
 
     def __init__(
         self, settings: Mapping[str, Any], world: Any, chooser: int, journal: Path, validation_every: int

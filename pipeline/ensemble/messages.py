@@ -6,7 +6,7 @@ in one online-training job: MPI point-to-point on the job's communicator, nothin
   timing;
 - DONE: a producer has no more runs: its per-run counts (read, refused) and its refusals' reasons;
 - HANDED: (run, point) from the producers' first rank to the first training rank as it hands a run out
-  (online choosing, pipeline.online.choosing), its point in the unit cube;
+  (online choosing, pipeline.design.loop.online), its point in the unit cube;
 - CHOICES: (points, values), the trainers' next choices, from the first training rank to the producers' first
   rank; None: no more (its last message).
 

@@ -52,24 +52,17 @@ from pipeline.design.acquisitions import ACQUISITIONS, Context, check_acquisitio
 from pipeline.design.emulator import Outputs
 from pipeline.design.regimes import make_emulator
 from pipeline.design.share import SPACE_FILLING, shared_choice
-from pipeline.design.space import candidate_pool, min_spacing, parameter_columns, unit_design, unit_points
+from pipeline.design.space import candidate_pool, min_spacing, parameter_columns, unit_points
+from pipeline.ensemble.farm import farm, run_paths
+from pipeline.ensemble.plan import DESIGN_BLOCK, SEED_MODULUS, checked_settings, column_type, run_name
+from pipeline.ensemble.runs_table import STATUSES, write_runs_table
+from pipeline.ensemble.sampling import unit_design
 from pipeline.formats.fields.column import DESIGN_METADATA
 from pipeline.formats.readers import reader_for
 from pipeline.formats.readers.base import SampleError
 from pipeline.paths import AdaptivePaths, RawPaths
 from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.run_worker import RunWorker
-from pipeline.simulators.ensemble import (
-    DESIGN_BLOCK,
-    SEED_MODULUS,
-    STATUSES,
-    checked_settings,
-    column_type,
-    farm,
-    run_name,
-    run_paths,
-    write_runs_table,
-)
 from pipeline.storage.fsutil import atomic_path, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -101,7 +94,8 @@ NETWORK_ACQUISITION = "surrogate_disagreement"  # the acquisition that reads sim
 
 @dataclass
 class RoundPlan:
-    """One round's runs as the farm takes a plan (ensemble.EnsemblePlan's interface): a table of rows."""
+    """One round's runs as the farm takes a plan (pipeline.ensemble.plan.EnsemblePlan's interface): a table
+    of rows."""
 
     table: pa.Table
     first: int
@@ -396,7 +390,8 @@ def chosen(
 
 
 def prepare(paths: AdaptivePaths, root: Path, digest: str) -> None:
-    """A design made with other settings is removed, with its runs (as ensemble.prepare_design does)."""
+    """A design made with other settings is removed, with its runs (as
+    pipeline.ensemble.runs_table.prepare_design does)."""
     first = paths.design(0)
     if not first.exists():
         return
