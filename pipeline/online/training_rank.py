@@ -39,7 +39,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +57,12 @@ from pipeline.reporting.board import Board
 from pipeline.training.baseline import StreamingFit
 from pipeline.training.checkpoints import (
     CounterCheckpoint,
-    kept_evaluation,
     packed_weights,
     restore,
     resume_key,
     save_window,
 )
-from pipeline.training.finish import Ranks, Scores, finish
+from pipeline.training.finish import Ranks, Scores
 from pipeline.training.kernel import (
     Kept,
     Window,
@@ -74,7 +73,8 @@ from pipeline.training.kernel import (
 )
 from pipeline.training.models import input_shape, spatial_dims
 from pipeline.training.optimizer import make_optimizer
-from pipeline.training.session import Model, prepare, record_start, start_horovod
+from pipeline.training.run import Trained, TrainingRun
+from pipeline.training.session import Model, prepare, start_horovod
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation, Task, TrainedModel, data_spec, make_task
@@ -385,6 +385,10 @@ class TrainingRank:
         self.state.history = restored.history
         train_step, predict = step_functions(model, optimizer, task.loss(), source.built_in is None)
         checkpoint = restored.checkpoint
+        ranks = Ranks(hvd, self.rank, self.size, device, layout[0], self.comm)
+        self.training_run = TrainingRun(
+            self.config, task, built, self.paths, ranks, "step", self.board, ONLINE_HYBRID
+        )
         return Started(
             hvd, task, model, source, optimizer, checkpoint, train_step, predict, add_channel, device
         )
@@ -396,17 +400,8 @@ class TrainingRank:
         step at all returns an error for every rank to raise."""
         session = self.start()
         steps, every = self.online["steps"], self.online["validate_every_steps"]
-        if self.rank == 0:  # what `sim2dl status` reads the run's length from
-            record_start(
-                self.paths,
-                {
-                    "unit": "step",
-                    "length": steps,
-                    "ranks": self.size,
-                    "online_steps": steps,
-                    "resume_from_step": self.state.step,
-                },
-            )
+        # what `sim2dl status` reads the run's length from
+        self.training_run.announce(steps, online_steps=steps, resume_from_step=self.state.step)
         epochs = self.settings["epochs"]
         rate = schedule(self.settings, self.size, epochs, steps / epochs)
         # train.keep's record continues a resumed run's history; train.patience counts validations
@@ -437,8 +432,11 @@ class TrainingRank:
             self.receive(block_s=0.05)
         if self.state.step == 0:
             return {"error": f"online training took no step: {self.state.stopped}"}
-        final = kept_evaluation(kept, session.model, self.paths, self.state.history, final)
-        return self.finish(session, final or self.validate(session), kept, time.perf_counter() - self.began)
+        # online training has validation runs and no test runs: its scores are on what chose the step
+        scores = self.training_run.scores(
+            kept, self.state.history, final, lambda split: self.validate(session)
+        )
+        return self.finish(session, scores, kept, time.perf_counter() - self.began)
 
     def batches(self, session: Started) -> Iterator[tuple[Any, Any]]:
         """Batches as the arrivals allow, every training rank in lockstep. While the simulations run, a step
@@ -576,22 +574,15 @@ class TrainingRank:
         mine["validation"] = self.validation_buffer.counts(self.runs)["added"]
         return {k: self.comm.allreduce(v) for k, v in mine.items()}
 
-    def finish(
-        self, session: Started, final: tuple[float, Evaluation], kept: Kept, seconds: float
-    ) -> dict[str, Any]:
-        """The training kernel's ending (pipeline.training.finish, as every mode's), with online's extras: its
-        record of the arrivals and buffers, the per-run table, and the arrival logs."""
+    def finish(self, session: Started, scores: Scores, kept: Kept, seconds: float) -> dict[str, Any]:
+        """The run's end (pipeline.training.run, as every mode's), with online's extras: its record of the
+        arrivals and buffers, the per-run table, and the arrival logs."""
         from pipeline.reporting.plots import learning_curves
 
         counts = self.counts()
         # the task again, with the frozen statistics: metrics and the figure in the labels' own units
         task = make_task(self.settings, data_spec(meta_for(self.config, self.held_fields, self.stats or {})))
-        extra: dict[str, Any] = {
-            "online": self.online_record(counts, seconds),
-            "hybrid": ONLINE_HYBRID,
-            "warm_start": self.state.warm_start,
-        }
-        extra.update(self.after_training(session, task))  # a next state's kept model, run on its own outputs
+        extra: dict[str, Any] = {"online": self.online_record(counts, seconds)}
         if self.record:  # the order samples arrived in between draws: replaying it gives the same batches
             write_arrivals(self.paths.root / f"arrivals-rank-{self.rank:05d}.npy", self.train_buffer.log)
         if self.rank == 0:
@@ -606,31 +597,14 @@ class TrainingRank:
                 write_online_runs(self.runs_table, self.paths.root, counts, produced)
             )
         model = Model(session.model, session.source, input_shape(session.source, task.model_feature_shape))
-        ranks = Ranks(
-            session.hvd,
-            self.rank,
-            self.size,
-            session.device,
-            SpatialLayout(1, self.size, self.rank),
-            self.comm,
-        )
         history = self.state.history
-        # online training has validation runs and no test runs: its scores are on what chose the step
-        summary = finish(
-            self.config,
-            task,
-            model,
-            history,
-            Scores(final),
-            self.paths,
-            ranks,
-            kept,
-            self.score_baseline(),
-            extra,
-            lambda path: learning_curves(history, task.loss_name, path, x="step") if history else None,
-            self.board,
-        )
-        return summary
+
+        def curves(path: Path) -> None:
+            if history:
+                learning_curves(history, task.loss_name, path, x="step")
+
+        trained = Trained(history, scores, kept, self.state.warm_start, extra, curves)
+        return replace(self.training_run, task=task, model=model).end(trained, OnlineEnding(self, session))
 
     def online_record(self, counts: Mapping[str, np.ndarray], seconds: float) -> dict[str, Any]:
         """summary.json's `online`: how training went (steps, why it stopped, waits, statistics, the
@@ -677,3 +651,19 @@ def _mpi(op: str) -> Any:
     from mpi4py import MPI
 
     return getattr(MPI, op)
+
+
+@dataclass
+class OnlineEnding:
+    """The end of an online run: the classical baseline fitted from the sums over every training rank's
+    training arrivals, scored on their validation buffers; the task's after-training on the validation
+    runs, whole."""
+
+    rank: TrainingRank
+    session: Started
+
+    def baseline(self, run: TrainingRun) -> dict[str, Any]:
+        return self.rank.score_baseline()
+
+    def after_training(self, run: TrainingRun) -> dict[str, Any]:
+        return self.rank.after_training(self.session, run.task)

@@ -32,11 +32,11 @@ last, so an interrupted save leaves the previous checkpoint valid); a rerun resu
 (predicted vs true, a confusion matrix, or masks), and a summary with the task's metrics on the validation
 set (R² per label; accuracy and macro-F1; IoU per class) and the model's provenance.
 
-The step is thin: set-up, the epochs, finish. What runs lives below it in pipeline/training/: the set-up
-every way of training shares (session.py), the input pipeline and each rank's files (inputs.py), the
-epochs of one model (epochs.py) over the training kernel (kernel.py), the baseline and the summary
-(finish.py), and a population (train.population: population_run.py, its rounds tournament.py, its plan
-population.py, its model transfers exchange.py).
+The step is one call: the epochs (pipeline/training/epochs.py) or a population (train.population:
+population_run.py, its rounds tournament.py, its plan population.py, its model transfers exchange.py).
+What runs lives below it in pipeline/training/: the ends every mode shares (run.py: the start's record,
+the kept model's scores, the baseline, the summary and the saved model), the set-up (session.py), the
+input pipeline and each rank's files (inputs.py) and the training kernel (kernel.py).
 
 Memory: the model (and a copy of the best epoch's weights), the input pipeline's buffers, the task's
 validation sums and the baseline's (never a value per record). Time: epochs x records / (ranks x
@@ -45,59 +45,11 @@ samples/s per rank), plus one pass for the baseline.
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.formats.metadata import load_metadata
-from pipeline.paths import TrainPaths
-from pipeline.reporting.board import Board
 from pipeline.training import devices
-from pipeline.training.after_training import after_training
-from pipeline.training.checkpoints import kept_evaluation, restore, resume_key
-from pipeline.training.classical import baseline_start, classical_baseline
-from pipeline.training.epochs import run_epochs
-from pipeline.training.finish import Ranks, Scores, finish
-from pipeline.training.inputs import input_pipeline, rank_data
-from pipeline.training.optimizer import make_optimizer
-from pipeline.training.population_run import train_population
-from pipeline.training.session import announce_start, prepare, start_horovod
-from pipeline.training.steps import evaluate, step_functions
-from pipeline.training.tasks import Evaluation
-
-log = logging.getLogger(__name__)  # to stderr (cli): stdout carries only the step's JSON summary
-
-
-def training_batches(
-    data: Any,
-    meta: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    task: Any,
-    model: Any,
-    slab: Any,
-    start_epoch: int,
-) -> Any:
-    """One pipeline for the whole run: its shuffle buffers fill once, and each pass over the data is
-    reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay)."""
-    seed = settings["seed"] * 1000 + start_epoch
-    return iter(
-        input_pipeline(
-            data.files,
-            meta,
-            settings,
-            task,
-            model.input_shape,
-            training=True,
-            shard=data.shard,
-            epoch_seed=seed,
-            fraction=data.fraction,
-            slab=slab,
-            pieces=data.pieces,
-            transforms=model.transforms,
-        )
-    )
 
 
 def train(
@@ -109,96 +61,14 @@ def train(
     baseline: bool = True,
     trial: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Set up (settings and model checked, Horovod, this rank's data), restore, run the epochs, finish.
-    baseline False: no classical baseline (search trials, which only need the validation loss); trial: a
-    search trial's {id, hyperparameters}, written beside its curves for TensorBoard's HParams dashboard."""
-    settings = config["train"]
-    devices.hide_gpus_if_cpu(settings)  # before TensorFlow is imported (start_horovod's again: idempotent)
-    if settings["population"]["enabled"]:
-        return train_population(config, merged_dir, stage_summary, out_dir, comm, baseline)
-    # imported before start_horovod sets Horovod's environment: the other order measured 18 % slower on 2
-    # ranks
-    import horovod.tensorflow as hvd
+    """One training run from the staged shards, in epochs or as a population (train.population). baseline
+    False: no classical baseline (search trials, which only need the validation loss); trial: a search
+    trial's {id, hyperparameters}, written beside its curves for TensorBoard's HParams dashboard."""
+    devices.hide_gpus_if_cpu(config["train"])  # before TensorFlow is imported (start_horovod's again)
+    if config["train"]["population"]["enabled"]:
+        from pipeline.training.population_run import train_population
 
-    meta = load_metadata(merged_dir)
-    layout, process_set = start_horovod(settings, comm)
-    task, model, device = prepare(config, meta, comm, hvd, (layout, process_set))
-    rank, size = hvd.rank(), hvd.size()
-    log.info(json.dumps({"rank": rank, "device": device}))
-    paths = TrainPaths(out_dir)
-    data = rank_data(
-        config,
-        meta,
-        merged_dir,
-        stage_summary,
-        paths,
-        comm,
-        layout,
-        samples_per_record=task.samples_per_record(),
-    )
-    model, classical, hybrid = baseline_start(config, meta, task, model, data, comm, layout.split)
-    # this rank's planes: its slab files' (merge.slabs), or cut from whole records
-    slab = layout.slab(int(model.input_shape[0])) if layout.split > 1 and data.pieces is None else None
-    keras_model = model.keras
-    optimizer = make_optimizer(settings, device["precision"])
-    key = resume_key(settings, meta["plan_digest"], model.source, "epoch")
-    restored = restore(key, paths, keras_model, optimizer, comm, "epoch", settings["warm_start"])
-    train_step, predict = step_functions(
-        keras_model,
-        optimizer,
-        task.loss(),
-        autograph=model.source.built_in is None,
-        averaged_over=model.eval_transforms,
-    )
+        return train_population(config, merged_dir, stage_summary, out_dir, comm, baseline, trial)
+    from pipeline.training.epochs import train_epochs
 
-    def validate(split: str = "validation") -> tuple[float, Evaluation]:
-        pipeline = data.evaluation_input(split, meta, settings, task, model.input_shape, slab=slab)
-        return evaluate(pipeline, task, predict, comm, counted=layout.spatial_rank == 0)
-
-    if rank == 0:
-        announce_start(
-            paths,
-            {
-                "unit": "epoch",
-                "length": settings["epochs"],
-                "ranks": size,
-                "spatial_split": layout.split,
-                "epochs": settings["epochs"],
-                "steps_per_epoch": data.steps,
-                "train_records_per_rank": data.records,
-                "resume_from_epoch": restored.done,
-                "warm_start": restored.warm_start,
-            },
-        )
-    iterator = training_batches(data, meta, settings, task, model, slab, restored.done)
-    board = Board.of(settings, paths.tensorboard / "train", rank == 0, trial)
-
-    def report(row: dict[str, Any], scored: tuple[float, Evaluation]) -> None:
-        board.row(row["epoch"], row, task.metrics(scored[1]))
-
-    history, evaluation, kept = run_epochs(
-        settings,
-        data.steps,
-        layout.groups,
-        layout.split,
-        model.keras,
-        optimizer,
-        train_step,
-        iterator,
-        validate,
-        restored,
-        paths,
-        report,
-    )
-    final = kept_evaluation(kept, keras_model, paths, history, evaluation)
-    scores = Scores(final or validate(), validate("test") if data.test_files is not None else None)
-    found = classical_baseline(
-        config, meta, task, model, data, layout, comm, asked=baseline, classical=classical
-    )
-    ranks = Ranks(hvd, rank, size, device, layout, comm)
-    extra = {
-        "hybrid": hybrid,
-        "warm_start": restored.warm_start,
-        **after_training(task, model, data, meta, settings, comm, paths.root),  # a rollout
-    }
-    return finish(config, task, model, history, scores, paths, ranks, kept, found, extra, board=board)
+    return train_epochs(config, merged_dir, stage_summary, out_dir, comm, baseline, trial)

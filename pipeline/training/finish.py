@@ -1,25 +1,17 @@
-"""How training ends: the classical baseline's scores (pipeline.training.classical; online training fits
-its own from its arrivals) set beside the network's, with a warning where the network is below them
-(`add_baseline`, every way of training), the kept model's scores on validation and test (`Scores`), and
-`finish`: the summary, the saved model, the figures and summary.json. Memory: the task's evaluation sums;
-time: the model's save.
+"""The parts of a training run's end (pipeline.training.run puts them together for every mode): the
+classical baseline's scores set beside the network's, with a warning where the network is below them
+(`add_baseline`), the kept model's scores on validation and test (`Scores`), where this rank stands
+(`Ranks`), the configured length in the run's unit, and the model to save (`whole_model`: unsplit, as the
+task exports it). Memory: the task's evaluation sums; time: the unsplit model's build.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from pipeline.paths import TrainPaths
-from pipeline.reporting.board import Board
-from pipeline.storage.fsutil import write_json_atomic
-from pipeline.training.checkpoints import save_model_weights
-from pipeline.training.checksum import weights_checksum
-from pipeline.training.kernel import Kept
 from pipeline.training.models import build_model
 from pipeline.training.session import Model
 from pipeline.training.spatial.layout import SpatialLayout
@@ -120,64 +112,3 @@ class Ranks:
     device: dict[str, Any]
     layout: SpatialLayout
     comm: Any  # the job's ranks (a population's trainers each run Horovod on their own)
-
-
-def finish(
-    config: Mapping[str, Any],
-    task: Task,
-    model: Model,
-    history: Sequence[Mapping[str, Any]],
-    scores: Scores,
-    paths: TrainPaths,
-    ranks: Ranks,
-    kept: Kept,
-    baseline: Mapping[str, Any],
-    extra: Mapping[str, Any] | None = None,
-    curves: Callable[[Path], None] | None = None,
-    board: Board | None = None,
-) -> dict[str, Any]:
-    """The summary of the final evaluation (the task's metrics, with a check that every rank holds the same
-    weights, the device each rank used and where the model's code came from), and on rank 0 the model, the
-    figures and summary.json. extra: more of the summary; curves: draws the learning curves' figure
-    (default: the history's); board: the run's TensorBoard writer, given the test scores and the baseline's
-    lines over the run (Board.finished) and closed."""
-    settings = config["train"]
-    hvd, rank, size = ranks.hvd, ranks.rank, ranks.size
-    _, result = scores.headline
-    summary = {
-        "task": task.name,
-        # the configured length, in the kept record's unit (a population's rounds, online steps; epochs are
-        # then spread over them or unused)
-        f"{kept.unit}s": configured_length(settings, kept.unit),
-        "ranks": size,
-        "spatial": {"split": ranks.layout.split, "groups": ranks.layout.groups},
-        "kept": kept.summary(history),
-        **scores.summary(task),
-        "model": model.source.provenance(),
-        "weights_checksum": weights_checksum(model.keras),
-        "settings": dict(settings),  # what was trained (with search.enabled: the search's best merged in)
-    }
-    # what a classical estimator learns from the same split (pipeline.training.baseline), and where the
-    # network does worse
-    summary.update(extra or {})
-    add_baseline(summary, task, baseline, warn=rank == 0)
-    all_checksums = ranks.comm.allgather(summary["weights_checksum"])
-    summary["weights_identical_across_ranks"] = len(set(all_checksums)) == 1
-    summary["hosts"] = ranks.comm.allgather(socket.gethostname())  # per rank: where it trained
-    summary["devices"] = ranks.comm.allgather(ranks.device)  # per rank: on what
-    if rank == 0:
-        whole_model(config, task, model).save(str(paths.model))
-        save_model_weights(paths.kept_weights, model.keras)  # what a later run warm-starts from
-        from pipeline.reporting.plots import learning_curves
-
-        if curves is None:
-            learning_curves(history, task.loss_name, paths.learning_curves)
-        else:
-            curves(paths.learning_curves)
-        task.figure(result, paths.scores_figure, baseline)
-        write_json_atomic(paths.summary, summary)
-    if board is not None:
-        test = task.metrics(scores.test[1]) if scores.test else None
-        board.finished(history, kept.unit, test, baseline, task.scores, summary["val_loss"])
-    hvd.join()
-    return summary

@@ -1,7 +1,7 @@
 """A population's training from staged shards (train.population, LBANN's LTFB): the settings checked
 against the job and the data, a Horovod world per trainer (hvd.init on the trainer's communicator: its
 ranks, consecutive), each trainer's model from its own seed, the rounds (pipeline.training.tournament),
-then the kept model finished as one trainer's would be (pipeline.training.finish: the baseline on the same
+then the run's end on the kept model as every mode's (pipeline.training.run: the baseline on the same
 split, the summary with the population's record). Memory and time: see pipeline.training.tournament.
 """
 
@@ -22,15 +22,15 @@ from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import topology
-from pipeline.training.after_training import after_training
 from pipeline.training.checkpoints import resume_key
-from pipeline.training.classical import baseline_start, classical_baseline
-from pipeline.training.finish import Ranks, Scores, finish
+from pipeline.training.classical import baseline_start
+from pipeline.training.finish import Ranks, Scores
 from pipeline.training.inputs import rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
 from pipeline.training.population import check as check_population
-from pipeline.training.session import Model, announce_start, prepare, start_horovod
+from pipeline.training.run import StagedEnding, Trained, TrainingRun
+from pipeline.training.session import Model, prepare, start_horovod
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tasks import Task, data_spec, make_task
 from pipeline.training.tournament import Trainer, run_rounds
@@ -41,12 +41,19 @@ INIT_SEED_STEP = 7919  # trainer t's model starts from weights drawn with train.
 
 
 def train_population(
-    config: Mapping[str, Any], merged_dir: Path, stage_summary: Path, out_dir: Path, comm: Any, baseline: bool
+    config: Mapping[str, Any],
+    merged_dir: Path,
+    stage_summary: Path,
+    out_dir: Path,
+    comm: Any,
+    baseline: bool = True,
+    trial: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """train.population: the settings checked against the job and the data (before any is read), a Horovod
     world per trainer (hvd.init on the trainer's communicator: its ranks, consecutive), each trainer's
-    model from its own seed, the rounds (pipeline.training.tournament), then the kept model finished as
-    one trainer's would be (the baseline on the same split, the summary with the population's record)."""
+    model from its own seed, the rounds (pipeline.training.tournament), then the run's end on the kept
+    model (pipeline.training.run: the baseline on the same split, the summary with the population's
+    record)."""
     import horovod.tensorflow as hvd  # as the train step does, before Horovod's environment is set
 
     settings = config["train"]
@@ -57,6 +64,7 @@ def train_population(
     log.info(json.dumps({"rank": rank, "trainer": number, "device": device}))
     paths = TrainPaths(out_dir)
     layout = SpatialLayout(1, size, rank)  # the ranks of a node share out its files: trainers read apart
+    per_record = task.samples_per_record()
     data = rank_data(
         config,
         meta,
@@ -66,25 +74,22 @@ def train_population(
         comm,
         layout,
         disjoint=True,
-        samples_per_record=task.samples_per_record(),
+        samples_per_record=per_record,
     )
     # one fit: every trainer's
     model, classical, hybrid = baseline_start(own, meta, task, model, data, comm, 1)
+    board = Board.of(settings, paths.tensorboard / "population", rank == 0, trial)
+    ranks = Ranks(hvd, rank, size, device, layout, comm)
+    run = TrainingRun(config, task, model, paths, ranks, "round", board, hybrid)
+    run.announce(
+        population.rounds,
+        trainers=population.trainers,
+        ranks_per_trainer=population.ranks_per_trainer,
+        rounds=population.rounds,
+        steps_per_round=population.steps_per_round,
+        train_records_per_rank=data.records,
+    )
     trainer = Trainer(comm, trainer_comm, population)
-    if rank == 0:
-        announce_start(
-            paths,
-            {
-                "unit": "round",
-                "length": population.rounds,
-                "ranks": size,
-                "trainers": population.trainers,
-                "ranks_per_trainer": population.ranks_per_trainer,
-                "rounds": population.rounds,
-                "steps_per_round": population.steps_per_round,
-                "train_records_per_rank": data.records,
-            },
-        )
     key = resume_key(settings, meta["plan_digest"], model.source, "round")
     outcome = run_rounds(
         config,
@@ -98,41 +103,19 @@ def train_population(
         model.source.built_in is None,
         lambda: make_optimizer(settings, device["precision"]),
     )
-    found = classical_baseline(
-        config, meta, task, model, data, layout, comm, asked=baseline, classical=classical
-    )
-    kept = outcome.kept
+    assert outcome.evaluation is not None
     record = population_record(population, settings, outcome, data, comm)
 
     def curves(path: Path) -> None:
         from pipeline.reporting.plots import population_curves
 
-        population_curves(outcome.state.rounds, kept.details, task.loss_name, path)
+        population_curves(outcome.state.rounds, outcome.kept.details, task.loss_name, path)
 
-    ranks = Ranks(hvd, rank, size, device, layout, comm)
-    assert outcome.evaluation is not None
-    # the kept model's scores, the baseline
-    board = Board.of(settings, paths.tensorboard / "population", rank == 0)
-    extra = {
-        "population": record,
-        "hybrid": hybrid,
-        "warm_start": outcome.warm_start,
-        **after_training(task, model, data, meta, settings, comm, paths.root),
-    }
-    return finish(
-        config,
-        task,
-        model,
-        outcome.history,
-        Scores(outcome.evaluation, outcome.test),
-        paths,
-        ranks,
-        kept,
-        found,
-        extra,
-        curves,
-        board,
+    scores = Scores(outcome.evaluation, outcome.test)
+    trained = Trained(
+        outcome.history, scores, outcome.kept, outcome.warm_start, {"population": record}, curves
     )
+    return run.end(trained, StagedEnding(meta, data, classical, asked=baseline))
 
 
 def trainer_model(

@@ -1,0 +1,193 @@
+"""One training run, whatever its mode: the ends every mode shares, written once.
+
+A mode trains a model in its own windows: epochs over staged shards (pipeline.training.epochs), a
+population's rounds (pipeline.training.population_run) or online steps as the runs arrive
+(pipeline.online.training_rank). Around that loop, every run does the same things:
+- `TrainingRun.announce`: the start, in the log and in train/attempts.jsonl (its unit and length, which
+  `sim2dl status` reads);
+- `TrainingRun.scores`: the kept model's scores (train.keep's weights restored, validation and test);
+- `TrainingRun.end`: the classical baseline and the task's after-training on the mode's data (an `Ending`:
+  staged shards, or online's buffers), then the summary, the saved model, the figures, summary.json and
+  TensorBoard's last lines.
+
+A mode gives the end what it trained (`Trained`): its history, scores, train.keep's record, its own part
+of the summary and its learning curves. Memory: the task's evaluation sums; time: the model's save and the
+baseline's pass.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pipeline.paths import TrainPaths
+from pipeline.reporting.board import Board
+from pipeline.storage.fsutil import write_json_atomic
+from pipeline.training.after_training import after_training
+from pipeline.training.checkpoints import kept_evaluation, save_model_weights
+from pipeline.training.checksum import weights_checksum
+from pipeline.training.classical import Classical, classical_baseline
+from pipeline.training.finish import Ranks, Scores, add_baseline, configured_length, whole_model
+from pipeline.training.inputs import RankData
+from pipeline.training.kernel import Kept
+from pipeline.training.session import Model, record_start
+from pipeline.training.tasks import Evaluation, Task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Trained:
+    """What a mode's loop gives the run's end: the history (a row per window), the kept model's scores,
+    train.keep's record, whether it started from another run's weights, the mode's own part of the summary,
+    and its learning curves' figure (None: the history's, by epoch)."""
+
+    history: Sequence[Mapping[str, Any]]
+    scores: Scores
+    kept: Kept
+    warm_start: Any
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    curves: Callable[[Path], None] | None = None
+
+
+class Ending(Protocol):
+    """The data a run ends on: the classical baseline's record and the task's after-training entries."""
+
+    def baseline(self, run: TrainingRun) -> dict[str, Any]: ...
+
+    def after_training(self, run: TrainingRun) -> dict[str, Any]: ...
+
+
+@dataclass
+class TrainingRun:
+    """One training run: its config, task and model, where it writes, where this rank stands, the unit of
+    its windows (epoch, round, step), its TensorBoard writer and how its model meets the physics
+    (train.hybrid's record)."""
+
+    config: Mapping[str, Any]
+    task: Task
+    model: Model
+    paths: TrainPaths
+    ranks: Ranks
+    unit: str
+    board: Board
+    hybrid: Any = None
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self.config["train"]
+
+    def announce(self, length: int, **record: Any) -> None:
+        """The start of training (with its Slurm job) in the log and in train/attempts.jsonl, on rank 0: the
+        unit, the length (how many), the ranks and the mode's own record."""
+        if self.ranks.rank != 0:
+            return
+        start = {"unit": self.unit, "length": length, "ranks": self.ranks.size, **record}
+        start["slurm_job"] = os.environ.get("SLURM_JOB_ID")
+        log.info(json.dumps({"train": start}))
+        record_start(self.paths, start)
+
+    def scores(
+        self,
+        kept: Kept,
+        history: Sequence[Mapping[str, Any]],
+        last: tuple[float, Evaluation] | None,
+        validate: Callable[[str], tuple[float, Evaluation]],
+        test: bool = False,
+    ) -> Scores:
+        """The kept model's scores: train.keep's weights restored (its evaluation, else the last one, else
+        a fresh validation) and, with a test split, the test's."""
+        final = kept_evaluation(kept, self.model.keras, self.paths, history, last)
+        return Scores(final or validate("validation"), validate("test") if test else None)
+
+    def end(self, trained: Trained, ending: Ending) -> dict[str, Any]:
+        """The classical baseline and the task's after-training on the ending's data, the summary (with a
+        check that every rank holds the same weights, each rank's host and device), and on rank 0 the
+        model, its weights (what a later run warm-starts from), the figures and summary.json; TensorBoard
+        gets the test scores and the baseline's lines over the run."""
+        baseline = ending.baseline(self)
+        extra = {**trained.extra, "hybrid": self.hybrid, "warm_start": trained.warm_start}
+        extra.update(ending.after_training(self))  # a next state's rollout
+        summary = self.summary(trained, extra, baseline)
+        if self.ranks.rank == 0:
+            self.save(trained, summary, baseline)
+        test = self.task.metrics(trained.scores.test[1]) if trained.scores.test else None
+        self.board.finished(trained.history, self.unit, test, baseline, self.task.scores, summary["val_loss"])
+        self.ranks.hvd.join()
+        return summary
+
+    def summary(
+        self, trained: Trained, extra: Mapping[str, Any], baseline: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """summary.json: the task's metrics on the kept model, the run's shape and provenance, the mode's
+        extras and the baseline beside them (a warning where the network is below it)."""
+        summary = {
+            "task": self.task.name,
+            # the configured length, in the kept record's unit (a population's rounds, online steps; epochs
+            # are then spread over them or unused)
+            f"{trained.kept.unit}s": configured_length(self.settings, trained.kept.unit),
+            "ranks": self.ranks.size,
+            "spatial": {"split": self.ranks.layout.split, "groups": self.ranks.layout.groups},
+            "kept": trained.kept.summary(trained.history),
+            **trained.scores.summary(self.task),
+            "model": self.model.source.provenance(),
+            "weights_checksum": weights_checksum(self.model.keras),
+            "settings": dict(self.settings),  # what was trained (a search's best merged in)
+            **extra,
+        }
+        add_baseline(summary, self.task, baseline, warn=self.ranks.rank == 0)
+        comm = self.ranks.comm
+        summary["weights_identical_across_ranks"] = len(set(comm.allgather(summary["weights_checksum"]))) == 1
+        summary["hosts"] = comm.allgather(socket.gethostname())  # per rank: where it trained
+        summary["devices"] = comm.allgather(self.ranks.device)  # per rank: on what
+        return summary
+
+    def save(self, trained: Trained, summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> None:
+        """Rank 0: the model (whole, as the task exports it), the kept weights, the learning curves, the
+        task's figure and summary.json (last: its presence says the run is done)."""
+        from pipeline.reporting.plots import learning_curves
+
+        whole_model(self.config, self.task, self.model).save(str(self.paths.model))
+        save_model_weights(self.paths.kept_weights, self.model.keras)
+        if trained.curves is None:
+            learning_curves(trained.history, self.task.loss_name, self.paths.learning_curves)
+        else:
+            trained.curves(self.paths.learning_curves)
+        self.task.figure(trained.scores.headline[1], self.paths.scores_figure, baseline)
+        write_json_atomic(self.paths.summary, summary)
+
+
+@dataclass
+class StagedEnding:
+    """The end of a run on staged shards (the epochs, a population): the classical baseline scored from its
+    fit before training (`classical`), else fitted now (none when not `asked`: a search trial); the task's
+    after-training on the test split, else the validation split."""
+
+    meta: Mapping[str, Any]
+    data: RankData
+    classical: Classical | None
+    asked: bool = True
+
+    def baseline(self, run: TrainingRun) -> dict[str, Any]:
+        return classical_baseline(
+            run.config,
+            self.meta,
+            run.task,
+            run.model,
+            self.data,
+            run.ranks.layout,
+            run.ranks.comm,
+            asked=self.asked,
+            classical=self.classical,
+        )
+
+    def after_training(self, run: TrainingRun) -> dict[str, Any]:
+        return after_training(
+            run.task, run.model, self.data, self.meta, run.settings, run.ranks.comm, run.paths.root
+        )
