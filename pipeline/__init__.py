@@ -47,8 +47,9 @@ package holds the tiers' config checks); cli.py.
                     training: kernel.py (the step loop, schedule, history rows, keep-best every way
                     drives), checkpoints.py (what every way leaves to resume from: resume key,
                     checkpoint, history, kept weights), session.py (set-up, Horovod's start), inputs.py
-                    (each rank's records as tf.data), epochs.py (offline epochs), finish.py (baseline,
-                    summary, saved model), population_run.py, tournament.py, population.py and
+                    (each rank's records as tf.data), run.py (one training run's ends, every mode's:
+                    the start's record, the baseline, the summary, the saved model), epochs.py (offline
+                    epochs), population_run.py, tournament.py, population.py and
                     exchange.py (train.population), steps.py (the compiled step), optimizer.py
     online/         online training (train.online): producer.py (the ensemble's ranks sending samples),
                     arrivals.py (reading a run's files or stream steps), stream.py (ADIOS2 SST),

@@ -353,3 +353,32 @@ def test_no_module_outside_the_tasks_reads_one_tasks_flags_beyond_those_left() -
     planted = "def f(session):\n    if session.task.rolled_out:\n        return 1\n"
     assert flag_reads(planted, flags, "planted.py") == ["planted.py:2 reads task.rolled_out"]
     print(f"reads of one task's flags outside tasks/: {sum(counts.values())}")
+
+
+# Modules outside pipeline/training/tasks/ that call a Task hook (task.HOOK or X.task.HOOK): 18 at 8bf72ac,
+# 17 once the ends of a training run were written once (pipeline/training/run.py, which absorbed finish.py).
+# A new capability that needs another module to call the task raises this: make it a hook one of these calls.
+TASK_HOOK_CALLERS = 17
+
+
+def test_the_modules_that_call_task_hooks_do_not_grow() -> None:
+    """How far a task reaches into the pipeline: the modules outside pipeline/training/tasks/ that call a
+    method or property of Task on a task object, counted from the source, at most TASK_HOOK_CALLERS."""
+    base = ast.parse((PACKAGE / "training" / "tasks" / "base.py").read_text())
+    [task_class] = [n for n in base.body if isinstance(n, ast.ClassDef) and n.name == "Task"]
+    hooks = {n.name for n in task_class.body if isinstance(n, ast.FunctionDef)}
+
+    def on_a_task(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "task") or (
+            isinstance(node, ast.Attribute) and node.attr == "task"
+        )
+
+    callers = {
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if "training/tasks" not in path.as_posix()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in hooks and on_a_task(node.value)
+    }
+    assert "training/run.py" in callers and "training/epochs.py" in callers  # the count sees real calls
+    assert len(callers) <= TASK_HOOK_CALLERS, f"{len(callers)} modules call task hooks: {sorted(callers)}"

@@ -62,7 +62,6 @@ from pipeline.training.checkpoints import (
     resume_key,
     save_window,
 )
-from pipeline.training.finish import Ranks, Scores
 from pipeline.training.kernel import (
     Kept,
     Window,
@@ -73,7 +72,7 @@ from pipeline.training.kernel import (
 )
 from pipeline.training.models import input_shape, spatial_dims
 from pipeline.training.optimizer import make_optimizer
-from pipeline.training.run import Trained, TrainingRun
+from pipeline.training.run import Ranks, Scores, Trained, TrainingRun
 from pipeline.training.session import Model, prepare, start_horovod
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.steps import evaluate, step_functions

@@ -24,11 +24,10 @@ from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.training.checkpoints import Restored, packed_weights, restore, resume_key, save_window
 from pipeline.training.classical import baseline_start
-from pipeline.training.finish import Ranks
 from pipeline.training.inputs import RankData, input_pipeline, rank_data
 from pipeline.training.kernel import Kept, average_unlearned_state, run_steps, schedule, window_row
 from pipeline.training.optimizer import make_optimizer
-from pipeline.training.run import StagedEnding, Trained, TrainingRun
+from pipeline.training.run import Ranks, StagedEnding, Trained, TrainingRun
 from pipeline.training.session import prepare, start_horovod
 from pipeline.training.steps import evaluate, step_functions
 from pipeline.training.tasks import Evaluation

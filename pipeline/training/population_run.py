@@ -24,12 +24,11 @@ from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import topology
 from pipeline.training.checkpoints import resume_key
 from pipeline.training.classical import baseline_start
-from pipeline.training.finish import Ranks, Scores
 from pipeline.training.inputs import rank_data
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population
 from pipeline.training.population import check as check_population
-from pipeline.training.run import StagedEnding, Trained, TrainingRun
+from pipeline.training.run import Ranks, Scores, StagedEnding, Trained, TrainingRun
 from pipeline.training.session import Model, prepare, start_horovod
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tasks import Task, data_spec, make_task

@@ -28,9 +28,6 @@ output shape), and its file and checksum are recorded (`ModelSource`). Memory an
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +48,7 @@ from pipeline.training.models import (
     unet2d,
 )
 from pipeline.training.models.base import ARGS, ModelError
+from pipeline.training.user_code import UserCode, locate
 
 BUILT_IN: dict[str, ModuleType] = {
     m.NAME: m for m in (cosmoflow, sequence, unet2d, dense, decoder, fno, fno3d, fno1d, autoencoder)
@@ -75,74 +73,50 @@ def propose(shape: tuple[int | None, ...] | None, plane: bool = False) -> tuple[
 
 @dataclass(frozen=True)
 class ModelSource:
-    """Where train.model's builder comes from: a built-in module, or a user's file and function."""
+    """Where train.model's code comes from: a built-in module, or the user's (pipeline.training.user_code)."""
 
     name: str  # train.model as written
     built_in: ModuleType | None
-    file: Path | None = None
-    module: str | None = None  # 'package.module' form
-    function: str = "build"
+    code: UserCode | None = None
+
+    @property
+    def file(self) -> Path | None:
+        return self.code.file if self.code else None
+
+    @property
+    def function(self) -> str:
+        return self.code.name if self.code else "build"
 
     @property
     def where(self) -> str:
-        return f"{self.file}:{self.function}" if self.file else self.name
+        return self.code.where if self.code else self.name
 
     def provenance(self) -> dict[str, Any]:
-        if self.built_in is not None:
+        if self.code is None:
             return {"model": self.name, "built_in": True}
         return {
             "model": self.name,
             "built_in": False,
-            "file": str(self.file),
-            "function": self.function,
-            "checksum": file_checksum(self.file),
+            "file": str(self.code.file),
+            "function": self.code.name,
+            "checksum": file_checksum(self.code.file),
         }
 
     def builder(self) -> Any:
         """The user's function (importing its file or module)."""
-        try:
-            if self.module is not None:
-                module = importlib.import_module(self.module)
-            else:
-                spec = importlib.util.spec_from_file_location(
-                    f"sim2dl_user_model_{self.file.stem}", self.file
-                )
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[spec.name] = module
-                spec.loader.exec_module(module)
-        except Exception as e:
-            problem = f"{type(e).__name__}: {e}"
-            raise Sim2dlError(f"config key 'train.model': importing {self.where} failed: {problem}") from e
-        function = getattr(module, self.function, None)
-        if not callable(function):
-            raise Sim2dlError(
-                f"config key 'train.model': {self.file or self.module} has no function '{self.function}'"
-            )
-        return function
+        assert self.code is not None
+        return self.code.load("sim2dl_user_model", "function")
 
 
 def model_source(name: str) -> ModelSource:
     """train.model resolved: a built-in, a file 'path.py:function' or a module 'package.module:function'."""
     if name in BUILT_IN:
         return ModelSource(name, BUILT_IN[name])
-    target, colon, function = name.rpartition(":")
-    if not colon or not target or not function.isidentifier():
-        raise Sim2dlError(
-            f"config key 'train.model': unknown model '{name}' (a built-in: {sorted(BUILT_IN)}, or your own "
-            "as 'path/to/file.py:function' or 'package.module:function')"
-        )
-    if target.endswith(".py") or "/" in target:
-        file = Path(target).resolve()
-        if not file.is_file():
-            raise Sim2dlError(f"config key 'train.model': model file {target} not found (from {Path.cwd()})")
-        return ModelSource(name, None, file=file, function=function)
-    try:
-        spec = importlib.util.find_spec(target)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.origin:
-        raise Sim2dlError(f"config key 'train.model': module '{target}' not found (is it on PYTHONPATH?)")
-    return ModelSource(name, None, file=Path(spec.origin), module=target, function=function)
+    unknown = (
+        f"unknown model '{name}' (a built-in: {sorted(BUILT_IN)}, or your own as 'path/to/file.py:function' "
+        "or 'package.module:function')"
+    )
+    return ModelSource(name, None, locate(name, "train.model", unknown))
 
 
 def input_shape(source: ModelSource, feature_shape: Sequence[int | None]) -> tuple[int | None, ...]:
@@ -194,7 +168,7 @@ def build_model(
             )
         shape = dict(task.data.feature_shapes)
     if module is not None:
-        if task.name not in module.TASKS:
+        if task.name not in module.TASKS and source.name not in task.built_in_models:
             raise Sim2dlError(
                 f"config key 'train.model': model '{source.name}' does not do {task.name} (it does "
                 f"{', '.join(module.TASKS)}; built-ins for {task.name}: "

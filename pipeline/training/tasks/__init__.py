@@ -26,13 +26,16 @@ defaults: a record is one sample, a label per sample), not a flag one task sets 
 No module outside this folder branches on a task's name or its scores, nor reads an attribute only one task
 has (tests/test_architecture.py holds both; the reads left: its FLAG_READS_LEFT).
 
-Adding a task: a module with a Task subclass, registered in TASKS, its name in the schema's train.task, and
-in the TASKS of each built-in model that does it.
+Adding a task: a module with a Task subclass, registered in TASKS, and its name in the TASKS of each
+built-in model that does it. Your own task needs no change here: train.task 'path/to/file.py:Class' or
+'package.module:Class' names a Task subclass (its `name`, its `built_in_models`), loaded at run time
+(`task_class`; tests/test_plugin_task.py trains one offline, as a population and online).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from pipeline import Sim2dlError
@@ -48,7 +51,17 @@ TASKS: dict[str, type[Task]] = {
     t.name: t for t in (Regression, Classification, Segmentation, Surrogate, NextState, Autoencoder)
 }
 
-__all__ = ["TASKS", "DataSpec", "Evaluation", "Task", "TrainedModel", "data_spec", "make_task", "task_for"]
+__all__ = [
+    "TASKS",
+    "DataSpec",
+    "Evaluation",
+    "Task",
+    "TrainedModel",
+    "data_spec",
+    "make_task",
+    "task_class",
+    "task_for",
+]
 
 
 def task_for(kind: str) -> str:
@@ -60,12 +73,30 @@ def task_for(kind: str) -> str:
     return takers[0]
 
 
-def make_task(settings: Mapping[str, Any], data: DataSpec) -> Task:
-    name = settings.get("task", "regression")
-    if name not in TASKS:
-        raise Sim2dlError(f"config key 'train.task': unknown task '{name}' (choose one of {sorted(TASKS)})")
-    if TASKS[name].needs_labels and not data.labels:
+@cache
+def task_class(name: str) -> type[Task]:
+    """train.task resolved: a built-in's class, or your own Task subclass ('path/to/file.py:Class',
+    'package.module:Class'), its module imported once per process."""
+    from pipeline.training.user_code import locate
+
+    if name in TASKS:
+        return TASKS[name]
+    unknown = (
+        f"unknown task '{name}' (choose one of {sorted(TASKS)}, or your own Task subclass as "
+        "'path/to/file.py:Class' or 'package.module:Class')"
+    )
+    found = locate(name, "train.task", unknown).load("sim2dl_user_task", "class")
+    if not (isinstance(found, type) and issubclass(found, Task)) or not found.name:
         raise Sim2dlError(
-            f"config key 'convert.labels': task '{name}' needs at least one label field (have none)"
+            f"config key 'train.task': {name} is not a subclass of pipeline.training.tasks.Task with a name"
         )
-    return TASKS[name](settings, data)
+    return found
+
+
+def make_task(settings: Mapping[str, Any], data: DataSpec) -> Task:
+    chosen = task_class(settings.get("task", "regression"))
+    if chosen.needs_labels and not data.labels:
+        raise Sim2dlError(
+            f"config key 'convert.labels': task '{chosen.name}' needs at least one label field (have none)"
+        )
+    return chosen(settings, data)

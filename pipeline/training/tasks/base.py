@@ -148,6 +148,9 @@ class Task:
     # ensemble's runs with the runs table sim2dl wrote: parameters in, outputs out), `trajectory`
     # (a record is a run's states over time); a kind is one task's (tasks.task_for)
     proposed_for: tuple[str, ...] = ()
+    # the built-in models this task can train, beside those whose TASKS name it (a task of your own, which
+    # no built-in's TASKS can name; its own model: train.model 'path/to/file.py:function')
+    built_in_models: tuple[str, ...] = ()
     # the classical baseline (pipeline.training.baseline): what it fits to the statistics
 
     def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:
