@@ -71,7 +71,7 @@ def main() -> None:
     work, *dims, samples = sys.argv[1], *map(int, sys.argv[2:])
     from pipeline import config as cfg
     from pipeline.formats.slabs import slabs_read
-    from pipeline.training.inputs import input_pipeline
+    from pipeline.training.inputs import Read, Records, input_pipeline
     from pipeline.training.session import check_settings
     from pipeline.training.spatial.layout import SpatialLayout
 
@@ -89,19 +89,8 @@ def main() -> None:
         cold = drop_caches() and cold
         before, start = rchar(), time.perf_counter()
         planes = 0
-        for x, _ in input_pipeline(
-            files,
-            meta,
-            settings,
-            task,
-            (*dims[:3], dims[3]),
-            training=False,
-            shard=None,
-            epoch_seed=0,
-            fraction=None,
-            slab=slab,
-            pieces=pieces,
-        ):
+        records = Records(meta, settings, task, (*dims[:3], dims[3]))
+        for x, _ in input_pipeline(files, records, Read(False, None, 0, None, slab=slab, pieces=pieces)):
             planes += int(x.shape[0]) * int(x.shape[1])
         return {"seconds": time.perf_counter() - start, "bytes_read": rchar() - before, "planes": planes}
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.training.inputs import RankData
+from pipeline.training.inputs import RankData, Records
 from pipeline.training.session import Model
 from pipeline.training.tasks import Task, TrainedModel
 
@@ -31,7 +31,7 @@ def after_training(
     split = "test" if data.test_files is not None else "validation"
 
     def records() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        batches = data.evaluation_input(split, meta, settings, task, model.input_shape, whole=True)
+        batches = data.evaluation_input(split, Records(meta, settings, task, model.input_shape), whole=True)
         return ((x.numpy(), y.numpy(), ids.numpy()) for x, y, ids in batches)
 
     return task.after_training(TrainedModel(model.keras, records, comm, split, out))

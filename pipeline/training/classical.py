@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.training.baseline import StreamingFit
-from pipeline.training.inputs import RankData, input_pipeline
+from pipeline.training.inputs import RankData, Read, Records, input_pipeline
 from pipeline.training.models import built_in_args, spatial_dims
 from pipeline.training.models.hybrid import FittedBaseline, build_hybrid, hybrid_mode
 from pipeline.training.session import Model
@@ -106,19 +106,9 @@ def fit_classical(
     start = time.perf_counter()
     shape = [1 if n is None else n for n in model.input_shape]
     fitting = StreamingFit(task, shape, spatial_dims(model.source, model.input_shape))
-    training = input_pipeline(
-        data.files,
-        meta,
-        config["train"],
-        task,
-        model.input_shape,
-        training=False,
-        shard=data.shard,
-        epoch_seed=0,
-        fraction=data.fraction,
-        pieces=data.pieces,
-        holdout=False,
-    )
+    records = Records(meta, config["train"], task, model.input_shape)
+    read = Read(False, data.shard, 0, data.fraction, pieces=data.pieces, holdout=False)
+    training = input_pipeline(data.files, records, read)
     for x, y in arrays(training, task.data.feature):
         fitting.add(x, y)
     predict, fitted = fitting.fit(lambda sums: [comm.allreduce(a) for a in sums])
@@ -142,7 +132,7 @@ def score_classical(
         return Evaluation.combine(comm.allgather(evaluation), task.max_examples)
 
     def records(split: str) -> Any:
-        pipeline = data.evaluation_input(split, meta, config["train"], task, model.input_shape)
+        pipeline = data.evaluation_input(split, Records(meta, config["train"], task, model.input_shape))
         return arrays(pipeline, task.data.feature)
 
     splits = ["test", "validation"] if data.test_files is not None else ["validation"]

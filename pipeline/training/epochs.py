@@ -24,7 +24,7 @@ from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.training.checkpoints import Restored, packed_weights, restore, resume_key, save_window
 from pipeline.training.classical import baseline_start
-from pipeline.training.inputs import RankData, input_pipeline, rank_data
+from pipeline.training.inputs import RankData, Read, Records, input_pipeline, rank_data
 from pipeline.training.kernel import Kept, average_unlearned_state, run_steps, schedule, window_row
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.run import Ranks, StagedEnding, Trained, TrainingRun
@@ -105,9 +105,8 @@ class Epochs:
 
     def validate(self, split: str = "validation") -> tuple[float, Evaluation]:
         run = self.run
-        pipeline = self.data.evaluation_input(
-            split, self.meta, run.settings, run.task, run.model.input_shape, slab=self.slab
-        )
+        records = Records(self.meta, run.settings, run.task, run.model.input_shape)
+        pipeline = self.data.evaluation_input(split, records, slab=self.slab)
         return evaluate(
             pipeline, run.task, self.predict, run.ranks.comm, counted=run.ranks.layout.spatial_rank == 0
         )
@@ -117,22 +116,9 @@ class Epochs:
         reshuffled from the seed (the seed includes the start epoch, so a resumed run does not replay)."""
         run, data = self.run, self.data
         seed = run.settings["seed"] * 1000 + self.restored.done
-        return iter(
-            input_pipeline(
-                data.files,
-                self.meta,
-                run.settings,
-                run.task,
-                run.model.input_shape,
-                training=True,
-                shard=data.shard,
-                epoch_seed=seed,
-                fraction=data.fraction,
-                slab=self.slab,
-                pieces=data.pieces,
-                transforms=run.model.transforms,
-            )
-        )
+        records = Records(self.meta, run.settings, run.task, run.model.input_shape, run.model.transforms)
+        read = Read(True, data.shard, seed, data.fraction, slab=self.slab, pieces=data.pieces)
+        return iter(input_pipeline(data.files, records, read))
 
     def train(self) -> Trained:
         """The epochs, then the kept model's scores (validation, and test where there is a test split)."""

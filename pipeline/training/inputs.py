@@ -89,61 +89,64 @@ def count_records(
 # ---------------------------------------------------------------- input pipeline
 
 
-def input_pipeline(
-    files: Sequence[Path],
-    meta: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    task: Task,
-    model_input: Sequence[int | None],
-    *,
-    training: bool,
-    shard: tuple[int, int] | None,
-    epoch_seed: int,
-    fraction: float | None,
-    slab: tuple[int, int] | None = None,
-    pieces: range | None = None,
-    transforms: Sequence[Transform] = (),
-    holdout: bool | None = None,
-    tournament: tuple[float, bool] | None = None,
-    cache: bool = False,
-    whole: bool = False,
-) -> Any:
-    """Batches of (features, labels) from the files: features shaped as the model's input (a channel axis
-    added where it has one more axis), labels as the task wants them. fraction: the share of records held
-    out for validation by a hash of their sample ids (training passes skip them, validation reads only
-    them); None: the files hold one split, read whole. slab: the planes [start, stop) of the feature's
-    first axis this rank keeps (spatial parallelism), cut from whole records. pieces: slab shards
-    (merge.slabs): `files` are slab `pieces[0]`'s files, and the rank reads these slabs' files of each
-    shard side by side, their planes joined (its slab, or with no split the whole sample). transforms:
-    training batches' samples each under one of these symmetries (train.augment), drawn from a stream
-    seeded by epoch_seed and the batch's number. holdout: which side of `fraction`'s hold-out to read
+@dataclass(frozen=True)
+class Records:
+    """What a rank's records become: parsed by the dataset's metadata, features shaped as the model's
+    input (`model_input`: a channel axis added where it has one more axis), labels as the task wants them,
+    batched by train's settings, training batches under train.augment's symmetries (`transforms`)."""
+
+    meta: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    task: Task
+    model_input: Sequence[int | None]
+    transforms: Sequence[Transform] = ()
+
+
+@dataclass(frozen=True)
+class Read:
+    """Which of the files' records one pass reads, and how.
+    training: shuffled and repeated, the samples augmented. shard: (n, k), every n-th record from the k-th.
+    epoch_seed: the shuffles' and the symmetries' seed (with the batch's number). fraction: the share of
+    records held out for validation by a hash of their sample ids (training passes skip them, validation
+    reads only them); None: the files hold one split, read whole. slab: the planes [start, stop) of the
+    feature's first axis this rank keeps (spatial parallelism), cut from whole records. pieces: slab
+    shards (merge.slabs): the files are slab `pieces[0]`'s, and the rank reads these slabs' files of
+    each shard side by side, their planes joined. holdout: which side of `fraction`'s hold-out to read
     (default: validation records when not training; False: the training records in one ordered pass).
     tournament: (fraction, side) of the training records held out again as a population trainer's
     tournament set (pipeline.data.splits.holdout_tournament): side True reads only them, False skips them.
-    cache: keep the records that pass the hold-outs in memory (serialized) after the first pass, so a
-    held-out set read again and again (a population's tournament and validation sets) is read once.
-    whole: the records as they are, not cut into the task's samples (Task.samples: a rollout's
-    trajectories)."""
-    pieces = pieces or range(1)  # whole records: one file per shard
-    ds = shard_records(files, pieces, settings, training=training, shard=shard, epoch_seed=epoch_seed)
-    ds = held_out(ds, fraction, (not training) if holdout is None else holdout, tournament)
-    if cache and not training:
+    cache: keep the records that pass the hold-outs in memory after the first pass (a held-out set read
+    again and again is read once). whole: the records as they are, not cut into the task's samples
+    (Task.samples: a rollout's trajectories)."""
+
+    training: bool
+    shard: tuple[int, int] | None
+    epoch_seed: int
+    fraction: float | None
+    slab: tuple[int, int] | None = None
+    pieces: range | None = None
+    holdout: bool | None = None
+    tournament: tuple[float, bool] | None = None
+    cache: bool = False
+    whole: bool = False
+
+
+def input_pipeline(files: Sequence[Path], records: Records, read: Read) -> Any:
+    """Batches of (features, labels) from the files' records, as `records` says, of those `read` says."""
+    pieces = read.pieces or range(1)  # whole records: one file per shard
+    training, settings = read.training, records.settings
+    ds = shard_records(
+        files, pieces, settings, training=training, shard=read.shard, epoch_seed=read.epoch_seed
+    )
+    ds = held_out(
+        ds, read.fraction, (not training) if read.holdout is None else read.holdout, read.tournament
+    )
+    if read.cache and not training:
         ds = ds.cache()
     if training:
         # Shuffle serialized records (cheap strings) across the interleaved shards; a new order each pass.
-        ds = ds.shuffle(settings["shuffle_buffer"], seed=epoch_seed, reshuffle_each_iteration=True)
-    return batches(
-        ds,
-        meta,
-        settings,
-        task,
-        model_input,
-        training=training,
-        epoch_seed=epoch_seed,
-        slab=slab,
-        transforms=transforms,
-        whole=whole,
-    )
+        ds = ds.shuffle(settings["shuffle_buffer"], seed=read.epoch_seed, reshuffle_each_iteration=True)
+    return batches(ds, records, read)
 
 
 def shard_records(
@@ -208,28 +211,18 @@ def held_out(
     return ds.filter(keep)
 
 
-def batches(
-    ds: Any,
-    meta: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    task: Task,
-    model_input: Sequence[int | None],
-    *,
-    training: bool,
-    epoch_seed: int,
-    slab: tuple[int, int] | None,
-    transforms: Sequence[Transform],
-    whole: bool = False,
-) -> Any:
+def batches(ds: Any, records: Records, read: Read) -> Any:
     """Records parsed into batches of (features, labels) (one vectorised parse per batch where every
     field has a fixed shape, else bucketed by length), cut into the task's samples (Task.samples; whole:
     not cut, a rollout's trajectories), augmented for training, prefetched."""
     import tensorflow as tf
 
+    meta, settings, task, transforms = records.meta, records.settings, records.task, records.transforms
+    training, epoch_seed, whole = read.training, read.epoch_seed, read.whole
     several = not whole and task.samples_per_record() > 1  # a record's samples are batched again
     data = task.data
     feature = data.feature
-    parse_batch, parse_one = record_parsers(meta, task, model_input, slab, whole=whole)
+    parse_batch, parse_one = record_parsers(meta, task, records.model_input, read.slab, whole=whole)
     batch = settings["batch_size"]
     if all(fixed(meta["feature_spec"][n]) for n in (list(data.feature_shapes) or [feature])):
         ds = ds.batch(batch, drop_remainder=training and not several).map(
@@ -340,10 +333,7 @@ class RankData:
     def evaluation_input(
         self,
         split: str,
-        meta: Mapping[str, Any],
-        settings: Mapping[str, Any],
-        task: Task,
-        model_input: Sequence[int | None],
+        records: Records,
         slab: tuple[int, int] | None = None,
         cache: bool = False,
         whole: bool = False,
@@ -355,21 +345,8 @@ class RankData:
             files, shard, fraction = self.test_files, self.test_shard, None
         else:
             files, shard, fraction = self.validation_files, self.validation_shard, self.fraction
-        return input_pipeline(
-            files,
-            meta,
-            settings,
-            task,
-            model_input,
-            training=False,
-            shard=shard,
-            epoch_seed=0,
-            fraction=fraction,
-            slab=slab,
-            pieces=self.pieces,
-            cache=cache,
-            whole=whole,
-        )
+        read = Read(False, shard, 0, fraction, slab=slab, pieces=self.pieces, cache=cache, whole=whole)
+        return input_pipeline(files, records, read)
 
 
 def rank_data(

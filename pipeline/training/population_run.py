@@ -88,22 +88,29 @@ def train_population(
         steps_per_round=population.steps_per_round,
         train_records_per_rank=data.records,
     )
-    trainer = Trainer(comm, trainer_comm, population)
+    trained = rounds(run, meta, data, Trainer(comm, trainer_comm, population))
+    return run.end(trained, StagedEnding(meta, data, classical, asked=baseline))
+
+
+def rounds(run: TrainingRun, meta: Mapping[str, Any], data: Any, trainer: Trainer) -> Trained:
+    """The population's rounds (pipeline.training.tournament), resumed where a checkpoint of the same key
+    left them, and what they trained: the kept model's scores, the population's record, its curves."""
+    settings, task, model, population = run.settings, run.task, run.model, trainer.population
     key = resume_key(settings, meta["plan_digest"], model.source, "round")
     outcome = run_rounds(
-        config,
+        run.config,
         meta,
         task,
         model,
         data,
         trainer,
-        paths,
+        run.paths,
         key,
         model.source.built_in is None,
-        lambda: make_optimizer(settings, device["precision"]),
+        lambda: make_optimizer(settings, run.ranks.device["precision"]),
     )
     assert outcome.evaluation is not None
-    record = population_record(population, settings, outcome, data, comm)
+    record = population_record(population, settings, outcome, data, run.ranks.comm)
 
     def curves(path: Path) -> None:
         from pipeline.reporting.plots import population_curves
@@ -111,10 +118,7 @@ def train_population(
         population_curves(outcome.state.rounds, outcome.kept.details, task.loss_name, path)
 
     scores = Scores(outcome.evaluation, outcome.test)
-    trained = Trained(
-        outcome.history, scores, outcome.kept, outcome.warm_start, {"population": record}, curves
-    )
-    return run.end(trained, StagedEnding(meta, data, classical, asked=baseline))
+    return Trained(outcome.history, scores, outcome.kept, outcome.warm_start, {"population": record}, curves)
 
 
 def trainer_model(

@@ -58,7 +58,7 @@ from pipeline.training.checkpoints import (
     warm_start,
     write_history,
 )
-from pipeline.training.inputs import RankData, input_pipeline
+from pipeline.training.inputs import RankData, Read, Records, input_pipeline
 from pipeline.training.kernel import (
     Kept,
     Window,
@@ -226,21 +226,12 @@ class Rounds:
         )
         cache = max(self.trainer.world.allgather(fraction * size + validation_size)) <= CACHE_BYTES
         shape = self.model.input_shape
-        tournament = input_pipeline(
-            data.files,
-            self.meta,
-            settings,
-            self.task,
-            shape,
-            training=False,
-            shard=data.shard,
-            epoch_seed=0,
-            fraction=data.fraction,
-            holdout=False,
-            tournament=(fraction, True),
-            cache=cache,
+        records = Records(self.meta, settings, self.task, shape)
+        read = Read(
+            False, data.shard, 0, data.fraction, holdout=False, tournament=(fraction, True), cache=cache
         )
-        validation = data.evaluation_input("validation", self.meta, settings, self.task, shape, cache=cache)
+        tournament = input_pipeline(data.files, records, read)
+        validation = data.evaluation_input("validation", records, cache=cache)
         return tournament, validation
 
     def score(self, pipeline: Any, comm: Any) -> float:
@@ -265,13 +256,15 @@ class Rounds:
         test = None
         split = "validation"
         if self.data.test_files is not None:  # read once, for the kept model: no tournament or keep saw it
-            tested = self.data.evaluation_input(
-                "test", self.meta, self.settings, self.task, self.model.input_shape
-            )
+            tested = self.data.evaluation_input("test", self.records())
             test = evaluate(tested, self.task, self.predict, self.trainer.world)
             split = "test"
         spread = self.disagreement(members, kept_weights, split)
         return Outcome(final, self.kept, self.state, self.history, test, spread, self.warm_start)
+
+    def records(self) -> Records:
+        """What the trainer's records become: its task's batches, shaped for its model."""
+        return Records(self.meta, self.settings, self.task, self.model.input_shape)
 
     def disagreement(self, members: list[np.ndarray], kept: np.ndarray, split: str) -> dict[str, Any]:
         """The members' disagreement as an uncertainty estimate, on the test split (else validation): per
@@ -280,9 +273,7 @@ class Rounds:
         population disagrees more where the kept model is wrong); where the task's outputs have units (a
         surrogate's), per output the members' standard deviation beside the kept model's root mean squared
         error in those units. At most DISAGREEMENT_RECORDS per rank."""
-        pipeline = self.data.evaluation_input(
-            split, self.meta, self.settings, self.task, self.model.input_shape
-        )
+        pipeline = self.data.evaluation_input(split, self.records())
         batches = []
         for x, y in pipeline:
             batches.append((x, y.numpy()))
@@ -558,18 +549,10 @@ def _round_input(
     out."""
     settings = config["train"]
     seed = (settings["seed"] * 1000 + trainer.number) * 10_000 + round_number
+    records = Records(meta, settings, task, shape, transforms)
+    tournament = (trainer.population.tournament_fraction, False)
     return input_pipeline(
-        data.files,
-        meta,
-        settings,
-        task,
-        shape,
-        training=True,
-        shard=data.shard,
-        epoch_seed=seed,
-        fraction=data.fraction,
-        transforms=transforms,
-        tournament=(trainer.population.tournament_fraction, False),
+        data.files, records, Read(True, data.shard, seed, data.fraction, tournament=tournament)
     )
 
 
