@@ -149,6 +149,25 @@ class FarmHooks:
     choose: Any = None
 
 
+class HandOut:
+    """Rank 0's hand-out of the plan's runs, in chunks from `queue`, to its own loop and to the server's
+    thread (a lock between them); `choose` (FarmHooks.choose) picks a chunk's points first."""
+
+    def __init__(self, plan: EnsemblePlan, queue: Queue, choose: Any = None) -> None:
+        self.plan, self.queue, self.choose = plan, queue, choose
+        self.lock = threading.Lock()
+
+    def __call__(self) -> tuple[int, int, Any]:
+        """The next chunk, with the points chosen for its runs (None when nothing is chosen)."""
+        plan = self.plan
+        with self.lock:
+            start, stop = self.queue.take()
+            if self.choose is None or start == stop:
+                return start, stop, None
+            self.choose(plan, start, stop)
+            return start, stop, (plan.chosen[start:stop].copy(), plan.chosen_value[start:stop].copy())
+
+
 def farm(
     plan: EnsemblePlan,
     settings: Mapping[str, Any],
@@ -163,19 +182,7 @@ def farm(
     rank, size = comm.Get_rank(), comm.Get_size()
     hooks = hooks or FarmHooks()
     outcomes = RankOutcomes(root)
-    queue = Queue(len(plan), size, hooks.max_chunk) if rank == 0 else None
-    lock = threading.Lock()
-
-    def hand_out() -> tuple[int, int, Any]:
-        """The next chunk, with the points chosen for its runs (None when nothing is chosen)."""
-        assert queue is not None
-        with lock:
-            start, stop = queue.take()
-            if hooks.choose is None or start == stop:
-                return start, stop, None
-            hooks.choose(plan, start, stop)
-            return start, stop, (plan.chosen[start:stop].copy(), plan.chosen_value[start:stop].copy())
-
+    hand_out = HandOut(plan, Queue(len(plan), size, hooks.max_chunk), hooks.choose) if rank == 0 else None
     server = None
     bar = progress_bar(len(plan), "simulate", rank, size, unit="run", every_rank=True)
     if rank == 0 and size > 1:
@@ -184,7 +191,7 @@ def farm(
     own_worker = worker is None
     worker = worker or RunWorker()
     while True:
-        if queue is not None:
+        if hand_out is not None:
             start, stop, chosen = hand_out()
         else:
             comm.send(None, dest=0, tag=REQUEST)

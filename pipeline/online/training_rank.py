@@ -166,30 +166,40 @@ def meta_for(
     }
 
 
+@dataclass
+class Campaign:
+    """The ensemble a training rank learns from: its runs, sent by `producers` ranks (the job's first),
+    the runs table they write, and the trainers' part in choosing its runs (None: a fixed design)."""
+
+    runs: int
+    producers: int
+    table: Path  # written by the producers before they are done
+    chooser: Chooser | None = None
+
+
 class TrainingRank:
+    """A training rank of an online job: `world` is the job's ranks, `comm` the training ranks'."""
+
     def __init__(
         self,
         config: Mapping[str, Any],
         held_fields: Mapping[str, BufferField],
         world: Any,
         comm: Any,
-        producers: int,
-        runs: int,
+        campaign: Campaign,
         out_dir: Path,
-        runs_table: Path,
-        chooser: Chooser | None = None,
     ) -> None:
         self.config, self.held_fields, self.world, self.comm = config, dict(held_fields), world, comm
         # online choosing: the losses at arrival, and on the first training rank the choice
-        self.chooser = chooser
+        self.chooser = campaign.chooser
         # sample -> the model's loss on it (from the first step, when choosing)
         self.score_arrival: Any = None
         self.settings = config["train"]
         self.online = self.settings["online"]
-        self.producers, self.runs = producers, runs
+        self.producers, self.runs = campaign.producers, campaign.runs
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.paths = TrainPaths(out_dir)
-        self.runs_table = runs_table  # the ensemble's (written by the producers before they are done)
+        self.runs_table = campaign.table
         buffer = self.online["buffer"]
         seed = self.settings["seed"]
         self.train_buffer = ReplayBuffer(

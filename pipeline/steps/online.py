@@ -152,7 +152,7 @@ def online(
     summary (with the ensemble's counts)."""
     from pipeline.design.loop.online import Chooser
     from pipeline.ensemble.plan import EnsemblePlan
-    from pipeline.online.training_rank import TrainingRank
+    from pipeline.online.training_rank import Campaign, TrainingRank
 
     rank, size = comm.Get_rank(), comm.Get_size()
     error = None
@@ -169,11 +169,8 @@ def online(
         result = {"ensemble": produce(config, simulate, plan, role, raw_root, comm, sub, container)}
     else:
         chooser = Chooser(simulate, sub, comm, producer=0) if plan.chosen is not None else None
-        runs = RawPaths(raw_root).runs
-        training = TrainingRank(
-            config, held_fields, comm, sub, role.producers, len(plan), out_dir, runs, chooser
-        )
-        result = training.run()
+        campaign = Campaign(len(plan), role.producers, RawPaths(raw_root).runs, chooser)
+        result = TrainingRank(config, held_fields, comm, sub, campaign, out_dir).run()
     return joined_summary(result, role, comm)
 
 

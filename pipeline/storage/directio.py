@@ -15,6 +15,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -303,23 +304,36 @@ def read_extents(
     total = int(size.sum())
     if buffer.size < total:
         buffer = aligned_buffer(total + total // 4)
-    _read_runs(paths, run_file, dense, read_start, run_start, run_end, buffer, place, size)
+    _read_runs(paths, Runs(run_file, dense, read_start, run_start, run_end, place, size), buffer)
     positions[order] = place[run] + start - read_start[run]
     return positions, buffer
 
 
-def _read_runs(
-    paths: Sequence[Path],
-    run_file: np.ndarray,
-    dense: np.ndarray,
-    read_start: np.ndarray,
-    run_start: np.ndarray,
-    run_end: np.ndarray,
-    buffer: np.ndarray,
-    place: np.ndarray,
-    size: np.ndarray,
-) -> None:
+@dataclass(frozen=True)
+class Runs:
+    """Coalesced runs of requested bytes, one entry each: the file number, whether it is read with O_DIRECT
+    (dense), where the read starts (page-aligned when dense), the requested bytes' start and end, and
+    the read's place and size in the buffer."""
+
+    file: np.ndarray
+    dense: np.ndarray
+    read_start: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    place: np.ndarray
+    size: np.ndarray
+
+
+def _read_runs(paths: Sequence[Path], runs: Runs, buffer: np.ndarray) -> None:
     """Read each run (dense ones with O_DIRECT) into its place in `buffer`, each file opened once per mode."""
+    run_file, dense, read_start, run_start, run_end = (
+        runs.file,
+        runs.dense,
+        runs.read_start,
+        runs.start,
+        runs.end,
+    )
+    place, size = runs.place, runs.size
     fds: dict[tuple[int, bool], tuple[int, bool]] = {}
     try:
         for k in range(len(run_file)):

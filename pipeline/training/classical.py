@@ -22,7 +22,6 @@ from pipeline.training.inputs import RankData, Read, Records, input_pipeline
 from pipeline.training.models import built_in_args, spatial_dims
 from pipeline.training.models.hybrid import FittedBaseline, build_hybrid, hybrid_mode
 from pipeline.training.session import Model
-from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tasks import Evaluation, Task
 
 LOGIT_FLOOR = -1e4  # a class the training split never had: a finite logit far below the others
@@ -143,25 +142,3 @@ def score_classical(
         combine,
         classical.seconds + time.perf_counter() - start,
     )
-
-
-def classical_baseline(
-    config: Mapping[str, Any],
-    meta: Mapping[str, Any],
-    task: Task,
-    model: Model,
-    data: RankData,
-    layout: SpatialLayout,
-    comm: Any,
-    asked: bool = True,
-    classical: Classical | None = None,
-) -> dict[str, Any]:
-    """The baseline's record for the summary: scored from `classical` (fitted before training), else fitted
-    now. Not under a spatial split, where no rank holds whole samples; asked False: not at all (a search
-    trial)."""
-    if not asked:
-        return {"method": None, "skipped": "not asked for (sim2dl train --no-baseline: a search trial)"}
-    if layout.split > 1:
-        return {"method": None, "skipped": "train.spatial.split: no rank holds whole samples"}
-    classical = classical or fit_classical(config, meta, task, model, data, comm)
-    return score_classical(classical, config, meta, task, model, data, comm)

@@ -24,7 +24,7 @@ from pipeline.paths import TrainPaths
 from pipeline.reporting.board import Board
 from pipeline.training.checkpoints import Restored, packed_weights, restore, resume_key, save_window
 from pipeline.training.classical import baseline_start
-from pipeline.training.inputs import RankData, Read, Records, input_pipeline, rank_data
+from pipeline.training.inputs import RankData, Read, Records, Staging, input_pipeline, rank_data
 from pipeline.training.kernel import Kept, average_unlearned_state, run_steps, schedule, window_row
 from pipeline.training.optimizer import make_optimizer
 from pipeline.training.run import Ranks, StagedEnding, Trained, TrainingRun
@@ -59,9 +59,8 @@ def train_epochs(
     log.info(json.dumps({"rank": rank, "device": device}))
     paths = TrainPaths(out_dir)
     per_record = task.samples_per_record()
-    data = rank_data(
-        config, meta, merged_dir, stage_summary, paths, comm, layout, samples_per_record=per_record
-    )
+    staging = Staging(merged_dir, stage_summary, paths.restaged)
+    data = rank_data(config, meta, staging, comm, layout, samples_per_record=per_record)
     model, classical, hybrid = baseline_start(config, meta, task, model, data, comm, layout.split)
     board = Board.of(settings, paths.tensorboard / "train", rank == 0, trial)
     ranks = Ranks(hvd, rank, size, device, layout, comm)

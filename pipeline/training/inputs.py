@@ -21,7 +21,7 @@ from pipeline.formats.metadata import fixed
 from pipeline.formats.shards import shard_format
 from pipeline.formats.shards.tfrecord.tfdata import READ_BUFFER_BYTES, decode_field, feature_description
 from pipeline.formats.slabs import sibling, slab_of, slabs_read
-from pipeline.paths import StagedPaths, TrainPaths
+from pipeline.paths import StagedPaths
 from pipeline.training.augment import Transform
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tasks import Task
@@ -349,12 +349,20 @@ class RankData:
         return input_pipeline(files, records, read)
 
 
+@dataclass(frozen=True)
+class Staging:
+    """Where a run's data comes from: merge's output, the stage step's summary, and where a restaging
+    (this node's copies gone) records what it did."""
+
+    merged_dir: Path
+    stage_summary: Path
+    restaged: Path
+
+
 def rank_data(
     config: Mapping[str, Any],
     meta: Mapping[str, Any],
-    merged_dir: Path,
-    stage_summary: Path,
-    paths: TrainPaths,
+    staging: Staging,
     comm: Any,
     layout: SpatialLayout,
     disjoint: bool = False,
@@ -369,7 +377,8 @@ def rank_data(
 
     settings = config["train"]
     topo = topology(comm, config["stage"]["emulate_nodes"])
-    node_dir, _ = ensure_staged(config, merged_dir, stage_summary, paths.restaged, comm, topo)
+    merged, summary, restaged = staging.merged_dir, staging.stage_summary, staging.restaged
+    node_dir, _ = ensure_staged(config, merged, summary, restaged, comm, topo)
     listing = json.loads(StagedPaths(node_dir).listing.read_text())
     local = data_rank(layout, topo.node_ranks, topo.node, listing["mode"], disjoint)
     pieces = (

@@ -24,15 +24,14 @@ from pipeline.runtime.mpi import all_ok
 from pipeline.runtime.placement import topology
 from pipeline.training.checkpoints import resume_key
 from pipeline.training.classical import baseline_start
-from pipeline.training.inputs import rank_data
-from pipeline.training.optimizer import make_optimizer
+from pipeline.training.inputs import Staging, rank_data
 from pipeline.training.population import Population
 from pipeline.training.population import check as check_population
 from pipeline.training.run import Ranks, Scores, StagedEnding, Trained, TrainingRun
 from pipeline.training.session import Model, prepare, start_horovod
 from pipeline.training.spatial.layout import SpatialLayout
 from pipeline.training.tasks import Task, data_spec, make_task
-from pipeline.training.tournament import Trainer, run_rounds
+from pipeline.training.tournament import Rounds, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +63,8 @@ def train_population(
     paths = TrainPaths(out_dir)
     layout = SpatialLayout(1, size, rank)  # the ranks of a node share out its files: trainers read apart
     per_record = task.samples_per_record()
-    data = rank_data(
-        config,
-        meta,
-        merged_dir,
-        stage_summary,
-        paths,
-        comm,
-        layout,
-        disjoint=True,
-        samples_per_record=per_record,
-    )
+    staging = Staging(merged_dir, stage_summary, paths.restaged)
+    data = rank_data(config, meta, staging, comm, layout, disjoint=True, samples_per_record=per_record)
     # one fit: every trainer's
     model, classical, hybrid = baseline_start(own, meta, task, model, data, comm, 1)
     board = Board.of(settings, paths.tensorboard / "population", rank == 0, trial)
@@ -97,18 +87,7 @@ def rounds(run: TrainingRun, meta: Mapping[str, Any], data: Any, trainer: Traine
     left them, and what they trained: the kept model's scores, the population's record, its curves."""
     settings, task, model, population = run.settings, run.task, run.model, trainer.population
     key = resume_key(settings, meta["plan_digest"], model.source, "round")
-    outcome = run_rounds(
-        run.config,
-        meta,
-        task,
-        model,
-        data,
-        trainer,
-        run.paths,
-        key,
-        model.source.built_in is None,
-        lambda: make_optimizer(settings, run.ranks.device["precision"]),
-    )
+    outcome = Rounds(run, meta, data, trainer, key).run()
     assert outcome.evaluation is not None
     record = population_record(population, settings, outcome, data, run.ranks.comm)
 

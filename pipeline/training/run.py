@@ -34,7 +34,7 @@ from pipeline.storage.fsutil import write_json_atomic
 from pipeline.training.after_training import after_training
 from pipeline.training.checkpoints import kept_evaluation, save_model_weights
 from pipeline.training.checksum import weights_checksum
-from pipeline.training.classical import Classical, classical_baseline
+from pipeline.training.classical import Classical, fit_classical, score_classical
 from pipeline.training.inputs import RankData
 from pipeline.training.kernel import Kept
 from pipeline.training.models import build_model
@@ -271,17 +271,14 @@ class StagedEnding:
     asked: bool = True
 
     def baseline(self, run: TrainingRun) -> dict[str, Any]:
-        return classical_baseline(
-            run.config,
-            self.meta,
-            run.task,
-            run.model,
-            self.data,
-            run.ranks.layout,
-            run.ranks.comm,
-            asked=self.asked,
-            classical=self.classical,
-        )
+        """Scored from the fit before training, else fitted now. Not under a spatial split, where no rank
+        holds whole samples; not when a search trial did not ask for it."""
+        if not self.asked:
+            return {"method": None, "skipped": "not asked for (sim2dl train --no-baseline: a search trial)"}
+        if run.ranks.layout.split > 1:
+            return {"method": None, "skipped": "train.spatial.split: no rank holds whole samples"}
+        parts = (run.config, self.meta, run.task, run.model, self.data, run.ranks.comm)
+        return score_classical(self.classical or fit_classical(*parts), *parts)
 
     def after_training(self, run: TrainingRun) -> dict[str, Any]:
         return after_training(

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -68,9 +68,13 @@ from pipeline.training.kernel import (
     run_steps,
     schedule,
 )
+from pipeline.training.optimizer import make_optimizer
 from pipeline.training.population import Population, PopulationState
 from pipeline.training.steps import evaluate, step_functions
-from pipeline.training.tasks import Evaluation, Task
+from pipeline.training.tasks import Evaluation
+
+if TYPE_CHECKING:
+    from pipeline.training.run import TrainingRun
 
 log = logging.getLogger(__name__)
 DISAGREEMENT_RECORDS = 4096  # per rank: the records the members' disagreement is measured on, at most
@@ -122,46 +126,21 @@ def population_paths(paths: TrainPaths) -> tuple[Path, Path]:
     return paths.root / "population.json", paths.checkpoints / "population-kept.npy"
 
 
-def run_rounds(
-    config: Mapping[str, Any],
-    meta: Mapping[str, Any],
-    task: Task,
-    model: Any,
-    data: RankData,
-    trainer: Trainer,
-    paths: TrainPaths,
-    resume_key: str,
-    autograph: bool,
-    make_optimizer: Callable[[], Any],
-) -> Outcome:
-    """The population's rounds from the last completed one (population.json) to train.population.rounds."""
-    return Rounds(
-        config, meta, task, model, data, trainer, paths, autograph, make_optimizer(), resume_key
-    ).run()
-
-
 class Rounds:
-    """One rank's part in the population's rounds: its trainer's model, optimizer and checkpoint, the
-    population's state (restored from population.json), and the held-out pipelines every round reads."""
+    """One rank's part in the population's rounds of a training run: its trainer's model, optimizer and
+    checkpoint, the population's state (restored from population.json, unless it was saved under another
+    resume_key), and the held-out pipelines every round reads."""
 
     def __init__(
-        self,
-        config: Mapping[str, Any],
-        meta: Mapping[str, Any],
-        task: Task,
-        model: Any,
-        data: RankData,
-        trainer: Trainer,
-        paths: TrainPaths,
-        autograph: bool,
-        optimizer: Any,
-        resume_key: str,
+        self, run: TrainingRun, meta: Mapping[str, Any], data: RankData, trainer: Trainer, resume_key: str
     ) -> None:
         import tensorflow as tf
 
-        self.config, self.meta, self.task, self.model, self.data = config, meta, task, model, data
-        self.trainer, self.paths, self.optimizer = trainer, paths, optimizer
-        self.settings, self.population = config["train"], trainer.population
+        self.config, self.task, self.model, self.paths = run.config, run.task, run.model, run.paths
+        self.meta, self.data, self.trainer = meta, data, trainer
+        self.settings, self.population = run.settings, trainer.population
+        self.optimizer = optimizer = make_optimizer(self.settings, run.ranks.device["precision"])
+        model, paths = run.model, run.paths
         self.state_file, self.kept_file = population_paths(paths)
         if claim(paths.checkpoints, resume_key, trainer.world, trainer.rank == 0) and trainer.rank == 0:
             self.state_file.unlink(missing_ok=True)  # a state of other settings or data
@@ -170,7 +149,11 @@ class Rounds:
             paths.checkpoints / f"trainer-{trainer.number}", model.keras, optimizer, "round"
         )
         self.train_step, self.predict = step_functions(
-            model.keras, optimizer, task.loss(), autograph=autograph, averaged_over=model.eval_transforms
+            model.keras,
+            optimizer,
+            run.task.loss(),
+            autograph=model.source.built_in is None,  # a user's model may branch in Python
+            averaged_over=model.eval_transforms,
         )
         # a variable, so that the compiled step reads each round's
         if "weight_decay" in self.population.mutate:
@@ -361,19 +344,7 @@ class Rounds:
         clock = {"steps": time.perf_counter()}
         error, window = None, Window([math.nan])
         try:
-            window = _train_round(
-                self.config,
-                self.meta,
-                self.task,
-                self.model,
-                self.data,
-                trainer,
-                round_number,
-                hyper,
-                self.optimizer,
-                self.train_step,
-                first=round_number == 0,
-            )
+            window = self.train_round(round_number, hyper)
         except Exception as e:  # any failure: every rank must learn of it before the tournament
             error = f"{type(e).__name__}: {e}"
         clock["steps"] = time.perf_counter() - clock["steps"]
@@ -383,6 +354,39 @@ class Rounds:
             culprit, message = self.population.trainer_of(failed[0][0]), failed[0][1]
             raise Sim2dlError(f"{trainer.describe(culprit)} failed in round {round_number + 1}: {message}")
         return window, clock
+
+    def train_round(self, round_number: int, hyper: Mapping[str, float]) -> Window:
+        """steps_per_round steps at the trainer's hyperparameters (the schedule counts rounds as epochs), a
+        window of the training kernel; a diverged trainer (a loss not finite) loses its tournaments: no
+        error."""
+        population = self.population
+        rate = schedule(
+            {**self.settings, **hyper},
+            population.ranks_per_trainer,
+            population.rounds,
+            population.steps_per_round,
+        )
+        if "weight_decay" in hyper:
+            self.optimizer.weight_decay.assign(hyper["weight_decay"])
+        window = run_steps(
+            self.train_step,
+            self.optimizer,
+            iter(self.round_input(round_number)),
+            population.steps_per_round,
+            lambda step: rate(round_number, step),
+            round_number == 0,
+        )
+        average_unlearned_state(self.model.keras)  # the trainer's ranks' mean
+        return window
+
+    def round_input(self, round_number: int) -> Any:
+        """A round's training batches of this rank, seeded by (seed, trainer, round): its tournament set
+        left out."""
+        seed = (self.settings["seed"] * 1000 + self.trainer.number) * 10_000 + round_number
+        records = Records(self.meta, self.settings, self.task, self.model.input_shape, self.model.transforms)
+        tournament = (self.population.tournament_fraction, False)
+        read = Read(True, self.data.shard, seed, self.data.fraction, tournament=tournament)
+        return input_pipeline(self.data.files, records, read)
 
     def validate_all(self) -> tuple[list[float], list[np.ndarray], float]:
         """Every trainer's model (broadcast from its first rank) scored on the common validation split,
@@ -533,66 +537,6 @@ def _tournament(
             )
             adopted = winner
     return adopted, {"own": own_loss}, time.perf_counter() - started
-
-
-def _round_input(
-    config: Mapping[str, Any],
-    meta: Mapping[str, Any],
-    task: Task,
-    shape: Any,
-    data: RankData,
-    trainer: Trainer,
-    round_number: int,
-    transforms: Any,
-) -> Any:
-    """A round's training batches of this rank, seeded by (seed, trainer, round): its tournament set left
-    out."""
-    settings = config["train"]
-    seed = (settings["seed"] * 1000 + trainer.number) * 10_000 + round_number
-    records = Records(meta, settings, task, shape, transforms)
-    tournament = (trainer.population.tournament_fraction, False)
-    return input_pipeline(
-        data.files, records, Read(True, data.shard, seed, data.fraction, tournament=tournament)
-    )
-
-
-def _train_round(
-    config: Mapping[str, Any],
-    meta: Mapping[str, Any],
-    task: Task,
-    model: Any,
-    data: RankData,
-    trainer: Trainer,
-    round_number: int,
-    hyper: Mapping[str, float],
-    optimizer: Any,
-    train_step: Any,
-    first: bool,
-) -> Window:
-    """steps_per_round steps at the trainer's hyperparameters (the schedule counts rounds as epochs), a
-    window of the training kernel; a diverged trainer (a loss not finite) loses its tournaments: no error."""
-    population = trainer.population
-    rate = schedule(
-        {**config["train"], **hyper},
-        population.ranks_per_trainer,
-        population.rounds,
-        population.steps_per_round,
-    )
-    if "weight_decay" in hyper:
-        optimizer.weight_decay.assign(hyper["weight_decay"])
-    batches = iter(
-        _round_input(config, meta, task, model.input_shape, data, trainer, round_number, model.transforms)
-    )
-    window = run_steps(
-        train_step,
-        optimizer,
-        batches,
-        population.steps_per_round,
-        lambda step: rate(round_number, step),
-        first,
-    )
-    average_unlearned_state(model.keras)  # the trainer's ranks' mean
-    return window
 
 
 def _history(state: PopulationState) -> list[dict[str, Any]]:

@@ -529,7 +529,7 @@ def run_adaptive(
     started = time.perf_counter()
     worker = RunWorker()  # across the rounds: a persistent simulator starts once per rank
     try:
-        final, r = run_rounds(paths, root, settings, history, digest, comm, worker)
+        final, r = DesignLoop(paths, root, settings, history, digest, comm, worker).run()
     finally:
         worker.close()
     summary = {}
@@ -540,63 +540,58 @@ def run_adaptive(
     return summary
 
 
-def run_rounds(
-    paths: AdaptivePaths,
-    root: Path,
-    settings: Mapping[str, Any],
-    history: History,
-    digest: str,
-    comm: Any,
-    worker: RunWorker,
-) -> tuple[dict[str, Any], int]:
-    """Choose (rank 0), run across the ranks, read back, until the design is complete; returns the final
-    round's statistics and the number of rounds."""
-    rank = comm.Get_rank()
-    r = 0
-    while True:
-        table, stats, complete, error = None, {}, False, None
-        if rank == 0:
+@dataclass
+class DesignLoop:
+    """The design's rounds on this rank: where they are written (`paths`, under the runs' `root`), the
+    checked settings, the history rank 0 chooses from, the design's digest, the job's ranks and this
+    rank's run worker (across the rounds: a persistent simulator starts once per rank)."""
+
+    paths: AdaptivePaths
+    root: Path
+    settings: Mapping[str, Any]
+    history: History
+    digest: str
+    comm: Any
+    worker: RunWorker
+
+    def run(self) -> tuple[dict[str, Any], int]:
+        """Choose (rank 0), run across the ranks, read back, until the design is complete; returns the
+        final round's statistics and the number of rounds."""
+        rank = self.comm.Get_rank()
+        r = 0
+        while True:
+            table, stats, complete, error = None, {}, False, None
+            if rank == 0:
+                try:
+                    complete = self.paths.runs(r).exists() and self.paths.outputs(r).exists()
+                    table, stats = round_design(self.paths, self.settings, self.history, r, self.digest)
+                except Sim2dlError as e:
+                    error = e
+            all_ok(self.comm, error)
+            table, complete = self.comm.bcast((table, complete), root=0)
+            if table is None:
+                return stats, r
+            if not complete:
+                self.run_round(r, table, stats)
+            r += 1
+
+    def run_round(self, r: int, table: pa.Table, stats: dict[str, Any]) -> None:
+        """Round r's runs across the ranks, its runs table, then (rank 0) its outputs read back into the
+        history; an error on rank 0 ends every rank."""
+        first = int(table.column("run").to_pylist()[0].split("-")[1]) if len(table) else 0
+        plan = RoundPlan(table, first)
+        began = time.perf_counter()
+        mine = farm(plan, self.settings, self.root, self.comm, worker=self.worker)
+        with contextlib.closing(mine):
+            write_runs_table(plan, mine, self.paths.runs(r), self.comm)
+        error = None
+        if self.comm.Get_rank() == 0:
+            stats["seconds_simulating"] = round(time.perf_counter() - began, 3)
             try:
-                complete = paths.runs(r).exists() and paths.outputs(r).exists()
-                table, stats = round_design(paths, settings, history, r, digest)
+                finish_round(self.paths, self.root, self.settings, self.history, r, first, stats)
             except Sim2dlError as e:
                 error = e
-        all_ok(comm, error)
-        table, complete = comm.bcast((table, complete), root=0)
-        if table is None:
-            return stats, r
-        if not complete:
-            run_round(paths, root, settings, history, r, table, stats, comm, worker)
-        r += 1
-
-
-def run_round(
-    paths: AdaptivePaths,
-    root: Path,
-    settings: Mapping[str, Any],
-    history: History,
-    r: int,
-    table: pa.Table,
-    stats: dict[str, Any],
-    comm: Any,
-    worker: RunWorker,
-) -> None:
-    """Round r's runs across the ranks (on this rank's `worker`), its runs table, then (rank 0) its outputs
-    read back into the history; an error on rank 0 ends every rank."""
-    first = int(table.column("run").to_pylist()[0].split("-")[1]) if len(table) else 0
-    plan = RoundPlan(table, first)
-    began = time.perf_counter()
-    mine = farm(plan, settings, root, comm, worker=worker)
-    with contextlib.closing(mine):
-        write_runs_table(plan, mine, paths.runs(r), comm)
-    error = None
-    if comm.Get_rank() == 0:
-        stats["seconds_simulating"] = round(time.perf_counter() - began, 3)
-        try:
-            finish_round(paths, root, settings, history, r, first, stats)
-        except Sim2dlError as e:
-            error = e
-    all_ok(comm, error)
+        all_ok(self.comm, error)
 
 
 def check_failed_fraction(

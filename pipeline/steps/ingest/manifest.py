@@ -69,26 +69,26 @@ def duplicates(comm: Any, hashed: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class Kept:
-    """What one rank read of the kept generations' manifest pieces (a block of them, numbers
-    [starts[rank], starts[rank + 1])): the accepted records' id hashes with their numbers, what each
-    number is called in messages (as the ingest that made it named it; bytes), the rejects, and
-    (numbers, accepted, rejected)."""
+class RankRecords:
+    """One rank's block of a generation's numbers (or of the kept generations' manifest pieces), numbers
+    [starts[rank], starts[rank + 1]): the accepted records' id hashes with their numbers, what each number
+    is called in messages (the kept ones as the ingest that made them named them, in bytes), the
+    rejects, and (numbers, accepted, rejected)."""
 
     hashed: np.ndarray
-    names: np.ndarray
+    names: np.ndarray | Sequence[str]
     starts: np.ndarray
     rejects: list[Reject]
     counts: tuple[int, int, int]
 
     @staticmethod
-    def none(size: int) -> Kept:
-        return Kept(np.empty(0, HASHED), np.empty(0, "S1"), np.zeros(size, np.int64), [], (0, 0, 0))
+    def none(size: int) -> RankRecords:
+        return RankRecords(np.empty(0, HASHED), np.empty(0, "S1"), np.zeros(size, np.int64), [], (0, 0, 0))
 
 
 def read_kept(
     paths: IngestPaths, generations: Sequence[Generation], rank: int, size: int, samples: bool
-) -> Kept:
+) -> RankRecords:
     """This rank's block of the kept generations' manifest pieces (a row per number, in order): an
     ingest that grew checks its new ids against these, and counts and lists them as its own. `samples`:
     numbers are samples, named 'PATH (sample I)' as SampleNames names them."""
@@ -124,34 +124,33 @@ def read_kept(
     together = np.concatenate(hashed) if hashed else np.empty(0, HASHED)
     width = max((n.dtype.itemsize for n in names), default=1)
     named = np.concatenate([n.astype(f"S{width}") for n in names]) if names else np.empty(0, "S1")
-    return Kept(together, named, starts, rejects, (len(named), len(together), len(named) - len(together)))
+    return RankRecords(
+        together, named, starts, rejects, (len(named), len(together), len(named) - len(together))
+    )
 
 
 def conclude(
     comm: Any,
     paths: IngestPaths,
-    hashed: np.ndarray,
-    starts: np.ndarray,
-    names: Sequence[str],
-    counts: tuple[int, int, int],
-    rejects: list[Reject],
+    new: RankRecords,
     settings: Mapping[str, Any],
     generation: Generation,
     extra: Mapping[str, Any],
-    kept: Kept | None = None,
+    kept: RankRecords | None = None,
 ) -> dict[str, Any]:
-    """After every rank has written its parts: duplicate ids are rejected (the first in input order keeps
-    the id, an earlier generation's included: `kept`), the rejects list and summary.json are written, and
-    the counts returned. `counts`: this rank's (numbers held, accepted, rejected); numbers are files, or
-    samples with `extra['samples']` set."""
-    kept = kept or Kept.none(comm.Get_size())
-    found = duplicates(comm, np.concatenate([kept.hashed, hashed]), starts)
+    """After every rank has written its parts (`new`: this rank's of this generation): duplicate ids are
+    rejected (the first in input order keeps the id, an earlier generation's included: `kept`), the
+    rejects list and summary.json are written, and the counts returned. Numbers are files, or samples
+    with `extra['samples']` set."""
+    kept = kept or RankRecords.none(comm.Get_size())
+    starts, rejects = new.starts, list(new.rejects)
+    found = duplicates(comm, np.concatenate([kept.hashed, new.hashed]), starts)
     earlier = found["first"] < generation.first
     firsts = np.empty(len(found), object)
     firsts[earlier] = paths_of(comm, found["first"][earlier], kept.starts, Listing("", kept.names))
-    firsts[~earlier] = paths_of(comm, found["first"][~earlier], starts, names)
+    firsts[~earlier] = paths_of(comm, found["first"][~earlier], starts, new.names)
     rejects += kept.rejects + mark_duplicates(paths, found, list(firsts), generation)
-    held, accepted, rejected = (c + k for c, k in zip(counts, kept.counts, strict=True))
+    held, accepted, rejected = (c + k for c, k in zip(new.counts, kept.counts, strict=True))
     totals = np.array(comm.allgather((held, accepted - len(found), rejected + len(found)))).sum(axis=0)
     gathered = comm.gather(rejects, root=0)
     summary: dict[str, Any] = {

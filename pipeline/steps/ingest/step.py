@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ from pipeline.steps.ingest.listing import Listing, SampleNames, start_listing
 from pipeline.steps.ingest.manifest import (
     HASHED,
     ManifestPiece,
+    RankRecords,
     conclude,
     id_hash,
     read_kept,
@@ -173,18 +175,9 @@ def ingest(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> d
     if not kept and rank == 0 and len(mine):
         described = field_descriptions(Path(mine[0]), source["format"], fields)
     extra = {**described, **grown_counts(kept, generation)}
+    new = RankRecords(hashed, mine, starts, rejects, counts)
     summary = conclude(
-        comm,
-        paths,
-        hashed,
-        starts,
-        mine,
-        counts,
-        rejects,
-        settings,
-        generation,
-        extra,
-        read_kept(paths, kept, rank, size, samples=False),
+        comm, paths, new, settings, generation, extra, read_kept(paths, kept, rank, size, samples=False)
     )
     if rank == 0:
         record_generations(paths, digest, kept, generation, described)
@@ -308,6 +301,29 @@ def plan_listing(
     return Listing(root, gather_range(comm, names, held, range(first, stop))), first, chunk, chunks
 
 
+@dataclass
+class NewInputs:
+    """The inputs this ingest reads: the listing's files from number `first` to `total`. Each rank holds
+    its stretch of the listing (`names`, from number `held`); `lines` gathers any range of the new files'
+    paths from the ranks that hold them (collective)."""
+
+    comm: Any
+    root: Path
+    names: np.ndarray
+    held: int
+    first: int
+    total: int
+
+    @property
+    def count(self) -> int:
+        return self.total - self.first
+
+    def lines(self, files: range) -> Listing:
+        """The paths of new files `files`, numbered from 0."""
+        wanted = range(self.first + files.start, self.first + files.stop)
+        return Listing(self.root, gather_range(self.comm, self.names, self.held, wanted))
+
+
 def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: Any) -> dict[str, Any]:
     """Ingest of files holding many samples, or fields that are the file's values
     (pipeline.steps.ingest.samples): samples (their numbers) instead of files are split into parts and across
@@ -326,67 +342,40 @@ def ingest_samples(config: Mapping[str, Any], root: Path, out_dir: Path, comm: A
     kept, described = (
         kept_generations(comm, paths, digest, Listing(root, names), held, n_files) if grows else ([], {})
     )
-    first_file, first_number = (kept[-1].files, kept[-1].stop) if kept else (0, 0)
-    new_files = n_files - first_file
-
-    def lines(files: range) -> Listing:  # the new files' numbers, from 0
-        return Listing(
-            root, gather_range(comm, names, held, range(first_file + files.start, first_file + files.stop))
-        )
-
-    surveyed = lines(block(range(new_files), rank, size))
-    first_input = lines(range(1 if rank == 0 and new_files else 0))  # its fields' description
-    plan, categories = plan_samples(comm, opener, surveyed, rank * new_files // size, new_files, part_bytes)
+    inputs = NewInputs(comm, root, names, held, kept[-1].files if kept else 0, n_files)
+    del names  # inputs holds the stretch until it is freed below
+    first_number = kept[-1].stop if kept else 0
+    surveyed = inputs.lines(block(range(inputs.count), rank, size))
+    first_input = inputs.lines(range(1 if rank == 0 and inputs.count else 0))  # its fields' description
+    plan, categories = plan_samples(
+        comm, opener, surveyed, rank * inputs.count // size, inputs.count, part_bytes
+    )
+    del surveyed
     numbers = plan.rank_samples(rank)  # of the new samples, from 0
     files = plan.files_of(numbers)
-    listing, file_starts = lines(files), plan.starts
-    names = names[:0]  # free the stretch: lines() refers to the name, so it is emptied, not deleted
-    del surveyed
-    # rank r: [starts[r], starts[r + 1])
-    starts = first_number + np.array(comm.allgather(numbers.start), np.int64)
+    listing = inputs.lines(files)
+    inputs.names = inputs.names[:0]  # the stretch is freed: every rank has gathered what it reads
+    stop = first_number + plan.total
     generation = Generation(
-        len(kept),
-        first_number,
-        first_number + plan.total,
-        first_file,
-        n_files,
-        plan.per_part,
-        plan.parts,
-        started,
+        len(kept), first_number, stop, inputs.first, n_files, plan.per_part, plan.parts, started
     )
     paths.manifest.mkdir(parents=True, exist_ok=True)
-    writer = SampleRecords(
-        PartSequence(paths, generation, framing, about, splits),
-        len(numbers),
-        primary_field(config["convert"]),
-        first_number,
-    )
+    parts = PartSequence(paths, generation, framing, about, splits)
+    writer = SampleRecords(parts, len(numbers), primary_field(config["convert"]), first_number)
     bar = progress_bar(len(numbers), "ingest", rank, size, unit="sample")
-    read_samples(writer, opener, listing, files, numbers, plan, categories, settings, bar)
+    SampleReader(writer, opener, categories, settings, bar).read(listing, files, numbers, plan)
     bar.close()
-    sample_names = SampleNames(listing, file_starts, files.start, numbers.start)
     if not kept and len(first_input):
         described = field_descriptions(Path(first_input[0]), source["format"], fields)
-    extra = {
-        "inputs": n_files,
-        "samples": plan.total,
-        "classes": categories.classes,
-        **described,
-        **grown_counts(kept, generation),
-    }
+    extra = {"inputs": n_files, "samples": plan.total, "classes": categories.classes, **described}
+    extra.update(grown_counts(kept, generation))
+    # rank r: [starts[r], starts[r + 1])
+    starts = first_number + np.array(comm.allgather(numbers.start), np.int64)
+    sample_names = SampleNames(listing, plan.starts, files.start, numbers.start)
     counts = (len(numbers), writer.accepted, writer.rejected)
+    new = RankRecords(writer.hashed[: writer.accepted], sample_names, starts, writer.rejects, counts)
     summary = conclude(
-        comm,
-        paths,
-        writer.hashed[: writer.accepted],
-        starts,
-        sample_names,
-        counts,
-        writer.rejects,
-        settings,
-        generation,
-        extra,
-        read_kept(paths, kept, rank, size, samples=True),
+        comm, paths, new, settings, generation, extra, read_kept(paths, kept, rank, size, samples=True)
     )
     if rank == 0 and grows:
         record_generations(paths, digest, kept, generation, described)
@@ -404,41 +393,6 @@ def open_samples(comm: Any, root: Path, source: Mapping[str, Any], fields: list[
     all_ok(comm, error)
     assert opener is not None
     return opener
-
-
-def read_samples(
-    writer: SampleRecords,
-    opener: FileOpener,
-    listing: Listing,
-    files: range,
-    numbers: range,
-    plan: SamplePlan,
-    categories: Categories,
-    settings: Mapping[str, Any],
-    bar: Any,
-) -> None:
-    """This rank's sample numbers (`numbers`, in the files `files` of the plan, `listing` their paths), each
-    a record or a reject; its parts closed, or aborted on an error."""
-    file_starts = plan.starts
-    try:
-        for k, path in enumerate(listing):
-            f = files.start + k
-            mine = range(max(numbers.start, int(file_starts[f])), min(numbers.stop, int(file_starts[f + 1])))
-            ingest_file(
-                writer,
-                opener,
-                path,
-                mine,
-                int(file_starts[f]),
-                int(plan.counts[f]),
-                categories,
-                settings,
-                bar,
-            )
-    except BaseException:
-        writer.parts.abort()
-        raise
-    writer.parts.close()
 
 
 class SampleRecords:
@@ -491,56 +445,75 @@ class SampleRecords:
         self.accepted += 1
 
 
-def ingest_file(
-    writer: SampleRecords,
-    opener: FileOpener,
-    path: str,
-    mine: range,
-    base: int,
-    counted: int,
-    categories: Categories,
-    settings: Mapping[str, Any],
-    bar: Any,
-) -> None:
-    """This rank's sample numbers `mine` of one file (its sample 0 is number `base`; the survey counted
-    `counted` samples), each a record or a reject."""
-    try:
-        samples = opener.open(path)
-    except SampleError as e:  # not counted: one number; each number gets a row
-        for number in mine:
-            writer.reject(number, path, None if counted == 1 else number - base, "", str(e))
-        bar.update(len(mine))
-        return
-    along = samples.indexed
-    file_id = samples.info.file_id
+@dataclass
+class SampleReader:
+    """Reads this rank's sample numbers into `writer`, each a record or a reject: the opener of the
+    inputs, the classes agreed over every file, ingest's settings and the rank's progress bar."""
 
-    def sample_id(index: int) -> str:
-        return f"{file_id}#{index}" if along else file_id
+    writer: SampleRecords
+    opener: FileOpener
+    categories: Categories
+    settings: Mapping[str, Any]
+    bar: Any
 
-    with samples.opened:
+    def read(self, listing: Listing, files: range, numbers: range, plan: SamplePlan) -> None:
+        """The rank's numbers `numbers`, in the files `files` of the plan (`listing`: their paths); its
+        parts closed, or aborted on an error."""
+        file_starts = plan.starts
         try:
-            if samples.count != counted:
-                raise SampleError(f"changed since it was surveyed ({counted} samples, now {samples.count})")
-            shared = samples.shared(categories)
-        except SampleError as e:
+            for k, path in enumerate(listing):
+                f = files.start + k
+                first, stop = int(file_starts[f]), int(file_starts[f + 1])
+                mine = range(max(numbers.start, first), min(numbers.stop, stop))
+                self.read_file(path, mine, first, int(plan.counts[f]))
+        except BaseException:
+            self.writer.parts.abort()
+            raise
+        self.writer.parts.close()
+
+    def read_file(self, path: str, mine: range, base: int, counted: int) -> None:
+        """This rank's sample numbers `mine` of one file (its sample 0 is number `base`; the survey counted
+        `counted` samples), each a record or a reject."""
+        writer, categories, bar = self.writer, self.categories, self.bar
+        try:
+            samples = self.opener.open(path)
+        except SampleError as e:  # not counted: one number; each number gets a row
             for number in mine:
-                index = number - base
-                writer.reject(number, path, index if along else None, sample_id(index), str(e))
+                writer.reject(number, path, None if counted == 1 else number - base, "", str(e))
             bar.update(len(mine))
             return
-        batch_bytes = int(settings["batch_mb"] * MB)
-        for start, count, batch in samples.batches(mine.start - base, mine.stop - base, batch_bytes):
-            bar.update(count)
-            for index in range(start, start + count):
-                try:
-                    if isinstance(batch, SampleError):
-                        raise batch
-                    arrays = sample_arrays(batch, index - start, shared, samples, categories)
-                    arrays = validate_sample(arrays, samples.fields, settings["check_finite"])
-                except SampleError as e:
-                    writer.reject(base + index, path, index if along else None, sample_id(index), str(e))
-                    continue
-                writer.accept(base + index, path, index if along else None, sample_id(index), arrays)
+        along = samples.indexed
+        file_id = samples.info.file_id
+
+        def sample_id(index: int) -> str:
+            return f"{file_id}#{index}" if along else file_id
+
+        with samples.opened:
+            try:
+                if samples.count != counted:
+                    raise SampleError(
+                        f"changed since it was surveyed ({counted} samples, now {samples.count})"
+                    )
+                shared = samples.shared(categories)
+            except SampleError as e:
+                for number in mine:
+                    index = number - base
+                    writer.reject(number, path, index if along else None, sample_id(index), str(e))
+                bar.update(len(mine))
+                return
+            batch_bytes = int(self.settings["batch_mb"] * MB)
+            for start, count, batch in samples.batches(mine.start - base, mine.stop - base, batch_bytes):
+                bar.update(count)
+                for index in range(start, start + count):
+                    try:
+                        if isinstance(batch, SampleError):
+                            raise batch
+                        arrays = sample_arrays(batch, index - start, shared, samples, categories)
+                        arrays = validate_sample(arrays, samples.fields, self.settings["check_finite"])
+                    except SampleError as e:
+                        writer.reject(base + index, path, index if along else None, sample_id(index), str(e))
+                        continue
+                    writer.accept(base + index, path, index if along else None, sample_id(index), arrays)
 
 
 def sample_arrays(

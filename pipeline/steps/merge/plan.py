@@ -193,23 +193,51 @@ def homes(
     return home_bin, np.where(found, at, -1), frames, len(home)
 
 
+@dataclass(frozen=True)
+class RowKeys:
+    """How rows are keyed: merge.sort_by, the widths of its text (0 for a number) and of the sample ids over
+    every rank, and the splits' fractions (none: no splits) with what they split by (merge.split_by)."""
+
+    sort_by: str
+    widths: tuple[int, int]
+    fractions: Sequence[float] = ()
+    split_by: str = "sample"
+
+    def of(self, part: Part) -> np.ndarray:
+        """Each record's key (sort_keys)."""
+        key_width, id_width = self.widths
+        return sort_keys(part, self.sort_by, key_width, id_width, self.fractions, self.split_by)
+
+    @property
+    def width(self) -> int:
+        """A key's bytes."""
+        prefix = 1 if self.fractions else 0
+        return prefix + (sum(self.widths) if self.sort_by not in NUMERIC_KEYS else 8 + self.widths[1])
+
+
+def row_keys(comm: Any, settings: Mapping[str, Any], abouts: Mapping[str, Any]) -> RowKeys:
+    """The keys of merge's settings, the text widths agreed over the ranks from their parts' `abouts`."""
+    key_column = TEXT_KEYS.get(settings["sort_by"])
+
+    def widest(column: str) -> int:
+        return max(comm.allgather(max((a["text_widths"].get(column, 1) for a in abouts.values()), default=1)))
+
+    widths = (widest(key_column) if key_column else 0, widest("sample_id"))
+    fractions = [settings["splits"][name] for name in sorted(settings["splits"])]
+    return RowKeys(settings["sort_by"], widths, fractions, settings["split_by"])
+
+
 def local_rows(
     stems: Sequence[Path],
     first_part: int,
     files: Files,
     spec: Mapping[str, Mapping[str, Any]],
-    sort_by: str,
-    widths: tuple[int, int],
+    keys: RowKeys,
     framed: tuple[str, int] | None,
-    fractions: Sequence[float] = (),
-    split_by: str = "sample",
 ) -> tuple[np.ndarray, dict[int, int]]:
     """The rows of this rank's parts (unsorted; each part opened in turn and let go), and the record count
     of each home file seen."""
-    prefix = 1 if fractions else 0
-    dtype = row_dtype(
-        prefix + (sum(widths) if sort_by not in NUMERIC_KEYS else 8 + widths[1]), spec, bool(framed)
-    )
+    dtype = row_dtype(keys.width, spec, bool(framed))
     chunks, home_counts = [], {}
     names = list(spec)
     for k, stem in enumerate(stems):
@@ -217,7 +245,7 @@ def local_rows(
         if not len(part):  # every record of the part was rejected
             continue
         rows = np.zeros(len(part), dtype)
-        rows["key"] = sort_keys(part, sort_by, widths[0], widths[1], fractions, split_by)
+        rows["key"] = keys.of(part)
         rows["part"], rows["record"] = first_part + k, np.arange(len(part))
         rows["nbytes"] = part.record_nbytes
         rows["home"], rows["home_record"] = -1, -1
@@ -426,6 +454,38 @@ class MergePlan:
         return self.linked[self.shard_splits[i]]
 
 
+@dataclass
+class Shards:
+    """The shards as cut: this rank's rows (globally sorted), the shard number of each, its first shard and
+    the shards in all, its shards as slices of its rows, every shard's split, and which splits' shards are
+    framed ingest parts as they are (see home_starts)."""
+
+    rows: np.ndarray
+    numbers: np.ndarray
+    first_shard: int
+    n_shards: int
+    my_shards: list[slice]
+    shard_splits: list[int]
+    linked: list[bool]
+
+
+def cut_shards(
+    comm: Any, rows: np.ndarray, shard_bytes: int, split_names: Sequence[str], counts: np.ndarray | None
+) -> Shards:
+    """Collective: the rows sorted over all ranks (sample sort), cut into shards (whole framed parts where
+    `counts` allows, else by size within each split), each gathered on the rank where it begins."""
+    rows = sample_sort(comm, rows, "key")  # keys are unique (sample ids are)
+    keyed = bool(split_names)
+    starts, linked = shard_starts(comm, rows, shard_bytes, max(len(split_names), 1), keyed, counts)
+    rows, numbers, first_shard, n_shards = gather_shards(comm, rows, starts)
+    cuts = np.flatnonzero(np.diff(numbers)) + 1
+    edges = [0, *cuts.tolist(), len(rows)] if len(rows) else [0]
+    my_shards = [slice(a, b) for a, b in itertools.pairwise(edges)]  # contiguous: rows[s] is a view
+    my_splits = row_splits(rows[[s.start for s in my_shards]], keyed).tolist() if my_shards else []
+    shard_splits = [k for rank_splits in comm.allgather(my_splits) for k in rank_splits]
+    return Shards(rows, numbers, first_shard, n_shards, my_shards, shard_splits, linked.tolist())
+
+
 def plan_merge(
     config: Mapping[str, Any],
     convert_dir: Path,
@@ -454,68 +514,35 @@ def plan_merge(
     my_stems = [parts_dir / name for name in block(part_names, rank, size)]
     abouts = {stem.name: read_about(stem) for stem in my_stems}
     spec = common_spec(comm, abouts, conv, settings, stats)
-    key_column = TEXT_KEYS.get(settings["sort_by"])
-
-    def widest(column: str) -> int:
-        return max(comm.allgather(max((a["text_widths"].get(column, 1) for a in abouts.values()), default=1)))
-
-    widths = (widest(key_column) if key_column else 0, widest("sample_id"))
+    keys = row_keys(comm, settings, abouts)
     files = Files(comm, parts_dir, abouts)
     split_names = sorted(settings["splits"])
-    fractions = [settings["splits"][name] for name in split_names]
     framed = framed_layout(writer_class, settings, spec, stats, shard_bytes)
-    rows, local_homes = local_rows(
-        my_stems,
-        first_part,
-        files,
-        spec,
-        settings["sort_by"],
-        widths,
-        framed,
-        fractions,
-        settings["split_by"],
-    )
+    rows, local_homes = local_rows(my_stems, first_part, files, spec, keys, framed)
     total = sum(comm.allgather(len(rows)))
     if not total:
         raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
 
     # 2. The global order; 3. shards, each on the rank where it begins.
-    rows = sample_sort(comm, rows, "key")  # keys are unique (sample ids are)
     counts = None if framed is None else home_counts(comm, local_homes, len(files.paths))
-    starts, linked = shard_starts(
-        comm, rows, shard_bytes, max(len(split_names), 1), bool(split_names), counts
-    )
-    rows, numbers, first_shard, n_shards = gather_shards(comm, rows, starts)
-    cuts = np.flatnonzero(np.diff(numbers)) + 1
-    edges = [0, *cuts.tolist(), len(rows)] if len(rows) else [0]
-    my_shards = [slice(a, b) for a, b in itertools.pairwise(edges)]  # contiguous: rows[s] is a view
-    my_splits = (
-        row_splits(rows[[s.start for s in my_shards]], bool(split_names)).tolist() if my_shards else []
-    )
-    shard_splits = [k for rank_splits in comm.allgather(my_splits) for k in rank_splits]
-    digest = plan_digest(comm, settings, stats, spec, [shard_digest(rows[s]) for s in my_shards])
-    names = shard_names(shard_splits, split_names, writer_class, generation.number if generation else 0)
+    shards = cut_shards(comm, rows, shard_bytes, split_names, counts)
+    mine = [shard_digest(shards.rows[s]) for s in shards.my_shards]
+    number = generation.number if generation else 0
     return MergePlan(
-        settings,
-        writer_class,
-        spec,
-        stats_doc,
-        widths,
-        files,
-        part_names,
-        my_stems,
-        first_part,
-        split_names,
-        rows,
-        numbers,
-        my_shards,
-        first_shard,
-        n_shards,
-        shard_splits,
-        names,
-        digest,
-        linked.tolist(),
-        total,
+        settings=settings,
+        writer_class=writer_class,
+        spec=spec,
+        stats_doc=stats_doc,
+        widths=keys.widths,
+        files=files,
+        part_names=part_names,
+        my_stems=my_stems,
+        first_part=first_part,
+        split_names=split_names,
+        names=shard_names(shards.shard_splits, split_names, writer_class, number),
+        digest=plan_digest(comm, settings, stats, spec, mine),
+        total=total,
+        **vars(shards),
     )
 
 

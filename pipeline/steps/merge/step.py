@@ -80,6 +80,7 @@ from pipeline.steps.merge.generations import (
 from pipeline.steps.merge.metadata import metadata
 from pipeline.steps.merge.plan import Grown, MergePlan, plan_merge
 from pipeline.steps.merge.write import (
+    Encoding,
     _key_value,
     copy_framed_shard,
     extents,
@@ -174,18 +175,9 @@ def write_my_shards(
         shard_rows = [plan.shard_rows(i) for i in encoded]  # views
         home_files = [Path(p) for p in plan.files.paths]
         batches = read_batches(home_files, len(shard_rows), lambda k: extents(shard_rows[k], spec))
+        encoding = Encoding(spec, plan.writer_class, settings["compression"], stats, settings["slabs"])
         for i, these, located in zip(encoded, shard_rows, batches, strict=True):
-            checksums[i] = write_shard(
-                shards_dir / names[i],
-                these,
-                plan.widths[1],
-                located,
-                spec,
-                plan.writer_class,
-                settings["compression"],
-                stats,
-                settings["slabs"],
-            )
+            checksums[i] = write_shard(shards_dir / names[i], these, plan.widths[1], located, encoding)
             bar.update(1)
     return checksums, ways
 

@@ -12,6 +12,7 @@ import re
 import shutil
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,16 +71,20 @@ def field_sizes(rows: np.ndarray, f: int, field: Mapping[str, Any]) -> np.ndarra
 WRITE_CHUNK = 4096  # records whose per-record Python objects (ids, shapes, array views) exist at once
 
 
+@dataclass(frozen=True)
+class Encoding:
+    """How shards are encoded: the fields' spec, the shard format's writer, its compression, the
+    statistics records are normalised with, and the slab files per shard (merge.slabs)."""
+
+    spec: Mapping[str, Any]
+    writer_class: type[ShardWriter]
+    compression: str
+    stats: Mapping[str, Any]
+    slabs: int = 1
+
+
 def write_shard(
-    path: Path,
-    rows: np.ndarray,
-    id_width: int,
-    located: tuple[np.ndarray, np.ndarray],
-    spec: Mapping[str, Any],
-    writer_class: type[ShardWriter],
-    compression: str,
-    stats: Mapping[str, Any],
-    slabs: int = 1,
+    path: Path, rows: np.ndarray, id_width: int, located: tuple[np.ndarray, np.ndarray], encoding: Encoding
 ) -> list[str]:
     """Write one shard (its records' field bytes lie in a buffer at the given positions, row by row) and
     its index atomically: the index first, the shard's rename last. With `slabs` > 1 (merge.slabs), the
@@ -88,6 +93,7 @@ def write_shard(
 
     Records go through in chunks of WRITE_CHUNK rows: a shard of many small records (sorted by length,
     the shortest shard holds tens of thousands) costs a chunk's Python objects, not a shard's."""
+    spec, compression, stats, slabs = encoding.spec, encoding.compression, encoding.stats, encoding.slabs
     positions, buffer = located
     dtypes = [np.dtype(field["dtype"]) for field in spec.values()]
     starts = positions.reshape(len(rows), len(spec))
@@ -96,7 +102,7 @@ def write_shard(
     finals = [path.with_name(slab_name(path.name, k, slabs)) for k in range(slabs)]
     with ExitStack() as files:
         temporaries = [files.enter_context(atomic_path(final)) for final in finals]
-        writers = [writer_class(tmp, spec, compression) for tmp in temporaries]
+        writers = [encoding.writer_class(tmp, spec, compression) for tmp in temporaries]
         try:
             for first in range(0, len(rows), WRITE_CHUNK):
                 chunk = rows[first : first + WRITE_CHUNK]
