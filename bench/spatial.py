@@ -1,4 +1,4 @@
-"""Benchmark: spatial parallelism (train.spatial.split), memory and time per rank.
+"""Benchmark: spatial parallelism (train.spatial.ranks_per_sample), memory and time per rank.
 
 The built-in cosmoflow model at the demo's widths (depth 3, width 8, dense 64) trains on 128³ x 4 samples,
 batch 16 (activations dominate: about 5 GB of a 7.4 GB rank unsplit), whole on 1 rank (S = 1) and split

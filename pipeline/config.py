@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,45 @@ STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "sweep": None,  # every point's config is built from the whole file
     "throughput": (),  # a figure from the data steps' summaries: reads no setting
 }
+
+
+# Keys renamed so that one name has one meaning: old dotted key -> new, in the same section. An old key
+# keeps working for this release, moved to its new name before validation with a warning that names the
+# new key; both given is an error.
+RENAMED = {
+    # `split` was also merge.splits and train.spatial's ranks: here it is a sub-volume's size
+    "convert.split": "convert.subvolume",
+    # `split` here: the ranks that share each sample
+    "train.spatial.split": "train.spatial.ranks_per_sample",
+    # `initial` is a run count (simulate.adaptive.initial); here: the starting blobs, fixed or random
+    "simulate.reaction.initial": "simulate.reaction.blobs",
+    # `features` names fields (convert.features); here: a count, the channels of each step
+    "simulate.trace.features": "simulate.trace.channels",
+}
+RENAMED_UNTIL = "0.2"  # the release that drops the old names
+
+
+def renamed(config: dict[str, Any]) -> list[str]:
+    """Old keys moved to their new names in place (RENAMED); returns a warning per key moved. Both names
+    given is an error naming the two."""
+    warnings = []
+    for old, new in RENAMED.items():
+        *section, old_name = old.split(".")
+        parent: Any = config
+        for name in section:
+            parent = parent.get(name) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or old_name not in parent:
+            continue
+        new_name = new.rsplit(".", 1)[1]
+        if new_name in parent:
+            raise Sim2dlError(
+                f"config keys '{old}' and '{new}': '{old}' is the old name of '{new}'; give only '{new}'"
+            )
+        parent[new_name] = parent.pop(old_name)
+        warnings.append(
+            f"config key '{old}' is now '{new}': the old name works until release {RENAMED_UNTIL}"
+        )
+    return warnings
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -129,7 +169,10 @@ def coerce_strings(value: Any, sub_schema: Mapping[str, Any], root: Mapping[str,
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
-    """Validate in place and fill defaults; raise Sim2dlError naming the offending key."""
+    """Validate in place and fill defaults (old key names moved to the new, with a warning on stderr);
+    raise Sim2dlError naming the offending key."""
+    for warning in renamed(config):
+        print(f"sim2dl: warning: {warning}", file=sys.stderr)
     the_schema = schema()
     coerce_strings(config, the_schema, the_schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(the_schema)

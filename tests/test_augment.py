@@ -16,7 +16,8 @@ def test_a_cube_has_48_distinct_symmetries_a_square_8_and_unequal_axes_only_flip
     assert cube[0] == Transform((0, 1, 2), ())  # the identity first
     assert len(plan({"symmetries": True}, (8, 8))) == 8
     assert plan({"symmetries": True}, (8, 6)) == [Transform((0, 1), f) for f in [(), (1,), (0,), (0, 1)]]
-    # a cube split along depth (train.spatial.split 2): axis 0 stays, the 8 symmetries of the other two
+    # a cube split along depth (train.spatial.ranks_per_sample 2): axis 0 stays, the 8 symmetries of the
+    # other two
     split = plan({"symmetries": True}, (4, 4, 4), split=2)
     assert len(split) == 8 and all(t.order[0] == 0 and 0 not in t.flips for t in split)
     assert plan({}, (4, 4, 4)) == []
@@ -37,7 +38,7 @@ def test_a_cube_has_48_distinct_symmetries_a_square_8_and_unequal_axes_only_flip
             {"flips": [0]},
             (4, 4, 4),
             2,
-            "with train.spatial.split 2 the split axis 0 is neither permuted nor flipped",
+            "with train.spatial.ranks_per_sample 2 the split axis 0 is neither permuted nor flipped",
         ),
         (
             {"symmetries": True, "vector_labels": ["velocity"]},

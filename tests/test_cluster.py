@@ -219,13 +219,14 @@ def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_
     target = "/tmp/sim2dl-node-local"  # on each node its own tmpfs
     work = cluster.shared / "wf"
     # one GPU per training rank: the train job asks Slurm for them and srun binds one to each rank
-    # and the two training ranks, one per node, split every sample between them (train.spatial.split: a
+    # and the two training ranks, one per node, split every sample between them
+    # (train.spatial.ranks_per_sample: a
     # spatial set spanning two nodes, its halos and gradients crossing the network)
     path = small_config(
         work,
         stage={"mode": "replica", "target": target},
         slurm={"gpus_per_task": 1},
-        train={**SMALL_TRAIN, "spatial": {"split": 2}},
+        train={**SMALL_TRAIN, "spatial": {"ranks_per_sample": 2}},
     )
     config = yaml.safe_load(path.read_text())
     resources = ["stage:tasks=3", "stage:nodes=3", "train:tasks=2", "train:nodes=2"]
@@ -261,7 +262,7 @@ def test_the_workflow_runs_as_srun_steps_across_nodes_stages_to_each_nodes_disk_
     trained = json.loads((workdir / "train" / "summary.json").read_text())
     assert trained["ranks"] == 2 and trained["weights_identical_across_ranks"]
     assert len(set(trained["hosts"])) == 2  # one rank per node: Horovod's collectives crossed the network
-    assert trained["spatial"] == {"split": 2, "groups": 1}
+    assert trained["spatial"] == {"ranks_per_sample": 2, "groups": 1}
     # Slurm gave each rank a GPU of its node (CUDA_VISIBLE_DEVICES from the GRES binding, in the summary);
     # TensorFlow finds no CUDA device behind the stand-in files, so train.device auto trained on the CPU
     assert [(d["cuda_visible_devices"], d["kind"]) for d in trained["devices"]] == [("0", "cpu")] * 2, trained

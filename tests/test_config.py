@@ -92,15 +92,50 @@ def test_snakemake_rejects_config_typo(tmp_path):
     assert "shard_size_mb" in proc.stdout + proc.stderr
 
 
+def test_an_old_key_name_works_for_one_release_with_a_warning_naming_the_new(tmp_path, capsys):
+    """Each renamed key (pipeline.config.RENAMED): its old name's value lands under the new name, with a
+    warning naming both; the old and the new together are an error naming both; the schema knows the new
+    names only."""
+    from pipeline.config import RENAMED, schema
+
+    config = make_config(
+        tmp_path,
+        convert={"split": [16, 16, 16]},
+        train={"spatial": {"split": 1}},
+        simulate={"reaction": {"initial": "random"}, "trace": {"features": 3}},
+    )
+    assert config["convert"]["subvolume"] == [16, 16, 16] and "split" not in config["convert"]
+    assert config["train"]["spatial"] == {"ranks_per_sample": 1}
+    assert config["simulate"]["reaction"]["blobs"] == "random"
+    assert config["simulate"]["trace"]["channels"] == 3
+    warned = capsys.readouterr().err
+    for old, new in RENAMED.items():
+        assert f"config key '{old}' is now '{new}'" in warned
+    with pytest.raises(Sim2dlError, match=r"config keys 'convert.split' and 'convert.subvolume'"):
+        make_config(tmp_path, convert={"split": [16, 16, 16], "subvolume": [16, 16, 16]})
+
+    def known(key: str) -> bool:
+        node = schema()["properties"]
+        for name in key.split("."):
+            if name not in node:
+                return False
+            node = node[name].get("properties", {})
+        return True
+
+    assert all(known(new) and not known(old) for old, new in RENAMED.items())
+    table = (REPO / "docs" / "configuration.md").read_text()  # its table of renamed keys
+    assert all(f"| `{old}` | `{new}` |" in table for old, new in RENAMED.items())
+
+
 def test_strings_from_snakemake_config_are_coerced(tmp_path):
     config = make_config(
         tmp_path,
         merge={"shard_size_mb": "4"},
-        convert={"split": ["16", "16", "16"]},
+        convert={"subvolume": ["16", "16", "16"]},
         ingest={"check_finite": "false"},
     )
     assert config["merge"]["shard_size_mb"] == 4
-    assert config["convert"]["split"] == [16, 16, 16]
+    assert config["convert"]["subvolume"] == [16, 16, 16]
     assert config["ingest"]["check_finite"] is False
     with pytest.raises(Sim2dlError, match=r"merge\.shard_size_mb"):
         make_config(tmp_path, merge={"shard_size_mb": "four"})

@@ -49,7 +49,7 @@ def test_crop_split_and_log1p():
         "log1p": ["d"],
         "normalise": [],
         "crop": [6, 6, 6],
-        "split": [3, 3, 3],
+        "subvolume": [3, 3, 3],
     }
     out = transform({"d": x, "p": np.arange(3, dtype="f8"), "unused": x}, settings)
     assert len(out) == 8 and set(out[0]) == {"d", "p"}

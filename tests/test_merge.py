@@ -119,7 +119,7 @@ def test_gzip_tfrecord_and_split_into_subvolumes(tmp_path):
     config_path, work = prepare(
         tmp_path,
         simulate={"samples": 6},
-        convert={"split": [16, 16, 16]},
+        convert={"subvolume": [16, 16, 16]},
         merge={"compression": "gzip", "shard_size_mb": 0.2},
     )
     merge_cli(config_path, work / "merged", ranks=2)
@@ -323,7 +323,7 @@ def test_splits_by_parent_hash_in_their_own_directories_same_for_any_rank_count(
     config_path, work = prepare_cubes(
         tmp_path,
         40,
-        convert={"split": [4, 4, 4]},
+        convert={"subvolume": [4, 4, 4]},
         merge={"shard_size_mb": 0.05, "splits": {"validation": 0.25, "train": 0.75}},
     )
     merge_cli(config_path, work / "m1", ranks=1)

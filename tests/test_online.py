@@ -386,7 +386,7 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
         4,
     )
     # one training rank
-    assert kept["steps"] == 16 and kept["hosts"] and kept["spatial"] == {"split": 1, "groups": 1}
+    assert kept["steps"] == 16 and kept["hosts"] and kept["spatial"] == {"ranks_per_sample": 1, "groups": 1}
 
 
 def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks(tmp_path):

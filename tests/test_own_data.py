@@ -172,7 +172,7 @@ def test_cosmoflow_layout_inspected_split_into_subvolumes_and_trained(tmp_path):
         tmp_path / "cosmoflow.yaml",
         tmp_path,
         "--config",
-        "convert={split: [8, 8, 8], log1p: [full]}",
+        "convert={subvolume: [8, 8, 8], log1p: [full]}",
         "train={epochs: 2}",
     )
     workdir = Path(config["workdir"])

@@ -90,7 +90,7 @@ def config_for(changes, **train):
         "learning_rate": 0.001,
         "weight_decay": 0.0,
         "validation_fraction": 0.1,
-        "spatial": {"split": 1},
+        "spatial": {"ranks_per_sample": 1},
         "population": population,
     }
     return {"train": {**settings, **train}}
@@ -116,7 +116,11 @@ def config_for(changes, **train):
             {},
             "'train.population.mutate.weight_decay': train.weight_decay is 0",
         ),
-        ({}, {"spatial": {"split": 2}}, "'train.population' with 'train.spatial.split': 2"),
+        (
+            {},
+            {"spatial": {"ranks_per_sample": 2}},
+            "'train.population' with 'train.spatial.ranks_per_sample': 2",
+        ),
         (
             {"tournament_fraction": 0.05},
             {},

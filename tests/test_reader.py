@@ -234,7 +234,7 @@ def test_mlperf_cosmoflow_preset_gives_the_layout_the_reference_trains_from(tmp_
     config = yaml.safe_load((REPO / "config" / "presets" / "mlperf-cosmoflow.yaml").read_text())
     config["workdir"] = str(tmp_path / "work")
     config["source"]["path"] = str(tmp_path / "cosmoUniverse")
-    config["convert"]["split"] = [8, 8, 8]  # 16^3 test universes; the preset's 128^3 is the reference's
+    config["convert"]["subvolume"] = [8, 8, 8]  # 16^3 test universes; the preset's 128^3 is the reference's
     config["merge"].update(compression=compression, shard_size_mb=0.2)
     config_path = write_config(tmp_path, cfg.validate(config))
     for step in ("ingest", "convert", "merge"):

@@ -1,7 +1,7 @@
-"""Spatial parallelism (train.spatial.split): the layout and its config checks; the split cosmoflow model's
-outputs and gradients against the unsplit model on real Horovod ranks (S = 2 and 4, and 2 groups of 2);
-training split across 2 ranks against unsplit on 1 (same batches: the same loss curve); slab shards
-(merge.slabs): what they hold, and training from them."""
+"""Spatial parallelism (train.spatial.ranks_per_sample): the layout and its config checks; the split
+cosmoflow model's outputs and gradients against the unsplit model on real Horovod ranks (S = 2 and 4, and 2
+groups of 2); training split across 2 ranks against unsplit on 1 (same batches: the same loss curve); slab
+shards (merge.slabs): what they hold, and training from them."""
 
 from __future__ import annotations
 
@@ -35,15 +35,19 @@ def test_levels_stay_split_while_slabs_are_even():
 
 
 def test_bad_splits_are_config_errors_naming_the_value():
-    with pytest.raises(Sim2dlError, match=r"'train.spatial.split': 3 does not divide train's 4 ranks"):
+    with pytest.raises(
+        Sim2dlError, match=r"'train.spatial.ranks_per_sample': 3 does not divide train's 4 ranks"
+    ):
         check_spatial(3, 4, (32, 32, 32, 1), "cosmoflow", True)
-    with pytest.raises(Sim2dlError, match=r"'train.spatial.split': 4 does not divide the samples' depth"):
+    with pytest.raises(
+        Sim2dlError, match=r"'train.spatial.ranks_per_sample': 4 does not divide the samples' depth"
+    ):
         check_spatial(4, 4, (30, 32, 32, 1), "cosmoflow", True)
     with pytest.raises(Sim2dlError, match=r"slabs of 1 planes are thinner"):
         check_spatial(4, 4, (4, 32, 32, 1), "cosmoflow", True)
     for model in ("unet2d", "my_model.py:build"):
         with pytest.raises(
-            Sim2dlError, match=rf"'train.spatial.split': 2, but model '{model}' cannot be split"
+            Sim2dlError, match=rf"'train.spatial.ranks_per_sample': 2, but model '{model}' cannot be split"
         ):
             make_config_with(model)
     check_spatial(1, 3, (5, 5, 5, 1), "dense", False)  # no split: nothing to check
@@ -54,7 +58,7 @@ def make_config_with(model: str) -> None:
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as tmp:
-        make_config(Path(tmp), train={"model": model, "spatial": {"split": 2}})
+        make_config(Path(tmp), train={"model": model, "spatial": {"ranks_per_sample": 2}})
 
 
 # S = 4 over all 4 ranks (Horovod's global set, both kinds of edge rank) and 2 groups of S = 2 (a process
@@ -221,7 +225,9 @@ def test_the_slab_files_names_and_checks():
     varying = {**spec, "density": {**spec["density"], "shape": [None, 16]}}
     with pytest.raises(Sim2dlError, match=r"does not divide the first axis of feature 'density'"):
         check_slabs(2, varying, "tfrecord")
-    with pytest.raises(Sim2dlError, match=r"'train.spatial.split': 4 does not divide the 2 slab files"):
+    with pytest.raises(
+        Sim2dlError, match=r"'train.spatial.ranks_per_sample': 4 does not divide the 2 slab files"
+    ):
         check_split(2, 4)
     check_split(4, 2)
     check_split(1, 4)
@@ -246,10 +252,12 @@ def test_training_split_over_two_ranks_follows_the_unsplit_loss_curve(tmp_path, 
     )
     whole = json.loads((tmp_path / "whole" / "train" / "summary.json").read_text())
     split = json.loads((tmp_path / "split" / "train" / "summary.json").read_text())
-    assert split["spatial"] == {"split": 2, "groups": 1} and split["weights_identical_across_ranks"]
+    assert (
+        split["spatial"] == {"ranks_per_sample": 2, "groups": 1} and split["weights_identical_across_ranks"]
+    )
     assert split["hybrid"] == {
         "mode": "none",
-        "why": "train.spatial.split: no rank holds a whole sample to take its statistics of",
+        "why": "train.spatial.ranks_per_sample: no rank holds a whole sample to take its statistics of",
     }
     assert split["validation_records"] == whole["validation_records"]  # each record counted once
     runs = ("whole", "split", "slabs-split")
@@ -269,7 +277,7 @@ def test_training_split_over_two_ranks_follows_the_unsplit_loss_curve(tmp_path, 
 def test_a_split_that_does_not_divide_the_ranks_stops_before_any_data_is_read(tmp_path, staged_small):
     proc = train_run(tmp_path, staged_small, ranks=2, check=False, spatial={"split": 4})
     assert proc.returncode != 0
-    assert "config key 'train.spatial.split': 4 does not divide train's 2 ranks" in proc.stderr
+    assert "config key 'train.spatial.ranks_per_sample': 4 does not divide train's 2 ranks" in proc.stderr
     assert not (tmp_path / "train" / "checkpoints").exists()
 
 
@@ -283,7 +291,7 @@ def test_the_spatial_preset_validates_and_splits_each_sample_over_trains_ranks()
     preset = cfg.validate(
         yaml.safe_load((REPO / "config" / "presets" / "cosmoflow-spatial.yaml").read_text())
     )
-    assert preset["train"]["spatial"]["split"] == 2 and preset["train"]["model"] == "cosmoflow"
+    assert preset["train"]["spatial"]["ranks_per_sample"] == 2 and preset["train"]["model"] == "cosmoflow"
     size = preset["simulate"]["cube"]["size"]
     check_spatial(2, 2, (size, size, size, 1), "cosmoflow", True)  # the depth divides, the slabs are thick
 
@@ -319,20 +327,30 @@ def test_ranks_that_share_samples_share_files_on_a_node_or_across_replicas():
 def test_search_trials_must_have_whole_spatial_sets(tmp_path):
     """Each search trial is a training run: with a split, its ranks must be a multiple of it."""
     with pytest.raises(Sim2dlError, match=r"'search.ranks_per_trial': 1, but each trial trains with"):
-        make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": True, "ranks_per_trial": 1})
+        make_config(
+            tmp_path,
+            train={"spatial": {"ranks_per_sample": 2}},
+            search={"enabled": True, "ranks_per_trial": 1},
+        )
     config = make_config(
-        tmp_path, train={"spatial": {"split": 2}}, search={"enabled": True, "ranks_per_trial": 2}
+        tmp_path, train={"spatial": {"ranks_per_sample": 2}}, search={"enabled": True, "ranks_per_trial": 2}
     )
     assert config["search"]["ranks_per_trial"] == 2
 
 
 def test_a_split_that_does_not_divide_the_slab_files_is_a_config_error(tmp_path):
     with pytest.raises(
-        Sim2dlError, match=r"'train.spatial.split': 4 does not divide the 2 slab files per shard"
+        Sim2dlError, match=r"'train.spatial.ranks_per_sample': 4 does not divide the 2 slab files per shard"
     ):
-        make_config(tmp_path, train={"spatial": {"split": 4}}, merge={"slabs": 2}, search={"enabled": False})
+        make_config(
+            tmp_path,
+            train={"spatial": {"ranks_per_sample": 4}},
+            merge={"slabs": 2},
+            search={"enabled": False},
+        )
     config = make_config(
-        tmp_path, train={"spatial": {"split": 2}}, merge={"slabs": 4}, search={"enabled": False}
+        tmp_path, train={"spatial": {"ranks_per_sample": 2}}, merge={"slabs": 4}, search={"enabled": False}
     )
     assert config["merge"]["slabs"] == 4
-    make_config(tmp_path, train={"spatial": {"split": 2}}, search={"enabled": False})  # no search, no trials
+    # no search, no trials
+    make_config(tmp_path, train={"spatial": {"ranks_per_sample": 2}}, search={"enabled": False})

@@ -644,7 +644,7 @@ def test_a_forward_surrogate_trains_online_as_melissa_trains_its_surrogates(tmp_
 
     config = online_reaction_config(tmp_path)
     command = config["simulate"]["command"]
-    command[command.index("--initial") + 1] = "fixed"  # the same blobs: the outputs follow the parameters
+    command[command.index("--blobs") + 1] = "fixed"  # the same blobs: the outputs follow the parameters
     config["source"]["fields"] = {
         **{p: {"column": p} for p in ("vx", "vy", "kappa", "r")},
         "state": {"path": "state", "dtype": "float32", "shape": [16, 16]},

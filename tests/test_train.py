@@ -197,7 +197,7 @@ def test_trace_family_trains_a_sequence_model_with_length_buckets(tmp_path):
         simulate={
             "family": "trace",
             "samples": 96,
-            "trace": {"min_length": 10, "max_length": 300, "features": 4},
+            "trace": {"min_length": 10, "max_length": 300, "channels": 4},
         },
         source={
             "fields": {

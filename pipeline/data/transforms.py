@@ -58,9 +58,11 @@ def transform(
         if name in settings["features"] and settings["crop"]:
             x = central_crop(x, settings["crop"])
         selected[name] = x
-    if not settings["split"]:
+    if not settings["subvolume"]:
         return [selected]
-    per_feature = {name: split_volumes(selected[name], settings["split"]) for name in settings["features"]}
+    per_feature = {
+        name: split_volumes(selected[name], settings["subvolume"]) for name in settings["features"]
+    }
     pieces = len(next(iter(per_feature.values())))
     if any(len(p) != pieces for p in per_feature.values()):
         raise SampleError("features split into different numbers of sub-volumes")
@@ -110,7 +112,7 @@ def missing_masks(
         "normalise": [],
         "dtype": "source",
     }
-    if settings["split"] and not features:
+    if settings["subvolume"] and not features:
         return [masks] * pieces  # labels are not split: every piece has the same
     return transform(masks, shaped)
 

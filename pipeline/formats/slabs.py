@@ -1,8 +1,8 @@
 """Slab shards (`merge.slabs: C`): each shard written as C files, file k holding planes [k*T, (k+1)*T) of
 every feature field (T = depth / C, depth the field's first axis) of the same records in the same order,
-with the labels and sample ids in every file. A rank of a spatial set (train.spatial.split: S, S dividing
-C) then reads only the C/S files of its slab: 1/S of the feature bytes, where whole records would make it
-read the whole sample to keep a slab of it.
+with the labels and sample ids in every file. A rank of a spatial set
+(train.spatial.ranks_per_sample: S, S dividing C) then reads only the C/S files of its slab: 1/S of the
+feature bytes, where whole records would make it read the whole sample to keep a slab of it.
 
 Names: `shard-00003-of-00010.slab-1-of-4.tfrecord` for slab 1 of 4 of `shard-00003-of-00010.tfrecord`.
 Pure (names, checks, array views); O(1) memory and time per record.
@@ -96,9 +96,10 @@ def slabs_read(count: int, split: int, spatial_rank: int) -> range:
 
 
 def check_split(count: int, split: int) -> None:
-    """train.spatial.split against the slabs merge wrote: each rank's planes must be whole slab files."""
+    """train.spatial.ranks_per_sample against the slabs merge wrote: each rank's planes must be whole slab
+    files."""
     if count > 1 and count % split:
         raise Sim2dlError(
-            f"config key 'train.spatial.split': {split} does not divide the {count} slab files per shard "
-            f"that merge wrote ({KEY}: {count}): set {KEY} to a multiple of the split"
+            f"config key 'train.spatial.ranks_per_sample': {split} does not divide the {count} slab files "
+            f"per shard that merge wrote ({KEY}: {count}): set {KEY} to a multiple of the split"
         )

@@ -3,7 +3,7 @@
     du/dt + v . grad u = kappa laplacian u + r u (1 - u)
 
 on the periodic unit square, from blobs of concentration. The parameters (velocity v = (vx, vy), diffusivity
-kappa, growth rate r) are drawn per sample; the blobs are the same for every sample (initial: fixed, so the
+kappa, growth rate r) are drawn per sample; the blobs are the same for every sample (blobs: fixed, so the
 outputs are a function of the parameters alone: the forward surrogate's data) or drawn per sample (random:
 trajectories of states for a next-state surrogate). Non-linear (the logistic growth saturates at 1, so
 fronts form and merge), yet smooth in its parameters.
@@ -24,7 +24,7 @@ import numpy as np
 
 NAME = "reaction"
 PARAMETERS = ("vx", "vy", "kappa", "r")
-FIXED_BLOBS = ((0.3, 0.3, 0.08), (0.7, 0.45, 0.05), (0.45, 0.75, 0.06))  # (x, y, radius) of initial: fixed
+FIXED_BLOBS = ((0.3, 0.3, 0.08), (0.7, 0.45, 0.05), (0.45, 0.75, 0.06))  # (x, y, radius) of blobs: fixed
 
 
 def blobs(size: int, centres: Any) -> np.ndarray:
@@ -71,7 +71,7 @@ def make(config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, np.nd
     settings = config["reaction"]
     size = settings["size"]
     params = draw(rng, settings)
-    if settings["initial"] == "fixed":
+    if settings["blobs"] == "fixed":
         centres: Any = FIXED_BLOBS
     else:
         count = int(rng.integers(2, 5))

@@ -3,7 +3,7 @@ simulator would be: one run = one set of parameters (vx, vy, kappa, r), its fina
 trajectory written to one HDF5 file (`reaction.h5`, written beside and renamed into place).
 
     python -m pipeline.simulators.reaction_run --out {out} --vx {vx} --vy {vy} --kappa {kappa} --r {r}
-        [--size 32 --steps 50 --snapshots 10 --t-end 1.0 --initial fixed --seed {seed}]
+        [--size 32 --steps 50 --snapshots 10 --t-end 1.0 --blobs fixed --seed {seed}]
 
 What a surrogate trained while the ensemble runs (train.online with train.task: surrogate) learns from.
 Memory: one trajectory. Time: steps x an FFT of size².
@@ -29,8 +29,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--snapshots", type=int, default=10)
     parser.add_argument("--t-end", type=float, default=1.0)
-    parser.add_argument("--initial", choices=["fixed", "random"], default="fixed")
-    parser.add_argument("--seed", type=int, default=0, help="with --initial random: the blobs' seed")
+    # --initial: the old name (simulate.reaction.initial), accepted until release 0.2
+    parser.add_argument("--blobs", "--initial", choices=["fixed", "random"], default="fixed")
+    parser.add_argument("--seed", type=int, default=0, help="with --blobs random: the blobs' seed")
     return parser.parse_args(argv)
 
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = arguments(argv)
     params = np.array([args.vx, args.vy, args.kappa, args.r])
-    if args.initial == "fixed":
+    if args.blobs == "fixed":
         centres = np.array(FIXED_BLOBS)
     else:
         rng = np.random.default_rng(args.seed)

@@ -1,6 +1,6 @@
 """trace: variable-length records (lengths log-uniform over two orders of magnitude), like the execution
 traces of etalumis, whose statistics depend on the cube family's parameters. Fields: trace (length x
-features float32), params (3 float32). Time: linear in the length."""
+channels float32), params (3 float32). Time: linear in the length."""
 
 from __future__ import annotations
 
@@ -31,4 +31,4 @@ def make(config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, np.nd
     params = draw_params(rng, config["params"])
     tr = config["trace"]
     length = round(np.exp(rng.uniform(np.log(tr["min_length"]), np.log(tr["max_length"]))))
-    return {"trace": trace_record(params, length, tr["features"], rng), "params": params}
+    return {"trace": trace_record(params, length, tr["channels"], rng), "params": params}

@@ -163,7 +163,8 @@ def convert_part(
     record_splits: np.ndarray | None = np.zeros(0, np.uint8)
     if len(source_part):
         record_splits = splits.of_records(source_part)  # one hash per record of the part, at once
-        if record_splits is None and not settings["split"]:  # train's hold-out: a sample's id is its record's
+        # train's hold-out: a sample's id is its record's
+        if record_splits is None and not settings["subvolume"]:
             record_splits = splits.of_samples(source_part.texts("sample_id"))
     stats = {f: RunningStats(f in settings["per_channel"]) for f in settings["normalise"]}
     counts: dict[str, ClassCounts] = {}

@@ -767,7 +767,7 @@ def starter_sections(
                     "log1p": list(deposit) if deposit else [],
                     "normalise": features + labels,
                     "per_channel": chosen.per_channel + vectors,
-                    "split": None,
+                    "subvolume": None,
                 }
             },
         ),

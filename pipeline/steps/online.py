@@ -88,8 +88,10 @@ def check(
             "config key 'simulate.command': online training runs the ensemble of your simulator "
             "(train.online needs simulate.command)"
         )
-    if config["train"]["spatial"]["split"] > 1:
-        raise Sim2dlError("config key 'train.spatial.split': online training takes whole samples (split 1)")
+    if config["train"]["spatial"]["ranks_per_sample"] > 1:
+        raise Sim2dlError(
+            "config key 'train.spatial.ranks_per_sample': online training takes whole samples (split 1)"
+        )
     refused_online(config["train"])
     if online["buffer"]["watermark"] > online["buffer"]["capacity"]:
         raise Sim2dlError(

@@ -11,10 +11,10 @@ averaged with DistributedGradientTape, metrics averaged with allreduce, learning
 of ranks with a linear warm-up. The loop is explicit (not Keras fit) so the time spent waiting for input
 is measured directly: the time blocked in `next(iterator)` against the step time.
 
-Spatial parallelism (`train.spatial.split: S`, pipeline.training.spatial): the ranks form data-parallel
-groups of S consecutive ranks (on one node, or across nodes that each hold every shard); the ranks of a
-group read the same records, each decodes its depth slab of every sample, and the split model exchanges
-halos within the group.
+Spatial parallelism (`train.spatial.ranks_per_sample: S`, pipeline.training.spatial): the ranks form
+data-parallel groups of S consecutive ranks (on one node, or across nodes that each hold every shard); the
+ranks of a group read the same records, each decodes its depth slab of every sample, and the split model
+exchanges halos within the group.
 The learning rate scales with the groups, validation counts each group once, and the model saved at the
 end is the unsplit one with the trained weights (it takes whole samples).
 

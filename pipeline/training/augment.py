@@ -10,7 +10,7 @@ flipped axes) the pipeline picks from.
 
 Labels are taken as invariant (scalars of the whole sample); a segmentation mask moves with its field.
 Labels that are directions or vectors would have to rotate with it, which sim2dl does not do: declaring
-one (`vector_labels`) is a config error. Under train.spatial.split the split axis (depth, 0) stays
+one (`vector_labels`) is a config error. Under train.spatial.ranks_per_sample the split axis (depth, 0) stays
 where it is and unflipped, since moving it would need the other ranks' planes: the group is that of the
 other axes (8 of 48 for a cube).
 
@@ -79,8 +79,8 @@ def plan(augment: Mapping[str, Any], spatial_shape: Sequence[int | None], split:
         moved = sorted(fixed & set(permute + flips))
         if moved:
             raise Sim2dlError(
-                f"config key '{KEY}': with train.spatial.split {split} the split axis 0 is neither "
-                "permuted nor flipped (its planes are on other ranks)"
+                f"config key '{KEY}': with train.spatial.ranks_per_sample {split} the split axis 0 is "
+                "neither permuted nor flipped (its planes are on other ranks)"
             )
         if len({spatial_shape[a] for a in permute}) > 1:
             lengths = [spatial_shape[a] for a in permute]

@@ -432,9 +432,9 @@ def data_rank(
         return local.index(layout.rank) // layout.split, len(local) // layout.split
     if mode != "replica":
         raise Sim2dlError(
-            f"config key 'train.spatial.split': ranks that share samples are on different nodes, which needs "
-            f"every node to hold every shard (stage.mode: replica, not {mode}), or place whole groups of "
-            f"{layout.split} ranks on each node"
+            f"config key 'train.spatial.ranks_per_sample': ranks that share samples are on different nodes, "
+            f"which needs every node to hold every shard (stage.mode: replica, not {mode}), or place whole "
+            f"groups of {layout.split} ranks on each node"
         )
     return layout.group, layout.groups
 

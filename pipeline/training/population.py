@@ -194,10 +194,10 @@ def check(
             f"{key}.mutate.weight_decay': train.weight_decay is 0 (Adam, no decay to perturb): "
             f"set a starting value"
         )
-    if settings["spatial"]["split"] > 1:
+    if settings["spatial"]["ranks_per_sample"] > 1:
         raise Sim2dlError(
-            f"{key}' with 'train.spatial.split': {settings['spatial']['split']}: a trainer cannot be "
-            f"spatially split (set one of them off)"
+            f"{key}' with 'train.spatial.ranks_per_sample': {settings['spatial']['ranks_per_sample']}: "
+            "a trainer cannot be spatially split (set one of them off)"
         )
     expected = tournament_records(population, settings, meta)
     if expected is not None and expected * samples_per_record < settings["batch_size"]:

@@ -73,7 +73,7 @@ def whole_model(config: Mapping[str, Any], task: Task, model: Model) -> Any:
     weights (same variables, same order), which takes whole samples; as the task exports it (a surrogate's
     in physical units)."""
     settings = config["train"]
-    if settings["spatial"]["split"] == 1:
+    if settings["spatial"]["ranks_per_sample"] == 1:
         return task.exported(model.keras)
     whole, _ = build_model(settings, task.model_feature_shape, task)
     whole.set_weights(model.keras.get_weights())
@@ -229,7 +229,7 @@ class TrainingRun:
             # are then spread over them or unused)
             f"{trained.kept.unit}s": configured_length(self.settings, trained.kept.unit),
             "ranks": self.ranks.size,
-            "spatial": {"split": self.ranks.layout.split, "groups": self.ranks.layout.groups},
+            "spatial": {"ranks_per_sample": self.ranks.layout.split, "groups": self.ranks.layout.groups},
             "kept": trained.kept.summary(trained.history),
             **trained.scores.summary(self.task),
             "model": self.model.source.provenance(),
@@ -276,7 +276,7 @@ class StagedEnding:
         if not self.asked:
             return {"method": None, "skipped": "not asked for (sim2dl train --no-baseline: a search trial)"}
         if run.ranks.layout.split > 1:
-            return {"method": None, "skipped": "train.spatial.split: no rank holds whole samples"}
+            return {"method": None, "skipped": "train.spatial.ranks_per_sample: no rank holds whole samples"}
         parts = (run.config, self.meta, run.task, run.model, self.data, run.ranks.comm)
         return score_classical(self.classical or fit_classical(*parts), *parts)
 

@@ -176,14 +176,14 @@ def evaluation_symmetries(
 def start_horovod(settings: Mapping[str, Any], comm: Any) -> tuple[SpatialLayout, Any]:
     """Every mode's start of Horovod on `comm` (the job's ranks offline, a trainer's in a population, the
     training ranks online): no GPU visible where train.device is cpu, the determinism settings Horovod
-    reads, then hvd.init, with one Horovod process set per spatial set under train.spatial.split (a split
-    that does not divide the ranks is a config error on every rank, before Horovod starts). Returns this
-    rank's layout and its spatial set."""
+    reads, then hvd.init, with one Horovod process set per spatial set under
+    train.spatial.ranks_per_sample (a split that does not divide the ranks is a config error on every rank,
+    before Horovod starts). Returns this rank's layout and its spatial set."""
     from pipeline.training.spatial.layers import init_horovod
 
     devices.hide_gpus_if_cpu(settings)
     determinism.before_horovod(settings)
-    split, error = settings["spatial"]["split"], None
+    split, error = settings["spatial"]["ranks_per_sample"], None
     try:
         check_spatial(split, comm.Get_size(), None, settings["model"], True)
     except Sim2dlError as e:
@@ -220,9 +220,10 @@ def record_start(paths: TrainPaths, start: Mapping[str, Any]) -> None:
 def check_spatial_model(
     train: Mapping[str, Any], search: Mapping[str, Any], merge: Mapping[str, Any]
 ) -> None:
-    """train.spatial.split > 1 needs a model that can be split (a built-in with build_split), search
-    trials of a multiple of split ranks, and slab shards (merge.slabs) that split evenly between its ranks."""
-    split, model = train["spatial"]["split"], train["model"]
+    """train.spatial.ranks_per_sample > 1 needs a model that can be split (a built-in with build_split),
+    search trials of a multiple of split ranks, and slab shards (merge.slabs) that split evenly between its
+    ranks."""
+    split, model = train["spatial"]["ranks_per_sample"], train["model"]
     check_split(merge["slabs"], split)
     if split > 1:
         check_spatial(split, None, None, model, hasattr(BUILT_IN.get(model), "build_split"))  # the model only
@@ -230,6 +231,6 @@ def check_spatial_model(
         if search["enabled"] and ranks % split:
             raise Sim2dlError(
                 f"config key 'search.ranks_per_trial': {ranks}, but each trial trains with "
-                "train.spatial.split "
+                "train.spatial.ranks_per_sample "
                 f"{split}, which must divide its ranks (set ranks_per_trial: {split})"
             )

@@ -15,7 +15,7 @@ A built-in module has NAME, SPATIAL_DIMS (a feature with that many axes gets a c
 TASKS, OPTIONS (its own model_args and their defaults; optional), proposed_depth(shape, plane) where
 `sim2dl inspect` may propose it (the depth for a sample of that shape, else None; PROPOSED_IN_ORDER), and
 build(input_shape, outputs, task, args), args being train.depth/width/dense/dropout with
-train.model_args on top; one that can be split across ranks (train.spatial.split) also has
+train.model_args on top; one that can be split across ranks (train.spatial.ranks_per_sample) also has
 build_split(input_shape, outputs, task, args, layout, process_set) (pipeline.training.spatial). Adding
 one: a module here, registered in BUILT_IN.
 
@@ -154,8 +154,8 @@ def build_model(
 ) -> tuple[Any, ModelSource]:
     """The configured model for the feature and task, checked; raises Sim2dlError before any training.
     With several features (task.data.several) your own builder gets {name: shape} and the model a dict.
-    spatial: (SpatialLayout, Horovod process set) with train.spatial.split > 1: the built-in's split
-    model, which takes this rank's slab of each sample."""
+    spatial: (SpatialLayout, Horovod process set) with train.spatial.ranks_per_sample > 1: the
+    built-in's split model, which takes this rank's slab of each sample."""
     source = model_source(settings["model"])
     shape: Any = input_shape(source, feature_shape)
     module = source.built_in

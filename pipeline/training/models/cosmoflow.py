@@ -2,7 +2,8 @@
 reference's shape), for (D, H, W) cubes or (D, H, W, C). Regression or classification: the head sees the
 last level flattened and every level averaged (base.pooled_head).
 
-build_split: the same model on depth slabs of a sample split over a spatial set (train.spatial.split):
+build_split: the same model on depth slabs of a sample split over a spatial set
+(train.spatial.ranks_per_sample):
 its levels stay split while their slabs allow (spatial.layout.split_levels), then the slabs are gathered
 and the rest runs replicated; same weights, same outputs as build's model on the whole sample."""
 

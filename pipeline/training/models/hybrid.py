@@ -153,7 +153,10 @@ def hybrid_mode(mode: str, module: Any, task: Any, split: int) -> tuple[str, str
     if refused:
         return "none", refused
     if split > 1:
-        return "none", "train.spatial.split: no rank holds a whole sample to take its statistics of"
+        return (
+            "none",
+            "train.spatial.ranks_per_sample: no rank holds a whole sample to take its statistics of",
+        )
     return mode, None
 
 

@@ -1,5 +1,5 @@
-"""Spatial parallelism (`train.spatial.split: S`): each sample split along its first spatial axis (depth)
-into S slabs, one per rank of a spatial set; the job's ranks are S x data-parallel groups.
+"""Spatial parallelism (`train.spatial.ranks_per_sample: S`): each sample split along its first spatial
+axis (depth) into S slabs, one per rank of a spatial set; the job's ranks are S x data-parallel groups.
 
     layout.py  which ranks share a sample, each rank's slab, which levels of a model stay split, and the
                config checks (pure: no TensorFlow)

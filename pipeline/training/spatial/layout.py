@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from pipeline import Sim2dlError
 
-KEY = "train.spatial.split"
+KEY = "train.spatial.ranks_per_sample"
 HALO = 1  # planes each split convolution needs from each neighbour: (kernel 3 - 1) / 2
 
 
