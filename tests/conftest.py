@@ -271,6 +271,10 @@ CI = os.environ.get("CI") == "true"
 #   workflow  Snakemake runs of the workflow, search, and the bookkeeping of 100,000 files
 #   site      what a site has: Slurm (the virtual cluster), container runtimes, a registry
 SITE_MODULES = {"test_cluster", "test_container", "test_registry"}
+# A test that takes over 20 s on this machine class (a training run of many steps, a kill and resume, a
+# docs example end to end) is in the workflow tier, whatever it launches: `make test-fast` keeps the quick
+# ones (one short training run, every step's data path) and stays under 10 minutes; `make test` runs all.
+SLOW = pytest.mark.workflow
 WORKFLOW_MODULES = {"test_workflow", "test_search", "test_scale"}
 # What a test runs, found from what it calls: the launches themselves, and every function or fixture of the
 # tests that reaches one, through helpers and fixtures (a fixture is reached by naming it as a parameter).
@@ -335,11 +339,13 @@ _REACH: dict[str, set[str]] = {}
 
 
 def tier(item: pytest.Item) -> str:
-    """A test's tier: site by its module; else workflow or mpi when it, its fixtures or its helpers
-    (transitively) run snakemake or launch MPI; else unit."""
+    """A test's tier: site by its module; workflow when marked SLOW; else workflow or mpi when it, its
+    fixtures or its helpers (transitively) run snakemake or launch MPI; else unit."""
     module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
     if module in SITE_MODULES:
         return "site"
+    if item.get_closest_marker("workflow"):  # SLOW
+        return "workflow"
     if not _REACH:
         functions = _test_functions()
         _REACH.update({t: _reaching(functions, words) for t, words in LAUNCHES.items()})

@@ -27,7 +27,7 @@ from pipeline.design.space import candidate_pool, distances, parameter_columns, 
 from pipeline.simulators.bistable_run import solve
 from pipeline.steps.online import design_settings
 
-from .conftest import REPO, kill_tree, run_cli, start_cli
+from .conftest import REPO, SLOW, kill_tree, run_cli, start_cli
 from .helpers import board_events
 
 SPACE = {
@@ -613,6 +613,7 @@ def comparable(rows: list[dict]) -> list[dict]:
     ]
 
 
+@SLOW
 def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
     # the preset's, with its emulator: regimes
     path = adaptive_config(tmp_path, acquisition="error_weighted_variance")
@@ -714,6 +715,7 @@ def test_failed_runs_are_recorded_and_never_proposed_again(tmp_path):
     assert len(saved["outputs"]) == sum(saved["ok"])  # never counted as data
 
 
+@SLOW
 def test_a_kill_mid_round_resumes_with_the_same_choices_and_no_run_repeated(tmp_path):
     killed = tmp_path / "killed"
     killed.mkdir()
@@ -745,6 +747,7 @@ def test_a_kill_mid_round_resumes_with_the_same_choices_and_no_run_repeated(tmp_
     assert len(ledger) - 20 <= 2  # at most the runs in flight at the kill (one per rank) ran twice
 
 
+@SLOW
 def test_the_network_chooses_trained_on_from_round_to_round_and_a_rerun_chooses_the_same(tmp_path):
     network = {**SMALL_NETWORK, "epochs": 60}
     path = adaptive_config(tmp_path, acquisition="surrogate_disagreement", budget=16, network=network)
@@ -882,6 +885,7 @@ def test_the_design_queue_is_bounded_keeps_its_spacing_journals_and_a_rerun_hand
     assert again.block(0).equals(plan.block(0))
 
 
+@SLOW
 def test_online_the_trainers_choose_as_runs_complete_and_a_rerun_on_two_ranks_keeps_the_choices(tmp_path):
     """docs/ensembles.md's online block, 2 producers (the farm hands chosen runs to the other producer too)
     and 1 training rank: the runs table says which runs the trainers chose (Breed on the loss at arrival),

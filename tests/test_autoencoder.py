@@ -12,7 +12,7 @@ import pytest
 from pipeline.training import baseline
 from pipeline.training.tasks import DataSpec, make_task
 
-from .conftest import run_cli, write_config
+from .conftest import SLOW, run_cli, write_config
 
 GRID = 16
 
@@ -101,6 +101,7 @@ def test_an_autoencoder_is_fields_in_the_same_fields_out_per_field_and_in_2d_and
         autoencoder_task((8, 8), cluster_label="kind")
 
 
+@SLOW
 def test_a_latent_of_three_reconstructs_a_three_parameter_family_below_pca_of_three():
     """Blobs of 3 parameters: the built-in autoencoder with latent 3, trained in-process on them, scores a
     lower reconstruction VRMSE on new blobs than PCA with 3 components fitted on the same training
@@ -132,6 +133,7 @@ def test_a_latent_of_three_reconstructs_a_three_parameter_family_below_pca_of_th
     assert network < 0.6 * pca
 
 
+@SLOW
 def test_the_anomaly_preset_writes_latents_and_its_clustering_and_anomaly_scores_equal_scikit_learns(
     tmp_path,
 ):
@@ -248,6 +250,7 @@ for i in range(4):
 """
 
 
+@SLOW
 def test_an_autoencoder_of_cubes_trains_online_while_the_ensemble_runs(tmp_path):
     """The online mode with the autoencoder task on 3-D fields (train.autoencoder.spatial_dims: 3): one
     producer runs a simulator of blobs in a cube (a family of 4 numbers: the centre, the width from the

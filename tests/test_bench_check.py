@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from .conftest import REPO, env
+from .conftest import REPO, SLOW, env
 
 
 def load_check(monkeypatch):
@@ -196,6 +196,7 @@ print(json.dumps({"ingest_seconds": json.loads(proc.stdout.strip().splitlines()[
 """
 
 
+@SLOW
 def test_a_planted_slowdown_in_a_step_is_named_worse_and_the_unchanged_tree_nothing(tmp_path, small_cubes):
     """bench/check.py side by side in a scratch copy of this tree, committed as the base, with a benchmark of
     the real ingest step; in the copy's working tree ingest sleeps when the test sets an environment

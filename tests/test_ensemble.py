@@ -18,7 +18,16 @@ import yaml
 from pipeline import Sim2dlError
 from pipeline.ensemble.plan import EnsemblePlan, check_command, placeholders
 
-from .conftest import REPO, kill_tree, make_config, run_cli, snakemake_configfile, start_cli, write_config
+from .conftest import (
+    REPO,
+    SLOW,
+    kill_tree,
+    make_config,
+    run_cli,
+    snakemake_configfile,
+    start_cli,
+    write_config,
+)
 
 FLAKY = """
 import os, sys, time
@@ -217,6 +226,7 @@ def test_placeholders_naming_nothing_and_missing_programs_are_config_errors():
 # ---------------------------------------------------------------- the farm, with faults
 
 
+@SLOW
 def test_faults_are_retried_recorded_with_their_reasons_and_nothing_is_lost(tmp_path):
     kinds = ["ok", "fail_once", "fail", "hang", "empty", "garbage"]
     config = ensemble_config(tmp_path, kinds)
@@ -270,6 +280,7 @@ def test_faults_are_retried_recorded_with_their_reasons_and_nothing_is_lost(tmp_
     assert not (elsewhere / "work" / "raw").exists()
 
 
+@SLOW
 def test_killed_anywhere_a_rerun_runs_only_what_did_not_complete(tmp_path):
     """The kill may land anywhere, also inside the test's simulator while it counts its attempts (written
     atomically: a count cut short made every later attempt of that run fail, and the ledger counted them);
@@ -355,6 +366,7 @@ for line in sys.stdin:
 """
 
 
+@SLOW
 def test_a_persistent_simulator_starts_once_per_rank_and_its_faults_are_retried_like_any_runs(tmp_path):
     """simulate.persistent: the command starts once per rank and is handed each run as a JSON line; a
     crash or a run without an answer (killed at run_timeout_s) starts it again for the next attempt, a run

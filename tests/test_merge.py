@@ -10,7 +10,7 @@ import pytest
 from pipeline.data.tables import read_rows
 from pipeline.storage.fsutil import file_checksum
 
-from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
+from .conftest import SLOW, kill_tree, make_config, run_cli, start_cli, write_config
 from .helpers import (
     TRACE_CONVERT,
     TRACE_SOURCE,
@@ -84,6 +84,7 @@ def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
         np.testing.assert_array_equal(index[1:, 0], np.cumsum(index[:-1, 1]))
 
 
+@SLOW
 def test_deterministic_for_any_rank_count_and_hdf5_format(tmp_path):
     config_path, work = prepare(tmp_path, simulate={"samples": 24}, merge={"shard_size_mb": 0.5})
     merge_cli(config_path, work / "m1", ranks=1)

@@ -17,7 +17,7 @@ import pytest
 from pipeline import Sim2dlError
 from pipeline.online.buffer import BufferField, ReplayBuffer, replay
 
-from .conftest import env, run_cli, write_config
+from .conftest import SLOW, env, run_cli, write_config
 from .helpers import ONLINE_CUBE as SIZE
 from .helpers import board_events, online_config
 
@@ -415,6 +415,7 @@ def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks
     ]
 
 
+@SLOW
 @pytest.mark.parametrize("source", ["stream", "runs"])
 def test_an_attempt_that_fails_cleanly_is_retried_and_read_once(tmp_path, source):
     """A simulator that raises inside its `with adios2.Stream` (the stream ends cleanly) and one that exits

@@ -16,6 +16,7 @@ import yaml
 from pipeline.steps import validated
 from pipeline.steps.inspect import inspect
 
+from .conftest import SLOW
 from .helpers import data_half, records_by_id
 
 DIFF_REACT_CONFIG = {
@@ -118,6 +119,7 @@ def test_an_array_per_field_is_a_record_per_trajectory_with_the_fields_stacked(t
         )
 
 
+@SLOW
 def test_a_1d_tensor_is_a_next_state_of_lines_that_fno1d_steps_below_persistence(tmp_path, serial):
     """A 1-D file (`tensor` [N, T, X], PDEBench's advection and Burgers sets): a record per trajectory,
     proposed as a next state on a line (fno1d, spatial_dims 1); trained through the steps on 2 ranks on

@@ -12,7 +12,7 @@ import yaml
 from pipeline import Sim2dlError
 from pipeline.training.population import Population, PopulationState, check
 
-from .conftest import kill_tree, run_cli, run_snakemake, start_cli, write_config
+from .conftest import SLOW, kill_tree, run_cli, run_snakemake, start_cli, write_config
 from .helpers import board_events, doc_blocks
 
 
@@ -157,6 +157,7 @@ def summary_of(tmp_path):
     return json.loads((tmp_path / "train" / "summary.json").read_text())
 
 
+@SLOW
 @pytest.mark.mpi
 def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_same_weights(tmp_path, staged):
     whole = train(tmp_path / "whole", staged)
@@ -259,6 +260,7 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
     assert warm.stderr.count("(train.warm_start)") == 2  # each trainer's rank
 
 
+@SLOW
 @pytest.mark.mpi
 def test_truncation_between_two_trainers_of_two_ranks(tmp_path, staged):
     train(tmp_path, staged, ranks=4, exchange="truncation", rounds=2, mutate={"learning_rate": [0.5, 2.0]})

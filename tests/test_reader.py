@@ -15,7 +15,7 @@ from pipeline.formats.shards.shard_reader import ShardReader, plan_units, slot_u
 from pipeline.formats.shards.tfrecord.decode import decode_example, decode_varints
 from pipeline.formats.shards.tfrecord.encode import encode_varints, example_pieces
 
-from .conftest import REPO, make_config, run_cli, unavailable, write_config
+from .conftest import REPO, SLOW, make_config, run_cli, unavailable, write_config
 from .helpers import TRACE_CONVERT, TRACE_SOURCE, merge_cli, prepare, prepare_cubes, tfrecord_dataset
 
 
@@ -145,6 +145,7 @@ def test_reader_reads_every_record_once_across_ranks_and_workers_as_tf_data(tmp_
     assert batches[0]["params"].shape == (8, 3) and set(batches[0]) == {"sample_id", "params"}
 
 
+@SLOW
 def test_reader_variable_length_records_and_gzip(tmp_path):
     config_path, work = prepare(
         tmp_path,

@@ -13,7 +13,7 @@ import pytest
 from pipeline import Sim2dlError
 from pipeline.training.spatial.layout import SpatialLayout, check_spatial, split_levels
 
-from .conftest import MPIEXEC, REPO, env, make_config, run_cli, write_config
+from .conftest import MPIEXEC, REPO, SLOW, env, make_config, run_cli, write_config
 
 SMALL = {"epochs": 2, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "learning_rate": 0.002}
 
@@ -63,6 +63,7 @@ def make_config_with(model: str) -> None:
 
 # S = 4 over all 4 ranks (Horovod's global set, both kinds of edge rank) and 2 groups of S = 2 (a process
 # set per group, two groups exchanging halos at once)
+@SLOW
 @pytest.mark.parametrize(("ranks", "split"), [(4, 4), (4, 2)], ids=["S4", "S2x2groups"])
 def test_split_model_equals_the_unsplit_model_in_outputs_and_every_gradient(tmp_path, ranks, split):
     """Forward outputs and the gradient of every layer (as Horovod's average hands it to the optimizer)
@@ -233,6 +234,7 @@ def test_the_slab_files_names_and_checks():
     check_split(1, 4)
 
 
+@SLOW
 def test_training_split_over_two_ranks_follows_the_unsplit_loss_curve(tmp_path, staged_small, slab_shards):
     """One group either way, so both runs see the same batches in the same order: the split run's losses
     equal the unsplit run's to float32 rounding, and the saved model takes whole samples. The unsplit run

@@ -19,7 +19,7 @@ from pipeline.training import baseline
 from pipeline.training.tasks.base import DataSpec, LabelField
 from pipeline.training.tasks.surrogate import Surrogate
 
-from .conftest import REPO, run_cli, write_config
+from .conftest import REPO, SLOW, run_cli, write_config
 from .helpers import doc_blocks, docs_block, records_by_id
 from .the_well import write_the_well
 
@@ -164,6 +164,7 @@ def test_the_reaction_simulator_solves_its_equation():
     np.testing.assert_allclose(grown, u0 * np.exp(2.0) / (1 + u0 * (np.exp(2.0) - 1)), rtol=1e-9, atol=1e-12)
 
 
+@SLOW
 def test_the_docs_forward_surrogate_trains_and_answers_a_new_design_point_in_physical_units(tmp_path):
     """docs/training.md's forward surrogate (config/presets/surrogate-forward.yaml's) at a test's size on 2
     ranks: VRMSE per output on the test split beside the emulator's, and the saved model, called on
@@ -483,6 +484,7 @@ def test_a_next_state_of_cubes_windows_rolls_out_scores_its_spectrum_and_saves_a
     assert answer.shape == (1, *grid, 1)
 
 
+@SLOW
 def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_end_to_end(tmp_path):
     """The next-state preset with physics drawn per run (growth and drift), each run's parameters given as
     a conditioning vector (FiLM: docs/training.md's `condition: vector` block), trained as a population of
@@ -578,6 +580,7 @@ def online_reaction_config(tmp_path: Path) -> dict:
     return make_config(tmp_path, **config)
 
 
+@SLOW
 def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
     """docs/training.md's online surrogate block, smaller: one producer runs the reaction simulator over a
     design of physics, one rank trains fno2d (FiLM-conditioned) on each run's whole trajectory as it
@@ -634,6 +637,7 @@ def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
     assert answer["trajectory"].shape == (1, 16, 16, 1) and np.isfinite(answer["trajectory"].numpy()).all()
 
 
+@SLOW
 def test_a_forward_surrogate_trains_online_as_melissa_trains_its_surrogates(tmp_path):
     """The same ensemble with each run's final state and mass as the outputs of its parameters (Melissa's
     use: a surrogate from parameters to fields trained while the runs complete), the parameters taken from
@@ -753,6 +757,7 @@ def design_output(a0: float, ne: float, width: float, grid: int = 16) -> dict[st
     return {"field": field.astype(np.float32), "totals": np.array([a0 + ne, a0 * width, ne], np.float32)}
 
 
+@SLOW
 def test_a_forward_surrogate_takes_a_runs_table_attributes_and_path_groups_stacked_as_its_design(tmp_path):
     """Existing ensemble output with its runs table: the design's parameters are a runs table's column
     (a0), a global attribute (ne) and a path group (width), stacked into one vector (convert.stack) as a

@@ -20,7 +20,7 @@ from pipeline.training.tasks.base import confusion
 from pipeline.training.tasks.classification import f1_scores
 from pipeline.training.tasks.segmentation import iou_scores
 
-from .conftest import make_config, run_cli, snakemake_configfile, write_config
+from .conftest import SLOW, make_config, run_cli, snakemake_configfile, write_config
 
 CLIMATE_SIZE = 32
 CLIMATE_FIELDS = {
@@ -252,6 +252,7 @@ def validation_arrays(merged: Path, label: str) -> tuple[np.ndarray, np.ndarray]
     return np.stack([r["fields"] for r in records]), np.stack([r[label] for r in records])
 
 
+@SLOW
 def test_segmentation_trains_unet2d_and_its_metrics_match_numpy(tmp_path, climate):
     import tensorflow as tf
 
@@ -349,6 +350,7 @@ def test_classification_with_a_user_model_file_through_the_workflow(tmp_path):
     assert "rule train:" in dry.stdout and "rule merge:" not in dry.stdout
 
 
+@SLOW
 def test_your_own_model_takes_several_features_as_a_dict_of_inputs(tmp_path):
     """convert.features lists two fields; a user's model gets {name: shape} and a dict of tensors on 2
     Horovod ranks; a built-in with the same features is refused when the config is read."""

@@ -11,6 +11,7 @@ import pytest
 from pipeline.storage.fsutil import file_checksum
 
 from .conftest import (
+    SLOW,
     SMALL_TRAINING,
     kill_tree,
     make_config,
@@ -79,6 +80,7 @@ def test_two_ranks_learn_with_identical_weights(tmp_path, staged):
     )
 
 
+@SLOW
 def test_killed_after_an_epoch_resumes_from_its_checkpoint(tmp_path, staged):
     _, config = staged
     config = {**config, "train": {**config["train"], "epochs": 6}}
@@ -152,6 +154,7 @@ def test_config_errors_before_training_starts(tmp_path, staged, change, message)
     assert not (tmp_path / "train").exists()
 
 
+@SLOW
 def test_the_same_config_trains_to_the_same_weights_twice_and_another_seed_does_not(tmp_path, staged):
     """train.deterministic (default): two runs of one config on 2 ranks give bit-identical weights (the
     second with train.device cpu, which hides GPUs and changes nothing else); another train.seed gives
@@ -191,6 +194,7 @@ def test_purged_node_local_files_are_staged_again(tmp_path, staged):
     assert restaged["bytes_read_shared_fs"] == os.path.getsize(os.path.join(node, victim))
 
 
+@SLOW
 def test_trace_family_trains_a_sequence_model_with_length_buckets(tmp_path):
     config = make_config(
         tmp_path,
@@ -229,6 +233,7 @@ def test_cosmoflow_model_refuses_variable_length_records(tmp_path, staged):
     assert proc.returncode != 0 and "model 'sequence' needs (length, channels) records" in proc.stderr
 
 
+@SLOW
 @pytest.mark.parametrize("mode", ["replica", "sample"])
 def test_splits_train_on_train_validate_on_validation_and_score_on_a_test_split_nothing_selects_on(
     tmp_path, mode
@@ -289,6 +294,7 @@ def test_splits_train_on_train_validate_on_validation_and_score_on_a_test_split_
     assert changed["r2"] != summary["r2"] and changed["baseline"]["r2"] != summary["baseline"]["r2"]
 
 
+@SLOW
 def test_the_best_epoch_is_kept_beside_a_classical_baseline_and_augmented_runs_repeat(tmp_path, staged):
     """train.keep best (the default): the saved model and the summary are the epoch of lowest validation
     loss; keep last, on the same checkpoint, the last epoch's. The ridge baseline stands beside every R²,

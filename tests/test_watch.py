@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from .browser import Browser
-from .conftest import BIN, REPO, kill_tree, run_cli, start_cli, unavailable, write_config
+from .conftest import BIN, REPO, SLOW, kill_tree, run_cli, start_cli, unavailable, write_config
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,7 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@SLOW
 def test_tensorboard_shows_a_finished_and_a_running_training_while_it_runs(tmp_path, staged, browser):
     _, config = staged
     finished, running = tmp_path / "finished", tmp_path / "running"
