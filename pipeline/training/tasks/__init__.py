@@ -1,6 +1,7 @@
 """Training tasks, one small file each behind `Task` (base.py): the labels' shape and checks, the output
 layer's size, the loss on the model's raw outputs, and the validation metrics and figure.
 
+    class_ids.py       what the tasks on class ids share: the label field, classes, names, weights
     regression.py      the labels' values: MSE, R² per label, predicted vs true in the labels' units
     classification.py  one class id per sample: cross-entropy, accuracy, macro-F1, confusion matrix
     segmentation.py    a class id per pixel: per-pixel cross-entropy, IoU per class, mean IoU, masks

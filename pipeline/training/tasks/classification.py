@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from pipeline import Sim2dlError
-from pipeline.training.tasks.base import Evaluation, Task, confusion
+from pipeline.training.tasks.base import Evaluation, confusion
+from pipeline.training.tasks.class_ids import ClassIds
 
 
 def f1_scores(matrix: np.ndarray) -> np.ndarray:
@@ -23,7 +24,7 @@ def f1_scores(matrix: np.ndarray) -> np.ndarray:
     return np.where(denominator > 0, 2 * tp / np.maximum(denominator, 1), 0.0)
 
 
-class Classification(Task):
+class Classification(ClassIds):
     name = "classification"
     proposed_for = ("classes",)
     scores = ("accuracy", "macro_f1")

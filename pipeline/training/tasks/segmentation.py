@@ -16,7 +16,8 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.training.baseline import SHRINKAGE, channels_per_pixel
-from pipeline.training.tasks.base import Evaluation, Task, confusion
+from pipeline.training.tasks.base import Evaluation, confusion
+from pipeline.training.tasks.class_ids import ClassIds
 
 EXAMPLES = 4
 
@@ -28,7 +29,7 @@ def iou_scores(matrix: np.ndarray) -> np.ndarray:
     return np.where(union > 0, tp / np.maximum(union, 1), np.nan)
 
 
-class Segmentation(Task):
+class Segmentation(ClassIds):
     name = "segmentation"
     scores = ("mean_iou",)
     loss_name = "per-pixel cross-entropy"
