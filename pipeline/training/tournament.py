@@ -136,7 +136,7 @@ class Rounds:
     ) -> None:
         import tensorflow as tf
 
-        self.config, self.task, self.model, self.paths = run.config, run.task, run.model, run.paths
+        self.task, self.model, self.paths = run.task, run.model, run.paths
         self.meta, self.data, self.trainer = meta, data, trainer
         self.settings, self.population = run.settings, trainer.population
         self.optimizer = optimizer = make_optimizer(self.settings, run.ranks.device["precision"])
@@ -200,7 +200,7 @@ class Rounds:
     def held_out(self) -> tuple[Any, Any]:
         """The trainer's tournament set and the rank's share of the validation split: read every round
         (validation T times), kept in memory where they are small."""
-        data, settings, fraction = self.data, self.settings, self.population.tournament_fraction
+        data, fraction = self.data, self.population.tournament_fraction
         size = sum(f.stat().st_size for f in data.files)
         validation_size = (
             data.fraction * size
@@ -208,8 +208,7 @@ class Rounds:
             else sum(f.stat().st_size for f in data.validation_files)
         )
         cache = max(self.trainer.world.allgather(fraction * size + validation_size)) <= CACHE_BYTES
-        shape = self.model.input_shape
-        records = Records(self.meta, settings, self.task, shape)
+        records = self.records()
         read = Read(
             False, data.shard, 0, data.fraction, holdout=False, tournament=(fraction, True), cache=cache
         )
