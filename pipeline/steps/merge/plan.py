@@ -456,9 +456,9 @@ class MergePlan:
 
 @dataclass
 class Shards:
-    """The shards as cut: this rank's rows (globally sorted), the shard number of each, its first shard and
-    the shards in all, its shards as slices of its rows, every shard's split, and which splits' shards are
-    framed ingest parts as they are (see home_starts)."""
+    """The shards as cut, as the MergePlan holds them: this rank's rows (globally sorted), the shard number
+    of each, its first shard and the shards in all, its shards as slices of its rows, every shard's split,
+    and which splits' shards are framed ingest parts as they are (see home_starts)."""
 
     rows: np.ndarray
     numbers: np.ndarray
@@ -469,21 +469,16 @@ class Shards:
     linked: list[bool]
 
 
-def cut_shards(
-    comm: Any, rows: np.ndarray, shard_bytes: int, split_names: Sequence[str], counts: np.ndarray | None
-) -> Shards:
-    """Collective: the rows sorted over all ranks (sample sort), cut into shards (whole framed parts where
-    `counts` allows, else by size within each split), each gathered on the rank where it begins."""
-    rows = sample_sort(comm, rows, "key")  # keys are unique (sample ids are)
-    keyed = bool(split_names)
-    starts, linked = shard_starts(comm, rows, shard_bytes, max(len(split_names), 1), keyed, counts)
-    rows, numbers, first_shard, n_shards = gather_shards(comm, rows, starts)
+def shard_slices(
+    comm: Any, rows: np.ndarray, numbers: np.ndarray, keyed: bool
+) -> tuple[list[slice], list[int]]:
+    """Collective, on this rank's gathered rows (`numbers`: the shard of each): its shards as slices of
+    its rows, and every shard's split."""
     cuts = np.flatnonzero(np.diff(numbers)) + 1
     edges = [0, *cuts.tolist(), len(rows)] if len(rows) else [0]
     my_shards = [slice(a, b) for a, b in itertools.pairwise(edges)]  # contiguous: rows[s] is a view
     my_splits = row_splits(rows[[s.start for s in my_shards]], keyed).tolist() if my_shards else []
-    shard_splits = [k for rank_splits in comm.allgather(my_splits) for k in rank_splits]
-    return Shards(rows, numbers, first_shard, n_shards, my_shards, shard_splits, linked.tolist())
+    return my_shards, [k for rank_splits in comm.allgather(my_splits) for k in rank_splits]
 
 
 def plan_merge(
@@ -498,7 +493,6 @@ def plan_merge(
     generation's (`generation`: its number and the statistics of the first) are named for it."""
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config["merge"]
-    conv = config["convert"]
     writer_class = WRITERS[settings["format"]]
     converted = ConvertPaths(convert_dir)
     parts_dir = converted.parts
@@ -513,7 +507,7 @@ def plan_merge(
     first_part = rank * len(part_names) // size
     my_stems = [parts_dir / name for name in block(part_names, rank, size)]
     abouts = {stem.name: read_about(stem) for stem in my_stems}
-    spec = common_spec(comm, abouts, conv, settings, stats)
+    spec = common_spec(comm, abouts, config["convert"], settings, stats)
     keys = row_keys(comm, settings, abouts)
     files = Files(comm, parts_dir, abouts)
     split_names = sorted(settings["splits"])
@@ -523,11 +517,14 @@ def plan_merge(
     if not total:
         raise Sim2dlError(f"the converted parts in {parts_dir} hold no samples")
 
-    # 2. The global order; 3. shards, each on the rank where it begins.
+    # 2. The global order; 3. shards, each on the rank where it begins (rebinding `rows` frees the last).
+    rows = sample_sort(comm, rows, "key")  # keys are unique (sample ids are)
     counts = None if framed is None else home_counts(comm, local_homes, len(files.paths))
-    shards = cut_shards(comm, rows, shard_bytes, split_names, counts)
-    mine = [shard_digest(shards.rows[s]) for s in shards.my_shards]
-    number = generation.number if generation else 0
+    keyed = bool(split_names)
+    starts, linked = shard_starts(comm, rows, shard_bytes, max(len(split_names), 1), keyed, counts)
+    rows, numbers, first_shard, n_shards = gather_shards(comm, rows, starts)
+    my_shards, shard_splits = shard_slices(comm, rows, numbers, keyed)
+    shards = Shards(rows, numbers, first_shard, n_shards, my_shards, shard_splits, linked.tolist())
     return MergePlan(
         settings=settings,
         writer_class=writer_class,
@@ -539,8 +536,8 @@ def plan_merge(
         my_stems=my_stems,
         first_part=first_part,
         split_names=split_names,
-        names=shard_names(shards.shard_splits, split_names, writer_class, number),
-        digest=plan_digest(comm, settings, stats, spec, mine),
+        names=shard_names(shard_splits, split_names, writer_class, generation.number if generation else 0),
+        digest=plan_digest(comm, settings, stats, spec, [shard_digest(rows[s]) for s in my_shards]),
         total=total,
         **vars(shards),
     )
