@@ -237,6 +237,7 @@ def check_consistency(config: Mapping[str, Any]) -> None:
     if overlap:
         raise Sim2dlError(f"config key 'convert.labels': {sorted(overlap)} also listed in convert.features")
     check_adaptive(config["simulate"], config["train"]["online"]["enabled"])
+    check_fidelities(config)
     trace = config["simulate"]["trace"]
     if trace["min_length"] > trace["max_length"]:
         raise Sim2dlError("config key 'simulate.trace': min_length is larger than max_length")
@@ -273,6 +274,71 @@ def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
         raise Sim2dlError(
             f"config key 'simulate.adaptive.budget': {adaptive['budget']} is below the initial "
             f"design's {adaptive['initial']} runs"
+        )
+
+
+# What simulate.fidelities does not work with yet, by the key that turns it on: why
+FIDELITIES_REFUSE = {
+    "simulate.design": "a grid's points are not nested (a smaller grid is not part of a larger one): "
+    "use sobol, random or lhs",
+    "simulate.adaptive.enabled": "choosing runs and levels in rounds is not built yet (issue 92): run "
+    "the levels' nested design, without simulate.adaptive",
+    "train.online.enabled": "online training on several levels is not built: train on the finished runs",
+}
+
+
+def check_fidelities(config: Mapping[str, Any]) -> None:
+    """simulate.fidelities: levels of the user's simulator, each with a command, nested (each level's runs
+    at most the cheaper one's before it), named once, for a surrogate that knows each run's level; what is
+    not built with them is refused by name."""
+    sim = config["simulate"]
+    levels = sim["fidelities"]
+    if not levels:
+        return
+    if not sim["command"] and not all(spec.get("command") for spec in levels):
+        raise Sim2dlError(
+            "config key 'simulate.command': with simulate.fidelities, a level without a command: give each "
+            "level its own `command`, or set simulate.command for their `args`"
+        )
+    turned_on = {
+        "simulate.design": sim["design"] == "grid",
+        "simulate.adaptive.enabled": sim["adaptive"]["enabled"],
+        "train.online.enabled": config["train"]["online"]["enabled"],
+    }
+    for key, why in FIDELITIES_REFUSE.items():
+        if turned_on[key]:
+            raise Sim2dlError(f"config key '{key}': with simulate.fidelities, {why}")
+    for i, spec in enumerate(levels):
+        key, cheaper = f"simulate.fidelities[{i}]", levels[i - 1]
+        if [other["name"] for other in levels].index(spec["name"]) != i:
+            raise Sim2dlError(f"config key '{key}.name': '{spec['name']}' names two levels")
+        if spec.get("command") and spec["args"]:
+            raise Sim2dlError(
+                f"config key '{key}': give `command` (the whole argument vector) or `args` (appended to "
+                "simulate.command), not both"
+            )
+        if i and spec["runs"] > cheaper["runs"]:
+            raise Sim2dlError(
+                f"config key '{key}.runs': {spec['runs']} runs of '{spec['name']}' are more than the "
+                f"{cheaper['runs']} of the cheaper level before it ('{cheaper['name']}'): a level runs the "
+                "first points of the design, each of them also run by every cheaper level"
+            )
+    check_level_input(config)
+
+
+def check_level_input(config: Mapping[str, Any]) -> None:
+    """With simulate.fidelities the model learns the levels' outputs with each run's level among its
+    inputs, whatever the task (this module names no task: the tasks are plug-ins)."""
+    conv = config["convert"]
+    inputs = {f for name in conv["features"] for f in conv["stack"].get(name, [name])}
+    levels = {
+        name for name, spec in config["source"]["fields"].items() if spec.get("column") == "fidelity_index"
+    }
+    if not inputs & levels:
+        raise Sim2dlError(
+            "config key 'convert.features': with simulate.fidelities the model must know each run's "
+            "level: declare a field {column: fidelity_index} in source.fields and put it among the features "
+            "(e.g. in the stack of the parameters; docs/ensembles.md, Multi-fidelity)"
         )
 
 

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import Sim2dlError
+from pipeline.ensemble import fidelity
+from pipeline.ensemble.fidelity import measured_costs
 from pipeline.ensemble.plan import BUILT_IN_PLACEHOLDERS, EnsemblePlan, arguments, checked_settings, run_name
 from pipeline.ensemble.runs_table import STATUSES, RankOutcomes, prepare_design, write_runs_table
 from pipeline.paths import RawPaths
@@ -71,8 +73,10 @@ def run_tasks(
     ({out}: the temporary directory it writes into), its directories and log, its retries and limit."""
     tasks = []
     persistent = settings.get("persistent", False)
-    names = (*BUILT_IN_PLACEHOLDERS, *settings["space"])  # a persistent simulator's request: these values
+    # a persistent simulator's request: these values
+    names = (*BUILT_IN_PLACEHOLDERS, *settings["space"], fidelity.PLACEHOLDER)
     for index, row in enumerate(plan.rows(start, stop), plan.first + start):
+        command = settings["commands"][row.get(fidelity.NAME_COLUMN, "")]  # its level's
         final, partial, log_file = run_paths(root.resolve(), row["run"], index, settings["files_per_dir"])
         task = {
             "final": str(final),
@@ -84,9 +88,9 @@ def run_tasks(
         if persistent:  # started once in the runs' root, each run a line: the placeholders' names and values
             task["request"] = {**{k: row[k] for k in names if k in row}, "out": str(partial)}
             task["cwd"] = str(root.resolve())
-            argv, where = list(settings["command"]), root.resolve()
+            argv, where = list(command), root.resolve()
         else:
-            argv, where = arguments(settings["command"], row, partial), partial
+            argv, where = arguments(command, row, partial), partial
         if settings["image"]:
             argv = simulator_argv(settings["container"], settings["image"], argv, where)
         tasks.append({"argv": argv, **task})
@@ -255,6 +259,8 @@ def run_ensemble(
             "design": settings["design"],
             "runs_table": str(RawPaths(root).runs),
         }
+        if plan.fidelities is not None:  # each level's runs and cost, measured where not declared
+            summary["fidelities"] = measured_costs(RawPaths(root).runs, plan.fidelities)
         if first_new:  # a resumed farm: how long it took to find the first run to do
             summary["seconds_to_first_new_run"] = round(min(first_new), 3)
         write_json_atomic(RawPaths(root).summary, {**summary, "config": json.loads(json.dumps(settings))})

@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import Sim2dlError
+from pipeline.ensemble import fidelity
+from pipeline.ensemble.fidelity import Fidelities, level_commands
 from pipeline.ensemble.sampling import scale, unit_design
 from pipeline.formats.fields.column import DESIGN_METADATA
 from pipeline.runtime.launch import simulator_argv
@@ -47,22 +49,25 @@ def placeholders(command: Sequence[str]) -> set[str]:
     return names
 
 
-def check_command(settings: Mapping[str, Any]) -> None:
-    """Config errors before any run: placeholders naming nothing, and a program that is not there."""
+def check_command(settings: Mapping[str, Any], key: str = "simulate.command") -> None:
+    """Config errors before any run: placeholders naming nothing, and a program that is not there.
+    `settings["command"]`: the command checked (a level's, named by `key`)."""
     command = settings["command"]
     known = set(BUILT_IN_PLACEHOLDERS) | set(settings["space"])
+    if settings.get("fidelities"):
+        known.add(fidelity.PLACEHOLDER)
     try:
         unknown = sorted(placeholders(command) - known)
     except ValueError as e:
-        raise Sim2dlError(f"config key 'simulate.command': {e} in {command}") from None
+        raise Sim2dlError(f"config key '{key}': {e} in {command}") from None
     if unknown:
         raise Sim2dlError(
-            f"config key 'simulate.command': the placeholders {unknown} name no parameter of simulate.space "
-            f"(have {sorted(settings['space'])}) nor {list(BUILT_IN_PLACEHOLDERS)}"
+            f"config key '{key}': the placeholders {unknown} name no parameter of simulate.space "
+            f"(have {sorted(settings['space'])}) nor {sorted(known - set(settings['space']))}"
         )
     if settings.get("persistent") and placeholders(command):
         raise Sim2dlError(
-            f"config key 'simulate.command': with simulate.persistent the command starts once for many runs, "
+            f"config key '{key}': with simulate.persistent the command starts once for many runs, "
             f"so it takes no placeholders (it has {sorted(placeholders(command))}): each run's values come "
             "as a JSON line on its stdin (docs/ensembles.md, A simulator that starts slowly)"
         )
@@ -75,7 +80,7 @@ def check_command(settings: Mapping[str, Any]) -> None:
         shutil.which(program) if "/" not in program else (program if os.access(program, os.X_OK) else None)
     )
     if found is None:
-        raise Sim2dlError(f"config key 'simulate.command': program '{program}' not found or not executable")
+        raise Sim2dlError(f"config key '{key}': program '{program}' not found or not executable")
 
 
 def grid_levels(space: Mapping[str, Mapping[str, Any]], runs: int) -> dict[str, list[Any]]:
@@ -143,6 +148,7 @@ class EnsemblePlan:
     runs: int
     schema: pa.Schema
     levels: dict[str, list[Any]] | None  # a grid's
+    fidelities: Fidelities | None = None  # simulate.fidelities: a run's level, and its design point
     _cached: tuple[int, pa.Table] | None = None
     first: int = 0  # the index of its first run among all runs (an adaptive design's later rounds: > 0)
     # Runs chosen as they are handed out (online choosing, settings["choosing"]): their points in the unit
@@ -155,6 +161,9 @@ class EnsemblePlan:
         keyed = {k: settings[k] for k in ("runs", "design", "space", "seed")}
         if settings.get("choosing"):  # another way of choosing is another design
             keyed["choosing"] = settings["choosing"]
+        fidelities = Fidelities.of(settings)
+        if fidelities is not None:  # the levels' names and runs make the design; their commands do not
+            keyed["fidelities"] = [[level.name, level.runs] for level in fidelities.levels]
         digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
         space = keyed["space"]
         levels = grid_levels(space, keyed["runs"]) if keyed["design"] == "grid" else None
@@ -162,7 +171,13 @@ class EnsemblePlan:
         fields = [pa.field("run", pa.string())]
         fields += [pa.field(n, column_type(spec, levels[n] if levels else None)) for n, spec in space.items()]
         fields.append(pa.field("seed", pa.int64()))
-        plan = EnsemblePlan(keyed, digest, runs, pa.schema(fields), levels)
+        if fidelities is not None:
+            runs = fidelities.runs
+            fields += [
+                pa.field(fidelity.NAME_COLUMN, pa.string()),
+                pa.field(fidelity.INDEX_COLUMN, pa.int64()),
+            ]
+        plan = EnsemblePlan(keyed, digest, runs, pa.schema(fields), levels, fidelities)
         if "choosing" in keyed:
             if levels is not None:
                 raise Sim2dlError("config key 'simulate.design': a grid's runs cannot be chosen (use sobol)")
@@ -180,14 +195,15 @@ class EnsemblePlan:
 
     def unit_points(self, start: int, stop: int) -> np.ndarray:
         """Runs [start, stop) as points of the unit cube, chosen ones included."""
-        unit = unit_design(
-            self.settings["design"],
-            self.runs,
-            len(self.settings["space"]),
-            self.settings["seed"],
-            start,
-            stop,
-        )
+        kind, dims, seed = self.settings["design"], len(self.settings["space"]), self.settings["seed"]
+        if self.fidelities is not None:  # each level's runs: the first points of one design
+            points = self.fidelities.points
+            pieces = [
+                unit_design(kind, points, dims, seed, a, b)
+                for _, a, b in self.fidelities.segments(start, stop)
+            ]
+            return np.concatenate(pieces) if pieces else np.empty((0, dims))
+        unit = unit_design(kind, self.runs, dims, seed, start, stop)
         if self.chosen is not None:
             mine = ~np.isnan(self.chosen[start:stop, 0])
             unit[mine] = self.chosen[start:stop][mine]
@@ -207,10 +223,15 @@ class EnsemblePlan:
         else:
             unit = self.unit_points(start, stop)
             columns = {name: scale(unit[:, i], spec) for i, (name, spec) in enumerate(space.items())}
-        seeds = (seed * 100_003 + np.arange(start, stop, dtype=np.int64)) % SEED_MODULUS + 1
+        points = np.arange(start, stop, dtype=np.int64)
+        if self.fidelities is not None:
+            names, indices, points = self.fidelities.columns(start, stop)
+        seeds = (seed * 100_003 + points) % SEED_MODULUS + 1  # a design point's seed, at every level
         arrays = [pa.array([run_name(i, self.runs) for i in range(start, stop)], pa.string())]
         arrays += [pa.array(columns[name], self.schema.field(name).type) for name in space]
         arrays.append(pa.array(seeds))
+        if self.fidelities is not None:
+            arrays += [pa.array(names, pa.string()), pa.array(indices)]
         if self.chosen_value is not None:
             value = self.chosen_value[start:stop]
             unchosen = np.isnan(value)  # null: no acquisition value (the design's own point)
@@ -256,15 +277,32 @@ def checked_settings(
     once the command and `check` (more checks of the settings, or None) pass on every rank: every rank
     stops at once on an error, and the message is printed once."""
     settings = {**settings, "container": container or {}}
+    commands = level_commands(Fidelities.of(settings), settings["command"] or [])
     error = None
     try:
-        check_command(settings)
+        for command, key in zip(commands.values(), command_keys(settings), strict=True):
+            check_command({**settings, "command": command}, key)
         if check is not None:
             check(settings)
     except Sim2dlError as e:
         error = e
     all_ok(comm, error)
-    return {**settings, "command": resolved_command(settings["command"])}
+    return {
+        **settings,
+        "command": resolved_command(settings["command"] or []),
+        "commands": {name: resolved_command(command) for name, command in commands.items()},
+    }
+
+
+def command_keys(settings: Mapping[str, Any]) -> list[str]:
+    """The config key each level's command comes from (its own, or simulate.command)."""
+    levels = settings.get("fidelities") or []
+    if not levels:
+        return ["simulate.command"]
+    return [
+        f"simulate.fidelities[{i}].command" if spec.get("command") else "simulate.command"
+        for i, spec in enumerate(levels)
+    ]
 
 
 def resolved_command(command: Sequence[str]) -> list[str]:

@@ -18,7 +18,8 @@ parameter}: the names of simulate.command's placeholders), and the simulator ans
 a line of its stdout once the run's files are in `out`, or `sim2dl-failed RUN REASON`. Everything else it
 prints (stdout and stderr) goes to the log of the run it is on. An answer that does not come within the
 run's time-out kills the simulator's process group; an exit ends the attempt as failed. Either way the
-next attempt or run starts it again, and the attempts are retried like any run's.
+next attempt or run starts it again, and the attempts are retried like any run's. Runs with different
+commands (the levels of simulate.fidelities) each have their own persistent simulator, kept side by side.
 
 A command's environment is the rank's less the MPI launcher's per-rank variables (PMI_*, PMIX_*, Open
 MPI's world: processes.outside_the_job): a simulator is not a rank of the job, and one that believed it
@@ -166,7 +167,8 @@ class Persistent:
 class Worker:
     def __init__(self) -> None:
         self.running: subprocess.Popen[bytes] | None = None
-        self.persistent: Persistent | None = None  # simulate.persistent's process, kept between runs
+        # simulate.persistent's processes, kept between runs: one per command (a level of simulate.fidelities)
+        self.persistent: dict[tuple[str, ...], Persistent] = {}
         self.log_dirs: set[Path] = set()  # made already
         self.rank = os.getppid()
         # The rank's death (SIGTERM, by the parent-death signal) while a run is being started: that run
@@ -215,18 +217,20 @@ class Worker:
         """One run handed to the persistent simulator (started first when it is not running)."""
         log.write(f"{ATTEMPT}{json.dumps(run['request'])}\n".encode())
         log.flush()
-        if self.persistent is None or not self.persistent.alive():  # first, or after a crash or a kill
+        command = tuple(run["argv"])
+        simulator = self.persistent.get(command)
+        if simulator is None or not simulator.alive():  # first, or after a crash or a kill
             log.write(f"{ATTEMPT}starting {json.dumps(run['argv'])}\n".encode())
             log.flush()
             self.starting = True
             try:
-                self.persistent = Persistent(run["argv"], Path(run["cwd"]))
+                simulator = self.persistent[command] = Persistent(run["argv"], Path(run["cwd"]))
             except OSError as e:
-                self.persistent = None
+                self.persistent.pop(command, None)
                 return FAILED, 127, f"cannot start {run['argv'][0]}: {e.strerror}"
             finally:
                 self.started()
-        status, code, reason = self.persistent.run(run["request"], log, run["timeout_s"])
+        status, code, reason = simulator.run(run["request"], log, run["timeout_s"])
         if status == OK and not run.get("may_be_empty") and not any(True for _ in partial.iterdir()):
             return FAILED, 0, "answered done but wrote no files"
         return status, code, reason
@@ -278,7 +282,7 @@ class Worker:
             os._exit(1)
 
     def kill_running(self) -> None:
-        for proc in (self.running, self.persistent and self.persistent.proc):
+        for proc in (self.running, *(simulator.proc for simulator in self.persistent.values())):
             if proc is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -297,8 +301,8 @@ class Worker:
         for line in requests:
             replies.write(json.dumps([self.execute(run) for run in json.loads(line)]) + "\n")
             replies.flush()
-        if self.persistent is not None:  # the rank is done: the simulator gets the end of its input
-            self.persistent.close()
+        for simulator in self.persistent.values():  # the rank is done: each gets the end of its input
+            simulator.close()
 
 
 class RunWorker:

@@ -877,9 +877,10 @@ class RunsTable:
 def runs_table(result: Survey) -> RunsTable | None:
     """An ensemble's runs table at the inspected directory's top (RUNS_TABLES) when every inspected file
     lies in a run's directory; None where there is none. The parameters of a table sim2dl wrote (its
-    schema's DESIGN_METADATA) are the columns between `run` and `seed`, as the ensemble writes them: the
-    bookkeeping after them (round, acquisition, attempts, seconds, exit_code, ...) is not science. Of
-    another table: its numeric columns other than the run's key and seed."""
+    schema's DESIGN_METADATA) are the columns between `run` and `seed`, as the ensemble writes them, and a
+    run's level (`fidelity_index`) where simulate.fidelities made several: the bookkeeping after them
+    (round, acquisition, attempts, seconds, exit_code, ...) is not science. Of another table: its numeric
+    columns other than the run's key and seed."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
@@ -897,6 +898,8 @@ def runs_table(result: Survey) -> RunsTable | None:
     names = schema.names
     if DESIGN_METADATA in (schema.metadata or {}) and "run" in names and "seed" in names:
         design = names[names.index("run") + 1 : names.index("seed")]
+        if "fidelity_index" in names:  # levels of one simulator: a surrogate takes the level as an input
+            design.append("fidelity_index")
         return RunsTable(found.name, [name for name in design if name in numeric], True)
     return RunsTable(found.name, [name for name in numeric if name not in ("run", "seed")], False)
 

@@ -1,0 +1,147 @@
+"""Levels of one simulator (simulate.fidelities, pure): a cheap code beside an expensive one.
+
+The levels are listed cheapest first; the last is the code a surrogate is wanted of (the target). Each has
+its own command (its `command`, or simulate.command with its `args` appended; `{fidelity}` is a placeholder
+too), its number of runs, and a cost per run: declared, or measured from its runs (`measured_costs`). The
+design is nested: level k runs the first `runs_k` points of the one design drawn from simulate.design and
+simulate.seed, so every costlier level's points are also run by each cheaper level (Sobol prefixes: each
+prefix is itself a balanced design). A point's runs share its seed at every level (common random numbers:
+a stochastic code's levels then differ by their fidelity, not by their noise). Runs are numbered level by
+level: level 0's runs first, then level 1's, and so on.
+
+Memory: a few numbers per level. Time: a run's level by bisection over the levels; `measured_costs` reads
+two columns of the runs table a row group at a time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# The runs table's columns of a run's level: its name, and its place among the levels (0: the cheapest),
+# the number a surrogate conditioned on the level takes as an input
+NAME_COLUMN, INDEX_COLUMN = "fidelity", "fidelity_index"
+PLACEHOLDER = "fidelity"
+
+
+@dataclass(frozen=True)
+class Level:
+    name: str
+    index: int  # 0: the cheapest
+    command: tuple[str, ...]  # placeholders not filled in
+    runs: int
+    cost: float | None  # declared; None: measured from its runs
+    first: int  # its first run's number among all runs
+
+
+@dataclass(frozen=True)
+class Fidelities:
+    levels: tuple[Level, ...]
+
+    @staticmethod
+    def of(settings: Mapping[str, Any]) -> Fidelities | None:
+        """The levels of simulate.fidelities (None: one level, simulate.command); config.check_fidelities
+        has checked them."""
+        specs = settings.get("fidelities") or []
+        if not specs:
+            return None
+        levels, first = [], 0
+        for index, spec in enumerate(specs):
+            command = spec.get("command") or [*(settings.get("command") or []), *spec.get("args", [])]
+            levels.append(Level(spec["name"], index, tuple(command), spec["runs"], spec.get("cost"), first))
+            first += spec["runs"]
+        return Fidelities(tuple(levels))
+
+    @property
+    def runs(self) -> int:
+        return sum(level.runs for level in self.levels)
+
+    @property
+    def points(self) -> int:
+        """The design's points: the cheapest level runs them all."""
+        return self.levels[0].runs
+
+    @property
+    def target(self) -> Level:
+        return self.levels[-1]
+
+    def level_of(self, run: int) -> Level:
+        return self.levels[bisect.bisect_right([level.first for level in self.levels], run) - 1]
+
+    def point_of(self, run: int) -> int:
+        """The design point run `run` runs at."""
+        return run - self.level_of(run).first
+
+    def segments(self, start: int, stop: int) -> list[tuple[Level, int, int]]:
+        """Runs [start, stop) as (level, first point, point after the last), a level at a time."""
+        pieces = []
+        for level in self.levels:
+            low, high = max(start, level.first), min(stop, level.first + level.runs)
+            if low < high:
+                pieces.append((level, low - level.first, high - level.first))
+        return pieces
+
+    def columns(self, start: int, stop: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Runs [start, stop)'s level names, level indices and design points."""
+        names: list[str] = []
+        indices, points = [], []
+        for level, low, high in self.segments(start, stop):
+            names += [level.name] * (high - low)
+            indices.append(np.full(high - low, level.index, np.int64))
+            points.append(np.arange(low, high, dtype=np.int64))
+        empty = np.empty(0, np.int64)
+        return names, np.concatenate(indices or [empty]), np.concatenate(points or [empty])
+
+
+def measured_costs(runs_table: Path, fidelities: Fidelities) -> list[dict[str, Any]]:
+    """Each level's runs, those that succeeded, the mean seconds of those, and its cost per run (declared,
+    else that mean) and that cost over the cheapest level's: what the levels cost, from the runs so far."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    count = np.zeros(len(fidelities.levels), np.int64)
+    ok = np.zeros_like(count)
+    seconds = np.zeros(len(fidelities.levels))
+    table = pq.ParquetFile(runs_table)
+    for group in range(table.num_row_groups):
+        columns = table.read_row_group(group, columns=[INDEX_COLUMN, "status", "seconds"])
+        index = columns[INDEX_COLUMN].to_numpy()
+        status = columns["status"].combine_chunks().cast(pa.string())
+        succeeded = pc.equal(status, "ok").to_numpy(zero_copy_only=False)
+        count += np.bincount(index, minlength=len(count))
+        ok += np.bincount(index[succeeded], minlength=len(count))
+        taken = np.nan_to_num(columns["seconds"].to_numpy(zero_copy_only=False).astype(float))
+        seconds += np.bincount(index[succeeded], weights=taken[succeeded], minlength=len(count))
+    levels = []
+    for level in fidelities.levels:
+        mean = seconds[level.index] / ok[level.index] if ok[level.index] else None
+        levels.append(
+            {
+                "name": level.name,
+                "runs": int(count[level.index]),
+                "ok": int(ok[level.index]),
+                "mean_seconds": None if mean is None else round(float(mean), 4),
+                "cost": level.cost if level.cost is not None else mean,
+                "cost_declared": level.cost is not None,
+            }
+        )
+    cheapest = levels[0]["cost"]
+    for level in levels:
+        ratio = level["cost"] / cheapest if level["cost"] is not None and cheapest else None
+        level["cost_over_cheapest"] = None if ratio is None else round(ratio, 3)
+        if level["cost"] is not None:
+            level["cost"] = round(float(level["cost"]), 6)
+    return levels
+
+
+def level_commands(fidelities: Fidelities | None, command: Sequence[str]) -> dict[str, list[str]]:
+    """Each level's command ({"": simulate.command} for one level)."""
+    if fidelities is None:
+        return {"": list(command)}
+    return {level.name: list(level.command) for level in fidelities.levels}

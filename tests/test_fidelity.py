@@ -1,0 +1,305 @@
+"""Levels of one simulator (simulate.fidelities): the nested design, each run's command from its level, the
+levels' costs measured from their runs, their failures retried like any run's, a rerun that keeps what
+completed, one persistent simulator per level, and the config errors that name their key."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import Sim2dlError
+from pipeline.config import validate
+from pipeline.ensemble import plan as plan_module
+from pipeline.ensemble.fidelity import Fidelities
+from pipeline.ensemble.plan import EnsemblePlan
+
+from .conftest import make_config, run_cli, write_config
+
+# A code at two resolutions: the fine level takes longer, and its run at point 1 fails its first attempt.
+LEVELS = """
+import os, sys, time
+import numpy as np
+out, level, x, seed, ledger, run = sys.argv[1:7]
+with open(ledger, "a") as f:
+    f.write(f"{run} {level}\\n")
+tries = os.path.join(os.path.dirname(ledger), run + ".tries")
+attempt = int(open(tries).read()) + 1 if os.path.exists(tries) else 1
+open(tries + ".tmp", "w").write(str(attempt))
+os.replace(tries + ".tmp", tries)
+cells = {"coarse": 4, "fine": 16}[level]
+if level == "fine":
+    time.sleep(0.25)
+    if seed == os.environ.get("FAIL_SEED") and attempt == 1:
+        sys.exit(4)
+grid = (np.arange(cells) + 0.5) / cells
+field = np.sin(float(x) * 6 * grid)  # the same function, resolved on each level's grid
+np.save(os.path.join(out, "out.npy"), np.interp(np.linspace(0, 1, 8), grid, field).astype(np.float32))
+"""
+
+SPACE = {"x": {"type": "uniform", "low": 0.0, "high": 1.0}}
+
+
+def levels_config(tmp_path: Path, **simulate) -> dict:
+    script = tmp_path / "levels.py"
+    script.write_text(LEVELS)
+    (tmp_path / "ledger").mkdir(exist_ok=True)
+    ledger = str(tmp_path / "ledger" / "runs.txt")
+    return make_config(
+        tmp_path,
+        simulate={
+            "command": ["python3", str(script), "{out}", "{fidelity}", "{x}", "{seed}", ledger, "{run}"],
+            "design": "sobol",
+            "space": SPACE,
+            "fidelities": [{"name": "coarse", "runs": 8}, {"name": "fine", "runs": 3}],
+            "retries": 1,
+            "run_timeout_s": 30,
+            "max_failed_fraction": 0.0,
+            **simulate,
+        },
+        source={
+            "glob": "**/*.npy",
+            "format": "auto",
+            "sample_id": None,
+            "fields": {
+                "field": {"path": ".", "dtype": "float32", "shape": [8]},
+                "x": {"column": "x"},
+                "level": {"column": "fidelity_index"},
+            },
+        },
+        convert={
+            "stack": {"design": ["x", "level"]},
+            "features": ["design"],
+            "labels": ["field"],
+            "log1p": [],
+            "normalise": [],
+            "per_channel": [],
+        },
+        train={"task": "surrogate", "model": "decoder"},
+    )
+
+
+# ---------------------------------------------------------------- the design
+
+
+@pytest.mark.parametrize("design", ["sobol", "random", "lhs"])
+def test_each_costlier_level_runs_the_first_points_of_the_cheaper_ones_design(design, monkeypatch):
+    settings = {
+        "runs": 100,  # not used with levels
+        "design": design,
+        "seed": 5,
+        "space": {**SPACE, "n": {"type": "int", "low": 1, "high": 9}},
+        "fidelities": [
+            {"name": "coarse", "runs": 13},
+            {"name": "mid", "runs": 6},
+            {"name": "fine", "runs": 2},
+        ],
+    }
+    plan = EnsemblePlan.draw(settings)
+    table = pq_table(plan)
+    assert len(plan) == 21 and table.num_rows == 21
+    rows = table.to_pylist()
+    assert [r["fidelity"] for r in rows] == ["coarse"] * 13 + ["mid"] * 6 + ["fine"] * 2
+    assert [r["fidelity_index"] for r in rows] == [0] * 13 + [1] * 6 + [2] * 2
+    assert len({r["run"] for r in rows}) == 21  # a run per level and point
+    coarse, mid, fine = rows[:13], rows[13:19], rows[19:]
+    for costlier in (mid, fine):  # nested: the same points, in the same order, with the same seeds
+        for run, cheaper in zip(costlier, coarse, strict=False):
+            assert (run["x"], run["n"], run["seed"]) == (cheaper["x"], cheaper["n"], cheaper["seed"])
+    assert len({r["seed"] for r in coarse}) == 13
+    # the cheapest level's points are the design a one-level ensemble of as many runs draws
+    alone = pq_table(EnsemblePlan.draw({**settings, "runs": 13, "fidelities": []})).to_pylist()
+    assert [(r["x"], r["n"]) for r in alone] == [(r["x"], r["n"]) for r in coarse]
+    # made a block at a time, across the levels' boundaries: the same rows
+    monkeypatch.setattr(plan_module, "DESIGN_BLOCK", 4)
+    assert pq_table(EnsemblePlan.draw(settings)).to_pylist() == rows
+    # the levels' names and runs make the design; their commands and costs do not
+    other = copy.deepcopy(settings)
+    other["fidelities"][2].update(args=["--grid", "64"], cost=12.0)
+    assert EnsemblePlan.draw(other).digest == plan.digest
+    other["fidelities"][2]["runs"] = 3
+    assert EnsemblePlan.draw(other).digest != plan.digest
+
+
+def pq_table(plan: EnsemblePlan):
+    import pyarrow as pa
+
+    return pa.concat_tables(plan.blocks())
+
+
+def test_a_run_knows_its_level_and_point():
+    levels = Fidelities.of(
+        {
+            "command": ["sim"],
+            "fidelities": [{"name": "a", "runs": 5}, {"name": "b", "runs": 2, "args": ["-f"]}],
+        }
+    )
+    assert levels is not None and levels.runs == 7 and levels.points == 5 and levels.target.name == "b"
+    assert [levels.level_of(i).name for i in range(7)] == ["a"] * 5 + ["b"] * 2
+    assert [levels.point_of(i) for i in range(7)] == [0, 1, 2, 3, 4, 0, 1]
+    assert levels.target.command == ("sim", "-f")
+    assert [(lv.name, a, b) for lv, a, b in levels.segments(3, 6)] == [("a", 3, 5), ("b", 0, 1)]
+
+
+# ---------------------------------------------------------------- config errors
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "words"),
+    [
+        (lambda c: c["simulate"].update(command=None), "simulate.command", "a level without a command"),
+        (
+            lambda c: c["simulate"]["fidelities"][1].update(cost=0),
+            "simulate.fidelities.1.cost",
+            "less than or equal",
+        ),
+        (
+            lambda c: c["simulate"]["fidelities"][1].update(runs=9),
+            "simulate.fidelities[1].runs",
+            "more than the 8",
+        ),
+        (
+            lambda c: c["simulate"]["fidelities"][1].update(name="coarse"),
+            "simulate.fidelities[1].name",
+            "two levels",
+        ),
+        (
+            lambda c: c["simulate"]["fidelities"][0].update(command=["sim"], args=["-x"]),
+            "simulate.fidelities[0]",
+            "not both",
+        ),
+        (lambda c: c["simulate"].update(design="grid"), "simulate.design", "not nested"),
+        (
+            lambda c: c["simulate"]["adaptive"].update(enabled=True, outputs=["field"]),
+            "simulate.adaptive.enabled",
+            "issue 92",
+        ),
+        (
+            lambda c: c["source"]["fields"]["level"].update(column="seed"),
+            "convert.features",
+            "fidelity_index",
+        ),
+    ],
+)
+def test_config_errors_of_the_levels_name_their_key(tmp_path, change, key, words):
+    config = levels_config(tmp_path)
+    validate(copy.deepcopy(config))  # as written: valid
+    change(config)
+    with pytest.raises(Sim2dlError) as error:
+        validate(config)
+    assert f"config key '{key}'" in str(error.value) and words in str(error.value)
+
+
+def test_a_levels_own_command_is_checked_under_its_own_key(tmp_path):
+    config = levels_config(tmp_path)
+    config["simulate"]["fidelities"][1]["command"] = ["no-such-fine-code", "{out}"]
+    proc = run_cli(["simulate", "--config", str(write_config(tmp_path, config))], ranks=2, check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.count("config key 'simulate.fidelities[1].command': program 'no-such-fine-code'") == 1
+
+
+# ---------------------------------------------------------------- the levels run
+
+
+def test_the_levels_run_their_own_commands_are_costed_retried_and_resumed(tmp_path, monkeypatch):
+    config = levels_config(tmp_path)
+    failing = EnsemblePlan.draw(config["simulate"]).rows(9, 10)[0]  # the fine level's second run
+    monkeypatch.setenv("FAIL_SEED", str(failing["seed"]))
+    path = write_config(tmp_path, config)
+    proc = run_cli(["simulate", "--config", str(path)], ranks=2, timeout=180)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (summary["runs"], summary["ok"], summary["failed"]) == (11, 11, 0)
+    rows = pq.read_table(tmp_path / "work" / "raw" / "runs.parquet").to_pylist()
+    assert [r["fidelity"] for r in rows] == ["coarse"] * 8 + ["fine"] * 3
+    retried = rows[9]
+    assert (retried["status"], retried["attempts"], retried["fidelity"]) == ("ok", 2, "fine")
+    ledger = (tmp_path / "ledger" / "runs.txt").read_text().split("\n")
+    for row in rows:  # each run ran its level's command at its point
+        assert f"{row['run']} {row['fidelity']}" in ledger
+        saved = np.load(next((tmp_path / "work" / "raw").glob(f"*/{row['run']}/out.npy")))
+        cells = 4 if row["fidelity"] == "coarse" else 16
+        grid = (np.arange(cells) + 0.5) / cells
+        expected = np.interp(np.linspace(0, 1, 8), grid, np.sin(row["x"] * 6 * grid))
+        assert saved == pytest.approx(expected, abs=1e-6)
+    # the costs: measured from the runs that succeeded (the fine level sleeps 0.25 s a run)
+    costs = {level["name"]: level for level in summary["fidelities"]}
+    assert (costs["coarse"]["runs"], costs["coarse"]["ok"], costs["fine"]["runs"]) == (8, 8, 3)
+    assert not costs["fine"]["cost_declared"] and costs["fine"]["mean_seconds"] >= 0.25
+    assert costs["fine"]["cost_over_cheapest"] > 1.5 and costs["coarse"]["cost_over_cheapest"] == 1.0
+    assert (
+        json.loads((tmp_path / "work" / "raw" / "simulate.json").read_text())["fidelities"]
+        == summary["fidelities"]
+    )
+    # a rerun keeps every completed run; a declared cost is the one reported
+    before = len([line for line in ledger if line])
+    config["simulate"]["fidelities"][1]["cost"] = 20.0
+    proc = run_cli(["simulate", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=180)
+    again = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (
+        len([line for line in (tmp_path / "ledger" / "runs.txt").read_text().split("\n") if line]) == before
+    )
+    costs = {level["name"]: level for level in again["fidelities"]}
+    assert costs["fine"]["cost_declared"] and costs["fine"]["cost"] == 20.0
+    assert costs["fine"]["cost_over_cheapest"] == pytest.approx(20.0 / costs["coarse"]["cost"], rel=1e-2)
+    # the level's index is a label ingest reads from the runs table, as the surrogate's input
+    run_cli(["ingest", "--config", str(path)], ranks=2)
+    ingest = json.loads((tmp_path / "work" / "ingest" / "summary.json").read_text())
+    assert ingest["accepted"] == 11
+    run_cli(["convert", "--config", str(path)], ranks=2)
+    run_cli(["merge", "--config", str(path)], ranks=2)
+    from pipeline.formats.shards.shard_reader import ShardReader
+
+    by_run = {row["run"]: row for row in rows}
+    records = list(ShardReader(tmp_path / "work" / "merged"))
+    assert len(records) == 11
+    for record in records:  # the model's input: the run's parameter and its level, stacked
+        row = by_run[record["sample_id"].split("/")[-2]]
+        assert record["design"] == pytest.approx([row["x"], row["fidelity_index"]], rel=1e-6)
+
+
+# A persistent code at two resolutions: started once per rank and level, each run handed as a JSON line.
+PERSISTENT_LEVELS = """
+import json, os, sys
+import numpy as np
+ledger, cells = sys.argv[1], int(sys.argv[2])
+with open(ledger, "a") as f:
+    f.write(f"start {os.getpid()} {cells}\\n")
+for line in sys.stdin:
+    run = json.loads(line)
+    grid = (np.arange(cells) + 0.5) / cells
+    field = np.interp(np.linspace(0, 1, 8), grid, np.sin(run["x"] * 6 * grid))
+    np.save(os.path.join(run["out"], "out.npy"), field.astype(np.float32))
+    with open(ledger, "a") as f:
+        f.write(f"run {os.getpid()} {cells} {run['run']} {run['fidelity']}\\n")
+    print("sim2dl-done", run["run"], flush=True)
+"""
+
+
+def test_each_level_of_a_persistent_simulator_starts_once_per_rank(tmp_path):
+    script = tmp_path / "persistent.py"
+    script.write_text(PERSISTENT_LEVELS)
+    ledger = tmp_path / "starts.txt"
+    config = levels_config(tmp_path)
+    config["simulate"].update(
+        command=["python3", str(script), str(ledger)],
+        persistent=True,
+        fidelities=[
+            {"name": "coarse", "args": ["4"], "runs": 12},
+            {"name": "fine", "args": ["16"], "runs": 5},
+        ],
+    )
+    proc = run_cli(["simulate", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=180)
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["ok"] == 17
+    lines = [line.split() for line in ledger.read_text().splitlines()]
+    starts = [(pid, cells) for kind, pid, cells, *_ in lines if kind == "start"]
+    runs = {run: (pid, cells, level) for kind, pid, cells, run, level in (x for x in lines if x[0] == "run")}
+    assert len(runs) == 17
+    # each level's runs went to its own process (its own command), which knows the level it is
+    assert {(cells, level) for _, cells, level in runs.values()} == {("4", "coarse"), ("16", "fine")}
+    assert {(pid, cells) for pid, cells, _ in runs.values()} <= set(starts)
+    # one process per rank and level, not one per run (at most 2 ranks x 2 levels)
+    assert 2 <= len(starts) <= 4 and len(set(starts)) == len(starts)
