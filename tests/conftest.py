@@ -356,11 +356,32 @@ def tier(item: pytest.Item) -> str:
     return "mpi" if uses & _REACH["mpi"] else "unit"
 
 
+# A test's rough cost by its tier, in seconds: to start the longest modules first
+TIER_SECONDS = {"site": 0.0, "workflow": 60.0, "mpi": 6.0, "unit": 0.3}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test's tier as its marker; the site tier first (see pytest_xdist_make_scheduler)."""
+    """Each test's tier as its marker; the site tier first (see pytest_xdist_make_scheduler), then the
+    modules longest first, as the tiers of their tests that `-m` selects estimate them: a long module that
+    starts last leaves the other worker idle while it runs."""
+    from _pytest.mark import MarkMatcher
+    from _pytest.mark.expression import Expression
+
+    chosen = Expression.compile(config.option.markexpr) if config.option.markexpr else None
+    seconds: dict[str, float] = {}
     for item in items:
-        item.add_marker(getattr(pytest.mark, tier(item)))
-    items.sort(key=lambda item: item.get_closest_marker("site") is None)  # stable: file order otherwise
+        name = tier(item)
+        item.add_marker(getattr(pytest.mark, name))
+        module = item.nodeid.split("::", 1)[0]
+        if chosen is None or chosen.evaluate(MarkMatcher.from_markers(item.iter_markers())):
+            seconds[module] = seconds.get(module, 0.0) - TIER_SECONDS[name]
+    # stable: file order among equals
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("site") is None,
+            seconds.get(item.nodeid.split("::", 1)[0], 0),
+        )
+    )
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
