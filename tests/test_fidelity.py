@@ -19,6 +19,7 @@ from pipeline.ensemble.fidelity import Fidelities
 from pipeline.ensemble.plan import EnsemblePlan
 
 from .conftest import make_config, run_cli, write_config
+from .helpers import inspected
 
 # A code at two resolutions: the fine level takes longer, and its run at point 1 fails its first attempt.
 LEVELS = """
@@ -259,6 +260,14 @@ def test_the_levels_run_their_own_commands_are_costed_retried_and_resumed(tmp_pa
     for record in records:  # the model's input: the run's parameter and its level, stacked
         row = by_run[record["sample_id"].split("/")[-2]]
         assert record["design"] == pytest.approx([row["x"], row["fidelity_index"]], rel=1e-6)
+    # `sim2dl inspect` on the ensemble's output proposes the forward surrogate with the level as an input
+    proposed = inspected(tmp_path, tmp_path / "work" / "raw")
+    level = [
+        name for name, spec in proposed["source"]["fields"].items() if spec == {"column": "fidelity_index"}
+    ]
+    stacked = {f for fields in proposed["convert"]["stack"].values() for f in fields}
+    assert len(level) == 1 and level[0] in stacked and "x" in stacked
+    assert not {"fidelity", "seconds", "attempts"} & set(proposed["source"]["fields"])
 
 
 # A persistent code at two resolutions: started once per rank and level, each run handed as a JSON line.
