@@ -198,7 +198,7 @@ def next_state(steps: int) -> dict[str, Any]:
     data = DataSpec(
         "trajectory", train.shape[1:], (), (), feature_statistics={"trajectory": {"mean": mean, "std": std}}
     )
-    task = NextState({"next_state": {"inputs": 1, "outputs": 1}}, data)
+    task = NextState({"next_state": {"states_in": 1, "states_out": 1}}, data)
     x, y = cut(task, (train - mean) / std, chunks=8)
     x_test, y_test = cut(task, (test - mean) / std)
     figures: dict[str, Any] = {"next.train_runs": NEXT_RUNS, "next.test_runs": NEXT_TEST_RUNS}
@@ -274,7 +274,7 @@ def conditioned(steps: int) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for condition in (False, "channels", "vector"):
         name = condition or "none"
-        task = NextState({"next_state": {"inputs": 1, "outputs": 1, "condition": condition}}, data)
+        task = NextState({"next_state": {"states_in": 1, "states_out": 1, "condition": condition}}, data)
         x, y = cut(task, states, given, chunks=8)
         x_test, y_test = cut(task, test_states, test_given)
         tf.keras.utils.set_random_seed(0)

@@ -76,6 +76,9 @@ RENAMED = {
     "simulate.reaction.initial": "simulate.reaction.blobs",
     # `features` names fields (convert.features); here: a count, the channels of each step
     "simulate.trace.features": "simulate.trace.channels",
+    # `inputs` and `outputs` are a model's tensors (and simulate.adaptive.outputs array names); here: counts
+    "train.next_state.inputs": "train.next_state.states_in",
+    "train.next_state.outputs": "train.next_state.states_out",
 }
 RENAMED_UNTIL = "0.2"  # the release that drops the old names
 

@@ -100,7 +100,7 @@ def test_a_next_state_far_better_than_persistence_but_for_a_few_flat_windows_is_
     predicted = later + 0.1 * step  # a tenth of the step's error
     predicted[:4] = 1e-2
     data = DataSpec("u", (2, *grid), (), (), feature_statistics={"u": {"mean": 1.0, "std": 0.3}})
-    task = NextState({"next_state": {"inputs": 1, "outputs": 1}}, data)
+    task = NextState({"next_state": {"states_in": 1, "states_out": 1}}, data)
     task.check()
     normal = lambda a: ((a - 1.0) / 0.3).reshape(48, -1)  # noqa: E731
     evaluation = task.evaluation()

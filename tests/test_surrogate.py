@@ -242,8 +242,8 @@ def next_state_task(
         feature_statistics={"trajectory": {"mean": 1.0, "std": 2.0}},
     )
     own = {
-        "inputs": k,
-        "outputs": m,
+        "states_in": k,
+        "states_out": m,
         "horizon": horizon,
         "condition": condition if parameters else False,
         "spatial_dims": len(grid),
@@ -877,7 +877,7 @@ def test_a_state_of_two_fields_is_scored_and_normalised_per_field():
         feature_statistics={"state": stats},
         component_names={"state": ["u", "v"]},
     )
-    task = NextState({"next_state": {"inputs": 1, "outputs": 2}}, data)
+    task = NextState({"next_state": {"states_in": 1, "states_out": 2}}, data)
     task.check()
     normal = (states - np.array(stats["mean"])) / np.array(stats["std"])
     x = normal[:, 0]  # one window per trajectory: state 0 in, states 1 and 2 out (channels t C + c)

@@ -1018,7 +1018,7 @@ def follow_trajectory(chosen: StarterChoice, decided: Any, attributes: Sequence[
     chosen.first_shape = tuple(shape)
     chosen.per_channel = [name] if fields_last else []
     chosen.task = task_for("trajectory")
-    own: dict[str, Any] = {"inputs": 1, "outputs": 1, "horizon": 0}
+    own: dict[str, Any] = {"states_in": 1, "states_out": 1, "horizon": 0}
     if parameters:
         own["condition"] = "vector"
     if len(grid) == 3:

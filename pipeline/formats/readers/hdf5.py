@@ -436,7 +436,7 @@ def the_well_conventions(f: h5py.File) -> Conventions | None:
         model=model,
         split_by="sample",
         arrays=tuple(f"t0_fields/{n}" for n in scalars) + tuple(vectors),
-        task_settings={"inputs": 1, "outputs": 1, "condition": "vector"} if mapped and model else {},
+        task_settings={"states_in": 1, "states_out": 1, "condition": "vector"} if mapped and model else {},
     )
 
 

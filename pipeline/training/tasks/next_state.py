@@ -3,7 +3,7 @@ trajectory (the feature: time x H x W, or time x H x W x channels: several field
 train.next_state.spatial_dims: 3, time x D x H x W[ x channels]), so pairs are cut within a run and never
 across two, and a split keeps every window of a trajectory together (merge splits records). Each record
 gives every window of k + m consecutive states (`windows`, after the parse, shuffled across records): the
-k states as channels in, the m next as channels out. Settings: train.next_state {inputs: k, outputs: m,
+k states as channels in, the m next as channels out. Settings: train.next_state {states_in: k, states_out: m,
 horizon: the rollout's steps (0: to the trajectory's end), condition, spatial_dims}. With `condition`,
 the record's labels (the run's parameters: convert.labels, normalised by convert) are constant channels
 after the states, in every window and every step of a rollout, so that one network steps runs of
@@ -52,7 +52,7 @@ class NextState(Surrogate):
 
     def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:
         own = settings.get("next_state") or {}
-        self.k, self.m = int(own.get("inputs", 1)), int(own.get("outputs", 1))
+        self.k, self.m = int(own.get("states_in", 1)), int(own.get("states_out", 1))
         self.horizon_setting = int(own.get("horizon", 0))
         # the run's parameters (train.next_state.condition): convert's label fields, as constant channels
         # after the states; `vector`: which a built-in model reads as one vector (FiLM) instead
@@ -84,7 +84,7 @@ class NextState(Surrogate):
             )
         if shape[0] < self.k + self.m:
             raise Sim2dlError(
-                f"config key 'train.next_state': {self.k} inputs and {self.m} outputs need "
+                f"config key 'train.next_state': states_in {self.k} and states_out {self.m} need "
                 f"{self.k + self.m} states, the trajectory holds {shape[0]}"
             )
         self.check_conditions()
