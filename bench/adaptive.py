@@ -290,7 +290,7 @@ def online_test_nrmse(
         "online": {
             "enabled": True,
             "producers": 1,
-            "steps": 2000,
+            "optimizer_steps": 2000,
             "validate_every_steps": 20,
             "validation_every_run": 5,
             "statistics_runs": 8,

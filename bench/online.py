@@ -115,7 +115,7 @@ def config(
         base["train"]["online"] = {
             "enabled": True,
             "source": source,
-            "steps": steps,
+            "optimizer_steps": steps,
             "statistics_runs": 4,
             "validate_every_steps": max(1, steps // 10),
             "validation_every_run": 5,

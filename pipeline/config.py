@@ -79,6 +79,9 @@ RENAMED = {
     # `inputs` and `outputs` are a model's tensors (and simulate.adaptive.outputs array names); here: counts
     "train.next_state.inputs": "train.next_state.states_in",
     "train.next_state.outputs": "train.next_state.states_out",
+    # `steps` is also the steps/ package: here optimizer steps, there time steps
+    "train.online.steps": "train.online.optimizer_steps",
+    "simulate.reaction.steps": "simulate.reaction.time_steps",
 }
 RENAMED_UNTIL = "0.2"  # the release that drops the old names
 

@@ -225,7 +225,7 @@ def online_config(
     config["train"]["online"].update(
         {
             "source": source,
-            "steps": 12,
+            "optimizer_steps": 12,
             "validate_every_steps": 4,
             "statistics_runs": 2,
             "buffer": {"capacity": 32, "watermark": 8},

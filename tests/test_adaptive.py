@@ -898,7 +898,7 @@ def test_online_the_trainers_choose_as_runs_complete_and_a_rerun_on_two_ranks_ke
         tmp_path,
         samples=2,
         chosen=True,
-        steps=200,
+        optimizer_steps=200,
         validate_every_steps=2,
         statistics_runs=1,
         buffer={"capacity": 32, "watermark": 4, "max_reuse": 64},

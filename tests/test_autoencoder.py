@@ -266,7 +266,7 @@ def test_an_autoencoder_of_cubes_trains_online_while_the_ensemble_runs(tmp_path)
 
     script = tmp_path / "blob_run.py"
     script.write_text(BLOB_RUN)
-    config = online_config(tmp_path, runs=10, samples=4, steps=120, validate_every_steps=20)
+    config = online_config(tmp_path, runs=10, samples=4, optimizer_steps=120, validate_every_steps=20)
     config["simulate"]["command"] = [sys.executable, str(script), "{out}", "{seed}", "{sigma_8}"]
     config["simulate"]["space"]["sigma_8"] = {"type": "uniform", "low": 0.1, "high": 0.2}
     config["convert"].update(labels=[], normalise=["density"], log1p=[])

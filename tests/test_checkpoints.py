@@ -35,7 +35,7 @@ SETTINGS = {
     "patience": 0,
     "keep": "best",
     "threads": 2,
-    "online": {"steps": 100, "buffer": {"capacity": 64}},
+    "online": {"optimizer_steps": 100, "buffer": {"capacity": 64}},
     "population": {"rounds": 3, "trainers": 2},
 }
 
@@ -46,7 +46,11 @@ def changed(section: str | None, key: str, value: object) -> dict:
     return {**SETTINGS, section: {**SETTINGS[section], key: value}}
 
 
-LENGTHS = [("epoch", (None, "epochs")), ("step", ("online", "steps")), ("round", ("population", "rounds"))]
+LENGTHS = [
+    ("epoch", (None, "epochs")),
+    ("step", ("online", "optimizer_steps")),
+    ("round", ("population", "rounds")),
+]
 
 
 @pytest.mark.parametrize(("unit", "length"), LENGTHS)
@@ -60,7 +64,7 @@ def test_a_longer_run_of_each_mode_continues_and_a_new_setting_starts_afresh(
     assert resume_key(changed(None, "learning_rate", 2e-3), "digest", source, unit) != key
     assert resume_key(SETTINGS, "other data", source, unit) != key
     assert resume_key(SETTINGS, "digest", model_source("unet2d"), unit) != key
-    others = [("online", "steps"), ("population", "rounds")]
+    others = [("online", "optimizer_steps"), ("population", "rounds")]
     for section, name in (o for o in others if o != length):  # another mode's length is a setting like any
         assert resume_key(changed(section, name, 1000), "digest", source, unit) != key
 

@@ -101,14 +101,18 @@ def test_an_old_key_name_works_for_one_release_with_a_warning_naming_the_new(tmp
     config = make_config(
         tmp_path,
         convert={"split": [16, 16, 16]},
-        train={"spatial": {"split": 1}, "next_state": {"inputs": 2, "outputs": 3}},
-        simulate={"reaction": {"initial": "random"}, "trace": {"features": 3}},
+        train={"spatial": {"split": 1}, "next_state": {"inputs": 2, "outputs": 3}, "online": {"steps": 7}},
+        simulate={"reaction": {"initial": "random", "steps": 9}, "trace": {"features": 3}},
     )
     assert config["convert"]["subvolume"] == [16, 16, 16] and "split" not in config["convert"]
     assert config["train"]["spatial"] == {"ranks_per_sample": 1}
     assert config["simulate"]["reaction"]["blobs"] == "random"
     assert config["simulate"]["trace"]["channels"] == 3
     assert (config["train"]["next_state"]["states_in"], config["train"]["next_state"]["states_out"]) == (2, 3)
+    assert (
+        config["train"]["online"]["optimizer_steps"] == 7
+        and config["simulate"]["reaction"]["time_steps"] == 9
+    )
     warned = capsys.readouterr().err
     for old, new in RENAMED.items():
         assert f"config key '{old}' is now '{new}'" in warned

@@ -372,7 +372,7 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     assert (state["unit"], state["at"], state["of"]) == ("step", steps[-1], 12)
     # a longer run continues from the checkpoint: the completed runs are read again from their files, the
     # history goes on from the checkpoint's rows and the best-model record from their best
-    config["train"]["online"]["steps"] = 16
+    config["train"]["online"]["optimizer_steps"] = 16
     resumed = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
     again = json.loads(resumed.stdout.strip().splitlines()[-1])["online"]
     assert (again["resumed_from_step"], again["steps"]) == (12, 16) and again["samples"]["arrived"] == 42
@@ -395,7 +395,7 @@ def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks
         source="stream",
         runs=4,
         samples=4,
-        steps=6,
+        optimizer_steps=6,
         validate_every_steps=3,
         validation_every_run=0,
         buffer={"capacity": 64, "watermark": 4},
@@ -425,7 +425,7 @@ def test_an_attempt_that_fails_cleanly_is_retried_and_read_once(tmp_path, source
         source=source,
         runs=4,
         samples=4,
-        steps=4,
+        optimizer_steps=4,
         validate_every_steps=2,
         validation_every_run=0,
         buffer={"capacity": 64, "watermark": 4},
@@ -448,7 +448,7 @@ def test_a_campaign_smaller_than_the_watermark_trains_on_what_arrived(tmp_path):
         tmp_path,
         runs=6,
         samples=1,
-        steps=40,
+        optimizer_steps=40,
         validate_every_steps=5,
         validation_every_run=5,
         buffer={"capacity": 32, "watermark": 8, "max_reuse": 2},

@@ -151,7 +151,9 @@ def test_a_task_of_a_test_file_trains_online(tmp_path):
     from .conftest import run_cli, write_config
     from .helpers import online_config
 
-    config = plugged(online_config(tmp_path, runs=10, samples=4, steps=150, validate_every_steps=50))
+    config = plugged(
+        online_config(tmp_path, runs=10, samples=4, optimizer_steps=150, validate_every_steps=50)
+    )
     proc = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     checked(summary)

@@ -508,7 +508,7 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
     config["train"]["population"] = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 50}
     config["train"]["learning_rate"] = 0.005  # enough to step below persistence
     config["simulate"].update(samples=64)
-    config["simulate"]["reaction"].update(size=16, steps=40, snapshots=6, t_end=0.5, growth=[0.5, 6.0])
+    config["simulate"]["reaction"].update(size=16, time_steps=40, snapshots=6, t_end=0.5, growth=[0.5, 6.0])
     config["source"]["fields"] = {
         "trajectory": {"path": "trajectory", "dtype": "float32", "shape": [6, 16, 16]},
         "params": {"path": "params", "dtype": "float32", "shape": [4]},
@@ -571,7 +571,7 @@ def online_reaction_config(tmp_path: Path) -> dict:
     config["source"]["fields"]["trajectory"]["shape"] = [6, 16, 16]
     config["train"].update(batch_size=4, depth=2, width=8, dense=16, model_args={"modes": 4})
     config["train"]["online"].update(
-        steps=12,
+        optimizer_steps=12,
         validate_every_steps=4,
         validation_every_run=4,
         statistics_runs=2,
@@ -600,7 +600,9 @@ def test_a_next_state_trains_online_while_the_ensemble_runs(tmp_path):
         **{p: {"column": p} for p in parameters},
     }
     config["convert"].update(labels=parameters, normalise=["trajectory", *parameters], per_channel=parameters)
-    config["train"]["online"].update(steps=600, validate_every_steps=200)  # enough to step below persistence
+    config["train"]["online"].update(
+        optimizer_steps=600, validate_every_steps=200
+    )  # enough to step below persistence
     config["train"]["learning_rate"] = 0.005
     proc = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -662,7 +664,9 @@ def test_a_forward_surrogate_trains_online_as_melissa_trains_its_surrogates(tmp_
         per_channel=["params", "mass"],
     )
     config["train"].update(task="surrogate", model="decoder", model_args={}, learning_rate=0.003)
-    config["train"]["online"].update(steps=48, validate_every_steps=16)  # a decoder's steps are cheap
+    config["train"]["online"].update(
+        optimizer_steps=48, validate_every_steps=16
+    )  # a decoder's steps are cheap
     proc = run_cli(["online", "--config", str(write_config(tmp_path, config))], ranks=2, timeout=300)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["task"] == "surrogate" and summary["online"]["samples"]["arrived"] == 12

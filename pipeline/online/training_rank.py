@@ -408,7 +408,7 @@ class TrainingRank:
         or the end of the samples; then the kept model (train.keep) finished. A run that could take no
         step at all returns an error for every rank to raise."""
         session = self.start()
-        steps, every = self.online["steps"], self.online["validate_every_steps"]
+        steps, every = self.online["optimizer_steps"], self.online["validate_every_steps"]
         # what `sim2dl status` reads the run's length from
         self.training_run.announce(steps, online_steps=steps, resume_from_step=self.state.step)
         epochs = self.settings["epochs"]

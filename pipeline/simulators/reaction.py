@@ -77,7 +77,7 @@ def make(config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, np.nd
         count = int(rng.integers(2, 5))
         centres = np.column_stack([rng.uniform(0, 1, (count, 2)), rng.uniform(0.04, 0.1, count)])
     initial = blobs(size, centres)
-    trajectory = solve(initial, params, settings["t_end"], settings["steps"], settings["snapshots"])
+    trajectory = solve(initial, params, settings["t_end"], settings["time_steps"], settings["snapshots"])
     return {
         "params": params.astype(np.float32),
         "initial": initial.astype(np.float32),

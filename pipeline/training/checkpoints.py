@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # settings that do not change what is learnt, or only how long: a run that differs in them continues
 UNLEARNT = ("epochs", "threads", "device", "keep", "patience", "tensorboard")
 # a mode's own length, by its unit (a longer run continues a shorter one)
-RUN_LENGTH = {"epoch": None, "round": ("population", "rounds"), "step": ("online", "steps")}
+RUN_LENGTH = {"epoch": None, "round": ("population", "rounds"), "step": ("online", "optimizer_steps")}
 
 
 def resume_key(settings: Mapping[str, Any], data_digest: str, source: Any, unit: str) -> str:

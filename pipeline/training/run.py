@@ -121,7 +121,7 @@ class Scores:
 
 def configured_length(settings: Mapping[str, Any], unit: str) -> int:
     """How many units train's settings ask for."""
-    return {"round": settings["population"]["rounds"], "step": settings["online"]["steps"]}.get(
+    return {"round": settings["population"]["rounds"], "step": settings["online"]["optimizer_steps"]}.get(
         unit, settings["epochs"]
     )
 
