@@ -122,6 +122,8 @@ def test_each_costlier_level_runs_the_first_points_of_the_cheaper_ones_design(de
     other = copy.deepcopy(settings)
     other["fidelities"][2].update(args=["--grid", "64"], cost=12.0)
     assert EnsemblePlan.draw(other).digest == plan.digest
+    other["runs"] = 7  # simulate.runs is not used with levels
+    assert EnsemblePlan.draw(other).digest == plan.digest
     other["fidelities"][2]["runs"] = 3
     assert EnsemblePlan.draw(other).digest != plan.digest
 

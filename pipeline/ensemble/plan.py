@@ -1,7 +1,8 @@
 """The plan of an ensemble (pure, `EnsemblePlan`): the design drawn from simulate.seed (random, Sobol,
 Latin hypercube via scipy.stats.qmc, or a grid) over simulate.space, one row per run: `run` (run-000000,
-...), each parameter, `seed`; a run's command with its placeholders ({out}, {run}, {seed}, each parameter)
-filled in from its row; the settings a farm runs with, checked on every rank.
+...), each parameter, `seed` (and with simulate.fidelities each run's level: pipeline/ensemble/fidelity.py);
+a run's command with its placeholders ({out}, {run}, {seed}, each parameter) filled in from its row; the
+settings a farm runs with, checked on every rank.
 
 Memory: the design is made a block of DESIGN_BLOCK runs at a time, when a rank needs its rows (the same rows
 every time: random and Sobol designs jump ahead to the block; a Latin hypercube draws its whole unit
@@ -162,8 +163,9 @@ class EnsemblePlan:
         if settings.get("choosing"):  # another way of choosing is another design
             keyed["choosing"] = settings["choosing"]
         fidelities = Fidelities.of(settings)
-        if fidelities is not None:  # the levels' names and runs make the design; their commands do not
+        if fidelities is not None:  # the levels' names and runs make the design (their commands do not)
             keyed["fidelities"] = [[level.name, level.runs] for level in fidelities.levels]
+            keyed["runs"] = fidelities.runs  # simulate.runs is not used
         digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
         space = keyed["space"]
         levels = grid_levels(space, keyed["runs"]) if keyed["design"] == "grid" else None
