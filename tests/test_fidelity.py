@@ -141,10 +141,11 @@ def test_a_run_knows_its_level_and_point():
             "fidelities": [{"name": "a", "runs": 5}, {"name": "b", "runs": 2, "args": ["-f"]}],
         }
     )
-    assert levels is not None and levels.runs == 7 and levels.points == 5 and levels.target.name == "b"
-    assert [levels.level_of(i).name for i in range(7)] == ["a"] * 5 + ["b"] * 2
-    assert [levels.point_of(i) for i in range(7)] == [0, 1, 2, 3, 4, 0, 1]
-    assert levels.target.command == ("sim", "-f")
+    assert levels is not None and levels.runs == 7 and levels.points == 5 and levels.levels[-1].name == "b"
+    names, indices, points = levels.columns(0, 7)
+    assert names == ["a"] * 5 + ["b"] * 2 and indices.tolist() == [0] * 5 + [1] * 2
+    assert points.tolist() == [0, 1, 2, 3, 4, 0, 1]
+    assert levels.levels[-1].command == ("sim", "-f")
     assert [(lv.name, a, b) for lv, a, b in levels.segments(3, 6)] == [("a", 3, 5), ("b", 0, 1)]
 
 

@@ -9,13 +9,12 @@ prefix is itself a balanced design). A point's runs share its seed at every leve
 a stochastic code's levels then differ by their fidelity, not by their noise). Runs are numbered level by
 level: level 0's runs first, then level 1's, and so on.
 
-Memory: a few numbers per level. Time: a run's level by bisection over the levels; `measured_costs` reads
-two columns of the runs table a row group at a time.
+Memory: a few numbers per level. Time: a level's segment of a block of runs per level; `measured_costs`
+reads two columns of the runs table a row group at a time.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,17 +64,6 @@ class Fidelities:
     def points(self) -> int:
         """The design's points: the cheapest level runs them all."""
         return self.levels[0].runs
-
-    @property
-    def target(self) -> Level:
-        return self.levels[-1]
-
-    def level_of(self, run: int) -> Level:
-        return self.levels[bisect.bisect_right([level.first for level in self.levels], run) - 1]
-
-    def point_of(self, run: int) -> int:
-        """The design point run `run` runs at."""
-        return run - self.level_of(run).first
 
     def segments(self, start: int, stop: int) -> list[tuple[Level, int, int]]:
         """Runs [start, stop) as (level, first point, point after the last), a level at a time."""

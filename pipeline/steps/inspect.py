@@ -43,6 +43,7 @@ import yaml
 
 from pipeline import Sim2dlError
 from pipeline import config as cfg
+from pipeline.ensemble.fidelity import INDEX_COLUMN
 from pipeline.formats.fields.column import DESIGN_METADATA, RUN_DIRECTORY, RUNS_TABLES, run_directory
 from pipeline.formats.readers import BY_SUFFIX, READERS, SampleError, is_input_directory
 from pipeline.formats.readers.base import (
@@ -898,8 +899,8 @@ def runs_table(result: Survey) -> RunsTable | None:
     names = schema.names
     if DESIGN_METADATA in (schema.metadata or {}) and "run" in names and "seed" in names:
         design = names[names.index("run") + 1 : names.index("seed")]
-        if "fidelity_index" in names:  # levels of one simulator: a surrogate takes the level as an input
-            design.append("fidelity_index")
+        if INDEX_COLUMN in names:  # levels of one simulator: a surrogate takes the level as an input
+            design.append(INDEX_COLUMN)
         return RunsTable(found.name, [name for name in design if name in numeric], True)
     return RunsTable(found.name, [name for name in numeric if name not in ("run", "seed")], False)
 
