@@ -266,7 +266,7 @@ def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
     adaptive = sim["adaptive"]
     if not adaptive["enabled"]:
         return
-    if not sim["command"]:
+    if not sim["command"] and not sim["fidelities"]:
         raise Sim2dlError(
             "config key 'simulate.adaptive.enabled': an adaptive design runs simulate.command over "
             "simulate.space (the built-in families draw their own parameters)"
@@ -276,7 +276,7 @@ def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
             "config key 'simulate.adaptive.outputs': name the arrays of a run's file the emulator learns "
             "(e.g. [state])"
         )
-    if adaptive["initial"] > adaptive["budget"]:
+    if adaptive["initial"] > adaptive["budget"] and not sim["fidelities"]:
         raise Sim2dlError(
             f"config key 'simulate.adaptive.budget': {adaptive['budget']} is below the initial "
             f"design's {adaptive['initial']} runs"
@@ -287,8 +287,11 @@ def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
 FIDELITIES_REFUSE = {
     "simulate.design": "a grid's points are not nested (a smaller grid is not part of a larger one): "
     "use sobol, random or lhs",
-    "simulate.adaptive.enabled": "choosing runs and levels in rounds is not built yet (issue 92): run "
-    "the levels' nested design, without simulate.adaptive",
+    "simulate.adaptive.emulator": "the rounds choose with a multi-fidelity emulator of one Gaussian "
+    "process per level (pipeline/design/multifidelity.py): set emulator: gp",
+    "simulate.adaptive.acquisition": "the rounds choose (point, level) pairs by the costliest level's "
+    "integrated variance taken off per unit cost (pipeline/design/fidelity_choice.py): set acquisition: "
+    "integrated_variance",
     "train.online.enabled": "online training on several levels is not built: train on the finished runs",
 }
 
@@ -308,7 +311,9 @@ def check_fidelities(config: Mapping[str, Any]) -> None:
         )
     turned_on = {
         "simulate.design": sim["design"] == "grid",
-        "simulate.adaptive.enabled": sim["adaptive"]["enabled"],
+        "simulate.adaptive.emulator": sim["adaptive"]["enabled"] and sim["adaptive"]["emulator"] != "gp",
+        "simulate.adaptive.acquisition": sim["adaptive"]["enabled"]
+        and sim["adaptive"]["acquisition"] != "integrated_variance",
         "train.online.enabled": config["train"]["online"]["enabled"],
     }
     for key, why in FIDELITIES_REFUSE.items():
@@ -322,6 +327,11 @@ def check_fidelities(config: Mapping[str, Any]) -> None:
             raise Sim2dlError(
                 f"config key '{key}': give `command` (the whole argument vector) or `args` (appended to "
                 "simulate.command), not both"
+            )
+        if sim["adaptive"]["enabled"] and spec["runs"] < 3:
+            raise Sim2dlError(
+                f"config key '{key}.runs': with simulate.adaptive each level starts with at least 3 runs "
+                f"(round 0), which its emulator needs; '{spec['name']}' has {spec['runs']}"
             )
         if i and spec["runs"] > cheaper["runs"]:
             raise Sim2dlError(

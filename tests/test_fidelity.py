@@ -179,8 +179,8 @@ def test_a_run_knows_its_level_and_point():
         (lambda c: c["simulate"].update(design="grid"), "simulate.design", "not nested"),
         (
             lambda c: c["simulate"]["adaptive"].update(enabled=True, outputs=["field"]),
-            "simulate.adaptive.enabled",
-            "issue 92",
+            "simulate.adaptive.acquisition",
+            "set acquisition: integrated_variance",
         ),
         (
             lambda c: c["source"]["fields"]["level"].update(column="seed"),

@@ -57,11 +57,14 @@ def believer_best(
     taken: np.ndarray,
     references: np.ndarray | None = None,
     weights: np.ndarray | None = None,
+    costs: np.ndarray | None = None,
+    spend: float = np.inf,
 ) -> tuple[list[int], list[float]]:
     """Up to `batch` candidates, each believed before the next is chosen: by the largest posterior variance
     (summed over the components), or with `references` (indices into the pool) by the largest reduction of
-    the variance summed over those points (each times its `weights`, 1 if None); returns them and the value
-    each had when chosen. `posterior`:
+    the variance summed over those points (each times its `weights`, 1 if None); with `costs` (one per
+    candidate) by that value per unit cost, the candidates taken while their costs add up to at most
+    `spend`. Returns them and the value each had when chosen. `posterior`:
     emulator.Posterior over the pool. The believed points condition each component's covariance as a
     pivoted Cholesky factorisation does: column m, less its projections on the earlier chosen columns."""
     variances = [v.copy() for v in posterior.variances()]
@@ -76,12 +79,16 @@ def believer_best(
     chosen: list[int] = []
     values: list[float] = []
     for _ in range(batch):
+        if costs is not None:
+            allowed &= costs <= spend - sum(costs[chosen])
         if not allowed.any():
             break
         if reach is None:
             value = np.sum(variances, axis=0)
         else:
             value = np.sum([r / np.maximum(v, 1e-300) for r, v in zip(reach, variances, strict=True)], axis=0)
+        if costs is not None:
+            value = value / costs
         i = int(np.argmax(np.where(allowed, value, -np.inf)))
         chosen.append(i)
         values.append(float(value[i]))

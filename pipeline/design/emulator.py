@@ -77,6 +77,37 @@ class Outputs:
         return {name: float(np.sqrt(e.mean())) for name, e in self.errors(predicted, true).items()}
 
 
+def principal_components(z: np.ndarray, most: int = 12, explained: float = 0.999) -> np.ndarray:
+    """The principal directions of standardised rows `z` that explain `explained` of their variance (at
+    most `most`, and fewer than the rows): components x width, orthonormal."""
+    from sklearn.decomposition import PCA
+
+    most = max(1, min(most, len(z) - 1, z.shape[1]))
+    with warnings.catch_warnings():
+        # outputs that never change (a regime of equal runs: pipeline/design/regimes.py) have no variance
+        # to divide: their one component is kept, and its GP learns the constant
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pca = PCA(n_components=most, svd_solver="full").fit(z)
+    kept = int(np.searchsorted(np.cumsum(pca.explained_variance_ratio_), explained) + 1)
+    return pca.components_[: min(kept, most)]
+
+
+def fitted_process(x: np.ndarray, values: np.ndarray, seed: int, restarts: int = 0) -> Any:
+    """A Gaussian process from points of the unit cube to `values`: an anisotropic Matérn 5/2 kernel times
+    a constant, plus white noise, hyperparameters by marginal likelihood (scikit-learn)."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+    smooth = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.full(x.shape[1], 0.3), (1e-2, 1e1), nu=2.5)
+    process = GaussianProcessRegressor(
+        smooth + WhiteKernel(1e-6, (1e-10, 1e-1)),
+        normalize_y=True,
+        n_restarts_optimizer=restarts,
+        random_state=seed,
+    )
+    return process.fit(x, values)
+
+
 class Emulator:
     def __init__(
         self,
@@ -90,7 +121,6 @@ class Emulator:
         self.max_components, self.explained, self.restarts = max_components, explained, restarts
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> Emulator:
-        from sklearn.decomposition import PCA
         from sklearn.exceptions import ConvergenceWarning
 
         if len(x) < 3:
@@ -98,35 +128,16 @@ class Emulator:
         self.x, self.y = np.asarray(x, np.float64), np.asarray(y, np.float64)
         self.mean, self.scale = self.outputs.standardisation(self.y)
         z = (self.y - self.mean) / self.scale
-        most = max(1, min(self.max_components, len(x) - 1, z.shape[1]))
-        with warnings.catch_warnings():
-            # outputs that never change (a regime of equal runs: pipeline/design/regimes.py) have no variance
-            # to divide: their one component is kept, and its GP learns the constant
-            warnings.simplefilter("ignore", RuntimeWarning)
-            pca = PCA(n_components=most, svd_solver="full").fit(z)
-        kept = int(np.searchsorted(np.cumsum(pca.explained_variance_ratio_), self.explained) + 1)
-        self.components = pca.components_[: min(kept, most)]
+        self.components = principal_components(z, self.max_components, self.explained)
         coefficients = z @ self.components.T
-        self.processes = []
         with warnings.catch_warnings():
             # A length scale at its bound is what a jump between runs looks like to a smooth kernel: expected
             warnings.simplefilter("ignore", ConvergenceWarning)
-            for c in range(len(self.components)):
-                self.processes.append(self._fit_component(x, coefficients[:, c], c))
+            self.processes = [
+                fitted_process(x, coefficients[:, c], self.seed + c, self.restarts)
+                for c in range(len(self.components))
+            ]
         return self
-
-    def _fit_component(self, x: np.ndarray, coefficients: np.ndarray, c: int) -> Any:
-        from sklearn.gaussian_process import GaussianProcessRegressor
-        from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
-
-        smooth = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.full(x.shape[1], 0.3), (1e-2, 1e1), nu=2.5)
-        process = GaussianProcessRegressor(
-            smooth + WhiteKernel(1e-6, (1e-10, 1e-1)),
-            normalize_y=True,
-            n_restarts_optimizer=self.restarts,
-            random_state=self.seed + c,
-        )
-        return process.fit(x, coefficients)
 
     def coefficients(self, x: np.ndarray) -> np.ndarray:
         return np.column_stack([p.predict(x) for p in self.processes])

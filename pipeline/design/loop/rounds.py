@@ -10,6 +10,11 @@ each other nor of any earlier run (failed runs included: their points are never 
 at `budget` runs, after `rounds` adaptive rounds, or when the emulator's validation error (leave-one-out
 NRMSE over the runs, pipeline.data.scores, mean over the outputs) reaches `target_error`.
 
+With simulate.fidelities, round 0 is the levels' nested design and every later round chooses points and
+levels by the costliest level's integrated variance taken off per unit cost, within a budget counted in
+that level's runs (pipeline/design/loop/levels.py, pipeline/design/fidelity_choice.py,
+pipeline/design/multifidelity.py).
+
 One step, not a Snakemake checkpoint per round: the farm keeps its ranks across rounds (on Slurm a job per
 round would wait in the queue for every batch of minutes-long runs), and rounds are many where checkpoints
 re-evaluate the DAG each time. Ingest, convert, merge and training then run once on every run that
@@ -49,11 +54,22 @@ from threadpoolctl import threadpool_limits
 
 from pipeline import Sim2dlError, json_digest
 from pipeline.design.acquisitions import ACQUISITIONS, Context, check_acquisition
-from pipeline.design.emulator import Outputs
+from pipeline.design.emulator import Emulator, Outputs
+from pipeline.design.fidelity_choice import level_round, share_points
+from pipeline.design.loop.levels import (
+    level_costs,
+    level_figures,
+    level_of,
+    nested_start,
+    round_spend,
+    with_levels,
+)
+from pipeline.design.multifidelity import MultiFidelityEmulator, joined
 from pipeline.design.regimes import make_emulator
 from pipeline.design.share import SPACE_FILLING, shared_choice
 from pipeline.design.space import candidate_pool, min_spacing, parameter_columns, unit_points
 from pipeline.ensemble.farm import farm, run_paths
+from pipeline.ensemble.fidelity import Fidelities
 from pipeline.ensemble.plan import DESIGN_BLOCK, SEED_MODULUS, checked_settings, column_type, run_name
 from pipeline.ensemble.runs_table import STATUSES, write_runs_table
 from pipeline.ensemble.sampling import unit_design
@@ -121,6 +137,9 @@ def design_digest(settings: Mapping[str, Any]) -> str:
     keyed |= {k: adaptive[k] for k, before in CHOOSING_BEFORE.items() if adaptive[k] != before}
     if adaptive["acquisition"] == NETWORK_ACQUISITION:  # its network's settings choose too
         keyed["network"] = adaptive["network"]
+    fidelities = Fidelities.of(settings)
+    if fidelities is not None:  # the levels' names and nested start (not their commands nor costs)
+        keyed["fidelities"] = [[level.name, level.runs] for level in fidelities.levels]
     return json_digest(keyed)
 
 
@@ -179,10 +198,28 @@ class History:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     layout: Outputs | None = None
     tables: list[pa.Table] = field(default_factory=list)  # per round: its runs table
+    levels: list[np.ndarray] = field(default_factory=list)  # per round: each run's level (fidelities)
 
     @property
     def runs(self) -> int:
         return sum(len(p) for p in self.points)
+
+    def add(self, table: pa.Table, space: Mapping[str, Any], ok: np.ndarray, outputs: np.ndarray) -> None:
+        """A finished round: its runs table, points, which succeeded, their outputs, each run's level."""
+        self.tables.append(table)
+        self.points.append(unit_of(table, space))
+        self.ok.append(ok)
+        self.outputs.append(outputs)
+        self.levels.append(level_of(table))
+
+    def done_levels(self) -> np.ndarray:
+        return np.concatenate([v[k] for v, k in zip(self.levels, self.ok, strict=True)])
+
+    def joined_points(self, dims: int) -> np.ndarray:
+        """Every point run, with its level (the joint space of pipeline/design/multifidelity.py)."""
+        if not self.points:
+            return np.zeros((0, dims + 1))
+        return joined(np.concatenate(self.points), np.concatenate(self.levels))
 
     def table(self) -> pa.Table:
         """The whole runs table: every round's, in order."""
@@ -255,11 +292,8 @@ def load_history(paths: AdaptivePaths, settings: Mapping[str, Any]) -> History:
     r = 0
     while paths.runs(r).exists() and paths.outputs(r).exists():
         table = pq.read_table(paths.runs(r))
-        history.tables.append(table)
-        history.points.append(unit_of(table, settings["space"]))
         with np.load(paths.outputs(r)) as saved:
-            history.ok.append(saved["ok"])
-            history.outputs.append(saved["outputs"])
+            history.add(table, settings["space"], saved["ok"], saved["outputs"])
             if history.layout is None and "layout" in saved:
                 history.layout = Outputs(
                     {
@@ -278,6 +312,15 @@ def choose(
     """The design of round `round_index` (rank 0), or None when the design is complete; and the round's
     statistics so far. `state`: where the acquisition keeps what it learned for the next round."""
     adaptive, dims = settings["adaptive"], len(settings["space"])
+    fidelities = Fidelities.of(settings)
+    if round_index == 0 and fidelities is not None:
+        unit, levels, points = nested_start(settings, fidelities)
+        nan = np.full(len(unit), np.nan)
+        table = round_table(settings, unit, 0, 0, INITIAL, nan, nan, digest)
+        stats = {"round": 0, "acquisition": INITIAL}
+        return with_levels(table, fidelities, levels, points, settings["seed"]), stats
+    if fidelities is not None:
+        return choose_levels(settings, history, round_index, digest, fidelities)
     if round_index == 0:
         unit = unit_design(
             settings["design"], min(adaptive["initial"], adaptive["budget"]), dims, settings["seed"]
@@ -310,6 +353,107 @@ def choose(
         settings, choice.points, history.runs, round_index, chosen_by, values, uncertainty, digest
     )
     return table, stats
+
+
+def choose_levels(
+    settings: Mapping[str, Any], history: History, round_index: int, digest: str, fidelities: Fidelities
+) -> tuple[pa.Table | None, dict]:
+    """A round over levels (pipeline/design/loop/levels.py): the multi-fidelity emulator fitted on every
+    level's runs, the round's spend, and its (point, level) pairs by the costliest level's integrated
+    variance taken off per unit cost (pipeline/design/fidelity_choice.py)."""
+    adaptive, dims = settings["adaptive"], len(settings["space"])
+    stats: dict[str, Any] = {"round": round_index, "acquisition": adaptive["acquisition"]}
+    costs = level_costs(fidelities, history.tables)
+    every = np.concatenate(history.levels)
+    spent = float(np.bincount(every, minlength=len(costs)) @ np.asarray(costs))
+    emulator = fitted_levels(settings, history, len(costs), stats)
+    spend = round_spend(adaptive, costs, spent)
+    stop = stop_reason(adaptive, int(spend >= costs[0]), round_index, stats["validation_nrmse_mean"])
+    ended = {"runs": history.runs, "runs_ok": stats["fitted_on"], "spent": round(spent / costs[-1], 3)}
+    if stop:
+        return None, {**stats, "stopped": stop, **ended}
+    started = time.perf_counter()
+    priced, shared = level_prices(settings, history, fidelities, costs, spend, stats)
+    with threadpool_limits(limits=1, user_api="blas"):  # as chosen(): small products
+        choice = level_round(
+            emulator,
+            candidate_pool(adaptive["pool"], dims, settings["seed"], round_index),
+            priced,
+            spend,
+            min_spacing(adaptive, adaptive["budget"], dims),
+            history.joined_points(dims),
+            adaptive["space_filling_share"],
+            shared,
+        )
+        uncertainty = np.sqrt(emulator.variance(choice.points)) if choice.size else np.zeros(0)
+    stats["seconds_choosing"] = round(time.perf_counter() - started, 4)
+    if not choice.size:
+        stopped = "budget" if spend < min(priced) else "no candidate left at min_spacing"
+        return None, {**stats, "stopped": stopped, **ended}
+    values = choice.values
+    stats["acquisition_value"] = {"min": values.min(), "mean": values.mean(), "max": values.max()}
+    stats["acquisition_value"] = {k: float(v) for k, v in stats["acquisition_value"].items()}
+    stats["uncertainty_mean"] = float(uncertainty.mean())
+    stats["space_filling"] = int(choice.space_filling.sum())
+    stats.update(level_figures(fidelities, every, choice.levels, costs, adaptive["budget"]))
+    chosen_by = [SPACE_FILLING if s else adaptive["acquisition"] for s in choice.space_filling]
+    table = round_table(
+        settings, choice.points, history.runs, round_index, chosen_by, values, uncertainty, digest
+    )
+    return with_levels(table, fidelities, choice.levels, None, settings["seed"]), stats
+
+
+def fitted_levels(
+    settings: Mapping[str, Any], history: History, levels: int, stats: dict[str, Any]
+) -> MultiFidelityEmulator:
+    """The multi-fidelity emulator fitted on every level's runs that succeeded; its time, the runs and its
+    leave-one-out NRMSE over the costliest level's runs into `stats`."""
+    x, y = history.done()
+    started = time.perf_counter()
+    try:
+        emulator = MultiFidelityEmulator(history.layout, settings["seed"], levels)
+        emulator = emulator.fit(x, y, history.done_levels())
+    except ValueError as e:
+        message = f"simulate.adaptive with simulate.fidelities: {e} (see the runs table's reasons)"
+        raise Sim2dlError(message) from None
+    stats["seconds_fitting"] = round(time.perf_counter() - started, 4)
+    stats["fitted_on"] = len(x)
+    stats["validation_nrmse"] = emulator.outputs.nrmse(emulator.loo(), emulator.y)
+    stats["validation_nrmse_mean"] = float(np.mean(list(stats["validation_nrmse"].values())))
+    return emulator
+
+
+def level_prices(
+    settings: Mapping[str, Any],
+    history: History,
+    fidelities: Fidelities,
+    costs: list[float],
+    spend: float,
+    stats: dict[str, Any],
+) -> tuple[list[float], np.ndarray]:
+    """Do no harm: the space-filling share spends on the costliest level (its prefix of the nested design
+    continued, so that level's runs keep growing as its plain design would), and the cheaper levels are
+    chosen only while they help predict the costliest level's runs (the multi-fidelity emulator's
+    leave-one-out error on them at most that of an emulator of those runs alone); else their cost is
+    infinite (never chosen). The costs the round chooses by, and the share's candidates (joined points)."""
+    x, y = history.done()
+    costliest = history.done_levels() == len(costs) - 1
+    alone = Emulator(history.layout, settings["seed"]).fit(x[costliest], y[costliest])
+    errors = alone.outputs.nrmse(alone.loo(), alone.y)
+    helps = stats["validation_nrmse_mean"] <= np.mean(list(errors.values()))
+    stats["validation_nrmse_costliest_alone"] = errors
+    stats["cheaper_levels_chosen"] = bool(helps)
+    priced = costs if helps else [np.inf] * (len(costs) - 1) + [costs[-1]]
+    level = len(costs) - 1
+    filled = sum(  # the share's runs of this level so far: its prefix of the design continues after them
+        int(np.sum((t.column("acquisition").to_numpy(zero_copy_only=False) == SPACE_FILLING) & (lv == level)))
+        for t, lv in zip(history.tables, history.levels, strict=True)
+    )
+    start, count = fidelities.levels[level].runs + filled, settings["adaptive"]["space_filling_share"] * spend
+    dims = len(settings["space"])
+    return priced, share_points(
+        settings["design"], settings["seed"], dims, start, int(count // priced[level]), level
+    )
 
 
 def fitted_emulator(
@@ -427,10 +571,7 @@ def finish_round(
     layout = json.dumps({n: [a, b, list(s)] for n, (a, b, s) in shapes})
     with atomic_path(paths.outputs(r)) as tmp, open(tmp, "wb") as f:
         np.savez(f, ok=ok, outputs=outputs, layout=np.array(layout))
-    history.tables.append(table)
-    history.points.append(unit_of(table, settings["space"]))
-    history.ok.append(ok)
-    history.outputs.append(outputs)
+    history.add(table, settings["space"], ok, outputs)
     statuses = table.column("status").to_pylist()
     stats.update(
         {

@@ -1,0 +1,111 @@
+"""The rounds of a design over levels of one simulator (simulate.fidelities with simulate.adaptive), pure:
+what rounds.py adds to a round when there are levels.
+
+- Round 0 is the levels' nested design (pipeline/ensemble/fidelity.py): level k runs the first `runs` of
+  its points, each point's seed the same at every level. simulate.adaptive.initial is not used.
+- Costs per run: each level's declared `cost`, else the mean seconds of its runs that succeeded so far
+  (measured again every round, as the runs come).
+- The budget and a round's batch are counted in runs of the costliest level: `budget: 64` spends what 64
+  of its runs cost, round 0 included, on any mix of levels, so a design is compared with the costliest
+  level's plain design at equal cost.
+- The runs table gets `fidelity` and `fidelity_index` as a plain ensemble's; rounds.json each level's runs
+  and cost, and the cost spent.
+
+Memory: a level index per run (rank 0, beside the runs' points); time: linear in the runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline import Sim2dlError
+from pipeline.ensemble.fidelity import INDEX_COLUMN, NAME_COLUMN, Fidelities
+from pipeline.ensemble.plan import SEED_MODULUS
+from pipeline.ensemble.sampling import unit_design
+
+
+def nested_start(
+    settings: Mapping[str, Any], fidelities: Fidelities
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Round 0: (unit points, level index, design point index) of every level's runs, level by level."""
+    _, levels, points = fidelities.columns(0, fidelities.runs)
+    unit = unit_design(settings["design"], fidelities.points, len(settings["space"]), settings["seed"])
+    return unit[points], levels, points
+
+
+def with_levels(
+    table: pa.Table, fidelities: Fidelities, levels: np.ndarray, seed_points: np.ndarray | None, seed: int
+) -> pa.Table:
+    """A round's table with each run's level (name and index); with `seed_points` (round 0) each run's seed
+    is its design point's, the same at every level (common random numbers)."""
+    names = [fidelities.levels[int(k)].name for k in levels]
+    table = table.append_column(pa.field(NAME_COLUMN, pa.string()), pa.array(names, pa.string()))
+    table = table.append_column(pa.field(INDEX_COLUMN, pa.int64()), pa.array(np.asarray(levels, np.int64)))
+    if seed_points is not None:
+        seeds = (seed * 100_003 + np.asarray(seed_points, np.int64)) % SEED_MODULUS + 1
+        table = table.set_column(table.schema.get_field_index("seed"), "seed", pa.array(seeds))
+    return table
+
+
+def level_of(table: pa.Table) -> np.ndarray:
+    """Each run's level index of a round's runs table (0 where it has none)."""
+    if INDEX_COLUMN not in table.column_names:
+        return np.zeros(table.num_rows, np.int64)
+    return table.column(INDEX_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def level_costs(fidelities: Fidelities, tables: Sequence[pa.Table]) -> list[float]:
+    """Each level's cost per run: declared, else the mean seconds of its runs that succeeded so far."""
+    seconds = np.zeros(len(fidelities.levels))
+    ok = np.zeros(len(fidelities.levels))
+    for table in tables:
+        succeeded = pc.equal(table.column("status").cast(pa.string()), "ok").to_numpy(zero_copy_only=False)
+        taken = np.nan_to_num(table.column("seconds").to_numpy(zero_copy_only=False).astype(float))
+        level = level_of(table)
+        seconds += np.bincount(level[succeeded], taken[succeeded], len(seconds))
+        ok += np.bincount(level[succeeded], minlength=len(ok))
+    costs = []
+    for level in fidelities.levels:
+        if level.cost is not None:
+            costs.append(float(level.cost))
+        elif ok[level.index] and seconds[level.index] > 0:
+            costs.append(float(seconds[level.index] / ok[level.index]))
+        else:
+            raise Sim2dlError(
+                f"config key 'simulate.fidelities[{level.index}].cost': no run of level '{level.name}' "
+                "succeeded to measure its cost from: declare its cost, or see the runs table's reasons"
+            )
+    return costs
+
+
+def round_spend(adaptive: Mapping[str, Any], costs: Sequence[float], spent: float) -> float:
+    """What the next round may spend: a batch of the costliest level's runs, at most what is left of the
+    budget (both counted in its runs)."""
+    return max(0.0, min(adaptive["batch"] * costs[-1], adaptive["budget"] * costs[-1] - spent))
+
+
+def level_figures(
+    fidelities: Fidelities, levels: np.ndarray, new: np.ndarray, costs: Sequence[float], budget: int
+) -> dict[str, Any]:
+    """rounds.json's levels: each level's runs so far and this round's, its cost per run; the cost spent
+    with this round's runs and the budget, in the costliest level's runs."""
+    counts = np.bincount(levels, minlength=len(costs))
+    added = np.bincount(new, minlength=len(costs))
+    spent = float(counts @ np.asarray(costs) + added @ np.asarray(costs))
+    return {
+        "levels": {
+            level.name: {
+                "runs": int(counts[level.index] + added[level.index]),
+                "new_runs": int(added[level.index]),
+                "cost": round(costs[level.index], 6),
+            }
+            for level in fidelities.levels
+        },
+        "spent": round(spent / costs[-1], 3),
+        "budget": budget,
+    }

@@ -1,0 +1,244 @@
+"""A design over levels of one simulator (simulate.fidelities with simulate.adaptive): the multi-fidelity
+emulator, the value of a (point, level) pair against a refit, a cheap level that misleads, and the rounds
+under mpiexec (costs, budget, rerun and resume)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy.stats import qmc
+
+from pipeline import Sim2dlError
+from pipeline.config import validate
+from pipeline.design.emulator import Emulator, Outputs
+from pipeline.design.fidelity_choice import cost_weighted
+from pipeline.design.loop.rounds import History, choose, design_digest
+from pipeline.design.multifidelity import JointProcess, MultiFidelityEmulator, joined
+
+from .conftest import run_cli, write_config
+from .test_fidelity import levels_config
+
+WAVES = np.linspace(0.0, 1.0, 6)
+LAYOUT = Outputs.of({"state": (6,)})
+
+
+def costly(unit: np.ndarray) -> np.ndarray:
+    """The code a surrogate is wanted of: smooth, 6 outputs, over 2 parameters."""
+    return np.sin(3 * unit[:, [0]] * (1 + WAVES) + 2 * unit[:, [1]]) * (1 + unit[:, [1]])
+
+
+def cheap(unit: np.ndarray) -> np.ndarray:
+    """A cheap version correlated with it everywhere: scaled, with a smooth bias."""
+    return 0.8 * costly(unit) + 0.3 * unit[:, [0]]
+
+
+def misleading(unit: np.ndarray) -> np.ndarray:
+    """A cheap version that is right in the left half of the space and unrelated to the code in the right."""
+    unrelated = np.cos(17 * unit[:, [0]] * (1 + WAVES) + 11 * unit[:, [1]] ** 2)
+    return np.where(unit[:, [0]] > 0.5, unrelated, 0.8 * costly(unit))
+
+
+TEST = np.random.default_rng(9).random((300, 2))
+
+
+def sobol(n: int, seed: int = 1) -> np.ndarray:
+    """The first n points of a scrambled Sobol design (n a power of 2)."""
+    return qmc.Sobol(2, seed=seed).random_base2(int(np.log2(n)))
+
+
+def test_one_level_is_the_plain_emulator_and_a_correlated_cheap_level_teaches_the_costly_one():
+    runs = sobol(32)
+    alone = Emulator(LAYOUT, 0).fit(runs[:8], costly(runs[:8]))
+    one = MultiFidelityEmulator(LAYOUT, 0, 1).fit(runs[:8], costly(runs[:8]), np.zeros(8, int))
+    assert one.predict(TEST) == pytest.approx(alone.predict(TEST), rel=1e-6, abs=1e-9)
+    assert one.variance(TEST) == pytest.approx(alone.variance(TEST), rel=1e-5, abs=1e-12)
+    # 32 cheap runs and the first 8 of their points by the costly code (nested)
+    x = np.vstack([runs, runs[:8]])
+    y = np.vstack([cheap(runs), costly(runs[:8])])
+    both = MultiFidelityEmulator(LAYOUT, 0, 2).fit(x, y, np.r_[np.zeros(32, int), np.ones(8, int)])
+    error = LAYOUT.nrmse(both.predict(TEST), costly(TEST))["state"]
+    assert error < 0.5 * LAYOUT.nrmse(alone.predict(TEST), costly(TEST))["state"]
+    # the leave-one-out figures are the costliest level's runs as the others predict them
+    assert both.y.shape == (8, 6) and both.loo().shape == (8, 6)
+    # the posterior over (point, level) pairs is the emulator's own variance at the costliest level
+    posterior = both.posterior(joined(TEST[:20], 1))
+    assert np.sum(posterior.variances(), axis=0) == pytest.approx(both.variance(TEST[:20]), rel=1e-6)
+
+
+def test_a_pairs_value_is_the_costliest_levels_variance_a_refit_takes_off_per_unit_cost():
+    runs = sobol(16)
+    x = np.vstack([runs, runs[:4]])
+    level = np.r_[np.zeros(16, int), np.ones(4, int)]
+    y = np.where(level[:, None] == 1, costly(x), cheap(x))
+    emulator = MultiFidelityEmulator(LAYOUT, 0, 2).fit(x, y, level)
+    pool = np.random.default_rng(3).random((40, 2))
+    costs = [1.0, 6.0]
+    points, levels, values = cost_weighted(emulator, pool, costs, 6.0, 0.0, joined(x, level))
+    references = joined(pool, 1)  # the pool's first REFERENCES points, at the costliest level
+
+    def summed_variance(extra: np.ndarray | None) -> float:
+        """The costliest level's posterior variance summed over the references, with the hyperparameters
+        held and one more run believed (its value does not change a Gaussian process's variance)."""
+        total = 0.0
+        for process in emulator.processes:
+            train = process.X_train_ if extra is None else np.vstack([process.X_train_, extra])
+            values = process.y_train_ + process.prior_mean[process.X_train_[:, -1].astype(int)]
+            refit = JointProcess(
+                process.kernel_,
+                process.prior_mean,
+                train,
+                np.r_[values, 0.0] if extra is not None else values,
+            )
+            total += float(np.sum(refit.predict(references, return_std=True)[1] ** 2))
+        return total
+
+    before = summed_variance(None)
+    brute = {
+        (i, lv): (before - summed_variance(joined(pool[i : i + 1], lv))) / costs[lv]
+        for i in range(len(pool))
+        for lv in (0, 1)
+    }
+    best = max(brute, key=brute.get)
+    # the first pair chosen is the brute force's best, at the value the refit gives
+    assert (tuple(points[0]), levels[0]) == (tuple(pool[best[0]]), best[1])
+    assert values[0] == pytest.approx(brute[best], rel=1e-3)
+    # the batch spends at most the round's 6: one costly run, or up to 6 cheap ones
+    assert float(np.asarray(costs)[levels].sum()) <= 6.0 + 1e-9
+
+
+def in_process_rounds(cheap_code, budget: int, seed: int = 1) -> History:
+    """The rounds' own choosing (rounds.choose, as rank 0 calls it) over a code at two levels run in this
+    process: each run's outputs from its level's function, its seconds its level's declared cost."""
+    settings = {
+        "space": {name: {"type": "uniform", "low": 0.0, "high": 1.0} for name in ("a", "b")},
+        "seed": seed,
+        "design": "sobol",
+        "command": ["code", "{fidelity}"],
+        "fidelities": [
+            {"name": "cheap", "runs": 16, "cost": 1.0},
+            {"name": "costly", "runs": 4, "cost": 8.0},
+        ],
+        "files_per_dir": 1000,
+        "adaptive": {
+            "initial": 16, "batch": 4, "budget": budget, "rounds": None, "target_error": None,
+            "acquisition": "integrated_variance", "space_filling_share": 0.5, "irreducible": "nugget",
+            "emulator": "gp", "regimes": 4, "pool": 256, "min_spacing": None, "outputs": ["state"],
+            "files": "*.h5", "sigma": 0.05, "committee": 8,
+        },
+    }  # fmt: skip
+    history, digest = History(layout=LAYOUT), design_digest(settings)
+    for r in range(100):
+        table, stats = choose(settings, history, r, digest)
+        if table is None:
+            history.rounds.append(stats)
+            return history
+        unit = np.column_stack([table.column(n).to_numpy() for n in settings["space"]])
+        level = table.column("fidelity_index").to_numpy()
+        outputs = np.where(level[:, None] == 1, costly(unit), cheap_code(unit))
+        table = table.append_column("status", pa.array(["ok"] * len(unit)))
+        table = table.append_column("seconds", pa.array(np.where(level == 1, 8.0, 1.0)))
+        history.add(table, settings["space"], np.ones(len(unit), bool), outputs)
+        history.rounds.append(stats)
+    raise AssertionError("the design did not end")
+
+
+def final_error(history: History) -> tuple[float, np.ndarray]:
+    """The costliest level's test NRMSE by the better of the design's two emulators (as its last round
+    judged them: the multi-fidelity one where the cheap level helped), and each level's runs."""
+    x, y = history.done()
+    level = history.done_levels()
+    both = MultiFidelityEmulator(LAYOUT, 1, 2).fit(x, y, level)
+    alone = Emulator(LAYOUT, 1).fit(x[level == 1], y[level == 1])
+    trusted = history.rounds[-1]["validation_nrmse_mean"] <= np.mean(
+        list(LAYOUT.nrmse(alone.loo(), alone.y).values())
+    )
+    chosen = both if trusted else alone
+    return LAYOUT.nrmse(chosen.predict(TEST), costly(TEST))["state"], np.bincount(level, minlength=2)
+
+
+@pytest.mark.parametrize("code", ["cheap", "misleading"])
+def test_a_cheap_level_pays_where_it_agrees_and_a_misleading_one_stops_being_chosen(code):
+    budget = 32  # what 32 costly runs cost, round 0's 16 cheap and 4 costly (6 costly runs' worth) included
+    history = in_process_rounds({"cheap": cheap, "misleading": misleading}[code], budget)
+    assert history.rounds[-1]["spent"] <= budget + 1e-9
+    error, runs = final_error(history)
+    control = sobol(32)  # the costliest level's plain design at the same cost
+    fitted = Emulator(LAYOUT, 1).fit(control, costly(control))
+    control_error = LAYOUT.nrmse(fitted.predict(TEST), costly(TEST))["state"]
+    chosen = [row["cheaper_levels_chosen"] for row in history.rounds if "cheaper_levels_chosen" in row]
+    # the share keeps the costly level growing as its plain design would, whatever the emulator believes
+    assert runs[1] >= 4 + 0.5 * (budget - 6)
+    if code == "cheap":  # cheap runs chosen in every round, and the same error for less than half the cost
+        assert all(chosen) and runs[0] > 16
+        assert error < 0.5 * control_error
+    else:  # found out once the costly runs could judge it: no cheap run chosen after, and no harm done
+        assert chosen[0] and not any(chosen[-3:])
+        assert error <= 1.05 * control_error
+
+
+def test_the_rounds_choose_levels_within_the_budget_and_a_rerun_repeats_nothing(tmp_path):
+    config = levels_config(tmp_path)
+    config["simulate"]["fidelities"] = [
+        {"name": "coarse", "runs": 8, "cost": 1.0},
+        {"name": "fine", "runs": 3, "cost": 4.0},
+    ]
+    config["simulate"]["adaptive"].update(
+        enabled=True,
+        outputs=["."],  # a .npy file's one array
+        files="*.npy",
+        acquisition="integrated_variance",
+        batch=2,
+        budget=8,
+        pool=128,
+    )
+    path = write_config(tmp_path, config)
+    proc = run_cli(["simulate", "--config", str(path)], ranks=2, timeout=240)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    raw = tmp_path / "work" / "raw"
+    rows = pq.read_table(raw / "runs.parquet").to_pylist()
+    assert summary["runs"] == len(rows) and summary["ok"] == len(rows)
+    assert [r["fidelity"] for r in rows[:11]] == ["coarse"] * 8 + ["fine"] * 3
+    later = rows[11:]
+    assert later and {r["fidelity"] for r in later} <= {"coarse", "fine"}
+    assert all(r["fidelity_index"] == (r["fidelity"] == "fine") for r in rows)
+    spent = sum(4.0 if r["fidelity"] == "fine" else 1.0 for r in rows)
+    assert spent <= 8 * 4.0  # the budget: what 8 fine runs cost
+    rounds = json.loads((raw / "adaptive" / "rounds.json").read_text())
+    chosen = [row for row in rounds if "levels" in row]
+    assert chosen and chosen[-1]["budget"] == 8 and chosen[-1]["spent"] <= 8
+    assert set(chosen[0]["levels"]) == {"coarse", "fine"} and chosen[0]["levels"]["fine"]["cost"] == 4.0
+    ledger = tmp_path / "ledger" / "runs.txt"
+    for row in rows:  # each run ran its level's command
+        assert f"{row['run']} {row['fidelity']}" in ledger.read_text().split("\n")
+    # a rerun runs nothing; with the last round's results lost (killed after its design was written)
+    # it chooses the same points and runs none twice that completed
+    before = ledger.read_text()
+    run_cli(["simulate", "--config", str(path)], ranks=2, timeout=240)
+    assert ledger.read_text() == before
+    last = max(int(p.name[6:9]) for p in (raw / "adaptive").glob("round-*.runs.parquet"))
+    for suffix in ("runs.parquet", "outputs.npz"):
+        (raw / "adaptive" / f"round-{last:03d}.{suffix}").unlink()
+    run_cli(["simulate", "--config", str(path)], ranks=2, timeout=240)
+    assert ledger.read_text() == before
+    again = pq.read_table(raw / "runs.parquet").to_pylist()
+    kept = ("run", "x", "fidelity", "acquisition", "status")
+    assert [[r[k] for k in kept] for r in again] == [[r[k] for k in kept] for r in rows]
+    # the config errors of a design over levels name their key
+    for change, key in (
+        (
+            lambda c: c["simulate"]["adaptive"].update(acquisition="boundary_variance"),
+            "simulate.adaptive.acquisition",
+        ),
+        (lambda c: c["simulate"]["adaptive"].update(emulator="regimes"), "simulate.adaptive.emulator"),
+        (lambda c: c["simulate"]["fidelities"][1].update(runs=2), "simulate.fidelities[1].runs"),
+    ):
+        changed = copy.deepcopy(config)
+        change(changed)
+        with pytest.raises(Sim2dlError, match=re.escape(f"config key '{key}")):
+            validate(changed)
