@@ -214,6 +214,12 @@ class TrainPaths:
         return self.root / "model"
 
     @property
+    def model_levels(self) -> Path:
+        """With simulate.fidelities: the saved model that takes the level too (train/model answers for the
+        costliest; pipeline.training.levels)."""
+        return self.root / "model_levels"
+
+    @property
     def kept_weights(self) -> Path:
         """The kept model's variables (pipeline.training.checkpoints.save_model_weights): what
         train.warm_start starts a later run from."""

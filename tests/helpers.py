@@ -295,3 +295,68 @@ def run_written_config(tmp_path: Path, config: dict) -> dict:
     for step in ("ingest", "convert", "merge"):
         run_cli([step, "--config", str(path)], ranks=2)
     return json.loads((tmp_path / "work" / "merged" / "metadata.json").read_text())
+
+
+# A code at two resolutions: the fine level takes longer, and its run at point 1 fails its first attempt.
+LEVELS = """
+import os, sys, time
+import numpy as np
+out, level, x, seed, ledger, run = sys.argv[1:7]
+with open(ledger, "a") as f:
+    f.write(f"{run} {level}\\n")
+tries = os.path.join(os.path.dirname(ledger), run + ".tries")
+attempt = int(open(tries).read()) + 1 if os.path.exists(tries) else 1
+open(tries + ".tmp", "w").write(str(attempt))
+os.replace(tries + ".tmp", tries)
+cells = {"coarse": 4, "fine": 16}[level]
+if level == "fine":
+    time.sleep(0.25)
+    if seed == os.environ.get("FAIL_SEED") and attempt == 1:
+        sys.exit(4)
+grid = (np.arange(cells) + 0.5) / cells
+field = np.sin(float(x) * 6 * grid)  # the same function, resolved on each level's grid
+np.save(os.path.join(out, "out.npy"), np.interp(np.linspace(0, 1, 8), grid, field).astype(np.float32))
+"""
+
+LEVELS_SPACE = {"x": {"type": "uniform", "low": 0.0, "high": 1.0}}
+
+
+def levels_config(tmp_path: Path, **simulate: Any) -> dict:
+    """A config of the code at two resolutions (LEVELS): 8 coarse runs and 3 fine, the level an input of
+    the surrogate (simulate.fidelities; tests/test_fidelity*.py)."""
+    script = tmp_path / "levels.py"
+    script.write_text(LEVELS)
+    (tmp_path / "ledger").mkdir(exist_ok=True)
+    ledger = str(tmp_path / "ledger" / "runs.txt")
+    return make_config(
+        tmp_path,
+        simulate={
+            "command": ["python3", str(script), "{out}", "{fidelity}", "{x}", "{seed}", ledger, "{run}"],
+            "design": "sobol",
+            "space": LEVELS_SPACE,
+            "fidelities": [{"name": "coarse", "runs": 8}, {"name": "fine", "runs": 3}],
+            "retries": 1,
+            "run_timeout_s": 30,
+            "max_failed_fraction": 0.0,
+            **simulate,
+        },
+        source={
+            "glob": "**/*.npy",
+            "format": "auto",
+            "sample_id": None,
+            "fields": {
+                "field": {"path": ".", "dtype": "float32", "shape": [8]},
+                "x": {"column": "x"},
+                "level": {"column": "fidelity_index"},
+            },
+        },
+        convert={
+            "stack": {"design": ["x", "level"]},
+            "features": ["design"],
+            "labels": ["field"],
+            "log1p": [],
+            "normalise": [],
+            "per_channel": [],
+        },
+        train={"task": "surrogate", "model": "decoder"},
+    )

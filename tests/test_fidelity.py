@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -18,71 +17,8 @@ from pipeline.ensemble import plan as plan_module
 from pipeline.ensemble.fidelity import Fidelities
 from pipeline.ensemble.plan import EnsemblePlan
 
-from .conftest import make_config, run_cli, write_config
-from .helpers import inspected
-
-# A code at two resolutions: the fine level takes longer, and its run at point 1 fails its first attempt.
-LEVELS = """
-import os, sys, time
-import numpy as np
-out, level, x, seed, ledger, run = sys.argv[1:7]
-with open(ledger, "a") as f:
-    f.write(f"{run} {level}\\n")
-tries = os.path.join(os.path.dirname(ledger), run + ".tries")
-attempt = int(open(tries).read()) + 1 if os.path.exists(tries) else 1
-open(tries + ".tmp", "w").write(str(attempt))
-os.replace(tries + ".tmp", tries)
-cells = {"coarse": 4, "fine": 16}[level]
-if level == "fine":
-    time.sleep(0.25)
-    if seed == os.environ.get("FAIL_SEED") and attempt == 1:
-        sys.exit(4)
-grid = (np.arange(cells) + 0.5) / cells
-field = np.sin(float(x) * 6 * grid)  # the same function, resolved on each level's grid
-np.save(os.path.join(out, "out.npy"), np.interp(np.linspace(0, 1, 8), grid, field).astype(np.float32))
-"""
-
-SPACE = {"x": {"type": "uniform", "low": 0.0, "high": 1.0}}
-
-
-def levels_config(tmp_path: Path, **simulate) -> dict:
-    script = tmp_path / "levels.py"
-    script.write_text(LEVELS)
-    (tmp_path / "ledger").mkdir(exist_ok=True)
-    ledger = str(tmp_path / "ledger" / "runs.txt")
-    return make_config(
-        tmp_path,
-        simulate={
-            "command": ["python3", str(script), "{out}", "{fidelity}", "{x}", "{seed}", ledger, "{run}"],
-            "design": "sobol",
-            "space": SPACE,
-            "fidelities": [{"name": "coarse", "runs": 8}, {"name": "fine", "runs": 3}],
-            "retries": 1,
-            "run_timeout_s": 30,
-            "max_failed_fraction": 0.0,
-            **simulate,
-        },
-        source={
-            "glob": "**/*.npy",
-            "format": "auto",
-            "sample_id": None,
-            "fields": {
-                "field": {"path": ".", "dtype": "float32", "shape": [8]},
-                "x": {"column": "x"},
-                "level": {"column": "fidelity_index"},
-            },
-        },
-        convert={
-            "stack": {"design": ["x", "level"]},
-            "features": ["design"],
-            "labels": ["field"],
-            "log1p": [],
-            "normalise": [],
-            "per_channel": [],
-        },
-        train={"task": "surrogate", "model": "decoder"},
-    )
-
+from .conftest import SLOW, run_cli, write_config
+from .helpers import LEVELS_SPACE, inspected, levels_config
 
 # ---------------------------------------------------------------- the design
 
@@ -93,7 +29,7 @@ def test_each_costlier_level_runs_the_first_points_of_the_cheaper_ones_design(de
         "runs": 100,  # not used with levels
         "design": design,
         "seed": 5,
-        "space": {**SPACE, "n": {"type": "int", "low": 1, "high": 9}},
+        "space": {**LEVELS_SPACE, "n": {"type": "int", "low": 1, "high": 9}},
         "fidelities": [
             {"name": "coarse", "runs": 13},
             {"name": "mid", "runs": 6},
@@ -209,7 +145,8 @@ def test_a_levels_own_command_is_checked_under_its_own_key(tmp_path):
 # ---------------------------------------------------------------- the levels run
 
 
-def test_the_levels_run_their_own_commands_are_costed_retried_and_resumed(tmp_path, monkeypatch):
+@SLOW
+def test_the_levels_run_their_own_commands_are_costed_retried_resumed_and_trained_on(tmp_path, monkeypatch):
     config = levels_config(tmp_path)
     failing = EnsemblePlan.draw(config["simulate"]).rows(9, 10)[0]  # the fine level's second run
     monkeypatch.setenv("FAIL_SEED", str(failing["seed"]))
@@ -263,6 +200,21 @@ def test_the_levels_run_their_own_commands_are_costed_retried_and_resumed(tmp_pa
     for record in records:  # the model's input: the run's parameter and its level, stacked
         row = by_run[record["sample_id"].split("/")[-2]]
         assert record["design"] == pytest.approx([row["x"], row["fidelity_index"]], rel=1e-6)
+    # trained on both levels, the saved model answers for the costliest level from the parameters alone,
+    # and model_levels for any level
+    config["train"].update(epochs=8, batch_size=4, width=8, dense=32)
+    run_cli(["train", "--config", str(write_config(tmp_path, config))], ranks=1, timeout=300)
+    import tensorflow as tf
+
+    train = tmp_path / "work" / "train"
+    model = tf.keras.models.load_model(str(train / "model"), compile=False)
+    levels = tf.keras.models.load_model(str(train / "model_levels"), compile=False)
+    x = np.array([[0.1], [0.5], [0.9]], np.float32)
+    fine = np.asarray(model(x)["field"])
+    assert fine.shape == (3, 8)
+    assert fine == pytest.approx(np.asarray(levels(np.hstack([x, np.ones_like(x)]))["field"]), abs=1e-6)
+    coarse = np.asarray(levels(np.hstack([x, np.zeros_like(x)]))["field"])
+    assert np.abs(coarse - fine).max() > 1e-4  # the level is an input that changes the answer
     # `sim2dl inspect` on the ensemble's output proposes the forward surrogate with the level as an input
     proposed = inspected(tmp_path, tmp_path / "work" / "raw")
     level = [

@@ -22,7 +22,7 @@ from pipeline.design.loop.rounds import History, choose, design_digest
 from pipeline.design.multifidelity import JointProcess, MultiFidelityEmulator, joined
 
 from .conftest import run_cli, write_config
-from .test_fidelity import levels_config
+from .helpers import levels_config
 
 WAVES = np.linspace(0.0, 1.0, 6)
 LAYOUT = Outputs.of({"state": (6,)})

@@ -37,6 +37,7 @@ from pipeline.training.checksum import weights_checksum
 from pipeline.training.classical import Classical, fit_classical, score_classical
 from pipeline.training.inputs import RankData
 from pipeline.training.kernel import Kept
+from pipeline.training.levels import for_costliest_level, level_offset
 from pipeline.training.models import build_model
 from pipeline.training.session import Model, record_start
 from pipeline.training.spatial.layout import SpatialLayout
@@ -249,7 +250,14 @@ class TrainingRun:
         task's figure and summary.json (last: its presence says the run is done)."""
         from pipeline.reporting.plots import learning_curves
 
-        whole_model(self.config, self.task, self.model).save(str(self.paths.model))
+        exported = whole_model(self.config, self.task, self.model)
+        offset = level_offset(self.config, self.task.data.feature) if len(exported.inputs) == 1 else None
+        if offset is None:
+            exported.save(str(self.paths.model))
+        else:  # levels of one simulator: the model answers for the costliest, model_levels for any
+            costliest = len(self.config["simulate"]["fidelities"]) - 1
+            for_costliest_level(exported, offset, costliest).save(str(self.paths.model))
+            exported.save(str(self.paths.model_levels))
         save_model_weights(self.paths.kept_weights, self.model.keras)
         if trained.curves is None:
             learning_curves(trained.history, self.task.loss_name, self.paths.learning_curves)
