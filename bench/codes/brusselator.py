@@ -14,6 +14,7 @@ limit cycle, with or without patterns).
 
     python brusselator.py --out DIR --a A --b B
     python brusselator.py --persistent              # simulate.persistent: runs on stdin
+    python brusselator.py --persistent --cells 16   # a coarser level (bench/fidelity.py)
 
 Writes DIR/brusselator.h5: params (a, b: float32[2]) and state (u's final field, float32[32, 32]). py-pde
 compiles the equations' operators in each process (about 20 s here), then a run takes about 1.3 s: run it
@@ -40,23 +41,62 @@ EQUATIONS = {
 }
 
 
-def solve(a: float, b: float) -> np.ndarray:
-    """u's final field of one run."""
-    grid = pde.CartesianGrid([[0.0, SIDE], [0.0, SIDE]], [SIZE, SIZE], periodic=True)
+def solve(a: float, b: float, cells: int = SIZE) -> np.ndarray:
+    """u's final field of one run on a grid of `cells` x `cells` (the coarser, the larger its time step:
+    DT x (SIZE / cells), stable for the diffusion on the coarser grid), written on the SIZE x SIZE grid: a
+    coarser run's field resampled onto it by Fourier interpolation (the box is periodic), so every
+    resolution writes the same array. Its initial perturbation is the SIZE grid's, averaged over each of its
+    own cells."""
+    grid = pde.CartesianGrid([[0.0, SIDE], [0.0, SIDE]], [cells, cells], periodic=True)
     rng = np.random.default_rng(0)
-    u = pde.ScalarField(grid, a + NOISE * rng.standard_normal((SIZE, SIZE)))
-    v = pde.ScalarField(grid, b / a + NOISE * rng.standard_normal((SIZE, SIZE)))
+    noise = [coarsened(NOISE * rng.standard_normal((SIZE, SIZE)), cells) for _ in range(2)]
+    u = pde.ScalarField(grid, a + noise[0])
+    v = pde.ScalarField(grid, b / a + noise[1])
     equation = pde.PDE(EQUATIONS, consts={"a": a, "b": b, "d0": D0, "d1": D1})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # py-pde's notes on its own solver choices
         final = equation.solve(
-            pde.FieldCollection([u, v]), t_range=T_END, dt=DT, backend="numpy", solver="euler", tracker=None
+            pde.FieldCollection([u, v]),
+            t_range=T_END,
+            dt=DT * SIZE / cells,
+            backend="numpy",
+            solver="euler",
+            tracker=None,
         )
-    return np.asarray(final[0].data)
+    return refined(np.asarray(final[0].data), SIZE)
 
 
-def write_run(out: Path, a: float, b: float) -> None:
-    driver.write_run(out, "brusselator", [a, b], lambda: solve(a, b))
+def coarsened(field: np.ndarray, cells: int) -> np.ndarray:
+    """A square field averaged over blocks, to `cells` x `cells`."""
+    block = field.shape[0] // cells
+    return field.reshape(cells, block, cells, block).mean(axis=(1, 3))
+
+
+def refined(field: np.ndarray, size: int) -> np.ndarray:
+    """A periodic square field on `size` x `size` by Fourier interpolation (its spectrum zero-padded)."""
+    cells = field.shape[0]
+    if cells == size:
+        return field
+    spectrum = np.fft.fftshift(np.fft.fft2(field))
+    padded = np.zeros((size, size), complex)
+    start = (size - cells) // 2
+    padded[start : start + cells, start : start + cells] = spectrum
+    return np.real(np.fft.ifft2(np.fft.ifftshift(padded))) * (size / cells) ** 2
+
+
+def structure_factor(field: np.ndarray) -> np.ndarray:
+    """The radially averaged power spectrum of a periodic square field's fluctuations, at the integer
+    wavenumbers 1..size/2 (per cell): the standard observable of a pattern, whatever its phase."""
+    size = field.shape[0]
+    power = np.abs(np.fft.fft2(field - field.mean())) ** 2 / size**4
+    k = np.fft.fftfreq(size, 1.0 / size)
+    radius = np.rint(np.hypot(*np.meshgrid(k, k, indexing="ij"))).astype(int)
+    sums = np.bincount(radius.ravel(), power.ravel(), minlength=size)
+    return sums[1 : size // 2 + 1]
+
+
+def write_run(out: Path, a: float, b: float, cells: int = SIZE) -> None:
+    driver.write_run(out, "brusselator", [a, b], lambda: solve(a, b, cells))
 
 
 def main() -> None:
@@ -64,14 +104,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--a", type=float)
     parser.add_argument("--b", type=float)
+    parser.add_argument("--cells", type=int, default=SIZE, help="the grid's cells per side (a coarser level)")
     parser.add_argument("--persistent", action="store_true", help="runs as JSON lines on stdin")
     args = parser.parse_args()
     if args.persistent:
-        driver.serve(lambda run: write_run(Path(run["out"]), run["a"], run["b"]))
+        driver.serve(lambda run: write_run(Path(run["out"]), run["a"], run["b"], args.cells))
     elif args.out is None or args.a is None or args.b is None:
         parser.error("--out, --a and --b are required for one run")
     else:
-        write_run(args.out, args.a, args.b)
+        write_run(args.out, args.a, args.b, args.cells)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,345 @@
+"""What a cheap level saves: designs over two resolutions of a real code against the costly level's plain
+Sobol design, at equal cost, scored on the costly level's test runs.
+
+The code is py-pde (a code nobody here wrote) solving Fisher–KPP fronts (bench/codes/fisher.py) in its own
+environment, as a persistent simulator per level: the costly level on a 256 x 256 grid, the cheap one on
+32 x 32, both writing the final field averaged onto 32 x 32 cells. Over d in [0.05, 1] and r in [0.2, 2]
+(the box a user of the equation would pick). Every design is made by the product (`sim2dl simulate` under
+mpiexec, 2 ranks); each level's cost is what the farm measured (raw/simulate.json's `fidelities`, or the
+rounds' own measure), in the costly level's runs:
+
+- `sobol`: the costly level alone, Sobol, scored at 8, 16, 24 and 32 runs (its prefixes) by one Gaussian
+  process per principal component (pipeline/design/emulator.py);
+- `nested`: simulate.fidelities without choosing: 64 cheap runs and the first 4 (`nested_4`) or 8
+  (`nested_8`) of their points by the costly level, scored by the multi-fidelity emulator
+  (pipeline/design/multifidelity.py);
+- `adaptive`: simulate.fidelities with simulate.adaptive (round 0: 16 cheap and 4 costly runs, then rounds
+  of what 2 costly runs cost, integrated_variance per unit cost), to a budget of what 8 (`adaptive_8`) and
+  16 (`adaptive_16`) costly runs cost, scored by the emulator its last round trusted (the multi-fidelity
+  one where the cheap level helped, else one of the costly runs alone).
+
+Each design's test NRMSE on 48 random runs of the costly level (seeds 1..N, `--seeds`, 5 by default), by
+the emulator, and with `--network` by the network a user trains (the adaptive preset's workflow and
+decoder surrogate; on a design over levels the level is stacked with the parameters, and the saved model
+answers for the costly level: the Sobol design trained on its first 16 and 32 runs). Figures (last line,
+JSON): `sobol.{emulator,network}` (budget -> mean test NRMSE over the seeds); `designs.{emulator,network}`
+per design: its mean `cost` (in costly runs) and `nrmse`, `by_seed`, `over_sobol_at_equal_cost` (its mean
+error over the Sobol design's at the same cost, interpolated in log-log between the Sobol budgets; goal
+<= 1.05) and `cost_fraction_to_sobol_N` (its cost over N, the largest Sobol budget, where its mean error
+is at most the Sobol design's at N, else null; goal <= 0.3); `cost_ratio` (the costly level's measured
+cost per run over the cheap one's, the median over the designs); `cheap_level_nrmse` (the cheap run at
+each test point against the costly one: how far the cheap level is from the costly).
+
+    python bench/fidelity.py [--seeds 5] [--quick] [--network]     (--quick: 3 seeds, 32 test runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.adaptive import PRESET, kept_model_states, outputs_of, run_simulate
+from bench.common import OUT, REPO, sim2dl, workflow
+from pipeline.design.emulator import Emulator, Outputs
+from pipeline.design.multifidelity import MultiFidelityEmulator
+from pipeline.ensemble.farm import run_paths
+
+COSTLY_CELLS, CHEAP_CELLS = 256, 32
+SOBOL_BUDGETS = (8, 16, 24, 32)
+NETWORK_BUDGETS = (16, 32)  # --network: the costly level alone, trained on its first 16 and 32 runs
+NESTED = {"nested_4": (64, 4), "nested_8": (64, 8)}  # cheap runs, costly runs
+ADAPTIVE = {"adaptive_8": 8, "adaptive_16": 16}  # budget, in costly runs
+SPACE = {
+    "d": {"type": "uniform", "low": 0.05, "high": 1.0},
+    "r": {"type": "uniform", "low": 0.2, "high": 2.0},
+}
+
+
+def code(cells: int) -> list[str]:
+    from bench.codes import environment
+
+    return [
+        str(environment.python()),
+        str(REPO / "bench" / "codes" / "fisher.py"),
+        "--persistent",
+        "--cells",
+        str(cells),
+    ]
+
+
+def levels(cheap_runs: int, costly_runs: int) -> list[dict[str, Any]]:
+    return [
+        {"name": "cheap", "command": code(CHEAP_CELLS), "runs": cheap_runs},
+        {"name": "costly", "command": code(COSTLY_CELLS), "runs": costly_runs},
+    ]
+
+
+SETTINGS = {"space": SPACE, "adaptive": {"outputs": ["state"], "files": "*.h5"}}
+
+
+def read_design(raw: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(unit points, outputs, level index) of every run of a design, in run order."""
+    x, y = outputs_of(raw, SETTINGS)
+    table = pq.read_table(raw / "runs.parquet")
+    level = (
+        table.column("fidelity_index").to_numpy()
+        if "fidelity_index" in table.column_names
+        else np.ones(len(x), int)
+    )
+    return x, y, np.asarray(level, int)
+
+
+def costs_of(raw: Path) -> tuple[float, float]:
+    """Each level's measured cost per run: the mean seconds of its runs that succeeded."""
+    table = pq.read_table(raw / "runs.parquet").to_pydict()
+    level, seconds = np.asarray(table["fidelity_index"]), np.asarray(table["seconds"], float)
+    return float(seconds[level == 0].mean()), float(seconds[level == 1].mean())
+
+
+def data_sections(levels: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """source.fields and convert for the forward surrogate of the runs' files (params -> state); over
+    levels the runs table's level stacked with the parameters, as simulate.fidelities asks."""
+    fields: dict[str, Any] = {
+        "params": {"path": "params", "dtype": "float32", "shape": [len(SPACE)]},
+        "state": {"path": "state", "dtype": "float32", "shape": [32, 32]},
+    }
+    feature = "params"
+    convert: dict[str, Any] = {"labels": ["state"]}
+    if levels:
+        fields["level"] = {"column": "fidelity_index"}
+        feature, convert["stack"] = "design", {"design": ["params", "level"]}
+    convert |= {"features": [feature], "normalise": [feature, "state"], "per_channel": [feature]}
+    return {"glob": "**/*.h5", "fields": fields}, convert
+
+
+def simulate_levels(work: Path, simulate: dict[str, Any]) -> Path:
+    """`sim2dl simulate` of a design over levels (its config has the model's data sections, which the
+    levels' config check reads); returns the raw directory."""
+    work.mkdir(parents=True, exist_ok=True)
+    source, convert = data_sections(levels=True)
+    config = {
+        "workdir": str(work),
+        "simulate": {"enabled": True, "max_failed_fraction": 0.0, **simulate},
+        "source": source,
+        "convert": convert,
+        "train": {"task": "surrogate", "model": "decoder"},
+    }
+    (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    sim2dl("simulate", "--config", str(work / "config.yaml"))
+    return work / "raw"
+
+
+def network_error(
+    raw: Path, case: Path, seed: int, test: tuple[np.ndarray, np.ndarray], runs: int | None
+) -> float:
+    """The test NRMSE of the network a user trains on a design (`--network`): the adaptive preset's
+    workflow (`snakemake`: ingest to train, its decoder for its epochs) on the design's runs (the first
+    `runs` of a one-level design, linked; every run of a design over levels, read in place with the runs
+    table, the level stacked with the parameters), its saved model called on the test runs' parameters
+    in physical units: for levels it answers for the costly one (pipeline/training/levels.py)."""
+    test_params, test_y = test
+    preset = yaml.safe_load(PRESET.read_text())
+    source, convert = data_sections(levels=runs is None)
+    simulate: dict[str, Any] = {"enabled": False}
+    if runs is None:  # a design over levels, its levels as the user who ran them keeps them in the config
+        source |= {"path": str(raw), "labels_table": {"path": "runs.parquet", "match": "run_directory"}}
+        design = yaml.safe_load((raw.parent / "config.yaml").read_text())
+        simulate["fidelities"] = design["simulate"]["fidelities"]
+    else:
+        linked = case / "runs"
+        linked.mkdir(parents=True)
+        names = pq.read_table(raw / "runs.parquet").column("run").to_pylist()
+        for i, name in enumerate(names[:runs]):
+            (linked / name).symlink_to(run_paths(raw, name, i, 1000)[0])
+        source["path"] = str(linked)
+    config = {
+        **preset,
+        "workdir": str(case / "work"),
+        "simulate": simulate,
+        "source": source,
+        "convert": convert,
+        "train": {**preset["train"], "seed": seed, "warm_start": False},
+    }
+    workflow(config, case / "config.yaml")
+    predicted = kept_model_states(case / "work" / "train", test_params)
+    shutil.rmtree(case)
+    return Outputs.of({"state": (test_y.shape[1],)}).nrmse(predicted, test_y)["state"]
+
+
+def interpolated(budgets: list[int], errors: list[float], cost: float) -> float:
+    """The Sobol design's error at `cost` runs, interpolated in log-log between its budgets."""
+    return float(np.exp(np.interp(np.log(cost), np.log(budgets), np.log(errors))))
+
+
+@dataclass
+class Bench:
+    """Where the designs are made, the costly level's test runs, and whether the network scores too."""
+
+    work: Path
+    test_x: np.ndarray
+    test_y: np.ndarray
+    test_params: np.ndarray
+    network: bool
+
+    @property
+    def layout(self) -> Outputs:
+        return Outputs.of({"state": (self.test_y.shape[1],)})
+
+    def emulator_error(self, model: Any) -> float:
+        return self.layout.nrmse(model.predict(self.test_x), self.test_y)["state"]
+
+    def network_error(self, raw: Path, seed: int, runs: int | None = None) -> float | None:
+        if not self.network:
+            return None
+        case = self.work / f"network-{raw.parent.name}-{runs}"
+        return network_error(raw, case, seed, (self.test_params, self.test_y), runs)
+
+    def sobol(self, seed: int) -> tuple[list[float], list[float | None]]:
+        """The costly level alone: its test NRMSE at each of SOBOL_BUDGETS by the GP, and by the network
+        at NETWORK_BUDGETS."""
+        spec = {"command": code(COSTLY_CELLS), "persistent": True, "space": SPACE}
+        raw = run_simulate(
+            self.work / f"sobol-{seed}", {**spec, "runs": max(SOBOL_BUDGETS), "design": "sobol", "seed": seed}
+        )
+        x, y, _ = read_design(raw)
+        gp = [self.emulator_error(Emulator(self.layout, seed).fit(x[:n], y[:n])) for n in SOBOL_BUDGETS]
+        return gp, [self.network_error(raw, seed, n) for n in NETWORK_BUDGETS]
+
+    def levels(self, name: str, seed: int, simulate: dict[str, Any]) -> dict[str, Any]:
+        """A design over the two levels: its cost in costly runs (each level's measured cost), its test NRMSE
+        by the emulator its last round trusted (the multi-fidelity one unless a round found the cheap level
+        no help), by the network, and each level's runs."""
+        raw = simulate_levels(
+            self.work / f"{name}-{seed}",
+            {"space": SPACE, "persistent": True, "design": "sobol", "seed": seed, **simulate},
+        )
+        x, y, level = read_design(raw)
+        cheap_cost, costly_cost = costs_of(raw)
+        trusted = True
+        if (raw / "adaptive" / "rounds.json").exists():
+            rounds = json.loads((raw / "adaptive" / "rounds.json").read_text())
+            chosen = [row["cheaper_levels_chosen"] for row in rounds if "cheaper_levels_chosen" in row]
+            trusted = chosen[-1] if chosen else True
+        if trusted:
+            model = MultiFidelityEmulator(self.layout, seed, 2).fit(x, y, level)
+        else:
+            model = Emulator(self.layout, seed).fit(x[level == 1], y[level == 1])
+        return {
+            "cost": float((np.sum(level == 0) * cheap_cost + np.sum(level == 1) * costly_cost) / costly_cost),
+            "emulator": self.emulator_error(model),
+            "network": self.network_error(raw, seed),
+            "runs": np.bincount(level, minlength=2).tolist(),
+            "cost_ratio": costly_cost / cheap_cost,
+        }
+
+
+def adaptive_settings(budget: int) -> dict[str, Any]:
+    return {
+        "fidelities": levels(16, 4),
+        "adaptive": {
+            "enabled": True,
+            "acquisition": "integrated_variance",
+            "batch": 2,
+            "budget": budget,
+            "outputs": ["state"],
+            "files": "*.h5",
+        },
+    }
+
+
+def compared(
+    rows: list[dict[str, Any]], budgets: list[int], sobol: np.ndarray, learner: str
+) -> dict[str, Any]:
+    """A design's mean cost and error by one learner over the seeds, against the Sobol design's mean error
+    (at `budgets`) at the same cost and at the largest budget."""
+    cost = float(np.mean([r["cost"] for r in rows]))
+    error = float(np.mean([r[learner] for r in rows]))
+    reference = interpolated(budgets, sobol.tolist(), min(max(cost, budgets[0]), budgets[-1]))
+    return {
+        "cost": round(cost, 3),
+        "nrmse": round(error, 4),
+        "over_sobol_at_equal_cost": round(error / reference, 3),
+        f"cost_fraction_to_sobol_{budgets[-1]}": round(cost / budgets[-1], 3) if error <= sobol[-1] else None,
+        "by_seed": [[round(r["cost"], 3), round(r[learner], 4)] for r in rows],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--network", action="store_true", help="also scored by the network a user trains (Sobol at 16, 32)"
+    )
+    args = parser.parse_args()
+    seeds = list(range(1, (3 if args.quick else args.seeds) + 1))
+    work = OUT / "fidelity"
+    shutil.rmtree(work, ignore_errors=True)
+    spec = {"command": code(COSTLY_CELLS), "persistent": True, "space": SPACE}
+    test = {**spec, "runs": 32 if args.quick else 48, "design": "random", "seed": 999}
+    test_raw = run_simulate(work / "test", test)
+    test_x, test_y = outputs_of(test_raw, SETTINGS)
+    table = pq.read_table(test_raw / "runs.parquet").to_pydict()
+    test_params = np.stack([table[n] for n in SPACE], axis=1).astype(np.float32)
+    bench = Bench(work, test_x, test_y, test_params, args.network)
+    cheap_raw = run_simulate(work / "test-cheap", {**test, "command": code(CHEAP_CELLS)})
+    result: dict[str, Any] = {
+        "seeds": seeds,
+        "cheap_level_nrmse": round(
+            bench.layout.nrmse(outputs_of(cheap_raw, SETTINGS)[1], test_y)["state"], 4
+        ),
+    }
+    designs = {name: {"fidelities": levels(*runs)} for name, runs in NESTED.items()}
+    designs |= {name: adaptive_settings(budget) for name, budget in ADAPTIVE.items()}
+    gp, network = [], []
+    by_design: dict[str, list[dict[str, Any]]] = {name: [] for name in designs}
+    for seed in seeds:
+        errors, trained = bench.sobol(seed)
+        gp.append(errors)
+        network.append(trained)
+        for name, simulate in designs.items():
+            by_design[name].append(bench.levels(name, seed, simulate))
+            print(f"{name} seed {seed}: {by_design[name][-1]}", file=sys.stderr, flush=True)
+        print(
+            f"seed {seed}: sobol gp {np.round(errors, 4).tolist()} network {trained}",
+            file=sys.stderr,
+            flush=True,
+        )
+    sobol_gp = np.mean(gp, axis=0)
+    result["sobol"] = {
+        "emulator": dict(zip(map(str, SOBOL_BUDGETS), np.round(sobol_gp, 4).tolist(), strict=True))
+    }
+    result["cost_ratio"] = round(
+        float(np.median([r["cost_ratio"] for rows in by_design.values() for r in rows])), 1
+    )
+    result["designs"] = {
+        "emulator": {
+            n: compared(rows, list(SOBOL_BUDGETS), sobol_gp, "emulator") for n, rows in by_design.items()
+        }
+    }
+    if args.network:
+        sobol_network = np.mean(network, axis=0)
+        result["sobol"]["network"] = dict(
+            zip(map(str, NETWORK_BUDGETS), np.round(sobol_network, 4).tolist(), strict=True)
+        )
+        result["designs"]["network"] = {
+            n: compared(rows, list(NETWORK_BUDGETS), sobol_network, "network")
+            for n, rows in by_design.items()
+        }
+    shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
