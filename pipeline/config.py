@@ -225,11 +225,18 @@ def error_lines(error: jsonschema.ValidationError) -> list[str]:
 ENSEMBLE_LABELS = {"path": "runs.parquet", "key": "run", "match": "run_directory"}
 
 
+def runs_a_command(simulate: Mapping[str, Any]) -> bool:
+    """Whether the simulate step runs the user's simulator (simulate.command, or levels with commands of
+    their own: simulate.fidelities) rather than a built-in family."""
+    return bool(simulate.get("command") or simulate.get("fidelities"))
+
+
 def ensemble_defaults(config: dict[str, Any]) -> None:
-    """Labels without glue: the data an ensemble wrote (simulate.command, no source.path) is matched to
-    its runs table by run directory, so {column: PARAMETER} fields need no source.labels_table."""
+    """Labels without glue: the data an ensemble wrote (simulate.command, or levels with their own
+    commands; no source.path) is matched to its runs table by run directory, so {column: PARAMETER}
+    fields need no source.labels_table."""
     sim, source = config["simulate"], config["source"]
-    if sim["enabled"] and sim["command"] and not source["path"] and source["labels_table"] is None:
+    if sim["enabled"] and runs_a_command(sim) and not source["path"] and source["labels_table"] is None:
         source["labels_table"] = dict(ENSEMBLE_LABELS)
 
 
@@ -275,7 +282,7 @@ def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
     adaptive = sim["adaptive"]
     if not adaptive["enabled"]:
         return
-    if not sim["command"] and not sim["fidelities"]:
+    if not runs_a_command(sim):
         raise Sim2dlError(
             "config key 'simulate.adaptive.enabled': an adaptive design runs simulate.command over "
             "simulate.space (the built-in families draw their own parameters)"

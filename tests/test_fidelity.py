@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import Sim2dlError
-from pipeline.config import validate
+from pipeline.config import runs_a_command, validate
 from pipeline.ensemble import plan as plan_module
 from pipeline.ensemble.fidelity import Fidelities
 from pipeline.ensemble.plan import EnsemblePlan
@@ -132,6 +132,19 @@ def test_config_errors_of_the_levels_name_their_key(tmp_path, change, key, words
     with pytest.raises(Sim2dlError) as error:
         validate(config)
     assert f"config key '{key}'" in str(error.value) and words in str(error.value)
+
+
+def test_levels_with_commands_of_their_own_are_an_ensemble_of_the_users_code(tmp_path):
+    config = levels_config(tmp_path)
+    command = config["simulate"].pop("command")
+    config["simulate"]["command"] = None
+    for level in config["simulate"]["fidelities"]:
+        level["command"] = [c.replace("{fidelity}", level["name"]) for c in command]
+    config["source"]["labels_table"] = None
+    checked = validate(config)
+    assert runs_a_command(checked["simulate"])  # the step runs the levels' commands, not a built-in family
+    assert checked["source"]["labels_table"]["path"] == "runs.parquet"  # their runs table labels the data
+    assert not runs_a_command({"command": None, "fidelities": []})
 
 
 def test_a_levels_own_command_is_checked_under_its_own_key(tmp_path):

@@ -219,10 +219,12 @@ def step_argv(
     """Launcher + container + `sim2dl STEP ARGS` for one workflow step. An ensemble whose simulator has
     an image of its own (simulate.image) runs its farm outside any container: each run enters the
     simulator's image itself (containers do not nest)."""
+    from pipeline.config import runs_a_command
+
     settings = config["container"]
     if (
         step_args[:1] == ["simulate"]
-        and config["simulate"].get("command")
+        and runs_a_command(config["simulate"])
         and config["simulate"].get("image")
     ):
         settings = {**settings, "runtime": NoRuntime.name}

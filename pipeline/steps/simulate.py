@@ -18,6 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from pipeline.config import runs_a_command
 from pipeline.formats.readers import COMPONENT_NAMES
 from pipeline.paths import RawPaths
 from pipeline.reporting.progress import progress
@@ -108,11 +109,11 @@ def simulate(
     """Write samples [0, samples) across ranks, or with simulate.command run the user's simulator over
     the design (pipeline.ensemble), chosen in rounds with simulate.adaptive
     (pipeline.design.loop.rounds); returns the summary (also written by rank 0)."""
-    if sim_config.get("command") and sim_config["adaptive"]["enabled"]:
+    if runs_a_command(sim_config) and sim_config["adaptive"]["enabled"]:
         from pipeline.design.loop.rounds import run_adaptive
 
         return run_adaptive(sim_config, out_dir, comm, container)
-    if sim_config.get("command"):
+    if runs_a_command(sim_config):
         from pipeline.ensemble.farm import run_ensemble
 
         return run_ensemble(sim_config, out_dir, comm, container)
