@@ -108,17 +108,17 @@ def costs_of(raw: Path) -> tuple[float, float]:
 
 
 def data_sections(levels: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """source.fields and convert for the forward surrogate of the runs' files (params -> state); over
-    levels the runs table's level stacked with the parameters, as simulate.fidelities asks."""
-    fields: dict[str, Any] = {
-        "params": {"path": "params", "dtype": "float32", "shape": [len(SPACE)]},
-        "state": {"path": "state", "dtype": "float32", "shape": [32, 32]},
-    }
-    feature = "params"
+    """source.fields and convert for the forward surrogate of the runs' files (parameters -> state); over
+    levels the parameters and the level are the runs table's columns, stacked, as simulate.fidelities
+    asks (a stack joins fields of one shape: scalars here)."""
+    fields: dict[str, Any] = {"state": {"path": "state", "dtype": "float32", "shape": [32, 32]}}
     convert: dict[str, Any] = {"labels": ["state"]}
     if levels:
-        fields["level"] = {"column": "fidelity_index"}
-        feature, convert["stack"] = "design", {"design": ["params", "level"]}
+        fields |= {name: {"column": name} for name in SPACE} | {"level": {"column": "fidelity_index"}}
+        feature, convert["stack"] = "design", {"design": [*SPACE, "level"]}
+    else:
+        feature = "params"
+        fields["params"] = {"path": "params", "dtype": "float32", "shape": [len(SPACE)]}
     convert |= {"features": [feature], "normalise": [feature, "state"], "per_channel": [feature]}
     return {"glob": "**/*.h5", "fields": fields}, convert
 

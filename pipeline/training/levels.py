@@ -22,18 +22,16 @@ from pipeline.ensemble.fidelity import INDEX_COLUMN
 
 
 def level_offset(config: Mapping[str, Any], feature: str) -> int | None:
-    """Where the level sits in the model's flat input (the stack `feature` of convert.stack), or None."""
+    """Where the level sits in the model's input: its place in the stack `feature` of convert.stack, when
+    that stack is of scalars (a vector of one entry per field: the parameters and the level); else None."""
     fields = config["source"]["fields"]
     stack = config["convert"]["stack"].get(feature)
     if not config["simulate"]["fidelities"] or not stack:
         return None
-    offset = 0
-    for name in stack:
-        spec = fields.get(name, {})
-        if spec.get("column") == INDEX_COLUMN:
-            return offset
-        offset += int(np.prod(spec.get("shape") or [1]))
-    return None
+    if any(int(np.prod(fields.get(name, {}).get("shape") or [1])) != 1 for name in stack):
+        return None  # a stack of arrays: the level is a channel, not an entry
+    level = [name for name in stack if fields.get(name, {}).get("column") == INDEX_COLUMN]
+    return stack.index(level[0]) if level else None
 
 
 def for_costliest_level(exported: Any, offset: int, level: int) -> Any:
