@@ -23,7 +23,6 @@ persistent (docs/ensembles.md, "A simulator that starts slowly").
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
@@ -100,19 +99,14 @@ def write_run(out: Path, a: float, b: float, cells: int = SIZE) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--a", type=float)
-    parser.add_argument("--b", type=float)
-    parser.add_argument("--cells", type=int, default=SIZE, help="the grid's cells per side (a coarser level)")
-    parser.add_argument("--persistent", action="store_true", help="runs as JSON lines on stdin")
-    args = parser.parse_args()
-    if args.persistent:
-        driver.serve(lambda run: write_run(Path(run["out"]), run["a"], run["b"], args.cells))
-    elif args.out is None or args.a is None or args.b is None:
-        parser.error("--out, --a and --b are required for one run")
-    else:
-        write_run(args.out, args.a, args.b, args.cells)
+    driver.main(
+        __doc__,
+        ("a", "b"),
+        lambda out, values, args: write_run(out, values["a"], values["b"], args.cells),
+        lambda parser: parser.add_argument(
+            "--cells", type=int, default=SIZE, help="cells per side (a coarser level)"
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ docs/ensembles.md, "A simulator that starts slowly"). Runs in the codes' environ
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -41,3 +42,27 @@ def serve(run_one: Callable[[dict], None]) -> None:
             print("sim2dl-failed", run["run"], e, flush=True)
             continue
         print("sim2dl-done", run["run"], flush=True)
+
+
+def main(
+    doc: str,
+    parameters: Sequence[str],
+    write: Callable[[Path, dict[str, float], argparse.Namespace], None],
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> None:
+    """A code's command line: one run (--out and each parameter) or --persistent (runs on stdin, served);
+    `options` adds the code's own (a grid, a backend), which `write` reads from the parsed arguments."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path)
+    for name in parameters:
+        parser.add_argument(f"--{name}", type=float)
+    parser.add_argument("--persistent", action="store_true", help="runs as JSON lines on stdin")
+    if options is not None:
+        options(parser)
+    args = parser.parse_args()
+    if args.persistent:
+        serve(lambda run: write(Path(run["out"]), {name: run[name] for name in parameters}, args))
+    elif args.out is None or any(getattr(args, name) is None for name in parameters):
+        parser.error(f"--out and {', '.join('--' + name for name in parameters)} are required for one run")
+    else:
+        write(args.out, {name: getattr(args, name) for name in parameters}, args)

@@ -61,21 +61,19 @@ def write_run(out: Path, d: float, r: float, cells: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--d", type=float)
-    parser.add_argument("--r", type=float)
-    parser.add_argument("--cells", type=int, default=128, help="the grid's cells per side (a multiple of 32)")
-    parser.add_argument("--persistent", action="store_true", help="runs as JSON lines on stdin")
-    args = parser.parse_args()
-    if args.cells % OUTPUT_CELLS:
-        parser.error(f"--cells must be a multiple of {OUTPUT_CELLS}")
-    if args.persistent:
-        driver.serve(lambda run: write_run(Path(run["out"]), run["d"], run["r"], args.cells))
-    elif args.out is None or args.d is None or args.r is None:
-        parser.error("--out, --d and --r are required for one run")
-    else:
-        write_run(args.out, args.d, args.r, args.cells)
+    def check(out: Path, values: dict[str, float], args: argparse.Namespace) -> None:
+        if args.cells % OUTPUT_CELLS:
+            raise SystemExit(f"--cells must be a multiple of {OUTPUT_CELLS}")
+        write_run(out, values["d"], values["r"], args.cells)
+
+    driver.main(
+        __doc__,
+        ("d", "r"),
+        check,
+        lambda parser: parser.add_argument(
+            "--cells", type=int, default=128, help="cells per side (a multiple of 32)"
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ starts slowly): with --backend numba it compiles once (16 s here) and then runs 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
@@ -49,25 +48,13 @@ def write_run(out: Path, rate: float, delta: float, backend: str) -> None:
     driver.write_run(out, "swift_hohenberg", [rate, delta], lambda: solve(rate, delta, backend))
 
 
-def serve(backend: str) -> None:
-    """simulate.persistent: a run per line of stdin, each answered on stdout."""
-    driver.serve(lambda run: write_run(Path(run["out"]), run["rate"], run["delta"], backend))
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--rate", type=float)
-    parser.add_argument("--delta", type=float)
-    parser.add_argument("--persistent", action="store_true", help="runs as JSON lines on stdin")
-    parser.add_argument("--backend", choices=("numpy", "numba"), default="numpy")
-    args = parser.parse_args()
-    if args.persistent:
-        serve(args.backend)
-    elif args.out is None or args.rate is None or args.delta is None:
-        parser.error("--out, --rate and --delta are required for one run")
-    else:
-        write_run(args.out, args.rate, args.delta, args.backend)
+    driver.main(
+        __doc__,
+        ("rate", "delta"),
+        lambda out, values, args: write_run(out, values["rate"], values["delta"], args.backend),
+        lambda parser: parser.add_argument("--backend", choices=("numpy", "numba"), default="numpy"),
+    )
 
 
 if __name__ == "__main__":
