@@ -17,7 +17,7 @@ from scipy.stats import qmc
 from pipeline import Sim2dlError
 from pipeline.config import validate
 from pipeline.design.emulator import Emulator, Outputs
-from pipeline.design.fidelity_choice import cost_weighted
+from pipeline.design.fidelity_choice import LevelRound
 from pipeline.design.loop.rounds import History, choose, design_digest
 from pipeline.design.multifidelity import JointProcess, MultiFidelityEmulator, joined
 
@@ -79,7 +79,7 @@ def test_a_pairs_value_is_the_costliest_levels_variance_a_refit_takes_off_per_un
     emulator = MultiFidelityEmulator(LAYOUT, 0, 2).fit(x, y, level)
     pool = np.random.default_rng(3).random((40, 2))
     costs = [1.0, 6.0]
-    points, levels, values = cost_weighted(emulator, pool, costs, 6.0, 0.0, joined(x, level))
+    points, levels, values = LevelRound(emulator, pool, costs, 6.0, 0.0, joined(x, level)).cost_weighted()
     references = joined(pool, 1)  # the pool's first REFERENCES points, at the costliest level
 
     def summed_variance(extra: np.ndarray | None) -> float:

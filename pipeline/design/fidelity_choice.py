@@ -28,7 +28,7 @@ times the candidates.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,32 +51,54 @@ class LevelChoice:
         return len(self.points)
 
 
-def cost_weighted(
-    emulator: MultiFidelityEmulator,
-    pool: np.ndarray,
-    costs: Sequence[float],
-    spend: float,
-    spacing: float,
-    avoid: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(points, levels, values) for `spend`: each pair by the costliest level's integrated variance it would
-    take off per unit cost, believed before the next; `avoid`: joined points already run or chosen."""
-    levels = len(costs)
-    candidates = np.vstack([joined(pool, level) for level in range(levels)])
-    price = np.repeat(np.asarray(costs, np.float64), len(pool))
-    references = (levels - 1) * len(pool) + np.arange(min(REFERENCES, len(pool)))
-    chosen, values = believer_best(
-        emulator.posterior(candidates),
-        candidates,
-        len(candidates),
-        spacing,
-        avoid,
-        references,
-        costs=price,
-        spend=spend,
-    )
-    picked = candidates[chosen]
-    return picked[:, :-1], picked[:, -1].astype(int), np.array(values)
+@dataclass
+class LevelRound:
+    """A round's choosing over levels: the multi-fidelity emulator, the candidate points, each level's cost
+    per run (infinite: never chosen), what the round may spend, the spacing, and the joined points already
+    run or chosen (`avoid`)."""
+
+    emulator: MultiFidelityEmulator
+    pool: np.ndarray
+    costs: Sequence[float]
+    spend: float
+    spacing: float
+    avoid: np.ndarray
+
+    def cost_weighted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(points, levels, values) for the spend: each pair by the costliest level's integrated variance it
+        would take off per unit cost, believed before the next."""
+        levels, size = len(self.costs), len(self.pool)
+        candidates = np.vstack([joined(self.pool, level) for level in range(levels)])
+        chosen, values = believer_best(
+            self.emulator.posterior(candidates),
+            candidates,
+            len(candidates),
+            self.spacing,
+            self.avoid,
+            (levels - 1) * size + np.arange(min(REFERENCES, size)),
+            costs=np.repeat(np.asarray(self.costs, np.float64), size),
+            spend=self.spend,
+        )
+        picked = candidates[chosen]
+        return picked[:, :-1], picked[:, -1].astype(int), np.array(values)
+
+    def with_share(self, share: float, shared: np.ndarray) -> LevelChoice:
+        """The round: the share's points (`shared`: joined points of one level, as many as share x spend
+        buys), then the cost-weighted pairs for the rest of the spend."""
+        level = int(shared[0, -1]) if len(shared) else 0
+        shared = shared[: int(share * self.spend // self.costs[level])]
+        rest = replace(
+            self, spend=self.spend - self.costs[level] * len(shared), avoid=np.vstack([self.avoid, shared])
+        )
+        points, levels, values = rest.cost_weighted()
+        same = self.avoid[self.avoid[:, -1] == level][:, :-1]
+        spread = distances(shared[:, :-1], same).min(axis=1, initial=np.inf)
+        return LevelChoice(
+            np.vstack([shared[:, :-1], points]),
+            np.concatenate([shared[:, -1].astype(int), levels]),
+            np.concatenate([spread, values]),
+            np.concatenate([np.ones(len(shared), bool), np.zeros(len(points), bool)]),
+        )
 
 
 def share_points(design: str, seed: int, dims: int, start: int, count: int, level: int) -> np.ndarray:
@@ -88,31 +110,3 @@ def share_points(design: str, seed: int, dims: int, start: int, count: int, leve
         else unit_design(design, start + count, dims, seed, start, start + count)
     )
     return joined(unit, level)
-
-
-def level_round(
-    emulator: MultiFidelityEmulator,
-    pool: np.ndarray,
-    costs: Sequence[float],
-    spend: float,
-    spacing: float,
-    avoid: np.ndarray,
-    share: float,
-    shared: np.ndarray,
-) -> LevelChoice:
-    """The round: the share's points (`shared`: joined points of one level, as many as share x spend buys),
-    then the cost-weighted pairs for the rest of the spend. `avoid`: joined points already run or chosen; a
-    level of infinite cost is never chosen."""
-    level = int(shared[0, -1]) if len(shared) else 0
-    shared = shared[: int(share * spend // costs[level])]
-    points, levels, values = cost_weighted(
-        emulator, pool, costs, spend - costs[level] * len(shared), spacing, np.vstack([avoid, shared])
-    )
-    same = avoid[avoid[:, -1] == level][:, :-1]
-    spread = distances(shared[:, :-1], same).min(axis=1, initial=np.inf)
-    return LevelChoice(
-        np.vstack([shared[:, :-1], points]),
-        np.concatenate([shared[:, -1].astype(int), levels]),
-        np.concatenate([spread, values]),
-        np.concatenate([np.ones(len(shared), bool), np.zeros(len(points), bool)]),
-    )

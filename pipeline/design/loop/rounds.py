@@ -55,7 +55,7 @@ from threadpoolctl import threadpool_limits
 from pipeline import Sim2dlError, json_digest
 from pipeline.design.acquisitions import ACQUISITIONS, Context, check_acquisition
 from pipeline.design.emulator import Emulator, Outputs
-from pipeline.design.fidelity_choice import level_round, share_points
+from pipeline.design.fidelity_choice import LevelRound, share_points
 from pipeline.design.loop.levels import (
     level_costs,
     level_figures,
@@ -375,16 +375,14 @@ def choose_levels(
     started = time.perf_counter()
     priced, shared = level_prices(settings, history, fidelities, costs, spend, stats)
     with threadpool_limits(limits=1, user_api="blas"):  # as chosen(): small products
-        choice = level_round(
+        choice = LevelRound(
             emulator,
             candidate_pool(adaptive["pool"], dims, settings["seed"], round_index),
             priced,
             spend,
             min_spacing(adaptive, adaptive["budget"], dims),
             history.joined_points(dims),
-            adaptive["space_filling_share"],
-            shared,
-        )
+        ).with_share(adaptive["space_filling_share"], shared)
         uncertainty = np.sqrt(emulator.variance(choice.points)) if choice.size else np.zeros(0)
     stats["seconds_choosing"] = round(time.perf_counter() - started, 4)
     if not choice.size:
