@@ -21,7 +21,7 @@ from pipeline.design.fidelity_choice import LevelRound
 from pipeline.design.loop.rounds import History, choose, design_digest
 from pipeline.design.multifidelity import JointProcess, MultiFidelityEmulator, joined
 
-from .conftest import run_cli, write_config
+from .conftest import SLOW, run_cli, write_config
 from .helpers import levels_config
 
 WAVES = np.linspace(0.0, 1.0, 6)
@@ -162,6 +162,7 @@ def final_error(history: History) -> tuple[float, np.ndarray]:
     return LAYOUT.nrmse(chosen.predict(TEST), costly(TEST))["state"], np.bincount(level, minlength=2)
 
 
+@SLOW  # rounds to a budget of 32 costly runs, each fitting both emulators: 20 s a case
 @pytest.mark.parametrize("code", ["cheap", "misleading"])
 def test_a_cheap_level_pays_where_it_agrees_and_a_misleading_one_stops_being_chosen(code):
     budget = 32  # what 32 costly runs cost, round 0's 16 cheap and 4 costly (6 costly runs' worth) included
