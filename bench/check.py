@@ -208,6 +208,9 @@ BY_HAND = {
     "spatial": "about 15 GB of memory for its unsplit 128^3 baseline",
     "cluster": "a virtual Slurm cluster (scripts/vcluster.sh, root)",
     "scale": "10^5..10^7 files: minutes to hours (--quick: 200,000 files)",
+    "fidelity": "about an hour: a real code's runs at 256 x 256 cells, 5 seeds, each design also trained "
+    "(`bench/fidelity.py --quick`: 3 seeds, by the emulators, about 20 minutes); its costs are measured, so "
+    "its designs depend on timing",
     "adaptive-online": "more runs than the check's 20 minutes hold (`bench/adaptive.py --quick --online`, 7 "
     "minutes): its arrivals depend on timing, and its seeds spread beyond the check's factor",
 }

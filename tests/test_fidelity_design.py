@@ -214,6 +214,8 @@ def test_the_rounds_choose_levels_within_the_budget_and_a_rerun_repeats_nothing(
     chosen = [row for row in rounds if "levels" in row]
     assert chosen and chosen[-1]["budget"] == 8 and chosen[-1]["spent"] <= 8
     assert set(chosen[0]["levels"]) == {"coarse", "fine"} and chosen[0]["levels"]["fine"]["cost"] == 4.0
+    assert all(row["fitted_cost"] <= row["spent"] for row in chosen)
+    assert (raw / "adaptive" / "design.png").stat().st_size > 0 and (raw / "adaptive" / "error.png").exists()
     ledger = tmp_path / "ledger" / "runs.txt"
     for row in rows:  # each run ran its level's command
         assert f"{row['run']} {row['fidelity']}" in ledger.read_text().split("\n")

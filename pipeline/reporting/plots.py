@@ -344,24 +344,36 @@ def adaptive_figures(
     shown = ax.scatter(
         x[ok], y[ok], c=rounds_of[ok], cmap="viridis", s=18, vmin=0, vmax=max(1, rounds_of.max())
     )
+    title = f"{len(x)} runs, chosen in {int(rounds_of.max()) + 1} rounds"
+    if "fidelity_index" in table:  # levels of one simulator: the costliest level's runs ringed
+        level = np.asarray(table["fidelity_index"])
+        top = ok & (level == level.max())
+        ax.scatter(x[top], y[top], facecolors="none", edgecolors="black", s=60, label="the costliest level")
+        title += f", {int(top.sum())} by the costliest level"
     if (~ok).any():
         ax.scatter(x[~ok], y[~ok], c="red", marker="x", s=30, label="failed (never proposed again)")
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize=8)
     fig.colorbar(shown, ax=ax, label="round (0: the space-filling start)")
     ax.set_xlabel(names[0])
     ax.set_ylabel(names[1] if len(names) > 1 else "")
-    ax.set_title(f"{len(x)} runs, chosen in {int(rounds_of.max()) + 1} rounds")
+    ax.set_title(title)
     _save(fig, design_path)
     fitted = [r for r in rounds if "validation_nrmse_mean" in r]
     fig, ax = plt.subplots(figsize=(5.5, 4))
+    spent = all("fitted_cost" in r for r in fitted)  # levels: the cost fitted on, in costliest runs
     if fitted:
-        counts = [r["fitted_on"] for r in fitted]
+        counts = [r["fitted_cost"] if spent else r["fitted_on"] for r in fitted]
         ax.plot(
             counts, [r["validation_nrmse_mean"] for r in fitted], "o-", label="leave-one-out NRMSE (mean)"
         )
         ax.set_yscale("log")
         ax.legend()
-    ax.set_xlabel("runs the emulator was fitted on")
-    ax.set_ylabel("validation NRMSE")
+    ax.set_xlabel(
+        "cost of the runs fitted on (runs of the costliest level)"
+        if fitted and spent
+        else "runs the emulator was fitted on"
+    )
+    ax.set_ylabel("validation NRMSE" + (" (the costliest level's runs)" if fitted and spent else ""))
     ax.set_title("the emulator's error as the design grows")
     _save(fig, error_path)

@@ -367,6 +367,7 @@ def choose_levels(
     every = np.concatenate(history.levels)
     spent = float(np.bincount(every, minlength=len(costs)) @ np.asarray(costs))
     emulator = fitted_levels(settings, history, len(costs), stats)
+    stats["fitted_cost"] = round(spent / costs[-1], 3)  # the runs it was fitted on, in costliest runs
     spend = round_spend(adaptive, costs, spent)
     stop = stop_reason(adaptive, int(spend >= costs[0]), round_index, stats["validation_nrmse_mean"])
     ended = {"runs": history.runs, "runs_ok": stats["fitted_on"], "spent": round(spent / costs[-1], 3)}
