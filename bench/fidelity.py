@@ -18,17 +18,17 @@ rounds' own measure), in the costly level's runs:
   16 (`adaptive_16`) costly runs cost, scored by the emulator its last round trusted (the multi-fidelity
   one where the cheap level helped, else one of the costly runs alone).
 
-Each design's test NRMSE on 48 random runs of the costly level (seeds 1..N, `--seeds`, 5 by default), by
-the emulator, and with `--network` by the network a user trains (the adaptive preset's workflow and
-decoder surrogate; on a design over levels the level is stacked with the parameters, and the saved model
-answers for the costly level: the Sobol design trained on its first 16 and 32 runs). Figures (last line,
-JSON): `sobol.{emulator,network}` (budget -> mean test NRMSE over the seeds); `designs.{emulator,network}`
-per design: its mean `cost` (in costly runs) and `nrmse`, `by_seed`, `over_sobol_at_equal_cost` (its mean
-error over the Sobol design's at the same cost, interpolated in log-log between the Sobol budgets; goal
-<= 1.05) and `cost_fraction_to_sobol_N` (its cost over N, the largest Sobol budget, where its mean error
-is at most the Sobol design's at N, else null; goal <= 0.3); `cost_ratio` (the costly level's measured
-cost per run over the cheap one's, the median over the designs); `cheap_level_nrmse` (the cheap run at
-each test point against the costly one: how far the cheap level is from the costly).
+Each design's test NRMSE on 48 random runs of the costly level (seeds 1..N, `--seeds`, 5 by default), by the
+emulator, and with `--network` by the network a user trains (the adaptive preset's workflow and decoder
+surrogate, in batches of 4; on a design over levels the level is stacked with the parameters, and the saved
+model answers for the costly level: the Sobol design trained on its first 16 and 32 runs). Figures (last
+line, JSON): `sobol.{emulator,network}` (budget -> mean test NRMSE over the seeds);
+`designs.{emulator,network}` per design: its mean `cost` (in costly runs) and `nrmse`, `by_seed`,
+`over_sobol_at_equal_cost` (its mean error over the Sobol design's at the same cost, interpolated in log-log
+between the Sobol budgets; goal <= 1.05) and `cost_fraction_to_sobol_N` (its cost over N, the largest Sobol
+budget, where its mean error is at most the Sobol design's at N, else null; goal <= 0.3); `cost_ratio` (the
+costly level's measured cost per run over the cheap one's, the median over the designs); `cheap_level_nrmse`
+(the cheap run at each test point against the costly one: how far the cheap level is from the costly).
 
     python bench/fidelity.py [--seeds 5] [--quick] [--network]     (--quick: 3 seeds, 32 test runs)
 """
@@ -169,7 +169,8 @@ def network_error(
         "simulate": simulate,
         "source": source,
         "convert": convert,
-        "train": {**preset["train"], "seed": seed, "warm_start": False},
+        # batches of 4: 16 runs leave 11 to train on, 5 or 6 a rank (every design trains so)
+        "train": {**preset["train"], "seed": seed, "warm_start": False, "batch_size": 4},
     }
     workflow(config, case / "config.yaml")
     predicted = kept_model_states(case / "work" / "train", test_params)
