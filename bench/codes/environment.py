@@ -25,3 +25,7 @@ def python() -> Path:
         subprocess.run([*pip, "-r", str(REQUIREMENTS)], check=True)
         stamp.write_text(wanted)
     return VENV / "bin" / "python"
+
+
+if __name__ == "__main__":  # python3 -m bench.codes.environment: build it, print its interpreter
+    print(python())
