@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from pipeline import Sim2dlError
-from pipeline.ensemble.plan import EnsemblePlan, check_command, placeholders
+from pipeline.ensemble.plan import EnsemblePlan, check_command, placeholders, resolved_command
 
 from .conftest import (
     REPO,
@@ -583,3 +583,20 @@ def test_the_ensemble_docs_example_runs_as_written(tmp_path, monkeypatch):
     for record in records:  # sample id: the file's path below raw/, GROUP/RUN/density
         run = record["sample_id"].split("/")[-2]
         assert record["sigma8"] == pytest.approx(sigma8[run], rel=1e-6)
+
+
+def test_a_relative_program_is_made_absolute_through_its_link(tmp_path, monkeypatch):
+    """A virtual environment's python is a link to the interpreter: resolving the link would run the
+    interpreter without the environment (a user's simulator then misses its packages)."""
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
+    (tmp_path / "sim.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    command = resolved_command(["venv/bin/python", "sim.py", "--out", "{out}", "-x"])
+    assert command == [
+        str(tmp_path / "venv" / "bin" / "python"),
+        str(tmp_path / "sim.py"),
+        "--out",
+        "{out}",
+        "-x",
+    ]

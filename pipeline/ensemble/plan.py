@@ -309,13 +309,15 @@ def command_keys(settings: Mapping[str, Any]) -> list[str]:
 
 def resolved_command(command: Sequence[str]) -> list[str]:
     """The command as it runs, in its run's directory: arguments without placeholders that name an
-    existing file or directory relative to where the step started are made absolute."""
+    existing file or directory relative to where the step started are made absolute. Links are kept: a
+    virtual environment's python is a link to the interpreter, and only through the link is it the
+    environment's."""
     resolved = []
     for argument in command:
         path = Path(argument)
         plain = not placeholders([argument]) and not path.is_absolute() and not argument.startswith("-")
         resolved.append(
-            str(path.resolve())
+            os.path.abspath(argument)
             if plain and path.exists() and ("/" in argument or path.is_file())
             else argument
         )
