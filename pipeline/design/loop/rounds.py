@@ -369,7 +369,8 @@ def choose_levels(
     emulator = fitted_levels(settings, history, len(costs), stats)
     stats["fitted_cost"] = round(spent / costs[-1], 3)  # the runs it was fitted on, in costliest runs
     spend = round_spend(adaptive, costs, spent)
-    stop = stop_reason(adaptive, int(spend >= costs[0]), round_index, stats["validation_nrmse_mean"])
+    # a round buys at least one run of the costliest level (what it may have left is less than one run)
+    stop = stop_reason(adaptive, int(spend >= costs[-1]), round_index, stats["validation_nrmse_mean"])
     ended = {"runs": history.runs, "runs_ok": stats["fitted_on"], "spent": round(spent / costs[-1], 3)}
     if stop:
         return None, {**stats, "stopped": stop, **ended}
@@ -381,13 +382,14 @@ def choose_levels(
             candidate_pool(adaptive["pool"], dims, settings["seed"], round_index),
             priced,
             spend,
-            min_spacing(adaptive, adaptive["budget"], dims),
+            # the cheapest level may run budget x the cost ratio: its spacing, unless min_spacing is set
+            min_spacing(adaptive, int(adaptive["budget"] * costs[-1] / costs[0]), dims),
             history.joined_points(dims),
         ).with_share(adaptive["space_filling_share"], shared)
         uncertainty = np.sqrt(emulator.variance(choice.points)) if choice.size else np.zeros(0)
     stats["seconds_choosing"] = round(time.perf_counter() - started, 4)
     if not choice.size:
-        stopped = "budget" if spend < min(priced) else "no candidate left at min_spacing"
+        stopped = "no candidate left at min_spacing"
         return None, {**stats, "stopped": stopped, **ended}
     values = choice.values
     stats["acquisition_value"] = {"min": values.min(), "mean": values.mean(), "max": values.max()}
