@@ -55,17 +55,10 @@ STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "merge": ("convert", "merge"),
     "stage": ("stage",),
     # Stages again itself where node-local copies are gone; the simulator's label names for the plots.
-    # the levels' stack: a surrogate of levels is saved answering for the costliest (training/levels.py)
-    "train": ("train", "stage", "simulate.enabled", "simulate.fidelities", "source.fields", "convert.stack"),
-    "search": (  # its trials run train
-        "search",
-        "train",
-        "stage",
-        "simulate.enabled",
-        "simulate.fidelities",
-        "source.fields",
-        "convert.stack",
-    ),
+    # simulate and source: a surrogate of levels is saved answering for the costliest (training/levels.py
+    # reads simulate.fidelities and source.fields); a change of either reruns ingest, and so train, anyway
+    "train": ("train", "stage", "simulate", "simulate.enabled", "source", "convert.stack"),
+    "search": ("search", "train", "stage", "simulate", "simulate.enabled", "source", "convert.stack"),
     # The ensemble and training in one job: the simulator, reading and converting each run, training.
     "online": ("simulate", "source", "ingest", "convert", "train"),
     "sweep": None,  # every point's config is built from the whole file
