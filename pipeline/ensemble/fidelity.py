@@ -86,11 +86,26 @@ class Fidelities:
         return names, np.concatenate(indices or [empty]), np.concatenate(points or [empty])
 
 
+def level_tallies(table: Any, levels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per level, of runs table rows (a table or a row group with INDEX_COLUMN, status and seconds): its
+    runs, those that succeeded, and the seconds of those summed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    index = table[INDEX_COLUMN].to_numpy(zero_copy_only=False).astype(np.int64)
+    status = table["status"].cast(pa.string())
+    succeeded = pc.equal(status, "ok").to_numpy(zero_copy_only=False)
+    taken = np.nan_to_num(table["seconds"].to_numpy(zero_copy_only=False).astype(float))
+    return (
+        np.bincount(index, minlength=levels),
+        np.bincount(index[succeeded], minlength=levels),
+        np.bincount(index[succeeded], weights=taken[succeeded], minlength=levels),
+    )
+
+
 def measured_costs(runs_table: Path, fidelities: Fidelities) -> list[dict[str, Any]]:
     """Each level's runs, those that succeeded, the mean seconds of those, and its cost per run (declared,
     else that mean) and that cost over the cheapest level's: what the levels cost, from the runs so far."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     count = np.zeros(len(fidelities.levels), np.int64)
@@ -99,13 +114,10 @@ def measured_costs(runs_table: Path, fidelities: Fidelities) -> list[dict[str, A
     table = pq.ParquetFile(runs_table)
     for group in range(table.num_row_groups):
         columns = table.read_row_group(group, columns=[INDEX_COLUMN, "status", "seconds"])
-        index = columns[INDEX_COLUMN].to_numpy()
-        status = columns["status"].combine_chunks().cast(pa.string())
-        succeeded = pc.equal(status, "ok").to_numpy(zero_copy_only=False)
-        count += np.bincount(index, minlength=len(count))
-        ok += np.bincount(index[succeeded], minlength=len(count))
-        taken = np.nan_to_num(columns["seconds"].to_numpy(zero_copy_only=False).astype(float))
-        seconds += np.bincount(index[succeeded], weights=taken[succeeded], minlength=len(count))
+        runs, succeeded, taken = level_tallies(columns, len(count))
+        count += runs
+        ok += succeeded
+        seconds += taken
     levels = []
     for level in fidelities.levels:
         mean = seconds[level.index] / ok[level.index] if ok[level.index] else None

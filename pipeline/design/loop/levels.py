@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipeline import Sim2dlError
-from pipeline.ensemble.fidelity import INDEX_COLUMN, NAME_COLUMN, Fidelities
+from pipeline.ensemble.fidelity import INDEX_COLUMN, NAME_COLUMN, Fidelities, level_tallies
 from pipeline.ensemble.plan import SEED_MODULUS
 from pipeline.ensemble.sampling import unit_design
 
@@ -63,12 +62,10 @@ def level_costs(fidelities: Fidelities, tables: Sequence[pa.Table]) -> list[floa
     """Each level's cost per run: declared, else the mean seconds of its runs that succeeded so far."""
     seconds = np.zeros(len(fidelities.levels))
     ok = np.zeros(len(fidelities.levels))
-    for table in tables:
-        succeeded = pc.equal(table.column("status").cast(pa.string()), "ok").to_numpy(zero_copy_only=False)
-        taken = np.nan_to_num(table.column("seconds").to_numpy(zero_copy_only=False).astype(float))
-        level = level_of(table)
-        seconds += np.bincount(level[succeeded], taken[succeeded], len(seconds))
-        ok += np.bincount(level[succeeded], minlength=len(ok))
+    for table in tables:  # the tally plain ensembles' measured_costs makes
+        _, succeeded, taken = level_tallies(table, len(seconds))
+        ok += succeeded
+        seconds += taken
     costs = []
     for level in fidelities.levels:
         if level.cost is not None:
