@@ -134,6 +134,11 @@ def column_type(spec: Mapping[str, Any], levels: list[Any] | None) -> pa.DataTyp
 DESIGN_BLOCK = 16_384
 
 
+def run_seeds(seed: int, indices: np.ndarray) -> np.ndarray:
+    """The runs' seeds from simulate.seed and their indices (a design point's, with levels): in [1, 9e8]."""
+    return (seed * 100_003 + np.asarray(indices, np.int64)) % SEED_MODULUS + 1
+
+
 def run_name(index: int, runs: int) -> str:
     return f"run-{index:0{max(6, len(str(runs - 1)))}d}"
 
@@ -228,7 +233,7 @@ class EnsemblePlan:
         points = np.arange(start, stop, dtype=np.int64)
         if self.fidelities is not None:
             names, indices, points = self.fidelities.columns(start, stop)
-        seeds = (seed * 100_003 + points) % SEED_MODULUS + 1  # a design point's seed, at every level
+        seeds = run_seeds(seed, points)  # a design point's seed, at every level
         arrays = [pa.array([run_name(i, self.runs) for i in range(start, stop)], pa.string())]
         arrays += [pa.array(columns[name], self.schema.field(name).type) for name in space]
         arrays.append(pa.array(seeds))

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from pipeline import Sim2dlError
 from pipeline.ensemble.fidelity import INDEX_COLUMN, NAME_COLUMN, Fidelities, level_tallies
-from pipeline.ensemble.plan import SEED_MODULUS
+from pipeline.ensemble.plan import run_seeds
 from pipeline.ensemble.sampling import unit_design
 
 
@@ -46,7 +46,7 @@ def with_levels(
     table = table.append_column(pa.field(NAME_COLUMN, pa.string()), pa.array(names, pa.string()))
     table = table.append_column(pa.field(INDEX_COLUMN, pa.int64()), pa.array(np.asarray(levels, np.int64)))
     if seed_points is not None:
-        seeds = (seed * 100_003 + np.asarray(seed_points, np.int64)) % SEED_MODULUS + 1
+        seeds = run_seeds(seed, seed_points)
         table = table.set_column(table.schema.get_field_index("seed"), "seed", pa.array(seeds))
     return table
 

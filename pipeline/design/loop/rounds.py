@@ -70,7 +70,7 @@ from pipeline.design.share import SPACE_FILLING, shared_choice
 from pipeline.design.space import candidate_pool, min_spacing, parameter_columns, unit_points
 from pipeline.ensemble.farm import farm, run_paths
 from pipeline.ensemble.fidelity import Fidelities
-from pipeline.ensemble.plan import DESIGN_BLOCK, SEED_MODULUS, checked_settings, column_type, run_name
+from pipeline.ensemble.plan import DESIGN_BLOCK, checked_settings, column_type, run_name, run_seeds
 from pipeline.ensemble.runs_table import STATUSES, write_runs_table
 from pipeline.ensemble.sampling import unit_design
 from pipeline.formats.fields.column import DESIGN_METADATA
@@ -173,7 +173,7 @@ def round_table(
         pa.field("uncertainty", pa.float64()),
     ]
     schema = pa.schema(fields, metadata={DESIGN_METADATA: digest})
-    seeds = (settings["seed"] * 100_003 + indices) % SEED_MODULUS + 1
+    seeds = run_seeds(settings["seed"], indices)
     arrays = [pa.array([run_name(int(i), budget) for i in indices], pa.string())]
     arrays += [pa.array(columns[f.name], f.type) for f in fields[1 : 1 + len(space)]]
     arrays += [
