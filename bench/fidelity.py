@@ -26,9 +26,12 @@ line, JSON): `sobol.{emulator,network}` (budget -> mean test NRMSE over the seed
 `designs.{emulator,network}` per design: its mean `cost` (in costly runs) and `nrmse`, `by_seed`,
 `over_sobol_at_equal_cost` (its mean error over the Sobol design's at the same cost, interpolated in log-log
 between the Sobol budgets; goal <= 1.05) and `cost_fraction_to_sobol_N` (its cost over N, the largest Sobol
-budget, where its mean error is at most the Sobol design's at N, else null; goal <= 0.3); `cost_ratio` (the
-costly level's measured cost per run over the cheap one's, the median over the designs); `cheap_level_nrmse`
-(the cheap run at each test point against the costly one: how far the cheap level is from the costly).
+budget, where its mean error is at most the Sobol design's at N, else null; goal <= 0.3);
+`families.{emulator,network}` per kind of design (nested, adaptive) over its two budgets:
+`cost_fraction_to_sobol_N`, the cost at which its mean error reaches the Sobol design's at N, log-log
+interpolated between the budgets that bracket it, over N (goal <= 0.3); `cost_ratio` (the costly level's
+measured cost per run over the cheap one's, the median over the designs); `cheap_level_nrmse` (the cheap
+run at each test point against the costly one: how far the cheap level is from the costly).
 
     python bench/fidelity.py [--seeds 5] [--quick] [--network]     (--quick: 3 seeds, 32 test runs)
 """
@@ -276,6 +279,36 @@ def compared(
     }
 
 
+def reached_at(costs: list[float], errors: list[float], target: float) -> float | None:
+    """The cost at which a family of designs (one kind at growing budgets) first reaches `target` error:
+    log-log interpolated between the two budgets that bracket it, its smallest cost where that one already
+    does (an upper bound), None where none does."""
+    order = np.argsort(costs)
+    cost, error = np.log(np.asarray(costs)[order]), np.log(np.asarray(errors)[order])
+    if error[0] <= np.log(target):
+        return float(np.exp(cost[0]))
+    for i in range(1, len(cost)):
+        if error[i] <= np.log(target):
+            share = (error[i - 1] - np.log(target)) / (error[i - 1] - error[i])
+            return float(np.exp(cost[i - 1] + share * (cost[i] - cost[i - 1])))
+    return None
+
+
+def families(compared_designs: dict[str, dict[str, Any]], budgets: list[int], sobol: np.ndarray) -> dict:
+    """Each kind of design (nested, adaptive) over its budgets: the cost at which its mean error reaches
+    the Sobol design's at the largest budget N, over N (goal <= 0.3)."""
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for name, row in compared_designs.items():
+        kinds.setdefault(name.rsplit("_", 1)[0], []).append(row)
+    result = {}
+    for kind, rows in kinds.items():
+        cost = reached_at([r["cost"] for r in rows], [r["nrmse"] for r in rows], float(sobol[-1]))
+        result[kind] = {
+            f"cost_fraction_to_sobol_{budgets[-1]}": None if cost is None else round(cost / budgets[-1], 3)
+        }
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -329,6 +362,7 @@ def main() -> None:
             n: compared(rows, list(SOBOL_BUDGETS), sobol_gp, "emulator") for n, rows in by_design.items()
         }
     }
+    result["families"] = {"emulator": families(result["designs"]["emulator"], list(SOBOL_BUDGETS), sobol_gp)}
     if args.network:
         sobol_network = np.mean(network, axis=0)
         result["sobol"]["network"] = dict(
@@ -338,6 +372,9 @@ def main() -> None:
             n: compared(rows, list(NETWORK_BUDGETS), sobol_network, "network")
             for n, rows in by_design.items()
         }
+        result["families"]["network"] = families(
+            result["designs"]["network"], list(NETWORK_BUDGETS), sobol_network
+        )
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result))
 
