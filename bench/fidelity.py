@@ -33,7 +33,12 @@ interpolated between the budgets that bracket it, over N (goal <= 0.3); `cost_ra
 measured cost per run over the cheap one's, the median over the designs); `cheap_level_nrmse` (the cheap
 run at each test point against the costly one: how far the cheap level is from the costly).
 
-    python bench/fidelity.py [--seeds 5] [--quick] [--network]     (--quick: 3 seeds, 32 test runs)
+With `--correction` too, each design over levels is also trained with the decoder's costly level a learnt
+correction of the cheap one (`model_args: {level_entry: 2}`), scored as `designs.correction` and
+`families.correction`: the two ways of learning the levels, on the same runs.
+
+    python bench/fidelity.py [--seeds 5] [--quick] [--network [--correction]]
+    (--quick: 3 seeds, 32 test runs)
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ SPACE = {
     "d": {"type": "uniform", "low": 0.05, "high": 1.0},
     "r": {"type": "uniform", "low": 0.2, "high": 2.0},
 }
+
+CORRECTION = {"level_entry": len(SPACE)}  # --correction: the level after the parameters in the stack
 
 
 def code(cells: int) -> list[str]:
@@ -144,7 +151,12 @@ def simulate_levels(work: Path, simulate: dict[str, Any]) -> Path:
 
 
 def network_error(
-    raw: Path, case: Path, seed: int, test: tuple[np.ndarray, np.ndarray], runs: int | None
+    raw: Path,
+    case: Path,
+    seed: int,
+    test: tuple[np.ndarray, np.ndarray],
+    runs: int | None,
+    model_args: dict[str, Any] | None = None,
 ) -> float:
     """The test NRMSE of the network a user trains on a design (`--network`): the adaptive preset's
     workflow (`snakemake`: ingest to train, its decoder for its epochs) on the design's runs (the first
@@ -173,7 +185,13 @@ def network_error(
         "source": source,
         "convert": convert,
         # batches of 4: 16 runs leave 11 to train on, 5 or 6 a rank (every design trains so)
-        "train": {**preset["train"], "seed": seed, "warm_start": False, "batch_size": 4},
+        "train": {
+            **preset["train"],
+            "seed": seed,
+            "warm_start": False,
+            "batch_size": 4,
+            **({"model_args": model_args} if model_args else {}),
+        },
     }
     workflow(config, case / "config.yaml")
     predicted = kept_model_states(case / "work" / "train", test_params)
@@ -195,6 +213,7 @@ class Bench:
     test_y: np.ndarray
     test_params: np.ndarray
     network: bool
+    correction: bool = False
 
     @property
     def layout(self) -> Outputs:
@@ -203,11 +222,13 @@ class Bench:
     def emulator_error(self, model: Any) -> float:
         return self.layout.nrmse(model.predict(self.test_x), self.test_y)["state"]
 
-    def network_error(self, raw: Path, seed: int, runs: int | None = None) -> float | None:
+    def network_error(
+        self, raw: Path, seed: int, runs: int | None = None, model_args: dict[str, Any] | None = None
+    ) -> float | None:
         if not self.network:
             return None
-        case = self.work / f"network-{raw.parent.name}-{runs}"
-        return network_error(raw, case, seed, (self.test_params, self.test_y), runs)
+        case = self.work / f"network-{raw.parent.name}-{runs}-{bool(model_args)}"
+        return network_error(raw, case, seed, (self.test_params, self.test_y), runs, model_args)
 
     def sobol(self, seed: int) -> tuple[list[float], list[float | None]]:
         """The costly level alone: its test NRMSE at each of SOBOL_BUDGETS by the GP, and by the network
@@ -243,6 +264,7 @@ class Bench:
             "cost": float((np.sum(level == 0) * cheap_cost + np.sum(level == 1) * costly_cost) / costly_cost),
             "emulator": self.emulator_error(model),
             "network": self.network_error(raw, seed),
+            "correction": self.network_error(raw, seed, None, CORRECTION) if self.correction else None,
             "runs": np.bincount(level, minlength=2).tolist(),
             "cost_ratio": costly_cost / cheap_cost,
         }
@@ -316,6 +338,11 @@ def main() -> None:
     parser.add_argument(
         "--network", action="store_true", help="also scored by the network a user trains (Sobol at 16, 32)"
     )
+    parser.add_argument(
+        "--correction",
+        action="store_true",
+        help="with --network: each design over levels also trained as a correction (decoder's level_entry)",
+    )
     args = parser.parse_args()
     seeds = list(range(1, (3 if args.quick else args.seeds) + 1))
     work = OUT / "fidelity"
@@ -326,7 +353,7 @@ def main() -> None:
     test_x, test_y = outputs_of(test_raw, SETTINGS)
     table = pq.read_table(test_raw / "runs.parquet").to_pydict()
     test_params = np.stack([table[n] for n in SPACE], axis=1).astype(np.float32)
-    bench = Bench(work, test_x, test_y, test_params, args.network)
+    bench = Bench(work, test_x, test_y, test_params, args.network, args.correction and args.network)
     cheap_raw = run_simulate(work / "test-cheap", {**test, "command": code(CHEAP_CELLS)})
     result: dict[str, Any] = {
         "seeds": seeds,
@@ -375,6 +402,14 @@ def main() -> None:
         result["families"]["network"] = families(
             result["designs"]["network"], list(NETWORK_BUDGETS), sobol_network
         )
+        if bench.correction:
+            result["designs"]["correction"] = {
+                n: compared(rows, list(NETWORK_BUDGETS), sobol_network, "correction")
+                for n, rows in by_design.items()
+            }
+            result["families"]["correction"] = families(
+                result["designs"]["correction"], list(NETWORK_BUDGETS), sobol_network
+            )
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result))
 

@@ -365,6 +365,14 @@ def check_level_input(config: Mapping[str, Any]) -> None:
             "level: declare a field {column: fidelity_index} in source.fields and put it among the features "
             "(e.g. in the stack of the parameters; docs/ensembles.md, Multi-fidelity)"
         )
+    entry = (config["train"].get("model_args") or {}).get("level_entry")
+    stacks = [conv["stack"].get(name, [name]) for name in conv["features"]]
+    places = [stack.index(name) for stack in stacks for name in sorted(levels) if name in stack]
+    if entry is not None and entry not in places:
+        raise Sim2dlError(
+            f"config key 'train.model_args.level_entry': {entry!r} is not the level's place in the stack of "
+            f"the features {stacks} (the level, {sorted(levels)}, is entry {places})"
+        )
 
 
 def check_deposits(conv: Mapping[str, Any], fields: set[str]) -> None:

@@ -123,6 +123,11 @@ def test_a_run_knows_its_level_and_point():
             "convert.features",
             "fidelity_index",
         ),
+        (
+            lambda c: c["train"].update(model_args={"level_entry": 0}),
+            "train.model_args.level_entry",
+            "is entry [1]",
+        ),
     ],
 )
 def test_config_errors_of_the_levels_name_their_key(tmp_path, change, key, words):

@@ -39,7 +39,7 @@ from pipeline.training.models import (
     sequence,
     unet2d,
 )
-from pipeline.training.models.base import ARGS
+from pipeline.training.models.base import ARGS, ModelError
 
 EPOCHS, BATCH, LEARNING_RATE = 8, 16, 0.001
 SAMPLES, TRAINED = 512, 384  # the rest is held out
@@ -105,6 +105,16 @@ def moving_blobs(rng: np.random.Generator, side: int = 16):
         -((gx - 0.6 * p[:, 0, None, None]) ** 2 + (gy - 0.6 * p[:, 1, None, None]) ** 2) / (2 * width**2)
     )
     return p.astype("float32"), ((y - y.mean()) / y.std()).reshape(SAMPLES, -1).astype("float32")
+
+
+def blobs_at_two_levels(rng: np.random.Generator, side: int = 16):
+    """The blobs above from runs of two levels of one code: the level a fourth input (0 or 1), the costly
+    level's field the cheap one's plus a smooth correction that depends on the parameters."""
+    p, y = moving_blobs(rng, side)
+    level = rng.integers(0, 2, size=(SAMPLES, 1)).astype("float32")
+    grid = np.linspace(-1, 1, side)
+    tilt = (grid[None, :, None] * p[:, 0, None, None] + grid[None, None, :]).reshape(SAMPLES, -1)
+    return np.hstack([p, level]), (y + 0.5 * level * tilt).astype("float32")
 
 
 def blob_fields(rng: np.random.Generator):
@@ -220,7 +230,9 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.model.NAME}-{self.task}"
+        return f"{self.model.NAME}-{self.task}" + "".join(
+            f"-{k}" for k, _ in self.options if k == "level_entry"
+        )
 
 
 CASES = [
@@ -234,6 +246,14 @@ CASES = [
     Case(dense, "regression", nonlinear_function, r2),
     Case(dense, "classification", lambda rng: largest_mean_channel(rng, (16,)), accuracy, 3),
     Case(decoder, "surrogate", moving_blobs, r2, output_shapes=((16, 16),)),
+    Case(
+        decoder,
+        "surrogate",
+        blobs_at_two_levels,
+        r2,
+        output_shapes=((16, 16),),
+        options=(("level_entry", 3),),
+    ),
     Case(unet2d, "surrogate", advected_fields, r2, output_shapes=((16, 16),), options=(("periodic", True),)),
     Case(fno, "surrogate", advected_fields, r2, output_shapes=((16, 16),), options=(("modes", 6),)),
     Case(fno3d, "surrogate", advected_cubes, r2, output_shapes=((12, 12, 12),), options=(("modes", 4),)),
@@ -333,6 +353,22 @@ def test_built_in_learns_what_a_minimal_model_learns(case: Case, deterministic):
     reached, minimal = compare(case)
     print(f"{case.id}: built-in {reached:.3f}, reference {minimal:.3f}")
     assert reached >= 0.9 * minimal, (reached, minimal)
+
+
+def test_a_decoder_over_levels_adds_the_levels_correction_to_one_network_of_the_parameters():
+    """With level_entry the level enters only as the weight of a correction: at fixed parameters the
+    outputs are affine in the level's entry, and the parameters' entries around it still matter."""
+    task = SimpleNamespace(output_fields=lambda: [(8, 8)])
+    model = decoder.build((4,), 64, task, {**default_args(), "level_entry": 1})
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype("float32")
+    at = {z: model(np.insert(np.delete(x, 1, axis=1), 1, z, axis=1)).numpy() for z in (0.0, 1.0, 2.5)}
+    assert at[2.5] == pytest.approx(at[0.0] + 2.5 * (at[1.0] - at[0.0]), abs=1e-4)
+    assert not np.allclose(at[1.0], at[0.0])
+    moved = x.copy()
+    moved[:, 2] += 1.0
+    assert not np.allclose(model(moved).numpy(), model(x).numpy())
+    with pytest.raises(ModelError, match="level_entry 4"):
+        decoder.build((4,), 64, task, {**default_args(), "level_entry": 4})
 
 
 def test_sequence_pools_real_steps_only_so_padding_changes_nothing():
