@@ -107,7 +107,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import OUT, REPO, sim2dl, workflow
 from pipeline.design.emulator import Emulator, Outputs
-from pipeline.design.loop.rounds import read_outputs
+from pipeline.design.loop.history import read_outputs
 from pipeline.design.regimes import make_emulator
 from pipeline.design.space import unit_points
 from pipeline.ensemble.farm import run_paths

@@ -18,7 +18,8 @@ from pipeline import Sim2dlError
 from pipeline.config import validate
 from pipeline.design.emulator import Emulator, Outputs
 from pipeline.design.fidelity_choice import LevelRound
-from pipeline.design.loop.rounds import History, choose, design_digest
+from pipeline.design.loop.history import History
+from pipeline.design.loop.rounds import choose, design_digest
 from pipeline.design.multifidelity import JointProcess, MultiFidelityEmulator, joined
 
 from .conftest import SLOW, run_cli, write_config

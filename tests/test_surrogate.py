@@ -998,7 +998,7 @@ def test_inspect_reads_an_ensembles_runs_table_and_proposes_the_forward_surrogat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.design.loop.rounds import round_table
+    from pipeline.design.loop.history import round_table
     from pipeline.ensemble.farm import run_paths
     from pipeline.ensemble.runs_table import OUTCOME_SCHEMA
     from pipeline.simulators import bistable_run

@@ -8,6 +8,7 @@ minimum spacing), `share` (the space-filling share of a batch), `acquisitions/` 
 choosing, behind `Acquisition`).
 
 `loop/`: over the ensemble's farm (pipeline/ensemble/, a tier below), the design run under
-MPI, in rounds (`loop/rounds.py`, simulate.adaptive) and online as the runs complete (`loop/online.py`,
-train.online's choosing).
+MPI, in rounds (`loop/rounds.py`, simulate.adaptive; what the rounds know and write in `loop/history.py`,
+their levels in `loop/levels.py`) and online as the runs complete (`loop/online.py`, train.online's
+choosing).
 """
