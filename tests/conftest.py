@@ -371,6 +371,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     seconds: dict[str, float] = {}
     for item in items:
         name = tier(item)
+        fast = {m.name for m in item.iter_markers()} & {"unit", "mpi"}
+        if fast and name in ("workflow", "site"):  # slow tests marked mpi by hand ran in `make test-fast` too
+            raise pytest.UsageError(f"{item.nodeid}: marked {sorted(fast)} by hand, and its tier is {name}")
         item.add_marker(getattr(pytest.mark, name))
         module = item.nodeid.split("::", 1)[0]
         if chosen is None or chosen.evaluate(MarkMatcher.from_markers(item.iter_markers())):

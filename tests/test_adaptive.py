@@ -689,6 +689,7 @@ def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
     )
 
 
+@SLOW
 def test_failed_runs_are_recorded_and_never_proposed_again(tmp_path):
     path = adaptive_config(tmp_path, acquisition="breed", min_spacing=0.05)
     config = yaml.safe_load(path.read_text())
@@ -785,6 +786,7 @@ for line in sys.stdin:
 """
 
 
+@SLOW
 def test_a_persistent_simulator_starts_once_per_rank_across_the_rounds(tmp_path):
     path = adaptive_config(tmp_path, budget=16, acquisition="integrated_variance", emulator="gp")
     script = tmp_path / "persistent_run.py"

@@ -8,13 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from .conftest import env
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 STEPS = PACKAGE / "steps"
-pytestmark = pytest.mark.unit
 
 
 def module_name(path: Path) -> str:

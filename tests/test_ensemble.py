@@ -422,6 +422,7 @@ def test_a_persistent_simulator_starts_once_per_rank_and_its_faults_are_retried_
     assert again == {"run-000002", "run-000003"}
 
 
+@SLOW
 def test_the_persistent_simulator_docs_example_runs_as_written(tmp_path):
     """docs/ensembles.md's persistent config and its Python driver, unchanged but for the run count and
     the workdir: every run done by one process per rank, its file a sample labelled from the runs table."""
@@ -551,6 +552,7 @@ with h5py.File(os.path.join(a.out, "density.h5"), "w") as f:
 """
 
 
+@SLOW
 def test_the_ensemble_docs_example_runs_as_written(tmp_path, monkeypatch):
     """docs/ensembles.md's config, unchanged but for the run count and the workdir, with `my-sim` on PATH:
     every file the simulator writes is a sample (named by its path), labelled from the runs table."""

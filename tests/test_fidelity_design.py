@@ -184,6 +184,7 @@ def test_a_cheap_level_pays_where_it_agrees_and_a_misleading_one_stops_being_cho
         assert error <= 1.05 * control_error
 
 
+@SLOW
 def test_the_rounds_choose_levels_within_the_budget_and_a_rerun_repeats_nothing(tmp_path):
     config = levels_config(tmp_path)
     config["simulate"]["fidelities"] = [

@@ -18,7 +18,7 @@ from pipeline.steps.ingest.samples import FileOpener, SamplePlan
 from pipeline.steps.ingest.step import ingest
 from pipeline.steps.inspect import decide, inspect, survey
 
-from .conftest import run_cli, snakemake_configfile, write_config
+from .conftest import SLOW, run_cli, snakemake_configfile, write_config
 from .helpers import CMIP_SOURCE, MODELS, data_half, layout_config, records_by_id, ta_values, write_cmip_like
 
 
@@ -51,6 +51,7 @@ def test_netcdf_one_sample_per_time_step_with_the_model_as_class(tmp_path, seria
     assert ShardReader(tmp_path / "work" / "merged").classes == meta["classes"]
 
 
+@SLOW
 def test_ranks_take_ranges_of_one_files_samples_and_the_shards_do_not_depend_on_them(tmp_path):
     """One file of 40 samples and one of 3, on 1 and 3 ranks (the large file spread over all three):
     byte-identical shards, the same classes, and every rank wrote part of the large file."""

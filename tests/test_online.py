@@ -389,6 +389,7 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     assert kept["steps"] == 16 and kept["hosts"] and kept["spatial"] == {"ranks_per_sample": 1, "groups": 1}
 
 
+@SLOW
 def test_a_stream_whose_writer_dies_is_retried_without_duplicates_on_three_ranks(tmp_path):
     config = online_config(
         tmp_path,
@@ -441,6 +442,7 @@ def test_an_attempt_that_fails_cleanly_is_retried_and_read_once(tmp_path, source
     assert summary["online"]["errors"] == [] and summary["ensemble"]["ok"] == 4
 
 
+@SLOW
 def test_a_campaign_smaller_than_the_watermark_trains_on_what_arrived(tmp_path):
     """6 runs of one sample each never fill the watermark (8): once the simulations end the trainers go on
     with the 5 training samples, in batches of up to 4, each sample drawn max_reuse (2) times, and say so."""

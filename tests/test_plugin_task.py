@@ -118,7 +118,6 @@ def test_no_pipeline_module_names_the_plugin_and_a_wrong_one_is_refused_by_key(t
 
 # SLOW (conftest): this file is loaded as a plug-in by its path, so it imports nothing of the tests
 @pytest.mark.workflow
-@pytest.mark.mpi
 def test_a_task_of_a_test_file_trains_on_shards_and_as_a_population(tmp_path, staged):
     from .conftest import run_cli, write_config
 

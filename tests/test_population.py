@@ -158,7 +158,6 @@ def summary_of(tmp_path):
 
 
 @SLOW
-@pytest.mark.mpi
 def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_same_weights(tmp_path, staged):
     whole = train(tmp_path / "whole", staged)
     summary = summary_of(tmp_path / "whole")
@@ -261,7 +260,6 @@ def test_a_population_of_two_trains_exchanges_and_resumes_after_a_kill_to_the_sa
 
 
 @SLOW
-@pytest.mark.mpi
 def test_truncation_between_two_trainers_of_two_ranks(tmp_path, staged):
     train(tmp_path, staged, ranks=4, exchange="truncation", rounds=2, mutate={"learning_rate": [0.5, 2.0]})
     summary = summary_of(tmp_path)

@@ -177,6 +177,7 @@ def test_the_same_config_trains_to_the_same_weights_twice_and_another_seed_does_
     assert warm["weights_checksum"] not in (first["weights_checksum"], other["weights_checksum"])
 
 
+@SLOW
 def test_purged_node_local_files_are_staged_again(tmp_path, staged):
     """Node-local storage purged between the stage job and the train job: train stages again itself."""
     data, _ = staged
