@@ -24,8 +24,8 @@ from pipeline.design.batch import believer_best
 from pipeline.design.emulator import Emulator, Outputs
 from pipeline.design.loop.rounds import check_rounds
 from pipeline.design.space import candidate_pool, distances, parameter_columns, to_unit, unit_points
+from pipeline.online.job import design_settings
 from pipeline.simulators.bistable_run import solve
-from pipeline.steps.online import design_settings
 
 from .conftest import REPO, SLOW, kill_tree, run_cli, start_cli
 from .helpers import board_events

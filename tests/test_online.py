@@ -96,7 +96,7 @@ def test_the_same_arrivals_give_the_same_batches_and_a_recorded_order_replays():
 
 
 def test_online_config_errors_name_the_key(tmp_path):
-    from pipeline.steps.online import check
+    from pipeline.online.job import check
 
     config = online_config(tmp_path)
     roles, held_fields = check(config, 3)
@@ -473,7 +473,7 @@ def test_a_campaign_smaller_than_the_watermark_trains_on_what_arrived(tmp_path):
 
 
 def test_a_design_too_small_to_hold_a_run_out_is_a_config_error_before_any_run(tmp_path):
-    from pipeline.steps.online import check_supply
+    from pipeline.online.job import check_supply
 
     config = online_config(tmp_path, validation_every_run=5)
     with pytest.raises(
