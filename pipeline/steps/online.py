@@ -24,20 +24,6 @@ pipeline.online.training_rank.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from pipeline.online.job import online_job as online
 
-
-def online(
-    config: Mapping[str, Any],
-    raw_root: Path,
-    out_dir: Path,
-    comm: Any,
-    container: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Run the ensemble on the producer ranks and train on the others; every rank returns the training
-    summary (with the ensemble's counts)."""
-    from pipeline.online.job import online_job
-
-    return online_job(config, raw_root, out_dir, comm, container)
+__all__ = ["online"]
