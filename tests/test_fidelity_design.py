@@ -127,12 +127,24 @@ def in_process_rounds(cheap_code, budget: int, seed: int = 1) -> History:
         ],
         "files_per_dir": 1000,
         "adaptive": {
-            "initial": 16, "batch": 4, "budget": budget, "rounds": None, "target_error": None,
-            "acquisition": "integrated_variance", "space_filling_share": 0.5, "irreducible": "nugget",
-            "emulator": "gp", "regimes": 4, "pool": 256, "min_spacing": None, "outputs": ["state"],
-            "files": "*.h5", "sigma": 0.05, "committee": 8,
+            "initial": 16,
+            "batch": 4,
+            "budget": budget,
+            "rounds": None,
+            "target_error": None,
+            "acquisition": "integrated_variance",
+            "space_filling_share": 0.5,
+            "irreducible": "nugget",
+            "emulator": "gp",
+            "regimes": 4,
+            "pool": 256,
+            "min_spacing": None,
+            "outputs": ["state"],
+            "files": "*.h5",
+            "sigma": 0.05,
+            "committee": 8,
         },
-    }  # fmt: skip
+    }
     history, digest = History(layout=LAYOUT), design_digest(settings)
     for r in range(100):
         table, stats = choose(settings, history, r, digest)

@@ -35,8 +35,10 @@ class LabelSum(Task):
     def label_tensor(self, values: Sequence[Any], batched: bool) -> Any:
         import tensorflow as tf
 
-        flat = [tf.reshape(tf.cast(v, tf.float32), [-1, f.size] if batched else [f.size])
-                for v, f in zip(values, self.data.labels, strict=True)]  # fmt: skip
+        flat = [
+            tf.reshape(tf.cast(v, tf.float32), [-1, f.size] if batched else [f.size])
+            for v, f in zip(values, self.data.labels, strict=True)
+        ]
         return tf.reduce_sum(tf.concat(flat, -1), -1, keepdims=True)
 
     def loss(self) -> Any:
