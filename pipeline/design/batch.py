@@ -19,6 +19,7 @@ pool x (runs + references).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,14 @@ def spaced_best(
     return chosen
 
 
+@dataclass(frozen=True)
+class Prices:
+    """What each candidate's run costs, and what a batch may spend in all."""
+
+    costs: np.ndarray
+    spend: float
+
+
 def believer_best(
     posterior: Any,
     pool: np.ndarray,
@@ -57,16 +66,15 @@ def believer_best(
     taken: np.ndarray,
     references: np.ndarray | None = None,
     weights: np.ndarray | None = None,
-    costs: np.ndarray | None = None,
-    spend: float = np.inf,
+    prices: Prices | None = None,
 ) -> tuple[list[int], list[float]]:
     """Up to `batch` candidates, each believed before the next is chosen: by the largest posterior variance
     (summed over the components), or with `references` (indices into the pool) by the largest reduction of
-    the variance summed over those points (each times its `weights`, 1 if None); with `costs` (one per
-    candidate) by that value per unit cost, the candidates taken while their costs add up to at most
-    `spend`. Returns them and the value each had when chosen. `posterior`:
-    emulator.Posterior over the pool. The believed points condition each component's covariance as a
-    pivoted Cholesky factorisation does: column m, less its projections on the earlier chosen columns."""
+    the variance summed over those points (each times its `weights`, 1 if None); with `prices` by that
+    value per unit cost, the candidates taken while their costs add up to at most the prices' spend.
+    Returns them and the value each had when chosen. `posterior`: emulator.Posterior over the pool. The
+    believed points condition each component's covariance as a pivoted Cholesky factorisation does: column
+    m, less its projections on the earlier chosen columns."""
     variances = [v.copy() for v in posterior.variances()]
     # cov(references, pool) once; after each believed point it is shared - f_R f^T, never formed: only its
     # squares summed over the references (`reach`) and what the next point's factor needs (`projected`),
@@ -78,9 +86,10 @@ def believer_best(
     allowed = open_candidates(pool, taken, spacing)
     chosen: list[int] = []
     values: list[float] = []
+    costs = None if prices is None else prices.costs
     for _ in range(batch):
-        if costs is not None:
-            allowed &= costs <= spend - sum(costs[chosen])
+        if prices is not None:
+            allowed &= prices.costs <= prices.spend - sum(prices.costs[chosen])
         if not allowed.any():
             break
         if reach is None:

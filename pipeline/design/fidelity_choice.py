@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from pipeline.design.acquisitions.integrated_variance import REFERENCES
-from pipeline.design.batch import believer_best
+from pipeline.design.batch import Prices, believer_best
 from pipeline.design.multifidelity import MultiFidelityEmulator, joined
 from pipeline.design.space import distances
 from pipeline.ensemble.sampling import unit_design
@@ -76,8 +76,7 @@ class LevelRound:
             self.spacing,
             self.avoid,
             (levels - 1) * size + np.arange(min(REFERENCES, size)),
-            costs=np.repeat(np.asarray(self.costs, np.float64), size),
-            spend=self.spend,
+            prices=Prices(np.repeat(np.asarray(self.costs, np.float64), size), self.spend),
         )
         picked = candidates[chosen]
         return picked[:, :-1], picked[:, -1].astype(int), np.array(values)
