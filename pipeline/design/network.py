@@ -54,7 +54,7 @@ def built(dims: int, outputs: Outputs, settings: Mapping[str, Any], seed: int) -
     from pipeline.training.models import decoder
 
     tf.keras.utils.set_random_seed(seed)
-    args = {k: settings[k] for k in ("depth", "width", "dense", "dropout")} | decoder.OPTIONS
+    args = {k: settings[k] for k in ("depth", "width", "dense", "dropout")}
     model = decoder.build((dims,), outputs.width, OutputFields(outputs), args)
     model.compile(optimizer=tf.keras.optimizers.Adam(settings["learning_rate"]), loss="mse")
     return model

@@ -48,7 +48,7 @@ def build(input_shape: Sequence[int | None], outputs: int, task: Any, args: Mapp
     fields = task.output_fields()  # a surrogate's outputs; [] for one vector (regression)
     inputs = layers.Input(shape=tuple(input_shape))
     x = layers.Flatten()(inputs)
-    entry = args["level_entry"]
+    entry = args.get("level_entry")  # bare args (a benchmark, the design's ensemble): no levels
     if entry is None:
         joined = trunk_and_heads(x, fields, outputs, args)
     else:
