@@ -384,32 +384,22 @@ def main() -> None:
     result["cost_ratio"] = round(
         float(np.median([r["cost_ratio"] for rows in by_design.values() for r in rows])), 1
     )
-    result["designs"] = {
-        "emulator": {
-            n: compared(rows, list(SOBOL_BUDGETS), sobol_gp, "emulator") for n, rows in by_design.items()
-        }
-    }
-    result["families"] = {"emulator": families(result["designs"]["emulator"], list(SOBOL_BUDGETS), sobol_gp)}
+    # each learner's designs against its own Sobol curve: the emulator's, and the network's both ways
+    learners = [("emulator", list(SOBOL_BUDGETS), sobol_gp)]
     if args.network:
         sobol_network = np.mean(network, axis=0)
         result["sobol"]["network"] = dict(
             zip(map(str, NETWORK_BUDGETS), np.round(sobol_network, 4).tolist(), strict=True)
         )
-        result["designs"]["network"] = {
-            n: compared(rows, list(NETWORK_BUDGETS), sobol_network, "network")
-            for n, rows in by_design.items()
-        }
-        result["families"]["network"] = families(
-            result["designs"]["network"], list(NETWORK_BUDGETS), sobol_network
-        )
+        learners.append(("network", list(NETWORK_BUDGETS), sobol_network))
         if bench.correction:
-            result["designs"]["correction"] = {
-                n: compared(rows, list(NETWORK_BUDGETS), sobol_network, "correction")
-                for n, rows in by_design.items()
-            }
-            result["families"]["correction"] = families(
-                result["designs"]["correction"], list(NETWORK_BUDGETS), sobol_network
-            )
+            learners.append(("correction", list(NETWORK_BUDGETS), sobol_network))
+    result["designs"], result["families"] = {}, {}
+    for learner, budgets, sobol in learners:
+        result["designs"][learner] = {
+            n: compared(rows, budgets, sobol, learner) for n, rows in by_design.items()
+        }
+        result["families"][learner] = families(result["designs"][learner], budgets, sobol)
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result))
 

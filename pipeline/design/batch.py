@@ -86,7 +86,6 @@ def believer_best(
     allowed = open_candidates(pool, taken, spacing)
     chosen: list[int] = []
     values: list[float] = []
-    costs = None if prices is None else prices.costs
     for _ in range(batch):
         if prices is not None:
             allowed &= prices.costs <= prices.spend - sum(prices.costs[chosen])
@@ -96,8 +95,8 @@ def believer_best(
             value = np.sum(variances, axis=0)
         else:
             value = np.sum([r / np.maximum(v, 1e-300) for r, v in zip(reach, variances, strict=True)], axis=0)
-        if costs is not None:
-            value = value / costs
+        if prices is not None:
+            value = value / prices.costs
         i = int(np.argmax(np.where(allowed, value, -np.inf)))
         chosen.append(i)
         values.append(float(value[i]))
