@@ -10,6 +10,9 @@ rounds' own measure), in the costly level's runs:
 
 - `sobol`: the costly level alone, Sobol, scored at 8, 16, 24 and 32 runs (its prefixes) by one Gaussian
   process per principal component (pipeline/design/emulator.py);
+- `costly_adaptive`: the costly level alone, chosen in rounds by the default acquisition (8 Sobol runs,
+  then rounds of 4) to 32 runs, scored at 16 (`costly_adaptive_16`) and 32 (`costly_adaptive_32`) runs by
+  one Gaussian process per principal component, as the Sobol design;
 - `nested`: simulate.fidelities without choosing: 64 cheap runs and the first 4 (`nested_4`) or 8
   (`nested_8`) of their points by the costly level, scored by the multi-fidelity emulator
   (pipeline/design/multifidelity.py);
@@ -21,7 +24,7 @@ rounds' own measure), in the costly level's runs:
 Each design's test NRMSE on 48 random runs of the costly level (seeds 1..N, `--seeds`, 5 by default), by the
 emulator, and with `--network` by the network a user trains (the adaptive preset's workflow and decoder
 surrogate, in batches of 4; on a design over levels the level is stacked with the parameters, and the saved
-model answers for the costly level: the Sobol design trained on its first 16 and 32 runs). Figures (last
+model answers for the costly level: the Sobol design trained on its first 8, 16 and 32 runs). Figures (last
 line, JSON): `sobol.{emulator,network}` (budget -> mean test NRMSE over the seeds);
 `designs.{emulator,network}` per design: its mean `cost` (in costly runs) and `nrmse`, `by_seed`,
 `over_sobol_at_equal_cost` (its mean error over the Sobol design's at the same cost, interpolated in log-log
@@ -37,7 +40,11 @@ With `--correction` too, each design over levels is also trained with the decode
 correction of the cheap one (`model_args: {level_entry: 2}`), scored as `designs.correction` and
 `families.correction`: the two ways of learning the levels, on the same runs.
 
-    python bench/fidelity.py [--seeds 5] [--quick] [--network [--correction]]
+`--reuse FILE` takes the designs that a previous run's JSON (same seeds) scored from it instead of making
+them again; the Sobol designs, and the designs it lacks, are made (the nested designs and the networks are
+seeded: a design made again scores the same; `reused` lists the designs taken).
+
+    python bench/fidelity.py [--seeds 5] [--quick] [--network [--correction]] [--reuse FILE]
     (--quick: 3 seeds, 32 test runs)
 """
 
@@ -65,9 +72,12 @@ from pipeline.ensemble.farm import run_paths
 
 COSTLY_CELLS, CHEAP_CELLS = 256, 32
 SOBOL_BUDGETS = (8, 16, 24, 32)
-NETWORK_BUDGETS = (16, 32)  # --network: the costly level alone, trained on its first 16 and 32 runs
+NETWORK_BUDGETS = (8, 16, 32)  # --network: the costly level alone, trained on its first 8, 16 and 32 runs
 NESTED = {"nested_4": (64, 4), "nested_8": (64, 8)}  # cheap runs, costly runs
 ADAPTIVE = {"adaptive_8": 8, "adaptive_16": 16}  # budget, in costly runs
+# the costly level alone, chosen in rounds as the product's defaults choose (8 Sobol runs, then rounds of
+# 4): scored at these prefixes of one design of 32 runs (a design to 32 runs passes through the one to 16)
+COSTLY_ADAPTIVE = {"costly_adaptive_16": 16, "costly_adaptive_32": 32}
 SPACE = {
     "d": {"type": "uniform", "low": 0.05, "high": 1.0},
     "r": {"type": "uniform", "low": 0.2, "high": 2.0},
@@ -241,6 +251,32 @@ class Bench:
         gp = [self.emulator_error(Emulator(self.layout, seed).fit(x[:n], y[:n])) for n in SOBOL_BUDGETS]
         return gp, [self.network_error(raw, seed, n) for n in NETWORK_BUDGETS]
 
+    def costly_adaptive(self, seed: int) -> dict[str, dict[str, Any]]:
+        """The costly level alone, chosen in rounds by the default acquisition: each COSTLY_ADAPTIVE
+        prefix's cost (its runs) and test NRMSE by the emulator the rounds fit and by the network."""
+        rounds = {"enabled": True, "initial": 8, "batch": 4, "budget": max(COSTLY_ADAPTIVE.values())}
+        raw = run_simulate(
+            self.work / f"costly_adaptive-{seed}",
+            {
+                "command": code(COSTLY_CELLS),
+                "persistent": True,
+                "space": SPACE,
+                "design": "sobol",
+                "seed": seed,
+                "adaptive": {**rounds, **SETTINGS["adaptive"]},
+            },
+        )
+        x, y, _ = read_design(raw)
+        return {
+            name: {
+                "cost": float(n),
+                "emulator": self.emulator_error(Emulator(self.layout, seed).fit(x[:n], y[:n])),
+                "network": self.network_error(raw, seed, n),
+                "runs": [0, n],
+            }
+            for name, n in COSTLY_ADAPTIVE.items()
+        }
+
     def levels(self, name: str, seed: int, simulate: dict[str, Any]) -> dict[str, Any]:
         """A design over the two levels: its cost in costly runs (each level's measured cost), its test NRMSE
         by the emulator its last round trusted (the multi-fidelity one unless a round found the cheap level
@@ -331,20 +367,42 @@ def families(compared_designs: dict[str, dict[str, Any]], budgets: list[int], so
     return result
 
 
-def main() -> None:
+def reused_rows(previous: dict[str, Any], name: str, seeds: list[int]) -> list[dict[str, Any]]:
+    """A design's per-seed cost and error by each learner, as a previous run's JSON recorded them."""
+    rows: list[dict[str, Any]] = [{} for _ in seeds]
+    for learner, designs in previous["designs"].items():
+        for row, (cost, error) in zip(rows, designs[name]["by_seed"], strict=True):
+            row |= {"cost": cost, learner: error}
+    return rows
+
+
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--network", action="store_true", help="also scored by the network a user trains (Sobol at 16, 32)"
+        "--network", action="store_true", help="also scored by the network a user trains (Sobol at 8, 16, 32)"
     )
     parser.add_argument(
         "--correction",
         action="store_true",
         help="with --network: each design over levels also trained as a correction (decoder's level_entry)",
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        help="a previous run's JSON (same seeds): its designs are scored from it, not made again; the "
+        "Sobol designs and the designs it lacks are made",
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     seeds = list(range(1, (3 if args.quick else args.seeds) + 1))
+    previous = json.loads(args.reuse.read_text()) if args.reuse else None
+    if previous and previous["seeds"] != seeds:
+        raise SystemExit(f"--reuse {args.reuse}: seeds {previous['seeds']}, not {seeds}")
     work = OUT / "fidelity"
     shutil.rmtree(work, ignore_errors=True)
     spec = {"command": code(COSTLY_CELLS), "persistent": True, "space": SPACE}
@@ -363,15 +421,21 @@ def main() -> None:
     }
     designs = {name: {"fidelities": levels(*runs)} for name, runs in NESTED.items()}
     designs |= {name: adaptive_settings(budget) for name, budget in ADAPTIVE.items()}
+    reused = {n for n in [*designs, *COSTLY_ADAPTIVE] if previous and n in previous["designs"]["emulator"]}
+    by_design = {
+        n: reused_rows(previous, n, seeds) if n in reused else [] for n in [*designs, *COSTLY_ADAPTIVE]
+    }
     gp, network = [], []
-    by_design: dict[str, list[dict[str, Any]]] = {name: [] for name in designs}
     for seed in seeds:
         errors, trained = bench.sobol(seed)
         gp.append(errors)
         network.append(trained)
-        for name, simulate in designs.items():
-            by_design[name].append(bench.levels(name, seed, simulate))
-            print(f"{name} seed {seed}: {by_design[name][-1]}", file=sys.stderr, flush=True)
+        made = {n: bench.levels(n, seed, simulate) for n, simulate in designs.items() if n not in reused}
+        if not set(COSTLY_ADAPTIVE) <= reused:
+            made |= bench.costly_adaptive(seed)
+        for name, row in made.items():
+            by_design[name].append(row)
+            print(f"{name} seed {seed}: {row}", file=sys.stderr, flush=True)
         print(
             f"seed {seed}: sobol gp {np.round(errors, 4).tolist()} network {trained}",
             file=sys.stderr,
@@ -381,9 +445,9 @@ def main() -> None:
     result["sobol"] = {
         "emulator": dict(zip(map(str, SOBOL_BUDGETS), np.round(sobol_gp, 4).tolist(), strict=True))
     }
-    result["cost_ratio"] = round(
-        float(np.median([r["cost_ratio"] for rows in by_design.values() for r in rows])), 1
-    )
+    ratios = [r["cost_ratio"] for rows in by_design.values() for r in rows if "cost_ratio" in r]
+    result["cost_ratio"] = round(float(np.median(ratios)), 1) if ratios else previous["cost_ratio"]
+    result["reused"] = sorted(reused)
     # each learner's designs against its own Sobol curve: the emulator's, and the network's both ways
     learners = [("emulator", list(SOBOL_BUDGETS), sobol_gp)]
     if args.network:
@@ -397,7 +461,9 @@ def main() -> None:
     result["designs"], result["families"] = {}, {}
     for learner, budgets, sobol in learners:
         result["designs"][learner] = {
-            n: compared(rows, budgets, sobol, learner) for n, rows in by_design.items()
+            n: compared(rows, budgets, sobol, learner)
+            for n, rows in by_design.items()
+            if all(learner in r for r in rows)  # the correction: designs over levels only
         }
         result["families"][learner] = families(result["designs"][learner], budgets, sobol)
     shutil.rmtree(work, ignore_errors=True)
