@@ -138,12 +138,12 @@ def network(task: Any, x: np.ndarray, y: np.ndarray, steps: int, seed: int) -> A
 def emulator(task: Any, x: np.ndarray, y: np.ndarray) -> Any:
     from pipeline.training.baseline import EmulatorSums
 
-    features = task.baseline_features(x, 0)
+    features = task.classical_baseline().features(x, 0)
     sums = EmulatorSums(features.shape[1], y.shape[1])
     sums.add(features, y.astype(np.float64))
     fitted = sums.fitted(sums.arrays())
     weights, bias = fitted.linear
-    return lambda z: task.baseline_features(z, 0) @ weights + bias, fitted.settings
+    return lambda z: task.classical_baseline().features(z, 0) @ weights + bias, fitted.settings
 
 
 NEXT_RUNS, NEXT_TEST_RUNS, NEXT_STEPS, QUICK_NEXT_STEPS = 256, 64, 2000, 400
@@ -203,11 +203,11 @@ def next_state(steps: int) -> dict[str, Any]:
     x_test, y_test = cut(task, (test - mean) / std)
     figures: dict[str, Any] = {"next.train_runs": NEXT_RUNS, "next.test_runs": NEXT_TEST_RUNS}
 
-    features = task.baseline_features(x, 2)
+    features = task.classical_baseline().features(x, 2)
     sums = EmulatorSums(features.shape[1], y.shape[1])
     sums.add(features, y.astype(np.float64))
     weights, bias = sums.fitted(sums.arrays()).linear
-    linear = one_step(task, task.baseline_features(x_test, 2) @ weights + bias, y_test, x_test)
+    linear = one_step(task, task.classical_baseline().features(x_test, 2) @ weights + bias, y_test, x_test)
     figures["next.nrmse.linear"] = round(linear["nrmse"]["trajectory"], 4)
     figures["next.nrmse.persistence"] = round(linear["persistence_nrmse"]["trajectory"], 4)
     args = {"depth": 3, "width": 16, "dense": 64, "dropout": 0.0}

@@ -153,3 +153,38 @@ def test_the_residual_model_starts_as_the_baseline_and_its_statistics_model_has_
     np.testing.assert_allclose(residual(x, training=False).numpy(), predict(x), rtol=1e-3, atol=1e-3)
     statistics = build_hybrid(cosmoflow, (8, 8, 8, 1), 2, args, "statistics", fitted)
     assert statistics(x).shape == (40, 2) and statistics.input_shape == residual.input_shape
+
+
+def test_each_task_brings_its_own_baseline_and_the_hybrid_mode_asks_it():
+    """Task.classical_baseline, one hook for one capability: a regression's ridge judged by R² per label, a
+    segmentation's per-pixel discriminant shaped as the masks (no hybrid: its statistics are per sample), and
+    a surrogate's emulator on the parameters and their Fourier features, judged by NRMSE."""
+    from pipeline.training.models import cosmoflow, unet2d
+    from pipeline.training.models.hybrid import hybrid_mode
+    from pipeline.training.tasks.base import DataSpec, LabelField
+    from pipeline.training.tasks.segmentation import Segmentation
+    from pipeline.training.tasks.surrogate import Surrogate
+
+    regression = _regression_task().classical_baseline()
+    assert isinstance(regression.sums(6), RidgeSums) and regression.method("moments").startswith("ridge")
+    summary, theirs = {"r2": {"y0": 0.5, "y1": 0.9}}, {"r2": {"y0": 0.8, "y1": 0.9}}
+    assert regression.below(summary, theirs, 0.02) == ["y0"]
+    assert hybrid_mode("residual", cosmoflow, _regression_task(), 1) == ("residual", None)
+
+    masks = LabelField("mask", (4, 4), "int32", class_names=("a", "b"))
+    segmentation = Segmentation({}, DataSpec("x", (4, 4, 3), (masks,), ("mask",)))
+    per_pixel = segmentation.classical_baseline()
+    x = np.arange(2 * 4 * 4 * 3, dtype=np.float64).reshape(2, 4, 4, 3)
+    assert per_pixel.features(x, 2).shape == (32, 3)  # a row per pixel: its channels
+    assert per_pixel.outputs(np.zeros((32, 2)), x, 2).shape == (2, 4, 4, 2)
+    mode, why = hybrid_mode("residual", unet2d, segmentation, 1)
+    assert mode == "none" and "per pixel" in why
+
+    surrogate = Surrogate({}, DataSpec("params", (2,), (LabelField("state", (8,), "float32"),), ("state",)))
+    emulator = surrogate.classical_baseline()
+    assert (
+        emulator.features(np.zeros((5, 2)), 0).shape[0] == 5
+        and emulator.features(np.zeros((5, 2)), 0).shape[1] > 2
+    )
+    assert emulator.below({"nrmse": {"state": 0.3}}, {"nrmse": {"state": 0.2}}, 0.0) == ["state"]
+    assert emulator.below({"nrmse": {"state": 0.2}}, {"nrmse": {"state": 0.3}}, 0.0) == []

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pipeline.training.baseline import RidgeSums
-from pipeline.training.tasks import Evaluation, Task
+from pipeline.training.tasks import ClassicalBaseline, Evaluation, Task
 
 NAME = "label_sum"
 
@@ -78,10 +78,17 @@ class LabelSum(Task):
         figure.savefig(path)
         plt.close(figure)
 
-    def baseline_method(self, statistics: str) -> str:
+    def classical_baseline(self) -> ClassicalBaseline:
+        return SumRidge(self)
+
+
+class SumRidge(ClassicalBaseline):
+    """The plug-in's classical baseline: ridge regression of the sum on per-sample statistics."""
+
+    def method(self, statistics: str) -> str:
         return f"ridge regression on {statistics}"
 
-    def baseline_sums(self, features: int) -> RidgeSums:
+    def sums(self, features: int) -> RidgeSums:
         return RidgeSums(features, 1, ["sum"])
 
 

@@ -83,7 +83,7 @@ def test_the_surrogate_scores_each_output_by_nrmse_with_flat_runs_counted():
     assert vrmse(outputs[:, :16], state).mean() > 10  # what the summary said before
     assert task.scores == ("nrmse",)
     worse = {"nrmse": {"state": scores["nrmse"]["state"] / 2, "mass": scores["nrmse"]["mass"]}}
-    assert task.below_baseline(scores, worse, 0.0) == ["state"]
+    assert task.classical_baseline().below(scores, worse, 0.0) == ["state"]
 
 
 def test_a_next_state_far_better_than_persistence_but_for_a_few_flat_windows_is_said_to_be_better():
@@ -111,4 +111,6 @@ def test_a_next_state_far_better_than_persistence_but_for_a_few_flat_windows_is_
     assert scores["vrmse_flat"]["u"] == scores["persistence_vrmse_flat"]["u"] == 4
     every = lambda p: vrmse(p, later).mean()  # noqa: E731  the old headline, dead windows included
     assert every(predicted) > every(now)
-    assert task.below_baseline(scores, {"nrmse": {"u": scores["persistence_nrmse"]["u"]}}, 0.0) == []
+    assert (
+        task.classical_baseline().below(scores, {"nrmse": {"u": scores["persistence_nrmse"]["u"]}}, 0.0) == []
+    )

@@ -109,8 +109,8 @@ class Fitted:
 
 
 class BaselineSums(Protocol):
-    """The sufficient statistics a task's baseline accumulates (a task's `baseline_sums`): added to a batch
-    at a time, their arrays added across ranks, then fitted."""
+    """The sufficient statistics a task's baseline accumulates (ClassicalBaseline.sums): added to a batch at
+    a time, their arrays added across ranks, then fitted."""
 
     def add(self, f: np.ndarray, y: np.ndarray) -> None: ...
 
@@ -466,13 +466,7 @@ def method_name(task: Any, spatial_dims: int) -> str:
     extra = {2: spectrum, 3: spectrum, 1: " over the real steps, and the log number of steps"}.get(
         spatial_dims, ""
     )
-    return task.baseline_method(f"per-channel mean, log variance, skewness, kurtosis{extra}")
-
-
-def features_of(task: Any, x: np.ndarray, spatial_dims: int) -> np.ndarray:
-    """The baseline's inputs for a batch, as the task takes them (per-sample statistics, per pixel the
-    channels, a surrogate's parameters and their Fourier features)."""
-    return task.baseline_features(x, spatial_dims)
+    return task.classical_baseline().method(f"per-channel mean, log variance, skewness, kurtosis{extra}")
 
 
 def channels_per_pixel(x: np.ndarray, spatial_dims: int) -> np.ndarray:
@@ -487,20 +481,23 @@ class StreamingFit:
 
     def __init__(self, task: Any, sample_shape: Sequence[int], spatial_dims: int) -> None:
         self.task, self.spatial_dims = task, spatial_dims
-        features = features_of(task, np.zeros((1, *sample_shape)), spatial_dims).shape[1]
-        self.sums: BaselineSums = task.baseline_sums(features)
+        # the task's baseline: its inputs (per-sample statistics, per pixel the channels, a surrogate's
+        # parameters and their Fourier features), sums and outputs
+        self.baseline = task.classical_baseline()
+        features = self.baseline.features(np.zeros((1, *sample_shape)), spatial_dims).shape[1]
+        self.sums: BaselineSums = self.baseline.sums(features)
         self.linear: tuple[np.ndarray, np.ndarray] | None = None
         self.moments: tuple[np.ndarray, np.ndarray] | None = None
 
     def add(self, x: np.ndarray, y: np.ndarray) -> None:
-        self.sums.add(features_of(self.task, x, self.spatial_dims), np.asarray(y, np.float64))
+        self.sums.add(self.baseline.features(x, self.spatial_dims), np.asarray(y, np.float64))
 
     def fit(self, allreduce: Any) -> tuple[Any, dict[str, Any]]:
         """(predict(x) -> outputs, the fitted settings) from the sums of every rank (`allreduce(list of
         arrays)` adds them up). After it, `linear` is the fitted map from statistics to outputs (weights
         F x outputs, biases) and `moments` the statistics' mean and standard deviation over the records
         (per-sample tasks; a network that starts from the baseline takes both, models/hybrid.py)."""
-        task, spatial_dims = self.task, self.spatial_dims
+        baseline, spatial_dims = self.baseline, self.spatial_dims
         fitted = self.sums.fitted(allreduce(self.sums.arrays()))
         self.linear, settings = fitted.linear, fitted.settings
         n, sums, squares = fitted.feature_sums
@@ -509,8 +506,8 @@ class StreamingFit:
         weights, bias = self.linear
 
         def predict(x: np.ndarray) -> np.ndarray:
-            scores = features_of(task, x, spatial_dims) @ weights + bias
-            return task.baseline_outputs(scores, x, spatial_dims)
+            scores = baseline.features(x, spatial_dims) @ weights + bias
+            return baseline.outputs(scores, x, spatial_dims)
 
         return predict, settings
 

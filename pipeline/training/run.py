@@ -53,7 +53,9 @@ BELOW_MARGIN = 0.02
 def below_baseline(task: Task, summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
     """The scores (regression: the labels' R²) on which the network is below the baseline by more than
     BELOW_MARGIN."""
-    return task.below_baseline(summary, baseline, BELOW_MARGIN) if baseline.get("method") is not None else []
+    if baseline.get("method") is None:
+        return []
+    return task.classical_baseline().below(summary, baseline, BELOW_MARGIN)
 
 
 def add_baseline(summary: dict[str, Any], task: Task, baseline: Mapping[str, Any], warn: bool) -> None:
@@ -65,7 +67,7 @@ def add_baseline(summary: dict[str, Any], task: Task, baseline: Mapping[str, Any
             "sim2dl train: warning: the network scores below the classical baseline (%s) on %s: %s",
             baseline["method"],
             ", ".join(summary["below_baseline"]),
-            task.compared(summary["below_baseline"], summary, baseline),
+            task.classical_baseline().compared(summary["below_baseline"], summary, baseline),
         )
 
 

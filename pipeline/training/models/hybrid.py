@@ -149,7 +149,7 @@ def hybrid_mode(mode: str, module: Any, task: Any, split: int) -> tuple[str, str
             "none",
             "the model is not a built-in with a trunk (cosmoflow, unet2d, sequence): it is used as it is",
         )
-    refused = task.hybrid_refused()
+    refused = task.classical_baseline().hybrid_refused()
     if refused:
         return "none", refused
     if split > 1:

@@ -13,15 +13,16 @@ layer's size, the loss on the model's raw outputs, and the validation metrics an
                        PCA beside it, latents as Parquet, k-means and anomaly scores after training
 
 A task owns everything that depends on which task it is: its headline score names (`scores`, which
-summary.json lists as `score_names` for `sim2dl status`, a search, a sweep's table and TensorBoard), the
-comparison with the classical baseline (`below_baseline`, `compared`), the baseline's sums, method,
-inputs and outputs (`baseline_sums`, `baseline_method`, `baseline_features`, `baseline_outputs`), and how
-many records an evaluation counts. What the pipeline needs of a task is a hook every task answers (Task's
+summary.json lists as `score_names` for `sim2dl status`, a search, a sweep's table and TensorBoard), its
+classical baseline as one object (`classical_baseline`, a `ClassicalBaseline`: the baseline's sums,
+method, inputs and outputs, and the network judged against it: `below`, `compared`), and how many records
+an evaluation counts. What the pipeline needs of a task is a hook every task answers (Task's
 defaults: a record is one sample, a label per sample), not a flag one task sets and others test:
 - `samples`, `samples_per_record`: cutting a record into training samples (a trajectory's windows);
 - `augmented`: a batch under train.augment's symmetries (a mask moves with its field);
 - `after_training`: the task's own use of the kept model (a next state's rollout), entries of summary.json;
-- `test_time_augmentation_refused`, `hybrid_refused`, `outputs_in_words`: what a setting cannot do here;
+- `test_time_augmentation_refused`, `outputs_in_words` (and the baseline's `hybrid_refused`): what a
+  setting cannot do here;
 - `proposed_for`: the kinds of data `sim2dl inspect` proposes the task for (`task_for`; readers say the
   kind, `trajectory`, never a task's name).
 No module outside this folder branches on a task's name or its scores, nor reads an attribute only one task
@@ -41,7 +42,14 @@ from typing import Any
 
 from pipeline import Sim2dlError
 from pipeline.training.tasks.autoencoder import Autoencoder
-from pipeline.training.tasks.base import DataSpec, Evaluation, Task, TrainedModel, data_spec
+from pipeline.training.tasks.base import (
+    ClassicalBaseline,
+    DataSpec,
+    Evaluation,
+    Task,
+    TrainedModel,
+    data_spec,
+)
 from pipeline.training.tasks.classification import Classification
 from pipeline.training.tasks.next_state import NextState
 from pipeline.training.tasks.regression import Regression
@@ -54,6 +62,7 @@ TASKS: dict[str, type[Task]] = {
 
 __all__ = [
     "TASKS",
+    "ClassicalBaseline",
     "DataSpec",
     "Evaluation",
     "Task",

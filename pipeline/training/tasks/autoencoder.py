@@ -38,9 +38,9 @@ import numpy as np
 from pipeline import Sim2dlError
 from pipeline.data.scores import SUMS, batch_sums, field_scores
 from pipeline.training.baseline import BaselineSums, PcaSums
-from pipeline.training.tasks.base import DataSpec, Evaluation, LabelField, TrainedModel
+from pipeline.training.tasks.base import ClassicalBaseline, DataSpec, Evaluation, LabelField, TrainedModel
 from pipeline.training.tasks.next_state import channel_statistics, field_names
-from pipeline.training.tasks.surrogate import Surrogate, normalised, physical_moments
+from pipeline.training.tasks.surrogate import EmulatorBaseline, Surrogate, normalised, physical_moments
 
 CLUSTER_SAMPLE = 20000  # records the clustering and the anomaly AUC are computed on, at most
 CLUSTER_SEED = 0
@@ -153,9 +153,6 @@ class Autoencoder(Surrogate):
     def test_time_augmentation_refused(self) -> str | None:
         return "an autoencoder's output is the field itself (averaging it over symmetries needs them undone)"
 
-    def hybrid_refused(self) -> str | None:
-        return "an autoencoder's baseline is PCA (a network started from it is not built)"
-
     def outputs_in_words(self) -> str:
         return "the sample's entries, flat: the reconstruction"
 
@@ -196,15 +193,8 @@ class Autoencoder(Surrogate):
         return field_scores(self.field_names, evaluation.sums["scores"])
 
     # ---- the classical baseline: PCA of as many components as the latent
-    def baseline_method(self, statistics: str) -> str:
-        return f"PCA with {self.latent} components (as many as the latent) of the training split's samples"
-
-    def baseline_features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
-        return np.asarray(x, np.float64).reshape(len(x), -1)
-
-    def baseline_sums(self, features: int) -> BaselineSums:
-        self.pca = PcaSums(features, self.latent)
-        return self.pca
+    def classical_baseline(self) -> ClassicalBaseline:
+        return PcaBaseline(self)
 
     # ---- the saved model and the figure
     def exported(self, model: Any) -> Any:
@@ -416,3 +406,24 @@ class LatentsWriter:
 
     def close(self) -> None:
         self.context.__exit__(None, None, None)
+
+
+class PcaBaseline(EmulatorBaseline):
+    """An autoencoder's: PCA of as many components as the latent, judged by each field's NRMSE."""
+
+    task: Autoencoder
+
+    def method(self, statistics: str) -> str:
+        return (
+            f"PCA with {self.task.latent} components (as many as the latent) of the training split's samples"
+        )
+
+    def features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        return np.asarray(x, np.float64).reshape(len(x), -1)
+
+    def sums(self, features: int) -> BaselineSums:
+        self.task.pca = PcaSums(features, self.task.latent)  # the task's latents are scored against it
+        return self.task.pca
+
+    def hybrid_refused(self) -> str | None:
+        return "an autoencoder's baseline is PCA (a network started from it is not built)"

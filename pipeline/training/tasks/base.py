@@ -151,7 +151,6 @@ class Task:
     # the built-in models this task can train, beside those whose TASKS name it (a task of your own, which
     # no built-in's TASKS can name; its own model: train.model 'path/to/file.py:function')
     built_in_models: tuple[str, ...] = ()
-    # the classical baseline (pipeline.training.baseline): what it fits to the statistics
 
     def __init__(self, settings: Mapping[str, Any], data: DataSpec) -> None:
         self.settings, self.data = settings, data
@@ -234,46 +233,15 @@ class Task:
         None: the model's own."""
         return None
 
-    # ---- the network against the classical baseline, and what the scores count
-    def below_baseline(
-        self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float
-    ) -> list[str]:
-        """The scores on which the network is below the baseline by more than `margin`."""
-        return [
-            k
-            for k in self.scores
-            if summary.get(k) is not None
-            and baseline.get(k) is not None
-            and summary[k] < baseline[k] - margin
-        ]
-
-    def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
-        """The scores in `below`, the network's beside the baseline's, for a warning."""
-        return ", ".join(f"{k} {summary[k]:.3f} < {baseline[k]:.3f}" for k in below)
-
+    # ---- what the scores count, and the classical baseline beside the network
     def evaluated_records(self, evaluation: Evaluation) -> int:
         """How many records (of the validation or the test split) an evaluation counts."""
         return int(evaluation.sums["confusion"].sum())
 
-    def baseline_method(self, statistics: str) -> str:
-        """The classical baseline's method in words (`statistics`: what it is fitted on)."""
-        return f"linear discriminant (LDA, shrinkage {SHRINKAGE}) on {statistics}"
-
-    def baseline_sums(self, features: int) -> BaselineSums:
-        """The classical baseline's sufficient statistics for `features` inputs per record (or pixel)."""
-        return DiscriminantSums(features, self.outputs())
-
-    def baseline_features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
-        """The baseline's inputs for a batch: per-sample statistics (a row per sample)."""
-        return summary_statistics(x, spatial_dims)
-
-    def baseline_outputs(self, scores: np.ndarray, x: np.ndarray, spatial_dims: int) -> np.ndarray:
-        """The baseline's scores (a row per baseline_features row) shaped as the model's outputs for `x`."""
-        return scores
-
-    def hybrid_refused(self) -> str | None:
-        """Why train.hybrid cannot start this task's network from the classical baseline (None: it can)."""
-        return None
+    def classical_baseline(self) -> ClassicalBaseline:
+        """The classical baseline trained beside the network (pipeline.training.baseline fits it): a linear
+        discriminant on per-sample statistics unless the task says otherwise."""
+        return ClassicalBaseline(self)
 
     # ---- what the pipeline asks of the task's outputs elsewhere
     def augmented(self, x: Any, y: Any, transforms: Sequence[Any], seed: Any) -> tuple[Any, Any]:
@@ -303,6 +271,51 @@ class Task:
     def exported(self, model: Any) -> Any:
         """The model as it is saved (a task may wrap it to take and give values in their own units)."""
         return model
+
+
+class ClassicalBaseline:
+    """A task's classical baseline, one capability behind one hook (Task.classical_baseline): what it is
+    fitted on and how (`method`, `sums`: its sufficient statistics), its inputs for a batch (`features`),
+    its scores as the model's outputs (`outputs`), and how the network is judged against it (`below`,
+    `compared`). This default: a linear discriminant on per-sample statistics, the task's `scores` higher is
+    better. A task's own baseline subclasses it, taking the task."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    def method(self, statistics: str) -> str:
+        """The baseline's method in words (`statistics`: what it is fitted on)."""
+        return f"linear discriminant (LDA, shrinkage {SHRINKAGE}) on {statistics}"
+
+    def sums(self, features: int) -> BaselineSums:
+        """The sufficient statistics for `features` inputs per record (or pixel)."""
+        return DiscriminantSums(features, self.task.outputs())
+
+    def features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        """The inputs for a batch: per-sample statistics (a row per sample)."""
+        return summary_statistics(x, spatial_dims)
+
+    def outputs(self, scores: np.ndarray, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        """The scores (a row per `features` row) shaped as the model's outputs for `x`."""
+        return scores
+
+    def hybrid_refused(self) -> str | None:
+        """Why train.hybrid cannot start the task's network from this baseline (None: it can)."""
+        return None
+
+    def below(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
+        """The scores on which the network is below the baseline by more than `margin`."""
+        return [
+            k
+            for k in self.task.scores
+            if summary.get(k) is not None
+            and baseline.get(k) is not None
+            and summary[k] < baseline[k] - margin
+        ]
+
+    def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+        """The scores in `below`, the network's beside the baseline's, for a warning."""
+        return ", ".join(f"{k} {summary[k]:.3f} < {baseline[k]:.3f}" for k in below)
 
 
 def confusion(true: np.ndarray, predicted: np.ndarray, k: int) -> np.ndarray:

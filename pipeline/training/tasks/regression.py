@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.training.baseline import FOLDS, BaselineSums, RidgeSums
-from pipeline.training.tasks.base import Evaluation, Task
+from pipeline.training.tasks.base import ClassicalBaseline, Evaluation, Task
 
 
 class Regression(Task):
@@ -23,28 +23,11 @@ class Regression(Task):
     max_examples = 2000
     scores = ("r2",)
 
-    def below_baseline(
-        self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float
-    ) -> list[str]:
-        """The labels whose R² is below the baseline's by more than `margin`."""
-        theirs = baseline.get("r2") or {}
-        return [
-            n
-            for n, v in summary["r2"].items()
-            if v is not None and theirs.get(n) is not None and v < theirs[n] - margin
-        ]
-
-    def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
-        return ", ".join(f"{n} R² {summary['r2'][n]:.3f} < {baseline['r2'][n]:.3f}" for n in below)
-
     def evaluated_records(self, evaluation: Evaluation) -> int:
         return int(evaluation.sums["n"][0])
 
-    def baseline_method(self, statistics: str) -> str:
-        return f"ridge regression on {statistics}; penalty by {FOLDS}-fold cross-validation per label"
-
-    def baseline_sums(self, features: int) -> BaselineSums:
-        return RidgeSums(features, self.outputs(), self.data.label_names)
+    def classical_baseline(self) -> ClassicalBaseline:
+        return RidgeBaseline(self)
 
     def outputs(self) -> int:
         return sum(f.size for f in self.data.labels)
@@ -115,3 +98,25 @@ class Regression(Task):
             path,
             [classical.get(n) for n in self.data.label_names],
         )
+
+
+class RidgeBaseline(ClassicalBaseline):
+    """Ridge regression on per-sample statistics; the network is judged by each label's R²."""
+
+    def method(self, statistics: str) -> str:
+        return f"ridge regression on {statistics}; penalty by {FOLDS}-fold cross-validation per label"
+
+    def sums(self, features: int) -> BaselineSums:
+        return RidgeSums(features, self.task.outputs(), self.task.data.label_names)
+
+    def below(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
+        """The labels whose R² is below the baseline's by more than `margin`."""
+        theirs = baseline.get("r2") or {}
+        return [
+            n
+            for n, v in summary["r2"].items()
+            if v is not None and theirs.get(n) is not None and v < theirs[n] - margin
+        ]
+
+    def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+        return ", ".join(f"{n} R² {summary['r2'][n]:.3f} < {baseline['r2'][n]:.3f}" for n in below)

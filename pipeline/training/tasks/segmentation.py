@@ -16,7 +16,7 @@ import numpy as np
 
 from pipeline import Sim2dlError
 from pipeline.training.baseline import SHRINKAGE, channels_per_pixel
-from pipeline.training.tasks.base import Evaluation, confusion
+from pipeline.training.tasks.base import ClassicalBaseline, Evaluation, confusion
 from pipeline.training.tasks.class_ids import ClassIds
 
 EXAMPLES = 4
@@ -75,17 +75,8 @@ class Segmentation(ClassIds):
         pixels = int(np.prod(self.output_shape(self.data.feature_shape)[:-1]))
         return int(evaluation.sums["confusion"].sum()) // pixels
 
-    def baseline_method(self, statistics: str) -> str:
-        return f"per-pixel linear discriminant (LDA, shrinkage {SHRINKAGE}) on the channels"
-
-    def baseline_features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
-        return channels_per_pixel(x, spatial_dims)  # a row per pixel
-
-    def baseline_outputs(self, scores: np.ndarray, x: np.ndarray, spatial_dims: int) -> np.ndarray:
-        return scores.reshape(*x.shape[: 1 + spatial_dims], -1)
-
-    def hybrid_refused(self) -> str | None:
-        return f"task {self.name}: an output per pixel, and the baseline's statistics are per sample"
+    def classical_baseline(self) -> ClassicalBaseline:
+        return PixelDiscriminant(self)
 
     def label_tensor(self, values: Sequence[Any], batched: bool) -> Any:
         import tensorflow as tf
@@ -143,3 +134,19 @@ class Segmentation(ClassIds):
             title += f"; per-pixel classical baseline: {baseline['mean_iou']:.3f}"
         title += ")"
         segmentation_examples(evaluation.examples, self.class_names(), title, path)
+
+
+class PixelDiscriminant(ClassicalBaseline):
+    """A segmentation's: a linear discriminant of each pixel's channels."""
+
+    def method(self, statistics: str) -> str:
+        return f"per-pixel linear discriminant (LDA, shrinkage {SHRINKAGE}) on the channels"
+
+    def features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        return channels_per_pixel(x, spatial_dims)  # a row per pixel
+
+    def outputs(self, scores: np.ndarray, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        return scores.reshape(*x.shape[: 1 + spatial_dims], -1)
+
+    def hybrid_refused(self) -> str | None:
+        return f"task {self.task.name}: an output per pixel, and the baseline's statistics are per sample"

@@ -27,8 +27,8 @@ import numpy as np
 from pipeline import Sim2dlError
 from pipeline.data.scores import SUMS, batch_sums, field_scores
 from pipeline.training.baseline import FOLDS, BaselineSums, EmulatorSums, random_fourier_features
-from pipeline.training.tasks.base import Evaluation, LabelField
-from pipeline.training.tasks.regression import Regression
+from pipeline.training.tasks.base import ClassicalBaseline, Evaluation, LabelField
+from pipeline.training.tasks.regression import Regression, RidgeBaseline
 
 EXAMPLES = 4
 RELATIVE_MARGIN = 0.1  # a network NRMSE this much above the emulator's is below the baseline
@@ -190,48 +190,13 @@ class Surrogate(Regression):
         return out
 
     # ---- against the classical emulator
-    def below_baseline(
-        self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float
-    ) -> list[str]:
-        """The outputs whose NRMSE is above the baseline's by more than RELATIVE_MARGIN of it (NRMSE is a
-        relative error already, so the margin is too)."""
-        theirs = baseline.get("nrmse") or {}
-        return [
-            n
-            for n, v in (summary.get("nrmse") or {}).items()
-            if v is not None and theirs.get(n) is not None and v > theirs[n] * (1 + RELATIVE_MARGIN)
-        ]
-
-    def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
-        return ", ".join(f"{n} NRMSE {summary['nrmse'][n]:.3f} > {baseline['nrmse'][n]:.3f}" for n in below)
+    def classical_baseline(self) -> ClassicalBaseline:
+        return EmulatorBaseline(self)
 
     @property
     def from_parameters(self) -> bool:
         """A forward surrogate (a vector of parameters in), not a field in (a state to a later one)."""
         return len(self.data.feature_shape) == 1
-
-    def baseline_method(self, statistics: str) -> str:
-        if self.from_parameters:
-            return (
-                "PCA of the outputs and kernel ridge regression per component (an RBF kernel by random "
-                f"Fourier features at three length scales, and linear terms; penalty by {FOLDS}-fold "
-                "cross-validation)"
-            )
-        return (
-            f"a linear map from the input field (block-averaged to at most {LINEAR_INPUTS} values) onto the "
-            f"outputs' principal components (ridge, penalty by {FOLDS}-fold cross-validation)"
-        )
-
-    def baseline_features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
-        """The emulator's inputs: the parameters (normalised by convert where listed) and random Fourier
-        features of them; or a field in, its values block-averaged to at most LINEAR_INPUTS."""
-        if self.from_parameters:
-            flat = np.asarray(x, np.float64).reshape(len(x), -1)
-            return np.concatenate([flat, random_fourier_features(flat)], axis=1)
-        return block_averaged(np.asarray(x, np.float64), LINEAR_INPUTS).reshape(len(x), -1)
-
-    def baseline_sums(self, features: int) -> BaselineSums:
-        return EmulatorSums(features, self.outputs())
 
     # ---- the saved model and the figure
     def exported(self, model: Any) -> Any:
@@ -344,3 +309,46 @@ def block_averaged(x: np.ndarray, most: int) -> np.ndarray:
         x = x[:, :h, :w]
         x = x.reshape(x.shape[0], h // 2, 2, w // 2, 2, *x.shape[3:]).mean(axis=(2, 4))
     return x
+
+
+class EmulatorBaseline(RidgeBaseline):
+    """A forward surrogate's: kernel ridge regression per principal component of the outputs (a state's
+    next: a linear map from the input field); the network is judged by each output's NRMSE."""
+
+    task: Surrogate
+
+    def method(self, statistics: str) -> str:
+        if self.task.from_parameters:
+            return (
+                "PCA of the outputs and kernel ridge regression per component (an RBF kernel by random "
+                f"Fourier features at three length scales, and linear terms; penalty by {FOLDS}-fold "
+                "cross-validation)"
+            )
+        return (
+            f"a linear map from the input field (block-averaged to at most {LINEAR_INPUTS} values) onto the "
+            f"outputs' principal components (ridge, penalty by {FOLDS}-fold cross-validation)"
+        )
+
+    def features(self, x: np.ndarray, spatial_dims: int) -> np.ndarray:
+        """The emulator's inputs: the parameters (normalised by convert where listed) and random Fourier
+        features of them; or a field in, its values block-averaged to at most LINEAR_INPUTS."""
+        if self.task.from_parameters:
+            flat = np.asarray(x, np.float64).reshape(len(x), -1)
+            return np.concatenate([flat, random_fourier_features(flat)], axis=1)
+        return block_averaged(np.asarray(x, np.float64), LINEAR_INPUTS).reshape(len(x), -1)
+
+    def sums(self, features: int) -> BaselineSums:
+        return EmulatorSums(features, self.task.outputs())
+
+    def below(self, summary: Mapping[str, Any], baseline: Mapping[str, Any], margin: float) -> list[str]:
+        """The outputs whose NRMSE is above the baseline's by more than RELATIVE_MARGIN of it (NRMSE is a
+        relative error already, so the margin is too)."""
+        theirs = baseline.get("nrmse") or {}
+        return [
+            n
+            for n, v in (summary.get("nrmse") or {}).items()
+            if v is not None and theirs.get(n) is not None and v > theirs[n] * (1 + RELATIVE_MARGIN)
+        ]
+
+    def compared(self, below: Sequence[str], summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+        return ", ".join(f"{n} NRMSE {summary['nrmse'][n]:.3f} > {baseline['nrmse'][n]:.3f}" for n in below)
