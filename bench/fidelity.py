@@ -23,9 +23,10 @@ rounds' own measure), in the costly level's runs:
 
 Each design's test NRMSE on 48 random runs of the costly level (seeds 1..N, `--seeds`, 5 by default), by the
 emulator, and with `--network` by the network a user trains (the adaptive preset's workflow and decoder
-surrogate, in batches of 4; on a design over levels the level is stacked with the parameters, and the saved
-model answers for the costly level: the Sobol design trained on its first 8, 16 and 32 runs). Figures (last
-line, JSON): `sobol.{emulator,network}` (budget -> mean test NRMSE over the seeds);
+surrogate, in batches of 4, of 2 on 8 runs; on a design over levels the level is stacked with the
+parameters, and the saved model answers for the costly level: the Sobol design trained on its first 8, 16
+and 32 runs). Figures (last line, JSON): `sobol.{emulator,network}` (budget -> mean test NRMSE over the
+seeds);
 `designs.{emulator,network}` per design: its mean `cost` (in costly runs) and `nrmse`, `by_seed`,
 `over_sobol_at_equal_cost` (its mean error over the Sobol design's at the same cost, interpolated in log-log
 between the Sobol budgets; goal <= 1.05) and `cost_fraction_to_sobol_N` (its cost over N, the largest Sobol
@@ -194,12 +195,13 @@ def network_error(
         "simulate": simulate,
         "source": source,
         "convert": convert,
-        # batches of 4: 16 runs leave 11 to train on, 5 or 6 a rank (every design trains so)
+        # batches of 4: 16 runs leave 11 to train on, 5 or 6 a rank (every design trains so); 8 runs leave
+        # 2 a rank, a batch of 2
         "train": {
             **preset["train"],
             "seed": seed,
             "warm_start": False,
-            "batch_size": 4,
+            "batch_size": 2 if runs is not None and runs < 16 else 4,
             **({"model_args": model_args} if model_args else {}),
         },
     }
