@@ -5,8 +5,9 @@ The code is py-pde (a code nobody here wrote) solving Fisher–KPP fronts (bench
 environment, as a persistent simulator per level: the costly level on a 256 x 256 grid, the cheap one on
 32 x 32, both writing the final field averaged onto 32 x 32 cells. Over d in [0.05, 1] and r in [0.2, 2]
 (the box a user of the equation would pick). Every design is made by the product (`sim2dl simulate` under
-mpiexec, 2 ranks); each level's cost is what the farm measured (raw/simulate.json's `fidelities`, or the
-rounds' own measure), in the costly level's runs:
+mpiexec, 2 ranks); each level's cost is what the product measures (measured_costs: the mean seconds of a
+level's runs, less each persistent simulator's first run on each rank, whose seconds hold its start-up),
+in the costly level's runs:
 
 - `sobol`: the costly level alone, Sobol, scored at 8, 16, 24 and 32 runs (its prefixes) by one Gaussian
   process per principal component (pipeline/design/emulator.py);
@@ -70,6 +71,7 @@ from bench.common import OUT, REPO, sim2dl, workflow
 from pipeline.design.emulator import Emulator, Outputs
 from pipeline.design.multifidelity import MultiFidelityEmulator
 from pipeline.ensemble.farm import run_paths
+from pipeline.ensemble.fidelity import Fidelities, measured_costs
 
 COSTLY_CELLS, CHEAP_CELLS = 256, 32
 SOBOL_BUDGETS = (8, 16, 24, 32)
@@ -122,10 +124,12 @@ def read_design(raw: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def costs_of(raw: Path) -> tuple[float, float]:
-    """Each level's measured cost per run: the mean seconds of its runs that succeeded."""
-    table = pq.read_table(raw / "runs.parquet").to_pydict()
-    level, seconds = np.asarray(table["fidelity_index"]), np.asarray(table["seconds"], float)
-    return float(seconds[level == 0].mean()), float(seconds[level == 1].mean())
+    """Each level's measured cost per run, as the product measures it (pipeline/ensemble/fidelity.py's
+    measured_costs: the mean seconds of its runs that succeeded, less those that started its persistent
+    simulator)."""
+    design = yaml.safe_load((raw.parent / "config.yaml").read_text())
+    cheap, costly = measured_costs(raw / "runs.parquet", Fidelities.of(design["simulate"]))
+    return float(cheap["mean_seconds"]), float(costly["mean_seconds"])
 
 
 def data_sections(levels: bool) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -409,6 +409,9 @@ def test_a_persistent_simulator_starts_once_per_rank_and_its_faults_are_retried_
         assert f"to stderr from {name}" in log and "to stderr from" not in log.replace(f"from {name}", "")
         if "# sim2dl: starting" in log:
             assert "loading the code" in log
+    # the runs table says which runs started it (their seconds hold its start-up, which costs leave out)
+    starters = {name for name, log in logs.items() if "# sim2dl: starting" in log}
+    assert {name for name, r in rows.items() if r["started_simulator"]} == starters
     for row in others:  # each run's own values reached the simulator
         saved = np.load(tmp_path / "work" / "raw" / "00000" / row["run"] / "out.npy")
         assert saved == pytest.approx(np.full(4, row["x"], np.float32))

@@ -160,6 +160,39 @@ def test_a_levels_own_command_is_checked_under_its_own_key(tmp_path):
     assert proc.stderr.count("config key 'simulate.fidelities[1].command': program 'no-such-fine-code'") == 1
 
 
+def test_a_levels_cost_leaves_out_the_runs_that_started_a_persistent_simulator(tmp_path):
+    """Measured on py-pde (bench/fidelity.py): a 32 x 32 run took 0.04 s, and the run that started the
+    simulator 16 s. A level's cost per run is the mean over the runs that started nothing, where it has
+    any; a table written before the column counts every run; failed runs count for nothing."""
+    import pyarrow as pa
+
+    from pipeline.design.loop.levels import level_costs
+    from pipeline.ensemble.fidelity import measured_costs
+
+    table = pa.table(
+        {
+            "fidelity_index": [0, 0, 0, 0, 1, 1, 1, 1],
+            "status": ["ok", "ok", "ok", "failed", "ok", "ok", "ok", "ok"],
+            "seconds": [16.0, 0.04, 0.06, 9.0, 30.0, 4.0, 2.0, 22.0],
+            "started_simulator": [True, False, False, False, True, False, False, True],
+        }
+    )
+    config = levels_config(tmp_path)["simulate"]
+    fidelities = Fidelities.of(config)
+    assert level_costs(fidelities, [table]) == pytest.approx([0.05, 3.0])
+    pq.write_table(table, tmp_path / "runs.parquet", row_group_size=3)  # a level across row groups
+    costs = measured_costs(tmp_path / "runs.parquet", fidelities)
+    assert [c["mean_seconds"] for c in costs] == pytest.approx([0.05, 3.0])
+    assert [(c["runs"], c["ok"]) for c in costs] == [(4, 3), (4, 4)]
+    assert costs[1]["cost_over_cheapest"] == pytest.approx(60.0)
+    old = table.drop_columns(["started_simulator"])
+    assert level_costs(fidelities, [old]) == pytest.approx([(16.1) / 3, 14.5])
+    only_starters = table.filter(
+        pa.compute.field("started_simulator") | (pa.compute.field("fidelity_index") == 0)
+    )
+    assert level_costs(fidelities, [only_starters]) == pytest.approx([0.05, 26.0])
+
+
 # ---------------------------------------------------------------- the levels run
 
 

@@ -1035,6 +1035,7 @@ def test_inspect_reads_an_ensembles_runs_table_and_proposes_the_forward_surrogat
         "attempts": [1] * 6,
         "seconds": [0.5] * 6,
         "exit_code": [0] * 6,
+        "started_simulator": [True, False, False, False, False, False],
         "reason": [""] * 6,
     }
     for name, kind in OUTCOME_SCHEMA:

@@ -9,8 +9,12 @@ prefix is itself a balanced design). A point's runs share its seed at every leve
 a stochastic code's levels then differ by their fidelity, not by their noise). Runs are numbered level by
 level: level 0's runs first, then level 1's, and so on.
 
+A level's cost per run, measured, is the mean seconds of its runs that succeeded, less those that started a
+persistent simulator (their seconds hold its start-up, paid once per rank: with py-pde 16 s against 0.04 s
+a run on a 32 x 32 grid) where it has others.
+
 Memory: a few numbers per level. Time: a level's segment of a block of runs per level; `measured_costs`
-reads two columns of the runs table a row group at a time.
+reads four columns of the runs table a row group at a time.
 """
 
 from __future__ import annotations
@@ -86,9 +90,40 @@ class Fidelities:
         return names, np.concatenate(indices or [empty]), np.concatenate(points or [empty])
 
 
-def level_tallies(table: Any, levels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per level, of runs table rows (a table or a row group with INDEX_COLUMN, status and seconds): its
-    runs, those that succeeded, and the seconds of those summed."""
+STARTED_COLUMN = "started_simulator"  # the runs table's: the run started a persistent simulator
+
+
+@dataclass
+class LevelTally:
+    """Per level, of runs table rows: its runs, those that succeeded and their seconds summed, and of those
+    the steady runs (that did not start a persistent simulator, whose start-up the starting run's seconds
+    hold) and their seconds."""
+
+    runs: np.ndarray
+    ok: np.ndarray
+    seconds: np.ndarray
+    steady: np.ndarray
+    steady_seconds: np.ndarray
+
+    @classmethod
+    def empty(cls, levels: int) -> LevelTally:
+        return cls(*(np.zeros(levels) for _ in range(5)))
+
+    def __add__(self, other: LevelTally) -> LevelTally:
+        return LevelTally(*(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__))
+
+    def mean_seconds(self, level: int) -> float | None:
+        """A run's seconds at `level`: the mean over its steady runs that succeeded (a persistent
+        simulator starts once per rank, not once per run: its start-up is no run's cost), else over every
+        run of it that succeeded; None where none did."""
+        if self.steady[level]:
+            return float(self.steady_seconds[level] / self.steady[level])
+        return float(self.seconds[level] / self.ok[level]) if self.ok[level] else None
+
+
+def level_tallies(table: Any, levels: int) -> LevelTally:
+    """The LevelTally of runs table rows (a table or a row group with INDEX_COLUMN, status and seconds, and
+    STARTED_COLUMN where it has it: a table written before it counts every run as steady)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -96,36 +131,44 @@ def level_tallies(table: Any, levels: int) -> tuple[np.ndarray, np.ndarray, np.n
     status = table["status"].cast(pa.string())
     succeeded = pc.equal(status, "ok").to_numpy(zero_copy_only=False)
     taken = np.nan_to_num(table["seconds"].to_numpy(zero_copy_only=False).astype(float))
-    return (
-        np.bincount(index, minlength=levels),
-        np.bincount(index[succeeded], minlength=levels),
-        np.bincount(index[succeeded], weights=taken[succeeded], minlength=levels),
+    started = np.zeros(len(index), bool)
+    if STARTED_COLUMN in table.column_names:
+        started = table[STARTED_COLUMN].fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    steady = succeeded & ~started
+
+    def per_level(rows: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        return np.bincount(index[rows], weights=None if weights is None else weights[rows], minlength=levels)
+
+    every = np.ones(len(index), bool)
+    return LevelTally(
+        per_level(every).astype(float),
+        per_level(succeeded).astype(float),
+        per_level(succeeded, taken),
+        per_level(steady).astype(float),
+        per_level(steady, taken),
     )
 
 
 def measured_costs(runs_table: Path, fidelities: Fidelities) -> list[dict[str, Any]]:
-    """Each level's runs, those that succeeded, the mean seconds of those, and its cost per run (declared,
-    else that mean) and that cost over the cheapest level's: what the levels cost, from the runs so far."""
+    """Each level's runs, those that succeeded, the mean seconds of a run (LevelTally.mean_seconds), and its
+    cost per run (declared, else that mean) and that cost over the cheapest level's: what the levels cost,
+    from the runs so far."""
     import pyarrow.parquet as pq
 
-    count = np.zeros(len(fidelities.levels), np.int64)
-    ok = np.zeros_like(count)
-    seconds = np.zeros(len(fidelities.levels))
+    tally = LevelTally.empty(len(fidelities.levels))
     table = pq.ParquetFile(runs_table)
+    names = set(table.schema_arrow.names)
     for group in range(table.num_row_groups):
-        columns = table.read_row_group(group, columns=[INDEX_COLUMN, "status", "seconds"])
-        runs, succeeded, taken = level_tallies(columns, len(count))
-        count += runs
-        ok += succeeded
-        seconds += taken
+        wanted = [INDEX_COLUMN, "status", "seconds", *({STARTED_COLUMN} & names)]
+        tally = tally + level_tallies(table.read_row_group(group, columns=wanted), len(fidelities.levels))
     levels = []
     for level in fidelities.levels:
-        mean = seconds[level.index] / ok[level.index] if ok[level.index] else None
+        mean = tally.mean_seconds(level.index)
         levels.append(
             {
                 "name": level.name,
-                "runs": int(count[level.index]),
-                "ok": int(ok[level.index]),
+                "runs": int(tally.runs[level.index]),
+                "ok": int(tally.ok[level.index]),
                 "mean_seconds": None if mean is None else round(float(mean), 4),
                 "cost": level.cost if level.cost is not None else mean,
                 "cost_declared": level.cost is not None,

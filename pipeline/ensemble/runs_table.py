@@ -1,12 +1,13 @@
 """The runs table ({raw}/runs.parquet, which ingest reads as labels): the design written first (a row group
 per block), with a digest of the design settings: a rerun with the same design keeps it (and the runs
 already done), a changed design starts afresh; then the design with each run's outcome (status, attempts,
-seconds, exit_code, reason).
+seconds, exit_code, started_simulator: the run started a persistent simulator, and its seconds hold that
+start-up; reason).
 
-Memory: no rank holds every outcome. Every rank appends its runs' outcomes (24 bytes per run) to an
+Memory: no rank holds every outcome. Every rank appends its runs' outcomes (20 bytes per run) to an
 unlinked file beside the runs as each chunk completes (`RankOutcomes`), holding a chunk's and the reasons
 of its failed runs; rank 0 writes the table a block at a time from what every rank reads back and sends
-of it. Disk: 24 bytes per run until the table is written. Time: one gather per block.
+of it. Disk: 20 bytes per run until the table is written. Time: one gather per block.
 """
 
 from __future__ import annotations
@@ -43,13 +44,14 @@ OUTCOME_ROW = np.dtype(
         ("attempts", np.uint16),
         ("seconds", np.float32),
         ("exit_code", np.int32),
+        ("started_simulator", np.bool_),
     ]
 )
 
 
 class RankOutcomes:
     """This rank's runs and their outcomes, in run order (the queue hands out rising ranges, and a rank works
-    through its chunks in turn): each chunk's rows (OUTCOME_ROW, 24 bytes per run) appended to a file as the
+    through its chunks in turn): each chunk's rows (OUTCOME_ROW, 20 bytes per run) appended to a file as the
     chunk completes, an unlinked temporary beside the runs (gone with the process, however it ends), so that
     a rank holds a chunk, not every run it ran; and the reasons of failed runs (few: a farm with many
     failures stops at simulate.max_failed_fraction). After the farm the rows are read back in rising
@@ -77,6 +79,8 @@ class RankOutcomes:
         rows["index"] = np.arange(start, start + len(outcomes))
         for name in ("status", "attempts", "seconds", "exit_code"):
             rows[name] = [o[name] for o in outcomes]
+        # a run completed before this key was logged did not say: it is counted as a steady run
+        rows["started_simulator"] = [o.get("started_simulator", False) for o in outcomes]
         self.file.write(rows.tobytes())
         self.next_index = start + len(outcomes)
         self.reasons.update({start + i: o["reason"] for i, o in enumerate(outcomes) if o["reason"]})
@@ -132,6 +136,7 @@ OUTCOME_SCHEMA = [
     ("attempts", pa.uint16()),
     ("seconds", pa.float32()),
     ("exit_code", pa.int32()),
+    ("started_simulator", pa.bool_()),
     ("reason", pa.string()),
 ]
 
@@ -154,6 +159,7 @@ def outcome_columns(block: np.ndarray, reasons: Mapping[int, str], start: int) -
         column("attempts"),
         column("seconds"),
         column("exit_code"),
+        column("started_simulator"),
         pc.take(pa.array(texts, pa.string()), pa.array(why)),
     ]
 
@@ -161,9 +167,9 @@ def outcome_columns(block: np.ndarray, reasons: Mapping[int, str], start: int) -
 def write_runs_table(
     plan: EnsemblePlan, mine: RankOutcomes, path: Path, comm: Any
 ) -> tuple[np.ndarray, list]:
-    """The design with each run's outcome (status, attempts, seconds, exit_code, reason), written by rank 0 a
-    block of the design at a time: every rank sends the outcomes it holds of that block. Returns, on rank 0,
-    the number of runs per status and the first three failed runs' (index, reason)."""
+    """The design with each run's outcome (status, attempts, seconds, exit_code, started_simulator, reason),
+    written by rank 0 a block of the design at a time: every rank sends the outcomes it holds of that block.
+    Returns, on rank 0, the number of runs per status and the first three failed runs' (index, reason)."""
     mine.rewind()
     counts, first_failed = np.zeros(len(STATUSES), np.int64), []
     schema = pa.schema(

@@ -8,7 +8,8 @@ directory exists and its log ends with its outcome (it completed before), up to 
 in a fresh temporary directory (`.RUN.partial`, also the working directory) with the command started in a
 new session (a time-out kills its whole process group) and its stdout and stderr in the run's log (every
 attempt of one execution in one log, started afresh); an attempt succeeds when the command exits 0 having
-written something. Then the outcome (attempts, seconds) is appended to the log and the directory renamed
+written something. Then the outcome (attempts, seconds, whether it started a persistent simulator, whose
+start-up its seconds then hold) is appended to the log and the directory renamed
 to RUN: the rename is what makes a run complete, so an interrupted run leaves nothing that looks complete.
 Per run: a directory, a log and the command's own files; no file of sim2dl's own in the run's directory.
 
@@ -175,6 +176,8 @@ class Worker:
         # is killed once it is known. Without this, a run forked in that instant outlived the kill and
         # ran again on the rerun: one more than the one in flight.
         self.starting = self.dying = False
+        # this execution started a persistent simulator: its seconds hold the simulator's start-up too
+        self.started_simulator = False
 
     def start(self, argv: list[str], cwd: Path, log: IO[bytes]) -> subprocess.Popen[bytes] | None:
         log.write(f"{ATTEMPT}{json.dumps(argv)}\n".encode())
@@ -222,7 +225,7 @@ class Worker:
         if simulator is None or not simulator.alive():  # first, or after a crash or a kill
             log.write(f"{ATTEMPT}starting {json.dumps(run['argv'])}\n".encode())
             log.flush()
-            self.starting = True
+            self.starting = self.started_simulator = True
             try:
                 simulator = self.persistent[command] = Persistent(run["argv"], Path(run["cwd"]))
             except OSError as e:
@@ -246,6 +249,7 @@ class Worker:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             self.log_dirs.add(log_path.parent)
         start, started = time.perf_counter(), time.monotonic()
+        self.started_simulator = False
         status, code, reason = FAILED, -1, "no attempt"
         with open(log_path, "wb") as log:  # every attempt of this execution in one log
             for tries in range(1, run["retries"] + 2):
@@ -254,7 +258,12 @@ class Worker:
                 partial.mkdir(parents=True)
                 status, code, reason = self.attempt(run, partial, log)
                 if status == OK:
-                    outcome = {"attempts": tries, "seconds": time.perf_counter() - start, "exit_code": 0}
+                    outcome = {
+                        "attempts": tries,
+                        "seconds": time.perf_counter() - start,
+                        "exit_code": 0,
+                        "started_simulator": self.started_simulator,
+                    }
                     # The outcome goes into the log (no file of its own: one file less per run, which is most
                     # of the farm's cost with short runs); the rename below is what makes the run complete.
                     log.write(f"{OUTCOME}{json.dumps(outcome)}\n".encode())
@@ -269,6 +278,7 @@ class Worker:
             "attempts": run["retries"] + 1,
             "seconds": seconds,
             "exit_code": code,
+            "started_simulator": self.started_simulator,
             "status": status,
             "started": started,
         }

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import Sim2dlError
-from pipeline.ensemble.fidelity import INDEX_COLUMN, NAME_COLUMN, Fidelities, level_tallies
+from pipeline.ensemble.fidelity import INDEX_COLUMN, NAME_COLUMN, Fidelities, LevelTally, level_tallies
 from pipeline.ensemble.plan import run_seeds
 from pipeline.ensemble.sampling import unit_design
 
@@ -59,19 +59,18 @@ def level_of(table: pa.Table) -> np.ndarray:
 
 
 def level_costs(fidelities: Fidelities, tables: Sequence[pa.Table]) -> list[float]:
-    """Each level's cost per run: declared, else the mean seconds of its runs that succeeded so far."""
-    seconds = np.zeros(len(fidelities.levels))
-    ok = np.zeros(len(fidelities.levels))
+    """Each level's cost per run: declared, else the mean seconds of its runs that succeeded so far
+    (LevelTally.mean_seconds: a persistent simulator's start-up left out)."""
+    tally = LevelTally.empty(len(fidelities.levels))
     for table in tables:  # the tally plain ensembles' measured_costs makes
-        _, succeeded, taken = level_tallies(table, len(seconds))
-        ok += succeeded
-        seconds += taken
+        tally = tally + level_tallies(table, len(fidelities.levels))
     costs = []
     for level in fidelities.levels:
+        mean = tally.mean_seconds(level.index)
         if level.cost is not None:
             costs.append(float(level.cost))
-        elif ok[level.index] and seconds[level.index] > 0:
-            costs.append(float(seconds[level.index] / ok[level.index]))
+        elif mean:
+            costs.append(mean)
         else:
             raise Sim2dlError(
                 f"config key 'simulate.fidelities[{level.index}].cost': no run of level '{level.name}' "
