@@ -84,7 +84,8 @@ class LevelRound:
     def with_share(self, share: float, shared: np.ndarray) -> LevelChoice:
         """The round: the share's points (`shared`: joined points of one level, as many as share x spend
         buys), then the cost-weighted pairs for the rest of the spend."""
-        level = int(shared[0, -1]) if len(shared) else 0
+        # no share (less than one run): the costliest level's finite cost, not a cheaper level's inf x 0 = nan
+        level = int(shared[0, -1]) if len(shared) else len(self.costs) - 1
         shared = shared[: int(share * self.spend // self.costs[level])]
         rest = replace(
             self, spend=self.spend - self.costs[level] * len(shared), avoid=np.vstack([self.avoid, shared])
