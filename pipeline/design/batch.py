@@ -52,10 +52,13 @@ def spaced_best(
 
 @dataclass(frozen=True)
 class Prices:
-    """What each candidate's run costs, and what a batch may spend in all."""
+    """What each candidate's run costs, and what a batch may spend in all; with `groups` (each candidate's
+    group, an integer) and `limits` (per group), at most that many candidates of a group."""
 
     costs: np.ndarray
     spend: float
+    groups: np.ndarray | None = None
+    limits: np.ndarray | None = None
 
 
 def believer_best(
@@ -100,6 +103,10 @@ def believer_best(
         i = int(np.argmax(np.where(allowed, value, -np.inf)))
         chosen.append(i)
         values.append(float(value[i]))
+        if prices is not None and prices.groups is not None and prices.limits is not None:
+            group = prices.groups[i]
+            if np.sum(prices.groups[chosen] == group) >= prices.limits[group]:
+                allowed &= prices.groups != group
         for c, column in enumerate(posterior.columns(i)):
             for earlier in factors[c]:
                 column = column - earlier * earlier[i]

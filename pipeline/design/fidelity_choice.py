@@ -63,6 +63,7 @@ class LevelRound:
     spend: float
     spacing: float
     avoid: np.ndarray
+    limits: Sequence[float] | None = None  # the most runs of each level a round buys (None: no limit)
 
     def cost_weighted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points, levels, values) for the spend: each pair by the costliest level's integrated variance it
@@ -76,7 +77,12 @@ class LevelRound:
             self.spacing,
             self.avoid,
             (levels - 1) * size + np.arange(min(REFERENCES, size)),
-            prices=Prices(np.repeat(np.asarray(self.costs, np.float64), size), self.spend),
+            prices=Prices(
+                np.repeat(np.asarray(self.costs, np.float64), size),
+                self.spend,
+                np.repeat(np.arange(levels), size),
+                None if self.limits is None else np.asarray(self.limits, np.float64),
+            ),
         )
         picked = candidates[chosen]
         return picked[:, :-1], picked[:, -1].astype(int), np.array(values)

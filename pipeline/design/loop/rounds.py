@@ -225,6 +225,7 @@ def choose_levels(
             # the cheapest level may run budget x the cost ratio: its spacing, unless min_spacing is set
             min_spacing(adaptive, int(adaptive["budget"] * costs[-1] / costs[0]), dims),
             history.joined_points(dims),
+            cheaper_limits(fidelities),
         ).with_share(adaptive["space_filling_share"], shared)
         uncertainty = np.sqrt(emulator.variance(choice.points)) if choice.size else np.zeros(0)
     stats["seconds_choosing"] = round(time.perf_counter() - started, 4)
@@ -297,6 +298,14 @@ def level_prices(
     return priced, share_points(
         settings["design"], settings["seed"], dims, start, int(count // priced[level]), level
     )
+
+
+def cheaper_limits(fidelities: Fidelities) -> list[float]:
+    """The most runs of each level a round buys: a cheaper level's runs in round 0 (the nested start), the
+    costliest level's without limit. A cheap level can cost next to nothing (py-pde's 32 x 32 grid, 150
+    times cheaper than its 256 x 256): by value per unit cost alone a round bought 180 runs of it and each
+    later round's fit, and the training on them, took longer than the runs saved."""
+    return [float(level.runs) for level in fidelities.levels[:-1]] + [np.inf]
 
 
 def cheaper_runs_helped(
