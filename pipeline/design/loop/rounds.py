@@ -12,8 +12,8 @@ NRMSE over the runs, pipeline.data.scores, mean over the outputs) reaches `targe
 
 With simulate.fidelities, round 0 is the levels' nested design and every later round chooses points and
 levels by the costliest level's integrated variance taken off per unit cost, within a budget counted in
-that level's runs (pipeline/design/loop/levels.py, pipeline/design/fidelity_choice.py,
-pipeline/design/multifidelity.py).
+that level's runs (pipeline/design/loop/levels.py, level_round.py: the prices that keep cheaper levels
+from doing harm, pipeline/design/fidelity_choice.py, pipeline/design/multifidelity.py).
 
 One step, not a Snakemake checkpoint per round: the farm keeps its ranks across rounds (on Slurm a job per
 round would wait in the queue for every batch of minutes-long runs), and rounds are many where checkpoints
@@ -54,9 +54,9 @@ from threadpoolctl import threadpool_limits
 
 from pipeline import Sim2dlError, json_digest
 from pipeline.design.acquisitions import ACQUISITIONS, Context, check_acquisition
-from pipeline.design.emulator import Emulator
-from pipeline.design.fidelity_choice import LevelRound, share_points
+from pipeline.design.fidelity_choice import LevelRound
 from pipeline.design.loop.history import History, load_history, round_outputs, round_table
+from pipeline.design.loop.level_round import cheaper_limits, fitted_levels, level_prices
 from pipeline.design.loop.levels import (
     level_costs,
     level_figures,
@@ -64,7 +64,6 @@ from pipeline.design.loop.levels import (
     round_spend,
     with_levels,
 )
-from pipeline.design.multifidelity import MultiFidelityEmulator
 from pipeline.design.regimes import make_emulator
 from pipeline.design.share import SPACE_FILLING, shared_choice
 from pipeline.design.space import candidate_pool, min_spacing
@@ -243,94 +242,6 @@ def choose_levels(
         settings, choice.points, history.runs, round_index, chosen_by, values, uncertainty, digest
     )
     return with_levels(table, fidelities, choice.levels, None, settings["seed"]), stats
-
-
-def fitted_levels(
-    settings: Mapping[str, Any], history: History, levels: int, stats: dict[str, Any]
-) -> MultiFidelityEmulator:
-    """The multi-fidelity emulator fitted on every level's runs that succeeded; its time, the runs and its
-    leave-one-out NRMSE over the costliest level's runs into `stats`."""
-    x, y = history.done()
-    started = time.perf_counter()
-    try:
-        emulator = MultiFidelityEmulator(history.layout, settings["seed"], levels)
-        emulator = emulator.fit(x, y, history.done_levels())
-    except ValueError as e:
-        message = f"simulate.adaptive with simulate.fidelities: {e} (see the runs table's reasons)"
-        raise Sim2dlError(message) from None
-    stats["seconds_fitting"] = round(time.perf_counter() - started, 4)
-    stats["fitted_on"] = len(x)
-    stats["validation_nrmse"] = emulator.outputs.nrmse(emulator.loo(), emulator.y)
-    stats["validation_nrmse_mean"] = float(np.mean(list(stats["validation_nrmse"].values())))
-    return emulator
-
-
-def level_prices(
-    settings: Mapping[str, Any],
-    history: History,
-    fidelities: Fidelities,
-    costs: list[float],
-    spend: float,
-    stats: dict[str, Any],
-) -> tuple[list[float], np.ndarray]:
-    """Do no harm: the space-filling share spends on the costliest level (its prefix of the nested design
-    continued, so that level's runs keep growing as its plain design would), and the cheaper levels are
-    chosen only while they help predict the costliest level's runs (the multi-fidelity emulator's
-    leave-one-out error on them at most that of an emulator of those runs alone, and lowered by the last
-    round's cheaper runs: cheaper_runs_helped); else their cost is infinite (never chosen). The costs the
-    round chooses by, and the share's candidates (joined points)."""
-    x, y = history.done()
-    costliest = history.done_levels() == len(costs) - 1
-    alone = Emulator(history.layout, settings["seed"]).fit(x[costliest], y[costliest])
-    errors = alone.outputs.nrmse(alone.loo(), alone.y)
-    helps = stats["validation_nrmse_mean"] <= np.mean(list(errors.values()))
-    stats["validation_nrmse_costliest_alone"] = errors
-    helps = helps and cheaper_runs_helped(settings, history, len(costs), stats)
-    stats["cheaper_levels_chosen"] = bool(helps)
-    priced = costs if helps else [np.inf] * (len(costs) - 1) + [costs[-1]]
-    level = len(costs) - 1
-    filled = sum(  # the share's runs of this level so far: its prefix of the design continues after them
-        int(np.sum((t.column("acquisition").to_numpy(zero_copy_only=False) == SPACE_FILLING) & (lv == level)))
-        for t, lv in zip(history.tables, history.levels, strict=True)
-    )
-    start, count = fidelities.levels[level].runs + filled, settings["adaptive"]["space_filling_share"] * spend
-    dims = len(settings["space"])
-    return priced, share_points(
-        settings["design"], settings["seed"], dims, start, int(count // priced[level]), level
-    )
-
-
-def cheaper_limits(fidelities: Fidelities) -> list[float]:
-    """The most runs of each level a round buys: a cheaper level's runs in round 0 (the nested start), the
-    costliest level's without limit. A cheap level can cost next to nothing (py-pde's 32 x 32 grid, 150
-    times cheaper than its 256 x 256): by value per unit cost alone a round bought 180 runs of it and each
-    later round's fit, and the training on them, took longer than the runs saved."""
-    return [float(level.runs) for level in fidelities.levels[:-1]] + [np.inf]
-
-
-def cheaper_runs_helped(
-    settings: Mapping[str, Any], history: History, levels: int, stats: dict[str, Any]
-) -> bool:
-    """Learning progress of the cheaper levels: whether the cheaper runs of the last round that bought any
-    (after round 0) lowered the multi-fidelity emulator's leave-one-out error on the costliest level's runs
-    (the same runs, refitted without them). A cheap level's runs can cost next to nothing while its
-    emulator, sure of how the levels relate, still credits each with a little: measured on py-pde's fronts,
-    rounds bought 180 cheap runs for each costly one and the error on the costly runs doubled. The refit's
-    error into `stats` (`validation_nrmse_without_last_cheaper`)."""
-    done_levels = history.done_levels()
-    rounds = np.concatenate([np.full(int(k.sum()), r) for r, k in enumerate(history.ok)])
-    cheaper = done_levels < levels - 1
-    bought = sorted({int(r) for r in rounds[cheaper] if r > 0})
-    if not bought:
-        return True
-    kept = ~(cheaper & (rounds == bought[-1]))
-    x, y = history.done()
-    without = MultiFidelityEmulator(history.layout, settings["seed"], levels).fit(
-        x[kept], y[kept], done_levels[kept]
-    )
-    error = float(np.mean(list(without.outputs.nrmse(without.loo(), without.y).values())))
-    stats["validation_nrmse_without_last_cheaper"] = {"round": bought[-1], "nrmse_mean": error}
-    return stats["validation_nrmse_mean"] < error
 
 
 def fitted_emulator(
