@@ -83,7 +83,7 @@ def level_prices(
 
 def cheaper_limits(fidelities: Fidelities) -> list[float]:
     """The most runs of each level a round buys: a cheaper level's runs in round 0 (the nested start), the
-    costliest level's without limit. A cheap level can cost next to nothing (py-pde's 32 x 32 grid, 150
+    costliest level's without limit. A cheap level can cost next to nothing (py-pde's 32 x 32 grid, 140 to 200
     times cheaper than its 256 x 256): by value per unit cost alone a round bought 180 runs of it and each
     later round's fit, and the training on them, took longer than the runs saved."""
     return [float(level.runs) for level in fidelities.levels[:-1]] + [np.inf]
