@@ -60,6 +60,15 @@ class Prices:
     groups: np.ndarray | None = None
     limits: np.ndarray | None = None
 
+    def affordable(self, chosen: list[int]) -> np.ndarray:
+        """The candidates a batch holding `chosen` may still take: within what is left of the spend, and of a
+        group below its limit."""
+        open_ = self.costs <= self.spend - sum(self.costs[chosen])  # summed in order, as before
+        if self.groups is not None and self.limits is not None:
+            taken = np.bincount(self.groups[chosen], minlength=len(self.limits))
+            open_ &= taken[self.groups] < self.limits[self.groups]
+        return open_
+
 
 def believer_best(
     posterior: Any,
@@ -91,7 +100,7 @@ def believer_best(
     values: list[float] = []
     for _ in range(batch):
         if prices is not None:
-            allowed &= prices.costs <= prices.spend - sum(prices.costs[chosen])
+            allowed &= prices.affordable(chosen)
         if not allowed.any():
             break
         if reach is None:
@@ -103,10 +112,6 @@ def believer_best(
         i = int(np.argmax(np.where(allowed, value, -np.inf)))
         chosen.append(i)
         values.append(float(value[i]))
-        if prices is not None and prices.groups is not None and prices.limits is not None:
-            group = prices.groups[i]
-            if np.sum(prices.groups[chosen] == group) >= prices.limits[group]:
-                allowed &= prices.groups != group
         for c, column in enumerate(posterior.columns(i)):
             for earlier in factors[c]:
                 column = column - earlier * earlier[i]
