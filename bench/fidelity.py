@@ -385,6 +385,13 @@ def reused_rows(previous: dict[str, Any], name: str, seeds: list[int]) -> list[d
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=1,
+        help="run seeds FIRST..SEEDS only (a long benchmark split over sessions: each seed's lines are "
+        "printed as it ends, and every seed's test set is the same)",
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
         "--network", action="store_true", help="also scored by the network a user trains (Sobol at 8, 16, 32)"
@@ -405,7 +412,7 @@ def arguments() -> argparse.Namespace:
 
 def main() -> None:
     args = arguments()
-    seeds = list(range(1, (3 if args.quick else args.seeds) + 1))
+    seeds = list(range(args.first_seed, (3 if args.quick else args.seeds) + 1))
     previous = json.loads(args.reuse.read_text()) if args.reuse else None
     if previous and previous["seeds"] != seeds:
         raise SystemExit(f"--reuse {args.reuse}: seeds {previous['seeds']}, not {seeds}")

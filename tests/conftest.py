@@ -28,6 +28,8 @@ from pipeline.runtime.container_image import image_reference
 from pipeline.runtime.mpi import SerialComm
 from pipeline.steps import validated
 
+pytest_plugins = ["tests.cpu_seconds"]  # --cpu-durations
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 VENV = BIN.parent
