@@ -128,14 +128,15 @@ def read_trials(out):
 
 
 def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, dataset):
-    path = search_config(tmp_path, dataset)
+    # Hyperband's one bracket at eta 2: 2 configurations at 1 epoch, the better at 2
+    path = search_config(tmp_path, dataset, max_budget=2, eta=2)
     out = tmp_path / "search"
     # master + worker
     proc = run_cli(["search", "--config", str(path), "--out", str(out)], ranks=2, timeout=900)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     trials = read_trials(out)
-    assert summary["trials"] == len(trials) == 4  # 3 configurations at 1 epoch, the best at 3
-    assert sorted(t["budget"] for t in trials) == [1, 1, 1, 3]
+    assert summary["trials"] == len(trials) == 3
+    assert sorted(t["budget"] for t in trials) == [1, 1, 2]
     best = yaml.safe_load((out / "best.yaml").read_text())["train"]
     assert set(best) == {"learning_rate", "model_args"} and 2 <= best["model_args"]["width"] <= 6
     assert (out / "search.png").exists()
@@ -143,7 +144,7 @@ def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, d
     assert not (out / "run" / "nameserver.json").exists()  # withdrawn when the master ends
     # a trial is scored by its validation loss: no classical baseline pass in it (sim2dl train --no-baseline)
     trial_summaries = [json.loads(p.read_text()) for p in (out / "trials").glob("*/train/summary.json")]
-    assert len(trial_summaries) == 4 and all(t["baseline"]["method"] is None for t in trial_summaries)
+    assert len(trial_summaries) == 3 and all(t["baseline"]["method"] is None for t in trial_summaries)
     # TensorBoard: each trial a run, its curves beside its hyperparameters (the HParams table's row)
     for trial in trials:
         name = "trial-" + "-".join(str(i) for i in trial["config_id"]) + f"-b{trial['budget']:g}"

@@ -311,8 +311,12 @@ def test_model_errors_name_the_builder_before_training(tmp_path, climate, change
 
 def test_classification_with_a_user_model_file_through_the_workflow(tmp_path):
     """The cyclone count as a categorical label, classified by a user's Keras model file on 2 Horovod ranks
-    under Snakemake; accuracy and macro-F1 match numpy on the saved model's predictions."""
+    under Snakemake; accuracy and macro-F1 match numpy on the saved model's predictions. convert.features
+    lists two fields: the user's model gets {name: shape} and a dict of tensors, and a built-in with the same
+    features is refused when the config is read."""
     import tensorflow as tf
+
+    from pipeline.formats.shards.shard_reader import ShardReader
 
     (tmp_path / "models.py").write_text(USER_MODELS)
     config = climate_config(
@@ -321,12 +325,13 @@ def test_classification_with_a_user_model_file_through_the_workflow(tmp_path):
         train={
             **TINY,
             "task": "classification",
-            "model": f"{tmp_path}/models.py:build",
+            "model": f"{tmp_path}/models.py:two_inputs",
             "model_args": {"units": 12},
             "epochs": 2,
         },
         search={"enabled": False},
     )
+    config["convert"]["features"] = ["fields", "mask"]
     path = tmp_path / "workflow.yaml"
     path.write_text(yaml.safe_dump(config))
     proc = snakemake_configfile(path, tmp_path)
@@ -336,40 +341,22 @@ def test_classification_with_a_user_model_file_through_the_workflow(tmp_path):
     assert summary["task"] == "classification" and summary["weights_identical_across_ranks"]
     assert summary["model"]["file"] == str(tmp_path / "models.py") and summary["model"]["checksum"]
     assert summary["settings"]["model_args"] == {"units": 12} and summary["classes"] == ["0", "1", "2"]
-    features, labels = validation_arrays(work / "merged", "cyclones")
     model = tf.keras.models.load_model(str(work / "train" / "model"), compile=False)
+    assert sorted(model.input) == ["fields", "mask"]
+    records = list(ShardReader(work / "merged", "validation"))
+    features = {name: np.stack([r[name] for r in records]) for name in ("fields", "mask")}
+    labels = np.stack([r["cyclones"] for r in records])
     predicted = model.predict(features, verbose=0).argmax(-1)
     assert summary["accuracy"] == pytest.approx(np.mean(predicted == labels), abs=1.5 / len(labels))
     f1 = f1_scores(confusion(labels, predicted, 3))
     present = np.isin(np.arange(3), np.concatenate([labels, predicted]))
     assert summary["macro_f1"] == pytest.approx(f1[present].mean(), abs=0.02)
     assert (work / "train" / "scores.png").exists()
-    # The model file is an input of the train rule: changing it retrains.
-    (tmp_path / "models.py").write_text(USER_MODELS.replace("units=8", "units=9"))
-    dry = snakemake_configfile(path, tmp_path, "--dry-run")
-    assert "rule train:" in dry.stdout and "rule merge:" not in dry.stdout
-
-
-@SLOW
-def test_your_own_model_takes_several_features_as_a_dict_of_inputs(tmp_path):
-    """convert.features lists two fields; a user's model gets {name: shape} and a dict of tensors on 2
-    Horovod ranks; a built-in with the same features is refused when the config is read."""
-    import tensorflow as tf
-
-    (tmp_path / "models.py").write_text(USER_MODELS)
-    train = {**TINY, "task": "classification", "model": f"{tmp_path}/models.py:two_inputs", "epochs": 2}
-    config = climate_config(tmp_path, ["cyclones"], train=train)
-    config["convert"]["features"] = ["fields", "mask"]
-    path = write_config(tmp_path, config)
-    for step in ("simulate", "ingest", "convert", "merge", "stage"):
-        run_cli([step, "--config", str(path)], ranks=2)
-    run_cli(["train", "--config", str(path)], ranks=2, timeout=600)
-    work = Path(config["workdir"])
-    summary = json.loads((work / "train" / "summary.json").read_text())
-    assert summary["task"] == "classification" and summary["weights_identical_across_ranks"]
-    model = tf.keras.models.load_model(str(work / "train" / "model"), compile=False)
-    assert sorted(model.input) == ["fields", "mask"]
     with pytest.raises(Sim2dlError, match="are several inputs, but the built-in model 'unet2d' takes one"):
         cfg.validate(
             yaml.safe_load(yaml.safe_dump({**config, "train": {**config["train"], "model": "unet2d"}}))
         )
+    # The model file is an input of the train rule: changing it retrains.
+    (tmp_path / "models.py").write_text(USER_MODELS.replace("units=8", "units=9"))
+    dry = snakemake_configfile(path, tmp_path, "--dry-run")
+    assert "rule train:" in dry.stdout and "rule merge:" not in dry.stdout

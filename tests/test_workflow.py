@@ -65,11 +65,15 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     # merge: they and the steps below them rerun, the simulator does not.
     proc = snakemake(*overrides)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
-    proc = snakemake(*overrides[:-3], "merge={shard_size_mb: 0.5}", *overrides[-2:])
+    changed = [*overrides[:-3], "merge={shard_size_mb: 0.5}", *overrides[-2:]]
+    proc = snakemake("--dry-run", *changed)  # what would run: asked, not trained again
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log
     assert "rule ingest:" in log and "rule merge:" in log and "rule stage:" in log and "rule train:" in log
     assert "rule simulate:" not in log
+    # and run as far as the merge (a target before --config, which would read it as a value)
+    proc = snakemake(str(tmp_path / "w" / "merged" / "metadata.json"), *changed)
+    assert proc.returncode == 0 and "rule simulate:" not in proc.stdout + proc.stderr, proc.stderr
     meta2 = json.loads((tmp_path / "w" / "merged" / "metadata.json").read_text())
     assert meta2["counts"]["shards"] > meta["counts"]["shards"]
 
