@@ -145,6 +145,9 @@ def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, d
     # a trial is scored by its validation loss: no classical baseline pass in it (sim2dl train --no-baseline)
     trial_summaries = [json.loads(p.read_text()) for p in (out / "trials").glob("*/train/summary.json")]
     assert len(trial_summaries) == 3 and all(t["baseline"]["method"] is None for t in trial_summaries)
+    # its weights and summary, no exported model and no figures: the best configuration is trained again
+    assert len(list((out / "trials").glob("*/train/weights.npz"))) == 3
+    assert not list((out / "trials").glob("*/train/model")) + list((out / "trials").glob("*/train/*.png"))
     # TensorBoard: each trial a run, its curves beside its hyperparameters (the HParams table's row)
     for trial in trials:
         name = "trial-" + "-".join(str(i) for i in trial["config_id"]) + f"-b{trial['budget']:g}"
@@ -167,6 +170,7 @@ def test_search_trains_real_trials_and_writes_the_best_configuration(tmp_path, d
     assert trained["settings"]["learning_rate"] == pytest.approx(best["learning_rate"])
     assert trained["settings"]["model_args"] == best["model_args"]
     assert trained["baseline"]["method"] is not None  # the workflow's own training has its baseline
+    assert (tmp_path / "train" / "model").is_dir() and (tmp_path / "train" / "scores.png").is_file()
 
 
 def descendants_running(job, word):

@@ -64,7 +64,7 @@ def train_epochs(
     model, classical, hybrid = baseline_start(config, meta, task, model, data, comm, layout.split)
     board = Board.of(settings, paths.tensorboard / "train", rank == 0, trial)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
-    run = TrainingRun(config, task, model, paths, ranks, "epoch", board, hybrid)
+    run = TrainingRun(config, task, model, paths, ranks, "epoch", board, hybrid, trial is not None)
     epochs = Epochs(run, meta, data)
     run.announce(
         settings["epochs"],

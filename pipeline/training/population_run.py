@@ -69,7 +69,7 @@ def train_population(
     model, classical, hybrid = baseline_start(own, meta, task, model, data, comm, 1)
     board = Board.of(settings, paths.tensorboard / "population", rank == 0, trial)
     ranks = Ranks(hvd, rank, size, device, layout, comm)
-    run = TrainingRun(config, task, model, paths, ranks, "round", board, hybrid)
+    run = TrainingRun(config, task, model, paths, ranks, "round", board, hybrid, trial is not None)
     run.announce(
         population.rounds,
         trainers=population.trainers,

@@ -177,6 +177,9 @@ class TrainingRun:
     unit: str
     board: Board
     hybrid: Any = None
+    # a search trial: scored by its validation loss, its best configuration trained again by the workflow,
+    # so it exports no model and draws no figures (seconds of each trial's rank 0, and the model's bytes)
+    trial: bool = False
 
     @property
     def settings(self) -> Mapping[str, Any]:
@@ -248,8 +251,15 @@ class TrainingRun:
         return summary
 
     def save(self, trained: Trained, summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> None:
-        """Rank 0: the model (whole, as the task exports it), the kept weights, the learning curves, the
-        task's figure and summary.json (last: its presence says the run is done)."""
+        """Rank 0: the model (whole, as the task exports it) and the figures (not for a search trial), the
+        kept weights and summary.json (last: its presence says the run is done)."""
+        if not self.trial:
+            self.export(trained, baseline)
+        save_model_weights(self.paths.kept_weights, self.model.keras)
+        write_json_atomic(self.paths.summary, summary)
+
+    def export(self, trained: Trained, baseline: Mapping[str, Any]) -> None:
+        """The model, whole, as the task exports it; the learning curves and the task's figure."""
         from pipeline.reporting.plots import learning_curves
 
         exported = whole_model(self.config, self.task, self.model)
@@ -260,13 +270,11 @@ class TrainingRun:
             costliest = len(self.config["simulate"]["fidelities"]) - 1
             for_costliest_level(exported, offset, costliest).save(str(self.paths.model))
             exported.save(str(self.paths.model_levels))
-        save_model_weights(self.paths.kept_weights, self.model.keras)
         if trained.curves is None:
             learning_curves(trained.history, self.task.loss_name, self.paths.learning_curves)
         else:
             trained.curves(self.paths.learning_curves)
         self.task.figure(trained.scores.headline[1], self.paths.scores_figure, baseline)
-        write_json_atomic(self.paths.summary, summary)
 
 
 @dataclass
