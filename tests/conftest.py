@@ -156,6 +156,13 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
 # What MPICH leaves behind when a job aborts or is killed, which several tests do on purpose: the
 # launcher's topology files, and the ranks' shared-memory segments (MBs each, in RAM-backed /dev/shm).
 MPI_LEFTOVERS = ("/tmp/hydra_hwloc_xmlfile_*", "/dev/shm/mpich_shm_*")
+# What TensorFlow leaves: autograph writes each function it converts as a module in the temporary directory
+# and imports it (compiled to __pycache__ there, as `make test` caches bytecode), then leaves both.
+AUTOGRAPH_LEFTOVERS = (
+    "/tmp/__autograph_generated_file*.py",
+    "/tmp/__pycache__/__autograph_generated_file*.pyc",
+)
+LEFTOVERS = MPI_LEFTOVERS + AUTOGRAPH_LEFTOVERS
 
 
 _LEFTOVERS_BEFORE: set[str] = set()
@@ -184,17 +191,17 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _LEFTOVERS_BEFORE.update(p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern))
+    _LEFTOVERS_BEFORE.update(p for pattern in LEFTOVERS for p in glob.glob(pattern))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Remove the MPI leftovers this session created (those of other jobs, running or not, are kept). Under
-    pytest-xdist only the controller does, once every worker has finished: a worker that finished first
-    would otherwise remove the segments of the other's job starting up."""
+    """Remove the MPI and autograph leftovers this session created (those of other jobs, running or not, are
+    kept). Under pytest-xdist only the controller does, once every worker has finished: a worker that
+    finished first would otherwise remove the segments of the other's job starting up."""
     if _is_xdist_worker(session.config):
         return
     in_use = _mapped_files()
-    for leftover in {p for pattern in MPI_LEFTOVERS for p in glob.glob(pattern)} - _LEFTOVERS_BEFORE - in_use:
+    for leftover in {p for pattern in LEFTOVERS for p in glob.glob(pattern)} - _LEFTOVERS_BEFORE - in_use:
         with contextlib.suppress(OSError):
             os.unlink(leftover)
 
