@@ -31,6 +31,7 @@ demo: env
 # (/opt/wheels; a plain `torch` requirement would pull gigabytes of CUDA libraries). Where there is none,
 # that test skips (and fails under CI=true).
 TORCH_CPU := torch==2.13.0+cpu
+TORCH_ENSURE := $(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_CPU)" -c requirements/constraints.txt 2>/dev/null || echo "no CPU build of torch to install: the PyTorch reader test will not run"
 
 # TEST_WORKERS: pytest-xdist workers (tests/conftest.py, pytest_xdist_make_scheduler, says how they share
 # the work); 1 runs the suite in one process.
@@ -41,14 +42,16 @@ TEST_WORKERS ?= 2
 # an import's 1.0 (git and .containerignore leave __pycache__ out).
 TEST_RUN := $(RUN) PYTHONDONTWRITEBYTECODE=
 test: env
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_CPU)" -c requirements/constraints.txt 2>/dev/null || echo "no CPU build of torch to install: the PyTorch reader test will not run"
+	$(TORCH_ENSURE)
 	$(RUN) $(BIN)/ruff check .
 	$(RUN) $(BIN)/ruff format --check .
 	$(TEST_RUN) $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # Before each commit: the unit and mpi tiers (tests/conftest.py says which test is in which tier), on
-# TEST_WORKERS workers as `make test`.
+# TEST_WORKERS workers as `make test` (the reader test among them: torch too, or a fresh clone's CI=true
+# run fails there).
 test-fast: env
+	$(TORCH_ENSURE)
 	$(RUN) $(BIN)/ruff check .
 	$(RUN) $(BIN)/ruff format --check .
 	$(TEST_RUN) $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --no-loadscope-reorder) -m "unit or mpi" $(PYTEST_ARGS)
