@@ -63,4 +63,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", f"most CPU {count} (CPU s, wall s, test)")
     for nodeid in sorted(cpu, key=cpu.__getitem__, reverse=True)[:count]:
         terminalreporter.write_line(f"{cpu[nodeid]:8.1f} {wall[nodeid]:8.1f}  {nodeid}")
-    terminalreporter.write_line(f"{sum(cpu.values()):8.1f} {sum(wall.values()):8.1f}  all {len(cpu)} tests")
+    total_wall = sum(wall[nodeid] for nodeid in cpu)  # over the same tests as the CPU
+    terminalreporter.write_line(f"{sum(cpu.values()):8.1f} {total_wall:8.1f}  all {len(cpu)} tests")
