@@ -308,7 +308,7 @@ def _test_functions() -> dict[str, tuple[set[str], str]]:
             for m in c.body
             if isinstance(m, ast.FunctionDef)
         ]
-        parsed[path.stem] = (source, outer)
+        parsed[path.stem] = (source.splitlines(), outer)
         defined[path.stem] = {f.name for f in outer}
     shared = [m for m in ("conftest", "helpers") if m in defined]
 
@@ -317,7 +317,7 @@ def _test_functions() -> dict[str, tuple[set[str], str]]:
         return f"{owner}:{name}" if owner else None
 
     found: dict[str, tuple[set[str], str]] = {}
-    for module, (source, outer) in parsed.items():
+    for module, (lines, outer) in parsed.items():
         for function in outer:
             fixtures = {a.arg for a in function.args.args}
             local = {
@@ -330,7 +330,12 @@ def _test_functions() -> dict[str, tuple[set[str], str]]:
             }
             names = fixtures | (names - local - fixtures)
             called = {r for n in names if (r := resolve(module, n)) and r != f"{module}:{function.name}"}
-            found[f"{module}:{function.name}"] = (called, ast.get_source_segment(source, function) or "")
+            # its lines (ast.get_source_segment splits the whole module again for each function: 2 CPU-s a
+            # collection, in each worker)
+            found[f"{module}:{function.name}"] = (
+                called,
+                "\n".join(lines[function.lineno - 1 : function.end_lineno]),
+            )
     return found
 
 

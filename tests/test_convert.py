@@ -170,6 +170,25 @@ def test_statistics_come_from_the_training_split_alone(tmp_path, serial):
     assert statistics("train-changed")[0]["statistics"]["ta"]["mean"] != ta["mean"]
 
 
+def test_convert_holds_out_the_records_train_holds_out_without_tensorflow():
+    """convert's hold-out (cityhash's Fingerprint64) is train's (TensorFlow's to_hash_bucket_fast in the
+    tf.data graph) on every kind of id: paths, sub-volumes, file#index, non-ASCII, empty, bytes."""
+    from pipeline.data.splits import holdout_validation, holdout_validation_of_ids
+
+    rng = np.random.default_rng(0)
+    ids = [f"run-{i:05d}/cube_{i % 7:03d}#{i % 3}" for i in range(5000)]
+    ids += ["".join(map(chr, rng.integers(32, 0x3000, rng.integers(0, 40)))) for _ in range(5000)]
+    ids += ["", "é∂ü", "a" * 1000]
+    for fraction in (0.1, 0.3, 0.5):
+        expected = holdout_validation(np.array(ids, dtype=object), fraction).numpy()
+        assert 0 < expected.sum() < len(ids)
+        np.testing.assert_array_equal(holdout_validation_of_ids(ids, fraction), expected)
+    as_bytes = [i.encode() for i in ids[:100]]
+    np.testing.assert_array_equal(
+        holdout_validation_of_ids(as_bytes, 0.3), holdout_validation(np.array(ids[:100], dtype=object), 0.3)
+    )
+
+
 def test_without_splits_statistics_skip_the_records_train_holds_out(tmp_path, serial):
     """No merge.splits: train holds out train.validation_fraction by a hash of the sample id; convert's
     statistics are those of the other records (the same hash), and integer labels are counted per split."""

@@ -89,12 +89,21 @@ HOLDOUT_BUCKETS = 1000
 
 def holdout_validation(sample_ids: Any, fraction: float) -> Any:
     """Whether records are held out for validation when there are no merge.splits (train.validation_fraction):
-    TensorFlow's FarmHash of the sample id into 1,000 buckets, so that train (in its tf.data graph) and
-    convert (statistics from the training records alone, on numpy arrays of ids) agree. A tensor in, a
-    tensor out."""
+    TensorFlow's FarmHash (Fingerprint64) of the sample id into 1,000 buckets, in train's tf.data graph. A
+    tensor in, a tensor out; `holdout_validation_of_ids` is the same answer without TensorFlow."""
     import tensorflow as tf
 
     return tf.strings.to_hash_bucket_fast(sample_ids, HOLDOUT_BUCKETS) < round(fraction * HOLDOUT_BUCKETS)
+
+
+def holdout_validation_of_ids(sample_ids: Iterable[str | bytes], fraction: float) -> np.ndarray:
+    """`holdout_validation` for convert (statistics from the training records alone), by the same
+    Fingerprint64 (cityhash's farmhash; tests/test_splits.py checks them equal): importing TensorFlow for it
+    was most of a small convert's CPU."""
+    import farmhash
+
+    buckets = np.fromiter((farmhash.Fingerprint64(i) % HOLDOUT_BUCKETS for i in sample_ids), np.int64)
+    return buckets < round(fraction * HOLDOUT_BUCKETS)
 
 
 def holdout_tournament(sample_ids: Any, fraction: float) -> Any:
@@ -125,12 +134,10 @@ class SampleSplits:
         return None
 
     def of_samples(self, sample_ids: Sequence[str]) -> np.ndarray:
-        """The splits of converted samples by their ids (train's hold-out; one TensorFlow call for all)."""
+        """The splits of converted samples by their ids (train's hold-out)."""
         if not self.fraction or not sample_ids:
             return np.zeros(len(sample_ids), np.uint8)
-        return (
-            holdout_validation(np.asarray(sample_ids, dtype=object), self.fraction).numpy().astype(np.uint8)
-        )
+        return holdout_validation_of_ids(sample_ids, self.fraction).astype(np.uint8)
 
     def describe(self) -> dict[str, Any]:
         if self.plan:
