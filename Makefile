@@ -35,7 +35,8 @@ demo: env
 # (/opt/wheels; a plain `torch` requirement would pull gigabytes of CUDA libraries). Where there is none,
 # that test skips (and fails under CI=true).
 TORCH_CPU := torch==2.13.0+cpu
-TORCH_ENSURE := $(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_CPU)" -c requirements/constraints.txt 2>/dev/null || echo "no CPU build of torch to install: the PyTorch reader test will not run"
+# uv as for the venv (where pip looks for local wheels, PIP_FIND_LINKS, uv is told to look too).
+TORCH_ENSURE := $(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/uv pip install --quiet --no-cache --compile-bytecode --python $(BIN)/python $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) "$(TORCH_CPU)" -c requirements/constraints.txt 2>/dev/null || echo "no CPU build of torch to install: the PyTorch reader test will not run"
 
 # TEST_WORKERS: pytest-xdist workers (tests/conftest.py, pytest_xdist_make_scheduler, says how they share
 # the work); 1 runs the suite in one process.

@@ -24,7 +24,22 @@ from pipeline.formats.slabs import sibling, slab_of, slabs_read
 from pipeline.paths import StagedPaths
 from pipeline.training.augment import Transform
 from pipeline.training.spatial.layout import SpatialLayout
-from pipeline.training.tasks import Task
+from pipeline.training.tasks import Task, built_in
+
+# ---------------------------------------------------------------- functions tf.data traces
+
+
+def as_written(function: Any, task: Task | None = None) -> Any:
+    """`function` for tf.data, traced as written, without autograph's conversion to graph control flow:
+    our parsing and a built-in task's code branch in Python on settings only, never on tensors, and
+    converting them cost a CPU-second per rank per training (each dataset built converts them again). A
+    task of your own (train.task 'file.py:Class') may branch on tensors, so its code is converted."""
+    import tensorflow as tf
+
+    if task is not None and not built_in(task):
+        return function
+    return tf.autograph.experimental.do_not_convert(function)
+
 
 # ---------------------------------------------------------------- which files this rank reads
 
@@ -70,9 +85,11 @@ def count_records(
     if shard:
         ds = ds.shard(*shard)
     ids = ds.map(
-        lambda r: tf.io.parse_single_example(r, {"sample_id": tf.io.FixedLenFeature([], tf.string)})[
-            "sample_id"
-        ]
+        as_written(
+            lambda r: tf.io.parse_single_example(r, {"sample_id": tf.io.FixedLenFeature([], tf.string)})[
+                "sample_id"
+            ]
+        )
     )
     val = train = 0
     for batch in ids.batch(4096):
@@ -208,7 +225,7 @@ def held_out(
             kept = tf.logical_and(kept, held if tournament[1] else tf.logical_not(held))
         return kept
 
-    return ds.filter(keep)
+    return ds.filter(as_written(keep))
 
 
 def batches(ds: Any, records: Records, read: Read) -> Any:
@@ -222,7 +239,10 @@ def batches(ds: Any, records: Records, read: Read) -> Any:
     several = not whole and task.samples_per_record() > 1  # a record's samples are batched again
     data = task.data
     feature = data.feature
-    parse_batch, parse_one = record_parsers(meta, task, records.model_input, read.slab, whole=whole)
+    parse_batch, parse_one = (
+        as_written(parse, task)
+        for parse in record_parsers(meta, task, records.model_input, read.slab, whole=whole)
+    )
     batch = settings["batch_size"]
     if all(fixed(meta["feature_spec"][n]) for n in (list(data.feature_shapes) or [feature])):
         ds = ds.batch(batch, drop_remainder=training and not several).map(
@@ -241,12 +261,12 @@ def batches(ds: Any, records: Records, read: Read) -> Any:
                 return task.augmented(*xy, transforms, tf.stack([tf.constant(epoch_seed, tf.int64), number]))
 
             ds = tf.data.Dataset.zip((ds, tf.data.Dataset.counter())).map(
-                symmetries, num_parallel_calls=tf.data.AUTOTUNE
+                as_written(symmetries, task), num_parallel_calls=tf.data.AUTOTUNE
             )
     else:
         # Variable lengths: bucket so a batch pads little (merge sorted by length, buckets keep that order).
         ds = ds.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
-            lambda x, *_: tf.shape(x[feature] if data.several else x)[0],
+            as_written(lambda x, *_: tf.shape(x[feature] if data.several else x)[0]),
             bucket_boundaries=settings["length_buckets"],
             bucket_batch_sizes=[batch] * (len(settings["length_buckets"]) + 1),
             drop_remainder=training,

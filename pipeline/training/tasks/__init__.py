@@ -67,6 +67,7 @@ __all__ = [
     "Evaluation",
     "Task",
     "TrainedModel",
+    "built_in",
     "data_spec",
     "make_task",
     "task_class",
@@ -81,6 +82,11 @@ def task_for(kind: str) -> str:
     if len(takers) != 1:
         raise ValueError(f"data of kind {kind!r} is proposed to {len(takers)} tasks ({takers}), not one")
     return takers[0]
+
+
+def built_in(task: Task) -> bool:
+    """Whether the task is one of these (TASKS), not your own class (train.task 'file.py:Class')."""
+    return TASKS.get(task.name) is type(task)
 
 
 @cache
