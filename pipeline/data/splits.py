@@ -2,7 +2,7 @@
 for the steps that need to know it: convert (normalisation statistics from the training split only, class
 counts per split) and merge (each split's shards). Without merge.splits, train holds out
 train.validation_fraction of the records by TensorFlow's hash of their sample ids (`holdout_validation`);
-`SampleSplits` gives convert the same answer.
+`SampleSplits` gives convert the same answer by the same hash without TensorFlow.
 
 A record's split is xxh3_64 of its key / 2^64 against the cumulative fractions of the splits in name
 order: the same for any rank count, rerun or part layout. The key is the record's parent sample id (the
@@ -98,7 +98,7 @@ def holdout_validation(sample_ids: Any, fraction: float) -> Any:
 
 def holdout_validation_of_ids(sample_ids: Iterable[str | bytes], fraction: float) -> np.ndarray:
     """`holdout_validation` for convert (statistics from the training records alone), by the same
-    Fingerprint64 (cityhash's farmhash; tests/test_splits.py checks them equal): importing TensorFlow for it
+    Fingerprint64 (cityhash's farmhash; tests/test_convert.py checks them equal): importing TensorFlow for it
     was most of a small convert's CPU."""
     import farmhash
 

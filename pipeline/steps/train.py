@@ -49,7 +49,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.formats.metadata import load_metadata
 from pipeline.training import devices
+from pipeline.training.session import check_before_tensorflow
 
 
 def train(
@@ -65,6 +67,7 @@ def train(
     False: no classical baseline (search trials, which only need the validation loss); trial: a search
     trial's {id, hyperparameters}, written beside its curves for TensorBoard's HParams dashboard."""
     devices.hide_gpus_if_cpu(config["train"])  # before TensorFlow is imported (start_horovod's again)
+    check_before_tensorflow(config, load_metadata(merged_dir), comm)
     if config["train"]["population"]["enabled"]:
         from pipeline.training.population_run import train_population
 

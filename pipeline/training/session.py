@@ -47,6 +47,26 @@ def check_settings(
     return task
 
 
+def check_before_tensorflow(config: Mapping[str, Any], meta: Mapping[str, Any], comm: Any) -> None:
+    """What a run's configuration can be checked for before TensorFlow and Horovod are imported (5 CPU-s a
+    rank): train's settings, the task against the data, the model's name and train.population against the
+    job. On every rank alike: an error is reported once by rank 0 and every rank exits. `prepare` checks
+    the rest with the model built."""
+    from pipeline.training.models import model_source
+    from pipeline.training.population import check as check_population
+
+    error = None
+    try:
+        settings = config["train"]
+        task = check_settings(settings, meta, label_names(meta))
+        model_source(settings["model"])
+        if settings["population"]["enabled"]:
+            check_population(config, comm.Get_size(), meta, task.samples_per_record())
+    except Sim2dlError as e:
+        error = e
+    all_ok(comm, error)
+
+
 def check_staged(meta: Mapping[str, Any]) -> None:
     """The merged dataset is one training reads: TFRecord shards with a training and a validation split."""
     if not shard_format(meta["format"]).trainable:
