@@ -7,6 +7,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
+# every package after uv itself (the comment above says why these options)
+UV_INSTALL := $(BIN)/uv pip install --quiet --no-cache --compile-bytecode --python $(BIN)/python
 STAMP := $(VENV)/.sim2dl-env
 CORES ?= 2
 # The venv's MPI (MPICH ABI, from PyPI) must win over any system MPI on PATH.
@@ -20,7 +22,7 @@ env: $(STAMP)
 $(STAMP): requirements/base.in requirements/image.in requirements/constraints.txt pyproject.toml scripts/build_horovod.sh scripts/patches/horovod-0.28.1-tf2.21-cpu.patch
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check "uv" -c requirements/constraints.txt
-	$(BIN)/uv pip install --quiet --no-cache --compile-bytecode --python $(BIN)/python -r requirements/base.in -c requirements/constraints.txt
+	$(UV_INSTALL) -r requirements/base.in -c requirements/constraints.txt
 	scripts/build_horovod.sh $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
@@ -36,7 +38,7 @@ demo: env
 # that test skips (and fails under CI=true).
 TORCH_CPU := torch==2.13.0+cpu
 # uv as for the venv (where pip looks for local wheels, PIP_FIND_LINKS, uv is told to look too).
-TORCH_ENSURE := $(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/uv pip install --quiet --no-cache --compile-bytecode --python $(BIN)/python $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) "$(TORCH_CPU)" -c requirements/constraints.txt 2>/dev/null || echo "no CPU build of torch to install: the PyTorch reader test will not run"
+TORCH_ENSURE := $(BIN)/python -c "import torch" 2>/dev/null || $(UV_INSTALL) $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) "$(TORCH_CPU)" -c requirements/constraints.txt 2>/dev/null || echo "no CPU build of torch to install: the PyTorch reader test will not run"
 
 # TEST_WORKERS: pytest-xdist workers (tests/conftest.py, pytest_xdist_make_scheduler, says how they share
 # the work); 1 runs the suite in one process.
