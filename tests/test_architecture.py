@@ -379,3 +379,23 @@ def test_the_modules_that_call_task_hooks_do_not_grow() -> None:
     }
     assert "training/run.py" in callers and "training/epochs.py" in callers  # the count sees real calls
     assert len(callers) <= TASK_HOOK_CALLERS, f"{len(callers)} modules call task hooks: {sorted(callers)}"
+
+
+def test_no_function_over_60_lines_or_8_parameters() -> None:
+    """#91's reading limits, kept: no function of the package over 60 lines (decorators aside) or 8
+    parameters (self, cls, *args and **kwargs aside); group parameters into the objects they describe."""
+    over = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                named = [
+                    a for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg not in ("self", "cls")
+                ]
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if len(named) > 8 or lines > 60:
+                    over.append(
+                        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}: {len(named)} "
+                        f"parameters, {lines} lines"
+                    )
+    assert not over, "\n".join(over)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline import Sim2dlError
-from pipeline.formats.shards.shard_reader import ShardReader, plan_units, slot_units
+from pipeline.formats.shards.shard_reader import ReaderSlot, ShardReader, plan_units, slot_units
 from pipeline.formats.shards.tfrecord.decode import decode_example, decode_varints
 from pipeline.formats.shards.tfrecord.encode import encode_varints, example_pieces
 
@@ -84,6 +84,12 @@ def test_plan_gives_every_record_to_exactly_one_slot():
             assert taken == Counter((k, r) for k, n in enumerate(records) for r in range(n)), (records, slots)
     # fewer shards than slots: the shards are cut so that every slot has records
     assert all(slot_units(plan_units([40, 40], 8), s, 8) for s in range(8))
+    assert (ReaderSlot(rank=1, world_size=2, worker=2, workers=3).index, ReaderSlot(1, 2, 2, 3).count) == (
+        5,
+        6,
+    )
+    with pytest.raises(Sim2dlError, match="rank 2 of 2, worker 0 of 1: out of range"):
+        ReaderSlot(rank=2, world_size=2)
 
 
 def every_record(reader_args, slots):
@@ -92,9 +98,8 @@ def every_record(reader_args, slots):
     seen = {}
     for rank in range(ranks):
         for worker in range(workers):
-            reader = ShardReader(
-                *reader_args[:1], rank=rank, world_size=ranks, worker=worker, workers=workers
-            )
+            slot = ReaderSlot(rank=rank, world_size=ranks, worker=worker, workers=workers)
+            reader = ShardReader(*reader_args[:1], slot=slot)
             got = list(reader)
             assert len(got) == len(reader)
             for record in got:
@@ -198,21 +203,34 @@ def test_encoding_config_errors_name_the_key(tmp_path):
             make_config(tmp_path, **sections)
 
 
-def test_pytorch_iterable_dataset_from_the_docs(tmp_path):
-    """The few lines docs/reading.md gives for PyTorch, run as written (`make test` installs the CPU build
-    of torch where this machine class keeps one; under CI=true a missing torch fails the test)."""
+def python_block(doc: str, marker: str) -> str:
+    return next(block.split("```", 1)[0] for block in doc.split("```python\n")[1:] if marker in block)
+
+
+def test_reading_docs_code_runs_as_written_numpy_and_pytorch(tmp_path):
+    """The numpy loop and the PyTorch IterableDataset docs/reading.md gives, run as written on a merged
+    dataset (`make test` installs the CPU build of torch where this machine class keeps one; under
+    CI=true a missing torch fails the test). The reader's old slot keywords still work, with a warning."""
+    config_path, work = prepare_cubes(tmp_path, 12)
+    merged = work / "merged"
+    merge_cli(config_path, merged, ranks=1)
+    doc = (REPO / "docs" / "reading.md").read_text()
+    numpy_loop = python_block(doc, "reader.batches(32)").replace("results/demo/merged", str(merged))
+    scope: dict = {}
+    exec(numpy_loop, scope)
+    assert scope["x"].shape[1:] == (8, 8, 8) and scope["y"].shape[1:] == (3,)
+    with pytest.warns(DeprecationWarning, match="slot=ReaderSlot"):
+        old = ShardReader(merged, rank=1, world_size=2, worker=0, workers=1)
+    assert (old.slot, old.slots) == (1, 2) and len(old) == len(ShardReader(merged, slot=ReaderSlot(1, 2)))
+    with pytest.raises(Sim2dlError, match="not both"):
+        ShardReader(merged, slot=ReaderSlot(), rank=0)
     try:
         import torch  # noqa: F401
     except ImportError:
         unavailable("torch is not installed (make test installs its CPU build where /opt/wheels has it)")
-    config_path, work = prepare_cubes(
-        tmp_path,
-        12,
-    )
-    merge_cli(config_path, work / "merged", ranks=1)
-    doc = (REPO / "docs" / "reading.md").read_text()
-    code = next(block.split("```", 1)[0] for block in doc.split("```python\n")[1:] if "import torch" in block)
-    script = code + f"\nloader = make_loader({str(work / 'merged')!r}, batch_size=4, workers=2)\n"
+    assert ReaderSlot.from_torch() == ReaderSlot()  # no process group, not in a loader worker
+    script = python_block(doc, "ReaderSlot.from_torch()")
+    script += f"\nloader = make_loader({str(merged)!r}, batch_size=4, workers=2)\n"
     script += "print(sum(len(b['sample_id']) for b in loader))\n"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.split()[-1] == "12"

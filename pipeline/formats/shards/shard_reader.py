@@ -7,15 +7,16 @@ a protobuf decoder of its own, HDF5 through h5py, a slice of rows at a time).
 
 Work is split without coordination: the shards, or where there are fewer shards than readers ranges of
 records within them (`plan_units`), are dealt round-robin to the (rank, world size) x (worker, workers)
-slots, so across all ranks and data-loader workers every record is read exactly once per epoch. Order:
-each slot's units are shuffled per epoch (seed, epoch and slot), and records pass a shuffle buffer as in
-tf.data. Memory: two units' bytes (at most two shards: the next is read while this one is decoded, into
-two reused buffers) plus the shuffle buffer's records; time: one large read of each unit's byte range,
-and per record a small decode and a copy of its arrays out of the reused buffer.
+slots (ReaderSlot), so across all ranks and data-loader workers every record is read exactly once per
+epoch. Order: each slot's units are shuffled per epoch (seed, epoch and slot), and records pass a
+shuffle buffer as in tf.data. Memory: two units' bytes (at most two shards: the next is read while this
+one is decoded, into two reused buffers) plus the shuffle buffer's records; time: one large read of each
+unit's byte range, and per record a small decode and a copy of its arrays out of the reused buffer.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -62,33 +63,76 @@ def slot_units(units: Sequence[Unit], slot: int, slots: int) -> list[Unit]:
 # ---------------------------------------------------------------- the reader
 
 
+@dataclass(frozen=True)
+class ReaderSlot:
+    """One reader among all that read a dataset together: process `rank` of `world_size` (the training
+    processes, as PyTorch's DistributedSampler counts them) and data-loader worker `worker` of that
+    process's `workers`."""
+
+    rank: int = 0
+    world_size: int = 1
+    worker: int = 0
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.rank < self.world_size and 0 <= self.worker < self.workers):
+            raise Sim2dlError(
+                f"reader slot rank {self.rank} of {self.world_size}, worker {self.worker} of "
+                f"{self.workers}: out of range"
+            )
+
+    @property
+    def index(self) -> int:
+        return self.rank * self.workers + self.worker
+
+    @property
+    def count(self) -> int:
+        return self.world_size * self.workers
+
+    @classmethod
+    def from_torch(cls) -> ReaderSlot:
+        """The calling process's slot under PyTorch: torch.distributed's rank and world size where a
+        process group is initialized (else 0 of 1), and inside a DataLoader worker its id and count (else
+        0 of 1). Call it where the records are iterated (an IterableDataset's __iter__), in the worker."""
+        import torch
+        from torch.utils.data import get_worker_info
+
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        info = get_worker_info()
+        return cls(
+            rank=torch.distributed.get_rank() if distributed else 0,
+            world_size=torch.distributed.get_world_size() if distributed else 1,
+            worker=info.id if info else 0,
+            workers=info.num_workers if info else 1,
+        )
+
+
+# The reader's slot keywords before ReaderSlot: they work until this release, with a warning
+SLOT_KEYWORDS, SLOT_KEYWORDS_UNTIL = ("rank", "world_size", "worker", "workers"), "0.2"
+
+
 class ShardReader:
     """Records of a merged dataset (`merged_dir`: metadata.json and shards/) for one reader slot.
 
     split: one of the dataset's splits (merge.splits, e.g. 'train'); None: every record.
-    rank, world_size: this process among the training processes; worker, workers: this data-loader
-    worker among the process's workers. shuffle_buffer: records held to shuffle across (0: file order);
-    seed and epoch (set_epoch) make the order reproducible. fields: the fields to return (default all).
-    verify: check each TFRecord record's CRC."""
+    slot: this reader among all (ReaderSlot; ReaderSlot.from_torch() under PyTorch); None: the only one.
+    shuffle_buffer: records held to shuffle across (0: file order); seed and epoch (set_epoch) make the
+    order reproducible. fields: the fields to return (default all). verify: check each TFRecord record's
+    CRC."""
 
     def __init__(
         self,
         merged_dir: Path | str,
         split: str | None = None,
         *,
-        rank: int = 0,
-        world_size: int = 1,
-        worker: int = 0,
-        workers: int = 1,
+        slot: ReaderSlot | None = None,
         shuffle_buffer: int = 0,
         seed: int = 0,
         fields: Sequence[str] | None = None,
         verify: bool = True,
+        **slot_keywords: int,
     ) -> None:
-        if not (0 <= rank < world_size and 0 <= worker < workers):
-            raise Sim2dlError(
-                f"reader slot rank {rank} of {world_size}, worker {worker} of {workers}: out of range"
-            )
+        slot = slot_of(slot, slot_keywords)
         self.merged_dir = Path(merged_dir)
         self.metadata = load_metadata(self.merged_dir)
         if "slabs" in self.metadata:
@@ -107,7 +151,7 @@ class ShardReader:
         self.classes = {
             name: names for name, names in class_names(self.metadata).items() if name in self.spec
         }
-        self.slot, self.slots = rank * workers + worker, world_size * workers
+        self.slot, self.slots = slot.index, slot.count
         self.shuffle_buffer, self.seed, self.verify = shuffle_buffer, seed, verify
         self.epoch = 0
         shards = self.metadata["shards"]
@@ -167,6 +211,25 @@ class ShardReader:
                 batch = []
         if batch and not drop_remainder:
             yield stack(batch, self.spec)
+
+
+def slot_of(slot: ReaderSlot | None, slot_keywords: Mapping[str, int]) -> ReaderSlot:
+    """The reader's slot, from `slot` or the old keywords (rank, world_size, worker, workers), not both."""
+    unknown = sorted(set(slot_keywords) - set(SLOT_KEYWORDS))
+    if unknown:
+        raise TypeError(f"ShardReader got unexpected keyword arguments {unknown}")
+    if not slot_keywords:
+        return slot or ReaderSlot()
+    if slot is not None:
+        raise Sim2dlError(f"ShardReader: give slot= or {sorted(slot_keywords)}, not both")
+    warnings.warn(
+        f"ShardReader({', '.join(f'{k}=' for k in slot_keywords)}...) is now "
+        "ShardReader(slot=ReaderSlot(...)) (ReaderSlot.from_torch() under PyTorch): "
+        f"the old keywords work until release {SLOT_KEYWORDS_UNTIL}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return ReaderSlot(**slot_keywords)
 
 
 def stack(records: Sequence[Record], spec: Mapping[str, Any]) -> Record:
