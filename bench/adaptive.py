@@ -76,7 +76,7 @@ Figures: `bound_network.test_nrmse.{control,band}.{32,64}` (mean and `by_seed`),
 `band_over_control`. About 10 minutes, with or without --quick (which sets 96 test runs, else 256).
 
 `--warm-start`: instead, what train.warm_start gives a continued design: per seed, the preset's workflow
-(`snakemake --configfile`, its own seed) to 64 runs, then continued to 96 (`budget: 96`: the training
+(`snakemake --configfile`, its own seed) to 64 runs, then continued to 96 (`simulate.runs: 96`: the training
 starts from the 64 runs' kept model), and the same 96 runs trained afresh (a copy of the workdir,
 `warm_start: false`, `--forcerun train`), each for the preset's 100 epochs. Figures:
 `warm_start.test_nrmse.{warm,afresh}` and `warm_start.val_loss_at_40.{warm,afresh}` (the validation loss
@@ -275,11 +275,11 @@ def online_test_nrmse(
         **preset["simulate"],
         "seed": seed,
         "max_failed_fraction": 0.0,
+        "runs": budget,
         "adaptive": {
             "enabled": True,
             "acquisition": acquisition,
             "initial": 16,
-            "budget": budget,
             "queue": 8,
         },
     }
@@ -532,11 +532,7 @@ def continued_training(work: Path, quick: bool) -> dict[str, Any]:
             **preset,
             "workdir": str(workdir),
             "stage": {"target": str(workdir.parent / f"local-{seed}")},
-            "simulate": {
-                **preset["simulate"],
-                "seed": seed,
-                "adaptive": {**preset["simulate"]["adaptive"], "budget": budget},
-            },
+            "simulate": {**preset["simulate"], "seed": seed, "runs": budget},
             "train": {**preset["train"], "seed": seed, "warm_start": warm},
         }
         workflow(config, workdir.parent / f"{workdir.name}-{budget}.yaml", *options)
@@ -757,8 +753,9 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
             print(json.dumps(result))
             return
-    preset = yaml.safe_load(PRESET.read_text())["simulate"]["adaptive"]
-    initial, batch, preset_budget = preset["initial"], preset["batch"], preset["budget"]
+    preset_simulate = yaml.safe_load(PRESET.read_text())["simulate"]
+    preset = preset_simulate["adaptive"]
+    initial, batch, preset_budget = preset["initial"], preset["batch"], preset_simulate["runs"]
     budget, tests = (preset_budget, 96) if args.quick else (96, 256)
     seeds = list(range(1, args.seeds + 1))
     if args.simulators:
@@ -813,10 +810,10 @@ def main() -> None:
                 by_seed["network"] = []
             went = []
             for seed in seeds:
-                adaptive = {**adaptive_common, **design, "budget": largest, "enabled": True}
+                adaptive = {**adaptive_common, **design, "enabled": True}
                 raw = run_simulate(
                     work / simulator / f"{name}-{seed}",
-                    {**spec, "design": "sobol", "seed": seed, "adaptive": adaptive},
+                    {**spec, "design": "sobol", "seed": seed, "runs": largest, "adaptive": adaptive},
                 )
                 x, y = outputs_of(raw, settings)
                 for learner, errors in scored(x, y, test_x, test_y, budgets, seed).items():

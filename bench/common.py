@@ -130,7 +130,7 @@ def bench_config(workdir: Path, samples: int, **sections: Any) -> Path:
     so sim2dl does the same work as the baseline: read, cast, serialise, write."""
     config: dict[str, Any] = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["workdir"] = str(workdir)
-    config["simulate"]["samples"] = samples
+    config["simulate"]["runs"] = samples
     config["convert"].update({"log1p": [], "normalise": []})
     config["merge"]["shard_size_mb"] = 64
     for key, value in sections.items():

@@ -260,7 +260,7 @@ class Bench:
     def costly_adaptive(self, seed: int) -> dict[str, dict[str, Any]]:
         """The costly level alone, chosen in rounds by the default acquisition: each COSTLY_ADAPTIVE
         prefix's cost (its runs) and test NRMSE by the emulator the rounds fit and by the network."""
-        rounds = {"enabled": True, "initial": 8, "batch": 4, "budget": max(COSTLY_ADAPTIVE.values())}
+        rounds = {"enabled": True, "initial": 8, "batch": 4}
         raw = run_simulate(
             self.work / f"costly_adaptive-{seed}",
             {
@@ -269,6 +269,7 @@ class Bench:
                 "space": SPACE,
                 "design": "sobol",
                 "seed": seed,
+                "runs": max(COSTLY_ADAPTIVE.values()),
                 "adaptive": {**rounds, **SETTINGS["adaptive"]},
             },
         )
@@ -315,11 +316,11 @@ class Bench:
 def adaptive_settings(budget: int) -> dict[str, Any]:
     return {
         "fidelities": levels(16, 4),
+        "runs": budget,
         "adaptive": {
             "enabled": True,
             "acquisition": "integrated_variance",
             "batch": 2,
-            "budget": budget,
             "outputs": ["state"],
             "files": "*.h5",
         },

@@ -113,7 +113,7 @@ def compare(work: Path, config: dict[str, Any], variants: list[str]) -> dict[str
 
 def demo_config(samples: int, epochs: int) -> dict[str, Any]:
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    config["simulate"]["samples"] = samples
+    config["simulate"]["runs"] = samples
     config["search"] = {"enabled": False}
     config["train"].update({"epochs": epochs})
     return config
@@ -206,7 +206,7 @@ def compare_classes(work: Path, quick: bool) -> dict[str, Any]:
             config["simulate"]["command"][0] = sys.executable
             config["simulate"]["runs"] = 12 if quick else 24
         else:
-            config["simulate"]["samples"] = 192 if quick else 768
+            config["simulate"]["runs"] = 192 if quick else 768
         config["train"]["epochs"] = 2 if quick else config["train"]["epochs"]
         path = (
             work / name / "config.yaml"

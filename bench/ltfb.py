@@ -45,7 +45,7 @@ CORES = 2
 
 def prepare(work: Path, samples: int) -> dict:
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    config["simulate"]["samples"] = samples
+    config["simulate"]["runs"] = samples
     config["search"] = {"enabled": False}
     config["train"].update({"threads": 1, "batch_size": 16})
     return yaml.safe_load(prepared(work, config).read_text())

@@ -79,7 +79,7 @@ def simulate(root: Path, files: int, family: str) -> None:
     doc = {
         "workdir": str(root / "sim-work"),
         "simulate": {
-            "samples": files,
+            "runs": files,
             "family": family,
             "cube": {"size": 4},
             "trace": {"min_length": 10, "max_length": 40},

@@ -43,7 +43,7 @@ def make_dataset(work: Path, samples: int) -> tuple[Path, dict]:
         work.mkdir(parents=True, exist_ok=True)
         config = yaml.safe_load((Path(__file__).parent.parent / "config" / "config.yaml").read_text())
         config["workdir"] = str(work)
-        config["simulate"]["samples"] = samples
+        config["simulate"]["runs"] = samples
         config["merge"]["shard_size_mb"] = 64
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         print(f"making a dataset of {samples} samples in {work} ...", file=sys.stderr, flush=True)

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 def prepare_data(work: Path, config_file: Path, samples: int, epochs: int) -> tuple[Path, dict]:
     """The config file at `samples` samples, simulated, merged and staged below `work`."""
     config = yaml.safe_load(config_file.read_text())
-    config["simulate"]["samples"] = samples
+    config["simulate"]["runs"] = samples
     config["train"].update({"epochs": epochs, "threads": 1})
     path = prepared(work, config)
     return path, yaml.safe_load(path.read_text())
@@ -89,9 +89,11 @@ def model_quality() -> dict:
 
 def demo_batch_sizes(work: Path) -> dict:
     """The demo's training at each batch size its search space offers."""
-    demo = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    from pipeline.config import validate  # the demo's sizes as its steps read them (runs: null resolved)
+
+    demo = validate(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     config, _ = prepare_data(
-        work / "demo", REPO / "config" / "config.yaml", demo["simulate"]["samples"], demo["train"]["epochs"]
+        work / "demo", REPO / "config" / "config.yaml", demo["simulate"]["runs"], demo["train"]["epochs"]
     )
     settings = yaml.safe_load(config.read_text())
     settings["train"]["threads"] = 0  # as the demo runs

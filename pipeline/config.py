@@ -66,9 +66,9 @@ STEP_SETTINGS: dict[str, tuple[str, ...] | None] = {
 }
 
 
-# Keys renamed so that one name has one meaning: old dotted key -> new, in the same section. An old key
-# keeps working for this release, moved to its new name before validation with a warning that names the
-# new key; both given is an error.
+# Keys renamed so that one name has one meaning: old dotted key -> new (in the same section, or one above
+# it). An old key keeps working for this release, moved to its new name before validation with a warning
+# that names the new key; both given is an error.
 RENAMED = {
     # `split` was also merge.splits and train.spatial's ranks: here it is a sub-volume's size
     "convert.split": "convert.subvolume",
@@ -84,6 +84,10 @@ RENAMED = {
     # `steps` is also the steps/ package: here optimizer steps, there time steps
     "train.online.steps": "train.online.optimizer_steps",
     "simulate.reaction.steps": "simulate.reaction.time_steps",
+    # one key for an ensemble's size in runs, whatever runs it: a built-in family's samples, a command's
+    # runs and an adaptive design's budget were three keys
+    "simulate.samples": "simulate.runs",
+    "simulate.adaptive.budget": "simulate.runs",
 }
 RENAMED_UNTIL = "0.2"  # the release that drops the old names
 
@@ -94,21 +98,29 @@ def renamed(config: dict[str, Any]) -> list[str]:
     warnings = []
     for old, new in RENAMED.items():
         *section, old_name = old.split(".")
-        parent: Any = config
-        for name in section:
-            parent = parent.get(name) if isinstance(parent, dict) else None
-        if not isinstance(parent, dict) or old_name not in parent:
+        parent = section_of(config, section)
+        if parent is None or old_name not in parent:
             continue
-        new_name = new.rsplit(".", 1)[1]
-        if new_name in parent:
+        *new_section, new_name = new.split(".")
+        new_parent = section_of(config, new_section)  # the old key's section or one above it: it exists
+        assert new_parent is not None
+        if new_name in new_parent:
             raise Sim2dlError(
                 f"config keys '{old}' and '{new}': '{old}' is the old name of '{new}'; give only '{new}'"
             )
-        parent[new_name] = parent.pop(old_name)
+        new_parent[new_name] = parent.pop(old_name)
         warnings.append(
             f"config key '{old}' is now '{new}': the old name works until release {RENAMED_UNTIL}"
         )
     return warnings
+
+
+def section_of(config: Mapping[str, Any], section: Sequence[str]) -> dict[str, Any] | None:
+    """The config's section at a dotted path's parts (None where it is not a mapping)."""
+    parent: Any = config
+    for name in section:
+        parent = parent.get(name) if isinstance(parent, dict) else None
+    return parent if isinstance(parent, dict) else None
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -225,12 +237,24 @@ def runs_a_command(simulate: Mapping[str, Any]) -> bool:
 
 
 def ensemble_defaults(config: dict[str, Any]) -> None:
-    """Labels without glue: the data an ensemble wrote (simulate.command, or levels with their own
-    commands; no source.path) is matched to its runs table by run directory, so {column: PARAMETER}
-    fields need no source.labels_table."""
+    """The ensemble's size where simulate.runs is null (DEFAULT_RUNS), and labels without glue: the data
+    an ensemble wrote (simulate.command, or levels with their own commands; no source.path) is matched to
+    its runs table by run directory, so {column: PARAMETER} fields need no source.labels_table."""
     sim, source = config["simulate"], config["source"]
+    if sim["runs"] is None:
+        sim["runs"] = default_runs(sim)
     if sim["enabled"] and runs_a_command(sim) and not source["path"] and source["labels_table"] is None:
         source["labels_table"] = dict(ENSEMBLE_LABELS)
+
+
+# simulate.runs where it is null, by what runs the ensemble
+DEFAULT_RUNS = {"built-in family": 1024, "command": 100, "adaptive": 64}
+
+
+def default_runs(sim: Mapping[str, Any]) -> int:
+    if sim["adaptive"]["enabled"]:
+        return DEFAULT_RUNS["adaptive"]
+    return DEFAULT_RUNS["command" if runs_a_command(sim) else "built-in family"]
 
 
 def check_consistency(config: Mapping[str, Any]) -> None:
@@ -285,10 +309,12 @@ def check_adaptive(sim: Mapping[str, Any], online: bool) -> None:
             "config key 'simulate.adaptive.outputs': name the arrays of a run's file the emulator learns "
             "(e.g. [state])"
         )
-    if adaptive["initial"] > adaptive["budget"] and not sim["fidelities"]:
+    if sim["fidelities"] and sim["runs"] < 3:
+        raise Sim2dlError(f"config key 'simulate.runs': {sim['runs']}, a design's budget, is below 3")
+    if adaptive["initial"] > sim["runs"] and not sim["fidelities"]:
         raise Sim2dlError(
-            f"config key 'simulate.adaptive.budget': {adaptive['budget']} is below the initial "
-            f"design's {adaptive['initial']} runs"
+            f"config key 'simulate.runs': {sim['runs']} runs, the adaptive design's budget, is below "
+            f"its initial design's {adaptive['initial']} (simulate.adaptive.initial)"
         )
 
 

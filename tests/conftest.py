@@ -43,7 +43,7 @@ def make_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["workdir"] = str(tmp_path / "work")
     config["merge"].pop("splits", None)
-    config["simulate"]["samples"] = 48
+    config["simulate"]["runs"] = 48
     config["ingest"]["max_reject_fraction"] = 0.5
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
@@ -236,7 +236,7 @@ def small_cube_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
     """96 cubes of 16^3, staged below tmp_path: small enough to train on in seconds."""
     return make_config(
         tmp_path,
-        simulate={"samples": 96, "cube": {"size": 16, "box_size": 128.0, "mean_density": 8.0}},
+        simulate={"runs": 96, "cube": {"size": 16, "box_size": 128.0, "mean_density": 8.0}},
         source={
             "fields": {
                 "density": {"path": "density", "dtype": "float32", "shape": [16, 16, 16]},

@@ -152,7 +152,7 @@ def prepare_cubes(tmp_path, samples, **sections):
         "density": {"path": "density", "dtype": "float32", "shape": [8, 8, 8]},
         "params": {"path": "params", "dtype": "float32", "shape": [3]},
     }
-    simulate = {"samples": samples, "cube": {"size": 8}}
+    simulate = {"runs": samples, "cube": {"size": 8}}
     return prepare(tmp_path, simulate=simulate, source={"fields": cube_fields}, **sections)
 
 

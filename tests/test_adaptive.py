@@ -508,9 +508,10 @@ def test_adaptive_config_errors_name_the_key():
         cfg.validate(json.loads(json.dumps(base)))
     with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.outputs"):
         cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "adaptive": {"enabled": True}}})
-    with pytest.raises(Sim2dlError, match=r"simulate\.adaptive\.budget"):
-        adaptive = {"enabled": True, "outputs": ["state"], "initial": 20, "budget": 10}
-        cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "adaptive": adaptive}})
+    budget = r"simulate\.runs': 10 runs, the adaptive design's budget, is below its initial design's 20"
+    with pytest.raises(Sim2dlError, match=budget + r" \(simulate\.adaptive\.initial\)"):
+        adaptive = {"enabled": True, "outputs": ["state"], "initial": 20}
+        cfg.validate({"simulate": {"command": ["true"], "space": SPACE, "runs": 10, "adaptive": adaptive}})
     # the acquisition's name and what it works with come from its registry: checked as the simulate step
     # starts its rounds (pipeline.design.loop.rounds) or the online step its producers
     unknown = {**base["simulate"]["adaptive"], "acquisition": "alc"}
@@ -562,7 +563,7 @@ bistable_run.main(argv)
 """
 
 
-def adaptive_config(tmp_path: Path, pause: float = 0.0, **adaptive) -> Path:
+def adaptive_config(tmp_path: Path, pause: float = 0.0, runs: int = 20, **adaptive) -> Path:
     script = tmp_path / "ledger_run.py"
     script.write_text(LEDGER_RUN)
     preset = yaml.safe_load((REPO / "config" / "presets" / "adaptive-fronts.yaml").read_text())
@@ -585,11 +586,11 @@ def adaptive_config(tmp_path: Path, pause: float = 0.0, **adaptive) -> Path:
         "60",
     ]
     simulate["space"] = SPACE  # the tests' own (the failed runs' test fails a band of `a`)
+    simulate["runs"] = runs  # the budget
     simulate["adaptive"] = {
         **simulate["adaptive"],
         "initial": 8,
         "batch": 4,
-        "budget": 20,
         "pool": 256,
         **adaptive,
     }
@@ -673,11 +674,11 @@ def test_the_loop_chooses_in_rounds_and_records_why(tmp_path):
         "runs": 20,
         "validation_nrmse": round(fitted[-1]["validation_nrmse_mean"], 4),
     }
-    # a rerun repeats nothing; a larger budget continues the same design
+    # a rerun repeats nothing; a larger budget (simulate.runs) continues the same design
     run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
     assert len((tmp_path / "ledger.txt").read_text().split()) == 20
     more = yaml.safe_load(path.read_text())
-    more["simulate"]["adaptive"]["budget"] = 24
+    more["simulate"]["runs"] = 24
     path.write_text(yaml.safe_dump(more))
     run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
     again = runs(tmp_path)
@@ -751,7 +752,7 @@ def test_a_kill_mid_round_resumes_with_the_same_choices_and_no_run_repeated(tmp_
 @SLOW
 def test_the_network_chooses_trained_on_from_round_to_round_and_a_rerun_chooses_the_same(tmp_path):
     network = {**SMALL_NETWORK, "epochs": 60}
-    path = adaptive_config(tmp_path, acquisition="surrogate_disagreement", budget=16, network=network)
+    path = adaptive_config(tmp_path, acquisition="surrogate_disagreement", runs=16, network=network)
     proc = run_cli(["simulate", "--config", str(path)], ranks=2, timeout=300)
     assert json.loads(proc.stdout.strip().splitlines()[-1])["ok"] == 16
     rows = runs(tmp_path)
@@ -788,7 +789,7 @@ for line in sys.stdin:
 
 @SLOW
 def test_a_persistent_simulator_starts_once_per_rank_across_the_rounds(tmp_path):
-    path = adaptive_config(tmp_path, budget=16, acquisition="integrated_variance", emulator="gp")
+    path = adaptive_config(tmp_path, runs=16, acquisition="integrated_variance", emulator="gp")
     script = tmp_path / "persistent_run.py"
     script.write_text(PERSISTENT_RUN)
     config = yaml.safe_load(path.read_text())
@@ -898,6 +899,7 @@ def test_online_the_trainers_choose_as_runs_complete_and_a_rerun_on_two_ranks_ke
 
     config = online_config(
         tmp_path,
+        runs=36,
         samples=2,
         chosen=True,
         optimizer_steps=200,
@@ -906,7 +908,7 @@ def test_online_the_trainers_choose_as_runs_complete_and_a_rerun_on_two_ranks_ke
         buffer={"capacity": 32, "watermark": 4, "max_reuse": 64},
     )
     assert config["simulate"]["adaptive"]["acquisition"] == "breed"  # docs/ensembles.md's block, smaller:
-    config["simulate"]["adaptive"].update({"initial": 6, "budget": 36, "queue": 6, "min_spacing": 0.02})
+    config["simulate"]["adaptive"].update({"initial": 6, "queue": 6, "min_spacing": 0.02})
     config["train"]["online"]["producers"] = 2
     flag = tmp_path / "work" / "train" / "metrics.json"
     config["simulate"]["command"] = [

@@ -157,7 +157,7 @@ def test_the_anomaly_preset_writes_latents_and_its_clustering_and_anomaly_scores
     assert yaml.safe_load(block)["train"] == preset["train"]  # the docs show the preset's settings
     size = 16
     preset["workdir"] = str(tmp_path / "work")
-    preset["simulate"]["samples"] = 160
+    preset["simulate"]["runs"] = 160
     preset["simulate"]["climate"].update({"size": size, "anomalies": 0.25})
     preset["source"]["fields"]["fields"]["shape"] = [size, size, 4]
     preset["stage"] = {"target": str(tmp_path / "local")}

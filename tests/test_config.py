@@ -96,7 +96,7 @@ def test_an_old_key_name_works_for_one_release_with_a_warning_naming_the_new(tmp
     """Each renamed key (pipeline.config.RENAMED): its old name's value lands under the new name, with a
     warning naming both; the old and the new together are an error naming both; the schema knows the new
     names only."""
-    from pipeline.config import RENAMED, schema
+    from pipeline.config import RENAMED, schema, validate
 
     config = make_config(
         tmp_path,
@@ -113,11 +113,17 @@ def test_an_old_key_name_works_for_one_release_with_a_warning_naming_the_new(tmp
         config["train"]["online"]["optimizer_steps"] == 7
         and config["simulate"]["reaction"]["time_steps"] == 9
     )
+    # an ensemble's size: a built-in family's samples, or an adaptive design's budget (a section above)
+    assert validate({"simulate": {"samples": 12}})["simulate"]["runs"] == 12
+    adaptive = validate({"simulate": {"adaptive": {"budget": 40}}})["simulate"]
+    assert adaptive["runs"] == 40 and "budget" not in adaptive["adaptive"]
     warned = capsys.readouterr().err
     for old, new in RENAMED.items():
         assert f"config key '{old}' is now '{new}'" in warned
     with pytest.raises(Sim2dlError, match=r"config keys 'convert.split' and 'convert.subvolume'"):
         make_config(tmp_path, convert={"split": [16, 16, 16], "subvolume": [16, 16, 16]})
+    with pytest.raises(Sim2dlError, match=r"'simulate.adaptive.budget' and 'simulate.runs'"):
+        validate({"simulate": {"runs": 64, "adaptive": {"budget": 40}}})
 
     def known(key: str) -> bool:
         node = schema()["properties"]
@@ -130,6 +136,25 @@ def test_an_old_key_name_works_for_one_release_with_a_warning_naming_the_new(tmp
     assert all(known(new) and not known(old) for old, new in RENAMED.items())
     table = (REPO / "docs" / "configuration.md").read_text()  # its table of renamed keys
     assert all(f"| `{old}` | `{new}` |" in table for old, new in RENAMED.items())
+
+
+def test_an_ensembles_size_is_simulate_runs_whatever_runs_it():
+    """simulate.runs left null: 1024 of a built-in family, 100 runs of a command, a budget of 64 with
+    simulate.adaptive (the old defaults of simulate.samples, simulate.runs and simulate.adaptive.budget);
+    an adaptive budget below its initial design names both keys."""
+    from pipeline.config import validate
+
+    def runs(**simulate: object) -> int:  # validate fills the dicts it is given: fresh ones each time
+        command = ["sim", "{out}", "{a}"]
+        space = {"a": {"type": "uniform", "low": 0, "high": 1}}
+        if simulate.pop("adaptive", False):
+            simulate["adaptive"] = {"enabled": True, "outputs": ["state"]}
+        return validate({"simulate": {"command": command, "space": space, **simulate}})["simulate"]["runs"]
+
+    assert validate({})["simulate"]["runs"] == 1024
+    assert (runs(), runs(adaptive=True), runs(adaptive=True, runs=24)) == (100, 64, 24)
+    with pytest.raises(Sim2dlError, match=r"'simulate.runs': 8 runs, .* below its initial design's 16"):
+        runs(adaptive=True, runs=8)
 
 
 def test_strings_from_snakemake_config_are_coerced(tmp_path):

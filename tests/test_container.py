@@ -157,7 +157,7 @@ def test_demo_workflow_runs_every_step_in_the_container(tmp_path, image, host_mp
         yaml.safe_dump(
             {
                 "workdir": str(tmp_path / "w"),
-                "simulate": {**demo_config["simulate"], "samples": 256},
+                "simulate": {**demo_config["simulate"], "runs": 256},
                 "stage": {"target": str(tmp_path / "local")},
                 "train": {**demo_config["train"], "epochs": 3},
                 "container": charliecloud(host_mpi),

@@ -71,7 +71,7 @@ def test_normalise_uses_the_statistics():
 
 
 def test_global_statistics_same_for_one_and_two_ranks(tmp_path, serial):
-    config = make_config(tmp_path, simulate={"samples": 10}, convert={"normalise": ["density", "params"]})
+    config = make_config(tmp_path, simulate={"runs": 10}, convert={"normalise": ["density", "params"]})
     simulate(config["simulate"], tmp_path / "raw", serial)
     ingest(config, tmp_path / "raw", tmp_path / "ingest", serial)
     config_path = write_config(tmp_path, config)
@@ -102,7 +102,7 @@ def test_unchanged_fields_are_referenced_not_copied(tmp_path, serial):
     from pipeline.formats.parts import Part, list_parts
     from pipeline.steps.convert import convert
 
-    config = make_config(tmp_path, simulate={"samples": 4}, convert={"log1p": ["density"], "normalise": []})
+    config = make_config(tmp_path, simulate={"runs": 4}, convert={"log1p": ["density"], "normalise": []})
     simulate(config["simulate"], tmp_path / "raw", serial)
     ingest(config, tmp_path / "raw", tmp_path / "ingest", serial)
     convert(config, tmp_path / "ingest", tmp_path / "c", serial)
@@ -198,7 +198,7 @@ def test_without_splits_statistics_skip_the_records_train_holds_out(tmp_path, se
 
     config = make_config(
         tmp_path,
-        simulate={"family": "climate", "samples": 24, "climate": {"size": 16}},
+        simulate={"family": "climate", "runs": 24, "climate": {"size": 16}},
         source={
             "fields": {
                 "fields": {"path": "fields", "dtype": "float32", "shape": [16, 16, 4]},

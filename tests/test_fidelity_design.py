@@ -127,10 +127,10 @@ def in_process_rounds(cheap_code, budget: int, seed: int = 1, cheap_cost: float 
             {"name": "costly", "runs": 4, "cost": 8.0},
         ],
         "files_per_dir": 1000,
+        "runs": budget,
         "adaptive": {
             "initial": 16,
             "batch": 4,
-            "budget": budget,
             "rounds": None,
             "target_error": None,
             "acquisition": "integrated_variance",
@@ -242,13 +242,13 @@ def test_the_rounds_choose_levels_within_the_budget_and_a_rerun_repeats_nothing(
         {"name": "coarse", "runs": 8, "cost": 1.0},
         {"name": "fine", "runs": 3, "cost": 4.0},
     ]
+    config["simulate"]["runs"] = 8  # the budget, in what fine runs cost
     config["simulate"]["adaptive"].update(
         enabled=True,
         outputs=["."],  # a .npy file's one array
         files="*.npy",
         acquisition="integrated_variance",
         batch=2,
-        budget=8,
         pool=128,
     )
     path = write_config(tmp_path, config)

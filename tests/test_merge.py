@@ -36,7 +36,7 @@ def shard_bytes(out):
 def prepare_traces(tmp_path, samples, **merge_settings):
     return prepare(
         tmp_path,
-        simulate={"family": "trace", "samples": samples},
+        simulate={"family": "trace", "runs": samples},
         source=TRACE_SOURCE,
         convert=TRACE_CONVERT,
         merge=merge_settings,
@@ -86,7 +86,7 @@ def test_tfrecord_shards_sorted_complete_and_readable(tmp_path):
 
 @SLOW
 def test_deterministic_for_any_rank_count_and_hdf5_format(tmp_path):
-    config_path, work = prepare(tmp_path, simulate={"samples": 24}, merge={"shard_size_mb": 0.5})
+    config_path, work = prepare(tmp_path, simulate={"runs": 24}, merge={"shard_size_mb": 0.5})
     merge_cli(config_path, work / "m1", ranks=1)
     merge_cli(config_path, work / "m2", ranks=2)
     merge_cli(config_path, work / "m3", ranks=2)
@@ -95,7 +95,7 @@ def test_deterministic_for_any_rank_count_and_hdf5_format(tmp_path):
 
     config = make_config(
         tmp_path,
-        simulate={"samples": 24},
+        simulate={"runs": 24},
         merge={"format": "hdf5", "compression": "gzip", "shard_size_mb": 0.5},
     )
     h5_config = write_config(tmp_path, config)
@@ -119,7 +119,7 @@ def test_deterministic_for_any_rank_count_and_hdf5_format(tmp_path):
 def test_gzip_tfrecord_and_split_into_subvolumes(tmp_path):
     config_path, work = prepare(
         tmp_path,
-        simulate={"samples": 6},
+        simulate={"runs": 6},
         convert={"subvolume": [16, 16, 16]},
         merge={"compression": "gzip", "shard_size_mb": 0.2},
     )
@@ -132,7 +132,7 @@ def test_gzip_tfrecord_and_split_into_subvolumes(tmp_path):
 
 def test_killed_merge_leaves_no_partial_shard_and_rerun_completes(tmp_path):
     # many small shards: the kill comes while most are still to be written
-    config_path, work = prepare(tmp_path, simulate={"samples": 120}, merge={"shard_size_mb": 0.1})
+    config_path, work = prepare(tmp_path, simulate={"runs": 120}, merge={"shard_size_mb": 0.1})
     out = work / "merged"
     reference = tmp_path / "reference"
     merge_cli(config_path, reference, ranks=1)
@@ -390,7 +390,7 @@ def test_a_grown_ingest_is_converted_and_merged_for_its_new_parts_alone(tmp_path
     }
     config = make_config(
         tmp_path,
-        simulate={"family": "trace", "samples": 24},
+        simulate={"family": "trace", "runs": 24},
         source=TRACE_SOURCE,
         convert=TRACE_CONVERT,
         **sections,

@@ -250,7 +250,7 @@ def test_a_users_config_file_replaces_the_demo_config(tmp_path):
     assert (
         resolved["search"]["space"] == cfg.schema()["properties"]["search"]["properties"]["space"]["default"]
     )
-    assert resolved["simulate"]["samples"] == 1024  # the schema's default, not the demo's
+    assert resolved["simulate"]["runs"] == 1024  # the schema's default (null: a family's 1024), not the demo
     assert "rule simulate" not in proc.stdout
 
 

@@ -23,7 +23,7 @@ FILES = 20_000  # (40,000 until 2026-11-27: the same code paths, half the suite'
 def tiny_config(tmp_path: Path, workdir: Path, **source: object) -> Path:
     config = {
         "workdir": str(workdir),
-        "simulate": {"samples": FILES, "cube": {"size": 4}},
+        "simulate": {"runs": FILES, "cube": {"size": 4}},
         "source": {
             "path": str(tmp_path / "raw"),
             "sample_id": {"attr": "sample_id"},  # the simulator's ids: a copied file is a duplicate
@@ -105,7 +105,7 @@ def test_an_input_list_names_the_files_in_its_order(tmp_path):
     skipped, the list's order kept, a listed file that does not exist rejected with its reason."""
     simulate = tiny_config(tmp_path, tmp_path / "sim")
     config = yaml.safe_load(simulate.read_text())
-    config["simulate"]["samples"] = 30
+    config["simulate"]["runs"] = 30
     simulate.write_text(yaml.safe_dump(config))
     run_cli(["simulate", "--config", str(simulate), "--out", str(tmp_path / "raw")], ranks=2)
     chosen = [sample_path(Path("."), i, 1000) for i in (7, 3, 21, 0, 12)]

@@ -16,7 +16,7 @@ def read_dir(root):
 
 
 def test_same_samples_for_any_rank_count(tmp_path, serial):
-    config = make_config(tmp_path, simulate={"samples": 12, "files_per_dir": 5})
+    config = make_config(tmp_path, simulate={"runs": 12, "files_per_dir": 5})
     simulate(config["simulate"], tmp_path / "one", serial)
     run_cli(
         ["simulate", "--config", str(write_config(tmp_path, config)), "--out", str(tmp_path / "two")], ranks=2
@@ -60,7 +60,7 @@ def test_trace_lengths_span_two_orders_of_magnitude(tmp_path):
 
 
 def test_rerun_keeps_existing_files(tmp_path, serial):
-    config = make_config(tmp_path, simulate={"samples": 6})["simulate"]
+    config = make_config(tmp_path, simulate={"runs": 6})["simulate"]
     first = simulate(config, tmp_path / "raw", serial)
     assert first["written_this_run"] == 6
     victim = sorted((tmp_path / "raw").rglob("*.h5"))[2]
@@ -76,7 +76,7 @@ def test_each_familys_params_are_named_by_its_own_parameters(tmp_path, serial):
 
     from pipeline.simulators.reaction import PARAMETERS
 
-    config = make_config(tmp_path, simulate={"family": "reaction", "samples": 2})["simulate"]
+    config = make_config(tmp_path, simulate={"family": "reaction", "runs": 2})["simulate"]
     simulate(config, tmp_path / "raw", serial)
     with h5py.File(next((tmp_path / "raw").rglob("*.h5"))) as f:
         assert f["params"].shape == (4,) and f.attrs["param_names"] == "vx,vy,kappa,r"

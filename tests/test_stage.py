@@ -21,7 +21,7 @@ from .conftest import kill_tree, make_config, run_cli, start_cli, write_config
 def dataset(tmp_path_factory):
     """A merged dataset of 64 cubes in 8 shards, made once for this module."""
     tmp = tmp_path_factory.mktemp("stage-data")
-    config = make_config(tmp, simulate={"samples": 64}, merge={"shard_size_mb": 1.1})
+    config = make_config(tmp, simulate={"runs": 64}, merge={"shard_size_mb": 1.1})
     path = write_config(tmp, config)
     for step in ("simulate", "ingest", "convert", "merge"):
         run_cli([step, "--config", str(path)], ranks=2)

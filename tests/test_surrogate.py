@@ -180,7 +180,7 @@ def test_the_docs_forward_surrogate_trains_and_answers_a_new_design_point_in_phy
         validated(preset)[k] == validated(config)[k] for k in ("simulate", "source", "convert", "train")
     )
     config["workdir"] = str(tmp_path / "work")
-    config["simulate"]["samples"] = 160
+    config["simulate"]["runs"] = 160
     config["stage"] = {"target": str(tmp_path / "local")}
     config["train"].update({"epochs": 12, "width": 8, "dense": 64})
     path = write_config(tmp_path, config)
@@ -507,7 +507,7 @@ def test_a_population_trains_a_next_state_conditioned_on_each_runs_parameters_en
     config["train"].update(conditioned["train"], width=8, depth=2, model_args={"modes": 4}, batch_size=8)
     config["train"]["population"] = {"enabled": True, "trainers": 2, "rounds": 2, "steps_per_round": 50}
     config["train"]["learning_rate"] = 0.005  # enough to step below persistence
-    config["simulate"].update(samples=64)
+    config["simulate"].update(runs=64)
     config["simulate"]["reaction"].update(size=16, time_steps=40, snapshots=6, t_end=0.5, growth=[0.5, 6.0])
     config["source"]["fields"] = {
         "trajectory": {"path": "trajectory", "dtype": "float32", "shape": [6, 16, 16]},
@@ -1011,7 +1011,7 @@ def test_inspect_reads_an_ensembles_runs_table_and_proposes_the_forward_surrogat
         "level": {"type": "uniform", "low": 0.3, "high": 1.0},
         "a": {"type": "uniform", "low": 0.0, "high": 0.4},
     }
-    settings = {"space": space, "seed": 7, "adaptive": {"budget": 6}}
+    settings = {"space": space, "seed": 7, "runs": 6}
     unit = np.random.default_rng(0).random((6, 2))
     table = round_table(settings, unit, 0, 1, "error_weighted_variance", np.ones(6), np.ones(6), "digest")
     root = tmp_path / "raw"

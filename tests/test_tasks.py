@@ -34,7 +34,7 @@ TINY = {"epochs": 3, "batch_size": 8, "depth": 2, "width": 4, "dense": 16, "lear
 def climate_config(tmp_path: Path, labels: list[str], **sections) -> dict:
     return make_config(
         tmp_path,
-        simulate={"family": "climate", "samples": 128, "climate": {"size": CLIMATE_SIZE, "cyclones": 2}},
+        simulate={"family": "climate", "runs": 128, "climate": {"size": CLIMATE_SIZE, "cyclones": 2}},
         source={"fields": CLIMATE_FIELDS},
         convert={
             "features": ["fields"],

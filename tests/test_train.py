@@ -202,7 +202,7 @@ def test_trace_family_trains_a_sequence_model_with_length_buckets(tmp_path):
         tmp_path,
         simulate={
             "family": "trace",
-            "samples": 96,
+            "runs": 96,
             "trace": {"min_length": 10, "max_length": 300, "channels": 4},
         },
         source={

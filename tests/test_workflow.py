@@ -23,7 +23,7 @@ def test_demo_workflow_small_then_rerun_only_what_changed(tmp_path):
     overrides = [
         "--config",
         f"workdir={tmp_path / 'w'}",
-        "simulate={samples: 40}",
+        "simulate={runs: 40}",
         # 40 cubes in the demo's three splits: about 16 training records a rank, for 2 epochs (the demo's 8
         # learn σ8: bench/train.py; this test asks what each step writes, and what a change reruns)
         "train={batch_size: 8, epochs: 2}",

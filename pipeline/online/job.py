@@ -91,8 +91,8 @@ def check(
 
 
 def design_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """simulate's settings as the producers run them. With simulate.adaptive, `budget` runs (simulate.runs
-    is not used) and, unless its acquisition is the space-filling control, the trainers choose where
+    """simulate's settings as the producers run them. With simulate.adaptive, simulate.runs is the budget
+    and, unless its acquisition is the space-filling control, the trainers choose where
     (pipeline.design.loop.online)."""
     simulate = dict(config["simulate"])
     adaptive = simulate["adaptive"]
@@ -105,7 +105,6 @@ def design_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     check_acquisition(
         adaptive, online=True
     )  # (the rest is checked with the config: pipeline.config.check_adaptive)
-    simulate["runs"] = adaptive["budget"]
     if adaptive["acquisition"] != SPACE_FILLING:
         simulate["choosing"] = {
             k: adaptive[k] for k in ("acquisition", "initial", "queue", "sigma", "min_spacing")

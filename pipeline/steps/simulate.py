@@ -118,7 +118,7 @@ def simulate(
 
         return run_ensemble(sim_config, out_dir, comm, container)
     rank, size = comm.Get_rank(), comm.Get_size()
-    indices = block(range(sim_config["samples"]), rank, size)
+    indices = block(range(sim_config["runs"]), rank, size)
     written = 0
     parameters = FAMILIES[sim_config["family"]].PARAMETERS
     templates = Templates(parameters)
@@ -131,7 +131,7 @@ def simulate(
         written += 1
     total_written = sum(comm.allgather(written))
     summary = {
-        "samples": sim_config["samples"],
+        "samples": sim_config["runs"],  # a built-in family's run is one sample
         "written_this_run": total_written,
         "family": sim_config["family"],
     }

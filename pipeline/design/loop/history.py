@@ -43,7 +43,7 @@ def round_table(
 ) -> pa.Table:
     """A round's design: run names and seeds continuing the earlier rounds', each parameter, the round and
     what chose it (one name for the round, or one per run)."""
-    space, budget = settings["space"], settings["adaptive"]["budget"]
+    space, budget = settings["space"], settings["runs"]
     indices = np.arange(first, first + len(unit), dtype=np.int64)
     columns = parameter_columns(unit, space) if len(unit) else {n: np.zeros(0) for n in space}
     fields = [pa.field("run", pa.string())]

@@ -5,9 +5,9 @@ what rounds.py adds to a round when there are levels.
   its points, each point's seed the same at every level. simulate.adaptive.initial is not used.
 - Costs per run: each level's declared `cost`, else the mean seconds of its runs that succeeded so far
   (measured again every round, as the runs come).
-- The budget and a round's batch are counted in runs of the costliest level: `budget: 64` spends what 64
-  of its runs cost, round 0 included, on any mix of levels, so a design is compared with the costliest
-  level's plain design at equal cost.
+- The budget (simulate.runs) and a round's batch are counted in runs of the costliest level: 64 runs
+  spend what 64 of its runs cost, round 0 included, on any mix of levels, so a design is compared with
+  the costliest level's plain design at equal cost.
 - The runs table gets `fidelity` and `fidelity_index` as a plain ensemble's; rounds.json each level's runs
   and cost, and the cost spent.
 
@@ -79,10 +79,10 @@ def level_costs(fidelities: Fidelities, tables: Sequence[pa.Table]) -> list[floa
     return costs
 
 
-def round_spend(adaptive: Mapping[str, Any], costs: Sequence[float], spent: float) -> float:
+def round_spend(adaptive: Mapping[str, Any], budget: int, costs: Sequence[float], spent: float) -> float:
     """What the next round may spend: a batch of the costliest level's runs, at most what is left of the
-    budget (both counted in its runs)."""
-    return max(0.0, min(adaptive["batch"] * costs[-1], adaptive["budget"] * costs[-1] - spent))
+    budget (simulate.runs; both counted in its runs)."""
+    return max(0.0, min(adaptive["batch"] * costs[-1], budget * costs[-1] - spent))
 
 
 def level_figures(

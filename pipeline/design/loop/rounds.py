@@ -7,8 +7,9 @@ emulator (pipeline/design/emulator.py: a Gaussian process per principal componen
 run that succeeded, scores a candidate pool (`pool` scrambled Sobol points) by the
 acquisition (pipeline/design/acquisitions/) and runs the `batch` it picks, none within `min_spacing` of
 each other nor of any earlier run (failed runs included: their points are never proposed again). It stops
-at `budget` runs, after `rounds` adaptive rounds, or when the emulator's validation error (leave-one-out
-NRMSE over the runs, pipeline.data.scores, mean over the outputs) reaches `target_error`.
+at simulate.runs runs (the budget), after `rounds` adaptive rounds, or when the emulator's validation
+error (leave-one-out NRMSE over the runs, pipeline.data.scores, mean over the outputs) reaches
+`target_error`.
 
 With simulate.fidelities, round 0 is the levels' nested design and every later round chooses points and
 levels by the costliest level's integrated variance taken off per unit cost, within a budget counted in
@@ -24,9 +25,9 @@ Checkpoints: a round's design is written (atomically) before any of its runs, it
 outcomes) and the outputs of its successful runs after them; a rerun reads them back, repeats no completed
 run (the farm skips them), and chooses the same points (every choice is a function of the seed and the
 runs before it). A changed design (space, seed, initial design, acquisition, batch, ...) starts afresh; a
-larger budget, more rounds or another target continue. The runs table (runs.parquet) is every round's,
-with `round`, `acquisition`, `acquisition_value` and `uncertainty` (the emulator's posterior standard
-deviation at the point when it was chosen, standardised outputs).
+larger budget (simulate.runs), more rounds or another target continue. The runs table (runs.parquet) is
+every round's, with `round`, `acquisition`, `acquisition_value` and `uncertainty` (the emulator's
+posterior standard deviation at the point when it was chosen, standardised outputs).
 
 Memory: rank 0 holds the runs' points and outputs (runs x output entries), their runs table (Arrow columns:
 rewritten whole after each round, never read back) and the emulator (runs² per component); the other ranks
@@ -101,7 +102,7 @@ REGIMES_DIGEST_KEYS = (
 # in the digest only where they choose otherwise than before they existed (a design made then keeps its digest
 # where it is continued with them so; the defaults choose otherwise, and start such a design afresh)
 CHOOSING_BEFORE = {"space_filling_share": 0.0, "irreducible": "none"}
-# (budget, rounds and target_error are not in it: raising them continues the design)
+# (simulate.runs, rounds and target_error are not in it: raising them continues the design)
 NETWORK_ACQUISITION = "surrogate_disagreement"  # the acquisition that reads simulate.adaptive.network
 
 
@@ -162,7 +163,7 @@ def choose(
         return choose_levels(settings, history, round_index, digest, fidelities)
     if round_index == 0:
         unit = unit_design(
-            settings["design"], min(adaptive["initial"], adaptive["budget"]), dims, settings["seed"]
+            settings["design"], min(adaptive["initial"], settings["runs"]), dims, settings["seed"]
         )
         nan = np.full(len(unit), np.nan)
         return round_table(settings, unit, 0, 0, INITIAL, nan, nan, digest), {
@@ -171,7 +172,7 @@ def choose(
         }
     stats: dict[str, Any] = {"round": round_index, "acquisition": adaptive["acquisition"]}
     x, emulator = fitted_emulator(settings, history, round_index, stats)
-    batch = min(adaptive["batch"], adaptive["budget"] - history.runs)
+    batch = min(adaptive["batch"], settings["runs"] - history.runs)
     stop = stop_reason(adaptive, batch, round_index, stats["validation_nrmse_mean"])
     if stop:
         return None, {**stats, "stopped": stop, "runs": history.runs, "runs_ok": len(x)}
@@ -207,7 +208,7 @@ def choose_levels(
     spent = float(np.bincount(every, minlength=len(costs)) @ np.asarray(costs))
     emulator = fitted_levels(settings, history, len(costs), stats)
     stats["fitted_cost"] = round(spent / costs[-1], 3)  # the runs it was fitted on, in costliest runs
-    spend = round_spend(adaptive, costs, spent)
+    spend = round_spend(adaptive, settings["runs"], costs, spent)
     # a round buys at least one run of the costliest level (what it may have left is less than one run)
     stop = stop_reason(adaptive, int(spend >= costs[-1]), round_index, stats["validation_nrmse_mean"])
     ended = {"runs": history.runs, "runs_ok": stats["fitted_on"], "spent": round(spent / costs[-1], 3)}
@@ -222,7 +223,7 @@ def choose_levels(
             priced,
             spend,
             # the cheapest level may run budget x the cost ratio: its spacing, unless min_spacing is set
-            min_spacing(adaptive, int(adaptive["budget"] * costs[-1] / costs[0]), dims),
+            min_spacing(adaptive, int(settings["runs"] * costs[-1] / costs[0]), dims),
             history.joined_points(dims),
             cheaper_limits(fidelities),
         ).with_share(adaptive["space_filling_share"], shared)
@@ -236,7 +237,7 @@ def choose_levels(
     stats["acquisition_value"] = {k: float(v) for k, v in stats["acquisition_value"].items()}
     stats["uncertainty_mean"] = float(uncertainty.mean())
     stats["space_filling"] = int(choice.space_filling.sum())
-    stats.update(level_figures(fidelities, every, choice.levels, costs, adaptive["budget"]))
+    stats.update(level_figures(fidelities, every, choice.levels, costs, settings["runs"]))
     chosen_by = [SPACE_FILLING if s else adaptive["acquisition"] for s in choice.space_filling]
     table = round_table(
         settings, choice.points, history.runs, round_index, chosen_by, values, uncertainty, digest
@@ -291,7 +292,7 @@ def chosen(
 ) -> tuple[Any, np.ndarray]:
     """The round's choice (the space-filling share and the acquisition's points) and the emulator's
     uncertainty at them; the time it took into `stats`."""
-    adaptive, dims, budget = settings["adaptive"], len(settings["space"]), settings["adaptive"]["budget"]
+    adaptive, dims, budget = settings["adaptive"], len(settings["space"]), settings["runs"]
     planned = adaptive["rounds"]
     if planned is None:
         planned = -(-(budget - adaptive["initial"]) // adaptive["batch"])
