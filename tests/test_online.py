@@ -17,7 +17,7 @@ import pytest
 from pipeline import Sim2dlError
 from pipeline.online.buffer import BufferField, ReplayBuffer, replay
 
-from .conftest import SLOW, env, run_cli, write_config
+from .conftest import REPO, SLOW, env, run_cli, write_config
 from .helpers import ONLINE_CUBE as SIZE
 from .helpers import board_events, online_config
 
@@ -320,6 +320,11 @@ def test_runs_train_as_they_complete_through_the_workflow_and_nothing_is_lost(tm
     config = online_config(tmp_path, runs=10, samples=6)
     config["search"]["enabled"] = False
     config = failing_simulator(tmp_path, config, fail="run-000003", die="")
+    # the last validation run arrives after the trainers' last validation (step 12): the summary scores the
+    # kept model on it too, as on every validation sample that arrived
+    metrics = tmp_path / "work" / "train" / "metrics.json"
+    waiting = [sys.executable, str(REPO / "tests" / "programs" / "after_first_validation.py"), str(metrics)]
+    config["simulate"]["command"] = [*waiting, "{run}", "9", "12", "--", *config["simulate"]["command"]]
     snakemake_configfile(write_config(tmp_path, config), tmp_path, "--cores", "2")
     summary, runs = online_record(tmp_path)
     work = tmp_path / "work"

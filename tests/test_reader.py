@@ -154,7 +154,7 @@ def test_reader_reads_every_record_once_across_ranks_and_workers_as_tf_data(tmp_
 def test_reader_variable_length_records_and_gzip(tmp_path):
     config_path, work = prepare(
         tmp_path,
-        simulate={"family": "trace", "samples": 25},
+        simulate={"family": "trace", "runs": 25},
         source=TRACE_SOURCE,
         convert=TRACE_CONVERT,
         merge={"shard_size_mb": 0.01, "compression": "gzip", "sort_by": "length"},

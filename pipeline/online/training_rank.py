@@ -441,9 +441,10 @@ class TrainingRank:
             self.receive(block_s=0.05)
         if self.state.step == 0:
             return {"error": f"online training took no step: {self.state.stopped}"}
-        # online training has validation runs and no test runs: its scores are on what chose the step
+        # online training has validation runs and no test runs: its scores are on what chose the step, all
+        # of them (the last validation runs may arrive after the last validation, or the kept one)
         scores = self.training_run.scores(
-            kept, self.state.history, final, lambda split: self.validate(session)
+            kept, self.state.history, final, lambda split: self.validate(session), again=True
         )
         return self.finish(session, scores, kept, time.perf_counter() - self.began)
 

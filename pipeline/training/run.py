@@ -202,11 +202,16 @@ class TrainingRun:
         last: tuple[float, Evaluation] | None,
         validate: Callable[[str], tuple[float, Evaluation]],
         test: bool = False,
+        again: bool = False,
     ) -> Scores:
         """The kept model's scores: train.keep's weights restored (its evaluation, else the last one, else
-        a fresh validation) and, with a test split, the test's."""
+        a fresh validation) and, with a test split, the test's. again: validate the kept model afresh
+        (online training: its validation runs arrive as it trains, so an evaluation saw those arrived by
+        then, and the baseline is scored on all of them)."""
         final = kept_evaluation(kept, self.model.keras, self.paths, history, last)
-        return Scores(final or validate("validation"), validate("test") if test else None)
+        return Scores(
+            validate("validation") if again or final is None else final, validate("test") if test else None
+        )
 
     def end(self, trained: Trained, ending: Ending) -> dict[str, Any]:
         """The classical baseline and the task's after-training on the ending's data, the summary (with a
