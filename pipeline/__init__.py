@@ -129,6 +129,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 __version__ = "0.1.0"
+OLD_NAMES_UNTIL = "0.2"  # the release that drops old names: renamed config keys, old keyword arguments
 MB = 1_000_000  # one MB everywhere: config sizes, summaries and benchmarks are in 10^6 bytes
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from pipeline import Sim2dlError
+from pipeline import OLD_NAMES_UNTIL, Sim2dlError
 from pipeline.paths import Layout
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,7 +89,6 @@ RENAMED = {
     "simulate.samples": "simulate.runs",
     "simulate.adaptive.budget": "simulate.runs",
 }
-RENAMED_UNTIL = "0.2"  # the release that drops the old names
 
 
 def renamed(config: dict[str, Any]) -> list[str]:
@@ -110,7 +109,7 @@ def renamed(config: dict[str, Any]) -> list[str]:
             )
         new_parent[new_name] = parent.pop(old_name)
         warnings.append(
-            f"config key '{old}' is now '{new}': the old name works until release {RENAMED_UNTIL}"
+            f"config key '{old}' is now '{new}': the old name works until release {OLD_NAMES_UNTIL}"
         )
     return warnings
 

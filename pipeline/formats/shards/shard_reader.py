@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import Sim2dlError
+from pipeline import OLD_NAMES_UNTIL, Sim2dlError
 from pipeline.formats.metadata import class_names, fixed, load_metadata
 from pipeline.formats.shards import shard_format
 from pipeline.formats.shards.base import Loaded, Record
@@ -107,8 +107,8 @@ class ReaderSlot:
         )
 
 
-# The reader's slot keywords before ReaderSlot: they work until this release, with a warning
-SLOT_KEYWORDS, SLOT_KEYWORDS_UNTIL = ("rank", "world_size", "worker", "workers"), "0.2"
+# The reader's slot keywords before ReaderSlot: they work until OLD_NAMES_UNTIL, with a warning
+SLOT_KEYWORDS = ("rank", "world_size", "worker", "workers")
 
 
 class ShardReader:
@@ -225,7 +225,7 @@ def slot_of(slot: ReaderSlot | None, slot_keywords: Mapping[str, int]) -> Reader
     warnings.warn(
         f"ShardReader({', '.join(f'{k}=' for k in slot_keywords)}...) is now "
         "ShardReader(slot=ReaderSlot(...)) (ReaderSlot.from_torch() under PyTorch): "
-        f"the old keywords work until release {SLOT_KEYWORDS_UNTIL}",
+        f"the old keywords work until release {OLD_NAMES_UNTIL}",
         DeprecationWarning,
         stacklevel=3,
     )
