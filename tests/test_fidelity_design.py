@@ -189,8 +189,21 @@ def test_a_cheap_level_pays_where_it_agrees_and_a_misleading_one_stops_being_cho
     chosen = [row["cheaper_levels_chosen"] for row in history.rounds if "cheaper_levels_chosen" in row]
     # the share keeps the costly level growing as its plain design would, whatever the emulator believes
     assert runs[1] >= 4 + 0.5 * (budget - 6)
+    # until the costly level has twice round 0's 4 runs to judge it by, a round buys at most what a
+    # twentieth of the budget pays of the cheap level (12 runs here, not round 0's 16)
+    bought = [
+        (row["costliest_runs"], row["levels"]["cheap"]["new_runs"])
+        for row in history.rounds
+        if "levels" in row
+    ]
+    assert all(
+        cheap_runs <= int(0.05 * budget * 8.0 / 1.0) for costly_runs, cheap_runs in bought if costly_runs < 8
+    )
     if code == "cheap":  # cheap runs chosen in most rounds, and the same error for less than half the cost
         assert chosen[0] and sum(chosen) > len(chosen) / 2 and runs[0] > 16
+        assert (
+            max(cheap_runs for costly_runs, cheap_runs in bought if costly_runs >= 8) == 16
+        )  # judged: lifted
         assert error < 0.5 * control_error
     else:  # found out once the costly runs could judge it: no cheap run chosen after, and no harm done
         assert chosen[0] and not any(chosen[-3:])

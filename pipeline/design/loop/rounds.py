@@ -225,7 +225,7 @@ def choose_levels(
             # the cheapest level may run budget x the cost ratio: its spacing, unless min_spacing is set
             min_spacing(adaptive, int(settings["runs"] * costs[-1] / costs[0]), dims),
             history.joined_points(dims),
-            cheaper_limits(fidelities),
+            cheaper_limits(fidelities, costs, settings["runs"], stats["costliest_runs"]),
         ).with_share(adaptive["space_filling_share"], shared)
         uncertainty = np.sqrt(emulator.variance(choice.points)) if choice.size else np.zeros(0)
     stats["seconds_choosing"] = round(time.perf_counter() - started, 4)
