@@ -237,6 +237,7 @@ def test_a_rounds_space_filling_share_is_the_controls_own_continuation(fitted):
     for round_index in (1, 2, 3):
         here = context(fitted, round_index=round_index)
         here.settings.update(batch=6, initial=initial)
+        here.space_filled = (round_index - 1) * 3  # the earlier rounds' share, as the runs table counts it
         choice = shared_choice(ACQUISITIONS["integrated_variance"], here, 6, 0.5)
         start = initial + (round_index - 1) * 3
         assert np.allclose(choice.points[:3], sobol[start : start + 3])
@@ -324,12 +325,14 @@ def test_the_boundary_entropy_is_the_weighted_share_of_each_regime_among_the_nea
     assert np.allclose(boundary_entropy(two[:3], halves[:3], np.array([[0.5, 0.5]])), 0.0)  # one regime
 
 
-def test_boundary_variance_sends_the_batch_to_a_jump_and_without_one_chooses_as_integrated_variance():
+def test_boundary_variance_sends_the_batch_to_a_jump_and_without_one_continues_the_space_filling_design():
     """Where the outputs jump across a line, the batch lies nearer it than integrated_variance's (half the
-    distance); where there are no regimes (a learnable wave beside noise: no clustering of the outputs is
-    separated, silhouette at most 0.5) it chooses exactly as integrated_variance does, so the noise does
-    not attract runs as the seams of clusters cut through it would."""
+    distance), half of each round the share's; where there are no regimes (a learnable wave beside noise:
+    no clustering of the outputs is separated, silhouette at most 0.5) it has nothing to choose by, and the
+    whole round continues the space-filling design after the runs that design gave so far: the control's
+    own points, so the noise does not attract runs and no learner loses to the control."""
     from pipeline.design.acquisitions.boundary_variance import separated_regimes
+    from pipeline.design.share import SPACE_FILLING, shared_choice
     from pipeline.ensemble.sampling import unit_design
 
     x = unit_design("sobol", 24, 2, 11)
@@ -342,12 +345,21 @@ def test_boundary_variance_sends_the_batch_to_a_jump_and_without_one_chooses_as_
         for name in ("integrated_variance", "boundary_variance")
     }
     assert gap["boundary_variance"] < 0.6 * gap["integrated_variance"], gap
+    boundary = ACQUISITIONS["boundary_variance"]
+    here.settings.update(batch=8, initial=24)
+    split = shared_choice(boundary, here, 8, 0.5)
+    assert not boundary.defers(here) and split.chosen_by == [SPACE_FILLING] * 4 + ["boundary_variance"] * 4
 
     noisy = Emulator(Outputs.of({"y": (16,)}), seed=11).fit(x, noisy_left_learnable_right(x, 11))
     assert not separated_regimes((noisy.y - noisy.mean) / noisy.scale, 4, 11).any()
     here = context(noisy, seed=11, spacing=0.05)
-    boundary = ACQUISITIONS["boundary_variance"].choose(here, 8)
-    assert np.array_equal(boundary.points, ACQUISITIONS["integrated_variance"].choose(here, 8).points)
+    here.settings.update(batch=8, initial=24)
+    here.space_filled = 4  # an earlier round's share: the design continues after it
+    whole = shared_choice(boundary, here, 8, 0.5)
+    assert boundary.defers(here) and whole.chosen_by == [SPACE_FILLING] * 8
+    assert np.allclose(whole.points, unit_design("sobol", 36, 2, 11)[28:36]) and whole.figures == {
+        "deferred": True
+    }
 
 
 # The preset's space: the jump (level ~ a) in a corner of it

@@ -32,19 +32,26 @@ def space_filling_count(batch: int, share: float) -> int:
 
 def shared_choice(acquisition: Acquisition, context: Context, batch: int, share: float) -> Choice:
     """The round's batch: the share's continuation of the initial design, then the acquisition's points
-    for the rest (none within its spacing of the share's). `context.settings` holds simulate.adaptive
-    (its `initial` and full `batch`: the share's indices do not depend on a last, shorter batch)."""
-    if acquisition.name == SPACE_FILLING or share <= 0:
+    for the rest (none within its spacing of the share's); the whole batch the continuation where the
+    acquisition has nothing to choose by (Acquisition.defers). The continuation follows the runs it gave
+    in earlier rounds (context.space_filled). `context.settings` holds simulate.adaptive (its `initial`
+    and full `batch`)."""
+    if acquisition.name == SPACE_FILLING:
+        choice = acquisition.choose(context, batch)
+        return Choice(choice.points, choice.values, [acquisition.name] * len(choice.points), choice.figures)
+    deferred = acquisition.defers(context)
+    if share <= 0 and not deferred:
         choice = acquisition.choose(context, batch)
         return Choice(choice.points, choice.values, [acquisition.name] * len(choice.points), choice.figures)
     every_round = space_filling_count(int(context.settings["batch"]), share)
-    count = min(every_round, batch)
-    start = int(context.settings["initial"]) + (context.round_index - 1) * every_round
+    count = batch if deferred else min(every_round, batch)
+    start = int(context.settings["initial"]) + context.space_filled
     dims = context.done.shape[1]
     filled = unit_design(context.design, start + count, dims, context.seed, start, start + count)
     spread = distances(filled, context.avoid).min(axis=1, initial=np.inf)
     if count == batch:
-        return Choice(filled, spread, [SPACE_FILLING] * count)
+        # rounds.json says which rounds had nothing to choose by
+        return Choice(filled, spread, [SPACE_FILLING] * count, {"deferred": True} if deferred else None)
     rest = acquisition.choose(replace(context, avoid=np.vstack([context.avoid, filled])), batch - count)
     return Choice(
         np.vstack([filled, rest.points]),

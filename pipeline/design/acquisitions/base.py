@@ -6,7 +6,7 @@ Memory and time: per acquisition (its file's docstring).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,9 @@ class Context:
     state: Path | None = (
         None  # where an acquisition keeps what it learned for the next round (a network's weights)
     )
+    space_filled: int = 0  # runs the space-filling design's continuation gave after round 0 (share.py)
+    # what an acquisition worked out for this round, kept for its later calls (a replace()d copy shares it)
+    memo: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rng(self) -> np.random.Generator:
@@ -56,6 +59,11 @@ class Acquisition(ABC):
     )
     online: bool = False  # the trainers can choose by it as runs arrive (train.online)
     emulators: tuple[str, ...] = ()  # the simulate.adaptive.emulator values it works with; () for any
+
+    def defers(self, context: Context) -> bool:
+        """Whether it has nothing to choose by this round, so that the whole round continues the
+        space-filling design (share.py); boundary_variance where the outputs show no separated regimes."""
+        return False
 
     @abstractmethod
     def choose(self, context: Context, batch: int) -> Choice:

@@ -20,8 +20,11 @@ a noisy or chaotic regime does not attract runs unless its edge is unsure.
 - Classifier: scikit-learn's k-nearest-neighbours (NEIGHBOURS runs, weighted by inverse distance), whose
   class probabilities are the weighted shares of the regimes among a point's nearest runs: no
   hyperparameter to fit, and the uncertain band narrows as runs gather at a boundary.
-- One regime (a smooth code, or noise): entropy 0 everywhere, every reference weighs alike, and the
-  choice is integrated_variance's: on a code without regimes it does what the safe default does.
+- One regime (a smooth code, or noise): nothing to choose by. The whole round continues the space-filling
+  design (share.py; `defers`), so on a code without regimes the design is the control's, run for run.
+  Until 2026-12-07 it chose as integrated_variance there: never better than the control by any learner
+  on the two such codes measured, and 1.12 x worse by the network the workflow trains (the reaction
+  code at 64 runs, 5 seeds), 1.07 x by the regimes emulator.
 
 Batched by kriging believer with the minimum spacing (pipeline/design/batch.py). Value: the weighted
 reduction. Memory and time: integrated_variance's, plus the clustering (k-means for each count, and the
@@ -76,16 +79,30 @@ def boundary_entropy(x: np.ndarray, labels: np.ndarray, points: np.ndarray) -> n
     return -(probabilities * logs).sum(axis=1) / np.log(len(classes))
 
 
+def round_regimes(context: Context) -> np.ndarray:
+    """Each run's regime (separated_regimes of the emulator's runs), worked out once a round."""
+    if "regimes" not in context.memo:
+        emulator = context.emulator
+        z = (emulator.y - emulator.mean) / emulator.scale
+        most = int(context.settings.get("regimes", 4))
+        context.memo["regimes"] = separated_regimes(z, most, context.seed)
+    return context.memo["regimes"]
+
+
 def boundary_weights(context: Context, references: np.ndarray) -> np.ndarray:
     """FLOOR + (1 - FLOOR) x the boundary entropy at each reference (the pool's indices)."""
-    emulator = context.emulator
-    z = (emulator.y - emulator.mean) / emulator.scale
-    labels = separated_regimes(z, int(context.settings.get("regimes", 4)), context.seed)
-    return FLOOR + (1.0 - FLOOR) * boundary_entropy(emulator.x, labels, context.pool[references])
+    labels = round_regimes(context)
+    return FLOOR + (1.0 - FLOOR) * boundary_entropy(context.emulator.x, labels, context.pool[references])
 
 
 class BoundaryVariance(IntegratedVariance):
     name = "boundary_variance"
+
+    def defers(self, context: Context) -> bool:
+        """No separated regimes: the whole round continues the space-filling design. Where the outputs
+        show none, the integrated variance this would choose by gained nothing for any learner and cost
+        the network the workflow trains 1.12 x (the reaction code, 64 runs, 5 seeds; docs/benchmarks.md)."""
+        return len(np.unique(round_regimes(context))) < 2
 
     def reference_weights(self, context: Context, references: np.ndarray) -> np.ndarray:
         return boundary_weights(context, references)

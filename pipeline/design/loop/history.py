@@ -22,6 +22,7 @@ from pipeline import Sim2dlError
 from pipeline.design.emulator import Outputs
 from pipeline.design.loop.levels import level_of
 from pipeline.design.multifidelity import joined
+from pipeline.design.share import SPACE_FILLING
 from pipeline.design.space import parameter_columns, unit_points
 from pipeline.ensemble.farm import run_paths
 from pipeline.ensemble.plan import column_type, run_name, run_seeds
@@ -94,6 +95,16 @@ class History:
         self.ok.append(ok)
         self.outputs.append(outputs)
         self.levels.append(level_of(table))
+
+    def space_filled(self, level: int | None = None) -> int:
+        """The runs the space-filling design's continuation gave after round 0 (the share's, or a whole
+        round's where the acquisition had nothing to choose by), of `level` only if given: where that
+        design continues."""
+        counted = 0
+        for table, levels in zip(self.tables, self.levels, strict=True):
+            shared = table.column("acquisition").to_numpy(zero_copy_only=False) == SPACE_FILLING
+            counted += int(np.sum(shared if level is None else shared & (levels == level)))
+        return counted
 
     def done_levels(self) -> np.ndarray:
         return np.concatenate([v[k] for v, k in zip(self.levels, self.ok, strict=True)])

@@ -23,7 +23,6 @@ from pipeline.design.emulator import Emulator
 from pipeline.design.fidelity_choice import share_points
 from pipeline.design.loop.history import History
 from pipeline.design.multifidelity import MultiFidelityEmulator
-from pipeline.design.share import SPACE_FILLING
 from pipeline.ensemble.fidelity import Fidelities
 
 
@@ -72,10 +71,7 @@ def level_prices(
     stats["cheaper_levels_chosen"] = bool(helps)
     priced = costs if helps else [np.inf] * (len(costs) - 1) + [costs[-1]]
     level = len(costs) - 1
-    filled = sum(  # the share's runs of this level so far: its prefix of the design continues after them
-        int(np.sum((t.column("acquisition").to_numpy(zero_copy_only=False) == SPACE_FILLING) & (lv == level)))
-        for t, lv in zip(history.tables, history.levels, strict=True)
-    )
+    filled = history.space_filled(level)  # the share's runs of this level: its prefix continues after them
     start, count = fidelities.levels[level].runs + filled, settings["adaptive"]["space_filling_share"] * spend
     dims = len(settings["space"])
     return priced, share_points(

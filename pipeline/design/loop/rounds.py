@@ -306,6 +306,7 @@ def chosen(
         round_index=round_index,
         rounds=max(1, planned),
         runs_so_far=history.runs,
+        space_filled=history.space_filled(),
         design=settings["design"],
         seed=settings["seed"],
         settings=dict(adaptive),
