@@ -36,11 +36,8 @@ def shared_choice(acquisition: Acquisition, context: Context, batch: int, share:
     acquisition has nothing to choose by (Acquisition.defers). The continuation follows the runs it gave
     in earlier rounds (context.space_filled). `context.settings` holds simulate.adaptive (its `initial`
     and full `batch`)."""
-    if acquisition.name == SPACE_FILLING:
-        choice = acquisition.choose(context, batch)
-        return Choice(choice.points, choice.values, [acquisition.name] * len(choice.points), choice.figures)
-    deferred = acquisition.defers(context)
-    if share <= 0 and not deferred:
+    deferred = acquisition.name != SPACE_FILLING and acquisition.defers(context)
+    if acquisition.name == SPACE_FILLING or (share <= 0 and not deferred):
         choice = acquisition.choose(context, batch)
         return Choice(choice.points, choice.values, [acquisition.name] * len(choice.points), choice.figures)
     every_round = space_filling_count(int(context.settings["batch"]), share)
