@@ -18,7 +18,7 @@ one plain Gaussian process (pipeline/design/emulator.py) and the regimes emulato
 (pipeline/design/regimes.py). A design's own emulator (the loop's: regimes for the preset's, one GP for
 the others) is how it judges itself; the plain GP is a learner that did not choose. With --network,
 also by the network a user trains on the design's first 32 and 64 runs (the preset's workflow and decoder
-surrogate). Four codes (--quick: the first two, unless --simulators names others):
+surrogate). Five codes (--quick: the first two, unless --simulators names others):
 
 - bistable (the preset's): a jump in a corner of the space, smooth elsewhere: where choosing should pay.
   Goal: the control's error at the preset's budget N (64) reached with <= 0.5 N runs;
@@ -32,6 +32,12 @@ surrogate). Four codes (--quick: the first two, unless --simulators names others
   compiles for 20 s per process), over a 1..3, b 1..6: steady for about 40 % of the box, Turing patterns
   in the rest, their amplitude growing with b and their layout sensitive to the parameters. Goal: as
   Swift–Hohenberg's.
+- allee: a population with a strong Allee effect written with py-pde (bench/codes/allee.py, persistent),
+  a patch's fate at t = 60 over the threshold a 0..0.5 and the patch's radius 1..8: it dies (about a third
+  of the box) or establishes and fills the box (half of it), and between them, along the critical size,
+  a band of patches still spreading (14 %), whose size moves quickly with the parameters: a threshold in
+  a box a user would pick, where choosing should pay. Goals: do no harm, and the control's error at 64
+  runs with fewer.
 
 Figures (last line, JSON): `curves.SIMULATOR.LEARNER.DESIGN` (LEARNER gp or regimes; budget -> mean test
 NRMSE over the seeds, and `by_seed`), `worst_over_control.SIMULATOR.DESIGN.{emulator,gp,regimes}` (the
@@ -211,11 +217,28 @@ def brusselator() -> dict[str, Any]:
     }
 
 
+def allee() -> dict[str, Any]:
+    """A population with a strong Allee effect written with py-pde's generic PDE class
+    (bench/codes/allee.py) in the codes' environment, over the box a user asking a patch's fate would
+    pick: the threshold a 0 to 0.5, the patch's radius 1 to 8. Persistent: py-pde starts in about 10 s in
+    each process, a run takes 0.15 s."""
+    from bench.codes import environment
+
+    return {
+        "command": [str(environment.python()), str(REPO / "bench" / "codes" / "allee.py"), "--persistent"],
+        "persistent": True,
+        "space": {
+            "a": {"type": "uniform", "low": 0.0, "high": 0.5},
+            "radius": {"type": "uniform", "low": 1.0, "high": 8.0},
+        },
+    }
+
+
 QUICK_CODES = ("bistable", "reaction")  # --quick's codes unless --simulators names others
 
 
 def simulators(
-    names: Sequence[str] = ("bistable", "reaction", "swift_hohenberg", "brusselator"),
+    names: Sequence[str] = ("bistable", "reaction", "swift_hohenberg", "brusselator", "allee"),
 ) -> dict[str, dict[str, Any]]:
     """The codes by name (command and space), each made only when asked for: swift_hohenberg builds its
     environment first."""
@@ -225,6 +248,7 @@ def simulators(
         "reaction": lambda: REACTION,
         "swift_hohenberg": swift_hohenberg,
         "brusselator": brusselator,
+        "allee": allee,
     }
     unknown = sorted(set(names) - set(makers))
     if unknown:
@@ -650,12 +674,20 @@ def brusselator_regimes(y: np.ndarray) -> np.ndarray:
     return np.where(y.std(axis=1) < 0.05, "steady", "patterns")
 
 
+def allee_regimes(y: np.ndarray) -> np.ndarray:
+    """Each run's regime by its final field: died (mean below 0.01), filled the box (above 0.99), or a
+    patch still spreading between them."""
+    mean = y.mean(axis=1)
+    return np.where(mean < 0.01, "died", np.where(mean > 0.99, "filled", "spreading"))
+
+
 # each code's regimes, from its runs' outputs (where the runs went), and their names; a code of even
 # difficulty has none
 REGIME_OF = {
     "bistable": (bistable_regimes, ("dies", "between", "ignites")),
     "swift_hohenberg": (swift_hohenberg_regimes, ("flat", "stripes", "spots")),
     "brusselator": (brusselator_regimes, ("steady", "patterns")),
+    "allee": (allee_regimes, ("died", "spreading", "filled")),
 }
 
 

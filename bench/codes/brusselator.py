@@ -24,7 +24,6 @@ persistent (docs/ensembles.md, "A simulator that starts slowly").
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -48,27 +47,12 @@ def solve(a: float, b: float, cells: int = SIZE) -> np.ndarray:
     own cells."""
     grid = pde.CartesianGrid([[0.0, SIDE], [0.0, SIDE]], [cells, cells], periodic=True)
     rng = np.random.default_rng(0)
-    noise = [coarsened(NOISE * rng.standard_normal((SIZE, SIZE)), cells) for _ in range(2)]
+    noise = [driver.block_means(NOISE * rng.standard_normal((SIZE, SIZE)), cells) for _ in range(2)]
     u = pde.ScalarField(grid, a + noise[0])
     v = pde.ScalarField(grid, b / a + noise[1])
     equation = pde.PDE(EQUATIONS, consts={"a": a, "b": b, "d0": D0, "d1": D1})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # py-pde's notes on its own solver choices
-        final = equation.solve(
-            pde.FieldCollection([u, v]),
-            t_range=T_END,
-            dt=DT * SIZE / cells,
-            backend="numpy",
-            solver="euler",
-            tracker=None,
-        )
+    final = driver.euler(equation, pde.FieldCollection([u, v]), T_END, DT * SIZE / cells)
     return refined(np.asarray(final[0].data), SIZE)
-
-
-def coarsened(field: np.ndarray, cells: int) -> np.ndarray:
-    """A square field averaged over blocks, to `cells` x `cells`."""
-    block = field.shape[0] // cells
-    return field.reshape(cells, block, cells, block).mean(axis=(1, 3))
 
 
 def refined(field: np.ndarray, size: int) -> np.ndarray:

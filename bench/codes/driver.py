@@ -9,8 +9,10 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -29,6 +31,19 @@ def write_run(out: Path, name: str, params: Sequence[float], state: Callable[[],
         f["params"] = np.asarray(params, np.float32)
         f["state"] = field
     os.replace(tmp, path)
+
+
+def euler(equation: Any, state: Any, t_end: float, dt: float, backend: str = "numpy") -> Any:
+    """A py-pde equation solved from `state` to `t_end` by explicit Euler steps of `dt`: the final state."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # py-pde's notes on its own solver choices
+        return equation.solve(state, t_range=t_end, dt=dt, backend=backend, solver="euler", tracker=None)
+
+
+def block_means(field: np.ndarray, cells: int) -> np.ndarray:
+    """A square field averaged over square blocks, onto `cells` x `cells`."""
+    block = field.shape[0] // cells
+    return field.reshape(cells, block, cells, block).mean(axis=(1, 3))
 
 
 def serve(run_one: Callable[[dict], None]) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -41,19 +40,8 @@ def solve(d: float, r: float, cells: int) -> np.ndarray:
     x, y = np.meshgrid(*grid.axes_coords, indexing="ij")
     start = sum(h * np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * w**2)) for cx, cy, h, w in SEEDS)
     equation = pde.PDE({"u": "d * laplace(u) + r * u * (1 - u)"}, consts={"d": d, "r": r})
-    width = SIDE / cells
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # py-pde's notes on its own solver choices
-        final = equation.solve(
-            pde.ScalarField(grid, start),
-            t_range=T_END,
-            dt=STEP * width**2,
-            backend="numpy",
-            solver="euler",
-            tracker=None,
-        )
-    block = cells // OUTPUT_CELLS
-    return np.asarray(final.data).reshape(OUTPUT_CELLS, block, OUTPUT_CELLS, block).mean(axis=(1, 3))
+    final = driver.euler(equation, pde.ScalarField(grid, start), T_END, STEP * (SIDE / cells) ** 2)
+    return driver.block_means(np.asarray(final.data), OUTPUT_CELLS)
 
 
 def write_run(out: Path, d: float, r: float, cells: int) -> None:

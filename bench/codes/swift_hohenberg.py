@@ -21,7 +21,6 @@ starts slowly): with --backend numba it compiles once (16 s here) and then runs 
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +37,7 @@ def solve(rate: float, delta: float, backend: str = "numpy") -> np.ndarray:
     grid = pde.CartesianGrid([[0.0, SIDE], [0.0, SIDE]], [SIZE, SIZE], periodic=True)
     state = pde.ScalarField.random_normal(grid, std=NOISE, rng=np.random.default_rng(0))
     equation = pde.SwiftHohenbergPDE(rate=rate, kc2=1.0, delta=delta)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # py-pde's notes on its own solver choices
-        final = equation.solve(state, t_range=T_END, dt=DT, backend=backend, solver="euler", tracker=None)
+    final = driver.euler(equation, state, T_END, DT, backend)
     return np.asarray(final.data, np.float32)
 
 
