@@ -9,11 +9,11 @@ backend, the time step 0.2 x the cell's width squared). The question a user of t
 the patch's fate: below the Allee threshold a a population declines, so a patch smaller than a critical
 size dies out, and a larger one establishes and invades at speed sqrt(2) (1/2 - a). Over a in [0, 0.5]
 (every threshold at which an established population invades at all) and R in [1, 8] (from the front's own
-width to a quarter of the box), read at t = 60 (by when a patch that established at a = 0.25, at speed
-0.35, has crossed the box): patches that died (u = 0 everywhere, about a third of the box), patches that
-established and filled the box (u = 1, about half of it), and, between them, a band of patches still
-spreading, whose size at t = 60 moves quickly with a and R, fastest near the critical size, where a patch
-lingers before it dies or grows.
+width to a quarter of the box), read at t = 60 (when a patch that established at a = 0.25, at speed
+0.35, has reached the box's edge from its centre): patches that died (u = 0 everywhere, about a third
+of the box), patches that established and filled the box (u = 1, about half of it), and, between them,
+a band of patches still spreading, whose size at t = 60 moves quickly with a and R, fastest near the
+critical size, where a patch lingers before it dies or grows.
 
     python allee.py --out DIR --a A --radius R
     python allee.py --persistent              # simulate.persistent: runs on stdin
