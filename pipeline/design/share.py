@@ -36,7 +36,7 @@ def shared_choice(acquisition: Acquisition, context: Context, batch: int, share:
     acquisition has nothing to choose by (Acquisition.defers). The continuation follows the runs it gave
     in earlier rounds (context.space_filled). `context.settings` holds simulate.adaptive (its `initial`
     and full `batch`)."""
-    deferred = acquisition.name != SPACE_FILLING and acquisition.defers(context)
+    deferred = acquisition.defers(context)  # the space-filling design itself never defers
     if acquisition.name == SPACE_FILLING or (share <= 0 and not deferred):
         choice = acquisition.choose(context, batch)
         return Choice(choice.points, choice.values, [acquisition.name] * len(choice.points), choice.figures)
