@@ -80,6 +80,14 @@ each run's file, as no runs table is made), and the kept model is called on the 
 Figures: `bound_network.test_nrmse.{control,band}.{32,64}` (mean and `by_seed`), `in_band` and
 `outside_band` (mean test VRMSE over the test runs inside and outside the band, at 64 runs),
 `band_over_control`. About 10 minutes, with or without --quick (which sets 96 test runs, else 256).
+With `--simulators CODE` (allee), on that code instead, its band the regime BAND_REGIME names (the Allee
+code's patches still spreading), known from runs: per seed `sim2dl simulate` runs the Sobol design's first
+64 + BOUND_POOL points; the control is its first 64, `band` its first 16 and then the later points in the
+band, `band_shared` rounds of 4 half of which continue the Sobol design (as the default's share does)
+and half in the band: what a design that keeps the share could at most place there. Scored by a plain GP
+and by the trained network at 32 and 64 runs: `bound_network.test_nrmse.DESIGN.{gp,network}`,
+`over_control`, `half_over_control_full` (the design's error at 32 runs over the control's at 64: at most
+1 meets the half-budget goal), `runs_in_band`, `band_area`.
 
 `--warm-start`: instead, what train.warm_start gives a continued design: per seed, the preset's workflow
 (`snakemake --configfile`, its own seed) to 64 runs, then continued to 96 (`simulate.runs: 96`: the training
@@ -546,6 +554,110 @@ def network_bound(work: Path, quick: bool) -> dict[str, Any]:
     }
 
 
+BOUND_POOL = 480  # --bound-network on a code: Sobol candidates after the budget, searched for its band
+BAND_REGIME = {"allee": "spreading"}  # --bound-network on a code: the regime the oracle places runs in
+
+
+def band_designs(in_band: np.ndarray, initial: int, budget: int, batch: int) -> dict[str, list[int]]:
+    """Indices into a Sobol pool whose first `budget` points are the control's design and whose later
+    points are candidates, `in_band` marking those in the band: the control; `band`, its first `initial`
+    and then band candidates only; `band_shared`, rounds of `batch` half of which continue the control's
+    Sobol design (the default's space-filling share) and half band candidates: the most a design that
+    keeps the share could place there."""
+    candidates = [i for i in range(budget, len(in_band)) if in_band[i]]
+    if len(candidates) < budget - initial:
+        raise SystemExit(f"--bound-network: {len(candidates)} band candidates, {budget - initial} needed")
+    control = list(range(budget))
+    shared, sobol, banded = control[:initial], iter(range(initial, budget)), iter(candidates)
+    while len(shared) < budget:
+        shared += [next(sobol) for _ in range(batch // 2)] + [next(banded) for _ in range(batch - batch // 2)]
+    return {
+        "control": control,
+        "band": control[:initial] + candidates[: budget - initial],
+        "band_shared": shared[:budget],
+    }
+
+
+def by_budget(budgets: Sequence[int], values: np.ndarray) -> dict[str, float]:
+    return {str(n): float(v) for n, v in zip(budgets, values, strict=True)}
+
+
+def regime_bound(work: Path, quick: bool, simulator: str) -> dict[str, Any]:
+    """`--bound-network --simulators CODE`: the control against oracles that place runs in the code's band
+    regime (BAND_REGIME, known from the candidates' own runs), scored by a plain GP and by the network
+    the workflow trains, at 32 and 64 runs."""
+    initial, budget, batch, tests = 16, 64, 4, (96 if quick else 256)
+    spec = simulators([simulator])[simulator]
+    of, _ = REGIME_OF[simulator]
+    settings = {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}}
+    test_raw = run_simulate(work / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
+    test_x, test_y = outputs_of(test_raw, settings)
+    test_table = pq.read_table(test_raw / "runs.parquet").to_pydict()
+    test_params = np.stack([test_table[n] for n in spec["space"]], axis=1).astype(np.float32)
+    budgets = list(NETWORK_BUDGETS)
+    errors: dict[str, dict[str, list[list[float]]]] = {}
+    went: dict[str, list[float]] = {}
+    for seed in SEEDS:
+        pool = run_simulate(
+            work / f"pool-{seed}", {**spec, "design": "sobol", "seed": seed, "runs": budget + BOUND_POOL}
+        )
+        x, y = outputs_of(pool, settings)
+        names = pq.read_table(pool / "runs.parquet").column("run").to_pylist()
+        run_dirs = [run_paths(pool, name, i, 1000)[0] for i, name in enumerate(names)]
+        in_band = of(y) == BAND_REGIME[simulator]
+        for name, chosen in band_designs(in_band, initial, budget, batch).items():
+            learners = errors.setdefault(name, {"gp": [], "network": []})
+            learners["gp"].append(scored(x[chosen], y[chosen], test_x, test_y, budgets, seed)["gp"])
+            case = work / f"network-{name}-{seed}"
+            trained = network_trained([run_dirs[i] for i in chosen], case, seed, test_params, test_y, budgets)
+            learners["network"].append(trained)
+            went.setdefault(name, []).append(float(in_band[chosen[initial:]].mean()))
+            print(
+                f"bound {simulator} {name} seed {seed}: gp {np.round(learners['gp'][-1], 4).tolist()} "
+                f"network {np.round(trained, 4).tolist()}",
+                file=sys.stderr,
+                flush=True,
+            )
+    mean = {
+        name: {learner: np.mean(runs, axis=0) for learner, runs in learners.items()}
+        for name, learners in errors.items()
+    }
+    return {
+        "simulator": simulator,
+        "band": BAND_REGIME[simulator],
+        "band_area": round(float(np.mean(of(test_y) == BAND_REGIME[simulator])), 3),
+        "budgets": budgets,
+        "seeds": list(SEEDS),
+        "test_nrmse": {
+            name: {
+                learner: {
+                    "mean": by_budget(budgets, np.round(mean[name][learner], 4)),
+                    "by_seed": np.round(runs, 4).tolist(),
+                }
+                for learner, runs in learners.items()
+            }
+            for name, learners in errors.items()
+        },
+        "over_control": {
+            name: {
+                learner: by_budget(budgets, np.round(mean[name][learner] / mean["control"][learner], 3))
+                for learner in learners
+            }
+            for name, learners in errors.items()
+            if name != "control"
+        },
+        # the design's error at 32 runs over the control's at 64: at most 1 is the half-budget goal
+        "half_over_control_full": {
+            name: {
+                learner: round(float(mean[name][learner][0] / mean["control"][learner][1]), 3)
+                for learner in learners
+            }
+            for name, learners in errors.items()
+        },
+        "runs_in_band": {name: round(float(np.mean(shares)), 3) for name, shares in went.items()},
+    }
+
+
 def continued_training(work: Path, quick: bool) -> dict[str, Any]:
     """A design continued from 64 to 96 runs, trained on from the 64 runs' model and afresh
     (`--warm-start`)."""
@@ -698,22 +810,36 @@ NETWORK_DESIGNS = (CONTROL, "integrated", "preset", "boundary", "surrogate")
 def network_scored(
     raw: Path, case: Path, seed: int, test_params: np.ndarray, test_y: np.ndarray, budgets: Sequence[int]
 ) -> list[float]:
-    """A design's test NRMSE by the network a user trains on it: per budget n, the preset's workflow
-    (`snakemake`: ingest to train, the decoder surrogate for the preset's epochs, the parameters read from
-    each run's file) on the design's first n runs (linked, not run again), its kept model called on the
-    test runs' parameters in physical units. Any code whose runs write `params` and a 2-D `state`."""
+    """A design's test NRMSE by the network a user trains on it, per budget n on its first n runs
+    (network_trained)."""
+    table = pq.read_table(raw / "runs.parquet").column("run").to_pylist()
+    run_dirs = [run_paths(raw, name, i, 1000)[0] for i, name in enumerate(table)]
+    return network_trained(run_dirs, case, seed, test_params, test_y, budgets)
+
+
+def network_trained(
+    run_dirs: Sequence[Path],
+    case: Path,
+    seed: int,
+    test_params: np.ndarray,
+    test_y: np.ndarray,
+    budgets: Sequence[int],
+) -> list[float]:
+    """Test NRMSE by the network a user trains: per budget n, the preset's workflow (`snakemake`: ingest to
+    train, the decoder surrogate for the preset's epochs, the parameters read from each run's file) on the
+    runs in the first n of `run_dirs` (linked, not run again), its kept model called on the test runs'
+    parameters in physical units. Any code whose runs write `params` and a 2-D `state`."""
     import h5py
 
     preset = yaml.safe_load(PRESET.read_text())
-    table = pq.read_table(raw / "runs.parquet").column("run").to_pylist()
-    with h5py.File(next(run_paths(raw, table[0], 0, 1000)[0].glob("*.h5"))) as first:
+    with h5py.File(next(run_dirs[0].glob("*.h5"))) as first:
         state_shape = list(first["state"].shape)
     out = []
     for n in budgets:
         runs = case / f"runs-{n}"
         runs.mkdir(parents=True)
-        for i, name in enumerate(table[:n]):
-            (runs / name).symlink_to(run_paths(raw, name, i, 1000)[0])
+        for run_dir in run_dirs[:n]:
+            (runs / run_dir.name).symlink_to(run_dir)
         config = {
             **preset,
             "workdir": str(case / f"work-{n}"),
@@ -772,6 +898,14 @@ def main() -> None:
         "--warm-start", action="store_true", help="a continued design trained on against afresh"
     )
     args = parser.parse_args()
+    if args.bound_network and args.simulators and args.simulators != "bistable":
+        (simulator,) = args.simulators.split(",")  # one code a run
+        work = OUT / "adaptive-bound-network"
+        shutil.rmtree(work, ignore_errors=True)
+        result = {"bound_network": regime_bound(work, args.quick, simulator)}
+        shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps(result))
+        return
     for name, measure in (
         ("bound", allocation_bound),
         ("bound_network", network_bound),

@@ -42,6 +42,11 @@ from pipeline.design.regimes import MIN_RUNS, output_scores
 FLOOR = 0.2  # a reference deep in one regime, against one on a boundary (1): the volume keeps some weight
 NEIGHBOURS = 6  # the runs whose regimes give a point's class probabilities
 MIN_SILHOUETTE = 0.5  # at or below it, the runs' outputs are taken as one regime
+# k-means starts per number of clusters: half the time of scikit-learn's 10 (a round's clustering was half
+# its choosing, and choosing 9 to 14 % of a round of the bistable code's runs of a tenth of a second), and
+# the same regimes in every round of the benchmark's designs but two rounds of Swift-Hohenberg's
+# (docs/benchmarks.md, 2026-12-07)
+KMEANS_STARTS = 5
 
 
 def separated_regimes(z: np.ndarray, most: int, seed: int) -> np.ndarray:
@@ -56,7 +61,7 @@ def separated_regimes(z: np.ndarray, most: int, seed: int) -> np.ndarray:
         return labels
     scores = output_scores(z)
     for count in range(2, min(most, len(z) // MIN_RUNS) + 1):
-        clusters = KMeans(count, n_init=10, random_state=seed).fit(scores).labels_
+        clusters = KMeans(count, n_init=KMEANS_STARTS, random_state=seed).fit(scores).labels_
         if len(np.unique(clusters)) < 2:
             continue
         silhouette = float(silhouette_score(scores, clusters))
