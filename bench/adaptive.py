@@ -106,6 +106,7 @@ same with or without --quick (about 12 minutes on 2 cores).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import sys
@@ -285,11 +286,17 @@ def run_simulate(work: Path, simulate: dict[str, Any]) -> Path:
     return work / "raw"
 
 
+def run_dirs_of(raw: Path) -> list[Path]:
+    """The directory of every run of the runs table, in run order."""
+    names = pq.read_table(raw / "runs.parquet").column("run").to_pylist()
+    return [run_paths(raw, name, i, 1000)[0] for i, name in enumerate(names)]
+
+
 def outputs_of(raw: Path, settings: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """(unit points, outputs) of every run of the runs table, in run order."""
     table = pq.read_table(raw / "runs.parquet").to_pylist()
     space = settings["space"]
-    rows = [read_outputs(run_paths(raw, r["run"], i, 1000)[0], settings) for i, r in enumerate(table)]
+    rows = [read_outputs(run_dir, settings) for run_dir in run_dirs_of(raw)]
     layout = Outputs.of({n: a.shape for n, a in rows[0].items()})
     x = unit_points({n: np.array([r[n] for r in table]) for n in space}, space)
     return x, np.array([layout.row(r) for r in rows])
@@ -395,14 +402,18 @@ def bound_designs(seed: int, initial: int, budget: int) -> dict[str, np.ndarray]
     }
 
 
-def bistable_test_runs(work: Path, tests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The random test runs of the bistable code, run by `sim2dl simulate`: (unit points, final states, the
-    parameters as the preset's surrogate takes them: level and a from the runs table, float32)."""
-    spec = simulators(["bistable"])["bistable"]
+def test_runs(work: Path, spec: dict[str, Any], tests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A code's random test runs (seed 999), run by `sim2dl simulate` into work/test: (unit points, final
+    states, the parameters from the runs table in the space's order, float32: as a surrogate takes them)."""
     test_raw = run_simulate(work / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
     x, y = outputs_of(test_raw, {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}})
     table = pq.read_table(test_raw / "runs.parquet").to_pydict()
-    return x, y, np.stack([table["level"], table["a"]], axis=1).astype(np.float32)  # convert.stack's order
+    return x, y, np.stack([table[n] for n in spec["space"]], axis=1).astype(np.float32)
+
+
+def bistable_test_runs(work: Path, tests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The bistable code's test runs (test_runs): its parameters level and a, convert.stack's order."""
+    return test_runs(work, simulators(["bistable"])["bistable"], tests)
 
 
 def kept_model_states(train_dir: Path, params: np.ndarray) -> np.ndarray:
@@ -590,10 +601,7 @@ def regime_bound(work: Path, quick: bool, simulator: str) -> dict[str, Any]:
     spec = simulators([simulator])[simulator]
     of, _ = REGIME_OF[simulator]
     settings = {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}}
-    test_raw = run_simulate(work / "test", {**spec, "runs": tests, "design": "random", "seed": 999})
-    test_x, test_y = outputs_of(test_raw, settings)
-    test_table = pq.read_table(test_raw / "runs.parquet").to_pydict()
-    test_params = np.stack([test_table[n] for n in spec["space"]], axis=1).astype(np.float32)
+    test_x, test_y, test_params = test_runs(work, spec, tests)
     budgets = list(NETWORK_BUDGETS)
     errors: dict[str, dict[str, list[list[float]]]] = {}
     went: dict[str, list[float]] = {}
@@ -602,8 +610,7 @@ def regime_bound(work: Path, quick: bool, simulator: str) -> dict[str, Any]:
             work / f"pool-{seed}", {**spec, "design": "sobol", "seed": seed, "runs": budget + BOUND_POOL}
         )
         x, y = outputs_of(pool, settings)
-        names = pq.read_table(pool / "runs.parquet").column("run").to_pylist()
-        run_dirs = [run_paths(pool, name, i, 1000)[0] for i, name in enumerate(names)]
+        run_dirs = run_dirs_of(pool)
         in_band = of(y) == BAND_REGIME[simulator]
         for name, chosen in band_designs(in_band, initial, budget, batch).items():
             learners = errors.setdefault(name, {"gp": [], "network": []})
@@ -812,9 +819,7 @@ def network_scored(
 ) -> list[float]:
     """A design's test NRMSE by the network a user trains on it, per budget n on its first n runs
     (network_trained)."""
-    table = pq.read_table(raw / "runs.parquet").column("run").to_pylist()
-    run_dirs = [run_paths(raw, name, i, 1000)[0] for i, name in enumerate(table)]
-    return network_trained(run_dirs, case, seed, test_params, test_y, budgets)
+    return network_trained(run_dirs_of(raw), case, seed, test_params, test_y, budgets)
 
 
 def network_trained(
@@ -898,17 +903,13 @@ def main() -> None:
         "--warm-start", action="store_true", help="a continued design trained on against afresh"
     )
     args = parser.parse_args()
+    bounded = network_bound  # --bound-network: the bistable code's band, or a code's band regime
     if args.bound_network and args.simulators and args.simulators != "bistable":
         (simulator,) = args.simulators.split(",")  # one code a run
-        work = OUT / "adaptive-bound-network"
-        shutil.rmtree(work, ignore_errors=True)
-        result = {"bound_network": regime_bound(work, args.quick, simulator)}
-        shutil.rmtree(work, ignore_errors=True)
-        print(json.dumps(result))
-        return
+        bounded = functools.partial(regime_bound, simulator=simulator)
     for name, measure in (
         ("bound", allocation_bound),
-        ("bound_network", network_bound),
+        ("bound_network", bounded),
         ("online", online_choosing),
         ("warm_start", continued_training),
     ):
@@ -955,12 +956,7 @@ def main() -> None:
         settings = {**spec, "adaptive": {"outputs": ["state"], "files": "*.h5"}}
         largest = budget_of[simulator]
         budgets = result["budgets"][simulator] = list(range(initial, largest + 1, SCORED_EVERY))
-        test_raw = run_simulate(
-            work / simulator / "test", {**spec, "runs": tests, "design": "random", "seed": 999}
-        )
-        test_x, test_y = outputs_of(test_raw, settings)
-        test_table = pq.read_table(test_raw / "runs.parquet").to_pydict()
-        test_params = np.stack([test_table[n] for n in spec["space"]], axis=1).astype(np.float32)
+        test_x, test_y, test_params = test_runs(work / simulator, spec, tests)
         network = args.network
         network_budgets = [n for n in NETWORK_BUDGETS if n <= largest]
         regime_of = REGIME_OF.get(simulator)
