@@ -4,10 +4,15 @@ Sobol design, at equal cost, scored on the costly level's test runs.
 The code is py-pde (a code nobody here wrote) solving Fisher–KPP fronts (bench/codes/fisher.py) in its own
 environment, as a persistent simulator per level: the costly level on a 256 x 256 grid, the cheap one on
 32 x 32, both writing the final field averaged onto 32 x 32 cells. Over d in [0.05, 1] and r in [0.2, 2]
-(the box a user of the equation would pick). Every design is made by the product (`sim2dl simulate` under
-mpiexec, 2 ranks); each level's cost is what the product measures (measured_costs: the mean seconds of a
-level's runs, less each persistent simulator's first run on each rank, whose seconds hold its start-up),
-in the costly level's runs:
+(the box a user of the equation would pick): a cheap level correlated with the costly one, with a bias.
+`--code allee`: the pair whose cheap level is wrong in part of the space. py-pde's Nagumo equation, a
+patch's fate under an Allee effect (bench/codes/allee.py, over the threshold a 0..0.5 and the patch's
+radius 1..8, to t = 60), the costly level on 128 x 128 cells and the cheap one on 16 x 16, a grid coarser
+than the front: where a < 0.2 the patches that fill the box at 128 cells are still spreading at 16
+(`cheap_level_rmse_by_half` measures it), elsewhere the levels agree. Every design is made by the product
+(`sim2dl simulate` under mpiexec, 2 ranks); each level's cost is what the product measures
+(measured_costs: the mean seconds of a level's runs, less each persistent simulator's first run on each
+rank, whose seconds hold its start-up), in the costly level's runs:
 
 - `sobol`: the costly level alone, Sobol, scored at 8, 16, 24 and 32 runs (its prefixes) by one Gaussian
   process per principal component (pipeline/design/emulator.py);
@@ -42,11 +47,13 @@ With `--correction` too, each design over levels is also trained with the decode
 correction of the cheap one (`model_args: {level_entry: 2}`), scored as `designs.correction` and
 `families.correction`: the two ways of learning the levels, on the same runs.
 
-`--reuse FILE` takes the designs that a previous run's JSON (same seeds) scored from it instead of making
-them again; the Sobol designs, and the designs it lacks, are made (the nested designs and the networks are
-seeded: a design made again scores the same; `reused` lists the designs taken).
+`--designs KIND ...` makes and scores only those kinds (nested, adaptive, costly_adaptive) beside the Sobol
+designs. `--reuse FILE` takes the designs that a previous run's JSON (same seeds) scored from it instead
+of making them again; the Sobol designs, and the designs it lacks, are made (the nested designs and the
+networks are seeded: a design made again scores the same; `reused` lists the designs taken).
 
-    python bench/fidelity.py [--seeds 5] [--quick] [--network [--correction]] [--reuse FILE]
+    python bench/fidelity.py [--code allee] [--seeds 5] [--quick] [--network [--correction]]
+                             [--designs KIND ...] [--reuse FILE]
     (--quick: 3 seeds, 32 test runs)
 """
 
@@ -73,7 +80,6 @@ from pipeline.design.multifidelity import MultiFidelityEmulator
 from pipeline.ensemble.farm import run_paths
 from pipeline.ensemble.fidelity import Fidelities, measured_costs
 
-COSTLY_CELLS, CHEAP_CELLS = 256, 32
 SOBOL_BUDGETS = (8, 16, 24, 32)
 NETWORK_BUDGETS = (8, 16, 32)  # --network: the costly level alone, trained on its first 8, 16 and 32 runs
 NESTED = {"nested_4": (64, 4), "nested_8": (64, 8)}  # cheap runs, costly runs
@@ -81,39 +87,70 @@ ADAPTIVE = {"adaptive_8": 8, "adaptive_16": 16}  # budget, in costly runs
 # the costly level alone, chosen in rounds as the product's defaults choose (8 Sobol runs, then rounds of
 # 4): scored at these prefixes of one design of 32 runs (a design to 32 runs passes through the one to 16)
 COSTLY_ADAPTIVE = {"costly_adaptive_16": 16, "costly_adaptive_32": 32}
-SPACE = {
-    "d": {"type": "uniform", "low": 0.05, "high": 1.0},
-    "r": {"type": "uniform", "low": 0.2, "high": 2.0},
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A code at two resolutions (bench/codes/SCRIPT --cells): its parameters' box and each level's grid."""
+
+    script: str
+    space: dict[str, dict[str, Any]]
+    costly_cells: int
+    cheap_cells: int
+
+    def command(self, cells: int) -> list[str]:
+        from bench.codes import environment
+
+        script = REPO / "bench" / "codes" / self.script
+        return [str(environment.python()), str(script), "--persistent", "--cells", str(cells)]
+
+    def levels(self, cheap_runs: int, costly_runs: int) -> list[dict[str, Any]]:
+        return [
+            {"name": "cheap", "command": self.command(self.cheap_cells), "runs": cheap_runs},
+            {"name": "costly", "command": self.command(self.costly_cells), "runs": costly_runs},
+        ]
+
+    @property
+    def costly(self) -> dict[str, Any]:
+        """simulate's keys for the costly level alone."""
+        return {"command": self.command(self.costly_cells), "persistent": True, "space": self.space}
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {"space": self.space, "adaptive": ADAPTIVE_OUTPUTS}
+
+
+ADAPTIVE_OUTPUTS = {"outputs": ["state"], "files": "*.h5"}
+PAIRS = {
+    # fronts the coarse grid slows or speeds everywhere: a cheap level correlated with a bias
+    "fisher": Pair(
+        "fisher.py",
+        {
+            "d": {"type": "uniform", "low": 0.05, "high": 1.0},
+            "r": {"type": "uniform", "low": 0.2, "high": 2.0},
+        },
+        256,
+        32,
+    ),
+    # a grid coarser than the front: right where patches die or establish slowly (a > 0.2), wrong where
+    # they fill the box at 128 cells (a < 0.2: still spreading at 16)
+    "allee": Pair(
+        "allee.py",
+        {
+            "a": {"type": "uniform", "low": 0.0, "high": 0.5},
+            "radius": {"type": "uniform", "low": 1.0, "high": 8.0},
+        },
+        128,
+        16,
+    ),
 }
-
-CORRECTION = {"level_entry": len(SPACE)}  # --correction: the level after the parameters in the stack
-
-
-def code(cells: int) -> list[str]:
-    from bench.codes import environment
-
-    return [
-        str(environment.python()),
-        str(REPO / "bench" / "codes" / "fisher.py"),
-        "--persistent",
-        "--cells",
-        str(cells),
-    ]
+KINDS = ("nested", "adaptive", "costly_adaptive")
+CORRECTION = {"level_entry": 2}  # --correction: the level after the 2 parameters in the stack
 
 
-def levels(cheap_runs: int, costly_runs: int) -> list[dict[str, Any]]:
-    return [
-        {"name": "cheap", "command": code(CHEAP_CELLS), "runs": cheap_runs},
-        {"name": "costly", "command": code(COSTLY_CELLS), "runs": costly_runs},
-    ]
-
-
-SETTINGS = {"space": SPACE, "adaptive": {"outputs": ["state"], "files": "*.h5"}}
-
-
-def read_design(raw: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_design(raw: Path, pair: Pair) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(unit points, outputs, level index) of every run of a design, in run order."""
-    x, y = outputs_of(raw, SETTINGS)
+    x, y = outputs_of(raw, pair.settings)
     table = pq.read_table(raw / "runs.parquet")
     level = (
         table.column("fidelity_index").to_numpy()
@@ -132,18 +169,18 @@ def costs_of(raw: Path) -> tuple[float, float]:
     return float(cheap["mean_seconds"]), float(costly["mean_seconds"])
 
 
-def data_sections(levels: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def data_sections(levels: bool, space: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """source.fields and convert for the forward surrogate of the runs' files (parameters -> state); over
     levels the parameters and the level are the runs table's columns, stacked, as simulate.fidelities
     asks (a stack joins fields of one shape: scalars here)."""
     fields: dict[str, Any] = {"state": {"path": "state", "dtype": "float32", "shape": [32, 32]}}
     convert: dict[str, Any] = {"labels": ["state"]}
     if levels:
-        fields |= {name: {"column": name} for name in SPACE} | {"level": {"column": "fidelity_index"}}
-        feature, convert["stack"] = "design", {"design": [*SPACE, "level"]}
+        fields |= {name: {"column": name} for name in space} | {"level": {"column": "fidelity_index"}}
+        feature, convert["stack"] = "design", {"design": [*space, "level"]}
     else:
         feature = "params"
-        fields["params"] = {"path": "params", "dtype": "float32", "shape": [len(SPACE)]}
+        fields["params"] = {"path": "params", "dtype": "float32", "shape": [len(space)]}
     convert |= {"features": [feature], "normalise": [feature, "state"], "per_channel": [feature]}
     return {"glob": "**/*.h5", "fields": fields}, convert
 
@@ -152,7 +189,7 @@ def simulate_levels(work: Path, simulate: dict[str, Any]) -> Path:
     """`sim2dl simulate` of a design over levels (its config has the model's data sections, which the
     levels' config check reads); returns the raw directory."""
     work.mkdir(parents=True, exist_ok=True)
-    source, convert = data_sections(levels=True)
+    source, convert = data_sections(True, simulate["space"])
     config = {
         "workdir": str(work),
         "simulate": {"enabled": True, "max_failed_fraction": 0.0, **simulate},
@@ -180,11 +217,11 @@ def network_error(
     in physical units: for levels it answers for the costly one (pipeline/training/levels.py)."""
     test_params, test_y = test
     preset = yaml.safe_load(PRESET.read_text())
-    source, convert = data_sections(levels=runs is None)
+    design = yaml.safe_load((raw.parent / "config.yaml").read_text())
+    source, convert = data_sections(runs is None, design["simulate"]["space"])
     simulate: dict[str, Any] = {"enabled": False}
     if runs is None:  # a design over levels, its levels as the user who ran them keeps them in the config
         source |= {"path": str(raw), "labels_table": {"path": "runs.parquet", "match": "run_directory"}}
-        design = yaml.safe_load((raw.parent / "config.yaml").read_text())
         simulate["fidelities"] = design["simulate"]["fidelities"]
     else:
         linked = case / "runs"
@@ -222,9 +259,11 @@ def interpolated(budgets: list[int], errors: list[float], cost: float) -> float:
 
 @dataclass
 class Bench:
-    """Where the designs are made, the costly level's test runs, and whether the network scores too."""
+    """Where the designs are made, the code's levels, the costly level's test runs, and whether the network
+    scores too."""
 
     work: Path
+    pair: Pair
     test_x: np.ndarray
     test_y: np.ndarray
     test_params: np.ndarray
@@ -249,11 +288,11 @@ class Bench:
     def sobol(self, seed: int) -> tuple[list[float], list[float | None]]:
         """The costly level alone: its test NRMSE at each of SOBOL_BUDGETS by the GP, and by the network
         at NETWORK_BUDGETS."""
-        spec = {"command": code(COSTLY_CELLS), "persistent": True, "space": SPACE}
         raw = run_simulate(
-            self.work / f"sobol-{seed}", {**spec, "runs": max(SOBOL_BUDGETS), "design": "sobol", "seed": seed}
+            self.work / f"sobol-{seed}",
+            {**self.pair.costly, "runs": max(SOBOL_BUDGETS), "design": "sobol", "seed": seed},
         )
-        x, y, _ = read_design(raw)
+        x, y, _ = read_design(raw, self.pair)
         gp = [self.emulator_error(Emulator(self.layout, seed).fit(x[:n], y[:n])) for n in SOBOL_BUDGETS]
         return gp, [self.network_error(raw, seed, n) for n in NETWORK_BUDGETS]
 
@@ -264,16 +303,14 @@ class Bench:
         raw = run_simulate(
             self.work / f"costly_adaptive-{seed}",
             {
-                "command": code(COSTLY_CELLS),
-                "persistent": True,
-                "space": SPACE,
+                **self.pair.costly,
                 "design": "sobol",
                 "seed": seed,
                 "runs": max(COSTLY_ADAPTIVE.values()),
-                "adaptive": {**rounds, **SETTINGS["adaptive"]},
+                "adaptive": {**rounds, **ADAPTIVE_OUTPUTS},
             },
         )
-        x, y, _ = read_design(raw)
+        x, y, _ = read_design(raw, self.pair)
         return {
             name: {
                 "cost": float(n),
@@ -290,9 +327,9 @@ class Bench:
         no help), by the network, and each level's runs."""
         raw = simulate_levels(
             self.work / f"{name}-{seed}",
-            {"space": SPACE, "persistent": True, "design": "sobol", "seed": seed, **simulate},
+            {"space": self.pair.space, "persistent": True, "design": "sobol", "seed": seed, **simulate},
         )
-        x, y, level = read_design(raw)
+        x, y, level = read_design(raw, self.pair)
         cheap_cost, costly_cost = costs_of(raw)
         trusted = True
         if (raw / "adaptive" / "rounds.json").exists():
@@ -313,9 +350,9 @@ class Bench:
         }
 
 
-def adaptive_settings(budget: int) -> dict[str, Any]:
+def adaptive_settings(pair: Pair, budget: int) -> dict[str, Any]:
     return {
-        "fidelities": levels(16, 4),
+        "fidelities": pair.levels(16, 4),
         "runs": budget,
         "adaptive": {
             "enabled": True,
@@ -359,19 +396,34 @@ def reached_at(costs: list[float], errors: list[float], target: float) -> float 
     return None
 
 
+def kind(design: str) -> str:
+    """A design's kind: its name less its budget (nested_4 -> nested)."""
+    return design.rsplit("_", 1)[0]
+
+
 def families(compared_designs: dict[str, dict[str, Any]], budgets: list[int], sobol: np.ndarray) -> dict:
     """Each kind of design (nested, adaptive) over its budgets: the cost at which its mean error reaches
     the Sobol design's at the largest budget N, over N (goal <= 0.3)."""
     kinds: dict[str, list[dict[str, Any]]] = {}
     for name, row in compared_designs.items():
-        kinds.setdefault(name.rsplit("_", 1)[0], []).append(row)
+        kinds.setdefault(kind(name), []).append(row)
     result = {}
-    for kind, rows in kinds.items():
+    for name, rows in kinds.items():
         cost = reached_at([r["cost"] for r in rows], [r["nrmse"] for r in rows], float(sobol[-1]))
-        result[kind] = {
+        result[name] = {
             f"cost_fraction_to_sobol_{budgets[-1]}": None if cost is None else round(cost / budgets[-1], 3)
         }
     return result
+
+
+def cheap_rmse_by_half(unit: np.ndarray, cheap: np.ndarray, costly: np.ndarray) -> dict[str, float]:
+    """The cheap level's RMSE from the costly one over the test runs in the lower and the upper half of the
+    first parameter's range."""
+    lower = unit[:, 0] < 0.5
+    return {
+        half: round(float(np.sqrt(np.mean((cheap[rows] - costly[rows]) ** 2))), 4)
+        for half, rows in (("lower", lower), ("upper", ~lower))
+    }
 
 
 def reused_rows(previous: dict[str, Any], name: str, seeds: list[int]) -> list[dict[str, Any]]:
@@ -395,12 +447,26 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
+        "--code",
+        choices=sorted(PAIRS),
+        default="fisher",
+        help="the code at two resolutions (fisher: a cheap level correlated with a bias; allee: one wrong "
+        "in part of the space)",
+    )
+    parser.add_argument(
         "--network", action="store_true", help="also scored by the network a user trains (Sobol at 8, 16, 32)"
     )
     parser.add_argument(
         "--correction",
         action="store_true",
         help="with --network: each design over levels also trained as a correction (decoder's level_entry)",
+    )
+    parser.add_argument(
+        "--designs",
+        nargs="+",
+        choices=KINDS,
+        default=list(KINDS),
+        help="the kinds of design to make and score beside the Sobol designs (all by default)",
     )
     parser.add_argument(
         "--reuse",
@@ -417,35 +483,39 @@ def main() -> None:
     previous = json.loads(args.reuse.read_text()) if args.reuse else None
     if previous and previous["seeds"] != seeds:
         raise SystemExit(f"--reuse {args.reuse}: seeds {previous['seeds']}, not {seeds}")
+    if previous and previous.get("code", "fisher") != args.code:
+        raise SystemExit(f"--reuse {args.reuse}: code {previous.get('code', 'fisher')}, not {args.code}")
+    pair = PAIRS[args.code]
     work = OUT / "fidelity"
     shutil.rmtree(work, ignore_errors=True)
-    spec = {"command": code(COSTLY_CELLS), "persistent": True, "space": SPACE}
-    test = {**spec, "runs": 32 if args.quick else 48, "design": "random", "seed": 999}
+    test = {**pair.costly, "runs": 32 if args.quick else 48, "design": "random", "seed": 999}
     test_raw = run_simulate(work / "test", test)
-    test_x, test_y = outputs_of(test_raw, SETTINGS)
+    test_x, test_y = outputs_of(test_raw, pair.settings)
     table = pq.read_table(test_raw / "runs.parquet").to_pydict()
-    test_params = np.stack([table[n] for n in SPACE], axis=1).astype(np.float32)
-    bench = Bench(work, test_x, test_y, test_params, args.network, args.correction and args.network)
-    cheap_raw = run_simulate(work / "test-cheap", {**test, "command": code(CHEAP_CELLS)})
+    test_params = np.stack([table[n] for n in pair.space], axis=1).astype(np.float32)
+    bench = Bench(work, pair, test_x, test_y, test_params, args.network, args.correction and args.network)
+    cheap_raw = run_simulate(work / "test-cheap", {**test, "command": pair.command(pair.cheap_cells)})
+    cheap_y = outputs_of(cheap_raw, pair.settings)[1]
     result: dict[str, Any] = {
+        "code": args.code,
         "seeds": seeds,
-        "cheap_level_nrmse": round(
-            bench.layout.nrmse(outputs_of(cheap_raw, SETTINGS)[1], test_y)["state"], 4
-        ),
+        "cheap_level_nrmse": round(bench.layout.nrmse(cheap_y, test_y)["state"], 4),
+        # where the cheap level is wrong: its RMSE over the test runs of each half of the first parameter
+        "cheap_level_rmse_by_half": cheap_rmse_by_half(test_x, cheap_y, test_y),
     }
-    designs = {name: {"fidelities": levels(*runs)} for name, runs in NESTED.items()}
-    designs |= {name: adaptive_settings(budget) for name, budget in ADAPTIVE.items()}
-    reused = {n for n in [*designs, *COSTLY_ADAPTIVE] if previous and n in previous["designs"]["emulator"]}
-    by_design = {
-        n: reused_rows(previous, n, seeds) if n in reused else [] for n in [*designs, *COSTLY_ADAPTIVE]
-    }
+    designs = {name: {"fidelities": pair.levels(*runs)} for name, runs in NESTED.items()}
+    designs |= {name: adaptive_settings(pair, budget) for name, budget in ADAPTIVE.items()}
+    designs = {name: simulate for name, simulate in designs.items() if kind(name) in args.designs}
+    costly_alone = [name for name in COSTLY_ADAPTIVE if kind(name) in args.designs]
+    reused = {n for n in [*designs, *costly_alone] if previous and n in previous["designs"]["emulator"]}
+    by_design = {n: reused_rows(previous, n, seeds) if n in reused else [] for n in [*designs, *costly_alone]}
     gp, network = [], []
     for seed in seeds:
         errors, trained = bench.sobol(seed)
         gp.append(errors)
         network.append(trained)
         made = {n: bench.levels(n, seed, simulate) for n, simulate in designs.items() if n not in reused}
-        if not set(COSTLY_ADAPTIVE) <= reused:
+        if not set(costly_alone) <= reused:
             made |= bench.costly_adaptive(seed)
         for name, row in made.items():
             by_design[name].append(row)

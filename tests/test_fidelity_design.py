@@ -72,6 +72,37 @@ def test_one_level_is_the_plain_emulator_and_a_correlated_cheap_level_teaches_th
     assert np.sum(posterior.variances(), axis=0) == pytest.approx(both.variance(TEST[:20]), rel=1e-6)
 
 
+def test_the_validation_leaves_out_every_run_at_a_costly_runs_point_as_a_refit_without_them_predicts():
+    """The leave-one-out that judges a cheap level: each costly run as the runs at the other points
+    predict it, the cheap run at its own point left out too (a point to be predicted has none)."""
+    runs = sobol(16)
+    x = np.vstack([runs, runs[:4], runs[[1]]])  # nested, and one cheap point run twice: a block of 3
+    level = np.r_[np.zeros(16, int), np.ones(4, int), 0]
+    y = np.where(level[:, None] == 1, costly(x), cheap(x))
+    emulator = MultiFidelityEmulator(LAYOUT, 0, 2).fit(x, y, level)
+    refits = []
+    for i in range(4):  # the costly runs, in order: the points runs[0..3]
+        kept = ~np.all(x == runs[i], axis=1)
+        assert (~kept).sum() == (3 if i == 1 else 2)
+        coefficients = []
+        for process in emulator.processes:
+            values = process.y_train_ + process.prior_mean[process.X_train_[:, -1].astype(int)]
+            refit = JointProcess(process.kernel_, process.prior_mean, process.X_train_[kept], values[kept])
+            coefficients.append(refit.predict(joined(runs[i : i + 1], 1))[0])
+        refits.append((np.array(coefficients) @ emulator.components) * emulator.scale + emulator.mean)
+    assert emulator.loo() == pytest.approx(np.array(refits), rel=1e-6, abs=1e-8)
+    # left out alone, beside its cheap run, each costly run is predicted from the cheap value at its point:
+    # an error no point to be predicted (no cheap run there) would see
+    beside = []
+    for process in emulator.processes:
+        inverse = np.linalg.inv(process.kernel_(process.X_train_) + 1e-10 * np.eye(len(x)))
+        left_out = process.y_train_ - process.alpha_ / np.diag(inverse)
+        beside.append((left_out + process.prior_mean[level])[level == 1])
+    beside = (np.column_stack(beside) @ emulator.components) * emulator.scale + emulator.mean
+    one_out, point_out = (LAYOUT.nrmse(v, emulator.y)["state"] for v in (beside, emulator.loo()))
+    assert one_out < 0.5 * point_out
+
+
 def test_a_pairs_value_is_the_costliest_levels_variance_a_refit_takes_off_per_unit_cost():
     runs = sobol(16)
     x = np.vstack([runs, runs[:4]])

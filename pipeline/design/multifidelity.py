@@ -186,13 +186,25 @@ class MultiFidelityEmulator:
         return Posterior(self.processes, points)
 
     def loo(self) -> np.ndarray:
-        """The costliest level's runs as every other run predicts them (exact leave-one-out of the joint
-        process, its hyperparameters as fitted), in their units."""
+        """The costliest level's runs as the runs at every other point predict them: exact leave-one-point-
+        out of the joint process, its hyperparameters as fitted, in their units. Each costly run is left
+        out with every run at its point (a nested design runs the cheaper levels where it runs the costly
+        one): a cheap run beside it would predict it from the cheap level's value there, where a point to
+        be predicted has none, and a cheap level that the cheaper runs' own emulator cannot follow (a jump)
+        would look as good as the costly runs could judge it. Leave-block-out: y_B - mean_B = (K^-1)_BB^-1
+        (K^-1 y)_B, the block B the runs at one point."""
+        _, point = np.unique(self.x, axis=0, return_inverse=True)
+        point = point.ravel()
+        costly = np.flatnonzero(self.top)
         columns = []
         for p in self.processes:
             inverse = cho_solve((p.L_, True), np.eye(len(p.X_train_)))
-            left_out = p.y_train_ - p.alpha_ / np.diag(inverse)
-            columns.append((left_out + p.prior_mean[self.level])[self.top])
+            left_out = np.empty(len(costly))
+            for k, i in enumerate(costly):
+                block = np.flatnonzero(point == point[i])
+                residual = np.linalg.solve(inverse[np.ix_(block, block)], p.alpha_[block])
+                left_out[k] = p.y_train_[i] - residual[block == i][0]
+            columns.append(left_out + p.prior_mean[self.level[self.top]])
         return (np.column_stack(columns) @ self.components) * self.scale + self.mean
 
     def loo_errors(self) -> dict[str, np.ndarray]:
