@@ -16,7 +16,7 @@ points to run, and by which level, for the round's spend.
   discrepancy is overconfident (emukit's maintainers report the same of its linear model), and its value
   per unit cost then bought cheap runs only, round after round, even from a cheap level unrelated to the
   costly one in half the space (measured: 0.77 test NRMSE against Sobol's 0.057 at equal cost).
-- Do no harm: where the cheaper levels do not help (the multi-fidelity emulator's leave-one-out error on
+- Do no harm: where the cheaper levels do not help (the multi-fidelity emulator's leave-point-out error on
   the costliest level's runs is above that of an emulator of those runs alone: a cheap level that
   misleads), the round spends on the costliest level only (rounds.py decides, each round, from the runs
   so far).

@@ -19,6 +19,9 @@ pairs of any level. `JointProcess` offers what scikit-learn's fitted regressor o
 (kernel_, X_train_, L_, alpha_, predict), so emulator.Posterior and the kriging believer work on it
 unchanged. A point of the joint space is the unit-cube point with its level index as one more column.
 
+Its validation (`loo`) leaves out, with each costliest run, every run at the same point: the cheaper runs
+a nested design ran there would otherwise predict it from the cheaper level's value at that very point.
+
 Memory: runs x output entries, and runs² per component (runs of every level); time: the fits (O(runs_l³)
 per level per hyperparameter step) and one Cholesky factorisation of all runs per component.
 """

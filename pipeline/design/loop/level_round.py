@@ -30,7 +30,8 @@ def fitted_levels(
     settings: Mapping[str, Any], history: History, levels: int, stats: dict[str, Any]
 ) -> MultiFidelityEmulator:
     """The multi-fidelity emulator fitted on every level's runs that succeeded; its time, the runs and its
-    leave-one-out NRMSE over the costliest level's runs into `stats`."""
+    leave-one-out NRMSE over the costliest level's runs (each left out with every run at its point:
+    MultiFidelityEmulator.loo) into `stats`."""
     x, y = history.done()
     started = time.perf_counter()
     try:
