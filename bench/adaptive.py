@@ -226,6 +226,13 @@ def brusselator() -> dict[str, Any]:
     }
 
 
+# the Allee code's box (bench/fidelity.py's --code allee runs the same code over it at two resolutions)
+ALLEE_SPACE = {
+    "a": {"type": "uniform", "low": 0.0, "high": 0.5},
+    "radius": {"type": "uniform", "low": 1.0, "high": 8.0},
+}
+
+
 def allee() -> dict[str, Any]:
     """A population with a strong Allee effect written with py-pde's generic PDE class
     (bench/codes/allee.py) in the codes' environment, over the box a user asking a patch's fate would
@@ -236,10 +243,7 @@ def allee() -> dict[str, Any]:
     return {
         "command": [str(environment.python()), str(REPO / "bench" / "codes" / "allee.py"), "--persistent"],
         "persistent": True,
-        "space": {
-            "a": {"type": "uniform", "low": 0.0, "high": 0.5},
-            "radius": {"type": "uniform", "low": 1.0, "high": 8.0},
-        },
+        "space": ALLEE_SPACE,
     }
 
 

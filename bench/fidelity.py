@@ -74,7 +74,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.adaptive import PRESET, kept_model_states, outputs_of, run_simulate
+from bench.adaptive import ALLEE_SPACE, PRESET, kept_model_states, outputs_of, run_simulate
 from bench.common import OUT, REPO, sim2dl, workflow
 from pipeline.design.emulator import Emulator, Outputs
 from pipeline.design.multifidelity import MultiFidelityEmulator
@@ -135,15 +135,7 @@ PAIRS = {
     ),
     # a grid coarser than the front: right where patches die or establish slowly (a > 0.2), wrong where
     # they fill the box at 128 cells (a < 0.2: still spreading at 16)
-    "allee": Pair(
-        "allee.py",
-        {
-            "a": {"type": "uniform", "low": 0.0, "high": 0.5},
-            "radius": {"type": "uniform", "low": 1.0, "high": 8.0},
-        },
-        128,
-        16,
-    ),
+    "allee": Pair("allee.py", ALLEE_SPACE, 128, 16),
 }
 KINDS = ("nested", "adaptive", "costly_adaptive")
 CORRECTION = {"level_entry": 2}  # --correction: the level after the 2 parameters in the stack
